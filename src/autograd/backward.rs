@@ -1,0 +1,406 @@
+//! The backward engine: walk nodes in a reverse topological order, hand each
+//! node's backward its output gradient, and accumulate what it returns.
+//!
+//! One engine serves both modes. First order stores plain tensors and runs
+//! the backward formulas with recording suspended, so they cost no more than
+//! kernels. With `create_graph` it stores `Var`s and lets the formulas record,
+//! so the gradients can be differentiated again.
+
+use smallvec::SmallVec;
+
+use super::gradients::{GradSlot, Gradients};
+use crate::error::{Error, Result};
+use crate::graph::{order, Graph, OpRef, Var, NO_SLOT};
+use crate::kernels::{elementwise::zip_assign, functors};
+use crate::ops::Differentiable;
+use crate::tensor::Tensor;
+
+/// Which order the backward sweep visits nodes in. Every valid order gives
+/// the same gradients; they differ in the work done.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackwardOrder {
+    /// Ancestors of the root only, newest first ([`Graph::backward_order`]).
+    #[default]
+    Ancestors,
+    /// Every node, newest first ([`Graph::topological_backward_order`]);
+    /// nodes that do not feed the root receive no gradient and are skipped.
+    Tape,
+    /// A caller-supplied order of node indices, checked to be a valid
+    /// reverse topological order covering every ancestor of the root.
+    Custom(Vec<usize>),
+}
+
+/// Options of a backward pass.
+///
+/// ```
+/// use retrograd::{BackwardOptions, BackwardOrder, Graph, Tensor};
+/// let g = Graph::new();
+/// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+/// let y = &x * &x;
+/// let opts = BackwardOptions::new()
+///     .grad_output(Tensor::from_vec(vec![1.0, 10.0], &[2])?)
+///     .order(BackwardOrder::Tape);
+/// let grads = y.backward_with_options(&opts)?;
+/// assert_eq!(grads.wrt(&x).to_f64_vec(), vec![2.0, 40.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct BackwardOptions {
+    pub(crate) grad_output: Option<Tensor>,
+    pub(crate) order: BackwardOrder,
+}
+
+impl BackwardOptions {
+    /// Defaults: seed gradient 1 (scalar roots only), ancestors order.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The gradient of the root to start from (required for non-scalar roots).
+    pub fn grad_output(mut self, grad_output: Tensor) -> Self {
+        self.grad_output = Some(grad_output);
+        self
+    }
+
+    /// The order to visit nodes in.
+    pub fn order(mut self, order: BackwardOrder) -> Self {
+        self.order = order;
+        self
+    }
+}
+
+impl<'g> Var<'g> {
+    /// Backpropagates from this one-element value with seed gradient 1.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::scalar(3.0));
+    /// let grads = (&x * &x).backward()?;
+    /// assert_eq!(grads.wrt(&x).item()?, 6.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn backward(&self) -> Result<Gradients> {
+        self.backward_with_options(&BackwardOptions::new())
+    }
+
+    /// Backpropagates from this value with seed gradient `grad_output` (same
+    /// shape and dtype): a vector-Jacobian product.
+    pub fn backward_with(&self, grad_output: &Tensor) -> Result<Gradients> {
+        self.backward_with_options(&BackwardOptions::new().grad_output(grad_output.clone()))
+    }
+
+    /// Backpropagates with explicit options.
+    pub fn backward_with_options(&self, opts: &BackwardOptions) -> Result<Gradients> {
+        let graph = self.graph();
+        let seed = seed_for(self, opts.grad_output.as_ref())?;
+        let order = resolve_order(graph, self, &opts.order)?;
+        let (slot_count, params) = {
+            let st = graph.state.borrow();
+            (st.values.len(), st.params.clone())
+        };
+        let mut store = TensorStore {
+            slots: vec![GradSlot::Unreached; slot_count],
+        };
+        {
+            let _recording_off = graph.no_grad_guard();
+            run(
+                graph,
+                self,
+                Var::constant_in(graph, seed),
+                &order,
+                &mut store,
+            )?;
+        }
+        Ok(Gradients::new(graph.id(), store.slots, params))
+    }
+}
+
+/// The seed gradient: `grad_output` if given (checked against the root),
+/// else ones for a one-element root.
+pub(crate) fn seed_for(root: &Var<'_>, grad_output: Option<&Tensor>) -> Result<Tensor> {
+    if !root.requires_grad() {
+        return Err(Error::RootDoesNotRequireGrad);
+    }
+    match grad_output {
+        Some(g) => {
+            if g.shape() != root.shape() {
+                return Err(Error::shape_mismatch("backward", root.shape(), g.shape()));
+            }
+            if g.dtype() != root.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op: "backward",
+                    lhs: root.dtype(),
+                    rhs: g.dtype(),
+                });
+            }
+            Ok(g.clone())
+        }
+        None if root.value().numel() == 1 => Ok(root.value().ones_like()),
+        None => Err(Error::NonScalarRoot {
+            shape: root.shape().to_vec(),
+        }),
+    }
+}
+
+/// The node indices to visit, newest first.
+pub(crate) fn resolve_order(
+    graph: &Graph,
+    root: &Var<'_>,
+    order: &BackwardOrder,
+) -> Result<Vec<u32>> {
+    let st = graph.state.borrow();
+    Ok(match order {
+        BackwardOrder::Ancestors => match root.node_index() {
+            Some(n) => order::ancestors_of(&st, n),
+            None => Vec::new(),
+        },
+        BackwardOrder::Tape => (0..st.nodes.len() as u32).rev().collect(),
+        BackwardOrder::Custom(custom) => {
+            order::validate_order(&st, custom)?;
+            if let Some(n) = root.node_index() {
+                let listed: std::collections::HashSet<usize> = custom.iter().copied().collect();
+                if let Some(missing) = order::ancestors_of(&st, n)
+                    .into_iter()
+                    .find(|a| !listed.contains(&(*a as usize)))
+                {
+                    return Err(Error::InvalidOrder {
+                        reason: format!("ancestor node {missing} of the root is missing"),
+                    });
+                }
+            }
+            custom.iter().map(|&i| i as u32).collect()
+        }
+    })
+}
+
+/// Where the engine keeps gradients while it runs.
+pub(crate) trait GradStore<'g> {
+    /// Removes and returns the gradient of value `id` (keeping a copy if `retain`).
+    fn take(&mut self, graph: &'g Graph, id: u32, retain: bool) -> Option<Var<'g>>;
+    /// Adds a contribution to the gradient of value `id`.
+    fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()>;
+}
+
+/// First-order store: plain tensors; the first contribution is moved in,
+/// later ones are added in place when the buffer is not shared.
+pub(crate) struct TensorStore {
+    pub(crate) slots: Vec<GradSlot>,
+}
+
+impl<'g> GradStore<'g> for TensorStore {
+    #[inline]
+    fn take(&mut self, graph: &'g Graph, id: u32, retain: bool) -> Option<Var<'g>> {
+        let slot = self.slots.get_mut(id as usize)?;
+        match std::mem::replace(slot, GradSlot::Released) {
+            GradSlot::Grad(t) => {
+                if retain {
+                    *slot = GradSlot::Grad(t.clone());
+                }
+                Some(Var::constant_in(graph, t))
+            }
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()> {
+        let id = id as usize;
+        if id >= self.slots.len() {
+            self.slots.resize(id + 1, GradSlot::Unreached);
+        }
+        let slot = &mut self.slots[id];
+        let grad = grad.value().clone();
+        *slot = match std::mem::take(slot) {
+            GradSlot::Grad(acc) => GradSlot::Grad(zip_assign("add", acc, &grad, functors::Add)?),
+            _ => GradSlot::Grad(grad),
+        };
+        Ok(())
+    }
+}
+
+/// Higher-order store: gradients are `Var`s, accumulated with recorded adds.
+pub(crate) struct VarStore<'g> {
+    pub(crate) slots: Vec<Option<Var<'g>>>,
+}
+
+impl<'g> GradStore<'g> for VarStore<'g> {
+    fn take(&mut self, _graph: &'g Graph, id: u32, retain: bool) -> Option<Var<'g>> {
+        let slot = self.slots.get_mut(id as usize)?;
+        if retain {
+            slot.clone()
+        } else {
+            slot.take()
+        }
+    }
+
+    fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()> {
+        let id = id as usize;
+        if id >= self.slots.len() {
+            self.slots.resize(id + 1, None);
+        }
+        self.slots[id] = Some(match self.slots[id].take() {
+            Some(acc) => acc.try_add(&grad)?,
+            None => grad,
+        });
+        Ok(())
+    }
+}
+
+/// One node's data, copied out so the graph is not borrowed while its
+/// backward runs (a recording backward appends to the graph).
+struct NodeCall<'g> {
+    op: OpHolder,
+    input_ids: SmallVec<[u32; 4]>,
+    inputs: SmallVec<[Var<'g>; 4]>,
+    output: Var<'g>,
+}
+
+enum OpHolder {
+    Static(&'static dyn Differentiable),
+    Shared(std::sync::Arc<dyn Differentiable>),
+}
+
+impl OpHolder {
+    fn get(&self) -> &dyn Differentiable {
+        match self {
+            OpHolder::Static(op) => *op,
+            OpHolder::Shared(op) => &**op,
+        }
+    }
+}
+
+fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
+    let st = graph.state.borrow();
+    let rec = st.nodes[node];
+    let op = match rec.op {
+        OpRef::Static(op) => OpHolder::Static(op),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+    };
+    let input_ids: SmallVec<[u32; 4]> = SmallVec::from_slice(st.inputs_of(node));
+    let inputs = input_ids
+        .iter()
+        .map(|&id| {
+            Var::from_parts(
+                graph,
+                st.values[id as usize].clone(),
+                id,
+                st.value_requires_grad(id),
+            )
+        })
+        .collect();
+    let output = Var::from_parts(
+        graph,
+        st.values[rec.output as usize].clone(),
+        rec.output,
+        true,
+    );
+    NodeCall {
+        op,
+        input_ids,
+        inputs,
+        output,
+    }
+}
+
+/// Runs the sweep: seeds the root, then visits `order`.
+pub(crate) fn run<'g, S: GradStore<'g>>(
+    graph: &'g Graph,
+    root: &Var<'g>,
+    seed: Var<'g>,
+    order: &[u32],
+    store: &mut S,
+) -> Result<()> {
+    debug_assert_ne!(root.slot(), NO_SLOT, "a root that requires grad has a slot");
+    store.add(root.slot(), seed)?;
+    let retained = graph.state.borrow().retained.clone();
+    let anomaly = graph.anomaly_detection();
+    for &node in order {
+        let node = node as usize;
+        let call = node_call(graph, node);
+        let out_id = call.output.slot();
+        let Some(grad) = store.take(
+            graph,
+            out_id,
+            !retained.is_empty() && retained.contains(&out_id),
+        ) else {
+            continue; // nothing reached this node: it contributes exactly zero
+        };
+        let grad = super::hooks::apply_hooks(graph, out_id, grad)?;
+        let op = call.op.get();
+        let grads = op.backward(&grad, &call.inputs, &call.output)?;
+        if grads.len() != call.inputs.len() {
+            return Err(Error::BadGradient {
+                op: op.name().to_string(),
+                detail: format!("{} gradients for {} inputs", grads.len(), call.inputs.len()),
+            });
+        }
+        for ((g, input), &id) in grads.into_iter().zip(&call.inputs).zip(&call.input_ids) {
+            let Some(g) = g else { continue };
+            if !input.requires_grad() {
+                continue;
+            }
+            if g.shape() != input.shape() || g.dtype() != input.dtype() {
+                return Err(Error::BadGradient {
+                    op: op.name().to_string(),
+                    detail: format!(
+                        "a gradient of shape {:?} ({}) for an input of shape {:?} ({})",
+                        g.shape(),
+                        g.dtype(),
+                        input.shape(),
+                        input.dtype()
+                    ),
+                });
+            }
+            if anomaly && !g.value().all_finite() {
+                return Err(anomaly_error(graph, node, op.name()));
+            }
+            store.add(id, g)?;
+        }
+    }
+    run_leaf_hooks(graph, store)
+}
+
+/// Leaf gradients are complete only when the sweep ends: run their hooks now.
+fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Result<()> {
+    let leaves: Vec<u32> = {
+        let st = graph.state.borrow();
+        if st.hooks.is_empty() {
+            return Ok(());
+        }
+        let mut ids: Vec<u32> = st
+            .hooks
+            .keys()
+            .copied()
+            .filter(|&id| st.producers[id as usize] >= crate::graph::LEAF_CONSTANT)
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    for id in leaves {
+        if let Some(g) = store.take(graph, id, false) {
+            let g = super::hooks::apply_hooks(graph, id, g)?;
+            store.add(id, g)?;
+        }
+    }
+    Ok(())
+}
+
+fn anomaly_error(graph: &Graph, node: usize, op: &str) -> Error {
+    let location = graph
+        .state
+        .borrow()
+        .locations
+        .get(&(node as u32))
+        .map(|l| l.to_string())
+        .unwrap_or_else(|| "unknown (anomaly detection was off when it was recorded)".to_string());
+    Error::Anomaly {
+        op: op.to_string(),
+        node,
+        location,
+        phase: "gradient",
+    }
+}

@@ -1,0 +1,133 @@
+//! The shared finite-difference gradient checker: central differences in
+//! f64 against what backward computes.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+use crate::tensor::{DType, Tensor};
+
+/// Tolerances and step of [`gradcheck`].
+#[derive(Clone, Copy, Debug)]
+pub struct GradcheckOptions {
+    /// Central-difference step.
+    pub eps: f64,
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Seed of the random weights that reduce a non-scalar output to a scalar.
+    pub seed: u64,
+}
+
+impl Default for GradcheckOptions {
+    fn default() -> Self {
+        GradcheckOptions {
+            eps: 1e-6,
+            atol: 1e-5,
+            rtol: 1e-4,
+            seed: 0,
+        }
+    }
+}
+
+/// Checks the gradients of `f` at `inputs` (f64 tensors) against central
+/// finite differences, with default tolerances.
+///
+/// A non-scalar output is reduced to the scalar `sum(out * w)` with fixed
+/// random weights `w`, so every output element's gradient path is checked
+/// (a plain sum would hide errors that cancel).
+///
+/// ```
+/// use retrograd::{gradcheck, Tensor};
+/// let x = Tensor::from_vec(vec![0.5, -1.0, 2.0], &[3])?;
+/// let y = Tensor::from_vec(vec![1.5], &[1])?;
+/// gradcheck(|v| Ok((&v[0] * &v[1]).tanh()), &[x, y])?;
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn gradcheck<F>(f: F, inputs: &[Tensor]) -> Result<()>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
+    gradcheck_with(f, inputs, GradcheckOptions::default())
+}
+
+/// [`gradcheck`] with explicit options.
+pub fn gradcheck_with<F>(f: F, inputs: &[Tensor], opts: GradcheckOptions) -> Result<()>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
+    for t in inputs {
+        if t.dtype() != DType::F64 {
+            return Err(Error::WrongDType {
+                op: "gradcheck",
+                expected: DType::F64,
+                found: t.dtype(),
+            });
+        }
+    }
+    // Analytic gradients.
+    let graph = Graph::new();
+    let vars: Vec<Var<'_>> = inputs.iter().map(|t| graph.variable(t.clone())).collect();
+    let out = f(&vars)?;
+    let weights = weights_for(out.value(), opts.seed)?;
+    let scalar = reduce_with(&out, &weights)?;
+    let grads = scalar.backward()?;
+    let analytic: Vec<Vec<f64>> = vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect();
+
+    // Numeric gradients, one element at a time.
+    let eval = |values: &[Tensor]| -> Result<f64> {
+        let g = Graph::new();
+        let vs: Vec<Var<'_>> = values.iter().map(|t| g.variable(t.clone())).collect();
+        let out = g.no_grad(|| f(&vs))?;
+        reduce_with(&out, &weights)?.value().item()
+    };
+    let mut work: Vec<Tensor> = inputs.to_vec();
+    for (i, input) in inputs.iter().enumerate() {
+        let base = input.to_f64_vec();
+        for j in 0..base.len() {
+            let mut shifted = base.clone();
+            shifted[j] = base[j] + opts.eps;
+            work[i] = Tensor::from_slice(&shifted, input.shape())?;
+            let plus = eval(&work)?;
+            shifted[j] = base[j] - opts.eps;
+            work[i] = Tensor::from_slice(&shifted, input.shape())?;
+            let minus = eval(&work)?;
+            work[i] = input.clone();
+            let numeric = (plus - minus) / (2.0 * opts.eps);
+            let a = analytic[i][j];
+            if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+                return Err(Error::GradCheck {
+                    input: i,
+                    index: j,
+                    analytic: a,
+                    numeric,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn weights_for(out: &Tensor, seed: u64) -> Result<Tensor> {
+    if out.numel() == 1 {
+        return Ok(Tensor::scalar_of(1.0, out.dtype()));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let w: Vec<f64> = (0..out.numel())
+        .map(|_| rng.random_range(0.5..1.5))
+        .collect();
+    Tensor::from_f64_slice(&w, out.shape(), out.dtype())
+}
+
+fn reduce_with<'g>(out: &Var<'g>, weights: &Tensor) -> Result<Var<'g>> {
+    if out.value().numel() == 1 && weights.is_scalar() {
+        return Ok(if out.shape().is_empty() {
+            out.clone()
+        } else {
+            out.sum()
+        });
+    }
+    Ok(out.try_mul(&out.graph().constant(weights.clone()))?.sum())
+}

@@ -1,0 +1,12 @@
+//! Reverse mode: the backward engine, [`Gradients`], hooks, and the
+//! finite-difference checker.
+
+pub(crate) mod backward;
+pub mod gradcheck;
+mod gradients;
+pub(crate) mod hooks;
+
+pub use backward::{BackwardOptions, BackwardOrder};
+pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
+pub use gradients::Gradients;
+pub use hooks::GradHook;

@@ -1,0 +1,239 @@
+//! The one error type of retrograd.
+//!
+//! Every fallible public operation returns [`Result`]. Variants name the op
+//! (or API) that failed and carry the shapes, names or indices involved, so a
+//! message is enough to find the bug without a debugger. Operator sugar
+//! (`&x * &y`) panics with exactly the same message.
+
+use crate::tensor::DType;
+
+/// `Result` with retrograd's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in retrograd.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two shapes cannot be combined (broadcasting, matmul, concatenation...).
+    #[error("{op}: incompatible shapes {lhs:?} and {rhs:?}")]
+    ShapeMismatch {
+        /// The op that was asked to combine them.
+        op: &'static str,
+        /// The first operand's shape.
+        lhs: Vec<usize>,
+        /// The second operand's shape.
+        rhs: Vec<usize>,
+    },
+    /// The number of elements does not fit the requested shape.
+    #[error("{op}: {len} elements cannot be viewed as shape {shape:?}")]
+    ElementCount {
+        /// The op (or constructor) involved.
+        op: &'static str,
+        /// How many elements there are.
+        len: usize,
+        /// The shape that was requested.
+        shape: Vec<usize>,
+    },
+    /// The product of a shape's dimensions overflows `usize`.
+    #[error("{op}: the element count of shape {shape:?} overflows usize")]
+    ShapeOverflow {
+        /// The op (or constructor) involved.
+        op: &'static str,
+        /// The offending shape.
+        shape: Vec<usize>,
+    },
+    /// Operands of different dtypes were combined. retrograd never promotes
+    /// silently: convert one side with `Tensor::to_dtype` first.
+    #[error("{op}: dtype mismatch, {lhs} and {rhs} (convert one side with to_dtype)")]
+    DTypeMismatch {
+        /// The op involved.
+        op: &'static str,
+        /// The first operand's dtype.
+        lhs: DType,
+        /// The second operand's dtype.
+        rhs: DType,
+    },
+    /// A dtype the operation does not support, or a read with the wrong type.
+    #[error("{op}: expected dtype {expected}, found {found}")]
+    WrongDType {
+        /// The op or accessor involved.
+        op: &'static str,
+        /// The dtype that was required.
+        expected: DType,
+        /// The dtype that was found.
+        found: DType,
+    },
+    /// An axis is out of range for the tensor's rank.
+    #[error("{op}: axis {axis} is out of range for a tensor of rank {rank}")]
+    AxisOutOfRange {
+        /// The op involved.
+        op: &'static str,
+        /// The axis as given (negative axes count from the end).
+        axis: isize,
+        /// The rank of the tensor.
+        rank: usize,
+    },
+    /// An index (into a dimension, a class list, an embedding table...) is out of range.
+    #[error("{op}: index {index} is out of range for a dimension of size {size}")]
+    IndexOutOfRange {
+        /// The op involved.
+        op: &'static str,
+        /// The index as given.
+        index: i64,
+        /// The size of the dimension indexed.
+        size: usize,
+    },
+    /// An argument is invalid for a reason the other variants do not cover.
+    #[error("{op}: {reason}")]
+    InvalidArgument {
+        /// The op or API involved.
+        op: &'static str,
+        /// What is wrong with the argument.
+        reason: String,
+    },
+    /// `item()` (or a scalar-only API) was called on a tensor with more than one element.
+    #[error("{op}: expected a tensor with exactly one element, found shape {shape:?}")]
+    NotAScalar {
+        /// The op or accessor involved.
+        op: &'static str,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+    },
+    /// `OpRegistry::get` (or `Graph::apply`) with a name nobody registered.
+    #[error("unregistered op `{name}`{}", suggestion_text(.suggestion))]
+    UnregisteredOp {
+        /// The name that was asked for.
+        name: String,
+        /// The closest registered name, if any is close.
+        suggestion: Option<String>,
+    },
+    /// `OpRegistry::register` with a name that is already taken.
+    #[error("op `{name}` is already registered (use OpRegistry::replace to replace it)")]
+    DuplicateOp {
+        /// The name that is already taken.
+        name: String,
+    },
+    /// An op was called with the wrong number of inputs.
+    #[error("{op}: expected {expected} input(s), got {got}")]
+    Arity {
+        /// The op involved.
+        op: String,
+        /// How many inputs the op takes.
+        expected: usize,
+        /// How many it was given.
+        got: usize,
+    },
+    /// A `Var` from one graph was used with another graph.
+    #[error("{op}: a variable from another graph was used here")]
+    ForeignVariable {
+        /// The op or API that received the foreign handle.
+        op: String,
+    },
+    /// `backward()` on a root with more than one element and no seed gradient.
+    #[error("backward: the root has shape {shape:?}; a non-scalar root needs a grad_output (use backward_with)")]
+    NonScalarRoot {
+        /// The root's shape.
+        shape: Vec<usize>,
+    },
+    /// `backward()` on a value that does not require grad: nothing to differentiate.
+    #[error("backward: the root does not require grad (it depends on no variable)")]
+    RootDoesNotRequireGrad,
+    /// A backward formula returned a gradient of the wrong shape or count.
+    #[error("{op}: backward returned {detail}")]
+    BadGradient {
+        /// The op whose backward misbehaved.
+        op: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A gradient was asked of an intermediate value that was not retained.
+    #[error("gradient of value {value} was not retained (call retain_grad before backward)")]
+    GradientNotRetained {
+        /// The value id.
+        value: usize,
+    },
+    /// A backward order that is not a valid reverse topological order.
+    #[error("backward: invalid order: {reason}")]
+    InvalidOrder {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The op has no rule for the requested mode (e.g. no tangent rule for forward mode).
+    #[error("{op}: {what} is not supported")]
+    Unsupported {
+        /// The op involved.
+        op: String,
+        /// What is not supported.
+        what: &'static str,
+    },
+    /// Anomaly mode found a NaN or infinity.
+    #[error(
+        "anomaly: {op} (node {node}, recorded at {location}) produced a non-finite {phase} value"
+    )]
+    Anomaly {
+        /// The op whose output (or gradient) was not finite.
+        op: String,
+        /// The index of its node.
+        node: usize,
+        /// Where the op was recorded (`file:line:column`).
+        location: String,
+        /// `"forward"` or `"gradient"`.
+        phase: &'static str,
+    },
+    /// A finite-difference gradient check found a mismatch.
+    #[error("gradcheck: input {input}, element {index}: analytic {analytic} vs numeric {numeric}")]
+    GradCheck {
+        /// Which input of the checked function.
+        input: usize,
+        /// Which element of that input (row-major).
+        index: usize,
+        /// The gradient backward computed.
+        analytic: f64,
+        /// The central-difference estimate.
+        numeric: f64,
+    },
+    /// An I/O failure, with the path involved.
+    #[error("{op}: {path}: {message}")]
+    Io {
+        /// The operation (save, load...).
+        op: &'static str,
+        /// The file involved.
+        path: String,
+        /// The underlying error message.
+        message: String,
+    },
+    /// A file that could be read but does not hold what it should.
+    #[error("{op}: {path}: {reason}")]
+    Format {
+        /// The operation (load, parse...).
+        op: &'static str,
+        /// The file (or source) involved.
+        path: String,
+        /// What is wrong with the content.
+        reason: String,
+    },
+}
+
+fn suggestion_text(suggestion: &Option<String>) -> String {
+    match suggestion {
+        Some(s) => format!(" (did you mean `{s}`?)"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            op,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn shape_mismatch(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Self {
+        Error::ShapeMismatch {
+            op,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! `Graph::record`: run an op forward and append a node only if some input
+//! requires grad (the seed's `ComputationGraph.record`).
+
+use std::panic::Location;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::{Graph, GraphState, OpRef, OwnedOp, Var, NO_SLOT};
+use crate::error::{Error, Result};
+use crate::ops::Differentiable;
+use crate::tensor::Tensor;
+
+impl Graph {
+    /// Runs `op` forward on `inputs` and records a node if any input requires
+    /// grad (and recording is not suspended). When every input is frozen, no
+    /// node is created and a plain constant comes back: constant folding.
+    ///
+    /// This is the seed's `record`; every op method on [`Var`] calls it.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::arith::Mul};
+    /// let g = Graph::new();
+    /// let x = g.constant(Tensor::scalar(3.0));
+    /// let y = g.constant(Tensor::scalar(4.0));
+    /// let z = g.record(Mul, &[&x, &y])?;
+    /// assert_eq!(g.len(), 0);          // both frozen: no node
+    /// assert!(!z.requires_grad());
+    /// assert_eq!(z.value().item()?, 12.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn record<'g, O: Differentiable>(&'g self, op: O, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
+        let output = self.forward_checked(&op, inputs)?;
+        if !self.needs_node(inputs) {
+            return Ok(Var::constant_in(self, output));
+        }
+        let op_ref = if std::mem::size_of::<O>() == 0 {
+            // A zero-sized op has no state: leaking a box of it allocates
+            // nothing and gives the `'static` reference a node can hold.
+            OpRef::Static(Box::leak(Box::new(op)))
+        } else {
+            self.own_op(None, Arc::new(op))
+        };
+        self.push_node(op_ref, inputs, output)
+    }
+
+    /// `record` for an op already behind an `Arc` (registry ops, user ops).
+    #[track_caller]
+    pub(crate) fn record_shared<'g>(
+        &'g self,
+        name: Option<&str>,
+        op: Arc<dyn Differentiable>,
+        inputs: &[&Var<'g>],
+    ) -> Result<Var<'g>> {
+        let output = self.forward_checked(&*op, inputs)?;
+        if !self.needs_node(inputs) {
+            return Ok(Var::constant_in(self, output));
+        }
+        let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);
+        let op_ref = self.own_op(name, op);
+        self.push_node(op_ref, inputs, output)
+    }
+
+    #[inline]
+    fn needs_node(&self, inputs: &[&Var<'_>]) -> bool {
+        self.is_recording() && inputs.iter().any(|v| v.requires_grad())
+    }
+
+    #[track_caller]
+    #[inline]
+    fn forward_checked<'g>(
+        &'g self,
+        op: &dyn Differentiable,
+        inputs: &[&Var<'g>],
+    ) -> Result<Tensor> {
+        for v in inputs {
+            if !std::ptr::eq(self, v.graph()) {
+                return Err(Error::ForeignVariable {
+                    op: op.name().to_string(),
+                });
+            }
+        }
+        let tensors: SmallVec<[&Tensor; 4]> = inputs.iter().map(|v| v.value()).collect();
+        let output = op.forward(&tensors)?;
+        if self.anomaly_detection() && !output.all_finite() {
+            return Err(Error::Anomaly {
+                op: op.name().to_string(),
+                node: self.len(),
+                location: Location::caller().to_string(),
+                phase: "forward",
+            });
+        }
+        Ok(output)
+    }
+
+    fn own_op(&self, name: Option<Arc<str>>, op: Arc<dyn Differentiable>) -> OpRef {
+        let mut st = self.state.borrow_mut();
+        st.owned_ops.push(OwnedOp { name, op });
+        OpRef::Owned((st.owned_ops.len() - 1) as u32)
+    }
+
+    #[track_caller]
+    #[inline]
+    fn push_node<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Result<Var<'g>> {
+        let mut guard = self.state.borrow_mut();
+        let st: &mut GraphState = &mut guard;
+        let node = st.nodes.len() as u32;
+        let inputs_start = st.node_inputs.len() as u32;
+        for v in inputs {
+            let id = if v.slot() == NO_SLOT {
+                // A constant enters the graph the first time a node uses it.
+                st.push_value(v.value().clone(), super::LEAF_CONSTANT)
+            } else {
+                v.slot()
+            };
+            st.node_inputs.push(id);
+        }
+        let out_id = st.push_value(output.clone(), node);
+        st.nodes.push(super::NodeRecord {
+            op,
+            inputs_start,
+            output: out_id,
+        });
+        if self.anomaly_detection() {
+            st.locations.insert(node, Location::caller());
+        }
+        drop(guard);
+        Ok(Var::from_parts(self, output, out_id, true))
+    }
+}

@@ -1,0 +1,416 @@
+//! Elementwise kernels: `map` (one operand), `zip` (two operands with NumPy
+//! broadcasting) and `broadcast_to`.
+//!
+//! Broadcasting never materialises the smaller operand: shapes are coalesced
+//! into the fewest dimensions, the innermost dimension becomes a tight loop
+//! (both operands contiguous, or one of them a repeated scalar), and an
+//! odometer walks the outer dimensions with stride 0 for broadcast ones.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::functors::{BinaryFn, UnaryFn};
+use super::parallel::{for_each_chunk, should_parallelize};
+use crate::error::{Error, Result};
+use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
+use crate::tensor::{DType, Element, Repr, Tensor};
+
+/// Applies `f` to every element of `x`.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// retrograd::unary_fn!(Square, |x| x * x);
+/// let y = kernels::map(&Tensor::from_vec(vec![1.0, -2.0], &[2])?, Square);
+/// assert_eq!(y.to_f64_vec(), vec![1.0, 4.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[inline]
+pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
+    match x.repr() {
+        Repr::F32(v) => Tensor::scalar(f.call(*v)),
+        Repr::F64(v) => Tensor::scalar(f.call(*v)),
+        Repr::Dense(_) => crate::with_dtype!(x.dtype(), T => {
+            let src = x.as_slice_of::<T>();
+            Tensor::build::<T>(Dims::from_slice(x.shape()), |out| map_slice(src, out, f))
+        }),
+    }
+}
+
+/// `out[i] = f(src[i])`, in parallel for large inputs.
+#[inline]
+pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], f: F) {
+    for_each_chunk(out, |off, chunk| {
+        let s = &src[off..off + chunk.len()];
+        for (o, &v) in chunk.iter_mut().zip(s) {
+            o.write(f.call(v));
+        }
+    });
+}
+
+/// Applies `f` elementwise to `a` and `b`, broadcasting them to a common shape.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let b = Tensor::from_vec(vec![10.0, 20.0], &[2])?;
+/// let c = kernels::zip("add", &a, &b, kernels::functors::Add)?;
+/// assert_eq!(c.to_f64_vec(), vec![11.0, 22.0, 13.0, 24.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[inline]
+pub fn zip<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Result<Tensor> {
+    match (a.repr(), b.repr()) {
+        (Repr::F32(x), Repr::F32(y)) => return Ok(Tensor::scalar(f.call(*x, *y))),
+        (Repr::F64(x), Repr::F64(y)) => return Ok(Tensor::scalar(f.call(*x, *y))),
+        _ => {}
+    }
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    Ok(crate::with_dtype!(a.dtype(), T => zip_typed::<T, F>(op, a, b, f)?))
+}
+
+fn zip_typed<T: Element, F: BinaryFn>(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    f: F,
+) -> Result<Tensor> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
+    if sa == sb {
+        return Ok(Tensor::build::<T>(Dims::from_slice(sa), |out| {
+            for_each_chunk(out, |off, chunk| {
+                let n = chunk.len();
+                let (pa, pb) = (&xa[off..off + n], &xb[off..off + n]);
+                for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
+                    o.write(f.call(x, y));
+                }
+            })
+        }));
+    }
+    let shape = broadcast_shapes(op, sa, sb)?;
+    if xb.len() == 1 {
+        let y = xb[0];
+        return Ok(Tensor::build::<T>(shape, |out| {
+            for_each_chunk(out, |off, chunk| {
+                for (o, &x) in chunk.iter_mut().zip(&xa[off..]) {
+                    o.write(f.call(x, y));
+                }
+            })
+        }));
+    }
+    if xa.len() == 1 {
+        let x = xa[0];
+        return Ok(Tensor::build::<T>(shape, |out| {
+            for_each_chunk(out, |off, chunk| {
+                for (o, &y) in chunk.iter_mut().zip(&xb[off..]) {
+                    o.write(f.call(x, y));
+                }
+            })
+        }));
+    }
+    let plan = BroadcastPlan::new(
+        &shape,
+        &broadcast_strides(sa, &shape),
+        &broadcast_strides(sb, &shape),
+    );
+    Ok(Tensor::build::<T>(shape, |out| plan.run(xa, xb, out, f)))
+}
+
+/// Materialises `x` broadcast to `shape` (which it must broadcast to).
+pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if x.shape() == shape {
+        return Ok(x.clone());
+    }
+    if !crate::tensor::shape::broadcastable_to(x.shape(), shape) {
+        return Err(Error::shape_mismatch(op, x.shape(), shape));
+    }
+    crate::tensor::shape::checked_numel(op, shape)?;
+    // Reuse the binary machinery with a zero-stride second operand: out = x.
+    #[derive(Clone, Copy)]
+    struct First;
+    impl BinaryFn for First {
+        #[inline(always)]
+        fn call<T: Element>(self, a: T, _b: T) -> T {
+            a
+        }
+    }
+    Ok(crate::with_dtype!(x.dtype(), T => {
+        let src = x.as_slice_of::<T>();
+        let zero = [<T as num_traits::Zero>::zero()];
+        let target = Dims::from_slice(shape);
+        let plan = BroadcastPlan::new(
+            &target,
+            &broadcast_strides(x.shape(), shape),
+            &Dims::from_elem(0, shape.len()),
+        );
+        Tensor::build::<T>(target, |out| plan.run(src, &zero, out, First))
+    }))
+}
+
+/// Coalesced iteration plan for a broadcast binary op.
+struct BroadcastPlan {
+    /// Outer dimensions (all but the innermost), coalesced.
+    outer: Dims,
+    outer_a: Dims,
+    outer_b: Dims,
+    /// Length of the innermost dimension and the operands' strides along it (0 or 1).
+    inner: usize,
+    inner_a: usize,
+    inner_b: usize,
+}
+
+impl BroadcastPlan {
+    fn new(shape: &[usize], sa: &[usize], sb: &[usize]) -> Self {
+        // Coalesce adjacent dimensions that are contiguous for both operands.
+        let mut dims: Vec<(usize, usize, usize)> = Vec::with_capacity(shape.len());
+        for i in 0..shape.len() {
+            if shape[i] == 1 {
+                continue;
+            }
+            if let Some(last) = dims.last_mut() {
+                if last.1 == sa[i] * shape[i] && last.2 == sb[i] * shape[i] {
+                    last.0 *= shape[i];
+                    last.1 = sa[i];
+                    last.2 = sb[i];
+                    continue;
+                }
+            }
+            dims.push((shape[i], sa[i], sb[i]));
+        }
+        let (inner, inner_a, inner_b) = dims.pop().unwrap_or((1, 0, 0));
+        BroadcastPlan {
+            outer: dims.iter().map(|d| d.0).collect(),
+            outer_a: dims.iter().map(|d| d.1).collect(),
+            outer_b: dims.iter().map(|d| d.2).collect(),
+            inner,
+            inner_a,
+            inner_b,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.outer.iter().product()
+    }
+
+    /// Offsets into a and b of outer row `row`.
+    fn offsets_of(&self, mut row: usize) -> (usize, usize) {
+        let (mut oa, mut ob) = (0, 0);
+        for i in (0..self.outer.len()).rev() {
+            let d = self.outer[i];
+            let idx = row % d;
+            row /= d;
+            oa += idx * self.outer_a[i];
+            ob += idx * self.outer_b[i];
+        }
+        (oa, ob)
+    }
+
+    fn run<T: Element, F: BinaryFn>(&self, a: &[T], b: &[T], out: &mut [MaybeUninit<T>], f: F) {
+        let n = self.inner;
+        let rows = self.rows();
+        if n == 0 || rows == 0 {
+            return;
+        }
+        let rows_per_task = (super::parallel::CHUNK / n).max(1);
+        if should_parallelize(out.len()) && rows > 1 {
+            out.par_chunks_mut(rows_per_task * n)
+                .enumerate()
+                .for_each(|(t, chunk)| self.run_rows(a, b, chunk, t * rows_per_task, f));
+        } else {
+            self.run_rows(a, b, out, 0, f);
+        }
+    }
+
+    /// Fills `out` (whole rows) starting at outer row `first_row`.
+    fn run_rows<T: Element, F: BinaryFn>(
+        &self,
+        a: &[T],
+        b: &[T],
+        out: &mut [MaybeUninit<T>],
+        first_row: usize,
+        f: F,
+    ) {
+        let n = self.inner;
+        let mut idx: Dims = Dims::from_elem(0, self.outer.len());
+        let mut rem = first_row;
+        for i in (0..self.outer.len()).rev() {
+            idx[i] = rem % self.outer[i];
+            rem /= self.outer[i];
+        }
+        let (mut oa, mut ob) = self.offsets_of(first_row);
+        for row in out.chunks_mut(n) {
+            match (self.inner_a, self.inner_b) {
+                (1, 1) => {
+                    for ((o, &x), &y) in row.iter_mut().zip(&a[oa..oa + n]).zip(&b[ob..ob + n]) {
+                        o.write(f.call(x, y));
+                    }
+                }
+                (1, 0) => {
+                    let y = b[ob];
+                    for (o, &x) in row.iter_mut().zip(&a[oa..oa + n]) {
+                        o.write(f.call(x, y));
+                    }
+                }
+                (0, 1) => {
+                    let x = a[oa];
+                    for (o, &y) in row.iter_mut().zip(&b[ob..ob + n]) {
+                        o.write(f.call(x, y));
+                    }
+                }
+                (ia, ib) => {
+                    for (j, o) in row.iter_mut().enumerate() {
+                        o.write(f.call(a[oa + j * ia], b[ob + j * ib]));
+                    }
+                }
+            }
+            // Advance the odometer over the outer dimensions.
+            for i in (0..self.outer.len()).rev() {
+                idx[i] += 1;
+                oa += self.outer_a[i];
+                ob += self.outer_b[i];
+                if idx[i] < self.outer[i] {
+                    break;
+                }
+                oa -= self.outer_a[i] * self.outer[i];
+                ob -= self.outer_b[i] * self.outer[i];
+                idx[i] = 0;
+            }
+        }
+    }
+}
+
+/// In-place `acc = f(acc, x)` when `acc` owns its storage; otherwise a new
+/// tensor (copy on write). Shapes must be equal and dtypes equal.
+pub fn zip_assign<F: BinaryFn>(op: &'static str, acc: Tensor, x: &Tensor, f: F) -> Result<Tensor> {
+    if acc.shape() != x.shape() || acc.dtype() != x.dtype() {
+        return zip(op, &acc, x, f);
+    }
+    let mut acc = acc;
+    let done = crate::with_dtype!(acc.dtype(), T => {
+        let src = x.as_slice_of::<T>();
+        // Do not write into storage `x` also reads (it would be shared anyway).
+        match acc.unique_slice_mut::<T>() {
+            Some(dst) => {
+                super::parallel::for_each_chunk_init(dst, |off, chunk| {
+                    for (d, &s) in chunk.iter_mut().zip(&src[off..]) {
+                        *d = f.call(*d, s);
+                    }
+                });
+                true
+            }
+            None => false,
+        }
+    });
+    if done {
+        Ok(acc)
+    } else {
+        zip(op, &acc, x, f)
+    }
+}
+
+/// The dtype both operands share, or a mismatch error.
+pub fn common_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<DType> {
+    if a.dtype() == b.dtype() {
+        Ok(a.dtype())
+    } else {
+        Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::functors::{Add, Mul, Sub};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    #[test]
+    fn broadcasting_general() {
+        // [2,1,3] + [2,1] -> [2,2,3]
+        let a = t(&[1., 2., 3., 4., 5., 6.], &[2, 1, 3]);
+        let b = t(&[10., 20.], &[2, 1]);
+        let c = zip("add", &a, &b, Add).unwrap();
+        assert_eq!(c.shape(), &[2, 2, 3]);
+        assert_eq!(
+            c.to_f64_vec(),
+            vec![11., 12., 13., 21., 22., 23., 14., 15., 16., 24., 25., 26.]
+        );
+        let d = zip("sub", &b, &a, Sub).unwrap();
+        assert_eq!(d.to_f64_vec()[0], 9.0);
+    }
+
+    #[test]
+    fn column_broadcast_and_scalars() {
+        let a = t(&[1., 2., 3., 4.], &[2, 2]);
+        let col = t(&[10., 100.], &[2, 1]);
+        assert_eq!(
+            zip("mul", &a, &col, Mul).unwrap().to_f64_vec(),
+            vec![10., 20., 300., 400.]
+        );
+        let s = Tensor::scalar(2.0);
+        assert_eq!(
+            zip("mul", &s, &a, Mul).unwrap().to_f64_vec(),
+            vec![2., 4., 6., 8.]
+        );
+    }
+
+    #[test]
+    fn large_parallel_broadcast_matches_serial() {
+        let rows = 300;
+        let cols = 1000;
+        let a: Vec<f64> = (0..rows * cols).map(|i| i as f64).collect();
+        let b: Vec<f64> = (0..cols).map(|i| -(i as f64)).collect();
+        let c = zip("add", &t(&a, &[rows, cols]), &t(&b, &[cols]), Add).unwrap();
+        let v = c.to_f64_vec();
+        for r in [0, 17, 299] {
+            for col in [0, 999] {
+                assert_eq!(v[r * cols + col], (r * cols) as f64);
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_to_materialises() {
+        let x = t(&[1., 2.], &[2, 1]);
+        let y = broadcast_to("expand", &x, &[3, 2, 2]).unwrap();
+        assert_eq!(
+            y.to_f64_vec(),
+            vec![1., 1., 2., 2., 1., 1., 2., 2., 1., 1., 2., 2.]
+        );
+        assert!(broadcast_to("expand", &x, &[3]).is_err());
+    }
+
+    #[test]
+    fn mixed_dtypes_are_errors() {
+        let a = Tensor::from_vec(vec![1.0f32], &[1]).unwrap();
+        let b = Tensor::from_vec(vec![1.0f64], &[1]).unwrap();
+        assert!(matches!(
+            zip("add", &a, &b, Add),
+            Err(Error::DTypeMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn zip_assign_is_in_place_only_when_unique() {
+        let a = t(&[1., 2.], &[2]);
+        let keep = a.clone();
+        let b = zip_assign("add", a, &t(&[1., 1.], &[2]), Add).unwrap();
+        assert_eq!(keep.to_f64_vec(), vec![1., 2.]);
+        assert_eq!(b.to_f64_vec(), vec![2., 3.]);
+        let c = zip_assign("add", b.clone(), &t(&[1., 1.], &[2]), Add).unwrap();
+        assert!(!c.shares_storage_with(&b));
+    }
+}

@@ -1,0 +1,74 @@
+//! Functor traits that let one kernel loop serve every elementwise op.
+//!
+//! A closure cannot be generic over the element type, so elementwise ops are
+//! small `Copy` structs implementing [`UnaryFn`] or [`BinaryFn`]; the kernel
+//! is monomorphised per functor and per dtype, and the call inlines.
+
+use crate::tensor::Element;
+
+/// An elementwise function of one element.
+pub trait UnaryFn: Copy + Send + Sync {
+    /// Applies the function.
+    fn call<T: Element>(self, x: T) -> T;
+}
+
+/// An elementwise function of two elements.
+pub trait BinaryFn: Copy + Send + Sync {
+    /// Applies the function.
+    fn call<T: Element>(self, a: T, b: T) -> T;
+}
+
+/// Defines a unit-struct [`UnaryFn`] from an expression in `x`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! unary_fn {
+    ($(#[$m:meta])* $name:ident, |$x:ident| $body:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+        impl $crate::kernels::UnaryFn for $name {
+            #[inline(always)]
+            fn call<T: $crate::Element>(self, $x: T) -> T {
+                $body
+            }
+        }
+    };
+}
+
+/// Defines a unit-struct [`BinaryFn`] from an expression in `a` and `b`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! binary_fn {
+    ($(#[$m:meta])* $name:ident, |$a:ident, $b:ident| $body:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+        impl $crate::kernels::BinaryFn for $name {
+            #[inline(always)]
+            fn call<T: $crate::Element>(self, $a: T, $b: T) -> T {
+                $body
+            }
+        }
+    };
+}
+
+binary_fn!(
+    /// `a + b`
+    Add,
+    |a, b| a + b
+);
+binary_fn!(
+    /// `a - b`
+    Sub,
+    |a, b| a - b
+);
+binary_fn!(
+    /// `a * b`
+    Mul,
+    |a, b| a * b
+);
+binary_fn!(
+    /// `a / b`
+    Div,
+    |a, b| a / b
+);

@@ -1,0 +1,17 @@
+//! Kernels: the loops. Plain functions over slices and tensors that know
+//! nothing of graphs (the seed's `elementwise_add` / `elementwise_mul` and
+//! friends).
+//!
+//! Every kernel is generic over [`Element`](crate::Element) through small
+//! functor traits ([`UnaryFn`], [`BinaryFn`]), so each loop is written once,
+//! monomorphised for f32 and f64, and vectorised by the compiler. Large inputs
+//! are split across rayon's pool above [`parallel::PARALLEL_THRESHOLD`].
+
+pub mod elementwise;
+pub mod functors;
+pub mod parallel;
+pub mod reduce;
+
+pub use elementwise::{broadcast_to, map, zip};
+pub use functors::{BinaryFn, UnaryFn};
+pub use reduce::{sum_all, sum_axes, sum_to_shape};

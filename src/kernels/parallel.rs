@@ -1,0 +1,50 @@
+//! When to go parallel, and helpers to split output buffers across rayon.
+//!
+//! Waking rayon's pool costs a few microseconds, more than an elementwise pass
+//! over tens of thousands of elements; below the threshold kernels stay on the
+//! calling thread so graphs of small tensors never pay for thread wake-ups.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+/// Element count above which elementwise kernels split work across threads.
+/// Chosen by measurement on a 2-core AVX-512 machine (`examples/bench.rs`,
+/// `elementwise` workload): below this, one thread is faster.
+pub const PARALLEL_THRESHOLD: usize = 1 << 16;
+
+/// Elements per parallel task: big enough to amortise scheduling, small enough to balance.
+pub const CHUNK: usize = 1 << 14;
+
+/// Whether a kernel over `n` elements should use the thread pool.
+#[inline(always)]
+pub fn should_parallelize(n: usize) -> bool {
+    n >= PARALLEL_THRESHOLD && rayon::current_num_threads() > 1
+}
+
+/// Runs `f(offset, chunk)` over chunks of `out`, in parallel when `out` is large.
+#[inline]
+pub fn for_each_chunk<T: Send>(
+    out: &mut [MaybeUninit<T>],
+    f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
+) {
+    if should_parallelize(out.len()) {
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, c)| f(i * CHUNK, c));
+    } else {
+        f(0, out);
+    }
+}
+
+/// Runs `f(offset, chunk)` over chunks of an initialised `out`, in parallel when large.
+#[inline]
+pub fn for_each_chunk_init<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    if should_parallelize(out.len()) {
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, c)| f(i * CHUNK, c));
+    } else {
+        f(0, out);
+    }
+}

@@ -1,0 +1,303 @@
+//! Sum reductions: over everything (`sum_all`), over a set of axes
+//! (`sum_axes`), and back to a broadcast operand's shape (`sum_to_shape`).
+//!
+//! Accuracy: `sum_all` is pairwise over blocks summed with 16 independent
+//! accumulators (which also lets the compiler vectorise it), so the error of
+//! an f32 sum of a million elements grows with log(n), not n. Axis reductions
+//! accumulate in f64 and round once at the end.
+
+use rayon::prelude::*;
+
+use super::parallel::should_parallelize;
+use crate::error::{Error, Result};
+use crate::tensor::shape::{normalize_axes, reduced_shape, Dims};
+use crate::tensor::{Element, Tensor};
+
+/// Elements summed by one block of the pairwise scheme.
+const BLOCK: usize = 2048;
+const LANES: usize = 16;
+
+/// Sum of every element of `x`, in x's dtype, as a 0-d tensor.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.5], &[3])?;
+/// assert_eq!(kernels::sum_all(&x).item()?, 6.5);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn sum_all(x: &Tensor) -> Tensor {
+    crate::with_dtype!(x.dtype(), T => Tensor::scalar(sum_slice(x.as_slice_of::<T>())))
+}
+
+/// Pairwise sum of a slice (parallel for large slices).
+pub fn sum_slice<T: Element>(x: &[T]) -> T {
+    if x.len() <= BLOCK {
+        return sum_block(x);
+    }
+    let (l, r) = x.split_at(x.len() / 2);
+    if should_parallelize(x.len()) {
+        let (a, b) = rayon::join(|| sum_slice(l), || sum_slice(r));
+        a + b
+    } else {
+        sum_slice(l) + sum_slice(r)
+    }
+}
+
+#[inline]
+fn sum_block<T: Element>(x: &[T]) -> T {
+    let mut acc = [T::zero(); LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a += v;
+    }
+    // Pairwise combination of the lanes.
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            acc[i] = acc[i] + acc[i + width];
+        }
+    }
+    acc[0]
+}
+
+/// Sums `x` over `axes` (negative axes count from the end). With `keepdim`
+/// the reduced axes stay as size 1.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!(kernels::sum_axes("sum", &x, &[0], false)?.to_f64_vec(), vec![5.0, 7.0, 9.0]);
+/// assert_eq!(kernels::sum_axes("sum", &x, &[-1], true)?.shape(), &[2, 1]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn sum_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+    let axes = normalize_axes(op, axes, x.rank())?;
+    Ok(sum_normalized_axes(x, &axes, keepdim))
+}
+
+/// Sums over already-normalised (sorted, unique, in-range) axes.
+pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Tensor {
+    let out_shape = reduced_shape(x.shape(), axes, keepdim);
+    if axes.is_empty() {
+        return x.clone();
+    }
+    if axes.len() == x.rank() {
+        let s = sum_all(x);
+        return if out_shape.is_empty() {
+            s
+        } else {
+            s.reshape(&out_shape).expect("one element")
+        };
+    }
+    crate::with_dtype!(x.dtype(), T => {
+        let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), axes));
+        Tensor::build::<T>(out_shape, |out| {
+            for (o, &v) in out.iter_mut().zip(&acc) {
+                o.write(T::from_f64(v));
+            }
+        })
+    })
+}
+
+/// Reduces `x` (which must have been broadcast from `shape`) back to `shape`
+/// by summing the broadcast dimensions: the backward of broadcasting.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let g = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!(kernels::sum_to_shape("sum_to_size", &g, &[3])?.to_f64_vec(), vec![5.0, 7.0, 9.0]);
+/// assert_eq!(kernels::sum_to_shape("sum_to_size", &g, &[2, 1])?.to_f64_vec(), vec![6.0, 15.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn sum_to_shape(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if x.shape() == shape {
+        return Ok(x.clone());
+    }
+    if !crate::tensor::shape::broadcastable_to(shape, x.shape()) {
+        return Err(Error::shape_mismatch(op, x.shape(), shape));
+    }
+    let lead = x.rank() - shape.len();
+    let axes: Dims = (0..x.rank())
+        .filter(|&i| i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+        .collect();
+    let summed = sum_normalized_axes(x, &axes, true);
+    summed.reshape(shape)
+}
+
+/// A run of adjacent dimensions that are all reduced or all kept.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    size: usize,
+    reduced: bool,
+    /// Input elements per step of this group.
+    in_stride: usize,
+    /// Output elements per step (0 for reduced groups).
+    out_stride: usize,
+}
+
+fn groups_of(shape: &[usize], axes: &[usize]) -> Vec<Group> {
+    let mut raw: Vec<(usize, bool)> = Vec::new();
+    for (i, &d) in shape.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let reduced = axes.contains(&i);
+        match raw.last_mut() {
+            Some(last) if last.1 == reduced => last.0 *= d,
+            _ => raw.push((d, reduced)),
+        }
+    }
+    let mut groups = Vec::with_capacity(raw.len());
+    let (mut in_stride, mut out_stride) = (1usize, 1usize);
+    for &(size, reduced) in raw.iter().rev() {
+        groups.push(Group {
+            size,
+            reduced,
+            in_stride,
+            out_stride: if reduced { 0 } else { out_stride },
+        });
+        in_stride *= size;
+        if !reduced {
+            out_stride *= size;
+        }
+    }
+    groups.reverse();
+    groups
+}
+
+/// Sums `x` over the reduced groups into f64 accumulators (one per output element).
+fn sum_groups<T: Element>(x: &[T], groups: &[Group]) -> Vec<f64> {
+    let out_len: usize = groups
+        .iter()
+        .filter(|g| !g.reduced)
+        .map(|g| g.size)
+        .product();
+    let mut acc = vec![0.0f64; out_len];
+    if x.is_empty() {
+        return acc;
+    }
+    let Some((first, rest)) = groups.split_first() else {
+        acc[0] = sum_slice(x).to_f64();
+        return acc;
+    };
+    if should_parallelize(x.len()) && first.size > 1 {
+        if first.reduced {
+            let partial = (0..first.size)
+                .into_par_iter()
+                .fold(
+                    || vec![0.0f64; out_len],
+                    |mut part, i| {
+                        accumulate(&x[i * first.in_stride..], rest, &mut part);
+                        part
+                    },
+                )
+                .reduce_with(|mut a, b| {
+                    a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                    a
+                });
+            if let Some(p) = partial {
+                acc = p;
+            }
+        } else {
+            acc.par_chunks_mut(first.out_stride)
+                .enumerate()
+                .for_each(|(i, out)| accumulate(&x[i * first.in_stride..], rest, out));
+        }
+    } else {
+        accumulate(x, groups, &mut acc);
+    }
+    acc
+}
+
+/// Adds the sums of `x` over `groups` into `out` (recursing group by group).
+fn accumulate<T: Element>(x: &[T], groups: &[Group], out: &mut [f64]) {
+    match groups {
+        [] => out[0] += x[0].to_f64(),
+        [last] if last.reduced => out[0] += sum_slice(&x[..last.size]).to_f64(),
+        [last] => {
+            for (o, &v) in out[..last.size].iter_mut().zip(&x[..last.size]) {
+                *o += v.to_f64();
+            }
+        }
+        [g, rest @ ..] => {
+            for i in 0..g.size {
+                let o = i * g.out_stride;
+                accumulate(&x[i * g.in_stride..], rest, &mut out[o..]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_sum_of_a_million_is_accurate() {
+        let n = 1_000_000;
+        let x = Tensor::from_vec(vec![0.1f32; n], &[n]).unwrap();
+        let s = sum_all(&x).item().unwrap();
+        let exact = 0.1f32 as f64 * n as f64;
+        assert!((s - exact).abs() / exact < 1e-6, "{s} vs {exact}");
+        let col = x.reshape(&[n, 1]).unwrap();
+        let s0 = sum_axes("sum", &col, &[0], false).unwrap().item().unwrap();
+        assert!((s0 - exact).abs() / exact < 1e-6);
+    }
+
+    #[test]
+    fn middle_axis_and_multiple_axes() {
+        let v: Vec<f64> = (0..24).map(f64::from).collect();
+        let x = Tensor::from_vec(v.clone(), &[2, 3, 4]).unwrap();
+        let s = sum_axes("sum", &x, &[1], false).unwrap();
+        assert_eq!(s.shape(), &[2, 4]);
+        let mut expect = vec![0.0; 8];
+        for a in 0..2 {
+            for b in 0..3 {
+                for c in 0..4 {
+                    expect[a * 4 + c] += v[a * 12 + b * 4 + c];
+                }
+            }
+        }
+        assert_eq!(s.to_f64_vec(), expect);
+        let s02 = sum_axes("sum", &x, &[0, 2], true).unwrap();
+        assert_eq!(s02.shape(), &[1, 3, 1]);
+        // sum over a, c of (12a + 4b + c) = 60 + 32b
+        assert_eq!(s02.to_f64_vec(), vec![60.0, 92.0, 124.0]);
+        assert!(sum_axes("sum", &x, &[3], false).is_err());
+    }
+
+    #[test]
+    fn parallel_paths_match() {
+        let rows = 512;
+        let cols = 300;
+        let v: Vec<f64> = (0..rows * cols).map(|i| (i % 7) as f64).collect();
+        let x = Tensor::from_vec(v.clone(), &[rows, cols]).unwrap();
+        let by_col = sum_axes("sum", &x, &[0], false).unwrap().to_f64_vec();
+        let by_row = sum_axes("sum", &x, &[1], false).unwrap().to_f64_vec();
+        for c in [0, 299] {
+            let e: f64 = (0..rows).map(|r| v[r * cols + c]).sum();
+            assert_eq!(by_col[c], e);
+        }
+        for r in [0, 511] {
+            let e: f64 = (0..cols).map(|c| v[r * cols + c]).sum();
+            assert_eq!(by_row[r], e);
+        }
+    }
+
+    #[test]
+    fn empty_reductions_are_zero() {
+        let x = Tensor::zeros(&[0, 3], crate::DType::F32).unwrap();
+        assert_eq!(
+            sum_axes("sum", &x, &[0], false).unwrap().to_f64_vec(),
+            vec![0.0; 3]
+        );
+        assert_eq!(sum_all(&x).item().unwrap(), 0.0);
+    }
+}

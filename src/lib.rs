@@ -1,0 +1,43 @@
+//! # retrograd
+//!
+//! A reverse-mode automatic differentiation engine with an explicit,
+//! inspectable computational graph.
+//!
+//! Ops on [`Var`] handles record [`GraphNode`]s into a [`Graph`] (a flat
+//! arena, appended in execution order) whenever some input requires grad;
+//! `backward` walks the ancestors of the output newest first and returns
+//! [`Gradients`]. Every op implements [`Differentiable`] (forward and
+//! backward together) and is registered by name in an [`OpRegistry`].
+//!
+//! ```
+//! use retrograd::{Graph, Tensor};
+//!
+//! let graph = Graph::new();
+//! let x = graph.variable(Tensor::scalar(3.0)).named("x");
+//! let y = graph.variable(Tensor::scalar(4.0)).named("y");
+//! let w = &x * &y + &x;                       // records mul, then add
+//! assert_eq!(graph.to_string(), "nodes[0] = mul(x, y) -> 12\nnodes[1] = add(nodes[0], x) -> 15\n");
+//! let grads = w.backward()?;
+//! assert_eq!(grads.wrt(&x).item()?, 5.0);     // dw/dx = y + 1
+//! assert_eq!(grads.wrt(&y).item()?, 3.0);     // dw/dy = x
+//! # Ok::<(), retrograd::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod autograd;
+mod error;
+pub mod graph;
+pub mod kernels;
+pub mod ops;
+pub mod prelude;
+pub mod tensor;
+
+pub use autograd::{
+    gradcheck, gradcheck_with, BackwardOptions, BackwardOrder, GradcheckOptions, Gradients,
+};
+pub use error::{Error, Result};
+pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use ops::{Differentiable, GradInputs, OpRegistry};
+pub use tensor::{DType, Element, Tensor};
+
+pub use smallvec;

@@ -1,0 +1,150 @@
+//! Broadcasting as ops: `expand` (broadcast a value to a larger shape) and
+//! `sum_to_size` (sum a broadcast value back down). Each is the other's
+//! backward, which is what lets broadcasting ops be differentiated any
+//! number of times.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels;
+use crate::tensor::{Dims, Tensor};
+
+/// Broadcasts its input to `shape` (PyTorch's `expand`, materialised).
+#[derive(Clone, Debug, Default)]
+pub struct Expand {
+    /// The target shape.
+    pub shape: Dims,
+}
+
+impl Differentiable for Expand {
+    fn name(&self) -> &str {
+        "expand"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("expand", inputs, 1)?;
+        kernels::broadcast_to("expand", inputs[0], &self.shape)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(g.sum_to_size(inputs[0].shape())?)])
+    }
+}
+
+/// Sums its input down to `shape`, which the input must broadcast from
+/// (PyTorch's `sum_to_size`).
+#[derive(Clone, Debug, Default)]
+pub struct SumToSize {
+    /// The target shape.
+    pub shape: Dims,
+}
+
+impl Differentiable for SumToSize {
+    fn name(&self) -> &str {
+        "sum_to_size"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("sum_to_size", inputs, 1)?;
+        kernels::sum_to_shape("sum_to_size", inputs[0], &self.shape)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Expand::default());
+    reg.add_builtin(SumToSize::default());
+}
+
+impl<'g> Var<'g> {
+    /// Broadcasts to `shape` under NumPy's rules (no node if the shape is unchanged).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+    /// let y = x.try_expand(&[2, 2])?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 1.0, 2.0]);
+    /// assert!(x.try_expand(&[3]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_expand(&self, shape: &[usize]) -> Result<Var<'g>> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        self.graph().record(
+            Expand {
+                shape: Dims::from_slice(shape),
+            },
+            &[self],
+        )
+    }
+
+    /// Broadcasts to `shape`; panics if it cannot (see [`try_expand`](Self::try_expand)).
+    #[track_caller]
+    pub fn expand(&self, shape: &[usize]) -> Var<'g> {
+        or_panic(self.try_expand(shape))
+    }
+
+    /// Alias of [`try_expand`](Self::try_expand) under NumPy's name.
+    #[track_caller]
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Var<'g>> {
+        self.try_expand(shape)
+    }
+
+    /// Sums down to `shape`, which must broadcast to this value's shape.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+    /// assert_eq!(x.sum_to_size(&[2])?.value().to_f64_vec(), vec![4.0, 6.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn sum_to_size(&self, shape: &[usize]) -> Result<Var<'g>> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        self.graph().record(
+            SumToSize {
+                shape: Dims::from_slice(shape),
+            },
+            &[self],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, Tensor};
+
+    #[test]
+    fn gradients() {
+        let x = Tensor::from_vec(vec![0.5, -1.0, 2.0], &[3, 1]).unwrap();
+        gradcheck(|v| v[0].try_expand(&[2, 3, 4]), &[x.clone()]).unwrap();
+        let y = Tensor::from_vec((0..12).map(|i| i as f64 * 0.1).collect(), &[3, 4]).unwrap();
+        gradcheck(|v| v[0].sum_to_size(&[1, 4]), &[y.clone()]).unwrap();
+        gradcheck(|v| v[0].sum_to_size(&[3, 1]), &[y]).unwrap();
+        gradcheck(|v| v[0].try_expand(&[3, 2])?.sum_to_size(&[3, 1]), &[x]).unwrap();
+    }
+}

@@ -1,0 +1,114 @@
+//! Ops: the [`Differentiable`] trait, the [`OpRegistry`], and the built-in
+//! ops, one file per family.
+//!
+//! Each family file holds its op structs (forward through `kernels`,
+//! backward written with `Var` operations), the `Var` methods that record
+//! them, and a `register` function that adds them to the default registry.
+
+pub mod arith;
+pub mod broadcast;
+mod operators;
+pub mod reduce;
+mod registry;
+pub mod unary;
+
+use smallvec::SmallVec;
+
+pub use registry::OpRegistry;
+
+use crate::error::Result;
+use crate::graph::Var;
+use crate::tensor::Tensor;
+
+/// One optional gradient per input, returned by [`Differentiable::backward`];
+/// `None` means "no gradient flows to this input" (it is treated as zero).
+pub type GradInputs<'g> = SmallVec<[Option<Var<'g>>; 2]>;
+
+/// An op the graph can record: forward and backward together, so a graph can
+/// never hold a computation it does not know how to differentiate.
+///
+/// `backward` receives the gradient of the output, the inputs *and* the
+/// output: the local derivative of a product is the other operand, and that
+/// of `exp` or `tanh` is cheapest from the output. It is written with `Var`
+/// operations: on a first-order pass the engine runs it with recording
+/// suspended (plain kernels, nothing recorded); with `create_graph` the same
+/// formula records, which is what makes gradients of gradients work.
+///
+/// A user op, registered by name and called through [`Graph::apply`](crate::Graph::apply):
+///
+/// ```
+/// use retrograd::{Differentiable, GradInputs, Graph, OpRegistry, Result, Tensor, Var};
+/// use std::sync::Arc;
+///
+/// /// f(x) = x^3, with a hand-written derivative 3x^2.
+/// struct Cube;
+/// impl Differentiable for Cube {
+///     fn name(&self) -> &str { "cube" }
+///     fn arity(&self) -> Option<usize> { Some(1) }
+///     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+///         let x = inputs[0];
+///         let v: Vec<f64> = x.to_f64_vec().iter().map(|v| v * v * v).collect();
+///         Tensor::from_f64_slice(&v, x.shape(), x.dtype())
+///     }
+///     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
+///         let x = &inputs[0];
+///         Ok(smallvec::smallvec![Some(g * &(x * x) * 3.0)])
+///     }
+/// }
+///
+/// let mut registry = OpRegistry::with_builtins();
+/// registry.register("cube", Cube)?;
+/// let graph = Graph::with_registry(Arc::new(registry));
+/// let x = graph.variable(Tensor::scalar(2.0));
+/// let y = graph.apply("cube", &[&x])?;
+/// assert_eq!(y.value().item()?, 8.0);
+/// assert_eq!(y.backward()?.wrt(&x).item()?, 12.0);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait Differentiable: Send + Sync + 'static {
+    /// The name nodes of this op show (the registry name for built-ins).
+    fn name(&self) -> &str;
+
+    /// The number of inputs the op takes, if fixed (checked by `Graph::apply`).
+    fn arity(&self) -> Option<usize> {
+        None
+    }
+
+    /// Computes the output from the input values.
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor>;
+
+    /// Given the gradient of the output, returns one optional gradient per
+    /// input, each with that input's shape.
+    fn backward<'g>(
+        &self,
+        grad_output: &Var<'g>,
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<GradInputs<'g>>;
+}
+
+/// The gradient of a broadcasting elementwise op's output, summed back to
+/// the shape of the input it flows to.
+#[inline]
+pub(crate) fn unbroadcast<'g>(grad: Var<'g>, input: &Var<'g>) -> Result<Var<'g>> {
+    if grad.shape() == input.shape() {
+        Ok(grad)
+    } else {
+        grad.sum_to_size(input.shape())
+    }
+}
+
+/// Checks an op's input count inside `forward` (ops called through `record`
+/// directly skip `Graph::apply`'s arity check).
+#[inline]
+pub(crate) fn expect_inputs(op: &str, inputs: &[&Tensor], n: usize) -> Result<()> {
+    if inputs.len() == n {
+        Ok(())
+    } else {
+        Err(crate::Error::Arity {
+            op: op.to_string(),
+            expected: n,
+            got: inputs.len(),
+        })
+    }
+}

@@ -1,0 +1,123 @@
+//! Reductions over every element: `sum` and `mean`.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels;
+use crate::tensor::Tensor;
+
+/// The sum of every element, as a 0-d tensor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sum;
+
+impl Differentiable for Sum {
+    fn name(&self) -> &str {
+        "sum"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("sum", inputs, 1)?;
+        Ok(kernels::sum_all(inputs[0]))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
+    }
+}
+
+/// The mean of every element, as a 0-d tensor (NaN for an empty input, as in PyTorch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mean;
+
+impl Differentiable for Mean {
+    fn name(&self) -> &str {
+        "mean"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("mean", inputs, 1)?;
+        let x = inputs[0];
+        let s = kernels::sum_all(x).item()?;
+        Ok(Tensor::scalar_of(s / x.numel() as f64, x.dtype()))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        let n = x.value().numel() as f64;
+        Ok(smallvec![Some(
+            g.mul_scalar(1.0 / n).try_expand(x.shape())?
+        )])
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Sum);
+    reg.add_builtin(Mean);
+}
+
+impl<'g> Var<'g> {
+    /// The sum of every element (a 0-d value).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+    /// assert_eq!(x.sum().value().item()?, 6.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn sum(&self) -> Var<'g> {
+        or_panic(self.graph().record(Sum, &[self]))
+    }
+
+    /// The mean of every element (a 0-d value).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+    /// assert_eq!(x.mean().value().item()?, 2.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn mean(&self) -> Var<'g> {
+        or_panic(self.graph().record(Mean, &[self]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, Graph, Tensor};
+
+    #[test]
+    fn forward_values() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 6.0], &[2, 2]).unwrap());
+        assert_eq!(x.sum().value().item().unwrap(), 12.0);
+        assert_eq!(x.mean().value().item().unwrap(), 3.0);
+        assert_eq!(x.sum().shape(), &[] as &[usize]);
+    }
+
+    #[test]
+    fn gradients() {
+        let x = Tensor::from_vec(vec![0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]).unwrap();
+        gradcheck(|v| Ok(v[0].sum()), &[x.clone()]).unwrap();
+        gradcheck(|v| Ok(v[0].mean()), &[x.clone()]).unwrap();
+        gradcheck(|v| Ok(&v[0] * &v[0].mean() + v[0].sum()), &[x]).unwrap();
+    }
+}

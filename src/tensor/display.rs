@@ -1,0 +1,68 @@
+//! A readable `Display` for tensors: scalars print as plain numbers (`12`),
+//! larger tensors as nested brackets, eliding the middle of long dimensions.
+
+use std::fmt;
+
+use super::Tensor;
+
+/// Dimensions longer than this print their first and last few elements only.
+const EDGE_ITEMS: usize = 3;
+const ELIDE_ABOVE: usize = 2 * EDGE_ITEMS;
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let values = self.to_f64_vec();
+        if self.shape().is_empty() {
+            return write_number(f, values[0]);
+        }
+        write_nested(f, self.shape(), &values)
+    }
+}
+
+fn write_number(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
+    match f.precision() {
+        Some(p) => write!(f, "{v:.p$}"),
+        None => write!(f, "{v}"),
+    }
+}
+
+fn write_nested(f: &mut fmt::Formatter<'_>, shape: &[usize], values: &[f64]) -> fmt::Result {
+    let n = shape[0];
+    let inner: usize = shape[1..].iter().product();
+    f.write_str("[")?;
+    let mut first = true;
+    for i in 0..n {
+        if n > ELIDE_ABOVE && i == EDGE_ITEMS {
+            f.write_str(", ...")?;
+        }
+        if n > ELIDE_ABOVE && i >= EDGE_ITEMS && i < n - EDGE_ITEMS {
+            continue;
+        }
+        if !first {
+            f.write_str(", ")?;
+        }
+        first = false;
+        let chunk = &values[i * inner..(i + 1) * inner];
+        if shape.len() == 1 {
+            write_number(f, chunk[0])?;
+        } else {
+            write_nested(f, &shape[1..], chunk)?;
+        }
+    }
+    f.write_str("]")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+
+    #[test]
+    fn formats() {
+        assert_eq!(Tensor::scalar(12.0).to_string(), "12");
+        let t = Tensor::from_vec(vec![1.0, 2.5, 3.0, 4.0], &[2, 2]).unwrap();
+        assert_eq!(t.to_string(), "[[1, 2.5], [3, 4]]");
+        let long = Tensor::from_vec((0..10).map(f64::from).collect(), &[10]).unwrap();
+        assert_eq!(long.to_string(), "[0, 1, 2, ..., 7, 8, 9]");
+        assert_eq!(format!("{:.2}", Tensor::scalar(1.0f32 / 3.0)), "0.33");
+    }
+}

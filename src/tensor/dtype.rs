@@ -1,0 +1,129 @@
+//! Element types: the [`DType`] tag and the [`Element`] trait that kernels are
+//! generic over.
+
+use std::fmt;
+
+/// The element type of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit IEEE float.
+    F32,
+    /// 64-bit IEEE float.
+    F64,
+}
+
+impl DType {
+    /// Size of one element in bytes.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 => 8,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        })
+    }
+}
+
+/// A floating-point element type retrograd computes in: `f32` or `f64`.
+///
+/// Kernels are generic over `Element`, so each one is written once and
+/// compiled (and vectorised) for both types.
+pub trait Element:
+    num_traits::Float
+    + num_traits::FloatConst
+    + std::iter::Sum
+    + std::ops::AddAssign
+    + std::ops::SubAssign
+    + std::ops::MulAssign
+    + std::ops::DivAssign
+    + fmt::Debug
+    + fmt::Display
+    + Default
+    + Send
+    + Sync
+    + 'static
+    + private::Sealed
+{
+    /// The dtype tag of this element type.
+    const DTYPE: DType;
+    /// Converts from `f64` (rounding for `f32`).
+    fn from_f64(v: f64) -> Self;
+    /// Converts to `f64` (exactly).
+    fn to_f64(self) -> f64;
+    /// Wraps a scalar into a tensor.
+    #[doc(hidden)]
+    fn scalar_tensor(self) -> super::Tensor;
+    /// Wraps a buffer into the dtype-tagged storage.
+    #[doc(hidden)]
+    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer;
+    /// Views the storage as a slice of this type, if the dtype matches.
+    #[doc(hidden)]
+    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>>;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn scalar_tensor(self) -> super::Tensor {
+        super::Tensor::from_repr(super::Repr::F32(self))
+    }
+    #[inline(always)]
+    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
+        super::storage::Buffer::F32(data)
+    }
+    #[inline(always)]
+    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
+        match buf {
+            super::storage::Buffer::F32(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn scalar_tensor(self) -> super::Tensor {
+        super::Tensor::from_repr(super::Repr::F64(self))
+    }
+    #[inline(always)]
+    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
+        super::storage::Buffer::F64(data)
+    }
+    #[inline(always)]
+    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
+        match buf {
+            super::storage::Buffer::F64(d) => Some(d),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! [`Tensor`]: an immutable n-dimensional value with a shape, a dtype and
+//! shared storage.
+//!
+//! Representation: a 0-d tensor (a scalar) is stored inline, with no heap
+//! allocation at all, so graphs of scalar ops cost no allocator traffic. Every
+//! tensor of rank 1 or more is dense, row-major and contiguous, its elements in
+//! an `Arc<[T]>` shared by every clone (and by reshapes of it).
+
+mod display;
+mod dtype;
+mod random;
+pub mod shape;
+pub(crate) mod storage;
+
+use std::sync::Arc;
+
+pub use dtype::{DType, Element};
+pub use shape::Dims;
+use storage::Buffer;
+
+use crate::error::{Error, Result};
+
+/// An immutable n-dimensional array of `f32` or `f64`.
+///
+/// Cloning is cheap (a reference-count increment, or a copy for scalars) and
+/// never copies elements. Nothing can mutate a tensor's elements while they
+/// are shared.
+///
+/// ```
+/// use retrograd::{Tensor, DType};
+/// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// assert_eq!(t.shape(), &[2, 2]);
+/// assert_eq!(t.dtype(), DType::F32);
+/// assert_eq!(t.to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+/// assert_eq!(Tensor::scalar(2.5).item()?, 2.5);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor {
+    repr: Repr,
+}
+
+#[derive(Clone)]
+pub(crate) enum Repr {
+    F32(f32),
+    F64(f64),
+    Dense(Arc<Dense>),
+}
+
+pub(crate) struct Dense {
+    shape: Dims,
+    buf: Buffer,
+}
+
+const SCALAR_SHAPE: &[usize] = &[];
+
+impl Tensor {
+    #[inline(always)]
+    pub(crate) fn from_repr(repr: Repr) -> Self {
+        Tensor { repr }
+    }
+
+    #[inline(always)]
+    pub(crate) fn repr(&self) -> &Repr {
+        &self.repr
+    }
+
+    /// Builds a tensor from a shared buffer whose length matches `shape`.
+    #[inline]
+    pub(crate) fn from_buffer<T: Element>(shape: Dims, data: Arc<[T]>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        if shape.is_empty() {
+            return data[0].scalar_tensor();
+        }
+        Tensor {
+            repr: Repr::Dense(Arc::new(Dense {
+                shape,
+                buf: T::wrap_buffer(data),
+            })),
+        }
+    }
+
+    /// Builds a tensor of `shape` whose elements `fill` writes (every one of them).
+    #[inline]
+    pub(crate) fn build<T: Element>(
+        shape: Dims,
+        fill: impl FnOnce(&mut [std::mem::MaybeUninit<T>]),
+    ) -> Self {
+        let len = shape.iter().product::<usize>();
+        if shape.is_empty() {
+            let mut one = [std::mem::MaybeUninit::<T>::uninit()];
+            fill(&mut one);
+            // SAFETY: `fill` writes every element (the contract of `build`).
+            return unsafe { one[0].assume_init() }.scalar_tensor();
+        }
+        Self::from_buffer(shape, storage::build(len, fill))
+    }
+
+    /// A 0-d tensor holding `value`; `Tensor::scalar(3.0)` is f64, `Tensor::scalar(3.0f32)` is f32.
+    ///
+    /// ```
+    /// use retrograd::{Tensor, DType};
+    /// assert_eq!(Tensor::scalar(3.0).dtype(), DType::F64);
+    /// assert_eq!(Tensor::scalar(3.0f32).dtype(), DType::F32);
+    /// assert_eq!(Tensor::scalar(3.0).shape(), &[] as &[usize]);
+    /// ```
+    #[inline(always)]
+    pub fn scalar<T: Element>(value: T) -> Self {
+        value.scalar_tensor()
+    }
+
+    /// A 0-d tensor of `dtype` holding `value` (rounded to f32 if needed).
+    #[inline(always)]
+    pub fn scalar_of(value: f64, dtype: DType) -> Self {
+        match dtype {
+            DType::F32 => Tensor::from_repr(Repr::F32(value as f32)),
+            DType::F64 => Tensor::from_repr(Repr::F64(value)),
+        }
+    }
+
+    /// A tensor of `shape` holding `data` in row-major order.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// assert!(Tensor::from_vec(vec![1.0, 2.0], &[3]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Self> {
+        Self::from_slice(&data, shape)
+    }
+
+    /// A tensor of `shape` holding a copy of `data` in row-major order.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Self> {
+        let n = shape::checked_numel("from_vec", shape)?;
+        if n != data.len() {
+            return Err(Error::ElementCount {
+                op: "from_vec",
+                len: data.len(),
+                shape: shape.to_vec(),
+            });
+        }
+        Ok(Self::from_buffer(
+            Dims::from_slice(shape),
+            storage::from_slice(data),
+        ))
+    }
+
+    /// A 1-d tensor holding `data`.
+    pub fn vector<T: Element>(data: &[T]) -> Self {
+        Self::from_buffer(Dims::from_slice(&[data.len()]), storage::from_slice(data))
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    ///
+    /// ```
+    /// use retrograd::{Tensor, DType};
+    /// let t = Tensor::full(&[2], 7.0, DType::F32)?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![7.0, 7.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
+        let n = shape::checked_numel("full", shape)?;
+        let dims = Dims::from_slice(shape);
+        Ok(match dtype {
+            DType::F32 => Self::from_buffer(dims, Arc::from(vec![value as f32; n])),
+            DType::F64 => Self::from_buffer(dims, Arc::from(vec![value; n])),
+        })
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Self> {
+        Self::full(shape, 0.0, dtype)
+    }
+
+    /// A tensor of `shape` filled with ones.
+    pub fn ones(shape: &[usize], dtype: DType) -> Result<Self> {
+        Self::full(shape, 1.0, dtype)
+    }
+
+    /// Zeros with the shape and dtype of `self`.
+    pub fn zeros_like(&self) -> Self {
+        match self.repr {
+            Repr::F32(_) => Tensor::scalar(0.0f32),
+            Repr::F64(_) => Tensor::scalar(0.0f64),
+            Repr::Dense(_) => Self::full(self.shape(), 0.0, self.dtype())
+                .expect("an existing tensor's shape has a valid element count"),
+        }
+    }
+
+    /// Ones with the shape and dtype of `self`.
+    pub fn ones_like(&self) -> Self {
+        Self::full(self.shape(), 1.0, self.dtype())
+            .expect("an existing tensor's shape has a valid element count")
+    }
+
+    /// `[start, start + step, ...]` up to but excluding `end`, as a 1-d tensor.
+    ///
+    /// ```
+    /// use retrograd::{Tensor, DType};
+    /// let t = Tensor::arange(0.0, 2.0, 0.5, DType::F64)?;
+    /// assert_eq!(t.to_f64_vec(), vec![0.0, 0.5, 1.0, 1.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
+        if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
+            return Err(Error::invalid(
+                "arange",
+                format!("start {start}, end {end} and step {step} must be finite, step nonzero"),
+            ));
+        }
+        let count = ((end - start) / step).ceil();
+        let n = if count > 0.0 { count as usize } else { 0 };
+        if n > (isize::MAX as usize) / 8 {
+            return Err(Error::ShapeOverflow {
+                op: "arange",
+                shape: vec![n],
+            });
+        }
+        let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
+        Ok(Self::from_f64_slice(&values, &[n], dtype)?)
+    }
+
+    /// A tensor of `dtype` and `shape` from f64 values (rounded for f32).
+    pub fn from_f64_slice(data: &[f64], shape: &[usize], dtype: DType) -> Result<Self> {
+        match dtype {
+            DType::F64 => Self::from_slice(data, shape),
+            DType::F32 => {
+                let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+                Self::from_slice(&v, shape)
+            }
+        }
+    }
+
+    /// The dimensions.
+    #[inline(always)]
+    pub fn shape(&self) -> &[usize] {
+        match &self.repr {
+            Repr::Dense(d) => &d.shape,
+            _ => SCALAR_SHAPE,
+        }
+    }
+
+    /// The number of dimensions.
+    #[inline(always)]
+    pub fn rank(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The element type.
+    #[inline(always)]
+    pub fn dtype(&self) -> DType {
+        match &self.repr {
+            Repr::F32(_) => DType::F32,
+            Repr::F64(_) => DType::F64,
+            Repr::Dense(d) => d.buf.dtype(),
+        }
+    }
+
+    /// The number of elements.
+    #[inline(always)]
+    pub fn numel(&self) -> usize {
+        match &self.repr {
+            Repr::Dense(d) => d.buf.len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether this is a 0-d tensor.
+    #[inline(always)]
+    pub fn is_scalar(&self) -> bool {
+        !matches!(self.repr, Repr::Dense(_))
+    }
+
+    /// The value of a one-element tensor (of any rank), as f64.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1, 1])?.item()?, 4.0);
+    /// assert!(Tensor::from_vec(vec![1.0, 2.0], &[2])?.item().is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn item(&self) -> Result<f64> {
+        match &self.repr {
+            Repr::F32(v) => Ok(*v as f64),
+            Repr::F64(v) => Ok(*v),
+            Repr::Dense(d) if d.buf.len() == 1 => Ok(match &d.buf {
+                Buffer::F32(b) => b[0] as f64,
+                Buffer::F64(b) => b[0],
+            }),
+            Repr::Dense(d) => Err(Error::NotAScalar {
+                op: "item",
+                shape: d.shape.to_vec(),
+            }),
+        }
+    }
+
+    /// All elements, converted to f64, in row-major order.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self.dtype() {
+            DType::F32 => self
+                .as_slice_of::<f32>()
+                .iter()
+                .map(|&v| v as f64)
+                .collect(),
+            DType::F64 => self.as_slice_of::<f64>().to_vec(),
+        }
+    }
+
+    /// All elements in row-major order; `T` must be the tensor's dtype.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// assert!(t.to_vec::<f64>().is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        Ok(self.as_slice::<T>()?.to_vec())
+    }
+
+    /// Borrows the elements in row-major order; `T` must be the tensor's dtype.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        self.try_slice::<T>().ok_or(Error::WrongDType {
+            op: "as_slice",
+            expected: T::DTYPE,
+            found: self.dtype(),
+        })
+    }
+
+    /// The elements as `&[T]`, or `None` if the dtype differs.
+    #[inline(always)]
+    pub(crate) fn try_slice<T: Element>(&self) -> Option<&[T]> {
+        match &self.repr {
+            Repr::Dense(d) => T::unwrap_buffer(&d.buf).map(|a| &a[..]),
+            Repr::F32(v) => {
+                (T::DTYPE == DType::F32).then(|| {
+                    // SAFETY: T is f32 (checked by the dtype tag; Element is sealed).
+                    unsafe { std::slice::from_raw_parts(v as *const f32 as *const T, 1) }
+                })
+            }
+            Repr::F64(v) => (T::DTYPE == DType::F64)
+                .then(|| unsafe { std::slice::from_raw_parts(v as *const f64 as *const T, 1) }),
+        }
+    }
+
+    /// The elements as `&[T]`; the caller has checked the dtype.
+    #[inline(always)]
+    pub(crate) fn as_slice_of<T: Element>(&self) -> &[T] {
+        self.try_slice::<T>()
+            .expect("dtype was checked by the caller")
+    }
+
+    /// Mutable access to the elements if this tensor is their only owner
+    /// (copy-on-write support for in-place updates).
+    pub(crate) fn unique_slice_mut<T: Element>(&mut self) -> Option<&mut [T]> {
+        match &mut self.repr {
+            Repr::F32(v) if T::DTYPE == DType::F32 => {
+                // SAFETY: T is f32 (checked by the dtype tag).
+                Some(unsafe { std::slice::from_raw_parts_mut(v as *mut f32 as *mut T, 1) })
+            }
+            Repr::F64(v) if T::DTYPE == DType::F64 => {
+                // SAFETY: T is f64 (checked by the dtype tag).
+                Some(unsafe { std::slice::from_raw_parts_mut(v as *mut f64 as *mut T, 1) })
+            }
+            Repr::Dense(d) => {
+                let dense = Arc::get_mut(d)?;
+                match (&mut dense.buf, T::DTYPE) {
+                    (Buffer::F32(b), DType::F32) => {
+                        let s = Arc::get_mut(b)?;
+                        // SAFETY: T is f32.
+                        Some(unsafe {
+                            std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())
+                        })
+                    }
+                    (Buffer::F64(b), DType::F64) => {
+                        let s = Arc::get_mut(b)?;
+                        // SAFETY: T is f64.
+                        Some(unsafe {
+                            std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())
+                        })
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The same elements with another shape of equal element count, sharing storage.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
+        let n = shape::checked_numel("reshape", shape)?;
+        if n != self.numel() {
+            return Err(Error::ElementCount {
+                op: "reshape",
+                len: self.numel(),
+                shape: shape.to_vec(),
+            });
+        }
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        Ok(match &self.repr {
+            Repr::Dense(d) if !shape.is_empty() => Tensor {
+                repr: Repr::Dense(Arc::new(Dense {
+                    shape: Dims::from_slice(shape),
+                    buf: d.buf.clone(),
+                })),
+            },
+            Repr::Dense(d) => match &d.buf {
+                Buffer::F32(b) => Tensor::scalar(b[0]),
+                Buffer::F64(b) => Tensor::scalar(b[0]),
+            },
+            Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[*v][..])),
+            Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[*v][..])),
+        })
+    }
+
+    /// A copy converted to `dtype` (the same tensor, shared, if it already has it).
+    pub fn to_dtype(&self, dtype: DType) -> Self {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        let shape = Dims::from_slice(self.shape());
+        match dtype {
+            DType::F32 => {
+                let src = self.as_slice_of::<f64>();
+                Tensor::build::<f32>(shape, |out| {
+                    for (o, &s) in out.iter_mut().zip(src) {
+                        o.write(s as f32);
+                    }
+                })
+            }
+            DType::F64 => {
+                let src = self.as_slice_of::<f32>();
+                Tensor::build::<f64>(shape, |out| {
+                    for (o, &s) in out.iter_mut().zip(src) {
+                        o.write(s as f64);
+                    }
+                })
+            }
+        }
+    }
+
+    /// A tensor of the same shape and dtype with `f` applied to every element
+    /// (computed in f64; a convenience for tests, hooks and small tensors).
+    pub fn map_f64(&self, f: impl Fn(f64) -> f64) -> Tensor {
+        let v: Vec<f64> = self.to_f64_vec().into_iter().map(f).collect();
+        Tensor::from_f64_slice(&v, self.shape(), self.dtype()).expect("same element count as self")
+    }
+
+    /// Whether both tensors share the same storage (or are equal scalars).
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        match (&self.repr, &other.repr) {
+            (Repr::Dense(a), Repr::Dense(b)) => a.buf.ptr_eq(&b.buf),
+            _ => false,
+        }
+    }
+
+    /// Whether every element is finite (no NaN, no infinity).
+    pub fn all_finite(&self) -> bool {
+        match self.dtype() {
+            DType::F32 => self.as_slice_of::<f32>().iter().all(|v| v.is_finite()),
+            DType::F64 => self.as_slice_of::<f64>().iter().all(|v| v.is_finite()),
+        }
+    }
+
+    /// Whether `self` and `other` have the same shape and every pair of
+    /// elements satisfies `|a - b| <= atol + rtol * |b|` (NaNs never match).
+    pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
+        self.shape() == other.shape()
+            && self
+                .to_f64_vec()
+                .iter()
+                .zip(other.to_f64_vec())
+                .all(|(&a, b)| (a - b).abs() <= atol + rtol * b.abs())
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor({self}, shape={:?}, dtype={})",
+            self.shape(),
+            self.dtype()
+        )
+    }
+}
+
+impl PartialEq for Tensor {
+    /// Equal shape, dtype and elements (so NaN != NaN).
+    fn eq(&self, other: &Tensor) -> bool {
+        if self.shape() != other.shape() || self.dtype() != other.dtype() {
+            return false;
+        }
+        match self.dtype() {
+            DType::F32 => self.as_slice_of::<f32>() == other.as_slice_of::<f32>(),
+            DType::F64 => self.as_slice_of::<f64>() == other.as_slice_of::<f64>(),
+        }
+    }
+}
+
+impl From<f64> for Tensor {
+    fn from(v: f64) -> Self {
+        Tensor::scalar(v)
+    }
+}
+
+impl From<f32> for Tensor {
+    fn from(v: f32) -> Self {
+        Tensor::scalar(v)
+    }
+}
+
+/// Calls `$body` with `$T` bound to the element type of `$dtype`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_are_inline_and_sized_small() {
+        assert_eq!(std::mem::size_of::<Tensor>(), 16);
+        assert_eq!(std::mem::size_of::<Option<Tensor>>(), 16);
+        let t = Tensor::scalar(1.5f32);
+        assert!(t.is_scalar());
+        assert_eq!(t.numel(), 1);
+    }
+
+    #[test]
+    fn reshape_shares_storage() {
+        let t = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4]).unwrap();
+        let r = t.reshape(&[2, 2]).unwrap();
+        assert!(r.shares_storage_with(&t));
+        assert!(t.reshape(&[3]).is_err());
+        assert_eq!(t.reshape(&[1, 4]).unwrap().shape(), &[1, 4]);
+        let one = Tensor::from_vec(vec![5.0], &[1]).unwrap();
+        assert!(one.reshape(&[]).unwrap().is_scalar());
+    }
+
+    #[test]
+    fn copy_on_write_only_when_unique() {
+        let mut t = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+        assert!(t.unique_slice_mut::<f32>().is_some());
+        let shared = t.clone();
+        assert!(t.unique_slice_mut::<f32>().is_none());
+        drop(shared);
+        t.unique_slice_mut::<f32>().unwrap()[0] = 9.0;
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![9.0, 2.0]);
+    }
+
+    #[test]
+    fn constructors_reject_bad_shapes() {
+        assert!(matches!(
+            Tensor::zeros(&[usize::MAX, 3], DType::F32),
+            Err(Error::ShapeOverflow { .. })
+        ));
+        assert!(Tensor::arange(0.0, 1.0, 0.0, DType::F32).is_err());
+        assert_eq!(Tensor::zeros(&[0, 3], DType::F32).unwrap().numel(), 0);
+    }
+
+    #[test]
+    fn dtype_conversion() {
+        let t = Tensor::from_vec(vec![1.5f64, 2.5], &[2]).unwrap();
+        assert_eq!(
+            t.to_dtype(DType::F32).to_vec::<f32>().unwrap(),
+            vec![1.5, 2.5]
+        );
+    }
+}

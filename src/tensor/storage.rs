@@ -1,0 +1,67 @@
+//! Tensor storage: `Arc`-shared, immutable while shared.
+//!
+//! The seed's `RefCountedBuffer`. A buffer is an `Arc<[T]>`: cloning a tensor
+//! (into a graph node, a `Var`, a gradient) shares it; nothing writes into a
+//! buffer unless it is the only owner (`Arc::get_mut`), which is how an
+//! optimizer can update weights in place without ever corrupting a graph that
+//! still holds the old values (copy on write).
+
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use super::dtype::{DType, Element};
+
+/// Dtype-tagged shared storage of a dense tensor.
+#[derive(Clone)]
+pub enum Buffer {
+    /// `f32` elements.
+    F32(Arc<[f32]>),
+    /// `f64` elements.
+    F64(Arc<[f64]>),
+}
+
+impl Buffer {
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Buffer::F32(_) => DType::F32,
+            Buffer::F64(_) => DType::F64,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Buffer::F32(d) => d.len(),
+            Buffer::F64(d) => d.len(),
+        }
+    }
+
+    /// Whether two buffers are the same allocation.
+    pub(crate) fn ptr_eq(&self, other: &Buffer) -> bool {
+        match (self, other) {
+            (Buffer::F32(a), Buffer::F32(b)) => Arc::ptr_eq(a, b),
+            (Buffer::F64(a), Buffer::F64(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// Allocates a buffer of `len` elements and lets `fill` initialise every one.
+///
+/// `fill` must write every element; the buffer is only exposed afterwards.
+/// Writing through `MaybeUninit` avoids zeroing memory that is about to be
+/// overwritten, which matters for bandwidth-bound kernels.
+#[inline]
+pub(crate) fn build<T: Element>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Arc<[T]> {
+    let mut data = Arc::<[T]>::new_uninit_slice(len);
+    // A freshly allocated Arc has exactly one owner.
+    let slots = Arc::get_mut(&mut data).expect("fresh Arc is unique");
+    fill(slots);
+    // SAFETY: `fill` initialised every element (the contract of this function;
+    // all callers are kernels in this crate that write the whole output).
+    unsafe { data.assume_init() }
+}
+
+/// Copies a slice into a new shared buffer.
+pub(crate) fn from_slice<T: Element>(src: &[T]) -> Arc<[T]> {
+    Arc::from(src)
+}
