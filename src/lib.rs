@@ -23,6 +23,9 @@
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 #![warn(missing_docs)]
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod autograd;
 mod error;
@@ -33,7 +36,8 @@ pub mod prelude;
 pub mod tensor;
 
 pub use autograd::{
-    gradcheck, gradcheck_with, BackwardOptions, BackwardOrder, GradcheckOptions, Gradients,
+    gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradcheckOptions,
+    Gradients,
 };
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

@@ -252,20 +252,20 @@ impl<'g> GradStore<'g> for VarStore<'g> {
 
 /// One node's data, copied out so the graph is not borrowed while its
 /// backward runs (a recording backward appends to the graph).
-struct NodeCall<'g> {
-    op: OpHolder,
-    input_ids: SmallVec<[u32; 4]>,
-    inputs: SmallVec<[Var<'g>; 4]>,
-    output: Var<'g>,
+pub(crate) struct NodeCall<'g> {
+    pub(crate) op: OpHolder,
+    pub(crate) input_ids: SmallVec<[u32; 4]>,
+    pub(crate) inputs: SmallVec<[Var<'g>; 4]>,
+    pub(crate) output: Var<'g>,
 }
 
-enum OpHolder {
+pub(crate) enum OpHolder {
     Static(&'static dyn Differentiable),
     Shared(std::sync::Arc<dyn Differentiable>),
 }
 
 impl OpHolder {
-    fn get(&self) -> &dyn Differentiable {
+    pub(crate) fn get(&self) -> &dyn Differentiable {
         match self {
             OpHolder::Static(op) => *op,
             OpHolder::Shared(op) => &**op,
@@ -273,7 +273,7 @@ impl OpHolder {
     }
 }
 
-fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
+pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
     let st = graph.state.borrow();
     let rec = st.nodes[node];
     let op = match rec.op {

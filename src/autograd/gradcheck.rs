@@ -131,3 +131,64 @@ fn reduce_with<'g>(out: &Var<'g>, weights: &Tensor) -> Result<Var<'g>> {
     }
     Ok(out.try_mul(&out.graph().constant(weights.clone()))?.sum())
 }
+
+/// Compares `jvp(f, primals, t)` with `(f(x + eps t) - f(x - eps t)) / 2 eps`
+/// for a fixed pseudo-random tangent `t`.
+pub(crate) fn central_difference_check<F>(f: &F, primals: &[Tensor]) -> Result<()>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
+    let opts = GradcheckOptions::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x5eed);
+    let mut tangents = Vec::with_capacity(primals.len());
+    for p in primals {
+        if p.dtype() != DType::F64 {
+            return Err(Error::WrongDType {
+                op: "jvpcheck",
+                expected: DType::F64,
+                found: p.dtype(),
+            });
+        }
+        let t: Vec<f64> = (0..p.numel())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        tangents.push(Tensor::from_slice(&t, p.shape())?);
+    }
+    let (_, analytic) = super::forward::jvp(f, primals, &tangents)?;
+    let shifted = |sign: f64| -> Result<Tensor> {
+        let xs: Vec<Tensor> = primals
+            .iter()
+            .zip(&tangents)
+            .map(|(p, t)| {
+                let v: Vec<f64> = p
+                    .to_f64_vec()
+                    .iter()
+                    .zip(t.to_f64_vec())
+                    .map(|(a, b)| a + sign * opts.eps * b)
+                    .collect();
+                Tensor::from_slice(&v, p.shape())
+            })
+            .collect::<Result<_>>()?;
+        let g = Graph::new();
+        let vs: Vec<Var<'_>> = xs.into_iter().map(|x| g.constant(x)).collect();
+        Ok(f(&vs)?.value().clone())
+    };
+    let (plus, minus) = (shifted(1.0)?.to_f64_vec(), shifted(-1.0)?.to_f64_vec());
+    for (i, (a, (p, m))) in analytic
+        .to_f64_vec()
+        .iter()
+        .zip(plus.iter().zip(&minus))
+        .enumerate()
+    {
+        let numeric = (p - m) / (2.0 * opts.eps);
+        if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+            return Err(Error::GradCheck {
+                input: 0,
+                index: i,
+                analytic: *a,
+                numeric,
+            });
+        }
+    }
+    Ok(())
+}

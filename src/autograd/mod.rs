@@ -2,11 +2,13 @@
 //! finite-difference checker.
 
 pub(crate) mod backward;
+pub(crate) mod forward;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
 
 pub use backward::{BackwardOptions, BackwardOrder};
+pub use forward::{jvp, jvpcheck};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
 pub use hooks::GradHook;

@@ -68,6 +68,14 @@ impl Differentiable for Add {
                 .transpose()?,
         ])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        super::sum_tangents(out.shape(), [t[0].clone().map(Ok), t[1].clone().map(Ok)])
+    }
 }
 
 impl Differentiable for Sub {
@@ -93,6 +101,17 @@ impl Differentiable for Sub {
                 .transpose()?,
             b.requires_grad().then(|| unbroadcast(-g, b)).transpose()?,
         ])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        super::sum_tangents(
+            out.shape(),
+            [t[0].clone().map(Ok), t[1].as_ref().map(|tb| Ok(-tb))],
+        )
     }
 }
 
@@ -123,6 +142,21 @@ impl Differentiable for Mul {
                 .transpose()?,
         ])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        super::sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|ta| ta.try_mul(b)),
+                t[1].as_ref().map(|tb| a.try_mul(tb)),
+            ],
+        )
+    }
 }
 
 impl Differentiable for Div {
@@ -151,6 +185,21 @@ impl Differentiable for Div {
                 .then(|| unbroadcast(-(g.try_mul(out)?.try_div(b)?), b))
                 .transpose()?,
         ])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let b = &inputs[1];
+        super::sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|ta| ta.try_div(b)),
+                t[1].as_ref().map(|tb| Ok(-(out.try_mul(tb)?.try_div(b)?))),
+            ],
+        )
     }
 }
 
@@ -182,6 +231,14 @@ impl Differentiable for Neg {
         _out: &Var<'g>,
     ) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(-g)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        Ok(t[0].as_ref().map(|t| -t))
     }
 }
 
@@ -426,5 +483,16 @@ mod tests {
     fn gradient_of_a_value_with_two_consumers() {
         let x = t(&[0.5, -1.0, 2.0], &[3]);
         gradcheck(|v| Ok(&v[0] * &v[0] + &v[0] / (&v[0] * &v[0] + 1.0)), &[x]).unwrap();
+    }
+
+    #[test]
+    fn tangents() {
+        let a = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
+        let b = t(&[1.2, -0.4, 0.8], &[3]);
+        crate::jvpcheck(|v| Ok(&v[0] + &v[1]), &[a.clone(), b.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(&v[0] - &v[1]), &[a.clone(), b.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(&v[0] * &v[1]), &[a.clone(), b.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(&v[0] / &v[1]), &[a.clone(), b]).unwrap();
+        crate::jvpcheck(|v| Ok(-&v[0] * &v[0]), &[a]).unwrap();
     }
 }

@@ -38,6 +38,14 @@ impl Differentiable for Expand {
     ) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(g.sum_to_size(inputs[0].shape())?)])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref().map(|t| t.try_expand(&self.shape)).transpose()
+    }
 }
 
 /// Sums its input down to `shape`, which the input must broadcast from
@@ -66,6 +74,16 @@ impl Differentiable for SumToSize {
         _out: &Var<'g>,
     ) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.sum_to_size(&self.shape))
+            .transpose()
     }
 }
 
@@ -146,5 +164,12 @@ mod tests {
         gradcheck(|v| v[0].sum_to_size(&[1, 4]), &[y.clone()]).unwrap();
         gradcheck(|v| v[0].sum_to_size(&[3, 1]), &[y]).unwrap();
         gradcheck(|v| v[0].try_expand(&[3, 2])?.sum_to_size(&[3, 1]), &[x]).unwrap();
+    }
+
+    #[test]
+    fn tangents() {
+        let x = Tensor::from_vec(vec![0.5, -1.0, 2.0], &[3, 1]).unwrap();
+        crate::jvpcheck(|v| v[0].try_expand(&[2, 3, 4]), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| v[0].try_expand(&[3, 2])?.sum_to_size(&[3, 1]), &[x]).unwrap();
     }
 }

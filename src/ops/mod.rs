@@ -85,6 +85,47 @@ pub trait Differentiable: Send + Sync + 'static {
         inputs: &[Var<'g>],
         output: &Var<'g>,
     ) -> Result<GradInputs<'g>>;
+
+    /// Forward mode: given one optional tangent per input (`None` is zero,
+    /// otherwise the input's shape), returns the output's tangent (`None` for
+    /// zero), written with `Var` operations like `backward`. The default
+    /// reports the op as unsupported by name.
+    fn jvp<'g>(
+        &self,
+        tangents: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let _ = (tangents, inputs, output);
+        Err(crate::Error::Unsupported {
+            op: self.name().to_string(),
+            what: "forward mode (jvp)",
+        })
+    }
+}
+
+/// Adds optional tangents, broadcasting each to `shape` (the output's):
+/// the usual last step of a `jvp` rule. `None` means zero.
+pub(crate) fn sum_tangents<'g>(
+    shape: &[usize],
+    terms: impl IntoIterator<Item = Option<Result<Var<'g>>>>,
+) -> Result<Option<Var<'g>>> {
+    let mut acc: Option<Var<'g>> = None;
+    for term in terms.into_iter().flatten() {
+        let t = term?;
+        acc = Some(match acc {
+            None => t,
+            Some(a) => a.try_add(&t)?,
+        });
+    }
+    acc.map(|a| {
+        if a.shape() == shape {
+            Ok(a)
+        } else {
+            a.try_expand(shape)
+        }
+    })
+    .transpose()
 }
 
 /// The gradient of a broadcasting elementwise op's output, summed back to

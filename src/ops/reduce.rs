@@ -32,6 +32,14 @@ impl Differentiable for Sum {
     ) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        Ok(t[0].as_ref().map(|t| t.sum()))
+    }
 }
 
 /// The mean of every element, as a 0-d tensor (NaN for an empty input, as in PyTorch).
@@ -62,6 +70,14 @@ impl Differentiable for Mean {
         Ok(smallvec![Some(
             g.mul_scalar(1.0 / n).try_expand(x.shape())?
         )])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        Ok(t[0].as_ref().map(|t| t.mean()))
     }
 }
 
@@ -119,5 +135,12 @@ mod tests {
         gradcheck(|v| Ok(v[0].sum()), &[x.clone()]).unwrap();
         gradcheck(|v| Ok(v[0].mean()), &[x.clone()]).unwrap();
         gradcheck(|v| Ok(&v[0] * &v[0].mean() + v[0].sum()), &[x]).unwrap();
+    }
+
+    #[test]
+    fn tangents() {
+        let x = Tensor::from_vec(vec![0.5, -1.0, 2.0, 1.5], &[2, 2]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].sum()), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].mean()), &[x]).unwrap();
     }
 }

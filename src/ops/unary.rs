@@ -68,6 +68,9 @@ crate::binary_fn!(
 
 macro_rules! unary_op {
     ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr) => {
+        unary_op!($(#[$m])* $op, $name, $functor, |$g, $x, $y| $grad, |$g, $x, $y| $grad);
+    };
+    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, |$tg:ident, $tx:ident, $ty:ident| $tangent:expr) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $op;
@@ -92,6 +95,19 @@ macro_rules! unary_op {
                 let $x = &inputs[0];
                 let _ = ($x, $y);
                 Ok(smallvec![Some($grad)])
+            }
+            // The tangent rule is the backward formula with the tangent in
+            // place of the gradient: each of these ops is elementwise, so its
+            // Jacobian is diagonal and J t = J^T t.
+            fn jvp<'g>(
+                &self,
+                tangents: &[Option<Var<'g>>],
+                inputs: &[Var<'g>],
+                $ty: &Var<'g>,
+            ) -> Result<Option<Var<'g>>> {
+                let $tx = &inputs[0];
+                let _ = ($tx, $ty);
+                tangents[0].as_ref().map(|$tg| Ok($tangent)).transpose()
             }
         }
     };
@@ -177,6 +193,23 @@ impl Differentiable for TanhBackward {
             dy
         ])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, y) = (&inputs[0], &inputs[1]);
+        super::sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| g.graph().record(TanhBackward, &[tg, y])),
+                t[1].as_ref()
+                    .map(|ty| Ok(g.try_mul(y)?.try_mul(ty)?.mul_scalar(-2.0))),
+            ],
+        )
+    }
 }
 
 impl Differentiable for SigmoidBackward {
@@ -213,6 +246,23 @@ impl Differentiable for SigmoidBackward {
             .transpose()?;
         Ok(smallvec![dg, dy])
     }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, y) = (&inputs[0], &inputs[1]);
+        super::sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| g.graph().record(SigmoidBackward, &[tg, y])),
+                t[1].as_ref()
+                    .map(|ty| g.try_mul(&y.mul_scalar(-2.0).add_scalar(1.0))?.try_mul(ty)),
+            ],
+        )
+    }
 }
 
 impl Differentiable for ThresholdBackward {
@@ -238,6 +288,20 @@ impl Differentiable for ThresholdBackward {
             .then(|| super::unbroadcast(g.graph().record(ThresholdBackward, &[g2, x])?, g))
             .transpose()?;
         Ok(smallvec![dg, None])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let x = &inputs[1];
+        super::sum_tangents(
+            out.shape(),
+            [t[0]
+                .as_ref()
+                .map(|tg| tg.graph().record(ThresholdBackward, &[tg, x]))],
+        )
     }
 }
 
@@ -402,6 +466,33 @@ mod tests {
         gradcheck(
             |v| v[0].graph().record(ThresholdBackward, &[&v[0], &v[1]]),
             &[g, x],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn tangents() {
+        let x = t(&[-0.8, 0.3, 1.7]);
+        crate::jvpcheck(|v| Ok(v[0].exp()), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].tanh()), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].sigmoid()), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].relu()), &[x.clone()]).unwrap();
+        crate::jvpcheck(|v| Ok(v[0].log()), &[t(&[0.5, 1.3, 2.9])]).unwrap();
+        use super::{SigmoidBackward, TanhBackward, ThresholdBackward};
+        let y = t(&[0.3, -0.6, 0.8]);
+        crate::jvpcheck(
+            |v| v[0].graph().record(TanhBackward, &[&v[0], &v[1]]),
+            &[x.clone(), y.clone()],
+        )
+        .unwrap();
+        crate::jvpcheck(
+            |v| v[0].graph().record(SigmoidBackward, &[&v[0], &v[1]]),
+            &[x.clone(), y.clone()],
+        )
+        .unwrap();
+        crate::jvpcheck(
+            |v| v[0].graph().record(ThresholdBackward, &[&v[0], &v[1]]),
+            &[x, y],
         )
         .unwrap();
     }
