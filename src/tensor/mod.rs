@@ -64,6 +64,11 @@ fn scalar_shape() -> &'static [usize] {
 }
 
 impl Tensor {
+    /// A 0-d f32 zero, usable in constants and statics.
+    pub(crate) const ZERO_F32: Tensor = Tensor {
+        repr: Repr::F32(0.0),
+    };
+
     #[inline(always)]
     pub(crate) fn from_repr(repr: Repr) -> Self {
         Tensor { repr }
@@ -274,6 +279,27 @@ impl Tensor {
             Repr::Dense(d) => d.buf.len(),
             _ => 1,
         }
+    }
+
+    /// Whether both tensors have the same shape (cheap for scalars).
+    #[inline(always)]
+    pub fn same_shape(&self, other: &Tensor) -> bool {
+        match (&self.repr, &other.repr) {
+            (Repr::Dense(a), Repr::Dense(b)) => a.shape == b.shape,
+            (Repr::Dense(_), _) | (_, Repr::Dense(_)) => false,
+            _ => true,
+        }
+    }
+
+    /// `self += other` when both are 0-d of the same dtype; returns whether it applied.
+    #[inline(always)]
+    pub(crate) fn add_scalar_in_place(&mut self, other: &Tensor) -> bool {
+        match (&mut self.repr, &other.repr) {
+            (Repr::F32(a), Repr::F32(b)) => *a += *b,
+            (Repr::F64(a), Repr::F64(b)) => *a += *b,
+            _ => return false,
+        }
+        true
     }
 
     /// Whether this is a 0-d tensor.
