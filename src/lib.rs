@@ -31,13 +31,14 @@ pub mod autograd;
 mod error;
 pub mod graph;
 pub mod kernels;
+pub mod nn;
 pub mod ops;
 pub mod prelude;
 pub mod tensor;
 
 pub use autograd::{
-    gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradcheckOptions,
-    Gradients,
+    grad, gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradOptions,
+    GradcheckOptions, Gradients,
 };
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

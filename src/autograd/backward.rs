@@ -130,16 +130,11 @@ impl<'g> Var<'g> {
             if opts.fast_path && plain && !graph.anomaly_detection() {
                 run_fast(graph, self, seed, &order, &mut store)?;
             } else {
-                run(
-                    graph,
-                    self,
-                    Var::constant_in(graph, seed),
-                    &order,
-                    &mut store,
-                )?;
+                let seeds = [(self.slot(), Var::constant_in(graph, seed))];
+                run(graph, &seeds, &order, &mut store, &Default::default())?;
             }
         }
-        Ok(Gradients::new(graph.id(), store.slots, params))
+        Ok(Gradients::new(graph.id(), store.slots, &params))
     }
 }
 
@@ -349,14 +344,17 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
 /// its `Var`-level `backward`.
 pub(crate) fn run<'g, S: GradStore<'g>>(
     graph: &'g Graph,
-    root: &Var<'g>,
-    seed: Var<'g>,
+    seeds: &[(u32, Var<'g>)],
     order: &[u32],
     store: &mut S,
+    keep: &std::collections::HashSet<u32>,
 ) -> Result<()> {
-    debug_assert_ne!(root.slot(), NO_SLOT, "a root that requires grad has a slot");
-    store.add(root.slot(), seed)?;
-    let retained = graph.state.borrow().retained.clone();
+    for (id, seed) in seeds {
+        debug_assert_ne!(*id, NO_SLOT, "a root that requires grad has a slot");
+        store.add(*id, seed.clone())?;
+    }
+    let mut retained = graph.state.borrow().retained.clone();
+    retained.extend(keep);
     let mut scratch = Scratch::default();
     for &node in order {
         let output = graph.state.borrow().nodes[node as usize].output;

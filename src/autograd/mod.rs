@@ -3,12 +3,14 @@
 
 pub(crate) mod backward;
 pub(crate) mod forward;
+mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
 
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
+pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
 pub use hooks::GradHook;

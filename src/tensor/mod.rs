@@ -424,6 +424,39 @@ impl Tensor {
         }
     }
 
+    /// Mutable access to the elements, copying them first if the storage is
+    /// shared (copy on write, like `Arc::make_mut`): shared storage is never
+    /// written. `T` must be the tensor's dtype.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// let mut b = a.clone();
+    /// b.make_mut::<f32>()?[0] = 5.0;
+    /// assert_eq!(a.to_vec::<f32>()?, vec![1.0, 2.0]);   // untouched
+    /// assert_eq!(b.to_vec::<f32>()?, vec![5.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn make_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::WrongDType {
+                op: "make_mut",
+                expected: T::DTYPE,
+                found: self.dtype(),
+            });
+        }
+        if self.unique_slice_mut::<T>().is_none() {
+            let copy = Self::from_buffer(
+                Dims::from_slice(self.shape()),
+                storage::from_slice(self.as_slice_of::<T>()),
+            );
+            *self = copy;
+        }
+        Ok(self
+            .unique_slice_mut::<T>()
+            .expect("a fresh copy has one owner"))
+    }
+
     /// The same elements with another shape of equal element count, sharing storage.
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         let n = shape::checked_numel("reshape", shape)?;
