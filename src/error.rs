@@ -212,6 +212,48 @@ pub enum Error {
         /// What is wrong with the content.
         reason: String,
     },
+    /// A named tensor (of a checkpoint, a state dict, an optimizer's state)
+    /// is missing, unexpected, or does not fit what it is loaded into.
+    #[error("{context}: tensor `{name}`: {problem}")]
+    TensorMismatch {
+        /// Where it happened (an API name, or an API and a file path).
+        context: String,
+        /// The tensor's name.
+        name: String,
+        /// What is wrong with it.
+        problem: TensorProblem,
+    },
+}
+
+/// What is wrong with a named tensor ([`Error::TensorMismatch`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorProblem {
+    /// It is required but absent.
+    #[error("missing")]
+    Missing,
+    /// It is present but nothing expects it.
+    #[error("unexpected (no parameter or state has this name)")]
+    Unexpected,
+    /// Its shape differs from the one expected.
+    #[error("expected shape {expected:?}, found {found:?}")]
+    Shape {
+        /// The shape required.
+        expected: Vec<usize>,
+        /// The shape found.
+        found: Vec<usize>,
+    },
+    /// Its dtype differs from the one expected.
+    #[error("expected dtype {expected}, found {found}")]
+    DType {
+        /// The dtype required.
+        expected: DType,
+        /// The dtype found.
+        found: DType,
+    },
+    /// Its value is not valid (e.g. a negative step count).
+    #[error("{0}")]
+    Value(String),
 }
 
 fn suggestion_text(suggestion: &Option<String>) -> String {

@@ -33,6 +33,7 @@ pub mod graph;
 pub mod kernels;
 pub mod nn;
 pub mod ops;
+pub mod optim;
 pub mod prelude;
 pub mod tensor;
 
@@ -40,7 +41,7 @@ pub use autograd::{
     grad, gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradOptions,
     GradcheckOptions, Gradients,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use ops::{Differentiable, GradInputs, OpRegistry};
 pub use tensor::{DType, Element, Tensor};

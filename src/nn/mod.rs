@@ -1,6 +1,6 @@
-//! Training building blocks: parameters (and, as they land, modules,
-//! initialisers and layers).
+//! Training building blocks: parameters, initialisers, modules and layers.
 
+pub mod init;
 mod parameter;
 
 pub use parameter::Parameter;

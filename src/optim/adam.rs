@@ -1,0 +1,549 @@
+//! Adam and AdamW with PyTorch's update rules (`torch.optim.Adam`,
+//! `torch.optim.AdamW`), per parameter, at step `t`:
+//!
+//! ```text
+//! d = grad (negated if maximize)
+//! AdamW: p = p * (1 - lr * weight_decay)          (decoupled decay, first)
+//! Adam:  d = d + weight_decay * p                  (L2 penalty)
+//! m = lerp(m, d, 1 - beta1)                        (= beta1 m + (1 - beta1) d)
+//! v = beta2 v + (1 - beta2) d^2
+//! v_hat = max(v_hat, v) with amsgrad, else v
+//! p = p - (lr / (1 - beta1^t)) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
+//! ```
+//!
+//! `eps` is added after the bias correction of the second moment, exactly
+//! where PyTorch adds it. Scalar coefficients are computed in f64 and
+//! rounded to the parameter's dtype, as PyTorch does with Python floats.
+
+use super::{
+    check_like, check_non_negative, collect_named, grad_of, read_step, state_presence,
+    update_chunks, NamedParameter, Optimizer, StateDict,
+};
+use crate::error::{Error, Result};
+use crate::nn::Parameter;
+use crate::tensor::{Element, Tensor};
+use crate::Gradients;
+
+/// Hyperparameters of [`Adam`], with PyTorch's defaults:
+/// [`AdamConfig::default`] is `torch.optim.Adam()` (lr 1e-3, betas (0.9,
+/// 0.999), eps 1e-8, no weight decay); [`AdamConfig::adamw`] is
+/// `torch.optim.AdamW()` (the same with decoupled weight decay 1e-2).
+///
+/// ```
+/// use retrograd::optim::AdamConfig;
+/// let c = AdamConfig::adamw().lr(3e-4).betas(0.9, 0.95);
+/// assert!(c.decoupled_weight_decay);
+/// assert_eq!(c.weight_decay, 0.01);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Decay rate of the first moment.
+    pub beta1: f64,
+    /// Decay rate of the second moment.
+    pub beta2: f64,
+    /// Added to the denominator for stability (after bias correction).
+    pub eps: f64,
+    /// Weight decay: an L2 penalty on the gradient (Adam), or a decoupled
+    /// shrinkage of the weights (AdamW).
+    pub weight_decay: f64,
+    /// Decoupled weight decay (AdamW, Loshchilov & Hutter).
+    pub decoupled_weight_decay: bool,
+    /// Use the maximum of past second moments (AMSGrad).
+    pub amsgrad: bool,
+    /// Maximise the objective instead of minimising it.
+    pub maximize: bool,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled_weight_decay: false,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
+}
+
+impl AdamConfig {
+    /// PyTorch's `AdamW` defaults: Adam's, with decoupled weight decay 1e-2.
+    pub fn adamw() -> Self {
+        AdamConfig {
+            weight_decay: 1e-2,
+            decoupled_weight_decay: true,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the learning rate.
+    pub fn lr(mut self, lr: f64) -> Self {
+        self.lr = lr;
+        self
+    }
+
+    /// Sets the moment decay rates.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        self.beta1 = beta1;
+        self.beta2 = beta2;
+        self
+    }
+
+    /// Sets epsilon.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.eps = eps;
+        self
+    }
+
+    /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// Turns AMSGrad on or off.
+    pub fn amsgrad(mut self, amsgrad: bool) -> Self {
+        self.amsgrad = amsgrad;
+        self
+    }
+
+    /// Maximise instead of minimise.
+    pub fn maximize(mut self, maximize: bool) -> Self {
+        self.maximize = maximize;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        check_non_negative("Adam", "lr", self.lr)?;
+        check_non_negative("Adam", "eps", self.eps)?;
+        check_non_negative("Adam", "weight_decay", self.weight_decay)?;
+        for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(Error::invalid(
+                    "Adam",
+                    format!("{what} must be in [0, 1), got {b}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn state_fields(&self) -> &'static [&'static str] {
+        if self.amsgrad {
+            &["step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+        } else {
+            &["step", "exp_avg", "exp_avg_sq"]
+        }
+    }
+}
+
+/// One parameter's Adam state.
+#[derive(Clone)]
+struct AdamState {
+    step: u64,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    /// Only with AMSGrad.
+    max_exp_avg_sq: Option<Tensor>,
+}
+
+/// Adam, or AdamW with [`AdamConfig::adamw`]; see the [module docs](self).
+///
+/// ```
+/// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Adam, AdamConfig, Optimizer}};
+/// let w = Parameter::new(Tensor::scalar(1.0));
+/// let mut opt = Adam::new([&w], AdamConfig::default().lr(0.1))?;
+/// let g = Graph::new();
+/// opt.step(&(g.param(&w) * 3.0).backward()?)?;
+/// // The first bias-corrected step moves by lr * g / (|g| + eps): about lr.
+/// assert!((w.value().item()? - 0.9).abs() < 1e-8);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub struct Adam {
+    params: Vec<(String, Parameter)>,
+    config: AdamConfig,
+    state: Vec<Option<AdamState>>,
+}
+
+impl Adam {
+    /// An Adam (or AdamW) optimizer over `params` (bare parameters or
+    /// `(name, parameter)` pairs); errors on invalid hyperparameters or a
+    /// parameter listed twice.
+    pub fn new<P: NamedParameter>(
+        params: impl IntoIterator<Item = P>,
+        config: AdamConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        let params = collect_named("Adam", params)?;
+        let state = vec![None; params.len()];
+        Ok(Adam {
+            params,
+            config,
+            state,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+}
+
+/// The per-step scalars of the update, computed in f64.
+#[derive(Clone, Copy)]
+struct Coefficients {
+    lr: f64,
+    decay: f64,
+    decoupled: bool,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    step_size: f64,
+    bias_correction2_sqrt: f64,
+    maximize: bool,
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, grads: &Gradients) -> Result<()> {
+        let c = self.config.clone();
+        for ((name, p), slot) in self.params.iter().zip(&mut self.state) {
+            p.update(|value| -> Result<()> {
+                let Some(g) = grad_of("Adam::step", name, p, value, grads)? else {
+                    return Ok(());
+                };
+                let st = slot.get_or_insert_with(|| AdamState {
+                    step: 0,
+                    exp_avg: value.zeros_like(),
+                    exp_avg_sq: value.zeros_like(),
+                    max_exp_avg_sq: c.amsgrad.then(|| value.zeros_like()),
+                });
+                st.step += 1;
+                let t = st.step as f64;
+                let k = Coefficients {
+                    lr: c.lr,
+                    decay: c.weight_decay,
+                    decoupled: c.decoupled_weight_decay,
+                    beta1: c.beta1,
+                    beta2: c.beta2,
+                    eps: c.eps,
+                    step_size: c.lr / (1.0 - c.beta1.powf(t)),
+                    bias_correction2_sqrt: (1.0 - c.beta2.powf(t)).sqrt(),
+                    maximize: c.maximize,
+                };
+                crate::with_dtype!(value.dtype(), T => {
+                    let g = g.as_slice_of::<T>();
+                    let p = value.make_mut::<T>()?;
+                    let m = st.exp_avg.make_mut::<T>()?;
+                    let v = st.exp_avg_sq.make_mut::<T>()?;
+                    match st.max_exp_avg_sq.as_mut() {
+                        Some(vmax) => {
+                            let vmax = vmax.make_mut::<T>()?;
+                            update_chunks(p, g, [m, v, vmax], |p, g, [m, v, vmax]| {
+                                adam_amsgrad_kernel(p, g, m, v, vmax, k)
+                            });
+                        }
+                        None => update_chunks(p, g, [m, v], |p, g, [m, v]| {
+                            adam_kernel(p, g, m, v, k)
+                        }),
+                    }
+                });
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.config.lr = lr;
+    }
+
+    fn parameters(&self) -> &[(String, Parameter)] {
+        &self.params
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.config.decoupled_weight_decay {
+            "adamw"
+        } else {
+            "adam"
+        }
+    }
+
+    fn state_dict(&self) -> StateDict {
+        let mut out = StateDict::new();
+        for ((name, _), st) in self.params.iter().zip(&self.state) {
+            let Some(st) = st else { continue };
+            out.insert(format!("{name}.step"), Tensor::scalar(st.step as f64));
+            out.insert(format!("{name}.exp_avg"), st.exp_avg.clone());
+            out.insert(format!("{name}.exp_avg_sq"), st.exp_avg_sq.clone());
+            if let Some(vmax) = &st.max_exp_avg_sq {
+                out.insert(format!("{name}.max_exp_avg_sq"), vmax.clone());
+            }
+        }
+        out
+    }
+
+    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+        const CONTEXT: &str = "Adam::load_state_dict";
+        let fields = self.config.state_fields();
+        let present = state_presence(CONTEXT, &self.params, fields, state)?;
+        let mut loaded = Vec::with_capacity(self.params.len());
+        for ((name, p), has) in self.params.iter().zip(present) {
+            if !has {
+                loaded.push(None);
+                continue;
+            }
+            let value = p.value();
+            let tensor = |field: &str| -> Result<Tensor> {
+                let key = format!("{name}.{field}");
+                let t = &state[&key];
+                check_like(CONTEXT, &key, t, &value)?;
+                Ok(t.clone())
+            };
+            let step_key = format!("{name}.step");
+            loaded.push(Some(AdamState {
+                step: read_step(CONTEXT, &step_key, &state[&step_key])?,
+                exp_avg: tensor("exp_avg")?,
+                exp_avg_sq: tensor("exp_avg_sq")?,
+                max_exp_avg_sq: if self.config.amsgrad {
+                    Some(tensor("max_exp_avg_sq")?)
+                } else {
+                    None
+                },
+            }));
+        }
+        self.state = loaded;
+        Ok(())
+    }
+}
+
+/// `a + w (b - a)` as PyTorch's CPU `lerp` computes it (two forms for accuracy).
+#[inline(always)]
+fn lerp<T: Element>(a: T, b: T, w: T) -> T {
+    if w.abs() < T::from_f64(0.5) {
+        a + w * (b - a)
+    } else {
+        b - (b - a) * (T::one() - w)
+    }
+}
+
+/// The rounded scalars of one update, in the element type.
+struct Scalars<T> {
+    shrink: T,
+    decay: T,
+    one_minus_beta1: T,
+    beta2: T,
+    one_minus_beta2: T,
+    bc2_sqrt: T,
+    eps: T,
+    neg_step_size: T,
+}
+
+impl Coefficients {
+    fn scalars<T: Element>(&self) -> Scalars<T> {
+        Scalars {
+            shrink: T::from_f64(1.0 - self.lr * self.decay),
+            decay: T::from_f64(self.decay),
+            one_minus_beta1: T::from_f64(1.0 - self.beta1),
+            beta2: T::from_f64(self.beta2),
+            one_minus_beta2: T::from_f64(1.0 - self.beta2),
+            bc2_sqrt: T::from_f64(self.bias_correction2_sqrt),
+            eps: T::from_f64(self.eps),
+            neg_step_size: T::from_f64(-self.step_size),
+        }
+    }
+}
+
+/// Updates `p`, `m`, `v` for one element and returns the gradient used;
+/// the caller finishes with the (possibly AMSGrad) second moment.
+#[inline(always)]
+fn moments<T: Element>(p: &mut T, g: T, m: &mut T, v: &mut T, k: &Coefficients, s: &Scalars<T>) {
+    let mut d = if k.maximize { -g } else { g };
+    if k.decay != 0.0 {
+        if k.decoupled {
+            *p *= s.shrink;
+        } else {
+            d += s.decay * *p;
+        }
+    }
+    *m = lerp(*m, d, s.one_minus_beta1);
+    *v = *v * s.beta2 + s.one_minus_beta2 * d * d;
+}
+
+#[inline(always)]
+fn apply<T: Element>(p: &mut T, m: T, v_hat: T, s: &Scalars<T>) {
+    let denom = v_hat.sqrt() / s.bc2_sqrt + s.eps;
+    *p += s.neg_step_size * m / denom;
+}
+
+fn adam_kernel<T: Element>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], k: Coefficients) {
+    let s = k.scalars::<T>();
+    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+        moments(p, g, m, v, &k, &s);
+        apply(p, *m, *v, &s);
+    }
+}
+
+fn adam_amsgrad_kernel<T: Element>(
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+    vmax: &mut [T],
+    k: Coefficients,
+) {
+    let s = k.scalars::<T>();
+    let it = p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
+    for ((((p, &g), m), v), vmax) in it.zip(vmax.iter_mut()) {
+        moments(p, g, m, v, &k, &s);
+        *vmax = vmax.max(*v);
+        apply(p, *m, *vmax, &s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Graph, TensorProblem};
+
+    fn grads_of_sum_sq(w: &Parameter) -> Gradients {
+        let g = Graph::new();
+        let x = g.param(w);
+        (&x * &x).sum().backward().unwrap()
+    }
+
+    #[test]
+    fn first_step_moves_each_weight_by_about_lr() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, -3.0, 0.5], &[3]).unwrap());
+        let mut opt = Adam::new([&w], AdamConfig::default().lr(0.01)).unwrap();
+        opt.step(&grads_of_sum_sq(&w)).unwrap();
+        let got = w.value().to_f64_vec();
+        for (g, want) in got.iter().zip([0.99, -2.99, 0.49]) {
+            assert!((g - want).abs() < 1e-6, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn adamw_decays_without_gradient_scaling() {
+        // With a zero gradient Adam's step is 0 and only the decay acts.
+        let w = Parameter::new(Tensor::from_vec(vec![2.0f64, -4.0], &[2]).unwrap());
+        let mut opt = Adam::new([&w], AdamConfig::adamw().lr(0.1).weight_decay(0.5)).unwrap();
+        let g = Graph::new();
+        let grads = (g.param(&w) * 0.0).sum().backward().unwrap();
+        opt.step(&grads).unwrap();
+        assert_eq!(w.value().to_f64_vec(), vec![2.0 * 0.95, -4.0 * 0.95]);
+        assert_eq!(opt.kind(), "adamw");
+    }
+
+    #[test]
+    fn state_dict_names_and_round_trip() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+        let cfg = AdamConfig::default().amsgrad(true);
+        let mut a = Adam::new([("layer.w", w.clone())], cfg.clone()).unwrap();
+        a.step(&grads_of_sum_sq(&w)).unwrap();
+        a.step(&grads_of_sum_sq(&w)).unwrap();
+        let state = a.state_dict();
+        let keys: Vec<&str> = state.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "layer.w.exp_avg",
+                "layer.w.exp_avg_sq",
+                "layer.w.max_exp_avg_sq",
+                "layer.w.step"
+            ]
+        );
+        assert_eq!(state["layer.w.step"].item().unwrap(), 2.0);
+
+        // A fresh optimizer loaded with this state continues identically.
+        let w2 = Parameter::new(w.value());
+        let mut b = Adam::new([("layer.w", w2.clone())], cfg).unwrap();
+        b.load_state_dict(&state).unwrap();
+        a.step(&grads_of_sum_sq(&w)).unwrap();
+        b.step(&grads_of_sum_sq(&w2)).unwrap();
+        assert_eq!(w.value(), w2.value());
+    }
+
+    #[test]
+    fn load_state_dict_errors_name_the_tensor() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+        let mut a = Adam::new([("w", w.clone())], AdamConfig::default()).unwrap();
+        a.step(&grads_of_sum_sq(&w)).unwrap();
+        let state = a.state_dict();
+
+        let mut missing = state.clone();
+        missing.remove("w.exp_avg_sq");
+        let e = a.load_state_dict(&missing).unwrap_err();
+        assert_eq!(
+            e,
+            Error::TensorMismatch {
+                context: "Adam::load_state_dict".into(),
+                name: "w.exp_avg_sq".into(),
+                problem: TensorProblem::Missing
+            }
+        );
+
+        let mut dtype = state.clone();
+        dtype.insert("w.exp_avg".into(), Tensor::zeros(&[2], DType::F64).unwrap());
+        assert!(matches!(
+            a.load_state_dict(&dtype),
+            Err(Error::TensorMismatch { problem: TensorProblem::DType { .. }, ref name, .. }) if name == "w.exp_avg"
+        ));
+
+        let mut step = state.clone();
+        step.insert("w.step".into(), Tensor::scalar(-1.0));
+        assert!(matches!(
+            a.load_state_dict(&step),
+            Err(Error::TensorMismatch {
+                problem: TensorProblem::Value(_),
+                ..
+            })
+        ));
+        assert_eq!(a.state_dict(), state);
+    }
+
+    #[test]
+    fn invalid_hyperparameters_are_errors() {
+        let w = Parameter::new(Tensor::scalar(1.0));
+        assert!(Adam::new([&w], AdamConfig::default().betas(1.0, 0.999)).is_err());
+        assert!(Adam::new([&w], AdamConfig::default().eps(-1.0)).is_err());
+        assert!(Adam::new([&w], AdamConfig::default().lr(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn large_parameters_take_the_parallel_path_and_agree() {
+        // Above the parallel threshold the update runs in chunks; the result
+        // must equal the serial update of the same values.
+        let n = crate::kernels::parallel::PARALLEL_THRESHOLD + 123;
+        let init = Tensor::randn(&[n], DType::F32, 3).unwrap();
+        let big = Parameter::new(init.clone());
+        let mut opt = Adam::new([&big], AdamConfig::default()).unwrap();
+        opt.step(&grads_of_sum_sq(&big)).unwrap();
+        let got = big.value().to_vec::<f32>().unwrap();
+        let k = Coefficients {
+            lr: 1e-3,
+            decay: 0.0,
+            decoupled: false,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            step_size: 1e-3 / (1.0 - 0.9),
+            bias_correction2_sqrt: (1.0f64 - 0.999).sqrt(),
+            maximize: false,
+        };
+        let mut p = init.to_vec::<f32>().unwrap();
+        let g: Vec<f32> = p.iter().map(|x| 2.0 * x).collect();
+        let (mut m, mut v) = (vec![0.0f32; n], vec![0.0f32; n]);
+        adam_kernel(&mut p, &g, &mut m, &mut v, k);
+        assert_eq!(got, p);
+    }
+}

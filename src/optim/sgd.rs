@@ -1,0 +1,349 @@
+//! Stochastic gradient descent with momentum, dampening, Nesterov momentum
+//! and (L2) weight decay, with PyTorch's update rule (`torch.optim.SGD`):
+//!
+//! ```text
+//! d = grad (negated if maximize) + weight_decay * p
+//! b = d                                  on the first step
+//! b = momentum * b + (1 - dampening) * d on later steps
+//! d = d + momentum * b   (Nesterov)   or   d = b
+//! p = p - lr * d
+//! ```
+
+use super::{
+    check_like, check_non_negative, collect_named, grad_of, state_presence, update_chunks,
+    NamedParameter, Optimizer, StateDict,
+};
+use crate::error::{Error, Result};
+use crate::nn::Parameter;
+use crate::tensor::{Element, Tensor};
+use crate::Gradients;
+
+/// Hyperparameters of [`Sgd`]; PyTorch's defaults apart from the learning
+/// rate, which is always given.
+///
+/// ```
+/// use retrograd::optim::SgdConfig;
+/// let c = SgdConfig::new(0.1).momentum(0.9).nesterov(true).weight_decay(5e-4);
+/// assert_eq!(c.momentum, 0.9);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor (0: plain SGD).
+    pub momentum: f64,
+    /// Dampening of the gradient's contribution to the momentum buffer.
+    pub dampening: f64,
+    /// L2 penalty added to the gradient: `d += weight_decay * p`.
+    pub weight_decay: f64,
+    /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
+    pub nesterov: bool,
+    /// Maximise the objective instead of minimising it.
+    pub maximize: bool,
+}
+
+impl SgdConfig {
+    /// Plain SGD with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        SgdConfig {
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+        }
+    }
+
+    /// Sets the momentum factor.
+    pub fn momentum(mut self, momentum: f64) -> Self {
+        self.momentum = momentum;
+        self
+    }
+
+    /// Sets the dampening.
+    pub fn dampening(mut self, dampening: f64) -> Self {
+        self.dampening = dampening;
+        self
+    }
+
+    /// Sets the L2 weight decay.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// Turns Nesterov momentum on or off.
+    pub fn nesterov(mut self, nesterov: bool) -> Self {
+        self.nesterov = nesterov;
+        self
+    }
+
+    /// Maximise instead of minimise.
+    pub fn maximize(mut self, maximize: bool) -> Self {
+        self.maximize = maximize;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        check_non_negative("Sgd", "lr", self.lr)?;
+        check_non_negative("Sgd", "momentum", self.momentum)?;
+        check_non_negative("Sgd", "dampening", self.dampening)?;
+        check_non_negative("Sgd", "weight_decay", self.weight_decay)?;
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::invalid(
+                "Sgd",
+                "Nesterov momentum requires a momentum > 0 and zero dampening",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Stochastic gradient descent; see the [module docs](self) for the rule.
+///
+/// ```
+/// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Optimizer, Sgd, SgdConfig}};
+/// let w = Parameter::new(Tensor::scalar(1.0));
+/// let mut opt = Sgd::new([&w], SgdConfig::new(0.1).momentum(0.9))?;
+/// for _ in 0..2 {
+///     let g = Graph::new();
+///     opt.step(&(g.param(&w) * 2.0).backward()?)?;   // gradient 2
+/// }
+/// // step 1: b = 2, w = 1 - 0.2 = 0.8; step 2: b = 0.9 * 2 + 2 = 3.8, w = 0.8 - 0.38
+/// assert!((w.value().item()? - 0.42).abs() < 1e-12);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub struct Sgd {
+    params: Vec<(String, Parameter)>,
+    config: SgdConfig,
+    /// Momentum buffer per parameter (allocated on its first step).
+    buffers: Vec<Option<Tensor>>,
+}
+
+impl Sgd {
+    /// An SGD optimizer over `params` (bare parameters or `(name, parameter)`
+    /// pairs); errors on invalid hyperparameters or a parameter listed twice.
+    pub fn new<P: NamedParameter>(
+        params: impl IntoIterator<Item = P>,
+        config: SgdConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        let params = collect_named("Sgd", params)?;
+        let buffers = vec![None; params.len()];
+        Ok(Sgd {
+            params,
+            config,
+            buffers,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &SgdConfig {
+        &self.config
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, grads: &Gradients) -> Result<()> {
+        let c = self.config.clone();
+        for ((name, p), buffer) in self.params.iter().zip(&mut self.buffers) {
+            p.update(|value| -> Result<()> {
+                let Some(g) = grad_of("Sgd::step", name, p, value, grads)? else {
+                    return Ok(());
+                };
+                crate::with_dtype!(value.dtype(), T => {
+                    let g = g.as_slice_of::<T>();
+                    if c.momentum == 0.0 {
+                        sgd_plain::<T>(value.make_mut::<T>()?, g, &c);
+                    } else {
+                        let first = buffer.is_none();
+                        let buf = buffer.get_or_insert_with(|| value.zeros_like());
+                        sgd_momentum::<T>(value.make_mut::<T>()?, g, buf.make_mut::<T>()?, first, &c);
+                    }
+                });
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.config.lr = lr;
+    }
+
+    fn parameters(&self) -> &[(String, Parameter)] {
+        &self.params
+    }
+
+    fn kind(&self) -> &'static str {
+        "sgd"
+    }
+
+    fn state_dict(&self) -> StateDict {
+        self.params
+            .iter()
+            .zip(&self.buffers)
+            .filter_map(|((name, _), b)| {
+                b.as_ref()
+                    .map(|b| (format!("{name}.momentum_buffer"), b.clone()))
+            })
+            .collect()
+    }
+
+    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+        const CONTEXT: &str = "Sgd::load_state_dict";
+        let present = state_presence(CONTEXT, &self.params, &["momentum_buffer"], state)?;
+        let mut loaded = Vec::with_capacity(self.params.len());
+        for ((name, p), has) in self.params.iter().zip(present) {
+            let buf = if has {
+                let key = format!("{name}.momentum_buffer");
+                let t = &state[&key];
+                check_like(CONTEXT, &key, t, &p.value())?;
+                Some(t.clone())
+            } else {
+                None
+            };
+            loaded.push(buf);
+        }
+        self.buffers = loaded;
+        Ok(())
+    }
+}
+
+/// `p -= lr * (g + wd p)` (plain SGD).
+fn sgd_plain<T: Element>(p: &mut [T], g: &[T], c: &SgdConfig) {
+    let neg_lr = T::from_f64(-c.lr);
+    let wd = T::from_f64(c.weight_decay);
+    let (decay, maximize) = (c.weight_decay != 0.0, c.maximize);
+    update_chunks(p, g, [], |p, g, []| {
+        for (p, &g) in p.iter_mut().zip(g) {
+            let mut d = if maximize { -g } else { g };
+            if decay {
+                d += wd * *p;
+            }
+            *p += neg_lr * d;
+        }
+    });
+}
+
+/// SGD with a momentum buffer `b` (see the module docs for the rule).
+fn sgd_momentum<T: Element>(p: &mut [T], g: &[T], b: &mut [T], first: bool, c: &SgdConfig) {
+    let neg_lr = T::from_f64(-c.lr);
+    let wd = T::from_f64(c.weight_decay);
+    let mom = T::from_f64(c.momentum);
+    let keep = T::from_f64(1.0 - c.dampening);
+    let (decay, maximize, nesterov) = (c.weight_decay != 0.0, c.maximize, c.nesterov);
+    update_chunks(p, g, [b], |p, g, [b]| {
+        for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
+            let mut d = if maximize { -g } else { g };
+            if decay {
+                d += wd * *p;
+            }
+            *b = if first { d } else { *b * mom + keep * d };
+            d = if nesterov { d + mom * *b } else { *b };
+            *p += neg_lr * d;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Graph;
+
+    fn quadratic_grads(w: &Parameter) -> Gradients {
+        let g = Graph::new();
+        let x = g.param(w);
+        (&x * &x).sum().backward().unwrap()
+    }
+
+    #[test]
+    fn plain_sgd_step_by_hand() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, -2.0], &[2]).unwrap());
+        let mut opt = Sgd::new([&w], SgdConfig::new(0.25)).unwrap();
+        opt.step(&quadratic_grads(&w)).unwrap(); // grad 2w: w - 0.5 w = 0.5 w
+        assert_eq!(w.value().to_vec::<f32>().unwrap(), vec![0.5, -1.0]);
+        assert!(opt.state_dict().is_empty());
+    }
+
+    #[test]
+    fn update_is_in_place_when_storage_is_unshared() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f64; 8], &[8]).unwrap());
+        let mut opt = Sgd::new([&w], SgdConfig::new(0.1).momentum(0.9)).unwrap();
+        let grads = quadratic_grads(&w);
+        let before = w.value().as_slice::<f64>().unwrap().as_ptr();
+        opt.step(&grads).unwrap();
+        opt.step(&grads).unwrap();
+        assert_eq!(w.value().as_slice::<f64>().unwrap().as_ptr(), before);
+    }
+
+    #[test]
+    fn rejects_bad_configs_and_duplicates() {
+        let w = Parameter::new(Tensor::scalar(1.0));
+        assert!(Sgd::new([&w], SgdConfig::new(-1.0)).is_err());
+        assert!(Sgd::new([&w], SgdConfig::new(0.1).nesterov(true)).is_err());
+        assert!(Sgd::new(
+            [&w],
+            SgdConfig::new(0.1)
+                .momentum(0.9)
+                .dampening(0.1)
+                .nesterov(true)
+        )
+        .is_err());
+        assert!(Sgd::new([&w, &w], SgdConfig::new(0.1)).is_err());
+        assert!(Sgd::new(
+            [("a", w.clone()), ("a", Parameter::new(Tensor::scalar(1.0)))],
+            SgdConfig::new(0.1)
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn parameters_without_gradients_are_skipped() {
+        let used = Parameter::new(Tensor::scalar(1.0));
+        let unused = Parameter::new(Tensor::scalar(5.0));
+        let mut opt = Sgd::new([&used, &unused], SgdConfig::new(0.1).momentum(0.5)).unwrap();
+        opt.step(&quadratic_grads(&used)).unwrap();
+        assert_eq!(unused.value().item().unwrap(), 5.0);
+        let state = opt.state_dict();
+        assert!(state.contains_key("0.momentum_buffer"));
+        assert!(!state.contains_key("1.momentum_buffer"));
+    }
+
+    #[test]
+    fn state_round_trips_and_load_checks() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap());
+        let mut a = Sgd::new([("w", w.clone())], SgdConfig::new(0.1).momentum(0.9)).unwrap();
+        a.step(&quadratic_grads(&w)).unwrap();
+        let state = a.state_dict();
+        let mut b = Sgd::new([("w", w.clone())], SgdConfig::new(0.1).momentum(0.9)).unwrap();
+        b.load_state_dict(&state).unwrap();
+        assert_eq!(b.state_dict(), state);
+
+        let mut extra = state.clone();
+        extra.insert("v.momentum_buffer".into(), Tensor::scalar(0.0));
+        let err = b.load_state_dict(&extra).unwrap_err();
+        assert!(
+            matches!(err, Error::TensorMismatch { ref name, .. } if name == "v.momentum_buffer")
+        );
+
+        let mut wrong = StateDict::new();
+        wrong.insert(
+            "w.momentum_buffer".into(),
+            Tensor::zeros(&[3], crate::DType::F64).unwrap(),
+        );
+        assert!(matches!(
+            b.load_state_dict(&wrong),
+            Err(Error::TensorMismatch {
+                problem: crate::TensorProblem::Shape { .. },
+                ..
+            })
+        ));
+        assert_eq!(b.state_dict(), state, "a failed load changes nothing");
+    }
+}
