@@ -38,8 +38,9 @@ pub mod prelude;
 pub mod tensor;
 
 pub use autograd::{
-    grad, gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradOptions,
-    GradcheckOptions, Gradients,
+    grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
+    jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
+    JacobianMode,
 };
 pub use error::{Error, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

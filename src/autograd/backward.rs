@@ -488,11 +488,16 @@ fn visit_with_vars<'g, S: GradStore<'g>>(
         grad
     };
     let op = op.get();
-    let grads = op.backward(&grad, &scratch.inputs, &output)?;
+    // In anomaly mode the gradients are checked below and blamed on this
+    // node; the ops inside its formula must not report themselves instead.
+    let anomaly = graph.anomaly_detection();
+    graph.set_anomaly_detection(false);
+    let grads = op.backward(&grad, &scratch.inputs, &output);
+    graph.set_anomaly_detection(anomaly);
+    let grads = grads?;
     if grads.len() != scratch.inputs.len() {
         return Err(bad_count(op, grads.len(), scratch.inputs.len()));
     }
-    let anomaly = graph.anomaly_detection();
     for ((g, input), &id) in grads
         .into_iter()
         .zip(&scratch.inputs)

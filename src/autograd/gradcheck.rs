@@ -117,7 +117,7 @@ where
             work[i] = input.clone();
             let numeric = (plus - minus) / (2.0 * opts.eps);
             let a = analytic[i][j];
-            if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+            if !within(a, numeric, &opts) {
                 return Err(Error::GradCheck {
                     input: i,
                     index: j,
@@ -201,7 +201,7 @@ where
         .enumerate()
     {
         let numeric = (p - m) / (2.0 * opts.eps);
-        if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+        if !within(*a, numeric, &opts) {
             return Err(Error::GradCheck {
                 input: 0,
                 index: i,
@@ -211,4 +211,9 @@ where
         }
     }
     Ok(())
+}
+
+/// `|analytic - numeric| <= atol + rtol |numeric|`; false if either is NaN.
+fn within(analytic: f64, numeric: f64, opts: &GradcheckOptions) -> bool {
+    (analytic - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()
 }

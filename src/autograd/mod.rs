@@ -2,7 +2,9 @@
 //! finite-difference checker.
 
 pub(crate) mod backward;
+mod checkpoint;
 pub(crate) mod forward;
+mod functional;
 mod grad;
 pub mod gradcheck;
 mod gradients;
@@ -10,6 +12,7 @@ pub(crate) mod hooks;
 
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
+pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;

@@ -10,6 +10,7 @@ pub mod broadcast;
 mod operators;
 pub mod reduce;
 mod registry;
+pub mod select;
 pub mod unary;
 
 use smallvec::SmallVec;

@@ -233,7 +233,7 @@ impl Tensor {
             });
         }
         let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
-        Ok(Self::from_f64_slice(&values, &[n], dtype)?)
+        Self::from_f64_slice(&values, &[n], dtype)
     }
 
     /// A tensor of `dtype` and `shape` from f64 values (rounded for f32).
