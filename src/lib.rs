@@ -28,8 +28,10 @@
 struct ReadmeDoctests;
 
 pub mod autograd;
+pub mod data;
 mod error;
 pub mod graph;
+pub mod io;
 pub mod kernels;
 pub mod nn;
 pub mod ops;

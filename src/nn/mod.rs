@@ -1,6 +1,14 @@
-//! Training building blocks: parameters, initialisers, modules and layers.
+//! Training building blocks: parameters, initialisers, the [`Module`] trait
+//! and layers, and state dicts.
 
 pub mod init;
+mod layers;
+mod module;
 mod parameter;
+mod state;
 
+pub use layers::{Activation, Sequential};
+pub use module::{join_name, Module};
 pub use parameter::Parameter;
+pub(crate) use state::check_state_dict;
+pub use state::{load_state_dict, state_dict, StateDict};

@@ -34,7 +34,7 @@ mod clip;
 mod schedule;
 mod sgd;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 pub use adam::{Adam, AdamConfig};
 pub use clip::{clip_grad_norm, grad_norm};
@@ -49,8 +49,7 @@ use crate::nn::Parameter;
 use crate::tensor::Tensor;
 use crate::Gradients;
 
-/// Named tensors by name: what optimizers and modules save and load.
-pub type StateDict = BTreeMap<String, Tensor>;
+pub use crate::nn::StateDict;
 
 /// An optimizer: updates its parameters from one step's gradients.
 ///

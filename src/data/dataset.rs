@@ -1,0 +1,223 @@
+//! [`Dataset`]: a labelled classification set held in memory, and its
+//! seeded, stratified train/test split.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// Examples with `num_features` features each (row-major, f64) and a class
+/// label in `0..num_classes`.
+///
+/// ```
+/// use retrograd::data::Dataset;
+/// let ds = Dataset::new(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], 2, vec![0, 1, 1], 2)?;
+/// assert_eq!(ds.len(), 3);
+/// assert_eq!(ds.features_of(1), &[2.0, 3.0]);
+/// assert_eq!(ds.class_counts(), vec![1, 2]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    features: Vec<f64>,
+    num_features: usize,
+    labels: Vec<usize>,
+    num_classes: usize,
+}
+
+impl Dataset {
+    /// A dataset from row-major `features` (`labels.len()` rows of
+    /// `num_features`) and labels in `0..num_classes`.
+    pub fn new(
+        features: Vec<f64>,
+        num_features: usize,
+        labels: Vec<usize>,
+        num_classes: usize,
+    ) -> Result<Self> {
+        if num_features == 0 || features.len() != labels.len() * num_features {
+            return Err(Error::invalid(
+                "Dataset::new",
+                format!(
+                    "{} feature values do not make {} rows of {num_features}",
+                    features.len(),
+                    labels.len()
+                ),
+            ));
+        }
+        if let Some(&bad) = labels.iter().find(|&&l| l >= num_classes) {
+            return Err(Error::IndexOutOfRange {
+                op: "Dataset::new",
+                index: bad as i64,
+                size: num_classes,
+            });
+        }
+        Ok(Dataset {
+            features,
+            num_features,
+            labels,
+            num_classes,
+        })
+    }
+
+    /// The number of examples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no examples.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Features per example.
+    pub fn num_features(&self) -> usize {
+        self.num_features
+    }
+
+    /// The number of classes.
+    pub fn num_classes(&self) -> usize {
+        self.num_classes
+    }
+
+    /// Every label, in order.
+    pub fn labels(&self) -> &[usize] {
+        &self.labels
+    }
+
+    /// Every feature value, row-major.
+    pub fn features(&self) -> &[f64] {
+        &self.features
+    }
+
+    /// The features of example `i`.
+    pub fn features_of(&self, i: usize) -> &[f64] {
+        &self.features[i * self.num_features..(i + 1) * self.num_features]
+    }
+
+    /// How many examples each class has.
+    pub fn class_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.num_classes];
+        for &l in &self.labels {
+            counts[l] += 1;
+        }
+        counts
+    }
+
+    /// All features as one `[len, num_features]` tensor of `dtype`.
+    pub fn features_tensor(&self, dtype: DType) -> Result<Tensor> {
+        Tensor::from_f64_slice(&self.features, &[self.len(), self.num_features], dtype)
+    }
+
+    /// The examples at `indices`, in that order, as a new dataset.
+    pub fn subset(&self, indices: &[usize]) -> Result<Dataset> {
+        let mut features = Vec::with_capacity(indices.len() * self.num_features);
+        let mut labels = Vec::with_capacity(indices.len());
+        for &i in indices {
+            if i >= self.len() {
+                return Err(Error::IndexOutOfRange {
+                    op: "Dataset::subset",
+                    index: i as i64,
+                    size: self.len(),
+                });
+            }
+            features.extend_from_slice(self.features_of(i));
+            labels.push(self.labels[i]);
+        }
+        Ok(Dataset {
+            features,
+            num_features: self.num_features,
+            labels,
+            num_classes: self.num_classes,
+        })
+    }
+
+    /// Splits into `(train, test)` so that each class keeps its proportion:
+    /// from every class, `round(count * test_fraction)` examples chosen at
+    /// random (seeded) go to the test set. Both sets keep the original order.
+    ///
+    /// ```
+    /// use retrograd::data::Dataset;
+    /// let labels: Vec<usize> = (0..100).map(|i| i % 4).collect();
+    /// let ds = Dataset::new(vec![0.0; 100], 1, labels, 4)?;
+    /// let (train, test) = ds.stratified_split(0.2, 7)?;
+    /// assert_eq!(test.class_counts(), vec![5, 5, 5, 5]);
+    /// assert_eq!(train.len(), 80);
+    /// assert_eq!(ds.stratified_split(0.2, 7)?, (train, test));   // seeded
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn stratified_split(&self, test_fraction: f64, seed: u64) -> Result<(Dataset, Dataset)> {
+        if !(0.0..=1.0).contains(&test_fraction) {
+            return Err(Error::invalid(
+                "stratified_split",
+                format!("test_fraction must be in [0, 1], got {test_fraction}"),
+            ));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); self.num_classes];
+        for (i, &l) in self.labels.iter().enumerate() {
+            by_class[l].push(i);
+        }
+        let mut in_test = vec![false; self.len()];
+        for members in &mut by_class {
+            members.shuffle(&mut rng);
+            let n_test = (members.len() as f64 * test_fraction).round() as usize;
+            for &i in &members[..n_test] {
+                in_test[i] = true;
+            }
+        }
+        let (test, train): (Vec<usize>, Vec<usize>) = (0..self.len()).partition(|&i| in_test[i]);
+        Ok((self.subset(&train)?, self.subset(&test)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy() -> Dataset {
+        let labels: Vec<usize> = (0..30)
+            .map(|i| if i < 20 { 0 } else { 1 + i % 2 })
+            .collect();
+        let features: Vec<f64> = (0..60).map(|v| v as f64).collect();
+        Dataset::new(features, 2, labels, 3).unwrap()
+    }
+
+    #[test]
+    fn split_is_stratified_disjoint_and_complete() {
+        let ds = toy();
+        let (train, test) = ds.stratified_split(0.3, 1).unwrap();
+        assert_eq!(test.class_counts(), vec![6, 2, 2]);
+        assert_eq!(train.class_counts(), vec![14, 3, 3]);
+        // Every example lands in exactly one side (features are unique ids).
+        let mut firsts: Vec<f64> = train
+            .features()
+            .chunks(2)
+            .chain(test.features().chunks(2))
+            .map(|r| r[0])
+            .collect();
+        firsts.sort_by(f64::total_cmp);
+        assert_eq!(firsts, (0..30).map(|i| (2 * i) as f64).collect::<Vec<_>>());
+        let (_, other) = ds.stratified_split(0.3, 2).unwrap();
+        assert_ne!(other, test, "another seed picks other examples");
+    }
+
+    #[test]
+    fn invalid_inputs() {
+        assert!(Dataset::new(vec![0.0; 5], 2, vec![0, 1], 2).is_err());
+        assert!(matches!(
+            Dataset::new(vec![0.0; 4], 2, vec![0, 2], 2),
+            Err(Error::IndexOutOfRange { index: 2, .. })
+        ));
+        assert!(toy().stratified_split(1.5, 0).is_err());
+        assert!(toy().subset(&[30]).is_err());
+    }
+
+    #[test]
+    fn features_tensor_has_the_right_shape() {
+        let t = toy().features_tensor(DType::F32).unwrap();
+        assert_eq!(t.shape(), &[30, 2]);
+        assert_eq!(t.dtype(), DType::F32);
+    }
+}

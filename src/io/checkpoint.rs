@@ -1,0 +1,308 @@
+//! Training checkpoints: a model's named parameters and, optionally, its
+//! optimizer's state, in one safetensors file.
+//!
+//! Naming scheme: each parameter under its own name (`"0.weight"`,
+//! `"2.bias"`, as `Module::parameters` gives them, so the file loads into a
+//! PyTorch model with the same layout through `safetensors.torch.load_file`),
+//! and each optimizer state tensor under `"optimizer.{parameter}.{field}"`
+//! (`optimizer.0.weight.exp_avg`, `optimizer.0.weight.step`, ...). The
+//! header's metadata records the format, the optimizer kind and its learning
+//! rate.
+//!
+//! Loading is strict and all-or-nothing: a missing or unexpected name, a
+//! wrong shape or dtype is an [`Error::TensorMismatch`] naming the tensor,
+//! and on any error no parameter or optimizer state is changed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::safetensors::{load_tensors, save_tensors};
+use crate::error::{Error, Result};
+use crate::nn::{Parameter, StateDict};
+use crate::optim::Optimizer;
+
+/// Prefix of optimizer state entries.
+pub const OPTIMIZER_PREFIX: &str = "optimizer.";
+/// Metadata key and value marking a retrograd checkpoint.
+const FORMAT_KEY: &str = "format";
+const FORMAT: &str = "retrograd.checkpoint.v1";
+const OPTIMIZER_KEY: &str = "optimizer";
+const LR_KEY: &str = "optimizer.lr";
+
+/// Saves `params` (and `optimizer`'s state, if given) to `path`, atomically.
+///
+/// ```
+/// use retrograd::{Tensor, nn::Parameter, io::{load_checkpoint, save_checkpoint}};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("model.safetensors");
+/// let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2])?);
+/// save_checkpoint(&path, &[("w".to_string(), w.clone())], None)?;
+/// w.set(Tensor::from_vec(vec![0.0f32, 0.0], &[2])?)?;
+/// load_checkpoint(&path, &[("w".to_string(), w.clone())], None)?;
+/// assert_eq!(w.value().to_vec::<f32>()?, vec![1.0, 2.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn save_checkpoint(
+    path: impl AsRef<Path>,
+    params: &[(String, Parameter)],
+    optimizer: Option<&dyn Optimizer>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let mut tensors = StateDict::new();
+    for (name, p) in params {
+        if name.starts_with(OPTIMIZER_PREFIX) {
+            return Err(Error::invalid(
+                "save_checkpoint",
+                format!("parameter name `{name}` uses the reserved prefix `{OPTIMIZER_PREFIX}`"),
+            ));
+        }
+        if tensors.insert(name.clone(), p.value()).is_some() {
+            return Err(Error::invalid(
+                "save_checkpoint",
+                format!("two parameters are named `{name}`"),
+            ));
+        }
+    }
+    let mut metadata = BTreeMap::new();
+    metadata.insert(FORMAT_KEY.to_string(), FORMAT.to_string());
+    if let Some(opt) = optimizer {
+        metadata.insert(OPTIMIZER_KEY.to_string(), opt.kind().to_string());
+        // Round-trip exact: Rust prints the shortest string that parses back to the same f64.
+        metadata.insert(LR_KEY.to_string(), format!("{:?}", opt.lr()));
+        for (name, t) in opt.state_dict() {
+            tensors.insert(format!("{OPTIMIZER_PREFIX}{name}"), t);
+        }
+    }
+    save_tensors(path, &tensors, &metadata)
+}
+
+/// Loads a checkpoint written by [`save_checkpoint`] into `params` (every
+/// one must be in the file, with its shape and dtype; the file may hold no
+/// other parameter) and, if given, into `optimizer` (which must be of the
+/// kind that saved it; its learning rate is restored too). Optimizer entries
+/// are ignored when no optimizer is given.
+pub fn load_checkpoint(
+    path: impl AsRef<Path>,
+    params: &[(String, Parameter)],
+    optimizer: Option<&mut dyn Optimizer>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let context = format!("load_checkpoint({})", path.display());
+    let file = load_tensors(path)?;
+    let format_error = |reason: String| Error::Format {
+        op: "load_checkpoint",
+        path: path.display().to_string(),
+        reason,
+    };
+    match file.metadata.get(FORMAT_KEY).map(String::as_str) {
+        Some(FORMAT) => {}
+        other => {
+            return Err(format_error(format!(
+                "not a retrograd checkpoint (format {other:?}, expected {FORMAT:?})"
+            )))
+        }
+    }
+
+    let (mut model, mut optim) = (StateDict::new(), StateDict::new());
+    for (name, t) in file.tensors {
+        match name.strip_prefix(OPTIMIZER_PREFIX) {
+            Some(rest) => optim.insert(rest.to_string(), t),
+            None => model.insert(name, t),
+        };
+    }
+    let values = crate::nn::check_state_dict(&context, params, &model)?;
+
+    if let Some(opt) = optimizer {
+        let saved_kind = file.metadata.get(OPTIMIZER_KEY);
+        if saved_kind.map(String::as_str) != Some(opt.kind()) {
+            return Err(format_error(format!(
+                "the checkpoint holds {} optimizer state; cannot load it into {}",
+                saved_kind.map_or("no", String::as_str),
+                opt.kind()
+            )));
+        }
+        let lr = file
+            .metadata
+            .get(LR_KEY)
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| format_error("missing or invalid optimizer.lr metadata".into()))?;
+        opt.load_state_dict(&optim).map_err(|e| match e {
+            Error::TensorMismatch { name, problem, .. } => Error::TensorMismatch {
+                context: context.clone(),
+                name: format!("{OPTIMIZER_PREFIX}{name}"),
+                problem,
+            },
+            other => other,
+        })?;
+        opt.set_lr(lr);
+    }
+    for ((_, p), value) in params.iter().zip(values) {
+        p.set(value)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::TensorProblem;
+    use crate::optim::{Adam, AdamConfig, Sgd, SgdConfig};
+    use crate::{DType, Graph, Tensor};
+
+    fn model() -> Vec<(String, Parameter)> {
+        vec![
+            (
+                "0.weight".into(),
+                Parameter::new(Tensor::randn(&[3, 2], DType::F32, 1).unwrap()),
+            ),
+            (
+                "0.bias".into(),
+                Parameter::new(Tensor::randn(&[3], DType::F32, 2).unwrap()),
+            ),
+        ]
+    }
+
+    fn train_step(params: &[(String, Parameter)], opt: &mut dyn Optimizer) {
+        let grads = {
+            let g = Graph::new();
+            let mut loss = g.constant(Tensor::scalar(0.0f32));
+            for (_, p) in params {
+                let x = g.param(p);
+                loss = loss + (&x * &x).sum();
+            }
+            loss.backward().unwrap()
+        };
+        opt.step(&grads).unwrap();
+    }
+
+    #[test]
+    fn model_and_adam_state_round_trip_bit_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let params = model();
+        let mut opt = Adam::new(&params, AdamConfig::default().lr(0.01)).unwrap();
+        train_step(&params, &mut opt);
+        train_step(&params, &mut opt);
+        save_checkpoint(&path, &params, Some(&opt)).unwrap();
+
+        let names: Vec<String> = load_tensors(&path).unwrap().tensors.into_keys().collect();
+        assert!(names.contains(&"optimizer.0.weight.exp_avg".to_string()));
+        assert!(names.contains(&"optimizer.0.bias.step".to_string()));
+
+        let restored = model(); // other values, same names and shapes
+        let mut opt2 = Adam::new(&restored, AdamConfig::default().lr(0.5)).unwrap();
+        load_checkpoint(&path, &restored, Some(&mut opt2)).unwrap();
+        assert_eq!(opt2.lr(), 0.01);
+        assert_eq!(opt2.state_dict(), opt.state_dict());
+        for ((_, a), (_, b)) in params.iter().zip(&restored) {
+            assert_eq!(a.value(), b.value());
+        }
+        // Training continues identically from the restored state.
+        train_step(&params, &mut opt);
+        train_step(&restored, &mut opt2);
+        for ((_, a), (_, b)) in params.iter().zip(&restored) {
+            assert_eq!(a.value(), b.value());
+        }
+    }
+
+    #[test]
+    fn mismatches_are_typed_errors_naming_the_tensor_and_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let params = model();
+        save_checkpoint(&path, &params, None).unwrap();
+
+        let fresh = model();
+        let before: Vec<Tensor> = fresh.iter().map(|(_, p)| p.value()).collect();
+        // Wrong shape.
+        let mut wrong = fresh.clone();
+        wrong[1] = (
+            "0.bias".into(),
+            Parameter::new(Tensor::zeros(&[4], DType::F32).unwrap()),
+        );
+        let e = load_checkpoint(&path, &wrong, None).unwrap_err();
+        assert!(
+            matches!(&e, Error::TensorMismatch { name, problem: TensorProblem::Shape { expected, found }, .. }
+                if name == "0.bias" && expected == &[4] && found == &[3]),
+            "{e}"
+        );
+        assert_eq!(fresh[0].1.value(), before[0], "nothing loaded on error");
+        // Wrong dtype.
+        wrong[1] = (
+            "0.bias".into(),
+            Parameter::new(Tensor::zeros(&[3], DType::F64).unwrap()),
+        );
+        assert!(matches!(
+            load_checkpoint(&path, &wrong, None),
+            Err(Error::TensorMismatch {
+                problem: TensorProblem::DType { .. },
+                ..
+            })
+        ));
+        // Missing and unexpected names.
+        let mut extra = fresh.clone();
+        extra.push((
+            "1.weight".into(),
+            Parameter::new(Tensor::zeros(&[1], DType::F32).unwrap()),
+        ));
+        assert!(matches!(
+            load_checkpoint(&path, &extra, None),
+            Err(Error::TensorMismatch { ref name, problem: TensorProblem::Missing, .. }) if name == "1.weight"
+        ));
+        assert!(matches!(
+            load_checkpoint(&path, &fresh[..1], None),
+            Err(Error::TensorMismatch { ref name, problem: TensorProblem::Unexpected, .. }) if name == "0.bias"
+        ));
+    }
+
+    #[test]
+    fn optimizer_kind_and_presence_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let params = model();
+        let mut sgd = Sgd::new(&params, SgdConfig::new(0.1).momentum(0.9)).unwrap();
+        train_step(&params, &mut sgd);
+        save_checkpoint(&path, &params, Some(&sgd)).unwrap();
+        let mut adam = Adam::new(&params, AdamConfig::default()).unwrap();
+        let e = load_checkpoint(&path, &params, Some(&mut adam)).unwrap_err();
+        assert!(matches!(e, Error::Format { .. }), "{e}");
+        // Without an optimizer, the optimizer entries are ignored.
+        load_checkpoint(&path, &params, None).unwrap();
+        // A model-only checkpoint cannot restore an optimizer.
+        save_checkpoint(&path, &params, None).unwrap();
+        assert!(load_checkpoint(&path, &params, Some(&mut sgd)).is_err());
+    }
+
+    #[test]
+    fn truncated_and_foreign_files_are_format_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let params = model();
+        save_checkpoint(&path, &params, None).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
+        let e = load_checkpoint(&path, &params, None).unwrap_err();
+        assert!(
+            matches!(&e, Error::Format { path: p, .. } if p.ends_with("ckpt.safetensors")),
+            "{e}"
+        );
+        // A valid safetensors file that is not a retrograd checkpoint.
+        let mut t = StateDict::new();
+        t.insert("x".into(), Tensor::scalar(1.0));
+        save_tensors(&path, &t, &BTreeMap::new()).unwrap();
+        assert!(matches!(
+            load_checkpoint(&path, &params, None),
+            Err(Error::Format { .. })
+        ));
+    }
+
+    #[test]
+    fn reserved_and_duplicate_names_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let p = Parameter::new(Tensor::scalar(1.0));
+        assert!(save_checkpoint(&path, &[("optimizer.x".into(), p.clone())], None).is_err());
+        assert!(save_checkpoint(&path, &[("a".into(), p.clone()), ("a".into(), p)], None).is_err());
+        assert!(!path.exists());
+    }
+}

@@ -1,0 +1,322 @@
+//! Named tensors to and from files in the [safetensors] format (the format
+//! of Hugging Face and `safetensors.torch`), through the `safetensors` crate.
+//!
+//! Writes are atomic: the file is written to a temporary file in the same
+//! directory, flushed to disk (`fsync`), and renamed over the destination,
+//! and the directory entry is synced. A crash at any point leaves either the
+//! old file or the complete new one, never a half-written file.
+//!
+//! Reads never panic on bad input: an unreadable file is [`Error::Io`], a
+//! truncated or corrupted one (or a dtype other than F32/F64) is
+//! [`Error::Format`], both with the path.
+//!
+//! [safetensors]: https://huggingface.co/docs/safetensors
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, SafeTensors, View};
+
+use crate::error::{Error, Result};
+use crate::nn::StateDict;
+use crate::tensor::{DType, Tensor};
+
+/// The tensors and the free-form string metadata of a safetensors file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TensorFile {
+    /// The tensors, by name.
+    pub tensors: StateDict,
+    /// The header's `__metadata__` entries.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Borrowed view of one tensor for the serializer.
+struct TensorBytes<'a>(&'a Tensor);
+
+impl View for TensorBytes<'_> {
+    fn dtype(&self) -> Dtype {
+        match self.0.dtype() {
+            DType::F32 => Dtype::F32,
+            DType::F64 => Dtype::F64,
+        }
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.0.shape()
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        crate::with_dtype!(self.0.dtype(), T => le_bytes(self.0.as_slice_of::<T>()))
+    }
+
+    fn data_len(&self) -> usize {
+        self.0.numel() * self.0.dtype().size_in_bytes()
+    }
+}
+
+/// The little-endian bytes of `values`: borrowed on little-endian machines.
+fn le_bytes<T: LeBytes>(values: &[T]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: f32 and f64 have no padding and every byte pattern is a valid u8;
+        // the slice covers exactly the values' memory.
+        Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+        })
+    } else {
+        Cow::Owned(values.iter().flat_map(|v| v.to_le_vec()).collect())
+    }
+}
+
+trait LeBytes: Copy {
+    fn to_le_vec(self) -> Vec<u8>;
+}
+
+impl LeBytes for f32 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for f64 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+fn io_error(op: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        op,
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn format_error(op: &'static str, path: &Path, reason: impl Into<String>) -> Error {
+    Error::Format {
+        op,
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes `tensors` and `metadata` to `path` in the safetensors format,
+/// atomically (see the [module docs](self)).
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use retrograd::{Tensor, io::{load_tensors, save_tensors}, nn::StateDict};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("weights.safetensors");
+/// let mut tensors = StateDict::new();
+/// tensors.insert("w".into(), Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?);
+/// save_tensors(&path, &tensors, &BTreeMap::new())?;
+/// assert_eq!(load_tensors(&path)?.tensors, tensors);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn save_tensors(
+    path: impl AsRef<Path>,
+    tensors: &StateDict,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    const OP: &str = "save_tensors";
+    let path = path.as_ref();
+    let info: HashMap<String, String> = metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let views = tensors.iter().map(|(k, t)| (k.as_str(), TensorBytes(t)));
+    let bytes = safetensors::serialize(views, (!info.is_empty()).then_some(info))
+        .map_err(|e| format_error(OP, path, e.to_string()))?;
+    write_atomically(OP, path, &bytes)
+}
+
+/// Writes `bytes` to `path` through a synced temporary file and a rename.
+fn write_atomically(op: &'static str, path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io_error(op, path, "not a file path"))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| io_error(op, path, e))?;
+    tmp.write_all(bytes).map_err(|e| io_error(op, path, e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| io_error(op, path, e))?;
+    // On failure the temporary file is removed when `tmp` drops.
+    tmp.persist(path).map_err(|e| io_error(op, path, e.error))?;
+    sync_dir(dir).map_err(|e| io_error(op, path, e))
+}
+
+/// Makes the rename itself durable (the directory entry) where the OS allows.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::fs::File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+/// Reads a safetensors file: every tensor (F32 or F64) and the metadata.
+pub fn load_tensors(path: impl AsRef<Path>) -> Result<TensorFile> {
+    const OP: &str = "load_tensors";
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| io_error(OP, path, e))?;
+    parse_tensors(OP, path, &bytes)
+}
+
+/// Parses the bytes of a safetensors file (`path` is for messages).
+pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Result<TensorFile> {
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| format_error(op, path, format!("not a valid safetensors file: {e}")))?;
+    let metadata = header
+        .metadata()
+        .as_ref()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let file = SafeTensors::deserialize(bytes)
+        .map_err(|e| format_error(op, path, format!("not a valid safetensors file: {e}")))?;
+    let mut tensors = StateDict::new();
+    for (name, view) in file.iter() {
+        let data = view.data();
+        let tensor = match view.dtype() {
+            Dtype::F32 => Tensor::from_vec(decode(data, f32::from_le_bytes), view.shape()),
+            Dtype::F64 => Tensor::from_vec(decode(data, f64::from_le_bytes), view.shape()),
+            other => {
+                return Err(format_error(
+                    op,
+                    path,
+                    format!("tensor `{name}` has dtype {other}; retrograd reads F32 and F64"),
+                ))
+            }
+        }
+        .map_err(|e| format_error(op, path, format!("tensor `{name}`: {e}")))?;
+        tensors.insert(name.to_string(), tensor);
+    }
+    Ok(TensorFile { tensors, metadata })
+}
+
+/// Decodes little-endian elements (the data may be unaligned in the file).
+fn decode<T, const N: usize>(data: &[u8], from_le: fn([u8; N]) -> T) -> Vec<T> {
+    data.chunks_exact(N)
+        .map(|c| from_le(c.try_into().expect("chunks_exact gives N bytes")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StateDict {
+        let mut t = StateDict::new();
+        t.insert(
+            "layer.weight".into(),
+            Tensor::from_vec(vec![1.5f32, -0.0, f32::MIN_POSITIVE, 3e38], &[2, 2]).unwrap(),
+        );
+        t.insert(
+            "layer.bias".into(),
+            Tensor::from_vec(vec![std::f64::consts::PI, -1e-300], &[2]).unwrap(),
+        );
+        t.insert("step".into(), Tensor::scalar(7.0));
+        t.insert("empty".into(), Tensor::zeros(&[0, 3], DType::F32).unwrap());
+        t
+    }
+
+    #[test]
+    fn round_trip_is_bit_exact_with_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        let mut meta = BTreeMap::new();
+        meta.insert("format".to_string(), "test".to_string());
+        save_tensors(&path, &sample(), &meta).unwrap();
+        let back = load_tensors(&path).unwrap();
+        assert_eq!(back.metadata, meta);
+        assert_eq!(back.tensors.len(), 4);
+        for (name, t) in sample() {
+            let b = &back.tensors[&name];
+            assert_eq!((b.shape(), b.dtype()), (t.shape(), t.dtype()), "{name}");
+            let bits = |t: &Tensor| {
+                t.to_f64_vec()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(b), bits(&t), "{name}");
+        }
+        // Only the checkpoint is left in the directory: no temporary files.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn every_truncation_is_a_format_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        save_tensors(&path, &sample(), &BTreeMap::new()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for len in 0..bytes.len() {
+            let err = parse_tensors("load_tensors", &path, &bytes[..len]).unwrap_err();
+            assert!(matches!(err, Error::Format { .. }), "length {len}: {err}");
+        }
+    }
+
+    #[test]
+    fn corrupted_header_and_foreign_dtypes_are_format_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        save_tensors(&path, &sample(), &BTreeMap::new()).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[8] = b'#'; // the opening brace of the JSON header
+        assert!(matches!(
+            parse_tensors("load_tensors", &path, &bytes),
+            Err(Error::Format { .. })
+        ));
+        // A huge declared header length.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            parse_tensors("load_tensors", &path, &bytes),
+            Err(Error::Format { .. })
+        ));
+        // An I32 tensor, written by another tool.
+        let raw = [1u8, 0, 0, 0];
+        let view = safetensors::tensor::TensorView::new(Dtype::I32, vec![1], &raw).unwrap();
+        let bytes = safetensors::serialize([("ids", view)], None).unwrap();
+        let err = parse_tensors("load_tensors", &path, &bytes).unwrap_err();
+        assert!(err.to_string().contains("`ids` has dtype I32"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_is_an_io_error_with_the_path() {
+        let err = load_tensors("/nonexistent/dir/x.safetensors").unwrap_err();
+        assert!(matches!(err, Error::Io { ref path, .. } if path.contains("x.safetensors")));
+        let err = save_tensors(
+            "/nonexistent/dir/x.safetensors",
+            &sample(),
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Io { .. }));
+    }
+
+    #[test]
+    fn saving_over_an_existing_file_replaces_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        save_tensors(&path, &sample(), &BTreeMap::new()).unwrap();
+        let mut small = StateDict::new();
+        small.insert("x".into(), Tensor::scalar(1.0f32));
+        save_tensors(&path, &small, &BTreeMap::new()).unwrap();
+        assert_eq!(load_tensors(&path).unwrap().tensors, small);
+    }
+}

@@ -1,0 +1,7 @@
+//! Layers: one module type per file.
+
+mod activation;
+mod sequential;
+
+pub use activation::Activation;
+pub use sequential::Sequential;
