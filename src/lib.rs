@@ -29,11 +29,14 @@ struct ReadmeDoctests;
 
 pub mod autograd;
 mod error;
+#[cfg(feature = "expr")]
+pub mod expr;
 pub mod graph;
 pub mod kernels;
 pub mod ops;
 pub mod prelude;
 pub mod tensor;
+pub mod viz;
 
 pub use autograd::{
     gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradcheckOptions,
