@@ -434,3 +434,30 @@ fn pictures_are_written_atomically() {
     assert!(matches!(missing, Err(Error::Io { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn large_tensors_show_shape_and_gradient_norm() {
+    let graph = Graph::new();
+    let x = graph.named_variable("x", Tensor::from_vec(vec![1.0; 12], &[3, 4]).unwrap());
+    let loss = (&x * 2.0).sum();
+    let grads = loss.backward().unwrap();
+    let options = VizOptions::new().root(&loss).gradients(&grads);
+    let dot = Dot::parse(&graph.to_dot(&options).unwrap());
+    // 12 elements: more than max_values (8), so no values; |grad| = sqrt(12 * 2^2).
+    assert_eq!(dot.label_lines("v0"), ["x", "f64 [3, 4]", "|grad| 6.928"]);
+    let all = Dot::parse(&graph.to_dot(&options.clone().max_values(12)).unwrap());
+    assert_eq!(
+        all.label_lines("v0")[2],
+        "= [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]"
+    );
+    assert_eq!(
+        all.label_lines("v0")[3],
+        "grad [[2, 2, 2, 2], [2, 2, 2, 2], [2, 2, 2, 2]]"
+    );
+    let none = Dot::parse(&graph.to_dot(&options.max_values(0)).unwrap());
+    assert_eq!(
+        none.label_lines("n1"),
+        ["sum", "#1  f64 []"],
+        "the root's gradient was not retained"
+    );
+}

@@ -131,7 +131,8 @@ fn element(node: &PicNode, orientation: Orientation) -> Element {
     let shape = match look.shape {
         Shape::Box => ShapeKind::Box(text),
         Shape::Ellipse => {
-            size = Point::new(size.x * ELLIPSE_GROWTH.0, size.y * ELLIPSE_GROWTH.1);
+            let (w, h) = (size.x * ELLIPSE_GROWTH.0, size.y * ELLIPSE_GROWTH.1);
+            size = Point::new(w.max(h), h);
             ShapeKind::Circle(text)
         }
     };
