@@ -83,6 +83,8 @@ fn syntax_error(src: &Arc<str>, e: &Rich<'_, char>) -> ExprError {
 fn describe(p: &RichPattern<'_, char>) -> Option<String> {
     match p {
         RichPattern::Token(c) => Some(format!("`{}`", **c)),
+        // Whitespace is allowed almost everywhere; listing it is noise.
+        RichPattern::Label(l) if l == "whitespace" => None,
         RichPattern::Label(l) => Some(l.to_string()),
         RichPattern::Identifier(s) => Some(format!("`{s}`")),
         RichPattern::EndOfInput => Some("end of input".to_string()),
@@ -289,6 +291,10 @@ mod tests {
         assert_eq!((e.column(), e.span()), (10, 9..10));
         assert!(e.message().starts_with("unexpected `)`"), "{}", e.message());
         assert!(e.message().contains("a number"), "{}", e.message());
+        let e = parse("x*(y").unwrap_err();
+        assert_eq!(e.column(), 5);
+        assert!(!e.message().contains("whitespace"), "{}", e.message());
+        assert!(e.message().ends_with("or `^`"), "{}", e.message());
         let e = parse("x +").unwrap_err();
         assert_eq!(e.column(), 4);
         assert!(e.message().starts_with("unexpected end of input"));

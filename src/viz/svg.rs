@@ -462,3 +462,55 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::viz::{Direction, Renderer, VizOptions};
+    use crate::{Graph, Tensor};
+
+    fn builtin() -> VizOptions<'static> {
+        VizOptions::new().renderer(Renderer::Builtin)
+    }
+
+    fn parses(svg: &str) -> roxmltree::Document<'_> {
+        roxmltree::Document::parse(svg).expect("well-formed SVG")
+    }
+
+    #[test]
+    fn degenerate_graphs_still_draw() {
+        let empty = Graph::new();
+        let svg = empty.to_svg(&builtin().title("nothing")).unwrap();
+        assert!(parses(&svg)
+            .descendants()
+            .any(|n| n.text() == Some("nothing")));
+
+        // Leaves only: a frozen computation records no node.
+        let g = Graph::new();
+        let y = g.named_constant("y", Tensor::scalar(4.0));
+        let _folded = &y * 2.0;
+        let svg = g.to_svg(&builtin()).unwrap();
+        assert_eq!(
+            parses(&svg)
+                .descendants()
+                .filter(|n| n.has_tag_name("ellipse"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn repeated_inputs_and_left_right_layouts() {
+        let g = Graph::new();
+        let x = g.named_variable("x", Tensor::scalar(3.0));
+        let sq = &x * &x;
+        for direction in [Direction::TopDown, Direction::LeftRight] {
+            let svg = g.to_svg(&builtin().root(&sq).direction(direction)).unwrap();
+            let doc = parses(&svg);
+            assert_eq!(
+                doc.descendants().filter(|n| n.has_tag_name("path")).count(),
+                2,
+                "x feeds mul twice"
+            );
+        }
+    }
+}
