@@ -30,6 +30,8 @@ struct ReadmeDoctests;
 pub mod autograd;
 pub mod data;
 mod error;
+#[cfg(feature = "expr")]
+pub mod expr;
 pub mod graph;
 pub mod io;
 pub mod kernels;
@@ -38,6 +40,7 @@ pub mod ops;
 pub mod optim;
 pub mod prelude;
 pub mod tensor;
+pub mod viz;
 
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
