@@ -3,11 +3,13 @@
 
 pub mod init;
 mod layers;
+mod metrics;
 mod module;
 mod parameter;
 mod state;
 
 pub use layers::{Activation, Sequential};
+pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;
 pub(crate) use state::check_state_dict;
