@@ -326,21 +326,19 @@ impl Optimizer for Adam {
     }
 }
 
-/// `a + w (b - a)` as PyTorch's CPU `lerp` computes it (two forms for accuracy).
-#[inline(always)]
-fn lerp<T: Element>(a: T, b: T, w: T) -> T {
-    if w.abs() < T::from_f64(0.5) {
-        a + w * (b - a)
-    } else {
-        b - (b - a) * (T::one() - w)
-    }
-}
+/// How weight decay enters the update (a const parameter of the loops, so
+/// each loop body is branch-free and vectorises).
+const NO_DECAY: u8 = 0;
+const L2_DECAY: u8 = 1;
+const DECOUPLED_DECAY: u8 = 2;
 
 /// The rounded scalars of one update, in the element type.
 struct Scalars<T> {
+    sign: T,
     shrink: T,
     decay: T,
-    one_minus_beta1: T,
+    lerp_weight: T,
+    lerp_complement: T,
     beta2: T,
     one_minus_beta2: T,
     bc2_sqrt: T,
@@ -350,10 +348,14 @@ struct Scalars<T> {
 
 impl Coefficients {
     fn scalars<T: Element>(&self) -> Scalars<T> {
+        let w = T::from_f64(1.0 - self.beta1);
         Scalars {
+            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
+            sign: if self.maximize { -T::one() } else { T::one() },
             shrink: T::from_f64(1.0 - self.lr * self.decay),
             decay: T::from_f64(self.decay),
-            one_minus_beta1: T::from_f64(1.0 - self.beta1),
+            lerp_weight: w,
+            lerp_complement: T::one() - w,
             beta2: T::from_f64(self.beta2),
             one_minus_beta2: T::from_f64(1.0 - self.beta2),
             bc2_sqrt: T::from_f64(self.bias_correction2_sqrt),
@@ -361,36 +363,101 @@ impl Coefficients {
             neg_step_size: T::from_f64(-self.step_size),
         }
     }
-}
 
-/// Updates `p`, `m`, `v` for one element and returns the gradient used;
-/// the caller finishes with the (possibly AMSGrad) second moment.
-#[inline(always)]
-fn moments<T: Element>(p: &mut T, g: T, m: &mut T, v: &mut T, k: &Coefficients, s: &Scalars<T>) {
-    let mut d = if k.maximize { -g } else { g };
-    if k.decay != 0.0 {
-        if k.decoupled {
-            *p *= s.shrink;
-        } else {
-            d += s.decay * *p;
+    fn decay_mode(&self) -> u8 {
+        match (self.decay != 0.0, self.decoupled) {
+            (false, _) => NO_DECAY,
+            (true, false) => L2_DECAY,
+            (true, true) => DECOUPLED_DECAY,
         }
     }
-    *m = lerp(*m, d, s.one_minus_beta1);
+}
+
+/// Weight decay and both moments for one element. `m` moves toward `d` as
+/// PyTorch's CPU `lerp` computes it: `m + w (d - m)` for a weight below one
+/// half, `d - (d - m)(1 - w)` otherwise (`SMALL_W`).
+#[inline(always)]
+fn moments<T: Element, const DECAY: u8, const SMALL_W: bool>(
+    p: &mut T,
+    g: T,
+    m: &mut T,
+    v: &mut T,
+    s: &Scalars<T>,
+) {
+    let mut d = g * s.sign;
+    if DECAY == L2_DECAY {
+        d += s.decay * *p;
+    } else if DECAY == DECOUPLED_DECAY {
+        *p *= s.shrink;
+    }
+    *m = if SMALL_W {
+        *m + s.lerp_weight * (d - *m)
+    } else {
+        d - (d - *m) * s.lerp_complement
+    };
     *v = *v * s.beta2 + s.one_minus_beta2 * d * d;
 }
 
+/// `p += -step_size * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)`.
 #[inline(always)]
 fn apply<T: Element>(p: &mut T, m: T, v_hat: T, s: &Scalars<T>) {
     let denom = v_hat.sqrt() / s.bc2_sqrt + s.eps;
     *p += s.neg_step_size * m / denom;
 }
 
+// Not inlined: as separate functions the `&mut` slices keep their no-alias
+// guarantee, which is what lets the loop vectorise.
+#[inline(never)]
+fn adam_loop<T: Element, const DECAY: u8, const SMALL_W: bool>(
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+    s: &Scalars<T>,
+) {
+    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+        moments::<T, DECAY, SMALL_W>(p, g, m, v, s);
+        apply(p, *m, *v, s);
+    }
+}
+
+#[inline(never)]
+fn amsgrad_loop<T: Element, const DECAY: u8, const SMALL_W: bool>(
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+    vmax: &mut [T],
+    s: &Scalars<T>,
+) {
+    let it = p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
+    for ((((p, &g), m), v), vmax) in it.zip(vmax.iter_mut()) {
+        moments::<T, DECAY, SMALL_W>(p, g, m, v, s);
+        // torch.maximum: NaN in either operand gives NaN.
+        // (A non-short-circuit `|`: a select the loop can vectorise.)
+        *vmax = if (*v > *vmax) | v.is_nan() { *v } else { *vmax };
+        apply(p, *m, *vmax, s);
+    }
+}
+
+/// Picks the loop instance for the run-time flags.
+macro_rules! dispatch {
+    ($k:expr, $s:expr, $f:ident, $($arg:expr),*) => {{
+        let small = $s.lerp_weight.abs() < T::from_f64(0.5);
+        match ($k.decay_mode(), small) {
+            (NO_DECAY, true) => $f::<T, NO_DECAY, true>($($arg),*, &$s),
+            (NO_DECAY, false) => $f::<T, NO_DECAY, false>($($arg),*, &$s),
+            (L2_DECAY, true) => $f::<T, L2_DECAY, true>($($arg),*, &$s),
+            (L2_DECAY, false) => $f::<T, L2_DECAY, false>($($arg),*, &$s),
+            (_, true) => $f::<T, DECOUPLED_DECAY, true>($($arg),*, &$s),
+            (_, false) => $f::<T, DECOUPLED_DECAY, false>($($arg),*, &$s),
+        }
+    }};
+}
+
 fn adam_kernel<T: Element>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], k: Coefficients) {
     let s = k.scalars::<T>();
-    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-        moments(p, g, m, v, &k, &s);
-        apply(p, *m, *v, &s);
-    }
+    dispatch!(k, s, adam_loop, p, g, m, v)
 }
 
 fn adam_amsgrad_kernel<T: Element>(
@@ -402,12 +469,7 @@ fn adam_amsgrad_kernel<T: Element>(
     k: Coefficients,
 ) {
     let s = k.scalars::<T>();
-    let it = p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
-    for ((((p, &g), m), v), vmax) in it.zip(vmax.iter_mut()) {
-        moments(p, g, m, v, &k, &s);
-        *vmax = vmax.max(*v);
-        apply(p, *m, *vmax, &s);
-    }
+    dispatch!(k, s, amsgrad_loop, p, g, m, v, vmax)
 }
 
 #[cfg(test)]

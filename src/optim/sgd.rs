@@ -215,40 +215,90 @@ impl Optimizer for Sgd {
     }
 }
 
+/// The rounded scalars of one update, in the element type.
+struct Scalars<T> {
+    sign: T,
+    neg_lr: T,
+    decay: T,
+    momentum: T,
+    keep: T,
+}
+
+impl<T: Element> Scalars<T> {
+    fn new(c: &SgdConfig) -> Self {
+        Scalars {
+            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
+            sign: if c.maximize { -T::one() } else { T::one() },
+            neg_lr: T::from_f64(-c.lr),
+            decay: T::from_f64(c.weight_decay),
+            momentum: T::from_f64(c.momentum),
+            keep: T::from_f64(1.0 - c.dampening),
+        }
+    }
+}
+
 /// `p -= lr * (g + wd p)` (plain SGD).
 fn sgd_plain<T: Element>(p: &mut [T], g: &[T], c: &SgdConfig) {
-    let neg_lr = T::from_f64(-c.lr);
-    let wd = T::from_f64(c.weight_decay);
-    let (decay, maximize) = (c.weight_decay != 0.0, c.maximize);
+    let s = Scalars::<T>::new(c);
     update_chunks(p, g, [], |p, g, []| {
-        for (p, &g) in p.iter_mut().zip(g) {
-            let mut d = if maximize { -g } else { g };
-            if decay {
-                d += wd * *p;
-            }
-            *p += neg_lr * d;
+        if c.weight_decay != 0.0 {
+            plain_loop::<T, true>(p, g, &s)
+        } else {
+            plain_loop::<T, false>(p, g, &s)
         }
     });
 }
 
+// The loops are separate, non-inlined functions with their options as const
+// parameters: branch-free bodies over `&mut` slices that keep their no-alias
+// guarantee, so they vectorise.
+#[inline(never)]
+fn plain_loop<T: Element, const DECAY: bool>(p: &mut [T], g: &[T], s: &Scalars<T>) {
+    for (p, &g) in p.iter_mut().zip(g) {
+        let mut d = g * s.sign;
+        if DECAY {
+            d += s.decay * *p;
+        }
+        *p += s.neg_lr * d;
+    }
+}
+
 /// SGD with a momentum buffer `b` (see the module docs for the rule).
 fn sgd_momentum<T: Element>(p: &mut [T], g: &[T], b: &mut [T], first: bool, c: &SgdConfig) {
-    let neg_lr = T::from_f64(-c.lr);
-    let wd = T::from_f64(c.weight_decay);
-    let mom = T::from_f64(c.momentum);
-    let keep = T::from_f64(1.0 - c.dampening);
-    let (decay, maximize, nesterov) = (c.weight_decay != 0.0, c.maximize, c.nesterov);
-    update_chunks(p, g, [b], |p, g, [b]| {
-        for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
-            let mut d = if maximize { -g } else { g };
-            if decay {
-                d += wd * *p;
-            }
-            *b = if first { d } else { *b * mom + keep * d };
-            d = if nesterov { d + mom * *b } else { *b };
-            *p += neg_lr * d;
-        }
+    let s = Scalars::<T>::new(c);
+    let (decay, nesterov) = (c.weight_decay != 0.0, c.nesterov);
+    update_chunks(p, g, [b], |p, g, [b]| match (decay, first, nesterov) {
+        (false, false, false) => momentum_loop::<T, false, false, false>(p, g, b, &s),
+        (false, false, true) => momentum_loop::<T, false, false, true>(p, g, b, &s),
+        (false, true, false) => momentum_loop::<T, false, true, false>(p, g, b, &s),
+        (false, true, true) => momentum_loop::<T, false, true, true>(p, g, b, &s),
+        (true, false, false) => momentum_loop::<T, true, false, false>(p, g, b, &s),
+        (true, false, true) => momentum_loop::<T, true, false, true>(p, g, b, &s),
+        (true, true, false) => momentum_loop::<T, true, true, false>(p, g, b, &s),
+        (true, true, true) => momentum_loop::<T, true, true, true>(p, g, b, &s),
     });
+}
+
+#[inline(never)]
+fn momentum_loop<T: Element, const DECAY: bool, const FIRST: bool, const NESTEROV: bool>(
+    p: &mut [T],
+    g: &[T],
+    b: &mut [T],
+    s: &Scalars<T>,
+) {
+    for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
+        let mut d = g * s.sign;
+        if DECAY {
+            d += s.decay * *p;
+        }
+        *b = if FIRST {
+            d
+        } else {
+            *b * s.momentum + s.keep * d
+        };
+        d = if NESTEROV { d + s.momentum * *b } else { *b };
+        *p += s.neg_lr * d;
+    }
 }
 
 #[cfg(test)]
