@@ -7,9 +7,12 @@
 
 pub mod arith;
 pub mod broadcast;
+pub mod linalg;
 mod operators;
 pub mod reduce;
 mod registry;
+pub mod shape;
+pub mod transpose;
 pub mod unary;
 
 use smallvec::SmallVec;
