@@ -324,10 +324,14 @@ mod tests {
     #[test]
     fn a_value_with_two_consumers_and_frozen_operands() {
         let a = vals(&[3, 3], 1);
-        gradcheck(|v| Ok(v[0].try_matmul(&v[0])?.tanh()), &[a.clone()]).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_matmul(&v[0])?.tanh()),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
         gradcheck(
             |v| Ok(v[0].try_matmul_transposed(&v[0], true, false)? + &v[0]),
-            &[a.clone()],
+            std::slice::from_ref(&a),
         )
         .unwrap();
         let g = Graph::new();

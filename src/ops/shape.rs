@@ -425,15 +425,27 @@ mod tests {
         let w = t((0..12).map(|i| (i % 5) as f64 - 2.0).collect(), &[3, 4]);
         // Each view, followed by an op whose gradient depends on the layout.
         gradcheck(|v| Ok(v[0].try_reshape(&[3, -1])? * &v[1]), &[x.clone(), w]).unwrap();
-        gradcheck(|v| Ok(v[0].try_flatten(1, 2)?.tanh()), &[x.clone()]).unwrap();
-        gradcheck(|v| Ok(v[0].try_unsqueeze(1)?.squeeze().exp()), &[x.clone()]).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_flatten(1, 2)?.tanh()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_unsqueeze(1)?.squeeze().exp()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
         // A value with two consumers: a view and the value itself.
         gradcheck(
             |v| Ok(&v[0].reshape(&[12]).reshape(&[2, 3, 2]) * &v[0]),
-            &[x.clone()],
+            std::slice::from_ref(&x),
         )
         .unwrap();
-        jvpcheck(|v| Ok(v[0].try_reshape(&[-1])?.tanh()), &[x.clone()]).unwrap();
+        jvpcheck(
+            |v| Ok(v[0].try_reshape(&[-1])?.tanh()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
         jvpcheck(|v| Ok(v[0].try_unsqueeze(0)?.squeeze_dim(0)), &[x]).unwrap();
     }
 

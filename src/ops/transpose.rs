@@ -336,12 +336,24 @@ mod tests {
             &[x.clone(), w],
         )
         .unwrap();
-        gradcheck(|v| Ok(v[0].try_permute(&[1, -1, 0])?.tanh()), &[x.clone()]).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_permute(&[1, -1, 0])?.tanh()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
         let m = vals(&[3, 3]);
         // Two consumers: m and m^T.
-        gradcheck(|v| Ok(v[0].try_t()? * &v[0] + &v[0]), &[m.clone()]).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_t()? * &v[0] + &v[0]),
+            std::slice::from_ref(&m),
+        )
+        .unwrap();
         jvpcheck(|v| Ok(v[0].try_t()? * &v[0]), &[m]).unwrap();
-        jvpcheck(|v| Ok(v[0].try_permute(&[1, 2, 0])?.exp()), &[x.clone()]).unwrap();
+        jvpcheck(
+            |v| Ok(v[0].try_permute(&[1, 2, 0])?.exp()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
         jvpcheck(|v| v[0].try_transpose(-1, 0), &[x]).unwrap();
     }
 
