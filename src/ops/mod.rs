@@ -7,11 +7,14 @@
 
 pub mod arith;
 pub mod broadcast;
+pub mod concat;
+pub mod index;
 pub mod linalg;
 mod operators;
 pub mod reduce;
 mod registry;
 pub mod shape;
+pub mod slice;
 pub mod transpose;
 pub mod unary;
 

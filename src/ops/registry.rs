@@ -46,6 +46,9 @@ impl OpRegistry {
         super::shape::register(&mut reg);
         super::linalg::register(&mut reg);
         super::transpose::register(&mut reg);
+        super::slice::register(&mut reg);
+        super::concat::register(&mut reg);
+        super::index::register(&mut reg);
         reg
     }
 
