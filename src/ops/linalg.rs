@@ -11,7 +11,7 @@
 use smallvec::smallvec;
 
 use super::arith::or_panic;
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -118,7 +118,7 @@ fn matmul_backward<'g>(
         } else {
             record_matmul(&g2, &b2, false, !tb)?
         };
-        Some(d.sum_to_size(a2.shape())?.reshape_dims(a.shape())?)
+        Some(unbroadcast(d, &a2)?.reshape_dims(a.shape())?)
     } else {
         None
     };
@@ -141,7 +141,7 @@ fn matmul_backward<'g>(
         } else {
             record_matmul(&a2, &g2, !ta, false)?
         };
-        Some(d.sum_to_size(b2.shape())?.reshape_dims(b.shape())?)
+        Some(unbroadcast(d, &b2)?.reshape_dims(b.shape())?)
     } else {
         None
     };

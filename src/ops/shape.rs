@@ -450,6 +450,35 @@ mod tests {
     }
 
     #[test]
+    fn shape_and_linalg_ops_are_registered_under_pytorch_names() {
+        let reg = crate::OpRegistry::with_builtins();
+        for name in [
+            "reshape",
+            "flatten",
+            "squeeze",
+            "unsqueeze",
+            "matmul",
+            "matmul_nt",
+            "matmul_tn",
+            "matmul_tt",
+            "transpose",
+            "permute",
+            "t",
+            "slice",
+            "slice_backward",
+            "constant_pad_nd",
+            "cat",
+            "stack",
+            "index_select",
+            "index_add",
+            "gather",
+            "scatter_add",
+        ] {
+            assert_eq!(reg.get(name).unwrap().name(), name);
+        }
+    }
+
+    #[test]
     fn f32_and_registry() {
         let g = Graph::new();
         let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap());
