@@ -54,7 +54,12 @@ pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usiz
 }
 
 /// The slices of `x` at positions `idx` along `dim`: the output has `x`'s
-/// shape with `dim` of size `idx.len()`. Positions must be in range.
+/// shape with `dim` of size `idx.len()`.
+///
+/// # Panics
+///
+/// If `dim` or a position is out of range (the `index_select` op checks
+/// them, through [`indices`], before calling this).
 ///
 /// ```
 /// use retrograd::{kernels::index, Tensor};
@@ -86,6 +91,11 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
 /// `base` with `src`'s slices added at positions `idx` along `dim`
 /// (repeated positions accumulate). `src` has `base`'s shape with `dim` of
 /// size `idx.len()`.
+///
+/// # Panics
+///
+/// If a position is out of range or `src` has the wrong size (the
+/// `index_add` op checks both before calling this).
 ///
 /// ```
 /// use retrograd::{kernels::index, Tensor};
@@ -280,6 +290,23 @@ mod tests {
         assert_eq!(counts.to_f64_vec().iter().sum::<f64>(), 12.0);
         assert!(gather("gather", &x, 1, &t(vec![0.0; 4], &[4])).is_err());
         assert!(gather("gather", &x, 1, &t(vec![3.0; 12], &[2, 2, 3])).is_err());
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_paths() {
+        let (r, c) = (400, 200);
+        let x = t((0..r * c).map(|i| i as f64).collect(), &[r, c]);
+        let rows: Vec<usize> = (0..r).map(|i| (i * 7) % r).collect();
+        let y = index_select(&x, 0, &rows).to_f64_vec();
+        assert_eq!(y[5 * c + 3], (rows[5] * c + 3) as f64);
+        let cols = t((0..r * c).map(|i| ((i * 13) % c) as f64).collect(), &[r, c]);
+        let g = gather("gather", &x, 1, &cols).unwrap().to_f64_vec();
+        assert_eq!(g[301 * c + 17], (301 * c + (301 * c + 17) * 13 % c) as f64);
+        let sum = index_add(&x, 0, &rows, &x).to_f64_vec();
+        assert_eq!(
+            sum[rows[9] * c + 1],
+            (rows[9] * c + 1) as f64 + (9 * c + 1) as f64
+        );
     }
 
     #[test]

@@ -262,8 +262,12 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
     }))
 }
 
-/// Elements `start, start + step, ...` (`len` of them) along `dim`, which the
-/// caller has checked lie inside `x`.
+/// Elements `start, start + step, ...` (`len` of them) along `dim`.
+///
+/// # Panics
+///
+/// If `dim` or the range is outside `x`, or `step` is 0 (the `slice` op
+/// checks its arguments before calling this).
 ///
 /// ```
 /// use retrograd::{kernels::layout, Tensor};
@@ -537,6 +541,35 @@ mod tests {
             vec![0., 0., 2., 0., 7., 3., 0., 5., 0., 9.]
         );
         assert!(slice_backward(&s, &[2, 4], 1, 0, 2).is_err());
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_paths() {
+        // 300 x 300 elements is above the parallel threshold.
+        let (r, c) = (300, 300);
+        let x = t((0..r * c).map(|i| i as f64).collect(), &[r, c]);
+        let p = pad("pad", &x, &[(2, -1), (-3, 4)], -1.0).unwrap();
+        assert_eq!(p.shape(), &[r + 1, c + 1]);
+        let pv = p.to_f64_vec();
+        for (i, j) in [(0, 0), (2, 0), (2, 296), (2, 297), (300, 5), (150, 100)] {
+            let (si, sj) = (i as isize - 2, j as isize + 3);
+            let inside = (0..r as isize).contains(&si) && (0..c as isize).contains(&sj);
+            let want = if inside {
+                (si as usize * c + sj as usize) as f64
+            } else {
+                -1.0
+            };
+            assert_eq!(pv[i * (c + 1) + j], want, "({i}, {j})");
+        }
+        let s = slice(&x, 1, 1, 100, 3);
+        assert_eq!(s.to_f64_vec()[100 * 7 + 5], (7 * c + 1 + 5 * 3) as f64);
+        let joined = cat("cat", &[&x, &s], 1).unwrap();
+        assert_eq!(
+            joined.to_f64_vec()[(c + 100) * 299 + c + 99],
+            (299 * c + 298) as f64
+        );
+        let back = slice_backward(&s, &[r, c], 1, 1, 3).unwrap().to_f64_vec();
+        assert_eq!((back[4], back[5]), (4.0, 0.0));
     }
 
     #[test]
