@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 use retrograd::{kernels, DType, Tensor};
 
-use crate::report::{emit, time, Stats};
+use crate::report::{emit, time, time_pair, Stats};
 use crate::Options;
 
 retrograd::unary_fn!(Identity, |x| x);
@@ -111,35 +111,27 @@ fn threshold(opts: &Options) {
         let b = Tensor::randn(&[n], DType::F32, 4).expect("valid shape");
         let (x, y) = (a.as_slice::<f32>().unwrap(), b.as_slice::<f32>().unwrap());
         let calls = ((1 << 22) / n).max(1);
-        let per_call = |parallel: bool| -> Stats {
-            let s = time(opts.repeats.max(20), || {
+        let reps = opts.repeats.max(20);
+        let (serial, parallel) = time_pair(
+            reps,
+            || {
                 for _ in 0..calls {
-                    std::hint::black_box(add_into_new(x, y, parallel));
+                    std::hint::black_box(add_into_new(x, y, false));
                 }
-            });
-            let k = calls as f64;
-            Stats {
-                median: s.median / k,
-                min: s.min / k,
-                max: s.max / k,
-            }
-        };
-        let (serial, parallel) = (per_call(false), per_call(true));
-        let library = {
-            let s = time(opts.repeats.max(20), || {
+            },
+            || {
                 for _ in 0..calls {
-                    std::hint::black_box(
-                        kernels::zip("add", &a, &b, kernels::functors::Add).unwrap(),
-                    );
+                    std::hint::black_box(add_into_new(x, y, true));
                 }
-            });
-            let k = calls as f64;
-            Stats {
-                median: s.median / k,
-                min: s.min / k,
-                max: s.max / k,
+            },
+        );
+        let library = time(reps, || {
+            for _ in 0..calls {
+                std::hint::black_box(kernels::zip("add", &a, &b, kernels::functors::Add).unwrap());
             }
-        };
+        });
+        let (serial, parallel, library) =
+            (serial.per(calls), parallel.per(calls), library.per(calls));
         for (case, s) in [
             ("threshold_serial", serial),
             ("threshold_rayon", parallel),
@@ -169,6 +161,7 @@ fn threshold(opts: &Options) {
                     "rayon_over_serial",
                     (serial.median / parallel.median).into(),
                 ),
+                ("rayon_over_serial_min", (serial.min / parallel.min).into()),
             ],
             None,
         );

@@ -7,7 +7,7 @@
 use gemm::Parallelism;
 use retrograd::{kernels, DType, Graph, Tensor};
 
-use crate::report::{emit, time, Stats};
+use crate::report::{emit, time, time_pair, Stats};
 use crate::Options;
 
 fn gflops(flops: f64, s: Stats) -> f64 {
@@ -110,24 +110,25 @@ fn threshold(opts: &Options) {
     };
     for &n in sizes {
         let a = Tensor::randn(&[n, n], DType::F32, 3).expect("valid shape");
-        let (sa, mut c) = (a.as_slice::<f32>().unwrap(), vec![0.0f32; n * n]);
-        // Small products are fast: time batches of calls so the clock resolves them.
+        let sa = a.as_slice::<f32>().unwrap();
+        let (mut c1, mut c2) = (vec![0.0f32; n * n], vec![0.0f32; n * n]);
+        // Small products are fast: time batches of calls so the clock
+        // resolves them, alternating the two variants.
         let calls = (2_000_000 / (n * n * n)).clamp(1, 1000);
-        let mut per_call = |par: Parallelism| -> Stats {
-            let s = time(opts.repeats, || {
+        let (serial, pool) = time_pair(
+            opts.repeats.max(20),
+            || {
                 for _ in 0..calls {
-                    gemm_square(n, sa, sa, &mut c, par);
+                    gemm_square(n, sa, sa, &mut c1, Parallelism::None);
                 }
-            });
-            let k = calls as f64;
-            Stats {
-                median: s.median / k,
-                min: s.min / k,
-                max: s.max / k,
-            }
-        };
-        let serial = per_call(Parallelism::None);
-        let pool = per_call(Parallelism::Rayon(0));
+            },
+            || {
+                for _ in 0..calls {
+                    gemm_square(n, sa, sa, &mut c2, Parallelism::Rayon(0));
+                }
+            },
+        );
+        let (serial, pool) = (serial.per(calls), pool.per(calls));
         for (case, s) in [("threshold_one_thread", serial), ("threshold_rayon", pool)] {
             emit(
                 vec![
@@ -150,6 +151,7 @@ fn threshold(opts: &Options) {
                     "rayon_over_one_thread",
                     (serial.median / pool.median).into(),
                 ),
+                ("rayon_over_one_thread_min", (serial.min / pool.min).into()),
             ],
             None,
         );

@@ -15,18 +15,52 @@ pub struct Stats {
 /// Runs `f` once to warm up, then `repeats` timed times.
 pub fn time(repeats: usize, mut f: impl FnMut()) -> Stats {
     f();
-    let mut secs: Vec<f64> = (0..repeats)
+    let secs: Vec<f64> = (0..repeats)
         .map(|_| {
             let t = Instant::now();
             f();
             t.elapsed().as_secs_f64()
         })
         .collect();
+    stats_of(secs)
+}
+
+/// Times `a` and `b` alternately (`a`, `b`, `a`, `b`, ...) after one warm-up
+/// each, so both see the same background load on a shared machine: the
+/// fair way to compare two variants of one computation.
+pub fn time_pair(repeats: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (Stats, Stats) {
+    a();
+    b();
+    let (mut ta, mut tb) = (Vec::with_capacity(repeats), Vec::with_capacity(repeats));
+    for _ in 0..repeats {
+        let t = Instant::now();
+        a();
+        ta.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        b();
+        tb.push(t.elapsed().as_secs_f64());
+    }
+    (stats_of(ta), stats_of(tb))
+}
+
+fn stats_of(mut secs: Vec<f64>) -> Stats {
     secs.sort_by(f64::total_cmp);
     Stats {
         median: secs[secs.len() / 2],
         min: secs[0],
         max: secs[secs.len() - 1],
+    }
+}
+
+impl Stats {
+    /// Every figure divided by `k` (per-call times of a batch of `k` calls).
+    pub fn per(self, k: usize) -> Stats {
+        let k = k as f64;
+        Stats {
+            median: self.median / k,
+            min: self.min / k,
+            max: self.max / k,
+        }
     }
 }
 
