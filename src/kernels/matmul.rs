@@ -23,10 +23,12 @@ use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, D
 use crate::tensor::{Element, Tensor};
 
 /// Multiply-adds (`m * n * k`) from which a product is worth the thread pool.
-/// Measured with `examples/bench` (`matmul` workload, `threshold` rows) on a
-/// 2-core AVX-512 machine: at 64^3 one thread is still faster; from 96^3 on
-/// two threads win.
-pub const PARALLEL_FLOPS: usize = 96 * 96 * 96;
+/// Measured with `examples/bench` (`matmul` workload, `threshold_*` rows:
+/// one thread against rayon, alternated) on the 2-core AVX-512 machine,
+/// under the load of other jobs: rayon lost at 96^3 and 128^3 (0.72-0.73x),
+/// was even at 192^3 (0.86-1.16x) and won from 256^3 on (up to 1.3-1.7x).
+/// Below 80^3 `gemm` keeps one thread anyway (its own threshold).
+pub const PARALLEL_FLOPS: usize = 192 * 192 * 192;
 
 /// One operand read as a batch of matrices.
 #[derive(Clone, Copy, Debug)]
@@ -424,7 +426,9 @@ mod tests {
 
     #[test]
     fn large_products_use_threads_and_agree() {
-        let (m, k, n) = (70, 90, 80);
+        // Above PARALLEL_FLOPS: one product threaded by gemm.
+        let (m, k, n) = (200, 210, 190);
+        assert!(m * n * k >= PARALLEL_FLOPS);
         let a = seq(m * k, 0.01);
         let b = seq(k * n, 0.02);
         let want = naive(&a, &b, m, k, n);
@@ -439,16 +443,18 @@ mod tests {
         for (x, y) in c.to_f64_vec().iter().zip(&want) {
             assert!((x - y).abs() < 1e-9);
         }
-        // A batch of small products, split by matrix.
-        let a = seq(64 * 16 * 16, 0.1);
-        let ta = Tensor::from_vec(a.clone(), &[64, 16, 16]).unwrap();
+        // A batch of small products above the threshold in total: split by matrix.
+        let (batch, s) = (80, 48);
+        assert!(batch * s * s * s >= PARALLEL_FLOPS && s * s * s < PARALLEL_FLOPS);
+        let a = seq(batch * s * s, 0.1);
+        let ta = Tensor::from_vec(a.clone(), &[batch, s, s]).unwrap();
         let c = matmul("matmul", &ta, &ta, false, true)
             .unwrap()
             .to_f64_vec();
-        for i in [0, 63] {
-            let ai = &a[i * 256..][..256];
-            let want = naive(ai, &transpose(ai, 16, 16), 16, 16, 16);
-            for (x, y) in c[i * 256..][..256].iter().zip(&want) {
+        for i in [0, batch - 1] {
+            let ai = &a[i * s * s..][..s * s];
+            let want = naive(ai, &transpose(ai, s, s), s, s, s);
+            for (x, y) in c[i * s * s..][..s * s].iter().zip(&want) {
                 assert!((x - y).abs() < 1e-9);
             }
         }
