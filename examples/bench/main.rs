@@ -13,7 +13,9 @@
 
 mod elementwise;
 mod matmul;
+mod memory;
 mod report;
+mod w1;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,17 @@ pub struct Options {
 type Workload = fn(&Options);
 
 const WORKLOADS: &[(&str, Workload, &str)] = &[
+    (
+        "w1",
+        w1::run_w1,
+        "scalar chain: ns per node, forward + backward",
+    ),
+    ("w1v", w1::run_w1v, "length-64 vector chain: ns per node"),
+    (
+        "mem_w1",
+        memory::run_w1,
+        "peak RSS growth per recorded W1 node",
+    ),
     (
         "matmul",
         matmul::run,

@@ -67,7 +67,10 @@ impl Stats {
 /// A JSON value of a result line.
 pub enum Value {
     Str(String),
+    /// Printed to four significant digits (timings).
     Num(f64),
+    /// Printed exactly (cross-check values).
+    Exact(f64),
     Int(u64),
 }
 
@@ -103,7 +106,8 @@ pub fn emit(fields: Vec<(&str, Value)>, stats: Option<Stats>) {
         let _ = match v {
             Value::Str(s) => write!(line, "\"{}\"", escape(s)),
             Value::Num(x) if x.is_finite() => write!(line, "{}", round(*x)),
-            Value::Num(_) => write!(line, "null"),
+            Value::Exact(x) if x.is_finite() => write!(line, "{x}"),
+            Value::Num(_) | Value::Exact(_) => write!(line, "null"),
             Value::Int(i) => write!(line, "{i}"),
         };
     };
