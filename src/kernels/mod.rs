@@ -9,6 +9,7 @@
 
 pub mod elementwise;
 pub mod functors;
+pub mod nn;
 pub mod parallel;
 pub mod reduce;
 

@@ -7,6 +7,7 @@
 
 pub mod arith;
 pub mod broadcast;
+pub mod nn;
 mod operators;
 pub mod reduce;
 mod registry;

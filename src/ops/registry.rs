@@ -43,6 +43,7 @@ impl OpRegistry {
         super::unary::register(&mut reg);
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
+        super::nn::register(&mut reg);
         reg
     }
 
