@@ -512,7 +512,7 @@ mod tests {
             let x3 = logits().reshape(&[2, 3, 2]).unwrap();
             gradcheck(
                 |v| v[0].try_cross_entropy_with(&[0u8, 2, 1, 1], &plain),
-                &[x3.clone()],
+                std::slice::from_ref(&x3),
             )
             .unwrap();
             jvpcheck(
@@ -523,7 +523,7 @@ mod tests {
             let x1 = t(&[1.0, 2.0, 3.0], &[3]);
             gradcheck(
                 |v| v[0].try_cross_entropy_with(&[1usize], &plain),
-                &[x1.clone()],
+                std::slice::from_ref(&x1),
             )
             .unwrap();
             jvpcheck(|v| v[0].try_cross_entropy_with(&[1usize], &plain), &[x1]).unwrap();

@@ -233,12 +233,12 @@ mod tests {
         let x = Tensor::from_vec((0..24).map(|i| i as f64 * 0.1).collect(), &[2, 3, 4]).unwrap();
         for axis in 0..3 {
             for keepdim in [false, true] {
-                gradcheck(|v| sum_axis(&v[0], axis, keepdim), &[x.clone()]).unwrap();
-                jvpcheck(|v| sum_axis(&v[0], axis, keepdim), &[x.clone()]).unwrap();
+                gradcheck(|v| sum_axis(&v[0], axis, keepdim), std::slice::from_ref(&x)).unwrap();
+                jvpcheck(|v| sum_axis(&v[0], axis, keepdim), std::slice::from_ref(&x)).unwrap();
                 let shape = x.shape().to_vec();
                 gradcheck(
                     |v| expand_axis(&sum_axis(&v[0], axis, keepdim)?, axis, &shape),
-                    &[x.clone()],
+                    std::slice::from_ref(&x),
                 )
                 .unwrap();
             }
