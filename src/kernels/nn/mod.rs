@@ -11,4 +11,5 @@ pub mod exp;
 pub use exp::NnFloat;
 pub mod classification;
 pub mod lanes;
+pub mod pointwise;
 pub mod softmax;

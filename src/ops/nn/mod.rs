@@ -6,10 +6,13 @@
 
 mod class_targets;
 pub mod cross_entropy;
+pub mod nll;
+pub mod pointwise_loss;
 pub mod softmax;
 pub mod support;
 
 pub use cross_entropy::CrossEntropyOptions;
+pub use nll::NllLossOptions;
 pub use support::{Index, Reduction};
 
 use super::OpRegistry;
@@ -17,4 +20,6 @@ use super::OpRegistry;
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
     cross_entropy::register(reg);
+    nll::register(reg);
+    pointwise_loss::register(reg);
 }
