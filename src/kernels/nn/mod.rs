@@ -13,3 +13,4 @@ pub mod classification;
 pub mod lanes;
 pub mod pointwise;
 pub mod softmax;
+pub mod sparse;

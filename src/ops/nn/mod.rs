@@ -6,6 +6,8 @@
 
 mod class_targets;
 pub mod cross_entropy;
+pub mod dropout;
+pub mod embedding;
 pub mod nll;
 pub mod pointwise_loss;
 pub mod softmax;
@@ -22,4 +24,6 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     cross_entropy::register(reg);
     nll::register(reg);
     pointwise_loss::register(reg);
+    dropout::register(reg);
+    embedding::register(reg);
 }
