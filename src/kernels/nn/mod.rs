@@ -11,6 +11,7 @@ pub mod exp;
 pub use exp::NnFloat;
 pub mod classification;
 pub mod lanes;
+pub mod norm;
 pub mod pointwise;
 pub mod softmax;
 pub mod sparse;

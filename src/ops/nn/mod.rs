@@ -8,6 +8,7 @@ mod class_targets;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
+pub mod layer_norm;
 pub mod nll;
 pub mod pointwise_loss;
 pub mod softmax;
@@ -26,4 +27,5 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     pointwise_loss::register(reg);
     dropout::register(reg);
     embedding::register(reg);
+    layer_norm::register(reg);
 }
