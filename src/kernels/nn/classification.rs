@@ -18,7 +18,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::lanes::{for_each_block, init, row_max, row_sum, AxisLanes};
+use super::lanes::{exp_shifted_rows, for_each_block, init, AxisLanes};
 use super::NnFloat;
 use crate::tensor::{Dims, Element, Tensor};
 
@@ -67,24 +67,18 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
     let smooth = eps / T::from_f64(c as f64);
     Tensor::build::<T>(Dims::from_slice(&[lanes.count()]), |out| {
         for_each_block(lanes, [x], out, 1, |first, [rows], losses| {
-            let mut e: Vec<T> = Vec::with_capacity(rows.len());
-            let mut maxes: Vec<T> = Vec::with_capacity(losses.len());
-            for r in rows.chunks_exact(c) {
-                let m = row_max(r);
-                maxes.push(m);
-                e.extend(r.iter().map(|&v| v - m));
-            }
-            T::exp_in_place(&mut e);
-            for (j, ((r, er), &m)) in rows
+            let mut e = vec![T::zero(); rows.len()];
+            let (mut maxes, mut sums) = (Vec::new(), Vec::new());
+            exp_shifted_rows(rows, c, &mut e, &mut maxes, &mut sums);
+            for (j, (r, (&m, &s))) in rows
                 .chunks_exact(c)
-                .zip(e.chunks_exact(c))
-                .zip(&maxes)
+                .zip(maxes.iter().zip(&sums))
                 .enumerate()
             {
                 let Some(t) = targets.class(first + j) else {
                     continue; // ignored lanes stay 0
                 };
-                let log_sum = row_sum(er).ln();
+                let log_sum = s.ln();
                 let w_t = targets.weight_of(t);
                 let mut loss = keep * w_t * ((m - r[t]) + log_sum);
                 if eps > T::zero() {
@@ -128,14 +122,9 @@ pub fn cross_entropy_backward_lanes<T: NnFloat>(
     });
     let scale = T::from_f64(scale);
     for_each_block(lanes, [x], out, c, |first, [rows], o| {
-        for (r, orow) in rows.chunks_exact(c).zip(o.chunks_exact_mut(c)) {
-            let m = row_max(r);
-            for (d, &v) in orow.iter_mut().zip(r) {
-                *d = v - m;
-            }
-        }
-        T::exp_in_place(o);
-        for (j, orow) in o.chunks_exact_mut(c).enumerate() {
+        let (mut maxes, mut sums) = (Vec::new(), Vec::new());
+        exp_shifted_rows(rows, c, o, &mut maxes, &mut sums);
+        for (j, (orow, &s)) in o.chunks_exact_mut(c).zip(&sums).enumerate() {
             let lane = first + j;
             let Some(t) = targets.class(lane) else {
                 orow.iter_mut().for_each(|v| *v = T::zero());
@@ -143,7 +132,7 @@ pub fn cross_entropy_backward_lanes<T: NnFloat>(
             };
             let coef = if g.len() == 1 { g[0] } else { g[lane] } * scale;
             let w_t = targets.weight_of(t);
-            let a = (keep * w_t + smooth * total_weight) * coef / row_sum(orow);
+            let a = (keep * w_t + smooth * total_weight) * coef / s;
             match targets.weight {
                 None => {
                     let b = smooth * coef;

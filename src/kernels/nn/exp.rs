@@ -18,32 +18,86 @@ pub trait NnFloat: Element {
     fn exp_in_place(xs: &mut [Self]);
 }
 
+/// Defines a slice loop over `$f`, compiled once for the baseline target and
+/// once with AVX2 enabled (chosen at run time). The same scalar code runs in
+/// both (no FMA contraction: Rust never fuses `a * b + c`), so results are
+/// identical on every machine; AVX2 only doubles the lanes.
+macro_rules! dispatched_loop {
+    ($name:ident, $avx2:ident, $avx512:ident, $t:ty, $f:ident) => {
+        fn $name(xs: &mut [$t]) {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                unsafe { $avx512(xs) };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                unsafe { $avx2(xs) };
+                return;
+            }
+            for v in xs.iter_mut() {
+                *v = $f(*v);
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx2(xs: &mut [$t]) {
+            for v in xs.iter_mut() {
+                *v = $f(*v);
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $avx512(xs: &mut [$t]) {
+            for v in xs.iter_mut() {
+                *v = $f(*v);
+            }
+        }
+    };
+}
+
+dispatched_loop!(
+    exp_slice_f32,
+    exp_slice_f32_avx2,
+    exp_slice_f32_avx512,
+    f32,
+    exp_f32
+);
+dispatched_loop!(
+    exp_slice_f64,
+    exp_slice_f64_avx2,
+    exp_slice_f64_avx512,
+    f64,
+    exp_f64
+);
+
 impl NnFloat for f32 {
     fn exp_in_place(xs: &mut [f32]) {
-        for v in xs.iter_mut() {
-            *v = exp_f32(*v);
-        }
+        exp_slice_f32(xs);
     }
 }
 
 impl NnFloat for f64 {
     fn exp_in_place(xs: &mut [f64]) {
-        for v in xs.iter_mut() {
-            *v = exp_f64(*v);
-        }
+        exp_slice_f64(xs);
     }
 }
 
 /// `e^x` for f32, branch-free (see the module docs).
-// `max`/`min` rather than `clamp`: they compile to SIMD min/max; the
-// constants are Cephes' as published.
-#[allow(clippy::manual_clamp, clippy::excessive_precision)]
+// The constants are Cephes' as published.
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
-pub fn exp_f32(x0: f32) -> f32 {
+pub fn exp_f32(x: f32) -> f32 {
     // Below -105 the result rounds to 0, above 89 to infinity; clamping keeps
-    // `n` small enough for the exponent arithmetic. (`max`/`min` vectorise;
-    // they drop NaN, which the last line puts back.)
-    let x = x0.max(-105.0).min(89.0);
+    // `n` small enough for the exponent arithmetic. Written as two selects
+    // (not `clamp`, not `max`/`min`): they compile to SIMD max/min with the
+    // operand order that keeps NaN, which then propagates through the math.
+    let x = if x < -105.0 { -105.0 } else { x };
+    let x = if x > 89.0 { 89.0 } else { x };
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let t = x * std::f32::consts::LOG2_E + MAGIC;
     let nf = t - MAGIC;
@@ -61,19 +115,15 @@ pub fn exp_f32(x0: f32) -> f32 {
     let n2 = n - n1;
     let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
     let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
-    let e = y * s1 * s2;
-    if x0.is_nan() {
-        x0
-    } else {
-        e
-    }
+    y * s1 * s2
 }
 
 /// `e^x` for f64, branch-free (see the module docs).
-#[allow(clippy::manual_clamp, clippy::excessive_precision)]
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
-pub fn exp_f64(x0: f64) -> f64 {
-    let x = x0.max(-746.0).min(710.0);
+pub fn exp_f64(x: f64) -> f64 {
+    let x = if x < -746.0 { -746.0 } else { x };
+    let x = if x > 710.0 { 710.0 } else { x };
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let t = x * std::f64::consts::LOG2_E + MAGIC;
     let nf = t - MAGIC;
@@ -96,12 +146,7 @@ pub fn exp_f64(x0: f64) -> f64 {
     let n2 = t2.to_bits().wrapping_sub(MAGIC.to_bits());
     let s1 = f64::from_bits(n1.wrapping_add(1023) << 52);
     let s2 = f64::from_bits(n2.wrapping_add(1023) << 52);
-    let e = y * s1 * s2;
-    if x0.is_nan() {
-        x0
-    } else {
-        e
-    }
+    y * s1 * s2
 }
 
 #[cfg(test)]

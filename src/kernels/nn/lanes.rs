@@ -14,6 +14,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::NnFloat;
 use crate::kernels::parallel::should_parallelize;
 use crate::tensor::Element;
 
@@ -167,6 +168,37 @@ pub fn for_each_block<T: Element, const K: usize>(
             .enumerate()
             .for_each(|(o, c)| run(o, c));
     }
+}
+
+/// For a block of rows (`rows`, `[n, len]`): writes `e^(x - max)` into `e`
+/// (same layout) and each row's maximum and sum of `e` into `maxes` and
+/// `sums` (cleared first). The `exp` runs over the whole block at once, so
+/// short rows (10 classes) still give it long SIMD runs.
+///
+/// (A column-wise variant for short rows, transposing the block so the
+/// maxima and sums vectorise across rows, measured slower: the strided
+/// transposes cost more than the per-row reductions they replace.)
+pub fn exp_shifted_rows<T: NnFloat>(
+    rows: &[T],
+    len: usize,
+    e: &mut [T],
+    maxes: &mut Vec<T>,
+    sums: &mut Vec<T>,
+) {
+    maxes.clear();
+    sums.clear();
+    if len == 0 {
+        return;
+    }
+    for (r, er) in rows.chunks_exact(len).zip(e.chunks_exact_mut(len)) {
+        let m = row_max(r);
+        maxes.push(m);
+        for (d, &v) in er.iter_mut().zip(r) {
+            *d = v - m;
+        }
+    }
+    T::exp_in_place(e);
+    sums.extend(e.chunks_exact(len).map(row_sum));
 }
 
 /// The largest element of `row` (NaN-blind: a NaN shows up later through `x - max`).

@@ -5,7 +5,7 @@
 //! Each kernel is one pass per row in cache: shift, a vectorised `exp` over
 //! the whole block, a row sum, and a scale (or shift) pass.
 
-use super::lanes::{for_each_block, row_dot, row_max, row_sum, AxisLanes};
+use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
 use super::NnFloat;
 use crate::tensor::{Dims, Tensor};
 
@@ -33,23 +33,25 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
 
 /// Softmax (or log-softmax) of each row of `x` (`[n, len]`) into `out`.
 pub fn softmax_rows<T: NnFloat>(x: &[T], out: &mut [T], len: usize, log: bool) {
-    for (r, o) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)) {
-        let m = row_max(r);
-        for (d, &v) in o.iter_mut().zip(r) {
-            *d = v - m;
-        }
-    }
+    let (mut maxes, mut sums) = (Vec::new(), Vec::new());
     if log {
-        let mut e = out.to_vec();
-        T::exp_in_place(&mut e);
-        for (o, er) in out.chunks_exact_mut(len).zip(e.chunks_exact(len)) {
-            let ls = row_sum(er).ln();
-            o.iter_mut().for_each(|v| *v -= ls);
+        let mut e = vec![T::zero(); x.len()];
+        exp_shifted_rows(x, len, &mut e, &mut maxes, &mut sums);
+        for (((o, r), &m), &s) in out
+            .chunks_exact_mut(len)
+            .zip(x.chunks_exact(len))
+            .zip(&maxes)
+            .zip(&sums)
+        {
+            let ls = s.ln();
+            for (d, &v) in o.iter_mut().zip(r) {
+                *d = (v - m) - ls;
+            }
         }
     } else {
-        T::exp_in_place(out);
-        for o in out.chunks_exact_mut(len) {
-            let inv = T::one() / row_sum(o);
+        exp_shifted_rows(x, len, out, &mut maxes, &mut sums);
+        for (o, &s) in out.chunks_exact_mut(len).zip(&sums) {
+            let inv = T::one() / s;
             o.iter_mut().for_each(|v| *v *= inv);
         }
     }
@@ -116,6 +118,26 @@ mod tests {
                     assert!((p[i] - v[i].exp() / z).abs() < 1e-15);
                     assert!((lp[i] - (v[i] - z.ln())).abs() < 1e-14);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn long_rows_and_many_blocks() {
+        // 600 rows of 37 span several blocks and the 8-lane remainders.
+        let v: Vec<f32> = (0..600 * 37)
+            .map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0)
+            .collect();
+        let x = Tensor::from_vec(v.clone(), &[600, 37]).unwrap();
+        let p = softmax(&x, 1, false).to_f64_vec();
+        let lp = softmax(&x, 1, true).to_f64_vec();
+        for r in [0, 1, 299, 599] {
+            let row: Vec<f64> = v[r * 37..(r + 1) * 37].iter().map(|&a| a as f64).collect();
+            let m = row.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = row.iter().map(|a| (a - m).exp()).sum();
+            for c in 0..37 {
+                assert!((p[r * 37 + c] - (row[c] - m).exp() / z).abs() < 1e-6);
+                assert!((lp[r * 37 + c] - (row[c] - m - z.ln())).abs() < 1e-5);
             }
         }
     }
