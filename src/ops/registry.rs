@@ -44,6 +44,7 @@ impl OpRegistry {
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
         super::nn::register(&mut reg);
+        super::select::register(&mut reg);
         reg
     }
 
