@@ -14,7 +14,7 @@ use smallvec::smallvec;
 
 use super::class_targets::{ClassLossSpec, Resolved};
 use super::softmax::{Softmax, SoftmaxBackward};
-use super::support::{expand_axis, reduce_lanes, sum_axis, to_i64_list, Index, Reduction};
+use super::support::{expand_axis, reduce_lanes, sum_axis, to_i64_list, IntIndex, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -96,7 +96,7 @@ pub struct CrossEntropy {
 
 impl CrossEntropy {
     /// A cross-entropy with `targets` stored in the op (one input: the logits).
-    pub fn new<I: Index>(targets: &[I], options: &CrossEntropyOptions) -> Self {
+    pub fn new<I: IntIndex>(targets: &[I], options: &CrossEntropyOptions) -> Self {
         CrossEntropy {
             spec: options.spec(Some(to_i64_list(targets))),
         }
@@ -355,14 +355,14 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_cross_entropy<I: Index>(&self, targets: &[I]) -> Result<Var<'g>> {
+    pub fn try_cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Result<Var<'g>> {
         self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
     }
 
     /// Cross-entropy with the default options; panics on bad targets (see
     /// [`try_cross_entropy`](Self::try_cross_entropy)).
     #[track_caller]
-    pub fn cross_entropy<I: Index>(&self, targets: &[I]) -> Var<'g> {
+    pub fn cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
         or_panic(self.try_cross_entropy(targets))
     }
 
@@ -383,7 +383,7 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_cross_entropy_with<I: Index>(
+    pub fn try_cross_entropy_with<I: IntIndex>(
         &self,
         targets: &[I],
         options: &CrossEntropyOptions,

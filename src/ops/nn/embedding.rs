@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::support::{check_indices, indices_from_tensor, to_i64_list, Index};
+use super::support::{check_indices, indices_from_tensor, to_i64_list, IntIndex};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
@@ -117,7 +117,7 @@ pub struct Embedding {
 
 impl Embedding {
     /// An embedding with `indices` (laid out in `index_shape`) stored in the op.
-    pub fn new<I: Index>(
+    pub fn new<I: IntIndex>(
         indices: &[I],
         index_shape: &[usize],
         padding_idx: Option<i64>,
@@ -305,13 +305,17 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_embedding<I: Index>(&self, indices: &[I], index_shape: &[usize]) -> Result<Var<'g>> {
+    pub fn try_embedding<I: IntIndex>(
+        &self,
+        indices: &[I],
+        index_shape: &[usize],
+    ) -> Result<Var<'g>> {
         self.try_embedding_with(indices, index_shape, None)
     }
 
     /// Embedding lookup; panics on bad indices (see [`try_embedding`](Self::try_embedding)).
     #[track_caller]
-    pub fn embedding<I: Index>(&self, indices: &[I], index_shape: &[usize]) -> Var<'g> {
+    pub fn embedding<I: IntIndex>(&self, indices: &[I], index_shape: &[usize]) -> Var<'g> {
         or_panic(self.try_embedding(indices, index_shape))
     }
 
@@ -328,7 +332,7 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_embedding_with<I: Index>(
+    pub fn try_embedding_with<I: IntIndex>(
         &self,
         indices: &[I],
         index_shape: &[usize],

@@ -16,7 +16,7 @@ pub mod support;
 
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
-pub use support::{Index, Reduction};
+pub use support::{IntIndex, Reduction};
 
 use super::OpRegistry;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::class_targets::ClassLossSpec;
-use super::support::{reduce_lanes, to_i64_list, Index, Reduction};
+use super::support::{reduce_lanes, to_i64_list, IntIndex, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -80,7 +80,7 @@ pub struct NllLoss {
 
 impl NllLoss {
     /// An `nll_loss` with `targets` stored in the op.
-    pub fn new<I: Index>(targets: &[I], options: &NllLossOptions) -> Self {
+    pub fn new<I: IntIndex>(targets: &[I], options: &NllLossOptions) -> Self {
         NllLoss {
             spec: options.spec(Some(to_i64_list(targets))),
         }
@@ -232,14 +232,14 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_nll_loss<I: Index>(&self, targets: &[I]) -> Result<Var<'g>> {
+    pub fn try_nll_loss<I: IntIndex>(&self, targets: &[I]) -> Result<Var<'g>> {
         self.try_nll_loss_with(targets, &NllLossOptions::default())
     }
 
     /// `nll_loss` with the default options; panics on bad targets (see
     /// [`try_nll_loss`](Self::try_nll_loss)).
     #[track_caller]
-    pub fn nll_loss<I: Index>(&self, targets: &[I]) -> Var<'g> {
+    pub fn nll_loss<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
         or_panic(self.try_nll_loss(targets))
     }
 
@@ -258,7 +258,7 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_nll_loss_with<I: Index>(
+    pub fn try_nll_loss_with<I: IntIndex>(
         &self,
         targets: &[I],
         options: &NllLossOptions,

@@ -1,5 +1,5 @@
 //! What the neural-net ops share: [`Reduction`], the integer index types
-//! targets and embedding indices may be given in ([`Index`]), their
+//! targets and embedding indices may be given in ([`IntIndex`]), their
 //! validation, and a sum over one axis as a differentiable op (the fused
 //! backward ops' own derivatives need per-lane sums).
 
@@ -29,7 +29,7 @@ pub enum Reduction {
 }
 
 /// An integer type class targets and embedding indices can be given in.
-pub trait Index: Copy + private::Sealed {
+pub trait IntIndex: Copy + private::Sealed {
     /// The value as `i64` (saturating: a value beyond `i64::MAX` is out of any range anyway).
     fn to_i64(self) -> i64;
 }
@@ -41,7 +41,7 @@ mod private {
 macro_rules! index_types {
     ($($t:ty),*) => {$(
         impl private::Sealed for $t {}
-        impl Index for $t {
+        impl IntIndex for $t {
             #[inline(always)]
             fn to_i64(self) -> i64 {
                 i64::try_from(self).unwrap_or(i64::MAX)
@@ -52,7 +52,7 @@ macro_rules! index_types {
 index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
 
 /// Converts indices to a shared `i64` list.
-pub(crate) fn to_i64_list<I: Index>(indices: &[I]) -> Arc<[i64]> {
+pub(crate) fn to_i64_list<I: IntIndex>(indices: &[I]) -> Arc<[i64]> {
     indices.iter().map(|&i| i.to_i64()).collect()
 }
 
