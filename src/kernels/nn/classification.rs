@@ -11,10 +11,11 @@
 //! `nll = w_t (lse - x_t)` and `smooth = Σ_c w_c (lse - x_c)`, where
 //! `lse = m + ln Σ_c e^(x_c - m)` with `m` the lane's maximum, so the loss
 //! stays finite for any finite logits. The forward pass keeps nothing: the
-//! backward recomputes the lane's softmax in the same single pass that
-//! writes the gradient, `(A p_c - B_c) * g / D`, which costs one `exp` per
-//! element, the same as reading saved probabilities would cost in memory
-//! traffic, and keeps the op free of per-call state.
+//! backward recomputes the lane's softmax in the same pass that writes the
+//! gradient, `(A p_c - B_c) * g / D`. That costs one (vectorised) `exp` per
+//! element instead of writing and later re-reading a saved `[N, C]`
+//! probability tensor, and it keeps the op free of per-call state, so one
+//! op instance can be shared (as the registry's is) across calls and graphs.
 
 use std::mem::MaybeUninit;
 
