@@ -4,13 +4,16 @@
 //! `embedding`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
+pub mod bce;
 mod class_targets;
 pub mod cross_entropy;
+pub mod cross_entropy_backward;
 pub mod dropout;
 pub mod embedding;
 pub mod layer_norm;
+pub mod layer_norm_backward;
+pub mod mse;
 pub mod nll;
-pub mod pointwise_loss;
 pub mod softmax;
 pub mod support;
 
@@ -23,11 +26,14 @@ use super::OpRegistry;
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
     cross_entropy::register(reg);
+    cross_entropy_backward::register(reg);
     nll::register(reg);
-    pointwise_loss::register(reg);
+    mse::register(reg);
+    bce::register(reg);
     dropout::register(reg);
     embedding::register(reg);
     layer_norm::register(reg);
+    layer_norm_backward::register(reg);
 }
 
 #[cfg(test)]

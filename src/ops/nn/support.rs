@@ -223,6 +223,64 @@ pub(crate) fn reduce_lanes(
     }
 }
 
+// What the elementwise losses (`mse_loss`, `binary_cross_entropy_with_logits`) share.
+
+/// Checks two same-shape, same-dtype operands.
+pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    if a.shape() != b.shape() {
+        return Err(Error::shape_mismatch(op, a.shape(), b.shape()));
+    }
+    Ok(())
+}
+
+/// Checks a loss gradient: one element, or the operands' shape.
+pub(crate) fn check_grad(op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
+    check_same(
+        op,
+        &Tensor::scalar_of(0.0, g.dtype()),
+        &Tensor::scalar_of(0.0, x.dtype()),
+    )?;
+    if g.numel() == 1 || g.shape() == x.shape() {
+        Ok(())
+    } else {
+        Err(Error::shape_mismatch(op, x.shape(), g.shape()))
+    }
+}
+
+/// The factor a reduction puts on each element's gradient.
+pub(crate) fn reduction_scale(reduction: Reduction, n: usize) -> f64 {
+    match reduction {
+        Reduction::Mean => 1.0 / n as f64,
+        _ => 1.0,
+    }
+}
+
+/// Applies a reduction to an elementwise loss (as a `Var`).
+pub(crate) fn reduce<'g>(v: Var<'g>, reduction: Reduction) -> Var<'g> {
+    match reduction {
+        Reduction::None => v,
+        Reduction::Sum => v.sum(),
+        Reduction::Mean => v.mean(),
+    }
+}
+
+/// The gradient of a reduced loss with respect to its `g` input: the
+/// elementwise product summed (a 0-d `g`) or kept (an elementwise `g`).
+pub(crate) fn grad_of_g<'g>(prod: Var<'g>, g: &Var<'g>) -> Result<Var<'g>> {
+    if g.shape() == prod.shape() {
+        Ok(prod)
+    } else {
+        prod.sum().try_expand(g.shape())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
