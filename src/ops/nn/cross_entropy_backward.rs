@@ -14,7 +14,7 @@ use crate::kernels::nn::classification as kernel;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
-/// The gradient of [`CrossEntropy`] with respect to the logits, from the
+/// The gradient of [`CrossEntropy`](super::cross_entropy::CrossEntropy) with respect to the logits, from the
 /// loss's gradient `g`. Inputs: `g`, the logits, and the targets unless
 /// stored. Differentiable in `g` and the logits.
 #[derive(Clone, Debug, Default)]
