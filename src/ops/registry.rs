@@ -45,6 +45,12 @@ impl OpRegistry {
         super::broadcast::register(&mut reg);
         super::nn::register(&mut reg);
         super::select::register(&mut reg);
+        super::shape::register(&mut reg);
+        super::linalg::register(&mut reg);
+        super::transpose::register(&mut reg);
+        super::slice::register(&mut reg);
+        super::concat::register(&mut reg);
+        super::index::register(&mut reg);
         reg
     }
 
