@@ -12,6 +12,7 @@ pub mod functors;
 pub mod index;
 pub mod layout;
 pub mod matmul;
+pub mod nn;
 pub mod parallel;
 pub mod reduce;
 

@@ -10,6 +10,7 @@ pub mod broadcast;
 pub mod concat;
 pub mod index;
 pub mod linalg;
+pub mod nn;
 mod operators;
 pub mod reduce;
 mod registry;

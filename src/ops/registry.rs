@@ -43,6 +43,7 @@ impl OpRegistry {
         super::unary::register(&mut reg);
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
+        super::nn::register(&mut reg);
         super::select::register(&mut reg);
         super::shape::register(&mut reg);
         super::linalg::register(&mut reg);
