@@ -16,6 +16,7 @@ mod matmul;
 mod memory;
 mod report;
 mod w1;
+mod w2;
 
 use std::process::ExitCode;
 
@@ -38,9 +39,19 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
     ),
     ("w1v", w1::run_w1v, "length-64 vector chain: ns per node"),
     (
+        "w2",
+        w2::run,
+        "MLP training step (784-512-512-10), batch 128 and 1024",
+    ),
+    (
         "mem_w1",
         memory::run_w1,
         "peak RSS growth per recorded W1 node",
+    ),
+    (
+        "mem_w2",
+        memory::run_w2,
+        "peak RSS growth of 5 W2 steps at batch 4096",
     ),
     (
         "matmul",

@@ -60,6 +60,7 @@ pub fn run(opts: &Options) {
         let line = |case: &str, s: Stats, flops: f64| {
             emit(
                 vec![
+                    ("framework", "retrograd".into()),
                     ("workload", "matmul".into()),
                     ("case", case.into()),
                     ("dtype", "f32".into()),

@@ -53,3 +53,27 @@ pub fn run_w1(opts: &Options) {
         None => eprintln!("mem_w1: /proc/self/status or clear_refs is not available here"),
     }
 }
+
+pub fn run_w2(opts: &Options) {
+    let batch = if opts.quick { 256 } else { 4096 };
+    let params = super::w2::mlp_params(0);
+    let (x, y) = super::w2::mlp_data(batch, 1);
+    match peak_growth(|| {
+        for _ in 0..5 {
+            super::w2::step(&params, &x, &y).expect("a valid step");
+        }
+    }) {
+        Some(bytes) => emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "mem_w2".into()),
+                ("batch", batch.into()),
+                ("steps", 5usize.into()),
+                ("unit", "MiB_peak_rss_growth".into()),
+                ("median", Value::Num(bytes as f64 / (1024.0 * 1024.0))),
+            ],
+            None,
+        ),
+        None => eprintln!("mem_w2: /proc/self/status or clear_refs is not available here"),
+    }
+}
