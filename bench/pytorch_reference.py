@@ -166,7 +166,7 @@ def bench_matmul(n, repeats):
         torch.matmul(a, b)
         times.append(time.perf_counter() - t0)
     med, lo, hi = stats([2 * n ** 3 / t / 1e9 for t in times])
-    emit(workload="matmul", n=n, unit="gflops", median=med, min=lo, max=hi)
+    emit(workload="matmul", dtype="f32", n=n, unit="gflops", median=med, min=lo, max=hi)
 
 
 # ---------------------------------------------------------------- memory

@@ -9,9 +9,14 @@
 
 pub mod elementwise;
 pub mod functors;
+pub mod index;
+pub mod layout;
+pub mod matmul;
+pub mod nn;
 pub mod parallel;
 pub mod reduce;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
+pub use matmul::matmul;
 pub use reduce::{sum_all, sum_axes, sum_to_shape};

@@ -7,10 +7,17 @@
 
 pub mod arith;
 pub mod broadcast;
+pub mod concat;
+pub mod index;
+pub mod linalg;
+pub mod nn;
 mod operators;
 pub mod reduce;
 mod registry;
 pub mod select;
+pub mod shape;
+pub mod slice;
+pub mod transpose;
 pub mod unary;
 
 use smallvec::SmallVec;

@@ -43,7 +43,14 @@ impl OpRegistry {
         super::unary::register(&mut reg);
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
+        super::nn::register(&mut reg);
         super::select::register(&mut reg);
+        super::shape::register(&mut reg);
+        super::linalg::register(&mut reg);
+        super::transpose::register(&mut reg);
+        super::slice::register(&mut reg);
+        super::concat::register(&mut reg);
+        super::index::register(&mut reg);
         reg
     }
 

@@ -1,0 +1,79 @@
+//! Memory: peak resident-set growth per recorded node of W1 (C = 1000), and
+//! of five W2 steps at batch 4096 (once the MLP workload exists).
+//!
+//! Peak RSS comes from the kernel's own accounting (`VmHWM` in
+//! /proc/self/status), reset before each measurement by writing 5 to
+//! /proc/self/clear_refs, so one process can measure several workloads.
+
+use std::fs;
+
+use crate::report::{emit, Value};
+use crate::Options;
+
+/// Current and peak resident set, in bytes (Linux only).
+pub fn rss_and_peak() -> Option<(u64, u64)> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Peak RSS growth (bytes) while `f` runs.
+pub fn peak_growth(f: impl FnOnce()) -> Option<u64> {
+    fs::write("/proc/self/clear_refs", "5").ok()?;
+    let (base, _) = rss_and_peak()?;
+    f();
+    let (_, peak) = rss_and_peak()?;
+    Some(peak.saturating_sub(base))
+}
+
+pub fn run_w1(opts: &Options) {
+    let chains = if opts.quick { 100 } else { 1000 };
+    let nodes = super::w1::nodes(chains, 1);
+    // Warm the allocator and the code paths first, so the measurement sees
+    // the graph's own memory.
+    super::w1::run_once(chains / 10, 1, retrograd::DType::F32);
+    match peak_growth(|| {
+        super::w1::run_once(chains, 1, retrograd::DType::F32);
+    }) {
+        Some(bytes) => emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "mem_w1".into()),
+                ("chains", chains.into()),
+                ("nodes", nodes.into()),
+                ("unit", "bytes_per_node".into()),
+                ("median", Value::Num(bytes as f64 / nodes as f64)),
+            ],
+            None,
+        ),
+        None => eprintln!("mem_w1: /proc/self/status or clear_refs is not available here"),
+    }
+}
+
+pub fn run_w2(opts: &Options) {
+    let batch = if opts.quick { 256 } else { 4096 };
+    let params = super::w2::mlp_params(0);
+    let (x, y) = super::w2::mlp_data(batch, 1);
+    match peak_growth(|| {
+        for _ in 0..5 {
+            super::w2::step(&params, &x, &y).expect("a valid step");
+        }
+    }) {
+        Some(bytes) => emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "mem_w2".into()),
+                ("batch", batch.into()),
+                ("steps", 5usize.into()),
+                ("unit", "MiB_peak_rss_growth".into()),
+                ("median", Value::Num(bytes as f64 / (1024.0 * 1024.0))),
+            ],
+            None,
+        ),
+        None => eprintln!("mem_w2: /proc/self/status or clear_refs is not available here"),
+    }
+}

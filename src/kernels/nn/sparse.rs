@@ -1,0 +1,193 @@
+//! Row gather/scatter for `embedding`, and seeded dropout masks.
+//!
+//! Dropout draws element `i`'s keep decision from output `i` of a
+//! SplitMix64 stream seeded with `seed` (a counter-based generator: any
+//! element's draw is computed directly from `(seed, i)`), so a mask is the
+//! same for a given seed whatever the thread count or chunking, and the
+//! backward pass reproduces it without storing it.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::lanes::init;
+use crate::kernels::parallel::{for_each_chunk, should_parallelize};
+use crate::tensor::Element;
+
+/// Output `i` of the SplitMix64 sequence seeded with `seed`: uniform over `u64`.
+#[inline(always)]
+pub fn splitmix64(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The draw below which an element is dropped, for drop probability `p` in `[0, 1)`.
+#[inline]
+pub fn drop_threshold(p: f64) -> u64 {
+    // 2^64 * p, saturating; p < 1 keeps it below u64::MAX.
+    (p * 18_446_744_073_709_551_616.0) as u64
+}
+
+/// Whether dropout with `seed` and drop probability `p` (in `[0, 1)`) keeps element `index`.
+///
+/// ```
+/// use retrograd::kernels::nn::sparse::keeps;
+/// let kept = (0..10_000).filter(|&i| keeps(7, 0.3, i)).count();
+/// assert!((6_800..7_200).contains(&kept));
+/// assert_eq!(keeps(7, 0.3, 42), keeps(7, 0.3, 42));
+/// ```
+#[inline]
+pub fn keeps(seed: u64, p: f64, index: u64) -> bool {
+    splitmix64(seed, index) >= drop_threshold(p)
+}
+
+/// `out[i] = x[i] * scale` where element `i` is kept, else 0 (drop probability `p` in `[0, 1)`).
+pub fn dropout<T: Element>(x: &[T], p: f64, seed: u64, scale: T, out: &mut [MaybeUninit<T>]) {
+    let threshold = drop_threshold(p);
+    for_each_chunk(out, |off, chunk| {
+        for (j, (o, &v)) in chunk.iter_mut().zip(&x[off..]).enumerate() {
+            let kept = splitmix64(seed, (off + j) as u64) >= threshold;
+            o.write(if kept { v * scale } else { T::zero() });
+        }
+    });
+}
+
+/// `out[k] = weight[indices[k]]` row by row (`d` columns); zero rows where
+/// `zero_row` says so (the padding rows of a masked gather).
+pub fn gather_rows<T: Element>(
+    weight: &[T],
+    d: usize,
+    indices: &[usize],
+    zero_row: Option<usize>,
+    out: &mut [MaybeUninit<T>],
+) {
+    if d == 0 {
+        return;
+    }
+    let copy = |(o, &idx): (&mut [MaybeUninit<T>], &usize)| {
+        if Some(idx) == zero_row {
+            o.iter_mut().for_each(|v| {
+                v.write(T::zero());
+            });
+        } else {
+            for (v, &w) in o.iter_mut().zip(&weight[idx * d..(idx + 1) * d]) {
+                v.write(w);
+            }
+        }
+    };
+    if should_parallelize(out.len()) {
+        out.par_chunks_mut(d).zip(indices).for_each(copy);
+    } else {
+        out.chunks_mut(d).zip(indices).for_each(copy);
+    }
+}
+
+/// Scatter-add: `out[indices[k]] += g[k]` row by row into a zero `[rows, d]`,
+/// skipping `skip_row` (the padding row). For large inputs the rows are
+/// split among threads, each scanning every index for the rows it owns, so
+/// every row is summed in index order whatever the thread count.
+pub fn scatter_add_rows<T: Element>(
+    g: &[T],
+    d: usize,
+    indices: &[usize],
+    rows: usize,
+    skip_row: Option<usize>,
+    out: &mut [MaybeUninit<T>],
+) {
+    let out = init(out);
+    if d == 0 || rows == 0 {
+        return;
+    }
+    let add = |first_row: usize, part: &mut [T]| {
+        let owned = first_row..first_row + part.len() / d;
+        for (k, &idx) in indices.iter().enumerate() {
+            if owned.contains(&idx) && Some(idx) != skip_row {
+                let dst = &mut part[(idx - first_row) * d..(idx - first_row + 1) * d];
+                for (o, &v) in dst.iter_mut().zip(&g[k * d..(k + 1) * d]) {
+                    *o += v;
+                }
+            }
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if should_parallelize(g.len()) && threads > 1 {
+        let per_part = rows.div_ceil(threads);
+        out.par_chunks_mut(per_part * d)
+            .enumerate()
+            .for_each(|(i, part)| add(i * per_part, part));
+    } else {
+        add(0, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect<T: Element>(out: Vec<MaybeUninit<T>>) -> Vec<T> {
+        out.into_iter()
+            .map(|v| unsafe { v.assume_init() })
+            .collect()
+    }
+
+    #[test]
+    fn dropout_is_reproducible_and_unbiased() {
+        let n = 200_000;
+        let x = vec![1.0f32; n];
+        let run = |seed| {
+            let mut out = vec![MaybeUninit::uninit(); n];
+            dropout(&x, 0.25, seed, 1.0 / 0.75, &mut out);
+            collect(out)
+        };
+        let (a, b, c) = (run(3), run(3), run(4));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let kept = a.iter().filter(|&&v| v != 0.0).count() as f64 / n as f64;
+        assert!((kept - 0.75).abs() < 0.005, "{kept}");
+        let mean = a.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        assert!((mean - 1.0).abs() < 0.01);
+        // Element i's decision is `keeps(seed, p, i)`, also on the parallel path.
+        for i in [0, 1, 65_537, n - 1] {
+            assert_eq!(a[i] != 0.0, keeps(3, 0.25, i as u64));
+        }
+    }
+
+    #[test]
+    fn gather_and_scatter_are_transposes() {
+        let w: Vec<f64> = (0..12).map(f64::from).collect(); // [4, 3]
+        let idx = [2usize, 0, 2, 3];
+        let mut out = vec![MaybeUninit::uninit(); 12];
+        gather_rows(&w, 3, &idx, None, &mut out);
+        assert_eq!(
+            collect(out),
+            vec![6., 7., 8., 0., 1., 2., 6., 7., 8., 9., 10., 11.]
+        );
+        let g: Vec<f64> = (0..12).map(|v| v as f64 * 0.5).collect();
+        let mut s = vec![MaybeUninit::uninit(); 12];
+        scatter_add_rows(&g, 3, &idx, 4, Some(3), &mut s);
+        // Row 2 gets rows 0 and 2 of g; row 3 (padding) is skipped.
+        assert_eq!(
+            collect(s),
+            vec![1.5, 2., 2.5, 0., 0., 0., 3., 4., 5., 0., 0., 0.]
+        );
+    }
+
+    #[test]
+    fn parallel_scatter_matches_serial() {
+        let (rows, d, n) = (37, 64, 3000);
+        let idx: Vec<usize> = (0..n).map(|k| (k * 7919) % rows).collect();
+        let g: Vec<f64> = (0..n * d).map(|v| (v % 13) as f64).collect();
+        let mut out = vec![MaybeUninit::uninit(); rows * d];
+        scatter_add_rows(&g, d, &idx, rows, None, &mut out);
+        let out = collect(out);
+        let mut expect = vec![0.0; rows * d];
+        for (k, &i) in idx.iter().enumerate() {
+            for j in 0..d {
+                expect[i * d + j] += g[k * d + j];
+            }
+        }
+        assert_eq!(out, expect);
+    }
+}

@@ -1,0 +1,475 @@
+//! `binary_cross_entropy_with_logits` (with optional `pos_weight`) and its
+//! fused backward op `binary_cross_entropy_with_logits_backward` (itself
+//! differentiable).
+//!
+//! Computed as `(1 - y) x + L (max(-x, 0) + ln(1 + e^-|x|))`, finite for any
+//! finite logits. Logits and targets must have the same shape (no silent
+//! broadcasting); both are differentiable, `pos_weight` is a constant.
+
+use smallvec::smallvec;
+
+use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::pointwise as kernel;
+use crate::ops::arith::or_panic;
+use crate::ops::unary::SigmoidBackward;
+use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// Binary cross-entropy of logits `x` against targets `y` in `[0, 1]`:
+/// `-(pos_weight y log σ(x) + (1 - y) log(1 - σ(x)))`, computed stably, reduced.
+/// The registry holds it with `mean` and no `pos_weight`.
+#[derive(Clone, Debug, Default)]
+pub struct BinaryCrossEntropyWithLogits {
+    /// How the elementwise losses combine.
+    pub reduction: Reduction,
+    /// Optional weight of positive examples, broadcastable to `x` (typically `[C]`).
+    pub pos_weight: Option<Tensor>,
+}
+
+/// `scale g (L σ(x) - pos_weight y)` with `L = 1 + (pos_weight - 1) y`: the
+/// gradient of [`BinaryCrossEntropyWithLogits`] with respect to `x`.
+/// Inputs: `g`, `x`, `y`.
+#[derive(Clone, Debug, Default)]
+pub struct BinaryCrossEntropyWithLogitsBackward {
+    /// The reduction of the loss this is the gradient of.
+    pub reduction: Reduction,
+    /// The loss's `pos_weight`.
+    pub pos_weight: Option<Tensor>,
+}
+
+const BCE: &str = "binary_cross_entropy_with_logits";
+
+/// `pos_weight` broadcast to `x`'s shape, checked.
+fn broadcast_pos_weight(
+    op: &'static str,
+    pw: &Option<Tensor>,
+    x: &Tensor,
+) -> Result<Option<Tensor>> {
+    pw.as_ref()
+        .map(|p| {
+            if p.dtype() != x.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    lhs: x.dtype(),
+                    rhs: p.dtype(),
+                });
+            }
+            crate::kernels::broadcast_to(op, p, x.shape())
+        })
+        .transpose()
+}
+
+/// `L = 1 + (pos_weight - 1) y` and `pos_weight` as constants (`None` without one).
+fn pos_terms<'g>(pw: &Option<Tensor>, y: &Var<'g>) -> Result<Option<(Var<'g>, Var<'g>)>> {
+    pw.as_ref()
+        .map(|p| {
+            let p = y.graph().constant(p.clone());
+            Ok((p.sub_scalar(1.0).try_mul(y)?.add_scalar(1.0), p))
+        })
+        .transpose()
+}
+
+impl Differentiable for BinaryCrossEntropyWithLogits {
+    fn name(&self) -> &str {
+        BCE
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs(BCE, inputs, 2)?;
+        let (x, y) = (inputs[0], inputs[1]);
+        check_same(BCE, x, y)?;
+        let pw = broadcast_pos_weight(BCE, &self.pos_weight, x)?;
+        crate::with_dtype!(x.dtype(), T => {
+            let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out)
+            });
+            Ok(match self.reduction {
+                Reduction::None => per,
+                r => {
+                    let s = crate::kernels::sum_all(&per.to_dtype(crate::DType::F64)).item()?;
+                    Tensor::scalar_of(s * reduction_scale(r, per.numel()), x.dtype())
+                }
+            })
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (x, y) = (&inputs[0], &inputs[1]);
+        let op = BinaryCrossEntropyWithLogitsBackward {
+            reduction: self.reduction,
+            pos_weight: self.pos_weight.clone(),
+        };
+        let dx = x
+            .requires_grad()
+            .then(|| g.graph().record(op, &[g, x, y]))
+            .transpose()?;
+        let dy = y
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let k = reduction_scale(self.reduction, x.value().numel());
+                Ok(self.target_grad(x)?.try_mul(g)?.mul_scalar(k))
+            })
+            .transpose()?;
+        Ok(smallvec![dx, dy])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (x, y) = (&inputs[0], &inputs[1]);
+        let per_element = sum_tangents(
+            x.shape(),
+            [
+                t[0].as_ref().map(|tx| {
+                    let unit = BinaryCrossEntropyWithLogitsBackward {
+                        reduction: Reduction::None,
+                        pos_weight: self.pos_weight.clone(),
+                    };
+                    let one = x.scalar_like(1.0);
+                    x.graph().record(unit, &[&one, x, y])?.try_mul(tx)
+                }),
+                t[1].as_ref().map(|ty| self.target_grad(x)?.try_mul(ty)),
+            ],
+        )?;
+        Ok(per_element.map(|v| reduce(v, self.reduction)))
+    }
+}
+
+impl BinaryCrossEntropyWithLogits {
+    /// The elementwise derivative with respect to the target:
+    /// `(pos_weight - 1) softplus(-x) - x`, with `softplus(-x)` the loss at `y = 0` minus `x`.
+    fn target_grad<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        let Some(pw) = &self.pos_weight else {
+            return Ok(-x);
+        };
+        let zeros = x.graph().constant(x.value().zeros_like());
+        let plain = BinaryCrossEntropyWithLogits::default_with(Reduction::None);
+        let softplus_neg = x.graph().record(plain, &[x, &zeros])?.try_sub(x)?;
+        let p = x.graph().constant(pw.clone());
+        p.sub_scalar(1.0).try_mul(&softplus_neg)?.try_sub(x)
+    }
+
+    fn default_with(reduction: Reduction) -> Self {
+        BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight: None,
+        }
+    }
+}
+
+impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
+    fn name(&self) -> &str {
+        "binary_cross_entropy_with_logits_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "binary_cross_entropy_with_logits_backward";
+        expect_inputs(OP, inputs, 3)?;
+        let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
+        check_same(OP, x, y)?;
+        check_grad(OP, g, x)?;
+        let pw = broadcast_pos_weight(OP, &self.pos_weight, x)?;
+        let scale = reduction_scale(self.reduction, x.numel());
+        crate::with_dtype!(x.dtype(), T => {
+            let (gs, xs, ys) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), y.as_slice_of::<T>());
+            let pws = pw.as_ref().map(|p| p.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::bce_with_logits_backward(gs, xs, ys, pws, scale, out)
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = k g (L σ(x) - p y): linear in g; d/dx = k g L σ'(x); d/dy = k g ((p - 1) σ(x) - p).
+        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        let k = reduction_scale(self.reduction, x.value().numel());
+        let dg = g
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let full = x.graph().record(self.clone(), &[g2, x, y])?;
+                grad_of_g(full, g)
+            })
+            .transpose()?;
+        let kg = g2.try_mul(g)?.mul_scalar(k);
+        let terms = pos_terms(&self.pos_weight, y)?;
+        let dx = x
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let h = match &terms {
+                    Some((l, _)) => kg.try_mul(l)?,
+                    None => kg.clone(),
+                };
+                x.graph().record(SigmoidBackward, &[&h, &x.sigmoid()])
+            })
+            .transpose()?;
+        let dy = y
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                match &terms {
+                    Some((_, p)) => {
+                        kg.try_mul(&p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?)
+                    }
+                    None => Ok(-&kg),
+                }
+            })
+            .transpose()?;
+        Ok(smallvec![dg, dx, dy])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        let k = reduction_scale(self.reduction, x.value().numel());
+        let terms = pos_terms(&self.pos_weight, y)?;
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| x.graph().record(self.clone(), &[tg, x, y])),
+                t[1].as_ref().map(|tx| {
+                    let h = match &terms {
+                        Some((l, _)) => g.try_mul(l)?.try_mul(tx)?,
+                        None => g.try_mul(tx)?,
+                    };
+                    Ok(x.graph()
+                        .record(SigmoidBackward, &[&h, &x.sigmoid()])?
+                        .mul_scalar(k))
+                }),
+                t[2].as_ref().map(|ty| {
+                    let d = match &terms {
+                        Some((_, p)) => p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?,
+                        None => ty.scalar_like(-1.0),
+                    };
+                    Ok(g.try_mul(&d)?.try_mul(ty)?.mul_scalar(k))
+                }),
+            ],
+        )
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(BinaryCrossEntropyWithLogits::default());
+    reg.add_builtin(BinaryCrossEntropyWithLogitsBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Binary cross-entropy of these logits against `target` probabilities
+    /// (same shape and dtype), averaged: PyTorch's
+    /// `F.binary_cross_entropy_with_logits`. Stable for any finite logits.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let logits = g.variable(Tensor::from_vec(vec![0.0, 1e4, -1e4], &[3])?);
+    /// let target = g.constant(Tensor::from_vec(vec![1.0, 1.0, 1.0], &[3])?);
+    /// let loss = logits.try_binary_cross_entropy_with_logits(&target)?;
+    /// // (ln 2 + 0 + 1e4) / 3
+    /// assert!((loss.value().item()? - (2f64.ln() + 1e4) / 3.0).abs() < 1e-9);
+    /// let grad = loss.backward()?.wrt(&logits).to_f64_vec();
+    /// assert_eq!(grad, vec![-0.5 / 3.0, 0.0, -1.0 / 3.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_binary_cross_entropy_with_logits(&self, target: &Var<'g>) -> Result<Var<'g>> {
+        self.try_binary_cross_entropy_with_logits_with(target, Reduction::Mean, None)
+    }
+
+    /// Binary cross-entropy with logits; panics on mismatched shapes or
+    /// dtypes (see [`try_binary_cross_entropy_with_logits`](Self::try_binary_cross_entropy_with_logits)).
+    #[track_caller]
+    pub fn binary_cross_entropy_with_logits(&self, target: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_binary_cross_entropy_with_logits(target))
+    }
+
+    /// Binary cross-entropy with logits, a reduction, and an optional
+    /// `pos_weight` (broadcastable to the logits, e.g. one per class) that
+    /// scales the loss of positive targets.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::Reduction};
+    /// let g = Graph::new();
+    /// let logits = g.variable(Tensor::from_vec(vec![0.0, 0.0], &[1, 2])?);
+    /// let target = g.constant(Tensor::from_vec(vec![1.0, 0.0], &[1, 2])?);
+    /// let pw = Tensor::from_vec(vec![3.0, 3.0], &[2])?;
+    /// let loss = logits.try_binary_cross_entropy_with_logits_with(&target, Reduction::None, Some(pw))?;
+    /// let v = loss.value().to_f64_vec();
+    /// assert!((v[0] - 3.0 * 2f64.ln()).abs() < 1e-15 && (v[1] - 2f64.ln()).abs() < 1e-15);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_binary_cross_entropy_with_logits_with(
+        &self,
+        target: &Var<'g>,
+        reduction: Reduction,
+        pos_weight: Option<Tensor>,
+    ) -> Result<Var<'g>> {
+        let op = BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight,
+        };
+        self.graph().record(op, &[self, target])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+    fn x() -> Tensor {
+        t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3])
+    }
+    fn y() -> Tensor {
+        t(&[1.0, 0.0, 0.3, 0.0, 1.0, 0.6], &[2, 3])
+    }
+    fn pw() -> Tensor {
+        t(&[2.0, 0.5, 1.0], &[3])
+    }
+    const REDUCTIONS: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
+
+    // Expected values from NumPy: -(pw * y * log_sigmoid(x) + (1 - y) * log_sigmoid(-x))
+    // with log_sigmoid(z) = -logaddexp(0, -z).
+    #[test]
+    fn bce_values() {
+        let g = Graph::new();
+        let (xv, yv) = (g.variable(x()), g.constant(y()));
+        let mean = xv
+            .binary_cross_entropy_with_logits(&yv)
+            .value()
+            .item()
+            .unwrap();
+        assert!((mean - 0.8988702090130066).abs() < 1e-15);
+        let sum = xv
+            .try_binary_cross_entropy_with_logits_with(&yv, Reduction::Sum, None)
+            .unwrap();
+        assert!((sum.value().item().unwrap() - 5.39322125407804).abs() < 1e-14);
+        let none = xv
+            .try_binary_cross_entropy_with_logits_with(&yv, Reduction::None, Some(pw()))
+            .unwrap();
+        let expect = t(
+            &[
+                0.9481539683602134,
+                0.31326168751822286,
+                1.5269280110429726,
+                1.7014132779827524,
+                0.27717762223426357,
+                0.8231860488854579,
+            ],
+            &[2, 3],
+        );
+        assert!(none.value().allclose(&expect, 1e-15, 0.0));
+        let mean_pw = xv
+            .try_binary_cross_entropy_with_logits_with(&yv, Reduction::Mean, Some(pw()))
+            .unwrap();
+        assert!((mean_pw.value().item().unwrap() - 0.9316867693373139).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bce_gradients_and_tangents() {
+        for r in REDUCTIONS {
+            for p in [None, Some(pw())] {
+                gradcheck(
+                    |v| v[0].try_binary_cross_entropy_with_logits_with(&v[1], r, p.clone()),
+                    &[x(), y()],
+                )
+                .unwrap();
+                jvpcheck(
+                    |v| v[0].try_binary_cross_entropy_with_logits_with(&v[1], r, p.clone()),
+                    &[x(), y()],
+                )
+                .unwrap();
+                let op = BinaryCrossEntropyWithLogitsBackward {
+                    reduction: r,
+                    pos_weight: p.clone(),
+                };
+                let gr = if r == Reduction::None {
+                    y().map_f64(|v| v - 0.4)
+                } else {
+                    Tensor::scalar(0.8)
+                };
+                gradcheck(
+                    |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
+                    &[gr.clone(), x(), y()],
+                )
+                .unwrap();
+                jvpcheck(
+                    |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
+                    &[gr, x(), y()],
+                )
+                .unwrap();
+            }
+        }
+        gradcheck(
+            |v| v[0].try_binary_cross_entropy_with_logits(&v[0].sigmoid()),
+            &[x()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn bce_is_stable_at_extremes() {
+        for dtype in [DType::F32, DType::F64] {
+            let g = Graph::new();
+            let xv =
+                g.variable(Tensor::from_f64_slice(&[1e4, -1e4, 1e4, -1e4], &[4], dtype).unwrap());
+            let yv =
+                g.variable(Tensor::from_f64_slice(&[1.0, 0.0, 0.0, 1.0], &[4], dtype).unwrap());
+            let p = Tensor::from_f64_slice(&[3.0], &[1], dtype).unwrap();
+            let l = xv
+                .try_binary_cross_entropy_with_logits_with(&yv, Reduction::None, Some(p))
+                .unwrap();
+            assert_eq!(l.value().to_f64_vec(), vec![0.0, 0.0, 1e4, 3e4]);
+            let grads = l.sum().backward().unwrap();
+            assert_eq!(grads.wrt(&xv).to_f64_vec(), vec![0.0, 0.0, 1.0, -3.0]);
+            assert!(grads.wrt(&yv).all_finite());
+        }
+    }
+
+    #[test]
+    fn errors_and_registry() {
+        let g = Graph::new();
+        let a = g.variable(x());
+        let short = g.constant(t(&[1.0, 2.0, 3.0], &[3]));
+        assert!(matches!(
+            a.try_binary_cross_entropy_with_logits(&short),
+            Err(Error::ShapeMismatch {
+                op: "binary_cross_entropy_with_logits",
+                ..
+            })
+        ));
+        let bad_pw = Some(t(&[1.0, 2.0], &[2]));
+        assert!(matches!(
+            a.try_binary_cross_entropy_with_logits_with(&g.constant(y()), Reduction::Mean, bad_pw),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        let pw32 = Some(pw().to_dtype(DType::F32));
+        assert!(matches!(
+            a.try_binary_cross_entropy_with_logits_with(&g.constant(y()), Reduction::Mean, pw32),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let b = g.constant(y());
+        assert_eq!(
+            g.apply("binary_cross_entropy_with_logits", &[&a, &b])
+                .unwrap()
+                .value(),
+            a.binary_cross_entropy_with_logits(&b).value()
+        );
+    }
+}

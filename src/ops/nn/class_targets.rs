@@ -1,0 +1,197 @@
+//! The part of `cross_entropy` and `nll_loss` (and their backward ops)
+//! that is about targets: the options, where the targets come from (stored
+//! in the op by the `Var` methods, or a tensor of float class indices as the
+//! last input when called through `Graph::apply`), and their validation
+//! against the input's shape.
+
+use std::sync::Arc;
+
+use super::support::{check_indices, indices_from_tensor, Reduction};
+use crate::error::{Error, Result};
+use crate::kernels::nn::classification::Targets;
+use crate::kernels::nn::lanes::AxisLanes;
+use crate::tensor::{Dims, Element, Tensor};
+
+/// Options shared by the class losses (PyTorch's keyword arguments).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ClassLossSpec {
+    /// The targets, or `None` when they come as the op's last input.
+    pub(crate) targets: Option<Arc<[i64]>>,
+    pub(crate) reduction: Reduction,
+    /// Cross-entropy only (0 for `nll_loss`).
+    pub(crate) label_smoothing: f64,
+    pub(crate) ignore_index: Option<i64>,
+    /// Per-class weights, `[C]`, in the input's dtype.
+    pub(crate) weight: Option<Tensor>,
+}
+
+impl Default for ClassLossSpec {
+    fn default() -> Self {
+        ClassLossSpec {
+            targets: None,
+            reduction: Reduction::Mean,
+            label_smoothing: 0.0,
+            ignore_index: Some(-100),
+            weight: None,
+        }
+    }
+}
+
+/// A class loss's input seen as lanes along its class axis, with its targets.
+pub(crate) struct Resolved {
+    pub(crate) lanes: AxisLanes,
+    /// The class axis: 0 for `[C]`, else 1.
+    pub(crate) axis: usize,
+    /// The input's shape without the class axis: the targets' and the
+    /// unreduced loss's shape.
+    pub(crate) lane_shape: Dims,
+    pub(crate) targets: Arc<[i64]>,
+}
+
+impl ClassLossSpec {
+    /// How many inputs an op with this spec and `leading` tensor inputs takes.
+    pub(crate) fn arity(&self, leading: usize) -> usize {
+        leading + usize::from(self.targets.is_none())
+    }
+
+    /// Checks `x` (`[C]`, `[N, C]` or `[N, C, d...]`), the targets (stored
+    /// or `target_input`), the weights and the smoothing.
+    pub(crate) fn resolve(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        target_input: Option<&Tensor>,
+    ) -> Result<Resolved> {
+        if x.rank() == 0 {
+            return Err(Error::invalid(
+                op,
+                "expects an input of shape [C], [N, C] or [N, C, d1, ...], got a 0-d tensor",
+            ));
+        }
+        let axis = usize::from(x.rank() > 1);
+        let classes = x.shape()[axis];
+        if classes == 0 {
+            return Err(Error::invalid(
+                op,
+                format!("input of shape {:?} has no classes", x.shape()),
+            ));
+        }
+        let lanes = AxisLanes::new(x.shape(), axis);
+        let lane_shape: Dims = x
+            .shape()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| (i != axis).then_some(d))
+            .collect();
+        let targets = match (&self.targets, target_input) {
+            (Some(t), None) => {
+                if t.len() != lanes.count() {
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "{} targets for an input of shape {:?} (expected {}, one per sample)",
+                            t.len(),
+                            x.shape(),
+                            lanes.count()
+                        ),
+                    ));
+                }
+                t.clone()
+            }
+            (None, Some(t)) => {
+                if t.shape() != lane_shape.as_slice() {
+                    return Err(Error::shape_mismatch(op, x.shape(), t.shape()));
+                }
+                indices_from_tensor(op, t)?
+            }
+            _ => {
+                return Err(Error::invalid(
+                    op,
+                    "targets must be stored in the op or passed as its last input, not both",
+                ))
+            }
+        };
+        check_indices(op, &targets, classes, self.ignore_index)?;
+        if let Some(w) = &self.weight {
+            if w.shape() != [classes] {
+                return Err(Error::shape_mismatch(op, &[classes], w.shape()));
+            }
+            if w.dtype() != x.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    lhs: x.dtype(),
+                    rhs: w.dtype(),
+                });
+            }
+        }
+        if !(0.0..=1.0).contains(&self.label_smoothing) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "label_smoothing must be in [0, 1], got {}",
+                    self.label_smoothing
+                ),
+            ));
+        }
+        Ok(Resolved {
+            lanes,
+            axis,
+            lane_shape,
+            targets,
+        })
+    }
+
+    /// The same options with the targets stored.
+    pub(crate) fn with_targets(&self, targets: Arc<[i64]>) -> Self {
+        ClassLossSpec {
+            targets: Some(targets),
+            ..self.clone()
+        }
+    }
+
+    /// The kernel's view of the targets (the weights read as `T`).
+    pub(crate) fn kernel_targets<'a, T: Element>(&'a self, targets: &'a [i64]) -> Targets<'a, T> {
+        Targets {
+            classes: targets,
+            ignore_index: self.ignore_index,
+            weight: self.weight.as_ref().map(|w| w.as_slice_of::<T>()),
+            label_smoothing: self.label_smoothing,
+        }
+    }
+
+    /// What the gradient of each lane's loss is multiplied by: `1 / D` for
+    /// a mean (see `Targets::denominator`), else 1.
+    pub(crate) fn scale<T: Element>(&self, targets: &Targets<'_, T>) -> f64 {
+        match self.reduction {
+            Reduction::Mean => 1.0 / targets.denominator(),
+            _ => 1.0,
+        }
+    }
+
+    /// Checks the shape of a gradient of the loss: 0-d (or one element) for
+    /// a reduced loss, the lane shape otherwise.
+    pub(crate) fn check_grad(
+        &self,
+        op: &'static str,
+        g: &Tensor,
+        x: &Tensor,
+        r: &Resolved,
+    ) -> Result<()> {
+        if g.dtype() != x.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: g.dtype(),
+                rhs: x.dtype(),
+            });
+        }
+        let ok = match self.reduction {
+            Reduction::None => g.shape() == r.lane_shape.as_slice(),
+            _ => g.numel() == 1,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::shape_mismatch(op, &r.lane_shape, g.shape()))
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `cross_entropy_backward`: the gradient of `cross_entropy` with respect
+//! to the logits in one fused pass (`kernels::nn::classification`), and its
+//! own derivatives, so gradients of gradients work: linear in `g`, and in
+//! the logits only through the softmax, whose Jacobian is symmetric.
+
+use smallvec::smallvec;
+
+use super::class_targets::{ClassLossSpec, Resolved};
+use super::softmax::{Softmax, SoftmaxBackward};
+use super::support::{expand_axis, sum_axis, Reduction};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels::nn::classification as kernel;
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// The gradient of [`CrossEntropy`](super::cross_entropy::CrossEntropy) with respect to the logits, from the
+/// loss's gradient `g`. Inputs: `g`, the logits, and the targets unless
+/// stored. Differentiable in `g` and the logits.
+#[derive(Clone, Debug, Default)]
+pub struct CrossEntropyBackward {
+    pub(super) spec: ClassLossSpec,
+}
+
+pub(super) fn targets_of(
+    spec: &ClassLossSpec,
+    x: &Tensor,
+    extra: Option<&Var<'_>>,
+) -> Result<(Resolved, ClassLossSpec)> {
+    let r = spec.resolve("cross_entropy", x, extra.map(|v| v.value()))?;
+    let stored = spec.with_targets(r.targets.clone());
+    Ok((r, stored))
+}
+
+/// Per lane, `(1-ε) w_t + ε/C Σ w` (0 for ignored lanes) times the
+/// reduction's scale, shaped to broadcast against the logits: how much of
+/// each lane's softmax the gradient holds.
+fn softmax_share(spec: &ClassLossSpec, x: &Tensor, r: &Resolved) -> Result<Tensor> {
+    let classes = r.lanes.len;
+    let mut shape: Dims = Dims::from_slice(x.shape());
+    shape[r.axis] = 1;
+    crate::with_dtype!(x.dtype(), T => {
+        let targets = spec.kernel_targets::<T>(&r.targets);
+        let scale = spec.scale(&targets);
+        let eps = spec.label_smoothing;
+        let total: f64 = match &spec.weight {
+            Some(w) => w.to_f64_vec().iter().sum(),
+            None => classes as f64,
+        };
+        let weights = spec.weight.as_ref().map(|w| w.to_f64_vec());
+        let share: Vec<f64> = (0..r.lanes.count())
+            .map(|lane| match targets.class(lane) {
+                Some(c) => {
+                    let w_t = weights.as_ref().map_or(1.0, |w| w[c]);
+                    ((1.0 - eps) * w_t + eps / classes as f64 * total) * scale
+                }
+                None => 0.0,
+            })
+            .collect();
+        Tensor::from_f64_slice(&share, &shape, x.dtype())
+    })
+}
+
+impl Differentiable for CrossEntropyBackward {
+    fn name(&self) -> &str {
+        "cross_entropy_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(2))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "cross_entropy_backward";
+        crate::ops::expect_inputs(OP, inputs, self.spec.arity(2))?;
+        let (g, x) = (inputs[0], inputs[1]);
+        let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
+        self.spec.check_grad(OP, g, x, &r)?;
+        crate::with_dtype!(x.dtype(), T => {
+            let targets = self.spec.kernel_targets::<T>(&r.targets);
+            let scale = self.spec.scale(&targets);
+            let (gs, xs) = (g.as_slice_of::<T>(), x.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::cross_entropy_backward_lanes(gs, xs, r.lanes, &targets, scale, out)
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = g * scale * (A p - B), per lane. Linear in g; in x only
+        // through p = softmax(x), whose Jacobian is symmetric.
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let (r, spec) = targets_of(&self.spec, x.value(), inputs.get(2))?;
+        let dg = g
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let ones = g.graph().constant(g.value().ones_like());
+                let unit = g
+                    .graph()
+                    .record(CrossEntropyBackward { spec: spec.clone() }, &[&ones, x])?;
+                let per_lane = sum_axis(&g2.try_mul(&unit)?, r.axis, false)?;
+                match self.spec.reduction {
+                    Reduction::None => Ok(per_lane),
+                    _ => per_lane.sum().try_expand(g.shape()),
+                }
+            })
+            .transpose()?;
+        let dx = x
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let factor = lane_factor(&spec, g, x, &r)?;
+                let p = x.graph().record(
+                    Softmax {
+                        axis: r.axis as isize,
+                    },
+                    &[x],
+                )?;
+                x.graph().record(
+                    SoftmaxBackward {
+                        axis: r.axis as isize,
+                    },
+                    &[&g2.try_mul(&factor)?, &p],
+                )
+            })
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dg, dx];
+        grads.resize(inputs.len(), None);
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let (r, spec) = targets_of(&self.spec, x.value(), inputs.get(2))?;
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tg| {
+                    tg.graph()
+                        .record(CrossEntropyBackward { spec: spec.clone() }, &[tg, x])
+                }),
+                t[1].as_ref().map(|tx| {
+                    let factor = lane_factor(&spec, g, x, &r)?;
+                    let p = x.graph().record(
+                        Softmax {
+                            axis: r.axis as isize,
+                        },
+                        &[x],
+                    )?;
+                    let dp = x.graph().record(
+                        SoftmaxBackward {
+                            axis: r.axis as isize,
+                        },
+                        &[tx, &p],
+                    )?;
+                    dp.try_mul(&factor)
+                }),
+            ],
+        )
+    }
+}
+
+/// `g * softmax_share`, broadcast against the logits.
+fn lane_factor<'g>(
+    spec: &ClassLossSpec,
+    g: &Var<'g>,
+    x: &Var<'g>,
+    r: &Resolved,
+) -> Result<Var<'g>> {
+    let share = x.graph().constant(softmax_share(spec, x.value(), r)?);
+    let g = if g.value().numel() == 1 {
+        g.clone()
+    } else {
+        let mut kept = Dims::from_slice(x.shape());
+        kept[r.axis] = 1;
+        expand_axis(g, r.axis, &kept)?
+    };
+    g.try_mul(&share)
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(CrossEntropyBackward::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ops::nn::CrossEntropyOptions;
+    use crate::{gradcheck, jvpcheck};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    fn logits() -> Tensor {
+        t(
+            &[
+                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
+            ],
+            &[3, 4],
+        )
+    }
+
+    fn weighted(reduction: Reduction) -> CrossEntropyOptions {
+        CrossEntropyOptions::default()
+            .reduction(reduction)
+            .label_smoothing(0.1)
+            .weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]))
+    }
+
+    // Expected values: a NumPy transcription of PyTorch's
+    // cross_entropy (log_softmax, nll_loss with weights and ignore_index,
+
+    #[test]
+    fn backward_op_is_differentiable() {
+        let g_none = t(&[0.7, -1.3, 0.4], &[3]);
+        for (red, g) in [
+            (Reduction::Mean, Tensor::scalar(1.3)),
+            (Reduction::None, g_none),
+        ] {
+            let op = CrossEntropyBackward {
+                spec: weighted(red).spec(Some(Arc::from(vec![0i64, -100, 2]))),
+            };
+            gradcheck(
+                |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+                &[g.clone(), logits()],
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+                &[g.clone(), logits()],
+            )
+            .unwrap();
+        }
+    }
+}

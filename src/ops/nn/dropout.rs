@@ -1,0 +1,175 @@
+//! `dropout`: zero each element with probability `p` and scale the rest by
+//! `1 / (1 - p)`, with the mask drawn from a seed
+//! (`kernels::nn::sparse::keeps`). The map is linear with a fixed mask, so
+//! the backward and the tangent rule are the same dropout (same seed)
+//! applied to the gradient or tangent: nothing is stored, and gradients of
+//! gradients come for free.
+
+use smallvec::smallvec;
+
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::sparse;
+use crate::ops::arith::or_panic;
+use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// Training-mode dropout with drop probability `p` and mask seed `seed`.
+/// The registry holds it with `p = 0.5`, `seed = 0`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dropout {
+    /// The probability of zeroing an element, in `[0, 1]`.
+    pub p: f64,
+    /// The seed the mask is drawn from.
+    pub seed: u64,
+}
+
+impl Default for Dropout {
+    fn default() -> Self {
+        Dropout { p: 0.5, seed: 0 }
+    }
+}
+
+fn check_p(p: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "dropout",
+            format!("probability must be in [0, 1], got {p}"),
+        ))
+    }
+}
+
+impl Differentiable for Dropout {
+    fn name(&self) -> &str {
+        "dropout"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("dropout", inputs, 1)?;
+        check_p(self.p)?;
+        let x = inputs[0];
+        if self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        if self.p == 1.0 {
+            return Ok(x.zeros_like());
+        }
+        crate::with_dtype!(x.dtype(), T => {
+            let scale = <T as crate::Element>::from_f64(1.0 / (1.0 - self.p));
+            let src = x.as_slice_of::<T>();
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                sparse::dropout(src, self.p, self.seed, scale, out)
+            }))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(g.graph().record(*self, &[g])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(*self, &[t]))
+            .transpose()
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Dropout::default());
+}
+
+impl<'g> Var<'g> {
+    /// Dropout: in training, each element is zeroed with probability `p`
+    /// and the others are scaled by `1 / (1 - p)`; the mask is a function
+    /// of `seed` (the same seed gives the same mask, on any thread count).
+    /// When not `training` (or `p == 0`) it is the identity and records
+    /// nothing. A `p` outside `[0, 1]` is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::ones(&[1000], retrograd::DType::F32)?);
+    /// let y = x.try_dropout(0.5, true, 42)?;
+    /// let v = y.value().to_vec::<f32>()?;
+    /// assert!(v.iter().all(|&e| e == 0.0 || e == 2.0));
+    /// assert_eq!(x.try_dropout(0.5, true, 42)?.value(), y.value()); // same seed, same mask
+    /// assert_eq!(x.try_dropout(0.5, false, 42)?.value(), x.value()); // eval mode
+    /// let grad = y.sum().backward()?.wrt(&x);
+    /// assert_eq!(&grad, y.value()); // the gradient goes through the same mask
+    /// assert!(x.try_dropout(1.5, true, 0).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_dropout(&self, p: f64, training: bool, seed: u64) -> Result<Var<'g>> {
+        check_p(p)?;
+        if !training || p == 0.0 {
+            return Ok(self.clone());
+        }
+        self.graph().record(Dropout { p, seed }, &[self])
+    }
+
+    /// Dropout; panics on a `p` outside `[0, 1]` (see [`try_dropout`](Self::try_dropout)).
+    #[track_caller]
+    pub fn dropout(&self, p: f64, training: bool, seed: u64) -> Var<'g> {
+        or_panic(self.try_dropout(p, training, seed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    #[test]
+    fn mask_is_the_seeds_and_scaled() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::arange(1.0, 101.0, 1.0, DType::F64).unwrap());
+        let y = x.dropout(0.3, true, 9).value().to_f64_vec();
+        for (i, v) in y.iter().enumerate() {
+            let expect = if sparse::keeps(9, 0.3, i as u64) {
+                (i + 1) as f64 / 0.7
+            } else {
+                0.0
+            };
+            assert!((v - expect).abs() < 1e-12);
+        }
+        assert_ne!(x.dropout(0.3, true, 10).value().to_f64_vec(), y);
+        assert_eq!(x.dropout(1.0, true, 1).value().to_f64_vec(), vec![0.0; 100]);
+        assert_eq!(g.len(), 3);
+        assert_eq!(x.dropout(0.3, false, 1).value(), x.value());
+        assert_eq!(g.len(), 3); // eval mode records nothing
+    }
+
+    #[test]
+    fn gradients_tangents_and_dtypes() {
+        let x = Tensor::from_vec((0..20).map(|i| i as f64 * 0.1 - 1.0).collect(), &[4, 5]).unwrap();
+        gradcheck(|v| v[0].try_dropout(0.4, true, 5), std::slice::from_ref(&x)).unwrap();
+        jvpcheck(|v| v[0].try_dropout(0.4, true, 5), std::slice::from_ref(&x)).unwrap();
+        // Two consumers, with different masks.
+        gradcheck(
+            |v| Ok(&v[0].dropout(0.5, true, 1) * &v[0].dropout(0.5, true, 2)),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        let g = Graph::new();
+        let a = g.variable(x.clone());
+        let b = g.variable(x.to_dtype(DType::F32));
+        assert!(b.dropout(0.4, true, 5).value().allclose(
+            a.dropout(0.4, true, 5).value(),
+            1e-6,
+            1e-6
+        ));
+        assert!(matches!(
+            a.try_dropout(-0.1, true, 0),
+            Err(Error::InvalidArgument { op: "dropout", .. })
+        ));
+        assert!(g.apply("dropout", &[&a]).is_ok());
+    }
+}

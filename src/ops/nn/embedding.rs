@@ -1,0 +1,468 @@
+//! `embedding` (rows of a `[V, D]` weight picked by integer indices of any
+//! shape, giving `[..., D]`) and its backward `embedding_dense_backward`
+//! (a scatter-add into a zero `[V, D]`). Gather and scatter-add are each
+//! other's transpose, so each op's derivative is the other: gradients of
+//! gradients work.
+//!
+//! `padding_idx` follows PyTorch: the padding row is gathered like any
+//! other, but receives no gradient. The derivative of that backward (and
+//! the forward tangent) therefore treats padding positions as constant,
+//! which is what the private `zero_padding` flag of [`Embedding`] does.
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use super::support::{check_indices, indices_from_tensor, to_i64_list, IntIndex};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::sparse;
+use crate::ops::arith::or_panic;
+use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// Indices stored in an op, with the shape they are laid out in.
+#[derive(Clone, Debug, PartialEq)]
+struct StoredIndices {
+    values: Arc<[i64]>,
+    shape: Dims,
+}
+
+/// Where the indices of an embedding op come from: stored, or (through
+/// `Graph::apply`) a float tensor of indices as the op's last input.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct IndexSpec {
+    stored: Option<StoredIndices>,
+    padding_idx: Option<i64>,
+}
+
+/// Validated indices and the padding row, for a table of `rows` rows.
+struct Resolved {
+    values: Vec<usize>,
+    shape: Dims,
+    padding: Option<usize>,
+    stored: IndexSpec,
+}
+
+impl IndexSpec {
+    fn arity(&self, leading: usize) -> usize {
+        leading + usize::from(self.stored.is_none())
+    }
+
+    fn resolve(&self, op: &'static str, rows: usize, input: Option<&Tensor>) -> Result<Resolved> {
+        let stored = match (&self.stored, input) {
+            (Some(s), None) => s.clone(),
+            (None, Some(t)) => StoredIndices {
+                values: indices_from_tensor(op, t)?,
+                shape: Dims::from_slice(t.shape()),
+            },
+            _ => {
+                return Err(Error::invalid(
+                    op,
+                    "indices must be stored in the op or passed as its last input, not both",
+                ))
+            }
+        };
+        check_indices(op, &stored.values, rows, None)?;
+        let padding = self
+            .padding_idx
+            .map(|p| {
+                let r = rows as i64;
+                if (-r..r).contains(&p) {
+                    Ok(if p < 0 { p + r } else { p } as usize)
+                } else {
+                    Err(Error::IndexOutOfRange {
+                        op,
+                        index: p,
+                        size: rows,
+                    })
+                }
+            })
+            .transpose()?;
+        Ok(Resolved {
+            values: stored.values.iter().map(|&i| i as usize).collect(),
+            shape: stored.shape.clone(),
+            padding,
+            stored: IndexSpec {
+                stored: Some(stored),
+                padding_idx: self.padding_idx,
+            },
+        })
+    }
+}
+
+/// The `[V, D]` shape of an embedding table, checked.
+fn table_dims(op: &'static str, w: &Tensor) -> Result<(usize, usize)> {
+    match *w.shape() {
+        [v, d] => Ok((v, d)),
+        _ => Err(Error::invalid(
+            op,
+            format!(
+                "expects a weight of shape [num_embeddings, dim], got {:?}",
+                w.shape()
+            ),
+        )),
+    }
+}
+
+/// Rows of a weight `[V, D]` picked by indices: output `[..., D]` for
+/// indices of shape `[...]`. Inputs: the weight, and unless stored, the
+/// indices as floats. The registry holds it with no stored indices.
+#[derive(Clone, Debug, Default)]
+pub struct Embedding {
+    spec: IndexSpec,
+    /// Gather zeros at padding positions (the derivative of the backward).
+    zero_padding: bool,
+}
+
+impl Embedding {
+    /// An embedding with `indices` (laid out in `index_shape`) stored in the op.
+    pub fn new<I: IntIndex>(
+        indices: &[I],
+        index_shape: &[usize],
+        padding_idx: Option<i64>,
+    ) -> Result<Self> {
+        let n: usize = index_shape.iter().product();
+        if n != indices.len() {
+            return Err(Error::ElementCount {
+                op: "embedding",
+                len: indices.len(),
+                shape: index_shape.to_vec(),
+            });
+        }
+        Ok(Embedding {
+            spec: IndexSpec {
+                stored: Some(StoredIndices {
+                    values: to_i64_list(indices),
+                    shape: Dims::from_slice(index_shape),
+                }),
+                padding_idx,
+            },
+            zero_padding: false,
+        })
+    }
+}
+
+/// The gradient of [`Embedding`] with respect to its weight: the rows of
+/// `g` (`[..., D]`) added into a zero `[V, D]` at their indices, padding
+/// row skipped. Inputs: `g`, the weight (for its shape), and unless
+/// stored, the indices as floats.
+#[derive(Clone, Debug, Default)]
+pub struct EmbeddingDenseBackward {
+    spec: IndexSpec,
+}
+
+impl Differentiable for Embedding {
+    fn name(&self) -> &str {
+        "embedding"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(1))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("embedding", inputs, self.spec.arity(1))?;
+        let w = inputs[0];
+        let (v, d) = table_dims("embedding", w)?;
+        let r = self.spec.resolve("embedding", v, inputs.get(1).copied())?;
+        let mut shape = r.shape.clone();
+        shape.push(d);
+        let zero_row = r.padding.filter(|_| self.zero_padding);
+        crate::with_dtype!(w.dtype(), T => {
+            let src = w.as_slice_of::<T>();
+            Ok(Tensor::build::<T>(shape, |out| sparse::gather_rows(src, d, &r.values, zero_row, out)))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let w = &inputs[0];
+        let (v, _) = table_dims("embedding", w.value())?;
+        let r = self
+            .spec
+            .resolve("embedding", v, inputs.get(1).map(|t| t.value()))?;
+        let dw = g
+            .graph()
+            .record(EmbeddingDenseBackward { spec: r.stored }, &[g, w])?;
+        let mut grads: GradInputs<'g> = smallvec![Some(dw)];
+        grads.resize(inputs.len(), None);
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let Some(tw) = &t[0] else { return Ok(None) };
+        let (v, _) = table_dims("embedding", inputs[0].value())?;
+        let r = self
+            .spec
+            .resolve("embedding", v, inputs.get(1).map(|t| t.value()))?;
+        let op = Embedding {
+            spec: r.stored,
+            zero_padding: true,
+        };
+        Ok(Some(tw.graph().record(op, &[tw])?))
+    }
+}
+
+impl Differentiable for EmbeddingDenseBackward {
+    fn name(&self) -> &str {
+        "embedding_dense_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(2))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "embedding_dense_backward";
+        expect_inputs(OP, inputs, self.spec.arity(2))?;
+        let (g, w) = (inputs[0], inputs[1]);
+        let (v, d) = table_dims(OP, w)?;
+        let r = self.spec.resolve(OP, v, inputs.get(2).copied())?;
+        let mut expect = r.shape.clone();
+        expect.push(d);
+        if g.shape() != expect.as_slice() {
+            return Err(Error::shape_mismatch(OP, &expect, g.shape()));
+        }
+        if g.dtype() != w.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: g.dtype(),
+                rhs: w.dtype(),
+            });
+        }
+        crate::with_dtype!(g.dtype(), T => {
+            let src = g.as_slice_of::<T>();
+            Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| {
+                sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out)
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // The transpose of a scatter-add skipping padding is a gather with zeros there.
+        let (g, w) = (&inputs[0], &inputs[1]);
+        let (v, _) = table_dims("embedding_dense_backward", w.value())?;
+        let r = self.spec.resolve(
+            "embedding_dense_backward",
+            v,
+            inputs.get(2).map(|t| t.value()),
+        )?;
+        let dg = g
+            .requires_grad()
+            .then(|| {
+                let op = Embedding {
+                    spec: r.stored,
+                    zero_padding: true,
+                };
+                g2.graph().record(op, &[g2])
+            })
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dg, None];
+        grads.resize(inputs.len(), None);
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let Some(tg) = &t[0] else { return Ok(None) };
+        let mut args: Vec<&Var<'g>> = vec![tg];
+        args.extend(&inputs[1..]);
+        Ok(Some(tg.graph().record(self.clone(), &args)?))
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Embedding::default());
+    reg.add_builtin(EmbeddingDenseBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Looks up rows of this `[V, D]` weight: `indices` (laid out in
+    /// `index_shape`, any rank) give a `[index_shape..., D]` value, PyTorch's
+    /// `F.embedding(indices, weight)`. The gradient is a scatter-add, so
+    /// repeated indices accumulate.
+    ///
+    /// Errors: an index outside `0..V` is `Error::IndexOutOfRange`; an index
+    /// count that does not match `index_shape` is `Error::ElementCount`; a
+    /// weight that is not 2-d is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
+    /// let e = w.try_embedding(&[2usize, 0, 2, 2], &[2, 2])?;
+    /// assert_eq!(e.shape(), &[2, 2, 2]);
+    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1., 20., 21., 20., 21.]);
+    /// let grad = e.sum().backward()?.wrt(&w);
+    /// assert_eq!(grad.to_f64_vec(), vec![1., 1., 0., 0., 3., 3.]);
+    /// assert!(w.try_embedding(&[3usize], &[1]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_embedding<I: IntIndex>(
+        &self,
+        indices: &[I],
+        index_shape: &[usize],
+    ) -> Result<Var<'g>> {
+        self.try_embedding_with(indices, index_shape, None)
+    }
+
+    /// Embedding lookup; panics on bad indices (see [`try_embedding`](Self::try_embedding)).
+    #[track_caller]
+    pub fn embedding<I: IntIndex>(&self, indices: &[I], index_shape: &[usize]) -> Var<'g> {
+        or_panic(self.try_embedding(indices, index_shape))
+    }
+
+    /// Embedding lookup with a `padding_idx` (negative counts from the end):
+    /// that row is looked up as usual but receives no gradient.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 2.0], &[3, 1])?);
+    /// let e = w.try_embedding_with(&[0usize, 1, 0], &[3], Some(0))?;
+    /// assert_eq!(e.value().to_f64_vec(), vec![0.0, 1.0, 0.0]);
+    /// assert_eq!(e.sum().backward()?.wrt(&w).to_f64_vec(), vec![0.0, 1.0, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_embedding_with<I: IntIndex>(
+        &self,
+        indices: &[I],
+        index_shape: &[usize],
+        padding_idx: Option<i64>,
+    ) -> Result<Var<'g>> {
+        self.graph()
+            .record(Embedding::new(indices, index_shape, padding_idx)?, &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    fn table() -> Tensor {
+        Tensor::from_vec((0..12).map(|i| i as f64 * 0.25 - 1.0).collect(), &[4, 3]).unwrap()
+    }
+
+    #[test]
+    fn gradients_with_repeated_indices() {
+        let idx = [3usize, 1, 3, 0, 3, 1];
+        gradcheck(|v| v[0].try_embedding(&idx, &[2, 3]), &[table()]).unwrap();
+        jvpcheck(|v| v[0].try_embedding(&idx, &[2, 3]), &[table()]).unwrap();
+        // Two consumers of the table, and a nonlinear use of the rows.
+        gradcheck(
+            |v| Ok(&v[0].embedding(&idx, &[6]).tanh() * &v[0].embedding(&[0usize], &[]).sum()),
+            &[table()],
+        )
+        .unwrap();
+        let g = Graph::new();
+        let w = g.variable(table());
+        let grad = w.embedding(&idx, &[6]).sum().backward().unwrap().wrt(&w);
+        assert_eq!(
+            grad.to_f64_vec(),
+            vec![1., 1., 1., 2., 2., 2., 0., 0., 0., 3., 3., 3.]
+        );
+    }
+
+    #[test]
+    fn backward_op_is_differentiable() {
+        let op = EmbeddingDenseBackward {
+            spec: IndexSpec {
+                stored: Some(StoredIndices {
+                    values: Arc::from(vec![2i64, 0, 2]),
+                    shape: Dims::from_slice(&[3]),
+                }),
+                padding_idx: Some(0),
+            },
+        };
+        let g = Tensor::from_vec((0..9).map(|i| i as f64 * 0.3).collect(), &[3, 3]).unwrap();
+        gradcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+            &[g.clone(), table()],
+        )
+        .unwrap();
+        jvpcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+            &[g, table()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn padding_row_gets_no_gradient() {
+        let g = Graph::new();
+        let w = g.variable(table());
+        let e = w
+            .try_embedding_with(&[1usize, 3, 1], &[3], Some(-3))
+            .unwrap();
+        assert_eq!(e.value().to_f64_vec()[..3], table().to_f64_vec()[3..6]);
+        let grad = (&e * &e).sum().backward().unwrap().wrt(&w).to_f64_vec();
+        assert_eq!(&grad[3..6], &[0.0, 0.0, 0.0]);
+        assert!(grad[9..].iter().all(|&v| v != 0.0));
+        // Rows other than the padding row get exact gradients.
+        gradcheck(
+            |v| {
+                Ok(v[0]
+                    .try_embedding_with(&[3usize, 2, 3], &[3], Some(1))?
+                    .tanh())
+            },
+            &[table()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn registry_form_dtypes_and_errors() {
+        let g = Graph::new();
+        let w = g.variable(table());
+        let idx = g.constant(Tensor::from_vec(vec![2.0, 0.0, 1.0, 1.0], &[2, 2]).unwrap());
+        let e = g.apply("embedding", &[&w, &idx]).unwrap();
+        assert_eq!(e.shape(), &[2, 2, 3]);
+        assert_eq!(e.value(), w.embedding(&[2usize, 0, 1, 1], &[2, 2]).value());
+        assert_eq!(
+            e.sum().backward().unwrap().wrt(&w).to_f64_vec()[3..6],
+            [2.0, 2.0, 2.0]
+        );
+        let w32 = g.variable(table().to_dtype(DType::F32));
+        assert_eq!(
+            w32.embedding(&[1u32], &[1])
+                .value()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![-0.25, 0.0, 0.25]
+        );
+        assert!(matches!(
+            w.try_embedding(&[4usize], &[1]),
+            Err(Error::IndexOutOfRange {
+                op: "embedding",
+                index: 4,
+                size: 4
+            })
+        ));
+        assert!(matches!(
+            w.try_embedding(&[-1i64], &[1]),
+            Err(Error::IndexOutOfRange { .. })
+        ));
+        assert!(matches!(
+            w.try_embedding(&[0usize, 1], &[3]),
+            Err(Error::ElementCount { .. })
+        ));
+        assert!(matches!(
+            w.try_embedding_with(&[0usize], &[1], Some(4)),
+            Err(Error::IndexOutOfRange { .. })
+        ));
+        let flat = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap());
+        assert!(matches!(
+            flat.try_embedding(&[0usize], &[1]),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+}

@@ -1,0 +1,414 @@
+//! `layer_norm` over the trailing `normalized_shape` dims, with optional
+//! weight and bias: one fused forward kernel; the gradients come from the
+//! fused ops of `layer_norm_backward.rs` (input and weight) and a plain
+//! `sum_to_size` (bias). Its tangent rule reuses the input-gradient op,
+//! since `d x̂ / d x = σ P` is symmetric.
+
+use smallvec::smallvec;
+
+use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::norm as kernel;
+use crate::ops::arith::or_panic;
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// Which affine parameters follow the input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Affine {
+    /// Inferred from the input count: 1 none, 2 weight, 3 weight and bias.
+    #[default]
+    FromInputs,
+    /// As given.
+    Given { weight: bool, bias: bool },
+}
+
+/// Layer normalisation over the trailing dims: `(x - mean) / sqrt(var + eps) * weight + bias`,
+/// PyTorch's `F.layer_norm`. Inputs: `x`, then the weight and/or bias if
+/// present (each of shape `normalized_shape`). The registry holds it
+/// normalising the last dim with `eps = 1e-5`, the affine parameters
+/// inferred from the input count (2: weight, 3: weight and bias).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNorm {
+    /// The trailing dims normalised over (`None`: the last dim of the input).
+    normalized_shape: Option<Dims>,
+    eps: f64,
+    affine: Affine,
+}
+
+impl Default for LayerNorm {
+    fn default() -> Self {
+        LayerNorm {
+            normalized_shape: None,
+            eps: 1e-5,
+            affine: Affine::FromInputs,
+        }
+    }
+}
+
+/// Checks that `shape` is a suffix of `x`'s shape; returns the row length.
+pub(super) fn row_len(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<usize> {
+    let xs = x.shape();
+    if shape.is_empty() || shape.len() > xs.len() || xs[xs.len() - shape.len()..] != *shape {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "normalized_shape {shape:?} must be a non-empty suffix of the input's shape {xs:?}"
+            ),
+        ));
+    }
+    Ok(shape.iter().product())
+}
+
+/// Checks an affine parameter (or gradient) against the normalised shape and dtype.
+pub(super) fn check_param(op: &'static str, p: &Tensor, shape: &[usize], x: &Tensor) -> Result<()> {
+    if p.dtype() != x.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: x.dtype(),
+            rhs: p.dtype(),
+        });
+    }
+    if p.shape() != shape {
+        return Err(Error::shape_mismatch(op, shape, p.shape()));
+    }
+    Ok(())
+}
+
+impl LayerNorm {
+    /// A layer norm over `shape` without affine parameters (`x̂` itself).
+    pub(super) fn plain(shape: &[usize], eps: f64) -> Self {
+        LayerNorm {
+            normalized_shape: Some(Dims::from_slice(shape)),
+            eps,
+            affine: Affine::Given {
+                weight: false,
+                bias: false,
+            },
+        }
+    }
+
+    /// `(normalized_shape, has_weight, has_bias)` for these inputs.
+    fn resolve(&self, x: &Tensor, n_inputs: usize) -> Result<(Dims, bool, bool)> {
+        let shape = match &self.normalized_shape {
+            Some(s) => s.clone(),
+            None => Dims::from_slice(&x.shape()[x.rank().saturating_sub(1)..]),
+        };
+        let (weight, bias) = match self.affine {
+            Affine::FromInputs => (n_inputs >= 2, n_inputs == 3),
+            Affine::Given { weight, bias } => (weight, bias),
+        };
+        let expected = 1 + usize::from(weight) + usize::from(bias);
+        if n_inputs != expected {
+            return Err(Error::Arity {
+                op: "layer_norm".to_string(),
+                expected,
+                got: n_inputs,
+            });
+        }
+        Ok((shape, weight, bias))
+    }
+}
+
+impl Differentiable for LayerNorm {
+    fn name(&self) -> &str {
+        "layer_norm"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let x = inputs.first().ok_or(Error::Arity {
+            op: "layer_norm".to_string(),
+            expected: 1,
+            got: 0,
+        })?;
+        let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
+        let m = row_len("layer_norm", x, &shape)?;
+        if !(self.eps >= 0.0 && self.eps.is_finite()) {
+            return Err(Error::invalid(
+                "layer_norm",
+                format!("eps must be finite and >= 0, got {}", self.eps),
+            ));
+        }
+        let w = has_w.then(|| inputs[1]);
+        let b = has_b.then(|| inputs[inputs.len() - 1]);
+        for p in w.iter().chain(b.iter()) {
+            check_param("layer_norm", p, &shape, x)?;
+        }
+        crate::with_dtype!(x.dtype(), T => {
+            let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::layer_norm(x.as_slice_of::<T>(), m, ws, bs, self.eps, out)
+            }))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        let (shape, has_w, has_b) = self.resolve(x.value(), inputs.len())?;
+        let w = has_w.then(|| &inputs[1]);
+        let b = has_b.then(|| &inputs[inputs.len() - 1]);
+        let dx = x
+            .requires_grad()
+            .then(|| {
+                let op = LayerNormBackward {
+                    normalized_shape: shape.clone(),
+                    eps: self.eps,
+                    has_weight: has_w,
+                };
+                let mut args = vec![g, x];
+                args.extend(w);
+                g.graph().record(op, &args)
+            })
+            .transpose()?;
+        let dw = w
+            .filter(|w| w.requires_grad())
+            .map(|_| {
+                let op = LayerNormWeightBackward {
+                    normalized_shape: shape.clone(),
+                    eps: self.eps,
+                };
+                g.graph().record(op, &[g, x])
+            })
+            .transpose()?;
+        let db = b
+            .filter(|b| b.requires_grad())
+            .map(|_| g.sum_to_size(&shape))
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dx];
+        if has_w {
+            grads.push(dw);
+        }
+        if has_b {
+            grads.push(db);
+        }
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let x = &inputs[0];
+        let (shape, has_w, has_b) = self.resolve(x.value(), inputs.len())?;
+        let w = has_w.then(|| &inputs[1]);
+        let tw = if has_w { t[1].as_ref() } else { None };
+        let tb = if has_b {
+            t[inputs.len() - 1].as_ref()
+        } else {
+            None
+        };
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tx| {
+                    let d = project(tx, x, &shape, self.eps)?;
+                    match w {
+                        Some(w) => d.try_mul(w),
+                        None => Ok(d),
+                    }
+                }),
+                tw.map(|tw| {
+                    let plain = LayerNorm::plain(&shape, self.eps);
+                    x.graph().record(plain, &[x])?.try_mul(tw)
+                }),
+                tb.map(|tb| Ok(tb.clone())),
+            ],
+        )
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(LayerNorm::default());
+}
+
+impl<'g> Var<'g> {
+    /// Layer normalisation over the trailing `normalized_shape` dims, with
+    /// an optional elementwise `weight` and `bias` (each of shape
+    /// `normalized_shape`): PyTorch's `F.layer_norm(x, normalized_shape, weight, bias, eps)`.
+    ///
+    /// Errors: a `normalized_shape` that is not a suffix of the input's shape,
+    /// or parameters of another shape, are `Error::InvalidArgument` /
+    /// `Error::ShapeMismatch`; a negative `eps` is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 0.0, 0.0, 3.0], &[2, 3])?);
+    /// let w = g.variable(Tensor::from_vec(vec![1.0, 1.0, 2.0], &[3])?);
+    /// let b = g.variable(Tensor::from_vec(vec![0.0, 0.0, 0.5], &[3])?);
+    /// let y = x.try_layer_norm(&[3], Some(&w), Some(&b), 0.0)?;
+    /// // Row 1: mean 2, variance 2/3; row 2: mean 1, variance 2.
+    /// let (s, r) = (1.5f64.sqrt(), 0.5f64.sqrt());
+    /// let expect = Tensor::from_vec(vec![-s, 0.0, 2.0 * s + 0.5, -r, -r, 4.0 * r + 0.5], &[2, 3])?;
+    /// assert!(y.value().allclose(&expect, 1e-12, 1e-12));
+    /// let grads = (&y * &y).sum().backward()?;
+    /// assert_eq!(grads.wrt(&b).shape(), &[3]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Var<'g>>,
+        bias: Option<&Var<'g>>,
+        eps: f64,
+    ) -> Result<Var<'g>> {
+        let op = LayerNorm {
+            normalized_shape: Some(Dims::from_slice(normalized_shape)),
+            eps,
+            affine: Affine::Given {
+                weight: weight.is_some(),
+                bias: bias.is_some(),
+            },
+        };
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        self.graph().record(op, &inputs)
+    }
+
+    /// Layer normalisation; panics on bad shapes (see [`try_layer_norm`](Self::try_layer_norm)).
+    #[track_caller]
+    pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Var<'g>>,
+        bias: Option<&Var<'g>>,
+        eps: f64,
+    ) -> Var<'g> {
+        or_panic(self.try_layer_norm(normalized_shape, weight, bias, eps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    fn x() -> Tensor {
+        let v = [
+            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6, 0.2, 0.4, -0.3, 1.7,
+            -0.8, 0.05, 1.2, -1.5, 0.75, 0.35, -0.25, 0.0,
+        ];
+        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+    }
+    fn w() -> Tensor {
+        Tensor::from_vec(vec![1.0, 0.5, -1.5, 2.0], &[4]).unwrap()
+    }
+    fn b() -> Tensor {
+        Tensor::from_vec(vec![0.1, -0.2, 0.3, 0.0], &[4]).unwrap()
+    }
+
+    // NumPy: m = x.mean(axes, keepdims=True); v = ((x - m)**2).mean(axes, keepdims=True);
+    // (x - m) / np.sqrt(v + eps) * w + b.
+    #[test]
+    fn forward_values() {
+        let g = Graph::new();
+        let (xv, wv, bv) = (g.variable(x()), g.variable(w()), g.variable(b()));
+        let y = xv
+            .layer_norm(&[4], Some(&wv), Some(&bv), 1e-5)
+            .value()
+            .to_f64_vec();
+        let expect = [
+            -0.11821705893449413,
+            -0.9637597062707295,
+            -1.336627942008706,
+            1.3093023536069648,
+            0.36210721539198154,
+            -0.942637110277281,
+            0.4310536076959908,
+            2.621072153919816,
+        ];
+        for (a, e) in y.iter().zip(expect) {
+            assert!((a - e).abs() < 1e-14, "{a} vs {e}");
+        }
+        let y2 = xv
+            .layer_norm(&[3, 4], None, None, 1e-3)
+            .value()
+            .to_f64_vec();
+        let expect2 = [
+            0.2396743240441806,
+            -1.1519830413736423,
+            1.6313316894620036,
+            1.1674459009893958,
+        ];
+        for (a, e) in y2.iter().zip(expect2) {
+            assert!((a - e).abs() < 1e-14);
+        }
+        assert!((y2[23] - -0.1836887710472466).abs() < 1e-14);
+        // Registry: last dim, eps 1e-5, affine from the input count.
+        let via = g.apply("layer_norm", &[&xv, &wv, &bv]).unwrap();
+        assert!(via
+            .value()
+            .allclose(&Tensor::from_vec(y.clone(), &[2, 3, 4]).unwrap(), 0.0, 0.0));
+    }
+
+    #[test]
+    fn gradients_and_tangents() {
+        gradcheck(
+            |v| v[0].try_layer_norm(&[4], Some(&v[1]), Some(&v[2]), 1e-5),
+            &[x(), w(), b()],
+        )
+        .unwrap();
+        jvpcheck(
+            |v| v[0].try_layer_norm(&[4], Some(&v[1]), Some(&v[2]), 1e-5),
+            &[x(), w(), b()],
+        )
+        .unwrap();
+        gradcheck(|v| v[0].try_layer_norm(&[3, 4], None, None, 1e-3), &[x()]).unwrap();
+        jvpcheck(|v| v[0].try_layer_norm(&[3, 4], None, None, 1e-3), &[x()]).unwrap();
+        gradcheck(
+            |v| v[0].try_layer_norm(&[4], Some(&v[1]), None, 1e-5),
+            &[x(), w()],
+        )
+        .unwrap();
+        gradcheck(
+            |v| v[0].try_layer_norm(&[4], None, Some(&v[1]), 1e-5),
+            &[x(), b()],
+        )
+        .unwrap();
+        // Two consumers of x (and of the weight).
+        gradcheck(
+            |v| Ok(&v[0].layer_norm(&[4], Some(&v[1]), None, 1e-5).tanh() * &v[0] + &v[1] * 0.5),
+            &[x(), w()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn f32_large_offsets_and_errors() {
+        let g = Graph::new();
+        // A large common offset: two-pass statistics in f64 keep f32 results accurate.
+        let big = x().map_f64(|v| v + 1e4).to_dtype(DType::F32);
+        let yb = g.variable(big.clone()).layer_norm(&[4], None, None, 1e-5);
+        let exact = g
+            .variable(big.to_dtype(DType::F64))
+            .layer_norm(&[4], None, None, 1e-5);
+        assert!(yb.value().allclose(exact.value(), 1e-6, 1e-6));
+        let small = g.variable(x().to_dtype(DType::F32));
+        let ys = small.layer_norm(&[4], None, None, 1e-5);
+        let x64 = g.variable(x());
+        assert!(ys
+            .value()
+            .allclose(x64.layer_norm(&[4], None, None, 1e-5).value(), 1e-5, 1e-5));
+        assert!(matches!(
+            x64.try_layer_norm(&[3], None, None, 1e-5),
+            Err(Error::InvalidArgument {
+                op: "layer_norm",
+                ..
+            })
+        ));
+        assert!(x64.try_layer_norm(&[], None, None, 1e-5).is_err());
+        let w3 = g.variable(Tensor::ones(&[3], DType::F64).unwrap());
+        assert!(matches!(
+            x64.try_layer_norm(&[4], Some(&w3), None, 1e-5),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        let w32 = g.variable(Tensor::ones(&[4], DType::F32).unwrap());
+        assert!(matches!(
+            x64.try_layer_norm(&[4], Some(&w32), None, 1e-5),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(x64.try_layer_norm(&[4], None, None, -1.0).is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
+//! `cross_entropy`, `nll_loss`, `mse_loss`,
+//! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
+//! `embedding`, and the fused backward ops that keep their gradients to one
+//! kernel pass while staying differentiable themselves.
+
+pub mod bce;
+mod class_targets;
+pub mod cross_entropy;
+pub mod cross_entropy_backward;
+pub mod dropout;
+pub mod embedding;
+pub mod layer_norm;
+pub mod layer_norm_backward;
+pub mod mse;
+pub mod nll;
+pub mod softmax;
+pub mod support;
+
+pub use cross_entropy::CrossEntropyOptions;
+pub use nll::NllLossOptions;
+pub use support::{IntIndex, Reduction};
+
+use super::OpRegistry;
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    softmax::register(reg);
+    cross_entropy::register(reg);
+    cross_entropy_backward::register(reg);
+    nll::register(reg);
+    mse::register(reg);
+    bce::register(reg);
+    dropout::register(reg);
+    embedding::register(reg);
+    layer_norm::register(reg);
+    layer_norm_backward::register(reg);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Graph, OpRegistry, Tensor};
+
+    #[test]
+    fn every_op_is_registered_under_its_pytorch_name() {
+        let reg = OpRegistry::with_builtins();
+        for name in [
+            "softmax",
+            "log_softmax",
+            "softmax_backward",
+            "log_softmax_backward",
+            "cross_entropy",
+            "cross_entropy_backward",
+            "nll_loss",
+            "nll_loss_backward",
+            "mse_loss",
+            "mse_loss_backward",
+            "binary_cross_entropy_with_logits",
+            "binary_cross_entropy_with_logits_backward",
+            "dropout",
+            "embedding",
+            "embedding_dense_backward",
+            "layer_norm",
+            "layer_norm_backward",
+            "layer_norm_weight_backward",
+        ] {
+            assert_eq!(reg.get(name).unwrap().name(), name);
+        }
+    }
+
+    #[test]
+    fn targets_can_be_a_vec_of_any_integer_type() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::zeros(&[2, 3], crate::DType::F32).unwrap());
+        let labels: Vec<usize> = vec![0, 2];
+        let wide: Vec<i64> = vec![0, 2];
+        let a = x.cross_entropy(&labels).value().item().unwrap();
+        let b = x.cross_entropy(&wide).value().item().unwrap();
+        assert_eq!(a, b);
+        assert!((a - 3f64.ln()).abs() < 1e-6);
+    }
+}
+
+/// Gradients of gradients through every op: Hessian-vector products by
+/// reverse-over-reverse (`create_graph`) against central differences of
+/// first-order gradients.
+#[cfg(test)]
+mod second_order {
+    use super::{CrossEntropyOptions, Reduction};
+    use crate::{hessian_vector_product, Graph, Result, Tensor, Var};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    fn x34() -> Tensor {
+        t(
+            &[
+                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
+            ],
+            &[3, 4],
+        )
+    }
+
+    /// Fixed weights that make a value a scalar without symmetric cancellations.
+    fn weigh<'g>(v: &Var<'g>) -> Result<Var<'g>> {
+        let w = v.value().map_f64(|_| 0.0);
+        let n = w.numel();
+        let c: Vec<f64> = (0..n).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.3).collect();
+        let c = Tensor::from_f64_slice(&c, v.shape(), v.dtype())?;
+        Ok(v.try_mul(&v.graph().constant(c))?.sum())
+    }
+
+    fn check_hvp<F>(f: F, x: &Tensor)
+    where
+        F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+    {
+        let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
+        let hv = hessian_vector_product(&f, x, &dir).unwrap().to_f64_vec();
+        let grad_at = |s: f64| -> Vec<f64> {
+            let shifted = Tensor::from_vec(
+                x.to_f64_vec()
+                    .iter()
+                    .zip(dir.to_f64_vec())
+                    .map(|(a, d)| a + s * d)
+                    .collect(),
+                x.shape(),
+            )
+            .unwrap();
+            let g = Graph::new();
+            let xv = g.variable(shifted);
+            f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+        };
+        let eps = 1e-5;
+        let (plus, minus) = (grad_at(eps), grad_at(-eps));
+        for (i, ((p, m), a)) in plus.iter().zip(&minus).zip(&hv).enumerate() {
+            let numeric = (p - m) / (2.0 * eps);
+            assert!(
+                (a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(),
+                "element {i}: analytic {a} vs numeric {numeric}"
+            );
+        }
+    }
+
+    #[test]
+    fn softmax_family() {
+        check_hvp(|x| weigh(&x.try_softmax(1)?), &x34());
+        check_hvp(|x| weigh(&x.try_softmax(0)?), &x34());
+        check_hvp(|x| weigh(&x.try_log_softmax(1)?), &x34());
+        check_hvp(|x| weigh(&x.try_log_softmax(0)?), &x34());
+    }
+
+    #[test]
+    fn classification_losses() {
+        let opts = CrossEntropyOptions::default()
+            .label_smoothing(0.1)
+            .weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]));
+        check_hvp(
+            |x| x.try_cross_entropy_with(&[0i64, -100, 2], &opts),
+            &x34(),
+        );
+        let none = opts.clone().reduction(Reduction::None);
+        check_hvp(
+            |x| weigh(&x.try_cross_entropy_with(&[3i64, 1, 2], &none)?),
+            &x34(),
+        );
+        check_hvp(
+            |x| x.try_log_softmax(1)?.try_nll_loss(&[1usize, 0, 3]),
+            &x34(),
+        );
+        // nll_loss is linear in its input: the Hessian through it is that of what feeds it.
+        check_hvp(|x| (x * x).try_nll_loss(&[1usize, 0, 3]), &x34());
+    }
+
+    #[test]
+    fn pointwise_losses() {
+        let y = x34().map_f64(|v| (v * 0.3 + 0.5).clamp(0.0, 1.0));
+        let pw = Some(t(&[2.0, 0.5, 1.0, 3.0], &[4]));
+        check_hvp(
+            |x| {
+                let target = x.graph().constant(y.clone());
+                x.try_binary_cross_entropy_with_logits_with(&target, Reduction::Mean, pw.clone())
+            },
+            &x34(),
+        );
+        check_hvp(
+            |x| {
+                let target = x.graph().constant(y.clone());
+                x.try_mse_loss(&(x * x))?
+                    .try_add(&(x * &target).try_mse_loss(&target)?)
+            },
+            &x34(),
+        );
+    }
+
+    #[test]
+    fn layer_norm_embedding_dropout() {
+        let w = t(&[1.0, 0.5, -1.5, 2.0], &[4]);
+        let b = t(&[0.1, -0.2, 0.3, 0.0], &[4]);
+        check_hvp(
+            |x| {
+                let (wv, bv) = (x.graph().constant(w.clone()), x.graph().constant(b.clone()));
+                weigh(&x.try_layer_norm(&[4], Some(&wv), Some(&bv), 1e-5)?)
+            },
+            &x34(),
+        );
+        check_hvp(
+            |x| weigh(&x.try_layer_norm(&[3, 4], None, None, 1e-3)?.tanh()),
+            &x34(),
+        );
+        // Second derivatives with respect to the weight (through x̂ w).
+        check_hvp(
+            |wv| {
+                let xv = wv.graph().constant(x34());
+                weigh(&xv.try_layer_norm(&[4], Some(wv), None, 1e-5)?.tanh())
+            },
+            &w,
+        );
+        check_hvp(
+            |table| weigh(&table.try_embedding(&[2usize, 0, 2, 1], &[2, 2])?.tanh()),
+            &x34(),
+        );
+        check_hvp(|x| weigh(&(x * x).try_dropout(0.3, true, 11)?), &x34());
+    }
+}

@@ -1,0 +1,276 @@
+//! `mse_loss` and its fused backward op `mse_loss_backward` (itself
+//! differentiable).
+//!
+//! Prediction and target must have the same shape (PyTorch broadcasts here
+//! with a warning; a silent `[N, 1]` against `[N]` broadcast is a classic
+//! bug, so retrograd makes it an error). Both operands are differentiable.
+
+use smallvec::smallvec;
+
+use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::pointwise as kernel;
+use crate::ops::arith::or_panic;
+use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MseLoss {
+    /// How the squared errors combine.
+    pub reduction: Reduction,
+}
+
+/// `scale g (a - b)` with `scale = 2` (or `2 / n` for a mean): the gradient
+/// of [`MseLoss`] with respect to `a`. Inputs: `g`, `a`, `b`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MseLossBackward {
+    /// The reduction of the loss this is the gradient of.
+    pub reduction: Reduction,
+}
+
+impl Differentiable for MseLoss {
+    fn name(&self) -> &str {
+        "mse_loss"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("mse_loss", inputs, 2)?;
+        let (a, b) = (inputs[0], inputs[1]);
+        check_same("mse_loss", a, b)?;
+        crate::with_dtype!(a.dtype(), T => {
+            let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
+            Ok(match self.reduction {
+                Reduction::None => Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
+                    for ((o, &x), &y) in out.iter_mut().zip(xa).zip(xb) {
+                        o.write((x - y) * (x - y));
+                    }
+                }),
+                r => {
+                    let s = kernel::squared_error_sum(xa, xb) * reduction_scale(r, xa.len());
+                    Tensor::scalar_of(s, a.dtype())
+                }
+            })
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let da = g.graph().record(
+            MseLossBackward {
+                reduction: self.reduction,
+            },
+            &[g, a, b],
+        )?;
+        let db = b.requires_grad().then(|| -&da);
+        Ok(smallvec![a.requires_grad().then_some(da), db])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let Some(d) = sum_tangents(
+            a.shape(),
+            [t[0].clone().map(Ok), t[1].as_ref().map(|tb| Ok(-tb))],
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(reduce(
+            a.try_sub(b)?.try_mul(&d)?.mul_scalar(2.0),
+            self.reduction,
+        )))
+    }
+}
+
+impl Differentiable for MseLossBackward {
+    fn name(&self) -> &str {
+        "mse_loss_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "mse_loss_backward";
+        expect_inputs(OP, inputs, 3)?;
+        let (g, a, b) = (inputs[0], inputs[1], inputs[2]);
+        check_same(OP, a, b)?;
+        check_grad(OP, g, a)?;
+        let scale = 2.0 * reduction_scale(self.reduction, a.numel());
+        crate::with_dtype!(a.dtype(), T => {
+            let (gs, xa, xb) = (g.as_slice_of::<T>(), a.as_slice_of::<T>(), b.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
+                kernel::squared_error_backward(gs, xa, xb, scale, out)
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        let k = 2.0 * reduction_scale(self.reduction, a.value().numel());
+        let dg = g
+            .requires_grad()
+            .then(|| grad_of_g(g2.try_mul(&a.try_sub(b)?)?.mul_scalar(k), g))
+            .transpose()?;
+        let da = (a.requires_grad() || b.requires_grad())
+            .then(|| Ok::<_, Error>(g2.try_mul(g)?.mul_scalar(k)))
+            .transpose()?;
+        let db = b.requires_grad().then(|| da.as_ref().map(|d| -d)).flatten();
+        Ok(smallvec![dg, da.filter(|_| a.requires_grad()), db])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        let k = 2.0 * reduction_scale(self.reduction, a.value().numel());
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| Ok(tg.try_mul(&a.try_sub(b)?)?.mul_scalar(k))),
+                t[1].as_ref().map(|ta| Ok(g.try_mul(ta)?.mul_scalar(k))),
+                t[2].as_ref().map(|tb| Ok(g.try_mul(tb)?.mul_scalar(-k))),
+            ],
+        )
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(MseLoss::default());
+    reg.add_builtin(MseLossBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Mean squared error against `target` (same shape and dtype), averaged:
+    /// PyTorch's `F.mse_loss`. Differentiable in both operands.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let pred = g.variable(Tensor::from_vec(vec![1.0, 2.0, 4.0], &[3])?);
+    /// let target = g.constant(Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?);
+    /// let loss = pred.try_mse_loss(&target)?;
+    /// assert_eq!(loss.value().item()?, 13.0 / 3.0);
+    /// assert_eq!(loss.backward()?.wrt(&pred).to_f64_vec(), vec![0.0, 4.0 / 3.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_mse_loss(&self, target: &Var<'g>) -> Result<Var<'g>> {
+        self.try_mse_loss_with(target, Reduction::Mean)
+    }
+
+    /// Mean squared error; panics on mismatched shapes or dtypes (see
+    /// [`try_mse_loss`](Self::try_mse_loss)).
+    #[track_caller]
+    pub fn mse_loss(&self, target: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_mse_loss(target))
+    }
+
+    /// Squared error against `target` with the given reduction.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::Reduction};
+    /// let g = Graph::new();
+    /// let pred = g.variable(Tensor::from_vec(vec![1.0f32, 3.0], &[2])?);
+    /// let target = g.constant(Tensor::from_vec(vec![0.0f32, 1.0], &[2])?);
+    /// assert_eq!(pred.try_mse_loss_with(&target, Reduction::None)?.value().to_vec::<f32>()?, vec![1.0, 4.0]);
+    /// assert_eq!(pred.try_mse_loss_with(&target, Reduction::Sum)?.value().item()?, 5.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_mse_loss_with(&self, target: &Var<'g>, reduction: Reduction) -> Result<Var<'g>> {
+        self.graph().record(MseLoss { reduction }, &[self, target])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+    fn x() -> Tensor {
+        t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3])
+    }
+    fn y() -> Tensor {
+        t(&[1.0, 0.0, 0.3, 0.0, 1.0, 0.6], &[2, 3])
+    }
+    const REDUCTIONS: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
+
+    #[test]
+    fn mse_values_gradients_tangents() {
+        let g = Graph::new();
+        let a = g.variable(t(&[1.0, 2.0, 4.0], &[3]));
+        let b = g.variable(t(&[1.0, 0.0, 1.0], &[3]));
+        assert_eq!(a.mse_loss(&b).value().item().unwrap(), 13.0 / 3.0);
+        assert_eq!(
+            a.try_mse_loss_with(&b, Reduction::Sum)
+                .unwrap()
+                .value()
+                .item()
+                .unwrap(),
+            13.0
+        );
+        let none = a.try_mse_loss_with(&b, Reduction::None).unwrap();
+        assert_eq!(none.value().to_f64_vec(), vec![0.0, 4.0, 9.0]);
+        let grads = a.mse_loss(&b).backward().unwrap();
+        assert_eq!(grads.wrt(&b).to_f64_vec(), vec![0.0, -4.0 / 3.0, -2.0]);
+        for r in REDUCTIONS {
+            gradcheck(|v| v[0].try_mse_loss_with(&v[1], r), &[x(), y()]).unwrap();
+            jvpcheck(|v| v[0].try_mse_loss_with(&v[1], r), &[x(), y()]).unwrap();
+            let op = MseLossBackward { reduction: r };
+            let gr = if r == Reduction::None {
+                y().map_f64(|v| v - 0.4)
+            } else {
+                Tensor::scalar(0.8)
+            };
+            gradcheck(
+                |v| v[0].graph().record(op, &[&v[0], &v[1], &v[2]]),
+                &[gr.clone(), x(), y()],
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].graph().record(op, &[&v[0], &v[1], &v[2]]),
+                &[gr, x(), y()],
+            )
+            .unwrap();
+        }
+        // Two consumers: the prediction is also its own target's source.
+        gradcheck(|v| v[0].try_mse_loss(&(&v[0] * &v[0])), &[x()]).unwrap();
+    }
+
+    #[test]
+    fn errors_and_registry() {
+        let g = Graph::new();
+        let a = g.variable(x());
+        let short = g.constant(t(&[1.0, 2.0, 3.0], &[3]));
+        assert!(matches!(
+            a.try_mse_loss(&short),
+            Err(Error::ShapeMismatch { op: "mse_loss", .. })
+        ));
+        let f32s = g.constant(x().to_dtype(DType::F32));
+        assert!(matches!(
+            a.try_mse_loss(&f32s),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let b = g.constant(y());
+        assert_eq!(
+            g.apply("mse_loss", &[&a, &b]).unwrap().value(),
+            a.mse_loss(&b).value()
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! `nll_loss` (log-probabilities and integer class targets) and its
+//! backward op `nll_loss_backward`: a gather and a scatter, each the
+//! other's transpose, so each is the other's derivative.
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use super::class_targets::ClassLossSpec;
+use super::support::{reduce_lanes, to_i64_list, IntIndex, Reduction};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels::nn::classification as kernel;
+use crate::ops::arith::or_panic;
+use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Tensor};
+
+/// The options of [`Var::try_nll_loss_with`], PyTorch's keyword arguments.
+///
+/// ```
+/// use retrograd::ops::nn::{NllLossOptions, Reduction};
+/// let opts = NllLossOptions::default().reduction(Reduction::Sum).ignore_index(None);
+/// assert_eq!(opts.reduction, Reduction::Sum);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct NllLossOptions {
+    /// How per-sample losses combine (default: mean).
+    pub reduction: Reduction,
+    /// Samples whose target equals this are skipped (default `Some(-100)`, as PyTorch).
+    pub ignore_index: Option<i64>,
+    /// Optional per-class weights, shape `[C]`, in the input's dtype.
+    pub weight: Option<Tensor>,
+}
+
+impl Default for NllLossOptions {
+    fn default() -> Self {
+        NllLossOptions {
+            reduction: Reduction::Mean,
+            ignore_index: Some(-100),
+            weight: None,
+        }
+    }
+}
+
+impl NllLossOptions {
+    /// Sets the reduction.
+    pub fn reduction(mut self, reduction: Reduction) -> Self {
+        self.reduction = reduction;
+        self
+    }
+    /// Sets (or clears) the ignored target value.
+    pub fn ignore_index(mut self, index: Option<i64>) -> Self {
+        self.ignore_index = index;
+        self
+    }
+    /// Sets per-class weights.
+    pub fn weight(mut self, weight: Tensor) -> Self {
+        self.weight = Some(weight);
+        self
+    }
+
+    fn spec(&self, targets: Option<Arc<[i64]>>) -> ClassLossSpec {
+        ClassLossSpec {
+            targets,
+            reduction: self.reduction,
+            label_smoothing: 0.0,
+            ignore_index: self.ignore_index,
+            weight: self.weight.clone(),
+        }
+    }
+}
+
+/// Negative log-likelihood of log-probabilities (`[C]`, `[N, C]` or
+/// `[N, C, d...]`) at class targets: `-w_t x[t]` per sample, reduced.
+/// Inputs: the log-probabilities, and unless stored, the targets as floats.
+#[derive(Clone, Debug, Default)]
+pub struct NllLoss {
+    spec: ClassLossSpec,
+}
+
+impl NllLoss {
+    /// An `nll_loss` with `targets` stored in the op.
+    pub fn new<I: IntIndex>(targets: &[I], options: &NllLossOptions) -> Self {
+        NllLoss {
+            spec: options.spec(Some(to_i64_list(targets))),
+        }
+    }
+
+    /// An `nll_loss` taking its targets as a second input tensor.
+    pub fn with_options(options: &NllLossOptions) -> Self {
+        NllLoss {
+            spec: options.spec(None),
+        }
+    }
+}
+
+/// The gradient of [`NllLoss`]: zeros except `-g w_t / D` at each target.
+/// Inputs: `g`, the log-probabilities (for their shape), and the targets
+/// unless stored.
+#[derive(Clone, Debug, Default)]
+pub struct NllLossBackward {
+    spec: ClassLossSpec,
+}
+
+impl NllLoss {
+    fn stored(&self, x: &Tensor, extra: Option<&Var<'_>>) -> Result<ClassLossSpec> {
+        let r = self.spec.resolve("nll_loss", x, extra.map(|v| v.value()))?;
+        Ok(self.spec.with_targets(r.targets))
+    }
+}
+
+impl Differentiable for NllLoss {
+    fn name(&self) -> &str {
+        "nll_loss"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(1))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("nll_loss", inputs, self.spec.arity(1))?;
+        let x = inputs[0];
+        let r = self.spec.resolve("nll_loss", x, inputs.get(1).copied())?;
+        crate::with_dtype!(x.dtype(), T => {
+            let targets = self.spec.kernel_targets::<T>(&r.targets);
+            let per_lane = kernel::nll_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
+            reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        let spec = self.stored(x.value(), inputs.get(1))?;
+        let mut grads: GradInputs<'g> =
+            smallvec![Some(g.graph().record(NllLossBackward { spec }, &[g, x])?)];
+        grads.resize(inputs.len(), None);
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        // Linear in x: the tangent is the loss of the tangent.
+        let Some(tx) = &t[0] else { return Ok(None) };
+        let spec = self.stored(inputs[0].value(), inputs.get(1))?;
+        Ok(Some(tx.graph().record(NllLoss { spec }, &[tx])?))
+    }
+}
+
+impl Differentiable for NllLossBackward {
+    fn name(&self) -> &str {
+        "nll_loss_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(2))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "nll_loss_backward";
+        expect_inputs(OP, inputs, self.spec.arity(2))?;
+        let (g, x) = (inputs[0], inputs[1]);
+        let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
+        self.spec.check_grad(OP, g, x, &r)?;
+        crate::with_dtype!(x.dtype(), T => {
+            let targets = self.spec.kernel_targets::<T>(&r.targets);
+            let scale = self.spec.scale(&targets);
+            let gs = g.as_slice_of::<T>();
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::nll_backward_lanes(gs, r.lanes, &targets, scale, out)
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // The scatter's transpose is the gather: nll_loss of g2. The
+        // output does not depend on the values of x.
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let r = self.spec.resolve(
+            "nll_loss_backward",
+            x.value(),
+            inputs.get(2).map(|v| v.value()),
+        )?;
+        let spec = self.spec.with_targets(r.targets);
+        let dg = g
+            .requires_grad()
+            .then(|| {
+                g2.graph()
+                    .record(NllLoss { spec }, &[g2])?
+                    .try_expand(g.shape())
+            })
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dg, None];
+        grads.resize(inputs.len(), None);
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let Some(tg) = &t[0] else { return Ok(None) };
+        let mut args: Vec<&Var<'g>> = vec![tg];
+        args.extend(&inputs[1..]);
+        Ok(Some(tg.graph().record(self.clone(), &args)?))
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(NllLoss::default());
+    reg.add_builtin(NllLossBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
+    /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
+    /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
+    ///
+    /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
+    /// target count that does not match is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
+    /// let loss = logp.try_nll_loss(&[0usize, 1])?;
+    /// assert_eq!(loss.value().item()?, 0.375);
+    /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_nll_loss<I: IntIndex>(&self, targets: &[I]) -> Result<Var<'g>> {
+        self.try_nll_loss_with(targets, &NllLossOptions::default())
+    }
+
+    /// `nll_loss` with the default options; panics on bad targets (see
+    /// [`try_nll_loss`](Self::try_nll_loss)).
+    #[track_caller]
+    pub fn nll_loss<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
+        or_panic(self.try_nll_loss(targets))
+    }
+
+    /// `nll_loss` with explicit options: reduction, `ignore_index`, class weights.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// use retrograd::ops::nn::{NllLossOptions, Reduction};
+    /// let g = Graph::new();
+    /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
+    /// let opts = NllLossOptions::default().weight(Tensor::from_vec(vec![1.0, 3.0], &[2])?);
+    /// // (1 * 0.5 + 3 * 0.25) / (1 + 3)
+    /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &opts)?.value().item()?, 0.3125);
+    /// let none = opts.reduction(Reduction::None).ignore_index(Some(0));
+    /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &none)?.value().to_f64_vec(), vec![0.0, 0.75]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_nll_loss_with<I: IntIndex>(
+        &self,
+        targets: &[I],
+        options: &NllLossOptions,
+    ) -> Result<Var<'g>> {
+        self.graph().record(NllLoss::new(targets, options), &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    fn logp() -> Tensor {
+        t(
+            &[
+                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
+            ],
+            &[3, 4],
+        )
+    }
+
+    #[test]
+    fn forward_values() {
+        // NumPy: -mean(x[[0, 1, 2], [0, 3, 1]]); weighted: -(1 * 0.5 + 0.5 * -2.0) / 1.5.
+        let g = Graph::new();
+        let x = g.variable(logp());
+        assert!(
+            (x.nll_loss(&[0usize, 3, 1]).value().item().unwrap() + 0.8333333333333334).abs()
+                < 1e-15
+        );
+        let opts = NllLossOptions::default().weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]));
+        let l = x.try_nll_loss_with(&[0i64, -100, 2], &opts).unwrap();
+        assert!((l.value().item().unwrap() - 0.3333333333333333).abs() < 1e-15);
+        let sum = x
+            .try_nll_loss_with(&[0i64, -100, 2], &opts.clone().reduction(Reduction::Sum))
+            .unwrap();
+        assert_eq!(sum.value().item().unwrap(), 0.5);
+        let none = x
+            .try_nll_loss_with(&[0i64, -100, 2], &opts.reduction(Reduction::None))
+            .unwrap();
+        assert_eq!(none.value().to_f64_vec(), vec![-0.5, 0.0, 1.0]);
+        // [N, C, d] and [C].
+        let x3 = g.variable(logp().reshape(&[2, 3, 2]).unwrap());
+        let per = x3
+            .try_nll_loss_with(
+                &[0u8, 2, 1, 1],
+                &NllLossOptions::default().reduction(Reduction::None),
+            )
+            .unwrap();
+        // Lane (n, d) reads x[n, t, d] = flat n * 6 + t * 2 + d.
+        assert_eq!(per.value().to_f64_vec(), vec![-0.5, 0.7, 0.4, -1.1]);
+        let x1 = g.variable(t(&[-1.0, -2.0], &[2]));
+        assert_eq!(x1.nll_loss(&[1usize]).value().item().unwrap(), 2.0);
+    }
+
+    #[test]
+    fn composes_into_cross_entropy() {
+        let g = Graph::new();
+        let x = g.variable(logp());
+        let a = x.log_softmax(1).nll_loss(&[2usize, 0, 3]);
+        let b = x.cross_entropy(&[2usize, 0, 3]);
+        assert!((a.value().item().unwrap() - b.value().item().unwrap()).abs() < 1e-15);
+        let ga = a.backward().unwrap().wrt(&x);
+        let gb = b.backward().unwrap().wrt(&x);
+        assert!(ga.allclose(&gb, 1e-14, 1e-15));
+    }
+
+    #[test]
+    fn gradients_and_tangents() {
+        let opts = NllLossOptions::default().weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]));
+        for red in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+            let o = opts.clone().reduction(red);
+            gradcheck(|v| v[0].try_nll_loss_with(&[0i64, -100, 2], &o), &[logp()]).unwrap();
+            jvpcheck(|v| v[0].try_nll_loss_with(&[0i64, -100, 2], &o), &[logp()]).unwrap();
+            let x3 = logp().reshape(&[2, 3, 2]).unwrap();
+            let plain = NllLossOptions::default().reduction(red);
+            gradcheck(
+                |v| v[0].try_nll_loss_with(&[0u8, 2, 1, 1], &plain),
+                std::slice::from_ref(&x3),
+            )
+            .unwrap();
+        }
+        // Two consumers, through log_softmax.
+        gradcheck(
+            |v| Ok(v[0].log_softmax(1).nll_loss(&[1usize, 2, 3]) * v[0].sum()),
+            &[logp()],
+        )
+        .unwrap();
+        let op = NllLossBackward {
+            spec: NllLossOptions::default().spec(Some(Arc::from(vec![1i64, 2, 0]))),
+        };
+        gradcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+            &[Tensor::scalar(0.7), logp()],
+        )
+        .unwrap();
+        jvpcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1]]),
+            &[Tensor::scalar(0.7), logp()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn registry_form_and_errors() {
+        let g = Graph::new();
+        let x = g.variable(logp());
+        let targets = g.constant(t(&[0.0, 3.0, 1.0], &[3]));
+        let via_apply = g.apply("nll_loss", &[&x, &targets]).unwrap();
+        assert_eq!(via_apply.value(), x.nll_loss(&[0usize, 3, 1]).value());
+        assert!(via_apply.backward().is_ok());
+        assert!(matches!(
+            x.try_nll_loss(&[0usize, 1, 7]),
+            Err(Error::IndexOutOfRange {
+                op: "nll_loss",
+                index: 7,
+                size: 4
+            })
+        ));
+        assert!(matches!(
+            x.try_nll_loss(&[0usize]),
+            Err(Error::InvalidArgument { .. })
+        ));
+        let w32 = NllLossOptions::default().weight(Tensor::ones(&[4], DType::F32).unwrap());
+        assert!(matches!(
+            x.try_nll_loss_with(&[0usize, 1, 2], &w32),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let bad_g = g.constant(t(&[1.0, 2.0], &[2]));
+        let op = NllLossBackward {
+            spec: NllLossOptions::default().spec(Some(Arc::from(vec![1i64, 2, 0]))),
+        };
+        assert!(matches!(
+            g.record(op, &[&bad_g, &x]),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+}

@@ -1,0 +1,464 @@
+//! `softmax` and `log_softmax` along any axis, with their fused backward
+//! ops `softmax_backward` and `log_softmax_backward` (each itself
+//! differentiable, so gradients of gradients work).
+//!
+//! Forward and backward are one fused kernel each (`kernels::nn::softmax`):
+//! lanes are shifted by their maximum, so ±1e4 logits stay exact and finite.
+//! Backward uses the saved output `y`: `softmax`: `y (g - Σ g y)`;
+//! `log_softmax`: `g - e^y Σ g`. The softmax Jacobian is symmetric, so its
+//! tangent rule is its backward applied to the tangent.
+
+use smallvec::smallvec;
+
+use super::support::{expand_axis, resolve_axis, sum_axis};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::softmax as kernel;
+use crate::ops::arith::or_panic;
+use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::Tensor;
+
+/// `softmax(x)` along `axis` (negative counts from the end). The registry
+/// holds it with `axis = -1`.
+#[derive(Clone, Copy, Debug)]
+pub struct Softmax {
+    /// The axis the probabilities sum to 1 along.
+    pub axis: isize,
+}
+
+/// `log_softmax(x) = x - logsumexp(x)` along `axis`. The registry holds it with `axis = -1`.
+#[derive(Clone, Copy, Debug)]
+pub struct LogSoftmax {
+    /// The axis normalised over.
+    pub axis: isize,
+}
+
+/// `y * (g - Σ_axis g y)`: the backward of softmax given its output `y`.
+#[derive(Clone, Copy, Debug)]
+pub struct SoftmaxBackward {
+    /// The softmax's axis.
+    pub axis: isize,
+}
+
+/// `g - e^y Σ_axis g`: the backward of log-softmax given its output `y`.
+#[derive(Clone, Copy, Debug)]
+pub struct LogSoftmaxBackward {
+    /// The log-softmax's axis.
+    pub axis: isize,
+}
+
+impl Default for Softmax {
+    fn default() -> Self {
+        Softmax { axis: -1 }
+    }
+}
+
+impl Default for LogSoftmax {
+    fn default() -> Self {
+        LogSoftmax { axis: -1 }
+    }
+}
+
+impl Default for SoftmaxBackward {
+    fn default() -> Self {
+        SoftmaxBackward { axis: -1 }
+    }
+}
+
+impl Default for LogSoftmaxBackward {
+    fn default() -> Self {
+        LogSoftmaxBackward { axis: -1 }
+    }
+}
+
+/// The two same-shape, same-dtype inputs of a backward helper.
+fn pair<'a>(op: &'static str, inputs: &[&'a Tensor]) -> Result<(&'a Tensor, &'a Tensor)> {
+    expect_inputs(op, inputs, 2)?;
+    let (g, y) = (inputs[0], inputs[1]);
+    if g.dtype() != y.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: g.dtype(),
+            rhs: y.dtype(),
+        });
+    }
+    if g.shape() != y.shape() {
+        return Err(Error::shape_mismatch(op, g.shape(), y.shape()));
+    }
+    Ok((g, y))
+}
+
+impl Differentiable for Softmax {
+    fn name(&self) -> &str {
+        "softmax"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("softmax", inputs, 1)?;
+        let axis = resolve_axis("softmax", self.axis, inputs[0].rank())?;
+        Ok(kernel::softmax(inputs[0], axis, false))
+    }
+    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
+        let op = SoftmaxBackward { axis: self.axis };
+        Ok(smallvec![Some(g.graph().record(op, &[g, y])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _: &[Var<'g>],
+        y: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let op = SoftmaxBackward { axis: self.axis };
+        t[0].as_ref()
+            .map(|t| t.graph().record(op, &[t, y]))
+            .transpose()
+    }
+}
+
+impl Differentiable for LogSoftmax {
+    fn name(&self) -> &str {
+        "log_softmax"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("log_softmax", inputs, 1)?;
+        let axis = resolve_axis("log_softmax", self.axis, inputs[0].rank())?;
+        Ok(kernel::softmax(inputs[0], axis, true))
+    }
+    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
+        let op = LogSoftmaxBackward { axis: self.axis };
+        Ok(smallvec![Some(g.graph().record(op, &[g, y])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _: &[Var<'g>],
+        y: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        // J t = t - Σ softmax * t (J is not symmetric here).
+        let Some(t) = &t[0] else { return Ok(None) };
+        let axis = resolve_axis("log_softmax", self.axis, y.shape().len())?;
+        let dot = sum_axis(&y.exp().try_mul(t)?, axis, true)?;
+        Ok(Some(t.try_sub(&dot)?))
+    }
+}
+
+impl Differentiable for SoftmaxBackward {
+    fn name(&self) -> &str {
+        "softmax_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (g, y) = pair("softmax_backward", inputs)?;
+        let axis = resolve_axis("softmax_backward", self.axis, y.rank())?;
+        Ok(kernel::softmax_backward(g, y, axis))
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = y g - y Σ(g y). d/dg: the same map applied to g2 (symmetric);
+        // d/dy: g2 (g - Σ g y) - g Σ(g2 y).
+        let (g, y) = (&inputs[0], &inputs[1]);
+        let axis = resolve_axis("softmax_backward", self.axis, y.shape().len())?;
+        let dg = g
+            .requires_grad()
+            .then(|| g.graph().record(*self, &[g2, y]))
+            .transpose()?;
+        let dy = y
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+                let s2 = sum_axis(&g2.try_mul(y)?, axis, true)?;
+                g2.try_mul(&g.try_sub(&s)?)?.try_sub(&g.try_mul(&s2)?)
+            })
+            .transpose()?;
+        Ok(smallvec![dg, dy])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, y) = (&inputs[0], &inputs[1]);
+        let axis = resolve_axis("softmax_backward", self.axis, y.shape().len())?;
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tg| tg.graph().record(*self, &[tg, y])),
+                t[1].as_ref().map(|ty| {
+                    let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+                    let st = sum_axis(&g.try_mul(ty)?, axis, true)?;
+                    ty.try_mul(&g.try_sub(&s)?)?.try_sub(&y.try_mul(&st)?)
+                }),
+            ],
+        )
+    }
+}
+
+impl Differentiable for LogSoftmaxBackward {
+    fn name(&self) -> &str {
+        "log_softmax_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (g, y) = pair("log_softmax_backward", inputs)?;
+        let axis = resolve_axis("log_softmax_backward", self.axis, y.rank())?;
+        Ok(kernel::log_softmax_backward(g, y, axis))
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = g - e^y Σ g. d/dg: g2 - Σ(g2 e^y); d/dy: -g2 e^y Σ g.
+        let (g, y) = (&inputs[0], &inputs[1]);
+        let axis = resolve_axis("log_softmax_backward", self.axis, y.shape().len())?;
+        let p = y.exp();
+        let dg = g
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let s = sum_axis(&g2.try_mul(&p)?, axis, true)?;
+                g2.try_sub(&expand_axis(&s, axis, g2.shape())?)
+            })
+            .transpose()?;
+        let dy = y
+            .requires_grad()
+            .then(|| -> Result<Var<'g>> {
+                let s = sum_axis(g, axis, true)?;
+                Ok(-(g2.try_mul(&p)?.try_mul(&s)?))
+            })
+            .transpose()?;
+        Ok(smallvec![dg, dy])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, y) = (&inputs[0], &inputs[1]);
+        let axis = resolve_axis("log_softmax_backward", self.axis, y.shape().len())?;
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tg| tg.graph().record(*self, &[tg, y])),
+                t[1].as_ref().map(|ty| {
+                    let s = sum_axis(g, axis, true)?;
+                    Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
+                }),
+            ],
+        )
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Softmax::default());
+    reg.add_builtin(LogSoftmax::default());
+    reg.add_builtin(SoftmaxBackward::default());
+    reg.add_builtin(LogSoftmaxBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Softmax along `axis` (negative counts from the end): `e^x / Σ e^x`,
+    /// computed stably. An out-of-range axis is `Error::AxisOutOfRange`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![0.0, 3f64.ln(), 1e4, -1e4], &[2, 2])?);
+    /// let p = x.try_softmax(-1)?;
+    /// assert!(p.value().allclose(&Tensor::from_vec(vec![0.25, 0.75, 1.0, 0.0], &[2, 2])?, 1e-12, 0.0));
+    /// assert!(x.try_softmax(2).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_softmax(&self, axis: isize) -> Result<Var<'g>> {
+        self.graph().record(Softmax { axis }, &[self])
+    }
+
+    /// Softmax along `axis`; panics on an out-of-range axis (see [`try_softmax`](Self::try_softmax)).
+    #[track_caller]
+    pub fn softmax(&self, axis: isize) -> Var<'g> {
+        or_panic(self.try_softmax(axis))
+    }
+
+    /// Log-softmax along `axis`: `x - log Σ e^x`, computed stably (finite
+    /// for any finite input). An out-of-range axis is `Error::AxisOutOfRange`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1e4f32, -1e4], &[2])?);
+    /// assert_eq!(x.try_log_softmax(0)?.value().to_vec::<f32>()?, vec![0.0, -2e4]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_log_softmax(&self, axis: isize) -> Result<Var<'g>> {
+        self.graph().record(LogSoftmax { axis }, &[self])
+    }
+
+    /// Log-softmax along `axis`; panics on an out-of-range axis (see
+    /// [`try_log_softmax`](Self::try_log_softmax)).
+    #[track_caller]
+    pub fn log_softmax(&self, axis: isize) -> Var<'g> {
+        or_panic(self.try_log_softmax(axis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, Graph};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    fn sample() -> Tensor {
+        t(
+            &[
+                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
+            ],
+            &[2, 3, 2],
+        )
+    }
+
+    #[test]
+    fn forward_values() {
+        // numpy: e = np.exp(x - x.max(1, keepdims=True)); e / e.sum(1, keepdims=True)
+        let g = Graph::new();
+        let x = g.variable(t(&[1.0, 2.0, 3.0, -1.0, 0.0, 1.0], &[2, 3]));
+        let expect = [0.09003057317038046, 0.24472847105479764, 0.6652409557748219];
+        let p = x.softmax(1).value().to_f64_vec();
+        for (i, v) in p.iter().enumerate() {
+            assert!((v - expect[i % 3]).abs() < 1e-15);
+        }
+        let lp = x.log_softmax(-1).value().to_f64_vec();
+        assert!((lp[0] - (-2.4076059644443806)).abs() < 1e-15);
+        // Along axis 0 of the same matrix, and a 0-d input.
+        let p0 = x.softmax(0).value().to_f64_vec();
+        assert!((p0[0] - 0.8807970779778823).abs() < 1e-15);
+        let s = g.variable(Tensor::scalar(3.0));
+        assert_eq!(s.softmax(0).value().item().unwrap(), 1.0);
+        assert_eq!(s.log_softmax(-1).value().item().unwrap(), 0.0);
+    }
+
+    #[test]
+    fn gradients_on_every_axis() {
+        for axis in [0, 1, 2, -1] {
+            gradcheck(|v| v[0].try_softmax(axis), &[sample()]).unwrap();
+            gradcheck(|v| v[0].try_log_softmax(axis), &[sample()]).unwrap();
+            jvpcheck(|v| v[0].try_softmax(axis), &[sample()]).unwrap();
+            jvpcheck(|v| v[0].try_log_softmax(axis), &[sample()]).unwrap();
+        }
+        // Two consumers of one value.
+        gradcheck(
+            |v| Ok(&v[0].softmax(1) * &v[0] + v[0].log_softmax(0)),
+            &[sample()],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn backward_helpers_are_differentiable() {
+        let g = sample().map_f64(|v| v * 0.7 - 0.2);
+        let y = Graph::new().no_grad(|| sample().map_f64(|v| v * 0.5));
+        for axis in [1, -1, 0] {
+            let sb = SoftmaxBackward { axis };
+            let lb = LogSoftmaxBackward { axis };
+            gradcheck(
+                |v| v[0].graph().record(sb, &[&v[0], &v[1]]),
+                &[g.clone(), y.clone()],
+            )
+            .unwrap();
+            gradcheck(
+                |v| v[0].graph().record(lb, &[&v[0], &v[1]]),
+                &[g.clone(), y.clone()],
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].graph().record(sb, &[&v[0], &v[1]]),
+                &[g.clone(), y.clone()],
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].graph().record(lb, &[&v[0], &v[1]]),
+                &[g.clone(), y.clone()],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn extreme_logits_have_finite_values_and_gradients() {
+        let graph = Graph::new();
+        for dtype in [crate::DType::F32, crate::DType::F64] {
+            let x = graph.variable(
+                Tensor::from_f64_slice(&[1e4, -1e4, 0.0, -1e4, 1e4, 1e4], &[2, 3], dtype).unwrap(),
+            );
+            let w = graph.constant(
+                Tensor::from_f64_slice(&[1., 2., 3., 4., 5., 6.], &[2, 3], dtype).unwrap(),
+            );
+            for y in [x.softmax(1), x.log_softmax(1)] {
+                assert!(y.value().all_finite());
+                let grad = (&y * &w).sum().backward().unwrap().wrt(&x);
+                assert!(grad.all_finite(), "{grad:?}");
+            }
+            let p = x.softmax(1).value().to_f64_vec();
+            assert_eq!(p, vec![1.0, 0.0, 0.0, 0.0, 0.5, 0.5]);
+        }
+    }
+
+    #[test]
+    fn f32_and_f64_agree() {
+        let x64 = sample();
+        let x32 = x64.to_dtype(crate::DType::F32);
+        let g = Graph::new();
+        let (a, b) = (g.variable(x64), g.variable(x32));
+        let (pa, pb) = (a.log_softmax(1), b.log_softmax(1));
+        assert!(pb.value().allclose(pa.value(), 1e-6, 1e-6));
+        let ga = (&pa * &pa).sum().backward().unwrap().wrt(&a);
+        let gb = (&pb * &pb).sum().backward().unwrap().wrt(&b);
+        assert!(gb.allclose(&ga, 1e-5, 1e-5));
+    }
+
+    #[test]
+    fn errors() {
+        let g = Graph::new();
+        let x = g.variable(sample());
+        assert!(matches!(
+            x.try_softmax(3),
+            Err(Error::AxisOutOfRange {
+                op: "softmax",
+                axis: 3,
+                rank: 3
+            })
+        ));
+        assert!(matches!(
+            x.try_log_softmax(-4),
+            Err(Error::AxisOutOfRange { .. })
+        ));
+        let y = g.variable(Tensor::from_vec(vec![1.0f32; 12], &[2, 3, 2]).unwrap());
+        assert!(matches!(
+            g.record(SoftmaxBackward { axis: -1 }, &[&x, &y]),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        // Through the registry, by PyTorch's names.
+        let p = g.apply("softmax", &[&x]).unwrap();
+        assert!(p.value().allclose(x.softmax(-1).value(), 0.0, 0.0));
+        assert!(g.apply("log_softmax", &[&x]).is_ok());
+    }
+}

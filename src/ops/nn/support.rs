@@ -1,0 +1,329 @@
+//! What the neural-net ops share: [`Reduction`], the integer index types
+//! targets and embedding indices may be given in ([`IntIndex`]), their
+//! validation, and a sum over one axis as a differentiable op (the fused
+//! backward ops' own derivatives need per-lane sums).
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels;
+use crate::ops::{expect_inputs, Differentiable, GradInputs};
+use crate::tensor::shape::normalize_axis;
+use crate::tensor::{Dims, Tensor};
+
+/// How a loss combines its per-sample (or per-element) values, as PyTorch's
+/// `reduction` argument.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// No reduction: one loss per sample (or element).
+    None,
+    /// The mean (for class losses with weights or `ignore_index`: the
+    /// weighted sum divided by the summed weight of the counted targets).
+    #[default]
+    Mean,
+    /// The sum.
+    Sum,
+}
+
+/// An integer type class targets and embedding indices can be given in.
+pub trait IntIndex: Copy + private::Sealed {
+    /// The value as `i64` (saturating: a value beyond `i64::MAX` is out of any range anyway).
+    fn to_i64(self) -> i64;
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+macro_rules! index_types {
+    ($($t:ty),*) => {$(
+        impl private::Sealed for $t {}
+        impl IntIndex for $t {
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                i64::try_from(self).unwrap_or(i64::MAX)
+            }
+        }
+    )*};
+}
+index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
+
+/// Converts indices to a shared `i64` list.
+pub(crate) fn to_i64_list<I: IntIndex>(indices: &[I]) -> Arc<[i64]> {
+    indices.iter().map(|&i| i.to_i64()).collect()
+}
+
+/// Reads a tensor of class indices stored as floats (the form
+/// `Graph::apply` passes them in): each must be an integer.
+pub(crate) fn indices_from_tensor(op: &'static str, t: &Tensor) -> Result<Arc<[i64]>> {
+    t.to_f64_vec()
+        .into_iter()
+        .enumerate()
+        .map(|(pos, v)| {
+            if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 {
+                Ok(v as i64)
+            } else {
+                Err(Error::invalid(
+                    op,
+                    format!("index {v} at position {pos} is not an integer"),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Checks that every index is in `0..size` (or equals `ignore`).
+pub(crate) fn check_indices(
+    op: &'static str,
+    indices: &[i64],
+    size: usize,
+    ignore: Option<i64>,
+) -> Result<()> {
+    match indices
+        .iter()
+        .find(|&&i| Some(i) != ignore && (i < 0 || i as u64 >= size as u64))
+    {
+        Some(&index) => Err(Error::IndexOutOfRange { op, index, size }),
+        None => Ok(()),
+    }
+}
+
+/// Resolves a possibly negative axis; a 0-d tensor has one axis of size 1
+/// (PyTorch accepts `dim = 0` or `-1` there).
+pub(crate) fn resolve_axis(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
+    normalize_axis(op, axis, rank.max(1)).map(|a| a.min(rank.saturating_sub(1)))
+}
+
+/// Sums over one axis (already resolved), keeping it as size 1 or dropping it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SumAxis {
+    pub(crate) axis: usize,
+    pub(crate) keepdim: bool,
+}
+
+impl Differentiable for SumAxis {
+    fn name(&self) -> &str {
+        "sum"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("sum", inputs, 1)?;
+        let x = inputs[0];
+        if x.rank() == 0 {
+            return Ok(x.clone());
+        }
+        kernels::sum_axes("sum", x, &[self.axis as isize], self.keepdim)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(expand_axis(
+            g,
+            self.axis,
+            inputs[0].shape()
+        )?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(*self, &[t]))
+            .transpose()
+    }
+}
+
+/// Broadcasts a value with `axis` reduced away (or kept as size 1) back to `shape`.
+#[derive(Clone, Debug)]
+pub(crate) struct ExpandAxis {
+    pub(crate) axis: usize,
+    pub(crate) shape: Dims,
+}
+
+impl Differentiable for ExpandAxis {
+    fn name(&self) -> &str {
+        "expand"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("expand", inputs, 1)?;
+        let mut kept = self.shape.clone();
+        if !kept.is_empty() {
+            kept[self.axis] = 1;
+        }
+        let x = inputs[0].reshape(&kept)?;
+        kernels::broadcast_to("expand", &x, &self.shape)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let keepdim = inputs[0].shape().len() == self.shape.len();
+        Ok(smallvec![Some(sum_axis(g, self.axis, keepdim)?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(self.clone(), &[t]))
+            .transpose()
+    }
+}
+
+/// `v` summed over `axis` (resolved), as a recorded op.
+pub(crate) fn sum_axis<'g>(v: &Var<'g>, axis: usize, keepdim: bool) -> Result<Var<'g>> {
+    v.graph().record(SumAxis { axis, keepdim }, &[v])
+}
+
+/// `v` (the result of a sum over `axis`, with or without keepdim) broadcast back to `shape`.
+pub(crate) fn expand_axis<'g>(v: &Var<'g>, axis: usize, shape: &[usize]) -> Result<Var<'g>> {
+    if v.shape() == shape {
+        return Ok(v.clone());
+    }
+    v.graph().record(
+        ExpandAxis {
+            axis,
+            shape: Dims::from_slice(shape),
+        },
+        &[v],
+    )
+}
+
+/// A loss's per-lane values reduced as asked: mean divides the sum by `denominator`.
+pub(crate) fn reduce_lanes(
+    per_lane: Tensor,
+    lane_shape: &[usize],
+    reduction: Reduction,
+    denominator: f64,
+) -> Result<Tensor> {
+    match reduction {
+        Reduction::None => per_lane.reshape(lane_shape),
+        Reduction::Sum => Ok(kernels::sum_all(&per_lane)),
+        Reduction::Mean => {
+            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64)).item()?;
+            Ok(Tensor::scalar_of(s / denominator, per_lane.dtype()))
+        }
+    }
+}
+
+// What the elementwise losses (`mse_loss`, `binary_cross_entropy_with_logits`) share.
+
+/// Checks two same-shape, same-dtype operands.
+pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    if a.shape() != b.shape() {
+        return Err(Error::shape_mismatch(op, a.shape(), b.shape()));
+    }
+    Ok(())
+}
+
+/// Checks a loss gradient: one element, or the operands' shape.
+pub(crate) fn check_grad(op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
+    check_same(
+        op,
+        &Tensor::scalar_of(0.0, g.dtype()),
+        &Tensor::scalar_of(0.0, x.dtype()),
+    )?;
+    if g.numel() == 1 || g.shape() == x.shape() {
+        Ok(())
+    } else {
+        Err(Error::shape_mismatch(op, x.shape(), g.shape()))
+    }
+}
+
+/// The factor a reduction puts on each element's gradient.
+pub(crate) fn reduction_scale(reduction: Reduction, n: usize) -> f64 {
+    match reduction {
+        Reduction::Mean => 1.0 / n as f64,
+        _ => 1.0,
+    }
+}
+
+/// Applies a reduction to an elementwise loss (as a `Var`).
+pub(crate) fn reduce<'g>(v: Var<'g>, reduction: Reduction) -> Var<'g> {
+    match reduction {
+        Reduction::None => v,
+        Reduction::Sum => v.sum(),
+        Reduction::Mean => v.mean(),
+    }
+}
+
+/// The gradient of a reduced loss with respect to its `g` input: the
+/// elementwise product summed (a 0-d `g`) or kept (an elementwise `g`).
+pub(crate) fn grad_of_g<'g>(prod: Var<'g>, g: &Var<'g>) -> Result<Var<'g>> {
+    if g.shape() == prod.shape() {
+        Ok(prod)
+    } else {
+        prod.sum().try_expand(g.shape())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck};
+
+    #[test]
+    fn axis_sum_and_expand_are_each_others_backward() {
+        let x = Tensor::from_vec((0..24).map(|i| i as f64 * 0.1).collect(), &[2, 3, 4]).unwrap();
+        for axis in 0..3 {
+            for keepdim in [false, true] {
+                gradcheck(|v| sum_axis(&v[0], axis, keepdim), std::slice::from_ref(&x)).unwrap();
+                jvpcheck(|v| sum_axis(&v[0], axis, keepdim), std::slice::from_ref(&x)).unwrap();
+                let shape = x.shape().to_vec();
+                gradcheck(
+                    |v| expand_axis(&sum_axis(&v[0], axis, keepdim)?, axis, &shape),
+                    std::slice::from_ref(&x),
+                )
+                .unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn index_conversion_and_checks() {
+        assert_eq!(&*to_i64_list(&[1usize, 2]), &[1, 2]);
+        assert_eq!(&*to_i64_list(&[-1i32]), &[-1]);
+        assert_eq!(usize::MAX.to_i64(), i64::MAX);
+        let t = Tensor::from_vec(vec![0.0, 2.0], &[2]).unwrap();
+        assert_eq!(&*indices_from_tensor("t", &t).unwrap(), &[0, 2]);
+        let bad = Tensor::from_vec(vec![0.5f32], &[1]).unwrap();
+        assert!(matches!(
+            indices_from_tensor("t", &bad),
+            Err(Error::InvalidArgument { op: "t", .. })
+        ));
+        assert!(check_indices("t", &[0, 2, -100], 3, Some(-100)).is_ok());
+        assert!(matches!(
+            check_indices("t", &[3], 3, None),
+            Err(Error::IndexOutOfRange {
+                index: 3,
+                size: 3,
+                ..
+            })
+        ));
+        assert!(check_indices("t", &[-1], 3, None).is_err());
+    }
+}
