@@ -1,0 +1,408 @@
+//! Train an MLP on the bundled handwritten digits (8x8 images, 10 classes):
+//! a seeded stratified split, shuffled mini-batches, an optimizer with a
+//! cosine learning-rate schedule, a per-epoch table, then a checkpoint that
+//! is reloaded into a fresh model and checked to score the same.
+//!
+//! ```sh
+//! cargo run --release --example train_digits
+//! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
+//! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use retrograd::data::{digits, Batches, Dataset};
+use retrograd::io::{load_checkpoint, save_checkpoint};
+use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Mlp, Module};
+use retrograd::optim::{
+    Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
+};
+use retrograd::viz::VizOptions;
+use retrograd::{DType, Graph, Result};
+
+const USAGE: &str = "\
+usage: train_digits [options]
+
+options:
+  --hidden SIZES      hidden layer sizes, comma-separated (default 128,64)
+  --activation NAME   relu, tanh, sigmoid, identity (default relu)
+  --dropout P         dropout after each hidden layer (default 0)
+  --epochs N          passes over the training set (default 30)
+  --batch-size N      examples per step (default 32)
+  --optimizer NAME    sgd, adam or adamw (default adam)
+  --lr RATE           peak learning rate (default 0.002; cosine-annealed to 0)
+  --momentum M        SGD momentum (default 0.9)
+  --weight-decay WD   weight decay (default 0; 0.01 for adamw)
+  --test-fraction F   share of each class held out for testing (default 0.2)
+  --seed N            seed of the split, the weights and the shuffling (default 0)
+  --out FILE          checkpoint path (default target/train_digits.safetensors)
+  --graph-svg FILE    write a picture of the first training step's graph
+  --quiet             no progress bar
+  -h, --help          this text";
+
+#[derive(Clone, Copy, PartialEq)]
+enum OptimizerKind {
+    Sgd,
+    Adam,
+    AdamW,
+}
+
+struct Args {
+    hidden: Vec<usize>,
+    activation: Activation,
+    dropout: f64,
+    epochs: usize,
+    batch_size: usize,
+    optimizer: OptimizerKind,
+    lr: f64,
+    momentum: f64,
+    weight_decay: Option<f64>,
+    test_fraction: f64,
+    seed: u64,
+    out: PathBuf,
+    graph_svg: Option<PathBuf>,
+    quiet: bool,
+}
+
+fn parse_args() -> std::result::Result<Option<Args>, String> {
+    use lexopt::prelude::*;
+    let mut args = Args {
+        hidden: vec![128, 64],
+        activation: Activation::Relu,
+        dropout: 0.0,
+        epochs: 30,
+        batch_size: 32,
+        optimizer: OptimizerKind::Adam,
+        lr: 0.002,
+        momentum: 0.9,
+        weight_decay: None,
+        test_fraction: 0.2,
+        seed: 0,
+        out: PathBuf::from("target/train_digits.safetensors"),
+        graph_svg: None,
+        quiet: false,
+    };
+    let mut parser = lexopt::Parser::from_env();
+    let err = |e: lexopt::Error| e.to_string();
+    while let Some(arg) = parser.next().map_err(err)? {
+        match arg {
+            Short('h') | Long("help") => return Ok(None),
+            Long("hidden") => {
+                let v: String = parser.value().map_err(err)?.string().map_err(err)?;
+                args.hidden = v
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| {
+                        s.trim()
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|&n| n > 0)
+                            .ok_or(format!("--hidden: `{s}` is not a positive size"))
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+            }
+            Long("activation") => {
+                let v: String = parser.value().map_err(err)?.string().map_err(err)?;
+                args.activation = v.parse().map_err(|e: retrograd::Error| e.to_string())?;
+            }
+            Long("dropout") => args.dropout = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("epochs") => args.epochs = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("batch-size") => {
+                args.batch_size = parser.value().map_err(err)?.parse().map_err(err)?
+            }
+            Long("optimizer") => {
+                let v: String = parser.value().map_err(err)?.string().map_err(err)?;
+                args.optimizer = match v.to_ascii_lowercase().as_str() {
+                    "sgd" => OptimizerKind::Sgd,
+                    "adam" => OptimizerKind::Adam,
+                    "adamw" => OptimizerKind::AdamW,
+                    other => {
+                        return Err(format!("--optimizer: unknown `{other}` (sgd, adam, adamw)"))
+                    }
+                };
+            }
+            Long("lr") => args.lr = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("momentum") => {
+                args.momentum = parser.value().map_err(err)?.parse().map_err(err)?
+            }
+            Long("weight-decay") => {
+                args.weight_decay = Some(parser.value().map_err(err)?.parse().map_err(err)?)
+            }
+            Long("test-fraction") => {
+                args.test_fraction = parser.value().map_err(err)?.parse().map_err(err)?
+            }
+            Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("quiet") => args.quiet = true,
+            _ => return Err(arg.unexpected().to_string()),
+        }
+    }
+    if args.epochs == 0 || args.batch_size == 0 {
+        return Err("--epochs and --batch-size must be > 0".into());
+    }
+    Ok(Some(args))
+}
+
+fn build_model(args: &Args, seed: u64) -> Result<Mlp> {
+    let mut sizes = vec![digits::NUM_PIXELS];
+    sizes.extend(&args.hidden);
+    sizes.push(digits::NUM_CLASSES);
+    Mlp::builder(&sizes)
+        .activation(args.activation)
+        .dropout(args.dropout)
+        .dtype(DType::F32)
+        .seed(seed)
+        .build()
+}
+
+fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
+    let params = model.parameters();
+    Ok(match args.optimizer {
+        OptimizerKind::Sgd => Box::new(Sgd::new(
+            params,
+            SgdConfig::new(args.lr)
+                .momentum(args.momentum)
+                .weight_decay(args.weight_decay.unwrap_or(0.0)),
+        )?),
+        OptimizerKind::Adam => Box::new(Adam::new(
+            params,
+            AdamConfig::default()
+                .lr(args.lr)
+                .weight_decay(args.weight_decay.unwrap_or(0.0)),
+        )?),
+        OptimizerKind::AdamW => Box::new(Adam::new(
+            params,
+            AdamConfig::adamw()
+                .lr(args.lr)
+                .weight_decay(args.weight_decay.unwrap_or(0.01)),
+        )?),
+    })
+}
+
+/// What changes during training: the model, its optimizer, the schedule and
+/// the shuffling generator.
+struct Trainer {
+    model: Mlp,
+    optimizer: Box<dyn Optimizer>,
+    scheduler: LrScheduler,
+    rng: ChaCha8Rng,
+}
+
+impl Trainer {
+    /// One epoch; returns the mean training loss and the training accuracy.
+    fn epoch(
+        &mut self,
+        args: &Args,
+        train: &Dataset,
+        progress: &ProgressBar,
+        epoch: usize,
+    ) -> Result<(f64, f64)> {
+        let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
+        for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
+            let n = batch.labels.len();
+            let grads = {
+                let graph = Graph::new();
+                let picture = args.graph_svg.is_some() && epoch == 1 && seen == 0;
+                if picture {
+                    // Name the parameter leaves so the picture shows "0.weight", ...
+                    for (name, p) in self.model.parameters() {
+                        graph.param(&p).named(&name);
+                    }
+                }
+                let x = graph.constant(batch.features).named("images");
+                let logits = self.model.forward(&x)?;
+                let loss = logits.try_cross_entropy(&batch.labels)?;
+                let grads = loss.backward()?;
+                if let (true, Some(path)) = (picture, &args.graph_svg) {
+                    let title = "one training step: MLP forward, cross-entropy, gradients";
+                    let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
+                    graph.write_svg(path, &options)?;
+                }
+                loss_sum += loss.value().item()? * n as f64;
+                correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                grads
+            };
+            self.optimizer.step(&grads)?;
+            self.scheduler.step(self.optimizer.as_mut());
+            seen += n;
+            progress.inc(1);
+            progress.set_message(format!(
+                "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
+                args.epochs,
+                loss_sum / seen as f64,
+                100.0 * correct / seen as f64
+            ));
+        }
+        Ok((loss_sum / seen as f64, correct / seen as f64))
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    let start = Instant::now();
+    let data = digits::load_bundled()?;
+    let (train, test) = data.stratified_split(args.test_fraction, args.seed)?;
+    println!(
+        "digits: {} images, {} train / {} test (stratified split, seed {})",
+        data.len(),
+        train.len(),
+        test.len(),
+        args.seed
+    );
+
+    let model = build_model(args, args.seed)?;
+    let mut optimizer = build_optimizer(args, &model)?;
+    let steps_per_epoch = train.len().div_ceil(args.batch_size);
+    let total_steps = steps_per_epoch * args.epochs;
+    let scheduler = LrScheduler::new(
+        CosineAnnealingLr::new(total_steps, 0.0)?,
+        optimizer.as_mut(),
+    );
+    let sizes: Vec<String> = model.sizes().iter().map(|s| s.to_string()).collect();
+    println!(
+        "model: MLP {} ({}{}), {} parameters (f32)",
+        sizes.join("-"),
+        args.activation,
+        if args.dropout > 0.0 {
+            format!(", dropout {}", args.dropout)
+        } else {
+            String::new()
+        },
+        model.num_parameters()
+    );
+    println!(
+        "training: {} lr {} (cosine to 0 over {total_steps} steps), batch {}, {} epochs\n",
+        optimizer.kind(),
+        args.lr,
+        args.batch_size,
+        args.epochs
+    );
+
+    let progress = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_steps as u64)
+    };
+    progress.set_style(
+        ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let header = format!(
+        "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>6}",
+        "epoch", "train loss", "train acc", "test acc", "lr", "time"
+    );
+    progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
+
+    let mut trainer = Trainer {
+        model,
+        optimizer,
+        scheduler,
+        rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
+    };
+    for epoch in 1..=args.epochs {
+        let lr = trainer.optimizer.lr();
+        trainer.model.set_training(true);
+        let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
+        trainer.model.set_training(false);
+        let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
+        let elapsed = start.elapsed().as_secs_f64();
+        progress.suspend(|| {
+            println!(
+                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>5.2}s",
+                100.0 * train_acc,
+                100.0 * test_acc
+            )
+        });
+    }
+    progress.finish_and_clear();
+    let Trainer {
+        mut model,
+        optimizer,
+        ..
+    } = trainer;
+
+    model.set_training(false);
+    let test_acc = evaluate_accuracy(&model, &test, 512, DType::F32)?;
+    let correct = (test_acc * test.len() as f64).round() as usize;
+    println!(
+        "\nfinal test accuracy: {:.2}% ({correct}/{} held-out images)",
+        100.0 * test_acc,
+        test.len()
+    );
+
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| retrograd::Error::Io {
+            op: "create_dir_all",
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+    }
+    save_checkpoint(&args.out, &model.parameters(), Some(optimizer.as_ref()))?;
+    println!(
+        "checkpoint: {} (model and {} state)",
+        args.out.display(),
+        optimizer.kind()
+    );
+
+    // A fresh model with other weights, restored from the file, must score the same.
+    let mut restored = build_model(args, args.seed.wrapping_add(1))?;
+    let mut restored_optimizer = build_optimizer(args, &restored)?;
+    load_checkpoint(
+        &args.out,
+        &restored.parameters(),
+        Some(restored_optimizer.as_mut()),
+    )?;
+    restored.set_training(false);
+    let restored_acc = evaluate_accuracy(&restored, &test, 512, DType::F32)?;
+    let same_logits = {
+        let graph = Graph::new();
+        let x = graph.constant(test.features_tensor(DType::F32)?);
+        let a = graph.no_grad(|| model.forward(&x))?;
+        let b = graph.no_grad(|| restored.forward(&x))?;
+        a.value() == b.value()
+    };
+    println!(
+        "reloaded: test accuracy {:.2}%, logits bit-identical: {}",
+        100.0 * restored_acc,
+        if same_logits { "yes" } else { "NO" }
+    );
+    if let Some(path) = &args.graph_svg {
+        println!("graph of one training step: {}", path.display());
+    }
+    println!("total time: {:.2} s", start.elapsed().as_secs_f64());
+    if restored_acc != test_acc || !same_logits {
+        return Err(retrograd::Error::InvalidArgument {
+            op: "train_digits",
+            reason: "the reloaded model does not reproduce the trained one".into(),
+        });
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
