@@ -295,8 +295,8 @@ fn run(args: &Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let header = format!(
-        "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>6}",
-        "epoch", "train loss", "train acc", "test acc", "lr", "time"
+        "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
+        "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
     );
     progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
 
@@ -315,7 +315,7 @@ fn run(args: &Args) -> Result<()> {
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
-                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>5.2}s",
+                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
                 100.0 * train_acc,
                 100.0 * test_acc
             )

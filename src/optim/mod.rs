@@ -21,6 +21,28 @@
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 //!
+//! Gradient accumulation is explicit: run several micro-batches, add their
+//! gradients with [`Gradients::accumulate`], rescale with
+//! [`Gradients::scale`], then take one step. With each micro-batch loss a
+//! mean over its examples, this equals one step on the whole batch:
+//!
+//! ```
+//! use retrograd::{Graph, Tensor, nn::Parameter, optim::{Optimizer, Sgd, SgdConfig}};
+//! let w = Parameter::new(Tensor::scalar(1.0));
+//! let micro_batch = |xs: &[f64]| {
+//!     let g = Graph::new();
+//!     let x = g.constant(Tensor::from_vec(xs.to_vec(), &[xs.len()])?);
+//!     (&x * &g.param(&w)).mean().backward()     // d/dw = mean(x)
+//! };
+//! let mut grads = micro_batch(&[1.0, 2.0])?;
+//! grads.accumulate(&micro_batch(&[3.0, 6.0])?)?;
+//! grads.scale(0.5);                              // two micro-batches
+//! assert_eq!(grads.of(&w).item()?, 3.0);         // the mean over all four
+//! Sgd::new([&w], SgdConfig::new(0.1))?.step(&grads)?;
+//! assert!((w.value().item()? - 0.7).abs() < 1e-12);
+//! # Ok::<(), retrograd::Error>(())
+//! ```
+//!
 //! A parameter that received no gradient in a step is skipped (its state does
 //! not advance), as PyTorch skips parameters whose `.grad` is `None`.
 //!
@@ -30,6 +52,7 @@
 //! graph is never changed.
 
 mod adam;
+mod adam_update;
 mod clip;
 mod schedule;
 mod sgd;
