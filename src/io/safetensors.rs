@@ -102,7 +102,9 @@ fn format_error(op: &'static str, path: &Path, reason: impl Into<String>) -> Err
 }
 
 /// Writes `tensors` and `metadata` to `path` in the safetensors format,
-/// atomically (see the [module docs](self)).
+/// atomically: written to a temporary file in the same directory, synced to
+/// disk, then renamed over `path`, so a crash leaves the old file or the new
+/// one, never a half-written file.
 ///
 /// ```
 /// use std::collections::BTreeMap;

@@ -153,7 +153,23 @@ struct AdamState {
     max_exp_avg_sq: Option<Tensor>,
 }
 
-/// Adam, or AdamW with [`AdamConfig::adamw`]; see the [module docs](self).
+/// Adam, or AdamW with [`AdamConfig::adamw`], with PyTorch's update rules (`torch.optim.Adam`,
+/// `torch.optim.AdamW`), per parameter, at step `t`:
+///
+/// ```text
+/// d = grad (negated if maximize)
+/// AdamW: p = p * (1 - lr * weight_decay)          (decoupled decay, first)
+/// Adam:  d = d + weight_decay * p                  (L2 penalty)
+/// m = lerp(m, d, 1 - beta1)                        (= beta1 m + (1 - beta1) d)
+/// v = beta2 v + (1 - beta2) d^2
+/// v_hat = max(v_hat, v) with amsgrad, else v
+/// p = p - (lr / (1 - beta1^t)) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
+/// ```
+///
+/// `eps` is added after the bias correction of the second moment, exactly
+/// where PyTorch adds it. Scalar coefficients are computed in f64 and
+/// rounded to the parameter's dtype, as PyTorch does with Python floats.
+///
 ///
 /// ```
 /// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Adam, AdamConfig, Optimizer}};

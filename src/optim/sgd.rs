@@ -100,7 +100,15 @@ impl SgdConfig {
     }
 }
 
-/// Stochastic gradient descent; see the [module docs](self) for the rule.
+/// Stochastic gradient descent with PyTorch's update rule (`torch.optim.SGD`):
+///
+/// ```text
+/// d = grad (negated if maximize) + weight_decay * p
+/// b = d                                  on the first step
+/// b = momentum * b + (1 - dampening) * d on later steps
+/// d = d + momentum * b   (Nesterov)   or   d = b
+/// p = p - lr * d
+/// ```
 ///
 /// ```
 /// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Optimizer, Sgd, SgdConfig}};
