@@ -11,7 +11,9 @@ pub mod elementwise;
 pub mod functors;
 pub mod parallel;
 pub mod reduce;
+pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
 pub use reduce::{sum_all, sum_axes, sum_to_shape};
+pub use ternary::{zip3, TernaryFn};

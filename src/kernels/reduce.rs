@@ -61,7 +61,7 @@ fn sum_block<T: Element>(x: &[T]) -> T {
     while width > 1 {
         width /= 2;
         for i in 0..width {
-            acc[i] = acc[i] + acc[i + width];
+            acc[i] += acc[i + width];
         }
     }
     acc[0]

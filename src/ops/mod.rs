@@ -5,11 +5,15 @@
 //! backward written with `Var` operations), the `Var` methods that record
 //! them, and a `register` function that adds them to the default registry.
 
+pub mod activation;
 pub mod arith;
 pub mod broadcast;
+pub mod elementwise;
 mod operators;
+pub mod pow;
 pub mod reduce;
 mod registry;
+pub mod select;
 pub mod unary;
 
 use smallvec::SmallVec;
