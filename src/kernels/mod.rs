@@ -11,9 +11,12 @@ pub mod elementwise;
 pub mod functors;
 pub mod parallel;
 pub mod reduce;
+pub(crate) mod reduce_lanes;
+pub mod reduce_minmax;
+pub mod reduce_stats;
 pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
-pub use reduce::{sum_all, sum_axes, sum_to_shape};
+pub use reduce::{mean_axes, sum_all, sum_axes, sum_to_shape};
 pub use ternary::{zip3, TernaryFn};

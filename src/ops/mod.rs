@@ -12,6 +12,8 @@ pub mod elementwise;
 mod operators;
 pub mod pow;
 pub mod reduce;
+pub mod reduce_axes;
+pub mod reduce_minmax;
 mod registry;
 pub mod select;
 pub mod unary;

@@ -47,6 +47,8 @@ impl OpRegistry {
         super::elementwise::register(&mut reg);
         super::select::register(&mut reg);
         super::activation::register(&mut reg);
+        super::reduce_axes::register(&mut reg);
+        super::reduce_minmax::register(&mut reg);
         reg
     }
 
