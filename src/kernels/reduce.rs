@@ -1,5 +1,6 @@
 //! Sum reductions: over everything (`sum_all`), over a set of axes
-//! (`sum_axes`), and back to a broadcast operand's shape (`sum_to_shape`).
+//! (`sum_axes`, and `mean_axes`), and back to a broadcast operand's shape
+//! (`sum_to_shape`).
 //!
 //! Accuracy: `sum_all` is pairwise over blocks summed with 16 independent
 //! accumulators (which also lets the compiler vectorise it), so the error of

@@ -148,9 +148,15 @@ pub(crate) fn reduce<T: Element, R: Reducer<T>>(
             .into_par_iter()
             .map(|t| {
                 let mut part = fresh();
-                for i in t * per_task..((t + 1) * per_task).min(first.size) {
-                    let r = i * first.red_stride;
-                    walk(&x[i * first.in_stride..], rest, &mut part, r, reducer);
+                let (lo, hi) = (t * per_task, ((t + 1) * per_task).min(first.size));
+                if rest.is_empty() {
+                    // One contiguous lane (a reduction of everything): keep it a run.
+                    reducer.push_run(&mut part[0], &x[lo..hi], lo);
+                } else {
+                    for i in lo..hi {
+                        let r = i * first.red_stride;
+                        walk(&x[i * first.in_stride..], rest, &mut part, r, reducer);
+                    }
                 }
                 part
             })

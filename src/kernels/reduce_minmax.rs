@@ -121,6 +121,38 @@ impl<T: Element, P: Pick> Reducer<T> for ArgExtremum<P> {
         }
     }
     #[inline(always)]
+    fn push_run(&self, acc: &mut (T, usize), run: &[T], r0: usize) {
+        if run.len() < 16 {
+            for (j, &v) in run.iter().enumerate() {
+                self.push(acc, v, r0 + j);
+            }
+            return;
+        }
+        // Eight independent lanes seeded with the first eight elements; the
+        // merge below resolves ties by the smaller index, so first still wins.
+        let mut best: [T; 8] = std::array::from_fn(|j| run[j]);
+        let mut at: [usize; 8] = std::array::from_fn(|j| j);
+        let chunks = run[8..].chunks_exact(8);
+        let tail = chunks.remainder();
+        for (k, c) in chunks.enumerate() {
+            let base = 8 + 8 * k;
+            for j in 0..8 {
+                let (v, b) = (c[j], best[j]);
+                if !b.is_nan() && (v.is_nan() || P::better(v, b)) {
+                    best[j] = v;
+                    at[j] = base + j;
+                }
+            }
+        }
+        let start = run.len() - tail.len();
+        for (j, &v) in tail.iter().enumerate() {
+            self.push(acc, v, r0 + start + j);
+        }
+        for j in 0..8 {
+            *acc = self.merge(*acc, (best[j], r0 + at[j]));
+        }
+    }
+    #[inline(always)]
     fn merge(&self, a: (T, usize), b: (T, usize)) -> (T, usize) {
         let first = if a.1 <= b.1 { a } else { b };
         if a.1 == NONE {
@@ -377,6 +409,47 @@ mod tests {
             amax("amax", &cols, &[0], false).unwrap().to_f64_vec(),
             vec![2.0, 2.0, 0.0, 2.0]
         );
+    }
+
+    #[test]
+    fn arg_extrema_match_a_naive_scan_with_many_ties_and_nans() {
+        // Values from a small set (many ties), some NaN, rows of every length
+        // around the 8-lane and 16-element thresholds.
+        for len in 1..60 {
+            let v: Vec<f64> = (0..len)
+                .map(|i| match (i * 7 + len) % 11 {
+                    10 if len % 3 == 0 => f64::NAN,
+                    k => (k % 4) as f64,
+                })
+                .collect();
+            let first = |better: fn(f64, f64) -> bool| {
+                let mut best = 0;
+                for i in 1..len {
+                    let (a, b) = (v[i], v[best]);
+                    if !b.is_nan() && (a.is_nan() || better(a, b)) {
+                        best = i;
+                    }
+                }
+                best as f64
+            };
+            let x = t(&v, &[len]);
+            let got_max = argmax("argmax", &x, Some(0), false)
+                .unwrap()
+                .item()
+                .unwrap();
+            let got_min = argmin("argmin", &x, Some(0), false)
+                .unwrap()
+                .item()
+                .unwrap();
+            assert_eq!(got_max, first(|a, b| a > b), "argmax of {v:?}");
+            assert_eq!(got_min, first(|a, b| a < b), "argmin of {v:?}");
+            // The value lanes agree with the index lanes (NaN included).
+            let at = |i: f64| v[i as usize];
+            let max = amax("amax", &x, &[0], false).unwrap().item().unwrap();
+            let min = amin("amin", &x, &[0], false).unwrap().item().unwrap();
+            assert!(max == at(got_max) || (max.is_nan() && at(got_max).is_nan()));
+            assert!(min == at(got_min) || (min.is_nan() && at(got_min).is_nan()));
+        }
     }
 
     #[test]
