@@ -10,6 +10,7 @@
 pub mod elementwise;
 pub mod functors;
 pub mod parallel;
+pub(crate) mod power;
 pub mod reduce;
 pub(crate) mod reduce_lanes;
 pub mod reduce_minmax;

@@ -8,7 +8,7 @@
 use smallvec::smallvec;
 
 use super::arith::or_panic;
-use super::elementwise::{slope_helper, unary_with_slope};
+use super::slope::{slope_helper, unary_with_slope};
 use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;

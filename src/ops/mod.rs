@@ -14,8 +14,10 @@ pub mod pow;
 pub mod reduce;
 pub mod reduce_axes;
 pub mod reduce_minmax;
+pub mod reduce_view;
 mod registry;
 pub mod select;
+mod slope;
 pub mod unary;
 
 use smallvec::SmallVec;

@@ -1,7 +1,7 @@
 //! Reductions over a list of axes: `sum_dim`, `mean_dim`, `var` and
-//! `logsumexp` (PyTorch's names), each with `keepdim`, plus `reduced_view`,
-//! the reshape between a reduction's squeezed and keepdim shapes that lets
-//! backward formulas broadcast a reduced value against its input.
+//! `logsumexp` (PyTorch's names), each with `keepdim`. Their backward
+//! formulas broadcast reduced values against the input through
+//! `reduce_view::broadcastable`.
 //!
 //! Axes: negative axes count from the end; an axis out of range or repeated
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
@@ -10,82 +10,16 @@
 use smallvec::{smallvec, SmallVec};
 
 use super::arith::or_panic;
+use super::reduce_view::broadcastable;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
-use crate::tensor::shape::{normalize_axes, reduced_shape};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::shape::normalize_axes;
+use crate::tensor::Tensor;
 
 /// A list of axes as given (negative axes count from the end).
 pub type Axes = SmallVec<[isize; 4]>;
-
-/// A reshape between a reduction's output and its keepdim shape (adding or
-/// removing size-1 axes); its own backward. Used by reduction backward
-/// formulas, which need a reduced value to broadcast against the input.
-#[derive(Clone, Debug, Default)]
-pub struct ReducedView {
-    /// The target shape (same element count).
-    pub shape: Dims,
-}
-
-impl Differentiable for ReducedView {
-    fn name(&self) -> &str {
-        "reduced_view"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("reduced_view", inputs, 1)?;
-        inputs[0].reshape(&self.shape)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(view(g, inputs[0].shape())?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(|t| view(t, &self.shape)).transpose()
-    }
-}
-
-fn view<'g>(v: &Var<'g>, shape: &[usize]) -> Result<Var<'g>> {
-    if v.shape() == shape {
-        return Ok(v.clone());
-    }
-    v.graph().record(
-        ReducedView {
-            shape: Dims::from_slice(shape),
-        },
-        &[v],
-    )
-}
-
-/// `v`, the output of a reduction over (normalised) `axes` of a value of
-/// shape `shape`, viewed so that it broadcasts against that value: its
-/// keepdim shape. Free (no node) when it already broadcasts correctly, as a
-/// keepdim output or a reduction over leading axes does.
-pub(crate) fn broadcastable<'g>(
-    v: &Var<'g>,
-    shape: &[usize],
-    axes: &[usize],
-    keepdim: bool,
-) -> Result<Var<'g>> {
-    let leading = axes.iter().enumerate().all(|(i, &a)| i == a);
-    if keepdim || leading {
-        return Ok(v.clone());
-    }
-    view(v, &reduced_shape(shape, axes, true))
-}
 
 /// The number of elements reduced into each output element.
 fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
@@ -315,7 +249,6 @@ impl Differentiable for LogSumExp {
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(ReducedView::default());
     reg.add_builtin(SumDim::default());
     reg.add_builtin(MeanDim::default());
     reg.add_builtin(Variance::default());
@@ -564,19 +497,6 @@ mod tests {
             &[x],
         )
         .unwrap();
-    }
-
-    #[test]
-    fn reduced_view_is_differentiable() {
-        let x = x();
-        gradcheck(
-            |v| super::view(&v[0], &[2, 1, 3, 4]),
-            std::slice::from_ref(&x),
-        )
-        .unwrap();
-        jvpcheck(|v| super::view(&v[0], &[6, 4]), std::slice::from_ref(&x)).unwrap();
-        let g = Graph::new();
-        assert!(super::view(&g.variable(x), &[5]).is_err());
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl OpRegistry {
         super::activation::register(&mut reg);
         super::reduce_axes::register(&mut reg);
         super::reduce_minmax::register(&mut reg);
+        super::reduce_view::register(&mut reg);
         reg
     }
 
