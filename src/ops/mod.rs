@@ -8,6 +8,7 @@
 pub mod activation;
 pub mod arith;
 pub mod broadcast;
+pub mod compare;
 pub mod elementwise;
 mod operators;
 pub mod pow;
@@ -16,7 +17,6 @@ pub mod reduce_axes;
 pub mod reduce_minmax;
 pub mod reduce_view;
 mod registry;
-pub mod select;
 mod slope;
 pub mod unary;
 

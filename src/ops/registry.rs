@@ -45,7 +45,7 @@ impl OpRegistry {
         super::broadcast::register(&mut reg);
         super::pow::register(&mut reg);
         super::elementwise::register(&mut reg);
-        super::select::register(&mut reg);
+        super::compare::register(&mut reg);
         super::activation::register(&mut reg);
         super::reduce_axes::register(&mut reg);
         super::reduce_minmax::register(&mut reg);
