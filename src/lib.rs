@@ -29,15 +29,20 @@ struct ReadmeDoctests;
 
 pub mod autograd;
 mod error;
+#[cfg(feature = "expr")]
+pub mod expr;
 pub mod graph;
 pub mod kernels;
+pub mod nn;
 pub mod ops;
 pub mod prelude;
 pub mod tensor;
+pub mod viz;
 
 pub use autograd::{
-    gradcheck, gradcheck_with, jvp, jvpcheck, BackwardOptions, BackwardOrder, GradcheckOptions,
-    Gradients,
+    grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
+    jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
+    JacobianMode,
 };
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

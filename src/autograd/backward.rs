@@ -44,10 +44,21 @@ pub enum BackwardOrder {
 /// assert_eq!(grads.wrt(&x).to_f64_vec(), vec![2.0, 40.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct BackwardOptions {
     pub(crate) grad_output: Option<Tensor>,
     pub(crate) order: BackwardOrder,
+    pub(crate) fast_path: bool,
+}
+
+impl Default for BackwardOptions {
+    fn default() -> Self {
+        BackwardOptions {
+            grad_output: None,
+            order: BackwardOrder::default(),
+            fast_path: true,
+        }
+    }
 }
 
 impl BackwardOptions {
@@ -65,6 +76,14 @@ impl BackwardOptions {
     /// The order to visit nodes in.
     pub fn order(mut self, order: BackwardOrder) -> Self {
         self.order = order;
+        self
+    }
+
+    /// Whether ops may use their tensor-level `backward_fast` (on by
+    /// default). Off, every node runs its `Var`-level `backward`: slower, but
+    /// the same formulas `create_graph` differentiates; tests compare the two.
+    pub fn fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
         self
     }
 }
@@ -104,15 +123,18 @@ impl<'g> Var<'g> {
         };
         {
             let _recording_off = graph.no_grad_guard();
-            run(
-                graph,
-                self,
-                Var::constant_in(graph, seed),
-                &order,
-                &mut store,
-            )?;
+            let plain = {
+                let st = graph.state.borrow();
+                st.hooks.is_empty() && st.retained.is_empty()
+            };
+            if opts.fast_path && plain && !graph.anomaly_detection() {
+                run_fast(graph, self, seed, &order, &mut store)?;
+            } else {
+                let seeds = [(self.slot(), Var::constant_in(graph, seed))];
+                run(graph, &seeds, &order, &mut store, &Default::default())?;
+            }
         }
-        Ok(Gradients::new(graph.id(), store.slots, params))
+        Ok(Gradients::new(graph.id(), store.slots, &params))
     }
 }
 
@@ -208,12 +230,24 @@ impl<'g> GradStore<'g> for TensorStore {
 
     #[inline]
     fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()> {
-        let id = id as usize;
+        self.add_tensor(id as usize, grad.into_value())
+    }
+}
+
+impl TensorStore {
+    /// Adds `grad` into slot `id`: moved in if first, else added (in place
+    /// when the accumulated buffer is not shared).
+    #[inline]
+    pub(crate) fn add_tensor(&mut self, id: usize, grad: Tensor) -> Result<()> {
         if id >= self.slots.len() {
             self.slots.resize(id + 1, GradSlot::Unreached);
         }
         let slot = &mut self.slots[id];
-        let grad = grad.value().clone();
+        if let GradSlot::Grad(acc) = slot {
+            if acc.add_scalar_in_place(&grad) {
+                return Ok(());
+            }
+        }
         *slot = match std::mem::take(slot) {
             GradSlot::Grad(acc) => GradSlot::Grad(zip_assign("add", acc, &grad, functors::Add)?),
             _ => GradSlot::Grad(grad),
@@ -306,62 +340,207 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
     }
 }
 
-/// Runs the sweep: seeds the root, then visits `order`.
+/// Runs the sweep: seeds the root, then visits `order`, every node through
+/// its `Var`-level `backward`.
 pub(crate) fn run<'g, S: GradStore<'g>>(
     graph: &'g Graph,
-    root: &Var<'g>,
-    seed: Var<'g>,
+    seeds: &[(u32, Var<'g>)],
     order: &[u32],
     store: &mut S,
+    keep: &std::collections::HashSet<u32>,
 ) -> Result<()> {
-    debug_assert_ne!(root.slot(), NO_SLOT, "a root that requires grad has a slot");
-    store.add(root.slot(), seed)?;
-    let retained = graph.state.borrow().retained.clone();
-    let anomaly = graph.anomaly_detection();
+    for (id, seed) in seeds {
+        debug_assert_ne!(*id, NO_SLOT, "a root that requires grad has a slot");
+        store.add(*id, seed.clone())?;
+    }
+    let mut retained = graph.state.borrow().retained.clone();
+    retained.extend(keep);
+    let mut scratch = Scratch::default();
     for &node in order {
-        let node = node as usize;
-        let call = node_call(graph, node);
-        let out_id = call.output.slot();
-        let Some(grad) = store.take(
-            graph,
-            out_id,
-            !retained.is_empty() && retained.contains(&out_id),
-        ) else {
+        let output = graph.state.borrow().nodes[node as usize].output;
+        let retain = !retained.is_empty() && retained.contains(&output);
+        let Some(grad) = store.take(graph, output, retain) else {
             continue; // nothing reached this node: it contributes exactly zero
         };
-        let grad = super::hooks::apply_hooks(graph, out_id, grad)?;
-        let op = call.op.get();
-        let grads = op.backward(&grad, &call.inputs, &call.output)?;
-        if grads.len() != call.inputs.len() {
-            return Err(Error::BadGradient {
-                op: op.name().to_string(),
-                detail: format!("{} gradients for {} inputs", grads.len(), call.inputs.len()),
-            });
-        }
-        for ((g, input), &id) in grads.into_iter().zip(&call.inputs).zip(&call.input_ids) {
-            let Some(g) = g else { continue };
-            if !input.requires_grad() {
-                continue;
-            }
-            if g.shape() != input.shape() || g.dtype() != input.dtype() {
-                return Err(Error::BadGradient {
-                    op: op.name().to_string(),
-                    detail: format!(
-                        "a gradient of shape {:?} ({}) for an input of shape {:?} ({})",
-                        g.shape(),
-                        g.dtype(),
-                        input.shape(),
-                        input.dtype()
-                    ),
-                });
-            }
-            if anomaly && !g.value().all_finite() {
-                return Err(anomaly_error(graph, node, op.name()));
-            }
-            store.add(id, g)?;
-        }
+        visit_with_vars(graph, node as usize, grad, store, &mut scratch)?;
     }
     run_leaf_hooks(graph, store)
+}
+
+/// First-order sweep on plain tensors: each node's `backward_fast` when it
+/// has one (no `Var`s built at all), its `backward` otherwise. Only used
+/// without hooks, retained values or anomaly mode.
+pub(crate) fn run_fast<'g>(
+    graph: &'g Graph,
+    root: &Var<'g>,
+    seed: Tensor,
+    order: &[u32],
+    store: &mut TensorStore,
+) -> Result<()> {
+    store.add(root.slot(), Var::constant_in(graph, seed))?;
+    let mut scratch = Scratch::default();
+    for &node in order {
+        let st = graph.state.borrow();
+        let rec = st.nodes[node as usize];
+        let out = rec.output as usize;
+        let grad = match std::mem::replace(&mut store.slots[out], GradSlot::Released) {
+            GradSlot::Grad(t) => t,
+            other => {
+                store.slots[out] = other;
+                continue;
+            }
+        };
+        let ids = st.inputs_of(node as usize);
+        let n = ids.len();
+        if n <= MAX_FAST_ARITY {
+            let op: &dyn Differentiable = match rec.op {
+                OpRef::Static(op) => op,
+                OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
+            };
+            let mut inputs: [&Tensor; MAX_FAST_ARITY] = [&PLACEHOLDER; MAX_FAST_ARITY];
+            let mut needs = [false; MAX_FAST_ARITY];
+            for (k, &id) in ids.iter().enumerate() {
+                inputs[k] = &st.values[id as usize];
+                needs[k] = st.value_requires_grad(id);
+            }
+            let mut grads: [Option<Tensor>; MAX_FAST_ARITY] = Default::default();
+            if op.backward_fast(
+                &grad,
+                &inputs[..n],
+                &st.values[out],
+                &needs[..n],
+                &mut grads[..n],
+            )? {
+                for k in 0..n {
+                    let Some(g) = grads[k].take() else { continue };
+                    if !needs[k] {
+                        continue;
+                    }
+                    if !g.same_shape(inputs[k]) || g.dtype() != inputs[k].dtype() {
+                        return Err(bad_shape(op, g.shape(), g.dtype(), inputs[k]));
+                    }
+                    store.add_tensor(ids[k] as usize, g)?;
+                }
+                continue;
+            }
+        }
+        drop(st);
+        visit_with_vars(
+            graph,
+            node as usize,
+            Var::constant_in(graph, grad),
+            store,
+            &mut scratch,
+        )?;
+    }
+    Ok(())
+}
+
+/// The most inputs a node can have and still take the `backward_fast` path.
+const MAX_FAST_ARITY: usize = 4;
+/// Fills unused input slots of the fast path (never read).
+static PLACEHOLDER: Tensor = Tensor::ZERO_F32;
+
+/// Buffers reused across nodes so the sweep does not allocate per node.
+#[derive(Default)]
+struct Scratch<'g> {
+    inputs: SmallVec<[Var<'g>; 4]>,
+    input_ids: SmallVec<[u32; 4]>,
+}
+
+/// Runs node `node`'s `Var`-level backward with output gradient `grad` and
+/// accumulates what it returns.
+fn visit_with_vars<'g, S: GradStore<'g>>(
+    graph: &'g Graph,
+    node: usize,
+    grad: Var<'g>,
+    store: &mut S,
+    scratch: &mut Scratch<'g>,
+) -> Result<()> {
+    let st = graph.state.borrow();
+    let rec = st.nodes[node];
+    scratch.inputs.clear();
+    scratch.input_ids.clear();
+    for &id in st.inputs_of(node) {
+        scratch.input_ids.push(id);
+        scratch.inputs.push(Var::from_parts(
+            graph,
+            st.values[id as usize].clone(),
+            id,
+            st.value_requires_grad(id),
+        ));
+    }
+    let output = Var::from_parts(
+        graph,
+        st.values[rec.output as usize].clone(),
+        rec.output,
+        true,
+    );
+    let op = match rec.op {
+        OpRef::Static(op) => OpHolder::Static(op),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+    };
+    let has_hooks = !st.hooks.is_empty();
+    drop(st);
+    let grad = if has_hooks {
+        super::hooks::apply_hooks(graph, rec.output, grad)?
+    } else {
+        grad
+    };
+    let op = op.get();
+    // In anomaly mode the gradients are checked below and blamed on this
+    // node; the ops inside its formula must not report themselves instead.
+    let anomaly = graph.anomaly_detection();
+    graph.set_anomaly_detection(false);
+    let grads = op.backward(&grad, &scratch.inputs, &output);
+    graph.set_anomaly_detection(anomaly);
+    let grads = grads?;
+    if grads.len() != scratch.inputs.len() {
+        return Err(bad_count(op, grads.len(), scratch.inputs.len()));
+    }
+    for ((g, input), &id) in grads
+        .into_iter()
+        .zip(&scratch.inputs)
+        .zip(&scratch.input_ids)
+    {
+        let Some(g) = g else { continue };
+        if !input.requires_grad() {
+            continue;
+        }
+        if !g.value().same_shape(input.value()) || g.dtype() != input.dtype() {
+            return Err(bad_shape(op, g.shape(), g.dtype(), input.value()));
+        }
+        if anomaly && !g.value().all_finite() {
+            return Err(anomaly_error(graph, node, op.name()));
+        }
+        store.add(id, g)?;
+    }
+    Ok(())
+}
+
+#[cold]
+fn bad_count(op: &dyn Differentiable, got: usize, inputs: usize) -> Error {
+    Error::BadGradient {
+        op: op.name().to_string(),
+        detail: format!("{got} gradients for {inputs} inputs"),
+    }
+}
+
+#[cold]
+fn bad_shape(
+    op: &dyn Differentiable,
+    shape: &[usize],
+    dtype: crate::DType,
+    input: &Tensor,
+) -> Error {
+    Error::BadGradient {
+        op: op.name().to_string(),
+        detail: format!(
+            "a gradient of shape {shape:?} ({dtype}) for an input of shape {:?} ({})",
+            input.shape(),
+            input.dtype()
+        ),
+    }
 }
 
 /// Leaf gradients are complete only when the sweep ends: run their hooks now.

@@ -35,6 +35,11 @@ impl Default for GradcheckOptions {
 /// Checks the gradients of `f` at `inputs` (f64 tensors) against central
 /// finite differences, with default tolerances.
 ///
+/// Both backward paths are checked: the tensor-level fast path (compared
+/// with finite differences) and the `Var`-level formulas (compared with the
+/// fast path; a mismatch reports the Var-level value as `analytic` and the
+/// fast-path value as `numeric`).
+///
 /// A non-scalar output is reduced to the scalar `sum(out * w)` with fixed
 /// random weights `w`, so every output element's gradient path is checked
 /// (a plain sum would hide errors that cancel).
@@ -75,6 +80,21 @@ where
     let scalar = reduce_with(&out, &weights)?;
     let grads = scalar.backward()?;
     let analytic: Vec<Vec<f64>> = vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect();
+    // The `Var`-level formulas (what create_graph differentiates) must agree
+    // with the tensor-level fast path.
+    let slow = scalar.backward_with_options(&crate::BackwardOptions::new().fast_path(false))?;
+    for (i, (v, fast)) in vars.iter().zip(&analytic).enumerate() {
+        for (j, (a, b)) in slow.wrt(v).to_f64_vec().iter().zip(fast).enumerate() {
+            if (a - b).abs() > 1e-12 * (1.0 + b.abs()) {
+                return Err(Error::GradCheck {
+                    input: i,
+                    index: j,
+                    analytic: *a,
+                    numeric: *b,
+                });
+            }
+        }
+    }
 
     // Numeric gradients, one element at a time.
     let eval = |values: &[Tensor]| -> Result<f64> {
@@ -97,7 +117,7 @@ where
             work[i] = input.clone();
             let numeric = (plus - minus) / (2.0 * opts.eps);
             let a = analytic[i][j];
-            if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+            if !within(a, numeric, &opts) {
                 return Err(Error::GradCheck {
                     input: i,
                     index: j,
@@ -181,7 +201,7 @@ where
         .enumerate()
     {
         let numeric = (p - m) / (2.0 * opts.eps);
-        if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+        if !within(*a, numeric, &opts) {
             return Err(Error::GradCheck {
                 input: 0,
                 index: i,
@@ -191,4 +211,9 @@ where
         }
     }
     Ok(())
+}
+
+/// `|analytic - numeric| <= atol + rtol |numeric|`; false if either is NaN.
+fn within(analytic: f64, numeric: f64, opts: &GradcheckOptions) -> bool {
+    (analytic - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()
 }

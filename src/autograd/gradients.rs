@@ -1,8 +1,11 @@
 //! [`Gradients`]: what a backward pass returns (the seed's `x.grad`, kept
 //! outside the tensors).
 
+use std::collections::HashMap;
+
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::nn::Parameter;
 use crate::tensor::Tensor;
 
 /// The state of one value's gradient after a backward pass.
@@ -37,16 +40,82 @@ pub(crate) enum GradSlot {
 pub struct Gradients {
     graph_id: u64,
     slots: Vec<GradSlot>,
-    /// Parameter id -> value id, for `Gradients::of`.
-    pub(crate) params: Vec<(u64, u32)>,
+    /// Gradients of the parameters brought into the graph, by parameter id.
+    params: HashMap<u64, Tensor>,
 }
 
 impl Gradients {
-    pub(crate) fn new(graph_id: u64, slots: Vec<GradSlot>, params: Vec<(u64, u32)>) -> Self {
+    pub(crate) fn new(graph_id: u64, slots: Vec<GradSlot>, params: &HashMap<u64, u32>) -> Self {
+        let params = params
+            .iter()
+            .filter_map(|(&pid, &vid)| match slots.get(vid as usize) {
+                Some(GradSlot::Grad(t)) => Some((pid, t.clone())),
+                _ => None,
+            })
+            .collect();
         Gradients {
             graph_id,
             slots,
             params,
+        }
+    }
+
+    /// The gradient with respect to parameter `p`, zero-filled when `p` was
+    /// not used (or not reached).
+    pub fn of(&self, p: &Parameter) -> Tensor {
+        match self.params.get(&p.id()) {
+            Some(t) => t.clone(),
+            None => p.value().zeros_like(),
+        }
+    }
+
+    /// The gradient with respect to parameter `p`, if one was accumulated.
+    pub fn get_param(&self, p: &Parameter) -> Option<&Tensor> {
+        self.params.get(&p.id())
+    }
+
+    /// The parameter gradients, by parameter id.
+    pub fn param_grads(&self) -> impl Iterator<Item = (u64, &Tensor)> {
+        self.params.iter().map(|(&id, t)| (id, t))
+    }
+
+    /// Adds `other`'s parameter gradients into these (gradient accumulation
+    /// over micro-batches, or summing the gradients of data-parallel workers).
+    /// Only parameter gradients are accumulated: values of different graphs
+    /// have nothing in common.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, nn::Parameter};
+    /// let w = Parameter::new(Tensor::scalar(2.0));
+    /// let step = |x: f64| {
+    ///     let g = Graph::new();
+    ///     (&g.param(&w) * x).backward()
+    /// };
+    /// let mut total = step(1.0)?;
+    /// total.accumulate(&step(3.0)?)?;
+    /// assert_eq!(total.of(&w).item()?, 4.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn accumulate(&mut self, other: &Gradients) -> Result<()> {
+        for (&id, g) in &other.params {
+            let merged = match self.params.remove(&id) {
+                Some(acc) => crate::kernels::elementwise::zip_assign(
+                    "accumulate",
+                    acc,
+                    g,
+                    crate::kernels::functors::Add,
+                )?,
+                None => g.clone(),
+            };
+            self.params.insert(id, merged);
+        }
+        Ok(())
+    }
+
+    /// Multiplies every parameter gradient by `factor` (e.g. `1 / micro_batches`).
+    pub fn scale(&mut self, factor: f64) {
+        for g in self.params.values_mut() {
+            *g = crate::kernels::map(g, crate::kernels::functors::Scale(factor));
         }
     }
 
@@ -118,10 +187,6 @@ impl Gradients {
             });
         }
         Ok(var.value_id().and_then(|id| self.slots.get(id)))
-    }
-
-    pub(crate) fn slot_by_id(&self, id: u32) -> Option<&GradSlot> {
-        self.slots.get(id as usize)
     }
 }
 

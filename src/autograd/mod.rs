@@ -2,13 +2,18 @@
 //! finite-difference checker.
 
 pub(crate) mod backward;
+mod checkpoint;
 pub(crate) mod forward;
+mod functional;
+mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
 
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
+pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
+pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
 pub use hooks::GradHook;

@@ -75,7 +75,7 @@ pub(crate) struct GraphState {
     /// Gradient hooks by value id (`register_hook`).
     pub(crate) hooks: HashMap<u32, Vec<crate::autograd::hooks::GradHook>>,
     /// Parameter id -> value id of its leaf in this graph (`Graph::param`).
-    pub(crate) params: Vec<(u64, u32)>,
+    pub(crate) params: HashMap<u64, u32>,
 }
 
 impl GraphState {

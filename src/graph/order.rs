@@ -62,10 +62,20 @@ impl Graph {
 
 /// Ancestor nodes of node `root`, newest first.
 pub(crate) fn ancestors_of(st: &GraphState, root: usize) -> Vec<u32> {
-    let mut marked = vec![0u64; root / 64 + 1];
-    marked[root / 64] |= 1 << (root % 64);
+    ancestors_of_many(st, &[root])
+}
+
+/// Ancestor nodes of any of `roots` (node indices), newest first.
+pub(crate) fn ancestors_of_many(st: &GraphState, roots: &[usize]) -> Vec<u32> {
+    let Some(&top) = roots.iter().max() else {
+        return Vec::new();
+    };
+    let mut marked = vec![0u64; top / 64 + 1];
+    for &root in roots {
+        marked[root / 64] |= 1 << (root % 64);
+    }
     let mut order = Vec::new();
-    for n in (0..=root).rev() {
+    for n in (0..=top).rev() {
         if marked[n / 64] & (1 << (n % 64)) == 0 {
             continue;
         }

@@ -30,7 +30,7 @@ impl Graph {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    #[inline]
+    #[inline(always)]
     pub fn record<'g, O: Differentiable>(&'g self, op: O, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
         let output = self.forward_checked(&op, inputs)?;
         if !self.needs_node(inputs) {
@@ -63,16 +63,16 @@ impl Graph {
         self.push_node(op_ref, inputs, output)
     }
 
-    #[inline]
+    #[inline(always)]
     fn needs_node(&self, inputs: &[&Var<'_>]) -> bool {
         self.is_recording() && inputs.iter().any(|v| v.requires_grad())
     }
 
     #[track_caller]
-    #[inline]
-    fn forward_checked<'g>(
+    #[inline(always)]
+    fn forward_checked<'g, O: Differentiable + ?Sized>(
         &'g self,
-        op: &dyn Differentiable,
+        op: &O,
         inputs: &[&Var<'g>],
     ) -> Result<Tensor> {
         for v in inputs {
@@ -82,17 +82,32 @@ impl Graph {
                 });
             }
         }
-        let tensors: SmallVec<[&Tensor; 4]> = inputs.iter().map(|v| v.value()).collect();
-        let output = op.forward(&tensors)?;
+        // Fixed-size arrays for the common arities keep this allocation-free
+        // and let a statically known op's forward inline.
+        let output = match inputs {
+            [a] => op.forward(&[a.value()]),
+            [a, b] => op.forward(&[a.value(), b.value()]),
+            [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
+            _ => {
+                let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
+                op.forward(&tensors)
+            }
+        }?;
         if self.anomaly_detection() && !output.all_finite() {
-            return Err(Error::Anomaly {
-                op: op.name().to_string(),
-                node: self.len(),
-                location: Location::caller().to_string(),
-                phase: "forward",
-            });
+            return Err(self.forward_anomaly(op.name()));
         }
         Ok(output)
+    }
+
+    #[cold]
+    #[track_caller]
+    fn forward_anomaly(&self, op: &str) -> Error {
+        Error::Anomaly {
+            op: op.to_string(),
+            node: self.len(),
+            location: Location::caller().to_string(),
+            phase: "forward",
+        }
     }
 
     fn own_op(&self, name: Option<Arc<str>>, op: Arc<dyn Differentiable>) -> OpRef {

@@ -53,6 +53,12 @@ impl<'g> Var<'g> {
         &self.value
     }
 
+    /// The value, consuming the handle.
+    #[inline(always)]
+    pub fn into_value(self) -> Tensor {
+        self.value
+    }
+
     /// The value's shape.
     #[inline(always)]
     pub fn shape(&self) -> &[usize] {

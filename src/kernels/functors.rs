@@ -72,3 +72,14 @@ binary_fn!(
     Div,
     |a, b| a / b
 );
+
+/// `x * factor`, with the factor given in f64 and rounded to the element type.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale(pub f64);
+
+impl UnaryFn for Scale {
+    #[inline(always)]
+    fn call<T: crate::Element>(self, x: T) -> T {
+        x * T::from_f64(self.0)
+    }
+}

@@ -62,7 +62,8 @@ fn sum_block<T: Element>(x: &[T]) -> T {
     while width > 1 {
         width /= 2;
         for i in 0..width {
-            acc[i] += acc[i + width];
+            let upper = acc[i + width];
+            acc[i] += upper;
         }
     }
     acc[0]

@@ -68,6 +68,21 @@ impl Differentiable for Add {
                 .transpose()?,
         ])
     }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        for i in 0..2 {
+            if needs[i] {
+                grads[i] = Some(super::unbroadcast_tensor(g.clone(), inputs[i])?);
+            }
+        }
+        Ok(true)
+    }
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -101,6 +116,25 @@ impl Differentiable for Sub {
                 .transpose()?,
             b.requires_grad().then(|| unbroadcast(-g, b)).transpose()?,
         ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        if needs[0] {
+            grads[0] = Some(super::unbroadcast_tensor(g.clone(), inputs[0])?);
+        }
+        if needs[1] {
+            grads[1] = Some(super::unbroadcast_tensor(
+                kernels::map(g, NegFn),
+                inputs[1],
+            )?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -141,6 +175,29 @@ impl Differentiable for Mul {
                 .then(|| unbroadcast(g.try_mul(a)?, b))
                 .transpose()?,
         ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (a, b) = (inputs[0], inputs[1]);
+        if needs[0] {
+            grads[0] = Some(super::unbroadcast_tensor(
+                kernels::zip("mul", g, b, functors::Mul)?,
+                a,
+            )?);
+        }
+        if needs[1] {
+            grads[1] = Some(super::unbroadcast_tensor(
+                kernels::zip("mul", g, a, functors::Mul)?,
+                b,
+            )?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -185,6 +242,28 @@ impl Differentiable for Div {
                 .then(|| unbroadcast(-(g.try_mul(out)?.try_div(b)?), b))
                 .transpose()?,
         ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (a, b) = (inputs[0], inputs[1]);
+        if needs[0] {
+            grads[0] = Some(super::unbroadcast_tensor(
+                kernels::zip("div", g, b, functors::Div)?,
+                a,
+            )?);
+        }
+        if needs[1] {
+            let go = kernels::zip("mul", g, out, functors::Mul)?;
+            let q = kernels::zip("div", &go, b, functors::Div)?;
+            grads[1] = Some(super::unbroadcast_tensor(kernels::map(&q, NegFn), b)?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -231,6 +310,17 @@ impl Differentiable for Neg {
         _out: &Var<'g>,
     ) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(-g)])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        _inputs: &[&Tensor],
+        _out: &Tensor,
+        _needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        grads[0] = Some(kernels::map(g, NegFn));
+        Ok(true)
     }
     fn jvp<'g>(
         &self,

@@ -17,6 +17,7 @@ pub mod reduce_axes;
 pub mod reduce_minmax;
 pub mod reduce_view;
 mod registry;
+pub mod select;
 mod slope;
 pub mod unary;
 
@@ -94,6 +95,27 @@ pub trait Differentiable: Send + Sync + 'static {
         output: &Var<'g>,
     ) -> Result<GradInputs<'g>>;
 
+    /// Optional first-order fast path on plain tensors, used by a backward
+    /// pass without `create_graph` (and without hooks, retained values or
+    /// anomaly mode). It must compute exactly what `backward` computes: write
+    /// `grads[i]` for each input with `needs_grad[i]` (leaving `None` means
+    /// zero) and return `Ok(true)`; return `Ok(false)` to use `backward`.
+    ///
+    /// `backward` stays the definition (it is what gradients of gradients
+    /// differentiate); this exists because on scalar graphs the cost of
+    /// building `Var`s dominates the arithmetic. The default declines.
+    fn backward_fast(
+        &self,
+        grad_output: &Tensor,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        needs_grad: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let _ = (grad_output, inputs, output, needs_grad, grads);
+        Ok(false)
+    }
+
     /// Forward mode: given one optional tangent per input (`None` is zero,
     /// otherwise the input's shape), returns the output's tangent (`None` for
     /// zero), written with `Var` operations like `backward`. The default
@@ -140,10 +162,20 @@ pub(crate) fn sum_tangents<'g>(
 /// the shape of the input it flows to.
 #[inline]
 pub(crate) fn unbroadcast<'g>(grad: Var<'g>, input: &Var<'g>) -> Result<Var<'g>> {
-    if grad.shape() == input.shape() {
+    if grad.value().same_shape(input.value()) {
         Ok(grad)
     } else {
         grad.sum_to_size(input.shape())
+    }
+}
+
+/// The tensor-level counterpart of [`unbroadcast`] for `backward_fast`.
+#[inline(always)]
+pub(crate) fn unbroadcast_tensor(grad: Tensor, input: &Tensor) -> Result<Tensor> {
+    if grad.same_shape(input) {
+        Ok(grad)
+    } else {
+        crate::kernels::sum_to_shape("sum_to_size", &grad, input.shape())
     }
 }
 

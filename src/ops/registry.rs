@@ -43,6 +43,7 @@ impl OpRegistry {
         super::unary::register(&mut reg);
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
+        super::select::register(&mut reg);
         super::pow::register(&mut reg);
         super::elementwise::register(&mut reg);
         super::compare::register(&mut reg);

@@ -67,10 +67,10 @@ crate::binary_fn!(
 );
 
 macro_rules! unary_op {
-    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr) => {
-        unary_op!($(#[$m])* $op, $name, $functor, |$g, $x, $y| $grad, |$g, $x, $y| $grad);
+    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr) => {
+        unary_op!($(#[$m])* $op, $name, $functor, |$g, $x, $y| $grad, |$g, $x, $y| $grad, fast: |$fg, $fx, $fy| $fast);
     };
-    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, |$tg:ident, $tx:ident, $ty:ident| $tangent:expr) => {
+    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, |$tg:ident, $tx:ident, $ty:ident| $tangent:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $op;
@@ -96,6 +96,19 @@ macro_rules! unary_op {
                 let _ = ($x, $y);
                 Ok(smallvec![Some($grad)])
             }
+            fn backward_fast(
+                &self,
+                $fg: &Tensor,
+                inputs: &[&Tensor],
+                $fy: &Tensor,
+                _needs: &[bool],
+                grads: &mut [Option<Tensor>],
+            ) -> Result<bool> {
+                let $fx = inputs[0];
+                let _ = ($fx, $fy);
+                grads[0] = Some($fast);
+                Ok(true)
+            }
             // The tangent rule is the backward formula with the tangent in
             // place of the gradient: each of these ops is elementwise, so its
             // Jacobian is diagonal and J t = J^T t.
@@ -115,23 +128,28 @@ macro_rules! unary_op {
 
 unary_op!(
     /// `e^x`.
-    Exp, "exp", ExpFn, |g, _x, y| g.try_mul(y)?
+    Exp, "exp", ExpFn, |g, _x, y| g.try_mul(y)?,
+    fast: |g, _x, y| kernels::zip("exp", g, y, crate::kernels::functors::Mul)?
 );
 unary_op!(
     /// Natural logarithm.
-    Log, "log", LogFn, |g, x, _y| g.try_div(x)?
+    Log, "log", LogFn, |g, x, _y| g.try_div(x)?,
+    fast: |g, x, _y| kernels::zip("log", g, x, crate::kernels::functors::Div)?
 );
 unary_op!(
     /// Hyperbolic tangent.
-    Tanh, "tanh", TanhFn, |g, _x, y| g.graph().record(TanhBackward, &[g, y])?
+    Tanh, "tanh", TanhFn, |g, _x, y| g.graph().record(TanhBackward, &[g, y])?,
+    fast: |g, _x, y| kernels::zip("tanh", g, y, TanhBackwardFn)?
 );
 unary_op!(
     /// `max(x, 0)`; the gradient at 0 is 0 (as in PyTorch).
-    Relu, "relu", ReluFn, |g, x, _y| g.graph().record(ThresholdBackward, &[g, x])?
+    Relu, "relu", ReluFn, |g, x, _y| g.graph().record(ThresholdBackward, &[g, x])?,
+    fast: |g, x, _y| kernels::zip("relu", g, x, ThresholdBackwardFn)?
 );
 unary_op!(
     /// Logistic sigmoid `1 / (1 + e^-x)`, computed without overflow.
-    Sigmoid, "sigmoid", SigmoidFn, |g, _x, y| g.graph().record(SigmoidBackward, &[g, y])?
+    Sigmoid, "sigmoid", SigmoidFn, |g, _x, y| g.graph().record(SigmoidBackward, &[g, y])?,
+    fast: |g, _x, y| kernels::zip("sigmoid", g, y, SigmoidBackwardFn)?
 );
 
 macro_rules! binary_helper_op {

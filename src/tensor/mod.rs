@@ -64,6 +64,11 @@ fn scalar_shape() -> &'static [usize] {
 }
 
 impl Tensor {
+    /// A 0-d f32 zero, usable in constants and statics.
+    pub(crate) const ZERO_F32: Tensor = Tensor {
+        repr: Repr::F32(0.0),
+    };
+
     #[inline(always)]
     pub(crate) fn from_repr(repr: Repr) -> Self {
         Tensor { repr }
@@ -228,7 +233,7 @@ impl Tensor {
             });
         }
         let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
-        Ok(Self::from_f64_slice(&values, &[n], dtype)?)
+        Self::from_f64_slice(&values, &[n], dtype)
     }
 
     /// A tensor of `dtype` and `shape` from f64 values (rounded for f32).
@@ -274,6 +279,27 @@ impl Tensor {
             Repr::Dense(d) => d.buf.len(),
             _ => 1,
         }
+    }
+
+    /// Whether both tensors have the same shape (cheap for scalars).
+    #[inline(always)]
+    pub fn same_shape(&self, other: &Tensor) -> bool {
+        match (&self.repr, &other.repr) {
+            (Repr::Dense(a), Repr::Dense(b)) => a.shape == b.shape,
+            (Repr::Dense(_), _) | (_, Repr::Dense(_)) => false,
+            _ => true,
+        }
+    }
+
+    /// `self += other` when both are 0-d of the same dtype; returns whether it applied.
+    #[inline(always)]
+    pub(crate) fn add_scalar_in_place(&mut self, other: &Tensor) -> bool {
+        match (&mut self.repr, &other.repr) {
+            (Repr::F32(a), Repr::F32(b)) => *a += *b,
+            (Repr::F64(a), Repr::F64(b)) => *a += *b,
+            _ => return false,
+        }
+        true
     }
 
     /// Whether this is a 0-d tensor.
@@ -396,6 +422,39 @@ impl Tensor {
             }
             _ => None,
         }
+    }
+
+    /// Mutable access to the elements, copying them first if the storage is
+    /// shared (copy on write, like `Arc::make_mut`): shared storage is never
+    /// written. `T` must be the tensor's dtype.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// let mut b = a.clone();
+    /// b.make_mut::<f32>()?[0] = 5.0;
+    /// assert_eq!(a.to_vec::<f32>()?, vec![1.0, 2.0]);   // untouched
+    /// assert_eq!(b.to_vec::<f32>()?, vec![5.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn make_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::WrongDType {
+                op: "make_mut",
+                expected: T::DTYPE,
+                found: self.dtype(),
+            });
+        }
+        if self.unique_slice_mut::<T>().is_none() {
+            let copy = Self::from_buffer(
+                Dims::from_slice(self.shape()),
+                storage::from_slice(self.as_slice_of::<T>()),
+            );
+            *self = copy;
+        }
+        Ok(self
+            .unique_slice_mut::<T>()
+            .expect("a fresh copy has one owner"))
     }
 
     /// The same elements with another shape of equal element count, sharing storage.

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""PyTorch reference for retrograd's benchmark workloads (issue 7).
+
+Each workload is defined exactly as in `examples/bench` so both frameworks
+compute the same numbers; every result is one JSON line with the median, min
+and max over repeats plus cross-check values.
+
+    pip install torch numpy          # a few GB; not part of CI
+    python3 bench/pytorch_reference.py w1 --dtype f32 --chains 1000
+    python3 bench/pytorch_reference.py all
+
+Memory workloads run in a fresh subprocess each, so the peak RSS growth they
+report is not hidden by an earlier, larger peak of the same process.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+torch.set_num_threads(2)
+K = 256
+L = 100
+
+
+def emit(**fields):
+    fields.setdefault("framework", "pytorch")
+    print(json.dumps(fields), flush=True)
+
+
+def stats(samples):
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def peak_rss_kib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+# ---------------------------------------------------------------- W1 / W1v
+def w1_params(dtype, width):
+    if width == 1:
+        vals = [((k % 17) - 8) * 0.01 for k in range(K)]
+        return [torch.tensor(v, dtype=dtype, requires_grad=True) for v in vals]
+    return [
+        torch.tensor([(((k * width + e) % 17) - 8) * 0.01 for e in range(width)],
+                     dtype=dtype, requires_grad=True)
+        for k in range(K)
+    ]
+
+
+def w1_once(dtype, chains, width):
+    p = w1_params(dtype, width)
+    start = time.perf_counter()
+    total = None
+    for c in range(chains):
+        init = 0.5 + 0.001 * c
+        v = torch.tensor(init, dtype=dtype) if width == 1 else torch.full((width,), init, dtype=dtype)
+        for j in range(L):
+            i = c * L + j
+            v = torch.tanh(v * p[i % K] + p[(7 * i + 3) % K])
+        total = v if total is None else total + v
+    loss = total if width == 1 else total.sum()
+    loss.backward()
+    grad_sum = sum(float(q.grad.sum()) for q in p)
+    elapsed = time.perf_counter() - start
+    return elapsed, float(loss.detach()), grad_sum
+
+
+def nodes_of(chains, width):
+    # 3 ops per chain step, C - 1 chain additions (+1 final sum for vectors).
+    return 3 * chains * L + (chains - 1) + (0 if width == 1 else 1)
+
+
+def bench_w1(dtype_name, chains, width, repeats):
+    dtype = torch.float32 if dtype_name == "f32" else torch.float64
+    times = []
+    loss = grad_sum = None
+    for _ in range(repeats):
+        t, loss, grad_sum = w1_once(dtype, chains, width)
+        times.append(t)
+    nodes = nodes_of(chains, width)
+    med, lo, hi = stats([t * 1e9 / nodes for t in times])
+    emit(workload="w1" if width == 1 else "w1v", dtype=dtype_name, chains=chains,
+         nodes=nodes, unit="ns_per_node", median=med, min=lo, max=hi,
+         loss=loss, grad_sum=grad_sum)
+
+
+# ---------------------------------------------------------------- W2
+SIZES = (784, 512, 512, 10)
+
+
+def mlp_params(seed):
+    g = torch.Generator().manual_seed(seed)
+    params = []
+    for fan_in, fan_out in zip(SIZES[:-1], SIZES[1:]):
+        bound = 1.0 / fan_in ** 0.5
+        w = (torch.rand(fan_in, fan_out, generator=g) * 2 - 1) * bound
+        b = (torch.rand(fan_out, generator=g) * 2 - 1) * bound
+        params += [w.requires_grad_(), b.requires_grad_()]
+    return params
+
+
+def mlp_step(params, x, y, lr=0.01):
+    h = x
+    for layer in range(3):
+        w, b = params[2 * layer], params[2 * layer + 1]
+        h = h @ w + b
+        if layer < 2:
+            h = torch.relu(h)
+    loss = torch.nn.functional.cross_entropy(h, y)
+    for p in params:
+        p.grad = None
+    loss.backward()
+    with torch.no_grad():
+        for p in params:
+            p -= lr * p.grad
+    return float(loss.detach())
+
+
+def mlp_data(batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, SIZES[0], generator=g)
+    y = torch.randint(0, SIZES[-1], (batch,), generator=g)
+    return x, y
+
+
+def bench_w2(batch, steps, warmup):
+    params = mlp_params(0)
+    x, y = mlp_data(batch, 1)
+    for _ in range(warmup):
+        mlp_step(params, x, y)
+    times = []
+    loss = None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = mlp_step(params, x, y)
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([t * 1e3 for t in times])
+    flops = 6 * batch * sum(a * b for a, b in zip(SIZES[:-1], SIZES[1:]))
+    emit(workload="w2", batch=batch, unit="ms_per_step", median=med, min=lo, max=hi,
+         gflops=flops / (med * 1e-3) / 1e9, loss=loss)
+
+
+# ---------------------------------------------------------------- W5
+def bench_matmul(n, repeats):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g)
+    b = torch.randn(n, n, generator=g)
+    torch.matmul(a, b)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([2 * n ** 3 / t / 1e9 for t in times])
+    emit(workload="matmul", n=n, unit="gflops", median=med, min=lo, max=hi)
+
+
+# ---------------------------------------------------------------- memory
+def mem_w1(chains):
+    p = w1_params(torch.float32, 1)
+    base = rss_kib()
+    peak_before = peak_rss_kib()
+    total = None
+    for c in range(chains):
+        v = torch.tensor(0.5 + 0.001 * c)
+        for j in range(L):
+            i = c * L + j
+            v = torch.tanh(v * p[i % K] + p[(7 * i + 3) % K])
+        total = v if total is None else total + v
+    total.backward()
+    growth_kib = max(peak_rss_kib(), peak_before) - base
+    nodes = nodes_of(chains, 1)
+    emit(workload="mem_w1", chains=chains, nodes=nodes, unit="bytes_per_node",
+         median=growth_kib * 1024 / nodes, min=None, max=None)
+
+
+def mem_w2(batch, steps):
+    params = mlp_params(0)
+    x, y = mlp_data(batch, 1)
+    base = rss_kib()
+    for _ in range(steps):
+        mlp_step(params, x, y)
+    growth_kib = peak_rss_kib() - base
+    emit(workload="mem_w2", batch=batch, steps=steps, unit="MiB_peak_rss_growth",
+         median=growth_kib / 1024, min=None, max=None)
+
+
+def run_isolated(args):
+    """Runs this script again in a fresh process (for peak-RSS measurements)."""
+    subprocess.run([sys.executable, os.path.abspath(__file__)] + args, check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload", choices=["w1", "w1v", "w2", "matmul", "mem_w1", "mem_w2", "all"])
+    ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
+    ap.add_argument("--chains", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    if a.workload == "w1":
+        bench_w1(a.dtype, a.chains, 1, a.repeats)
+    elif a.workload == "w1v":
+        bench_w1("f32", a.chains, 64, a.repeats)
+    elif a.workload == "w2":
+        bench_w2(a.batch, a.steps, a.warmup)
+    elif a.workload == "matmul":
+        bench_matmul(a.n, a.repeats)
+    elif a.workload == "mem_w1":
+        mem_w1(a.chains)
+    elif a.workload == "mem_w2":
+        mem_w2(a.batch, 5)
+    else:
+        bench_w1("f64", 10, 1, 1)  # cross-check: loss 0.6983577607687627, grad_sum 9.99670012301077
+        for dtype in ("f32", "f64"):
+            for chains in (1000, 10000):
+                bench_w1(dtype, chains, 1, 3 if chains == 1000 else 1)
+        bench_w1("f32", 1000, 64, 3)
+        for batch in (128, 1024):
+            bench_w2(batch, 50, 5)
+        for n in (1024, 2048):
+            bench_matmul(n, 5)
+        run_isolated(["mem_w1", "--chains", "1000"])
+        run_isolated(["mem_w2", "--batch", "4096"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+//! Training building blocks: parameters (and, as they land, modules,
+//! initialisers and layers).
+
+mod parameter;
+
+pub use parameter::Parameter;

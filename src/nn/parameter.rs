@@ -1,0 +1,214 @@
+//! [`Parameter`]: a trainable tensor that outlives any one graph.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+use crate::tensor::{DType, Tensor};
+
+static NEXT_PARAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A trainable tensor with a stable id. Cloning a `Parameter` gives another
+/// handle to the same parameter (like `Arc`); it is `Send + Sync`.
+///
+/// Each training step brings it into a fresh graph with [`Graph::param`];
+/// an optimizer then updates it from the step's [`Gradients`](crate::Gradients).
+/// Updates are copy-on-write: a graph that still holds the old value keeps
+/// it unchanged.
+///
+/// ```
+/// use retrograd::{Graph, Tensor, nn::Parameter};
+/// let w = Parameter::new(Tensor::scalar(3.0));
+/// let graph = Graph::new();
+/// let x = graph.param(&w);
+/// let y = &x * &x;
+/// let grads = y.backward()?;
+/// assert_eq!(grads.of(&w).item()?, 6.0);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Parameter {
+    inner: Arc<ParamInner>,
+}
+
+struct ParamInner {
+    id: u64,
+    value: RwLock<Tensor>,
+}
+
+impl Parameter {
+    /// A new parameter holding `value`.
+    pub fn new(value: Tensor) -> Self {
+        Parameter {
+            inner: Arc::new(ParamInner {
+                id: NEXT_PARAM_ID.fetch_add(1, Ordering::Relaxed),
+                value: RwLock::new(value),
+            }),
+        }
+    }
+
+    /// The process-unique id of this parameter.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The current value (shares storage; cheap).
+    pub fn value(&self) -> Tensor {
+        self.inner
+            .value
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The current value's shape.
+    pub fn shape(&self) -> Vec<usize> {
+        self.value().shape().to_vec()
+    }
+
+    /// The current value's dtype.
+    pub fn dtype(&self) -> DType {
+        self.value().dtype()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.value().numel()
+    }
+
+    /// Replaces the value; the shape and dtype must stay the same.
+    pub fn set(&self, value: Tensor) -> Result<()> {
+        let mut guard = self.inner.value.write().unwrap_or_else(|p| p.into_inner());
+        if guard.shape() != value.shape() {
+            return Err(Error::shape_mismatch(
+                "Parameter::set",
+                guard.shape(),
+                value.shape(),
+            ));
+        }
+        if guard.dtype() != value.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "Parameter::set",
+                lhs: guard.dtype(),
+                rhs: value.dtype(),
+            });
+        }
+        *guard = value;
+        Ok(())
+    }
+
+    /// Runs `f` on the value with exclusive access: optimizers update
+    /// weights through this. Writes go through [`Tensor::make_mut`], which
+    /// copies the storage first if a graph still shares it.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Tensor) -> R) -> R {
+        let mut guard = self.inner.value.write().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    /// Whether two handles are the same parameter.
+    pub fn same(&self, other: &Parameter) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl std::fmt::Debug for Parameter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.value();
+        write!(
+            f,
+            "Parameter(id={}, shape={:?}, dtype={})",
+            self.id(),
+            v.shape(),
+            v.dtype()
+        )
+    }
+}
+
+impl Graph {
+    /// Brings `p` into this graph as a leaf that requires grad. Bringing the
+    /// same parameter in twice returns the same leaf, so a shared weight used
+    /// in several places accumulates one gradient.
+    pub fn param(&self, p: &Parameter) -> Var<'_> {
+        let existing = self.state.borrow().params.get(&p.id()).copied();
+        match existing {
+            Some(id) => {
+                let value = self.state.borrow().values[id as usize].clone();
+                Var::from_parts(self, value, id, true)
+            }
+            None => {
+                let v = self.variable(p.value());
+                self.state.borrow_mut().params.insert(p.id(), v.slot());
+                v
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_parameter_twice_is_one_leaf_and_accumulates() {
+        let w = Parameter::new(Tensor::scalar(2.0));
+        let g = Graph::new();
+        let a = g.param(&w);
+        let b = g.param(&w);
+        assert_eq!(a.value_id(), b.value_id());
+        let y = &a * &b + &a; // w^2 + w
+        let grads = y.backward().unwrap();
+        assert_eq!(grads.of(&w).item().unwrap(), 5.0);
+    }
+
+    #[test]
+    fn updating_a_parameter_leaves_a_live_graph_untouched() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+        let g = Graph::new();
+        let x = g.param(&w);
+        let y = (&x * &x).sum();
+        // Update while the graph still holds the old value.
+        w.update(|t| {
+            t.make_mut::<f32>()
+                .unwrap()
+                .iter_mut()
+                .for_each(|v| *v = 100.0)
+        });
+        assert_eq!(x.value().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+        let grads = y.backward().unwrap();
+        assert_eq!(grads.of(&w).to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+        assert_eq!(w.value().to_vec::<f32>().unwrap(), vec![100.0, 100.0]);
+    }
+
+    #[test]
+    fn set_checks_shape_and_dtype() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+        assert!(w
+            .set(Tensor::from_vec(vec![1.0f32], &[1]).unwrap())
+            .is_err());
+        assert!(w
+            .set(Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap())
+            .is_err());
+        w.set(Tensor::from_vec(vec![3.0f32, 4.0], &[2]).unwrap())
+            .unwrap();
+        assert_eq!(w.value().to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    }
+
+    #[test]
+    fn parameters_and_gradients_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Parameter>();
+        assert_send_sync::<crate::Gradients>();
+        assert_send_sync::<Tensor>();
+    }
+
+    #[test]
+    fn unused_parameter_reads_zero() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap());
+        let unused = Parameter::new(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]).unwrap());
+        let g = Graph::new();
+        let grads = g.param(&w).sum().backward().unwrap();
+        assert_eq!(grads.of(&unused).to_f64_vec(), vec![0.0; 3]);
+        assert!(grads.get_param(&unused).is_none());
+    }
+}

@@ -1,0 +1,227 @@
+//! `select(dim, index)`: one index along one dimension, which is removed
+//! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
+//! gradient back into zeros of the input's shape.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::tensor::shape::normalize_axis;
+use crate::tensor::{Dims, Tensor};
+
+/// Picks index `index` along dimension `dim`, removing that dimension.
+#[derive(Clone, Debug, Default)]
+pub struct Select {
+    /// The dimension (already normalised).
+    pub dim: usize,
+    /// The index along it.
+    pub index: usize,
+}
+
+/// Embeds its input at `index` along `dim` of a zero tensor of `shape`.
+#[derive(Clone, Debug, Default)]
+pub struct SelectBackward {
+    /// The full (input) shape.
+    pub shape: Dims,
+    /// The dimension.
+    pub dim: usize,
+    /// The index along it.
+    pub index: usize,
+}
+
+/// (outer, size of dim, inner) of `shape` around `dim`.
+fn split(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    let outer = shape[..dim].iter().product();
+    let inner = shape[dim + 1..].iter().product();
+    (outer, shape[dim], inner)
+}
+
+impl Differentiable for Select {
+    fn name(&self) -> &str {
+        "select"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("select", inputs, 1)?;
+        let x = inputs[0];
+        check("select", x.shape(), self.dim, self.index)?;
+        let (outer, n, inner) = split(x.shape(), self.dim);
+        let mut shape = Dims::from_slice(x.shape());
+        shape.remove(self.dim);
+        Ok(crate::with_dtype!(x.dtype(), T => {
+            let src = x.as_slice_of::<T>();
+            Tensor::build::<T>(shape, |out| {
+                for o in 0..outer {
+                    let from = &src[(o * n + self.index) * inner..][..inner];
+                    for (d, &s) in out[o * inner..(o + 1) * inner].iter_mut().zip(from) {
+                        d.write(s);
+                    }
+                }
+            })
+        }))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let op = SelectBackward {
+            shape: Dims::from_slice(inputs[0].shape()),
+            dim: self.dim,
+            index: self.index,
+        };
+        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(self.clone(), &[t]))
+            .transpose()
+    }
+}
+
+impl Differentiable for SelectBackward {
+    fn name(&self) -> &str {
+        "select_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("select_backward", inputs, 1)?;
+        let g = inputs[0];
+        check("select_backward", &self.shape, self.dim, self.index)?;
+        let mut expect = self.shape.clone();
+        expect.remove(self.dim);
+        if g.shape() != expect.as_slice() {
+            return Err(Error::shape_mismatch("select_backward", g.shape(), &expect));
+        }
+        let (_, n, inner) = split(&self.shape, self.dim);
+        Ok(crate::with_dtype!(g.dtype(), T => {
+            let src = g.as_slice_of::<T>();
+            Tensor::build::<T>(self.shape.clone(), |out| {
+                for (i, d) in out.iter_mut().enumerate() {
+                    let (o, rest) = (i / (n * inner), i % (n * inner));
+                    let (k, j) = (rest / inner, rest % inner);
+                    d.write(if k == self.index { src[o * inner + j] } else { <T as num_traits::Zero>::zero() });
+                }
+            })
+        }))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let op = Select {
+            dim: self.dim,
+            index: self.index,
+        };
+        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(self.clone(), &[t]))
+            .transpose()
+    }
+}
+
+fn check(op: &'static str, shape: &[usize], dim: usize, index: usize) -> Result<()> {
+    if dim >= shape.len() {
+        return Err(Error::AxisOutOfRange {
+            op,
+            axis: dim as isize,
+            rank: shape.len(),
+        });
+    }
+    if index >= shape[dim] {
+        return Err(Error::IndexOutOfRange {
+            op,
+            index: index as i64,
+            size: shape[dim],
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Select::default());
+    reg.add_builtin(SelectBackward::default());
+}
+
+impl<'g> Var<'g> {
+    /// Index `index` along dimension `dim` (negative counts from the end),
+    /// removing that dimension: `x.select(0, i)` is `x[i]`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+    /// assert_eq!(x.try_select(0, 1)?.value().to_f64_vec(), vec![4.0, 5.0, 6.0]);
+    /// assert_eq!(x.try_select(-1, 2)?.value().to_f64_vec(), vec![3.0, 6.0]);
+    /// assert!(x.try_select(0, 2).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_select(&self, dim: isize, index: usize) -> Result<Var<'g>> {
+        let dim = normalize_axis("select", dim, self.value().rank())?;
+        self.graph().record(Select { dim, index }, &[self])
+    }
+
+    /// [`try_select`](Self::try_select), panicking on a bad dim or index.
+    #[track_caller]
+    pub fn select(&self, dim: isize, index: usize) -> Var<'g> {
+        or_panic(self.try_select(dim, index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, jvpcheck, Tensor};
+
+    #[test]
+    fn gradients_and_tangents() {
+        let x =
+            Tensor::from_vec((0..24).map(|i| i as f64 * 0.1 - 1.0).collect(), &[2, 3, 4]).unwrap();
+        for dim in [0isize, 1, 2, -1] {
+            gradcheck(|v| v[0].try_select(dim, 1), &[x.clone()]).unwrap();
+            jvpcheck(|v| v[0].try_select(dim, 1), &[x.clone()]).unwrap();
+        }
+        // Two consumers of one value.
+        gradcheck(
+            |v| Ok(&v[0].select(1, 0) * &v[0].select(1, 2)),
+            &[x.clone()],
+        )
+        .unwrap();
+        let g = Tensor::from_vec(vec![0.5, -1.0, 2.0], &[3]).unwrap();
+        gradcheck(
+            |v| {
+                v[0].graph().record(
+                    super::SelectBackward {
+                        shape: crate::tensor::Dims::from_slice(&[2, 3]),
+                        dim: 0,
+                        index: 1,
+                    },
+                    &[&v[0]],
+                )
+            },
+            &[g],
+        )
+        .unwrap();
+    }
+}

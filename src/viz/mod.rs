@@ -1,0 +1,229 @@
+//! Pictures of a [`Graph`]: Graphviz DOT text and SVG.
+//!
+//! One op node per recorded op (labelled with the op's name, its output's
+//! dtype and shape, the value for small tensors and, given [`Gradients`], the
+//! gradient), one node per leaf (variables as ellipses, frozen constants in
+//! grey), edges in the direction of data flow. Given a root, the nodes outside
+//! `graph.backward_order(root)` are greyed out, so a dead node such as the
+//! seed's `q = x - 1` is visible at a glance.
+//!
+//! ```
+//! use retrograd::{Graph, Tensor};
+//! use retrograd::viz::VizOptions;
+//!
+//! let graph = Graph::new();
+//! let x = graph.named_variable("x", Tensor::scalar(3.0));
+//! let y = graph.named_variable("y", Tensor::scalar(4.0));
+//! let w = (&x * &y + &x).named("w");
+//! let grads = w.backward()?;
+//! let dot = graph.to_dot(&VizOptions::new().root(&w).gradients(&grads))?;
+//! assert!(dot.starts_with("digraph retrograd {"));
+//! assert!(dot.contains("n0 -> n1"));                 // mul feeds add
+//! let svg = graph.to_svg(&VizOptions::new().root(&w))?;   // no Graphviz needed
+//! assert!(svg.contains("<svg"));
+//! # Ok::<(), retrograd::Error>(())
+//! ```
+//!
+//! Large graphs stay readable with [`VizOptions::max_nodes`] (keep the nodes
+//! nearest the root, summarise the rest in one node) and
+//! [`VizOptions::collapse_repeated`] (a chain that repeats the same ops, such
+//! as a thousand `tanh`s or twelve `mul → add → tanh` layers, becomes one node).
+
+mod collapse;
+mod dot;
+mod label;
+mod model;
+mod svg;
+
+use std::path::Path;
+
+use crate::autograd::Gradients;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+
+/// Which way data flows in a picture.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Direction {
+    /// Inputs at the top, the output at the bottom (Graphviz `rankdir=TB`).
+    #[default]
+    TopDown,
+    /// Inputs on the left, the output on the right (`rankdir=LR`).
+    LeftRight,
+}
+
+/// Who lays out and draws an SVG.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Renderer {
+    /// Graphviz's `dot` when it is installed (it draws smoother edges),
+    /// otherwise the built-in renderer.
+    #[default]
+    Auto,
+    /// The built-in renderer (the `layout-rs` crate): nothing to install.
+    Builtin,
+    /// The system's Graphviz `dot`; an error when it is not installed.
+    Graphviz,
+}
+
+/// What a picture shows and how; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct VizOptions<'a> {
+    pub(crate) root: Option<RootRef>,
+    pub(crate) gradients: Option<&'a Gradients>,
+    pub(crate) max_values: usize,
+    pub(crate) max_nodes: Option<usize>,
+    pub(crate) collapse_repeated: bool,
+    pub(crate) direction: Direction,
+    pub(crate) renderer: Renderer,
+    pub(crate) title: Option<String>,
+}
+
+/// The root a picture is drawn for, kept as ids so options carry no graph lifetime.
+#[derive(Clone, Debug)]
+pub(crate) struct RootRef {
+    pub(crate) graph_id: u64,
+    pub(crate) value_id: Option<usize>,
+}
+
+impl Default for VizOptions<'_> {
+    fn default() -> Self {
+        VizOptions {
+            root: None,
+            gradients: None,
+            max_values: 8,
+            max_nodes: None,
+            collapse_repeated: false,
+            direction: Direction::TopDown,
+            renderer: Renderer::Auto,
+            title: None,
+        }
+    }
+}
+
+impl<'a> VizOptions<'a> {
+    /// Defaults: no root, no gradients, values shown up to 8 elements, no cap.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Draws the picture for `root`: it is outlined in bold, and every node
+    /// outside `graph.backward_order(root)` (and every leaf that feeds none of
+    /// its ancestors) is greyed out.
+    pub fn root(mut self, root: &Var<'_>) -> Self {
+        self.root = Some(RootRef {
+            graph_id: root.graph().id(),
+            value_id: root.value_id(),
+        });
+        self
+    }
+
+    /// Shows each value's gradient from a backward pass (values whose gradient
+    /// was released, such as intermediates not marked with `retain_grad`,
+    /// show none). Tensors larger than [`max_values`](Self::max_values) show
+    /// the gradient's L2 norm.
+    pub fn gradients(mut self, gradients: &'a Gradients) -> Self {
+        self.gradients = Some(gradients);
+        self
+    }
+
+    /// Shows values (and gradients) of tensors with at most `n` elements in
+    /// full; 0 shows none. Default 8.
+    pub fn max_values(mut self, n: usize) -> Self {
+        self.max_values = n;
+        self
+    }
+
+    /// Draws at most `n` op nodes: the root's ancestors nearest the root
+    /// first (the newest nodes when there is no root); the others are
+    /// summarised by one node with an edge to each shown node they feed.
+    pub fn max_nodes(mut self, n: usize) -> Self {
+        self.max_nodes = Some(n);
+        self
+    }
+
+    /// Collapses chains that repeat the same sequence of ops (at least three
+    /// times) into one node labelled with the sequence and the count.
+    pub fn collapse_repeated(mut self, on: bool) -> Self {
+        self.collapse_repeated = on;
+        self
+    }
+
+    /// Which way data flows in the picture. Default top-down.
+    pub fn direction(mut self, direction: Direction) -> Self {
+        self.direction = direction;
+        self
+    }
+
+    /// Who draws SVG pictures. Default [`Renderer::Auto`].
+    pub fn renderer(mut self, renderer: Renderer) -> Self {
+        self.renderer = renderer;
+        self
+    }
+
+    /// A caption drawn above the graph.
+    pub fn title(mut self, title: &str) -> Self {
+        self.title = Some(title.to_string());
+        self
+    }
+}
+
+impl Graph {
+    /// The graph as Graphviz DOT text; see [`viz`](crate::viz).
+    ///
+    /// Node ids: `n{i}` for op node `i`, `v{id}` for the leaf with value id
+    /// `id`. Every node carries a `class` attribute (`op`, `leaf variable`,
+    /// `leaf constant`, `elided`, `group`, plus `dead` when greyed out and
+    /// `root` for the root), which Graphviz copies into its SVG.
+    ///
+    /// Errors: a root or gradients from another graph
+    /// ([`Error::ForeignVariable`]).
+    pub fn to_dot(&self, options: &VizOptions<'_>) -> Result<String> {
+        let picture = model::Picture::build(self, options)?;
+        Ok(dot::write(&picture))
+    }
+
+    /// The graph as an SVG document, drawn by `options`' renderer.
+    pub fn to_svg(&self, options: &VizOptions<'_>) -> Result<String> {
+        let picture = model::Picture::build(self, options)?;
+        svg::render(&picture, options.renderer)
+    }
+
+    /// Writes [`to_dot`](Self::to_dot) to `path` (atomically: a temporary
+    /// file in the same directory, then a rename).
+    pub fn write_dot(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
+        write_atomically(path.as_ref(), self.to_dot(options)?.as_bytes())
+    }
+
+    /// Writes [`to_svg`](Self::to_svg) to `path` (atomically).
+    pub fn write_svg(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
+        write_atomically(path.as_ref(), self.to_svg(options)?.as_bytes())
+    }
+}
+
+/// Whether Graphviz's `dot` can be run.
+pub fn graphviz_available() -> bool {
+    svg::graphviz_available()
+}
+
+/// Writes `bytes` to a temporary file next to `path`, then renames it over
+/// `path`: a reader never sees a half-written picture.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io_error = |e: std::io::Error| Error::Io {
+        op: "write picture",
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let file_name = path.file_name().ok_or_else(|| Error::Io {
+        op: "write picture",
+        path: path.display().to_string(),
+        message: "the path names no file".to_string(),
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    std::fs::write(&tmp, bytes).map_err(io_error)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_error(e)
+    })
+}
