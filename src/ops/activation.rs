@@ -617,4 +617,14 @@ mod tests {
         let y = g.apply("gelu", &[&x]).unwrap();
         assert_eq!(y.value(), x.gelu().value());
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = t(&[-2.1, -0.3, 0.2, 0.9, 3.1]);
+        hvpcheck(|x| Ok(x.gelu()), &x).unwrap();
+        hvpcheck(|x| Ok(x.gelu_with(GeluApproximate::Tanh)), &x).unwrap();
+        hvpcheck(|x| Ok(x.silu()), &x).unwrap();
+        hvpcheck(|x| Ok(&x.leaky_relu(0.1) * x), &x).unwrap();
+    }
 }

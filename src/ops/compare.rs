@@ -562,4 +562,13 @@ mod tests {
             Err(Error::DTypeMismatch { op: "where", .. })
         ));
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
+        let mask = t(&[1.0, 0.0, 1.0], &[3]);
+        hvpcheck(|x| Ok(x.maximum(&x.sin()) * x.minimum(&x.cos())), &x).unwrap();
+        hvpcheck(|x| x.try_mul(x)?.try_where(&mask, &x.sin()), &x).unwrap();
+    }
 }

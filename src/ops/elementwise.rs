@@ -505,4 +505,16 @@ mod tests {
             vec![1.0, 2.0]
         );
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = t(&[-1.3, 0.2, 0.4, 2.9]);
+        hvpcheck(|x| Ok(x.sin()), &x).unwrap();
+        hvpcheck(|x| Ok(x.cos()), &x).unwrap();
+        hvpcheck(|x| Ok(&x.sin() * &x.cos()), &x).unwrap();
+        // Piecewise linear ops have zero curvature, but their products do not.
+        hvpcheck(|x| Ok(&x.abs() * x), &x).unwrap();
+        hvpcheck(|x| Ok(&x.clamp(Some(-1.0), Some(1.0)) * &x.sin()), &x).unwrap();
+    }
 }

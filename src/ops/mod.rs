@@ -10,6 +10,8 @@ pub mod arith;
 pub mod broadcast;
 pub mod compare;
 pub mod elementwise;
+#[cfg(test)]
+mod hvpcheck;
 mod operators;
 pub mod pow;
 pub mod reduce;

@@ -568,4 +568,23 @@ mod tests {
             Err(Error::DTypeMismatch { op: "pow", .. })
         ));
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = t(&[0.5, 1.5, 2.0, 3.0, 0.8, 1.2], &[2, 3]);
+        let y = t(&[2.5, -1.3, 0.7], &[3]);
+        hvpcheck(|x| x.try_pow(&x.graph().constant(y.clone())), &x).unwrap();
+        hvpcheck(|y| x_const(y, &x).try_pow(y), &y).unwrap();
+        // The exponent depends on the base: mixed second derivatives too.
+        hvpcheck(|x| x.try_pow(&x.mul_scalar(0.5).add_scalar(1.0)), &x).unwrap();
+        for e in [2.0, 3.0, 0.5, -1.0, -2.0, 1.7] {
+            hvpcheck(|x| Ok(x.powf(e)), &x).unwrap();
+        }
+        hvpcheck(|x| Ok(x.sqrt()), &x).unwrap();
+    }
+
+    fn x_const<'g>(like: &Var<'g>, x: &Tensor) -> Var<'g> {
+        like.graph().constant(x.clone())
+    }
 }

@@ -566,4 +566,16 @@ mod tests {
         let s = g.variable(Tensor::scalar(1.0));
         assert!(s.try_sum_axes(&[0], false).is_err());
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = x();
+        for (axes, keepdim) in [(&[1isize][..], false), (&[0, 2], true), (&[-1], false)] {
+            hvpcheck(|x| x.try_var(axes, 1.0, keepdim), &x).unwrap();
+            hvpcheck(|x| x.try_logsumexp(axes, keepdim), &x).unwrap();
+            hvpcheck(|x| Ok(x.sum_axes(axes, keepdim).powf(2.0)), &x).unwrap();
+            hvpcheck(|x| Ok(x.mean_axes(axes, keepdim).sin()), &x).unwrap();
+        }
+    }
 }

@@ -488,4 +488,13 @@ mod tests {
         // Registered by name.
         assert_eq!(g.apply("max", &[&x]).unwrap().value().item().unwrap(), 2.4);
     }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::hvpcheck::hvpcheck;
+        let x = x();
+        hvpcheck(|x| Ok(x.powf(2.0).max_axes(&[1], false)), &x).unwrap();
+        hvpcheck(|x| Ok(x.sin().min_axes(&[0, 2], true)), &x).unwrap();
+        hvpcheck(|x| Ok(x.powf(3.0).max()), &x).unwrap();
+    }
 }
