@@ -213,6 +213,20 @@ impl Differentiable for Gelu {
         };
         Ok(smallvec![Some(g.graph().record(helper, &[g, &inputs[0]])?)])
     }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        _needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let helper = GeluBackward {
+            approximate: self.approximate,
+        };
+        grads[0] = Some(helper.forward(&[g, inputs[0]])?);
+        Ok(true)
+    }
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -620,11 +634,23 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = t(&[-2.1, -0.3, 0.2, 0.9, 3.1]);
         hvpcheck(|x| Ok(x.gelu()), &x).unwrap();
         hvpcheck(|x| Ok(x.gelu_with(GeluApproximate::Tanh)), &x).unwrap();
         hvpcheck(|x| Ok(x.silu()), &x).unwrap();
         hvpcheck(|x| Ok(&x.leaky_relu(0.1) * x), &x).unwrap();
+    }
+
+    #[test]
+    fn fast_path_matches_var_backward() {
+        use crate::ops::testing::fast_path_agrees;
+        let x = [t(&[-2.1, -0.3, 0.2, 0.9, 3.1])];
+        fast_path_agrees(
+            |v| Ok(v[0].gelu() + v[0].gelu_with(GeluApproximate::Tanh)),
+            &x,
+        )
+        .unwrap();
+        fast_path_agrees(|v| Ok(v[0].silu() + v[0].leaky_relu(0.2)), &x).unwrap();
     }
 }

@@ -9,7 +9,10 @@
 use smallvec::smallvec;
 
 use super::arith::or_panic;
-use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use super::{
+    expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
+    OpRegistry,
+};
 use crate::error::Result;
 use crate::graph::{Graph, Var};
 use crate::kernels::{self, TernaryFn};
@@ -96,6 +99,26 @@ macro_rules! extremum_op {
                         .then(|| unbroadcast(maximum_backward(g, wb, wa)?, b))
                         .transpose()?,
                 ])
+            }
+            fn backward_fast(
+                &self,
+                g: &Tensor,
+                inputs: &[&Tensor],
+                _out: &Tensor,
+                needs: &[bool],
+                grads: &mut [Option<Tensor>],
+            ) -> Result<bool> {
+                let (a, b) = (inputs[0], inputs[1]);
+                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
+                if needs[0] {
+                    let d = MaximumBackward.forward(&[g, wa, wb])?;
+                    grads[0] = Some(unbroadcast_tensor(d, a)?);
+                }
+                if needs[1] {
+                    let d = MaximumBackward.forward(&[g, wb, wa])?;
+                    grads[1] = Some(unbroadcast_tensor(d, b)?);
+                }
+                Ok(true)
             }
             fn jvp<'g>(
                 &self,
@@ -218,6 +241,24 @@ impl Differentiable for Where {
                 .then(|| unbroadcast(select(c, &zero, g)?, b))
                 .transpose()?,
         ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+        let zero = Tensor::scalar_of(0.0, g.dtype());
+        if needs[1] {
+            grads[1] = Some(unbroadcast_tensor(self.forward(&[c, g, &zero])?, a)?);
+        }
+        if needs[2] {
+            grads[2] = Some(unbroadcast_tensor(self.forward(&[c, &zero, g])?, b)?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -565,10 +606,21 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
         let mask = t(&[1.0, 0.0, 1.0], &[3]);
         hvpcheck(|x| Ok(x.maximum(&x.sin()) * x.minimum(&x.cos())), &x).unwrap();
         hvpcheck(|x| x.try_mul(x)?.try_where(&mask, &x.sin()), &x).unwrap();
+    }
+
+    #[test]
+    fn fast_path_matches_var_backward() {
+        use crate::ops::testing::fast_path_agrees;
+        let a = t(&[0.5, -1.0, 2.0, 1.5, 0.3, 1.2], &[2, 3]);
+        let b = t(&[1.2, -0.4, 0.8], &[3]);
+        fast_path_agrees(|v| v[0].try_maximum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        fast_path_agrees(|v| v[0].try_minimum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        let mask = t(&[0.0, 1.0], &[2, 1]);
+        fast_path_agrees(|v| v[0].try_where(&mask, &v[1]), &[b, a]).unwrap();
     }
 }

@@ -201,6 +201,21 @@ impl Differentiable for Clamp {
         };
         Ok(smallvec![Some(g.graph().record(helper, &[g, &inputs[0]])?)])
     }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        _needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let helper = ClampBackward {
+            min: self.min,
+            max: self.max,
+        };
+        grads[0] = Some(helper.forward(&[g, inputs[0]])?);
+        Ok(true)
+    }
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -508,7 +523,7 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = t(&[-1.3, 0.2, 0.4, 2.9]);
         hvpcheck(|x| Ok(x.sin()), &x).unwrap();
         hvpcheck(|x| Ok(x.cos()), &x).unwrap();
@@ -516,5 +531,13 @@ mod tests {
         // Piecewise linear ops have zero curvature, but their products do not.
         hvpcheck(|x| Ok(&x.abs() * x), &x).unwrap();
         hvpcheck(|x| Ok(&x.clamp(Some(-1.0), Some(1.0)) * &x.sin()), &x).unwrap();
+    }
+
+    #[test]
+    fn fast_path_matches_var_backward() {
+        use crate::ops::testing::fast_path_agrees;
+        let x = [t(&[-1.3, 0.0, 0.4, 2.9])];
+        fast_path_agrees(|v| Ok(v[0].abs() + v[0].sin() + v[0].cos()), &x).unwrap();
+        fast_path_agrees(|v| v[0].try_clamp(Some(0.0), Some(1.0)), &x).unwrap();
     }
 }

@@ -10,8 +10,6 @@ pub mod arith;
 pub mod broadcast;
 pub mod compare;
 pub mod elementwise;
-#[cfg(test)]
-mod hvpcheck;
 mod operators;
 pub mod pow;
 pub mod reduce;
@@ -21,6 +19,8 @@ pub mod reduce_view;
 mod registry;
 pub mod select;
 mod slope;
+#[cfg(test)]
+mod testing;
 pub mod unary;
 
 use smallvec::SmallVec;

@@ -16,7 +16,10 @@
 use smallvec::smallvec;
 
 use super::arith::or_panic;
-use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use super::{
+    expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
+    OpRegistry,
+};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -75,6 +78,25 @@ impl Differentiable for Pow {
                 .then(|| unbroadcast(pow_backward_exponent(g, x, y)?, y))
                 .transpose()?,
         ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (x, y) = (inputs[0], inputs[1]);
+        if needs[0] {
+            let d = PowBackwardSelf.forward(&[g, x, y])?;
+            grads[0] = Some(unbroadcast_tensor(d, x)?);
+        }
+        if needs[1] {
+            let d = PowBackwardExponent.forward(&[g, x, y])?;
+            grads[1] = Some(unbroadcast_tensor(d, y)?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -275,6 +297,19 @@ impl Differentiable for Sqrt {
             x,
             &x.scalar_like(0.5)
         )?)])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        _needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let x = inputs[0];
+        let half = Tensor::scalar_of(0.5, x.dtype());
+        grads[0] = Some(PowBackwardSelf.forward(&[g, x, &half])?);
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -571,7 +606,7 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = t(&[0.5, 1.5, 2.0, 3.0, 0.8, 1.2], &[2, 3]);
         let y = t(&[2.5, -1.3, 0.7], &[3]);
         hvpcheck(|x| x.try_pow(&x.graph().constant(y.clone())), &x).unwrap();
@@ -586,5 +621,15 @@ mod tests {
 
     fn x_const<'g>(like: &Var<'g>, x: &Tensor) -> Var<'g> {
         like.graph().constant(x.clone())
+    }
+
+    #[test]
+    fn fast_path_matches_var_backward() {
+        use crate::ops::testing::fast_path_agrees;
+        let x = t(&[0.5, 1.5, 2.0, 3.0, 0.8, 1.2], &[2, 3]);
+        let y = t(&[2.5, -1.3, 0.7], &[3]);
+        fast_path_agrees(|v| v[0].try_pow(&v[1]), &[x.clone(), y]).unwrap();
+        fast_path_agrees(|v| v[0].try_pow(&v[1]), &[x.clone(), Tensor::scalar(2.0)]).unwrap();
+        fast_path_agrees(|v| Ok(v[0].powf(-0.5) + v[0].sqrt()), &[x]).unwrap();
     }
 }

@@ -569,7 +569,7 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = x();
         for (axes, keepdim) in [(&[1isize][..], false), (&[0, 2], true), (&[-1], false)] {
             hvpcheck(|x| x.try_var(axes, 1.0, keepdim), &x).unwrap();

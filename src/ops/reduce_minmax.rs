@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn second_derivatives_through_create_graph() {
-        use crate::ops::hvpcheck::hvpcheck;
+        use crate::ops::testing::hvpcheck;
         let x = x();
         hvpcheck(|x| Ok(x.powf(2.0).max_axes(&[1], false)), &x).unwrap();
         hvpcheck(|x| Ok(x.sin().min_axes(&[0, 2], true)), &x).unwrap();

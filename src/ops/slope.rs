@@ -81,7 +81,8 @@ pub(crate) use slope_helper;
 
 /// Implements `Differentiable` for a one-input elementwise op computed by the
 /// unary functor `$functor`, whose backward (and tangent rule) is the slope
-/// helper `$helper` applied to the gradient (or tangent) and the input.
+/// helper `$helper` applied to the gradient (or tangent) and the input; its
+/// `backward_fast` runs the helper's kernel on plain tensors.
 macro_rules! unary_with_slope {
     ($op:ty, $name:literal, |$s:ident| $functor:expr, $helper:expr) => {
         impl Differentiable for $op {
@@ -106,6 +107,19 @@ macro_rules! unary_with_slope {
                 Ok(smallvec![Some(
                     g.graph().record($helper, &[g, &inputs[0]])?
                 )])
+            }
+            fn backward_fast(
+                &self,
+                g: &Tensor,
+                inputs: &[&Tensor],
+                _out: &Tensor,
+                _needs: &[bool],
+                grads: &mut [Option<Tensor>],
+            ) -> Result<bool> {
+                // The helper's own kernel, without building Vars.
+                let $s = self;
+                grads[0] = Some($helper.forward(&[g, inputs[0]])?);
+                Ok(true)
             }
             fn jvp<'g>(
                 &self,

@@ -1,11 +1,12 @@
-//! Test helper: second derivatives through `create_graph` (a recorded
-//! backward differentiated again) against central differences of
-//! first-order gradients. It checks that an op's backward formula, fused
-//! helpers included, is itself differentiated correctly.
+//! Test helpers for ops: [`hvpcheck`], second derivatives through
+//! `create_graph` (a recorded backward differentiated again) against
+//! central differences of first-order gradients, and [`fast_path_agrees`],
+//! an op's tensor-level `backward_fast` against its `Var`-level `backward`.
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
+use crate::BackwardOptions;
 
 /// Fixed weights in [0.5, 1.4] that reduce an output of `shape` to a scalar
 /// (a plain sum would hide errors that cancel).
@@ -61,6 +62,38 @@ where
                 analytic: *a,
                 numeric,
             });
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the gradients of `sum(w * f(inputs))` are the same with the
+/// `backward_fast` path on and off (the `Var`-level `backward` formulas).
+pub(crate) fn fast_path_agrees<F>(f: F, inputs: &[Tensor]) -> Result<()>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
+    let run = |fast: bool| -> Result<Vec<Vec<f64>>> {
+        let g = Graph::new();
+        let vars: Vec<Var<'_>> = inputs.iter().map(|t| g.variable(t.clone())).collect();
+        let y = f(&vars)?;
+        let w = g.constant(weights(y.shape())?.to_dtype(y.dtype()));
+        let s = y.try_mul(&w)?.sum();
+        let grads = s.backward_with_options(&BackwardOptions::new().fast_path(fast))?;
+        Ok(vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect())
+    };
+    let (fast, slow) = (run(true)?, run(false)?);
+    for (input, (a, b)) in fast.iter().zip(&slow).enumerate() {
+        for (index, (x, y)) in a.iter().zip(b).enumerate() {
+            let same = x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-12 * y.abs();
+            if !same {
+                return Err(Error::GradCheck {
+                    input,
+                    index,
+                    analytic: *x,
+                    numeric: *y,
+                });
+            }
         }
     }
     Ok(())
