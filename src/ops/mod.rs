@@ -10,6 +10,7 @@ pub mod arith;
 pub mod broadcast;
 pub mod compare;
 pub mod elementwise;
+pub mod gelu;
 mod operators;
 pub mod pow;
 pub mod reduce;

@@ -48,6 +48,7 @@ impl OpRegistry {
         super::elementwise::register(&mut reg);
         super::compare::register(&mut reg);
         super::activation::register(&mut reg);
+        super::gelu::register(&mut reg);
         super::reduce_axes::register(&mut reg);
         super::reduce_minmax::register(&mut reg);
         super::reduce_view::register(&mut reg);
