@@ -25,16 +25,22 @@ use crate::tensor::{DType, Element, Repr, Tensor};
 /// assert_eq!(y.to_f64_vec(), vec![1.0, 4.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[inline]
+#[inline(always)]
 pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
+    // The scalar case inlines into the caller; dense tensors take the loop.
     match x.repr() {
         Repr::F32(v) => Tensor::scalar(f.call(*v)),
         Repr::F64(v) => Tensor::scalar(f.call(*v)),
-        Repr::Dense(_) => crate::with_dtype!(x.dtype(), T => {
-            let src = x.as_slice_of::<T>();
-            Tensor::build::<T>(Dims::from_slice(x.shape()), |out| map_slice(src, out, f))
-        }),
+        Repr::Dense(_) => map_dense(x, f),
     }
+}
+
+#[inline(never)]
+fn map_dense<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
+    crate::with_dtype!(x.dtype(), T => {
+        let src = x.as_slice_of::<T>();
+        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| map_slice(src, out, f))
+    })
 }
 
 /// `out[i] = f(src[i])`, in parallel for large inputs.
@@ -58,13 +64,18 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
 /// assert_eq!(c.to_f64_vec(), vec![11.0, 22.0, 13.0, 24.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[inline]
+#[inline(always)]
 pub fn zip<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Result<Tensor> {
+    // The scalar case inlines into the caller; everything else takes the loops.
     match (a.repr(), b.repr()) {
-        (Repr::F32(x), Repr::F32(y)) => return Ok(Tensor::scalar(f.call(*x, *y))),
-        (Repr::F64(x), Repr::F64(y)) => return Ok(Tensor::scalar(f.call(*x, *y))),
-        _ => {}
+        (Repr::F32(x), Repr::F32(y)) => Ok(Tensor::scalar(f.call(*x, *y))),
+        (Repr::F64(x), Repr::F64(y)) => Ok(Tensor::scalar(f.call(*x, *y))),
+        _ => zip_dense(op, a, b, f),
     }
+}
+
+#[inline(never)]
+fn zip_dense<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Result<Tensor> {
     if a.dtype() != b.dtype() {
         return Err(Error::DTypeMismatch {
             op,

@@ -9,6 +9,9 @@
 
 pub mod elementwise;
 pub mod functors;
+pub mod index;
+pub mod layout;
+pub mod matmul;
 pub mod parallel;
 pub(crate) mod power;
 pub mod reduce;
@@ -19,5 +22,6 @@ pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
+pub use matmul::matmul;
 pub use reduce::{mean_axes, sum_all, sum_axes, sum_to_shape};
 pub use ternary::{zip3, TernaryFn};

@@ -9,8 +9,11 @@ pub mod activation;
 pub mod arith;
 pub mod broadcast;
 pub mod compare;
+pub mod concat;
 pub mod elementwise;
 pub mod gelu;
+pub mod index;
+pub mod linalg;
 mod operators;
 pub mod pow;
 pub mod reduce;
@@ -19,9 +22,12 @@ pub mod reduce_minmax;
 pub mod reduce_view;
 mod registry;
 pub mod select;
+pub mod shape;
+pub mod slice;
 mod slope;
 #[cfg(test)]
 mod testing;
+pub mod transpose;
 pub mod unary;
 
 use smallvec::SmallVec;

@@ -44,6 +44,12 @@ impl OpRegistry {
         super::reduce::register(&mut reg);
         super::broadcast::register(&mut reg);
         super::select::register(&mut reg);
+        super::shape::register(&mut reg);
+        super::linalg::register(&mut reg);
+        super::transpose::register(&mut reg);
+        super::slice::register(&mut reg);
+        super::concat::register(&mut reg);
+        super::index::register(&mut reg);
         super::pow::register(&mut reg);
         super::elementwise::register(&mut reg);
         super::compare::register(&mut reg);
@@ -51,7 +57,6 @@ impl OpRegistry {
         super::gelu::register(&mut reg);
         super::reduce_axes::register(&mut reg);
         super::reduce_minmax::register(&mut reg);
-        super::reduce_view::register(&mut reg);
         reg
     }
 

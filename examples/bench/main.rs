@@ -1,0 +1,100 @@
+//! retrograd's benchmark driver: one JSON line per measurement.
+//!
+//! ```text
+//! cargo run --release --example bench -- <workload> [--repeats N] [--quick]
+//! ```
+//!
+//! Workloads: `matmul` (f32 GFLOP/s: the gemm call alone, the kernel, the
+//! graph op, forward + backward; and the single- vs multi-thread crossover),
+//! `elementwise` (GB/s of `add` against a plain copy; the parallel-threshold
+//! sweep), `all`. Each result line carries the median, min and max time
+//! over the repeats. New workloads are one module each plus a line in
+//! `WORKLOADS`.
+
+mod elementwise;
+mod matmul;
+mod report;
+
+use std::process::ExitCode;
+
+/// Options every workload receives.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Timed repeats per measurement (after one warm-up run).
+    pub repeats: usize,
+    /// Smaller sizes and fewer repeats (a smoke test of the harness).
+    pub quick: bool,
+}
+
+type Workload = fn(&Options);
+
+const WORKLOADS: &[(&str, Workload, &str)] = &[
+    (
+        "matmul",
+        matmul::run,
+        "f32 GFLOP/s, gemm alone vs kernel vs graph op",
+    ),
+    (
+        "elementwise",
+        elementwise::run,
+        "add GB/s vs copy, parallel threshold sweep",
+    ),
+];
+
+fn usage() -> String {
+    let mut s = String::from("usage: bench <workload> [--repeats N] [--quick]\n\nworkloads:\n");
+    for (name, _, what) in WORKLOADS {
+        s.push_str(&format!("  {name:<12} {what}\n"));
+    }
+    s.push_str("  all          every workload\n");
+    s
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut opts = Options {
+        repeats: 0,
+        quick: false,
+    };
+    let mut workload = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => opts.quick = true,
+            "--repeats" => match it.next().and_then(|n| n.parse().ok()) {
+                Some(n) if n > 0 => opts.repeats = n,
+                _ => {
+                    eprintln!("--repeats needs a positive integer\n\n{}", usage());
+                    return ExitCode::FAILURE;
+                }
+            },
+            "-h" | "--help" => {
+                print!("{}", usage());
+                return ExitCode::SUCCESS;
+            }
+            name if workload.is_none() => workload = Some(name.to_string()),
+            other => {
+                eprintln!("unexpected argument `{other}`\n\n{}", usage());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if opts.repeats == 0 {
+        opts.repeats = if opts.quick { 3 } else { 15 };
+    }
+    match workload.as_deref() {
+        Some("all") => WORKLOADS.iter().for_each(|(_, run, _)| run(&opts)),
+        Some(name) => match WORKLOADS.iter().find(|(n, _, _)| *n == name) {
+            Some((_, run, _)) => run(&opts),
+            None => {
+                eprintln!("unknown workload `{name}`\n\n{}", usage());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => {
+            eprint!("{}", usage());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}

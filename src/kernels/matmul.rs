@@ -1,0 +1,462 @@
+//! Matrix multiplication with PyTorch's `matmul` rules, on the `gemm` crate.
+//!
+//! Every product, whatever the ranks, becomes a batch of `gemm` calls on
+//! strided views: a transposed operand is the same buffer read with its row
+//! and column strides swapped, so `A^T B` and `A B^T` (the backward's
+//! products) never materialise a transpose. Broadcast batch dimensions get
+//! stride 0. A batched left operand times a plain matrix is folded into one
+//! tall product (`[batch * m, k] x [k, n]`), which is both fewer calls and a
+//! better shape for the packed kernels.
+//!
+//! Threading: `gemm` parallelises one product with rayon; a batch of small
+//! products is instead split across rayon by matrix, each on one thread.
+//! Below [`PARALLEL_FLOPS`] everything stays on the calling thread, since
+//! waking the pool costs more than the product.
+
+use std::mem::MaybeUninit;
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
+use crate::tensor::{Element, Tensor};
+
+/// Multiply-adds (`m * n * k`) from which a product is worth the thread pool.
+/// Measured with `examples/bench` (`matmul` workload, `threshold_*` rows:
+/// one thread against rayon, alternated) on the 2-core AVX-512 machine,
+/// under the load of other jobs: rayon lost at 96^3 and 128^3 (0.72-0.73x),
+/// was even at 192^3 (0.86-1.16x) and won from 256^3 on (up to 1.3-1.7x).
+/// Below 80^3 `gemm` keeps one thread anyway (its own threshold).
+pub const PARALLEL_FLOPS: usize = 192 * 192 * 192;
+
+/// One operand read as a batch of matrices.
+#[derive(Clone, Copy, Debug)]
+struct Operand {
+    /// Element strides between consecutive rows and columns of the logical
+    /// (possibly transposed) matrix.
+    row_stride: isize,
+    col_stride: isize,
+}
+
+/// How `a @ b` maps onto `gemm` calls.
+#[derive(Debug)]
+struct Plan {
+    out_shape: Dims,
+    /// Products to run, and the rows, columns and inner size of each.
+    count: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand,
+    b: Operand,
+    /// Batch dimensions of the output and each operand's element stride along them.
+    batch: Dims,
+    a_batch_strides: Dims,
+    b_batch_strides: Dims,
+}
+
+/// The logical `(rows, cols)` of a rank >= 2 operand and how to read it.
+fn matrix_view(shape: &[usize], transposed: bool) -> (usize, usize, Operand) {
+    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    if transposed {
+        // Logical (i, j) is stored at (j, i): offset j * c + i.
+        let op = Operand {
+            row_stride: 1,
+            col_stride: c as isize,
+        };
+        (c, r, op)
+    } else {
+        let op = Operand {
+            row_stride: c as isize,
+            col_stride: 1,
+        };
+        (r, c, op)
+    }
+}
+
+/// Shapes and strides of `op(a) @ op(b)` under PyTorch's rules, where `op`
+/// transposes the last two dimensions of a rank >= 2 operand whose flag is
+/// set (flags on 1-d operands are ignored: a vector has no orientation).
+fn plan(op: &'static str, a: &[usize], b: &[usize], trans_a: bool, trans_b: bool) -> Result<Plan> {
+    if a.is_empty() || b.is_empty() {
+        return Err(Error::shape_mismatch(op, a, b));
+    }
+    // A 1-d left operand is a row [1, k]; a 1-d right operand a column [k, 1].
+    let (m, ka, a_op) = if a.len() == 1 {
+        let row = Operand {
+            row_stride: a[0] as isize,
+            col_stride: 1,
+        };
+        (1, a[0], row)
+    } else {
+        matrix_view(a, trans_a)
+    };
+    let (kb, n, b_op) = if b.len() == 1 {
+        let col = Operand {
+            row_stride: 1,
+            col_stride: 1,
+        };
+        (b[0], 1, col)
+    } else {
+        matrix_view(b, trans_b)
+    };
+    if ka != kb {
+        return Err(Error::shape_mismatch(op, a, b));
+    }
+    let a_batch = &a[..a.len().saturating_sub(2)];
+    let b_batch = &b[..b.len().saturating_sub(2)];
+    let batch =
+        broadcast_shapes(op, a_batch, b_batch).map_err(|_| Error::shape_mismatch(op, a, b))?;
+    let mut out_shape = batch.clone();
+    if a.len() >= 2 {
+        out_shape.push(m);
+    }
+    if b.len() >= 2 {
+        out_shape.push(n);
+    }
+    checked_numel(op, &out_shape)?;
+    let scale =
+        |strides: Dims, matrix: usize| -> Dims { strides.iter().map(|s| s * matrix).collect() };
+    let a_matrix = if a.len() >= 2 { m * ka } else { 0 };
+    let b_matrix = if b.len() >= 2 { ka * n } else { 0 };
+    let mut plan = Plan {
+        count: batch.iter().product(),
+        a_batch_strides: scale(broadcast_strides(a_batch, &batch), a_matrix),
+        b_batch_strides: scale(broadcast_strides(b_batch, &batch), b_matrix),
+        batch,
+        out_shape,
+        m,
+        n,
+        k: ka,
+        a: a_op,
+        b: b_op,
+    };
+    // [batch..., m, k] @ [k, n]: the left operand's matrices are stacked rows
+    // of one [batch * m, k] matrix, and so are the output's.
+    if plan.count > 1 && b_batch.is_empty() && !trans_a && a_batch == plan.batch.as_slice() {
+        plan.m *= plan.count;
+        plan.count = 1;
+        plan.batch.clear();
+        plan.a_batch_strides.clear();
+        plan.b_batch_strides.clear();
+    }
+    Ok(plan)
+}
+
+/// `op(a) @ op(b)` with PyTorch's `matmul` rules: 1-d x 1-d is a dot product;
+/// a 1-d left (right) operand gets a dimension prepended (appended) that is
+/// removed from the result; leading dimensions broadcast as batch
+/// dimensions. `trans_a` / `trans_b` swap the last two dimensions of a
+/// rank >= 2 operand without copying it.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// let b = Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?;
+/// assert_eq!(kernels::matmul("matmul", &a, &b, false, false)?.to_f64_vec(), vec![4.0, 10.0]);
+/// // a^T a, without materialising a^T.
+/// let ata = kernels::matmul("matmul", &a, &a, true, false)?;
+/// assert_eq!(ata.shape(), &[3, 3]);
+/// assert_eq!(ata.to_f64_vec()[0], 17.0);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn matmul(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Tensor> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    let plan = plan(op, a.shape(), b.shape(), trans_a, trans_b)?;
+    Ok(crate::with_dtype!(a.dtype(), T => {
+        let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
+        let shape = plan.out_shape.clone();
+        Tensor::build::<T>(shape, |out| run(&plan, xa, xb, out))
+    }))
+}
+
+fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
+    let (m, n, k) = (plan.m, plan.n, plan.k);
+    if out.is_empty() {
+        return;
+    }
+    if k == 0 {
+        out.iter_mut().for_each(|o| {
+            o.write(T::zero());
+        });
+        return;
+    }
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let pool = rayon::current_num_threads() > 1;
+    let offsets = |i: usize| -> (usize, usize) {
+        let (mut rem, mut oa, mut ob) = (i, 0, 0);
+        for d in (0..plan.batch.len()).rev() {
+            let idx = rem % plan.batch[d];
+            rem /= plan.batch[d];
+            oa += idx * plan.a_batch_strides[d];
+            ob += idx * plan.b_batch_strides[d];
+        }
+        (oa, ob)
+    };
+    if plan.count == 1 || !pool || work >= PARALLEL_FLOPS {
+        // One product at a time, each threaded by gemm when large enough.
+        let par = if pool && work >= PARALLEL_FLOPS {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        for (i, c) in out.chunks_mut(m * n).enumerate() {
+            let (oa, ob) = offsets(i);
+            gemm_into(plan, &a[oa..], &b[ob..], c, par);
+        }
+    } else if work.saturating_mul(plan.count) >= PARALLEL_FLOPS {
+        // Many small products: one per task, each single-threaded.
+        out.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| {
+            let (oa, ob) = offsets(i);
+            gemm_into(plan, &a[oa..], &b[ob..], c, Parallelism::None);
+        });
+    } else {
+        for (i, c) in out.chunks_mut(m * n).enumerate() {
+            let (oa, ob) = offsets(i);
+            gemm_into(plan, &a[oa..], &b[ob..], c, Parallelism::None);
+        }
+    }
+}
+
+/// One `[m, k] x [k, n]` product into a row-major `[m, n]` block.
+#[inline]
+fn gemm_into<T: Element>(
+    plan: &Plan,
+    a: &[T],
+    b: &[T],
+    out: &mut [MaybeUninit<T>],
+    par: Parallelism,
+) {
+    let (m, n, k) = (plan.m, plan.n, plan.k);
+    debug_assert_eq!(out.len(), m * n);
+    // The furthest element each operand view reaches must lie in its slice.
+    let reach = |op: Operand, rows: usize, cols: usize| {
+        (rows - 1) * op.row_stride as usize + (cols - 1) * op.col_stride as usize
+    };
+    assert!(reach(plan.a, m, k) < a.len() && reach(plan.b, k, n) < b.len());
+    // SAFETY: the views stay inside `a`, `b` and `out` (checked above and by
+    // construction of the plan); with `read_dst = false` gemm only writes
+    // `out`, so it may be uninitialised; f32 and f64 are gemm's own types.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr() as *mut T,
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            plan.a.col_stride,
+            plan.a.row_stride,
+            b.as_ptr(),
+            plan.b.col_stride,
+            plan.b.row_stride,
+            T::zero(),
+            T::one(),
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// The shape of `op(a) @ op(b)`, or the error `matmul` would return.
+pub fn matmul_shape(
+    op: &'static str,
+    a: &[usize],
+    b: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Dims> {
+    Ok(plan(op, a, b, trans_a, trans_b)?.out_shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Naive reference: `a` is [bm, m, k] flattened, etc.
+    fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    fn seq(n: usize, scale: f64) -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i * 7 % 11) as f64 - 5.0) * scale)
+            .collect()
+    }
+
+    fn transpose(x: &[f64], r: usize, c: usize) -> Vec<f64> {
+        let mut t = vec![0.0; r * c];
+        for i in 0..r {
+            for j in 0..c {
+                t[j * r + i] = x[i * c + j];
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn transposed_views_match_naive() {
+        let (m, k, n) = (5, 7, 3);
+        let a = seq(m * k, 0.5);
+        let b = seq(k * n, 0.25);
+        let want = naive(&a, &b, m, k, n);
+        let at = Tensor::from_vec(transpose(&a, m, k), &[k, m]).unwrap();
+        let bt = Tensor::from_vec(transpose(&b, k, n), &[n, k]).unwrap();
+        let (a, b) = (
+            Tensor::from_vec(a, &[m, k]).unwrap(),
+            Tensor::from_vec(b, &[k, n]).unwrap(),
+        );
+        for (x, y, ta, tb) in [
+            (&a, &b, false, false),
+            (&at, &b, true, false),
+            (&a, &bt, false, true),
+            (&at, &bt, true, true),
+        ] {
+            let c = matmul("matmul", x, y, ta, tb).unwrap();
+            assert_eq!(c.shape(), &[m, n]);
+            assert_eq!(c.to_f64_vec(), want, "trans {ta} {tb}");
+        }
+    }
+
+    #[test]
+    fn batched_broadcast_and_folded_paths_match_naive() {
+        let (m, k, n) = (4, 3, 5);
+        let a = seq(2 * 3 * m * k, 0.5);
+        let b = seq(3 * k * n, 0.25);
+        let ta = Tensor::from_vec(a.clone(), &[2, 3, m, k]).unwrap();
+        let tb = Tensor::from_vec(b.clone(), &[3, k, n]).unwrap();
+        let c = matmul("matmul", &ta, &tb, false, false).unwrap();
+        assert_eq!(c.shape(), &[2, 3, m, n]);
+        let got = c.to_f64_vec();
+        for i in 0..2 {
+            for j in 0..3 {
+                let ai = &a[(i * 3 + j) * m * k..][..m * k];
+                let bj = &b[j * k * n..][..k * n];
+                assert_eq!(
+                    &got[(i * 3 + j) * m * n..][..m * n],
+                    &naive(ai, bj, m, k, n)[..]
+                );
+            }
+        }
+        // Folded: [2, 3, m, k] @ [k, n].
+        let b2 = Tensor::from_vec(b[..k * n].to_vec(), &[k, n]).unwrap();
+        let c = matmul("matmul", &ta, &b2, false, false).unwrap();
+        assert_eq!(c.shape(), &[2, 3, m, n]);
+        assert_eq!(c.to_f64_vec(), naive(&a, &b[..k * n], 6 * m, k, n));
+    }
+
+    #[test]
+    fn vector_rules_follow_pytorch() {
+        let v = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]).unwrap();
+        let m = Tensor::from_vec((0..6).map(f64::from).collect(), &[3, 2]).unwrap();
+        let dot = matmul("matmul", &v, &v, false, false).unwrap();
+        assert!(dot.is_scalar());
+        assert_eq!(dot.item().unwrap(), 14.0);
+        let vm = matmul("matmul", &v, &m, false, false).unwrap();
+        assert_eq!(vm.shape(), &[2]);
+        assert_eq!(vm.to_f64_vec(), vec![16.0, 22.0]);
+        let mv = matmul("matmul", &m, &v, true, false).unwrap();
+        assert_eq!(mv.to_f64_vec(), vec![16.0, 22.0]);
+        let batched = Tensor::from_vec((0..12).map(f64::from).collect(), &[2, 3, 2]).unwrap();
+        let bv = matmul("matmul", &v, &batched, false, false).unwrap();
+        assert_eq!(bv.shape(), &[2, 2]);
+        assert_eq!(bv.to_f64_vec(), vec![16.0, 22.0, 52.0, 58.0]);
+    }
+
+    #[test]
+    fn errors_and_empty_products() {
+        let a = Tensor::zeros(&[2, 3], crate::DType::F32).unwrap();
+        let b = Tensor::zeros(&[2, 3], crate::DType::F32).unwrap();
+        assert!(matches!(
+            matmul("matmul", &a, &b, false, false),
+            Err(Error::ShapeMismatch { op: "matmul", .. })
+        ));
+        assert!(matmul("matmul", &a, &b, false, true).is_ok());
+        assert!(matmul("matmul", &Tensor::scalar(1.0f32), &b, false, false).is_err());
+        let b64 = Tensor::zeros(&[3, 2], crate::DType::F64).unwrap();
+        assert!(matches!(
+            matmul("matmul", &a, &b64, false, false),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let k0 = matmul(
+            "matmul",
+            &Tensor::zeros(&[2, 0], crate::DType::F64).unwrap(),
+            &Tensor::zeros(&[0, 3], crate::DType::F64).unwrap(),
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(k0.to_f64_vec(), vec![0.0; 6]);
+        let m0 = matmul(
+            "matmul",
+            &Tensor::zeros(&[0, 3], crate::DType::F64).unwrap(),
+            &b64,
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(m0.shape(), &[0, 2]);
+        let bad_batch = Tensor::zeros(&[4, 3, 2], crate::DType::F32).unwrap();
+        let other = Tensor::zeros(&[5, 2, 3], crate::DType::F32).unwrap();
+        assert!(matmul("matmul", &bad_batch, &other, false, false).is_err());
+    }
+
+    #[test]
+    fn large_products_use_threads_and_agree() {
+        // Above PARALLEL_FLOPS: one product threaded by gemm.
+        let (m, k, n) = (200, 210, 190);
+        assert!(m * n * k >= PARALLEL_FLOPS);
+        let a = seq(m * k, 0.01);
+        let b = seq(k * n, 0.02);
+        let want = naive(&a, &b, m, k, n);
+        let c = matmul(
+            "matmul",
+            &Tensor::from_vec(a, &[m, k]).unwrap(),
+            &Tensor::from_vec(b, &[k, n]).unwrap(),
+            false,
+            false,
+        )
+        .unwrap();
+        for (x, y) in c.to_f64_vec().iter().zip(&want) {
+            assert!((x - y).abs() < 1e-9);
+        }
+        // A batch of small products above the threshold in total: split by matrix.
+        let (batch, s) = (80, 48);
+        assert!(batch * s * s * s >= PARALLEL_FLOPS && s * s * s < PARALLEL_FLOPS);
+        let a = seq(batch * s * s, 0.1);
+        let ta = Tensor::from_vec(a.clone(), &[batch, s, s]).unwrap();
+        let c = matmul("matmul", &ta, &ta, false, true)
+            .unwrap()
+            .to_f64_vec();
+        for i in [0, batch - 1] {
+            let ai = &a[i * s * s..][..s * s];
+            let want = naive(ai, &transpose(ai, s, s), s, s, s);
+            for (x, y) in c[i * s * s..][..s * s].iter().zip(&want) {
+                assert!((x - y).abs() < 1e-9);
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Joining values: `cat` (along an existing dimension) and `stack` (along a
+//! new one). Each input's gradient is its slice of the output gradient.
+
+use smallvec::SmallVec;
+
+use super::arith::or_panic;
+use super::{Differentiable, GradInputs, OpRegistry};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::layout;
+use crate::tensor::shape::normalize_axis;
+use crate::tensor::Tensor;
+
+/// Concatenates its inputs along `dim` (PyTorch's `cat`): every input has
+/// the same rank (>= 1) and the same size in every other dimension.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cat {
+    /// The dimension joined along (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Differentiable for Cat {
+    fn name(&self) -> &str {
+        "cat"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
+        if first.rank() == 0 {
+            return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+        }
+        let dim = normalize_axis("cat", self.dim, first.rank())?;
+        layout::cat("cat", inputs, dim)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let dim = normalize_axis("cat", self.dim, g.shape().len())?;
+        let mut at = 0;
+        let mut grads = GradInputs::new();
+        for x in inputs {
+            let len = x.shape()[dim];
+            grads.push(
+                x.requires_grad()
+                    .then(|| g.try_narrow(dim as isize, at as isize, len))
+                    .transpose()?,
+            );
+            at += len;
+        }
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let tangents = dense_tangents(t, inputs);
+        let refs: Vec<&Var<'g>> = tangents.iter().collect();
+        Var::try_cat(&refs, self.dim).map(Some)
+    }
+}
+
+/// The tangents with zeros for the inputs that have none.
+fn dense_tangents<'g>(t: &[Option<Var<'g>>], inputs: &[Var<'g>]) -> Vec<Var<'g>> {
+    t.iter()
+        .zip(inputs)
+        .map(|(t, x)| match t {
+            Some(t) => t.clone(),
+            None => Var::constant_in(x.graph(), x.value().zeros_like()),
+        })
+        .collect()
+}
+
+/// Stacks its inputs along a new dimension `dim` (PyTorch's `stack`): every
+/// input has the same shape.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stack {
+    /// Where the new dimension goes in the output (in `-rank-1..=rank`).
+    pub dim: isize,
+}
+
+impl Differentiable for Stack {
+    fn name(&self) -> &str {
+        "stack"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "expected a non-empty list of tensors"))?;
+        let dim = normalize_axis("stack", self.dim, first.rank() + 1)?;
+        let mut shape: SmallVec<[usize; 4]> = SmallVec::from_slice(first.shape());
+        shape.insert(dim, 1);
+        let views = inputs
+            .iter()
+            .map(|x| {
+                if x.shape() != first.shape() {
+                    return Err(Error::shape_mismatch("stack", first.shape(), x.shape()));
+                }
+                x.reshape(&shape)
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        let refs: Vec<&Tensor> = views.iter().collect();
+        layout::cat("stack", &refs, dim)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let dim = normalize_axis("stack", self.dim, g.shape().len())?;
+        let mut grads = GradInputs::new();
+        for (i, x) in inputs.iter().enumerate() {
+            grads.push(
+                x.requires_grad()
+                    .then(|| {
+                        g.try_narrow(dim as isize, i as isize, 1)?
+                            .reshape_dims(x.shape())
+                    })
+                    .transpose()?,
+            );
+        }
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let tangents = dense_tangents(t, inputs);
+        let refs: Vec<&Var<'g>> = tangents.iter().collect();
+        Var::try_stack(&refs, self.dim).map(Some)
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Cat::default());
+    reg.add_builtin(Stack::default());
+}
+
+/// The graph every value belongs to (the first one's), or an error for an empty list.
+fn graph_of<'g>(op: &'static str, vars: &[&Var<'g>]) -> Result<&'g crate::Graph> {
+    vars.first()
+        .map(|v| v.graph())
+        .ok_or_else(|| Error::invalid(op, "expected a non-empty list of values"))
+}
+
+impl<'g> Var<'g> {
+    /// Concatenates `vars` along `dim` (negative counts from the end). They
+    /// must share a dtype, a rank (>= 1) and every size but `dim`'s.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, Var};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
+    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[2, 2])?);
+    /// let c = Var::try_cat(&[&a, &b], 0)?;
+    /// assert_eq!(c.shape(), &[3, 2]);
+    /// assert_eq!(c.value().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    /// assert!(Var::try_cat(&[&a, &b], 1).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_cat(vars: &[&Var<'g>], dim: isize) -> Result<Var<'g>> {
+        if let [only] = vars {
+            // Still validate the dim, as the op would.
+            if only.shape().is_empty() {
+                return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+            }
+            normalize_axis("cat", dim, only.shape().len())?;
+            return Ok((*only).clone());
+        }
+        graph_of("cat", vars)?.record(Cat { dim }, vars)
+    }
+
+    /// Concatenates; panics on mismatched values (see [`try_cat`](Self::try_cat)).
+    #[track_caller]
+    pub fn cat(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
+        or_panic(Self::try_cat(vars, dim))
+    }
+
+    /// Stacks `vars` (all of one shape and dtype) along a new dimension
+    /// `dim` (in `-rank-1..=rank`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, Var};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
+    /// let s = Var::try_stack(&[&a, &b], 1)?;
+    /// assert_eq!(s.shape(), &[2, 2]);
+    /// assert_eq!(s.value().to_f64_vec(), vec![1.0, 3.0, 2.0, 4.0]);
+    /// assert_eq!(Var::try_stack(&[&a, &b], -3).is_err(), true);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_stack(vars: &[&Var<'g>], dim: isize) -> Result<Var<'g>> {
+        graph_of("stack", vars)?.record(Stack { dim }, vars)
+    }
+
+    /// Stacks; panics on mismatched values (see [`try_stack`](Self::try_stack)).
+    #[track_caller]
+    pub fn stack(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
+        or_panic(Self::try_stack(vars, dim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor, Var};
+
+    fn vals(shape: &[usize], seed: f64) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(
+            (0..n).map(|i| (i as f64 * 0.7 + seed).sin()).collect(),
+            shape,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn forward_values() {
+        let g = Graph::new();
+        let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]).unwrap());
+        let b = g.constant(Tensor::from_vec(vec![5.0, 6.0], &[2, 1]).unwrap());
+        let c = Var::cat(&[&a, &b, &a], -1);
+        assert_eq!(c.shape(), &[2, 5]);
+        assert_eq!(
+            c.value().to_f64_vec(),
+            vec![1., 2., 5., 1., 2., 3., 4., 6., 3., 4.]
+        );
+        let s = Var::stack(&[&a, &a], 0);
+        assert_eq!(s.shape(), &[2, 2, 2]);
+        assert_eq!(s.value().to_f64_vec(), vec![1., 2., 3., 4., 1., 2., 3., 4.]);
+        let s2 = Var::stack(&[&a, &a], 2);
+        assert_eq!(
+            s2.value().to_f64_vec(),
+            vec![1., 1., 2., 2., 3., 3., 4., 4.]
+        );
+        let x = g.variable(Tensor::scalar(1.0));
+        let y = g.variable(Tensor::scalar(2.0));
+        assert_eq!(
+            Var::stack(&[&x, &y], 0).value().to_f64_vec(),
+            vec![1.0, 2.0]
+        );
+        assert_eq!(Var::cat(&[&a], 1).value(), a.value());
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        let g = Graph::new();
+        let a = g.variable(Tensor::zeros(&[2, 2], DType::F64).unwrap());
+        let b = g.variable(Tensor::zeros(&[2, 3], DType::F64).unwrap());
+        let f = g.variable(Tensor::zeros(&[2, 2], DType::F32).unwrap());
+        assert!(matches!(
+            Var::try_cat(&[&a, &b], 0),
+            Err(Error::ShapeMismatch { op: "cat", .. })
+        ));
+        assert!(matches!(
+            Var::try_cat(&[&a, &f], 0),
+            Err(Error::DTypeMismatch { op: "cat", .. })
+        ));
+        assert!(matches!(
+            Var::try_cat(&[&a, &b], 2),
+            Err(Error::AxisOutOfRange { op: "cat", .. })
+        ));
+        assert!(Var::try_cat(&[], 0).is_err());
+        assert!(Var::try_stack(&[], 0).is_err());
+        assert!(matches!(
+            Var::try_stack(&[&a, &b], 0),
+            Err(Error::ShapeMismatch { op: "stack", .. })
+        ));
+        let s = g.variable(Tensor::scalar(1.0));
+        assert!(Var::try_cat(&[&s, &s], 0).is_err());
+        assert!(Var::try_cat(&[&s], 0).is_err());
+        let other = Graph::new();
+        let foreign = other.variable(Tensor::zeros(&[2, 2], DType::F64).unwrap());
+        assert!(matches!(
+            Var::try_cat(&[&a, &foreign], 0),
+            Err(Error::ForeignVariable { .. })
+        ));
+    }
+
+    #[test]
+    fn gradients_and_tangents() {
+        let (a, b) = (vals(&[2, 3], 0.1), vals(&[2, 1], 0.7));
+        gradcheck(
+            |v| Var::try_cat(&[&v[0], &v[1], &v[0]], 1),
+            &[a.clone(), b.clone()],
+        )
+        .unwrap();
+        gradcheck(
+            |v| Ok(Var::try_cat(&[&v[0], &v[1]], -1)?.tanh()),
+            &[a.clone(), b.clone()],
+        )
+        .unwrap();
+        let c = vals(&[2, 3], 0.3);
+        gradcheck(
+            |v| Var::try_stack(&[&v[0], &v[1], &v[0]], 1),
+            &[a.clone(), c.clone()],
+        )
+        .unwrap();
+        jvpcheck(|v| Var::try_cat(&[&v[0], &v[1]], 1), &[a.clone(), b]).unwrap();
+        jvpcheck(|v| Ok(Var::try_stack(&[&v[0], &v[1]], -1)?.exp()), &[a, c]).unwrap();
+    }
+
+    #[test]
+    fn frozen_inputs_get_no_gradient_and_f32_works() {
+        let g = Graph::new();
+        let a = g.variable(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+        let k = g.constant(Tensor::from_vec(vec![3.0f32], &[1]).unwrap());
+        let c = Var::cat(&[&k, &a], 0);
+        let w = g.constant(Tensor::from_vec(vec![1.0f32, 10.0, 100.0], &[3]).unwrap());
+        let grads = (&c * &w).sum().backward().unwrap();
+        assert_eq!(grads.wrt(&a).to_vec::<f32>().unwrap(), vec![10.0, 100.0]);
+        let r = g.apply("stack", &[&a, &a]).unwrap();
+        assert_eq!(r.shape(), &[2, 2]);
+    }
+}

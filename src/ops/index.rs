@@ -1,0 +1,562 @@
+//! Indexing: `index_select` and `gather` read at integer positions; their
+//! gradients, `index_add` and `scatter_add`, add at those positions, and
+//! are ops too (whose own gradients are `index_select` and `gather`), so
+//! indexing can be differentiated any number of times.
+//!
+//! Indices are a [`Tensor`] (f32 or f64) holding integer values, passed as
+//! the op's second input, as in PyTorch's signatures: any shape `gather`
+//! needs, and visible in the graph. [`Tensor::from_indices`] builds one from
+//! `usize`s. Negative, too large and non-integer indices are typed errors.
+//! The index input never receives a gradient.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::index as kernel;
+use crate::tensor::shape::normalize_axis;
+use crate::tensor::{DType, Tensor};
+
+impl Tensor {
+    /// An f64 index tensor of `shape` for `index_select`, `gather` and
+    /// friends (f64 holds every integer up to 2^53 exactly).
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let i = Tensor::from_indices(&[2, 0, 1], &[3])?;
+    /// assert_eq!(i.to_f64_vec(), vec![2.0, 0.0, 1.0]);
+    /// assert!(Tensor::from_indices(&[1, 2], &[3]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn from_indices(values: &[usize], shape: &[usize]) -> Result<Tensor> {
+        const EXACT: usize = 1 << 53;
+        if let Some(&v) = values.iter().find(|&&v| v > EXACT) {
+            return Err(Error::IndexOutOfRange {
+                op: "from_indices",
+                index: v as i64,
+                size: EXACT,
+            });
+        }
+        let v: Vec<f64> = values.iter().map(|&i| i as f64).collect();
+        Tensor::from_f64_slice(&v, shape, DType::F64)
+    }
+}
+
+/// Checks the `[x, index, src]` dtypes and the `index_select`-style index (0-d or 1-d).
+fn check_index_vector(op: &'static str, index: &Tensor) -> Result<()> {
+    if index.rank() > 1 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the index must be 0-d or 1-d, got shape {:?}",
+                index.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    Ok(())
+}
+
+/// The slices of `x` at `index` along `dim` (PyTorch's `index_select`).
+/// Inputs: `[x, index]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexSelect {
+    /// The dimension indexed (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Differentiable for IndexSelect {
+    fn name(&self) -> &str {
+        "index_select"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("index_select", inputs, 2)?;
+        let (x, index) = (inputs[0], inputs[1]);
+        let dim = normalize_axis("index_select", self.dim, x.rank())?;
+        check_index_vector("index_select", index)?;
+        let idx = kernel::indices("index_select", index, x.shape()[dim])?;
+        Ok(kernel::index_select(x, dim, &idx))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (x, index) = (&inputs[0], &inputs[1]);
+        let zeros = Var::constant_in(g.graph(), x.value().zeros_like());
+        let grad = g
+            .graph()
+            .record(IndexAdd { dim: self.dim }, &[&zeros, index, g])?;
+        Ok(smallvec![Some(grad), None])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(*self, &[t, &inputs[1]]))
+            .transpose()
+    }
+}
+
+/// `x` with the slices of `source` added at `index` along `dim` (PyTorch's
+/// `index_add`; repeated indices accumulate). Inputs: `[x, index, source]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexAdd {
+    /// The dimension indexed (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Differentiable for IndexAdd {
+    fn name(&self) -> &str {
+        "index_add"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "index_add";
+        expect_inputs(OP, inputs, 3)?;
+        let (x, index, src) = (inputs[0], inputs[1], inputs[2]);
+        check_same_dtype(OP, x, src)?;
+        let dim = normalize_axis(OP, self.dim, x.rank())?;
+        check_index_vector(OP, index)?;
+        let idx = kernel::indices(OP, index, x.shape()[dim])?;
+        let fits = src.rank() == x.rank()
+            && (0..x.rank())
+                .all(|d| src.shape()[d] == if d == dim { idx.len() } else { x.shape()[d] });
+        if !fits {
+            return Err(Error::shape_mismatch(OP, x.shape(), src.shape()));
+        }
+        Ok(kernel::index_add(x, dim, &idx, src))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (x, index, src) = (&inputs[0], &inputs[1], &inputs[2]);
+        let grad_src = src
+            .requires_grad()
+            .then(|| g.graph().record(IndexSelect { dim: self.dim }, &[g, index]))
+            .transpose()?;
+        Ok(smallvec![
+            x.requires_grad().then(|| g.clone()),
+            None,
+            grad_src
+        ])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let Some(ts) = &t[2] else {
+            return Ok(t[0].clone());
+        };
+        let base = t[0]
+            .clone()
+            .unwrap_or_else(|| Var::constant_in(ts.graph(), inputs[0].value().zeros_like()));
+        ts.graph().record(*self, &[&base, &inputs[1], ts]).map(Some)
+    }
+}
+
+/// `out[p] = x[p with dim replaced by index[p]]` (PyTorch's `gather`).
+/// Inputs: `[x, index]`, `index` of `x`'s rank and no larger than `x` in
+/// any dimension but `dim`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Gather {
+    /// The dimension indexed (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Differentiable for Gather {
+    fn name(&self) -> &str {
+        "gather"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("gather", inputs, 2)?;
+        let dim = normalize_axis("gather", self.dim, inputs[0].rank())?;
+        kernel::gather("gather", inputs[0], dim, inputs[1])
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (x, index) = (&inputs[0], &inputs[1]);
+        let zeros = Var::constant_in(g.graph(), x.value().zeros_like());
+        let grad = g
+            .graph()
+            .record(ScatterAdd { dim: self.dim }, &[&zeros, index, g])?;
+        Ok(smallvec![Some(grad), None])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(*self, &[t, &inputs[1]]))
+            .transpose()
+    }
+}
+
+/// `x` with `src[p]` added at `p with dim replaced by index[p]` for every
+/// position `p` of `index` (PyTorch's `scatter_add`; repeated targets
+/// accumulate). Inputs: `[x, index, src]`; only the index-shaped corner of
+/// a larger `src` is used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScatterAdd {
+    /// The dimension indexed (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Differentiable for ScatterAdd {
+    fn name(&self) -> &str {
+        "scatter_add"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("scatter_add", inputs, 3)?;
+        let dim = normalize_axis("scatter_add", self.dim, inputs[0].rank())?;
+        kernel::scatter_add("scatter_add", inputs[0], dim, inputs[1], inputs[2])
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (x, index, src) = (&inputs[0], &inputs[1], &inputs[2]);
+        let grad_src = if src.requires_grad() {
+            let taken = g.graph().record(Gather { dim: self.dim }, &[g, index])?;
+            // Elements of src outside the index's shape were not used: zero gradient.
+            let pads: Vec<isize> = src
+                .shape()
+                .iter()
+                .zip(index.shape())
+                .rev()
+                .flat_map(|(&s, &i)| [0, (s - i) as isize])
+                .collect();
+            Some(taken.try_pad(&pads, 0.0)?)
+        } else {
+            None
+        };
+        Ok(smallvec![
+            x.requires_grad().then(|| g.clone()),
+            None,
+            grad_src
+        ])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let Some(ts) = &t[2] else {
+            return Ok(t[0].clone());
+        };
+        let base = t[0]
+            .clone()
+            .unwrap_or_else(|| Var::constant_in(ts.graph(), inputs[0].value().zeros_like()));
+        ts.graph().record(*self, &[&base, &inputs[1], ts]).map(Some)
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(IndexSelect::default());
+    reg.add_builtin(IndexAdd::default());
+    reg.add_builtin(Gather::default());
+    reg.add_builtin(ScatterAdd::default());
+}
+
+impl<'g> Var<'g> {
+    /// The slices at positions `index` (a 0-d or 1-d tensor of integer
+    /// values) along `dim`: the result has `self`'s shape with `dim` of size
+    /// `index.numel()`. Out-of-range or non-integer indices are errors.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let table = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?);
+    /// let rows = table.try_index_select(0, &Tensor::from_indices(&[2, 0, 2], &[3])?)?;
+    /// assert_eq!(rows.value().to_f64_vec(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
+    /// // Row 2 was used twice, row 1 never.
+    /// let grad = rows.sum().backward()?.wrt(&table);
+    /// assert_eq!(grad.to_f64_vec(), vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0]);
+    /// assert!(table.try_index_select(0, &Tensor::from_indices(&[3], &[1])?).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_index_select(&self, dim: isize, index: &Tensor) -> Result<Var<'g>> {
+        let index = Var::constant_in(self.graph(), index.clone());
+        self.graph().record(IndexSelect { dim }, &[self, &index])
+    }
+
+    /// Selects slices; panics on a bad index (see [`try_index_select`](Self::try_index_select)).
+    #[track_caller]
+    pub fn index_select(&self, dim: isize, index: &Tensor) -> Var<'g> {
+        or_panic(self.try_index_select(dim, index))
+    }
+
+    /// `self` with the slices of `source` added at positions `index` along
+    /// `dim` (repeated positions accumulate). `source` has `self`'s shape
+    /// with `dim` of size `index.numel()`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, DType};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::zeros(&[3], DType::F64)?);
+    /// let s = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+    /// let y = x.try_index_add(0, &Tensor::from_indices(&[0, 2, 0], &[3])?, &s)?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![4.0, 0.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Result<Var<'g>> {
+        let index = Var::constant_in(self.graph(), index.clone());
+        self.graph()
+            .record(IndexAdd { dim }, &[self, &index, source])
+    }
+
+    /// Adds at positions; panics on a bad index or shape (see [`try_index_add`](Self::try_index_add)).
+    #[track_caller]
+    pub fn index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_index_add(dim, index, source))
+    }
+
+    /// Picks one element along `dim` for every position of `index` (a tensor
+    /// of integer values with `self`'s rank, no larger than `self` in other
+    /// dimensions): `out[i][j] = self[i][index[i][j]]` for `dim = 1`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let logits = g.variable(Tensor::from_vec(vec![0.1, 0.7, 0.2, 0.5, 0.3, 0.2], &[2, 3])?);
+    /// let picked = logits.try_gather(1, &Tensor::from_indices(&[1, 0], &[2, 1])?)?;
+    /// assert_eq!(picked.shape(), &[2, 1]);
+    /// assert_eq!(picked.value().to_f64_vec(), vec![0.7, 0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_gather(&self, dim: isize, index: &Tensor) -> Result<Var<'g>> {
+        let index = Var::constant_in(self.graph(), index.clone());
+        self.graph().record(Gather { dim }, &[self, &index])
+    }
+
+    /// Gathers; panics on a bad index (see [`try_gather`](Self::try_gather)).
+    #[track_caller]
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Var<'g> {
+        or_panic(self.try_gather(dim, index))
+    }
+
+    /// `self` with `src[p]` added at `p` with `dim` replaced by `index[p]`,
+    /// for every position `p` of `index` (the inverse of `gather`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, DType};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::zeros(&[2, 3], DType::F64)?);
+    /// let src = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2, 1])?);
+    /// let y = x.try_scatter_add(1, &Tensor::from_indices(&[1, 0], &[2, 1])?, &src)?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Result<Var<'g>> {
+        let index = Var::constant_in(self.graph(), index.clone());
+        self.graph()
+            .record(ScatterAdd { dim }, &[self, &index, src])
+    }
+
+    /// Scatter-adds; panics on a bad index or shape (see [`try_scatter_add`](Self::try_scatter_add)).
+    #[track_caller]
+    pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_scatter_add(dim, index, src))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
+
+    fn vals(shape: &[usize], seed: f64) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(
+            (0..n).map(|i| (i as f64 * 0.9 + seed).sin()).collect(),
+            shape,
+        )
+        .unwrap()
+    }
+
+    fn idx(v: &[usize], shape: &[usize]) -> Tensor {
+        Tensor::from_indices(v, shape).unwrap()
+    }
+
+    #[test]
+    fn forward_values() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec((0..12).map(f64::from).collect(), &[3, 4]).unwrap());
+        let cols = x.index_select(-1, &idx(&[3, 3, 0], &[3]));
+        assert_eq!(cols.shape(), &[3, 3]);
+        assert_eq!(
+            cols.value().to_f64_vec(),
+            vec![3., 3., 0., 7., 7., 4., 11., 11., 8.]
+        );
+        let one = x.index_select(0, &Tensor::scalar(1.0f32));
+        assert_eq!(one.shape(), &[1, 4]);
+        // torch.gather(x, 0, [[2, 0, 1, 2]]) = [[8, 1, 6, 11]].
+        let gth = x.gather(0, &idx(&[2, 0, 1, 2], &[1, 4]));
+        assert_eq!(gth.value().to_f64_vec(), vec![8., 1., 6., 11.]);
+        let sa = x.scatter_add(
+            0,
+            &idx(&[2, 0, 1, 2], &[1, 4]),
+            &g.constant(Tensor::ones(&[1, 4], DType::F64).unwrap()),
+        );
+        assert_eq!(sa.value().to_f64_vec()[8..], [9.0, 9.0, 10.0, 12.0]);
+    }
+
+    #[test]
+    fn bad_indices_are_typed_errors() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::zeros(&[3, 4], DType::F32).unwrap());
+        let neg = Tensor::from_vec(vec![-1.0], &[1]).unwrap();
+        assert!(matches!(
+            x.try_index_select(0, &neg),
+            Err(Error::IndexOutOfRange {
+                op: "index_select",
+                index: -1,
+                size: 3
+            })
+        ));
+        let frac = Tensor::from_vec(vec![0.5], &[1]).unwrap();
+        assert!(matches!(
+            x.try_gather(1, &frac.reshape(&[1, 1]).unwrap()),
+            Err(Error::InvalidArgument { op: "gather", .. })
+        ));
+        assert!(matches!(
+            x.try_index_select(2, &idx(&[0], &[1])),
+            Err(Error::AxisOutOfRange { .. })
+        ));
+        assert!(x.try_index_select(0, &idx(&[0, 1], &[1, 2])).is_err());
+        assert!(x.try_gather(0, &idx(&[0; 5], &[1, 5])).is_err());
+        assert!(x.try_gather(0, &idx(&[0; 3], &[3])).is_err());
+        let wrong = g.variable(Tensor::zeros(&[2, 4], DType::F32).unwrap());
+        assert!(matches!(
+            x.try_index_add(0, &idx(&[0], &[1]), &wrong),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        let f64s = g.variable(Tensor::zeros(&[1, 4], DType::F64).unwrap());
+        assert!(matches!(
+            x.try_index_add(0, &idx(&[0], &[1]), &f64s),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(x.try_scatter_add(0, &idx(&[0; 4], &[1, 4]), &f64s).is_err());
+    }
+
+    #[test]
+    fn gradients_and_tangents() {
+        let x = vals(&[3, 4], 0.2);
+        let rows = idx(&[2, 0, 2, 1], &[4]);
+        gradcheck(
+            |v| v[0].try_index_select(0, &rows),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_index_select(1, &rows)? * &v[0]),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        let gi = idx(&[1, 0, 3, 3, 2, 2], &[3, 2]);
+        gradcheck(
+            |v| Ok(v[0].try_gather(1, &gi)?.exp()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        let src = vals(&[4, 4], 0.5);
+        gradcheck(
+            |v| v[0].try_index_add(0, &rows, &v[1]),
+            &[x.clone(), src.clone()],
+        )
+        .unwrap();
+        // src larger than the index: only its index-shaped corner is used.
+        let big = vals(&[3, 3], 0.8);
+        gradcheck(
+            |v| v[0].try_scatter_add(1, &gi, &v[1]),
+            &[x.clone(), big.clone()],
+        )
+        .unwrap();
+        jvpcheck(
+            |v| v[0].try_index_select(0, &rows),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        jvpcheck(|v| v[0].try_gather(1, &gi), std::slice::from_ref(&x)).unwrap();
+        jvpcheck(|v| v[0].try_index_add(0, &rows, &v[1]), &[x.clone(), src]).unwrap();
+        jvpcheck(|v| v[0].try_scatter_add(1, &gi, &v[1]), &[x, big]).unwrap();
+    }
+
+    #[test]
+    fn gradient_ops_are_differentiable() {
+        // index_add and scatter_add are the gradients; check theirs in turn
+        // through a nonlinearity so second-order terms matter.
+        let base = vals(&[3, 2], 0.1);
+        let src = vals(&[2, 2], 0.4);
+        let i = idx(&[2, 2], &[2]);
+        gradcheck(
+            |v| Ok(v[0].try_index_add(0, &i, &v[1])?.tanh()),
+            &[base.clone(), src.clone()],
+        )
+        .unwrap();
+        let gi = idx(&[0, 2, 1, 1], &[2, 2]);
+        gradcheck(
+            |v| Ok(v[0].try_scatter_add(0, &gi, &v[1])?.tanh()),
+            &[base, src],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn f32_and_registry() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap());
+        let i = g.constant(Tensor::from_vec(vec![2.0f32, 2.0], &[2]).unwrap());
+        let y = g.apply("index_select", &[&x, &i]).unwrap();
+        assert_eq!(y.value().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+        let grads = y.sum().backward().unwrap();
+        assert_eq!(grads.wrt(&x).to_vec::<f32>().unwrap(), vec![0.0, 0.0, 2.0]);
+        let gth = g.apply("gather", &[&x, &i]).unwrap();
+        assert_eq!(gth.value().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+        assert!(Tensor::from_indices(&[usize::MAX], &[1]).is_err());
+    }
+}

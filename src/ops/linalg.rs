@@ -1,0 +1,395 @@
+//! Linear algebra: `matmul` (PyTorch's rules: vectors, matrices, broadcast
+//! batches), and the layout ops it pairs with: `transpose`, `permute`, `t`.
+//!
+//! The matmul op carries two transpose flags, `op(a) @ op(b)`, read by the
+//! kernel through strides. Its gradients, `g @ op(b)^T` and `op(a)^T @ g`,
+//! are matmuls of the same family with other flags, so backward never
+//! materialises a transpose, and being recorded ops themselves, they can be
+//! differentiated again. The four flag combinations are four zero-sized
+//! types: a recorded matmul costs no allocation for its op.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels;
+use crate::tensor::shape::Dims;
+use crate::tensor::Tensor;
+
+/// `op(a) @ op(b)`, where `op` transposes the last two dimensions of a
+/// rank >= 2 operand when its flag is set. `MatMulOp<false, false>` is
+/// PyTorch's `matmul` ([`MatMul`]); the others (`matmul_nt`, `matmul_tn`,
+/// `matmul_tt`) are what its gradients are made of.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatMulOp<const TRANS_A: bool, const TRANS_B: bool>;
+
+/// PyTorch's `matmul`: `a @ b`.
+pub type MatMul = MatMulOp<false, false>;
+
+impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
+    fn name(&self) -> &str {
+        match (TA, TB) {
+            (false, false) => "matmul",
+            (false, true) => "matmul_nt",
+            (true, false) => "matmul_tn",
+            (true, true) => "matmul_tt",
+        }
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("matmul", inputs, 2)?;
+        kernels::matmul("matmul", inputs[0], inputs[1], TA, TB)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        matmul_backward(TA, TB, g, &inputs[0], &inputs[1])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        // d(op(a) op(b)) = op(da) op(b) + op(a) op(db).
+        let (a, b) = (&inputs[0], &inputs[1]);
+        super::sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|ta| record_matmul(ta, b, TA, TB)),
+                t[1].as_ref().map(|tb| record_matmul(a, tb, TA, TB)),
+            ],
+        )
+    }
+}
+
+/// Records `op(a) @ op(b)` with runtime flags (each combination is its own op type).
+#[track_caller]
+fn record_matmul<'g>(a: &Var<'g>, b: &Var<'g>, ta: bool, tb: bool) -> Result<Var<'g>> {
+    // A flag on a vector means nothing; dropping it keeps names and rules simple.
+    let (ta, tb) = (ta && a.shape().len() >= 2, tb && b.shape().len() >= 2);
+    let graph = a.graph();
+    match (ta, tb) {
+        (false, false) => graph.record(MatMulOp::<false, false>, &[a, b]),
+        (false, true) => graph.record(MatMulOp::<false, true>, &[a, b]),
+        (true, false) => graph.record(MatMulOp::<true, false>, &[a, b]),
+        (true, true) => graph.record(MatMulOp::<true, true>, &[a, b]),
+    }
+}
+
+/// Gradients of `c = op(a) @ op(b)`. Vectors are first viewed as matrices
+/// (a row for `a`, a column for `b`), so every case is a batched matrix
+/// product: `d op(a) = g op(b)^T`, `d op(b) = op(a)^T g`, transposed back
+/// where the flag was set, then summed over broadcast batch dimensions.
+fn matmul_backward<'g>(
+    ta: bool,
+    tb: bool,
+    g: &Var<'g>,
+    a: &Var<'g>,
+    b: &Var<'g>,
+) -> Result<GradInputs<'g>> {
+    let (ta, tb) = (ta && a.shape().len() >= 2, tb && b.shape().len() >= 2);
+    let a2 = match a.shape() {
+        [k] => a.reshape_dims(&[1, *k])?,
+        _ => a.clone(),
+    };
+    let b2 = match b.shape() {
+        [k] => b.reshape_dims(&[*k, 1])?,
+        _ => b.clone(),
+    };
+    let mut g_shape = Dims::from_slice(g.shape());
+    if a.shape().len() == 1 {
+        g_shape.insert(g_shape.len() - usize::from(b.shape().len() >= 2), 1);
+    }
+    if b.shape().len() == 1 {
+        g_shape.push(1);
+    }
+    let g2 = g.reshape_dims(&g_shape)?;
+    let grad_a = if a.requires_grad() {
+        let d = if ta {
+            record_matmul(&b2, &g2, tb, true)?
+        } else {
+            record_matmul(&g2, &b2, false, !tb)?
+        };
+        Some(unbroadcast(d, &a2)?.reshape_dims(a.shape())?)
+    } else {
+        None
+    };
+    let grad_b = if b.requires_grad() {
+        let (ar, br) = (a2.shape().len(), b2.shape().len());
+        let d = if br == 2 && ar > 2 && !ta {
+            // b is shared by every matrix of a batched, untransposed a: fold
+            // the batch into the rows, and one product sums over it.
+            let k = a2.shape()[ar - 1];
+            let n = g2.shape()[g2.shape().len() - 1];
+            let af = a2.try_reshape(&[-1, k as isize])?;
+            let gf = g2.try_reshape(&[-1, n as isize])?;
+            if tb {
+                record_matmul(&gf, &af, true, false)?
+            } else {
+                record_matmul(&af, &gf, true, false)?
+            }
+        } else if tb {
+            record_matmul(&g2, &a2, true, ta)?
+        } else {
+            record_matmul(&a2, &g2, !ta, false)?
+        };
+        Some(unbroadcast(d, &b2)?.reshape_dims(b.shape())?)
+    } else {
+        None
+    };
+    Ok(smallvec![grad_a, grad_b])
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(MatMulOp::<false, false>);
+    reg.add_builtin(MatMulOp::<false, true>);
+    reg.add_builtin(MatMulOp::<true, false>);
+    reg.add_builtin(MatMulOp::<true, true>);
+}
+
+impl<'g> Var<'g> {
+    /// The matrix product `self @ other` under PyTorch's `matmul` rules:
+    /// 1-d x 1-d is a dot product (0-d result); a 1-d left (right) operand
+    /// is treated as a row (column) and that dimension is removed from the
+    /// result; leading dimensions are batch dimensions and broadcast.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+    /// let b = g.variable(Tensor::from_vec(vec![1.0, 1.0], &[2])?);
+    /// let c = a.try_matmul(&b)?;
+    /// assert_eq!(c.value().to_f64_vec(), vec![3.0, 7.0]);
+    /// let grads = c.sum().backward()?;
+    /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![1.0, 1.0, 1.0, 1.0]);
+    /// assert_eq!(grads.wrt(&b).to_f64_vec(), vec![4.0, 6.0]);
+    /// assert!(a.try_matmul(&g.constant(Tensor::from_vec(vec![1.0; 3], &[3])?)).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_matmul(&self, other: &Var<'g>) -> Result<Var<'g>> {
+        self.graph().record(MatMul::default(), &[self, other])
+    }
+
+    /// `self @ other`; panics on incompatible shapes (see [`try_matmul`](Self::try_matmul)).
+    #[track_caller]
+    pub fn matmul(&self, other: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_matmul(other))
+    }
+
+    /// `op(self) @ op(other)`, where `op` swaps the last two dimensions of a
+    /// rank >= 2 operand whose flag is set, without copying it: `x @ w^T`
+    /// for a weight stored `[out, in]` is `x.try_matmul_transposed(&w, false, true)`.
+    /// Flags on 1-d operands are ignored.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
+    /// let w = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?);
+    /// let y = x.try_matmul_transposed(&w, false, true)?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
+    /// assert_eq!(y.value(), x.try_matmul(&w.try_t()?)?.value());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_matmul_transposed(
+        &self,
+        other: &Var<'g>,
+        trans_self: bool,
+        trans_other: bool,
+    ) -> Result<Var<'g>> {
+        record_matmul(self, other, trans_self, trans_other)
+    }
+
+    /// `op(self) @ op(other)`; panics on incompatible shapes (see
+    /// [`try_matmul_transposed`](Self::try_matmul_transposed)).
+    #[track_caller]
+    pub fn matmul_transposed(
+        &self,
+        other: &Var<'g>,
+        trans_self: bool,
+        trans_other: bool,
+    ) -> Var<'g> {
+        or_panic(self.try_matmul_transposed(other, trans_self, trans_other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+
+    /// Deterministic test values in [-1, 1].
+    fn vals(shape: &[usize], seed: usize) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = (0..n)
+            .map(|i| (((i + 3 * seed) * 37 % 19) as f64 - 9.0) / 9.0)
+            .collect();
+        Tensor::from_vec(v, shape).unwrap()
+    }
+
+    #[test]
+    fn forward_values_follow_pytorch_rules() {
+        let g = Graph::new();
+        let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap());
+        let b = g.variable(Tensor::from_vec(vec![1.0, 0.0, -1.0, 2.0, 0.5, 1.0], &[3, 2]).unwrap());
+        // NumPy: a @ b = [[0.5, 7], [2, 16]].
+        assert_eq!(a.matmul(&b).value().to_f64_vec(), vec![0.5, 7.0, 2.0, 16.0]);
+        let v = g.variable(Tensor::from_vec(vec![1.0, -1.0, 2.0], &[3]).unwrap());
+        let dot = v.matmul(&v);
+        assert_eq!(dot.shape(), &[] as &[usize]);
+        assert_eq!(dot.value().item().unwrap(), 6.0);
+        assert_eq!(a.matmul(&v).value().to_f64_vec(), vec![5.0, 11.0]);
+        assert_eq!(v.matmul(&b).value().to_f64_vec(), vec![3.0, 0.0]);
+        // Batch broadcasting: [2, 1, 2, 3] @ [3, 3, 2] -> [2, 3, 2, 2].
+        let x = g.variable(vals(&[2, 1, 2, 3], 1));
+        let y = g.variable(vals(&[3, 3, 2], 2));
+        let c = x.matmul(&y);
+        assert_eq!(c.shape(), &[2, 3, 2, 2]);
+        let (xv, yv, cv) = (
+            x.value().to_f64_vec(),
+            y.value().to_f64_vec(),
+            c.value().to_f64_vec(),
+        );
+        for (i, j, r, col) in [(0, 0, 0, 0), (1, 2, 1, 1), (1, 1, 0, 1)] {
+            let want: f64 = (0..3)
+                .map(|p| xv[i * 6 + r * 3 + p] * yv[j * 6 + p * 2 + col])
+                .sum();
+            assert!((cv[((i * 3 + j) * 2 + r) * 2 + col] - want).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn transposed_variants_equal_explicit_transposes() {
+        let g = Graph::new();
+        let a = g.variable(vals(&[2, 4, 3], 1));
+        let b = g.variable(vals(&[2, 5, 4], 2));
+        let explicit = a.transpose(-1, -2).matmul(&b.transpose(-1, -2));
+        let fused = a.matmul_transposed(&b, true, true);
+        assert_eq!(fused.value(), explicit.value());
+        assert_eq!(
+            g.node(fused.node_index().unwrap()).unwrap().op_name(),
+            "matmul_tt"
+        );
+        let m = g.variable(vals(&[5, 3], 3));
+        assert_eq!(a.matmul_transposed(&m, false, true).shape(), &[2, 4, 5]);
+        assert!(a.try_matmul_transposed(&m, true, true).is_err());
+    }
+
+    #[test]
+    fn gradients_for_every_rank_combination() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3], &[3]),
+            (&[3], &[3, 2]),
+            (&[2, 3], &[3]),
+            (&[2, 3], &[3, 4]),
+            (&[2, 2, 3], &[3, 2]),
+            (&[3], &[2, 3, 2]),
+            (&[2, 1, 2, 3], &[3, 3, 2]),
+            (&[1, 2, 3], &[2, 3, 1]),
+        ];
+        for (sa, sb) in cases {
+            gradcheck(|v| v[0].try_matmul(&v[1]), &[vals(sa, 1), vals(sb, 2)])
+                .unwrap_or_else(|e| panic!("{sa:?} @ {sb:?}: {e}"));
+            jvpcheck(|v| v[0].try_matmul(&v[1]), &[vals(sa, 1), vals(sb, 2)])
+                .unwrap_or_else(|e| panic!("{sa:?} @ {sb:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn gradients_of_transposed_variants() {
+        let (a, b) = (vals(&[2, 3, 4], 1), vals(&[4, 5], 2));
+        let (at, bt) = (vals(&[2, 4, 3], 3), vals(&[5, 4], 4));
+        for (x, y, ta, tb) in [
+            (&a, &bt, false, true),
+            (&at, &b, true, false),
+            (&at, &bt, true, true),
+            (&bt, &a, false, true),
+        ] {
+            let inputs = [x.clone(), y.clone()];
+            gradcheck(|v| v[0].try_matmul_transposed(&v[1], ta, tb), &inputs).unwrap();
+            jvpcheck(|v| v[0].try_matmul_transposed(&v[1], ta, tb), &inputs).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_value_with_two_consumers_and_frozen_operands() {
+        let a = vals(&[3, 3], 1);
+        gradcheck(
+            |v| Ok(v[0].try_matmul(&v[0])?.tanh()),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_matmul_transposed(&v[0], true, false)? + &v[0]),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
+        let g = Graph::new();
+        let w = g.constant(a.clone());
+        let x = g.variable(vals(&[2, 3], 2));
+        let grads = x.matmul(&w).sum().backward().unwrap();
+        assert_eq!(grads.wrt(&x).shape(), &[2, 3]);
+        assert_eq!(grads.wrt(&w).to_f64_vec(), vec![0.0; 9]);
+    }
+
+    #[test]
+    fn backward_formulas_are_differentiable() {
+        // Differentiating the recorded gradient checks second-order support.
+        for (ta, tb, sa, sb) in [
+            (false, false, &[2, 2, 3][..], &[3, 2][..]),
+            (true, false, &[3, 2][..], &[3, 4][..]),
+            (false, true, &[3][..], &[4, 3][..]),
+        ] {
+            let (ga, gb) = (vals(sa, 1), vals(sb, 2));
+            let out_shape = kernels::matmul::matmul_shape("matmul", sa, sb, ta, tb).unwrap();
+            let gout = vals(&out_shape, 3);
+            for which in 0..2 {
+                gradcheck(
+                    |v| {
+                        let grads = matmul_backward(ta, tb, &v[2], &v[0], &v[1])?;
+                        Ok(grads[which].clone().unwrap())
+                    },
+                    &[ga.clone(), gb.clone(), gout.clone()],
+                )
+                .unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn f32_matches_f64_and_errors_are_typed() {
+        let g = Graph::new();
+        let a64 = g.variable(vals(&[4, 6], 1));
+        let b64 = g.variable(vals(&[6, 3], 2));
+        let a32 = g.variable(a64.value().to_dtype(DType::F32));
+        let b32 = g.variable(b64.value().to_dtype(DType::F32));
+        let c32 = a32.matmul(&b32);
+        assert_eq!(c32.dtype(), DType::F32);
+        assert!(c32.value().allclose(a64.matmul(&b64).value(), 1e-5, 1e-5));
+        let gr = c32.sum().backward().unwrap();
+        let gr64 = a64.matmul(&b64).sum().backward().unwrap();
+        assert!(gr.wrt(&b32).allclose(&gr64.wrt(&b64), 1e-5, 1e-5));
+        assert!(matches!(
+            a32.try_matmul(&b64),
+            Err(crate::Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            a64.try_matmul(&a64),
+            Err(crate::Error::ShapeMismatch { op: "matmul", .. })
+        ));
+        let s = g.variable(Tensor::scalar(2.0));
+        assert!(s.try_matmul(&a64).is_err());
+        let r = g.apply("matmul", &[&a64, &b64]).unwrap();
+        assert_eq!(r.shape(), &[4, 3]);
+    }
+}

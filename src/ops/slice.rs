@@ -1,0 +1,498 @@
+//! Sub-ranges and padding: `slice` (with `narrow` on top), its gradient
+//! `slice_backward`, and `constant_pad_nd` (PyTorch's `F.pad` in constant
+//! mode). Each op's gradient is another op of this file, so every one can be
+//! differentiated again: the gradient of a slice scatters into zeros, and the
+//! gradient of a pad is the pad with negated amounts (a crop).
+
+use smallvec::{smallvec, SmallVec};
+
+use super::arith::or_panic;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::layout;
+use crate::tensor::shape::{normalize_axis, Dims};
+use crate::tensor::Tensor;
+
+/// Every `step`-th element of `start..end` along `dim` (PyTorch's `slice`,
+/// `x[..., start:end:step]`). Negative bounds count from the end and bounds
+/// are clamped to the dimension, as in Python slicing; `step` must be >= 1.
+#[derive(Clone, Copy, Debug)]
+pub struct Slice {
+    /// The dimension sliced (negative counts from the end).
+    pub dim: isize,
+    /// First position.
+    pub start: isize,
+    /// End position (exclusive).
+    pub end: isize,
+    /// Distance between taken positions (>= 1).
+    pub step: usize,
+}
+
+impl Default for Slice {
+    /// The whole of dimension 0.
+    fn default() -> Self {
+        Slice {
+            dim: 0,
+            start: 0,
+            end: isize::MAX,
+            step: 1,
+        }
+    }
+}
+
+/// A slice resolved against a shape: dimension, first position, count, step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Range {
+    dim: usize,
+    start: usize,
+    len: usize,
+    step: usize,
+}
+
+impl Slice {
+    fn resolve(&self, shape: &[usize]) -> Result<Range> {
+        if self.step == 0 {
+            return Err(Error::invalid("slice", "step must be at least 1"));
+        }
+        let dim = normalize_axis("slice", self.dim, shape.len())?;
+        let size = shape[dim] as isize;
+        let clamp = |p: isize| if p < 0 { p.saturating_add(size) } else { p }.clamp(0, size);
+        let (start, end) = (clamp(self.start), clamp(self.end));
+        let len = if end > start {
+            ((end - start) as usize).div_ceil(self.step)
+        } else {
+            0
+        };
+        Ok(Range {
+            dim,
+            start: start as usize,
+            len,
+            step: self.step,
+        })
+    }
+}
+
+impl Differentiable for Slice {
+    fn name(&self) -> &str {
+        "slice"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("slice", inputs, 1)?;
+        let r = self.resolve(inputs[0].shape())?;
+        Ok(layout::slice(inputs[0], r.dim, r.start, r.len, r.step))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let shape = inputs[0].shape();
+        let r = self.resolve(shape)?;
+        let op = SliceBackward {
+            shape: Dims::from_slice(shape),
+            dim: r.dim,
+            start: r.start,
+            step: r.step,
+        };
+        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(*self, &[t]))
+            .transpose()
+    }
+}
+
+/// The gradient of [`Slice`]: zeros of the sliced input's `shape` with the
+/// input written at `start, start + step, ...` along `dim`.
+#[derive(Clone, Debug, Default)]
+pub struct SliceBackward {
+    /// The shape of the sliced tensor.
+    pub shape: Dims,
+    /// The dimension that was sliced.
+    pub dim: usize,
+    /// The first position taken.
+    pub start: usize,
+    /// The step between positions.
+    pub step: usize,
+}
+
+impl Differentiable for SliceBackward {
+    fn name(&self) -> &str {
+        "slice_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("slice_backward", inputs, 1)?;
+        layout::slice_backward(inputs[0], &self.shape, self.dim, self.start, self.step)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(self.take(g, inputs[0].shape())?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.graph().record(self.clone(), &[t]))
+            .transpose()
+    }
+}
+
+impl SliceBackward {
+    /// The slice of `g` this op scattered from (`like` is that slice's shape).
+    fn take<'g>(&self, g: &Var<'g>, like: &[usize]) -> Result<Var<'g>> {
+        let len = like[self.dim];
+        let start = self.start as isize;
+        let op = Slice {
+            dim: self.dim as isize,
+            start,
+            end: start + (len * self.step) as isize,
+            step: self.step,
+        };
+        g.graph().record(op, &[g])
+    }
+}
+
+/// Pads with a constant (PyTorch's `constant_pad_nd` / `F.pad(..., value=v)`):
+/// `pads` holds `(before, after)` pairs starting from the last dimension;
+/// negative amounts crop.
+#[derive(Clone, Debug, Default)]
+pub struct ConstantPad {
+    /// Amounts, two per dimension, last dimension first.
+    pub pads: SmallVec<[isize; 8]>,
+    /// The value written into new positions.
+    pub value: f64,
+}
+
+impl ConstantPad {
+    /// `(before, after)` for every dimension of a tensor of rank `rank`, in order.
+    fn per_dim(&self, rank: usize) -> Result<Vec<(isize, isize)>> {
+        if self.pads.len() % 2 != 0 || self.pads.len() > 2 * rank {
+            return Err(Error::invalid(
+                "constant_pad_nd",
+                format!(
+                    "{} padding amounts for a tensor of rank {rank} (need an even count, at most {})",
+                    self.pads.len(),
+                    2 * rank
+                ),
+            ));
+        }
+        let mut pairs = vec![(0, 0); rank];
+        for (i, pair) in self.pads.chunks(2).enumerate() {
+            pairs[rank - 1 - i] = (pair[0], pair[1]);
+        }
+        Ok(pairs)
+    }
+}
+
+impl Differentiable for ConstantPad {
+    fn name(&self) -> &str {
+        "constant_pad_nd"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("constant_pad_nd", inputs, 1)?;
+        let pairs = self.per_dim(inputs[0].rank())?;
+        layout::pad("constant_pad_nd", inputs[0], &pairs, self.value)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let crop: SmallVec<[isize; 8]> = self.pads.iter().map(|&p| -p).collect();
+        Ok(smallvec![Some(g.try_pad(&crop, 0.0)?)])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        _inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        t[0].as_ref()
+            .map(|t| t.try_pad(&self.pads, 0.0))
+            .transpose()
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Slice::default());
+    reg.add_builtin(SliceBackward::default());
+    reg.add_builtin(ConstantPad::default());
+}
+
+impl<'g> Var<'g> {
+    /// Every `step`-th element of `start..end` along `dim`: Python's
+    /// `x[..., start:end:step]`. Negative `start`/`end` count from the end;
+    /// out-of-range bounds are clamped (an empty range gives size 0); `step`
+    /// must be at least 1.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec((0..10).map(f64::from).collect(), &[2, 5])?);
+    /// let y = x.try_slice(1, 1, -1, 2)?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 3.0, 6.0, 8.0]);
+    /// assert_eq!(x.try_slice(1, 3, 100, 1)?.shape(), &[2, 2]);
+    /// assert!(x.try_slice(2, 0, 1, 1).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Result<Var<'g>> {
+        let op = Slice {
+            dim,
+            start,
+            end,
+            step,
+        };
+        let r = op.resolve(self.shape())?;
+        if r.start == 0 && r.len == self.shape()[r.dim] {
+            return Ok(self.clone());
+        }
+        self.graph().record(op, &[self])
+    }
+
+    /// Slices; panics on a bad dim or a zero step (see [`try_slice`](Self::try_slice)).
+    #[track_caller]
+    pub fn slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Var<'g> {
+        or_panic(self.try_slice(dim, start, end, step))
+    }
+
+    /// `len` consecutive elements from `start` along `dim` (PyTorch's
+    /// `narrow`; recorded as a `slice`). A negative `start` counts from the
+    /// end; unlike `slice`, a range past the end is an error.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4])?);
+    /// assert_eq!(x.try_narrow(0, 1, 2)?.value().to_f64_vec(), vec![2.0, 3.0]);
+    /// assert_eq!(x.try_narrow(0, -1, 1)?.value().to_f64_vec(), vec![4.0]);
+    /// assert!(x.try_narrow(0, 3, 2).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_narrow(&self, dim: isize, start: isize, len: usize) -> Result<Var<'g>> {
+        let d = normalize_axis("narrow", dim, self.shape().len())?;
+        let size = self.shape()[d];
+        let s = if start < 0 {
+            start + size as isize
+        } else {
+            start
+        };
+        if s < 0 || s as usize > size {
+            return Err(Error::IndexOutOfRange {
+                op: "narrow",
+                index: start as i64,
+                size,
+            });
+        }
+        if s as usize + len > size {
+            return Err(Error::invalid(
+                "narrow",
+                format!("start {start} + length {len} exceeds dimension {dim} of size {size}"),
+            ));
+        }
+        self.try_slice(d as isize, s, s + len as isize, 1)
+    }
+
+    /// Narrows; panics on an out-of-range request (see [`try_narrow`](Self::try_narrow)).
+    #[track_caller]
+    pub fn narrow(&self, dim: isize, start: isize, len: usize) -> Var<'g> {
+        or_panic(self.try_narrow(dim, start, len))
+    }
+
+    /// Pads with `value` (PyTorch's `F.pad` in constant mode): `pads` holds
+    /// `(before, after)` pairs from the last dimension backwards, so
+    /// `[1, 2]` pads the last dimension by 1 before and 2 after, and
+    /// `[0, 0, 1, 1]` pads the second-to-last by 1 on each side. Negative
+    /// amounts crop.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+    /// let y = x.try_pad(&[1, 0, 0, 1], 0.0)?;
+    /// assert_eq!(y.shape(), &[3, 3]);
+    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
+    /// assert_eq!(x.try_pad(&[0, -1], 0.0)?.value().to_f64_vec(), vec![1.0, 3.0]);
+    /// assert!(x.try_pad(&[1], 0.0).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_pad(&self, pads: &[isize], value: f64) -> Result<Var<'g>> {
+        let op = ConstantPad {
+            pads: SmallVec::from_slice(pads),
+            value,
+        };
+        op.per_dim(self.shape().len())?;
+        if pads.iter().all(|&p| p == 0) {
+            return Ok(self.clone());
+        }
+        self.graph().record(op, &[self])
+    }
+
+    /// Pads; panics on a bad spec (see [`try_pad`](Self::try_pad)).
+    #[track_caller]
+    pub fn pad(&self, pads: &[isize], value: f64) -> Var<'g> {
+        or_panic(self.try_pad(pads, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
+
+    fn vals(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|i| (i as f64 * 0.61).cos()).collect(), shape).unwrap()
+    }
+
+    #[test]
+    fn forward_values() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec((0..12).map(f64::from).collect(), &[3, 4]).unwrap());
+        assert_eq!(
+            x.slice(0, -2, 3, 1).value().to_f64_vec(),
+            (4..12).map(f64::from).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            x.slice(-1, 0, 4, 3).value().to_f64_vec(),
+            vec![0.0, 3.0, 4.0, 7.0, 8.0, 11.0]
+        );
+        assert_eq!(x.slice(1, 3, 1, 1).shape(), &[3, 0]);
+        assert_eq!(x.slice(1, -100, 100, 1).shape(), &[3, 4]);
+        assert_eq!(
+            x.narrow(0, 1, 1).value().to_f64_vec(),
+            vec![4.0, 5.0, 6.0, 7.0]
+        );
+        let p = x.pad(&[0, 0, 1, 0], -1.0);
+        assert_eq!(p.shape(), &[4, 4]);
+        assert_eq!(p.value().to_f64_vec()[..5], [-1.0, -1.0, -1.0, -1.0, 0.0]);
+        let c = x.pad(&[-1, -1, -1, 0], 0.0);
+        assert_eq!(c.value().to_f64_vec(), vec![5.0, 6.0, 9.0, 10.0]);
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::zeros(&[3, 4], DType::F32).unwrap());
+        assert!(matches!(
+            x.try_slice(0, 0, 1, 0),
+            Err(Error::InvalidArgument { op: "slice", .. })
+        ));
+        assert!(matches!(
+            x.try_slice(-3, 0, 1, 1),
+            Err(Error::AxisOutOfRange { op: "slice", .. })
+        ));
+        assert!(matches!(
+            x.try_narrow(1, -5, 1),
+            Err(Error::IndexOutOfRange { op: "narrow", .. })
+        ));
+        assert!(x.try_narrow(1, 2, 3).is_err());
+        assert!(x.try_pad(&[1, 2, 3, 4, 5, 6], 0.0).is_err());
+        assert!(x.try_pad(&[0, -5], 0.0).is_err());
+        let s = g.variable(Tensor::scalar(1.0));
+        assert!(s.try_slice(0, 0, 1, 1).is_err());
+    }
+
+    #[test]
+    fn gradients_and_tangents() {
+        let x = vals(&[3, 5]);
+        gradcheck(|v| v[0].try_slice(1, 1, 5, 2), std::slice::from_ref(&x)).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_narrow(0, 1, 2)?.tanh()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        gradcheck(
+            |v| v[0].try_pad(&[1, -2, 0, 1], 0.5),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        // Two consumers: a slice of x times another slice of x.
+        gradcheck(
+            |v| Ok(v[0].try_narrow(1, 0, 2)? * v[0].try_slice(1, 3, 5, 1)?),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        jvpcheck(
+            |v| Ok(v[0].try_slice(0, 0, 3, 2)?.exp()),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        jvpcheck(|v| v[0].try_pad(&[2, 1], 0.0), std::slice::from_ref(&x)).unwrap();
+    }
+
+    #[test]
+    fn gradient_ops_are_differentiable() {
+        // slice_backward and a cropping pad, each differentiated again.
+        let g = vals(&[3, 2]);
+        gradcheck(
+            |v| {
+                let op = super::SliceBackward {
+                    shape: smallvec::smallvec![3, 5],
+                    dim: 1,
+                    start: 1,
+                    step: 3,
+                };
+                Ok(v[0].graph().record(op, &[&v[0]])?.tanh())
+            },
+            std::slice::from_ref(&g),
+        )
+        .unwrap();
+        jvpcheck(
+            |v| {
+                let op = super::SliceBackward {
+                    shape: smallvec::smallvec![3, 5],
+                    dim: 1,
+                    start: 1,
+                    step: 3,
+                };
+                v[0].graph().record(op, &[&v[0]])
+            },
+            std::slice::from_ref(&g),
+        )
+        .unwrap();
+        gradcheck(|v| Ok(v[0].try_pad(&[-1, 0], 0.0)?.exp()), &[g]).unwrap();
+    }
+
+    #[test]
+    fn f32_and_registry() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap());
+        let y = g.apply("slice", &[&x]).unwrap();
+        assert_eq!(y.value().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+        let z = x.pad(&[1, 1], 0.5);
+        assert_eq!(
+            z.value().to_vec::<f32>().unwrap(),
+            vec![0.5, 1.0, 2.0, 3.0, 0.5]
+        );
+        let grad = (&z * &z).sum().backward().unwrap().wrt(&x);
+        assert_eq!(grad.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+        assert_eq!(x.narrow(0, 1, 2).dtype(), DType::F32);
+    }
+}
