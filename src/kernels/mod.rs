@@ -14,9 +14,15 @@ pub mod layout;
 pub mod matmul;
 pub mod nn;
 pub mod parallel;
+pub(crate) mod power;
 pub mod reduce;
+pub(crate) mod reduce_lanes;
+pub mod reduce_minmax;
+pub mod reduce_stats;
+pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
 pub use matmul::matmul;
-pub use reduce::{sum_all, sum_axes, sum_to_shape};
+pub use reduce::{mean_axes, sum_all, sum_axes, sum_to_shape};
+pub use ternary::{zip3, TernaryFn};

@@ -1,5 +1,6 @@
 //! Sum reductions: over everything (`sum_all`), over a set of axes
-//! (`sum_axes`), and back to a broadcast operand's shape (`sum_to_shape`).
+//! (`sum_axes`, and `mean_axes`), and back to a broadcast operand's shape
+//! (`sum_to_shape`).
 //!
 //! Accuracy: `sum_all` is pairwise over blocks summed with 16 independent
 //! accumulators (which also lets the compiler vectorise it), so the error of
@@ -105,6 +106,38 @@ pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Tensor 
             }
         })
     })
+}
+
+/// Means of `x` over `axes` (negative axes count from the end; an empty
+/// list reduces nothing): the sums are divided in f64 before rounding once.
+/// An empty reduction gives NaN, as in PyTorch.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!(kernels::mean_axes("mean", &x, &[0], false)?.to_vec::<f32>()?, vec![2.5, 3.5, 4.5]);
+/// assert_eq!(kernels::mean_axes("mean", &x, &[-1], true)?.to_f64_vec(), vec![2.0, 5.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn mean_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+    let axes = normalize_axes(op, axes, x.rank())?;
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    let n = axes.iter().map(|&a| x.shape()[a]).product::<usize>() as f64;
+    let out_shape = reduced_shape(x.shape(), &axes, keepdim);
+    if axes.len() == x.rank() {
+        let mean = Tensor::scalar_of(sum_all(x).item()? / n, x.dtype());
+        return mean.reshape(&out_shape);
+    }
+    Ok(crate::with_dtype!(x.dtype(), T => {
+        let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes));
+        Tensor::build::<T>(out_shape, |out| {
+            for (o, &v) in out.iter_mut().zip(&acc) {
+                o.write(T::from_f64(v / n));
+            }
+        })
+    }))
 }
 
 /// Reduces `x` (which must have been broadcast from `shape`) back to `shape`
@@ -250,6 +283,16 @@ mod tests {
         let col = x.reshape(&[n, 1]).unwrap();
         let s0 = sum_axes("sum", &col, &[0], false).unwrap().item().unwrap();
         assert!((s0 - exact).abs() / exact < 1e-6);
+        let m0 = mean_axes("mean", &col, &[0], false)
+            .unwrap()
+            .item()
+            .unwrap();
+        assert!((m0 - 0.1f32 as f64).abs() < 1e-7, "{m0}");
+        let m1 = mean_axes("mean", &x.reshape(&[1000, 1000]).unwrap(), &[1], false).unwrap();
+        assert!(m1
+            .to_f64_vec()
+            .iter()
+            .all(|m| (m - 0.1f32 as f64).abs() < 1e-7));
     }
 
     #[test]
@@ -300,5 +343,7 @@ mod tests {
             vec![0.0; 3]
         );
         assert_eq!(sum_all(&x).item().unwrap(), 0.0);
+        let means = mean_axes("mean", &x, &[0], false).unwrap().to_f64_vec();
+        assert!(means.len() == 3 && means.iter().all(|m| m.is_nan()));
     }
 }

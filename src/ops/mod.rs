@@ -5,18 +5,29 @@
 //! backward written with `Var` operations), the `Var` methods that record
 //! them, and a `register` function that adds them to the default registry.
 
+pub mod activation;
 pub mod arith;
 pub mod broadcast;
+pub mod compare;
 pub mod concat;
+pub mod elementwise;
+pub mod gelu;
 pub mod index;
 pub mod linalg;
 pub mod nn;
 mod operators;
+pub mod pow;
 pub mod reduce;
+pub mod reduce_axes;
+pub mod reduce_minmax;
+pub mod reduce_view;
 mod registry;
 pub mod select;
 pub mod shape;
 pub mod slice;
+mod slope;
+#[cfg(test)]
+mod testing;
 pub mod transpose;
 pub mod unary;
 

@@ -51,6 +51,13 @@ impl OpRegistry {
         super::slice::register(&mut reg);
         super::concat::register(&mut reg);
         super::index::register(&mut reg);
+        super::pow::register(&mut reg);
+        super::elementwise::register(&mut reg);
+        super::compare::register(&mut reg);
+        super::activation::register(&mut reg);
+        super::gelu::register(&mut reg);
+        super::reduce_axes::register(&mut reg);
+        super::reduce_minmax::register(&mut reg);
         reg
     }
 

@@ -8,6 +8,7 @@ use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::kernels::layout;
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::{Dims, Tensor};
 
@@ -31,13 +32,6 @@ pub struct SelectBackward {
     pub index: usize,
 }
 
-/// (outer, size of dim, inner) of `shape` around `dim`.
-fn split(shape: &[usize], dim: usize) -> (usize, usize, usize) {
-    let outer = shape[..dim].iter().product();
-    let inner = shape[dim + 1..].iter().product();
-    (outer, shape[dim], inner)
-}
-
 impl Differentiable for Select {
     fn name(&self) -> &str {
         "select"
@@ -49,20 +43,9 @@ impl Differentiable for Select {
         expect_inputs("select", inputs, 1)?;
         let x = inputs[0];
         check("select", x.shape(), self.dim, self.index)?;
-        let (outer, n, inner) = split(x.shape(), self.dim);
         let mut shape = Dims::from_slice(x.shape());
         shape.remove(self.dim);
-        Ok(crate::with_dtype!(x.dtype(), T => {
-            let src = x.as_slice_of::<T>();
-            Tensor::build::<T>(shape, |out| {
-                for o in 0..outer {
-                    let from = &src[(o * n + self.index) * inner..][..inner];
-                    for (d, &s) in out[o * inner..(o + 1) * inner].iter_mut().zip(from) {
-                        d.write(s);
-                    }
-                }
-            })
-        }))
+        layout::slice(x, self.dim, self.index, 1, 1).reshape(&shape)
     }
     fn backward<'g>(
         &self,
@@ -105,17 +88,9 @@ impl Differentiable for SelectBackward {
         if g.shape() != expect.as_slice() {
             return Err(Error::shape_mismatch("select_backward", g.shape(), &expect));
         }
-        let (_, n, inner) = split(&self.shape, self.dim);
-        Ok(crate::with_dtype!(g.dtype(), T => {
-            let src = g.as_slice_of::<T>();
-            Tensor::build::<T>(self.shape.clone(), |out| {
-                for (i, d) in out.iter_mut().enumerate() {
-                    let (o, rest) = (i / (n * inner), i % (n * inner));
-                    let (k, j) = (rest / inner, rest % inner);
-                    d.write(if k == self.index { src[o * inner + j] } else { <T as num_traits::Zero>::zero() });
-                }
-            })
-        }))
+        let mut kept = self.shape.clone();
+        kept[self.dim] = 1;
+        layout::slice_backward(&g.reshape(&kept)?, &self.shape, self.dim, self.index, 1)
     }
     fn backward<'g>(
         &self,

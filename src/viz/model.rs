@@ -446,7 +446,7 @@ impl<'a> Builder<'a> {
     ) -> usize {
         let st = self.st;
         let (mut variables, mut constants) = (0, 0);
-        for (&id, _) in summaries.iter().filter(|(_, &sg)| sg == g) {
+        for (&id, _) in summaries.iter().filter(|&(_, &sg)| sg == g) {
             if st.producers[id as usize] == LEAF_VARIABLE {
                 variables += 1;
             } else {

@@ -1,0 +1,626 @@
+//! Ops that pick between operands: `maximum` and `minimum` (broadcasting,
+//! NaN-propagating) and `where` (three operands, broadcasting), with the
+//! fused helper `maximum_backward` that routes a gradient to the winner in
+//! one kernel pass.
+//!
+//! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
+//! between `a` and `b` where they are equal, as PyTorch does.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::{
+    expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
+    OpRegistry,
+};
+use crate::error::Result;
+use crate::graph::{Graph, Var};
+use crate::kernels::{self, TernaryFn};
+use crate::tensor::{Element, Tensor};
+
+crate::binary_fn!(
+    /// `max(a, b)`, propagating NaN.
+    MaximumFn,
+    |a, b| if a > b || a.is_nan() { a } else { b }
+);
+crate::binary_fn!(
+    /// `min(a, b)`, propagating NaN.
+    MinimumFn,
+    |a, b| if a < b || a.is_nan() { a } else { b }
+);
+
+/// The share of `g` that `a` gets from `max(a, b)`: all of it where `a > b`
+/// (or `a` alone is NaN), half at a tie, none where `a < b`.
+#[derive(Clone, Copy, Debug)]
+struct MaximumBackwardFn;
+
+impl TernaryFn for MaximumBackwardFn {
+    #[inline(always)]
+    fn call<T: Element>(self, g: T, a: T, b: T) -> T {
+        let half = T::from_f64(0.5);
+        if a > b {
+            g
+        } else if a < b {
+            T::zero()
+        } else if a == b || (a.is_nan() && b.is_nan()) {
+            g * half
+        } else if a.is_nan() {
+            g
+        } else {
+            T::zero()
+        }
+    }
+}
+
+/// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
+/// gradient is split equally between the operands (as in PyTorch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Maximum;
+/// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
+/// gradient is split equally between the operands (as in PyTorch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Minimum;
+/// `g`, `g/2` or 0 as `a` is above, tied with or below `b`: the backward of
+/// `maximum` for `a` (and of `minimum`, with the operands swapped).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MaximumBackward;
+
+fn maximum_backward<'g>(g: &Var<'g>, a: &Var<'g>, b: &Var<'g>) -> Result<Var<'g>> {
+    g.graph().record(MaximumBackward, &[g, a, b])
+}
+
+macro_rules! extremum_op {
+    ($op:ident, $name:literal, $functor:ident, $first_wins:literal) => {
+        impl Differentiable for $op {
+            fn name(&self) -> &str {
+                $name
+            }
+            fn arity(&self) -> Option<usize> {
+                Some(2)
+            }
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+                expect_inputs($name, inputs, 2)?;
+                kernels::zip($name, inputs[0], inputs[1], $functor)
+            }
+            fn backward<'g>(
+                &self,
+                g: &Var<'g>,
+                inputs: &[Var<'g>],
+                _out: &Var<'g>,
+            ) -> Result<GradInputs<'g>> {
+                // `a` wins max(a, b) where a > b, and min(a, b) where b > a.
+                let (a, b) = (&inputs[0], &inputs[1]);
+                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
+                Ok(smallvec![
+                    a.requires_grad()
+                        .then(|| unbroadcast(maximum_backward(g, wa, wb)?, a))
+                        .transpose()?,
+                    b.requires_grad()
+                        .then(|| unbroadcast(maximum_backward(g, wb, wa)?, b))
+                        .transpose()?,
+                ])
+            }
+            fn backward_fast(
+                &self,
+                g: &Tensor,
+                inputs: &[&Tensor],
+                _out: &Tensor,
+                needs: &[bool],
+                grads: &mut [Option<Tensor>],
+            ) -> Result<bool> {
+                let (a, b) = (inputs[0], inputs[1]);
+                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
+                if needs[0] {
+                    let d = MaximumBackward.forward(&[g, wa, wb])?;
+                    grads[0] = Some(unbroadcast_tensor(d, a)?);
+                }
+                if needs[1] {
+                    let d = MaximumBackward.forward(&[g, wb, wa])?;
+                    grads[1] = Some(unbroadcast_tensor(d, b)?);
+                }
+                Ok(true)
+            }
+            fn jvp<'g>(
+                &self,
+                t: &[Option<Var<'g>>],
+                inputs: &[Var<'g>],
+                out: &Var<'g>,
+            ) -> Result<Option<Var<'g>>> {
+                let (a, b) = (&inputs[0], &inputs[1]);
+                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
+                sum_tangents(
+                    out.shape(),
+                    [
+                        t[0].as_ref().map(|ta| maximum_backward(ta, wa, wb)),
+                        t[1].as_ref().map(|tb| maximum_backward(tb, wb, wa)),
+                    ],
+                )
+            }
+        }
+    };
+}
+
+extremum_op!(Maximum, "maximum", MaximumFn, true);
+extremum_op!(Minimum, "minimum", MinimumFn, false);
+
+impl Differentiable for MaximumBackward {
+    fn name(&self) -> &str {
+        "maximum_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("maximum_backward", inputs, 3)?;
+        kernels::zip3(
+            "maximum_backward",
+            inputs[0],
+            inputs[1],
+            inputs[2],
+            MaximumBackwardFn,
+        )
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // Linear in g, piecewise constant in a and b.
+        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        let dg = g
+            .requires_grad()
+            .then(|| unbroadcast(maximum_backward(g2, a, b)?, g))
+            .transpose()?;
+        Ok(smallvec![dg, None, None])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (a, b) = (&inputs[1], &inputs[2]);
+        sum_tangents(
+            out.shape(),
+            [t[0].as_ref().map(|tg| maximum_backward(tg, a, b))],
+        )
+    }
+}
+
+/// `c != 0 ? a : b`
+#[derive(Clone, Copy, Debug)]
+struct SelectFn;
+
+impl TernaryFn for SelectFn {
+    #[inline(always)]
+    fn call<T: Element>(self, c: T, a: T, b: T) -> T {
+        if c != T::zero() {
+            a
+        } else {
+            b
+        }
+    }
+}
+
+/// `where(condition, a, b)`: `a` where the condition is nonzero (NaN counts
+/// as nonzero), else `b`; all three broadcast together. The condition may
+/// have either dtype (it is converted); `a` and `b` must match. Gradients
+/// flow to the chosen operand only, never to the condition.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Where;
+
+impl Differentiable for Where {
+    fn name(&self) -> &str {
+        "where"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(3)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("where", inputs, 3)?;
+        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+        kernels::elementwise::common_dtype("where", a, b)?;
+        let c = c.to_dtype(a.dtype());
+        kernels::zip3("where", &c, a, b, SelectFn)
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        _out: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        let zero = g.scalar_like(0.0);
+        Ok(smallvec![
+            None,
+            a.requires_grad()
+                .then(|| unbroadcast(select(c, g, &zero)?, a))
+                .transpose()?,
+            b.requires_grad()
+                .then(|| unbroadcast(select(c, &zero, g)?, b))
+                .transpose()?,
+        ])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+        let zero = Tensor::scalar_of(0.0, g.dtype());
+        if needs[1] {
+            grads[1] = Some(unbroadcast_tensor(self.forward(&[c, g, &zero])?, a)?);
+        }
+        if needs[2] {
+            grads[2] = Some(unbroadcast_tensor(self.forward(&[c, &zero, g])?, b)?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let c = &inputs[0];
+        let zero = out.scalar_like(0.0);
+        if t[1].is_none() && t[2].is_none() {
+            return Ok(None);
+        }
+        let ta = t[1].as_ref().unwrap_or(&zero);
+        let tb = t[2].as_ref().unwrap_or(&zero);
+        sum_tangents(out.shape(), [Some(select(c, ta, tb))])
+    }
+}
+
+fn select<'g>(c: &Var<'g>, a: &Var<'g>, b: &Var<'g>) -> Result<Var<'g>> {
+    c.graph().record(Where, &[c, a, b])
+}
+
+/// A condition for [`Var::try_where`]: a `Tensor` (nonzero = true) or a
+/// `Var` (its value is used; no gradient flows to it).
+pub trait Condition<'g> {
+    /// The condition as a value in `graph`.
+    fn into_condition(self, graph: &'g Graph) -> Var<'g>;
+}
+
+impl<'g> Condition<'g> for &Tensor {
+    fn into_condition(self, graph: &'g Graph) -> Var<'g> {
+        Var::constant_in(graph, self.clone())
+    }
+}
+
+impl<'g> Condition<'g> for &Var<'g> {
+    fn into_condition(self, _graph: &'g Graph) -> Var<'g> {
+        self.clone()
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Maximum);
+    reg.add_builtin(Minimum);
+    reg.add_builtin(MaximumBackward);
+    reg.add_builtin(Where);
+}
+
+impl<'g> Var<'g> {
+    /// Elementwise `max(self, other)`, broadcasting; NaN wins. Where the two
+    /// are equal, each gets half the gradient (as in PyTorch).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0, 2.0], &[3])?);
+    /// let b = g.variable(Tensor::scalar(2.0));
+    /// let m = a.try_maximum(&b)?;
+    /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0, 2.0]);
+    /// let grads = m.sum().backward()?;
+    /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![0.0, 1.0, 0.5]);
+    /// assert_eq!(grads.wrt(&b).item()?, 1.5);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn try_maximum(&self, other: &Var<'g>) -> Result<Var<'g>> {
+        self.graph().record(Maximum, &[self, other])
+    }
+
+    /// Elementwise maximum; panics on mismatched shapes or dtypes (see
+    /// [`try_maximum`](Self::try_maximum)).
+    #[track_caller]
+    #[inline]
+    pub fn maximum(&self, other: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_maximum(other))
+    }
+
+    /// Elementwise `min(self, other)`, broadcasting; NaN wins. Where the two
+    /// are equal, each gets half the gradient (as in PyTorch).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0], &[2])?);
+    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
+    /// let m = a.try_minimum(&b)?;
+    /// assert_eq!(m.value().to_f64_vec(), vec![1.0, 4.0]);
+    /// assert_eq!(m.sum().backward()?.wrt(&a).to_f64_vec(), vec![1.0, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn try_minimum(&self, other: &Var<'g>) -> Result<Var<'g>> {
+        self.graph().record(Minimum, &[self, other])
+    }
+
+    /// Elementwise minimum; panics on mismatched shapes or dtypes (see
+    /// [`try_minimum`](Self::try_minimum)).
+    #[track_caller]
+    #[inline]
+    pub fn minimum(&self, other: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_minimum(other))
+    }
+
+    /// `where(condition, self, other)`: `self` where the condition is nonzero,
+    /// `other` elsewhere; all three broadcast together. The condition is a
+    /// `&Tensor` or a `&Var` of either dtype; the gradient flows to the chosen
+    /// operand only (PyTorch's `Tensor.where(condition, other)`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+    /// let b = g.variable(Tensor::scalar(-1.0));
+    /// let mask = Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?;
+    /// let y = a.try_where(&mask, &b)?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, -1.0, 3.0]);
+    /// let grads = y.sum().backward()?;
+    /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![1.0, 0.0, 1.0]);
+    /// assert_eq!(grads.wrt(&b).item()?, 1.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn try_where(&self, condition: impl Condition<'g>, other: &Var<'g>) -> Result<Var<'g>> {
+        let c = condition.into_condition(self.graph());
+        self.graph().record(Where, &[&c, self, other])
+    }
+
+    /// `where(condition, self, other)`; panics on shapes that do not
+    /// broadcast or mismatched dtypes (see [`try_where`](Self::try_where)).
+    #[track_caller]
+    #[inline]
+    pub fn where_(&self, condition: impl Condition<'g>, other: &Var<'g>) -> Var<'g> {
+        or_panic(self.try_where(condition, other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MaximumBackward;
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor, Var};
+
+    fn t(v: &[f64], s: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), s).unwrap()
+    }
+
+    #[test]
+    fn forward_values_broadcast_and_nan() {
+        let g = Graph::new();
+        let a = g.variable(t(&[1.0, -2.0, 3.0, 0.5, f64::NAN, 4.0], &[2, 3]));
+        let b = g.variable(t(&[0.0, 2.0], &[2, 1]));
+        let mx = a.maximum(&b).value().to_f64_vec();
+        let mn = a.minimum(&b).value().to_f64_vec();
+        assert_eq!(mx[..4], [1.0, 0.0, 3.0, 2.0]);
+        assert!(mx[4].is_nan());
+        assert_eq!(mx[5], 4.0);
+        assert_eq!(mn[..4], [0.0, -2.0, 0.0, 0.5]);
+        assert!(mn[4].is_nan());
+        assert_eq!(mn[5], 2.0);
+        // NaN on either side wins.
+        let n = g.constant(Tensor::scalar(f64::NAN));
+        assert!(b
+            .maximum(&n)
+            .value()
+            .to_f64_vec()
+            .iter()
+            .all(|v| v.is_nan()));
+        assert!(b
+            .minimum(&n)
+            .value()
+            .to_f64_vec()
+            .iter()
+            .all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn ties_split_the_gradient() {
+        let g = Graph::new();
+        let a = g.variable(t(&[1.0, 2.0, 3.0], &[3]));
+        let b = g.variable(t(&[1.0, 5.0, 0.0], &[3]));
+        for m in [a.maximum(&b), a.minimum(&b)] {
+            let grads = m.sum().backward().unwrap();
+            let (da, db) = (grads.wrt(&a).to_f64_vec(), grads.wrt(&b).to_f64_vec());
+            assert_eq!(da[0], 0.5);
+            assert_eq!(db[0], 0.5);
+            assert_eq!(da[1] + db[1], 1.0);
+        }
+        let grads = a.maximum(&b).sum().backward().unwrap();
+        assert_eq!(grads.wrt(&a).to_f64_vec(), vec![0.5, 0.0, 1.0]);
+        let grads = a.minimum(&b).sum().backward().unwrap();
+        assert_eq!(grads.wrt(&a).to_f64_vec(), vec![0.5, 1.0, 0.0]);
+        // x.maximum(x) is x: the two halves add up to 1.
+        let twice = a.maximum(&a).sum().backward().unwrap();
+        assert_eq!(twice.wrt(&a).to_f64_vec(), vec![1.0; 3]);
+    }
+
+    #[test]
+    fn gradients() {
+        let a = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
+        let b = t(&[1.2, -0.4, 0.8], &[3]);
+        let c = t(&[0.9, 0.1], &[2, 1]);
+        gradcheck(|v| v[0].try_maximum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        gradcheck(|v| v[0].try_minimum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        gradcheck(|v| v[0].try_maximum(&v[1]), &[c.clone(), b.clone()]).unwrap();
+        gradcheck(
+            |v| v[0].try_minimum(&v[1]),
+            &[a.clone(), Tensor::scalar(0.4)],
+        )
+        .unwrap();
+        // Two consumers of one value.
+        gradcheck(
+            |v| Ok(v[0].maximum(&v[1]) * v[0].minimum(&v[1]) + &v[0]),
+            &[a.clone(), b.clone()],
+        )
+        .unwrap();
+        let mask = t(&[1.0, 0.0, 1.0], &[3]);
+        gradcheck(|v| v[0].try_where(&mask, &v[1]), &[a.clone(), c.clone()]).unwrap();
+        gradcheck(
+            |v| v[0].try_where(&mask, &v[1]),
+            &[c.clone(), Tensor::scalar(0.3)],
+        )
+        .unwrap();
+        let col_mask = t(&[0.0, 1.0], &[2, 1]);
+        gradcheck(
+            |v| v[0].try_where(&col_mask, &v[1]),
+            &[b.clone(), a.clone()],
+        )
+        .unwrap();
+        gradcheck(|v| Ok(v[0].where_(&mask, &(&v[0] * &v[0]))), &[a]).unwrap();
+    }
+
+    #[test]
+    fn tangents() {
+        let a = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
+        let b = t(&[1.2, -0.4, 0.8], &[3]);
+        jvpcheck(|v| v[0].try_maximum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        jvpcheck(|v| v[0].try_minimum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        let mask = t(&[0.0, 1.0], &[2, 1]);
+        jvpcheck(|v| v[0].try_where(&mask, &v[1]), &[b.clone(), a.clone()]).unwrap();
+        jvpcheck(
+            |v| v[0].try_where(&mask, &v[0].graph().constant(Tensor::scalar(1.0))),
+            &[b],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn maximum_backward_has_gradients() {
+        let g = t(&[0.4, -1.2, 0.9], &[3]);
+        let a = t(&[0.5, 2.0, -1.0], &[3]);
+        let b = t(&[1.0, -3.0, 0.0], &[3]);
+        fn helper<'g>(v: &[Var<'g>], a: &Tensor, b: &Tensor) -> crate::Result<Var<'g>> {
+            let (a, b) = (
+                v[0].graph().constant(a.clone()),
+                v[0].graph().constant(b.clone()),
+            );
+            v[0].graph().record(MaximumBackward, &[&v[0], &a, &b])
+        }
+        gradcheck(|v| helper(v, &a, &b), std::slice::from_ref(&g)).unwrap();
+        jvpcheck(|v| helper(v, &a, &b), std::slice::from_ref(&g)).unwrap();
+        // Piecewise constant in a and b: no gradient flows to them.
+        let graph = Graph::new();
+        let (gv, av, bv) = (graph.variable(g), graph.variable(a), graph.variable(b));
+        let out = graph.record(MaximumBackward, &[&gv, &av, &bv]).unwrap();
+        assert_eq!(out.value().to_f64_vec(), vec![0.0, -1.2, 0.0]);
+        let grads = out.sum().backward().unwrap();
+        assert_eq!(grads.wrt(&gv).to_f64_vec(), vec![0.0, 1.0, 0.0]);
+        assert_eq!(grads.wrt(&av).to_f64_vec(), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn where_conditions_and_broadcasting() {
+        let g = Graph::new();
+        let a = g.variable(t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]));
+        let b = g.variable(t(&[-1.0, -2.0], &[2, 1]));
+        // A Var condition of the other dtype; NaN counts as true.
+        let cond32 = Tensor::from_vec(vec![1.0f32, 0.0, f32::NAN], &[3]).unwrap();
+        let cv = g.variable(cond32.clone());
+        let y = a.where_(&cv, &b);
+        assert_eq!(y.value().to_f64_vec(), vec![1.0, -1.0, 3.0, 4.0, -2.0, 6.0]);
+        let grads = y.sum().backward().unwrap();
+        assert_eq!(
+            grads.wrt(&a).to_f64_vec(),
+            vec![1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+        );
+        assert_eq!(grads.wrt(&b).to_f64_vec(), vec![1.0, 1.0]);
+        assert_eq!(grads.wrt(&cv).to_f64_vec(), vec![0.0; 3]);
+        // A Tensor condition gives the same; scalars stay 0-d.
+        assert_eq!(a.where_(&cond32, &b).value(), y.value());
+        let s = g.variable(Tensor::scalar(2.0));
+        let z = s.where_(&Tensor::scalar(0.0), &g.constant(Tensor::scalar(7.0)));
+        assert!(z.value().is_scalar());
+        assert_eq!(z.value().item().unwrap(), 7.0);
+    }
+
+    #[test]
+    fn f32_and_f64_agree() {
+        let g = Graph::new();
+        let v = [0.5, -1.0, 2.0, 1.5];
+        let (a32, a64) = (
+            g.variable(t(&v, &[4]).to_dtype(DType::F32)),
+            g.variable(t(&v, &[4])),
+        );
+        let mask = t(&[1.0, 0.0, 0.0, 1.0], &[4]);
+        let r32 = a32
+            .maximum(&a32.sin())
+            .where_(&mask, &a32.minimum(&a32.cos()))
+            .sum();
+        let r64 = a64
+            .maximum(&a64.sin())
+            .where_(&mask, &a64.minimum(&a64.cos()))
+            .sum();
+        assert!((r32.value().item().unwrap() - r64.value().item().unwrap()).abs() < 1e-5);
+        let g32 = r32.backward().unwrap().wrt(&a32);
+        let g64 = r64.backward().unwrap().wrt(&a64);
+        assert!(g32.allclose(&g64.to_dtype(DType::F32), 1e-5, 1e-5));
+    }
+
+    #[test]
+    fn errors() {
+        let g = Graph::new();
+        let a = g.variable(t(&[1.0, 2.0, 3.0], &[3]));
+        let b = g.variable(t(&[1.0, 2.0], &[2]));
+        let a32 = g.variable(t(&[1.0, 2.0, 3.0], &[3]).to_dtype(DType::F32));
+        assert!(matches!(
+            a.try_maximum(&b),
+            Err(Error::ShapeMismatch { op: "maximum", .. })
+        ));
+        assert!(matches!(
+            a.try_minimum(&a32),
+            Err(Error::DTypeMismatch { op: "minimum", .. })
+        ));
+        let mask = t(&[1.0, 0.0], &[2]);
+        assert!(matches!(
+            a.try_where(&mask, &a),
+            Err(Error::ShapeMismatch { op: "where", .. })
+        ));
+        assert!(matches!(
+            a.try_where(&mask, &a32),
+            Err(Error::DTypeMismatch { op: "where", .. })
+        ));
+    }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::testing::hvpcheck;
+        let x = t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3]);
+        let mask = t(&[1.0, 0.0, 1.0], &[3]);
+        hvpcheck(|x| Ok(x.maximum(&x.sin()) * x.minimum(&x.cos())), &x).unwrap();
+        hvpcheck(|x| x.try_mul(x)?.try_where(&mask, &x.sin()), &x).unwrap();
+    }
+
+    #[test]
+    fn fast_path_matches_var_backward() {
+        use crate::ops::testing::fast_path_agrees;
+        let a = t(&[0.5, -1.0, 2.0, 1.5, 0.3, 1.2], &[2, 3]);
+        let b = t(&[1.2, -0.4, 0.8], &[3]);
+        fast_path_agrees(|v| v[0].try_maximum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        fast_path_agrees(|v| v[0].try_minimum(&v[1]), &[a.clone(), b.clone()]).unwrap();
+        let mask = t(&[0.0, 1.0], &[2, 1]);
+        fast_path_agrees(|v| v[0].try_where(&mask, &v[1]), &[b, a]).unwrap();
+    }
+}

@@ -1,0 +1,500 @@
+//! Extremum reductions: `max`/`min` over every element, `amax`/`amin` over
+//! a list of axes (PyTorch's names), and `argmax`/`argmin`.
+//!
+//! Gradient rule (as PyTorch's `amax` and all-element `max`): where several
+//! elements attain the extremum, the gradient is split evenly among them;
+//! elsewhere it is 0. NaN propagates: a lane holding NaN has a NaN extremum,
+//! and its gradient goes to its NaN elements. An extremum over an axis of
+//! size 0 is an error. `argmax`/`argmin` return indices as constants (no
+//! gradient), the first occurrence winning a tie.
+
+use smallvec::smallvec;
+
+use super::arith::or_panic;
+use super::reduce_axes::Axes;
+use super::reduce_view::broadcastable;
+use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels::reduce_minmax;
+use crate::tensor::shape::normalize_axes;
+use crate::tensor::Tensor;
+
+/// The extremum's axes, as given, for an input of rank `rank` (`None`: all).
+fn axes_of(axes: Option<&Axes>, rank: usize) -> Axes {
+    match axes {
+        Some(a) => a.clone(),
+        None => (0..rank as isize).collect(),
+    }
+}
+
+/// Backward and tangent of an extremum over `axes`: the gradient spread
+/// evenly over the elements that attain it (a constant weight tensor).
+fn spread<'g>(
+    op: &'static str,
+    g: &Var<'g>,
+    x: &Var<'g>,
+    out: &Var<'g>,
+    axes: &Axes,
+    keepdim: bool,
+) -> Result<Var<'g>> {
+    let w = reduce_minmax::tie_weights(op, x.value(), out.value(), axes)?;
+    let normalized = normalize_axes(op, axes, x.value().rank())?;
+    let g = broadcastable(g, x.shape(), &normalized, keepdim)?;
+    g.try_mul(&Var::constant_in(x.graph(), w))
+}
+
+fn gather<'g>(
+    op: &'static str,
+    t: &Var<'g>,
+    x: &Var<'g>,
+    out: &Var<'g>,
+    axes: &Axes,
+    keepdim: bool,
+) -> Result<Var<'g>> {
+    let w = reduce_minmax::tie_weights(op, x.value(), out.value(), axes)?;
+    t.try_mul(&Var::constant_in(x.graph(), w))?
+        .try_sum_axes(axes, keepdim)
+}
+
+macro_rules! extremum_op {
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, all) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $op;
+
+        impl $op {
+            fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
+                (axes_of(None, rank), false)
+            }
+        }
+
+        extremum_op!(@impl $op, $name, $kernel);
+    };
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, axes) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, Default)]
+        pub struct $op {
+            /// The axes to reduce (negative axes count from the end).
+            pub axes: Axes,
+            /// Whether reduced axes stay as size 1.
+            pub keepdim: bool,
+        }
+
+        impl $op {
+            fn axes_keepdim(&self, _rank: usize) -> (Axes, bool) {
+                (self.axes.clone(), self.keepdim)
+            }
+        }
+
+        extremum_op!(@impl $op, $name, $kernel);
+    };
+    (@impl $op:ident, $name:literal, $kernel:path) => {
+        impl Differentiable for $op {
+            fn name(&self) -> &str {
+                $name
+            }
+            fn arity(&self) -> Option<usize> {
+                Some(1)
+            }
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+                expect_inputs($name, inputs, 1)?;
+                let (axes, keepdim) = self.axes_keepdim(inputs[0].rank());
+                $kernel($name, inputs[0], &axes, keepdim)
+            }
+            fn backward<'g>(
+                &self,
+                g: &Var<'g>,
+                inputs: &[Var<'g>],
+                out: &Var<'g>,
+            ) -> Result<GradInputs<'g>> {
+                let x = &inputs[0];
+                let (axes, keepdim) = self.axes_keepdim(x.value().rank());
+                Ok(smallvec![Some(spread($name, g, x, out, &axes, keepdim)?)])
+            }
+            fn jvp<'g>(
+                &self,
+                t: &[Option<Var<'g>>],
+                inputs: &[Var<'g>],
+                out: &Var<'g>,
+            ) -> Result<Option<Var<'g>>> {
+                let x = &inputs[0];
+                let (axes, keepdim) = self.axes_keepdim(x.value().rank());
+                t[0].as_ref()
+                    .map(|t| gather($name, t, x, out, &axes, keepdim))
+                    .transpose()
+            }
+        }
+    };
+}
+
+extremum_op!(
+    /// The maximum of every element, as a 0-d value; ties share the gradient evenly.
+    Max, "max", reduce_minmax::amax, all
+);
+extremum_op!(
+    /// The minimum of every element, as a 0-d value; ties share the gradient evenly.
+    Min, "min", reduce_minmax::amin, all
+);
+extremum_op!(
+    /// The maximum over a list of axes; ties share the gradient evenly.
+    Amax, "amax", reduce_minmax::amax, axes
+);
+extremum_op!(
+    /// The minimum over a list of axes; ties share the gradient evenly.
+    Amin, "amin", reduce_minmax::amin, axes
+);
+
+macro_rules! arg_op {
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $op {
+            /// The axis to search along; `None` searches the flattened tensor.
+            pub axis: Option<isize>,
+            /// Whether the reduced axis (every axis, for `None`) stays as size 1.
+            pub keepdim: bool,
+        }
+
+        impl Differentiable for $op {
+            fn name(&self) -> &str {
+                $name
+            }
+            fn arity(&self) -> Option<usize> {
+                Some(1)
+            }
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+                expect_inputs($name, inputs, 1)?;
+                $kernel($name, inputs[0], self.axis, self.keepdim)
+            }
+            fn backward<'g>(
+                &self,
+                _g: &Var<'g>,
+                _inputs: &[Var<'g>],
+                _out: &Var<'g>,
+            ) -> Result<GradInputs<'g>> {
+                // Indices are piecewise constant: no gradient.
+                Ok(smallvec![None])
+            }
+            fn jvp<'g>(
+                &self,
+                _t: &[Option<Var<'g>>],
+                _inputs: &[Var<'g>],
+                _out: &Var<'g>,
+            ) -> Result<Option<Var<'g>>> {
+                Ok(None)
+            }
+        }
+    };
+}
+
+arg_op!(
+    /// The index of the maximum (first occurrence), in the input's dtype.
+    ArgMax, "argmax", reduce_minmax::argmax
+);
+arg_op!(
+    /// The index of the minimum (first occurrence), in the input's dtype.
+    ArgMin, "argmin", reduce_minmax::argmin
+);
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Max);
+    reg.add_builtin(Min);
+    reg.add_builtin(Amax::default());
+    reg.add_builtin(Amin::default());
+    reg.add_builtin(ArgMax::default());
+    reg.add_builtin(ArgMin::default());
+}
+
+impl<'g> Var<'g> {
+    /// The maximum of every element (a 0-d value), NaN-propagating. Tied
+    /// maxima share the gradient evenly. Errors on an empty tensor.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 4.0, 4.0, 2.0], &[2, 2])?);
+    /// let m = x.try_max()?;
+    /// assert_eq!(m.value().item()?, 4.0);
+    /// assert_eq!(m.backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.5, 0.5, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_max(&self) -> Result<Var<'g>> {
+        self.graph().record(Max, &[self])
+    }
+
+    /// The maximum of every element; panics on an empty tensor (see [`try_max`](Self::try_max)).
+    #[track_caller]
+    pub fn max(&self) -> Var<'g> {
+        or_panic(self.try_max())
+    }
+
+    /// The minimum of every element (a 0-d value), NaN-propagating. Tied
+    /// minima share the gradient evenly. Errors on an empty tensor.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![3.0, -1.0, 2.0], &[3])?);
+    /// assert_eq!(x.try_min()?.value().item()?, -1.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_min(&self) -> Result<Var<'g>> {
+        self.graph().record(Min, &[self])
+    }
+
+    /// The minimum of every element; panics on an empty tensor (see [`try_min`](Self::try_min)).
+    #[track_caller]
+    pub fn min(&self) -> Var<'g> {
+        or_panic(self.try_min())
+    }
+
+    /// The maximum over `axes` (PyTorch's `amax`; negative axes count from
+    /// the end, an empty list reduces nothing), NaN-propagating. Tied maxima
+    /// share the gradient evenly. Errors on an axis of size 0.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+    /// let m = x.try_max_axes(&[1], false)?;
+    /// assert_eq!(m.value().to_f64_vec(), vec![5.0, 7.0]);
+    /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.5, 0.0, 0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_max_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
+        let op = Amax {
+            axes: Axes::from_slice(axes),
+            keepdim,
+        };
+        self.graph().record(op, &[self])
+    }
+
+    /// The maximum over `axes`; panics on a bad axis (see [`try_max_axes`](Self::try_max_axes)).
+    #[track_caller]
+    pub fn max_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+        or_panic(self.try_max_axes(axes, keepdim))
+    }
+
+    /// The minimum over `axes` (PyTorch's `amin`; see [`try_max_axes`](Self::try_max_axes)).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+    /// assert_eq!(x.try_min_axes(&[0], true)?.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_min_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
+        let op = Amin {
+            axes: Axes::from_slice(axes),
+            keepdim,
+        };
+        self.graph().record(op, &[self])
+    }
+
+    /// The minimum over `axes`; panics on a bad axis (see [`try_min_axes`](Self::try_min_axes)).
+    #[track_caller]
+    pub fn min_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+        or_panic(self.try_min_axes(axes, keepdim))
+    }
+
+    /// The index of the maximum along `axis` (`None`: of the flattened
+    /// tensor), as a constant of this value's dtype (no gradient, no node).
+    /// The first occurrence wins a tie; NaN counts as the maximum.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 9.0, 9.0, 7.0, 2.0, 8.0], &[2, 3])?);
+    /// let i = x.try_argmax(Some(1), false)?;
+    /// assert_eq!(i.value().to_f64_vec(), vec![1.0, 2.0]);
+    /// assert!(!i.requires_grad());
+    /// assert_eq!(x.try_argmax(None, false)?.value().item()?, 1.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn try_argmax(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
+        let t = ArgMax { axis, keepdim }.forward(&[self.value()])?;
+        Ok(Var::constant_in(self.graph(), t))
+    }
+
+    /// The index of the maximum; panics on a bad axis or an empty reduction
+    /// (see [`try_argmax`](Self::try_argmax)).
+    #[track_caller]
+    pub fn argmax(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
+        or_panic(self.try_argmax(axis, keepdim))
+    }
+
+    /// The index of the minimum along `axis` (see [`try_argmax`](Self::try_argmax)).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![4.0, 1.0, 1.0], &[3])?);
+    /// assert_eq!(x.try_argmin(Some(0), false)?.value().item()?, 1.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn try_argmin(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
+        let t = ArgMin { axis, keepdim }.forward(&[self.value()])?;
+        Ok(Var::constant_in(self.graph(), t))
+    }
+
+    /// The index of the minimum; panics on a bad axis or an empty reduction
+    /// (see [`try_argmin`](Self::try_argmin)).
+    #[track_caller]
+    pub fn argmin(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
+        or_panic(self.try_argmin(axis, keepdim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
+
+    /// A [2, 3, 4] input with no ties.
+    fn x() -> Tensor {
+        let v = [
+            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6,
+            2.2, -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
+        ];
+        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+    }
+
+    #[test]
+    fn forward_values_match_numpy() {
+        let g = Graph::new();
+        let x = g.variable(x());
+        let val = |v: crate::Var<'_>| v.value().to_f64_vec();
+        assert_eq!(x.max().value().item().unwrap(), 2.4);
+        assert_eq!(x.min().value().item().unwrap(), -1.6);
+        // NumPy: x.max(axis=1), x.min(axis=(0, 2)), x.argmax(axis=1), x.argmin()
+        assert_eq!(
+            val(x.max_axes(&[1], false)),
+            vec![0.5, 2.4, 2.0, 1.5, 2.2, 1.3, 1.9, 0.6]
+        );
+        assert_eq!(val(x.min_axes(&[0, 2], false)), vec![-1.0, -0.9, -1.6]);
+        assert_eq!(x.min_axes(&[0, 2], true).shape(), &[1, 3, 1]);
+        assert_eq!(
+            val(x.argmax(Some(1), false)),
+            vec![0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0]
+        );
+        assert_eq!(x.argmin(None, false).value().item().unwrap(), 10.0);
+        assert_eq!(x.argmin(None, true).shape(), &[1, 1, 1]);
+        assert_eq!(x.argmax(Some(-1), true).shape(), &[2, 3, 1]);
+        // f32 gives the same indices and values.
+        let x32 = g.variable(x.value().to_dtype(DType::F32));
+        assert_eq!(x32.argmax(Some(1), false).dtype(), DType::F32);
+        assert_eq!(
+            val(x32.argmax(Some(1), false)),
+            val(x.argmax(Some(1), false))
+        );
+        assert_eq!(x32.max().value().item().unwrap(), 2.4f32 as f64);
+    }
+
+    #[test]
+    fn gradients_over_axes_and_keepdim() {
+        let x = x();
+        gradcheck(|v| v[0].try_max(), std::slice::from_ref(&x)).unwrap();
+        gradcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
+        jvpcheck(|v| v[0].try_max(), std::slice::from_ref(&x)).unwrap();
+        jvpcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
+        for (axes, keepdim) in [
+            (&[0isize][..], false),
+            (&[1], false),
+            (&[-1], true),
+            (&[0, 2], false),
+            (&[0, 2], true),
+        ] {
+            gradcheck(
+                |v| v[0].try_max_axes(axes, keepdim),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+            gradcheck(
+                |v| v[0].try_min_axes(axes, keepdim),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].try_max_axes(axes, keepdim),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].try_min_axes(axes, keepdim),
+                std::slice::from_ref(&x),
+            )
+            .unwrap();
+        }
+        // Two consumers: a max-shifted softmax-like expression.
+        gradcheck(
+            |v| Ok((&v[0] - &v[0].max_axes(&[2], true)).exp() * v[0].min()),
+            &[x],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn ties_share_the_gradient_evenly_and_nan_takes_it() {
+        let g = Graph::new();
+        let x =
+            g.variable(Tensor::from_vec(vec![3.0, 1.0, 3.0, 3.0, f64::NAN, 0.0], &[2, 3]).unwrap());
+        let m = x.max_axes(&[1], false);
+        let v = m.value().to_f64_vec();
+        assert_eq!(v[0], 3.0);
+        assert!(v[1].is_nan());
+        let grad = m.sum().backward().unwrap().wrt(&x).to_f64_vec();
+        assert_eq!(grad, vec![0.5, 0.0, 0.5, 0.0, 1.0, 0.0]);
+        let all = g.variable(Tensor::from_vec(vec![2.0; 4], &[4]).unwrap());
+        let grad = all.min().backward().unwrap().wrt(&all).to_f64_vec();
+        assert_eq!(grad, vec![0.25; 4]);
+        // argmax is a constant: first occurrence, and NaN counts as the maximum.
+        assert_eq!(
+            x.argmax(Some(1), false).value().to_f64_vec(),
+            vec![0.0, 1.0]
+        );
+        let before = g.len();
+        let _ = x.argmax(None, false);
+        assert_eq!(g.len(), before);
+    }
+
+    #[test]
+    fn errors() {
+        let g = Graph::new();
+        let x = g.variable(x());
+        assert!(matches!(
+            x.try_max_axes(&[3], false),
+            Err(Error::AxisOutOfRange { op: "amax", .. })
+        ));
+        assert!(matches!(
+            x.try_min_axes(&[2, -1], false),
+            Err(Error::InvalidArgument { op: "amin", .. })
+        ));
+        assert!(matches!(
+            x.try_argmax(Some(-4), false),
+            Err(Error::AxisOutOfRange { op: "argmax", .. })
+        ));
+        let empty = g.variable(Tensor::zeros(&[2, 0], DType::F64).unwrap());
+        assert!(matches!(
+            empty.try_max(),
+            Err(Error::InvalidArgument { op: "max", .. })
+        ));
+        assert!(empty.try_argmin(Some(1), false).is_err());
+        assert_eq!(empty.max_axes(&[0], false).shape(), &[0]);
+        // Registered by name.
+        assert_eq!(g.apply("max", &[&x]).unwrap().value().item().unwrap(), 2.4);
+    }
+
+    #[test]
+    fn second_derivatives_through_create_graph() {
+        use crate::ops::testing::hvpcheck;
+        let x = x();
+        hvpcheck(|x| Ok(x.powf(2.0).max_axes(&[1], false)), &x).unwrap();
+        hvpcheck(|x| Ok(x.sin().min_axes(&[0, 2], true)), &x).unwrap();
+        hvpcheck(|x| Ok(x.powf(3.0).max()), &x).unwrap();
+    }
+}

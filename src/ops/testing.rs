@@ -1,0 +1,100 @@
+//! Test helpers for ops: [`hvpcheck`], second derivatives through
+//! `create_graph` (a recorded backward differentiated again) against
+//! central differences of first-order gradients, and [`fast_path_agrees`],
+//! an op's tensor-level `backward_fast` against its `Var`-level `backward`.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+use crate::tensor::Tensor;
+use crate::BackwardOptions;
+
+/// Fixed weights in [0.5, 1.4] that reduce an output of `shape` to a scalar
+/// (a plain sum would hide errors that cancel).
+fn weights(shape: &[usize]) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let w: Vec<f64> = (0..n).map(|i| 0.5 + ((i * 7) % 10) as f64 / 10.0).collect();
+    Tensor::from_vec(w, shape)
+}
+
+fn weighted<'g>(f: &impl Fn(&Var<'g>) -> Result<Var<'g>>, x: &Var<'g>) -> Result<Var<'g>> {
+    let y = f(x)?;
+    let w = x.graph().constant(weights(y.shape())?);
+    Ok(y.try_mul(&w)?.sum())
+}
+
+/// Checks `H v` of `sum(w * f(x))` (by `hessian_vector_product`, i.e.
+/// reverse over reverse with `create_graph`) against
+/// `(grad(x + eps v) - grad(x - eps v)) / 2 eps` for a fixed direction `v`.
+pub(crate) fn hvpcheck<F>(f: F, x: &Tensor) -> Result<()>
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+{
+    let v: Vec<f64> = (0..x.numel())
+        .map(|i| ((i * 5 + 3) % 11) as f64 / 11.0 - 0.45)
+        .collect();
+    let v = Tensor::from_vec(v, x.shape())?;
+    let analytic = crate::hessian_vector_product(|x| weighted(&f, x), x, &v)?.to_f64_vec();
+    let gradient_at = |shift: f64| -> Result<Vec<f64>> {
+        let moved = Tensor::from_vec(
+            x.to_f64_vec()
+                .iter()
+                .zip(v.to_f64_vec())
+                .map(|(a, d)| a + shift * d)
+                .collect(),
+            x.shape(),
+        )?;
+        let g = Graph::new();
+        let xv = g.variable(moved);
+        let y = weighted(&f, &xv)?;
+        if !y.requires_grad() {
+            return Ok(vec![0.0; x.numel()]);
+        }
+        Ok(y.backward()?.wrt(&xv).to_f64_vec())
+    };
+    let eps = 1e-6;
+    let (plus, minus) = (gradient_at(eps)?, gradient_at(-eps)?);
+    for (i, a) in analytic.iter().enumerate() {
+        let numeric = (plus[i] - minus[i]) / (2.0 * eps);
+        if (a - numeric).abs() > 1e-5 + 1e-4 * numeric.abs() || a.is_nan() {
+            return Err(Error::GradCheck {
+                input: 0,
+                index: i,
+                analytic: *a,
+                numeric,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the gradients of `sum(w * f(inputs))` are the same with the
+/// `backward_fast` path on and off (the `Var`-level `backward` formulas).
+pub(crate) fn fast_path_agrees<F>(f: F, inputs: &[Tensor]) -> Result<()>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
+    let run = |fast: bool| -> Result<Vec<Vec<f64>>> {
+        let g = Graph::new();
+        let vars: Vec<Var<'_>> = inputs.iter().map(|t| g.variable(t.clone())).collect();
+        let y = f(&vars)?;
+        let w = g.constant(weights(y.shape())?.to_dtype(y.dtype()));
+        let s = y.try_mul(&w)?.sum();
+        let grads = s.backward_with_options(&BackwardOptions::new().fast_path(fast))?;
+        Ok(vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect())
+    };
+    let (fast, slow) = (run(true)?, run(false)?);
+    for (input, (a, b)) in fast.iter().zip(&slow).enumerate() {
+        for (index, (x, y)) in a.iter().zip(b).enumerate() {
+            let same = x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-12 * y.abs();
+            if !same {
+                return Err(Error::GradCheck {
+                    input,
+                    index,
+                    analytic: *x,
+                    numeric: *y,
+                });
+            }
+        }
+    }
+    Ok(())
+}
