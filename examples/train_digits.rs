@@ -31,7 +31,8 @@ usage: train_digits [options]
 
 options:
   --hidden SIZES      hidden layer sizes, comma-separated (default 128,64)
-  --activation NAME   relu, tanh, sigmoid, identity (default relu)
+  --activation NAME   relu, leaky_relu, tanh, sigmoid, gelu, gelu_tanh, silu,
+                      identity (default relu)
   --dropout P         dropout after each hidden layer (default 0)
   --epochs N          passes over the training set (default 30)
   --batch-size N      examples per step (default 32)

@@ -3,6 +3,7 @@
 use crate::error::Result;
 use crate::graph::Var;
 use crate::nn::{Module, Parameter};
+use crate::ops::gelu::GeluApproximate;
 
 /// An elementwise activation, usable as a layer.
 ///
@@ -12,36 +13,55 @@ use crate::nn::{Module, Parameter};
 /// let x = g.constant(Tensor::from_vec(vec![-1.0, 2.0], &[2])?);
 /// assert_eq!(Activation::Relu.forward(&x)?.value().to_f64_vec(), vec![0.0, 2.0]);
 /// assert_eq!("tanh".parse::<Activation>()?, Activation::Tanh);
+/// assert_eq!("leaky_relu".parse::<Activation>()?, Activation::LeakyRelu(0.01));
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub enum Activation {
     /// `max(x, 0)`.
     #[default]
     Relu,
+    /// `x` for `x >= 0`, `slope * x` below (PyTorch's default slope is 0.01).
+    LeakyRelu(f64),
     /// `tanh(x)`.
     Tanh,
     /// `1 / (1 + e^-x)`.
     Sigmoid,
+    /// GELU with the exact normal CDF, `x Φ(x)`.
+    Gelu,
+    /// GELU with PyTorch's tanh approximation (`approximate="tanh"`).
+    GeluTanh,
+    /// SiLU (swish), `x sigmoid(x)`.
+    Silu,
     /// `x` unchanged.
     Identity,
 }
 
 impl Activation {
     /// Every activation, in declaration order.
+    /// (`LeakyRelu` with PyTorch's default slope, 0.01.)
     pub const ALL: &'static [Activation] = &[
         Activation::Relu,
+        Activation::LeakyRelu(0.01),
         Activation::Tanh,
         Activation::Sigmoid,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
         Activation::Identity,
     ];
 
-    /// The lower-case name (`"relu"`, ...), as accepted by `parse`.
+    /// The lower-case name (`"relu"`, `"gelu_tanh"`, ...), as accepted by
+    /// `parse` (`"leaky_relu"` parses with slope 0.01).
     pub fn name(self) -> &'static str {
         match self {
             Activation::Relu => "relu",
+            Activation::LeakyRelu(_) => "leaky_relu",
             Activation::Tanh => "tanh",
             Activation::Sigmoid => "sigmoid",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
             Activation::Identity => "identity",
         }
     }
@@ -50,8 +70,20 @@ impl Activation {
     pub fn apply<'g>(self, x: &Var<'g>) -> Result<Var<'g>> {
         Ok(match self {
             Activation::Relu => x.relu(),
+            Activation::LeakyRelu(slope) => {
+                if !slope.is_finite() {
+                    return Err(crate::Error::invalid(
+                        "Activation",
+                        format!("leaky_relu slope must be finite, got {slope}"),
+                    ));
+                }
+                x.leaky_relu(slope)
+            }
             Activation::Tanh => x.tanh(),
             Activation::Sigmoid => x.sigmoid(),
+            Activation::Gelu => x.gelu_with(GeluApproximate::None),
+            Activation::GeluTanh => x.gelu_with(GeluApproximate::Tanh),
+            Activation::Silu => x.silu(),
             Activation::Identity => x.clone(),
         })
     }
@@ -59,7 +91,10 @@ impl Activation {
 
 impl std::fmt::Display for Activation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Activation::LeakyRelu(slope) if *slope != 0.01 => write!(f, "leaky_relu({slope})"),
+            other => f.write_str(other.name()),
+        }
     }
 }
 
@@ -96,25 +131,35 @@ mod tests {
     use crate::{Graph, Tensor};
 
     #[test]
-    fn values_and_gradients_flow() {
+    fn values_match_pytorch_and_gradients_flow() {
         let g = Graph::new();
         let x = g.variable(Tensor::from_vec(vec![-2.0, 0.5], &[2]).unwrap());
+        // torch.nn.functional in float64 at x = -2 and 0.5.
+        let expected = |a: &Activation| -> [f64; 2] {
+            match a {
+                Activation::Relu => [0.0, 0.5],
+                Activation::LeakyRelu(_) => [-0.02, 0.5],
+                Activation::Tanh => [-0.9640275800758169, 0.4621171572600098],
+                Activation::Sigmoid => [0.11920292202211755, 0.6224593312018546],
+                Activation::Gelu => [-0.04550026389635842, 0.34573123063700656],
+                Activation::GeluTanh => [-0.04540230591222494, 0.34571400982514394],
+                Activation::Silu => [-0.2384058440442351, 0.3112296656009273],
+                Activation::Identity => [-2.0, 0.5],
+            }
+        };
         for a in Activation::ALL {
             let y = a.forward(&x).unwrap();
-            let want: Vec<f64> = [-2.0f64, 0.5]
-                .iter()
-                .map(|&v| match a {
-                    Activation::Relu => v.max(0.0),
-                    Activation::Tanh => v.tanh(),
-                    Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
-                    Activation::Identity => v,
-                })
-                .collect();
-            assert!(y
-                .value()
-                .allclose(&Tensor::from_vec(want, &[2]).unwrap(), 1e-12, 0.0));
+            let want = Tensor::from_vec(expected(a).to_vec(), &[2]).unwrap();
+            assert!(
+                y.value().allclose(&want, 1e-12, 1e-15),
+                "{a}: {:?}",
+                y.value()
+            );
             assert_eq!(a.name().parse::<Activation>().unwrap(), *a);
+            assert!(y.sum().backward().unwrap().wrt(&x).all_finite());
         }
         assert!("swish2".parse::<Activation>().is_err());
+        assert_eq!(Activation::LeakyRelu(0.2).to_string(), "leaky_relu(0.2)");
+        assert!(Activation::LeakyRelu(f64::NAN).forward(&x).is_err());
     }
 }
