@@ -1,7 +1,7 @@
 """Reference values for tests/optim_reference.rs, computed with PyTorch.
 
 Run:  python tests/reference/optim_reference.py > /tmp/out.rs
-(used: torch 2.15.0 CPU from PyPI, numpy 2.4). It prints the Rust constants
+(used: torch 2.15.0 from PyPI, run on the CPU). It prints the Rust constants
 that tests/optim_reference.rs holds; rerun it and diff to check them.
 
 The problem: two parameters, w [2, 3] and b [3], and the loss
