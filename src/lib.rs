@@ -49,6 +49,8 @@ pub use autograd::{
 };
 pub use error::{Error, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use ops::gelu::GeluApproximate;
+pub use ops::nn::{CrossEntropyOptions, NllLossOptions, Reduction};
 pub use ops::{Differentiable, GradInputs, OpRegistry};
 pub use tensor::{DType, Element, Tensor};
 

@@ -1,6 +1,8 @@
 //! The names most programs need: `use retrograd::prelude::*;`.
 
+pub use crate::nn::{Module, Parameter};
+pub use crate::optim::Optimizer;
 pub use crate::{
-    BackwardOptions, DType, Differentiable, Error, GradInputs, Gradients, Graph, OpRegistry,
-    Result, Tensor, Var,
+    grad, BackwardOptions, DType, Differentiable, Error, GradInputs, GradOptions, Gradients, Graph,
+    OpRegistry, Result, Tensor, Var,
 };
