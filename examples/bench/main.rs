@@ -11,6 +11,7 @@
 //! over the repeats. New workloads are one module each plus a line in
 //! `WORKLOADS`.
 
+mod checkpointing;
 mod elementwise;
 mod matmul;
 mod memory;
@@ -47,6 +48,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "mem_w1",
         memory::run_w1,
         "peak RSS growth per recorded W1 node",
+    ),
+    (
+        "checkpoint",
+        checkpointing::run,
+        "peak memory of a 20-layer MLP's backward, with and without checkpointing",
     ),
     (
         "mem_w2",

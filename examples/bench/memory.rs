@@ -21,6 +21,32 @@ pub fn rss_and_peak() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// Environment variable that tells a child process which measurement to make.
+const CHILD: &str = "RETROGRAD_BENCH_CHILD";
+
+/// Peak-memory figures are only meaningful in a fresh process: the allocator
+/// keeps freed memory, so an earlier run would hide the growth. When this
+/// process is not a child, re-run the bench binary as the child for `label`
+/// (with the same options) and return `true`: the caller should skip the
+/// measurement. In a child, returns whether `label` is someone else's.
+pub fn delegated(label: &str, opts: &Options) -> bool {
+    if let Ok(child) = std::env::var(CHILD) {
+        // A child makes exactly the measurement it was started for.
+        return child != label;
+    }
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("own path"));
+    cmd.env(CHILD, label)
+        .arg(label.split(':').next().unwrap_or(label));
+    if opts.quick {
+        cmd.arg("--quick");
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        other => eprintln!("{label}: child process failed: {other:?}"),
+    }
+    true
+}
+
 /// Peak RSS growth (bytes) while `f` runs.
 pub fn peak_growth(f: impl FnOnce()) -> Option<u64> {
     fs::write("/proc/self/clear_refs", "5").ok()?;
@@ -31,11 +57,11 @@ pub fn peak_growth(f: impl FnOnce()) -> Option<u64> {
 }
 
 pub fn run_w1(opts: &Options) {
+    if delegated("mem_w1", opts) {
+        return;
+    }
     let chains = if opts.quick { 100 } else { 1000 };
     let nodes = super::w1::nodes(chains, 1);
-    // Warm the allocator and the code paths first, so the measurement sees
-    // the graph's own memory.
-    super::w1::run_once(chains / 10, 1, retrograd::DType::F32);
     match peak_growth(|| {
         super::w1::run_once(chains, 1, retrograd::DType::F32);
     }) {
@@ -55,6 +81,9 @@ pub fn run_w1(opts: &Options) {
 }
 
 pub fn run_w2(opts: &Options) {
+    if delegated("mem_w2", opts) {
+        return;
+    }
     let batch = if opts.quick { 256 } else { 4096 };
     let params = super::w2::mlp_params(0);
     let (x, y) = super::w2::mlp_data(batch, 1);
