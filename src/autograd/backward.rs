@@ -391,38 +391,20 @@ pub(crate) fn run_fast<'g>(
             }
         };
         let ids = st.inputs_of(node as usize);
-        let n = ids.len();
-        if n <= MAX_FAST_ARITY {
-            let op: &dyn Differentiable = match rec.op {
-                OpRef::Static(op) => op,
-                OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
-            };
-            let mut inputs: [&Tensor; MAX_FAST_ARITY] = [&PLACEHOLDER; MAX_FAST_ARITY];
-            let mut needs = [false; MAX_FAST_ARITY];
-            for (k, &id) in ids.iter().enumerate() {
-                inputs[k] = &st.values[id as usize];
-                needs[k] = st.value_requires_grad(id);
-            }
-            let mut grads: [Option<Tensor>; MAX_FAST_ARITY] = Default::default();
-            if op.backward_fast(
-                &grad,
-                &inputs[..n],
-                &st.values[out],
-                &needs[..n],
-                &mut grads[..n],
-            )? {
-                for k in 0..n {
-                    let Some(g) = grads[k].take() else { continue };
-                    if !needs[k] {
-                        continue;
-                    }
-                    if !g.same_shape(inputs[k]) || g.dtype() != inputs[k].dtype() {
-                        return Err(bad_shape(op, g.shape(), g.dtype(), inputs[k]));
-                    }
-                    store.add_tensor(ids[k] as usize, g)?;
-                }
-                continue;
-            }
+        let op: &dyn Differentiable = match rec.op {
+            OpRef::Static(op) => op,
+            OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
+        };
+        // Fixed-size arrays per arity: no placeholders to fill, nothing to drop.
+        let handled = match ids.len() {
+            1 => fast_node::<1>(op, &st, ids, &grad, out, store)?,
+            2 => fast_node::<2>(op, &st, ids, &grad, out, store)?,
+            3 => fast_node::<3>(op, &st, ids, &grad, out, store)?,
+            4 => fast_node::<4>(op, &st, ids, &grad, out, store)?,
+            _ => false,
+        };
+        if handled {
+            continue;
         }
         drop(st);
         visit_with_vars(
@@ -436,10 +418,36 @@ pub(crate) fn run_fast<'g>(
     Ok(())
 }
 
-/// The most inputs a node can have and still take the `backward_fast` path.
-const MAX_FAST_ARITY: usize = 4;
-/// Fills unused input slots of the fast path (never read).
-static PLACEHOLDER: Tensor = Tensor::ZERO_F32;
+/// One node through `backward_fast`, for a node of exactly `N` inputs;
+/// returns whether the op took the fast path.
+#[inline(always)]
+fn fast_node<const N: usize>(
+    op: &dyn Differentiable,
+    st: &crate::graph::GraphState,
+    ids: &[u32],
+    grad: &Tensor,
+    out: usize,
+    store: &mut TensorStore,
+) -> Result<bool> {
+    let ids: &[u32; N] = ids.try_into().expect("the caller matched the arity");
+    let inputs: [&Tensor; N] = std::array::from_fn(|k| &st.values[ids[k] as usize]);
+    let needs: [bool; N] = std::array::from_fn(|k| st.value_requires_grad(ids[k]));
+    let mut grads: [Option<Tensor>; N] = std::array::from_fn(|_| None);
+    if !op.backward_fast(grad, &inputs, &st.values[out], &needs, &mut grads)? {
+        return Ok(false);
+    }
+    for (k, g) in grads.into_iter().enumerate() {
+        let Some(g) = g else { continue };
+        if !needs[k] {
+            continue;
+        }
+        if !g.same_shape(inputs[k]) || g.dtype() != inputs[k].dtype() {
+            return Err(bad_shape(op, g.shape(), g.dtype(), inputs[k]));
+        }
+        store.add_tensor(ids[k] as usize, g)?;
+    }
+    Ok(true)
+}
 
 /// Buffers reused across nodes so the sweep does not allocate per node.
 #[derive(Default)]

@@ -64,11 +64,6 @@ fn scalar_shape() -> &'static [usize] {
 }
 
 impl Tensor {
-    /// A 0-d f32 zero, usable in constants and statics.
-    pub(crate) const ZERO_F32: Tensor = Tensor {
-        repr: Repr::F32(0.0),
-    };
-
     #[inline(always)]
     pub(crate) fn from_repr(repr: Repr) -> Self {
         Tensor { repr }
