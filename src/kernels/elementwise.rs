@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
+use super::simd::wide;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
 use crate::tensor::{DType, Element, Repr, Tensor};
@@ -48,9 +49,14 @@ fn map_dense<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
 pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], f: F) {
     for_each_chunk(out, |off, chunk| {
         let s = &src[off..off + chunk.len()];
-        for (o, &v) in chunk.iter_mut().zip(s) {
-            o.write(f.call(v));
-        }
+        wide(
+            #[inline(always)]
+            || {
+                for (o, &v) in chunk.iter_mut().zip(s) {
+                    o.write(f.call(v));
+                }
+            },
+        )
     });
 }
 
@@ -99,9 +105,14 @@ fn zip_typed<T: Element, F: BinaryFn>(
             for_each_chunk(out, |off, chunk| {
                 let n = chunk.len();
                 let (pa, pb) = (&xa[off..off + n], &xb[off..off + n]);
-                for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
-                    o.write(f.call(x, y));
-                }
+                wide(
+                    #[inline(always)]
+                    || {
+                        for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
+                            o.write(f.call(x, y));
+                        }
+                    },
+                )
             })
         }));
     }
@@ -110,9 +121,14 @@ fn zip_typed<T: Element, F: BinaryFn>(
         let y = xb[0];
         return Ok(Tensor::build::<T>(shape, |out| {
             for_each_chunk(out, |off, chunk| {
-                for (o, &x) in chunk.iter_mut().zip(&xa[off..]) {
-                    o.write(f.call(x, y));
-                }
+                wide(
+                    #[inline(always)]
+                    || {
+                        for (o, &x) in chunk.iter_mut().zip(&xa[off..]) {
+                            o.write(f.call(x, y));
+                        }
+                    },
+                )
             })
         }));
     }
@@ -120,9 +136,14 @@ fn zip_typed<T: Element, F: BinaryFn>(
         let x = xa[0];
         return Ok(Tensor::build::<T>(shape, |out| {
             for_each_chunk(out, |off, chunk| {
-                for (o, &y) in chunk.iter_mut().zip(&xb[off..]) {
-                    o.write(f.call(x, y));
-                }
+                wide(
+                    #[inline(always)]
+                    || {
+                        for (o, &y) in chunk.iter_mut().zip(&xb[off..]) {
+                            o.write(f.call(x, y));
+                        }
+                    },
+                )
             })
         }));
     }
@@ -310,9 +331,14 @@ pub fn zip_assign<F: BinaryFn>(op: &'static str, acc: Tensor, x: &Tensor, f: F) 
         match acc.unique_slice_mut::<T>() {
             Some(dst) => {
                 super::parallel::for_each_chunk_init(dst, |off, chunk| {
-                    for (d, &s) in chunk.iter_mut().zip(&src[off..]) {
-                        *d = f.call(*d, s);
-                    }
+                    wide(
+                        #[inline(always)]
+                        || {
+                            for (d, &s) in chunk.iter_mut().zip(&src[off..]) {
+                                *d = f.call(*d, s);
+                            }
+                        },
+                    )
                 });
                 true
             }

@@ -19,6 +19,8 @@ pub mod reduce;
 pub(crate) mod reduce_lanes;
 pub mod reduce_minmax;
 pub mod reduce_stats;
+pub mod simd;
+pub mod tanh;
 pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};

@@ -76,7 +76,7 @@ impl UnaryFn for GeluTanhFn {
     fn call<T: Element>(self, x: T) -> T {
         let k = T::from_f64(SQRT_2_OVER_PI);
         let inner = k * (x + T::from_f64(GELU_TANH_A) * x * x * x);
-        T::from_f64(0.5) * x * (T::one() + inner.tanh())
+        T::from_f64(0.5) * x * (T::one() + inner.tanh_vectorisable())
     }
 }
 
@@ -106,7 +106,7 @@ impl BinaryFn for GeluTanhBackwardFn {
             T::from_f64(0.5),
         );
         let x2 = x * x;
-        let t = (k * (x + a * x2 * x)).tanh();
+        let t = (k * (x + a * x2 * x)).tanh_vectorisable();
         let du = k * (T::one() + T::from_f64(3.0) * a * x2);
         g * (half * (T::one() + t) + half * x * (T::one() - t * t) * du)
     }

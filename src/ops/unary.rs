@@ -26,7 +26,7 @@ crate::unary_fn!(
 crate::unary_fn!(
     /// `tanh x`
     TanhFn,
-    |x| x.tanh()
+    |x| x.tanh_vectorisable()
 );
 crate::unary_fn!(
     /// `x < 0 ? 0 : x`, which keeps NaN as NaN (`max(x, 0)` would hide it).

@@ -57,6 +57,10 @@ pub trait Element:
     fn from_f64(v: f64) -> Self;
     /// Converts to `f64` (exactly).
     fn to_f64(self) -> f64;
+    /// `tanh`, branch-free so that a loop over a slice vectorises
+    /// (see `kernels::tanh`).
+    #[doc(hidden)]
+    fn tanh_vectorisable(self) -> Self;
     /// Wraps a scalar into a tensor.
     #[doc(hidden)]
     fn scalar_tensor(self) -> super::Tensor;
@@ -76,6 +80,10 @@ mod private {
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn tanh_vectorisable(self) -> Self {
+        crate::kernels::tanh::tanh_f32(self)
+    }
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v as f32
@@ -103,6 +111,10 @@ impl Element for f32 {
 
 impl Element for f64 {
     const DTYPE: DType = DType::F64;
+    #[inline(always)]
+    fn tanh_vectorisable(self) -> Self {
+        crate::kernels::tanh::tanh_f64(self)
+    }
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v

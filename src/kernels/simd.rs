@@ -1,0 +1,55 @@
+//! Runs a slice loop compiled for the widest SIMD the CPU has.
+//!
+//! The crate is built for the baseline x86-64 target (SSE2, four f32 lanes)
+//! so that one binary runs everywhere. [`wide`] runs a closure inside a
+//! function compiled with AVX-512F (or AVX2) enabled when the CPU reports it
+//! at run time; the closure and the element functors it calls are
+//! `#[inline(always)]`, so LLVM inlines them there and vectorises the loop at
+//! that width. The code is the same scalar code in every version (Rust never
+//! contracts `a * b + c` into an FMA), so results are bit-identical whichever
+//! version runs.
+
+/// Runs `body`, compiled with the widest vector extension the CPU supports.
+#[inline(always)]
+pub fn wide<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { with_avx512(body) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { with_avx2(body) };
+        }
+    }
+    body()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn with_avx512<R>(body: impl FnOnce() -> R) -> R {
+    body()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn with_avx2<R>(body: impl FnOnce() -> R) -> R {
+    body()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_the_body_once_and_returns_its_value() {
+        let mut calls = 0;
+        let v = super::wide(|| {
+            calls += 1;
+            (0..100).map(|i| i as f32 * 0.5).sum::<f32>()
+        });
+        assert_eq!(calls, 1);
+        assert_eq!(v, 2475.0);
+    }
+}
