@@ -125,7 +125,9 @@ fn assert_close(
         }
         for (k, (x, y)) in ta.to_f64_vec().into_iter().zip(tb.to_f64_vec()).enumerate() {
             let tolerance = atol + rtol * y.abs();
-            if !((x - y).abs() <= tolerance) {
+            // Written so that a NaN on either side fails.
+            let within = (x - y).abs() <= tolerance;
+            if !within {
                 return Err(format!("{what}: input {input} element {k}: {x} vs {y}"));
             }
             worst = worst.max((x - y).abs() / tolerance);

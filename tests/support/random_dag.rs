@@ -699,8 +699,8 @@ impl<'p> Planner<'p> {
             .rev()
             .find(|&i| self.live[i])
             .expect("an input");
-        for i in 0..self.dag.nodes.len() {
-            if self.live[i] && !consumed[i] && (i == newest || self.values_rng.random_bool(0.85)) {
+        for (i, consumed) in consumed.into_iter().enumerate() {
+            if self.live[i] && !consumed && (i == newest || self.values_rng.random_bool(0.85)) {
                 let shape = self.shape(i);
                 let weights = self.random_values(&shape);
                 self.dag.outputs.push((i, weights));
