@@ -64,6 +64,16 @@ pub enum Op {
     Pad(Vec<isize>, f64),
     Cat(isize),
     Stack(isize),
+    /// `matmul` with either operand transposed in its last two dims.
+    MatMulTransposed(bool, bool),
+    /// `where(condition, a, b)` with a fixed 0/1 condition.
+    Where(Tensor),
+    Gather(isize, Tensor),
+    IndexAdd(isize, Vec<usize>),
+    MseLoss,
+    BinaryCrossEntropyWithLogits(Tensor),
+    /// Normalized shape, whether a weight and a bias operand follow.
+    LayerNorm(Vec<usize>, bool, bool),
 }
 
 /// A node of the plan, in execution order.
@@ -211,6 +221,22 @@ fn apply<'g>(op: &Op, args: &[&Var<'g>]) -> Result<Var<'g>> {
         Op::Pad(pads, value) => x.try_pad(pads, *value),
         Op::Cat(dim) => Var::try_cat(args, *dim),
         Op::Stack(dim) => Var::try_stack(args, *dim),
+        Op::MatMulTransposed(left, right) => x.try_matmul_transposed(args[1], *left, *right),
+        Op::Where(condition) => x.try_where(condition, args[1]),
+        Op::Gather(dim, index) => x.try_gather(*dim, index),
+        Op::IndexAdd(dim, index) => {
+            x.try_index_add(*dim, &Tensor::from_indices(index, &[index.len()])?, args[1])
+        }
+        Op::MseLoss => x.try_mse_loss(args[1]),
+        Op::BinaryCrossEntropyWithLogits(target) => {
+            let target = x.graph().constant(target.to_dtype(x.dtype()));
+            x.try_binary_cross_entropy_with_logits(&target)
+        }
+        Op::LayerNorm(shape, has_weight, has_bias) => {
+            let weight = has_weight.then(|| args[1]);
+            let bias = has_bias.then(|| args[1 + usize::from(*has_weight)]);
+            x.try_layer_norm(shape, weight, bias, 1e-5)
+        }
     }
 }
 
@@ -334,10 +360,8 @@ impl<'p> Planner<'p> {
                 .reduction(a, rng)
                 .map(|op| (op, vec![Operand::Existing(a)])),
             68..88 => self.shape_op(a, rng),
-            88..96 => self.matmul(a, rng),
-            _ => self
-                .normalisation(a, rng)
-                .map(|op| (op, vec![Operand::Existing(a)])),
+            88..94 => self.matmul(a, rng),
+            _ => self.nn_op(a, rng),
         }
     }
 
@@ -399,8 +423,9 @@ impl<'p> Planner<'p> {
     /// broadcasts with `a`'s, or a fresh leaf shaped to broadcast with it
     /// (size-1 dims grown, some dims set to 1, leading dims dropped).
     fn binary(&mut self, a: usize, rng: &mut ChaCha8Rng) -> Option<(Op, Vec<Operand>)> {
-        let name =
-            ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][rng.random_range(0..7)];
+        let name = [
+            "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
+        ][rng.random_range(0..8)];
         let shape = self.shape(a);
         let candidates: Vec<usize> = (0..self.values.len())
             .filter(|&i| broadcast(&shape, self.values[i].shape()).is_some())
@@ -425,7 +450,33 @@ impl<'p> Planner<'p> {
             // Ties of maximum/minimum are checked on the broadcast difference in `accept`.
             _ => true,
         };
-        ok.then_some((Op::Registered(name), operands))
+        if !ok {
+            return None;
+        }
+        if name == "where" {
+            // A 0/1 condition shaped like either operand or their broadcast.
+            let shapes = [
+                self.operand_shape(&operands[0]),
+                self.operand_shape(&operands[1]),
+            ];
+            let out = broadcast(&shapes[0], &shapes[1]).expect("operands broadcast");
+            let condition_shape = [&shapes[0], &shapes[1], &out][rng.random_range(0..3)].clone();
+            let n: usize = condition_shape.iter().product();
+            let condition: Vec<f64> = (0..n)
+                .map(|_| f64::from(rng.random_range(0..2u8)))
+                .collect();
+            let condition =
+                Tensor::from_f64_slice(&condition, &condition_shape, DType::F64).expect("a shape");
+            return Some((Op::Where(condition), operands));
+        }
+        Some((Op::Registered(name), operands))
+    }
+
+    fn operand_shape(&self, operand: &Operand) -> Vec<usize> {
+        match operand {
+            Operand::Existing(i) => self.shape(*i),
+            Operand::Fresh { value, .. } => value.shape().to_vec(),
+        }
     }
 
     fn operand_data(&self, operand: &Operand) -> Vec<f64> {
@@ -464,17 +515,50 @@ impl<'p> Planner<'p> {
         })
     }
 
-    fn normalisation(&self, a: usize, rng: &mut ChaCha8Rng) -> Option<Op> {
-        let rank = self.shape(a).len();
-        if rank == 0 {
-            return None;
+    /// Softmax, log-softmax, layer norm and the elementwise losses.
+    fn nn_op(&mut self, a: usize, rng: &mut ChaCha8Rng) -> Option<(Op, Vec<Operand>)> {
+        let shape = self.shape(a);
+        let rank = shape.len();
+        let single = |op: Op| Some((op, vec![Operand::Existing(a)]));
+        match rng.random_range(0..5) {
+            0 if rank >= 1 => single(Op::Softmax(random_dim(rank, rng))),
+            1 if rank >= 1 => single(Op::LogSoftmax(random_dim(rank, rng))),
+            2 => {
+                let target: Vec<f64> = (0..shape.iter().product::<usize>())
+                    .map(|_| rng.random_range(0.0..=1.0))
+                    .collect();
+                let target = Tensor::from_f64_slice(&target, &shape, DType::F64).expect("a shape");
+                single(Op::BinaryCrossEntropyWithLogits(target))
+            }
+            3 => {
+                let partner = self.partner_of_shape(&shape, rng);
+                Some((Op::MseLoss, vec![Operand::Existing(a), partner]))
+            }
+            4 if rank >= 1 => {
+                // Normalise over trailing dims whose groups are far from constant
+                // (layer norm's gradient grows like 1 / std).
+                let k = rng.random_range(1..=rank);
+                let normalized = shape[rank - k..].to_vec();
+                if normalized.iter().product::<usize>() < 2 {
+                    return None;
+                }
+                let axes: Vec<isize> = (rank - k..rank).map(|d| d as isize).collect();
+                let spread = self.values[a].try_var(&axes, 0.0, false).ok()?;
+                if spread.value().to_f64_vec().iter().any(|&v| v < 0.05) {
+                    return None;
+                }
+                let (has_weight, has_bias) = (rng.random_bool(0.6), rng.random_bool(0.6));
+                let mut operands = vec![Operand::Existing(a)];
+                if has_weight {
+                    operands.push(self.partner_of_shape(&normalized, rng));
+                }
+                if has_bias {
+                    operands.push(self.partner_of_shape(&normalized, rng));
+                }
+                Some((Op::LayerNorm(normalized, has_weight, has_bias), operands))
+            }
+            _ => None,
         }
-        let axis = random_dim(rank, rng);
-        Some(if rng.random_bool(0.5) {
-            Op::Softmax(axis)
-        } else {
-            Op::LogSoftmax(axis)
-        })
     }
 
     fn shape_op(&mut self, a: usize, rng: &mut ChaCha8Rng) -> Option<(Op, Vec<Operand>)> {
@@ -526,6 +610,32 @@ impl<'p> Planner<'p> {
                 let dim = rng.random_range(0..rank);
                 single(Op::Select(dim as isize, rng.random_range(0..shape[dim])))
             }
+            8 if rank >= 1 && rng.random_bool(0.35) => {
+                // Repeated indices: scatter_add in the backward sums them.
+                let dim = rng.random_range(0..rank);
+                let mut index_shape = shape.clone();
+                index_shape[dim] = rng.random_range(1..=3);
+                let index: Vec<usize> = (0..index_shape.iter().product::<usize>())
+                    .map(|_| rng.random_range(0..shape[dim]))
+                    .collect();
+                let index = Tensor::from_indices(&index, &index_shape).expect("a shape");
+                single(Op::Gather(dim as isize, index))
+            }
+            8 if rank >= 1 && rng.random_bool(0.5) => {
+                // Sources added at repeated positions.
+                let dim = rng.random_range(0..rank);
+                let count = rng.random_range(1..=4);
+                let index: Vec<usize> = (0..count)
+                    .map(|_| rng.random_range(0..shape[dim]))
+                    .collect();
+                let mut source_shape = shape.clone();
+                source_shape[dim] = count;
+                let source = self.partner_of_shape(&source_shape, rng);
+                Some((
+                    Op::IndexAdd(dim as isize, index),
+                    vec![Operand::Existing(a), source],
+                ))
+            }
             8 if rank >= 1 => {
                 // Repeated indices: index_add in the backward sums them.
                 let dim = rng.random_range(0..rank);
@@ -552,6 +662,23 @@ impl<'p> Planner<'p> {
                 let start = rng.random_range(0..rank - 1);
                 let end = rng.random_range(start + 1..rank);
                 single(Op::Flatten(start as isize, end as isize))
+            }
+            11 if rank >= 1 && rng.random_bool(0.5) => {
+                // (before, after) pairs from the last dim backwards; negative crops.
+                let dims = rng.random_range(1..=rank);
+                let mut pads = Vec::with_capacity(2 * dims);
+                for d in (rank - dims..rank).rev() {
+                    let before = rng.random_range(0..=3usize) as isize - 1;
+                    let after = rng.random_range(0..=3usize) as isize - 1;
+                    if shape[d] as isize + before + after < 1 {
+                        return None;
+                    }
+                    pads.extend([before, after]);
+                }
+                single(Op::Pad(
+                    pads,
+                    if rng.random_bool(0.5) { 0.0 } else { -0.75 },
+                ))
             }
             11 if rank >= 1 => {
                 let (left, right) = (
@@ -612,7 +739,14 @@ impl<'p> Planner<'p> {
         let n = rng.random_range(1..=3);
         let batch = rng.random_range(1..=3);
         let a_on_left = rng.random_bool(0.6);
-        let partner_shape: Vec<usize> = if a_on_left {
+        // `matmul_transposed` reads a transposed operand's last two dims
+        // swapped: plan with the logical shape, store the swapped one.
+        let transpose_a = rank >= 2 && rng.random_bool(0.3);
+        let mut shape = shape;
+        if transpose_a {
+            shape.swap(rank - 2, rank - 1);
+        }
+        let mut partner_shape: Vec<usize> = if a_on_left {
             let k = shape[rank - 1];
             match (rank, rng.random_range(0..3)) {
                 (1, 0) | (2, 0) => vec![k],
@@ -631,13 +765,31 @@ impl<'p> Planner<'p> {
                 _ => vec![n, k],
             }
         };
+        let partner_rank = partner_shape.len();
+        let transpose_partner = partner_rank >= 2 && rng.random_bool(0.3);
+        if transpose_partner {
+            partner_shape.swap(partner_rank - 2, partner_rank - 1);
+        }
         let partner = self.partner_of_shape(&partner_shape, rng);
-        let operands = if a_on_left {
-            vec![Operand::Existing(a), partner]
+        let (operands, left, right) = if a_on_left {
+            (
+                vec![Operand::Existing(a), partner],
+                transpose_a,
+                transpose_partner,
+            )
         } else {
-            vec![partner, Operand::Existing(a)]
+            (
+                vec![partner, Operand::Existing(a)],
+                transpose_partner,
+                transpose_a,
+            )
         };
-        Some((Op::Registered("matmul"), operands))
+        let op = if left || right {
+            Op::MatMulTransposed(left, right)
+        } else {
+            Op::Registered("matmul")
+        };
+        Some((op, operands))
     }
 
     /// Runs the candidate on the planning graph and keeps it (with its
