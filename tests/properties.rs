@@ -12,6 +12,7 @@
 mod random_dag;
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -19,7 +20,8 @@ use proptest::test_runner::{RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use random_dag::Dag;
+use random_dag::{Dag, Size};
+use retrograd::kernels::parallel::PARALLEL_THRESHOLD;
 use retrograd::{jvp, BackwardOptions, BackwardOrder, DType, Gradients, Graph, Tensor, Var};
 
 /// Cases per property: about 20 s for the whole file in a debug build on a
@@ -27,11 +29,16 @@ use retrograd::{jvp, BackwardOptions, BackwardOrder, DType, Gradients, Graph, Te
 const CASES: u32 = 512;
 /// Choice words per DAG (a word whose candidates all fail adds no op).
 const MIN_OPS: usize = 3;
-const MAX_OPS: usize = 24;
+/// Cases per property on large tensors.
+const LARGE_CASES: u32 = 48;
+
+/// A property of one DAG (with a spare random `u64`): `Ok` with the largest
+/// fraction of its tolerance used (0 when bitwise equal), or what failed.
+type Property = fn(&Dag, u64) -> Result<f64, String>;
 
 /// Runs `property` on `cases` random DAGs (each with a spare random `u64`)
 /// from a fixed seed and reports how many cases ran.
-fn check_property(name: &str, cases: u32, property: impl Fn(&Dag, u64) -> Result<f64, String>) {
+fn check_property(name: &str, cases: u32, size: Size, property: Property) {
     let config = ProptestConfig {
         cases,
         failure_persistence: None,
@@ -44,27 +51,32 @@ fn check_property(name: &str, cases: u32, property: impl Fn(&Dag, u64) -> Result
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
     let strategy = (
-        vec(any::<u32>(), MIN_OPS..=MAX_OPS),
+        vec(any::<u32>(), MIN_OPS..=size.max_ops),
         any::<u64>(),
         any::<u64>(),
     )
-        .prop_map(|(words, values_seed, spare)| (Dag::plan(&words, values_seed), spare));
+        .prop_map(move |(words, values_seed, spare)| {
+            (Dag::plan_sized(&words, values_seed, size), spare)
+        });
     let ran = Cell::new(0usize);
     let ops = Cell::new(0usize);
     let worst = Cell::new(0.0f64);
+    let exact = Cell::new(0usize);
     let result = runner.run(&strategy, |(dag, spare)| {
         ran.set(ran.get() + 1);
         ops.set(ops.get() + dag.op_count());
         let used = property(&dag, spare).map_err(TestCaseError::fail)?;
         worst.set(worst.get().max(used));
+        exact.set(exact.get() + usize::from(used == 0.0));
         Ok(())
     });
     eprintln!(
         "property `{name}`: {} cases run ({cases} planned, {} op nodes in all); \
-         worst error {:.3} of the tolerance",
+         worst error {:.3} of the tolerance; {} cases bitwise equal",
         ran.get(),
         ops.get(),
-        worst.get()
+        worst.get(),
+        exact.get()
     );
     if let Err(e) = result {
         panic!("property `{name}` failed: {e}");
@@ -156,10 +168,9 @@ fn max_abs(ts: &[Tensor]) -> f64 {
 /// these smooth, bounded graphs (kinks and domain edges at least 0.05 away),
 /// rounding error ~1e-10 times the root's scale; the tolerance is 1e-6
 /// relative plus 1e-7 of the largest gradient.
-#[test]
-fn gradients_match_central_differences() {
+fn matches_central_differences(dag: &Dag, _: u64) -> Result<f64, String> {
     const STEP: f64 = 1e-6;
-    check_property("finite differences", CASES, |dag, _| {
+    {
         let (_, analytic) = reverse_mode(dag, DType::F64, &BackwardOptions::new())?;
         let mut numeric = Vec::with_capacity(dag.inputs.len());
         for (i, input) in dag.inputs.iter().enumerate() {
@@ -188,7 +199,7 @@ fn gradients_match_central_differences() {
             1e-6,
             1e-7 * scale,
         )
-    });
+    }
 }
 
 /// A random valid reverse topological order of every node of `graph`: a node
@@ -226,9 +237,8 @@ fn random_reverse_topological_order(graph: &Graph, rng: &mut ChaCha8Rng) -> Vec<
 /// the ancestors in the same relative order, so their gradients are
 /// bitwise equal; a random valid order sums contributions in another order,
 /// so it agrees to rounding (1e-12 relative).
-#[test]
-fn every_backward_order_gives_the_same_gradients() {
-    check_property("backward orders", CASES, |dag, spare| {
+fn orders_agree(dag: &Dag, spare: u64) -> Result<f64, String> {
+    {
         let graph = Graph::new();
         let inputs: Vec<Var<'_>> = dag
             .inputs
@@ -270,21 +280,16 @@ fn every_backward_order_gives_the_same_gradients() {
             1e-12,
             1e-13 * scale,
         )
-    });
+    }
 }
 
 /// The tensor-level fast path and the `Var`-level formulas (what
 /// `create_graph` differentiates) compute the same gradients.
-#[test]
-fn fast_path_matches_var_formulas() {
-    let bitwise = Cell::new(0usize);
-    check_property("fast path vs Var formulas", CASES, |dag, _| {
+fn fast_path_agrees(dag: &Dag, _: u64) -> Result<f64, String> {
+    {
         let (_, fast) = reverse_mode(dag, DType::F64, &BackwardOptions::new().fast_path(true))?;
         let (_, formulas) =
             reverse_mode(dag, DType::F64, &BackwardOptions::new().fast_path(false))?;
-        if bitwise_equal(&fast, &formulas) {
-            bitwise.set(bitwise.get() + 1);
-        }
         let scale = max_abs(&formulas);
         assert_close(
             "fast path vs Var formulas",
@@ -293,19 +298,14 @@ fn fast_path_matches_var_formulas() {
             1e-12,
             1e-13 * scale,
         )
-    });
-    eprintln!(
-        "fast path vs Var formulas: {} cases bitwise equal",
-        bitwise.get()
-    );
+    }
 }
 
 /// The same DAG in f32 and f64: the f32 gradients agree within f32 accuracy
 /// relative to the largest gradient (planned values keep away from the
 /// cancellations that would amplify f32 rounding).
-#[test]
-fn f32_gradients_agree_with_f64() {
-    check_property("f32 vs f64", CASES, |dag, _| {
+fn f32_agrees_with_f64(dag: &Dag, _: u64) -> Result<f64, String> {
+    {
         let (root32, g32) = reverse_mode(dag, DType::F32, &BackwardOptions::new())?;
         let (root64, g64) = reverse_mode(dag, DType::F64, &BackwardOptions::new())?;
         if g32.iter().any(|t| t.dtype() != DType::F32) {
@@ -316,14 +316,13 @@ fn f32_gradients_agree_with_f64() {
         }
         let scale = 1.0 + max_abs(&g64);
         assert_close("f32 vs f64 gradients", &g32, &g64, 2e-4, 2e-5 * scale)
-    });
+    }
 }
 
 /// Forward mode along a random tangent equals the directional derivative
 /// from reverse mode: `jvp(f, x, t) = sum_i <grad_i, t_i>`.
-#[test]
-fn forward_mode_matches_reverse_mode() {
-    check_property("jvp vs reverse mode", CASES, |dag, spare| {
+fn forward_mode_agrees(dag: &Dag, spare: u64) -> Result<f64, String> {
+    {
         let (_, grads) = reverse_mode(dag, DType::F64, &BackwardOptions::new())?;
         let mut rng = ChaCha8Rng::seed_from_u64(spare);
         let tangents: Vec<Tensor> = dag
@@ -351,8 +350,76 @@ fn forward_mode_matches_reverse_mode() {
             return Err(format!("jvp {forward} vs <grad, tangent> {reverse}"));
         }
         Ok((forward - reverse).abs() / tolerance)
-    });
+    }
 }
+
+#[test]
+fn gradients_match_central_differences() {
+    check_property(
+        "finite differences",
+        CASES,
+        Size::SMALL,
+        matches_central_differences,
+    );
+}
+
+#[test]
+fn every_backward_order_gives_the_same_gradients() {
+    check_property("backward orders", CASES, Size::SMALL, orders_agree);
+}
+
+#[test]
+fn fast_path_matches_var_formulas() {
+    check_property(
+        "fast path vs Var formulas",
+        CASES,
+        Size::SMALL,
+        fast_path_agrees,
+    );
+}
+
+#[test]
+fn f32_gradients_agree_with_f64() {
+    check_property("f32 vs f64", CASES, Size::SMALL, f32_agrees_with_f64);
+}
+
+#[test]
+fn forward_mode_matches_reverse_mode() {
+    check_property(
+        "jvp vs reverse mode",
+        CASES,
+        Size::SMALL,
+        forward_mode_agrees,
+    );
+}
+
+/// Large tensors (up to 2^17 elements, kernels on their parallel paths):
+/// every property but finite differences (one forward pass per element),
+/// on the same DAGs.
+#[test]
+fn large_tensors_keep_the_properties() {
+    check_property("large tensors", LARGE_CASES, Size::LARGE, |dag, spare| {
+        if dag.largest_numel >= PARALLEL_THRESHOLD {
+            PARALLEL_CASES.fetch_add(1, Ordering::Relaxed);
+        }
+        let fractions = [
+            orders_agree(dag, spare)?,
+            fast_path_agrees(dag, spare)?,
+            f32_agrees_with_f64(dag, spare)?,
+            forward_mode_agrees(dag, spare)?,
+        ];
+        Ok(fractions.into_iter().fold(0.0, f64::max))
+    });
+    let parallel = PARALLEL_CASES.load(Ordering::Relaxed);
+    eprintln!(
+        "large tensors: {parallel} cases with a value of at least {PARALLEL_THRESHOLD} elements"
+    );
+    assert!(parallel > 0, "no large case reached the parallel kernels");
+}
+
+/// Large cases with a value big enough for the parallel kernels (a static:
+/// properties are plain `fn`s).
+static PARALLEL_CASES: AtomicUsize = AtomicUsize::new(0);
 
 /// The generator is not degenerate: over a few hundred plans every op it
 /// knows is kept somewhere (a domain check that always fails would drop one).
@@ -362,7 +429,7 @@ fn generated_dags_use_every_op() {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     let mut dead = 0;
     for _ in 0..CASES {
-        let words: Vec<u32> = (0..rng.random_range(MIN_OPS..=MAX_OPS))
+        let words: Vec<u32> = (0..rng.random_range(MIN_OPS..=Size::SMALL.max_ops))
             .map(|_| rng.random())
             .collect();
         let dag = Dag::plan(&words, rng.random());

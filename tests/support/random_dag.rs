@@ -18,14 +18,54 @@
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use retrograd::kernels::parallel::PARALLEL_THRESHOLD;
 use retrograd::{DType, GeluApproximate, Graph, Result, Tensor, Var};
 
 /// How far values keep from kinks, domain edges and ties.
 pub const MARGIN: f64 = 0.05;
 /// The largest magnitude an intermediate value may reach.
 const MAX_ABS: f64 = 30.0;
-/// The largest element count of an intermediate value.
-const MAX_NUMEL: usize = 64;
+
+/// How big the planned tensors are.
+#[derive(Clone, Copy, Debug)]
+pub struct Size {
+    /// Dims that new shapes draw from.
+    pub dims: &'static [usize],
+    /// The largest rank of the first inputs.
+    pub max_input_rank: usize,
+    /// The largest element count of a planned value.
+    pub max_numel: usize,
+    /// The most choice words (ops) per DAG.
+    pub max_ops: usize,
+    /// The fewest elements of the first input.
+    pub first_input_min_numel: usize,
+}
+
+impl Size {
+    /// Small tensors (at most 64 elements), cheap enough for finite differences.
+    pub const SMALL: Size = Size {
+        dims: &[1, 2, 3, 4],
+        max_input_rank: 3,
+        max_numel: 64,
+        max_ops: 24,
+        first_input_min_numel: 0,
+    };
+    /// Tensors of up to 2^17 elements, the first input at least
+    /// `PARALLEL_THRESHOLD` (2^16), so that kernels take their parallel
+    /// paths and matmul its larger blockings; fewer ops, since a debug
+    /// build is slow.
+    pub const LARGE: Size = Size {
+        dims: &[1, 3, 64, 257, 1031],
+        max_input_rank: 3,
+        max_numel: 1 << 17,
+        max_ops: 10,
+        first_input_min_numel: PARALLEL_THRESHOLD,
+    };
+
+    fn dim(&self, rng: &mut ChaCha8Rng) -> usize {
+        self.dims[rng.random_range(0..self.dims.len())]
+    }
+}
 /// Candidate ops tried per choice word before the word is skipped.
 const ATTEMPTS: usize = 12;
 
@@ -95,19 +135,29 @@ pub struct Dag {
     pub nodes: Vec<Node>,
     /// The nodes summed into the root, each with its weights (f64).
     pub outputs: Vec<(usize, Tensor)>,
+    /// The element count of the largest planned value.
+    pub largest_numel: usize,
 }
 
 impl Dag {
-    /// Plans a DAG: `words` pick the ops (one word each), `seed` the values.
+    /// Plans a DAG of small tensors: `words` pick the ops (one word each),
+    /// `seed` the values.
     pub fn plan(words: &[u32], seed: u64) -> Dag {
+        Self::plan_sized(words, seed, Size::SMALL)
+    }
+
+    /// [`plan`](Self::plan) with tensors of `size`.
+    pub fn plan_sized(words: &[u32], seed: u64, size: Size) -> Dag {
         let graph = Graph::new();
         let mut planner = Planner {
             graph: &graph,
+            size,
             values_rng: ChaCha8Rng::seed_from_u64(seed),
             dag: Dag {
                 inputs: Vec::new(),
                 nodes: Vec::new(),
                 outputs: Vec::new(),
+                largest_numel: 0,
             },
             values: Vec::new(),
             live: Vec::new(),
@@ -250,6 +300,7 @@ enum Operand {
 
 struct Planner<'p> {
     graph: &'p Graph,
+    size: Size,
     values_rng: ChaCha8Rng,
     dag: Dag,
     /// Each node's value in f64 (planning graph constants).
@@ -261,8 +312,19 @@ struct Planner<'p> {
 impl<'p> Planner<'p> {
     fn first_inputs(&mut self) {
         let count = self.values_rng.random_range(1..=3);
-        for _ in 0..count {
-            let shape = random_shape(&mut self.values_rng, 3);
+        for i in 0..count {
+            let min_numel = if i == 0 {
+                self.size.first_input_min_numel
+            } else {
+                0
+            };
+            let shape = loop {
+                let shape = random_shape(&mut self.values_rng, self.size);
+                let numel = shape.iter().product::<usize>();
+                if (min_numel..=self.size.max_numel).contains(&numel) {
+                    break shape;
+                }
+            };
             let value = self.random_values(&shape);
             self.push_leaf(value, true);
         }
@@ -270,12 +332,22 @@ impl<'p> Planner<'p> {
 
     /// Values in ±[0.25, 2]: away from zero so that relu, abs and division
     /// have room on fresh leaves.
+    ///
+    /// One ChaCha draw seeds a SplitMix64 stream for the elements: large
+    /// tensors would take seconds through `random_range` in a debug build.
     fn random_values(&mut self, shape: &[usize]) -> Tensor {
         let n: usize = shape.iter().product();
+        let mut state: u64 = self.values_rng.random();
         let data: Vec<f64> = (0..n)
             .map(|_| {
-                let magnitude = self.values_rng.random_range(0.25..2.0);
-                if self.values_rng.random_bool(0.5) {
+                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+                let magnitude = 0.25 + 1.75 * unit;
+                if z & 1 == 0 {
                     magnitude
                 } else {
                     -magnitude
@@ -293,6 +365,7 @@ impl<'p> Planner<'p> {
             Node::Constant(value.clone())
         };
         self.dag.nodes.push(node);
+        self.dag.largest_numel = self.dag.largest_numel.max(value.numel());
         self.values.push(self.graph.constant(value));
         self.live.push(variable);
         self.dag.nodes.len() - 1
@@ -329,21 +402,27 @@ impl<'p> Planner<'p> {
         }
     }
 
-    fn fresh(&mut self, shape: &[usize], rng: &mut ChaCha8Rng) -> Operand {
-        Operand::Fresh {
+    /// A fresh leaf of `shape`, unless that is too big.
+    fn fresh(&mut self, shape: &[usize], rng: &mut ChaCha8Rng) -> Option<Operand> {
+        if shape.iter().product::<usize>() > self.size.max_numel {
+            return None;
+        }
+        Some(Operand::Fresh {
             value: self.random_values(shape),
             variable: rng.random_bool(0.5),
-        }
+        })
     }
 
     /// An existing node of exactly `shape` (60% of the time when there is
     /// one), else a fresh leaf of that shape.
-    fn partner_of_shape(&mut self, shape: &[usize], rng: &mut ChaCha8Rng) -> Operand {
+    fn partner_of_shape(&mut self, shape: &[usize], rng: &mut ChaCha8Rng) -> Option<Operand> {
         let matches: Vec<usize> = (0..self.values.len())
             .filter(|&i| self.values[i].shape() == shape)
             .collect();
         if !matches.is_empty() && rng.random_bool(0.6) {
-            Operand::Existing(matches[rng.random_range(0..matches.len())])
+            Some(Operand::Existing(
+                matches[rng.random_range(0..matches.len())],
+            ))
         } else {
             self.fresh(shape, rng)
         }
@@ -433,9 +512,13 @@ impl<'p> Planner<'p> {
         let partner = if !candidates.is_empty() && rng.random_bool(0.5) {
             Operand::Existing(candidates[rng.random_range(0..candidates.len())])
         } else {
-            let partner_shape = broadcast_partner(&shape, rng);
-            self.fresh(&partner_shape, rng)
+            let partner_shape = broadcast_partner(&shape, self.size, rng);
+            self.fresh(&partner_shape, rng)?
         };
+        let out = broadcast(&shape, &self.operand_shape(&partner)).expect("shapes broadcast");
+        if out.iter().product::<usize>() > self.size.max_numel {
+            return None;
+        }
         let mut operands = vec![Operand::Existing(a), partner];
         if rng.random_bool(0.4) {
             operands.swap(0, 1);
@@ -488,13 +571,14 @@ impl<'p> Planner<'p> {
 
     fn reduction(&self, a: usize, rng: &mut ChaCha8Rng) -> Option<Op> {
         let shape = self.shape(a);
-        let distinct = min_gap(&self.data(a)) > MARGIN;
+        // Extrema need a clear winner in every lane (checked lazily: it sorts).
+        let distinct = || min_gap(&self.data(a)) > MARGIN;
         if shape.is_empty() || rng.random_bool(0.2) {
             return Some(match rng.random_range(0..4) {
                 0 => Op::Registered("sum"),
                 1 => Op::Registered("mean"),
-                2 if distinct => Op::Registered("max"),
-                3 if distinct => Op::Registered("min"),
+                2 if distinct() => Op::Registered("max"),
+                3 if distinct() => Op::Registered("min"),
                 _ => return None,
             });
         }
@@ -509,8 +593,8 @@ impl<'p> Planner<'p> {
             1 => Op::MeanAxes(axes, keepdim),
             2 => Op::Variance(axes, if reduced > 1 { 1.0 } else { 0.0 }, keepdim),
             3 => Op::LogSumExp(axes, keepdim),
-            4 if distinct => Op::MaxAxes(axes, keepdim),
-            5 if distinct => Op::MinAxes(axes, keepdim),
+            4 if distinct() => Op::MaxAxes(axes, keepdim),
+            5 if distinct() => Op::MinAxes(axes, keepdim),
             _ => return None,
         })
     }
@@ -531,7 +615,7 @@ impl<'p> Planner<'p> {
                 single(Op::BinaryCrossEntropyWithLogits(target))
             }
             3 => {
-                let partner = self.partner_of_shape(&shape, rng);
+                let partner = self.partner_of_shape(&shape, rng)?;
                 Some((Op::MseLoss, vec![Operand::Existing(a), partner]))
             }
             4 if rank >= 1 => {
@@ -550,10 +634,10 @@ impl<'p> Planner<'p> {
                 let (has_weight, has_bias) = (rng.random_bool(0.6), rng.random_bool(0.6));
                 let mut operands = vec![Operand::Existing(a)];
                 if has_weight {
-                    operands.push(self.partner_of_shape(&normalized, rng));
+                    operands.push(self.partner_of_shape(&normalized, rng)?);
                 }
                 if has_bias {
-                    operands.push(self.partner_of_shape(&normalized, rng));
+                    operands.push(self.partner_of_shape(&normalized, rng)?);
                 }
                 Some((Op::LayerNorm(normalized, has_weight, has_bias), operands))
             }
@@ -614,7 +698,7 @@ impl<'p> Planner<'p> {
                 // Repeated indices: scatter_add in the backward sums them.
                 let dim = rng.random_range(0..rank);
                 let mut index_shape = shape.clone();
-                index_shape[dim] = rng.random_range(1..=3);
+                index_shape[dim] = self.size.dim(rng).min(3 * shape[dim]);
                 let index: Vec<usize> = (0..index_shape.iter().product::<usize>())
                     .map(|_| rng.random_range(0..shape[dim]))
                     .collect();
@@ -630,7 +714,7 @@ impl<'p> Planner<'p> {
                     .collect();
                 let mut source_shape = shape.clone();
                 source_shape[dim] = count;
-                let source = self.partner_of_shape(&source_shape, rng);
+                let source = self.partner_of_shape(&source_shape, rng)?;
                 Some((
                     Op::IndexAdd(dim as isize, index),
                     vec![Operand::Existing(a), source],
@@ -648,12 +732,12 @@ impl<'p> Planner<'p> {
             9 => {
                 let mut target: Vec<usize> = shape
                     .iter()
-                    .map(|&s| if s == 1 { rng.random_range(1..=3) } else { s })
+                    .map(|&s| if s == 1 { self.size.dim(rng) } else { s })
                     .collect();
                 if rank < 3 && rng.random_bool(0.4) {
-                    target.insert(0, rng.random_range(2..=3));
+                    target.insert(0, self.size.dim(rng).max(2));
                 }
-                if target == shape {
+                if target == shape || target.iter().product::<usize>() > self.size.max_numel {
                     return None;
                 }
                 single(Op::Expand(target))
@@ -698,8 +782,8 @@ impl<'p> Planner<'p> {
                         operands.push(Operand::Existing(a));
                     } else {
                         let mut part_shape = shape.clone();
-                        part_shape[dim] = rng.random_range(1..=3);
-                        operands.push(self.partner_of_shape(&part_shape, rng));
+                        part_shape[dim] = self.size.dim(rng);
+                        operands.push(self.partner_of_shape(&part_shape, rng)?);
                     }
                 }
                 operands.shuffle(rng);
@@ -714,7 +798,7 @@ impl<'p> Planner<'p> {
                 let partner = if rng.random_bool(0.3) {
                     Operand::Existing(a)
                 } else {
-                    self.partner_of_shape(&shape, rng)
+                    self.partner_of_shape(&shape, rng)?
                 };
                 let mut operands = vec![Operand::Existing(a), partner];
                 operands.shuffle(rng);
@@ -736,8 +820,8 @@ impl<'p> Planner<'p> {
         if rank == 0 || rank > 3 {
             return None;
         }
-        let n = rng.random_range(1..=3);
-        let batch = rng.random_range(1..=3);
+        let n = self.size.dim(rng);
+        let batch = self.size.dim(rng);
         let a_on_left = rng.random_bool(0.6);
         // `matmul_transposed` reads a transposed operand's last two dims
         // swapped: plan with the logical shape, store the swapped one.
@@ -765,12 +849,20 @@ impl<'p> Planner<'p> {
                 _ => vec![n, k],
             }
         };
+        let (left_shape, right_shape) = if a_on_left {
+            (&shape, &partner_shape)
+        } else {
+            (&partner_shape, &shape)
+        };
+        if matmul_numel(left_shape, right_shape) > self.size.max_numel {
+            return None;
+        }
         let partner_rank = partner_shape.len();
         let transpose_partner = partner_rank >= 2 && rng.random_bool(0.3);
         if transpose_partner {
             partner_shape.swap(partner_rank - 2, partner_rank - 1);
         }
-        let partner = self.partner_of_shape(&partner_shape, rng);
+        let partner = self.partner_of_shape(&partner_shape, rng)?;
         let (operands, left, right) = if a_on_left {
             (
                 vec![Operand::Existing(a), partner],
@@ -816,7 +908,7 @@ impl<'p> Planner<'p> {
             }
         }
         let data = out.value().to_f64_vec();
-        if out.value().numel() > MAX_NUMEL
+        if out.value().numel() > self.size.max_numel
             || out.shape().len() > 4
             || data.iter().any(|x| !x.is_finite() || x.abs() > MAX_ABS)
         {
@@ -831,6 +923,7 @@ impl<'p> Planner<'p> {
         }
         let live = args.iter().any(|&i| self.live[i]);
         self.dag.nodes.push(Node::Apply(op, args));
+        self.dag.largest_numel = self.dag.largest_numel.max(out.value().numel());
         self.values.push(out);
         self.live.push(live);
         true
@@ -861,10 +954,10 @@ impl<'p> Planner<'p> {
     }
 }
 
-/// A shape of rank 0..=`max_rank` with dims 1..=4.
-fn random_shape(rng: &mut ChaCha8Rng, max_rank: usize) -> Vec<usize> {
-    let rank = rng.random_range(0..=max_rank);
-    (0..rank).map(|_| rng.random_range(1..=4)).collect()
+/// A shape of rank `0..=size.max_input_rank` with dims from `size.dims`.
+fn random_shape(rng: &mut ChaCha8Rng, size: Size) -> Vec<usize> {
+    let rank = rng.random_range(0..=size.max_input_rank);
+    (0..rank).map(|_| size.dim(rng)).collect()
 }
 
 /// A dim index in `-rank..rank`.
@@ -940,8 +1033,8 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// A shape that broadcasts with `shape`: leading dims dropped, size-1 dims
-/// grown to 1..=3, other dims kept or set to 1 (e.g. [3, 1] -> [1, 4]).
-fn broadcast_partner(shape: &[usize], rng: &mut ChaCha8Rng) -> Vec<usize> {
+/// drawn from `size.dims`, other dims kept or set to 1 (e.g. [3, 1] -> [1, 4]).
+fn broadcast_partner(shape: &[usize], size: Size, rng: &mut ChaCha8Rng) -> Vec<usize> {
     let drop = if rng.random_bool(0.3) {
         rng.random_range(0..=shape.len())
     } else {
@@ -951,7 +1044,7 @@ fn broadcast_partner(shape: &[usize], rng: &mut ChaCha8Rng) -> Vec<usize> {
         .iter()
         .map(|&s| {
             if s == 1 {
-                rng.random_range(1..=3)
+                size.dim(rng)
             } else if rng.random_bool(0.3) {
                 1
             } else {
@@ -959,6 +1052,15 @@ fn broadcast_partner(shape: &[usize], rng: &mut ChaCha8Rng) -> Vec<usize> {
             }
         })
         .collect()
+}
+
+/// The element count of `matmul(l, r)` (logical shapes that multiply).
+fn matmul_numel(l: &[usize], r: &[usize]) -> usize {
+    let batch = |s: &[usize]| -> Vec<usize> { s[..s.len().saturating_sub(2)].to_vec() };
+    let rows = if l.len() >= 2 { l[l.len() - 2] } else { 1 };
+    let cols = if r.len() >= 2 { r[r.len() - 1] } else { 1 };
+    let batch = broadcast(&batch(l), &batch(r)).unwrap_or_default();
+    batch.iter().product::<usize>() * rows * cols
 }
 
 /// The smallest distance between two elements (infinite for fewer than two).
