@@ -30,7 +30,7 @@ const CASES: u32 = 512;
 /// Choice words per DAG (a word whose candidates all fail adds no op).
 const MIN_OPS: usize = 3;
 /// Cases per property on large tensors.
-const LARGE_CASES: u32 = 48;
+const LARGE_CASES: u32 = 16;
 
 /// A property of one DAG (with a spare random `u64`): `Ok` with the largest
 /// fraction of its tolerance used (0 when bitwise equal), or what failed.

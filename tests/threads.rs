@@ -449,3 +449,74 @@ fn a_shared_model_serves_concurrent_graphs() -> Result<()> {
     }
     Ok(())
 }
+
+/// Reductions big enough for the parallel kernels give the same bits on
+/// every run, however rayon happens to split the work (float addition is
+/// not associative, so the partial sums must be formed and merged in a
+/// fixed order). Several threads run them at once to vary the scheduling.
+#[test]
+fn parallel_reductions_are_bit_identical_from_run_to_run() -> Result<()> {
+    // [1031, 127]: above PARALLEL_THRESHOLD, reduced over its leading axis.
+    let shape = [1031, 127];
+    let n: usize = shape.iter().product();
+    let data: Vec<f64> = (0..n)
+        .map(|i| ((i as f64 * 0.618_034).fract() - 0.5) * 3.0)
+        .collect();
+    let x = Tensor::from_f64_slice(&data, &shape, DType::F64)?;
+    let weights = Tensor::from_f64_slice(
+        &data.iter().map(|v| 0.5 + v.abs()).collect::<Vec<_>>(),
+        &shape,
+        DType::F64,
+    )?;
+    type Reduction =
+        for<'g> fn(&retrograd::Var<'g>, &retrograd::Var<'g>) -> Result<retrograd::Var<'g>>;
+    let reductions: [(&str, Reduction); 6] = [
+        ("sum_axes [0]", |x, _| x.try_sum_axes(&[0], false)),
+        ("mean_axes [0]", |x, _| x.try_mean_axes(&[0], true)),
+        ("var [0]", |x, _| x.try_var(&[0], 1.0, false)),
+        ("logsumexp [0]", |x, _| x.try_logsumexp(&[0], false)),
+        ("mse_loss", |x, w| x.try_mse_loss(w)),
+        ("layer_norm weight and bias", |x, w| {
+            // Their gradients sum over the 1031 rows.
+            let weight = w.try_narrow(0, 0, 1)?.try_reshape(&[127])?;
+            let bias = w.try_narrow(0, 1, 1)?.try_reshape(&[127])?;
+            x.try_layer_norm(&[127], Some(&weight), Some(&bias), 1e-5)
+        }),
+    ];
+    let run = |reduce: Reduction| -> Result<(Vec<u64>, Vec<u64>)> {
+        let graph = Graph::new();
+        let xv = graph.variable(x.clone());
+        let wv = graph.variable(weights.clone());
+        let y = reduce(&xv, &wv)?;
+        let seed = graph.constant(y.value().map_f64(|v| 1.0 + 0.25 * v.sin()));
+        let grads = y.try_mul(&seed)?.sum().backward()?;
+        let mut grad_bits = bits(&grads.wrt(&xv));
+        grad_bits.extend(bits(&grads.wrt(&wv)));
+        Ok((bits(y.value()), grad_bits))
+    };
+    for (name, reduce) in reductions {
+        let reference = run(reduce)?;
+        let differing: usize = thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| -> Result<usize> {
+                        let mut differing = 0;
+                        for _ in 0..6 {
+                            differing += usize::from(run(reduce)? != reference);
+                        }
+                        Ok(differing)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a reduction thread panicked"))
+                .sum::<Result<usize>>()
+        })?;
+        assert_eq!(
+            differing, 0,
+            "{name}: {differing} of 24 runs gave other bits"
+        );
+    }
+    Ok(())
+}
