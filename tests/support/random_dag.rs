@@ -6,9 +6,10 @@
 //! broadcast, concatenate or multiply with them) and its parameters. The
 //! planner runs every candidate and keeps only those whose values stay in the
 //! smooth part of the op: log/sqrt/pow bases at least 0.2, exp below 3,
-//! divisors at least 0.2 away from 0, kinks (relu, abs, clamp, maximum) and
-//! extremum ties at least [`MARGIN`] away. Finite differences, f32 rounding
-//! and tangents then never cross a kink.
+//! divisors at least 0.2 away from 0, layer-norm groups with variance at
+//! least 0.05, kinks (relu, abs, clamp, maximum) and extremum ties at least
+//! [`MARGIN`] away. Finite differences, f32 rounding and tangents then never
+//! cross a kink. [`Size`] sets how big the tensors get.
 //!
 //! [`Dag::build`] replays the plan on any graph in f32 or f64 and reduces it
 //! to the scalar `sum_k sum(node_k * w_k)` over the chosen outputs, with fixed
