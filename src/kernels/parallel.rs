@@ -29,7 +29,7 @@ pub fn should_parallelize(n: usize) -> bool {
 /// on them could differ in the last bits from run to run. Fixed tasks merged
 /// in a fixed order are bit-identical every time (for a given thread count
 /// when callers size `tasks` by it).
-pub fn ordered_reduce<R: Send>(
+pub(crate) fn ordered_reduce<R: Send>(
     tasks: usize,
     task: impl Fn(usize) -> R + Sync + Send,
     merge: impl FnMut(R, R) -> R,
