@@ -22,6 +22,22 @@ pub fn should_parallelize(n: usize) -> bool {
     n >= PARALLEL_THRESHOLD && rayon::current_num_threads() > 1
 }
 
+/// Runs `task(t)` for every `t` in `0..tasks` on the pool and merges the
+/// results left to right in task order. Rayon's own `reduce`/`fold`/`sum`
+/// group partial results by how the work happened to be split (which varies
+/// with scheduling), and float addition is not associative: reductions built
+/// on them could differ in the last bits from run to run. Fixed tasks merged
+/// in a fixed order are bit-identical every time (for a given thread count
+/// when callers size `tasks` by it).
+pub(crate) fn ordered_reduce<R: Send>(
+    tasks: usize,
+    task: impl Fn(usize) -> R + Sync + Send,
+    merge: impl FnMut(R, R) -> R,
+) -> Option<R> {
+    let parts: Vec<R> = (0..tasks).into_par_iter().map(task).collect();
+    parts.into_iter().reduce(merge)
+}
+
 /// Runs `f(offset, chunk)` over chunks of `out`, in parallel when `out` is large.
 #[inline]
 pub fn for_each_chunk<T: Send>(

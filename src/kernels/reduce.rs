@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::parallel::should_parallelize;
+use super::parallel::{ordered_reduce, should_parallelize};
 use crate::error::{Error, Result};
 use crate::tensor::shape::{normalize_axes, reduced_shape, Dims};
 use crate::tensor::{Element, Tensor};
@@ -223,19 +223,24 @@ fn sum_groups<T: Element>(x: &[T], groups: &[Group]) -> Vec<f64> {
     };
     if should_parallelize(x.len()) && first.size > 1 {
         if first.reduced {
-            let partial = (0..first.size)
-                .into_par_iter()
-                .fold(
-                    || vec![0.0f64; out_len],
-                    |mut part, i| {
+            // One partial sum per task over a fixed range, merged in order:
+            // the same bits on every run (see `ordered_reduce`).
+            let tasks = first.size.min(rayon::current_num_threads());
+            let per_task = first.size.div_ceil(tasks);
+            let partial = ordered_reduce(
+                tasks,
+                |t| {
+                    let mut part = vec![0.0f64; out_len];
+                    for i in t * per_task..((t + 1) * per_task).min(first.size) {
                         accumulate(&x[i * first.in_stride..], rest, &mut part);
-                        part
-                    },
-                )
-                .reduce_with(|mut a, b| {
+                    }
+                    part
+                },
+                |mut a, b| {
                     a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                     a
-                });
+                },
+            );
             if let Some(p) = partial {
                 acc = p;
             }

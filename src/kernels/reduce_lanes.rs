@@ -14,7 +14,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::parallel::{should_parallelize, CHUNK};
+use super::parallel::{ordered_reduce, should_parallelize, CHUNK};
 use crate::tensor::Element;
 
 /// A reduction with one accumulator per output element.
@@ -144,9 +144,9 @@ pub(crate) fn reduce<T: Element, R: Reducer<T>>(
         // Every task sees all outputs: one partial set per thread, merged in order.
         let tasks = first.size.min(rayon::current_num_threads());
         let per_task = first.size.div_ceil(tasks);
-        let merged = (0..tasks)
-            .into_par_iter()
-            .map(|t| {
+        let merged = ordered_reduce(
+            tasks,
+            |t| {
                 let mut part = fresh();
                 let (lo, hi) = (t * per_task, ((t + 1) * per_task).min(first.size));
                 if rest.is_empty() {
@@ -159,13 +159,14 @@ pub(crate) fn reduce<T: Element, R: Reducer<T>>(
                     }
                 }
                 part
-            })
-            .reduce_with(|mut a, b| {
+            },
+            |mut a, b| {
                 for (x, y) in a.iter_mut().zip(b) {
                     *x = reducer.merge(*x, y);
                 }
                 a
-            });
+            },
+        );
         if let Some(m) = merged {
             accs = m;
         }

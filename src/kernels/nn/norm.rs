@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::kernels::parallel::should_parallelize;
+use crate::kernels::parallel::{ordered_reduce, should_parallelize};
 use crate::tensor::Element;
 
 /// Rows per parallel task.
@@ -158,15 +158,22 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
         acc
     };
     let acc = if should_parallelize(x.len()) {
-        let tasks = rows.div_ceil(ROWS_PER_TASK);
-        (0..tasks)
-            .into_par_iter()
-            .map(|t| partial(t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows)))
-            .reduce_with(|mut a, b| {
+        // One partial per thread over a fixed block of rows, merged in order:
+        // the same bits on every run (see `ordered_reduce`).
+        let tasks = rows
+            .div_ceil(ROWS_PER_TASK)
+            .min(rayon::current_num_threads())
+            .max(1);
+        let per_task = rows.div_ceil(tasks);
+        ordered_reduce(
+            tasks,
+            |t| partial(t * per_task..((t + 1) * per_task).min(rows)),
+            |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                 a
-            })
-            .unwrap_or_else(|| vec![0.0; m])
+            },
+        )
+        .unwrap_or_else(|| vec![0.0; m])
     } else {
         partial(0..rows)
     };

@@ -8,10 +8,8 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
 use super::NnFloat;
-use crate::kernels::parallel::{for_each_chunk, should_parallelize, CHUNK};
+use crate::kernels::parallel::{for_each_chunk, ordered_reduce, should_parallelize, CHUNK};
 use crate::tensor::Element;
 
 /// Elements per scratch block.
@@ -29,10 +27,12 @@ pub fn squared_error_sum<T: Element>(a: &[T], b: &[T]) -> f64 {
         acc.iter().map(|&v| Element::to_f64(v)).sum()
     };
     if should_parallelize(a.len()) {
-        a.par_chunks(CHUNK)
-            .zip(b.par_chunks(CHUNK))
-            .map(block)
-            .sum()
+        // Fixed chunks summed in order: the same bits on every run.
+        let chunk = |t: usize| {
+            let range = t * CHUNK..((t + 1) * CHUNK).min(a.len());
+            block((&a[range.clone()], &b[range]))
+        };
+        ordered_reduce(a.len().div_ceil(CHUNK), chunk, |x, y| x + y).unwrap_or(0.0)
     } else {
         a.chunks(SUB * 4).zip(b.chunks(SUB * 4)).map(block).sum()
     }
