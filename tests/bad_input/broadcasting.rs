@@ -49,12 +49,14 @@ pub fn cases(t: &mut Table) {
     ];
     for (name, op) in binary_ops() {
         for (a, b) in pairs {
-            t.add(format!("{name}: shapes {a:?} and {b:?} do not broadcast"), move || {
-                mismatch(name, op, a, b)
-            });
-            t.add(format!("{name}: shapes {b:?} and {a:?} do not broadcast"), move || {
-                mismatch(name, op, b, a)
-            });
+            t.add(
+                format!("{name}: shapes {a:?} and {b:?} do not broadcast"),
+                move || mismatch(name, op, a, b),
+            );
+            t.add(
+                format!("{name}: shapes {b:?} and {a:?} do not broadcast"),
+                move || mismatch(name, op, b, a),
+            );
         }
     }
     t.add("where: condition does not broadcast", || {
@@ -62,39 +64,61 @@ pub fn cases(t: &mut Table) {
         let x = g.variable(values(&[2, 3]));
         let y = g.variable(values(&[2, 3]));
         let cond = values(&[4]);
-        expect_err!(x.try_where(&cond, &y), Error::ShapeMismatch { .. }, ["where", "[4]"])
+        expect_err!(
+            x.try_where(&cond, &y),
+            Error::ShapeMismatch { .. },
+            ["where", "[4]"]
+        )
     });
     t.add("where: values do not broadcast", || {
         let g = Graph::new();
         let x = g.variable(values(&[2, 3]));
         let y = g.variable(values(&[3, 2]));
         let cond = values(&[2, 3]);
-        expect_err!(x.try_where(&cond, &y), Error::ShapeMismatch { .. }, [
-            "where", "[2, 3]", "[3, 2]"
-        ])
+        expect_err!(
+            x.try_where(&cond, &y),
+            Error::ShapeMismatch { .. },
+            ["where", "[2, 3]", "[3, 2]"]
+        )
     });
     t.add("expand: to a smaller rank", || {
         let g = Graph::new();
         let x = g.variable(values(&[2, 3]));
-        expect_err!(x.try_expand(&[3]), Error::ShapeMismatch { .. }, ["expand", "[2, 3]", "[3]"])
+        expect_err!(
+            x.try_expand(&[3]),
+            Error::ShapeMismatch { .. },
+            ["expand", "[2, 3]", "[3]"]
+        )
     });
     t.add("expand: a non-1 dimension to another size", || {
         let g = Graph::new();
         let x = g.variable(values(&[2, 3]));
-        expect_err!(x.try_expand(&[2, 4]), Error::ShapeMismatch { .. }, [
-            "expand", "[2, 3]", "[2, 4]"
-        ])
+        expect_err!(
+            x.try_expand(&[2, 4]),
+            Error::ShapeMismatch { .. },
+            ["expand", "[2, 3]", "[2, 4]"]
+        )
     });
-    t.add("sum_to_size: a shape the value does not broadcast from", || {
-        let g = Graph::new();
-        let x = g.variable(values(&[2, 3]));
-        expect_err!(x.sum_to_size(&[4]), Error::ShapeMismatch { .. }, ["[2, 3]", "[4]"])
-    });
-    t.add("broadcasting a zero-sized dimension against 1 gives an empty result", || {
-        let g = Graph::new();
-        let x = g.variable(values(&[0, 3]));
-        let y = g.variable(values(&[1, 3]));
-        let z = x.try_add(&y).map_err(|e| e.to_string())?;
-        crate::harness::ensure(z.shape() == [0, 3], || format!("shape {:?}", z.shape()))
-    });
+    t.add(
+        "sum_to_size: a shape the value does not broadcast from",
+        || {
+            let g = Graph::new();
+            let x = g.variable(values(&[2, 3]));
+            expect_err!(
+                x.sum_to_size(&[4]),
+                Error::ShapeMismatch { .. },
+                ["[2, 3]", "[4]"]
+            )
+        },
+    );
+    t.add(
+        "broadcasting a zero-sized dimension against 1 gives an empty result",
+        || {
+            let g = Graph::new();
+            let x = g.variable(values(&[0, 3]));
+            let y = g.variable(values(&[1, 3]));
+            let z = x.try_add(&y).map_err(|e| e.to_string())?;
+            crate::harness::ensure(z.shape() == [0, 3], || format!("shape {:?}", z.shape()))
+        },
+    );
 }

@@ -22,28 +22,44 @@ pub fn cases(t: &mut Table) {
     t.add("from_vec: fewer elements than the shape", || {
         expect_err!(
             Tensor::from_vec(vec![1.0f32; 5], &[2, 3]),
-            Error::ElementCount { op: "from_vec", len: 5, .. },
+            Error::ElementCount {
+                op: "from_vec",
+                len: 5,
+                ..
+            },
             ["from_vec", "5", "[2, 3]"]
         )
     });
     t.add("from_vec: more elements than the shape", || {
         expect_err!(
             Tensor::from_vec(vec![1.0f64; 7], &[2, 3]),
-            Error::ElementCount { op: "from_vec", len: 7, .. },
+            Error::ElementCount {
+                op: "from_vec",
+                len: 7,
+                ..
+            },
             ["from_vec", "7", "[2, 3]"]
         )
     });
     t.add("from_vec: a scalar shape with two elements", || {
         expect_err!(
             Tensor::from_vec(vec![1.0f64, 2.0], &[]),
-            Error::ElementCount { op: "from_vec", len: 2, .. },
+            Error::ElementCount {
+                op: "from_vec",
+                len: 2,
+                ..
+            },
             ["from_vec", "[]"]
         )
     });
     t.add("from_vec: empty data for a scalar shape", || {
         expect_err!(
             Tensor::from_vec(Vec::<f32>::new(), &[]),
-            Error::ElementCount { op: "from_vec", len: 0, .. },
+            Error::ElementCount {
+                op: "from_vec",
+                len: 0,
+                ..
+            },
             ["from_vec"]
         )
     });
@@ -75,10 +91,11 @@ pub fn cases(t: &mut Table) {
                 let shape = shape.clone();
                 t.add(format!("{name}: {what} ({dtype}) {shape:?}"), move || {
                     let first = shape[0].to_string();
-                    expect_err!(ctor(&shape, dtype), Error::ShapeOverflow { .. }, [
-                        name,
-                        first.as_str()
-                    ])
+                    expect_err!(
+                        ctor(&shape, dtype),
+                        Error::ShapeOverflow { .. },
+                        [name, first.as_str()]
+                    )
                 });
             }
         }
@@ -90,6 +107,39 @@ pub fn cases(t: &mut Table) {
             ["arange"]
         )
     });
+    t.add(
+        "arange: 10^18 elements, more than the allocator gives",
+        || {
+            expect_err!(
+                Tensor::arange(0.0, 1e18, 1.0, DType::F64),
+                Error::ShapeOverflow { op: "arange", .. },
+                ["arange"]
+            )
+        },
+    );
+    // Addressable in principle (2^60 bytes) but beyond any address space:
+    // the allocator refuses, and that is a typed error, not an abort.
+    for dtype in [DType::F32, DType::F64] {
+        type Ctor = fn(&[usize], DType) -> retrograd::Result<Tensor>;
+        let ctors: [(&str, Ctor); 4] = [
+            ("zeros", Tensor::zeros),
+            ("full", |s, d| Tensor::full(s, -1.0, d)),
+            ("randn", |s, d| Tensor::randn(s, d, 0)),
+            ("rand", |s, d| Tensor::rand(s, d, 0)),
+        ];
+        for (name, ctor) in ctors {
+            t.add(
+                format!("{name}: 2^58 elements ({dtype}), refused by the allocator"),
+                move || {
+                    expect_err!(
+                        ctor(&[1 << 58], dtype),
+                        Error::ShapeOverflow { .. },
+                        [name, "288230376151711744"]
+                    )
+                },
+            );
+        }
+    }
     t.add("arange: zero step", || {
         expect_err!(
             Tensor::arange(0.0, 1.0, 0.0, DType::F64),
@@ -111,10 +161,13 @@ pub fn cases(t: &mut Table) {
             ["arange", "inf"]
         )
     });
-    t.add("arange: step pointing away from end gives an empty tensor", || {
-        let r = setup(Tensor::arange(0.0, 5.0, -1.0, DType::F64))?;
-        ensure(r.shape() == [0], || format!("shape {:?}", r.shape()))
-    });
+    t.add(
+        "arange: step pointing away from end gives an empty tensor",
+        || {
+            let r = setup(Tensor::arange(0.0, 5.0, -1.0, DType::F64))?;
+            ensure(r.shape() == [0], || format!("shape {:?}", r.shape()))
+        },
+    );
     t.add("uniform_with: reversed bounds", || {
         let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
         expect_err!(
@@ -132,20 +185,28 @@ pub fn cases(t: &mut Table) {
         )
     });
     // Zero-sized dimensions are valid shapes, however large the other dimensions.
-    for shape in [vec![0], vec![3, 0], vec![0, usize::MAX], vec![usize::MAX, 0, 7]] {
-        t.add(format!("zeros: zero-sized shape {shape:?} works"), move || {
-            for dtype in [DType::F32, DType::F64] {
-                let z = setup(Tensor::zeros(&shape, dtype))?;
-                ensure(z.shape() == shape.as_slice() && z.numel() == 0, || {
-                    format!("shape {:?}, numel {}", z.shape(), z.numel())
-                })?;
-                let r = setup(Tensor::randn(&shape, dtype, 1))?;
-                ensure(r.numel() == 0, || format!("randn numel {}", r.numel()))?;
-                let v = setup(Tensor::from_vec(Vec::<f32>::new(), &shape))?;
-                ensure(v.to_vec::<f32>() == Ok(vec![]), || "to_vec of empty".into())?;
-            }
-            Ok(())
-        });
+    for shape in [
+        vec![0],
+        vec![3, 0],
+        vec![0, usize::MAX],
+        vec![usize::MAX, 0, 7],
+    ] {
+        t.add(
+            format!("zeros: zero-sized shape {shape:?} works"),
+            move || {
+                for dtype in [DType::F32, DType::F64] {
+                    let z = setup(Tensor::zeros(&shape, dtype))?;
+                    ensure(z.shape() == shape.as_slice() && z.numel() == 0, || {
+                        format!("shape {:?}, numel {}", z.shape(), z.numel())
+                    })?;
+                    let r = setup(Tensor::randn(&shape, dtype, 1))?;
+                    ensure(r.numel() == 0, || format!("randn numel {}", r.numel()))?;
+                    let v = setup(Tensor::from_vec(Vec::<f32>::new(), &shape))?;
+                    ensure(v.to_vec::<f32>() == Ok(vec![]), || "to_vec of empty".into())?;
+                }
+                Ok(())
+            },
+        );
     }
     t.add("item: on a vector of two", || {
         expect_err!(
@@ -168,20 +229,30 @@ pub fn cases(t: &mut Table) {
     t.add("to_vec: f64 read of an f32 tensor", || {
         expect_err!(
             Tensor::vector(&[1.0f32]).to_vec::<f64>(),
-            Error::WrongDType { expected: DType::F64, found: DType::F32, .. },
+            Error::WrongDType {
+                expected: DType::F64,
+                found: DType::F32,
+                ..
+            },
             ["f32", "f64"]
         )
     });
     t.add("to_vec: f32 read of an f64 scalar", || {
         expect_err!(
             Tensor::scalar(1.0f64).to_vec::<f32>(),
-            Error::WrongDType { expected: DType::F32, found: DType::F64, .. },
+            Error::WrongDType {
+                expected: DType::F32,
+                found: DType::F64,
+                ..
+            },
             ["f32", "f64"]
         )
     });
     t.add("as_slice: wrong dtype", || {
         expect_err!(
-            Tensor::vector(&[1.0f64]).as_slice::<f32>().map(|s| s.to_vec()),
+            Tensor::vector(&[1.0f64])
+                .as_slice::<f32>()
+                .map(|s| s.to_vec()),
             Error::WrongDType { .. },
             ["f32", "f64"]
         )
@@ -208,14 +279,20 @@ pub fn cases(t: &mut Table) {
             ["reshape"]
         )
     });
-    t.add("Tensor::reshape: empty to a huge zero-sized shape works", || {
-        let z = setup(setup(Tensor::zeros(&[0], DType::F32))?.reshape(&[usize::MAX, 0]))?;
-        ensure(z.numel() == 0, || format!("numel {}", z.numel()))
-    });
+    t.add(
+        "Tensor::reshape: empty to a huge zero-sized shape works",
+        || {
+            let z = setup(setup(Tensor::zeros(&[0], DType::F32))?.reshape(&[usize::MAX, 0]))?;
+            ensure(z.numel() == 0, || format!("numel {}", z.numel()))
+        },
+    );
     t.add("from_indices: index beyond 2^53", || {
         expect_err!(
             Tensor::from_indices(&[1, (1 << 53) + 1], &[2]),
-            Error::IndexOutOfRange { op: "from_indices", .. },
+            Error::IndexOutOfRange {
+                op: "from_indices",
+                ..
+            },
             ["from_indices"]
         )
     });

@@ -23,23 +23,39 @@ pub fn cases(t: &mut Table) {
             let g = Graph::new();
             let a = g.variable(f32s(&[2, 3]));
             let b = g.variable(f64s(&[2, 3]));
-            expect_err!(op(&a, &b), Error::DTypeMismatch { lhs: DType::F32, rhs: DType::F64, .. }, [
-                name, "f32", "f64"
-            ])
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::F32,
+                    rhs: DType::F64,
+                    ..
+                },
+                [name, "f32", "f64"]
+            )
         });
         t.add(format!("{name}: f64 with f32, broadcast"), move || {
             let g = Graph::new();
             let a = g.variable(f64s(&[2, 3]));
             let b = g.constant(f32s(&[3]));
-            expect_err!(op(&a, &b), Error::DTypeMismatch { lhs: DType::F64, rhs: DType::F32, .. }, [
-                name, "f64", "f32"
-            ])
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::F64,
+                    rhs: DType::F32,
+                    ..
+                },
+                [name, "f64", "f32"]
+            )
         });
         t.add(format!("{name}: f32 with a 0-d f64"), move || {
             let g = Graph::new();
             let a = g.variable(f32s(&[2]));
             let b = g.variable(Tensor::scalar(0.5f64));
-            expect_err!(op(&a, &b), Error::DTypeMismatch { .. }, [name, "f32", "f64"])
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch { .. },
+                [name, "f32", "f64"]
+            )
         });
     }
     t.add("a Rust f64 scalar takes an f32 tensor's dtype", || {
@@ -53,7 +69,11 @@ pub fn cases(t: &mut Table) {
         let a = g.variable(f32s(&[2]));
         let b = g.variable(f64s(&[2]));
         let cond = f32s(&[2]);
-        expect_err!(a.try_where(&cond, &b), Error::DTypeMismatch { .. }, ["where", "f32", "f64"])
+        expect_err!(
+            a.try_where(&cond, &b),
+            Error::DTypeMismatch { .. },
+            ["where", "f32", "f64"]
+        )
     });
     t.add("where: an f64 condition selects f32 values", || {
         let g = Graph::new();
@@ -67,62 +87,81 @@ pub fn cases(t: &mut Table) {
         let g = Graph::new();
         let a = g.variable(f32s(&[2, 3]));
         let b = g.variable(f64s(&[3, 2]));
-        expect_err!(a.try_matmul(&b), Error::DTypeMismatch { .. }, ["matmul", "f32", "f64"])
+        expect_err!(
+            a.try_matmul(&b),
+            Error::DTypeMismatch { .. },
+            ["matmul", "f32", "f64"]
+        )
     });
     t.add("cat: f32 with f64", || {
         let g = Graph::new();
         let a = g.variable(f32s(&[2]));
         let b = g.variable(f64s(&[2]));
-        expect_err!(Var::try_cat(&[&a, &b], 0), Error::DTypeMismatch { .. }, ["cat", "f32", "f64"])
+        expect_err!(
+            Var::try_cat(&[&a, &b], 0),
+            Error::DTypeMismatch { .. },
+            ["cat", "f32", "f64"]
+        )
     });
     t.add("stack: f64 with f32", || {
         let g = Graph::new();
         let a = g.variable(f64s(&[2]));
         let b = g.variable(f32s(&[2]));
-        expect_err!(Var::try_stack(&[&a, &b], 0), Error::DTypeMismatch { .. }, [
-            "stack", "f32", "f64"
-        ])
+        expect_err!(
+            Var::try_stack(&[&a, &b], 0),
+            Error::DTypeMismatch { .. },
+            ["stack", "f32", "f64"]
+        )
     });
     t.add("index_add: f32 source into f64", || {
         let g = Graph::new();
         let a = g.variable(f64s(&[3]));
         let s = g.variable(f32s(&[1]));
         let i = setup(Tensor::from_indices(&[1], &[1]))?;
-        expect_err!(a.try_index_add(0, &i, &s), Error::DTypeMismatch { .. }, [
-            "index_add", "f32", "f64"
-        ])
+        expect_err!(
+            a.try_index_add(0, &i, &s),
+            Error::DTypeMismatch { .. },
+            ["index_add", "f32", "f64"]
+        )
     });
     t.add("scatter_add: f64 source into f32", || {
         let g = Graph::new();
         let a = g.variable(f32s(&[3]));
         let s = g.variable(f64s(&[1]));
         let i = setup(Tensor::from_indices(&[1], &[1]))?;
-        expect_err!(a.try_scatter_add(0, &i, &s), Error::DTypeMismatch { .. }, [
-            "scatter_add", "f32", "f64"
-        ])
+        expect_err!(
+            a.try_scatter_add(0, &i, &s),
+            Error::DTypeMismatch { .. },
+            ["scatter_add", "f32", "f64"]
+        )
     });
     t.add("layer_norm: f64 weight on f32 input", || {
         let g = Graph::new();
         let x = g.variable(f32s(&[2, 3]));
         let w = g.variable(f64s(&[3]));
-        expect_err!(x.try_layer_norm(&[3], Some(&w), None, 1e-5), Error::DTypeMismatch { .. }, [
-            "layer_norm", "f32", "f64"
-        ])
-    });
-    t.add("binary_cross_entropy_with_logits: f64 pos_weight on f32", || {
-        let g = Graph::new();
-        let x = g.variable(f32s(&[2]));
-        let y = g.constant(f32s(&[2]));
         expect_err!(
-            x.try_binary_cross_entropy_with_logits_with(
-                &y,
-                retrograd::Reduction::Mean,
-                Some(f64s(&[2]))
-            ),
+            x.try_layer_norm(&[3], Some(&w), None, 1e-5),
             Error::DTypeMismatch { .. },
-            ["binary_cross_entropy_with_logits", "f32", "f64"]
+            ["layer_norm", "f32", "f64"]
         )
     });
+    t.add(
+        "binary_cross_entropy_with_logits: f64 pos_weight on f32",
+        || {
+            let g = Graph::new();
+            let x = g.variable(f32s(&[2]));
+            let y = g.constant(f32s(&[2]));
+            expect_err!(
+                x.try_binary_cross_entropy_with_logits_with(
+                    &y,
+                    retrograd::Reduction::Mean,
+                    Some(f64s(&[2]))
+                ),
+                Error::DTypeMismatch { .. },
+                ["binary_cross_entropy_with_logits", "f32", "f64"]
+            )
+        },
+    );
     t.add("cross_entropy: f64 class weights on f32 logits", || {
         let g = Graph::new();
         let x = g.variable(f32s(&[2, 3]));
@@ -137,9 +176,11 @@ pub fn cases(t: &mut Table) {
         let g = Graph::new();
         let x = g.variable(f64s(&[2]));
         let y = &x * &x;
-        expect_err!(y.backward_with(&f32s(&[2])), Error::DTypeMismatch { op: "backward", .. }, [
-            "backward", "f32", "f64"
-        ])
+        expect_err!(
+            y.backward_with(&f32s(&[2])),
+            Error::DTypeMismatch { op: "backward", .. },
+            ["backward", "f32", "f64"]
+        )
     });
     t.add("jvp: f32 tangent for an f64 primal", || {
         expect_err!(
@@ -157,14 +198,18 @@ pub fn cases(t: &mut Table) {
     });
     t.add("Parameter::set: f64 value into an f32 parameter", || {
         let p = retrograd::nn::Parameter::new(f32s(&[2]));
-        expect_err!(p.set(f64s(&[2])), Error::DTypeMismatch { .. }, [
-            "Parameter::set", "f32", "f64"
-        ])
+        expect_err!(
+            p.set(f64s(&[2])),
+            Error::DTypeMismatch { .. },
+            ["Parameter::set", "f32", "f64"]
+        )
     });
     t.add("Parameter::set: value of another shape", || {
         let p = retrograd::nn::Parameter::new(f32s(&[2]));
-        expect_err!(p.set(f32s(&[3])), Error::ShapeMismatch { .. }, [
-            "Parameter::set", "[2]", "[3]"
-        ])
+        expect_err!(
+            p.set(f32s(&[3])),
+            Error::ShapeMismatch { .. },
+            ["Parameter::set", "[2]", "[3]"]
+        )
     });
 }

@@ -14,11 +14,17 @@ fn rejected(source: String, mention: &'static str) -> impl Fn() -> Outcome {
         let check = |what: &str, e: Result<(), ExprError>| match e {
             Ok(()) => Err(format!("{what}: expected an error")),
             Err(e) => ensure(e.message().contains(mention), || {
-                format!("{what}: message `{}` does not mention `{mention}`", e.message())
+                format!(
+                    "{what}: message `{}` does not mention `{mention}`",
+                    e.message()
+                )
             }),
         };
         let g = Graph::new();
-        let inputs = [Input::new("x", Tensor::scalar(2.0)), Input::new("y", Tensor::scalar(3.0))];
+        let inputs = [
+            Input::new("x", Tensor::scalar(2.0)),
+            Input::new("y", Tensor::scalar(3.0)),
+        ];
         check("trace", trace(&g, &source, &inputs).map(|_| ()))?;
         if let Err(e) = parse(&source) {
             // Render must not panic either, whatever the span.
@@ -51,7 +57,7 @@ pub fn cases(t: &mut Table) {
         ("x)", "unexpected `)`"),
         ("x $ y", "unexpected `$`"),
         ("tanhh(x)", "unknown function `tanhh`"),
-        ("z", "unknown name `z`"),
+        ("z", "unknown variable `z`"),
         ("exp(x, y)", "exp"),
         ("exp()", "exp"),
         ("x = 1; x", "`x` is an input"),
@@ -61,23 +67,53 @@ pub fn cases(t: &mut Table) {
         ("\u{1F600} + x", "unexpected"),
     ];
     for (source, mention) in malformed {
-        t.add(format!("expr: malformed `{}`", source.escape_debug()), rejected(source.to_string(), mention));
+        t.add(
+            format!("expr: malformed `{}`", source.escape_debug()),
+            rejected(source.to_string(), mention),
+        );
     }
     t.add(
         "expr: 100,000 nested parentheses",
-        rejected(format!("{}x{}", "(".repeat(100_000), ")".repeat(100_000)), "too long"),
+        rejected(
+            format!("{}x{}", "(".repeat(100_000), ")".repeat(100_000)),
+            "too long",
+        ),
     );
-    t.add("expr: 100,000 unclosed parentheses", rejected("(".repeat(100_000), "too long"));
-    t.add("expr: 100,000 unary minuses", rejected(format!("{}x", "-".repeat(100_000)), "too long"));
+    t.add(
+        "expr: 100,000 unclosed parentheses",
+        rejected("(".repeat(100_000), "too long"),
+    );
+    t.add(
+        "expr: 100,000 unary minuses",
+        rejected(format!("{}x", "-".repeat(100_000)), "too long"),
+    );
     t.add(
         "expr: 100,000 nested calls",
-        rejected(format!("{}x{}", "exp(".repeat(100_000), ")".repeat(100_000)), "too long"),
+        rejected(
+            format!("{}x{}", "exp(".repeat(100_000), ")".repeat(100_000)),
+            "too long",
+        ),
     );
-    t.add("expr: 1,999 nested parentheses", survives(format!("{}x{}", "(".repeat(1999), ")".repeat(1999))));
-    t.add("expr: 1,000 nested calls", survives(format!("{}x{}", "tanh(".repeat(1000), ")".repeat(1000))));
-    t.add("expr: 1,999 unary minuses", survives(format!("{}x", "-".repeat(1999))));
-    t.add("expr: a 1,999-deep power tower", survives(format!("x{}", "^x".repeat(1999))));
-    t.add("expr: a sum of 2,000 terms", survives(format!("x{}", "+x".repeat(2000))));
+    t.add(
+        "expr: 1,999 nested parentheses",
+        survives(format!("{}x{}", "(".repeat(1999), ")".repeat(1999))),
+    );
+    t.add(
+        "expr: 1,000 nested calls",
+        survives(format!("{}x{}", "tanh(".repeat(1000), ")".repeat(1000))),
+    );
+    t.add(
+        "expr: 1,999 unary minuses",
+        survives(format!("{}x", "-".repeat(1999))),
+    );
+    t.add(
+        "expr: a 1,999-deep power tower",
+        survives(format!("x{}", "^x".repeat(1999))),
+    );
+    t.add(
+        "expr: a sum of 2,000 terms",
+        survives(format!("x{}", "+x".repeat(2000))),
+    );
     t.add("expr: 20,000 chained assignments", || {
         let mut source = String::from("a0 = x;");
         for i in 1..20_000 {
@@ -88,44 +124,80 @@ pub fn cases(t: &mut Table) {
     });
     t.add("expr: a 1,000,000-character name", || {
         let name = "v".repeat(1_000_000);
-        rejected(name, "unknown name")()
+        rejected(name, "unknown variable")()
     });
-    t.add("expr: a number too large for f64 is infinity, not a panic", survives("1e999 * x".to_string()));
-    t.add("expr: a 10,000-digit number", survives(format!("{} + x", "9".repeat(10_000))));
+    t.add(
+        "expr: a number too large for f64 is infinity, not a panic",
+        survives("1e999 * x".to_string()),
+    );
+    t.add(
+        "expr: a 10,000-digit number",
+        survives(format!("{} + x", "9".repeat(10_000))),
+    );
     t.add("expr: a shape mismatch is an error at its span", || {
         let g = Graph::new();
-        let inputs = [Input::new("x", Tensor::vector(&[1.0, 2.0])), Input::new("y", Tensor::vector(&[1.0, 2.0, 3.0]))];
+        let inputs = [
+            Input::new("x", Tensor::vector(&[1.0, 2.0])),
+            Input::new("y", Tensor::vector(&[1.0, 2.0, 3.0])),
+        ];
         match trace(&g, "x * y", &inputs) {
             Ok(_) => Err("expected an error".into()),
-            Err(e) => ensure(e.message().contains("[2]") && e.message().contains("[3]") && e.column() >= 1, || {
-                format!("message `{}`", e.message())
-            }),
+            Err(e) => ensure(
+                e.message().contains("[2]") && e.message().contains("[3]") && e.column() >= 1,
+                || format!("message `{}`", e.message()),
+            ),
         }
     });
-    t.add("expr: mixed input dtypes are an error at the operator", || {
-        let g = Graph::new();
-        let inputs = [Input::new("x", Tensor::scalar(1.0f32)), Input::new("y", Tensor::scalar(2.0f64))];
-        match trace(&g, "x * y", &inputs) {
-            Ok(_) => Err("expected an error".into()),
-            Err(e) => ensure(e.message().contains("f32") && e.message().contains("f64"), || {
-                format!("message `{}`", e.message())
-            }),
-        }
-    });
+    t.add(
+        "expr: mixed input dtypes are an error at the operator",
+        || {
+            let g = Graph::new();
+            let inputs = [
+                Input::new("x", Tensor::scalar(1.0f32)),
+                Input::new("y", Tensor::scalar(2.0f64)),
+            ];
+            match trace(&g, "x * y", &inputs) {
+                Ok(_) => Err("expected an error".into()),
+                Err(e) => ensure(
+                    e.message().contains("f32") && e.message().contains("f64"),
+                    || format!("message `{}`", e.message()),
+                ),
+            }
+        },
+    );
     t.add("expr: an input given twice", || {
         let g = Graph::new();
-        let inputs = [Input::new("x", Tensor::scalar(1.0)), Input::new("x", Tensor::scalar(2.0))];
+        let inputs = [
+            Input::new("x", Tensor::scalar(1.0)),
+            Input::new("x", Tensor::scalar(2.0)),
+        ];
         match trace(&g, "x", &inputs) {
             Ok(_) => Err("expected an error".into()),
-            Err(e) => ensure(e.message().contains("given twice"), || e.message().to_string()),
+            Err(e) => ensure(e.message().contains("given twice"), || {
+                e.message().to_string()
+            }),
         }
     });
-    for arg in ["x", "=3", "x=", "x=[1,2", "x=abc", "1x=3", "x=[]", "x=[[1],[2,3]]", "x=[1e999]", "x=[,]"] {
-        t.add(format!("expr::parse_input: `{arg}`"), move || match parse_input(arg) {
-            // Some of these are values (`[]` is an empty vector, `1e999` is inf);
-            // the rest are errors that say what is wrong. Neither panics.
-            Ok(input) => ensure(!input.name.is_empty(), || "an input without a name".into()),
-            Err(msg) => ensure(!msg.is_empty(), || "an empty message".into()),
-        });
+    for arg in [
+        "x",
+        "=3",
+        "x=",
+        "x=[1,2",
+        "x=abc",
+        "1x=3",
+        "x=[]",
+        "x=[[1],[2,3]]",
+        "x=[1e999]",
+        "x=[,]",
+    ] {
+        t.add(
+            format!("expr::parse_input: `{arg}`"),
+            move || match parse_input(arg) {
+                // Some of these are values (`[]` is an empty vector, `1e999` is inf);
+                // the rest are errors that say what is wrong. Neither panics.
+                Ok(input) => ensure(!input.name.is_empty(), || "an input without a name".into()),
+                Err(msg) => ensure(!msg.is_empty(), || "an empty message".into()),
+            },
+        );
     }
 }

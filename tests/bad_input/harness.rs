@@ -47,6 +47,9 @@ impl Table {
                     .map(|l| format!(" at {}:{}", l.file(), l.line()))
                     .unwrap_or_default();
                 *last_panic.lock().unwrap() = format!("{}{at}", panic_text(info.payload()));
+                if verbose {
+                    eprintln!("{}", std::backtrace::Backtrace::force_capture());
+                }
             }));
         }
         let mut ran = 0;
@@ -116,7 +119,11 @@ pub fn check_error(e: &Error, is_expected: impl Fn(&Error) -> bool, mentions: &[
 
 /// Asserts a condition of a documented result.
 pub fn ensure(ok: bool, what: impl FnOnce() -> String) -> Outcome {
-    if ok { Ok(()) } else { Err(what()) }
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
 }
 
 /// Debug output cut to a readable length (a huge tensor must not flood the report).

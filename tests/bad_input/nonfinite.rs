@@ -30,7 +30,9 @@ fn unary_ops() -> Vec<(&'static str, Unary)> {
         ("leaky_relu", |x| Ok(x.leaky_relu(0.1))),
         ("silu", |x| Ok(x.silu())),
         ("gelu", |x| Ok(x.gelu())),
-        ("gelu tanh", |x| Ok(x.gelu_with(retrograd::GeluApproximate::Tanh))),
+        ("gelu tanh", |x| {
+            Ok(x.gelu_with(retrograd::GeluApproximate::Tanh))
+        }),
         ("powf", |x| Ok(x.powf(0.5))),
         ("powf negative", |x| Ok(x.powf(-1.5))),
         ("clamp", |x| x.try_clamp(Some(-1.0), Some(1.0))),
@@ -54,16 +56,19 @@ fn unary_ops() -> Vec<(&'static str, Unary)> {
 
 pub fn cases(t: &mut Table) {
     for (name, op) in unary_ops() {
-        t.add(format!("{name}: NaN, infinities and extremes forward and backward"), move || {
-            let g = Graph::new();
-            let x = g.variable(specials());
-            let y = setup(op(&x))?;
-            let loss = y.sum();
-            // NaN in, NaN out: whatever the values, backward runs and the
-            // gradient has the input's shape.
-            let grads = setup(loss.backward())?;
-            ensure(grads.wrt(&x).shape() == [6], || "gradient shape".into())
-        });
+        t.add(
+            format!("{name}: NaN, infinities and extremes forward and backward"),
+            move || {
+                let g = Graph::new();
+                let x = g.variable(specials());
+                let y = setup(op(&x))?;
+                let loss = y.sum();
+                // NaN in, NaN out: whatever the values, backward runs and the
+                // gradient has the input's shape.
+                let grads = setup(loss.backward())?;
+                ensure(grads.wrt(&x).shape() == [6], || "gradient shape".into())
+            },
+        );
     }
     t.add("max propagates NaN", || {
         let g = Graph::new();
@@ -83,53 +88,75 @@ pub fn cases(t: &mut Table) {
         let v = setup(setup(x.try_argmin(Some(0), false))?.value().item())?;
         ensure(v == 2.0, || format!("argmin {v}"))
     });
-    t.add("cross_entropy with +inf logits is NaN or finite, no panic", || {
-        let g = Graph::new();
-        let x = g.variable(setup(Tensor::from_vec(
-            vec![f64::INFINITY, 0.0, 0.0, 1.0, f64::NEG_INFINITY, 2.0],
-            &[2, 3],
-        ))?);
-        let l = setup(x.try_cross_entropy(&[0usize, 1]))?;
-        let v = setup(l.value().item())?;
-        // Row 1: inf - inf = NaN (PyTorch gives NaN); row 2: target at -inf is +inf loss.
-        ensure(v.is_nan() || v == f64::INFINITY, || format!("loss {v}"))?;
-        setup(l.backward()).map(|_| ())
-    });
-    t.add("cross_entropy with a -inf logit at the target is +inf", || {
-        let g = Graph::new();
-        let x = g.variable(Tensor::vector(&[f64::NEG_INFINITY, 0.0]).reshape(&[1, 2]).unwrap());
-        let v = setup(setup(x.try_cross_entropy(&[0usize]))?.value().item())?;
-        ensure(v == f64::INFINITY, || format!("loss {v}"))
-    });
+    t.add(
+        "cross_entropy with +inf logits is NaN or finite, no panic",
+        || {
+            let g = Graph::new();
+            let x = g.variable(setup(Tensor::from_vec(
+                vec![f64::INFINITY, 0.0, 0.0, 1.0, f64::NEG_INFINITY, 2.0],
+                &[2, 3],
+            ))?);
+            let l = setup(x.try_cross_entropy(&[0usize, 1]))?;
+            let v = setup(l.value().item())?;
+            // Row 1: inf - inf = NaN (PyTorch gives NaN); row 2: target at -inf is +inf loss.
+            ensure(v.is_nan() || v == f64::INFINITY, || format!("loss {v}"))?;
+            setup(l.backward()).map(|_| ())
+        },
+    );
+    t.add(
+        "cross_entropy with a -inf logit at the target is +inf",
+        || {
+            let g = Graph::new();
+            let x = g.variable(
+                Tensor::vector(&[f64::NEG_INFINITY, 0.0])
+                    .reshape(&[1, 2])
+                    .unwrap(),
+            );
+            let v = setup(setup(x.try_cross_entropy(&[0usize]))?.value().item())?;
+            ensure(v == f64::INFINITY, || format!("loss {v}"))
+        },
+    );
     t.add("clamp: NaN lower bound", || {
         let g = Graph::new();
         let x = g.variable(specials());
-        expect_err!(x.try_clamp(Some(f64::NAN), Some(1.0)), Error::InvalidArgument { .. }, [
-            "clamp", "NaN"
-        ])
+        expect_err!(
+            x.try_clamp(Some(f64::NAN), Some(1.0)),
+            Error::InvalidArgument { .. },
+            ["clamp", "NaN"]
+        )
     });
     t.add("clamp: NaN upper bound", || {
         let g = Graph::new();
         let x = g.variable(specials());
-        expect_err!(x.try_clamp(None, Some(f64::NAN)), Error::InvalidArgument { .. }, [
-            "clamp", "NaN"
-        ])
+        expect_err!(
+            x.try_clamp(None, Some(f64::NAN)),
+            Error::InvalidArgument { .. },
+            ["clamp", "NaN"]
+        )
     });
     t.add("clamp: no bound", || {
         let g = Graph::new();
         let x = g.variable(specials());
-        expect_err!(x.try_clamp(None, None), Error::InvalidArgument { .. }, ["clamp"])
+        expect_err!(
+            x.try_clamp(None, None),
+            Error::InvalidArgument { .. },
+            ["clamp"]
+        )
     });
     t.add("clamp: min > max gives max everywhere (as PyTorch)", || {
         let g = Graph::new();
         let x = g.variable(Tensor::vector(&[-3.0, 0.5, 7.0]));
-        let v = setup(x.try_clamp(Some(2.0), Some(1.0)))?.value().to_f64_vec();
+        let v = setup(x.try_clamp(Some(2.0), Some(1.0)))?
+            .value()
+            .to_f64_vec();
         ensure(v == vec![1.0, 1.0, 1.0], || format!("{v:?}"))
     });
     t.add("clamp: NaN input stays NaN", || {
         let g = Graph::new();
         let x = g.variable(Tensor::vector(&[f64::NAN]));
-        let v = setup(x.try_clamp(Some(0.0), Some(1.0)))?.value().to_f64_vec();
+        let v = setup(x.try_clamp(Some(0.0), Some(1.0)))?
+            .value()
+            .to_f64_vec();
         ensure(v[0].is_nan(), || format!("{v:?}"))
     });
     t.add("clamp: infinite bounds are fine", || {
@@ -142,10 +169,11 @@ pub fn cases(t: &mut Table) {
         t.add(format!("dropout: probability {p}"), move || {
             let g = Graph::new();
             let x = g.variable(specials());
-            expect_err!(x.try_dropout(p, true, 0), Error::InvalidArgument { .. }, [
-                "dropout",
-                &format!("{p}")
-            ])
+            expect_err!(
+                x.try_dropout(p, true, 0),
+                Error::InvalidArgument { .. },
+                ["dropout", &format!("{p}")]
+            )
         });
     }
     t.add("dropout: p = 1 zeroes everything", || {
@@ -158,9 +186,11 @@ pub fn cases(t: &mut Table) {
         t.add(format!("layer_norm: eps {eps}"), move || {
             let g = Graph::new();
             let x = g.variable(specials());
-            expect_err!(x.try_layer_norm(&[6], None, None, eps), Error::InvalidArgument { .. }, [
-                "layer_norm"
-            ])
+            expect_err!(
+                x.try_layer_norm(&[6], None, None, eps),
+                Error::InvalidArgument { .. },
+                ["layer_norm"]
+            )
         });
     }
     for s in [-0.1, 1.5, f64::NAN] {
@@ -168,22 +198,35 @@ pub fn cases(t: &mut Table) {
             let g = Graph::new();
             let x = g.variable(Tensor::vector(&[1.0, 2.0]).reshape(&[1, 2]).unwrap());
             let opts = retrograd::CrossEntropyOptions::default().label_smoothing(s);
-            expect_err!(x.try_cross_entropy_with(&[0usize], &opts), Error::InvalidArgument { .. }, [
-                "cross_entropy"
-            ])
+            expect_err!(
+                x.try_cross_entropy_with(&[0usize], &opts),
+                Error::InvalidArgument { .. },
+                ["cross_entropy"]
+            )
         });
     }
     t.add("anomaly mode: log of a negative names the op", || {
         let g = Graph::new();
         g.set_anomaly_detection(true);
         let x = g.variable(Tensor::vector(&[-1.0]));
-        expect_err!(g.apply("log", &[&x]), Error::Anomaly { phase: "forward", .. }, ["log"])
+        expect_err!(
+            g.apply("log", &[&x]),
+            Error::Anomaly {
+                phase: "forward",
+                ..
+            },
+            ["log"]
+        )
     });
     t.add("anomaly mode: a NaN gradient names the op", || {
         let g = Graph::new();
         g.set_anomaly_detection(true);
         let x = g.variable(Tensor::vector(&[0.0]));
         let y = x.sqrt();
-        expect_err!((&y * 0.0).sum().backward(), Error::Anomaly { .. }, ["anomaly"])
+        expect_err!(
+            (&y * 0.0).sum().backward(),
+            Error::Anomaly { .. },
+            ["anomaly"]
+        )
     });
 }

@@ -35,14 +35,18 @@ pub fn cases(t: &mut Table) {
         let g = Graph::new();
         let x = g.variable(empty(&[3, 0]));
         let s = setup(x.try_sum_axes(&[1], false))?;
-        ensure(s.value().to_f64_vec() == vec![0.0; 3], || format!("{:?}", s.value()))
+        ensure(s.value().to_f64_vec() == vec![0.0; 3], || {
+            format!("{:?}", s.value())
+        })
     });
     t.add("mean_axes over a zero-sized axis gives NaN", || {
         let g = Graph::new();
         let x = g.variable(empty(&[2, 0]));
         let s = setup(x.try_mean_axes(&[-1], true))?;
         let v = s.value().to_f64_vec();
-        ensure(s.shape() == [2, 1] && v.iter().all(|v| v.is_nan()), || format!("{v:?}"))
+        ensure(s.shape() == [2, 1] && v.iter().all(|v| v.is_nan()), || {
+            format!("{v:?}")
+        })
     });
     t.add("logsumexp over a zero-sized axis is -inf", || {
         let g = Graph::new();
@@ -51,57 +55,95 @@ pub fn cases(t: &mut Table) {
         let v = s.value().to_f64_vec();
         ensure(v == vec![f64::NEG_INFINITY; 2], || format!("{v:?}"))
     });
-    t.add("var of one element with correction 1 is NaN (as PyTorch)", || {
-        let g = Graph::new();
-        let x = g.variable(Tensor::vector(&[2.0f64]));
-        let v = setup(setup(x.try_var(&[0], 1.0, false))?.value().item())?;
-        ensure(v.is_nan() || v.is_infinite(), || format!("var {v}"))
-    });
-    t.add("var: negative correction", || {
-        let g = Graph::new();
-        let x = g.variable(Tensor::vector(&[2.0f64, 3.0]));
-        expect_err!(x.try_var(&[0], -1.0, false), Error::InvalidArgument { .. }, ["var", "-1"])
-    });
+    t.add(
+        "var of one element with correction 1 is NaN (as PyTorch)",
+        || {
+            let g = Graph::new();
+            let x = g.variable(Tensor::vector(&[2.0f64]));
+            let v = setup(setup(x.try_var(&[0], 1.0, false))?.value().item())?;
+            ensure(v.is_nan() || v.is_infinite(), || format!("var {v}"))
+        },
+    );
+    t.add(
+        "var: a negative correction divides by n - correction (as PyTorch)",
+        || {
+            let g = Graph::new();
+            let x = g.variable(Tensor::vector(&[2.0f64, 3.0]));
+            let v = setup(setup(x.try_var(&[0], -1.0, false))?.value().item())?;
+            ensure((v - 0.5 / 3.0).abs() < 1e-15, || format!("var {v}"))
+        },
+    );
     t.add("var: NaN correction", || {
         let g = Graph::new();
         let x = g.variable(Tensor::vector(&[2.0f64, 3.0]));
-        expect_err!(x.try_var(&[0], f64::NAN, false), Error::InvalidArgument { .. }, ["var", "NaN"])
+        expect_err!(
+            x.try_var(&[0], f64::NAN, false),
+            Error::InvalidArgument { .. },
+            ["var", "NaN"]
+        )
     });
     t.add("max of an empty tensor", || {
         let g = Graph::new();
         let x = g.variable(empty(&[0, 3]));
-        expect_err!(x.try_max(), Error::InvalidArgument { .. }, ["max", "[0, 3]"])
+        expect_err!(
+            x.try_max(),
+            Error::InvalidArgument { .. },
+            ["max", "[0, 3]"]
+        )
     });
     t.add("min of an empty tensor", || {
         let g = Graph::new();
         let x = g.variable(empty(&[2, 0]));
-        expect_err!(x.try_min(), Error::InvalidArgument { .. }, ["min", "[2, 0]"])
+        expect_err!(
+            x.try_min(),
+            Error::InvalidArgument { .. },
+            ["min", "[2, 0]"]
+        )
     });
     t.add("max_axes over a zero-sized axis", || {
         let g = Graph::new();
         let x = g.variable(empty(&[0, 3]));
-        expect_err!(x.try_max_axes(&[0], false), Error::InvalidArgument { .. }, ["max", "[0, 3]"])
+        expect_err!(
+            x.try_max_axes(&[0], false),
+            Error::InvalidArgument { .. },
+            ["max", "[0, 3]"]
+        )
     });
     t.add("min_axes over a zero-sized axis", || {
         let g = Graph::new();
         let x = g.variable(empty(&[0, 3]));
-        expect_err!(x.try_min_axes(&[0, 1], true), Error::InvalidArgument { .. }, ["min", "[0, 3]"])
+        expect_err!(
+            x.try_min_axes(&[0, 1], true),
+            Error::InvalidArgument { .. },
+            ["min", "[0, 3]"]
+        )
     });
-    t.add("max_axes over the non-empty axis of an empty tensor is empty", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&[0, 3]));
-        let m = setup(x.try_max_axes(&[1], false))?;
-        ensure(m.shape() == [0], || format!("shape {:?}", m.shape()))
-    });
+    t.add(
+        "max_axes over the non-empty axis of an empty tensor is empty",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&[0, 3]));
+            let m = setup(x.try_max_axes(&[1], false))?;
+            ensure(m.shape() == [0], || format!("shape {:?}", m.shape()))
+        },
+    );
     t.add("argmax of an empty tensor", || {
         let g = Graph::new();
         let x = g.variable(empty(&[0]));
-        expect_err!(x.try_argmax(None, false), Error::InvalidArgument { .. }, ["argmax", "[0]"])
+        expect_err!(
+            x.try_argmax(None, false),
+            Error::InvalidArgument { .. },
+            ["argmax", "[0]"]
+        )
     });
     t.add("argmin over a zero-sized axis", || {
         let g = Graph::new();
         let x = g.variable(empty(&[4, 0]));
-        expect_err!(x.try_argmin(Some(1), true), Error::InvalidArgument { .. }, ["argmin", "[4, 0]"])
+        expect_err!(
+            x.try_argmin(Some(1), true),
+            Error::InvalidArgument { .. },
+            ["argmin", "[4, 0]"]
+        )
     });
     t.add("softmax over a zero-sized axis is empty", || {
         let g = Graph::new();
@@ -121,44 +163,78 @@ pub fn cases(t: &mut Table) {
         let s = setup(x.try_layer_norm(&[4], None, None, 1e-5))?;
         ensure(s.shape() == [0, 4], || format!("shape {:?}", s.shape()))
     });
-    t.add("cross_entropy of zero samples (mean) is NaN (as PyTorch)", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&[0, 3]));
-        let l = setup(x.try_cross_entropy::<usize>(&[]))?;
-        let v = setup(l.value().item())?;
-        ensure(v.is_nan(), || format!("loss {v}"))
-    });
-    t.add("mse_loss of empty tensors (mean) is NaN (as PyTorch)", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&[0]));
-        let y = g.constant(empty(&[0]));
-        let v = setup(setup(x.try_mse_loss(&y))?.value().item())?;
-        ensure(v.is_nan(), || format!("loss {v}"))
-    });
-    t.add("sum_axes of a huge zero-sized shape over its empty axis", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&HUGE_EMPTY));
-        expect_err!(x.try_sum_axes(&[1], false), Error::ShapeOverflow { .. }, ["sum"])
-    });
-    t.add("mean_axes of a huge zero-sized shape over its empty axis", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&HUGE_EMPTY));
-        expect_err!(x.try_mean_axes(&[1], true), Error::ShapeOverflow { .. }, ["mean"])
-    });
-    t.add("logsumexp of a huge zero-sized shape over its empty axis", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&HUGE_EMPTY));
-        expect_err!(x.try_logsumexp(&[1], false), Error::ShapeOverflow { .. }, ["logsumexp"])
-    });
+    t.add(
+        "cross_entropy of zero samples (mean) is NaN (as PyTorch)",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&[0, 3]));
+            let l = setup(x.try_cross_entropy::<usize>(&[]))?;
+            let v = setup(l.value().item())?;
+            ensure(v.is_nan(), || format!("loss {v}"))
+        },
+    );
+    t.add(
+        "mse_loss of empty tensors (mean) is NaN (as PyTorch)",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&[0]));
+            let y = g.constant(empty(&[0]));
+            let v = setup(setup(x.try_mse_loss(&y))?.value().item())?;
+            ensure(v.is_nan(), || format!("loss {v}"))
+        },
+    );
+    t.add(
+        "sum_axes of a huge zero-sized shape over its empty axis",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&HUGE_EMPTY));
+            expect_err!(
+                x.try_sum_axes(&[1], false),
+                Error::ShapeOverflow { .. },
+                ["sum"]
+            )
+        },
+    );
+    t.add(
+        "mean_axes of a huge zero-sized shape over its empty axis",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&HUGE_EMPTY));
+            expect_err!(
+                x.try_mean_axes(&[1], true),
+                Error::ShapeOverflow { .. },
+                ["mean"]
+            )
+        },
+    );
+    t.add(
+        "logsumexp of a huge zero-sized shape over its empty axis",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&HUGE_EMPTY));
+            expect_err!(
+                x.try_logsumexp(&[1], false),
+                Error::ShapeOverflow { .. },
+                ["logsumexp"]
+            )
+        },
+    );
     t.add("var of a huge zero-sized shape over its empty axis", || {
         let g = Graph::new();
         let x = g.variable(empty(&HUGE_EMPTY));
-        expect_err!(x.try_var(&[1], 0.0, false), Error::ShapeOverflow { .. }, ["var"])
+        expect_err!(
+            x.try_var(&[1], 0.0, false),
+            Error::ShapeOverflow { .. },
+            ["var"]
+        )
     });
-    t.add("sum_axes over the huge axis of a zero-sized shape is empty", || {
-        let g = Graph::new();
-        let x = g.variable(empty(&HUGE_EMPTY));
-        let s = setup(x.try_sum_axes(&[0], false))?;
-        ensure(s.shape() == [0], || format!("shape {:?}", s.shape()))
-    });
+    t.add(
+        "sum_axes over the huge axis of a zero-sized shape is empty",
+        || {
+            let g = Graph::new();
+            let x = g.variable(empty(&HUGE_EMPTY));
+            let s = setup(x.try_sum_axes(&[0], false))?;
+            ensure(s.shape() == [0], || format!("shape {:?}", s.shape()))
+        },
+    );
 }

@@ -15,36 +15,97 @@ struct Inputs {
 
 fn t(shape: &[usize], dtype: DType) -> Tensor {
     let n: usize = shape.iter().product();
-    Tensor::from_f64_slice(&(0..n).map(|i| (i % 3) as f64).collect::<Vec<_>>(), shape, dtype)
-        .unwrap()
+    Tensor::from_f64_slice(
+        &(0..n).map(|i| (i % 3) as f64).collect::<Vec<_>>(),
+        shape,
+        dtype,
+    )
+    .unwrap()
 }
 
 fn input_sets() -> Vec<Inputs> {
     vec![
-        Inputs { name: "no inputs", make: Vec::new },
-        Inputs { name: "one 0-d", make: || vec![Tensor::scalar(1.0)] },
-        Inputs { name: "one empty [0] f32", make: || vec![t(&[0], DType::F32)] },
-        Inputs { name: "one zero-sized [2, 0, 3]", make: || vec![t(&[2, 0, 3], DType::F64)] },
-        Inputs { name: "one huge zero-sized", make: || vec![t(&[usize::MAX / 4, 0], DType::F64)] },
-        Inputs { name: "one non-finite [2, 3]", make: || {
-            vec![Tensor::from_vec(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308], &[2, 3]).unwrap()]
-        } },
-        Inputs { name: "f32 and f64", make: || vec![t(&[2, 3], DType::F32), t(&[2, 3], DType::F64)] },
-        Inputs { name: "f64 and f32 0-d", make: || vec![t(&[2, 3], DType::F64), Tensor::scalar(1.0f32)] },
-        Inputs { name: "[2, 3] and [0]", make: || vec![t(&[2, 3], DType::F64), t(&[0], DType::F64)] },
-        Inputs { name: "[2, 3] and [4, 5]", make: || vec![t(&[2, 3], DType::F64), t(&[4, 5], DType::F64)] },
-        Inputs { name: "two 0-d", make: || vec![Tensor::scalar(2.0), Tensor::scalar(0.5)] },
-        Inputs { name: "two huge zero-sized", make: || {
-            vec![t(&[usize::MAX / 4, 0], DType::F64), t(&[0, usize::MAX / 4], DType::F64)]
-        } },
-        Inputs { name: "[2, 3] and negative indices", make: || {
-            vec![t(&[2, 3], DType::F64), Tensor::vector(&[-1.0, 7.0])]
-        } },
-        Inputs { name: "three [2, 3]", make: || vec![t(&[2, 3], DType::F64); 3] },
-        Inputs { name: "three mixed", make: || {
-            vec![t(&[2, 3], DType::F64), t(&[3], DType::F32), Tensor::scalar(0.5)]
-        } },
-        Inputs { name: "four [3]", make: || vec![t(&[3], DType::F64); 4] },
+        Inputs {
+            name: "no inputs",
+            make: Vec::new,
+        },
+        Inputs {
+            name: "one 0-d",
+            make: || vec![Tensor::scalar(1.0)],
+        },
+        Inputs {
+            name: "one empty [0] f32",
+            make: || vec![t(&[0], DType::F32)],
+        },
+        Inputs {
+            name: "one zero-sized [2, 0, 3]",
+            make: || vec![t(&[2, 0, 3], DType::F64)],
+        },
+        Inputs {
+            name: "one huge zero-sized",
+            make: || vec![t(&[usize::MAX / 4, 0], DType::F64)],
+        },
+        Inputs {
+            name: "one non-finite [2, 3]",
+            make: || {
+                vec![Tensor::from_vec(
+                    vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308],
+                    &[2, 3],
+                )
+                .unwrap()]
+            },
+        },
+        Inputs {
+            name: "f32 and f64",
+            make: || vec![t(&[2, 3], DType::F32), t(&[2, 3], DType::F64)],
+        },
+        Inputs {
+            name: "f64 and f32 0-d",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::scalar(1.0f32)],
+        },
+        Inputs {
+            name: "[2, 3] and [0]",
+            make: || vec![t(&[2, 3], DType::F64), t(&[0], DType::F64)],
+        },
+        Inputs {
+            name: "[2, 3] and [4, 5]",
+            make: || vec![t(&[2, 3], DType::F64), t(&[4, 5], DType::F64)],
+        },
+        Inputs {
+            name: "two 0-d",
+            make: || vec![Tensor::scalar(2.0), Tensor::scalar(0.5)],
+        },
+        Inputs {
+            name: "two huge zero-sized",
+            make: || {
+                vec![
+                    t(&[usize::MAX / 4, 0], DType::F64),
+                    t(&[0, usize::MAX / 4], DType::F64),
+                ]
+            },
+        },
+        Inputs {
+            name: "[2, 3] and negative indices",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::vector(&[-1.0, 7.0])],
+        },
+        Inputs {
+            name: "three [2, 3]",
+            make: || vec![t(&[2, 3], DType::F64); 3],
+        },
+        Inputs {
+            name: "three mixed",
+            make: || {
+                vec![
+                    t(&[2, 3], DType::F64),
+                    t(&[3], DType::F32),
+                    Tensor::scalar(0.5),
+                ]
+            },
+        },
+        Inputs {
+            name: "four [3]",
+            make: || vec![t(&[3], DType::F64); 4],
+        },
     ]
 }
 
@@ -54,7 +115,9 @@ fn sweep(op: &str, inputs: &[Tensor]) -> Outcome {
     let vars: Vec<_> = inputs.iter().map(|x| g.variable(x.clone())).collect();
     let refs: Vec<_> = vars.iter().collect();
     match g.apply(op, &refs) {
-        Err(e) => ensure(!e.to_string().is_empty(), || format!("empty message for {e:?}")),
+        Err(e) => ensure(!e.to_string().is_empty(), || {
+            format!("empty message for {e:?}")
+        }),
         Ok(y) => {
             if !y.requires_grad() || y.value().numel() > 1 << 16 {
                 return Ok(());
@@ -86,7 +149,10 @@ pub fn cases(table: &mut Table) {
         for set in input_sets() {
             let op = name.to_string();
             let make = set.make;
-            table.add(format!("registry sweep: {op} with {}", set.name), move || sweep(&op, &make()));
+            table.add(
+                format!("registry sweep: {op} with {}", set.name),
+                move || sweep(&op, &make()),
+            );
         }
     }
 }
