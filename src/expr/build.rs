@@ -80,7 +80,13 @@ impl<'g> Builder<'_, 'g> {
         }
     }
 
+    /// Nesting is bounded by `parse` (`MAX_OPERATORS`), but each level is a
+    /// deep call chain: the stack grows on demand instead of overflowing.
     fn eval(&self, e: &Expr) -> Result<Var<'g>, ExprError> {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.eval_node(e))
+    }
+
+    fn eval_node(&self, e: &Expr) -> Result<Var<'g>, ExprError> {
         match &e.kind {
             ExprKind::Number(v) => Ok(Var::constant_in(
                 self.graph,
