@@ -165,6 +165,26 @@ pub fn cases(t: &mut Table) {
             }
         },
     );
+    t.add(
+        "expr: literals take their operand's dtype whatever the input order",
+        || {
+            // Inputs are held in a hash map: repeat so any order dependence shows.
+            for _ in 0..20 {
+                let g = Graph::new();
+                let inputs = [
+                    Input::new("x", Tensor::scalar(1.5f32)),
+                    Input::new("y", Tensor::scalar(2.0f64)),
+                ];
+                let t =
+                    trace(&g, "a = 2 * x - -1; b = y + 1; a", &inputs).map_err(|e| e.render())?;
+                ensure(t.output.dtype() == retrograd::DType::F32, || "dtype".into())?;
+                ensure(t.output.value().item() == Ok(4.0), || {
+                    format!("{}", t.output.value())
+                })?;
+            }
+            Ok(())
+        },
+    );
     t.add("expr: an input given twice", || {
         let g = Graph::new();
         let inputs = [
