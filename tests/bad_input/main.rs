@@ -13,7 +13,9 @@ mod axes;
 mod broadcasting;
 mod checkpoints;
 mod constructors;
+mod custom_ops;
 mod digits_csv;
+mod display;
 mod dtypes;
 mod expressions;
 mod indexing;
@@ -38,12 +40,14 @@ fn every_bad_input_gives_a_typed_error_or_a_documented_result() {
     indexing::cases(&mut table);
     layout::cases(&mut table);
     autograd::cases(&mut table);
+    custom_ops::cases(&mut table);
     registry_sweep::cases(&mut table);
     optimizers::cases(&mut table);
     checkpoints::cases(&mut table);
     digits_csv::cases(&mut table);
     modules::cases(&mut table);
     expressions::cases(&mut table);
+    display::cases(&mut table);
     let (n, failures) = table.run();
     assert!(
         failures.is_empty(),
