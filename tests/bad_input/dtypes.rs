@@ -83,6 +83,29 @@ pub fn cases(t: &mut Table) {
         let r = setup(a.try_where(&cond, &b))?;
         ensure(r.dtype() == DType::F32, || format!("dtype {}", r.dtype()))
     });
+    t.add(
+        "gather: index tensors may be f32 for f64 values (indices, not values)",
+        || {
+            let g = Graph::new();
+            let a = g.variable(f64s(&[2, 3]));
+            let idx = setup(Tensor::from_vec(vec![2.0f32, 0.0], &[2, 1]))?;
+            let r = setup(a.try_gather(1, &idx))?;
+            ensure(
+                r.dtype() == DType::F64 && r.value().to_f64_vec() == vec![1.25, 1.75],
+                || format!("{:?}", r.value()),
+            )
+        },
+    );
+    t.add("embedding via apply: f64 indices for an f32 table", || {
+        let g = Graph::new();
+        let w = g.variable(f32s(&[3, 2]));
+        let i = g.constant(Tensor::vector(&[2.0f64]));
+        let r = setup(g.apply("embedding", &[&w, &i]))?;
+        ensure(
+            r.dtype() == DType::F32 && r.value().to_f64_vec() == vec![2.25, 2.75],
+            || format!("{:?}", r.value()),
+        )
+    });
     t.add("matmul: f32 with f64", || {
         let g = Graph::new();
         let a = g.variable(f32s(&[2, 3]));
