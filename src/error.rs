@@ -34,8 +34,9 @@ pub enum Error {
         /// The shape that was requested.
         shape: Vec<usize>,
     },
-    /// The product of a shape's dimensions overflows `usize`.
-    #[error("{op}: the element count of shape {shape:?} overflows usize")]
+    /// A shape too large for memory: the product of its dimensions overflows
+    /// `usize` or its bytes exceed `isize::MAX`, or the allocator refused it.
+    #[error("{op}: shape {shape:?} has too many elements to allocate")]
     ShapeOverflow {
         /// The op (or constructor) involved.
         op: &'static str,

@@ -36,7 +36,7 @@ impl Dataset {
         labels: Vec<usize>,
         num_classes: usize,
     ) -> Result<Self> {
-        if num_features == 0 || features.len() != labels.len() * num_features {
+        if num_features == 0 || Some(features.len()) != labels.len().checked_mul(num_features) {
             return Err(Error::invalid(
                 "Dataset::new",
                 format!(

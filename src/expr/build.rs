@@ -55,6 +55,17 @@ impl Program {
     }
 }
 
+/// Whether `e` is a number, possibly negated (a constant made of literals only).
+fn is_literal(mut e: &Expr) -> bool {
+    loop {
+        match &e.kind {
+            ExprKind::Number(_) => return true,
+            ExprKind::Neg(inner) => e = inner,
+            _ => return false,
+        }
+    }
+}
+
 struct Builder<'a, 'g> {
     graph: &'g Graph,
     source: &'a Arc<str>,
@@ -80,7 +91,13 @@ impl<'g> Builder<'_, 'g> {
         }
     }
 
+    /// Nesting is bounded by `parse` (`MAX_OPERATORS`), but each level is a
+    /// deep call chain: the stack grows on demand instead of overflowing.
     fn eval(&self, e: &Expr) -> Result<Var<'g>, ExprError> {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.eval_node(e))
+    }
+
+    fn eval_node(&self, e: &Expr) -> Result<Var<'g>, ExprError> {
         match &e.kind {
             ExprKind::Number(v) => Ok(Var::constant_in(
                 self.graph,
@@ -115,8 +132,15 @@ impl<'g> Builder<'_, 'g> {
                         )
                         .with_note("multiply instead (x*x), or register a `pow` op"));
                 }
-                let l = self.eval(lhs)?;
-                let r = self.eval(rhs)?;
+                let mut l = self.eval(lhs)?;
+                let mut r = self.eval(rhs)?;
+                // A literal takes the other operand's dtype (as a Rust scalar
+                // operand does), whichever input happened to set `self.dtype`.
+                if is_literal(lhs) && l.dtype() != r.dtype() {
+                    l = Var::constant_in(self.graph, l.value().to_dtype(r.dtype()));
+                } else if is_literal(rhs) && l.dtype() != r.dtype() {
+                    r = Var::constant_in(self.graph, r.value().to_dtype(l.dtype()));
+                }
                 let what = format!("`{}`", &self.source[op_span.clone()]);
                 self.apply(op.op_name(), &[&l, &r], op_span.clone(), &what)
             }

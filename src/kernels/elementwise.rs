@@ -14,7 +14,7 @@ use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
 use crate::error::{Error, Result};
-use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
+use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{DType, Element, Repr, Tensor};
 
 /// Applies `f` to every element of `x`.
@@ -117,6 +117,11 @@ fn zip_typed<T: Element, F: BinaryFn>(
         }));
     }
     let shape = broadcast_shapes(op, sa, sb)?;
+    // An empty result needs no plan (whose stride products could overflow
+    // for huge zero-sized shapes); a huge one is an error, not an abort.
+    if checked_numel(op, &shape)? == 0 {
+        return Ok(Tensor::build::<T>(shape, |_| {}));
+    }
     if xb.len() == 1 {
         let y = xb[0];
         return Ok(Tensor::build::<T>(shape, |out| {
@@ -163,7 +168,11 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     if !crate::tensor::shape::broadcastable_to(x.shape(), shape) {
         return Err(Error::shape_mismatch(op, x.shape(), shape));
     }
-    crate::tensor::shape::checked_numel(op, shape)?;
+    if checked_numel(op, shape)? == 0 {
+        return Ok(crate::with_dtype!(x.dtype(), T => {
+            Tensor::build::<T>(Dims::from_slice(shape), |_| {})
+        }));
+    }
     // Reuse the binary machinery with a zero-stride second operand: out = x.
     #[derive(Clone, Copy)]
     struct First;

@@ -166,13 +166,16 @@ pub fn check_gather_shapes(
     index: &[usize],
     src: Option<&[usize]>,
 ) -> Result<()> {
-    let fits = index.len() == x.len()
-        && (0..x.len()).all(|d| d == dim || index[d] <= x[d])
-        && src.is_none_or(|s| s.len() == index.len() && s.iter().zip(index).all(|(s, i)| i <= s));
-    if fits {
-        Ok(())
-    } else {
-        Err(Error::shape_mismatch(op, x, index))
+    let fits_x = index.len() == x.len() && (0..x.len()).all(|d| d == dim || index[d] <= x[d]);
+    if !fits_x {
+        return Err(Error::shape_mismatch(op, x, index));
+    }
+    match src {
+        // Name the source's shape when it is the source that is too small.
+        Some(s) if !(s.len() == index.len() && s.iter().zip(index).all(|(s, i)| i <= s)) => {
+            Err(Error::shape_mismatch(op, s, index))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::parallel::{ordered_reduce, should_parallelize};
 use crate::error::{Error, Result};
-use crate::tensor::shape::{normalize_axes, reduced_shape, Dims};
+use crate::tensor::shape::{checked_numel, normalize_axes, reduced_shape, Dims};
 use crate::tensor::{Element, Tensor};
 
 /// Elements summed by one block of the pairwise scheme.
@@ -81,6 +81,8 @@ fn sum_block<T: Element>(x: &[T]) -> T {
 /// ```
 pub fn sum_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
     let axes = normalize_axes(op, axes, x.rank())?;
+    // Reducing an empty axis of a zero-sized input can leave a huge result.
+    checked_numel(op, &reduced_shape(x.shape(), &axes, keepdim))?;
     Ok(sum_normalized_axes(x, &axes, keepdim))
 }
 
@@ -124,8 +126,9 @@ pub fn mean_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
     if axes.is_empty() {
         return Ok(x.clone());
     }
-    let n = axes.iter().map(|&a| x.shape()[a]).product::<usize>() as f64;
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
+    checked_numel(op, &out_shape)?;
+    let n = axes.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
     if axes.len() == x.rank() {
         let mean = Tensor::scalar_of(sum_all(x).item()? / n, x.dtype());
         return mean.reshape(&out_shape);

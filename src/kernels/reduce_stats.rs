@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 
 use super::reduce_lanes::{reduce, Lanes, Reducer, SumF64};
 use super::reduce_minmax::{Extremum, Larger};
-use crate::error::Result;
-use crate::tensor::shape::{normalize_axes, reduced_shape};
+use crate::error::{Error, Result};
+use crate::tensor::shape::{checked_numel, normalize_axes, reduced_shape};
 use crate::tensor::{Element, Tensor};
 
 /// `sum(exp(v - shift))` per lane, in f64.
@@ -44,8 +44,9 @@ impl<T: Element> Reducer<T> for SumExp<'_, T> {
 /// ```
 pub fn logsumexp(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
     let axes = normalize_axes(op, axes, x.rank())?;
-    let lanes = Lanes::new(x.shape(), &axes);
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
+    checked_numel(op, &out_shape)?;
+    let lanes = Lanes::new(x.shape(), &axes);
     Ok(crate::with_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         let shifts: Vec<T> = reduce(src, &lanes, &Extremum::<Larger>(PhantomData))
@@ -103,8 +104,15 @@ pub fn var(
     keepdim: bool,
 ) -> Result<Tensor> {
     let axes = normalize_axes(op, axes, x.rank())?;
-    let lanes = Lanes::new(x.shape(), &axes);
+    if !correction.is_finite() {
+        return Err(Error::invalid(
+            op,
+            format!("correction must be finite, got {correction}"),
+        ));
+    }
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
+    checked_numel(op, &out_shape)?;
+    let lanes = Lanes::new(x.shape(), &axes);
     let n = lanes.red_len as f64;
     let denominator = (n - correction).max(0.0);
     Ok(crate::with_dtype!(x.dtype(), T => {

@@ -65,8 +65,12 @@ pub fn zip3<F: TernaryFn>(
     }
     let ab = broadcast_shapes(op, a.shape(), b.shape())?;
     let shape = broadcast_shapes(op, &ab, c.shape())?;
-    crate::tensor::shape::checked_numel(op, &shape)?;
+    let empty = crate::tensor::shape::checked_numel(op, &shape)? == 0;
     Ok(crate::with_dtype!(a.dtype(), T => {
+        if empty {
+            // No plan needed (its stride products could overflow for huge zero-sized shapes).
+            return Ok(Tensor::build::<T>(shape, |_| {}));
+        }
         let (xa, xb, xc) = (a.as_slice_of::<T>(), b.as_slice_of::<T>(), c.as_slice_of::<T>());
         if a.shape() == shape.as_slice() && b.shape() == a.shape() && c.shape() == a.shape() {
             Tensor::build::<T>(shape, |out| {

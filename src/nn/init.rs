@@ -74,8 +74,17 @@ pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
             format!("fan in and fan out need at least 2 dimensions, got shape {shape:?}"),
         ));
     }
-    let receptive: usize = shape[2..].iter().product();
-    Ok((shape[1] * receptive, shape[0] * receptive))
+    let overflow = || Error::ShapeOverflow {
+        op: "init::fans",
+        shape: shape.to_vec(),
+    };
+    let receptive = shape[2..]
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)?;
+    let fan_in = shape[1].checked_mul(receptive).ok_or_else(overflow)?;
+    let fan_out = shape[0].checked_mul(receptive).ok_or_else(overflow)?;
+    Ok((fan_in, fan_out))
 }
 
 fn fan(shape: &[usize], mode: FanMode) -> Result<usize> {

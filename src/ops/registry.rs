@@ -138,12 +138,20 @@ impl OpRegistry {
     /// The registered name closest to `name` by edit distance, if close enough to be a typo.
     fn closest(&self, name: &str) -> Option<String> {
         let limit = (name.chars().count() / 3).max(2);
+        // Case differences count as nothing first (`Relu` means `relu`, not `gelu`).
+        let lower = name.to_lowercase();
         self.ops
             .keys()
-            .map(|k| (edit_distance(name, k), k))
-            .filter(|(d, _)| *d <= limit)
-            .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)))
-            .map(|(_, k)| k.clone())
+            .map(|k| {
+                (
+                    edit_distance(&lower, &k.to_lowercase()),
+                    edit_distance(name, k),
+                    k,
+                )
+            })
+            .filter(|(_, d, _)| *d <= limit)
+            .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| a.2.cmp(b.2)))
+            .map(|(_, _, k)| k.clone())
     }
 }
 

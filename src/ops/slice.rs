@@ -310,7 +310,7 @@ impl<'g> Var<'g> {
                 size,
             });
         }
-        if s as usize + len > size {
+        if len > size - s as usize {
             return Err(Error::invalid(
                 "narrow",
                 format!("start {start} + length {len} exceeds dimension {dim} of size {size}"),

@@ -150,7 +150,10 @@ impl Differentiable for T {
             2 => kernels::layout::permute("t", x, &[1, 0]),
             r => Err(Error::invalid(
                 "t",
-                format!("expects a tensor with <= 2 dimensions, got {r} (use transpose)"),
+                format!(
+                    "expects a tensor with <= 2 dimensions, got {r} (shape {:?}; use transpose)",
+                    x.shape()
+                ),
             )),
         }
     }

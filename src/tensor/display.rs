@@ -28,20 +28,26 @@ fn write_number(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
 
 fn write_nested(f: &mut fmt::Formatter<'_>, shape: &[usize], values: &[f64]) -> fmt::Result {
     let n = shape[0];
-    let inner: usize = shape[1..].iter().product();
+    // A zero-sized shape's other dimensions may be huge: their product alone could overflow.
+    let inner: usize = if shape[1..].contains(&0) {
+        0
+    } else {
+        shape[1..].iter().product()
+    };
+    // Visit only the rows that are printed: a long dimension costs nothing.
+    let rows: Vec<usize> = if n > ELIDE_ABOVE {
+        (0..EDGE_ITEMS).chain(n - EDGE_ITEMS..n).collect()
+    } else {
+        (0..n).collect()
+    };
     f.write_str("[")?;
-    let mut first = true;
-    for i in 0..n {
-        if n > ELIDE_ABOVE && i == EDGE_ITEMS {
-            f.write_str(", ...")?;
-        }
-        if n > ELIDE_ABOVE && i >= EDGE_ITEMS && i < n - EDGE_ITEMS {
-            continue;
-        }
-        if !first {
+    for (k, &i) in rows.iter().enumerate() {
+        if k > 0 {
             f.write_str(", ")?;
         }
-        first = false;
+        if n > ELIDE_ABOVE && k == EDGE_ITEMS {
+            f.write_str("..., ")?;
+        }
         let chunk = &values[i * inner..(i + 1) * inner];
         if shape.len() == 1 {
             write_number(f, chunk[0])?;
@@ -64,5 +70,13 @@ mod tests {
         let long = Tensor::from_vec((0..10).map(f64::from).collect(), &[10]).unwrap();
         assert_eq!(long.to_string(), "[0, 1, 2, ..., 7, 8, 9]");
         assert_eq!(format!("{:.2}", Tensor::scalar(1.0f32 / 3.0)), "0.33");
+        // A huge zero-sized shape prints its edges at once (no walk over every row).
+        let empty = Tensor::zeros(&[usize::MAX, 2, usize::MAX, 0], crate::DType::F32).unwrap();
+        let lane = "[[], [], [], ..., [], [], []]";
+        let pair = format!("[{lane}, {lane}]");
+        assert_eq!(
+            empty.to_string(),
+            format!("[{pair}, {pair}, {pair}, ..., {pair}, {pair}, {pair}]")
+        );
     }
 }

@@ -63,6 +63,17 @@ fn scalar_shape() -> &'static [usize] {
     &SCALAR_STORAGE[..0]
 }
 
+/// The element count of a shape already known to be valid; a zero-sized
+/// shape may have other dimensions whose product alone would overflow.
+#[inline(always)]
+fn element_count(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        0
+    } else {
+        shape.iter().product()
+    }
+}
+
 impl Tensor {
     #[inline(always)]
     pub(crate) fn from_repr(repr: Repr) -> Self {
@@ -77,7 +88,7 @@ impl Tensor {
     /// Builds a tensor from a shared buffer whose length matches `shape`.
     #[inline]
     pub(crate) fn from_buffer<T: Element>(shape: Dims, data: Arc<[T]>) -> Self {
-        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        debug_assert_eq!(element_count(&shape), data.len());
         if shape.is_empty() {
             return data[0].scalar_tensor();
         }
@@ -95,7 +106,7 @@ impl Tensor {
         shape: Dims,
         fill: impl FnOnce(&mut [std::mem::MaybeUninit<T>]),
     ) -> Self {
-        let len = shape.iter().product::<usize>();
+        let len = element_count(&shape);
         if shape.is_empty() {
             let mut one = [std::mem::MaybeUninit::<T>::uninit()];
             fill(&mut one);
@@ -170,22 +181,33 @@ impl Tensor {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
-        let n = shape::checked_numel("full", shape)?;
-        let dims = Dims::from_slice(shape);
-        Ok(match dtype {
-            DType::F32 => Self::from_buffer(dims, Arc::from(vec![value as f32; n])),
-            DType::F64 => Self::from_buffer(dims, Arc::from(vec![value; n])),
-        })
+        Self::filled("full", shape, value, dtype)
     }
 
     /// A tensor of `shape` filled with zeros.
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Self> {
-        Self::full(shape, 0.0, dtype)
+        Self::filled("zeros", shape, 0.0, dtype)
     }
 
     /// A tensor of `shape` filled with ones.
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Self> {
-        Self::full(shape, 1.0, dtype)
+        Self::filled("ones", shape, 1.0, dtype)
+    }
+
+    /// `full` with errors naming `op`; a shape too large to allocate is
+    /// `Error::ShapeOverflow`, not an allocator abort.
+    fn filled(op: &'static str, shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
+        let n = shape::checked_numel(op, shape)?;
+        let dims = Dims::from_slice(shape);
+        Ok(match dtype {
+            DType::F32 => Self::from_buffer(
+                dims,
+                Arc::from(storage::try_filled(op, shape, n, value as f32)?),
+            ),
+            DType::F64 => {
+                Self::from_buffer(dims, Arc::from(storage::try_filled(op, shape, n, value)?))
+            }
+        })
     }
 
     /// Zeros with the shape and dtype of `self`.
@@ -227,7 +249,8 @@ impl Tensor {
                 shape: vec![n],
             });
         }
-        let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
+        let mut values: Vec<f64> = storage::try_with_capacity("arange", &[n], n)?;
+        values.extend((0..n).map(|i| start + step * i as f64));
         Self::from_f64_slice(&values, &[n], dtype)
     }
 
@@ -348,7 +371,14 @@ impl Tensor {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(self.as_slice::<T>()?.to_vec())
+        match self.try_slice::<T>() {
+            Some(s) => Ok(s.to_vec()),
+            None => Err(Error::WrongDType {
+                op: "to_vec",
+                expected: T::DTYPE,
+                found: self.dtype(),
+            }),
+        }
     }
 
     /// Borrows the elements in row-major order; `T` must be the tensor's dtype.

@@ -5,7 +5,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{shape, DType, Dims, Tensor};
+use super::{shape, storage, DType, Dims, Tensor};
 use crate::error::Result;
 
 impl Tensor {
@@ -30,7 +30,8 @@ impl Tensor {
     /// Standard-normal samples drawn from `rng`.
     pub fn randn_with<R: Rng + ?Sized>(shape: &[usize], dtype: DType, rng: &mut R) -> Result<Self> {
         let n = shape::checked_numel("randn", shape)?;
-        let values: Vec<f64> = (0..n).map(|_| StandardNormal.sample(rng)).collect();
+        let mut values: Vec<f64> = storage::try_with_capacity("randn", shape, n)?;
+        values.extend((0..n).map(|_| -> f64 { StandardNormal.sample(rng) }));
         Self::from_f64_slice(&values, shape, dtype)
     }
 
@@ -42,21 +43,32 @@ impl Tensor {
         dtype: DType,
         rng: &mut R,
     ) -> Result<Self> {
-        let n = shape::checked_numel("uniform", shape)?;
-        if !(low.is_finite() && high.is_finite() && low <= high) {
-            return Err(crate::Error::invalid(
-                "uniform",
-                format!("bounds [{low}, {high}) must be finite and ordered"),
-            ));
-        }
-        let values: Vec<f64> = (0..n)
-            .map(|_| low + (high - low) * rng.random::<f64>())
-            .collect();
-        Self::from_f64_slice(&values, &Dims::from_slice(shape), dtype)
+        Self::uniform_named("uniform", shape, low, high, dtype, rng)
     }
 
     /// Uniform samples in `[0, 1)` drawn from `rng`.
     pub fn rand_with<R: Rng + ?Sized>(shape: &[usize], dtype: DType, rng: &mut R) -> Result<Self> {
-        Self::uniform_with(shape, 0.0, 1.0, dtype, rng)
+        Self::uniform_named("rand", shape, 0.0, 1.0, dtype, rng)
+    }
+
+    /// `uniform_with` with errors naming `op`.
+    fn uniform_named<R: Rng + ?Sized>(
+        op: &'static str,
+        shape: &[usize],
+        low: f64,
+        high: f64,
+        dtype: DType,
+        rng: &mut R,
+    ) -> Result<Self> {
+        let n = shape::checked_numel(op, shape)?;
+        if !(low.is_finite() && high.is_finite() && low <= high) {
+            return Err(crate::Error::invalid(
+                op,
+                format!("bounds [{low}, {high}) must be finite and ordered"),
+            ));
+        }
+        let mut values: Vec<f64> = storage::try_with_capacity(op, shape, n)?;
+        values.extend((0..n).map(|_| low + (high - low) * rng.random::<f64>()));
+        Self::from_f64_slice(&values, &Dims::from_slice(shape), dtype)
     }
 }

@@ -7,11 +7,22 @@ use crate::error::{Error, Result};
 /// A tensor's dimensions, stored inline up to rank 4.
 pub type Dims = SmallVec<[usize; 4]>;
 
-/// The number of elements of `shape`, or an error if the product overflows `usize`.
+/// The most elements a tensor may have: its bytes (at most 8 per element)
+/// must fit in `isize::MAX`, the largest allocation Rust can ask for.
+pub const MAX_ELEMENTS: usize = isize::MAX as usize / std::mem::size_of::<f64>();
+
+/// The number of elements of `shape`, or `Error::ShapeOverflow` if the
+/// product overflows `usize` or exceeds [`MAX_ELEMENTS`] (so no buffer of
+/// that shape could ever be allocated: an error instead of an allocator panic).
 pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    // A zero anywhere makes it empty, however large the other dimensions.
+    if shape.contains(&0) {
+        return Ok(0);
+    }
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
         .ok_or_else(|| Error::ShapeOverflow {
             op,
             shape: shape.to_vec(),
@@ -152,6 +163,10 @@ mod tests {
     fn overflowing_shapes_are_errors() {
         assert!(checked_numel("t", &[usize::MAX, 2]).is_err());
         assert_eq!(checked_numel("t", &[0, usize::MAX]).unwrap(), 0);
+        assert_eq!(checked_numel("t", &[usize::MAX, usize::MAX, 0]).unwrap(), 0);
+        // Fits usize, but its bytes would not fit isize::MAX.
+        assert!(checked_numel("t", &[MAX_ELEMENTS + 1]).is_err());
+        assert_eq!(checked_numel("t", &[MAX_ELEMENTS]).unwrap(), MAX_ELEMENTS);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::dtype::{DType, Element};
+use crate::error::{Error, Result};
 
 /// Dtype-tagged shared storage of a dense tensor.
 #[derive(Clone)]
@@ -59,6 +60,30 @@ pub(crate) fn build<T: Element>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<
     // SAFETY: `fill` initialised every element (the contract of this function;
     // all callers are kernels in this crate that write the whole output).
     unsafe { data.assume_init() }
+}
+
+/// An empty vector with room for `n` elements, allocated fallibly: a request
+/// the allocator refuses is `Error::ShapeOverflow` naming `op` and `shape`
+/// (the tensor it is for), not an abort.
+pub(crate) fn try_with_capacity<T>(op: &'static str, shape: &[usize], n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::ShapeOverflow {
+        op,
+        shape: shape.to_vec(),
+    })?;
+    Ok(v)
+}
+
+/// `n` copies of `value`, allocated fallibly (see [`try_with_capacity`]).
+pub(crate) fn try_filled<T: Clone>(
+    op: &'static str,
+    shape: &[usize],
+    n: usize,
+    value: T,
+) -> Result<Vec<T>> {
+    let mut v = try_with_capacity(op, shape, n)?;
+    v.resize(n, value);
+    Ok(v)
 }
 
 /// Copies a slice into a new shared buffer.

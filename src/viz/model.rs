@@ -495,7 +495,12 @@ impl<'a> Builder<'a> {
     /// `= value` and `grad ...` lines for value `id`.
     fn value_lines(&self, id: u32, lines: &mut Vec<String>) {
         let t = &self.st.values[id as usize];
-        let small = t.numel() <= self.options.max_values;
+        // An empty tensor can still have huge dimensions: printing `[[], [], ...]`
+        // row by row would never end, so every dimension must be small too.
+        let small = t.numel() <= self.options.max_values
+            && t.shape()
+                .iter()
+                .all(|&d| d <= self.options.max_values.max(1));
         if small {
             lines.push(format!("= {}", label::tensor(t)));
         }

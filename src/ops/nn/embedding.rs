@@ -122,7 +122,7 @@ impl Embedding {
         index_shape: &[usize],
         padding_idx: Option<i64>,
     ) -> Result<Self> {
-        let n: usize = index_shape.iter().product();
+        let n = crate::tensor::shape::checked_numel("embedding", index_shape)?;
         if n != indices.len() {
             return Err(Error::ElementCount {
                 op: "embedding",

@@ -1,0 +1,238 @@
+//! Mixed dtypes: f32 with f64 is `Error::DTypeMismatch` in every op that
+//! combines values (retrograd never promotes silently); a Rust `f64`
+//! scalar operand takes the tensor's dtype.
+
+use retrograd::{DType, Error, Graph, Tensor, Var};
+
+use crate::broadcasting::binary_ops;
+use crate::expect_err;
+use crate::harness::{ensure, setup, Table};
+
+fn f32s(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec((0..n).map(|i| i as f32 * 0.5 + 0.25).collect(), shape).unwrap()
+}
+
+fn f64s(shape: &[usize]) -> Tensor {
+    f32s(shape).to_dtype(DType::F64)
+}
+
+pub fn cases(t: &mut Table) {
+    for (name, op) in binary_ops() {
+        t.add(format!("{name}: f32 with f64"), move || {
+            let g = Graph::new();
+            let a = g.variable(f32s(&[2, 3]));
+            let b = g.variable(f64s(&[2, 3]));
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::F32,
+                    rhs: DType::F64,
+                    ..
+                },
+                [name, "f32", "f64"]
+            )
+        });
+        t.add(format!("{name}: f64 with f32, broadcast"), move || {
+            let g = Graph::new();
+            let a = g.variable(f64s(&[2, 3]));
+            let b = g.constant(f32s(&[3]));
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::F64,
+                    rhs: DType::F32,
+                    ..
+                },
+                [name, "f64", "f32"]
+            )
+        });
+        t.add(format!("{name}: f32 with a 0-d f64"), move || {
+            let g = Graph::new();
+            let a = g.variable(f32s(&[2]));
+            let b = g.variable(Tensor::scalar(0.5f64));
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch { .. },
+                [name, "f32", "f64"]
+            )
+        });
+    }
+    t.add("a Rust f64 scalar takes an f32 tensor's dtype", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[2]));
+        let b = &a * 2.0 + 1.0;
+        ensure(b.dtype() == DType::F32, || format!("dtype {}", b.dtype()))
+    });
+    t.add("where: f32 values with f64 other", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[2]));
+        let b = g.variable(f64s(&[2]));
+        let cond = f32s(&[2]);
+        expect_err!(
+            a.try_where(&cond, &b),
+            Error::DTypeMismatch { .. },
+            ["where", "f32", "f64"]
+        )
+    });
+    t.add("where: an f64 condition selects f32 values", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[2]));
+        let b = g.variable(f32s(&[2]));
+        let cond = Tensor::vector(&[1.0f64, 0.0]);
+        let r = setup(a.try_where(&cond, &b))?;
+        ensure(r.dtype() == DType::F32, || format!("dtype {}", r.dtype()))
+    });
+    t.add(
+        "gather: index tensors may be f32 for f64 values (indices, not values)",
+        || {
+            let g = Graph::new();
+            let a = g.variable(f64s(&[2, 3]));
+            let idx = setup(Tensor::from_vec(vec![2.0f32, 0.0], &[2, 1]))?;
+            let r = setup(a.try_gather(1, &idx))?;
+            ensure(
+                r.dtype() == DType::F64 && r.value().to_f64_vec() == vec![1.25, 1.75],
+                || format!("{:?}", r.value()),
+            )
+        },
+    );
+    t.add("embedding via apply: f64 indices for an f32 table", || {
+        let g = Graph::new();
+        let w = g.variable(f32s(&[3, 2]));
+        let i = g.constant(Tensor::vector(&[2.0f64]));
+        let r = setup(g.apply("embedding", &[&w, &i]))?;
+        ensure(
+            r.dtype() == DType::F32 && r.value().to_f64_vec() == vec![2.25, 2.75],
+            || format!("{:?}", r.value()),
+        )
+    });
+    t.add("matmul: f32 with f64", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[2, 3]));
+        let b = g.variable(f64s(&[3, 2]));
+        expect_err!(
+            a.try_matmul(&b),
+            Error::DTypeMismatch { .. },
+            ["matmul", "f32", "f64"]
+        )
+    });
+    t.add("cat: f32 with f64", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[2]));
+        let b = g.variable(f64s(&[2]));
+        expect_err!(
+            Var::try_cat(&[&a, &b], 0),
+            Error::DTypeMismatch { .. },
+            ["cat", "f32", "f64"]
+        )
+    });
+    t.add("stack: f64 with f32", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[2]));
+        let b = g.variable(f32s(&[2]));
+        expect_err!(
+            Var::try_stack(&[&a, &b], 0),
+            Error::DTypeMismatch { .. },
+            ["stack", "f32", "f64"]
+        )
+    });
+    t.add("index_add: f32 source into f64", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[3]));
+        let s = g.variable(f32s(&[1]));
+        let i = setup(Tensor::from_indices(&[1], &[1]))?;
+        expect_err!(
+            a.try_index_add(0, &i, &s),
+            Error::DTypeMismatch { .. },
+            ["index_add", "f32", "f64"]
+        )
+    });
+    t.add("scatter_add: f64 source into f32", || {
+        let g = Graph::new();
+        let a = g.variable(f32s(&[3]));
+        let s = g.variable(f64s(&[1]));
+        let i = setup(Tensor::from_indices(&[1], &[1]))?;
+        expect_err!(
+            a.try_scatter_add(0, &i, &s),
+            Error::DTypeMismatch { .. },
+            ["scatter_add", "f32", "f64"]
+        )
+    });
+    t.add("layer_norm: f64 weight on f32 input", || {
+        let g = Graph::new();
+        let x = g.variable(f32s(&[2, 3]));
+        let w = g.variable(f64s(&[3]));
+        expect_err!(
+            x.try_layer_norm(&[3], Some(&w), None, 1e-5),
+            Error::DTypeMismatch { .. },
+            ["layer_norm", "f32", "f64"]
+        )
+    });
+    t.add(
+        "binary_cross_entropy_with_logits: f64 pos_weight on f32",
+        || {
+            let g = Graph::new();
+            let x = g.variable(f32s(&[2]));
+            let y = g.constant(f32s(&[2]));
+            expect_err!(
+                x.try_binary_cross_entropy_with_logits_with(
+                    &y,
+                    retrograd::Reduction::Mean,
+                    Some(f64s(&[2]))
+                ),
+                Error::DTypeMismatch { .. },
+                ["binary_cross_entropy_with_logits", "f32", "f64"]
+            )
+        },
+    );
+    t.add("cross_entropy: f64 class weights on f32 logits", || {
+        let g = Graph::new();
+        let x = g.variable(f32s(&[2, 3]));
+        let opts = retrograd::CrossEntropyOptions::default().weight(f64s(&[3]));
+        expect_err!(
+            x.try_cross_entropy_with(&[0usize, 1], &opts),
+            Error::DTypeMismatch { .. },
+            ["cross_entropy", "f32", "f64"]
+        )
+    });
+    t.add("backward_with: f32 seed for an f64 root", || {
+        let g = Graph::new();
+        let x = g.variable(f64s(&[2]));
+        let y = &x * &x;
+        expect_err!(
+            y.backward_with(&f32s(&[2])),
+            Error::DTypeMismatch { op: "backward", .. },
+            ["backward", "f32", "f64"]
+        )
+    });
+    t.add("jvp: f32 tangent for an f64 primal", || {
+        expect_err!(
+            retrograd::jvp(|x| Ok(&x[0] * &x[0]), &[f64s(&[2])], &[f32s(&[2])]),
+            Error::DTypeMismatch { .. },
+            ["jvp", "f32", "f64"]
+        )
+    });
+    t.add("hessian_vector_product: f32 vector for f64 point", || {
+        expect_err!(
+            retrograd::hessian_vector_product(|x| Ok((x * x).sum()), &f64s(&[2]), &f32s(&[2])),
+            Error::DTypeMismatch { .. },
+            ["f32", "f64"]
+        )
+    });
+    t.add("Parameter::set: f64 value into an f32 parameter", || {
+        let p = retrograd::nn::Parameter::new(f32s(&[2]));
+        expect_err!(
+            p.set(f64s(&[2])),
+            Error::DTypeMismatch { .. },
+            ["Parameter::set", "f32", "f64"]
+        )
+    });
+    t.add("Parameter::set: value of another shape", || {
+        let p = retrograd::nn::Parameter::new(f32s(&[2]));
+        expect_err!(
+            p.set(f32s(&[3])),
+            Error::ShapeMismatch { .. },
+            ["Parameter::set", "[2]", "[3]"]
+        )
+    });
+}

@@ -1,0 +1,158 @@
+//! Every registered op, through `Graph::apply`, with odd inputs: no inputs
+//! or too many, 0-d values, empty and zero-sized values (some with huge
+//! other dimensions), mixed dtypes, NaN and infinities. Each must give a
+//! result or a typed error, and a result must survive `backward`.
+
+use retrograd::{DType, Error, Graph, OpRegistry, Tensor};
+
+use crate::harness::{ensure, Outcome, Table};
+
+/// A named list of input tensors (all made variables, so a node is recorded).
+struct Inputs {
+    name: &'static str,
+    make: fn() -> Vec<Tensor>,
+}
+
+fn t(shape: &[usize], dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_f64_slice(
+        &(0..n).map(|i| (i % 3) as f64).collect::<Vec<_>>(),
+        shape,
+        dtype,
+    )
+    .unwrap()
+}
+
+fn input_sets() -> Vec<Inputs> {
+    vec![
+        Inputs {
+            name: "no inputs",
+            make: Vec::new,
+        },
+        Inputs {
+            name: "one 0-d",
+            make: || vec![Tensor::scalar(1.0)],
+        },
+        Inputs {
+            name: "one empty [0] f32",
+            make: || vec![t(&[0], DType::F32)],
+        },
+        Inputs {
+            name: "one zero-sized [2, 0, 3]",
+            make: || vec![t(&[2, 0, 3], DType::F64)],
+        },
+        Inputs {
+            name: "one huge zero-sized",
+            make: || vec![t(&[usize::MAX / 4, 0], DType::F64)],
+        },
+        Inputs {
+            name: "one non-finite [2, 3]",
+            make: || {
+                vec![Tensor::from_vec(
+                    vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308],
+                    &[2, 3],
+                )
+                .unwrap()]
+            },
+        },
+        Inputs {
+            name: "f32 and f64",
+            make: || vec![t(&[2, 3], DType::F32), t(&[2, 3], DType::F64)],
+        },
+        Inputs {
+            name: "f64 and f32 0-d",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::scalar(1.0f32)],
+        },
+        Inputs {
+            name: "[2, 3] and [0]",
+            make: || vec![t(&[2, 3], DType::F64), t(&[0], DType::F64)],
+        },
+        Inputs {
+            name: "[2, 3] and [4, 5]",
+            make: || vec![t(&[2, 3], DType::F64), t(&[4, 5], DType::F64)],
+        },
+        Inputs {
+            name: "two 0-d",
+            make: || vec![Tensor::scalar(2.0), Tensor::scalar(0.5)],
+        },
+        Inputs {
+            name: "two huge zero-sized",
+            make: || {
+                vec![
+                    t(&[usize::MAX / 4, 0], DType::F64),
+                    t(&[0, usize::MAX / 4], DType::F64),
+                ]
+            },
+        },
+        Inputs {
+            name: "[2, 3] and negative indices",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::vector(&[-1.0, 7.0])],
+        },
+        Inputs {
+            name: "three [2, 3]",
+            make: || vec![t(&[2, 3], DType::F64); 3],
+        },
+        Inputs {
+            name: "three mixed",
+            make: || {
+                vec![
+                    t(&[2, 3], DType::F64),
+                    t(&[3], DType::F32),
+                    Tensor::scalar(0.5),
+                ]
+            },
+        },
+        Inputs {
+            name: "four [3]",
+            make: || vec![t(&[3], DType::F64); 4],
+        },
+    ]
+}
+
+/// Applies `op` to `inputs` as variables; a result is then differentiated.
+fn sweep(op: &str, inputs: &[Tensor]) -> Outcome {
+    let g = Graph::new();
+    let vars: Vec<_> = inputs.iter().map(|x| g.variable(x.clone())).collect();
+    let refs: Vec<_> = vars.iter().collect();
+    match g.apply(op, &refs) {
+        Err(e) => ensure(!e.to_string().is_empty(), || {
+            format!("empty message for {e:?}")
+        }),
+        Ok(y) => {
+            if !y.requires_grad() || y.value().numel() > 1 << 16 {
+                return Ok(());
+            }
+            match y.backward_with(&y.value().ones_like()) {
+                Ok(grads) => {
+                    for (v, x) in vars.iter().zip(inputs) {
+                        let gx = grads.try_wrt(v).map_err(|e| format!("wrt: {e}"))?;
+                        ensure(gx.shape() == x.shape(), || {
+                            format!("gradient shape {:?} for input {:?}", gx.shape(), x.shape())
+                        })?;
+                    }
+                    Ok(())
+                }
+                // A backward rule the op does not have, or whose inputs it
+                // cannot differentiate, is a typed error too.
+                Err(e @ (Error::Unsupported { .. } | Error::InvalidArgument { .. })) => {
+                    ensure(!e.to_string().is_empty(), || "empty message".into())
+                }
+                Err(e) => Err(format!("forward ran, backward failed: {e}")),
+            }
+        }
+    }
+}
+
+pub fn cases(table: &mut Table) {
+    let registry = OpRegistry::with_builtins();
+    for name in registry.names() {
+        for set in input_sets() {
+            let op = name.to_string();
+            let make = set.make;
+            table.add(
+                format!("registry sweep: {op} with {}", set.name),
+                move || sweep(&op, &make()),
+            );
+        }
+    }
+}
