@@ -29,10 +29,15 @@ fn inputs(target: &str) -> Vec<PathBuf> {
             .filter(|p| p.is_file() && p.file_name().is_some_and(|n| keep(&n.to_string_lossy())))
             .collect()
     };
-    let mut files = files_in(root.join("corpus").join(target), |name| name.starts_with("seed-"));
+    let mut files = files_in(root.join("corpus").join(target), |name| {
+        name.starts_with("seed-")
+    });
     files.extend(files_in(root.join("regressions").join(target), |_| true));
     files.sort();
-    assert!(!files.is_empty(), "no committed inputs for fuzz target `{target}`");
+    assert!(
+        !files.is_empty(),
+        "no committed inputs for fuzz target `{target}`"
+    );
     files
 }
 
@@ -40,7 +45,11 @@ fn replay(target: &str, body: fn(&[u8])) {
     for path in inputs(target) {
         let data = std::fs::read(&path).expect("read a corpus file");
         let outcome = std::panic::catch_unwind(|| body(&data));
-        assert!(outcome.is_ok(), "fuzz target `{target}` panicked on {}", path.display());
+        assert!(
+            outcome.is_ok(),
+            "fuzz target `{target}` panicked on {}",
+            path.display()
+        );
     }
 }
 

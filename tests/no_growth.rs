@@ -47,7 +47,10 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+            LIVE_BYTES.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
         }
         p
     }
@@ -89,7 +92,11 @@ fn ten_thousand_training_steps_neither_leak_nor_grow() {
         {
             let graph = Graph::new();
             let input = graph.constant(x.clone());
-            let loss = model.forward(&input).unwrap().try_cross_entropy(&labels).unwrap();
+            let loss = model
+                .forward(&input)
+                .unwrap()
+                .try_cross_entropy(&labels)
+                .unwrap();
             let grads = loss.backward().unwrap();
             opt.step(&grads).unwrap();
             last_loss = loss.value().item().unwrap();

@@ -31,15 +31,28 @@ pub fn run(data: &[u8]) {
     }
 
     let params = model();
-    let mut opt = Adam::new(&params, AdamConfig::default().lr(0.25)).expect("Adam on a fixed model");
+    let mut opt =
+        Adam::new(&params, AdamConfig::default().lr(0.25)).expect("Adam on a fixed model");
     let before: Vec<Tensor> = params.iter().map(|(_, p)| p.value()).collect();
     let before_state = opt.state_dict();
     if let Err(e) = load_checkpoint(&path, &params, Some(&mut opt)) {
         assert_file_error(&e);
         let after: Vec<Tensor> = params.iter().map(|(_, p)| p.value()).collect();
-        assert_eq!(bits_of_all(&before), bits_of_all(&after), "a failed load changed a parameter: {e}");
-        assert_eq!(opt.state_dict(), before_state, "a failed load changed the optimizer: {e}");
-        assert_eq!(opt.lr(), 0.25, "a failed load changed the learning rate: {e}");
+        assert_eq!(
+            bits_of_all(&before),
+            bits_of_all(&after),
+            "a failed load changed a parameter: {e}"
+        );
+        assert_eq!(
+            opt.state_dict(),
+            before_state,
+            "a failed load changed the optimizer: {e}"
+        );
+        assert_eq!(
+            opt.lr(),
+            0.25,
+            "a failed load changed the learning rate: {e}"
+        );
     }
     let _ = std::fs::remove_file(&path);
     if let Some(dir) = path.parent() {
@@ -50,12 +63,18 @@ pub fn run(data: &[u8]) {
 /// The model every input is loaded into: names and shapes of a 2-3 Linear.
 fn model() -> Vec<(String, Parameter)> {
     let p = |shape: &[usize]| Parameter::new(Tensor::ones(shape, DType::F32).expect("small shape"));
-    vec![("0.weight".to_string(), p(&[3, 2])), ("0.bias".to_string(), p(&[3]))]
+    vec![
+        ("0.weight".to_string(), p(&[3, 2])),
+        ("0.bias".to_string(), p(&[3])),
+    ]
 }
 
 fn assert_file_error(e: &Error) {
     assert!(
-        matches!(e, Error::Format { .. } | Error::Io { .. } | Error::TensorMismatch { .. }),
+        matches!(
+            e,
+            Error::Format { .. } | Error::Io { .. } | Error::TensorMismatch { .. }
+        ),
         "loading gave an unexpected error kind: {e:?}"
     );
     assert!(!e.to_string().is_empty());
@@ -70,7 +89,11 @@ fn round_trip(tensors: &StateDict, metadata: &BTreeMap<String, String>) {
     assert_eq!(back.tensors.len(), tensors.len());
     for ((name, a), (name_b, b)) in tensors.iter().zip(&back.tensors) {
         assert_eq!(name, name_b);
-        assert_eq!((a.shape(), a.dtype()), (b.shape(), b.dtype()), "tensor `{name}`");
+        assert_eq!(
+            (a.shape(), a.dtype()),
+            (b.shape(), b.dtype()),
+            "tensor `{name}`"
+        );
         assert_eq!(bits(a), bits(b), "tensor `{name}`");
     }
     let _ = std::fs::remove_file(&path);

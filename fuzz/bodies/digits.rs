@@ -50,7 +50,10 @@ fn check(result: retrograd::Result<Dataset>) -> Option<Dataset> {
             Some(d)
         }
         Err(e) => {
-            assert!(matches!(e, Error::Format { .. }), "unexpected error kind: {e:?}");
+            assert!(
+                matches!(e, Error::Format { .. }),
+                "unexpected error kind: {e:?}"
+            );
             None
         }
     }

@@ -50,14 +50,30 @@ impl Bytes<'_> {
     }
 
     fn dims(&mut self, max_rank: usize, max_dim: usize) -> Vec<usize> {
-        (0..self.below(max_rank + 1)).map(|_| self.below(max_dim + 1)).collect()
+        (0..self.below(max_rank + 1))
+            .map(|_| self.below(max_dim + 1))
+            .collect()
     }
 
     /// A value from a table of ordinary and awkward numbers.
     fn number(&mut self) -> f64 {
         const TABLE: [f64; 16] = [
-            0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1e-3, 10.0, -0.0, 1e30, -1e30, 1e-40,
-            f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.25,
+            0.0,
+            1.0,
+            -1.0,
+            0.5,
+            2.0,
+            -3.0,
+            1e-3,
+            10.0,
+            -0.0,
+            1e30,
+            -1e30,
+            1e-40,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.25,
         ];
         TABLE[self.below(TABLE.len())]
     }
@@ -93,7 +109,9 @@ pub fn run(data: &[u8]) {
 /// variable or, now and then, a constant; one in eight has the other dtype.
 fn leaf<'g>(graph: &'g Graph, bytes: &mut Bytes<'_>, dtype: DType) -> Var<'g> {
     let shape = bytes.dims(3, 3);
-    let values: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| bytes.number()).collect();
+    let values: Vec<f64> = (0..shape.iter().product::<usize>())
+        .map(|_| bytes.number())
+        .collect();
     let dtype = match (bytes.below(8), dtype) {
         (0, DType::F32) => DType::F64,
         (0, DType::F64) => DType::F32,
@@ -114,7 +132,9 @@ fn index_tensor(bytes: &mut Bytes<'_>, pool: &[Var<'_>]) -> retrograd::Result<Te
         return Ok(pick(bytes, pool).value().clone());
     }
     let shape = bytes.dims(2, 3);
-    let values: Vec<usize> = (0..shape.iter().product::<usize>()).map(|_| bytes.below(5)).collect();
+    let values: Vec<usize> = (0..shape.iter().product::<usize>())
+        .map(|_| bytes.below(5))
+        .collect();
     Tensor::from_indices(&values, &shape)
 }
 
@@ -131,7 +151,11 @@ fn targets(bytes: &mut Bytes<'_>) -> Vec<i64> {
 }
 
 /// One op application chosen by the next byte.
-fn step<'g>(graph: &'g Graph, bytes: &mut Bytes<'_>, pool: &[Var<'g>]) -> retrograd::Result<Var<'g>> {
+fn step<'g>(
+    graph: &'g Graph,
+    bytes: &mut Bytes<'_>,
+    pool: &[Var<'g>],
+) -> retrograd::Result<Var<'g>> {
     let x = pick(bytes, pool);
     match bytes.below(34) {
         0..=5 => {
@@ -151,15 +175,33 @@ fn step<'g>(graph: &'g Graph, bytes: &mut Bytes<'_>, pool: &[Var<'g>]) -> retrog
         11 => x.try_var(&bytes.axes(), bytes.below(3) as f64, bytes.flag()),
         12 => {
             let axis = bytes.flag().then(|| bytes.axis());
-            if bytes.flag() { x.try_argmax(axis, bytes.flag()) } else { x.try_argmin(axis, bytes.flag()) }
+            if bytes.flag() {
+                x.try_argmax(axis, bytes.flag())
+            } else {
+                x.try_argmin(axis, bytes.flag())
+            }
         }
-        13 => if bytes.flag() { x.try_softmax(bytes.axis()) } else { x.try_log_softmax(bytes.axis()) },
+        13 => {
+            if bytes.flag() {
+                x.try_softmax(bytes.axis())
+            } else {
+                x.try_log_softmax(bytes.axis())
+            }
+        }
         14 => {
-            let shape: Vec<isize> = (0..bytes.below(4)).map(|_| bytes.below(6) as isize - 1).collect();
+            let shape: Vec<isize> = (0..bytes.below(4))
+                .map(|_| bytes.below(6) as isize - 1)
+                .collect();
             x.try_reshape(&shape)
         }
         15 => x.try_flatten(bytes.axis(), bytes.axis()),
-        16 => if bytes.flag() { x.try_squeeze_dim(bytes.axis()) } else { x.try_unsqueeze(bytes.axis()) },
+        16 => {
+            if bytes.flag() {
+                x.try_squeeze_dim(bytes.axis())
+            } else {
+                x.try_unsqueeze(bytes.axis())
+            }
+        }
         17 => match bytes.below(3) {
             0 => x.try_transpose(bytes.axis(), bytes.axis()),
             1 => x.try_permute(&bytes.axes()),
@@ -175,16 +217,26 @@ fn step<'g>(graph: &'g Graph, bytes: &mut Bytes<'_>, pool: &[Var<'g>]) -> retrog
         ),
         21 => x.try_select(bytes.axis(), bytes.below(4)),
         22 => {
-            let pads: Vec<isize> = (0..bytes.below(7)).map(|_| bytes.small_int() as isize).collect();
+            let pads: Vec<isize> = (0..bytes.below(7))
+                .map(|_| bytes.small_int() as isize)
+                .collect();
             x.try_pad(&pads, bytes.number())
         }
         23 => {
             let parts: Vec<&Var<'g>> = (0..bytes.below(4)).map(|_| pick(bytes, pool)).collect();
-            if bytes.flag() { Var::try_cat(&parts, bytes.axis()) } else { Var::try_stack(&parts, bytes.axis()) }
+            if bytes.flag() {
+                Var::try_cat(&parts, bytes.axis())
+            } else {
+                Var::try_stack(&parts, bytes.axis())
+            }
         }
         24 => {
             let y = pick(bytes, pool);
-            if bytes.flag() { x.try_matmul(y) } else { x.try_matmul_transposed(y, bytes.flag(), bytes.flag()) }
+            if bytes.flag() {
+                x.try_matmul(y)
+            } else {
+                x.try_matmul_transposed(y, bytes.flag(), bytes.flag())
+            }
         }
         25 => {
             let index = index_tensor(bytes, pool)?;
@@ -238,12 +290,17 @@ fn step<'g>(graph: &'g Graph, bytes: &mut Bytes<'_>, pool: &[Var<'g>]) -> retrog
         }
         32 => {
             let index_shape = bytes.dims(2, 3);
-            let indices: Vec<i64> =
-                (0..index_shape.iter().product::<usize>()).map(|_| bytes.small_int()).collect();
+            let indices: Vec<i64> = (0..index_shape.iter().product::<usize>())
+                .map(|_| bytes.small_int())
+                .collect();
             let padding = bytes.flag().then(|| bytes.small_int());
             x.try_embedding_with(&indices, &index_shape, padding)
         }
-        _ => x.try_dropout([0.0, 0.5, 1.0, 1.5, -0.5][bytes.below(5)], bytes.flag(), bytes.byte() as u64),
+        _ => x.try_dropout(
+            [0.0, 0.5, 1.0, 1.5, -0.5][bytes.below(5)],
+            bytes.flag(),
+            bytes.byte() as u64,
+        ),
     }
 }
 
@@ -253,8 +310,15 @@ fn differentiate(pool: &[Var<'_>]) {
     let Some(out) = pool.iter().rev().find(|v| v.requires_grad()) else {
         return;
     };
-    let root = if out.value().numel() == 1 && out.shape().is_empty() { out.clone() } else { out.sum() };
-    let leaves: Vec<&Var<'_>> = pool.iter().filter(|v| v.requires_grad() && v.is_leaf()).collect();
+    let root = if out.value().numel() == 1 && out.shape().is_empty() {
+        out.clone()
+    } else {
+        out.sum()
+    };
+    let leaves: Vec<&Var<'_>> = pool
+        .iter()
+        .filter(|v| v.requires_grad() && v.is_leaf())
+        .collect();
     if let Ok(grads) = root.backward() {
         for v in &leaves {
             if let Ok(g) = grads.try_wrt(v) {
