@@ -3,30 +3,45 @@
 //!
 //! Two measurements, in one test so nothing else runs in this binary
 //! meanwhile:
-//! - live heap bytes, counted by a global allocator: after warm-up, every
-//!   step ends at exactly the level the previous one ended at (graphs,
-//!   gradients and temporaries are freed; the optimizer's state does not grow);
+//! - live heap bytes, counted by a global allocator for the test's own
+//!   thread (so the harness's other threads cannot disturb the count): after
+//!   warm-up, every step ends at exactly the level the previous one ended at
+//!   (graphs, gradients and temporaries are freed; the optimizer's state does
+//!   not grow);
 //! - the resident set (`VmRSS` from `/proc/self/status`, Linux only): from
 //!   step 1,000 to step 10,000 it grows by less than `RSS_GROWTH_BOUND`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 
 use retrograd::nn::{Mlp, Module};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Graph, Tensor};
 
-/// The system allocator, keeping count of the bytes currently allocated.
+/// The system allocator, keeping count, per thread, of the bytes allocated
+/// and not yet freed by that thread.
 struct Counting;
 
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+thread_local! {
+    // `const` and without a destructor: safe to touch from inside the allocator.
+    static LIVE_BYTES: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // `try_with`: a thread being torn down may still free memory.
+    let _ = LIVE_BYTES.try_with(|live| live.set(live.get() + delta));
+}
+
+fn live_bytes() -> isize {
+    LIVE_BYTES.with(Cell::get)
+}
 
 // SAFETY: every call is forwarded to `System` unchanged; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            count(layout.size() as isize);
         }
         p
     }
@@ -34,23 +49,20 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            count(layout.size() as isize);
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        count(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
+            count(new_size as isize - layout.size() as isize);
         }
         p
     }
@@ -104,7 +116,7 @@ fn ten_thousand_training_steps_neither_leak_nor_grow() {
         if step == 1 {
             first_loss = last_loss;
         }
-        let live = LIVE_BYTES.load(Ordering::Relaxed);
+        let live = live_bytes();
         if step == HEAP_WARM_UP {
             heap_after_warm_up = live;
         } else if step > HEAP_WARM_UP {
