@@ -444,7 +444,11 @@ fn pad_rows<T: Element>(
         out[..first].iter_mut().for_each(|o| {
             o.write(v);
         });
-        copy_into(&mut out[first..last], &src[skip..skip + (last - first)]);
+        // Nothing of the input survives when it is cropped away entirely
+        // (then `skip` may lie past its end).
+        if first < last {
+            copy_into(&mut out[first..last], &src[skip..skip + (last - first)]);
+        }
         out[last..].iter_mut().for_each(|o| {
             o.write(v);
         });
@@ -587,5 +591,21 @@ mod tests {
         assert_eq!(cropped.to_f64_vec(), vec![2.0]);
         assert!(pad("pad", &x, &[(0, -3), (0, 0)], 0.0).is_err());
         assert!(pad("pad", &x, &[(0, 0)], 0.0).is_err());
+    }
+
+    /// Found by the `ops` fuzz target: cropping more than a dimension holds
+    /// (here all of an empty one) while padding the other side indexed past
+    /// the input's end.
+    #[test]
+    fn pad_after_cropping_a_whole_dimension() {
+        let empty = t(vec![], &[0]);
+        let p = pad("pad", &empty, &[(-2, 3)], 7.0).unwrap();
+        assert_eq!(p.to_f64_vec(), vec![7.0]);
+        let x = t(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let p = pad("pad", &x, &[(0, 0), (-3, 2)], 9.0).unwrap();
+        assert_eq!(p.shape(), &[2, 1]);
+        assert_eq!(p.to_f64_vec(), vec![9.0, 9.0]);
+        let p = pad("pad", &x, &[(0, 0), (2, -3)], 9.0).unwrap();
+        assert_eq!(p.to_f64_vec(), vec![9.0, 9.0]);
     }
 }
