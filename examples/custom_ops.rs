@@ -84,7 +84,7 @@ fn main() -> Result<()> {
         registry.register("log_cosh", LogCosh),
         Err(Error::DuplicateOp { .. })
     ));
-    registry.replace("log_cosh", LogCosh);
+    registry.replace("log_cosh", LogCosh)?;
     let registry = Arc::new(registry);
 
     let graph = Graph::with_registry(registry.clone());

@@ -119,6 +119,13 @@ impl Gradients {
         }
     }
 
+    /// Replaces every parameter gradient `g` with `f` applied elementwise.
+    pub(crate) fn map_params(&mut self, f: impl crate::kernels::UnaryFn) {
+        for g in self.params.values_mut() {
+            *g = crate::kernels::map(g, f);
+        }
+    }
+
     /// The id of the graph these gradients belong to.
     pub fn graph_id(&self) -> u64 {
         self.graph_id

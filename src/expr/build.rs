@@ -317,7 +317,7 @@ mod tests {
             }
         }
         let mut reg = OpRegistry::with_builtins();
-        assert!(reg.replace("pow", Pow).is_some()); // a user op replaces the built-in
+        assert!(reg.replace("pow", Pow).unwrap().is_some()); // a user op replaces the built-in
         let g = Graph::with_registry(Arc::new(reg));
         let x = g.named_variable("x", Tensor::scalar(3.0));
         let out = parse("x^2 + x**0")

@@ -88,13 +88,17 @@ impl OpRegistry {
         Ok(())
     }
 
-    /// Registers `op` under `name`, replacing any op registered there; returns the old one.
+    /// Registers `op` under `name`, replacing any op registered there; returns
+    /// the old one. An empty name is an error, as in [`register`](Self::register).
     pub fn replace(
         &mut self,
         name: &str,
         op: impl Differentiable,
-    ) -> Option<Arc<dyn Differentiable>> {
-        self.ops.insert(name.to_string(), Arc::new(op))
+    ) -> Result<Option<Arc<dyn Differentiable>>> {
+        if name.is_empty() {
+            return Err(Error::invalid("replace", "an op name cannot be empty"));
+        }
+        Ok(self.ops.insert(name.to_string(), Arc::new(op)))
     }
 
     /// Registers a built-in under its own name (built-in names are unique by construction).
@@ -213,6 +217,10 @@ mod tests {
             reg.register("mul", crate::ops::arith::Mul),
             Err(Error::DuplicateOp { .. })
         ));
-        assert!(reg.replace("mul", crate::ops::arith::Mul).is_some());
+        assert!(reg
+            .replace("mul", crate::ops::arith::Mul)
+            .unwrap()
+            .is_some());
+        assert!(reg.replace("", crate::ops::arith::Mul).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! (`torch.nn.utils.clip_grad_norm_`).
 
 use crate::error::{Error, Result};
+use crate::kernels::UnaryFn;
 use crate::tensor::Element;
 use crate::Gradients;
 
@@ -126,6 +127,51 @@ pub fn clip_grad_norm(grads: &mut Gradients, max_norm: f64, norm_type: f64) -> R
     Ok(total)
 }
 
+/// Clamps every parameter gradient elementwise into `[-clip_value,
+/// clip_value]`, as PyTorch's `clip_grad_value_`; NaN stays NaN. A negative
+/// or NaN `clip_value` is an error (PyTorch would silently set every element
+/// to it).
+///
+/// ```
+/// use retrograd::{Graph, Tensor, nn::Parameter, optim::clip_grad_value};
+/// let w = Parameter::new(Tensor::from_vec(vec![0.0, 0.0, 0.0], &[3])?);
+/// let g = Graph::new();
+/// let x = g.param(&w);
+/// let loss = (&x * &g.constant(Tensor::from_vec(vec![3.0, -0.5, -4.0], &[3])?)).sum();
+/// let mut grads = loss.backward()?;
+/// clip_grad_value(&mut grads, 1.0)?;
+/// assert_eq!(grads.of(&w).to_f64_vec(), vec![1.0, -0.5, -1.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn clip_grad_value(grads: &mut Gradients, clip_value: f64) -> Result<()> {
+    if clip_value.is_nan() || clip_value < 0.0 {
+        return Err(Error::invalid(
+            "clip_grad_value",
+            format!("clip_value must be >= 0, got {clip_value}"),
+        ));
+    }
+    grads.map_params(ClampSymmetric(clip_value));
+    Ok(())
+}
+
+/// `x` clamped into `[-c, c]`; comparisons with NaN are false, so NaN stays.
+#[derive(Clone, Copy, Debug)]
+struct ClampSymmetric(f64);
+
+impl UnaryFn for ClampSymmetric {
+    #[inline(always)]
+    fn call<T: Element>(self, x: T) -> T {
+        let c = T::from_f64(self.0);
+        if x > c {
+            c
+        } else if x < -c {
+            -c
+        } else {
+            x
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +239,20 @@ mod tests {
         assert!(clip_grad_norm(&mut grads, 1.0, f64::INFINITY)
             .unwrap()
             .is_nan());
+    }
+
+    #[test]
+    fn clip_grad_value_clamps_each_element_keeps_nan_and_checks_its_argument() {
+        let p = Parameter::new(Tensor::from_vec(vec![0.0f32; 4], &[4]).unwrap());
+        let mut grads = grads_with(&[(vec![2.5, -7.0, 0.25, f64::NAN], &p)]);
+        clip_grad_value(&mut grads, 0.5).unwrap();
+        let got = grads.of(&p).to_f64_vec();
+        assert_eq!(&got[..3], &[0.5, -0.5, 0.25]);
+        assert!(got[3].is_nan());
+        assert_eq!(grads.of(&p).dtype(), crate::DType::F32);
+        for bad in [-1.0, f64::NAN] {
+            let err = clip_grad_value(&mut grads, bad).unwrap_err();
+            assert!(err.to_string().contains("clip_grad_value"), "{err}");
+        }
     }
 }

@@ -60,7 +60,7 @@ mod sgd;
 use std::collections::HashSet;
 
 pub use adam::{Adam, AdamConfig};
-pub use clip::{clip_grad_norm, grad_norm};
+pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
     WarmupLr,

@@ -160,9 +160,19 @@ pub fn cases(t: &mut Table) {
         || {
             let mut reg = OpRegistry::with_builtins();
             let old = reg.replace("exp", Faulty(Fault::WrongShape));
-            crate::harness::ensure(old.is_some_and(|o| o.name() == "exp"), || {
+            crate::harness::ensure(matches!(&old, Ok(Some(o)) if o.name() == "exp"), || {
                 "replace returned no exp".into()
             })
         },
     );
+    t.add("registry: replace under an empty name is an error", || {
+        let mut reg = OpRegistry::with_builtins();
+        crate::harness::ensure(
+            matches!(
+                reg.replace("", Faulty(Fault::WrongShape)),
+                Err(Error::InvalidArgument { .. })
+            ),
+            || "replace accepted an empty name".into(),
+        )
+    });
 }
