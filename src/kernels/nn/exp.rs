@@ -10,6 +10,7 @@
 //! for f32 and 2 ulp for f64 across the whole range, including gradual
 //! underflow, overflow to infinity, and NaN propagation (tested below).
 
+use crate::kernels::simd::wide;
 use crate::tensor::Element;
 
 /// Element types with the vectorised math the nn kernels use.
@@ -18,62 +19,30 @@ pub trait NnFloat: Element {
     fn exp_in_place(xs: &mut [Self]);
 }
 
-/// Defines a slice loop over `$f`, compiled once for the baseline target and
-/// once with AVX2 enabled (chosen at run time). The same scalar code runs in
-/// both (no FMA contraction: Rust never fuses `a * b + c`), so results are
-/// identical on every machine; AVX2 only doubles the lanes.
-macro_rules! dispatched_loop {
-    ($name:ident, $avx2:ident, $avx512:ident, $t:ty, $f:ident) => {
-        fn $name(xs: &mut [$t]) {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU supports AVX-512F (checked just above).
-                unsafe { $avx512(xs) };
-                return;
-            }
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above).
-                unsafe { $avx2(xs) };
-                return;
-            }
+// The loops run through `kernels::simd::wide`: compiled for AVX-512 or AVX2
+// when the CPU has it, with the same scalar code (so the same bits) at
+// every width.
+fn exp_slice_f32(xs: &mut [f32]) {
+    wide(
+        #[inline(always)]
+        || {
             for v in xs.iter_mut() {
-                *v = $f(*v);
+                *v = exp_f32(*v);
             }
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        unsafe fn $avx2(xs: &mut [$t]) {
-            for v in xs.iter_mut() {
-                *v = $f(*v);
-            }
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn $avx512(xs: &mut [$t]) {
-            for v in xs.iter_mut() {
-                *v = $f(*v);
-            }
-        }
-    };
+        },
+    )
 }
 
-dispatched_loop!(
-    exp_slice_f32,
-    exp_slice_f32_avx2,
-    exp_slice_f32_avx512,
-    f32,
-    exp_f32
-);
-dispatched_loop!(
-    exp_slice_f64,
-    exp_slice_f64_avx2,
-    exp_slice_f64_avx512,
-    f64,
-    exp_f64
-);
+fn exp_slice_f64(xs: &mut [f64]) {
+    wide(
+        #[inline(always)]
+        || {
+            for v in xs.iter_mut() {
+                *v = exp_f64(*v);
+            }
+        },
+    )
+}
 
 impl NnFloat for f32 {
     fn exp_in_place(xs: &mut [f32]) {
