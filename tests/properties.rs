@@ -382,6 +382,25 @@ fn fast_path_matches_var_formulas() {
     );
 }
 
+/// Graphs of mostly 0-d values, whose nodes take the ops' scalar lanes:
+/// bit for bit the gradients of the `Var` formulas, in both dtypes, and
+/// every backward order agrees.
+#[test]
+fn scalar_lanes_match_var_formulas_bit_for_bit() {
+    check_property("scalar lanes", 4 * CASES, Size::SCALAR, |dag, spare| {
+        for dtype in [DType::F32, DType::F64] {
+            let (_, lanes) = reverse_mode(dag, dtype, &BackwardOptions::new().fast_path(true))?;
+            let (_, formulas) = reverse_mode(dag, dtype, &BackwardOptions::new().fast_path(false))?;
+            if !bitwise_equal(&lanes, &formulas) {
+                return Err(format!(
+                    "{dtype}: scalar lanes {lanes:?} vs Var formulas {formulas:?}"
+                ));
+            }
+        }
+        orders_agree(dag, spare)
+    });
+}
+
 #[test]
 fn f32_gradients_agree_with_f64() {
     check_property("f32 vs f64", CASES, Size::SMALL, f32_agrees_with_f64);

@@ -8,12 +8,13 @@
 
 use smallvec::SmallVec;
 
+use super::fast::{run_fast, Walk};
 use super::gradients::{GradSlot, Gradients};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, OpRef, Var, NO_SLOT};
 use crate::kernels::{elementwise::zip_assign, functors};
 use crate::ops::Differentiable;
-use crate::tensor::Tensor;
+use crate::tensor::{Element, Tensor};
 
 /// Which order the backward sweep visits nodes in. Every valid order gives
 /// the same gradients; they differ in the work done.
@@ -113,13 +114,12 @@ impl<'g> Var<'g> {
     pub fn backward_with_options(&self, opts: &BackwardOptions) -> Result<Gradients> {
         let graph = self.graph();
         let seed = seed_for(self, opts.grad_output.as_ref())?;
-        let order = resolve_order(graph, self, &opts.order)?;
         let (slot_count, params) = {
             let st = graph.state.borrow();
             (st.values.len(), st.params.clone())
         };
         let mut store = TensorStore {
-            slots: vec![GradSlot::Unreached; slot_count],
+            slots: crate::graph::pool::take_slots(slot_count),
         };
         {
             let _recording_off = graph.no_grad_guard();
@@ -127,11 +127,18 @@ impl<'g> Var<'g> {
                 let st = graph.state.borrow();
                 st.hooks.is_empty() && st.retained.is_empty()
             };
-            if opts.fast_path && plain && !graph.anomaly_detection() {
-                run_fast(graph, self, seed, &order, &mut store)?;
+            let fast = opts.fast_path && plain && !graph.anomaly_detection();
+            if fast && opts.order == BackwardOrder::Ancestors {
+                // The sweep finds the ancestors itself: no list to build.
+                run_fast(graph, self, seed, Walk::FromRoot, &mut store)?;
             } else {
-                let seeds = [(self.slot(), Var::constant_in(graph, seed))];
-                run(graph, &seeds, &order, &mut store, &Default::default())?;
+                let order = resolve_order(graph, self, &opts.order)?;
+                if fast {
+                    run_fast(graph, self, seed, Walk::Listed(&order), &mut store)?;
+                } else {
+                    let seeds = [(self.slot(), Var::constant_in(graph, seed))];
+                    run(graph, &seeds, &order, &mut store, &Default::default())?;
+                }
             }
         }
         Ok(Gradients::new(graph.id(), store.slots, &params))
@@ -256,6 +263,22 @@ impl TensorStore {
     }
 }
 
+impl TensorStore {
+    /// Adds a scalar-lane gradient into slot `id` (0-d, of the slot's dtype).
+    #[inline(always)]
+    pub(crate) fn add_scalar<T: Element>(&mut self, id: usize, grad: T) -> Result<()> {
+        match &mut self.slots[id] {
+            GradSlot::Grad(acc) => match T::scalar_mut(acc) {
+                Some(acc) => *acc += grad,
+                // Never for a well-formed graph; the general path reports it.
+                None => return self.add_tensor(id, grad.scalar_tensor()),
+            },
+            slot => *slot = GradSlot::Grad(grad.scalar_tensor()),
+        }
+        Ok(())
+    }
+}
+
 /// Higher-order store: gradients are `Var`s, accumulated with recorded adds.
 pub(crate) struct VarStore<'g> {
     pub(crate) slots: Vec<Option<Var<'g>>>,
@@ -367,98 +390,16 @@ pub(crate) fn run<'g, S: GradStore<'g>>(
     run_leaf_hooks(graph, store)
 }
 
-/// First-order sweep on plain tensors: each node's `backward_fast` when it
-/// has one (no `Var`s built at all), its `backward` otherwise. Only used
-/// without hooks, retained values or anomaly mode.
-pub(crate) fn run_fast<'g>(
-    graph: &'g Graph,
-    root: &Var<'g>,
-    seed: Tensor,
-    order: &[u32],
-    store: &mut TensorStore,
-) -> Result<()> {
-    store.add(root.slot(), Var::constant_in(graph, seed))?;
-    let mut scratch = Scratch::default();
-    for &node in order {
-        let st = graph.state.borrow();
-        let rec = st.nodes[node as usize];
-        let out = rec.output as usize;
-        let grad = match std::mem::replace(&mut store.slots[out], GradSlot::Released) {
-            GradSlot::Grad(t) => t,
-            other => {
-                store.slots[out] = other;
-                continue;
-            }
-        };
-        let ids = st.inputs_of(node as usize);
-        let op: &dyn Differentiable = match rec.op {
-            OpRef::Static(op) => op,
-            OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
-        };
-        // Fixed-size arrays per arity: no placeholders to fill, nothing to drop.
-        let handled = match ids.len() {
-            1 => fast_node::<1>(op, &st, ids, &grad, out, store)?,
-            2 => fast_node::<2>(op, &st, ids, &grad, out, store)?,
-            3 => fast_node::<3>(op, &st, ids, &grad, out, store)?,
-            4 => fast_node::<4>(op, &st, ids, &grad, out, store)?,
-            _ => false,
-        };
-        if handled {
-            continue;
-        }
-        drop(st);
-        visit_with_vars(
-            graph,
-            node as usize,
-            Var::constant_in(graph, grad),
-            store,
-            &mut scratch,
-        )?;
-    }
-    Ok(())
-}
-
-/// One node through `backward_fast`, for a node of exactly `N` inputs;
-/// returns whether the op took the fast path.
-#[inline(always)]
-fn fast_node<const N: usize>(
-    op: &dyn Differentiable,
-    st: &crate::graph::GraphState,
-    ids: &[u32],
-    grad: &Tensor,
-    out: usize,
-    store: &mut TensorStore,
-) -> Result<bool> {
-    let ids: &[u32; N] = ids.try_into().expect("the caller matched the arity");
-    let inputs: [&Tensor; N] = std::array::from_fn(|k| &st.values[ids[k] as usize]);
-    let needs: [bool; N] = std::array::from_fn(|k| st.value_requires_grad(ids[k]));
-    let mut grads: [Option<Tensor>; N] = std::array::from_fn(|_| None);
-    if !op.backward_fast(grad, &inputs, &st.values[out], &needs, &mut grads)? {
-        return Ok(false);
-    }
-    for (k, g) in grads.into_iter().enumerate() {
-        let Some(g) = g else { continue };
-        if !needs[k] {
-            continue;
-        }
-        if !g.same_shape(inputs[k]) || g.dtype() != inputs[k].dtype() {
-            return Err(bad_shape(op, g.shape(), g.dtype(), inputs[k]));
-        }
-        store.add_tensor(ids[k] as usize, g)?;
-    }
-    Ok(true)
-}
-
 /// Buffers reused across nodes so the sweep does not allocate per node.
 #[derive(Default)]
-struct Scratch<'g> {
+pub(crate) struct Scratch<'g> {
     inputs: SmallVec<[Var<'g>; 4]>,
     input_ids: SmallVec<[u32; 4]>,
 }
 
 /// Runs node `node`'s `Var`-level backward with output gradient `grad` and
 /// accumulates what it returns.
-fn visit_with_vars<'g, S: GradStore<'g>>(
+pub(crate) fn visit_with_vars<'g, S: GradStore<'g>>(
     graph: &'g Graph,
     node: usize,
     grad: Var<'g>,
@@ -535,7 +476,7 @@ fn bad_count(op: &dyn Differentiable, got: usize, inputs: usize) -> Error {
 }
 
 #[cold]
-fn bad_shape(
+pub(crate) fn bad_shape(
     op: &dyn Differentiable,
     shape: &[usize],
     dtype: crate::DType,

@@ -112,7 +112,7 @@ pub fn grad<'g>(
             .collect()
     } else {
         let mut store = TensorStore {
-            slots: vec![GradSlot::Unreached; slot_count],
+            slots: crate::graph::pool::take_slots(slot_count),
         };
         {
             let _off = graph.no_grad_guard();

@@ -197,6 +197,14 @@ impl Gradients {
     }
 }
 
+impl Drop for Gradients {
+    /// Hands the slot vector, emptied, to the next backward pass on this
+    /// thread (see [`crate::graph::pool`]).
+    fn drop(&mut self) {
+        crate::graph::pool::give_back_slots(std::mem::take(&mut self.slots));
+    }
+}
+
 impl std::fmt::Debug for Gradients {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut m = f.debug_map();

@@ -3,6 +3,7 @@
 
 pub(crate) mod backward;
 mod checkpoint;
+mod fast;
 pub(crate) mod forward;
 mod functional;
 mod grad;
@@ -15,5 +16,6 @@ pub use forward::{jvp, jvpcheck};
 pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
+pub(crate) use gradients::GradSlot;
 pub use gradients::Gradients;
 pub use hooks::GradHook;

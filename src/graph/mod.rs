@@ -9,6 +9,7 @@
 
 mod node;
 pub(crate) mod order;
+pub mod pool;
 
 mod record;
 mod var;
@@ -90,6 +91,17 @@ impl GraphState {
         &self.node_inputs[start..end]
     }
 
+    /// Where node `n`'s inputs lie in `node_inputs`.
+    #[inline]
+    pub(crate) fn input_range(&self, n: usize) -> std::ops::Range<usize> {
+        let start = self.nodes[n].inputs_start as usize;
+        let end = self
+            .nodes
+            .get(n + 1)
+            .map_or(self.node_inputs.len(), |next| next.inputs_start as usize);
+        start..end
+    }
+
     #[inline]
     pub(crate) fn value_requires_grad(&self, id: u32) -> bool {
         self.producers[id as usize] != LEAF_CONSTANT
@@ -155,13 +167,38 @@ impl Graph {
 
     /// An empty graph whose `apply` looks ops up in `registry`.
     pub fn with_registry(registry: Arc<OpRegistry>) -> Self {
+        let arena = pool::take_arena();
         Graph {
-            state: RefCell::new(GraphState::default()),
+            state: RefCell::new(GraphState {
+                values: arena.values,
+                producers: arena.producers,
+                nodes: arena.nodes,
+                node_inputs: arena.node_inputs,
+                ..GraphState::default()
+            }),
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             registry,
             no_grad_depth: Cell::new(0),
             anomaly: Cell::new(false),
         }
+    }
+
+    /// Frees the buffers this thread keeps from its last dropped graph and
+    /// gradients for the next ones (see [`pool`]): for a program that is done
+    /// with large graphs and wants the memory back.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// {
+    ///     let g = Graph::new();
+    ///     let x = g.variable(Tensor::scalar(2.0));
+    ///     let _ = (&x * &x).backward()?;
+    /// } // the graph's buffers are kept for the next graph on this thread...
+    /// Graph::release_spare_buffers(); // ...until released
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn release_spare_buffers() {
+        pool::release();
     }
 
     /// A process-unique id of this graph.
@@ -325,6 +362,20 @@ impl Graph {
         } else {
             Err(Error::ForeignVariable { op: op.to_string() })
         }
+    }
+}
+
+impl Drop for Graph {
+    /// Hands the arena's buffers, emptied, to the next graph on this thread
+    /// (see [`pool`]).
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        pool::give_back_arena(pool::ArenaBuffers {
+            values: std::mem::take(&mut st.values),
+            producers: std::mem::take(&mut st.producers),
+            nodes: std::mem::take(&mut st.nodes),
+            node_inputs: std::mem::take(&mut st.node_inputs),
+        });
     }
 }
 

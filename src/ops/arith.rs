@@ -83,6 +83,7 @@ impl Differentiable for Add {
         }
         Ok(true)
     }
+    crate::scalar_rule!(arity 2, |g, _x, _y, d| { d[0] = g; d[1] = g; });
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -136,6 +137,7 @@ impl Differentiable for Sub {
         }
         Ok(true)
     }
+    crate::scalar_rule!(arity 2, |g, _x, _y, d| { d[0] = g; d[1] = -g; });
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -199,6 +201,7 @@ impl Differentiable for Mul {
         }
         Ok(true)
     }
+    crate::scalar_rule!(arity 2, |g, x, _y, d| { d[0] = g * x[1]; d[1] = g * x[0]; });
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -265,6 +268,7 @@ impl Differentiable for Div {
         }
         Ok(true)
     }
+    crate::scalar_rule!(arity 2, |g, x, y, d| { d[0] = g / x[1]; d[1] = -((g * y) / x[1]); });
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -322,6 +326,7 @@ impl Differentiable for Neg {
         grads[0] = Some(kernels::map(g, NegFn));
         Ok(true)
     }
+    crate::scalar_rule!(arity 1, |g, _x, _y, d| d[0] = -g);
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],

@@ -22,6 +22,7 @@ pub mod reduce_axes;
 pub mod reduce_minmax;
 pub mod reduce_view;
 mod registry;
+pub mod scalar_lane;
 pub mod select;
 pub mod shape;
 pub mod slice;
@@ -34,6 +35,7 @@ pub mod unary;
 use smallvec::SmallVec;
 
 pub use registry::OpRegistry;
+pub use scalar_lane::{ScalarArgs, ScalarBackward};
 
 use crate::error::Result;
 use crate::graph::Var;
@@ -124,6 +126,21 @@ pub trait Differentiable: Send + Sync + 'static {
     ) -> Result<bool> {
         let _ = (grad_output, inputs, output, needs_grad, grads);
         Ok(false)
+    }
+
+    /// The scalar lane of the first-order backward, used when the node's
+    /// inputs, output and output gradient are all 0-d values of one dtype
+    /// (graphs of scalar ops, where tensor plumbing would cost more than the
+    /// arithmetic). Write one gradient per input into the call's `grads` and
+    /// return `true`, or return `false` (the default) to use
+    /// [`backward_fast`](Self::backward_fast) or `backward`. It must compute
+    /// exactly what `backward` computes, operation for operation, so both
+    /// give the same bits; [`scalar_rule!`](crate::scalar_rule) writes it
+    /// once for both dtypes. Gradients of inputs that do not require grad
+    /// are computed and dropped.
+    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+        let _ = call;
+        false
     }
 
     /// Forward mode: given one optional tangent per input (`None` is zero,

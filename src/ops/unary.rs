@@ -11,6 +11,7 @@ use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
+use crate::kernels::functors::BinaryFn;
 use crate::tensor::{Element, Tensor};
 
 crate::unary_fn!(
@@ -67,10 +68,10 @@ crate::binary_fn!(
 );
 
 macro_rules! unary_op {
-    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr) => {
-        unary_op!($(#[$m])* $op, $name, $functor, |$g, $x, $y| $grad, |$g, $x, $y| $grad, fast: |$fg, $fx, $fy| $fast);
+    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr, scalar: |$sg:ident, $sx:ident, $sy:ident| $scalar:expr) => {
+        unary_op!($(#[$m])* $op, $name, $functor, |$g, $x, $y| $grad, |$g, $x, $y| $grad, fast: |$fg, $fx, $fy| $fast, scalar: |$sg, $sx, $sy| $scalar);
     };
-    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, |$tg:ident, $tx:ident, $ty:ident| $tangent:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr) => {
+    ($(#[$m:meta])* $op:ident, $name:literal, $functor:ident, |$g:ident, $x:ident, $y:ident| $grad:expr, |$tg:ident, $tx:ident, $ty:ident| $tangent:expr, fast: |$fg:ident, $fx:ident, $fy:ident| $fast:expr, scalar: |$sg:ident, $sx:ident, $sy:ident| $scalar:expr) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $op;
@@ -109,6 +110,7 @@ macro_rules! unary_op {
                 grads[0] = Some($fast);
                 Ok(true)
             }
+            crate::scalar_rule!(arity 1, |$sg, $sx, $sy, d| d[0] = $scalar);
             // The tangent rule is the backward formula with the tangent in
             // place of the gradient: each of these ops is elementwise, so its
             // Jacobian is diagonal and J t = J^T t.
@@ -129,27 +131,32 @@ macro_rules! unary_op {
 unary_op!(
     /// `e^x`.
     Exp, "exp", ExpFn, |g, _x, y| g.try_mul(y)?,
-    fast: |g, _x, y| kernels::zip("exp", g, y, crate::kernels::functors::Mul)?
+    fast: |g, _x, y| kernels::zip("exp", g, y, crate::kernels::functors::Mul)?,
+    scalar: |g, _x, y| g * y
 );
 unary_op!(
     /// Natural logarithm.
     Log, "log", LogFn, |g, x, _y| g.try_div(x)?,
-    fast: |g, x, _y| kernels::zip("log", g, x, crate::kernels::functors::Div)?
+    fast: |g, x, _y| kernels::zip("log", g, x, crate::kernels::functors::Div)?,
+    scalar: |g, x, _y| g / x[0]
 );
 unary_op!(
     /// Hyperbolic tangent.
     Tanh, "tanh", TanhFn, |g, _x, y| g.graph().record(TanhBackward, &[g, y])?,
-    fast: |g, _x, y| kernels::zip("tanh", g, y, TanhBackwardFn)?
+    fast: |g, _x, y| kernels::zip("tanh", g, y, TanhBackwardFn)?,
+    scalar: |g, _x, y| TanhBackwardFn.call(g, y)
 );
 unary_op!(
     /// `max(x, 0)`; the gradient at 0 is 0 (as in PyTorch).
     Relu, "relu", ReluFn, |g, x, _y| g.graph().record(ThresholdBackward, &[g, x])?,
-    fast: |g, x, _y| kernels::zip("relu", g, x, ThresholdBackwardFn)?
+    fast: |g, x, _y| kernels::zip("relu", g, x, ThresholdBackwardFn)?,
+    scalar: |g, x, _y| ThresholdBackwardFn.call(g, x[0])
 );
 unary_op!(
     /// Logistic sigmoid `1 / (1 + e^-x)`, computed without overflow.
     Sigmoid, "sigmoid", SigmoidFn, |g, _x, y| g.graph().record(SigmoidBackward, &[g, y])?,
-    fast: |g, _x, y| kernels::zip("sigmoid", g, y, SigmoidBackwardFn)?
+    fast: |g, _x, y| kernels::zip("sigmoid", g, y, SigmoidBackwardFn)?,
+    scalar: |g, _x, y| SigmoidBackwardFn.call(g, y)
 );
 
 macro_rules! binary_helper_op {

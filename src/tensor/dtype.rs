@@ -70,6 +70,15 @@ pub trait Element:
     /// Views the storage as a slice of this type, if the dtype matches.
     #[doc(hidden)]
     fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>>;
+    /// The value of a 0-d tensor of this dtype.
+    #[doc(hidden)]
+    fn scalar_of(t: &super::Tensor) -> Option<Self>;
+    /// The value of a 0-d tensor of this dtype, for writing in place.
+    #[doc(hidden)]
+    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self>;
+    /// Tags a scalar backward call with this dtype.
+    #[doc(hidden)]
+    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_>;
 }
 
 mod private {
@@ -107,6 +116,24 @@ impl Element for f32 {
             _ => None,
         }
     }
+    #[inline(always)]
+    fn scalar_of(t: &super::Tensor) -> Option<Self> {
+        match t.repr() {
+            super::Repr::F32(v) => Some(*v),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
+        match t.repr_mut() {
+            super::Repr::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_> {
+        crate::ops::ScalarBackward::F32(args)
+    }
 }
 
 impl Element for f64 {
@@ -137,5 +164,23 @@ impl Element for f64 {
             super::storage::Buffer::F64(d) => Some(d),
             _ => None,
         }
+    }
+    #[inline(always)]
+    fn scalar_of(t: &super::Tensor) -> Option<Self> {
+        match t.repr() {
+            super::Repr::F64(v) => Some(*v),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
+        match t.repr_mut() {
+            super::Repr::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_> {
+        crate::ops::ScalarBackward::F64(args)
     }
 }

@@ -85,6 +85,11 @@ impl Tensor {
         &self.repr
     }
 
+    #[inline(always)]
+    pub(crate) fn repr_mut(&mut self) -> &mut Repr {
+        &mut self.repr
+    }
+
     /// Builds a tensor from a shared buffer whose length matches `shape`.
     #[inline]
     pub(crate) fn from_buffer<T: Element>(shape: Dims, data: Arc<[T]>) -> Self {

@@ -51,6 +51,15 @@ impl Size {
         max_ops: 24,
         first_input_min_numel: 0,
     };
+    /// 0-d first inputs: graphs whose values are mostly scalars, so their
+    /// nodes take the ops' scalar lanes in a first-order backward.
+    pub const SCALAR: Size = Size {
+        dims: &[1, 2, 3],
+        max_input_rank: 0,
+        max_numel: 16,
+        max_ops: 24,
+        first_input_min_numel: 0,
+    };
     /// Tensors of up to 2^17 elements, the first input at least
     /// `PARALLEL_THRESHOLD` (2^16), so that kernels take their parallel
     /// paths and matmul its larger blockings; fewer ops, since a debug
