@@ -117,16 +117,22 @@ impl GraphState {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn push_value(&mut self, t: Tensor, producer: u32) -> u32 {
         let id = self.values.len();
-        assert!(
-            id < NO_SLOT as usize - 1,
-            "graph value limit (2^32 - 2) reached"
-        );
+        if id >= NO_SLOT as usize - 1 {
+            value_limit_reached();
+        }
         self.values.push(t);
         self.producers.push(producer);
         id as u32
     }
+}
+
+#[cold]
+#[inline(never)]
+fn value_limit_reached() -> ! {
+    panic!("graph value limit (2^32 - 2) reached")
 }
 
 /// The computational graph: records every op applied to a value that

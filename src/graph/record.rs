@@ -117,15 +117,52 @@ impl Graph {
     }
 
     #[track_caller]
-    #[inline]
+    #[inline(always)]
     fn push_node<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Result<Var<'g>> {
+        // The common shapes of a node (one or two inputs already in the
+        // graph) get straight-line code: this runs once per recorded op.
+        match inputs {
+            [a] if a.slot() != NO_SLOT => Ok(self.push_slotted(op, [a.slot()], output)),
+            [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => {
+                Ok(self.push_slotted(op, [a.slot(), b.slot()], output))
+            }
+            _ => Ok(self.push_general(op, inputs, output)),
+        }
+    }
+
+    /// Appends a node whose inputs all have value ids.
+    #[track_caller]
+    #[inline(always)]
+    fn push_slotted<const N: usize>(&self, op: OpRef, ids: [u32; N], output: Tensor) -> Var<'_> {
+        let mut guard = self.state.borrow_mut();
+        let st: &mut GraphState = &mut guard;
+        let node = st.nodes.len() as u32;
+        let inputs_start = st.node_inputs.len() as u32;
+        st.node_inputs.extend_from_slice(&ids);
+        let out_id = st.push_value(output.clone(), node);
+        st.nodes.push(super::NodeRecord {
+            op,
+            inputs_start,
+            output: out_id,
+        });
+        if self.anomaly_detection() {
+            st.locations.insert(node, Location::caller());
+        }
+        drop(guard);
+        Var::from_parts(self, output, out_id, true)
+    }
+
+    /// Appends a node of any arity; a constant input without a value id
+    /// enters the graph here, the first time a node uses it.
+    #[track_caller]
+    #[inline(never)]
+    fn push_general<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
         let node = st.nodes.len() as u32;
         let inputs_start = st.node_inputs.len() as u32;
         for v in inputs {
             let id = if v.slot() == NO_SLOT {
-                // A constant enters the graph the first time a node uses it.
                 st.push_value(v.value().clone(), super::LEAF_CONSTANT)
             } else {
                 v.slot()
@@ -142,6 +179,6 @@ impl Graph {
             st.locations.insert(node, Location::caller());
         }
         drop(guard);
-        Ok(Var::from_parts(self, output, out_id, true))
+        Var::from_parts(self, output, out_id, true)
     }
 }
