@@ -271,11 +271,19 @@ impl TensorStore {
             GradSlot::Grad(acc) => match T::scalar_mut(acc) {
                 Some(acc) => *acc += grad,
                 // Never for a well-formed graph; the general path reports it.
-                None => return self.add_tensor(id, grad.scalar_tensor()),
+                None => return self.add_tensor_cold(id, grad.scalar_tensor()),
             },
             slot => *slot = GradSlot::Grad(grad.scalar_tensor()),
         }
         Ok(())
+    }
+}
+
+impl TensorStore {
+    #[cold]
+    #[inline(never)]
+    fn add_tensor_cold(&mut self, id: usize, grad: Tensor) -> Result<()> {
+        self.add_tensor(id, grad)
     }
 }
 

@@ -129,9 +129,6 @@ fn visit(
     })
 }
 
-/// The most inputs a scalar-lane node may have.
-const LANE_MAX_INPUTS: usize = 4;
-
 /// One node through the op's scalar lane, if every value is a 0-d `T` and
 /// the op has a lane; returns whether it ran.
 #[inline(always)]
@@ -143,33 +140,49 @@ fn scalar_node<T: Element>(
     out: usize,
     store: &mut TensorStore,
 ) -> Result<bool> {
-    let n = ids.len();
-    if n > LANE_MAX_INPUTS {
-        return Ok(false);
+    match ids.len() {
+        1 => scalar_node_of::<T, 1>(op, st, ids, grad, out, store),
+        2 => scalar_node_of::<T, 2>(op, st, ids, grad, out, store),
+        3 => scalar_node_of::<T, 3>(op, st, ids, grad, out, store),
+        _ => Ok(false),
     }
-    let mut xs = [T::zero(); LANE_MAX_INPUTS];
-    for (x, &id) in xs.iter_mut().zip(ids) {
-        match T::scalar_of(&st.values[id as usize]) {
-            Some(v) => *x = v,
+}
+
+/// [`scalar_node`] for a node of exactly `N` inputs: fixed-size arrays, so
+/// the gathering and accumulating loops unroll.
+#[inline(always)]
+fn scalar_node_of<T: Element, const N: usize>(
+    op: &dyn Differentiable,
+    st: &GraphState,
+    ids: &[u32],
+    grad: T,
+    out: usize,
+    store: &mut TensorStore,
+) -> Result<bool> {
+    let ids: &[u32; N] = ids.try_into().expect("the caller matched the arity");
+    let mut xs = [T::zero(); N];
+    for k in 0..N {
+        match T::scalar_of(&st.values[ids[k] as usize]) {
+            Some(v) => xs[k] = v,
             None => return Ok(false),
         }
     }
     let Some(output) = T::scalar_of(&st.values[out]) else {
         return Ok(false);
     };
-    let mut ds = [T::zero(); LANE_MAX_INPUTS];
+    let mut ds = [T::zero(); N];
     let mut call = T::scalar_backward(ScalarArgs {
         grad,
-        inputs: &xs[..n],
+        inputs: &xs,
         output,
-        grads: &mut ds[..n],
+        grads: &mut ds,
     });
     if !op.backward_scalar(&mut call) {
         return Ok(false);
     }
-    for (&id, &d) in ids.iter().zip(&ds[..n]) {
-        if st.producers[id as usize] != LEAF_CONSTANT {
-            store.add_scalar(id as usize, d)?;
+    for k in 0..N {
+        if st.producers[ids[k] as usize] != LEAF_CONSTANT {
+            store.add_scalar(ids[k] as usize, ds[k])?;
         }
     }
     Ok(true)
