@@ -115,7 +115,8 @@ pub(crate) fn give_back_slots(mut slots: Vec<GradSlot>) {
     });
 }
 
-/// Frees this thread's spare buffers.
+/// Frees this thread's spare buffers and recycled tensors.
 pub(crate) fn release() {
     let _ = SPARE.try_with(|s| *s.borrow_mut() = Spare::default());
+    crate::tensor::recycle::release();
 }

@@ -70,6 +70,9 @@ pub trait Element:
     /// Views the storage as a slice of this type, if the dtype matches.
     #[doc(hidden)]
     fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>>;
+    /// Mutable access to the storage as this type, if the dtype matches.
+    #[doc(hidden)]
+    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>>;
     /// The value of a 0-d tensor of this dtype.
     #[doc(hidden)]
     fn scalar_of(t: &super::Tensor) -> Option<Self>;
@@ -111,6 +114,13 @@ impl Element for f32 {
     }
     #[inline(always)]
     fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
+        match buf {
+            super::storage::Buffer::F32(d) => Some(d),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>> {
         match buf {
             super::storage::Buffer::F32(d) => Some(d),
             _ => None,
@@ -160,6 +170,13 @@ impl Element for f64 {
     }
     #[inline(always)]
     fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
+        match buf {
+            super::storage::Buffer::F64(d) => Some(d),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>> {
         match buf {
             super::storage::Buffer::F64(d) => Some(d),
             _ => None,

@@ -9,6 +9,7 @@
 mod display;
 mod dtype;
 mod random;
+pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
 
@@ -50,6 +51,22 @@ pub(crate) enum Repr {
 pub(crate) struct Dense {
     shape: Dims,
     buf: Buffer,
+}
+
+impl Drop for Tensor {
+    /// The last owner of a small dense tensor hands its storage to the
+    /// recycling pool (see [`recycle`]).
+    #[inline]
+    fn drop(&mut self) {
+        if let Repr::Dense(dense) = &self.repr {
+            if Arc::strong_count(dense) == 1 {
+                let Repr::Dense(dense) = std::mem::replace(&mut self.repr, Repr::F32(0.0)) else {
+                    unreachable!("matched above")
+                };
+                drop(recycle::recycle(dense));
+            }
+        }
+    }
 }
 
 /// The shape of a 0-d tensor. It points into a real static rather than at a
@@ -117,6 +134,14 @@ impl Tensor {
             fill(&mut one);
             // SAFETY: `fill` writes every element (the contract of `build`).
             return unsafe { one[0].assume_init() }.scalar_tensor();
+        }
+        if len <= recycle::MAX_RECYCLED_ELEMENTS {
+            return match recycle::build_recycled::<T, _>(shape, len, fill) {
+                Ok(dense) => Tensor {
+                    repr: Repr::Dense(dense),
+                },
+                Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
+            };
         }
         Self::from_buffer(shape, storage::build(len, fill))
     }
@@ -431,17 +456,17 @@ impl Tensor {
                 Some(unsafe { std::slice::from_raw_parts_mut(v as *mut f64 as *mut T, 1) })
             }
             Repr::Dense(d) => {
-                let dense = Arc::get_mut(d)?;
+                let dense = storage::unique_mut(d)?;
                 match (&mut dense.buf, T::DTYPE) {
                     (Buffer::F32(b), DType::F32) => {
-                        let s = Arc::get_mut(b)?;
+                        let s = storage::unique_mut(b)?;
                         // SAFETY: T is f32.
                         Some(unsafe {
                             std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())
                         })
                     }
                     (Buffer::F64(b), DType::F64) => {
-                        let s = Arc::get_mut(b)?;
+                        let s = storage::unique_mut(b)?;
                         // SAFETY: T is f64.
                         Some(unsafe {
                             std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())

@@ -1,0 +1,160 @@
+//! Recycling of small dense tensors: when the last owner of a small tensor
+//! drops it, its allocations (the header with the shape, and the element
+//! buffer) go to a per-thread pool instead of the allocator, and the next
+//! kernel output of the same dtype and length is written into them.
+//!
+//! A graph of many small ops (W1v of the benchmarks: length-64 vectors)
+//! makes two allocations per op output and as many per gradient; the
+//! allocator's slow paths were a third of its instructions. Buffers are only
+//! pooled when nothing else shares them, so a recycled buffer can never be
+//! seen through another tensor; a pooled buffer's old contents are always
+//! overwritten in full before it is seen again.
+//!
+//! The pool keeps at most [`MAX_RECYCLED_BYTES`] per thread, of tensors of at
+//! most [`MAX_RECYCLED_ELEMENTS`] elements, in at most [`MAX_SIZE_CLASSES`]
+//! (dtype, length) classes; [`Graph::release_spare_buffers`](crate::Graph::release_spare_buffers)
+//! empties it.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use super::storage::unique_mut;
+use super::{DType, Dense, Dims, Element};
+
+/// The largest tensor (in elements) that is recycled; bigger ones are rare
+/// per op and cost more to fill than to allocate.
+pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 14;
+/// The most bytes of recycled tensors one thread keeps.
+pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
+/// The most distinct (dtype, length) classes one thread keeps.
+pub const MAX_SIZE_CLASSES: usize = 16;
+
+struct SizeClass {
+    dtype: DType,
+    len: usize,
+    free: Vec<Arc<Dense>>,
+    /// Outputs of this class the pool could not serve. The pool keeps at most
+    /// this many: tensors made elsewhere (copies, constructors) still come
+    /// back here when dropped, and without this bound a loop making them
+    /// would grow the pool by their number every step.
+    fresh: usize,
+}
+
+struct Pool {
+    classes: Vec<SizeClass>,
+    bytes: usize,
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = const {
+        RefCell::new(Pool {
+            classes: Vec::new(),
+            bytes: 0,
+        })
+    };
+}
+
+fn footprint(dtype: DType, len: usize) -> usize {
+    len * dtype.size_in_bytes() + std::mem::size_of::<Dense>()
+}
+
+/// A tensor of `shape` (with `len` elements of `T`) whose elements `fill`
+/// writes, in recycled storage; `None` when the pool has none of that size.
+#[inline]
+pub(crate) fn build_recycled<T: Element, F: FnOnce(&mut [MaybeUninit<T>])>(
+    shape: Dims,
+    len: usize,
+    fill: F,
+) -> Result<Arc<Dense>, (Dims, F)> {
+    let taken = POOL
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            let p = &mut *p;
+            let class = match p
+                .classes
+                .iter_mut()
+                .position(|c| c.len == len && c.dtype == T::DTYPE)
+            {
+                Some(i) => &mut p.classes[i],
+                None if p.classes.len() < MAX_SIZE_CLASSES => {
+                    p.classes.push(SizeClass {
+                        dtype: T::DTYPE,
+                        len,
+                        free: Vec::new(),
+                        fresh: 0,
+                    });
+                    p.classes.last_mut().expect("just pushed")
+                }
+                None => return None,
+            };
+            match class.free.pop() {
+                Some(dense) => {
+                    p.bytes -= footprint(T::DTYPE, len);
+                    Some(dense)
+                }
+                None => {
+                    class.fresh += 1;
+                    None
+                }
+            }
+        })
+        .ok()
+        .flatten();
+    let Some(mut dense) = taken else {
+        return Err((shape, fill));
+    };
+    let inner = unique_mut(&mut dense).expect("pooled tensors have one owner");
+    inner.shape = shape;
+    let elements = T::unwrap_buffer_mut(&mut inner.buf)
+        .and_then(unique_mut)
+        .expect("pooled buffers have one owner and the class's dtype");
+    // SAFETY: `MaybeUninit<T>` has the layout of `T`, and `fill` writes every
+    // element (the contract of `Tensor::build`), so no uninitialised value is
+    // ever read through the `T` view again.
+    let slots = unsafe { &mut *(elements as *mut [T] as *mut [MaybeUninit<T>]) };
+    fill(slots);
+    Ok(dense)
+}
+
+/// Offers a dropped tensor's storage to the pool; returns it if the pool
+/// does not take it (shared, too big, or the pool is full).
+#[inline(never)]
+pub(crate) fn recycle(mut dense: Arc<Dense>) -> Option<Arc<Dense>> {
+    let Some(inner) = unique_mut(&mut dense) else {
+        return Some(dense);
+    };
+    let (dtype, len) = (inner.buf.dtype(), inner.buf.len());
+    if len > MAX_RECYCLED_ELEMENTS || len == 0 || !inner.buf.is_unique() {
+        return Some(dense);
+    }
+    let cost = footprint(dtype, len);
+    let refused = POOL.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.bytes + cost > MAX_RECYCLED_BYTES {
+            return Some(dense);
+        }
+        let Some(index) = p
+            .classes
+            .iter()
+            .position(|c| c.len == len && c.dtype == dtype && c.free.len() < c.fresh)
+        else {
+            return Some(dense);
+        };
+        p.classes[index].free.push(dense);
+        p.bytes += cost;
+        None
+    });
+    // Without a pool (the thread is exiting) the closure, and with it the
+    // tensor, was dropped: freed as usual.
+    refused.unwrap_or(None)
+}
+
+/// Frees every recycled tensor of this thread.
+pub(crate) fn release() {
+    let _ = POOL.try_with(|p| {
+        let mut p = p.borrow_mut();
+        p.classes = Vec::new();
+        p.bytes = 0;
+    });
+}
