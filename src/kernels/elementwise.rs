@@ -100,7 +100,7 @@ fn zip_typed<T: Element, F: BinaryFn>(
 ) -> Result<Tensor> {
     let (sa, sb) = (a.shape(), b.shape());
     let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
-    if sa == sb {
+    if crate::tensor::shape::same_dims(sa, sb) {
         return Ok(Tensor::build::<T>(Dims::from_slice(sa), |out| {
             for_each_chunk(out, |off, chunk| {
                 let n = chunk.len();
@@ -330,7 +330,7 @@ impl BroadcastPlan {
 /// In-place `acc = f(acc, x)` when `acc` owns its storage; otherwise a new
 /// tensor (copy on write). Shapes must be equal and dtypes equal.
 pub fn zip_assign<F: BinaryFn>(op: &'static str, acc: Tensor, x: &Tensor, f: F) -> Result<Tensor> {
-    if acc.shape() != x.shape() || acc.dtype() != x.dtype() {
+    if !acc.same_shape(x) || acc.dtype() != x.dtype() {
         return zip(op, &acc, x, f);
     }
     let mut acc = acc;

@@ -333,7 +333,7 @@ impl Tensor {
     #[inline(always)]
     pub fn same_shape(&self, other: &Tensor) -> bool {
         match (&self.repr, &other.repr) {
-            (Repr::Dense(a), Repr::Dense(b)) => a.shape == b.shape,
+            (Repr::Dense(a), Repr::Dense(b)) => shape::same_dims(&a.shape, &b.shape),
             (Repr::Dense(_), _) | (_, Repr::Dense(_)) => false,
             _ => true,
         }
