@@ -189,9 +189,11 @@ impl Graph {
         }
     }
 
-    /// Frees the buffers this thread keeps from its last dropped graph and
-    /// gradients for the next ones (see [`pool`]): for a program that is done
-    /// with large graphs and wants the memory back.
+    /// Frees the buffers this thread keeps for its next graphs: the arena of
+    /// its last dropped graph, the slots of its last dropped gradients (see
+    /// [`pool`]) and its recycled small tensors (see
+    /// [`tensor::recycle`](crate::tensor::recycle)). For a program that is
+    /// done with large graphs and wants the memory back.
     ///
     /// ```
     /// use retrograd::{Graph, Tensor};
