@@ -16,6 +16,7 @@ mod elementwise;
 mod matmul;
 mod memory;
 mod report;
+mod tape;
 mod w1;
 mod w2;
 
@@ -37,6 +38,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w1",
         w1::run_w1,
         "scalar chain: ns per node, forward + backward",
+    ),
+    (
+        "w1_tape",
+        tape::run,
+        "W1 on a hand-written tape without any framework (the floor)",
     ),
     ("w1v", w1::run_w1v, "length-64 vector chain: ns per node"),
     (
