@@ -3,7 +3,9 @@
 //! adjoints in flat vectors, a reverse loop with a `match`. The floor any
 //! engine is measured against on this machine.
 
-use crate::report::{emit, time, Value};
+use retrograd::DType;
+
+use crate::report::time;
 use crate::Options;
 
 const K: usize = 256;
@@ -86,21 +88,14 @@ pub fn run(opts: &Options) {
         let mut check = (0.0, 0.0);
         let nodes = super::w1::nodes(chains, 1);
         let stats = time(opts.repeats, || check = run_once(chains)).per(nodes);
-        emit(
-            vec![
-                ("framework", "hand_written_tape".into()),
-                ("workload", "w1".into()),
-                ("dtype", "f32".into()),
-                ("chains", chains.into()),
-                ("nodes", nodes.into()),
-                ("unit", "ns_per_node".into()),
-                ("median", Value::Num(stats.median * 1e9)),
-                ("min", Value::Num(stats.min * 1e9)),
-                ("max", Value::Num(stats.max * 1e9)),
-                ("loss", Value::Exact(check.0)),
-                ("grad_sum", Value::Exact(check.1)),
-            ],
-            None,
+        super::w1::emit_chain_line(
+            "hand_written_tape",
+            "w1",
+            DType::F32,
+            chains,
+            1,
+            stats,
+            check,
         );
     }
 }

@@ -10,7 +10,7 @@
 
 use retrograd::{DType, Graph, Tensor, Var};
 
-use crate::report::{emit, time, Value};
+use crate::report::{emit, time, Stats, Value};
 use crate::Options;
 
 const K: usize = 256;
@@ -70,9 +70,22 @@ pub fn run_once(chains: usize, width: usize, dtype: DType) -> (f64, f64) {
 fn report(workload: &str, chains: usize, width: usize, dtype: DType, repeats: usize) {
     let mut check = (0.0, 0.0);
     let stats = time(repeats, || check = run_once(chains, width, dtype)).per(nodes(chains, width));
+    emit_chain_line("retrograd", workload, dtype, chains, width, stats, check);
+}
+
+/// One JSON line of a chain workload: ns per node and the cross-check values.
+pub fn emit_chain_line(
+    framework: &str,
+    workload: &str,
+    dtype: DType,
+    chains: usize,
+    width: usize,
+    stats: Stats,
+    (loss, grad_sum): (f64, f64),
+) {
     emit(
         vec![
-            ("framework", "retrograd".into()),
+            ("framework", framework.into()),
             ("workload", workload.into()),
             ("dtype", dtype.to_string().into()),
             ("chains", chains.into()),
@@ -81,8 +94,8 @@ fn report(workload: &str, chains: usize, width: usize, dtype: DType, repeats: us
             ("median", Value::Num(stats.median * 1e9)),
             ("min", Value::Num(stats.min * 1e9)),
             ("max", Value::Num(stats.max * 1e9)),
-            ("loss", Value::Exact(check.0)),
-            ("grad_sum", Value::Exact(check.1)),
+            ("loss", Value::Exact(loss)),
+            ("grad_sum", Value::Exact(grad_sum)),
         ],
         None,
     );

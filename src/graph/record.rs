@@ -136,18 +136,9 @@ impl Graph {
     fn push_slotted<const N: usize>(&self, op: OpRef, ids: [u32; N], output: Tensor) -> Var<'_> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let node = st.nodes.len() as u32;
         let inputs_start = st.node_inputs.len() as u32;
         st.node_inputs.extend_from_slice(&ids);
-        let out_id = st.push_value(output.clone(), node);
-        st.nodes.push(super::NodeRecord {
-            op,
-            inputs_start,
-            output: out_id,
-        });
-        if self.anomaly_detection() {
-            st.locations.insert(node, Location::caller());
-        }
+        let out_id = self.append_node(st, op, inputs_start, &output);
         drop(guard);
         Var::from_parts(self, output, out_id, true)
     }
@@ -159,7 +150,6 @@ impl Graph {
     fn push_general<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let node = st.nodes.len() as u32;
         let inputs_start = st.node_inputs.len() as u32;
         for v in inputs {
             let id = if v.slot() == NO_SLOT {
@@ -169,6 +159,23 @@ impl Graph {
             };
             st.node_inputs.push(id);
         }
+        let out_id = self.append_node(st, op, inputs_start, &output);
+        drop(guard);
+        Var::from_parts(self, output, out_id, true)
+    }
+
+    /// Appends the node whose inputs start at `inputs_start` (already in
+    /// `node_inputs`) and its output value; returns the output's value id.
+    #[track_caller]
+    #[inline(always)]
+    fn append_node(
+        &self,
+        st: &mut GraphState,
+        op: OpRef,
+        inputs_start: u32,
+        output: &Tensor,
+    ) -> u32 {
+        let node = st.nodes.len() as u32;
         let out_id = st.push_value(output.clone(), node);
         st.nodes.push(super::NodeRecord {
             op,
@@ -178,7 +185,6 @@ impl Graph {
         if self.anomaly_detection() {
             st.locations.insert(node, Location::caller());
         }
-        drop(guard);
-        Var::from_parts(self, output, out_id, true)
+        out_id
     }
 }
