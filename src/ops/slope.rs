@@ -16,6 +16,18 @@
 macro_rules! slope_helper {
     ($op:ty, $name:literal, |$s:ident| $functor:expr,
      |$cs:ident, $a:ident, $g:ident, $x:ident| $curvature:expr) => {
+        impl $op {
+            /// `h(g, x)` for one element: what the helper's kernel computes
+            /// per element, for the op's scalar lane (an error where building
+            /// the kernel's functor is, e.g. invalid clamp bounds).
+            #[inline(always)]
+            #[allow(dead_code)]
+            pub(crate) fn slope_at<T: crate::Element>(&self, g: T, x: T) -> Result<T> {
+                let $s = self;
+                Ok(crate::kernels::functors::BinaryFn::call($functor, g, x))
+            }
+        }
+
         impl Differentiable for $op {
             fn name(&self) -> &str {
                 $name
@@ -120,6 +132,29 @@ macro_rules! unary_with_slope {
                 let $s = self;
                 grads[0] = Some($helper.forward(&[g, inputs[0]])?);
                 Ok(true)
+            }
+            #[inline]
+            fn backward_scalar(&self, call: &mut crate::ops::ScalarBackward<'_>) -> bool {
+                // The helper's per-element rule: the kernel's bits.
+                let $s = self;
+                let helper = $helper;
+                // An error declines: `backward_fast` then reports it.
+                match call {
+                    crate::ops::ScalarBackward::F32(a) if a.inputs.len() == 1 => {
+                        match helper.slope_at(a.grad, a.inputs[0]) {
+                            Ok(d) => a.grads[0] = d,
+                            Err(_) => return false,
+                        }
+                    }
+                    crate::ops::ScalarBackward::F64(a) if a.inputs.len() == 1 => {
+                        match helper.slope_at(a.grad, a.inputs[0]) {
+                            Ok(d) => a.grads[0] = d,
+                            Err(_) => return false,
+                        }
+                    }
+                    _ => return false,
+                }
+                true
             }
             fn jvp<'g>(
                 &self,
