@@ -45,6 +45,20 @@ pub(crate) fn run_fast<'g>(
     store.add_tensor(root.slot() as usize, seed)?;
     let mut scratch = Scratch::default();
     let mut st = graph.state.borrow();
+    // One node's step, shared by both walks: a fast path, or its `Var`-level
+    // backward with the borrow released (a formula may read the graph). A
+    // macro, not a function: passing the borrow in and out of a function
+    // measured 5% more instructions on W1.
+    macro_rules! step {
+        ($node:expr, $inputs:expr) => {
+            if let Visit::NeedsVars(grad) = visit(&st, $node, $inputs, store)? {
+                drop(st);
+                let grad = Var::constant_in(graph, grad);
+                visit_with_vars(graph, $node, grad, store, &mut scratch)?;
+                st = graph.state.borrow();
+            }
+        };
+    }
     match walk {
         Walk::FromRoot => {
             let Some(top) = root.node_index() else {
@@ -59,40 +73,18 @@ pub(crate) fn run_fast<'g>(
                 let start = st.nodes[node].inputs_start as usize;
                 let inputs = start..end;
                 end = start;
-                st = run_node(graph, st, node, inputs, store, &mut scratch)?;
+                step!(node, inputs);
             }
         }
         Walk::Listed(order) => {
             for &node in order {
                 let node = node as usize;
                 let inputs = st.input_range(node);
-                st = run_node(graph, st, node, inputs, store, &mut scratch)?;
+                step!(node, inputs);
             }
         }
     }
     Ok(())
-}
-
-/// Runs node `node` through a fast path, or through its `Var`-level
-/// backward with the graph's borrow released (a formula may read the graph);
-/// returns the borrow to go on with.
-#[inline(always)]
-fn run_node<'g>(
-    graph: &'g Graph,
-    st: Ref<'g, GraphState>,
-    node: usize,
-    inputs: std::ops::Range<usize>,
-    store: &mut TensorStore,
-    scratch: &mut Scratch<'g>,
-) -> Result<Ref<'g, GraphState>> {
-    match visit(&st, node, inputs, store)? {
-        Visit::Done => Ok(st),
-        Visit::NeedsVars(grad) => {
-            drop(st);
-            visit_with_vars(graph, node, Var::constant_in(graph, grad), store, scratch)?;
-            Ok(graph.state.borrow())
-        }
-    }
 }
 
 /// Runs node `node` (its inputs at `inputs` in `node_inputs`) if a gradient
