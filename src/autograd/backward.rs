@@ -261,9 +261,7 @@ impl TensorStore {
         };
         Ok(())
     }
-}
 
-impl TensorStore {
     /// Adds a scalar-lane gradient into slot `id` (0-d, of the slot's dtype).
     #[inline(always)]
     pub(crate) fn add_scalar<T: Element>(&mut self, id: usize, grad: T) -> Result<()> {
@@ -277,9 +275,7 @@ impl TensorStore {
         }
         Ok(())
     }
-}
 
-impl TensorStore {
     #[cold]
     #[inline(never)]
     fn add_tensor_cold(&mut self, id: usize, grad: Tensor) -> Result<()> {

@@ -83,12 +83,7 @@ impl GraphState {
     /// The value ids of node `n`'s inputs.
     #[inline]
     pub(crate) fn inputs_of(&self, n: usize) -> &[u32] {
-        let start = self.nodes[n].inputs_start as usize;
-        let end = self
-            .nodes
-            .get(n + 1)
-            .map_or(self.node_inputs.len(), |next| next.inputs_start as usize);
-        &self.node_inputs[start..end]
+        &self.node_inputs[self.input_range(n)]
     }
 
     /// Where node `n`'s inputs lie in `node_inputs`.
