@@ -10,10 +10,11 @@ use std::cell::Ref;
 
 use super::backward::{bad_shape, visit_with_vars, Scratch, TensorStore};
 use super::gradients::GradSlot;
+use super::scalar_node::{ScalarGrad, ScalarNode};
 use crate::error::Result;
-use crate::graph::{Graph, GraphState, OpRef, Var, LEAF_CONSTANT};
-use crate::ops::{Differentiable, ScalarArgs};
-use crate::tensor::{Element, Repr, Tensor};
+use crate::graph::{Graph, GraphState, OpRef, Var};
+use crate::ops::Differentiable;
+use crate::tensor::{Repr, Tensor};
 
 /// The nodes a fast sweep visits.
 pub(crate) enum Walk<'a> {
@@ -50,8 +51,8 @@ pub(crate) fn run_fast<'g>(
     // macro, not a function: passing the borrow in and out of a function
     // measured 5% more instructions on W1.
     macro_rules! step {
-        ($node:expr, $inputs:expr) => {
-            if let Visit::NeedsVars(grad) = visit(&st, $node, $inputs, store)? {
+        ($node:expr) => {
+            if let Visit::NeedsVars(grad) = visit(&st, $node, store)? {
                 drop(st);
                 let grad = Var::constant_in(graph, grad);
                 visit_with_vars(graph, $node, grad, store, &mut scratch)?;
@@ -64,61 +65,51 @@ pub(crate) fn run_fast<'g>(
             let Some(top) = root.node_index() else {
                 return Ok(());
             };
-            // Walking down, node n's inputs end where node n + 1's begin.
-            let mut end = st
-                .nodes
-                .get(top + 1)
-                .map_or(st.node_inputs.len(), |next| next.inputs_start as usize);
             for node in (0..=top).rev() {
-                let start = st.nodes[node].inputs_start as usize;
-                let inputs = start..end;
-                end = start;
-                step!(node, inputs);
+                step!(node);
             }
         }
         Walk::Listed(order) => {
             for &node in order {
-                let node = node as usize;
-                let inputs = st.input_range(node);
-                step!(node, inputs);
+                step!(node as usize);
             }
         }
     }
     Ok(())
 }
 
-/// Runs node `node` (its inputs at `inputs` in `node_inputs`) if a gradient
-/// reached it.
+/// Runs node `node` if a gradient reached it.
 #[inline(always)]
-fn visit(
-    st: &Ref<'_, GraphState>,
-    node: usize,
-    inputs: std::ops::Range<usize>,
-    store: &mut TensorStore,
-) -> Result<Visit> {
-    let rec = st.nodes[node];
+fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Result<Visit> {
+    let rec = &st.nodes[node];
     let out = rec.output as usize;
-    let slot = &mut store.slots[out];
-    if !matches!(slot, GradSlot::Grad(_)) {
-        return Ok(Visit::Done); // nothing reached this node: it contributes zero
-    }
-    let GradSlot::Grad(grad) = std::mem::replace(slot, GradSlot::Released) else {
-        unreachable!("checked above")
+    let lane = match &store.slots[out] {
+        GradSlot::Grad(grad) => match grad.repr() {
+            Repr::F32(g) => Some(ScalarGrad::F32(*g)),
+            Repr::F64(g) => Some(ScalarGrad::F64(*g)),
+            Repr::Dense(_) => None,
+        },
+        _ => return Ok(Visit::Done), // nothing reached this node: it contributes zero
     };
-    let ids = &st.node_inputs[inputs];
     let op: &dyn Differentiable = match rec.op {
         OpRef::Static(op) => op,
         OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
     };
-    let lane_taken = match grad.repr() {
-        Repr::F32(g) => scalar_node(op, st, ids, *g, out, store)?,
-        Repr::F64(g) => scalar_node(op, st, ids, *g, out, store)?,
-        Repr::Dense(_) => false,
-    };
-    if lane_taken {
-        return Ok(Visit::Done);
+    if let Some(g) = lane {
+        // The gradient stays in its slot while the lane runs: a node's
+        // output is never one of its inputs, so the lane does not touch it.
+        let mut scalar = ScalarNode::new(st, rec, store, g);
+        let outcome = op.scalar_node(&mut scalar);
+        if scalar.ran(outcome)? {
+            store.slots[out] = GradSlot::Released;
+            return Ok(Visit::Done);
+        }
     }
+    let GradSlot::Grad(grad) = std::mem::replace(&mut store.slots[out], GradSlot::Released) else {
+        unreachable!("checked above")
+    };
     // Fixed-size arrays per arity: no placeholders to fill, nothing to drop.
+    let ids = rec.inputs(&st.node_inputs);
     let handled = match ids.len() {
         1 => tensor_node::<1>(op, st, ids, &grad, out, store)?,
         2 => tensor_node::<2>(op, st, ids, &grad, out, store)?,
@@ -131,65 +122,6 @@ fn visit(
     } else {
         Visit::NeedsVars(grad)
     })
-}
-
-/// One node through the op's scalar lane, if every value is a 0-d `T` and
-/// the op has a lane; returns whether it ran.
-#[inline(always)]
-fn scalar_node<T: Element>(
-    op: &dyn Differentiable,
-    st: &GraphState,
-    ids: &[u32],
-    grad: T,
-    out: usize,
-    store: &mut TensorStore,
-) -> Result<bool> {
-    match ids.len() {
-        1 => scalar_node_of::<T, 1>(op, st, ids, grad, out, store),
-        2 => scalar_node_of::<T, 2>(op, st, ids, grad, out, store),
-        3 => scalar_node_of::<T, 3>(op, st, ids, grad, out, store),
-        _ => Ok(false),
-    }
-}
-
-/// [`scalar_node`] for a node of exactly `N` inputs: fixed-size arrays, so
-/// the gathering and accumulating loops unroll.
-#[inline(always)]
-fn scalar_node_of<T: Element, const N: usize>(
-    op: &dyn Differentiable,
-    st: &GraphState,
-    ids: &[u32],
-    grad: T,
-    out: usize,
-    store: &mut TensorStore,
-) -> Result<bool> {
-    let ids: &[u32; N] = ids.try_into().expect("the caller matched the arity");
-    let mut xs = [T::zero(); N];
-    for k in 0..N {
-        match T::scalar_of(&st.values[ids[k] as usize]) {
-            Some(v) => xs[k] = v,
-            None => return Ok(false),
-        }
-    }
-    let Some(output) = T::scalar_of(&st.values[out]) else {
-        return Ok(false);
-    };
-    let mut ds = [T::zero(); N];
-    let mut call = T::scalar_backward(ScalarArgs {
-        grad,
-        inputs: &xs,
-        output,
-        grads: &mut ds,
-    });
-    if !op.backward_scalar(&mut call) {
-        return Ok(false);
-    }
-    for k in 0..N {
-        if st.producers[ids[k] as usize] != LEAF_CONSTANT {
-            store.add_scalar(ids[k] as usize, ds[k])?;
-        }
-    }
-    Ok(true)
 }
 
 /// One node through `backward_fast`, for a node of exactly `N` inputs;

@@ -10,6 +10,7 @@ mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
+mod scalar_node;
 
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
@@ -19,3 +20,5 @@ pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub(crate) use gradients::GradSlot;
 pub use gradients::Gradients;
 pub use hooks::GradHook;
+#[doc(hidden)]
+pub use scalar_node::{LaneOutcome, ScalarNode};

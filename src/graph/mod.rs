@@ -4,10 +4,12 @@
 //! Layout, chosen so a recorded scalar op costs a few words and no allocation:
 //! every value that takes part (leaf or op output) has a slot in `values`
 //! (its [`Tensor`]) and `producers` (the node that made it, or a leaf tag);
-//! every node is an op reference, the start of its inputs in the flat
-//! `node_inputs` list, and its output's value id.
+//! every node is a 32-byte record: an op reference, its output's value id
+//! and, for one or two inputs, their ids (more go to the flat `node_inputs`
+//! list).
 
 mod node;
+mod node_record;
 pub(crate) mod order;
 pub mod pool;
 
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use node::GraphNode;
+pub(crate) use node_record::NodeRecord;
 pub use var::Var;
 
 use crate::error::{Error, Result};
@@ -51,21 +54,13 @@ pub(crate) struct OwnedOp {
     pub(crate) op: Arc<dyn Differentiable>,
 }
 
-#[derive(Clone, Copy)]
-pub(crate) struct NodeRecord {
-    pub(crate) op: OpRef,
-    /// Index of the first input in `node_inputs`; the inputs run to the next node's start.
-    pub(crate) inputs_start: u32,
-    /// Value id of the output.
-    pub(crate) output: u32,
-}
-
 /// Everything the graph records, behind one `RefCell`.
 #[derive(Default)]
 pub(crate) struct GraphState {
     pub(crate) values: Vec<Tensor>,
     pub(crate) producers: Vec<u32>,
     pub(crate) nodes: Vec<NodeRecord>,
+    /// The inputs of nodes with more than two (see [`NodeRecord`]).
     pub(crate) node_inputs: Vec<u32>,
     pub(crate) owned_ops: Vec<OwnedOp>,
     pub(crate) names: HashMap<u32, String>,
@@ -83,18 +78,7 @@ impl GraphState {
     /// The value ids of node `n`'s inputs.
     #[inline]
     pub(crate) fn inputs_of(&self, n: usize) -> &[u32] {
-        &self.node_inputs[self.input_range(n)]
-    }
-
-    /// Where node `n`'s inputs lie in `node_inputs`.
-    #[inline]
-    pub(crate) fn input_range(&self, n: usize) -> std::ops::Range<usize> {
-        let start = self.nodes[n].inputs_start as usize;
-        let end = self
-            .nodes
-            .get(n + 1)
-            .map_or(self.node_inputs.len(), |next| next.inputs_start as usize);
-        start..end
+        self.nodes[n].inputs(&self.node_inputs)
     }
 
     #[inline]

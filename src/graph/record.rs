@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{Graph, GraphState, OpRef, OwnedOp, Var, NO_SLOT};
+use super::{Graph, GraphState, NodeRecord, OpRef, OwnedOp, Var, NO_SLOT};
 use crate::error::{Error, Result};
 use crate::ops::Differentiable;
 use crate::tensor::Tensor;
@@ -122,23 +122,32 @@ impl Graph {
         // The common shapes of a node (one or two inputs already in the
         // graph) get straight-line code: this runs once per recorded op.
         match inputs {
-            [a] if a.slot() != NO_SLOT => Ok(self.push_slotted(op, [a.slot()], output)),
-            [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => {
-                Ok(self.push_slotted(op, [a.slot(), b.slot()], output))
+            [a] if a.slot() != NO_SLOT => {
+                Ok(self.push_inline(op, [a.slot()], [a.requires_grad()], output))
             }
+            [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => Ok(self.push_inline(
+                op,
+                [a.slot(), b.slot()],
+                [a.requires_grad(), b.requires_grad()],
+                output,
+            )),
             _ => Ok(self.push_general(op, inputs, output)),
         }
     }
 
-    /// Appends a node whose inputs all have value ids.
+    /// Appends a node of one or two inputs that all have value ids.
     #[track_caller]
     #[inline(always)]
-    fn push_slotted<const N: usize>(&self, op: OpRef, ids: [u32; N], output: Tensor) -> Var<'_> {
+    fn push_inline<const N: usize>(
+        &self,
+        op: OpRef,
+        ids: [u32; N],
+        needs: [bool; N],
+        output: Tensor,
+    ) -> Var<'_> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let inputs_start = st.node_inputs.len() as u32;
-        st.node_inputs.extend_from_slice(&ids);
-        let out_id = self.append_node(st, op, inputs_start, &output);
+        let out_id = self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs));
         drop(guard);
         Var::from_parts(self, output, out_id, true)
     }
@@ -150,41 +159,58 @@ impl Graph {
     fn push_general<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let inputs_start = st.node_inputs.len() as u32;
-        for v in inputs {
-            let id = if v.slot() == NO_SLOT {
-                st.push_value(v.value().clone(), super::LEAF_CONSTANT)
-            } else {
-                v.slot()
-            };
-            st.node_inputs.push(id);
-        }
-        let out_id = self.append_node(st, op, inputs_start, &output);
+        let out_id = match inputs {
+            [a] => {
+                let ids = [value_id_in(st, a)];
+                let needs = [a.requires_grad()];
+                self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs))
+            }
+            [a, b] => {
+                let ids = [value_id_in(st, a), value_id_in(st, b)];
+                let needs = [a.requires_grad(), b.requires_grad()];
+                self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs))
+            }
+            _ => {
+                let start = st.node_inputs.len();
+                for v in inputs {
+                    let id = value_id_in(st, v);
+                    st.node_inputs.push(id);
+                }
+                let count = inputs.len();
+                self.append_node(st, &output, |out| {
+                    NodeRecord::spilled(op, out, start as u32, count as u32)
+                })
+            }
+        };
         drop(guard);
         Var::from_parts(self, output, out_id, true)
     }
 
-    /// Appends the node whose inputs start at `inputs_start` (already in
-    /// `node_inputs`) and its output value; returns the output's value id.
+    /// Appends `output` as a new value and the node `record` makes from its
+    /// value id; returns that id.
     #[track_caller]
     #[inline(always)]
     fn append_node(
         &self,
         st: &mut GraphState,
-        op: OpRef,
-        inputs_start: u32,
         output: &Tensor,
+        record: impl FnOnce(u32) -> NodeRecord,
     ) -> u32 {
         let node = st.nodes.len() as u32;
         let out_id = st.push_value(output.clone(), node);
-        st.nodes.push(super::NodeRecord {
-            op,
-            inputs_start,
-            output: out_id,
-        });
+        st.nodes.push(record(out_id));
         if self.anomaly_detection() {
             st.locations.insert(node, Location::caller());
         }
         out_id
+    }
+}
+
+/// `v`'s value id, giving a constant without one a slot.
+fn value_id_in(st: &mut GraphState, v: &Var<'_>) -> u32 {
+    if v.slot() == NO_SLOT {
+        st.push_value(v.value().clone(), super::LEAF_CONSTANT)
+    } else {
+        v.slot()
     }
 }

@@ -37,6 +37,7 @@ use smallvec::SmallVec;
 pub use registry::OpRegistry;
 pub use scalar_lane::{ScalarArgs, ScalarBackward};
 
+use crate::autograd::{LaneOutcome, ScalarNode};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::tensor::Tensor;
@@ -141,6 +142,17 @@ pub trait Differentiable: Send + Sync + 'static {
     fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
         let _ = call;
         false
+    }
+
+    /// Runs one scalar node of the first-order sweep through
+    /// [`backward_scalar`](Self::backward_scalar): the sweep's one dynamic
+    /// call per scalar node, with the rule inlined into this op's copy of
+    /// the body (see `autograd/scalar_node.rs`). Not meant to be overridden:
+    /// only the engine can build a [`LaneOutcome`].
+    #[doc(hidden)]
+    #[inline]
+    fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
+        node.run(|call| self.backward_scalar(call))
     }
 
     /// Forward mode: given one optional tangent per input (`None` is zero,
