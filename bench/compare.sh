@@ -63,7 +63,8 @@ for k in sorted(set(ours) | set(theirs), key=str):
     unit = (a or b).get("unit", "gflops")
     va = value(a) if a else None
     vb = value(b) if b else None
-    ratio = f"{va / vb:8.3f}" if va and vb else "       -"
+    # Four significant digits: W1's ratios are a few thousandths.
+    ratio = f"{va / vb:8.4g}" if va and vb else "       -"
     fa = f"{va:11.4g}" if va is not None else "          -"
     fb = f"{vb:11.4g}" if vb is not None else "          -"
     print(f"{k[0]:<10} {k[1]:<5} {str(k[2]):>6} {unit:<20} {fa} {fb} {ratio}")
