@@ -159,17 +159,9 @@ impl Graph {
     fn push_general<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let out_id = match inputs {
-            [a] => {
-                let ids = [value_id_in(st, a)];
-                let needs = [a.requires_grad()];
-                self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs))
-            }
-            [a, b] => {
-                let ids = [value_id_in(st, a), value_id_in(st, b)];
-                let needs = [a.requires_grad(), b.requires_grad()];
-                self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs))
-            }
+        let out_id = match *inputs {
+            [a] => self.append_inline(st, op, [a], &output),
+            [a, b] => self.append_inline(st, op, [a, b], &output),
             _ => {
                 let start = st.node_inputs.len();
                 for v in inputs {
@@ -184,6 +176,22 @@ impl Graph {
         };
         drop(guard);
         Var::from_parts(self, output, out_id, true)
+    }
+
+    /// Appends a node whose one or two inputs are held inline, giving a
+    /// constant input without a value id a slot first.
+    #[track_caller]
+    #[inline(always)]
+    fn append_inline<const N: usize>(
+        &self,
+        st: &mut GraphState,
+        op: OpRef,
+        inputs: [&Var<'_>; N],
+        output: &Tensor,
+    ) -> u32 {
+        let ids = inputs.map(|v| value_id_in(st, v));
+        let needs = inputs.map(|v| v.requires_grad());
+        self.append_node(st, output, |out| NodeRecord::inline(op, out, ids, needs))
     }
 
     /// Appends `output` as a new value and the node `record` makes from its

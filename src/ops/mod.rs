@@ -132,9 +132,10 @@ pub trait Differentiable: Send + Sync + 'static {
     /// The scalar lane of the first-order backward, used when the node has
     /// one or two inputs and its inputs, output and output gradient are all
     /// 0-d values of one dtype (graphs of scalar ops, where tensor plumbing
-    /// would cost more than the arithmetic). Write one gradient per input into the call's `grads` and
-    /// return `true`, or return `false` (the default) to use
-    /// [`backward_fast`](Self::backward_fast) or `backward`. It must compute
+    /// would cost more than the arithmetic). Write one gradient per input
+    /// into the call's `grads` and return `true`, or return `false` (the
+    /// default) to use [`backward_fast`](Self::backward_fast) or `backward`.
+    /// It must compute
     /// exactly what `backward` computes, operation for operation, so both
     /// give the same bits; [`scalar_rule!`](crate::scalar_rule) writes it
     /// once for both dtypes. Gradients of inputs that do not require grad
