@@ -85,8 +85,8 @@ fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Resu
     let out = rec.output as usize;
     let lane = match &store.slots[out] {
         GradSlot::Grad(grad) => match grad.repr() {
-            Repr::F32(g) => Some(ScalarGrad::F32(*g)),
-            Repr::F64(g) => Some(ScalarGrad::F64(*g)),
+            Repr::F32(g) => Some(ScalarGrad::F32(g.f32())),
+            Repr::F64(g) => Some(ScalarGrad::F64(g.f64())),
             Repr::Dense(_) => None,
         },
         _ => return Ok(Visit::Done), // nothing reached this node: it contributes zero
@@ -101,7 +101,11 @@ fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Resu
         let mut scalar = ScalarNode::new(st, rec, store, g);
         let outcome = op.scalar_node(&mut scalar);
         if scalar.ran(outcome)? {
-            store.slots[out] = GradSlot::Released;
+            // The slot holds a 0-d gradient, which owns nothing, so it is
+            // forgotten rather than dropped: with no drop (and no unwind
+            // path) the write is one 8-byte store, not a 16-byte copy of a
+            // stack temporary that waits on the store that made it.
+            std::mem::forget(std::mem::replace(&mut store.slots[out], GradSlot::Released));
             return Ok(Visit::Done);
         }
     }

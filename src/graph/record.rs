@@ -33,15 +33,45 @@ impl Graph {
     #[inline(always)]
     pub fn record<'g, O: Differentiable>(&'g self, op: O, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
         let output = self.forward_checked(&op, inputs)?;
+        Ok(self.record_forwarded(op, inputs, output))
+    }
+
+    /// [`record`](Self::record) for operator sugar: panics with the error's
+    /// message at the caller's location. The `Var` comes back directly, not
+    /// inside a `Result`: moving it out of one copied it through the stack
+    /// with 16-byte loads of the smaller stores that built it (see
+    /// `tensor/word.rs`), once per recorded op.
+    #[track_caller]
+    #[inline(always)]
+    pub(crate) fn record_or_panic<'g, O: Differentiable>(
+        &'g self,
+        op: O,
+        inputs: &[&Var<'g>],
+    ) -> Var<'g> {
+        let output = crate::ops::arith::or_panic(self.forward_checked(&op, inputs));
+        self.record_forwarded(op, inputs, output)
+    }
+
+    /// The rest of `record` once `op` has run forward to `output`.
+    #[track_caller]
+    #[inline(always)]
+    fn record_forwarded<'g, O: Differentiable>(
+        &'g self,
+        op: O,
+        inputs: &[&Var<'g>],
+        output: Tensor,
+    ) -> Var<'g> {
         if !self.needs_node(inputs) {
-            return Ok(Var::constant_in(self, output));
+            return Var::constant_in(self, output);
         }
-        let op_ref = if std::mem::size_of::<O>() == 0 {
-            // A zero-sized op has no state: leaking a box of it allocates
-            // nothing and gives the `'static` reference a node can hold.
-            OpRef::Static(Box::leak(Box::new(op)))
-        } else {
-            self.own_op(None, Arc::new(op))
+        let op_ref = || {
+            if std::mem::size_of::<O>() == 0 {
+                // A zero-sized op has no state: leaking a box of it allocates
+                // nothing and gives the `'static` reference a node can hold.
+                OpRef::Static(Box::leak(Box::new(op)))
+            } else {
+                self.own_op(None, Arc::new(op))
+            }
         };
         self.push_node(op_ref, inputs, output)
     }
@@ -59,8 +89,7 @@ impl Graph {
             return Ok(Var::constant_in(self, output));
         }
         let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);
-        let op_ref = self.own_op(name, op);
-        self.push_node(op_ref, inputs, output)
+        Ok(self.push_node(|| self.own_op(name, op), inputs, output))
     }
 
     #[inline(always)]
@@ -118,20 +147,29 @@ impl Graph {
 
     #[track_caller]
     #[inline(always)]
-    fn push_node<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Result<Var<'g>> {
+    fn push_node<'g>(
+        &'g self,
+        op: impl FnOnce() -> OpRef,
+        inputs: &[&Var<'g>],
+        output: Tensor,
+    ) -> Var<'g> {
         // The common shapes of a node (one or two inputs already in the
         // graph) get straight-line code: this runs once per recorded op.
+        // Each arm makes its own `OpRef`: one made before the `match` would
+        // live on the stack for `push_general`'s sake, and copying that
+        // 16-byte value into the record stalls on the two 8-byte stores
+        // that wrote it (see `tensor/word.rs`).
         match inputs {
             [a] if a.slot() != NO_SLOT => {
-                Ok(self.push_inline(op, [a.slot()], [a.requires_grad()], output))
+                self.push_inline(op(), [a.slot()], [a.requires_grad()], output)
             }
-            [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => Ok(self.push_inline(
-                op,
+            [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => self.push_inline(
+                op(),
                 [a.slot(), b.slot()],
                 [a.requires_grad(), b.requires_grad()],
                 output,
-            )),
-            _ => Ok(self.push_general(op, inputs, output)),
+            ),
+            _ => self.push_general(op(), inputs, output),
         }
     }
 

@@ -30,8 +30,8 @@ use crate::tensor::{DType, Element, Repr, Tensor};
 pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
     // The scalar case inlines into the caller; dense tensors take the loop.
     match x.repr() {
-        Repr::F32(v) => Tensor::scalar(f.call(*v)),
-        Repr::F64(v) => Tensor::scalar(f.call(*v)),
+        Repr::F32(v) => Tensor::scalar(f.call(v.f32())),
+        Repr::F64(v) => Tensor::scalar(f.call(v.f64())),
         Repr::Dense(_) => map_dense(x, f),
     }
 }
@@ -74,8 +74,8 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
 pub fn zip<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Result<Tensor> {
     // The scalar case inlines into the caller; everything else takes the loops.
     match (a.repr(), b.repr()) {
-        (Repr::F32(x), Repr::F32(y)) => Ok(Tensor::scalar(f.call(*x, *y))),
-        (Repr::F64(x), Repr::F64(y)) => Ok(Tensor::scalar(f.call(*x, *y))),
+        (Repr::F32(x), Repr::F32(y)) => Ok(Tensor::scalar(f.call(x.f32(), y.f32()))),
+        (Repr::F64(x), Repr::F64(y)) => Ok(Tensor::scalar(f.call(x.f64(), y.f64()))),
         _ => zip_dense(op, a, b, f),
     }
 }

@@ -47,10 +47,10 @@ pub fn zip3<F: TernaryFn>(
 ) -> Result<Tensor> {
     match (a.repr(), b.repr(), c.repr()) {
         (Repr::F32(x), Repr::F32(y), Repr::F32(z)) => {
-            return Ok(Tensor::scalar(f.call(*x, *y, *z)))
+            return Ok(Tensor::scalar(f.call(x.f32(), y.f32(), z.f32())))
         }
         (Repr::F64(x), Repr::F64(y), Repr::F64(z)) => {
-            return Ok(Tensor::scalar(f.call(*x, *y, *z)))
+            return Ok(Tensor::scalar(f.call(x.f64(), y.f64(), z.f64())))
         }
         _ => {}
     }

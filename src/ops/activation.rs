@@ -6,7 +6,6 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::slope::{slope_helper, unary_with_slope};
 use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
@@ -151,7 +150,8 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn leaky_relu(&self, negative_slope: f64) -> Var<'g> {
-        or_panic(self.graph().record(LeakyRelu { negative_slope }, &[self]))
+        self.graph()
+            .record_or_panic(LeakyRelu { negative_slope }, &[self])
     }
 
     /// SiLU (swish), `x σ(x)`.
@@ -167,7 +167,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn silu(&self) -> Var<'g> {
-        or_panic(self.graph().record(Silu, &[self]))
+        self.graph().record_or_panic(Silu, &[self])
     }
 }
 

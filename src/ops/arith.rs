@@ -423,28 +423,28 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn add(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_add(other))
+        self.graph().record_or_panic(Add, &[self, other])
     }
 
     /// `self - other`; panics on mismatched shapes (see [`try_sub`](Self::try_sub)).
     #[track_caller]
     #[inline]
     pub fn sub(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_sub(other))
+        self.graph().record_or_panic(Sub, &[self, other])
     }
 
     /// `self * other`; panics on mismatched shapes (see [`try_mul`](Self::try_mul)).
     #[track_caller]
     #[inline]
     pub fn mul(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_mul(other))
+        self.graph().record_or_panic(Mul, &[self, other])
     }
 
     /// `self / other`; panics on mismatched shapes (see [`try_div`](Self::try_div)).
     #[track_caller]
     #[inline]
     pub fn div(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_div(other))
+        self.graph().record_or_panic(Div, &[self, other])
     }
 
     /// `-self`.
@@ -458,28 +458,31 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn neg(&self) -> Var<'g> {
-        or_panic(self.graph().record(Neg, &[self]))
+        self.graph().record_or_panic(Neg, &[self])
     }
 
     /// `self + c` for a scalar `c` (in self's dtype; no broadcast tensor is allocated).
     #[track_caller]
     #[inline]
     pub fn add_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Add, &[self, &self.scalar_like(c)]))
+        self.graph()
+            .record_or_panic(Add, &[self, &self.scalar_like(c)])
     }
 
     /// `self - c` for a scalar `c`.
     #[track_caller]
     #[inline]
     pub fn sub_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Sub, &[self, &self.scalar_like(c)]))
+        self.graph()
+            .record_or_panic(Sub, &[self, &self.scalar_like(c)])
     }
 
     /// `c - self` for a scalar `c`.
     #[track_caller]
     #[inline]
     pub fn rsub_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Sub, &[&self.scalar_like(c), self]))
+        self.graph()
+            .record_or_panic(Sub, &[&self.scalar_like(c), self])
     }
 
     /// `self * c` for a scalar `c`.
@@ -494,21 +497,24 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn mul_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Mul, &[self, &self.scalar_like(c)]))
+        self.graph()
+            .record_or_panic(Mul, &[self, &self.scalar_like(c)])
     }
 
     /// `self / c` for a scalar `c`.
     #[track_caller]
     #[inline]
     pub fn div_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Div, &[self, &self.scalar_like(c)]))
+        self.graph()
+            .record_or_panic(Div, &[self, &self.scalar_like(c)])
     }
 
     /// `c / self` for a scalar `c`.
     #[track_caller]
     #[inline]
     pub fn rdiv_scalar(&self, c: f64) -> Var<'g> {
-        or_panic(self.graph().record(Div, &[&self.scalar_like(c), self]))
+        self.graph()
+            .record_or_panic(Div, &[&self.scalar_like(c), self])
     }
 }
 

@@ -268,7 +268,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn abs(&self) -> Var<'g> {
-        or_panic(self.graph().record(Abs, &[self]))
+        self.graph().record_or_panic(Abs, &[self])
     }
 
     /// Sine elementwise (radians).
@@ -284,7 +284,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn sin(&self) -> Var<'g> {
-        or_panic(self.graph().record(Sin, &[self]))
+        self.graph().record_or_panic(Sin, &[self])
     }
 
     /// Cosine elementwise (radians).
@@ -300,7 +300,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn cos(&self) -> Var<'g> {
-        or_panic(self.graph().record(Cos, &[self]))
+        self.graph().record_or_panic(Cos, &[self])
     }
 
     /// Clamps every element into `[min, max]` (either bound may be `None`).

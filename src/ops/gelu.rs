@@ -5,7 +5,6 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
@@ -280,7 +279,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Var<'g> {
-        or_panic(self.graph().record(Gelu { approximate }, &[self]))
+        self.graph().record_or_panic(Gelu { approximate }, &[self])
     }
 }
 

@@ -31,8 +31,8 @@ use crate::tensor::{Repr, Tensor};
 /// A 0-d tensor's value, or `None` for a dense one.
 fn scalar_value(t: &Tensor) -> Option<f64> {
     match t.repr() {
-        Repr::F32(v) => Some(f64::from(*v)),
-        Repr::F64(v) => Some(*v),
+        Repr::F32(v) => Some(f64::from(v.f32())),
+        Repr::F64(v) => Some(v.f64()),
         Repr::Dense(_) => None,
     }
 }
@@ -396,7 +396,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn sqrt(&self) -> Var<'g> {
-        or_panic(self.graph().record(Sqrt, &[self]))
+        self.graph().record_or_panic(Sqrt, &[self])
     }
 }
 

@@ -2,7 +2,6 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
@@ -98,7 +97,7 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn sum(&self) -> Var<'g> {
-        or_panic(self.graph().record(Sum, &[self]))
+        self.graph().record_or_panic(Sum, &[self])
     }
 
     /// The mean of every element (a 0-d value).
@@ -112,7 +111,7 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn mean(&self) -> Var<'g> {
-        or_panic(self.graph().record(Mean, &[self]))
+        self.graph().record_or_panic(Mean, &[self])
     }
 }
 

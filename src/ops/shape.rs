@@ -301,7 +301,7 @@ impl<'g> Var<'g> {
         if !self.shape().contains(&1) {
             return self.clone();
         }
-        or_panic(self.graph().record(Squeeze { dim: None }, &[self]))
+        self.graph().record_or_panic(Squeeze { dim: None }, &[self])
     }
 
     /// Removes dimension `dim` if its size is 1 (otherwise returns the value

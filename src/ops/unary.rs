@@ -6,7 +6,6 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
@@ -83,6 +82,12 @@ macro_rules! unary_op {
             fn arity(&self) -> Option<usize> {
                 Some(1)
             }
+            // Inlined into `record` (the binary ops' forward is, by the
+            // inliner's own choice; tanh's two polynomial arms are past its
+            // threshold): a call takes the input's address, which keeps the
+            // `Var` on the stack and copies it there by 16-byte loads of
+            // smaller stores (see `tensor/word.rs`).
+            #[inline(always)]
             fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
                 expect_inputs($name, inputs, 1)?;
                 Ok(kernels::map(inputs[0], $functor))
@@ -354,7 +359,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn exp(&self) -> Var<'g> {
-        or_panic(self.graph().record(Exp, &[self]))
+        self.graph().record_or_panic(Exp, &[self])
     }
 
     /// Natural logarithm (NaN for negative inputs, -inf at 0).
@@ -368,7 +373,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn log(&self) -> Var<'g> {
-        or_panic(self.graph().record(Log, &[self]))
+        self.graph().record_or_panic(Log, &[self])
     }
 
     /// Hyperbolic tangent.
@@ -382,7 +387,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn tanh(&self) -> Var<'g> {
-        or_panic(self.graph().record(Tanh, &[self]))
+        self.graph().record_or_panic(Tanh, &[self])
     }
 
     /// `max(self, 0)` elementwise.
@@ -397,7 +402,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn relu(&self) -> Var<'g> {
-        or_panic(self.graph().record(Relu, &[self]))
+        self.graph().record_or_panic(Relu, &[self])
     }
 
     /// Logistic sigmoid.
@@ -411,7 +416,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn sigmoid(&self) -> Var<'g> {
-        or_panic(self.graph().record(Sigmoid, &[self]))
+        self.graph().record_or_panic(Sigmoid, &[self])
     }
 }
 

@@ -106,7 +106,7 @@ impl Element for f32 {
     }
     #[inline(always)]
     fn scalar_tensor(self) -> super::Tensor {
-        super::Tensor::from_repr(super::Repr::F32(self))
+        super::Tensor::from_repr(super::Repr::F32(super::Word::from_f32(self)))
     }
     #[inline(always)]
     fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
@@ -129,14 +129,14 @@ impl Element for f32 {
     #[inline(always)]
     fn scalar_of(t: &super::Tensor) -> Option<Self> {
         match t.repr() {
-            super::Repr::F32(v) => Some(*v),
+            super::Repr::F32(v) => Some(v.f32()),
             _ => None,
         }
     }
     #[inline(always)]
     fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
         match t.repr_mut() {
-            super::Repr::F32(v) => Some(v),
+            super::Repr::F32(v) => Some(v.f32_mut()),
             _ => None,
         }
     }
@@ -162,7 +162,7 @@ impl Element for f64 {
     }
     #[inline(always)]
     fn scalar_tensor(self) -> super::Tensor {
-        super::Tensor::from_repr(super::Repr::F64(self))
+        super::Tensor::from_repr(super::Repr::F64(super::Word::from_f64(self)))
     }
     #[inline(always)]
     fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
@@ -185,14 +185,14 @@ impl Element for f64 {
     #[inline(always)]
     fn scalar_of(t: &super::Tensor) -> Option<Self> {
         match t.repr() {
-            super::Repr::F64(v) => Some(*v),
+            super::Repr::F64(v) => Some(v.f64()),
             _ => None,
         }
     }
     #[inline(always)]
     fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
         match t.repr_mut() {
-            super::Repr::F64(v) => Some(v),
+            super::Repr::F64(v) => Some(v.f64_mut()),
             _ => None,
         }
     }

@@ -12,12 +12,14 @@ mod random;
 pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
+mod word;
 
 use std::sync::Arc;
 
 pub use dtype::{DType, Element};
 pub use shape::Dims;
 use storage::Buffer;
+pub(crate) use word::Word;
 
 use crate::error::{Error, Result};
 
@@ -43,8 +45,9 @@ pub struct Tensor {
 
 #[derive(Clone)]
 pub(crate) enum Repr {
-    F32(f32),
-    F64(f64),
+    /// A 0-d f32; every payload is one 8-byte word (see [`Word`] for why).
+    F32(Word),
+    F64(Word),
     Dense(Arc<Dense>),
 }
 
@@ -60,7 +63,9 @@ impl Drop for Tensor {
     fn drop(&mut self) {
         if let Repr::Dense(dense) = &self.repr {
             if Arc::strong_count(dense) == 1 {
-                let Repr::Dense(dense) = std::mem::replace(&mut self.repr, Repr::F32(0.0)) else {
+                let Repr::Dense(dense) =
+                    std::mem::replace(&mut self.repr, Repr::F32(Word::from_f32(0.0)))
+                else {
                     unreachable!("matched above")
                 };
                 drop(recycle::recycle(dense));
@@ -163,8 +168,8 @@ impl Tensor {
     #[inline(always)]
     pub fn scalar_of(value: f64, dtype: DType) -> Self {
         match dtype {
-            DType::F32 => Tensor::from_repr(Repr::F32(value as f32)),
-            DType::F64 => Tensor::from_repr(Repr::F64(value)),
+            DType::F32 => (value as f32).scalar_tensor(),
+            DType::F64 => value.scalar_tensor(),
         }
     }
 
@@ -343,8 +348,8 @@ impl Tensor {
     #[inline(always)]
     pub(crate) fn add_scalar_in_place(&mut self, other: &Tensor) -> bool {
         match (&mut self.repr, &other.repr) {
-            (Repr::F32(a), Repr::F32(b)) => *a += *b,
-            (Repr::F64(a), Repr::F64(b)) => *a += *b,
+            (Repr::F32(a), Repr::F32(b)) => *a = Word::from_f32(a.f32() + b.f32()),
+            (Repr::F64(a), Repr::F64(b)) => *a = Word::from_f64(a.f64() + b.f64()),
             _ => return false,
         }
         true
@@ -366,8 +371,8 @@ impl Tensor {
     /// ```
     pub fn item(&self) -> Result<f64> {
         match &self.repr {
-            Repr::F32(v) => Ok(*v as f64),
-            Repr::F64(v) => Ok(*v),
+            Repr::F32(v) => Ok(f64::from(v.f32())),
+            Repr::F64(v) => Ok(v.f64()),
             Repr::Dense(d) if d.buf.len() == 1 => Ok(match &d.buf {
                 Buffer::F32(b) => b[0] as f64,
                 Buffer::F64(b) => b[0],
@@ -428,11 +433,12 @@ impl Tensor {
             Repr::F32(v) => {
                 (T::DTYPE == DType::F32).then(|| {
                     // SAFETY: T is f32 (checked by the dtype tag; Element is sealed).
-                    unsafe { std::slice::from_raw_parts(v as *const f32 as *const T, 1) }
+                    unsafe { std::slice::from_raw_parts(v.f32_ref() as *const f32 as *const T, 1) }
                 })
             }
-            Repr::F64(v) => (T::DTYPE == DType::F64)
-                .then(|| unsafe { std::slice::from_raw_parts(v as *const f64 as *const T, 1) }),
+            Repr::F64(v) => (T::DTYPE == DType::F64).then(|| unsafe {
+                std::slice::from_raw_parts(v.f64_ref() as *const f64 as *const T, 1)
+            }),
         }
     }
 
@@ -449,11 +455,15 @@ impl Tensor {
         match &mut self.repr {
             Repr::F32(v) if T::DTYPE == DType::F32 => {
                 // SAFETY: T is f32 (checked by the dtype tag).
-                Some(unsafe { std::slice::from_raw_parts_mut(v as *mut f32 as *mut T, 1) })
+                Some(unsafe {
+                    std::slice::from_raw_parts_mut(v.f32_mut() as *mut f32 as *mut T, 1)
+                })
             }
             Repr::F64(v) if T::DTYPE == DType::F64 => {
                 // SAFETY: T is f64 (checked by the dtype tag).
-                Some(unsafe { std::slice::from_raw_parts_mut(v as *mut f64 as *mut T, 1) })
+                Some(unsafe {
+                    std::slice::from_raw_parts_mut(v.f64_mut() as *mut f64 as *mut T, 1)
+                })
             }
             Repr::Dense(d) => {
                 let dense = storage::unique_mut(d)?;
@@ -536,8 +546,8 @@ impl Tensor {
                 Buffer::F32(b) => Tensor::scalar(b[0]),
                 Buffer::F64(b) => Tensor::scalar(b[0]),
             },
-            Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[*v][..])),
-            Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[*v][..])),
+            Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f32()][..])),
+            Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f64()][..])),
         })
     }
 
