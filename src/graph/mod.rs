@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use node::GraphNode;
-pub(crate) use node_record::NodeRecord;
+pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub use var::Var;
 
 use crate::error::{Error, Result};

@@ -24,27 +24,54 @@ pub(crate) struct NodeRecord {
     meta: u32,
 }
 
+/// The inputs of a node of one or two inputs, packed into two plain
+/// integers as soon as they are read from the `Var`s. Arrays of ids and
+/// flags were kept on the stack a byte or four at a time across the arena
+/// pushes and read back eight at a time, a load that stalls on the stores
+/// that wrote it (see `tensor/word.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct InlineInputs {
+    /// Input 0's id in the low half, input 1's (or 0) in the high half.
+    ids: u64,
+    /// `NodeRecord::meta`.
+    meta: u32,
+}
+
+impl InlineInputs {
+    /// `N` (1 or 2) inputs with whether each requires grad.
+    #[inline(always)]
+    pub(crate) fn new<const N: usize>(ids: [u32; N], needs: [bool; N]) -> Self {
+        const { assert!(N == 1 || N == 2, "one or two inline inputs") };
+        let mut packed = 0u64;
+        let mut meta = N as u32;
+        for k in 0..N {
+            packed |= u64::from(ids[k]) << (32 * k);
+            meta |= u32::from(needs[k]) << (8 + k);
+        }
+        InlineInputs { ids: packed, meta }
+    }
+}
+
 impl NodeRecord {
     /// A node of `N` (1 or 2) inputs, held inline.
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn inline<const N: usize>(
         op: OpRef,
         output: u32,
         ids: [u32; N],
         needs: [bool; N],
     ) -> Self {
-        const { assert!(N == 1 || N == 2, "one or two inline inputs") };
-        let mut inline = [0; 2];
-        let mut meta = N as u32;
-        for k in 0..N {
-            inline[k] = ids[k];
-            meta |= u32::from(needs[k]) << (8 + k);
-        }
+        Self::with_inputs(op, output, InlineInputs::new(ids, needs))
+    }
+
+    /// A node whose one or two inputs are `inputs`, held inline.
+    #[inline(always)]
+    pub(crate) fn with_inputs(op: OpRef, output: u32, inputs: InlineInputs) -> Self {
         NodeRecord {
             op,
             output,
-            ids: inline,
-            meta,
+            ids: [inputs.ids as u32, (inputs.ids >> 32) as u32],
+            meta: inputs.meta,
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{Graph, GraphState, NodeRecord, OpRef, OwnedOp, Var, NO_SLOT};
+use super::{Graph, GraphState, InlineInputs, NodeRecord, OpRef, OwnedOp, Var, NO_SLOT};
 use crate::error::{Error, Result};
 use crate::ops::Differentiable;
 use crate::tensor::Tensor;
@@ -183,9 +183,10 @@ impl Graph {
         needs: [bool; N],
         output: Tensor,
     ) -> Var<'_> {
+        let inputs = InlineInputs::new(ids, needs);
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
-        let out_id = self.append_node(st, &output, |out| NodeRecord::inline(op, out, ids, needs));
+        let out_id = self.append_node(st, &output, |out| NodeRecord::with_inputs(op, out, inputs));
         drop(guard);
         Var::from_parts(self, output, out_id, true)
     }
@@ -228,8 +229,8 @@ impl Graph {
         output: &Tensor,
     ) -> u32 {
         let ids = inputs.map(|v| value_id_in(st, v));
-        let needs = inputs.map(|v| v.requires_grad());
-        self.append_node(st, output, |out| NodeRecord::inline(op, out, ids, needs))
+        let inputs = InlineInputs::new(ids, inputs.map(|v| v.requires_grad()));
+        self.append_node(st, output, |out| NodeRecord::with_inputs(op, out, inputs))
     }
 
     /// Appends `output` as a new value and the node `record` makes from its
