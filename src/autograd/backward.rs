@@ -262,24 +262,21 @@ impl TensorStore {
         Ok(())
     }
 
-    /// Adds a scalar-lane gradient into slot `id` (0-d, of the slot's dtype).
+    /// Adds a scalar-lane gradient into slot `id` when the slot is empty or
+    /// holds a 0-d gradient of `T`; returns false, changing nothing,
+    /// otherwise (never for a well-formed graph: the caller then takes
+    /// [`add_tensor`](Self::add_tensor), which reports it). A `bool`, not a
+    /// `Result`, so the hot path carries no room for an `Error`.
     #[inline(always)]
-    pub(crate) fn add_scalar<T: Element>(&mut self, id: usize, grad: T) -> Result<()> {
+    pub(crate) fn try_add_scalar<T: Element>(&mut self, id: usize, grad: T) -> bool {
         match &mut self.slots[id] {
             GradSlot::Grad(acc) => match T::scalar_mut(acc) {
                 Some(acc) => *acc += grad,
-                // Never for a well-formed graph; the general path reports it.
-                None => return self.add_tensor_cold(id, grad.scalar_tensor()),
+                None => return false,
             },
             slot => *slot = GradSlot::Grad(grad.scalar_tensor()),
         }
-        Ok(())
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn add_tensor_cold(&mut self, id: usize, grad: Tensor) -> Result<()> {
-        self.add_tensor(id, grad)
+        true
     }
 }
 

@@ -12,7 +12,7 @@ use super::backward::{bad_shape, visit_with_vars, Scratch, TensorStore};
 use super::gradients::GradSlot;
 use super::scalar_node::{ScalarGrad, ScalarNode};
 use crate::error::Result;
-use crate::graph::{Graph, GraphState, OpRef, Var};
+use crate::graph::{Graph, GraphState, NodeRecord, OpRef, Var};
 use crate::ops::Differentiable;
 use crate::tensor::{Repr, Tensor};
 
@@ -109,8 +109,22 @@ fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Resu
             return Ok(Visit::Done);
         }
     }
+    visit_tensors(st, rec, op, store)
+}
+
+/// A node that is not all 0-d numbers (or whose op has no scalar lane):
+/// through `backward_fast`. Kept out of line so the sweep's loop stays
+/// small enough for its scalar nodes' state to live in registers.
+#[inline(never)]
+fn visit_tensors(
+    st: &GraphState,
+    rec: &NodeRecord,
+    op: &dyn Differentiable,
+    store: &mut TensorStore,
+) -> Result<Visit> {
+    let out = rec.output as usize;
     let GradSlot::Grad(grad) = std::mem::replace(&mut store.slots[out], GradSlot::Released) else {
-        unreachable!("checked above")
+        unreachable!("the sweep checked the slot")
     };
     // Fixed-size arrays per arity: no placeholders to fill, nothing to drop.
     let ids = rec.inputs(&st.node_inputs);

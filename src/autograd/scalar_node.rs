@@ -114,14 +114,30 @@ impl<'a> ScalarNode<'a> {
         }
         let needs: [bool; N] = rec.inline_needs();
         for k in 0..N {
-            if needs[k] {
-                if let Err(e) = self.store.add_scalar(ids[k] as usize, ds[k]) {
-                    self.failure = Some(e);
-                    return Lane::Failed;
-                }
+            if needs[k]
+                && !self.store.try_add_scalar(ids[k] as usize, ds[k])
+                && !self.add_general(ids[k] as usize, ds[k])
+            {
+                return Lane::Failed;
             }
         }
         Lane::Ran
+    }
+
+    /// A gradient the scalar path could not add in place, through the
+    /// general accumulation; false (with the error kept in `failure`) if
+    /// that fails. Out of line: it never runs for a well-formed graph, and
+    /// inlined it made every scalar node reserve stack for an `Error`.
+    #[cold]
+    #[inline(never)]
+    fn add_general<T: Element>(&mut self, id: usize, grad: T) -> bool {
+        match self.store.add_tensor(id, grad.scalar_tensor()) {
+            Ok(()) => true,
+            Err(e) => {
+                self.failure = Some(e);
+                false
+            }
+        }
     }
 
     /// Whether the node ran (`outcome` being what its op's `scalar_node`
