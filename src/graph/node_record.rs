@@ -126,7 +126,7 @@ mod tests {
     use crate::ops::arith::Add;
 
     fn op() -> OpRef {
-        OpRef::Static(&Add)
+        OpRef::Static(&crate::ops::rule::Binary(Add))
     }
 
     #[test]

@@ -1,19 +1,14 @@
-//! Activation functions `leaky_relu` and `silu` (GELU has its own file),
-//! each with a fused backward helper (`leaky_relu_backward`,
-//! `silu_backward`, as in PyTorch) that keeps a first-order backward to one
-//! kernel pass. The helpers' own gradients are written with `Var` ops, so
-//! every order of derivative is available.
+//! Activation functions `leaky_relu` and `silu` (GELU, softplus, ELU and
+//! hardtanh have files of their own), each one rule (see
+//! [`rule`](super::rule)).
 
-use smallvec::smallvec;
-
-use super::slope::{slope_helper, unary_with_slope};
-use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
-use crate::error::Result;
+use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::OpRegistry;
 use crate::graph::Var;
-use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Element;
 
-/// `x > 0 ? x : slope * x`, PyTorch's `leaky_relu` (its default slope is 0.01).
+/// `x > 0 ? x : slope * x`, PyTorch's `leaky_relu` (its default slope is
+/// 0.01); the gradient at 0 is the slope.
 #[derive(Clone, Copy, Debug)]
 pub struct LeakyRelu {
     /// The slope for negative inputs.
@@ -28,110 +23,52 @@ impl Default for LeakyRelu {
     }
 }
 
-/// `x > 0 ? g : slope * g`: the backward of `leaky_relu` (the gradient at 0 is the slope).
-#[derive(Clone, Copy, Debug)]
-pub struct LeakyReluBackward {
-    /// The slope for negative inputs.
-    pub negative_slope: f64,
-}
-
-impl Default for LeakyReluBackward {
-    fn default() -> Self {
-        LeakyReluBackward {
-            negative_slope: LeakyRelu::default().negative_slope,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct LeakyReluFn(f64);
-
-impl UnaryFn for LeakyReluFn {
+impl UnaryRule for LeakyRelu {
+    const NAME: &'static str = "leaky_relu";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
     #[inline(always)]
-    fn call<T: Element>(self, x: T) -> T {
+    fn value<T: Element>(self, x: T) -> T {
         if x > T::zero() {
             x
         } else {
-            x * T::from_f64(self.0)
+            x * T::from_f64(self.negative_slope)
         }
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct LeakyReluBackwardFn(f64);
-
-impl BinaryFn for LeakyReluBackwardFn {
     #[inline(always)]
-    fn call<T: Element>(self, g: T, x: T) -> T {
-        if x > T::zero() {
-            g
-        } else {
-            g * T::from_f64(self.0)
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        x.select(Cmp::Gt, &x.lit(0.0), g, &g.scale(self.negative_slope))
+    }
+    fn domain(x: f64) -> bool {
+        x.abs() > KINK_MARGIN && x.abs() < 5.0
+    }
+    fn example() -> Self {
+        LeakyRelu {
+            negative_slope: 0.1,
         }
     }
 }
 
-unary_with_slope!(
-    LeakyRelu,
-    "leaky_relu",
-    |s| LeakyReluFn(s.negative_slope),
-    LeakyReluBackward {
-        negative_slope: s.negative_slope
-    }
-);
-slope_helper!(
-    LeakyReluBackward,
-    "leaky_relu_backward",
-    |s| LeakyReluBackwardFn(s.negative_slope),
-    |_s, _a, _g, _x| None
-);
-
-/// SiLU (swish), `x σ(x)`.
+/// SiLU (swish), `x σ(x)`; `silu' = σ (1 + x (1 - σ))`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Silu;
 
-/// `g σ(x) (1 + x (1 - σ(x)))`: the backward of `silu`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SiluBackward;
-
-crate::unary_fn!(
-    /// `x σ(x)`
-    SiluFn,
-    |x| x * super::unary::sigmoid(x)
-);
-crate::binary_fn!(
-    /// `g σ(x) (1 + x (1 - σ(x)))`
-    SiluBackwardFn,
-    |g, x| {
-        let s = super::unary::sigmoid(x);
-        g * s * (T::one() + x * (T::one() - s))
+impl UnaryRule for Silu {
+    const NAME: &'static str = "silu";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x * super::unary::sigmoid(x)
     }
-);
-
-unary_with_slope!(Silu, "silu", |_s| SiluFn, SiluBackward);
-slope_helper!(
-    SiluBackward,
-    "silu_backward",
-    |_s| SiluBackwardFn,
-    |_s, a, g, x| {
-        // silu''(x) = σ (1 - σ) (2 + x (1 - 2σ))
-        let second = || -> Result<Var<'_>> {
-            let s = x.sigmoid();
-            let ds = s.try_mul(&s.rsub_scalar(1.0))?;
-            ds.try_mul(
-                &x.try_mul(&s.mul_scalar(-2.0).add_scalar(1.0))?
-                    .add_scalar(2.0),
-            )
-        };
-        Some(a.try_mul(g).and_then(|ag| ag.try_mul(&second()?)))
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        let s = x.sigmoid();
+        g.mul(&s).mul(&x.lit(1.0).add(&x.mul(&s.rsub(1.0))))
     }
-);
+}
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(LeakyRelu::default());
-    reg.add_builtin(LeakyReluBackward::default());
-    reg.add_builtin(Silu);
-    reg.add_builtin(SiluBackward);
+    reg.add_builtin(Unary(LeakyRelu::default()));
+    reg.add_builtin(Unary(Silu));
 }
 
 impl<'g> Var<'g> {
@@ -151,7 +88,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn leaky_relu(&self, negative_slope: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(LeakyRelu { negative_slope }, &[self])
+            .record_or_panic(Unary(LeakyRelu { negative_slope }), &[self])
     }
 
     /// SiLU (swish), `x σ(x)`.
@@ -167,14 +104,13 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn silu(&self) -> Var<'g> {
-        self.graph().record_or_panic(Silu, &[self])
+        self.graph().record_or_panic(Unary(Silu), &[self])
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{LeakyReluBackward, SiluBackward};
-    use crate::{gradcheck, jvpcheck, DType, Graph, Result, Tensor, Var};
+    use crate::{gradcheck, jvpcheck, DType, Graph, Tensor};
 
     fn t(v: &[f64]) -> Tensor {
         Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
@@ -248,22 +184,6 @@ mod tests {
         jvpcheck(|v| Ok(v[0].silu()), x).unwrap();
         // Two consumers of one value.
         gradcheck(|v| Ok(&v[0].silu() * &v[0].leaky_relu(0.3)), x).unwrap();
-    }
-
-    fn helper<'g, O: crate::Differentiable>(op: O, v: &[Var<'g>]) -> Result<Var<'g>> {
-        v[0].graph().record(op, &[&v[0], &v[1]])
-    }
-
-    #[test]
-    fn backward_helpers_have_gradients_and_tangents() {
-        let both = [t(&[0.4, -1.2, 0.9, 0.7]), t(&[-1.5, -0.2, 0.6, 2.2])];
-        let leaky = LeakyReluBackward {
-            negative_slope: 0.1,
-        };
-        gradcheck(|v| helper(SiluBackward, v), &both).unwrap();
-        gradcheck(|v| helper(leaky, v), &both).unwrap();
-        jvpcheck(|v| helper(SiluBackward, v), &both).unwrap();
-        jvpcheck(|v| helper(leaky, v), &both).unwrap();
     }
 
     #[test]

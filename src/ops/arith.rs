@@ -1,288 +1,94 @@
 //! Arithmetic: `add`, `sub`, `mul`, `div`, `neg`, with NumPy broadcasting
 //! and scalar operands that never allocate a broadcast tensor.
 
-use smallvec::smallvec;
-
-use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use super::rule::{Binary, BinaryRule, Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
 use crate::error::Result;
 use crate::graph::Var;
-use crate::kernels::{self, functors};
-use crate::tensor::Tensor;
+use crate::tensor::Element;
 
-macro_rules! binary_op {
-    ($(#[$m:meta])* $op:ident, $name:literal, $functor:expr) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, Default)]
-        pub struct $op;
+/// `a + b` (broadcasting).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Add;
 
-        impl $op {
-            #[inline(always)]
-            fn compute(inputs: &[&Tensor]) -> Result<Tensor> {
-                expect_inputs($name, inputs, 2)?;
-                kernels::zip($name, inputs[0], inputs[1], $functor)
-            }
-        }
-    };
-}
-
-binary_op!(
-    /// `a + b` (broadcasting).
-    Add, "add", functors::Add
-);
-binary_op!(
-    /// `a - b` (broadcasting).
-    Sub, "sub", functors::Sub
-);
-binary_op!(
-    /// `a * b` (broadcasting).
-    Mul, "mul", functors::Mul
-);
-binary_op!(
-    /// `a / b` (broadcasting).
-    Div, "div", functors::Div
-);
-
-impl Differentiable for Add {
-    fn name(&self) -> &str {
-        "add"
+impl BinaryRule for Add {
+    const NAME: &'static str = "add";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        a + b
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, _a: &N, _b: &N, _y: &N) -> N {
+        g.clone()
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Self::compute(inputs)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        Ok(smallvec![
-            a.requires_grad()
-                .then(|| unbroadcast(g.clone(), a))
-                .transpose()?,
-            b.requires_grad()
-                .then(|| unbroadcast(g.clone(), b))
-                .transpose()?,
-        ])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        for i in 0..2 {
-            if needs[i] {
-                grads[i] = Some(super::unbroadcast_tensor(g.clone(), inputs[i])?);
-            }
-        }
-        Ok(true)
-    }
-    crate::scalar_rule!(arity 2, |g, _x, _y, d| { d[0] = g; d[1] = g; });
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        super::sum_tangents(out.shape(), [t[0].clone().map(Ok), t[1].clone().map(Ok)])
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, _a: &N, _b: &N, _y: &N) -> N {
+        g.clone()
     }
 }
 
-impl Differentiable for Sub {
-    fn name(&self) -> &str {
-        "sub"
+/// `a - b` (broadcasting).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sub;
+
+impl BinaryRule for Sub {
+    const NAME: &'static str = "sub";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        a - b
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, _a: &N, _b: &N, _y: &N) -> N {
+        g.clone()
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Self::compute(inputs)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        Ok(smallvec![
-            a.requires_grad()
-                .then(|| unbroadcast(g.clone(), a))
-                .transpose()?,
-            b.requires_grad().then(|| unbroadcast(-g, b)).transpose()?,
-        ])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(super::unbroadcast_tensor(g.clone(), inputs[0])?);
-        }
-        if needs[1] {
-            grads[1] = Some(super::unbroadcast_tensor(
-                kernels::map(g, NegFn),
-                inputs[1],
-            )?);
-        }
-        Ok(true)
-    }
-    crate::scalar_rule!(arity 2, |g, _x, _y, d| { d[0] = g; d[1] = -g; });
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        super::sum_tangents(
-            out.shape(),
-            [t[0].clone().map(Ok), t[1].as_ref().map(|tb| Ok(-tb))],
-        )
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, _a: &N, _b: &N, _y: &N) -> N {
+        g.neg()
     }
 }
 
-impl Differentiable for Mul {
-    fn name(&self) -> &str {
-        "mul"
+/// `a * b` (broadcasting).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mul;
+
+impl BinaryRule for Mul {
+    const NAME: &'static str = "mul";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        a * b
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+    // d(ab)/da = b and d(ab)/db = a: the reason backward sees the inputs.
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, _a: &N, b: &N, _y: &N) -> N {
+        g.mul(b)
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Self::compute(inputs)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        // d(ab)/da = b and d(ab)/db = a: the reason backward sees the inputs.
-        let (a, b) = (&inputs[0], &inputs[1]);
-        Ok(smallvec![
-            a.requires_grad()
-                .then(|| unbroadcast(g.try_mul(b)?, a))
-                .transpose()?,
-            b.requires_grad()
-                .then(|| unbroadcast(g.try_mul(a)?, b))
-                .transpose()?,
-        ])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let (a, b) = (inputs[0], inputs[1]);
-        if needs[0] {
-            grads[0] = Some(super::unbroadcast_tensor(
-                kernels::zip("mul", g, b, functors::Mul)?,
-                a,
-            )?);
-        }
-        if needs[1] {
-            grads[1] = Some(super::unbroadcast_tensor(
-                kernels::zip("mul", g, a, functors::Mul)?,
-                b,
-            )?);
-        }
-        Ok(true)
-    }
-    crate::scalar_rule!(arity 2, |g, x, _y, d| { d[0] = g * x[1]; d[1] = g * x[0]; });
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        super::sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|ta| ta.try_mul(b)),
-                t[1].as_ref().map(|tb| a.try_mul(tb)),
-            ],
-        )
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, a: &N, _b: &N, _y: &N) -> N {
+        g.mul(a)
     }
 }
 
-impl Differentiable for Div {
-    fn name(&self) -> &str {
-        "div"
+/// `a / b` (broadcasting).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Div;
+
+impl BinaryRule for Div {
+    const NAME: &'static str = "div";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        a / b
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, _a: &N, b: &N, _y: &N) -> N {
+        g.div(b)
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Self::compute(inputs)
+    // -a/b² = -y/b, from the output: one product and one quotient.
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, _a: &N, b: &N, y: &N) -> N {
+        g.mul(y).div(b).neg()
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        // d(a/b)/da = 1/b; d(a/b)/db = -a/b^2 = -out/b.
-        let (a, b) = (&inputs[0], &inputs[1]);
-        Ok(smallvec![
-            a.requires_grad()
-                .then(|| unbroadcast(g.try_div(b)?, a))
-                .transpose()?,
-            b.requires_grad()
-                .then(|| unbroadcast(-(g.try_mul(out)?.try_div(b)?), b))
-                .transpose()?,
-        ])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let (a, b) = (inputs[0], inputs[1]);
-        if needs[0] {
-            grads[0] = Some(super::unbroadcast_tensor(
-                kernels::zip("div", g, b, functors::Div)?,
-                a,
-            )?);
-        }
-        if needs[1] {
-            let go = kernels::zip("mul", g, out, functors::Mul)?;
-            let q = kernels::zip("div", &go, b, functors::Div)?;
-            grads[1] = Some(super::unbroadcast_tensor(kernels::map(&q, NegFn), b)?);
-        }
-        Ok(true)
-    }
-    crate::scalar_rule!(arity 2, |g, x, y, d| { d[0] = g / x[1]; d[1] = -((g * y) / x[1]); });
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let b = &inputs[1];
-        super::sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|ta| ta.try_div(b)),
-                t[1].as_ref().map(|tb| Ok(-(out.try_mul(tb)?.try_div(b)?))),
-            ],
-        )
+    fn domain(a: f64, b: f64) -> bool {
+        a.abs() < 5.0 && b.abs() > 0.2 && b.abs() < 5.0
     }
 }
 
@@ -290,59 +96,25 @@ impl Differentiable for Div {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Neg;
 
-crate::unary_fn!(
-    /// `-x`
-    NegFn,
-    |x| -x
-);
-
-impl Differentiable for Neg {
-    fn name(&self) -> &str {
-        "neg"
+impl UnaryRule for Neg {
+    const NAME: &'static str = "neg";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        -x
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("neg", inputs, 1)?;
-        Ok(kernels::map(inputs[0], NegFn))
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(-g)])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        _inputs: &[&Tensor],
-        _out: &Tensor,
-        _needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        grads[0] = Some(kernels::map(g, NegFn));
-        Ok(true)
-    }
-    crate::scalar_rule!(arity 1, |g, _x, _y, d| d[0] = -g);
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        Ok(t[0].as_ref().map(|t| -t))
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, _x: &N) -> N {
+        g.neg()
     }
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Add);
-    reg.add_builtin(Sub);
-    reg.add_builtin(Mul);
-    reg.add_builtin(Div);
-    reg.add_builtin(Neg);
+    reg.add_builtin(Binary(Add));
+    reg.add_builtin(Binary(Sub));
+    reg.add_builtin(Binary(Mul));
+    reg.add_builtin(Binary(Div));
+    reg.add_builtin(Unary(Neg));
 }
 
 /// Panics with the error's message at the caller's location (operator sugar).
@@ -370,7 +142,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_add(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Add, &[self, other])
+        self.graph().record(Binary(Add), &[self, other])
     }
 
     /// `self - other`, broadcasting.
@@ -385,7 +157,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_sub(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Sub, &[self, other])
+        self.graph().record(Binary(Sub), &[self, other])
     }
 
     /// `self * other`, broadcasting.
@@ -400,7 +172,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_mul(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Mul, &[self, other])
+        self.graph().record(Binary(Mul), &[self, other])
     }
 
     /// `self / other`, broadcasting.
@@ -415,7 +187,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_div(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Div, &[self, other])
+        self.graph().record(Binary(Div), &[self, other])
     }
 
     /// `self + other`; panics with the error message on mismatched shapes
@@ -423,28 +195,28 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn add(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Add, &[self, other])
+        self.graph().record_or_panic(Binary(Add), &[self, other])
     }
 
     /// `self - other`; panics on mismatched shapes (see [`try_sub`](Self::try_sub)).
     #[track_caller]
     #[inline]
     pub fn sub(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Sub, &[self, other])
+        self.graph().record_or_panic(Binary(Sub), &[self, other])
     }
 
     /// `self * other`; panics on mismatched shapes (see [`try_mul`](Self::try_mul)).
     #[track_caller]
     #[inline]
     pub fn mul(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Mul, &[self, other])
+        self.graph().record_or_panic(Binary(Mul), &[self, other])
     }
 
     /// `self / other`; panics on mismatched shapes (see [`try_div`](Self::try_div)).
     #[track_caller]
     #[inline]
     pub fn div(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Div, &[self, other])
+        self.graph().record_or_panic(Binary(Div), &[self, other])
     }
 
     /// `-self`.
@@ -458,7 +230,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn neg(&self) -> Var<'g> {
-        self.graph().record_or_panic(Neg, &[self])
+        self.graph().record_or_panic(Unary(Neg), &[self])
     }
 
     /// `self + c` for a scalar `c` (in self's dtype; no broadcast tensor is allocated).
@@ -466,7 +238,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn add_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Add, &[self, &self.scalar_like(c)])
+            .record_or_panic(Binary(Add), &[self, &self.scalar_like(c)])
     }
 
     /// `self - c` for a scalar `c`.
@@ -474,7 +246,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn sub_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Sub, &[self, &self.scalar_like(c)])
+            .record_or_panic(Binary(Sub), &[self, &self.scalar_like(c)])
     }
 
     /// `c - self` for a scalar `c`.
@@ -482,7 +254,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn rsub_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Sub, &[&self.scalar_like(c), self])
+            .record_or_panic(Binary(Sub), &[&self.scalar_like(c), self])
     }
 
     /// `self * c` for a scalar `c`.
@@ -498,7 +270,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn mul_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Mul, &[self, &self.scalar_like(c)])
+            .record_or_panic(Binary(Mul), &[self, &self.scalar_like(c)])
     }
 
     /// `self / c` for a scalar `c`.
@@ -506,7 +278,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn div_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Div, &[self, &self.scalar_like(c)])
+            .record_or_panic(Binary(Div), &[self, &self.scalar_like(c)])
     }
 
     /// `c / self` for a scalar `c`.
@@ -514,7 +286,7 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn rdiv_scalar(&self, c: f64) -> Var<'g> {
         self.graph()
-            .record_or_panic(Div, &[&self.scalar_like(c), self])
+            .record_or_panic(Binary(Div), &[&self.scalar_like(c), self])
     }
 }
 

@@ -1,7 +1,6 @@
 //! Ops that pick between operands: `maximum` and `minimum` (broadcasting,
-//! NaN-propagating) and `where` (three operands, broadcasting), with the
-//! fused helper `maximum_backward` that routes a gradient to the winner in
-//! one kernel pass.
+//! NaN-propagating; each one rule, see [`rule`](super::rule)) and `where`
+//! (three operands, broadcasting).
 //!
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
@@ -9,6 +8,7 @@
 use smallvec::smallvec;
 
 use super::arith::or_panic;
+use super::rule::{Binary, BinaryRule, Cmp, Num, KINK_MARGIN};
 use super::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
     OpRegistry,
@@ -18,173 +18,73 @@ use crate::graph::{Graph, Var};
 use crate::kernels::{self, TernaryFn};
 use crate::tensor::{Element, Tensor};
 
-crate::binary_fn!(
-    /// `max(a, b)`, propagating NaN.
-    MaximumFn,
-    |a, b| if a > b || a.is_nan() { a } else { b }
-);
-crate::binary_fn!(
-    /// `min(a, b)`, propagating NaN.
-    MinimumFn,
-    |a, b| if a < b || a.is_nan() { a } else { b }
-);
-
-/// The share of `g` that `a` gets from `max(a, b)`: all of it where `a > b`
-/// (or `a` alone is NaN), half at a tie, none where `a < b`.
-#[derive(Clone, Copy, Debug)]
-struct MaximumBackwardFn;
-
-impl TernaryFn for MaximumBackwardFn {
-    #[inline(always)]
-    fn call<T: Element>(self, g: T, a: T, b: T) -> T {
-        let half = T::from_f64(0.5);
-        if a > b {
-            g
-        } else if a < b {
-            T::zero()
-        } else if a == b || (a.is_nan() && b.is_nan()) {
-            g * half
-        } else if a.is_nan() {
-            g
-        } else {
-            T::zero()
-        }
-    }
+/// The share of `g` that `w` gets for being the extremum against `l`: all
+/// of it where `w` wins (`w > l`, or `w` alone is NaN), half at a tie (or
+/// both NaN), none where it loses.
+#[inline(always)]
+fn winner_share<N: Num>(g: &N, w: &N, l: &N) -> N {
+    let zero = g.lit(0.0);
+    let half = g.scale(0.5);
+    // `x == x` is false only for NaN.
+    let nan = w.select(Cmp::Eq, w, &zero, &l.select(Cmp::Eq, l, g, &half));
+    let tie_or_nan = w.select(Cmp::Eq, l, &half, &nan);
+    w.select(Cmp::Gt, l, g, &w.select(Cmp::Lt, l, &zero, &tie_or_nan))
 }
 
 /// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
 /// gradient is split equally between the operands (as in PyTorch).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Maximum;
+
+impl BinaryRule for Maximum {
+    const NAME: &'static str = "maximum";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        if a > b || a.is_nan() {
+            a
+        } else {
+            b
+        }
+    }
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+        winner_share(g, a, b)
+    }
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+        winner_share(g, b, a)
+    }
+    fn domain(a: f64, b: f64) -> bool {
+        (a - b).abs() > KINK_MARGIN && a.abs() < 5.0 && b.abs() < 5.0
+    }
+}
+
 /// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
 /// gradient is split equally between the operands (as in PyTorch).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Minimum;
-/// `g`, `g/2` or 0 as `a` is above, tied with or below `b`: the backward of
-/// `maximum` for `a` (and of `minimum`, with the operands swapped).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MaximumBackward;
 
-fn maximum_backward<'g>(g: &Var<'g>, a: &Var<'g>, b: &Var<'g>) -> Result<Var<'g>> {
-    g.graph().record(MaximumBackward, &[g, a, b])
-}
-
-macro_rules! extremum_op {
-    ($op:ident, $name:literal, $functor:ident, $first_wins:literal) => {
-        impl Differentiable for $op {
-            fn name(&self) -> &str {
-                $name
-            }
-            fn arity(&self) -> Option<usize> {
-                Some(2)
-            }
-            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-                expect_inputs($name, inputs, 2)?;
-                kernels::zip($name, inputs[0], inputs[1], $functor)
-            }
-            fn backward<'g>(
-                &self,
-                g: &Var<'g>,
-                inputs: &[Var<'g>],
-                _out: &Var<'g>,
-            ) -> Result<GradInputs<'g>> {
-                // `a` wins max(a, b) where a > b, and min(a, b) where b > a.
-                let (a, b) = (&inputs[0], &inputs[1]);
-                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
-                Ok(smallvec![
-                    a.requires_grad()
-                        .then(|| unbroadcast(maximum_backward(g, wa, wb)?, a))
-                        .transpose()?,
-                    b.requires_grad()
-                        .then(|| unbroadcast(maximum_backward(g, wb, wa)?, b))
-                        .transpose()?,
-                ])
-            }
-            fn backward_fast(
-                &self,
-                g: &Tensor,
-                inputs: &[&Tensor],
-                _out: &Tensor,
-                needs: &[bool],
-                grads: &mut [Option<Tensor>],
-            ) -> Result<bool> {
-                let (a, b) = (inputs[0], inputs[1]);
-                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
-                if needs[0] {
-                    let d = MaximumBackward.forward(&[g, wa, wb])?;
-                    grads[0] = Some(unbroadcast_tensor(d, a)?);
-                }
-                if needs[1] {
-                    let d = MaximumBackward.forward(&[g, wb, wa])?;
-                    grads[1] = Some(unbroadcast_tensor(d, b)?);
-                }
-                Ok(true)
-            }
-            fn jvp<'g>(
-                &self,
-                t: &[Option<Var<'g>>],
-                inputs: &[Var<'g>],
-                out: &Var<'g>,
-            ) -> Result<Option<Var<'g>>> {
-                let (a, b) = (&inputs[0], &inputs[1]);
-                let (wa, wb) = if $first_wins { (a, b) } else { (b, a) };
-                sum_tangents(
-                    out.shape(),
-                    [
-                        t[0].as_ref().map(|ta| maximum_backward(ta, wa, wb)),
-                        t[1].as_ref().map(|tb| maximum_backward(tb, wb, wa)),
-                    ],
-                )
-            }
+impl BinaryRule for Minimum {
+    const NAME: &'static str = "minimum";
+    #[inline(always)]
+    fn value<T: Element>(self, a: T, b: T) -> T {
+        if a < b || a.is_nan() {
+            a
+        } else {
+            b
         }
-    };
-}
-
-extremum_op!(Maximum, "maximum", MaximumFn, true);
-extremum_op!(Minimum, "minimum", MinimumFn, false);
-
-impl Differentiable for MaximumBackward {
-    fn name(&self) -> &str {
-        "maximum_backward"
     }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
+    // `a` wins min(a, b) where b > a.
+    #[inline(always)]
+    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+        winner_share(g, b, a)
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("maximum_backward", inputs, 3)?;
-        kernels::zip3(
-            "maximum_backward",
-            inputs[0],
-            inputs[1],
-            inputs[2],
-            MaximumBackwardFn,
-        )
+    #[inline(always)]
+    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+        winner_share(g, a, b)
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        // Linear in g, piecewise constant in a and b.
-        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
-        let dg = g
-            .requires_grad()
-            .then(|| unbroadcast(maximum_backward(g2, a, b)?, g))
-            .transpose()?;
-        Ok(smallvec![dg, None, None])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (a, b) = (&inputs[1], &inputs[2]);
-        sum_tangents(
-            out.shape(),
-            [t[0].as_ref().map(|tg| maximum_backward(tg, a, b))],
-        )
+    fn domain(a: f64, b: f64) -> bool {
+        Maximum::domain(a, b)
     }
 }
 
@@ -301,9 +201,8 @@ impl<'g> Condition<'g> for &Var<'g> {
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Maximum);
-    reg.add_builtin(Minimum);
-    reg.add_builtin(MaximumBackward);
+    reg.add_builtin(Binary(Maximum));
+    reg.add_builtin(Binary(Minimum));
     reg.add_builtin(Where);
 }
 
@@ -326,7 +225,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_maximum(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Maximum, &[self, other])
+        self.graph().record(Binary(Maximum), &[self, other])
     }
 
     /// Elementwise maximum; panics on mismatched shapes or dtypes (see
@@ -353,7 +252,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_minimum(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Minimum, &[self, other])
+        self.graph().record(Binary(Minimum), &[self, other])
     }
 
     /// Elementwise minimum; panics on mismatched shapes or dtypes (see
@@ -400,8 +299,7 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use super::MaximumBackward;
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor, Var};
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
 
     fn t(v: &[f64], s: &[usize]) -> Tensor {
         Tensor::from_vec(v.to_vec(), s).unwrap()
@@ -505,30 +403,6 @@ mod tests {
             &[b],
         )
         .unwrap();
-    }
-
-    #[test]
-    fn maximum_backward_has_gradients() {
-        let g = t(&[0.4, -1.2, 0.9], &[3]);
-        let a = t(&[0.5, 2.0, -1.0], &[3]);
-        let b = t(&[1.0, -3.0, 0.0], &[3]);
-        fn helper<'g>(v: &[Var<'g>], a: &Tensor, b: &Tensor) -> crate::Result<Var<'g>> {
-            let (a, b) = (
-                v[0].graph().constant(a.clone()),
-                v[0].graph().constant(b.clone()),
-            );
-            v[0].graph().record(MaximumBackward, &[&v[0], &a, &b])
-        }
-        gradcheck(|v| helper(v, &a, &b), std::slice::from_ref(&g)).unwrap();
-        jvpcheck(|v| helper(v, &a, &b), std::slice::from_ref(&g)).unwrap();
-        // Piecewise constant in a and b: no gradient flows to them.
-        let graph = Graph::new();
-        let (gv, av, bv) = (graph.variable(g), graph.variable(a), graph.variable(b));
-        let out = graph.record(MaximumBackward, &[&gv, &av, &bv]).unwrap();
-        assert_eq!(out.value().to_f64_vec(), vec![0.0, -1.2, 0.0]);
-        let grads = out.sum().backward().unwrap();
-        assert_eq!(grads.wrt(&gv).to_f64_vec(), vec![0.0, 1.0, 0.0]);
-        assert_eq!(grads.wrt(&av).to_f64_vec(), vec![0.0; 3]);
     }
 
     #[test]

@@ -1,112 +1,73 @@
-//! One-operand elementwise ops: `abs`, `sin`, `cos` and `clamp`, with their
-//! fused backward helpers (`abs_backward`, `sin_backward`, `cos_backward`,
-//! `clamp_backward`): one kernel pass per first-order backward, and
-//! differentiable again.
-
-use smallvec::smallvec;
+//! One-operand elementwise ops: `abs`, `sin`, `cos` and `clamp`, each one
+//! rule (see [`rule`](super::rule)).
 
 use super::arith::or_panic;
-use super::slope::{slope_helper, unary_with_slope};
-use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::OpRegistry;
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Element;
 
-crate::unary_fn!(
-    /// `|x|`
-    AbsFn,
-    |x| x.abs()
-);
-crate::unary_fn!(
-    /// `sin x`
-    SinFn,
-    |x| x.sin()
-);
-crate::unary_fn!(
-    /// `cos x`
-    CosFn,
-    |x| x.cos()
-);
-crate::binary_fn!(
-    /// `g * sign(x)`, 0 at 0 (NaN stays NaN).
-    AbsBackwardFn,
-    |g, x| if x > T::zero() {
-        g
-    } else if x < T::zero() {
-        -g
-    } else if x == T::zero() {
-        T::zero()
-    } else {
-        x
-    }
-);
-crate::binary_fn!(
-    /// `g cos x`
-    SinBackwardFn,
-    |g, x| g * x.cos()
-);
-crate::binary_fn!(
-    /// `-g sin x`
-    CosBackwardFn,
-    |g, x| -(g * x.sin())
-);
-
-/// `|x|`; the gradient is `sign(x)`, 0 at 0 (as in PyTorch).
+/// `|x|`; the gradient is `sign(x)`, 0 at 0 (as in PyTorch), NaN at NaN.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Abs;
-/// `g * sign(x)` (0 at 0): the backward of `abs`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AbsBackward;
-/// `sin x`.
+
+impl UnaryRule for Abs {
+    const NAME: &'static str = "abs";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.abs()
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        let zero = x.lit(0.0);
+        // `x * 0` where x is neither side of 0: 0 at 0, NaN at NaN.
+        let neither = x.scale(0.0);
+        x.select(Cmp::Gt, &zero, g, &x.select(Cmp::Lt, &zero, &g.neg(), &neither))
+    }
+    fn domain(x: f64) -> bool {
+        x.abs() > KINK_MARGIN && x.abs() < 5.0
+    }
+}
+
+/// `sin x` (radians).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sin;
-/// `g cos x`: the backward of `sin`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SinBackward;
-/// `cos x`.
+
+impl UnaryRule for Sin {
+    const NAME: &'static str = "sin";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.sin()
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        g.mul(&x.map(Cos))
+    }
+}
+
+/// `cos x` (radians).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cos;
-/// `-g sin x`: the backward of `cos`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CosBackward;
 
-unary_with_slope!(Abs, "abs", |_s| AbsFn, AbsBackward);
-unary_with_slope!(Sin, "sin", |_s| SinFn, SinBackward);
-unary_with_slope!(Cos, "cos", |_s| CosFn, CosBackward);
-slope_helper!(
-    AbsBackward,
-    "abs_backward",
-    |_s| AbsBackwardFn,
-    |_s, _a, _g, _x| None
-);
-slope_helper!(
-    SinBackward,
-    "sin_backward",
-    |_s| SinBackwardFn,
-    |_s, a, g, x| {
-        // (g cos x)' = -g sin x
-        Some(
-            a.try_mul(g)
-                .and_then(|ag| ag.graph().record(CosBackward, &[&ag, x])),
-        )
+impl UnaryRule for Cos {
+    const NAME: &'static str = "cos";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.cos()
     }
-);
-slope_helper!(
-    CosBackward,
-    "cos_backward",
-    |_s| CosBackwardFn,
-    |_s, a, g, x| {
-        // (-g sin x)' = -g cos x
-        Some(
-            a.try_mul(g)
-                .and_then(|ag| ag.graph().record(SinBackward, &[&-&ag, x])),
-        )
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        g.mul(&x.map(Sin)).neg()
     }
-);
+}
 
 /// Clamps into `[min, max]`; either bound may be absent. NaN stays NaN, and
-/// when `min > max` every element becomes `max` (as in PyTorch).
+/// when `min > max` every element becomes `max` (as in PyTorch). The
+/// gradient is 1 where `min <= x <= max` (bounds inclusive), else 0.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Clamp {
     /// The lower bound, if any.
@@ -115,25 +76,36 @@ pub struct Clamp {
     pub max: Option<f64>,
 }
 
-/// `g` where `min <= x <= max` (bounds inclusive), else 0: the backward of `clamp`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ClampBackward {
-    /// The lower bound, if any.
-    pub min: Option<f64>,
-    /// The upper bound, if any.
-    pub max: Option<f64>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct ClampFn {
-    lo: f64,
-    hi: f64,
-}
-
-impl UnaryFn for ClampFn {
+impl Clamp {
+    /// The bounds, an absent one as an infinity.
     #[inline(always)]
-    fn call<T: Element>(self, x: T) -> T {
-        let (lo, hi) = (T::from_f64(self.lo), T::from_f64(self.hi));
+    fn bounds(self) -> (f64, f64) {
+        (
+            self.min.unwrap_or(f64::NEG_INFINITY),
+            self.max.unwrap_or(f64::INFINITY),
+        )
+    }
+}
+
+impl UnaryRule for Clamp {
+    const NAME: &'static str = "clamp";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    fn check(self) -> Result<()> {
+        if self.min.is_none() && self.max.is_none() {
+            return Err(Error::invalid(
+                "clamp",
+                "at least one of min and max must be given",
+            ));
+        }
+        if self.min.is_some_and(f64::is_nan) || self.max.is_some_and(f64::is_nan) {
+            return Err(Error::invalid("clamp", "a bound is NaN"));
+        }
+        Ok(())
+    }
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        let (lo, hi) = self.bounds();
+        let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
         let y = if x < lo { lo } else { x };
         if y > hi {
             hi
@@ -141,116 +113,30 @@ impl UnaryFn for ClampFn {
             y
         }
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct ClampBackwardFn {
-    lo: f64,
-    hi: f64,
-}
-
-impl BinaryFn for ClampBackwardFn {
     #[inline(always)]
-    fn call<T: Element>(self, g: T, x: T) -> T {
-        if x >= T::from_f64(self.lo) && x <= T::from_f64(self.hi) {
-            g
-        } else {
-            T::zero()
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        let (lo, hi) = self.bounds();
+        let zero = g.lit(0.0);
+        let below_max = x.select(Cmp::Le, &x.lit(hi), g, &zero);
+        x.select(Cmp::Ge, &x.lit(lo), &below_max, &zero)
+    }
+    fn domain(x: f64) -> bool {
+        let (lo, hi) = Self::example().bounds();
+        (x - lo).abs() > KINK_MARGIN && (x - hi).abs() > KINK_MARGIN && x.abs() < 5.0
+    }
+    fn example() -> Self {
+        Clamp {
+            min: Some(-0.5),
+            max: Some(1.0),
         }
     }
 }
 
-/// The bounds as a finite-or-infinite pair, or an error for none or NaN bounds.
-fn clamp_bounds(min: Option<f64>, max: Option<f64>) -> Result<(f64, f64)> {
-    if min.is_none() && max.is_none() {
-        return Err(Error::invalid(
-            "clamp",
-            "at least one of min and max must be given",
-        ));
-    }
-    if min.is_some_and(f64::is_nan) || max.is_some_and(f64::is_nan) {
-        return Err(Error::invalid("clamp", "a bound is NaN"));
-    }
-    Ok((
-        min.unwrap_or(f64::NEG_INFINITY),
-        max.unwrap_or(f64::INFINITY),
-    ))
-}
-
-impl Differentiable for Clamp {
-    fn name(&self) -> &str {
-        "clamp"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("clamp", inputs, 1)?;
-        let (lo, hi) = clamp_bounds(self.min, self.max)?;
-        Ok(kernels::map(inputs[0], ClampFn { lo, hi }))
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let helper = ClampBackward {
-            min: self.min,
-            max: self.max,
-        };
-        Ok(smallvec![Some(g.graph().record(helper, &[g, &inputs[0]])?)])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        _needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let helper = ClampBackward {
-            min: self.min,
-            max: self.max,
-        };
-        grads[0] = Some(helper.forward(&[g, inputs[0]])?);
-        Ok(true)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let helper = ClampBackward {
-            min: self.min,
-            max: self.max,
-        };
-        t[0].as_ref()
-            .map(|t| t.graph().record(helper, &[t, &inputs[0]]))
-            .transpose()
-    }
-}
-
-slope_helper!(
-    ClampBackward,
-    "clamp_backward",
-    |s| {
-        let (lo, hi) = clamp_bounds(s.min, s.max)?;
-        ClampBackwardFn { lo, hi }
-    },
-    |_s, _a, _g, _x| None
-);
-
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Abs);
-    reg.add_builtin(AbsBackward);
-    reg.add_builtin(Sin);
-    reg.add_builtin(SinBackward);
-    reg.add_builtin(Cos);
-    reg.add_builtin(CosBackward);
-    reg.add_builtin(Clamp::default());
-    reg.add_builtin(ClampBackward::default());
+    reg.add_builtin(Unary(Abs));
+    reg.add_builtin(Unary(Sin));
+    reg.add_builtin(Unary(Cos));
+    reg.add_builtin(Unary(Clamp::default()));
 }
 
 impl<'g> Var<'g> {
@@ -268,7 +154,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn abs(&self) -> Var<'g> {
-        self.graph().record_or_panic(Abs, &[self])
+        self.graph().record_or_panic(Unary(Abs), &[self])
     }
 
     /// Sine elementwise (radians).
@@ -284,7 +170,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn sin(&self) -> Var<'g> {
-        self.graph().record_or_panic(Sin, &[self])
+        self.graph().record_or_panic(Unary(Sin), &[self])
     }
 
     /// Cosine elementwise (radians).
@@ -300,7 +186,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn cos(&self) -> Var<'g> {
-        self.graph().record_or_panic(Cos, &[self])
+        self.graph().record_or_panic(Unary(Cos), &[self])
     }
 
     /// Clamps every element into `[min, max]` (either bound may be `None`).
@@ -322,7 +208,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn try_clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Var<'g>> {
-        self.graph().record(Clamp { min, max }, &[self])
+        self.graph().record(Unary(Clamp { min, max }), &[self])
     }
 
     /// Clamps into `[min, max]`; panics when both bounds are `None` or one
@@ -366,8 +252,7 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use super::{AbsBackward, ClampBackward, CosBackward, SinBackward};
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Result, Tensor, Var};
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor, Var};
 
     fn t(v: &[f64]) -> Tensor {
         Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
@@ -464,32 +349,6 @@ mod tests {
         assert_eq!(&z.value().to_f64_vec()[..5], &[0.5; 5]);
         let dz = z.sum().backward().unwrap().wrt(&x).to_f64_vec();
         assert_eq!(dz, vec![0.0; 6]);
-    }
-
-    fn helper<'g, O: crate::Differentiable>(op: O, v: &[Var<'g>]) -> Result<Var<'g>> {
-        v[0].graph().record(op, &[&v[0], &v[1]])
-    }
-
-    #[test]
-    fn backward_helpers_have_gradients_and_tangents() {
-        let g = t(&[0.4, -1.2, 0.9, 0.7]);
-        let x = t(&[-0.5, 0.2, 1.0, 2.2]);
-        let both = [g, x];
-        gradcheck(|v| helper(AbsBackward, v), &both).unwrap();
-        gradcheck(|v| helper(SinBackward, v), &both).unwrap();
-        gradcheck(|v| helper(CosBackward, v), &both).unwrap();
-        let clamp = ClampBackward {
-            min: Some(0.0),
-            max: Some(1.5),
-        };
-        gradcheck(|v| helper(clamp, v), &both).unwrap();
-        jvpcheck(|v| helper(AbsBackward, v), &both).unwrap();
-        jvpcheck(|v| helper(SinBackward, v), &both).unwrap();
-        jvpcheck(|v| helper(CosBackward, v), &both).unwrap();
-        jvpcheck(|v| helper(clamp, v), &both).unwrap();
-        // Broadcast helper operands sum back to their shapes.
-        let col = Tensor::from_vec(vec![0.3, -0.8], &[2, 1]).unwrap();
-        gradcheck(|v| helper(SinBackward, v), &[col, t(&[0.1, 0.6, -1.1])]).unwrap();
     }
 
     #[test]

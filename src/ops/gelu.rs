@@ -1,15 +1,12 @@
 //! GELU, `x Φ(x)`, in PyTorch's two forms: exact (the normal CDF through
-//! `erfc`, accurate in the far negative tail) and the tanh approximation,
-//! with the fused backward helper `gelu_backward` (one kernel pass) whose
-//! own gradient, `gelu''`, is written with `Var` ops.
+//! `erfc`, accurate in the far negative tail) and the tanh approximation;
+//! one rule (see [`rule`](super::rule)).
 
-use smallvec::smallvec;
-
-use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
-use crate::error::Result;
+use super::erfc::{erfc, Erfc};
+use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
 use crate::graph::Var;
-use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::tensor::{DType, Element, Tensor};
+use crate::tensor::Element;
 
 /// Which form of GELU to compute (PyTorch's `approximate` argument).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,27 +25,11 @@ pub struct Gelu {
     pub approximate: GeluApproximate,
 }
 
-/// `g * gelu'(x)`: the backward of `gelu`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GeluBackward {
-    /// Exact (the default) or tanh-approximated.
-    pub approximate: GeluApproximate,
-}
-
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
 /// 1 / sqrt(2π), the standard normal density at 0.
 const NORMAL_PDF_0: f64 = 0.398_942_280_401_432_7;
 const GELU_TANH_A: f64 = 0.044715;
-
-/// `erfc` in the element's own precision (libm's `erfcf` for f32).
-#[inline(always)]
-fn erfc<T: Element>(x: T) -> T {
-    match T::DTYPE {
-        DType::F32 => T::from_f64(f64::from(libm::erfcf(x.to_f64() as f32))),
-        DType::F64 => T::from_f64(libm::erfc(x.to_f64())),
-    }
-}
 
 /// The normal CDF Φ(x) = erfc(-x/√2)/2: accurate in the far negative tail,
 /// where `(1 + erf(x/√2))/2` cancels to 0.
@@ -57,195 +38,45 @@ fn normal_cdf<T: Element>(x: T) -> T {
     T::from_f64(0.5) * erfc(-x * T::from_f64(FRAC_1_SQRT_2))
 }
 
-#[derive(Clone, Copy, Debug)]
-struct GeluFn;
-
-impl UnaryFn for GeluFn {
+impl UnaryRule for Gelu {
+    const NAME: &'static str = "gelu";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
     #[inline(always)]
-    fn call<T: Element>(self, x: T) -> T {
-        x * normal_cdf(x)
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct GeluTanhFn;
-
-impl UnaryFn for GeluTanhFn {
-    #[inline(always)]
-    fn call<T: Element>(self, x: T) -> T {
-        let k = T::from_f64(SQRT_2_OVER_PI);
-        let inner = k * (x + T::from_f64(GELU_TANH_A) * x * x * x);
-        T::from_f64(0.5) * x * (T::one() + inner.tanh_vectorisable())
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct GeluBackwardFn;
-
-impl BinaryFn for GeluBackwardFn {
-    #[inline(always)]
-    fn call<T: Element>(self, g: T, x: T) -> T {
-        // Φ(x) + x φ(x)
-        let pdf = T::from_f64(NORMAL_PDF_0) * (T::from_f64(-0.5) * x * x).exp();
-        g * (normal_cdf(x) + x * pdf)
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct GeluTanhBackwardFn;
-
-impl BinaryFn for GeluTanhBackwardFn {
-    #[inline(always)]
-    fn call<T: Element>(self, g: T, x: T) -> T {
-        // With u = k (x + a x³) and t = tanh u:
-        // d/dx = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 a x²).
-        let (k, a, half) = (
-            T::from_f64(SQRT_2_OVER_PI),
-            T::from_f64(GELU_TANH_A),
-            T::from_f64(0.5),
-        );
-        let x2 = x * x;
-        let t = (k * (x + a * x2 * x)).tanh_vectorisable();
-        let du = k * (T::one() + T::from_f64(3.0) * a * x2);
-        g * (half * (T::one() + t) + half * x * (T::one() - t * t) * du)
-    }
-}
-
-impl Differentiable for Gelu {
-    fn name(&self) -> &str {
-        "gelu"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("gelu", inputs, 1)?;
-        Ok(match self.approximate {
-            GeluApproximate::None => kernels::map(inputs[0], GeluFn),
-            GeluApproximate::Tanh => kernels::map(inputs[0], GeluTanhFn),
-        })
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let helper = GeluBackward {
-            approximate: self.approximate,
-        };
-        Ok(smallvec![Some(g.graph().record(helper, &[g, &inputs[0]])?)])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        _needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let helper = GeluBackward {
-            approximate: self.approximate,
-        };
-        grads[0] = Some(helper.forward(&[g, inputs[0]])?);
-        Ok(true)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let helper = GeluBackward {
-            approximate: self.approximate,
-        };
-        t[0].as_ref()
-            .map(|t| t.graph().record(helper, &[t, &inputs[0]]))
-            .transpose()
-    }
-}
-
-impl Differentiable for GeluBackward {
-    fn name(&self) -> &str {
-        "gelu_backward"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("gelu_backward", inputs, 2)?;
-        let (g, x) = (inputs[0], inputs[1]);
+    fn value<T: Element>(self, x: T) -> T {
         match self.approximate {
-            GeluApproximate::None => kernels::zip("gelu_backward", g, x, GeluBackwardFn),
-            GeluApproximate::Tanh => kernels::zip("gelu_backward", g, x, GeluTanhBackwardFn),
+            GeluApproximate::None => x * normal_cdf(x),
+            GeluApproximate::Tanh => {
+                let k = T::from_f64(SQRT_2_OVER_PI);
+                let inner = k * (x + T::from_f64(GELU_TANH_A) * x * x * x);
+                T::from_f64(0.5) * x * (T::one() + inner.tanh_vectorisable())
+            }
         }
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let dg = g
-            .requires_grad()
-            .then(|| unbroadcast(g.graph().record(*self, &[g2, x])?, g))
-            .transpose()?;
-        let dx = x
-            .requires_grad()
-            .then(|| unbroadcast(g2.try_mul(g)?.try_mul(&self.second_derivative(x)?)?, x))
-            .transpose()?;
-        Ok(smallvec![dg, dx])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| g.graph().record(*self, &[tg, x])),
-                t[1].as_ref()
-                    .map(|tx| tx.try_mul(g)?.try_mul(&self.second_derivative(x)?)),
-            ],
-        )
-    }
-}
-
-impl GeluBackward {
-    /// `gelu''(x)`, written with `Var` ops so it can be differentiated again.
-    fn second_derivative<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let x2 = x.try_mul(x)?;
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
         match self.approximate {
-            // φ(x) (2 - x²)
-            GeluApproximate::None => x2
-                .mul_scalar(-0.5)
-                .exp()
-                .mul_scalar(NORMAL_PDF_0)
-                .try_mul(&x2.rsub_scalar(2.0)),
-            // (1 - t²) (u' + 0.5 x (u'' - 2 t u'²)), u = k (x + a x³).
+            // Φ(x) + x φ(x)
+            GeluApproximate::None => {
+                let cdf = x.neg().scale(FRAC_1_SQRT_2).map(Erfc).scale(0.5);
+                let pdf = x.scale(-0.5).mul(x).exp().scale(NORMAL_PDF_0);
+                g.mul(&cdf.add(&x.mul(&pdf)))
+            }
+            // With u = k (x + a x³) and t = tanh u:
+            // d/dx = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 a x²).
             GeluApproximate::Tanh => {
-                let (k, a) = (SQRT_2_OVER_PI, GELU_TANH_A);
-                let t = x
-                    .try_add(&x2.try_mul(x)?.mul_scalar(a))?
-                    .mul_scalar(k)
-                    .tanh();
-                let du = x2.mul_scalar(3.0 * a * k).add_scalar(k);
-                let ddu = x.mul_scalar(6.0 * a * k);
-                let sech2 = t.try_mul(&t)?.rsub_scalar(1.0);
-                let bracket = ddu.try_sub(&t.try_mul(&du.try_mul(&du)?)?.mul_scalar(2.0))?;
-                sech2.try_mul(&du.try_add(&x.try_mul(&bracket)?.mul_scalar(0.5))?)
+                let x2 = x.mul(x);
+                let t = x.add(&x2.scale(GELU_TANH_A).mul(x)).scale(SQRT_2_OVER_PI).tanh();
+                let du = x2.scale(3.0 * GELU_TANH_A).add(&x.lit(1.0)).scale(SQRT_2_OVER_PI);
+                let left = t.add(&x.lit(1.0)).scale(0.5);
+                let right = x.scale(0.5).mul(&t.mul(&t).rsub(1.0)).mul(&du);
+                g.mul(&left.add(&right))
             }
         }
     }
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Gelu::default());
-    reg.add_builtin(GeluBackward::default());
+    reg.add_builtin(Unary(Gelu::default()));
 }
 
 impl<'g> Var<'g> {
@@ -279,14 +110,14 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Var<'g> {
-        self.graph().record_or_panic(Gelu { approximate }, &[self])
+        self.graph().record_or_panic(Unary(Gelu { approximate }), &[self])
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{GeluApproximate, GeluBackward};
-    use crate::{gradcheck, jvpcheck, DType, Graph, Result, Tensor, Var};
+    use super::GeluApproximate;
+    use crate::{gradcheck, jvpcheck, DType, Graph, Tensor};
 
     fn t(v: &[f64]) -> Tensor {
         Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
@@ -382,21 +213,6 @@ mod tests {
         jvpcheck(|v| Ok(v[0].gelu_with(TANH)), x).unwrap();
         // Two consumers of one value.
         gradcheck(|v| Ok(&v[0].gelu() * &v[0].gelu_with(TANH) + &v[0]), x).unwrap();
-    }
-
-    fn helper<'g>(op: GeluBackward, v: &[Var<'g>]) -> Result<Var<'g>> {
-        v[0].graph().record(op, &[&v[0], &v[1]])
-    }
-
-    #[test]
-    fn backward_helper_has_gradients_and_tangents() {
-        let both = [t(&[0.4, -1.2, 0.9, 0.7]), t(&[-1.5, -0.2, 0.6, 2.2])];
-        for op in [GeluBackward::default(), GeluBackward { approximate: TANH }] {
-            gradcheck(|v| helper(op, v), &both).unwrap();
-            jvpcheck(|v| helper(op, v), &both).unwrap();
-            // gelu'' is Var code: its own derivative is checked too.
-            gradcheck(|v| op.second_derivative(&v[0]), &both[1..]).unwrap();
-        }
     }
 
     #[test]

@@ -5,36 +5,62 @@
 //! backward written with `Var` operations), the `Var` methods that record
 //! them, and a `register` function that adds them to the default registry.
 
-pub mod activation;
-pub mod arith;
-pub mod broadcast;
-pub mod compare;
-pub mod concat;
-pub mod elementwise;
-pub mod gelu;
-pub mod index;
-pub mod linalg;
-pub mod nn;
+/// Declares the op families, one module each, and [`register_builtins`],
+/// which registers every family's ops: the one list of built-in ops.
+macro_rules! op_families {
+    ($($family:ident),* $(,)?) => {
+        $(pub mod $family;)*
+
+        /// Registers every built-in op (`OpRegistry::with_builtins`).
+        pub(crate) fn register_builtins(reg: &mut OpRegistry) {
+            $($family::register(reg);)*
+        }
+    };
+}
+
+op_families! {
+    activation,
+    arith,
+    broadcast,
+    compare,
+    concat,
+    elementwise,
+    elu,
+    erfc,
+    expm1,
+    gelu,
+    hardtanh,
+    index,
+    linalg,
+    log1p,
+    nn,
+    pow,
+    reduce,
+    reduce_axes,
+    reduce_minmax,
+    rsqrt,
+    select,
+    shape,
+    slice,
+    softplus,
+    transpose,
+    unary,
+}
+
 mod operators;
-pub mod pow;
-pub mod reduce;
-pub mod reduce_axes;
-pub mod reduce_minmax;
 pub mod reduce_view;
 mod registry;
+pub mod rule;
 pub mod scalar_lane;
-pub mod select;
-pub mod shape;
-pub mod slice;
-mod slope;
 #[cfg(test)]
 mod testing;
-pub mod transpose;
-pub mod unary;
+
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 pub use registry::OpRegistry;
+pub use rule::OpFacts;
 pub use scalar_lane::{ScalarArgs, ScalarBackward};
 
 use crate::autograd::{LaneOutcome, ScalarNode};
@@ -171,6 +197,63 @@ pub trait Differentiable: Send + Sync + 'static {
             op: self.name().to_string(),
             what: "forward mode (jvp)",
         })
+    }
+
+    /// What the op declares about itself for the registry's users: arity,
+    /// whether it is elementwise and where random inputs are safe, whether
+    /// it has a tangent rule and a second derivative. Ops made from a
+    /// [`rule`] derive these; the default declares only the arity.
+    fn facts(&self) -> OpFacts {
+        OpFacts::opaque(self.arity())
+    }
+}
+
+/// A shared op is an op: the registry's entries and [`OpFacts::example`]
+/// can be recorded like any other.
+impl Differentiable for Arc<dyn Differentiable> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn arity(&self) -> Option<usize> {
+        (**self).arity()
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        (**self).forward(inputs)
+    }
+    fn backward<'g>(
+        &self,
+        grad_output: &Var<'g>,
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        (**self).backward(grad_output, inputs, output)
+    }
+    fn backward_fast(
+        &self,
+        grad_output: &Tensor,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        needs_grad: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        (**self).backward_fast(grad_output, inputs, output, needs_grad, grads)
+    }
+    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+        (**self).backward_scalar(call)
+    }
+    fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
+        (**self).scalar_node(node)
+    }
+    fn jvp<'g>(
+        &self,
+        tangents: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        (**self).jvp(tangents, inputs, output)
+    }
+    fn facts(&self) -> OpFacts {
+        (**self).facts()
     }
 }
 

@@ -20,13 +20,14 @@ use super::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
     OpRegistry,
 };
+use super::rule::{Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::power::{
-    with_power, PowBackwardExponentFn, PowBackwardSelfFn, PowFn, ScaledPowFn, SqrtFn, ZeroFn,
+    with_power, PowBackwardExponentFn, PowBackwardSelfFn, PowFn, ScaledPowFn, ZeroFn,
 };
-use crate::tensor::{Repr, Tensor};
+use crate::tensor::{Element, Repr, Tensor};
 
 /// A 0-d tensor's value, or `None` for a dense one.
 fn scalar_value(t: &Tensor) -> Option<f64> {
@@ -112,6 +113,18 @@ impl Differentiable for Pow {
                 t[1].as_ref().map(|ty| pow_backward_exponent(ty, x, y)),
             ],
         )
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            arity: Some(2),
+            elementwise: true,
+            // Bases away from 0 (where x^y ln x and negative powers blow
+            // up) and moderate exponents.
+            domain: Some(|v| (0.2..5.0).contains(&v[0]) && v[1].abs() < 2.5),
+            tangent: true,
+            second_derivative: true,
+            example: None,
+        }
     }
 }
 
@@ -269,58 +282,24 @@ impl Differentiable for PowBackwardExponent {
     }
 }
 
-/// Square root (NaN for negative inputs; the gradient at 0 is infinite).
+/// Square root (NaN for negative inputs; the gradient at 0 is infinite);
+/// `sqrt' = 1 / (2 sqrt)`, from the output.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sqrt;
 
-impl Differentiable for Sqrt {
-    fn name(&self) -> &str {
-        "sqrt"
+impl UnaryRule for Sqrt {
+    const NAME: &'static str = "sqrt";
+    const SLOPE_OF: SlopeOf = SlopeOf::Output;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.sqrt()
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, y: &N) -> N {
+        g.div(&y.scale(2.0))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sqrt", inputs, 1)?;
-        Ok(kernels::map(inputs[0], SqrtFn))
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        // d sqrt(x) = 0.5 x^-0.5: one fused pass (g * 0.5 / sqrt(x)).
-        let x = &inputs[0];
-        Ok(smallvec![Some(pow_backward_self(
-            g,
-            x,
-            &x.scalar_like(0.5)
-        )?)])
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        _needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let x = inputs[0];
-        let half = Tensor::scalar_of(0.5, x.dtype());
-        grads[0] = Some(PowBackwardSelf.forward(&[g, x, &half])?);
-        Ok(true)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        t[0].as_ref()
-            .map(|t| pow_backward_self(t, x, &x.scalar_like(0.5)))
-            .transpose()
+    fn domain(x: f64) -> bool {
+        (0.2..5.0).contains(&x)
     }
 }
 
@@ -328,7 +307,7 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     reg.add_builtin(Pow);
     reg.add_builtin(PowBackwardSelf);
     reg.add_builtin(PowBackwardExponent);
-    reg.add_builtin(Sqrt);
+    reg.add_builtin(Unary(Sqrt));
 }
 
 impl<'g> Var<'g> {
@@ -396,7 +375,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn sqrt(&self) -> Var<'g> {
-        self.graph().record_or_panic(Sqrt, &[self])
+        self.graph().record_or_panic(Unary(Sqrt), &[self])
     }
 }
 

@@ -39,25 +39,7 @@ impl OpRegistry {
     /// A registry holding every built-in op.
     pub fn with_builtins() -> Self {
         let mut reg = Self::new();
-        super::arith::register(&mut reg);
-        super::unary::register(&mut reg);
-        super::reduce::register(&mut reg);
-        super::broadcast::register(&mut reg);
-        super::nn::register(&mut reg);
-        super::select::register(&mut reg);
-        super::shape::register(&mut reg);
-        super::linalg::register(&mut reg);
-        super::transpose::register(&mut reg);
-        super::slice::register(&mut reg);
-        super::concat::register(&mut reg);
-        super::index::register(&mut reg);
-        super::pow::register(&mut reg);
-        super::elementwise::register(&mut reg);
-        super::compare::register(&mut reg);
-        super::activation::register(&mut reg);
-        super::gelu::register(&mut reg);
-        super::reduce_axes::register(&mut reg);
-        super::reduce_minmax::register(&mut reg);
+        super::register_builtins(&mut reg);
         reg
     }
 
@@ -214,13 +196,13 @@ mod tests {
     fn duplicates_need_replace() {
         let mut reg = OpRegistry::with_builtins();
         assert!(matches!(
-            reg.register("mul", crate::ops::arith::Mul),
+            reg.register("mul", crate::ops::rule::Binary(crate::ops::arith::Mul)),
             Err(Error::DuplicateOp { .. })
         ));
         assert!(reg
-            .replace("mul", crate::ops::arith::Mul)
+            .replace("mul", crate::ops::rule::Binary(crate::ops::arith::Mul))
             .unwrap()
             .is_some());
-        assert!(reg.replace("", crate::ops::arith::Mul).is_err());
+        assert!(reg.replace("", crate::ops::rule::Binary(crate::ops::arith::Mul)).is_err());
     }
 }

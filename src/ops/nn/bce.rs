@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::arith::or_panic;
-use crate::ops::unary::SigmoidBackward;
+use crate::ops::rule::{Traced, UnaryRule};
+use crate::ops::unary::Sigmoid;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -210,7 +211,7 @@ impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
                     Some((l, _)) => kg.try_mul(l)?,
                     None => kg.clone(),
                 };
-                x.graph().record(SigmoidBackward, &[&h, &x.sigmoid()])
+                sigmoid_backward(&h, &x.sigmoid())
             })
             .transpose()?;
         let dy = y
@@ -245,9 +246,7 @@ impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
                         Some((l, _)) => g.try_mul(l)?.try_mul(tx)?,
                         None => g.try_mul(tx)?,
                     };
-                    Ok(x.graph()
-                        .record(SigmoidBackward, &[&h, &x.sigmoid()])?
-                        .mul_scalar(k))
+                    Ok(sigmoid_backward(&h, &x.sigmoid())?.mul_scalar(k))
                 }),
                 t[2].as_ref().map(|ty| {
                     let d = match &terms {
@@ -323,6 +322,13 @@ impl<'g> Var<'g> {
         };
         self.graph().record(op, &[self, target])
     }
+}
+
+/// `h σ'` given `σ = sigmoid(x)`: the sigmoid's own rule, recorded.
+fn sigmoid_backward<'g>(h: &Var<'g>, sigmoid: &Var<'g>) -> Result<Var<'g>> {
+    Sigmoid
+        .grad(&Traced::of(h), &Traced::of(sigmoid))
+        .into_result()
 }
 
 #[cfg(test)]

@@ -1,0 +1,77 @@
+//! `erfc`, the complementary error function: one rule (see
+//! [`rule`](super::rule)). The exact GELU's derivative is written with it.
+
+use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
+use crate::graph::Var;
+use crate::tensor::{DType, Element};
+
+/// `2/√π`
+const FRAC_2_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
+
+/// `erfc` in the element's own precision (libm's `erfcf` for f32).
+#[inline(always)]
+pub(crate) fn erfc<T: Element>(x: T) -> T {
+    match T::DTYPE {
+        DType::F32 => T::from_f64(f64::from(libm::erfcf(x.to_f64() as f32))),
+        DType::F64 => T::from_f64(libm::erfc(x.to_f64())),
+    }
+}
+
+/// `erfc x = 1 - erf x`; `erfc' = -2/√π e^(-x²)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Erfc;
+
+impl UnaryRule for Erfc {
+    const NAME: &'static str = "erfc";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        erfc(x)
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        g.mul(&x.mul(x).neg().exp().scale(-FRAC_2_SQRT_PI))
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Unary(Erfc));
+}
+
+impl<'g> Var<'g> {
+    /// The complementary error function `1 - erf(x)` (PyTorch's `erfc`),
+    /// accurate where `1 - erf` would cancel.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![0.0, 1.0], &[2])?);
+    /// let y = x.erfc();
+    /// assert_eq!(y.value().to_f64_vec()[0], 1.0);
+    /// assert!((y.value().to_f64_vec()[1] - 0.15729920705028513).abs() < 1e-16);
+    /// // erfc'(0) = -2/√π
+    /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
+    /// assert!((d[0] + 1.1283791670955126).abs() < 1e-15);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn erfc(&self) -> Var<'g> {
+        self.graph().record_or_panic(Unary(Erfc), &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::t;
+    use crate::{gradcheck, jvpcheck};
+
+    #[test]
+    fn gradients_and_tangents() {
+        let x = [t(&[-2.1, -0.3, 0.2, 0.9, 3.1])];
+        gradcheck(|v| Ok(v[0].erfc()), &x).unwrap();
+        jvpcheck(|v| Ok(v[0].erfc()), &x).unwrap();
+        crate::ops::testing::hvpcheck(|x| Ok(x.erfc()), &x[0]).unwrap();
+    }
+}

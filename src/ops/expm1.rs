@@ -1,0 +1,74 @@
+//! `expm1`, `e^x - 1` accurate near 0: one rule (see [`rule`](super::rule)).
+
+use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
+use crate::graph::Var;
+use crate::tensor::Element;
+
+/// `e^x - 1` without the cancellation of `exp(x) - 1` for small `x`; the
+/// derivative is `e^x = y + 1`, from the output.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Expm1;
+
+impl UnaryRule for Expm1 {
+    const NAME: &'static str = "expm1";
+    const SLOPE_OF: SlopeOf = SlopeOf::Output;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.exp_m1()
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, y: &N) -> N {
+        g.mul(&y.add(&y.lit(1.0)))
+    }
+    fn domain(x: f64) -> bool {
+        x > -5.0 && x < 3.0
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Unary(Expm1));
+}
+
+impl<'g> Var<'g> {
+    /// `e^self - 1`, accurate for small values.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1e-10, 0.0], &[2])?);
+    /// let y = x.expm1();
+    /// assert_eq!(y.value().to_f64_vec()[0], 1.00000000005e-10);
+    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 1.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn expm1(&self) -> Var<'g> {
+        self.graph().record_or_panic(Unary(Expm1), &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{close, fast_path_agrees, hvpcheck, t};
+    use crate::{gradcheck, jvpcheck, Graph};
+
+    #[test]
+    fn values_match_python() {
+        let g = Graph::new();
+        let x = g.variable(t(&[-2.0, -0.5, 0.3, 1.7]));
+        // math.expm1(x)
+        let value = [-0.8646647167633873, -0.3934693402873666, 0.3498588075760031, 4.473947391727199];
+        assert!(close(&x.expm1().value().to_f64_vec(), &value, 1e-15));
+    }
+
+    #[test]
+    fn gradients_tangents_and_second_derivatives() {
+        let x = [t(&[-2.1, -0.3, 0.2, 0.9, 2.1])];
+        gradcheck(|v| Ok(v[0].expm1()), &x).unwrap();
+        jvpcheck(|v| Ok(v[0].expm1()), &x).unwrap();
+        hvpcheck(|x| Ok(x.expm1()), &x[0]).unwrap();
+        fast_path_agrees(|v| Ok(v[0].expm1()), &x).unwrap();
+    }
+}

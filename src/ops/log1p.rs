@@ -1,0 +1,74 @@
+//! `log1p`, `ln(1 + x)` accurate near 0: one rule (see [`rule`](super::rule)).
+
+use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
+use crate::graph::Var;
+use crate::tensor::Element;
+
+/// `ln(1 + x)` without the cancellation of `ln` at `1 + x` for small `x`;
+/// the derivative is `1 / (1 + x)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Log1p;
+
+impl UnaryRule for Log1p {
+    const NAME: &'static str = "log1p";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        x.ln_1p()
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        g.div(&x.add(&x.lit(1.0)))
+    }
+    fn domain(x: f64) -> bool {
+        x > -0.8 && x < 5.0
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Unary(Log1p));
+}
+
+impl<'g> Var<'g> {
+    /// `ln(1 + self)`, accurate for small values (NaN below -1, -inf at -1).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1e-10, 1.0], &[2])?);
+    /// let y = x.log1p();
+    /// assert_eq!(y.value().to_f64_vec()[0], 9.9999999995e-11);
+    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 0.5);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn log1p(&self) -> Var<'g> {
+        self.graph().record_or_panic(Unary(Log1p), &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{close, fast_path_agrees, hvpcheck, t};
+    use crate::{gradcheck, jvpcheck, Graph};
+
+    #[test]
+    fn values_match_python() {
+        let g = Graph::new();
+        let x = g.variable(t(&[-0.5, 0.3, 1.7]));
+        // math.log1p(x)
+        let value = [-0.6931471805599453, 0.26236426446749106, 0.9932517730102834];
+        assert!(close(&x.log1p().value().to_f64_vec(), &value, 1e-15));
+    }
+
+    #[test]
+    fn gradients_tangents_and_second_derivatives() {
+        let x = [t(&[-0.6, -0.3, 0.2, 0.9, 3.1])];
+        gradcheck(|v| Ok(v[0].log1p()), &x).unwrap();
+        jvpcheck(|v| Ok(v[0].log1p()), &x).unwrap();
+        hvpcheck(|x| Ok(x.log1p()), &x[0]).unwrap();
+        fast_path_agrees(|v| Ok(v[0].log1p()), &x).unwrap();
+    }
+}

@@ -1,0 +1,66 @@
+//! `rsqrt`, `1 / sqrt(x)`: one rule (see [`rule`](super::rule)).
+
+use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::OpRegistry;
+use crate::graph::Var;
+use crate::tensor::Element;
+
+/// `1 / sqrt(x)` (the normalisers' inverse standard deviation); the
+/// derivative `-x^(-3/2) / 2 = -y³ / 2`, from the output.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rsqrt;
+
+impl UnaryRule for Rsqrt {
+    const NAME: &'static str = "rsqrt";
+    const SLOPE_OF: SlopeOf = SlopeOf::Output;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        T::one() / x.sqrt()
+    }
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, y: &N) -> N {
+        g.mul(&y.mul(y).mul(y).scale(-0.5))
+    }
+    fn domain(x: f64) -> bool {
+        (0.2..5.0).contains(&x)
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(Unary(Rsqrt));
+}
+
+impl<'g> Var<'g> {
+    /// `1 / sqrt(self)` elementwise (NaN below 0, +inf at 0).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![0.25, 4.0], &[2])?);
+    /// let y = x.rsqrt();
+    /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 0.5]);
+    /// // -x^(-3/2) / 2
+    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-4.0, -0.0625]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    #[inline]
+    pub fn rsqrt(&self) -> Var<'g> {
+        self.graph().record_or_panic(Unary(Rsqrt), &[self])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{fast_path_agrees, hvpcheck, t};
+    use crate::{gradcheck, jvpcheck};
+
+    #[test]
+    fn gradients_tangents_and_second_derivatives() {
+        let x = [t(&[0.3, 0.9, 1.7, 3.1])];
+        gradcheck(|v| Ok(v[0].rsqrt()), &x).unwrap();
+        jvpcheck(|v| Ok(v[0].rsqrt()), &x).unwrap();
+        hvpcheck(|x| Ok(x.rsqrt()), &x[0]).unwrap();
+        fast_path_agrees(|v| Ok(v[0].rsqrt()), &x).unwrap();
+    }
+}

@@ -1,0 +1,72 @@
+//! What the registry knows about each op besides its name: the facts that
+//! test suites and tools read instead of keeping their own lists of ops.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::ops::Differentiable;
+
+/// How far random inputs keep from a kink, a tie or a domain edge, so that
+/// finite differences and f32 rounding never straddle one.
+pub const KINK_MARGIN: f64 = 0.05;
+
+/// A safe domain for random inputs of an elementwise op: `true` for the
+/// operand values of one element (one per input, after broadcasting) that
+/// keep at least [`KINK_MARGIN`] from kinks and ties, inside the smooth part
+/// of the function, and small enough that nothing overflows.
+pub type Domain = fn(&[f64]) -> bool;
+
+/// The facts an op declares about itself ([`Differentiable::facts`]).
+#[derive(Clone)]
+pub struct OpFacts {
+    /// The number of inputs, if fixed.
+    pub arity: Option<usize>,
+    /// Whether the op maps elements to elements (broadcasting its inputs),
+    /// so that a random input only has to respect [`domain`](Self::domain).
+    pub elementwise: bool,
+    /// Where random inputs are safe (see [`Domain`]); `None` when the op
+    /// declares none (any finite value, or the op is not elementwise).
+    pub domain: Option<Domain>,
+    /// Whether `jvp` (forward mode) is implemented.
+    pub tangent: bool,
+    /// Whether the backward formula is itself differentiable
+    /// (`create_graph`, Hessians).
+    pub second_derivative: bool,
+    /// A valid instance with typical parameters (clamp with both bounds,
+    /// leaky ReLU with a visible slope), for suites that apply every op;
+    /// `None` means the registered instance itself serves.
+    pub example: Option<Arc<dyn Differentiable>>,
+}
+
+impl OpFacts {
+    /// Facts of an op that declares nothing beyond its arity.
+    pub fn opaque(arity: Option<usize>) -> Self {
+        OpFacts {
+            arity,
+            elementwise: false,
+            domain: None,
+            tangent: false,
+            second_derivative: false,
+            example: None,
+        }
+    }
+
+    /// Whether `values` (one per input) lie in the declared domain; true
+    /// when none is declared.
+    pub fn admits(&self, values: &[f64]) -> bool {
+        self.domain.is_none_or(|d| d(values))
+    }
+}
+
+impl fmt::Debug for OpFacts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpFacts")
+            .field("arity", &self.arity)
+            .field("elementwise", &self.elementwise)
+            .field("domain", &self.domain.is_some())
+            .field("tangent", &self.tangent)
+            .field("second_derivative", &self.second_derivative)
+            .field("example", &self.example.as_ref().map(|e| e.name().to_string()))
+            .finish()
+    }
+}

@@ -1,0 +1,33 @@
+//! One rule per elementwise op.
+//!
+//! An elementwise op is written once, as a rule: its value at one element
+//! and the gradient it passes back at one element, `g * f'`, written over
+//! [`Num`]: any number the engine computes with. From that one rule the
+//! engine derives every path an op needs:
+//!
+//! | path | the rule instantiated with | where |
+//! |---|---|---|
+//! | forward | `value::<T>` in a `map`/`zip` kernel | [`Unary`], [`Binary`] |
+//! | `Var` formula (gradients of gradients) | [`Traced`]: each step records a node | `backward` |
+//! | plain-tensor path (first order) | [`Lane`] in one fused kernel (unary), [`Plain`] (binary) | `backward_fast` |
+//! | scalar lane | [`Lane`] on plain numbers | `backward_scalar` |
+//! | tangent rule (forward mode) | [`Traced`], with the tangent for `g` | `jvp` |
+//!
+//! Every path evaluates the same IEEE operations in the same order on each
+//! element, so they agree bit for bit (`tests/properties.rs` checks it), and
+//! since the `Var` formula is made of recorded ops, every order of
+//! derivative comes from the rule with nothing more written.
+//!
+//! Adding an elementwise op: write a rule in its own file under `src/ops/`,
+//! add its module to the one list in `ops/mod.rs`, and give its `Var`
+//! method a doctest (ARCHITECTURE.md, "How to add an op").
+
+mod binary_op;
+mod facts;
+mod num;
+mod unary_op;
+
+pub use binary_op::{Binary, BinaryRule};
+pub use facts::{Domain, OpFacts, KINK_MARGIN};
+pub use num::{Cmp, Lane, Num, Plain, Traced};
+pub use unary_op::{SlopeOf, Unary, UnaryRule};

@@ -1,0 +1,196 @@
+//! [`UnaryRule`] and [`Unary`], the op every one-input elementwise rule
+//! becomes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use super::{Lane, Num, OpFacts, Traced};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels::{self, BinaryFn, UnaryFn};
+use crate::ops::{expect_inputs, Differentiable, GradInputs, ScalarBackward};
+use crate::tensor::{Element, Tensor};
+
+/// Which value a unary rule writes its derivative in: the input `x`, or
+/// the output `y` (cheaper for `exp`, `tanh`, `sigmoid`: `f'` from `f`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlopeOf {
+    /// The derivative is a function of the input.
+    Input,
+    /// The derivative is a function of the output.
+    Output,
+}
+
+/// The one definition of a one-input elementwise op: its value and its
+/// gradient at one element. [`Unary`] turns it into an op.
+///
+/// ```
+/// use retrograd::ops::rule::{Num, SlopeOf, Unary, UnaryRule};
+/// use retrograd::{Element, Graph, Tensor};
+///
+/// /// f(x) = x³, f'(x) = 3x².
+/// #[derive(Clone, Copy, Debug, Default)]
+/// struct Cube;
+/// impl UnaryRule for Cube {
+///     const NAME: &'static str = "cube";
+///     const SLOPE_OF: SlopeOf = SlopeOf::Input;
+///     fn value<T: Element>(self, x: T) -> T { x * x * x }
+///     fn grad<N: Num>(self, g: &N, x: &N) -> N { g.mul(&x.mul(x).scale(3.0)) }
+/// }
+///
+/// let graph = Graph::new();
+/// let x = graph.variable(Tensor::scalar(2.0));
+/// let y = graph.record(Unary(Cube), &[&x])?;
+/// assert_eq!(y.value().item()?, 8.0);
+/// assert_eq!(y.backward()?.wrt(&x).item()?, 12.0);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
+    /// The op's name (PyTorch's).
+    const NAME: &'static str;
+    /// Whether [`grad`](Self::grad) reads the input or the output.
+    const SLOPE_OF: SlopeOf;
+
+    /// Checks the rule's parameters (a clamp's bounds, say) before a forward.
+    fn check(self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `f(x)` at one element.
+    fn value<T: Element>(self, x: T) -> T;
+
+    /// `g * f'` at one element, with `u` the input or the output as
+    /// [`SLOPE_OF`](Self::SLOPE_OF) says. It must be linear in `g` (the
+    /// tangent rule passes a tangent for `g`).
+    fn grad<N: Num>(self, g: &N, u: &N) -> N;
+
+    /// Whether `x` is a safe random input (see [`Domain`](super::Domain)).
+    fn domain(x: f64) -> bool {
+        x.abs() < 5.0
+    }
+
+    /// A valid instance with typical parameters, for suites that apply
+    /// every op (see [`OpFacts::example`]).
+    fn example() -> Self {
+        Self::default()
+    }
+}
+
+/// The op of a [`UnaryRule`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unary<R>(pub R);
+
+impl<R: UnaryRule> Unary<R> {
+    /// The value the rule's derivative is written in.
+    #[inline(always)]
+    fn slope_value<'a, V>(input: &'a V, output: &'a V) -> &'a V {
+        match R::SLOPE_OF {
+            SlopeOf::Input => input,
+            SlopeOf::Output => output,
+        }
+    }
+}
+
+/// The rule's value as a kernel functor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ValueFn<R>(pub(crate) R);
+
+impl<R: UnaryRule> UnaryFn for ValueFn<R> {
+    #[inline(always)]
+    fn call<T: Element>(self, x: T) -> T {
+        self.0.value(x)
+    }
+}
+
+/// The rule's gradient `(g, u) -> g f'` as a kernel functor: the whole
+/// first-order backward in one pass.
+#[derive(Clone, Copy, Debug)]
+struct GradFn<R>(R);
+
+impl<R: UnaryRule> BinaryFn for GradFn<R> {
+    #[inline(always)]
+    fn call<T: Element>(self, g: T, u: T) -> T {
+        self.0.grad(&Lane(g), &Lane(u)).0
+    }
+}
+
+impl<R: UnaryRule> Differentiable for Unary<R> {
+    fn name(&self) -> &str {
+        R::NAME
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    // Inlined into `record`: a call takes the input's address, which keeps
+    // the `Var` on the stack and copies it there by 16-byte loads of
+    // smaller stores (see `tensor/word.rs`).
+    #[inline(always)]
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs(R::NAME, inputs, 1)?;
+        self.0.check()?;
+        Ok(kernels::map(inputs[0], ValueFn(self.0)))
+    }
+    fn backward<'g>(
+        &self,
+        g: &Var<'g>,
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        let u = Self::slope_value(&inputs[0], output);
+        let grad = self.0.grad(&Traced::of(g), &Traced::of(u));
+        Ok(smallvec![Some(grad.into_result()?)])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        _needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let u = Self::slope_value(inputs[0], output);
+        grads[0] = Some(kernels::zip(R::NAME, g, u, GradFn(self.0))?);
+        Ok(true)
+    }
+    #[inline]
+    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+        match call {
+            ScalarBackward::F32(a) if a.inputs.len() == 1 => {
+                let u = *Self::slope_value(&a.inputs[0], &a.output);
+                a.grads[0] = self.0.grad(&Lane(a.grad), &Lane(u)).0;
+            }
+            ScalarBackward::F64(a) if a.inputs.len() == 1 => {
+                let u = *Self::slope_value(&a.inputs[0], &a.output);
+                a.grads[0] = self.0.grad(&Lane(a.grad), &Lane(u)).0;
+            }
+            _ => return false,
+        }
+        true
+    }
+    // The Jacobian is diagonal, so J t is the gradient formula with the
+    // tangent in place of `g`.
+    fn jvp<'g>(
+        &self,
+        tangents: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let u = Self::slope_value(&inputs[0], output);
+        tangents[0]
+            .as_ref()
+            .map(|t| self.0.grad(&Traced::of(t), &Traced::of(u)).into_result())
+            .transpose()
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            arity: Some(1),
+            elementwise: true,
+            domain: Some(|v| R::domain(v[0])),
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(Unary(R::example()))),
+        }
+    }
+}
