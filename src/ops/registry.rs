@@ -149,17 +149,27 @@ impl std::fmt::Debug for OpRegistry {
     }
 }
 
-/// Levenshtein distance between two strings (by chars).
+/// Edit distance between two strings (by chars), with a swap of two
+/// adjacent chars counted as one edit (optimal string alignment): `rleu`
+/// is one typo away from `relu`, and two from `elu`.
 fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
+    // Three rows of the dynamic programme: two back, one back, current.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
+    for i in 0..a.len() {
         cur[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        for j in 0..b.len() {
+            let sub = prev[j] + usize::from(a[i] != b[j]);
+            let mut best = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                best = best.min(before[j - 1] + 1);
+            }
+            cur[j + 1] = best;
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
@@ -172,7 +182,9 @@ mod tests {
     #[test]
     fn edit_distances() {
         assert_eq!(edit_distance("relu", "relu"), 0);
-        assert_eq!(edit_distance("rleu", "relu"), 2);
+        assert_eq!(edit_distance("rleu", "relu"), 1);
+        assert_eq!(edit_distance("rleu", "elu"), 2);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
     }
 

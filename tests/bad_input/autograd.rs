@@ -75,7 +75,7 @@ pub fn cases(t: &mut Table) {
     t.add("registry: registering a taken name", || {
         let mut reg = OpRegistry::with_builtins();
         expect_err!(
-            reg.register("add", retrograd::ops::arith::Mul),
+            reg.register("add", retrograd::ops::rule::Binary(retrograd::ops::arith::Mul)),
             Error::DuplicateOp { .. },
             ["add", "already registered"]
         )
@@ -83,7 +83,7 @@ pub fn cases(t: &mut Table) {
     t.add("registry: registering an empty name", || {
         let mut reg = OpRegistry::new();
         expect_err!(
-            reg.register("", retrograd::ops::arith::Mul),
+            reg.register("", retrograd::ops::rule::Binary(retrograd::ops::arith::Mul)),
             Error::InvalidArgument { .. },
             ["register", "empty"]
         )

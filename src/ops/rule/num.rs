@@ -3,12 +3,12 @@
 //! [`Traced`] (a `Var`: each step records a node) and [`Plain`] (a tensor:
 //! each step runs a kernel).
 
+use super::select_op::SelectWhere;
 use super::{BinaryRule, UnaryRule};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, TernaryFn};
 use crate::ops::arith::{Add, Div, Mul, Neg, Sub};
-use crate::ops::compare::Where;
 use crate::ops::unary::{Exp, Log, Sigmoid, Tanh};
 use crate::tensor::{Element, Tensor};
 
@@ -186,13 +186,13 @@ impl Num for Traced<'_> {
         self.and_then2(other, |a, b| a.graph().record(super::Binary(rule), &[a, b]))
     }
     fn select(&self, cmp: Cmp, rhs: &Self, then: &Self, otherwise: &Self) -> Self {
-        let mask = self.and_then2(rhs, |a, b| {
-            let m = kernels::zip("select", a.value(), b.value(), MaskFn(cmp))?;
-            Ok(Var::constant_in(a.graph(), m))
-        });
-        match (&mask.0, &then.0, &otherwise.0) {
-            (Ok(m), Ok(t), Ok(o)) => Traced(t.graph().record(Where, &[m, t, o])),
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Traced(Err(e.clone())),
+        match (&self.0, &rhs.0, &then.0, &otherwise.0) {
+            (Ok(x), Ok(r), Ok(t), Ok(o)) => {
+                Traced(x.graph().record(SelectWhere(cmp), &[x, r, t, o]))
+            }
+            (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
+                Traced(Err(e.clone()))
+            }
         }
     }
 }
@@ -241,17 +241,16 @@ impl Num for Plain {
         })
     }
     fn select(&self, cmp: Cmp, rhs: &Self, then: &Self, otherwise: &Self) -> Self {
-        let mask = self.and_then2(rhs, |a, b| kernels::zip("select", a, b, MaskFn(cmp)));
-        match (&mask.0, &then.0, &otherwise.0) {
-            (Ok(m), Ok(t), Ok(o)) => Plain(kernels::zip3("select", m, t, o, PickFn)),
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Plain(Err(e.clone())),
-        }
+        Plain(match (&self.0, &rhs.0, &then.0, &otherwise.0) {
+            (Ok(x), Ok(r), Ok(t), Ok(o)) => SelectWhere(cmp).compute(x, r, t, o),
+            (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => Err(e.clone()),
+        })
     }
 }
 
 /// 1 where `a cmp b` holds, else 0.
 #[derive(Clone, Copy, Debug)]
-struct MaskFn(Cmp);
+pub(super) struct MaskFn(pub(super) Cmp);
 
 impl BinaryFn for MaskFn {
     #[inline(always)]
@@ -266,7 +265,7 @@ impl BinaryFn for MaskFn {
 
 /// `mask != 0 ? a : b`
 #[derive(Clone, Copy, Debug)]
-struct PickFn;
+pub(super) struct PickFn;
 
 impl TernaryFn for PickFn {
     #[inline(always)]
