@@ -3,10 +3,13 @@
 //! row with `grad`), and both agree with central finite differences
 //! (`jvpcheck`).
 
+#[path = "support/registry_ops.rs"]
+mod registry_ops;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::ops::nn::{CrossEntropyOptions, Reduction};
-use retrograd::{grad, jvp, jvpcheck, GeluApproximate, GradOptions, Graph, Result, Tensor, Var};
+use retrograd::{grad, jvp, jvpcheck, GradOptions, Graph, Result, Tensor, Var};
 
 type OpFn = for<'g> fn(&[Var<'g>]) -> Result<Var<'g>>;
 type Case = (&'static str, OpFn, Vec<Vec<usize>>);
@@ -18,45 +21,7 @@ fn positive<'g>(v: &Var<'g>) -> Var<'g> {
 
 fn cases() -> Vec<Case> {
     vec![
-        ("add", |v| v[0].try_add(&v[1]), vec![vec![2, 3], vec![3]]),
-        ("sub", |v| v[0].try_sub(&v[1]), vec![vec![2, 3], vec![2, 1]]),
-        ("mul", |v| v[0].try_mul(&v[1]), vec![vec![2, 3], vec![3]]),
-        (
-            "div",
-            |v| v[0].try_div(&positive(&v[1])),
-            vec![vec![2, 3], vec![3]],
-        ),
-        ("neg", |v| Ok(-&v[0]), vec![vec![4]]),
-        ("exp", |v| Ok(v[0].exp()), vec![vec![4]]),
-        ("log", |v| Ok(positive(&v[0]).log()), vec![vec![4]]),
-        ("tanh", |v| Ok(v[0].tanh()), vec![vec![4]]),
-        ("sigmoid", |v| Ok(v[0].sigmoid()), vec![vec![4]]),
-        ("relu", |v| Ok(v[0].relu()), vec![vec![4]]),
-        (
-            "pow",
-            |v| positive(&v[0]).try_pow(&v[1]),
-            vec![vec![2, 3], vec![3]],
-        ),
         ("powf", |v| Ok(positive(&v[0]).powf(1.7)), vec![vec![4]]),
-        ("sqrt", |v| Ok(positive(&v[0]).sqrt()), vec![vec![4]]),
-        ("abs", |v| Ok(v[0].abs()), vec![vec![4]]),
-        ("sin", |v| Ok(v[0].sin()), vec![vec![4]]),
-        ("cos", |v| Ok(v[0].cos()), vec![vec![4]]),
-        (
-            "clamp",
-            |v| v[0].try_clamp(Some(-0.5), Some(0.5)),
-            vec![vec![6]],
-        ),
-        (
-            "maximum",
-            |v| v[0].try_maximum(&v[1]),
-            vec![vec![2, 3], vec![3]],
-        ),
-        (
-            "minimum",
-            |v| v[0].try_minimum(&v[1]),
-            vec![vec![2, 3], vec![3]],
-        ),
         (
             "where",
             |v| {
@@ -65,14 +30,6 @@ fn cases() -> Vec<Case> {
             },
             vec![vec![2, 3], vec![2, 3]],
         ),
-        ("leaky_relu", |v| Ok(v[0].leaky_relu(0.1)), vec![vec![5]]),
-        ("gelu", |v| Ok(v[0].gelu()), vec![vec![5]]),
-        (
-            "gelu_tanh",
-            |v| Ok(v[0].gelu_with(GeluApproximate::Tanh)),
-            vec![vec![5]],
-        ),
-        ("silu", |v| Ok(v[0].silu()), vec![vec![5]]),
         ("sum", |v| Ok(v[0].sum()), vec![vec![2, 3]]),
         ("mean", |v| Ok(v[0].mean()), vec![vec![2, 3]]),
         (
@@ -240,7 +197,10 @@ fn random_inputs(shapes: &[Vec<usize>], rng: &mut ChaCha8Rng) -> Vec<Tensor> {
 }
 
 /// `J t` from reverse mode: one `grad` per output element.
-fn reverse_jvp(f: OpFn, xs: &[Tensor], ts: &[Tensor]) -> Vec<f64> {
+fn reverse_jvp<F>(f: F, xs: &[Tensor], ts: &[Tensor]) -> Vec<f64>
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>,
+{
     let g = Graph::new();
     let vars: Vec<Var<'_>> = xs.iter().map(|x| g.variable(x.clone())).collect();
     let y = f(&vars).unwrap();
@@ -270,6 +230,24 @@ fn reverse_jvp(f: OpFn, xs: &[Tensor], ts: &[Tensor]) -> Vec<f64> {
         .collect()
 }
 
+/// `jvp` against the reverse-mode Jacobian and against finite differences.
+fn check_op<F>(name: &str, f: F, xs: &[Tensor], ts: &[Tensor])
+where
+    F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>> + Copy,
+{
+    let (_, forward) = jvp(f, xs, ts).unwrap_or_else(|e| panic!("{name}: jvp failed: {e}"));
+    let reverse = reverse_jvp(f, xs, ts);
+    let forward = forward.to_f64_vec();
+    assert_eq!(forward.len(), reverse.len(), "{name}");
+    for (i, (a, b)) in forward.iter().zip(&reverse).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-10 * (1.0 + b.abs()),
+            "{name}[{i}]: jvp {a} vs reverse {b}"
+        );
+    }
+    jvpcheck(f, xs).unwrap_or_else(|e| panic!("{name}: jvp vs finite differences: {e}"));
+}
+
 #[test]
 fn jvp_equals_the_reverse_mode_jacobian_times_the_tangent() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
@@ -277,20 +255,23 @@ fn jvp_equals_the_reverse_mode_jacobian_times_the_tangent() {
     for (name, f, shapes) in cases() {
         let xs = random_inputs(&shapes, &mut rng);
         let ts = random_inputs(&shapes, &mut rng);
-        let (_, forward) = jvp(f, &xs, &ts).unwrap_or_else(|e| panic!("{name}: jvp failed: {e}"));
-        let reverse = reverse_jvp(f, &xs, &ts);
-        let forward = forward.to_f64_vec();
-        assert_eq!(forward.len(), reverse.len(), "{name}");
-        for (i, (a, b)) in forward.iter().zip(&reverse).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-10 * (1.0 + b.abs()),
-                "{name}[{i}]: jvp {a} vs reverse {b}"
-            );
-        }
-        jvpcheck(f, &xs).unwrap_or_else(|e| panic!("{name}: jvp vs finite differences: {e}"));
+        check_op(name, f, &xs, &ts);
         checked += 1;
     }
     println!("forward mode agrees with reverse mode and finite differences on {checked} ops");
+}
+
+#[test]
+fn every_elementwise_op_of_the_registry_has_a_correct_tangent_rule() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let ops = registry_ops::elementwise();
+    for op in ops {
+        assert!(op.facts.tangent, "{}: elementwise ops derive a tangent rule", op.label);
+        let xs = registry_ops::sample_inputs(op, 5, &mut rng);
+        let ts = random_inputs(&vec![vec![5]; op.arity()], &mut rng);
+        check_op(&op.label, |v: &[Var<'_>]| op.apply(&v.iter().collect::<Vec<_>>()), &xs, &ts);
+    }
+    println!("{} elementwise instances checked", ops.len());
 }
 
 #[test]

@@ -19,11 +19,11 @@ impl Graph {
     /// This is the seed's `record`; every op method on [`Var`] calls it.
     ///
     /// ```
-    /// use retrograd::{Graph, Tensor, ops::arith::Mul};
+    /// use retrograd::{Graph, Tensor, ops::{arith::Mul, rule::Binary}};
     /// let g = Graph::new();
     /// let x = g.constant(Tensor::scalar(3.0));
     /// let y = g.constant(Tensor::scalar(4.0));
-    /// let z = g.record(Mul, &[&x, &y])?;
+    /// let z = g.record(Binary(Mul), &[&x, &y])?;
     /// assert_eq!(g.len(), 0);          // both frozen: no node
     /// assert!(!z.requires_grad());
     /// assert_eq!(z.value().item()?, 12.0);

@@ -39,7 +39,7 @@ impl UnaryRule for LeakyRelu {
         x.select(Cmp::Gt, &x.lit(0.0), g, &g.scale(self.negative_slope))
     }
     fn domain(x: f64) -> bool {
-        x.abs() > KINK_MARGIN && x.abs() < 5.0
+        x.abs() > KINK_MARGIN
     }
     fn example() -> Self {
         LeakyRelu {

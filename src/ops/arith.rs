@@ -88,7 +88,8 @@ impl BinaryRule for Div {
         g.mul(y).div(b).neg()
     }
     fn domain(a: f64, b: f64) -> bool {
-        a.abs() < 5.0 && b.abs() > 0.2 && b.abs() < 5.0
+        let _ = a;
+        b.abs() > 0.2
     }
 }
 

@@ -55,7 +55,7 @@ impl BinaryRule for Maximum {
         winner_share(g, b, a)
     }
     fn domain(a: f64, b: f64) -> bool {
-        (a - b).abs() > KINK_MARGIN && a.abs() < 5.0 && b.abs() < 5.0
+        (a - b).abs() > KINK_MARGIN
     }
 }
 

@@ -27,7 +27,7 @@ impl UnaryRule for Abs {
         x.select(Cmp::Gt, &zero, g, &x.select(Cmp::Lt, &zero, &g.neg(), &neither))
     }
     fn domain(x: f64) -> bool {
-        x.abs() > KINK_MARGIN && x.abs() < 5.0
+        x.abs() > KINK_MARGIN
     }
 }
 
@@ -122,7 +122,7 @@ impl UnaryRule for Clamp {
     }
     fn domain(x: f64) -> bool {
         let (lo, hi) = Self::example().bounds();
-        (x - lo).abs() > KINK_MARGIN && (x - hi).abs() > KINK_MARGIN && x.abs() < 5.0
+        (x - lo).abs() > KINK_MARGIN && (x - hi).abs() > KINK_MARGIN
     }
     fn example() -> Self {
         Clamp {

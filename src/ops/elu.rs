@@ -47,7 +47,7 @@ impl UnaryRule for Elu {
         x.select(Cmp::Gt, &x.lit(0.0), g, &g.mul(&x.exp().scale(self.alpha)))
     }
     fn domain(x: f64) -> bool {
-        x.abs() > KINK_MARGIN && x.abs() < 5.0
+        x.abs() > KINK_MARGIN && x < 20.0
     }
     fn example() -> Self {
         Elu { alpha: 0.7 }

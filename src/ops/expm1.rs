@@ -22,7 +22,7 @@ impl UnaryRule for Expm1 {
         g.mul(&y.add(&y.lit(1.0)))
     }
     fn domain(x: f64) -> bool {
-        x > -5.0 && x < 3.0
+        x < 3.0
     }
 }
 

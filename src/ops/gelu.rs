@@ -73,6 +73,12 @@ impl UnaryRule for Gelu {
             }
         }
     }
+    // The registered instance is the exact form; the example covers the other.
+    fn example() -> Self {
+        Gelu {
+            approximate: GeluApproximate::Tanh,
+        }
+    }
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

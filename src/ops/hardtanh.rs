@@ -61,7 +61,7 @@ impl UnaryRule for Hardtanh {
         x.select(Cmp::Gt, &x.lit(self.min_val), &below_max, &zero)
     }
     fn domain(x: f64) -> bool {
-        (x.abs() - 1.0).abs() > KINK_MARGIN && x.abs() < 5.0
+        (x.abs() - 1.0).abs() > KINK_MARGIN
     }
 }
 

@@ -58,6 +58,10 @@ impl UnaryRule for Softplus {
         let bx = x.scale(self.beta);
         bx.select(Cmp::Gt, &x.lit(self.threshold), g, &g.mul(&bx.sigmoid()))
     }
+    // Away from the switch to the linear branch at βx = threshold (20).
+    fn domain(x: f64) -> bool {
+        x < 19.0
+    }
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

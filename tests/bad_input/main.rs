@@ -7,6 +7,8 @@
 //! `BAD_INPUT_FILTER=<substring>` runs only the cases whose name contains it.
 
 mod harness;
+#[path = "../support/registry_ops.rs"]
+mod registry_ops;
 
 mod autograd;
 mod axes;

@@ -5,6 +5,7 @@
 use retrograd::{Error, Graph, Tensor, Var};
 
 use crate::expect_err;
+use crate::registry_ops;
 use crate::harness::{ensure, setup, Table};
 
 const SPECIALS: [f64; 6] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308];
@@ -17,25 +18,8 @@ type Unary = for<'g> fn(&Var<'g>) -> retrograd::Result<Var<'g>>;
 
 fn unary_ops() -> Vec<(&'static str, Unary)> {
     vec![
-        ("neg", |x| Ok(x.neg())),
-        ("exp", |x| Ok(x.exp())),
-        ("log", |x| Ok(x.log())),
-        ("sqrt", |x| Ok(x.sqrt())),
-        ("abs", |x| Ok(x.abs())),
-        ("sin", |x| Ok(x.sin())),
-        ("cos", |x| Ok(x.cos())),
-        ("tanh", |x| Ok(x.tanh())),
-        ("sigmoid", |x| Ok(x.sigmoid())),
-        ("relu", |x| Ok(x.relu())),
-        ("leaky_relu", |x| Ok(x.leaky_relu(0.1))),
-        ("silu", |x| Ok(x.silu())),
-        ("gelu", |x| Ok(x.gelu())),
-        ("gelu tanh", |x| {
-            Ok(x.gelu_with(retrograd::GeluApproximate::Tanh))
-        }),
         ("powf", |x| Ok(x.powf(0.5))),
         ("powf negative", |x| Ok(x.powf(-1.5))),
-        ("clamp", |x| x.try_clamp(Some(-1.0), Some(1.0))),
         ("softmax", |x| x.try_softmax(0)),
         ("log_softmax", |x| x.try_log_softmax(-1)),
         ("logsumexp", |x| x.try_logsumexp(&[0], false)),
@@ -46,29 +30,45 @@ fn unary_ops() -> Vec<(&'static str, Unary)> {
         ("mean", |x| Ok(x.mean())),
         ("layer_norm", |x| x.try_layer_norm(&[6], None, None, 1e-5)),
         ("dropout", |x| x.try_dropout(0.5, true, 3)),
-        ("mul self", |x| x.try_mul(x)),
-        ("div self", |x| x.try_div(x)),
         ("pow self", |x| x.try_pow(x)),
-        ("maximum reversed", |x| x.try_maximum(&x.neg())),
         ("matmul self", |x| x.try_matmul(x)),
     ]
 }
 
+/// A case that runs `op` on the specials, forward and backward.
+fn specials_case(t: &mut Table, name: &str, op: impl for<'g> Fn(&Var<'g>) -> retrograd::Result<Var<'g>> + 'static) {
+    t.add(
+        format!("{name}: NaN, infinities and extremes forward and backward"),
+        move || {
+            let g = Graph::new();
+            let x = g.variable(specials());
+            let y = setup(op(&x))?;
+            let loss = y.sum();
+            // NaN in, NaN out: whatever the values, backward runs and the
+            // gradient has the input's shape.
+            let grads = setup(loss.backward())?;
+            ensure(grads.wrt(&x).shape() == [6], || "gradient shape".into())
+        },
+    );
+}
+
 pub fn cases(t: &mut Table) {
+    // Every elementwise op of the registry: on the specials, and a binary
+    // op also against the specials reversed (NaN and the infinities meet
+    // every other value).
+    for op in registry_ops::elementwise() {
+        if op.arity() == 1 {
+            specials_case(t, &op.label, move |x| op.apply(&[x]));
+        } else {
+            specials_case(t, &format!("{} self", op.label), move |x| op.apply(&[x, x]));
+            specials_case(t, &format!("{} reversed", op.label), move |x| {
+                let reversed = Tensor::from_indices(&[5, 4, 3, 2, 1, 0], &[6])?;
+                op.apply(&[x, &x.try_index_select(0, &reversed)?])
+            });
+        }
+    }
     for (name, op) in unary_ops() {
-        t.add(
-            format!("{name}: NaN, infinities and extremes forward and backward"),
-            move || {
-                let g = Graph::new();
-                let x = g.variable(specials());
-                let y = setup(op(&x))?;
-                let loss = y.sum();
-                // NaN in, NaN out: whatever the values, backward runs and the
-                // gradient has the input's shape.
-                let grads = setup(loss.backward())?;
-                ensure(grads.wrt(&x).shape() == [6], || "gradient shape".into())
-            },
-        );
+        specials_case(t, name, op);
     }
     t.add("max propagates NaN", || {
         let g = Graph::new();

@@ -20,7 +20,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::kernels::parallel::PARALLEL_THRESHOLD;
-use retrograd::{DType, GeluApproximate, Graph, Result, Tensor, Var};
+use retrograd::{DType, Graph, Result, Tensor, Var};
+
+use crate::registry_ops::{self, Instance};
 
 /// How far values keep from kinks, domain edges and ties.
 pub const MARGIN: f64 = 0.05;
@@ -84,10 +86,9 @@ const ATTEMPTS: usize = 12;
 pub enum Op {
     /// A parameterless op applied by its registry name through `Graph::apply`.
     Registered(&'static str),
-    LeakyRelu(f64),
-    Gelu(GeluApproximate),
+    /// The elementwise op `registry_ops::elementwise()[i]`.
+    Elementwise(usize),
     Powf(f64),
-    Clamp(f64, f64),
     AddScalar(f64),
     MulScalar(f64),
     RdivScalar(f64),
@@ -194,6 +195,9 @@ impl Dag {
             .iter()
             .filter_map(|n| match n {
                 Node::Apply(Op::Registered(name), _) => Some(name.to_string()),
+                Node::Apply(Op::Elementwise(i), _) => {
+                    Some(registry_ops::elementwise()[*i].name.clone())
+                }
                 Node::Apply(op, _) => {
                     let debug = format!("{op:?}");
                     Some(
@@ -249,10 +253,8 @@ fn apply<'g>(op: &Op, args: &[&Var<'g>]) -> Result<Var<'g>> {
     let x = args[0];
     match op {
         Op::Registered(name) => x.graph().apply(name, args),
-        Op::LeakyRelu(slope) => Ok(x.leaky_relu(*slope)),
-        Op::Gelu(approximate) => Ok(x.gelu_with(*approximate)),
+        Op::Elementwise(i) => registry_ops::elementwise()[*i].apply(args),
         Op::Powf(e) => Ok(x.powf(*e)),
-        Op::Clamp(lo, hi) => x.try_clamp(Some(*lo), Some(*hi)),
         Op::AddScalar(c) => Ok(x.add_scalar(*c)),
         Op::MulScalar(c) => Ok(x.mul_scalar(*c)),
         Op::RdivScalar(c) => Ok(x.rdiv_scalar(*c)),
@@ -454,31 +456,20 @@ impl<'p> Planner<'p> {
         }
     }
 
+    /// A one-input elementwise op of the registry whose declared domain
+    /// admits every value of `a`, or a scalar-operand variant of a binary
+    /// op (`powf`, `x + c`, `x * c`, `c / x`).
     fn unary(&self, a: usize, rng: &mut ChaCha8Rng) -> Option<Op> {
         let v = self.data(a);
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let min_abs = v.iter().fold(f64::INFINITY, |m, x| m.min(x.abs()));
-        let away_from = |point: f64| v.iter().all(|x| (x - point).abs() > MARGIN);
-        let op = match rng.random_range(0..17) {
-            0 => Op::Registered("neg"),
-            1 if max < 3.0 => Op::Registered("exp"),
-            2 if min > 0.2 => Op::Registered("log"),
-            3 if min > 0.2 => Op::Registered("sqrt"),
-            4 => Op::Registered("tanh"),
-            5 => Op::Registered("sigmoid"),
-            6 => Op::Registered("sin"),
-            7 => Op::Registered("cos"),
-            8 if min_abs > MARGIN => Op::Registered("abs"),
-            9 if min_abs > MARGIN => Op::Registered("relu"),
-            10 if min_abs > MARGIN => Op::LeakyRelu(0.1),
-            11 => Op::Registered("silu"),
-            12 => Op::Gelu(if rng.random_bool(0.5) {
-                GeluApproximate::None
-            } else {
-                GeluApproximate::Tanh
-            }),
-            13 => {
+        let unary = elementwise_with_arity(1);
+        let k = rng.random_range(0..unary.len() + 3);
+        if let Some(&(i, op)) = unary.get(k) {
+            return v.iter().all(|&x| op.admits(&[x])).then_some(Op::Elementwise(i));
+        }
+        let op = match k - unary.len() {
+            0 => {
                 let e = [2.0, 3.0, 0.5, 1.5, -1.0][rng.random_range(0..5)];
                 let integral = e > 0.0 && e == f64::trunc(e);
                 if !integral && min <= 0.2 {
@@ -486,15 +477,7 @@ impl<'p> Planner<'p> {
                 }
                 Op::Powf(e)
             }
-            14 => {
-                let lo = rng.random_range(-1.5..0.0);
-                let hi = lo + rng.random_range(0.3..2.0);
-                if !(away_from(lo) && away_from(hi)) {
-                    return None;
-                }
-                Op::Clamp(lo, hi)
-            }
-            15 => {
+            1 => {
                 let c = rng.random_range(-1.5..1.5);
                 if rng.random_bool(0.5) {
                     Op::AddScalar(c)
@@ -502,7 +485,7 @@ impl<'p> Planner<'p> {
                     Op::MulScalar(c)
                 }
             }
-            16 if min_abs > 0.2 => Op::RdivScalar(rng.random_range(0.5..2.0)),
+            _ if min_abs > 0.2 => Op::RdivScalar(rng.random_range(0.5..2.0)),
             _ => return None,
         };
         Some(op)
@@ -512,9 +495,9 @@ impl<'p> Planner<'p> {
     /// broadcasts with `a`'s, or a fresh leaf shaped to broadcast with it
     /// (size-1 dims grown, some dims set to 1, leading dims dropped).
     fn binary(&mut self, a: usize, rng: &mut ChaCha8Rng) -> Option<(Op, Vec<Operand>)> {
-        let name = [
-            "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
-        ][rng.random_range(0..8)];
+        let binary = elementwise_with_arity(2);
+        // One more choice than the registry's binary ops: `where`.
+        let choice = binary.get(rng.random_range(0..binary.len() + 1)).copied();
         let shape = self.shape(a);
         let candidates: Vec<usize> = (0..self.values.len())
             .filter(|&i| broadcast(&shape, self.values[i].shape()).is_some())
@@ -533,21 +516,20 @@ impl<'p> Planner<'p> {
         if rng.random_bool(0.4) {
             operands.swap(0, 1);
         }
-        let lhs = self.operand_data(&operands[0]);
-        let rhs = self.operand_data(&operands[1]);
-        let ok = match name {
-            "div" => rhs.iter().all(|x| x.abs() > 0.2),
-            "pow" => {
-                lhs.iter().all(|x| (0.2..5.0).contains(x)) && rhs.iter().all(|x| x.abs() < 2.5)
+        if let Some((i, op)) = choice {
+            let pairs = broadcast_pairs(
+                &self.operand_data(&operands[0]),
+                &self.operand_shape(&operands[0]),
+                &self.operand_data(&operands[1]),
+                &self.operand_shape(&operands[1]),
+            );
+            if !pairs.iter().all(|&(x, y)| op.admits(&[x, y])) {
+                return None;
             }
-            // Ties of maximum/minimum are checked on the broadcast difference in `accept`.
-            _ => true,
-        };
-        if !ok {
-            return None;
+            return Some((Op::Elementwise(i), operands));
         }
-        if name == "where" {
-            // A 0/1 condition shaped like either operand or their broadcast.
+        {
+            // `where`: a 0/1 condition shaped like either operand or their broadcast.
             let shapes = [
                 self.operand_shape(&operands[0]),
                 self.operand_shape(&operands[1]),
@@ -560,9 +542,8 @@ impl<'p> Planner<'p> {
                 .collect();
             let condition =
                 Tensor::from_f64_slice(&condition, &condition_shape, DType::F64).expect("a shape");
-            return Some((Op::Where(condition), operands));
+            Some((Op::Where(condition), operands))
         }
-        Some((Op::Registered(name), operands))
     }
 
     fn operand_shape(&self, operand: &Operand) -> Vec<usize> {
@@ -911,12 +892,6 @@ impl<'p> Planner<'p> {
                 vars.iter().map(|v| v.shape().to_vec()).collect::<Vec<_>>()
             )
         });
-        if matches!(op, Op::Registered("maximum" | "minimum")) {
-            let gap = vars[0].try_sub(&vars[1]).expect("operands broadcast");
-            if gap.value().to_f64_vec().iter().any(|d| d.abs() <= MARGIN) {
-                return false;
-            }
-        }
         let data = out.value().to_f64_vec();
         if out.value().numel() > self.size.max_numel
             || out.shape().len() > 4
@@ -1081,4 +1056,26 @@ fn min_gap(values: &[f64]) -> f64 {
         .windows(2)
         .map(|w| w[1] - w[0])
         .fold(f64::INFINITY, f64::min)
+}
+
+/// The registry's elementwise instances of `arity`, with their index in
+/// `registry_ops::elementwise()`.
+fn elementwise_with_arity(arity: usize) -> Vec<(usize, &'static Instance)> {
+    registry_ops::elementwise()
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| op.arity() == arity)
+        .collect()
+}
+
+/// The operand pairs of a broadcasting binary op, one per output element.
+fn broadcast_pairs(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize]) -> Vec<(f64, f64)> {
+    let out = broadcast(a_shape, b_shape).expect("operands broadcast");
+    let spread = |data: &[f64], shape: &[usize]| -> Vec<f64> {
+        let t = Tensor::from_vec(data.to_vec(), shape).expect("a shape");
+        retrograd::kernels::broadcast_to("broadcast_pairs", &t, &out)
+            .expect("broadcastable")
+            .to_f64_vec()
+    };
+    spread(a, a_shape).into_iter().zip(spread(b, b_shape)).collect()
 }

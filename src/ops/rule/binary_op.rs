@@ -58,7 +58,8 @@ pub trait BinaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
 
     /// Whether `(a, b)` is a safe random input (see [`Domain`](super::Domain)).
     fn domain(a: f64, b: f64) -> bool {
-        a.abs() < 5.0 && b.abs() < 5.0
+        let _ = (a, b);
+        true
     }
 }
 
