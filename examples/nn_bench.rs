@@ -46,7 +46,7 @@ fn main() -> Result<()> {
         let forward = median_us(200, || {
             let g = Graph::new();
             let x = g.constant(logits.clone());
-            std::hint::black_box(x.try_cross_entropy(&targets)?.value().item()?);
+            std::hint::black_box(x.try_cross_entropy(&targets)?.value().try_item()?);
             Ok(())
         })?;
         println!(

@@ -226,7 +226,7 @@ impl Trainer {
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                loss_sum += loss.value().item()? * n as f64;
+                loss_sum += loss.value().try_item()? * n as f64;
                 correct += accuracy(logits.value(), &batch.labels)? * n as f64;
                 grads
             };

@@ -18,8 +18,8 @@
 //! let w = &x * &y + &x;                       // records mul, then add
 //! assert_eq!(graph.to_string(), "nodes[0] = mul(x, y) -> 12\nnodes[1] = add(nodes[0], x) -> 15\n");
 //! let grads = w.backward()?;
-//! assert_eq!(grads.wrt(&x).item()?, 5.0);     // dw/dx = y + 1
-//! assert_eq!(grads.wrt(&y).item()?, 3.0);     // dw/dy = x
+//! assert_eq!(grads.wrt(&x).try_item()?, 5.0);     // dw/dx = y + 1
+//! assert_eq!(grads.wrt(&y).try_item()?, 3.0);     // dw/dy = x
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 #![warn(missing_docs)]
@@ -39,6 +39,8 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
+#[cfg(test)]
+mod test_util;
 pub mod tensor;
 pub mod viz;
 

@@ -106,7 +106,7 @@ fn reverse_mode(
     let grads = root
         .backward_with_options(opts)
         .map_err(|e| format!("backward: {e}"))?;
-    let value = root.value().item().map_err(|e| e.to_string())?;
+    let value = root.value().try_item().map_err(|e| e.to_string())?;
     Ok((value, input_grads(&grads, &inputs)))
 }
 
@@ -119,7 +119,7 @@ fn evaluate(dag: &Dag, inputs: &[Tensor]) -> Result<f64, String> {
     let graph = Graph::new();
     let constants: Vec<Var<'_>> = inputs.iter().map(|t| graph.constant(t.clone())).collect();
     let root = dag.build(&constants).map_err(|e| format!("build: {e}"))?;
-    root.value().item().map_err(|e| e.to_string())
+    root.value().try_item().map_err(|e| e.to_string())
 }
 
 /// Elementwise `|a - b| <= atol + rtol * |b|`, naming the first element that
@@ -343,7 +343,7 @@ fn forward_mode_agrees(dag: &Dag, spare: u64) -> Result<f64, String> {
             .collect();
         let (_, forward) =
             jvp(|v| dag.build(v), &dag.inputs, &tangents).map_err(|e| format!("jvp: {e}"))?;
-        let forward = forward.item().map_err(|e| e.to_string())?;
+        let forward = forward.try_item().map_err(|e| e.to_string())?;
         let (mut reverse, mut magnitude) = (0.0, 0.0);
         for (g, t) in grads.iter().zip(&tangents) {
             for (a, b) in g.to_f64_vec().into_iter().zip(t.to_f64_vec()) {

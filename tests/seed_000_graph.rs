@@ -4,7 +4,7 @@
 use retrograd::{BackwardOptions, BackwardOrder, Error, Graph, Tensor};
 
 fn item(t: &Tensor) -> f64 {
-    t.item().unwrap()
+    t.item()
 }
 
 /// Worked examples 15.2.1, 15.3.1, 15.4.1 and Chapter 16's x.grad = 5, y.grad = 3.

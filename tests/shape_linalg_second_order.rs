@@ -29,7 +29,7 @@ fn penalty(x: &[f64], w: &[f64]) -> Result<(f64, Vec<f64>, Vec<f64>)> {
     let p = (&dx * &dx).sum();
     let second = grad(&[&p], &[&x, &w], &GradOptions::new())?;
     Ok((
-        p.value().item()?,
+        p.value().try_item()?,
         second[0].value().to_f64_vec(),
         second[1].value().to_f64_vec(),
     ))

@@ -196,7 +196,7 @@ fn train(job: &Job) -> Result<Outcome> {
             job.dtype,
         )?);
         let loss = model.forward(&x)?.try_cross_entropy(&labels)?;
-        losses.push(loss.value().item()?.to_bits());
+        losses.push(loss.value().try_item()?.to_bits());
         let mut grads = loss.backward()?;
         clip_grad_norm(&mut grads, 5.0, 2.0)?;
         optimizer.step(&grads)?;

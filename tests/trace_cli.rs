@@ -29,8 +29,8 @@ fn seed_example_report() {
     assert!(report.contains("output = 15\n"));
     assert!(report.contains("  x = 5\n  y = 3\n"));
     let grads = t.gradients.as_ref().unwrap();
-    assert_eq!(grads.wrt(&t.inputs[0]).item().unwrap(), 5.0);
-    assert_eq!(grads.wrt(&t.inputs[1]).item().unwrap(), 3.0);
+    assert_eq!(grads.wrt(&t.inputs[0]).item(), 5.0);
+    assert_eq!(grads.wrt(&t.inputs[1]).item(), 3.0);
     // The picture of a trace is rooted at the output and shows gradients.
     let dot = graph.to_dot(&t.viz_options()).unwrap();
     assert!(dot.contains("grad 5") && dot.contains("class=\"op root\""));
@@ -96,7 +96,7 @@ fn frozen_subexpressions_record_no_node() {
     assert_eq!(graph.len(), 1);
     assert_eq!(graph.nodes()[0].op_name(), "mul");
     let folded = (9.0f64).tanh();
-    assert!((t.output.value().item().unwrap() - 3.0 * folded).abs() < 1e-12);
+    assert!((t.output.value().item() - 3.0 * folded).abs() < 1e-12);
     assert!(t.report().contains("  y: frozen, no gradient\n"));
     assert!(t.report().contains("inputs: x = 3, y = 4 (frozen)\n"));
 
@@ -158,7 +158,7 @@ fn two_tower_diamond_meets_at_the_dot_product() {
     .tanh();
     let e = (&hq * &hd).sum() - 0.25;
     let loss = &e * &e;
-    assert!((t.output.value().item().unwrap() - loss.value().item().unwrap()).abs() < 1e-15);
+    assert!((t.output.value().item() - loss.value().item()).abs() < 1e-15);
 }
 
 #[test]

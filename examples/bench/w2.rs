@@ -54,7 +54,7 @@ pub fn step(params: &[Parameter], x: &Tensor, y: &[usize]) -> Result<f64> {
             }
         }
         let loss = h.try_cross_entropy(y)?;
-        (loss.backward()?, loss.value().item()?)
+        (loss.backward()?, loss.value().try_item()?)
     };
     for p in params {
         let g = grads.of(p);

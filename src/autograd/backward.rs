@@ -97,7 +97,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(3.0));
     /// let grads = (&x * &x).backward()?;
-    /// assert_eq!(grads.wrt(&x).item()?, 6.0);
+    /// assert_eq!(grads.wrt(&x).try_item()?, 6.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn backward(&self) -> Result<Gradients> {

@@ -21,8 +21,8 @@ use crate::tensor::Tensor;
 ///     &[Tensor::scalar(3.0), Tensor::scalar(4.0)],
 ///     &[Tensor::scalar(1.0), Tensor::scalar(0.0)],
 /// )?;
-/// assert_eq!(out.item()?, 15.0);
-/// assert_eq!(tangent.item()?, 5.0);
+/// assert_eq!(out.try_item()?, 15.0);
+/// assert_eq!(tangent.try_item()?, 5.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn jvp<F>(f: F, primals: &[Tensor], tangents: &[Tensor]) -> Result<(Tensor, Tensor)>

@@ -61,8 +61,8 @@ impl GradOptions {
 /// let opts = GradOptions::new().create_graph(true);
 /// let dy = grad(&[&y], &[&x], &opts)?.remove(0);          // 3x^2 = 12
 /// let d2y = grad(&[&dy], &[&x], &opts)?.remove(0);        // 6x = 12
-/// assert_eq!(dy.value().item()?, 12.0);
-/// assert_eq!(d2y.value().item()?, 12.0);
+/// assert_eq!(dy.value().try_item()?, 12.0);
+/// assert_eq!(d2y.value().try_item()?, 12.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn grad<'g>(
@@ -155,11 +155,11 @@ mod tests {
             let y = &x * &x * &x;
             let opts = GradOptions::new().create_graph(true);
             let dy = grad(&[&y], &[&x], &opts).unwrap().remove(0);
-            assert!((dy.value().item().unwrap() - 3.0 * x0 * x0).abs() < 1e-12);
+            assert!((dy.value().item() - 3.0 * x0 * x0).abs() < 1e-12);
             let d2y = grad(&[&dy], &[&x], &opts).unwrap().remove(0);
-            assert!((d2y.value().item().unwrap() - 6.0 * x0).abs() < 1e-12);
+            assert!((d2y.value().item() - 6.0 * x0).abs() < 1e-12);
             let d3y = grad(&[&d2y], &[&x], &opts).unwrap().remove(0);
-            assert!((d3y.value().item().unwrap() - 6.0).abs() < 1e-12);
+            assert!((d3y.value().item() - 6.0).abs() < 1e-12);
         }
     }
 
@@ -174,7 +174,7 @@ mod tests {
         assert!(!gx[0].requires_grad());
         assert!(grad(&[&y], &[&unused], &GradOptions::new()).is_err());
         let z = grad(&[&y], &[&unused], &GradOptions::new().allow_unused(true)).unwrap();
-        assert_eq!(z[0].value().item().unwrap(), 0.0);
+        assert_eq!(z[0].value().item(), 0.0);
     }
 
     #[test]
@@ -184,8 +184,8 @@ mod tests {
         let z = &x * 2.0;
         let w = &z * &z;
         let gz = grad(&[&w], &[&z, &x], &GradOptions::new()).unwrap();
-        assert_eq!(gz[0].value().item().unwrap(), 12.0);
-        assert_eq!(gz[1].value().item().unwrap(), 24.0);
+        assert_eq!(gz[0].value().item(), 12.0);
+        assert_eq!(gz[1].value().item(), 24.0);
     }
 
     #[test]
@@ -195,6 +195,6 @@ mod tests {
         let a = &x * &x;
         let b = &x * 5.0;
         let gx = grad(&[&a, &b], &[&x], &GradOptions::new()).unwrap();
-        assert_eq!(gx[0].value().item().unwrap(), 11.0);
+        assert_eq!(gx[0].value().item(), 11.0);
     }
 }

@@ -101,7 +101,7 @@ where
         let g = Graph::new();
         let vs: Vec<Var<'_>> = values.iter().map(|t| g.variable(t.clone())).collect();
         let out = g.no_grad(|| f(&vs))?;
-        reduce_with(&out, &weights)?.value().item()
+        reduce_with(&out, &weights)?.value().try_item()
     };
     let mut work: Vec<Tensor> = inputs.to_vec();
     for (i, input) in inputs.iter().enumerate() {

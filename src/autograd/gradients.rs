@@ -31,8 +31,8 @@ pub(crate) enum GradSlot {
 /// let y = g.variable(Tensor::scalar(4.0));
 /// let unused = g.variable(Tensor::scalar(1.0));
 /// let grads = (&x * &y).backward()?;
-/// assert_eq!(grads.wrt(&x).item()?, 4.0);
-/// assert_eq!(grads.wrt(&unused).item()?, 0.0);   // unreached reads as zero
+/// assert_eq!(grads.wrt(&x).try_item()?, 4.0);
+/// assert_eq!(grads.wrt(&unused).try_item()?, 0.0);   // unreached reads as zero
 /// assert!(grads.get(&unused).is_none());
 /// # Ok::<(), retrograd::Error>(())
 /// ```
@@ -93,7 +93,7 @@ impl Gradients {
     /// };
     /// let mut total = step(1.0)?;
     /// total.accumulate(&step(3.0)?)?;
-    /// assert_eq!(total.of(&w).item()?, 4.0);
+    /// assert_eq!(total.of(&w).try_item()?, 4.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn accumulate(&mut self, other: &Gradients) -> Result<()> {

@@ -23,7 +23,7 @@ impl<'g> Var<'g> {
     /// let y = &x * &x;
     /// y.register_hook(|grad| Some(grad.map_f64(|v| 2.0 * v)));
     /// let z = &y + 1.0;
-    /// assert_eq!(z.backward()?.wrt(&x).item()?, 12.0); // 2 * (2x)
+    /// assert_eq!(z.backward()?.wrt(&x).try_item()?, 12.0); // 2 * (2x)
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn register_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + 'static) {
@@ -48,7 +48,7 @@ impl<'g> Var<'g> {
     /// let z = &x * 2.0;
     /// z.retain_grad();
     /// let w = &z * &z;
-    /// assert_eq!(w.backward()?.wrt(&z).item()?, 12.0);
+    /// assert_eq!(w.backward()?.wrt(&z).try_item()?, 12.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn retain_grad(&self) {

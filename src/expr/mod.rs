@@ -25,7 +25,7 @@
 //!     ("y".to_string(), graph.named_variable("y", Tensor::scalar(4.0))),
 //! ]);
 //! let w = program.build(&graph, &inputs)?;
-//! assert_eq!(w.value().item().unwrap(), 15.0);
+//! assert_eq!(w.value().item(), 15.0);
 //! assert_eq!(graph.to_string(), "nodes[0] = mul(x, y) -> 12\nnodes[1] = add(nodes[0], x) -> 15\n");
 //!
 //! let err = expr::parse("x*y + tanhh(x)").unwrap().build(&graph, &inputs).unwrap_err();

@@ -39,7 +39,7 @@ impl Input {
 /// ```
 /// use retrograd::expr::parse_input;
 /// let x = parse_input("x=3").unwrap();
-/// assert_eq!((x.name.as_str(), x.value.item().unwrap()), ("x", 3.0));
+/// assert_eq!((x.name.as_str(), x.value.item()), ("x", 3.0));
 /// let q = parse_input("q=[0.5, -1, 2]").unwrap();
 /// assert_eq!(q.value.shape(), &[3]);
 /// assert!(parse_input("x=three").unwrap_err().contains("three"));

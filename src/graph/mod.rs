@@ -124,10 +124,10 @@ fn value_limit_reached() -> ! {
 /// let y = g.variable(Tensor::scalar(4.0)).named("y");
 /// let w = &x * &y + &x;
 /// assert_eq!(g.len(), 2);
-/// assert_eq!(w.value().item()?, 15.0);
+/// assert_eq!(w.value().try_item()?, 15.0);
 /// let grads = w.backward()?;
-/// assert_eq!(grads.wrt(&x).item()?, 5.0);
-/// assert_eq!(grads.wrt(&y).item()?, 3.0);
+/// assert_eq!(grads.wrt(&x).try_item()?, 5.0);
+/// assert_eq!(grads.wrt(&y).try_item()?, 3.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub struct Graph {
@@ -234,7 +234,7 @@ impl Graph {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(2.0));
     /// let y = g.apply("mul", &[&x, &x])?;
-    /// assert_eq!(y.value().item()?, 4.0);
+    /// assert_eq!(y.value().try_item()?, 4.0);
     /// assert!(matches!(g.apply("mull", &[&x]), Err(Error::UnregisteredOp { .. })));
     /// # Ok::<(), retrograd::Error>(())
     /// ```

@@ -26,7 +26,7 @@ impl Graph {
     /// let z = g.record(Binary(Mul), &[&x, &y])?;
     /// assert_eq!(g.len(), 0);          // both frozen: no node
     /// assert!(!z.requires_grad());
-    /// assert_eq!(z.value().item()?, 12.0);
+    /// assert_eq!(z.value().try_item()?, 12.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]

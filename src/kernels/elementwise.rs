@@ -379,9 +379,7 @@ mod tests {
     use super::*;
     use crate::kernels::functors::{Add, Mul, Sub};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     #[test]
     fn broadcasting_general() {

@@ -374,7 +374,7 @@ mod tests {
         let m = Tensor::from_vec((0..6).map(f64::from).collect(), &[3, 2]).unwrap();
         let dot = matmul("matmul", &v, &v, false, false).unwrap();
         assert!(dot.is_scalar());
-        assert_eq!(dot.item().unwrap(), 14.0);
+        assert_eq!(dot.item(), 14.0);
         let vm = matmul("matmul", &v, &m, false, false).unwrap();
         assert_eq!(vm.shape(), &[2]);
         assert_eq!(vm.to_f64_vec(), vec![16.0, 22.0]);

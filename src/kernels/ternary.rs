@@ -289,9 +289,7 @@ mod tests {
         }
     }
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     /// The same computation by explicit index arithmetic, for comparison.
     fn reference(a: &Tensor, b: &Tensor, c: &Tensor) -> Vec<f64> {
@@ -356,7 +354,7 @@ mod tests {
         )
         .unwrap();
         assert!(s.is_scalar());
-        assert_eq!(s.item().unwrap(), 2.0);
+        assert_eq!(s.item(), 2.0);
     }
 
     #[test]

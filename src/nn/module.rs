@@ -30,7 +30,7 @@ use crate::nn::{Parameter, StateDict};
 /// let m = Scale { a: Parameter::new(Tensor::scalar(3.0)) };
 /// let g = Graph::new();
 /// let y = m.forward(&g.constant(Tensor::scalar(2.0)))?;
-/// assert_eq!(y.value().item()?, 6.0);
+/// assert_eq!(y.value().try_item()?, 6.0);
 /// assert_eq!(m.parameters()[0].0, "a");
 /// # Ok::<(), retrograd::Error>(())
 /// ```

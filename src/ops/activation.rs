@@ -97,8 +97,8 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.silu().value().item()?, 0.0);
-    /// assert_eq!(x.silu().backward()?.wrt(&x).item()?, 0.5);
+    /// assert_eq!(x.silu().value().try_item()?, 0.0);
+    /// assert_eq!(x.silu().backward()?.wrt(&x).try_item()?, 0.5);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -110,15 +110,11 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, jvpcheck, DType, Graph, Tensor};
+    use crate::{gradcheck, jvpcheck, DType, Graph};
 
-    fn t(v: &[f64]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
-    }
+    use crate::test_util::t;
 
-    fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol)
-    }
+    use crate::test_util::close;
 
     const XS: [f64; 5] = [-3.0, -0.7, 0.0, 0.4, 2.5];
 

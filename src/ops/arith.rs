@@ -152,7 +152,7 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let a = g.variable(Tensor::scalar(5.0));
-    /// assert_eq!(a.try_sub(&g.constant(Tensor::scalar(2.0)))?.value().item()?, 3.0);
+    /// assert_eq!(a.try_sub(&g.constant(Tensor::scalar(2.0)))?.value().try_item()?, 3.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -182,7 +182,7 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let a = g.variable(Tensor::scalar(3.0));
-    /// assert_eq!(a.try_div(&g.constant(Tensor::scalar(4.0)))?.value().item()?, 0.75);
+    /// assert_eq!(a.try_div(&g.constant(Tensor::scalar(4.0)))?.value().try_item()?, 0.75);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -225,7 +225,7 @@ impl<'g> Var<'g> {
     /// ```
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(2.0)).neg().value().item()?, -2.0);
+    /// assert_eq!(g.variable(Tensor::scalar(2.0)).neg().value().try_item()?, -2.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -295,9 +295,7 @@ impl<'g> Var<'g> {
 mod tests {
     use crate::{gradcheck, Graph, Tensor};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     #[test]
     fn forward_values() {
@@ -318,7 +316,7 @@ mod tests {
         let a64 = g.variable(t(&[1.5, -2.0], &[2]));
         let r32 = ((&a32 * &a32) / (&a32 + 4.0) - &a32).sum();
         let r64 = ((&a64 * &a64) / (&a64 + 4.0) - &a64).sum();
-        assert!((r32.value().item().unwrap() - r64.value().item().unwrap()).abs() < 1e-6);
+        assert!((r32.value().item() - r64.value().item()).abs() < 1e-6);
         let g32 = r32.backward().unwrap().wrt(&a32).to_f64_vec();
         let g64 = r64.backward().unwrap().wrt(&a64).to_f64_vec();
         for (x, y) in g32.iter().zip(&g64) {

@@ -163,8 +163,8 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.sin().value().item()?, 0.0);
-    /// assert_eq!(x.sin().backward()?.wrt(&x).item()?, 1.0); // cos 0
+    /// assert_eq!(x.sin().value().try_item()?, 0.0);
+    /// assert_eq!(x.sin().backward()?.wrt(&x).try_item()?, 1.0); // cos 0
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -179,8 +179,8 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.cos().value().item()?, 1.0);
-    /// assert_eq!(x.cos().backward()?.wrt(&x).item()?, 0.0); // -sin 0
+    /// assert_eq!(x.cos().value().try_item()?, 1.0);
+    /// assert_eq!(x.cos().backward()?.wrt(&x).try_item()?, 0.0); // -sin 0
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -252,11 +252,9 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor, Var};
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Var};
 
-    fn t(v: &[f64]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
-    }
+    use crate::test_util::t;
 
     fn close(a: &[f64], b: &[f64]) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-15)
@@ -306,7 +304,7 @@ mod tests {
             (x.abs() * x.sin() + x.cos() + x.clamp(Some(0.0), Some(1.0))).sum()
         }
         let (r32, r64) = (f(&x32), f(&x64));
-        assert!((r32.value().item().unwrap() - r64.value().item().unwrap()).abs() < 1e-5);
+        assert!((r32.value().item() - r64.value().item()).abs() < 1e-5);
         let g32 = r32.backward().unwrap().wrt(&x32);
         let g64 = r64.backward().unwrap().wrt(&x64);
         assert!(g32.allclose(&g64.to_dtype(DType::F32), 1e-5, 1e-5));

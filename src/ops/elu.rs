@@ -85,7 +85,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(-1.0));
     /// let y = x.try_elu_with(0.5)?;
-    /// assert!((y.value().item()? - 0.5 * (-1f64).exp_m1()).abs() < 1e-15);
+    /// assert!((y.value().try_item()? - 0.5 * (-1f64).exp_m1()).abs() < 1e-15);
     /// assert!(x.try_elu_with(f64::NAN).is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```

@@ -247,7 +247,7 @@ mod tests {
         let v = g.variable(Tensor::from_vec(vec![1.0, -1.0, 2.0], &[3]).unwrap());
         let dot = v.matmul(&v);
         assert_eq!(dot.shape(), &[] as &[usize]);
-        assert_eq!(dot.value().item().unwrap(), 6.0);
+        assert_eq!(dot.value().item(), 6.0);
         assert_eq!(a.matmul(&v).value().to_f64_vec(), vec![5.0, 11.0]);
         assert_eq!(v.matmul(&b).value().to_f64_vec(), vec![3.0, 0.0]);
         // Batch broadcasting: [2, 1, 2, 3] @ [3, 3, 2] -> [2, 3, 2, 2].

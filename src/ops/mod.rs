@@ -109,8 +109,8 @@ pub type GradInputs<'g> = SmallVec<[Option<Var<'g>>; 2]>;
 /// let graph = Graph::with_registry(Arc::new(registry));
 /// let x = graph.variable(Tensor::scalar(2.0));
 /// let y = graph.apply("cube", &[&x])?;
-/// assert_eq!(y.value().item()?, 8.0);
-/// assert_eq!(y.backward()?.wrt(&x).item()?, 12.0);
+/// assert_eq!(y.value().try_item()?, 8.0);
+/// assert_eq!(y.backward()?.wrt(&x).try_item()?, 12.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub trait Differentiable: Send + Sync + 'static {

@@ -323,7 +323,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?);
     /// assert_eq!(x.try_var(&[1], 1.0, false)?.value().to_f64_vec(), vec![1.0, 4.0]);
-    /// assert_eq!(x.try_var(&[0, 1], 0.0, false)?.value().item()?, 34.0 / 6.0);
+    /// assert_eq!(x.try_var(&[0, 1], 0.0, false)?.value().try_item()?, 34.0 / 6.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -351,7 +351,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::from_vec(vec![1e4, 1e4, -1e4], &[3])?);
     /// let y = x.try_logsumexp(&[0], false)?;
-    /// assert_eq!(y.value().item()?, 1e4 + 2f64.ln());
+    /// assert_eq!(y.value().try_item()?, 1e4 + 2f64.ln());
     /// let softmax = y.backward()?.wrt(&x).to_f64_vec();
     /// assert!((softmax[0] - 0.5).abs() < 1e-12 && softmax[2] == 0.0);
     /// # Ok::<(), retrograd::Error>(())

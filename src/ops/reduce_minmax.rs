@@ -215,7 +215,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::from_vec(vec![1.0, 4.0, 4.0, 2.0], &[2, 2])?);
     /// let m = x.try_max()?;
-    /// assert_eq!(m.value().item()?, 4.0);
+    /// assert_eq!(m.value().try_item()?, 4.0);
     /// assert_eq!(m.backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.5, 0.5, 0.0]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
@@ -237,7 +237,7 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::from_vec(vec![3.0, -1.0, 2.0], &[3])?);
-    /// assert_eq!(x.try_min()?.value().item()?, -1.0);
+    /// assert_eq!(x.try_min()?.value().try_item()?, -1.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -314,7 +314,7 @@ impl<'g> Var<'g> {
     /// let i = x.try_argmax(Some(1), false)?;
     /// assert_eq!(i.value().to_f64_vec(), vec![1.0, 2.0]);
     /// assert!(!i.requires_grad());
-    /// assert_eq!(x.try_argmax(None, false)?.value().item()?, 1.0);
+    /// assert_eq!(x.try_argmax(None, false)?.value().try_item()?, 1.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn try_argmax(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
@@ -335,7 +335,7 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::from_vec(vec![4.0, 1.0, 1.0], &[3])?);
-    /// assert_eq!(x.try_argmin(Some(0), false)?.value().item()?, 1.0);
+    /// assert_eq!(x.try_argmin(Some(0), false)?.value().try_item()?, 1.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn try_argmin(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
@@ -369,8 +369,8 @@ mod tests {
         let g = Graph::new();
         let x = g.variable(x());
         let val = |v: crate::Var<'_>| v.value().to_f64_vec();
-        assert_eq!(x.max().value().item().unwrap(), 2.4);
-        assert_eq!(x.min().value().item().unwrap(), -1.6);
+        assert_eq!(x.max().value().item(), 2.4);
+        assert_eq!(x.min().value().item(), -1.6);
         // NumPy: x.max(axis=1), x.min(axis=(0, 2)), x.argmax(axis=1), x.argmin()
         assert_eq!(
             val(x.max_axes(&[1], false)),
@@ -382,7 +382,7 @@ mod tests {
             val(x.argmax(Some(1), false)),
             vec![0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0]
         );
-        assert_eq!(x.argmin(None, false).value().item().unwrap(), 10.0);
+        assert_eq!(x.argmin(None, false).value().item(), 10.0);
         assert_eq!(x.argmin(None, true).shape(), &[1, 1, 1]);
         assert_eq!(x.argmax(Some(-1), true).shape(), &[2, 3, 1]);
         // f32 gives the same indices and values.
@@ -392,7 +392,7 @@ mod tests {
             val(x32.argmax(Some(1), false)),
             val(x.argmax(Some(1), false))
         );
-        assert_eq!(x32.max().value().item().unwrap(), 2.4f32 as f64);
+        assert_eq!(x32.max().value().item(), 2.4f32 as f64);
     }
 
     #[test]
@@ -486,7 +486,7 @@ mod tests {
         assert!(empty.try_argmin(Some(1), false).is_err());
         assert_eq!(empty.max_axes(&[0], false).shape(), &[0]);
         // Registered by name.
-        assert_eq!(g.apply("max", &[&x]).unwrap().value().item().unwrap(), 2.4);
+        assert_eq!(g.apply("max", &[&x]).unwrap().value().item(), 2.4);
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl ScalarBackward<'_> {
 /// let graph = Graph::new();
 /// let x = graph.variable(Tensor::scalar(2.0));
 /// let y = graph.record(Triple, &[&x])?;
-/// assert_eq!(y.backward()?.wrt(&x).item()?, 3.0);
+/// assert_eq!(y.backward()?.wrt(&x).try_item()?, 3.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 #[macro_export]

@@ -99,7 +99,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(0.3));
     /// let y = x.try_softplus_with(2.0, 20.0)?;
-    /// assert!((y.value().item()? - 0.5187439752429428).abs() < 1e-15);
+    /// assert!((y.value().try_item()? - 0.5187439752429428).abs() < 1e-15);
     /// assert!(x.try_softplus_with(0.0, 20.0).is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```

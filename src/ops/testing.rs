@@ -8,15 +8,7 @@ use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
 use crate::BackwardOptions;
 
-/// A 1-d f64 tensor of `v` (the test modules' shorthand).
-pub(crate) fn t(v: &[f64]) -> Tensor {
-    Tensor::from_vec(v.to_vec(), &[v.len()]).expect("a 1-d shape")
-}
-
-/// Whether `a` and `b` have the same length and agree within `tol` elementwise.
-pub(crate) fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol)
-}
+pub(crate) use crate::test_util::{close, t};
 
 /// Fixed weights in [0.5, 1.4] that reduce an output of `shape` to a scalar
 /// (a plain sum would hide errors that cancel).

@@ -132,7 +132,7 @@ impl<'g> Var<'g> {
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.exp().value().item()?, 1.0);
+    /// assert_eq!(x.exp().value().try_item()?, 1.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -146,7 +146,7 @@ impl<'g> Var<'g> {
     /// ```
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(1.0)).log().value().item()?, 0.0);
+    /// assert_eq!(g.variable(Tensor::scalar(1.0)).log().value().try_item()?, 0.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -160,7 +160,7 @@ impl<'g> Var<'g> {
     /// ```
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(0.0)).tanh().value().item()?, 0.0);
+    /// assert_eq!(g.variable(Tensor::scalar(0.0)).tanh().value().try_item()?, 0.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -189,7 +189,7 @@ impl<'g> Var<'g> {
     /// ```
     /// use retrograd::{Graph, Tensor};
     /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(0.0)).sigmoid().value().item()?, 0.5);
+    /// assert_eq!(g.variable(Tensor::scalar(0.0)).sigmoid().value().try_item()?, 0.5);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -201,11 +201,9 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, Graph, Tensor};
+    use crate::{gradcheck, Graph};
 
-    fn t(v: &[f64]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
-    }
+    use crate::test_util::t;
 
     #[test]
     fn forward_values() {
@@ -241,7 +239,7 @@ mod tests {
     fn relu_keeps_nan() {
         let g = Graph::new();
         let x = g.variable(t(&[f64::NAN]));
-        assert!(x.relu().value().item().unwrap().is_nan());
+        assert!(x.relu().value().item().is_nan());
     }
 
     #[test]

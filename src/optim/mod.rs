@@ -37,9 +37,9 @@
 //! let mut grads = micro_batch(&[1.0, 2.0])?;
 //! grads.accumulate(&micro_batch(&[3.0, 6.0])?)?;
 //! grads.scale(0.5);                              // two micro-batches
-//! assert_eq!(grads.of(&w).item()?, 3.0);         // the mean over all four
+//! assert_eq!(grads.of(&w).try_item()?, 3.0);         // the mean over all four
 //! Sgd::new([&w], SgdConfig::new(0.1))?.step(&grads)?;
-//! assert!((w.value().item()? - 0.7).abs() < 1e-12);
+//! assert!((w.value().try_item()? - 0.7).abs() < 1e-12);
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 //!
@@ -268,7 +268,7 @@ pub(crate) fn read_step(context: &str, name: &str, t: &Tensor) -> Result<u64> {
         name: name.to_string(),
         problem: TensorProblem::Value(why),
     };
-    let v = t.item().map_err(|_| {
+    let v = t.try_item().map_err(|_| {
         bad(format!(
             "expected a 0-d step count, found shape {:?}",
             t.shape()

@@ -119,7 +119,7 @@ impl SgdConfig {
 ///     opt.step(&(g.param(&w) * 2.0).backward()?)?;   // gradient 2
 /// }
 /// // step 1: b = 2, w = 1 - 0.2 = 0.8; step 2: b = 0.9 * 2 + 2 = 3.8, w = 0.8 - 0.38
-/// assert!((w.value().item()? - 0.42).abs() < 1e-12);
+/// assert!((w.value().try_item()? - 0.42).abs() < 1e-12);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub struct Sgd {
@@ -367,7 +367,7 @@ mod tests {
         let unused = Parameter::new(Tensor::scalar(5.0));
         let mut opt = Sgd::new([&used, &unused], SgdConfig::new(0.1).momentum(0.5)).unwrap();
         opt.step(&quadratic_grads(&used)).unwrap();
-        assert_eq!(unused.value().item().unwrap(), 5.0);
+        assert_eq!(unused.value().item(), 5.0);
         let state = opt.state_dict();
         assert!(state.contains_key("0.momentum_buffer"));
         assert!(!state.contains_key("1.momentum_buffer"));

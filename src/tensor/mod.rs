@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 /// assert_eq!(t.shape(), &[2, 2]);
 /// assert_eq!(t.dtype(), DType::F32);
 /// assert_eq!(t.to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
-/// assert_eq!(Tensor::scalar(2.5).item()?, 2.5);
+/// assert_eq!(Tensor::scalar(2.5).try_item()?, 2.5);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 #[derive(Clone)]
@@ -361,15 +361,16 @@ impl Tensor {
         !matches!(self.repr, Repr::Dense(_))
     }
 
-    /// The value of a one-element tensor (of any rank), as f64.
+    /// The value of a one-element tensor (of any rank), as f64; an error
+    /// naming the shape otherwise.
     ///
     /// ```
     /// use retrograd::Tensor;
-    /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1, 1])?.item()?, 4.0);
-    /// assert!(Tensor::from_vec(vec![1.0, 2.0], &[2])?.item().is_err());
+    /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1, 1])?.try_item()?, 4.0);
+    /// assert!(Tensor::from_vec(vec![1.0, 2.0], &[2])?.try_item().is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn item(&self) -> Result<f64> {
+    pub fn try_item(&self) -> Result<f64> {
         match &self.repr {
             Repr::F32(v) => Ok(f64::from(v.f32())),
             Repr::F64(v) => Ok(v.f64()),
@@ -381,6 +382,21 @@ impl Tensor {
                 op: "item",
                 shape: d.shape.to_vec(),
             }),
+        }
+    }
+
+    /// The value of a one-element tensor, as f64; panics at the caller's
+    /// line for any other (see [`try_item`](Self::try_item)).
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// assert_eq!(Tensor::scalar(2.5).item(), 2.5);
+    /// ```
+    #[track_caller]
+    pub fn item(&self) -> f64 {
+        match self.try_item() {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
         }
     }
 

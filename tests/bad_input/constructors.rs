@@ -210,20 +210,20 @@ pub fn cases(t: &mut Table) {
     }
     t.add("item: on a vector of two", || {
         expect_err!(
-            Tensor::vector(&[1.0f32, 2.0]).item(),
+            Tensor::vector(&[1.0f32, 2.0]).try_item(),
             Error::NotAScalar { op: "item", .. },
             ["item", "[2]"]
         )
     });
     t.add("item: on an empty tensor", || {
         expect_err!(
-            setup(Tensor::zeros(&[0, 4], DType::F64))?.item(),
+            setup(Tensor::zeros(&[0, 4], DType::F64))?.try_item(),
             Error::NotAScalar { .. },
             ["item", "[0, 4]"]
         )
     });
     t.add("item: a one-element matrix is a documented scalar", || {
-        let v = setup(setup(Tensor::from_vec(vec![4.5f32], &[1, 1]))?.item())?;
+        let v = setup(setup(Tensor::from_vec(vec![4.5f32], &[1, 1]))?.try_item())?;
         ensure(v == 4.5, || format!("item {v}"))
     });
     t.add("to_vec: f64 read of an f32 tensor", || {

@@ -122,12 +122,12 @@ mod tests {
         assert_eq!(model.num_parameters(), 3);
         let g = Graph::new();
         let y = model.forward(&g.constant(Tensor::scalar(1.0))).unwrap();
-        assert_eq!(y.value().item().unwrap(), 30.0);
+        assert_eq!(y.value().item(), 30.0);
         let grads = y.backward().unwrap();
         let got: Vec<f64> = model
             .parameters()
             .iter()
-            .map(|(_, p)| grads.of(p).item().unwrap())
+            .map(|(_, p)| grads.of(p).item())
             .collect();
         assert_eq!(got, [6.0, 15.0, 10.0]);
     }
@@ -138,7 +138,7 @@ mod tests {
         let saved = model.state_dict();
         model.parameters()[0].1.set(Tensor::scalar(9.0)).unwrap();
         model.load_state_dict(&saved).unwrap();
-        assert_eq!(model.parameters()[0].1.value().item().unwrap(), 2.0);
+        assert_eq!(model.parameters()[0].1.value().item(), 2.0);
     }
 
     #[test]

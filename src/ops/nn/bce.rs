@@ -91,7 +91,7 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
             Ok(match self.reduction {
                 Reduction::None => per,
                 r => {
-                    let s = crate::kernels::sum_all(&per.to_dtype(crate::DType::F64)).item()?;
+                    let s = crate::kernels::sum_all(&per.to_dtype(crate::DType::F64)).try_item()?;
                     Tensor::scalar_of(s * reduction_scale(r, per.numel()), x.dtype())
                 }
             })
@@ -277,7 +277,7 @@ impl<'g> Var<'g> {
     /// let target = g.constant(Tensor::from_vec(vec![1.0, 1.0, 1.0], &[3])?);
     /// let loss = logits.try_binary_cross_entropy_with_logits(&target)?;
     /// // (ln 2 + 0 + 1e4) / 3
-    /// assert!((loss.value().item()? - (2f64.ln() + 1e4) / 3.0).abs() < 1e-9);
+    /// assert!((loss.value().try_item()? - (2f64.ln() + 1e4) / 3.0).abs() < 1e-9);
     /// let grad = loss.backward()?.wrt(&logits).to_f64_vec();
     /// assert_eq!(grad, vec![-0.5 / 3.0, 0.0, -1.0 / 3.0]);
     /// # Ok::<(), retrograd::Error>(())
@@ -336,9 +336,7 @@ mod tests {
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
     fn x() -> Tensor {
         t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3])
     }
@@ -359,13 +357,12 @@ mod tests {
         let mean = xv
             .binary_cross_entropy_with_logits(&yv)
             .value()
-            .item()
-            .unwrap();
+            .item();
         assert!((mean - 0.8988702090130066).abs() < 1e-15);
         let sum = xv
             .try_binary_cross_entropy_with_logits_with(&yv, Reduction::Sum, None)
             .unwrap();
-        assert!((sum.value().item().unwrap() - 5.39322125407804).abs() < 1e-14);
+        assert!((sum.value().item() - 5.39322125407804).abs() < 1e-14);
         let none = xv
             .try_binary_cross_entropy_with_logits_with(&yv, Reduction::None, Some(pw()))
             .unwrap();
@@ -384,7 +381,7 @@ mod tests {
         let mean_pw = xv
             .try_binary_cross_entropy_with_logits_with(&yv, Reduction::Mean, Some(pw()))
             .unwrap();
-        assert!((mean_pw.value().item().unwrap() - 0.9316867693373139).abs() < 1e-15);
+        assert!((mean_pw.value().item() - 0.9316867693373139).abs() < 1e-15);
     }
 
     #[test]

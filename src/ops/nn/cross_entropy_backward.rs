@@ -195,9 +195,7 @@ mod tests {
     use crate::ops::nn::CrossEntropyOptions;
     use crate::{gradcheck, jvpcheck};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     fn logits() -> Tensor {
         t(

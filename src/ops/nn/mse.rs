@@ -162,7 +162,7 @@ impl<'g> Var<'g> {
     /// let pred = g.variable(Tensor::from_vec(vec![1.0, 2.0, 4.0], &[3])?);
     /// let target = g.constant(Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?);
     /// let loss = pred.try_mse_loss(&target)?;
-    /// assert_eq!(loss.value().item()?, 13.0 / 3.0);
+    /// assert_eq!(loss.value().try_item()?, 13.0 / 3.0);
     /// assert_eq!(loss.backward()?.wrt(&pred).to_f64_vec(), vec![0.0, 4.0 / 3.0, 2.0]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
@@ -186,7 +186,7 @@ impl<'g> Var<'g> {
     /// let pred = g.variable(Tensor::from_vec(vec![1.0f32, 3.0], &[2])?);
     /// let target = g.constant(Tensor::from_vec(vec![0.0f32, 1.0], &[2])?);
     /// assert_eq!(pred.try_mse_loss_with(&target, Reduction::None)?.value().to_vec::<f32>()?, vec![1.0, 4.0]);
-    /// assert_eq!(pred.try_mse_loss_with(&target, Reduction::Sum)?.value().item()?, 5.0);
+    /// assert_eq!(pred.try_mse_loss_with(&target, Reduction::Sum)?.value().try_item()?, 5.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
@@ -200,9 +200,7 @@ mod tests {
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
     fn x() -> Tensor {
         t(&[0.5, -1.0, 2.0, 1.5, 0.3, -0.7], &[2, 3])
     }
@@ -216,13 +214,12 @@ mod tests {
         let g = Graph::new();
         let a = g.variable(t(&[1.0, 2.0, 4.0], &[3]));
         let b = g.variable(t(&[1.0, 0.0, 1.0], &[3]));
-        assert_eq!(a.mse_loss(&b).value().item().unwrap(), 13.0 / 3.0);
+        assert_eq!(a.mse_loss(&b).value().item(), 13.0 / 3.0);
         assert_eq!(
             a.try_mse_loss_with(&b, Reduction::Sum)
                 .unwrap()
                 .value()
-                .item()
-                .unwrap(),
+                .item(),
             13.0
         );
         let none = a.try_mse_loss_with(&b, Reduction::None).unwrap();

@@ -227,7 +227,7 @@ impl<'g> Var<'g> {
     /// let g = Graph::new();
     /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
     /// let loss = logp.try_nll_loss(&[0usize, 1])?;
-    /// assert_eq!(loss.value().item()?, 0.375);
+    /// assert_eq!(loss.value().try_item()?, 0.375);
     /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
@@ -252,7 +252,7 @@ impl<'g> Var<'g> {
     /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
     /// let opts = NllLossOptions::default().weight(Tensor::from_vec(vec![1.0, 3.0], &[2])?);
     /// // (1 * 0.5 + 3 * 0.25) / (1 + 3)
-    /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &opts)?.value().item()?, 0.3125);
+    /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &opts)?.value().try_item()?, 0.3125);
     /// let none = opts.reduction(Reduction::None).ignore_index(Some(0));
     /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &none)?.value().to_f64_vec(), vec![0.0, 0.75]);
     /// # Ok::<(), retrograd::Error>(())
@@ -272,9 +272,7 @@ mod tests {
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     fn logp() -> Tensor {
         t(
@@ -291,16 +289,16 @@ mod tests {
         let g = Graph::new();
         let x = g.variable(logp());
         assert!(
-            (x.nll_loss(&[0usize, 3, 1]).value().item().unwrap() + 0.8333333333333334).abs()
+            (x.nll_loss(&[0usize, 3, 1]).value().item() + 0.8333333333333334).abs()
                 < 1e-15
         );
         let opts = NllLossOptions::default().weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]));
         let l = x.try_nll_loss_with(&[0i64, -100, 2], &opts).unwrap();
-        assert!((l.value().item().unwrap() - 0.3333333333333333).abs() < 1e-15);
+        assert!((l.value().item() - 0.3333333333333333).abs() < 1e-15);
         let sum = x
             .try_nll_loss_with(&[0i64, -100, 2], &opts.clone().reduction(Reduction::Sum))
             .unwrap();
-        assert_eq!(sum.value().item().unwrap(), 0.5);
+        assert_eq!(sum.value().item(), 0.5);
         let none = x
             .try_nll_loss_with(&[0i64, -100, 2], &opts.reduction(Reduction::None))
             .unwrap();
@@ -316,7 +314,7 @@ mod tests {
         // Lane (n, d) reads x[n, t, d] = flat n * 6 + t * 2 + d.
         assert_eq!(per.value().to_f64_vec(), vec![-0.5, 0.7, 0.4, -1.1]);
         let x1 = g.variable(t(&[-1.0, -2.0], &[2]));
-        assert_eq!(x1.nll_loss(&[1usize]).value().item().unwrap(), 2.0);
+        assert_eq!(x1.nll_loss(&[1usize]).value().item(), 2.0);
     }
 
     #[test]
@@ -325,7 +323,7 @@ mod tests {
         let x = g.variable(logp());
         let a = x.log_softmax(1).nll_loss(&[2usize, 0, 3]);
         let b = x.cross_entropy(&[2usize, 0, 3]);
-        assert!((a.value().item().unwrap() - b.value().item().unwrap()).abs() < 1e-15);
+        assert!((a.value().item() - b.value().item()).abs() < 1e-15);
         let ga = a.backward().unwrap().wrt(&x);
         let gb = b.backward().unwrap().wrt(&x);
         assert!(ga.allclose(&gb, 1e-14, 1e-15));

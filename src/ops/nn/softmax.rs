@@ -323,9 +323,7 @@ mod tests {
     use super::*;
     use crate::{gradcheck, jvpcheck, Graph};
 
-    fn t(v: &[f64], s: &[usize]) -> Tensor {
-        Tensor::from_vec(v.to_vec(), s).unwrap()
-    }
+    use crate::test_util::tensor as t;
 
     fn sample() -> Tensor {
         t(
@@ -352,8 +350,8 @@ mod tests {
         let p0 = x.softmax(0).value().to_f64_vec();
         assert!((p0[0] - 0.8807970779778823).abs() < 1e-15);
         let s = g.variable(Tensor::scalar(3.0));
-        assert_eq!(s.softmax(0).value().item().unwrap(), 1.0);
-        assert_eq!(s.log_softmax(-1).value().item().unwrap(), 0.0);
+        assert_eq!(s.softmax(0).value().item(), 1.0);
+        assert_eq!(s.log_softmax(-1).value().item(), 0.0);
     }
 
     #[test]

@@ -217,7 +217,7 @@ pub(crate) fn reduce_lanes(
         Reduction::None => per_lane.reshape(lane_shape),
         Reduction::Sum => Ok(kernels::sum_all(&per_lane)),
         Reduction::Mean => {
-            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64)).item()?;
+            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64)).try_item()?;
             Ok(Tensor::scalar_of(s / denominator, per_lane.dtype()))
         }
     }

@@ -39,7 +39,7 @@ use crate::tensor::{Element, Tensor};
 /// let b = graph.variable(Tensor::scalar(2.0));
 /// let y = graph.record(Binary(SquareTimes), &[&a, &b])?;
 /// let grads = y.backward()?;
-/// assert_eq!((grads.wrt(&a).item()?, grads.wrt(&b).item()?), (12.0, 9.0));
+/// assert_eq!((grads.wrt(&a).try_item()?, grads.wrt(&b).try_item()?), (12.0, 9.0));
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub trait BinaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {

@@ -43,8 +43,8 @@ pub enum SlopeOf {
 /// let graph = Graph::new();
 /// let x = graph.variable(Tensor::scalar(2.0));
 /// let y = graph.record(Unary(Cube), &[&x])?;
-/// assert_eq!(y.value().item()?, 8.0);
-/// assert_eq!(y.backward()?.wrt(&x).item()?, 12.0);
+/// assert_eq!(y.value().try_item()?, 8.0);
+/// assert_eq!(y.backward()?.wrt(&x).try_item()?, 12.0);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
