@@ -32,6 +32,7 @@ pub mod data;
 mod error;
 #[cfg(feature = "expr")]
 pub mod expr;
+mod fallible;
 pub mod graph;
 pub mod io;
 pub mod kernels;
@@ -39,9 +40,9 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
+pub mod tensor;
 #[cfg(test)]
 mod test_util;
-pub mod tensor;
 pub mod viz;
 
 pub use autograd::{

@@ -266,10 +266,19 @@ fn every_elementwise_op_of_the_registry_has_a_correct_tangent_rule() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     let ops = registry_ops::elementwise();
     for op in ops {
-        assert!(op.facts.tangent, "{}: elementwise ops derive a tangent rule", op.label);
+        assert!(
+            op.facts.tangent,
+            "{}: elementwise ops derive a tangent rule",
+            op.label
+        );
         let xs = registry_ops::sample_inputs(op, 5, &mut rng);
         let ts = random_inputs(&vec![vec![5]; op.arity()], &mut rng);
-        check_op(&op.label, |v: &[Var<'_>]| op.apply(&v.iter().collect::<Vec<_>>()), &xs, &ts);
+        check_op(
+            &op.label,
+            |v: &[Var<'_>]| op.apply(&v.iter().collect::<Vec<_>>()),
+            &xs,
+            &ts,
+        );
     }
     println!("{} elementwise instances checked", ops.len());
 }

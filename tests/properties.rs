@@ -11,10 +11,10 @@
 //! plan. Each property prints its case count, the op nodes it checked, the
 //! largest fraction of its tolerance used and how many cases were bitwise equal.
 
-#[path = "support/registry_ops.rs"]
-mod registry_ops;
 #[path = "support/random_dag.rs"]
 mod random_dag;
+#[path = "support/registry_ops.rs"]
+mod registry_ops;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};

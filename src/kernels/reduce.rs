@@ -291,9 +291,7 @@ mod tests {
         let col = x.reshape(&[n, 1]).unwrap();
         let s0 = sum_axes("sum", &col, &[0], false).unwrap().item();
         assert!((s0 - exact).abs() / exact < 1e-6);
-        let m0 = mean_axes("mean", &col, &[0], false)
-            .unwrap()
-            .item();
+        let m0 = mean_axes("mean", &col, &[0], false).unwrap().item();
         assert!((m0 - 0.1f32 as f64).abs() < 1e-7, "{m0}");
         let m1 = mean_axes("mean", &x.reshape(&[1000, 1000]).unwrap(), &[1], false).unwrap();
         assert!(m1

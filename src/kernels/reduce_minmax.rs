@@ -387,14 +387,8 @@ mod tests {
         v[150_000] = 2.0;
         v[199_999] = 2.0;
         let x = Tensor::from_vec(v.clone(), &[n]).unwrap();
-        assert_eq!(
-            argmax("argmax", &x, None, false).unwrap().item(),
-            70_001.0
-        );
-        assert_eq!(
-            argmin("argmin", &x, None, false).unwrap().item(),
-            0.0
-        );
+        assert_eq!(argmax("argmax", &x, None, false).unwrap().item(), 70_001.0);
+        assert_eq!(argmin("argmin", &x, None, false).unwrap().item(), 0.0);
         // A column reduction split across threads.
         let cols = t(
             &v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>(),
@@ -431,12 +425,8 @@ mod tests {
                 best as f64
             };
             let x = t(&v, &[len]);
-            let got_max = argmax("argmax", &x, Some(0), false)
-                .unwrap()
-                .item();
-            let got_min = argmin("argmin", &x, Some(0), false)
-                .unwrap()
-                .item();
+            let got_max = argmax("argmax", &x, Some(0), false).unwrap().item();
+            let got_min = argmin("argmin", &x, Some(0), false).unwrap().item();
             assert_eq!(got_max, first(|a, b| a > b), "argmax of {v:?}");
             assert_eq!(got_min, first(|a, b| a < b), "argmin of {v:?}");
             // The value lanes agree with the index lanes (NaN included).

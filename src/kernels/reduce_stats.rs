@@ -146,9 +146,7 @@ mod tests {
         for (a, b) in cols.iter().zip(expect) {
             assert!((a - b).abs() < 1e-15, "{a} vs {b}");
         }
-        let all = logsumexp("logsumexp", &x, &[0, 1], false)
-            .unwrap()
-            .item();
+        let all = logsumexp("logsumexp", &x, &[0, 1], false).unwrap().item();
         assert!((all - 2.7558106284497077).abs() < 1e-15);
         let big = t(&[1e4, -1e4, f64::NEG_INFINITY, f64::NEG_INFINITY], &[2, 2]);
         let v = logsumexp("logsumexp", &big, &[1], false)
@@ -180,10 +178,7 @@ mod tests {
         assert!((got - 8.25).abs() < 1e-9, "{got}");
         // Too few elements for the correction: PyTorch's inf / NaN.
         let one = t(&[3.0], &[1]);
-        assert!(var("var", &one, &[0], 1.0, false)
-            .unwrap()
-            .item()
-            .is_nan());
+        assert!(var("var", &one, &[0], 1.0, false).unwrap().item().is_nan());
         let two = t(&[1.0, 2.0], &[2]);
         assert_eq!(
             var("var", &two, &[0], 2.0, false).unwrap().item(),

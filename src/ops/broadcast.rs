@@ -3,9 +3,9 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
@@ -93,34 +93,29 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Broadcasts to `shape` under NumPy's rules (no node if the shape is unchanged).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
-    /// let y = x.try_expand(&[2, 2])?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 1.0, 2.0]);
-    /// assert!(x.try_expand(&[3]).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_expand(&self, shape: &[usize]) -> Result<Var<'g>> {
-        if self.shape() == shape {
-            return Ok(self.clone());
+    fallible! {
+        /// Broadcasts to `shape` under NumPy's rules (no node if the shape is unchanged).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// let y = x.try_expand(&[2, 2])?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 1.0, 2.0]);
+        /// assert!(x.try_expand(&[3]).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_expand / expand(&self, shape: &[usize]) -> Var<'g> {
+            if self.shape() == shape {
+                return Ok(self.clone());
+            }
+            self.graph().record(
+                Expand {
+                    shape: Dims::from_slice(shape),
+                },
+                &[self],
+            )
         }
-        self.graph().record(
-            Expand {
-                shape: Dims::from_slice(shape),
-            },
-            &[self],
-        )
-    }
-
-    /// Broadcasts to `shape`; panics if it cannot (see [`try_expand`](Self::try_expand)).
-    #[track_caller]
-    pub fn expand(&self, shape: &[usize]) -> Var<'g> {
-        or_panic(self.try_expand(shape))
     }
 
     /// Alias of [`try_expand`](Self::try_expand) under NumPy's name.

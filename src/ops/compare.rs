@@ -5,6 +5,7 @@
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::arith::or_panic;
@@ -207,60 +208,44 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Elementwise `max(self, other)`, broadcasting; NaN wins. Where the two
-    /// are equal, each gets half the gradient (as in PyTorch).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0, 2.0], &[3])?);
-    /// let b = g.variable(Tensor::scalar(2.0));
-    /// let m = a.try_maximum(&b)?;
-    /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0, 2.0]);
-    /// let grads = m.sum().backward()?;
-    /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![0.0, 1.0, 0.5]);
-    /// assert_eq!(grads.wrt(&b).try_item()?, 1.5);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_maximum(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Maximum), &[self, other])
+    fallible! {
+        /// Elementwise `max(self, other)`, broadcasting; NaN wins. Where the two
+        /// are equal, each gets half the gradient (as in PyTorch).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0, 2.0], &[3])?);
+        /// let b = g.variable(Tensor::scalar(2.0));
+        /// let m = a.try_maximum(&b)?;
+        /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0, 2.0]);
+        /// let grads = m.sum().backward()?;
+        /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![0.0, 1.0, 0.5]);
+        /// assert_eq!(grads.wrt(&b).try_item()?, 1.5);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_maximum / maximum(&self, other: &Var<'g>) -> Var<'g> {
+            self.graph().record(Binary(Maximum), &[self, other])
+        }
     }
 
-    /// Elementwise maximum; panics on mismatched shapes or dtypes (see
-    /// [`try_maximum`](Self::try_maximum)).
-    #[track_caller]
-    #[inline]
-    pub fn maximum(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_maximum(other))
-    }
-
-    /// Elementwise `min(self, other)`, broadcasting; NaN wins. Where the two
-    /// are equal, each gets half the gradient (as in PyTorch).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0], &[2])?);
-    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
-    /// let m = a.try_minimum(&b)?;
-    /// assert_eq!(m.value().to_f64_vec(), vec![1.0, 4.0]);
-    /// assert_eq!(m.sum().backward()?.wrt(&a).to_f64_vec(), vec![1.0, 0.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_minimum(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Minimum), &[self, other])
-    }
-
-    /// Elementwise minimum; panics on mismatched shapes or dtypes (see
-    /// [`try_minimum`](Self::try_minimum)).
-    #[track_caller]
-    #[inline]
-    pub fn minimum(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_minimum(other))
+    fallible! {
+        /// Elementwise `min(self, other)`, broadcasting; NaN wins. Where the two
+        /// are equal, each gets half the gradient (as in PyTorch).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 5.0], &[2])?);
+        /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
+        /// let m = a.try_minimum(&b)?;
+        /// assert_eq!(m.value().to_f64_vec(), vec![1.0, 4.0]);
+        /// assert_eq!(m.sum().backward()?.wrt(&a).to_f64_vec(), vec![1.0, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_minimum / minimum(&self, other: &Var<'g>) -> Var<'g> {
+            self.graph().record(Binary(Minimum), &[self, other])
+        }
     }
 
     /// `where(condition, self, other)`: `self` where the condition is nonzero,

@@ -1,9 +1,9 @@
 //! Joining values: `cat` (along an existing dimension) and `stack` (along a
 //! new one). Each input's gradient is its slice of the output gradient.
 
+use crate::fallible::fallible;
 use smallvec::SmallVec;
 
-use super::arith::or_panic;
 use super::{Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -152,63 +152,54 @@ fn graph_of<'g>(op: &'static str, vars: &[&Var<'g>]) -> Result<&'g crate::Graph>
 }
 
 impl<'g> Var<'g> {
-    /// Concatenates `vars` along `dim` (negative counts from the end). They
-    /// must share a dtype, a rank (>= 1) and every size but `dim`'s.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, Var};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
-    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[2, 2])?);
-    /// let c = Var::try_cat(&[&a, &b], 0)?;
-    /// assert_eq!(c.shape(), &[3, 2]);
-    /// assert_eq!(c.value().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    /// assert!(Var::try_cat(&[&a, &b], 1).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_cat(vars: &[&Var<'g>], dim: isize) -> Result<Var<'g>> {
-        if let [only] = vars {
-            // Still validate the dim, as the op would.
-            if only.shape().is_empty() {
-                return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+    fallible! {
+        /// Concatenates `vars` along `dim` (negative counts from the end). They
+        /// must share a dtype, a rank (>= 1) and every size but `dim`'s.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, Var};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
+        /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[2, 2])?);
+        /// let c = Var::try_cat(&[&a, &b], 0)?;
+        /// assert_eq!(c.shape(), &[3, 2]);
+        /// assert_eq!(c.value().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        /// assert!(Var::try_cat(&[&a, &b], 1).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_cat / cat(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
+            if let [only] = vars {
+                // Still validate the dim, as the op would.
+                if only.shape().is_empty() {
+                    return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+                }
+                normalize_axis("cat", dim, only.shape().len())?;
+                return Ok((*only).clone());
             }
-            normalize_axis("cat", dim, only.shape().len())?;
-            return Ok((*only).clone());
+            graph_of("cat", vars)?.record(Cat { dim }, vars)
         }
-        graph_of("cat", vars)?.record(Cat { dim }, vars)
     }
 
-    /// Concatenates; panics on mismatched values (see [`try_cat`](Self::try_cat)).
-    #[track_caller]
-    pub fn cat(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
-        or_panic(Self::try_cat(vars, dim))
+    fallible! {
+        /// Stacks `vars` (all of one shape and dtype) along a new dimension
+        /// `dim` (in `-rank-1..=rank`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, Var};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
+        /// let s = Var::try_stack(&[&a, &b], 1)?;
+        /// assert_eq!(s.shape(), &[2, 2]);
+        /// assert_eq!(s.value().to_f64_vec(), vec![1.0, 3.0, 2.0, 4.0]);
+        /// assert_eq!(Var::try_stack(&[&a, &b], -3).is_err(), true);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_stack / stack(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
+            graph_of("stack", vars)?.record(Stack { dim }, vars)
+        }
     }
 
-    /// Stacks `vars` (all of one shape and dtype) along a new dimension
-    /// `dim` (in `-rank-1..=rank`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, Var};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
-    /// let b = g.variable(Tensor::from_vec(vec![3.0, 4.0], &[2])?);
-    /// let s = Var::try_stack(&[&a, &b], 1)?;
-    /// assert_eq!(s.shape(), &[2, 2]);
-    /// assert_eq!(s.value().to_f64_vec(), vec![1.0, 3.0, 2.0, 4.0]);
-    /// assert_eq!(Var::try_stack(&[&a, &b], -3).is_err(), true);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_stack(vars: &[&Var<'g>], dim: isize) -> Result<Var<'g>> {
-        graph_of("stack", vars)?.record(Stack { dim }, vars)
-    }
-
-    /// Stacks; panics on mismatched values (see [`try_stack`](Self::try_stack)).
-    #[track_caller]
-    pub fn stack(vars: &[&Var<'g>], dim: isize) -> Var<'g> {
-        or_panic(Self::try_stack(vars, dim))
-    }
 }
 
 #[cfg(test)]

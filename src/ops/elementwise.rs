@@ -1,6 +1,7 @@
 //! One-operand elementwise ops: `abs`, `sin`, `cos` and `clamp`, each one
 //! rule (see [`rule`](super::rule)).
 
+use crate::fallible::fallible;
 use super::arith::or_panic;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::OpRegistry;
@@ -189,34 +190,26 @@ impl<'g> Var<'g> {
         self.graph().record_or_panic(Unary(Cos), &[self])
     }
 
-    /// Clamps every element into `[min, max]` (either bound may be `None`).
-    /// The gradient is 1 where `min <= x <= max` (the bounds themselves
-    /// included, as in PyTorch) and 0 outside. NaN stays NaN; if
-    /// `min > max` every element becomes `max`. Errors when both bounds are
-    /// `None` or a bound is NaN.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.5, 1.0, 3.0], &[4])?);
-    /// let y = x.try_clamp(Some(0.0), Some(1.0))?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 0.5, 1.0, 1.0]);
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 1.0, 0.0]);
-    /// assert!(x.try_clamp(None, None).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Var<'g>> {
-        self.graph().record(Unary(Clamp { min, max }), &[self])
-    }
-
-    /// Clamps into `[min, max]`; panics when both bounds are `None` or one
-    /// is NaN (see [`try_clamp`](Self::try_clamp)).
-    #[track_caller]
-    #[inline]
-    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Var<'g> {
-        or_panic(self.try_clamp(min, max))
+    fallible! {
+        /// Clamps every element into `[min, max]` (either bound may be `None`).
+        /// The gradient is 1 where `min <= x <= max` (the bounds themselves
+        /// included, as in PyTorch) and 0 outside. NaN stays NaN; if
+        /// `min > max` every element becomes `max`. Errors when both bounds are
+        /// `None` or a bound is NaN.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.5, 1.0, 3.0], &[4])?);
+        /// let y = x.try_clamp(Some(0.0), Some(1.0))?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 0.5, 1.0, 1.0]);
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 1.0, 0.0]);
+        /// assert!(x.try_clamp(None, None).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_clamp / clamp(&self, min: Option<f64>, max: Option<f64>) -> Var<'g> {
+            self.graph().record(Unary(Clamp { min, max }), &[self])
+        }
     }
 
     /// `max(self, min)` elementwise, with `clamp`'s gradient rule; panics if `min` is NaN.

@@ -1,6 +1,6 @@
 //! `elu`, the exponential linear unit: one rule (see [`rule`](super::rule)).
 
-use super::arith::or_panic;
+use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::OpRegistry;
 use crate::error::{Error, Result};
@@ -78,29 +78,23 @@ impl<'g> Var<'g> {
         self.graph().record_or_panic(Unary(Elu::default()), &[self])
     }
 
-    /// ELU with a chosen α; an error for an infinite or NaN α.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(-1.0));
-    /// let y = x.try_elu_with(0.5)?;
-    /// assert!((y.value().try_item()? - 0.5 * (-1f64).exp_m1()).abs() < 1e-15);
-    /// assert!(x.try_elu_with(f64::NAN).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_elu_with(&self, alpha: f64) -> Result<Var<'g>> {
-        self.graph().record(Unary(Elu { alpha }), &[self])
+    fallible! {
+        /// ELU with a chosen α; an error for an infinite or NaN α.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(-1.0));
+        /// let y = x.try_elu_with(0.5)?;
+        /// assert!((y.value().try_item()? - 0.5 * (-1f64).exp_m1()).abs() < 1e-15);
+        /// assert!(x.try_elu_with(f64::NAN).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_elu_with / elu_with(&self, alpha: f64) -> Var<'g> {
+            self.graph().record(Unary(Elu { alpha }), &[self])
+        }
     }
 
-    /// ELU with a chosen α; panics where [`try_elu_with`](Self::try_elu_with) errs.
-    #[track_caller]
-    #[inline]
-    pub fn elu_with(&self, alpha: f64) -> Var<'g> {
-        or_panic(self.try_elu_with(alpha))
-    }
 }
 
 #[cfg(test)]

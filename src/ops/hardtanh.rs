@@ -1,7 +1,7 @@
 //! `hardtanh`, a clamp with PyTorch's activation semantics: one rule (see
 //! [`rule`](super::rule)).
 
-use super::arith::or_panic;
+use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::OpRegistry;
 use crate::error::{Error, Result};
@@ -88,31 +88,24 @@ impl<'g> Var<'g> {
             .record_or_panic(Unary(Hardtanh::default()), &[self])
     }
 
-    /// Hardtanh into `[min_val, max_val]`; an error for a NaN end or
-    /// `min_val > max_val`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.5, 3.0], &[3])?);
-    /// assert_eq!(x.try_hardtanh_with(0.0, 2.0)?.value().to_f64_vec(), vec![0.0, 0.5, 2.0]);
-    /// assert!(x.try_hardtanh_with(1.0, -1.0).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_hardtanh_with(&self, min_val: f64, max_val: f64) -> Result<Var<'g>> {
-        self.graph()
-            .record(Unary(Hardtanh { min_val, max_val }), &[self])
+    fallible! {
+        /// Hardtanh into `[min_val, max_val]`; an error for a NaN end or
+        /// `min_val > max_val`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.5, 3.0], &[3])?);
+        /// assert_eq!(x.try_hardtanh_with(0.0, 2.0)?.value().to_f64_vec(), vec![0.0, 0.5, 2.0]);
+        /// assert!(x.try_hardtanh_with(1.0, -1.0).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_hardtanh_with / hardtanh_with(&self, min_val: f64, max_val: f64) -> Var<'g> {
+            self.graph()
+                .record(Unary(Hardtanh { min_val, max_val }), &[self])
+        }
     }
 
-    /// Hardtanh into `[min_val, max_val]`; panics where
-    /// [`try_hardtanh_with`](Self::try_hardtanh_with) errs.
-    #[track_caller]
-    #[inline]
-    pub fn hardtanh_with(&self, min_val: f64, max_val: f64) -> Var<'g> {
-        or_panic(self.try_hardtanh_with(min_val, max_val))
-    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,9 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -300,109 +300,90 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// The slices at positions `index` (a 0-d or 1-d tensor of integer
-    /// values) along `dim`: the result has `self`'s shape with `dim` of size
-    /// `index.numel()`. Out-of-range or non-integer indices are errors.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let table = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?);
-    /// let rows = table.try_index_select(0, &Tensor::from_indices(&[2, 0, 2], &[3])?)?;
-    /// assert_eq!(rows.value().to_f64_vec(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
-    /// // Row 2 was used twice, row 1 never.
-    /// let grad = rows.sum().backward()?.wrt(&table);
-    /// assert_eq!(grad.to_f64_vec(), vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0]);
-    /// assert!(table.try_index_select(0, &Tensor::from_indices(&[3], &[1])?).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_index_select(&self, dim: isize, index: &Tensor) -> Result<Var<'g>> {
-        let index = Var::constant_in(self.graph(), index.clone());
-        self.graph().record(IndexSelect { dim }, &[self, &index])
+    fallible! {
+        /// The slices at positions `index` (a 0-d or 1-d tensor of integer
+        /// values) along `dim`: the result has `self`'s shape with `dim` of size
+        /// `index.numel()`. Out-of-range or non-integer indices are errors.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let table = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?);
+        /// let rows = table.try_index_select(0, &Tensor::from_indices(&[2, 0, 2], &[3])?)?;
+        /// assert_eq!(rows.value().to_f64_vec(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
+        /// // Row 2 was used twice, row 1 never.
+        /// let grad = rows.sum().backward()?.wrt(&table);
+        /// assert_eq!(grad.to_f64_vec(), vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0]);
+        /// assert!(table.try_index_select(0, &Tensor::from_indices(&[3], &[1])?).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_index_select / index_select(&self, dim: isize, index: &Tensor) -> Var<'g> {
+            let index = Var::constant_in(self.graph(), index.clone());
+            self.graph().record(IndexSelect { dim }, &[self, &index])
+        }
     }
 
-    /// Selects slices; panics on a bad index (see [`try_index_select`](Self::try_index_select)).
-    #[track_caller]
-    pub fn index_select(&self, dim: isize, index: &Tensor) -> Var<'g> {
-        or_panic(self.try_index_select(dim, index))
+    fallible! {
+        /// `self` with the slices of `source` added at positions `index` along
+        /// `dim` (repeated positions accumulate). `source` has `self`'s shape
+        /// with `dim` of size `index.numel()`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::zeros(&[3], DType::F64)?);
+        /// let s = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+        /// let y = x.try_index_add(0, &Tensor::from_indices(&[0, 2, 0], &[3])?, &s)?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![4.0, 0.0, 2.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_index_add / index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Var<'g> {
+            let index = Var::constant_in(self.graph(), index.clone());
+            self.graph()
+                .record(IndexAdd { dim }, &[self, &index, source])
+        }
     }
 
-    /// `self` with the slices of `source` added at positions `index` along
-    /// `dim` (repeated positions accumulate). `source` has `self`'s shape
-    /// with `dim` of size `index.numel()`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::zeros(&[3], DType::F64)?);
-    /// let s = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
-    /// let y = x.try_index_add(0, &Tensor::from_indices(&[0, 2, 0], &[3])?, &s)?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![4.0, 0.0, 2.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Result<Var<'g>> {
-        let index = Var::constant_in(self.graph(), index.clone());
-        self.graph()
-            .record(IndexAdd { dim }, &[self, &index, source])
+    fallible! {
+        /// Picks one element along `dim` for every position of `index` (a tensor
+        /// of integer values with `self`'s rank, no larger than `self` in other
+        /// dimensions): `out[i][j] = self[i][index[i][j]]` for `dim = 1`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let logits = g.variable(Tensor::from_vec(vec![0.1, 0.7, 0.2, 0.5, 0.3, 0.2], &[2, 3])?);
+        /// let picked = logits.try_gather(1, &Tensor::from_indices(&[1, 0], &[2, 1])?)?;
+        /// assert_eq!(picked.shape(), &[2, 1]);
+        /// assert_eq!(picked.value().to_f64_vec(), vec![0.7, 0.5]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_gather / gather(&self, dim: isize, index: &Tensor) -> Var<'g> {
+            let index = Var::constant_in(self.graph(), index.clone());
+            self.graph().record(Gather { dim }, &[self, &index])
+        }
     }
 
-    /// Adds at positions; panics on a bad index or shape (see [`try_index_add`](Self::try_index_add)).
-    #[track_caller]
-    pub fn index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_index_add(dim, index, source))
+    fallible! {
+        /// `self` with `src[p]` added at `p` with `dim` replaced by `index[p]`,
+        /// for every position `p` of `index` (the inverse of `gather`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::zeros(&[2, 3], DType::F64)?);
+        /// let src = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2, 1])?);
+        /// let y = x.try_scatter_add(1, &Tensor::from_indices(&[1, 0], &[2, 1])?, &src)?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_scatter_add / scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Var<'g> {
+            let index = Var::constant_in(self.graph(), index.clone());
+            self.graph()
+                .record(ScatterAdd { dim }, &[self, &index, src])
+        }
     }
 
-    /// Picks one element along `dim` for every position of `index` (a tensor
-    /// of integer values with `self`'s rank, no larger than `self` in other
-    /// dimensions): `out[i][j] = self[i][index[i][j]]` for `dim = 1`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let logits = g.variable(Tensor::from_vec(vec![0.1, 0.7, 0.2, 0.5, 0.3, 0.2], &[2, 3])?);
-    /// let picked = logits.try_gather(1, &Tensor::from_indices(&[1, 0], &[2, 1])?)?;
-    /// assert_eq!(picked.shape(), &[2, 1]);
-    /// assert_eq!(picked.value().to_f64_vec(), vec![0.7, 0.5]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_gather(&self, dim: isize, index: &Tensor) -> Result<Var<'g>> {
-        let index = Var::constant_in(self.graph(), index.clone());
-        self.graph().record(Gather { dim }, &[self, &index])
-    }
-
-    /// Gathers; panics on a bad index (see [`try_gather`](Self::try_gather)).
-    #[track_caller]
-    pub fn gather(&self, dim: isize, index: &Tensor) -> Var<'g> {
-        or_panic(self.try_gather(dim, index))
-    }
-
-    /// `self` with `src[p]` added at `p` with `dim` replaced by `index[p]`,
-    /// for every position `p` of `index` (the inverse of `gather`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::zeros(&[2, 3], DType::F64)?);
-    /// let src = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2, 1])?);
-    /// let y = x.try_scatter_add(1, &Tensor::from_indices(&[1, 0], &[2, 1])?, &src)?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Result<Var<'g>> {
-        let index = Var::constant_in(self.graph(), index.clone());
-        self.graph()
-            .record(ScatterAdd { dim }, &[self, &index, src])
-    }
-
-    /// Scatter-adds; panics on a bad index or shape (see [`try_scatter_add`](Self::try_scatter_add)).
-    #[track_caller]
-    pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_scatter_add(dim, index, src))
-    }
 }
 
 #[cfg(test)]

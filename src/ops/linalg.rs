@@ -8,9 +8,9 @@
 //! differentiated again. The four flag combinations are four zero-sized
 //! types: a recorded matmul costs no allocation for its op.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
 use crate::graph::Var;
@@ -156,71 +156,56 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// The matrix product `self @ other` under PyTorch's `matmul` rules:
-    /// 1-d x 1-d is a dot product (0-d result); a 1-d left (right) operand
-    /// is treated as a row (column) and that dimension is removed from the
-    /// result; leading dimensions are batch dimensions and broadcast.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
-    /// let b = g.variable(Tensor::from_vec(vec![1.0, 1.0], &[2])?);
-    /// let c = a.try_matmul(&b)?;
-    /// assert_eq!(c.value().to_f64_vec(), vec![3.0, 7.0]);
-    /// let grads = c.sum().backward()?;
-    /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![1.0, 1.0, 1.0, 1.0]);
-    /// assert_eq!(grads.wrt(&b).to_f64_vec(), vec![4.0, 6.0]);
-    /// assert!(a.try_matmul(&g.constant(Tensor::from_vec(vec![1.0; 3], &[3])?)).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_matmul(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(MatMul::default(), &[self, other])
+    fallible! {
+        /// The matrix product `self @ other` under PyTorch's `matmul` rules:
+        /// 1-d x 1-d is a dot product (0-d result); a 1-d left (right) operand
+        /// is treated as a row (column) and that dimension is removed from the
+        /// result; leading dimensions are batch dimensions and broadcast.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+        /// let b = g.variable(Tensor::from_vec(vec![1.0, 1.0], &[2])?);
+        /// let c = a.try_matmul(&b)?;
+        /// assert_eq!(c.value().to_f64_vec(), vec![3.0, 7.0]);
+        /// let grads = c.sum().backward()?;
+        /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![1.0, 1.0, 1.0, 1.0]);
+        /// assert_eq!(grads.wrt(&b).to_f64_vec(), vec![4.0, 6.0]);
+        /// assert!(a.try_matmul(&g.constant(Tensor::from_vec(vec![1.0; 3], &[3])?)).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_matmul / matmul(&self, other: &Var<'g>) -> Var<'g> {
+            self.graph().record(MatMul::default(), &[self, other])
+        }
     }
 
-    /// `self @ other`; panics on incompatible shapes (see [`try_matmul`](Self::try_matmul)).
-    #[track_caller]
-    pub fn matmul(&self, other: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_matmul(other))
-    }
-
-    /// `op(self) @ op(other)`, where `op` swaps the last two dimensions of a
-    /// rank >= 2 operand whose flag is set, without copying it: `x @ w^T`
-    /// for a weight stored `[out, in]` is `x.try_matmul_transposed(&w, false, true)`.
-    /// Flags on 1-d operands are ignored.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
-    /// let w = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?);
-    /// let y = x.try_matmul_transposed(&w, false, true)?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
-    /// assert_eq!(y.value(), x.try_matmul(&w.try_t()?)?.value());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_matmul_transposed(
-        &self,
-        other: &Var<'g>,
-        trans_self: bool,
-        trans_other: bool,
-    ) -> Result<Var<'g>> {
-        record_matmul(self, other, trans_self, trans_other)
-    }
-
-    /// `op(self) @ op(other)`; panics on incompatible shapes (see
-    /// [`try_matmul_transposed`](Self::try_matmul_transposed)).
-    #[track_caller]
-    pub fn matmul_transposed(
+    fallible! {
+        /// `op(self) @ op(other)`, where `op` swaps the last two dimensions of a
+        /// rank >= 2 operand whose flag is set, without copying it: `x @ w^T`
+        /// for a weight stored `[out, in]` is `x.try_matmul_transposed(&w, false, true)`.
+        /// Flags on 1-d operands are ignored.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
+        /// let w = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?);
+        /// let y = x.try_matmul_transposed(&w, false, true)?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
+        /// assert_eq!(y.value(), x.try_matmul(&w.try_t()?)?.value());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_matmul_transposed / matmul_transposed(
         &self,
         other: &Var<'g>,
         trans_self: bool,
         trans_other: bool,
     ) -> Var<'g> {
-        or_panic(self.try_matmul_transposed(other, trans_self, trans_other))
+            record_matmul(self, other, trans_self, trans_other)
+        }
     }
+
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! with respect to the exponent is `x^y ln x`, defined as 0 where `x == 0`
 //! and `y >= 0`, and NaN for a negative base (not differentiable in y).
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::arith::or_panic;
@@ -311,32 +312,25 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `self ^ exponent` elementwise, broadcasting. Gradients flow to both
-    /// the base and the exponent (see the module docs for `x <= 0`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![2.0, 3.0], &[2])?);
-    /// let y = g.variable(Tensor::from_vec(vec![3.0, 2.0], &[2])?);
-    /// let z = x.try_pow(&y)?;
-    /// assert_eq!(z.value().to_f64_vec(), vec![8.0, 9.0]);
-    /// let grads = z.sum().backward()?;
-    /// assert_eq!(grads.wrt(&x).to_f64_vec(), vec![12.0, 6.0]); // y x^(y-1)
-    /// assert!((grads.wrt(&y).to_f64_vec()[0] - 8.0 * 2f64.ln()).abs() < 1e-12); // x^y ln x
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_pow(&self, exponent: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Pow, &[self, exponent])
-    }
-
-    /// `self ^ exponent`; panics on mismatched shapes or dtypes (see [`try_pow`](Self::try_pow)).
-    #[track_caller]
-    #[inline]
-    pub fn pow(&self, exponent: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_pow(exponent))
+    fallible! {
+        /// `self ^ exponent` elementwise, broadcasting. Gradients flow to both
+        /// the base and the exponent (see the module docs for `x <= 0`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![2.0, 3.0], &[2])?);
+        /// let y = g.variable(Tensor::from_vec(vec![3.0, 2.0], &[2])?);
+        /// let z = x.try_pow(&y)?;
+        /// assert_eq!(z.value().to_f64_vec(), vec![8.0, 9.0]);
+        /// let grads = z.sum().backward()?;
+        /// assert_eq!(grads.wrt(&x).to_f64_vec(), vec![12.0, 6.0]); // y x^(y-1)
+        /// assert!((grads.wrt(&y).to_f64_vec()[0] - 8.0 * 2f64.ln()).abs() < 1e-12); // x^y ln x
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_pow / pow(&self, exponent: &Var<'g>) -> Var<'g> {
+            self.graph().record(Pow, &[self, exponent])
+        }
     }
 
     /// `self ^ exponent` for a scalar exponent (in self's dtype, stored

@@ -7,9 +7,9 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
+use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
-use super::arith::or_panic;
 use super::reduce_view::broadcastable;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::Result;
@@ -256,121 +256,101 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// The sum over `axes` (negative axes count from the end; an empty list
-    /// reduces nothing), accumulated in f64. With `keepdim` the reduced axes
-    /// stay as size 1. Use [`sum`](Self::sum) for all elements.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-    /// assert_eq!(x.try_sum_axes(&[0], false)?.value().to_f64_vec(), vec![5.0, 7.0, 9.0]);
-    /// let rows = x.try_sum_axes(&[-1], true)?;
-    /// assert_eq!(rows.shape(), &[2, 1]);
-    /// assert_eq!(rows.value().to_f64_vec(), vec![6.0, 15.0]);
-    /// assert!(x.try_sum_axes(&[2], false).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_sum_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
-        let op = SumDim {
-            axes: Axes::from_slice(axes),
-            keepdim,
-        };
-        self.graph().record(op, &[self])
+    fallible! {
+        /// The sum over `axes` (negative axes count from the end; an empty list
+        /// reduces nothing), accumulated in f64. With `keepdim` the reduced axes
+        /// stay as size 1. Use [`sum`](Self::sum) for all elements.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+        /// assert_eq!(x.try_sum_axes(&[0], false)?.value().to_f64_vec(), vec![5.0, 7.0, 9.0]);
+        /// let rows = x.try_sum_axes(&[-1], true)?;
+        /// assert_eq!(rows.shape(), &[2, 1]);
+        /// assert_eq!(rows.value().to_f64_vec(), vec![6.0, 15.0]);
+        /// assert!(x.try_sum_axes(&[2], false).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_sum_axes / sum_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+            let op = SumDim {
+                axes: Axes::from_slice(axes),
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The sum over `axes`; panics on a bad axis (see [`try_sum_axes`](Self::try_sum_axes)).
-    #[track_caller]
-    pub fn sum_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-        or_panic(self.try_sum_axes(axes, keepdim))
+    fallible! {
+        /// The mean over `axes` (see [`try_sum_axes`](Self::try_sum_axes) for
+        /// the axis rules); NaN for an empty reduction. Use [`mean`](Self::mean)
+        /// for all elements.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+        /// let m = x.try_mean_axes(&[1], false)?;
+        /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0]);
+        /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![1.0 / 3.0; 6]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_mean_axes / mean_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+            let op = MeanDim {
+                axes: Axes::from_slice(axes),
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The mean over `axes` (see [`try_sum_axes`](Self::try_sum_axes) for
-    /// the axis rules); NaN for an empty reduction. Use [`mean`](Self::mean)
-    /// for all elements.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-    /// let m = x.try_mean_axes(&[1], false)?;
-    /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0]);
-    /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![1.0 / 3.0; 6]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_mean_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
-        let op = MeanDim {
-            axes: Axes::from_slice(axes),
-            keepdim,
-        };
-        self.graph().record(op, &[self])
+    fallible! {
+        /// The variance over `axes`, `sum((x - mean)^2) / max(0, n - correction)`:
+        /// `correction = 1.0` is PyTorch's default (unbiased), `0.0` the
+        /// population variance. Pass every axis for the variance of all elements.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?);
+        /// assert_eq!(x.try_var(&[1], 1.0, false)?.value().to_f64_vec(), vec![1.0, 4.0]);
+        /// assert_eq!(x.try_var(&[0, 1], 0.0, false)?.value().try_item()?, 34.0 / 6.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_var / var(&self, axes: &[isize], correction: f64, keepdim: bool) -> Var<'g> {
+            let op = Variance {
+                axes: Axes::from_slice(axes),
+                correction,
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The mean over `axes`; panics on a bad axis (see [`try_mean_axes`](Self::try_mean_axes)).
-    #[track_caller]
-    pub fn mean_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-        or_panic(self.try_mean_axes(axes, keepdim))
+    fallible! {
+        /// `log(sum(exp(self)))` over `axes`, computed stably (shifted by the
+        /// maximum): finite for inputs of ±1e4, -inf for an empty reduction.
+        /// Its gradient is the softmax over the axes.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1e4, 1e4, -1e4], &[3])?);
+        /// let y = x.try_logsumexp(&[0], false)?;
+        /// assert_eq!(y.value().try_item()?, 1e4 + 2f64.ln());
+        /// let softmax = y.backward()?.wrt(&x).to_f64_vec();
+        /// assert!((softmax[0] - 0.5).abs() < 1e-12 && softmax[2] == 0.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_logsumexp / logsumexp(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+            let op = LogSumExp {
+                axes: Axes::from_slice(axes),
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The variance over `axes`, `sum((x - mean)^2) / max(0, n - correction)`:
-    /// `correction = 1.0` is PyTorch's default (unbiased), `0.0` the
-    /// population variance. Pass every axis for the variance of all elements.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?);
-    /// assert_eq!(x.try_var(&[1], 1.0, false)?.value().to_f64_vec(), vec![1.0, 4.0]);
-    /// assert_eq!(x.try_var(&[0, 1], 0.0, false)?.value().try_item()?, 34.0 / 6.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_var(&self, axes: &[isize], correction: f64, keepdim: bool) -> Result<Var<'g>> {
-        let op = Variance {
-            axes: Axes::from_slice(axes),
-            correction,
-            keepdim,
-        };
-        self.graph().record(op, &[self])
-    }
-
-    /// The variance over `axes`; panics on a bad axis (see [`try_var`](Self::try_var)).
-    #[track_caller]
-    pub fn var(&self, axes: &[isize], correction: f64, keepdim: bool) -> Var<'g> {
-        or_panic(self.try_var(axes, correction, keepdim))
-    }
-
-    /// `log(sum(exp(self)))` over `axes`, computed stably (shifted by the
-    /// maximum): finite for inputs of ±1e4, -inf for an empty reduction.
-    /// Its gradient is the softmax over the axes.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1e4, 1e4, -1e4], &[3])?);
-    /// let y = x.try_logsumexp(&[0], false)?;
-    /// assert_eq!(y.value().try_item()?, 1e4 + 2f64.ln());
-    /// let softmax = y.backward()?.wrt(&x).to_f64_vec();
-    /// assert!((softmax[0] - 0.5).abs() < 1e-12 && softmax[2] == 0.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_logsumexp(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
-        let op = LogSumExp {
-            axes: Axes::from_slice(axes),
-            keepdim,
-        };
-        self.graph().record(op, &[self])
-    }
-
-    /// `log(sum(exp(self)))` over `axes`; panics on a bad axis (see
-    /// [`try_logsumexp`](Self::try_logsumexp)).
-    #[track_caller]
-    pub fn logsumexp(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-        or_panic(self.try_logsumexp(axes, keepdim))
-    }
 }
 
 #[cfg(test)]

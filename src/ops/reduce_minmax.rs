@@ -8,9 +8,9 @@
 //! size 0 is an error. `argmax`/`argmin` return indices as constants (no
 //! gradient), the first occurrence winning a tie.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::reduce_axes::Axes;
 use super::reduce_view::broadcastable;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
@@ -207,148 +207,119 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// The maximum of every element (a 0-d value), NaN-propagating. Tied
-    /// maxima share the gradient evenly. Errors on an empty tensor.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 4.0, 4.0, 2.0], &[2, 2])?);
-    /// let m = x.try_max()?;
-    /// assert_eq!(m.value().try_item()?, 4.0);
-    /// assert_eq!(m.backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.5, 0.5, 0.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_max(&self) -> Result<Var<'g>> {
-        self.graph().record(Max, &[self])
+    fallible! {
+        /// The maximum of every element (a 0-d value), NaN-propagating. Tied
+        /// maxima share the gradient evenly. Errors on an empty tensor.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 4.0, 4.0, 2.0], &[2, 2])?);
+        /// let m = x.try_max()?;
+        /// assert_eq!(m.value().try_item()?, 4.0);
+        /// assert_eq!(m.backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.5, 0.5, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_max / max(&self) -> Var<'g> {
+            self.graph().record(Max, &[self])
+        }
     }
 
-    /// The maximum of every element; panics on an empty tensor (see [`try_max`](Self::try_max)).
-    #[track_caller]
-    pub fn max(&self) -> Var<'g> {
-        or_panic(self.try_max())
+    fallible! {
+        /// The minimum of every element (a 0-d value), NaN-propagating. Tied
+        /// minima share the gradient evenly. Errors on an empty tensor.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![3.0, -1.0, 2.0], &[3])?);
+        /// assert_eq!(x.try_min()?.value().try_item()?, -1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_min / min(&self) -> Var<'g> {
+            self.graph().record(Min, &[self])
+        }
     }
 
-    /// The minimum of every element (a 0-d value), NaN-propagating. Tied
-    /// minima share the gradient evenly. Errors on an empty tensor.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![3.0, -1.0, 2.0], &[3])?);
-    /// assert_eq!(x.try_min()?.value().try_item()?, -1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_min(&self) -> Result<Var<'g>> {
-        self.graph().record(Min, &[self])
+    fallible! {
+        /// The maximum over `axes` (PyTorch's `amax`; negative axes count from
+        /// the end, an empty list reduces nothing), NaN-propagating. Tied maxima
+        /// share the gradient evenly. Errors on an axis of size 0.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+        /// let m = x.try_max_axes(&[1], false)?;
+        /// assert_eq!(m.value().to_f64_vec(), vec![5.0, 7.0]);
+        /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.5, 0.0, 0.5]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_max_axes / max_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+            let op = Amax {
+                axes: Axes::from_slice(axes),
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The minimum of every element; panics on an empty tensor (see [`try_min`](Self::try_min)).
-    #[track_caller]
-    pub fn min(&self) -> Var<'g> {
-        or_panic(self.try_min())
+    fallible! {
+        /// The minimum over `axes` (PyTorch's `amin`; see [`try_max_axes`](Self::try_max_axes)).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+        /// assert_eq!(x.try_min_axes(&[0], true)?.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_min_axes / min_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+            let op = Amin {
+                axes: Axes::from_slice(axes),
+                keepdim,
+            };
+            self.graph().record(op, &[self])
+        }
     }
 
-    /// The maximum over `axes` (PyTorch's `amax`; negative axes count from
-    /// the end, an empty list reduces nothing), NaN-propagating. Tied maxima
-    /// share the gradient evenly. Errors on an axis of size 0.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
-    /// let m = x.try_max_axes(&[1], false)?;
-    /// assert_eq!(m.value().to_f64_vec(), vec![5.0, 7.0]);
-    /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.5, 0.0, 0.5]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_max_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
-        let op = Amax {
-            axes: Axes::from_slice(axes),
-            keepdim,
-        };
-        self.graph().record(op, &[self])
+    fallible! {
+        /// The index of the maximum along `axis` (`None`: of the flattened
+        /// tensor), as a constant of this value's dtype (no gradient, no node).
+        /// The first occurrence wins a tie; NaN counts as the maximum.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 9.0, 9.0, 7.0, 2.0, 8.0], &[2, 3])?);
+        /// let i = x.try_argmax(Some(1), false)?;
+        /// assert_eq!(i.value().to_f64_vec(), vec![1.0, 2.0]);
+        /// assert!(!i.requires_grad());
+        /// assert_eq!(x.try_argmax(None, false)?.value().try_item()?, 1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_argmax / argmax(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
+            let t = ArgMax { axis, keepdim }.forward(&[self.value()])?;
+            Ok(Var::constant_in(self.graph(), t))
+        }
     }
 
-    /// The maximum over `axes`; panics on a bad axis (see [`try_max_axes`](Self::try_max_axes)).
-    #[track_caller]
-    pub fn max_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-        or_panic(self.try_max_axes(axes, keepdim))
+    fallible! {
+        /// The index of the minimum along `axis` (see [`try_argmax`](Self::try_argmax)).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![4.0, 1.0, 1.0], &[3])?);
+        /// assert_eq!(x.try_argmin(Some(0), false)?.value().try_item()?, 1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_argmin / argmin(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
+            let t = ArgMin { axis, keepdim }.forward(&[self.value()])?;
+            Ok(Var::constant_in(self.graph(), t))
+        }
     }
 
-    /// The minimum over `axes` (PyTorch's `amin`; see [`try_max_axes`](Self::try_max_axes)).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
-    /// assert_eq!(x.try_min_axes(&[0], true)?.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_min_axes(&self, axes: &[isize], keepdim: bool) -> Result<Var<'g>> {
-        let op = Amin {
-            axes: Axes::from_slice(axes),
-            keepdim,
-        };
-        self.graph().record(op, &[self])
-    }
-
-    /// The minimum over `axes`; panics on a bad axis (see [`try_min_axes`](Self::try_min_axes)).
-    #[track_caller]
-    pub fn min_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-        or_panic(self.try_min_axes(axes, keepdim))
-    }
-
-    /// The index of the maximum along `axis` (`None`: of the flattened
-    /// tensor), as a constant of this value's dtype (no gradient, no node).
-    /// The first occurrence wins a tie; NaN counts as the maximum.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 9.0, 9.0, 7.0, 2.0, 8.0], &[2, 3])?);
-    /// let i = x.try_argmax(Some(1), false)?;
-    /// assert_eq!(i.value().to_f64_vec(), vec![1.0, 2.0]);
-    /// assert!(!i.requires_grad());
-    /// assert_eq!(x.try_argmax(None, false)?.value().try_item()?, 1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    pub fn try_argmax(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
-        let t = ArgMax { axis, keepdim }.forward(&[self.value()])?;
-        Ok(Var::constant_in(self.graph(), t))
-    }
-
-    /// The index of the maximum; panics on a bad axis or an empty reduction
-    /// (see [`try_argmax`](Self::try_argmax)).
-    #[track_caller]
-    pub fn argmax(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
-        or_panic(self.try_argmax(axis, keepdim))
-    }
-
-    /// The index of the minimum along `axis` (see [`try_argmax`](Self::try_argmax)).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![4.0, 1.0, 1.0], &[3])?);
-    /// assert_eq!(x.try_argmin(Some(0), false)?.value().try_item()?, 1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    pub fn try_argmin(&self, axis: Option<isize>, keepdim: bool) -> Result<Var<'g>> {
-        let t = ArgMin { axis, keepdim }.forward(&[self.value()])?;
-        Ok(Var::constant_in(self.graph(), t))
-    }
-
-    /// The index of the minimum; panics on a bad axis or an empty reduction
-    /// (see [`try_argmin`](Self::try_argmin)).
-    #[track_caller]
-    pub fn argmin(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
-        or_panic(self.try_argmin(axis, keepdim))
-    }
 }
 
 #[cfg(test)]

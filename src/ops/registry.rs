@@ -215,6 +215,8 @@ mod tests {
             .replace("mul", crate::ops::rule::Binary(crate::ops::arith::Mul))
             .unwrap()
             .is_some());
-        assert!(reg.replace("", crate::ops::rule::Binary(crate::ops::arith::Mul)).is_err());
+        assert!(reg
+            .replace("", crate::ops::rule::Binary(crate::ops::arith::Mul))
+            .is_err());
     }
 }

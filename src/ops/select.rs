@@ -2,9 +2,9 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -140,29 +140,25 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Index `index` along dimension `dim` (negative counts from the end),
-    /// removing that dimension: `x.select(0, i)` is `x[i]`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-    /// assert_eq!(x.try_select(0, 1)?.value().to_f64_vec(), vec![4.0, 5.0, 6.0]);
-    /// assert_eq!(x.try_select(-1, 2)?.value().to_f64_vec(), vec![3.0, 6.0]);
-    /// assert!(x.try_select(0, 2).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_select(&self, dim: isize, index: usize) -> Result<Var<'g>> {
-        let dim = normalize_axis("select", dim, self.value().rank())?;
-        self.graph().record(Select { dim, index }, &[self])
+    fallible! {
+        /// Index `index` along dimension `dim` (negative counts from the end),
+        /// removing that dimension: `x.select(0, i)` is `x[i]`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+        /// assert_eq!(x.try_select(0, 1)?.value().to_f64_vec(), vec![4.0, 5.0, 6.0]);
+        /// assert_eq!(x.try_select(-1, 2)?.value().to_f64_vec(), vec![3.0, 6.0]);
+        /// assert!(x.try_select(0, 2).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_select / select(&self, dim: isize, index: usize) -> Var<'g> {
+            let dim = normalize_axis("select", dim, self.value().rank())?;
+            self.graph().record(Select { dim, index }, &[self])
+        }
     }
 
-    /// [`try_select`](Self::try_select), panicking on a bad dim or index.
-    #[track_caller]
-    pub fn select(&self, dim: isize, index: usize) -> Var<'g> {
-        or_panic(self.try_select(dim, index))
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! each one's gradient is the output gradient reshaped back, and its tangent
 //! the input tangent reshaped forward.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -231,60 +231,50 @@ impl<'g> Var<'g> {
         self.graph().record(Reshape { shape }, &[self])
     }
 
-    /// The same elements in row-major order with shape `shape`, sharing
-    /// storage; one size may be `-1` (inferred). A shape with another element
-    /// count is `Error::ElementCount`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-    /// let y = x.try_reshape(&[3, -1])?;
-    /// assert_eq!(y.shape(), &[3, 2]);
-    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    /// assert!(x.try_reshape(&[4, -1]).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_reshape(&self, shape: &[isize]) -> Result<Var<'g>> {
-        let dims = infer_shape("reshape", shape, self.value().numel())?;
-        self.reshape_dims(&dims)
-    }
-
-    /// Reshapes; panics if the shape does not fit (see [`try_reshape`](Self::try_reshape)).
-    #[track_caller]
-    pub fn reshape(&self, shape: &[isize]) -> Var<'g> {
-        or_panic(self.try_reshape(shape))
-    }
-
-    /// Merges dimensions `start_dim..=end_dim` into one (negative dims count
-    /// from the end; a 0-d value becomes shape `[1]`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::zeros(&[2, 3, 4, 5], DType::F32)?);
-    /// assert_eq!(x.try_flatten(1, -1)?.shape(), &[2, 60]);
-    /// assert_eq!(x.try_flatten(1, 2)?.shape(), &[2, 12, 5]);
-    /// assert!(x.try_flatten(2, 1).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_flatten(&self, start_dim: isize, end_dim: isize) -> Result<Var<'g>> {
-        let op = Flatten {
-            start: start_dim,
-            end: end_dim,
-        };
-        if op.out_shape(self.shape())?.as_slice() == self.shape() {
-            return Ok(self.clone());
+    fallible! {
+        /// The same elements in row-major order with shape `shape`, sharing
+        /// storage; one size may be `-1` (inferred). A shape with another element
+        /// count is `Error::ElementCount`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+        /// let y = x.try_reshape(&[3, -1])?;
+        /// assert_eq!(y.shape(), &[3, 2]);
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        /// assert!(x.try_reshape(&[4, -1]).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_reshape / reshape(&self, shape: &[isize]) -> Var<'g> {
+            let dims = infer_shape("reshape", shape, self.value().numel())?;
+            self.reshape_dims(&dims)
         }
-        self.graph().record(op, &[self])
     }
 
-    /// Flattens; panics on a bad dim (see [`try_flatten`](Self::try_flatten)).
-    #[track_caller]
-    pub fn flatten(&self, start_dim: isize, end_dim: isize) -> Var<'g> {
-        or_panic(self.try_flatten(start_dim, end_dim))
+    fallible! {
+        /// Merges dimensions `start_dim..=end_dim` into one (negative dims count
+        /// from the end; a 0-d value becomes shape `[1]`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::zeros(&[2, 3, 4, 5], DType::F32)?);
+        /// assert_eq!(x.try_flatten(1, -1)?.shape(), &[2, 60]);
+        /// assert_eq!(x.try_flatten(1, 2)?.shape(), &[2, 12, 5]);
+        /// assert!(x.try_flatten(2, 1).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_flatten / flatten(&self, start_dim: isize, end_dim: isize) -> Var<'g> {
+            let op = Flatten {
+                start: start_dim,
+                end: end_dim,
+            };
+            if op.out_shape(self.shape())?.as_slice() == self.shape() {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
+        }
     }
 
     /// Removes every size-1 dimension.
@@ -304,55 +294,45 @@ impl<'g> Var<'g> {
         self.graph().record_or_panic(Squeeze { dim: None }, &[self])
     }
 
-    /// Removes dimension `dim` if its size is 1 (otherwise returns the value
-    /// unchanged, as PyTorch does); an out-of-range `dim` is an error.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::zeros(&[1, 3, 1], DType::F64)?);
-    /// assert_eq!(x.try_squeeze_dim(-1)?.shape(), &[1, 3]);
-    /// assert_eq!(x.try_squeeze_dim(1)?.shape(), &[1, 3, 1]);
-    /// assert!(x.try_squeeze_dim(3).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_squeeze_dim(&self, dim: isize) -> Result<Var<'g>> {
-        let op = Squeeze { dim: Some(dim) };
-        if op.out_shape(self.shape())?.as_slice() == self.shape() {
-            return Ok(self.clone());
+    fallible! {
+        /// Removes dimension `dim` if its size is 1 (otherwise returns the value
+        /// unchanged, as PyTorch does); an out-of-range `dim` is an error.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::zeros(&[1, 3, 1], DType::F64)?);
+        /// assert_eq!(x.try_squeeze_dim(-1)?.shape(), &[1, 3]);
+        /// assert_eq!(x.try_squeeze_dim(1)?.shape(), &[1, 3, 1]);
+        /// assert!(x.try_squeeze_dim(3).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_squeeze_dim / squeeze_dim(&self, dim: isize) -> Var<'g> {
+            let op = Squeeze { dim: Some(dim) };
+            if op.out_shape(self.shape())?.as_slice() == self.shape() {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
         }
-        self.graph().record(op, &[self])
     }
 
-    /// Removes dimension `dim` if it has size 1; panics on a bad dim
-    /// (see [`try_squeeze_dim`](Self::try_squeeze_dim)).
-    #[track_caller]
-    pub fn squeeze_dim(&self, dim: isize) -> Var<'g> {
-        or_panic(self.try_squeeze_dim(dim))
+    fallible! {
+        /// Inserts a size-1 dimension at `dim` (in `-rank-1..=rank`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// assert_eq!(x.try_unsqueeze(0)?.shape(), &[1, 2]);
+        /// assert_eq!(x.try_unsqueeze(-1)?.shape(), &[2, 1]);
+        /// assert!(x.try_unsqueeze(2).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_unsqueeze / unsqueeze(&self, dim: isize) -> Var<'g> {
+            self.graph().record(Unsqueeze { dim }, &[self])
+        }
     }
 
-    /// Inserts a size-1 dimension at `dim` (in `-rank-1..=rank`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
-    /// assert_eq!(x.try_unsqueeze(0)?.shape(), &[1, 2]);
-    /// assert_eq!(x.try_unsqueeze(-1)?.shape(), &[2, 1]);
-    /// assert!(x.try_unsqueeze(2).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_unsqueeze(&self, dim: isize) -> Result<Var<'g>> {
-        self.graph().record(Unsqueeze { dim }, &[self])
-    }
-
-    /// Inserts a size-1 dimension; panics on a bad dim (see [`try_unsqueeze`](Self::try_unsqueeze)).
-    #[track_caller]
-    pub fn unsqueeze(&self, dim: isize) -> Var<'g> {
-        or_panic(self.try_unsqueeze(dim))
-    }
 }
 
 #[cfg(test)]

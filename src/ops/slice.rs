@@ -4,9 +4,9 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
+use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -245,121 +245,107 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Every `step`-th element of `start..end` along `dim`: Python's
-    /// `x[..., start:end:step]`. Negative `start`/`end` count from the end;
-    /// out-of-range bounds are clamped (an empty range gives size 0); `step`
-    /// must be at least 1.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec((0..10).map(f64::from).collect(), &[2, 5])?);
-    /// let y = x.try_slice(1, 1, -1, 2)?;
-    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 3.0, 6.0, 8.0]);
-    /// assert_eq!(x.try_slice(1, 3, 100, 1)?.shape(), &[2, 2]);
-    /// assert!(x.try_slice(2, 0, 1, 1).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Result<Var<'g>> {
-        let op = Slice {
-            dim,
-            start,
-            end,
-            step,
-        };
-        let r = op.resolve(self.shape())?;
-        if r.start == 0 && r.len == self.shape()[r.dim] {
-            return Ok(self.clone());
+    fallible! {
+        /// Every `step`-th element of `start..end` along `dim`: Python's
+        /// `x[..., start:end:step]`. Negative `start`/`end` count from the end;
+        /// out-of-range bounds are clamped (an empty range gives size 0); `step`
+        /// must be at least 1.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec((0..10).map(f64::from).collect(), &[2, 5])?);
+        /// let y = x.try_slice(1, 1, -1, 2)?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 3.0, 6.0, 8.0]);
+        /// assert_eq!(x.try_slice(1, 3, 100, 1)?.shape(), &[2, 2]);
+        /// assert!(x.try_slice(2, 0, 1, 1).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_slice / slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Var<'g> {
+            let op = Slice {
+                dim,
+                start,
+                end,
+                step,
+            };
+            let r = op.resolve(self.shape())?;
+            if r.start == 0 && r.len == self.shape()[r.dim] {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
         }
-        self.graph().record(op, &[self])
     }
 
-    /// Slices; panics on a bad dim or a zero step (see [`try_slice`](Self::try_slice)).
-    #[track_caller]
-    pub fn slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Var<'g> {
-        or_panic(self.try_slice(dim, start, end, step))
-    }
-
-    /// `len` consecutive elements from `start` along `dim` (PyTorch's
-    /// `narrow`; recorded as a `slice`). A negative `start` counts from the
-    /// end; unlike `slice`, a range past the end is an error.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4])?);
-    /// assert_eq!(x.try_narrow(0, 1, 2)?.value().to_f64_vec(), vec![2.0, 3.0]);
-    /// assert_eq!(x.try_narrow(0, -1, 1)?.value().to_f64_vec(), vec![4.0]);
-    /// assert!(x.try_narrow(0, 3, 2).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_narrow(&self, dim: isize, start: isize, len: usize) -> Result<Var<'g>> {
-        let d = normalize_axis("narrow", dim, self.shape().len())?;
-        let size = self.shape()[d];
-        let s = if start < 0 {
-            start + size as isize
-        } else {
-            start
-        };
-        if s < 0 || s as usize > size {
-            return Err(Error::IndexOutOfRange {
-                op: "narrow",
-                index: start as i64,
-                size,
-            });
+    fallible! {
+        /// `len` consecutive elements from `start` along `dim` (PyTorch's
+        /// `narrow`; recorded as a `slice`). A negative `start` counts from the
+        /// end; unlike `slice`, a range past the end is an error.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4])?);
+        /// assert_eq!(x.try_narrow(0, 1, 2)?.value().to_f64_vec(), vec![2.0, 3.0]);
+        /// assert_eq!(x.try_narrow(0, -1, 1)?.value().to_f64_vec(), vec![4.0]);
+        /// assert!(x.try_narrow(0, 3, 2).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_narrow / narrow(&self, dim: isize, start: isize, len: usize) -> Var<'g> {
+            let d = normalize_axis("narrow", dim, self.shape().len())?;
+            let size = self.shape()[d];
+            let s = if start < 0 {
+                start + size as isize
+            } else {
+                start
+            };
+            if s < 0 || s as usize > size {
+                return Err(Error::IndexOutOfRange {
+                    op: "narrow",
+                    index: start as i64,
+                    size,
+                });
+            }
+            if len > size - s as usize {
+                return Err(Error::invalid(
+                    "narrow",
+                    format!("start {start} + length {len} exceeds dimension {dim} of size {size}"),
+                ));
+            }
+            self.try_slice(d as isize, s, s + len as isize, 1)
         }
-        if len > size - s as usize {
-            return Err(Error::invalid(
-                "narrow",
-                format!("start {start} + length {len} exceeds dimension {dim} of size {size}"),
-            ));
+    }
+
+    fallible! {
+        /// Pads with `value` (PyTorch's `F.pad` in constant mode): `pads` holds
+        /// `(before, after)` pairs from the last dimension backwards, so
+        /// `[1, 2]` pads the last dimension by 1 before and 2 after, and
+        /// `[0, 0, 1, 1]` pads the second-to-last by 1 on each side. Negative
+        /// amounts crop.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+        /// let y = x.try_pad(&[1, 0, 0, 1], 0.0)?;
+        /// assert_eq!(y.shape(), &[3, 3]);
+        /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
+        /// assert_eq!(x.try_pad(&[0, -1], 0.0)?.value().to_f64_vec(), vec![1.0, 3.0]);
+        /// assert!(x.try_pad(&[1], 0.0).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_pad / pad(&self, pads: &[isize], value: f64) -> Var<'g> {
+            let op = ConstantPad {
+                pads: SmallVec::from_slice(pads),
+                value,
+            };
+            op.per_dim(self.shape().len())?;
+            if pads.iter().all(|&p| p == 0) {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
         }
-        self.try_slice(d as isize, s, s + len as isize, 1)
     }
 
-    /// Narrows; panics on an out-of-range request (see [`try_narrow`](Self::try_narrow)).
-    #[track_caller]
-    pub fn narrow(&self, dim: isize, start: isize, len: usize) -> Var<'g> {
-        or_panic(self.try_narrow(dim, start, len))
-    }
-
-    /// Pads with `value` (PyTorch's `F.pad` in constant mode): `pads` holds
-    /// `(before, after)` pairs from the last dimension backwards, so
-    /// `[1, 2]` pads the last dimension by 1 before and 2 after, and
-    /// `[0, 0, 1, 1]` pads the second-to-last by 1 on each side. Negative
-    /// amounts crop.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
-    /// let y = x.try_pad(&[1, 0, 0, 1], 0.0)?;
-    /// assert_eq!(y.shape(), &[3, 3]);
-    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
-    /// assert_eq!(x.try_pad(&[0, -1], 0.0)?.value().to_f64_vec(), vec![1.0, 3.0]);
-    /// assert!(x.try_pad(&[1], 0.0).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_pad(&self, pads: &[isize], value: f64) -> Result<Var<'g>> {
-        let op = ConstantPad {
-            pads: SmallVec::from_slice(pads),
-            value,
-        };
-        op.per_dim(self.shape().len())?;
-        if pads.iter().all(|&p| p == 0) {
-            return Ok(self.clone());
-        }
-        self.graph().record(op, &[self])
-    }
-
-    /// Pads; panics on a bad spec (see [`try_pad`](Self::try_pad)).
-    #[track_caller]
-    pub fn pad(&self, pads: &[isize], value: f64) -> Var<'g> {
-        or_panic(self.try_pad(pads, value))
-    }
 }
 
 #[cfg(test)]

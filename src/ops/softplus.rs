@@ -1,7 +1,7 @@
 //! `softplus`, a smooth ReLU, `ln(1 + e^(βx)) / β`: one rule (see
 //! [`rule`](super::rule)).
 
-use super::arith::or_panic;
+use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::error::{Error, Result};
@@ -91,32 +91,25 @@ impl<'g> Var<'g> {
             .record_or_panic(Unary(Softplus::default()), &[self])
     }
 
-    /// Softplus with a chosen β and threshold; an error for β zero, infinite
-    /// or NaN, or a NaN threshold.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(0.3));
-    /// let y = x.try_softplus_with(2.0, 20.0)?;
-    /// assert!((y.value().try_item()? - 0.5187439752429428).abs() < 1e-15);
-    /// assert!(x.try_softplus_with(0.0, 20.0).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_softplus_with(&self, beta: f64, threshold: f64) -> Result<Var<'g>> {
-        self.graph()
-            .record(Unary(Softplus { beta, threshold }), &[self])
+    fallible! {
+        /// Softplus with a chosen β and threshold; an error for β zero, infinite
+        /// or NaN, or a NaN threshold.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(0.3));
+        /// let y = x.try_softplus_with(2.0, 20.0)?;
+        /// assert!((y.value().try_item()? - 0.5187439752429428).abs() < 1e-15);
+        /// assert!(x.try_softplus_with(0.0, 20.0).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_softplus_with / softplus_with(&self, beta: f64, threshold: f64) -> Var<'g> {
+            self.graph()
+                .record(Unary(Softplus { beta, threshold }), &[self])
+        }
     }
 
-    /// Softplus with a chosen β and threshold; panics where
-    /// [`try_softplus_with`](Self::try_softplus_with) errs.
-    #[track_caller]
-    #[inline]
-    pub fn softplus_with(&self, beta: f64, threshold: f64) -> Var<'g> {
-        or_panic(self.try_softplus_with(beta, threshold))
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! `kernels::layout`); a permutation that keeps the elements in order shares
 //! storage. Each op's gradient is the inverse permutation of the gradient.
 
+use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -182,88 +182,74 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Swaps dimensions `dim0` and `dim1` (negative dims count from the end).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec((0..6).map(f64::from).collect(), &[1, 2, 3])?);
-    /// let y = x.try_transpose(-1, 1)?;
-    /// assert_eq!(y.shape(), &[1, 3, 2]);
-    /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
-    /// assert!(x.try_transpose(0, 3).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_transpose(&self, dim0: isize, dim1: isize) -> Result<Var<'g>> {
-        let op = Transpose { dim0, dim1 };
-        let perm = op.permutation(self.shape().len())?;
-        if perm.iter().enumerate().all(|(i, &p)| i == p) {
-            return Ok(self.clone());
+    fallible! {
+        /// Swaps dimensions `dim0` and `dim1` (negative dims count from the end).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec((0..6).map(f64::from).collect(), &[1, 2, 3])?);
+        /// let y = x.try_transpose(-1, 1)?;
+        /// assert_eq!(y.shape(), &[1, 3, 2]);
+        /// assert_eq!(y.value().to_f64_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        /// assert!(x.try_transpose(0, 3).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_transpose / transpose(&self, dim0: isize, dim1: isize) -> Var<'g> {
+            let op = Transpose { dim0, dim1 };
+            let perm = op.permutation(self.shape().len())?;
+            if perm.iter().enumerate().all(|(i, &p)| i == p) {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
         }
-        self.graph().record(op, &[self])
     }
 
-    /// Swaps two dimensions; panics on a bad dim (see [`try_transpose`](Self::try_transpose)).
-    #[track_caller]
-    pub fn transpose(&self, dim0: isize, dim1: isize) -> Var<'g> {
-        or_panic(self.try_transpose(dim0, dim1))
-    }
-
-    /// Reorders dimensions: dimension `i` of the result is dimension
-    /// `dims[i]` of `self`. `dims` must name every dimension once.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::zeros(&[2, 3, 4], DType::F32)?);
-    /// assert_eq!(x.try_permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
-    /// assert_eq!(x.try_permute(&[-1, 0, 1])?.shape(), &[4, 2, 3]);
-    /// assert!(x.try_permute(&[0, 0, 1]).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_permute(&self, dims: &[isize]) -> Result<Var<'g>> {
-        let op = Permute {
-            dims: SmallVec::from_slice(dims),
-        };
-        let perm = op.permutation(self.shape().len())?;
-        if perm.iter().enumerate().all(|(i, &p)| i == p) {
-            return Ok(self.clone());
+    fallible! {
+        /// Reorders dimensions: dimension `i` of the result is dimension
+        /// `dims[i]` of `self`. `dims` must name every dimension once.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::zeros(&[2, 3, 4], DType::F32)?);
+        /// assert_eq!(x.try_permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
+        /// assert_eq!(x.try_permute(&[-1, 0, 1])?.shape(), &[4, 2, 3]);
+        /// assert!(x.try_permute(&[0, 0, 1]).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_permute / permute(&self, dims: &[isize]) -> Var<'g> {
+            let op = Permute {
+                dims: SmallVec::from_slice(dims),
+            };
+            let perm = op.permutation(self.shape().len())?;
+            if perm.iter().enumerate().all(|(i, &p)| i == p) {
+                return Ok(self.clone());
+            }
+            self.graph().record(op, &[self])
         }
-        self.graph().record(op, &[self])
     }
 
-    /// Reorders dimensions; panics on a bad order (see [`try_permute`](Self::try_permute)).
-    #[track_caller]
-    pub fn permute(&self, dims: &[isize]) -> Var<'g> {
-        or_panic(self.try_permute(dims))
-    }
-
-    /// The transpose of a matrix; a 0-d or 1-d value is returned as is, and
-    /// more than 2 dimensions is an error (as in PyTorch; use `transpose`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, DType};
-    /// let g = Graph::new();
-    /// let m = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-    /// assert_eq!(m.try_t()?.value().to_f64_vec(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    /// assert!(g.variable(Tensor::zeros(&[2, 2, 2], DType::F32)?).try_t().is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_t(&self) -> Result<Var<'g>> {
-        if self.shape().len() < 2 {
-            return Ok(self.clone());
+    fallible! {
+        /// The transpose of a matrix; a 0-d or 1-d value is returned as is, and
+        /// more than 2 dimensions is an error (as in PyTorch; use `transpose`).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, DType};
+        /// let g = Graph::new();
+        /// let m = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+        /// assert_eq!(m.try_t()?.value().to_f64_vec(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        /// assert!(g.variable(Tensor::zeros(&[2, 2, 2], DType::F32)?).try_t().is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_t / t(&self) -> Var<'g> {
+            if self.shape().len() < 2 {
+                return Ok(self.clone());
+            }
+            self.graph().record(T, &[self])
         }
-        self.graph().record(T, &[self])
     }
 
-    /// The transpose of a matrix; panics on more than 2 dimensions (see [`try_t`](Self::try_t)).
-    #[track_caller]
-    pub fn t(&self) -> Var<'g> {
-        or_panic(self.try_t())
-    }
 }
 
 #[cfg(test)]

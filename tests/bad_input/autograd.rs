@@ -75,7 +75,10 @@ pub fn cases(t: &mut Table) {
     t.add("registry: registering a taken name", || {
         let mut reg = OpRegistry::with_builtins();
         expect_err!(
-            reg.register("add", retrograd::ops::rule::Binary(retrograd::ops::arith::Mul)),
+            reg.register(
+                "add",
+                retrograd::ops::rule::Binary(retrograd::ops::arith::Mul)
+            ),
             Error::DuplicateOp { .. },
             ["add", "already registered"]
         )

@@ -5,8 +5,8 @@
 use retrograd::{Error, Graph, Tensor, Var};
 
 use crate::expect_err;
-use crate::registry_ops;
 use crate::harness::{ensure, setup, Table};
+use crate::registry_ops;
 
 const SPECIALS: [f64; 6] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308];
 
@@ -36,7 +36,11 @@ fn unary_ops() -> Vec<(&'static str, Unary)> {
 }
 
 /// A case that runs `op` on the specials, forward and backward.
-fn specials_case(t: &mut Table, name: &str, op: impl for<'g> Fn(&Var<'g>) -> retrograd::Result<Var<'g>> + 'static) {
+fn specials_case(
+    t: &mut Table,
+    name: &str,
+    op: impl for<'g> Fn(&Var<'g>) -> retrograd::Result<Var<'g>> + 'static,
+) {
     t.add(
         format!("{name}: NaN, infinities and extremes forward and backward"),
         move || {

@@ -466,7 +466,10 @@ impl<'p> Planner<'p> {
         let unary = elementwise_with_arity(1);
         let k = rng.random_range(0..unary.len() + 3);
         if let Some(&(i, op)) = unary.get(k) {
-            return v.iter().all(|&x| op.admits(&[x])).then_some(Op::Elementwise(i));
+            return v
+                .iter()
+                .all(|&x| op.admits(&[x]))
+                .then_some(Op::Elementwise(i));
         }
         let op = match k - unary.len() {
             0 => {
@@ -1077,5 +1080,8 @@ fn broadcast_pairs(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize]) -
             .expect("broadcastable")
             .to_f64_vec()
     };
-    spread(a, a_shape).into_iter().zip(spread(b, b_shape)).collect()
+    spread(a, a_shape)
+        .into_iter()
+        .zip(spread(b, b_shape))
+        .collect()
 }

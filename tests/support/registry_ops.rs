@@ -27,7 +27,9 @@ pub struct Instance {
 impl Instance {
     /// The number of inputs.
     pub fn arity(&self) -> usize {
-        self.facts.arity.expect("elementwise ops have a fixed arity")
+        self.facts
+            .arity
+            .expect("elementwise ops have a fixed arity")
     }
 
     /// Records the op on `args`.
@@ -81,7 +83,10 @@ pub fn elementwise() -> &'static [Instance] {
 
 /// The instances taking `arity` inputs.
 pub fn with_arity(arity: usize) -> Vec<&'static Instance> {
-    elementwise().iter().filter(|i| i.arity() == arity).collect()
+    elementwise()
+        .iter()
+        .filter(|i| i.arity() == arity)
+        .collect()
 }
 
 /// One element's operand values drawn from the op's safe domain: uniform

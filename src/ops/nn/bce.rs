@@ -6,13 +6,13 @@
 //! finite logits. Logits and targets must have the same shape (no silent
 //! broadcasting); both are differentiable, `pos_weight` is a constant.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
@@ -266,32 +266,26 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Binary cross-entropy of these logits against `target` probabilities
-    /// (same shape and dtype), averaged: PyTorch's
-    /// `F.binary_cross_entropy_with_logits`. Stable for any finite logits.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let logits = g.variable(Tensor::from_vec(vec![0.0, 1e4, -1e4], &[3])?);
-    /// let target = g.constant(Tensor::from_vec(vec![1.0, 1.0, 1.0], &[3])?);
-    /// let loss = logits.try_binary_cross_entropy_with_logits(&target)?;
-    /// // (ln 2 + 0 + 1e4) / 3
-    /// assert!((loss.value().try_item()? - (2f64.ln() + 1e4) / 3.0).abs() < 1e-9);
-    /// let grad = loss.backward()?.wrt(&logits).to_f64_vec();
-    /// assert_eq!(grad, vec![-0.5 / 3.0, 0.0, -1.0 / 3.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_binary_cross_entropy_with_logits(&self, target: &Var<'g>) -> Result<Var<'g>> {
-        self.try_binary_cross_entropy_with_logits_with(target, Reduction::Mean, None)
-    }
-
-    /// Binary cross-entropy with logits; panics on mismatched shapes or
-    /// dtypes (see [`try_binary_cross_entropy_with_logits`](Self::try_binary_cross_entropy_with_logits)).
-    #[track_caller]
-    pub fn binary_cross_entropy_with_logits(&self, target: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_binary_cross_entropy_with_logits(target))
+    fallible! {
+        /// Binary cross-entropy of these logits against `target` probabilities
+        /// (same shape and dtype), averaged: PyTorch's
+        /// `F.binary_cross_entropy_with_logits`. Stable for any finite logits.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let logits = g.variable(Tensor::from_vec(vec![0.0, 1e4, -1e4], &[3])?);
+        /// let target = g.constant(Tensor::from_vec(vec![1.0, 1.0, 1.0], &[3])?);
+        /// let loss = logits.try_binary_cross_entropy_with_logits(&target)?;
+        /// // (ln 2 + 0 + 1e4) / 3
+        /// assert!((loss.value().try_item()? - (2f64.ln() + 1e4) / 3.0).abs() < 1e-9);
+        /// let grad = loss.backward()?.wrt(&logits).to_f64_vec();
+        /// assert_eq!(grad, vec![-0.5 / 3.0, 0.0, -1.0 / 3.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_binary_cross_entropy_with_logits / binary_cross_entropy_with_logits(&self, target: &Var<'g>) -> Var<'g> {
+            self.try_binary_cross_entropy_with_logits_with(target, Reduction::Mean, None)
+        }
     }
 
     /// Binary cross-entropy with logits, a reduction, and an optional

@@ -8,6 +8,7 @@
 //! `mean` / `sum` / `none`, class weights, `ignore_index` (default -100) and
 //! label smoothing `(1 - ε) nll + ε/C Σ_c -w_c log p_c`.
 
+use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -18,7 +19,6 @@ use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{Differentiable, GradInputs, OpRegistry};
 use crate::tensor::Tensor;
 
@@ -164,36 +164,30 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Cross-entropy of these logits (`[C]`, `[N, C]` or `[N, C, d...]`)
-    /// against integer class `targets` (one per sample, in row-major order of
-    /// the shape without the class axis), averaged: PyTorch's
-    /// `F.cross_entropy(logits, targets)`. Stable for any finite logits.
-    ///
-    /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
-    /// target count that does not match is `Error::InvalidArgument`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let logits = g.variable(Tensor::from_vec(vec![2.0, 0.0, 0.0, 0.0, 1e4, -1e4], &[2, 3])?);
-    /// let loss = logits.try_cross_entropy(&[0usize, 1])?;
-    /// // (log(e^2 + 2) - 2 + 0) / 2
-    /// assert!((loss.value().try_item()? - ((2f64.exp() + 2.0).ln() - 2.0) / 2.0).abs() < 1e-12);
-    /// let grad = loss.backward()?.wrt(&logits);
-    /// assert!(grad.all_finite());
-    /// assert!(logits.try_cross_entropy(&[0usize, 3]).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Result<Var<'g>> {
-        self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
-    }
-
-    /// Cross-entropy with the default options; panics on bad targets (see
-    /// [`try_cross_entropy`](Self::try_cross_entropy)).
-    #[track_caller]
-    pub fn cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
-        or_panic(self.try_cross_entropy(targets))
+    fallible! {
+        /// Cross-entropy of these logits (`[C]`, `[N, C]` or `[N, C, d...]`)
+        /// against integer class `targets` (one per sample, in row-major order of
+        /// the shape without the class axis), averaged: PyTorch's
+        /// `F.cross_entropy(logits, targets)`. Stable for any finite logits.
+        ///
+        /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
+        /// target count that does not match is `Error::InvalidArgument`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let logits = g.variable(Tensor::from_vec(vec![2.0, 0.0, 0.0, 0.0, 1e4, -1e4], &[2, 3])?);
+        /// let loss = logits.try_cross_entropy(&[0usize, 1])?;
+        /// // (log(e^2 + 2) - 2 + 0) / 2
+        /// assert!((loss.value().try_item()? - ((2f64.exp() + 2.0).ln() - 2.0) / 2.0).abs() < 1e-12);
+        /// let grad = loss.backward()?.wrt(&logits);
+        /// assert!(grad.all_finite());
+        /// assert!(logits.try_cross_entropy(&[0usize, 3]).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_cross_entropy / cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
+            self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
+        }
     }
 
     /// Cross-entropy with explicit options: reduction, label smoothing,

@@ -5,12 +5,12 @@
 //! applied to the gradient or tangent: nothing is stored, and gradients of
 //! gradients come for free.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -86,40 +86,36 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Dropout: in training, each element is zeroed with probability `p`
-    /// and the others are scaled by `1 / (1 - p)`; the mask is a function
-    /// of `seed` (the same seed gives the same mask, on any thread count).
-    /// When not `training` (or `p == 0`) it is the identity and records
-    /// nothing. A `p` outside `[0, 1]` is `Error::InvalidArgument`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::ones(&[1000], retrograd::DType::F32)?);
-    /// let y = x.try_dropout(0.5, true, 42)?;
-    /// let v = y.value().to_vec::<f32>()?;
-    /// assert!(v.iter().all(|&e| e == 0.0 || e == 2.0));
-    /// assert_eq!(x.try_dropout(0.5, true, 42)?.value(), y.value()); // same seed, same mask
-    /// assert_eq!(x.try_dropout(0.5, false, 42)?.value(), x.value()); // eval mode
-    /// let grad = y.sum().backward()?.wrt(&x);
-    /// assert_eq!(&grad, y.value()); // the gradient goes through the same mask
-    /// assert!(x.try_dropout(1.5, true, 0).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_dropout(&self, p: f64, training: bool, seed: u64) -> Result<Var<'g>> {
-        check_p(p)?;
-        if !training || p == 0.0 {
-            return Ok(self.clone());
+    fallible! {
+        /// Dropout: in training, each element is zeroed with probability `p`
+        /// and the others are scaled by `1 / (1 - p)`; the mask is a function
+        /// of `seed` (the same seed gives the same mask, on any thread count).
+        /// When not `training` (or `p == 0`) it is the identity and records
+        /// nothing. A `p` outside `[0, 1]` is `Error::InvalidArgument`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::ones(&[1000], retrograd::DType::F32)?);
+        /// let y = x.try_dropout(0.5, true, 42)?;
+        /// let v = y.value().to_vec::<f32>()?;
+        /// assert!(v.iter().all(|&e| e == 0.0 || e == 2.0));
+        /// assert_eq!(x.try_dropout(0.5, true, 42)?.value(), y.value()); // same seed, same mask
+        /// assert_eq!(x.try_dropout(0.5, false, 42)?.value(), x.value()); // eval mode
+        /// let grad = y.sum().backward()?.wrt(&x);
+        /// assert_eq!(&grad, y.value()); // the gradient goes through the same mask
+        /// assert!(x.try_dropout(1.5, true, 0).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_dropout / dropout(&self, p: f64, training: bool, seed: u64) -> Var<'g> {
+            check_p(p)?;
+            if !training || p == 0.0 {
+                return Ok(self.clone());
+            }
+            self.graph().record(Dropout { p, seed }, &[self])
         }
-        self.graph().record(Dropout { p, seed }, &[self])
     }
 
-    /// Dropout; panics on a `p` outside `[0, 1]` (see [`try_dropout`](Self::try_dropout)).
-    #[track_caller]
-    pub fn dropout(&self, p: f64, training: bool, seed: u64) -> Var<'g> {
-        or_panic(self.try_dropout(p, training, seed))
-    }
 }
 
 #[cfg(test)]

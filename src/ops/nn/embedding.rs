@@ -9,6 +9,7 @@
 //! the forward tangent) therefore treats padding positions as constant,
 //! which is what the private `zero_padding` flag of [`Embedding`] does.
 
+use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -17,7 +18,6 @@ use super::support::{check_indices, indices_from_tensor, to_i64_list, IntIndex};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -283,40 +283,35 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Looks up rows of this `[V, D]` weight: `indices` (laid out in
-    /// `index_shape`, any rank) give a `[index_shape..., D]` value, PyTorch's
-    /// `F.embedding(indices, weight)`. The gradient is a scatter-add, so
-    /// repeated indices accumulate.
-    ///
-    /// Errors: an index outside `0..V` is `Error::IndexOutOfRange`; an index
-    /// count that does not match `index_shape` is `Error::ElementCount`; a
-    /// weight that is not 2-d is `Error::InvalidArgument`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
-    /// let e = w.try_embedding(&[2usize, 0, 2, 2], &[2, 2])?;
-    /// assert_eq!(e.shape(), &[2, 2, 2]);
-    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1., 20., 21., 20., 21.]);
-    /// let grad = e.sum().backward()?.wrt(&w);
-    /// assert_eq!(grad.to_f64_vec(), vec![1., 1., 0., 0., 3., 3.]);
-    /// assert!(w.try_embedding(&[3usize], &[1]).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_embedding<I: IntIndex>(
-        &self,
-        indices: &[I],
-        index_shape: &[usize],
-    ) -> Result<Var<'g>> {
-        self.try_embedding_with(indices, index_shape, None)
-    }
-
-    /// Embedding lookup; panics on bad indices (see [`try_embedding`](Self::try_embedding)).
-    #[track_caller]
-    pub fn embedding<I: IntIndex>(&self, indices: &[I], index_shape: &[usize]) -> Var<'g> {
-        or_panic(self.try_embedding(indices, index_shape))
+    fallible! {
+        /// Looks up rows of this `[V, D]` weight: `indices` (laid out in
+        /// `index_shape`, any rank) give a `[index_shape..., D]` value, PyTorch's
+        /// `F.embedding(indices, weight)`. The gradient is a scatter-add, so
+        /// repeated indices accumulate.
+        ///
+        /// Errors: an index outside `0..V` is `Error::IndexOutOfRange`; an index
+        /// count that does not match `index_shape` is `Error::ElementCount`; a
+        /// weight that is not 2-d is `Error::InvalidArgument`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
+        /// let e = w.try_embedding(&[2usize, 0, 2, 2], &[2, 2])?;
+        /// assert_eq!(e.shape(), &[2, 2, 2]);
+        /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1., 20., 21., 20., 21.]);
+        /// let grad = e.sum().backward()?.wrt(&w);
+        /// assert_eq!(grad.to_f64_vec(), vec![1., 1., 0., 0., 3., 3.]);
+        /// assert!(w.try_embedding(&[3usize], &[1]).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_embedding / embedding<I: IntIndex>(
+            &self,
+            indices: &[I],
+            index_shape: &[usize],
+        ) -> Var<'g> {
+            self.try_embedding_with(indices, index_shape, None)
+        }
     }
 
     /// Embedding lookup with a `padding_idx` (negative counts from the end):

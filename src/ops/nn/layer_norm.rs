@@ -4,13 +4,13 @@
 //! `sum_to_size` (bias). Its tangent rule reuses the input-gradient op,
 //! since `d x̂ / d x = σ P` is symmetric.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -222,62 +222,52 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Layer normalisation over the trailing `normalized_shape` dims, with
-    /// an optional elementwise `weight` and `bias` (each of shape
-    /// `normalized_shape`): PyTorch's `F.layer_norm(x, normalized_shape, weight, bias, eps)`.
-    ///
-    /// Errors: a `normalized_shape` that is not a suffix of the input's shape,
-    /// or parameters of another shape, are `Error::InvalidArgument` /
-    /// `Error::ShapeMismatch`; a negative `eps` is `Error::InvalidArgument`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 0.0, 0.0, 3.0], &[2, 3])?);
-    /// let w = g.variable(Tensor::from_vec(vec![1.0, 1.0, 2.0], &[3])?);
-    /// let b = g.variable(Tensor::from_vec(vec![0.0, 0.0, 0.5], &[3])?);
-    /// let y = x.try_layer_norm(&[3], Some(&w), Some(&b), 0.0)?;
-    /// // Row 1: mean 2, variance 2/3; row 2: mean 1, variance 2.
-    /// let (s, r) = (1.5f64.sqrt(), 0.5f64.sqrt());
-    /// let expect = Tensor::from_vec(vec![-s, 0.0, 2.0 * s + 0.5, -r, -r, 4.0 * r + 0.5], &[2, 3])?;
-    /// assert!(y.value().allclose(&expect, 1e-12, 1e-12));
-    /// let grads = (&y * &y).sum().backward()?;
-    /// assert_eq!(grads.wrt(&b).shape(), &[3]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_layer_norm(
-        &self,
-        normalized_shape: &[usize],
-        weight: Option<&Var<'g>>,
-        bias: Option<&Var<'g>>,
-        eps: f64,
-    ) -> Result<Var<'g>> {
-        let op = LayerNorm {
-            normalized_shape: Some(Dims::from_slice(normalized_shape)),
-            eps,
-            affine: Affine::Given {
-                weight: weight.is_some(),
-                bias: bias.is_some(),
-            },
-        };
-        let mut inputs = vec![self];
-        inputs.extend(weight);
-        inputs.extend(bias);
-        self.graph().record(op, &inputs)
-    }
-
-    /// Layer normalisation; panics on bad shapes (see [`try_layer_norm`](Self::try_layer_norm)).
-    #[track_caller]
-    pub fn layer_norm(
+    fallible! {
+        /// Layer normalisation over the trailing `normalized_shape` dims, with
+        /// an optional elementwise `weight` and `bias` (each of shape
+        /// `normalized_shape`): PyTorch's `F.layer_norm(x, normalized_shape, weight, bias, eps)`.
+        ///
+        /// Errors: a `normalized_shape` that is not a suffix of the input's shape,
+        /// or parameters of another shape, are `Error::InvalidArgument` /
+        /// `Error::ShapeMismatch`; a negative `eps` is `Error::InvalidArgument`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 0.0, 0.0, 3.0], &[2, 3])?);
+        /// let w = g.variable(Tensor::from_vec(vec![1.0, 1.0, 2.0], &[3])?);
+        /// let b = g.variable(Tensor::from_vec(vec![0.0, 0.0, 0.5], &[3])?);
+        /// let y = x.try_layer_norm(&[3], Some(&w), Some(&b), 0.0)?;
+        /// // Row 1: mean 2, variance 2/3; row 2: mean 1, variance 2.
+        /// let (s, r) = (1.5f64.sqrt(), 0.5f64.sqrt());
+        /// let expect = Tensor::from_vec(vec![-s, 0.0, 2.0 * s + 0.5, -r, -r, 4.0 * r + 0.5], &[2, 3])?;
+        /// assert!(y.value().allclose(&expect, 1e-12, 1e-12));
+        /// let grads = (&y * &y).sum().backward()?;
+        /// assert_eq!(grads.wrt(&b).shape(), &[3]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_layer_norm / layer_norm(
         &self,
         normalized_shape: &[usize],
         weight: Option<&Var<'g>>,
         bias: Option<&Var<'g>>,
         eps: f64,
     ) -> Var<'g> {
-        or_panic(self.try_layer_norm(normalized_shape, weight, bias, eps))
+            let op = LayerNorm {
+                normalized_shape: Some(Dims::from_slice(normalized_shape)),
+                eps,
+                affine: Affine::Given {
+                    weight: weight.is_some(),
+                    bias: bias.is_some(),
+                },
+            };
+            let mut inputs = vec![self];
+            inputs.extend(weight);
+            inputs.extend(bias);
+            self.graph().record(op, &inputs)
+        }
     }
+
 }
 
 #[cfg(test)]

@@ -5,13 +5,13 @@
 //! with a warning; a silent `[N, 1]` against `[N]` broadcast is a classic
 //! bug, so retrograd makes it an error). Both operands are differentiable.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -153,29 +153,23 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Mean squared error against `target` (same shape and dtype), averaged:
-    /// PyTorch's `F.mse_loss`. Differentiable in both operands.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let pred = g.variable(Tensor::from_vec(vec![1.0, 2.0, 4.0], &[3])?);
-    /// let target = g.constant(Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?);
-    /// let loss = pred.try_mse_loss(&target)?;
-    /// assert_eq!(loss.value().try_item()?, 13.0 / 3.0);
-    /// assert_eq!(loss.backward()?.wrt(&pred).to_f64_vec(), vec![0.0, 4.0 / 3.0, 2.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_mse_loss(&self, target: &Var<'g>) -> Result<Var<'g>> {
-        self.try_mse_loss_with(target, Reduction::Mean)
-    }
-
-    /// Mean squared error; panics on mismatched shapes or dtypes (see
-    /// [`try_mse_loss`](Self::try_mse_loss)).
-    #[track_caller]
-    pub fn mse_loss(&self, target: &Var<'g>) -> Var<'g> {
-        or_panic(self.try_mse_loss(target))
+    fallible! {
+        /// Mean squared error against `target` (same shape and dtype), averaged:
+        /// PyTorch's `F.mse_loss`. Differentiable in both operands.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let pred = g.variable(Tensor::from_vec(vec![1.0, 2.0, 4.0], &[3])?);
+        /// let target = g.constant(Tensor::from_vec(vec![1.0, 0.0, 1.0], &[3])?);
+        /// let loss = pred.try_mse_loss(&target)?;
+        /// assert_eq!(loss.value().try_item()?, 13.0 / 3.0);
+        /// assert_eq!(loss.backward()?.wrt(&pred).to_f64_vec(), vec![0.0, 4.0 / 3.0, 2.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_mse_loss / mse_loss(&self, target: &Var<'g>) -> Var<'g> {
+            self.try_mse_loss_with(target, Reduction::Mean)
+        }
     }
 
     /// Squared error against `target` with the given reduction.

@@ -2,6 +2,7 @@
 //! backward op `nll_loss_backward`: a gather and a scatter, each the
 //! other's transpose, so each is the other's derivative.
 
+use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -11,7 +12,6 @@ use super::support::{reduce_lanes, to_i64_list, IntIndex, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 
@@ -215,32 +215,26 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
-    /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
-    /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
-    ///
-    /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
-    /// target count that does not match is `Error::InvalidArgument`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
-    /// let loss = logp.try_nll_loss(&[0usize, 1])?;
-    /// assert_eq!(loss.value().try_item()?, 0.375);
-    /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_nll_loss<I: IntIndex>(&self, targets: &[I]) -> Result<Var<'g>> {
-        self.try_nll_loss_with(targets, &NllLossOptions::default())
-    }
-
-    /// `nll_loss` with the default options; panics on bad targets (see
-    /// [`try_nll_loss`](Self::try_nll_loss)).
-    #[track_caller]
-    pub fn nll_loss<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
-        or_panic(self.try_nll_loss(targets))
+    fallible! {
+        /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
+        /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
+        /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
+        ///
+        /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
+        /// target count that does not match is `Error::InvalidArgument`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
+        /// let loss = logp.try_nll_loss(&[0usize, 1])?;
+        /// assert_eq!(loss.value().try_item()?, 0.375);
+        /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_nll_loss / nll_loss<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
+            self.try_nll_loss_with(targets, &NllLossOptions::default())
+        }
     }
 
     /// `nll_loss` with explicit options: reduction, `ignore_index`, class weights.

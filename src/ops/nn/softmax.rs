@@ -8,13 +8,13 @@
 //! `log_softmax`: `g - e^y Σ g`. The softmax Jacobian is symmetric, so its
 //! tangent rule is its backward applied to the tangent.
 
+use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::Tensor;
 
@@ -272,50 +272,40 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Softmax along `axis` (negative counts from the end): `e^x / Σ e^x`,
-    /// computed stably. An out-of-range axis is `Error::AxisOutOfRange`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![0.0, 3f64.ln(), 1e4, -1e4], &[2, 2])?);
-    /// let p = x.try_softmax(-1)?;
-    /// assert!(p.value().allclose(&Tensor::from_vec(vec![0.25, 0.75, 1.0, 0.0], &[2, 2])?, 1e-12, 0.0));
-    /// assert!(x.try_softmax(2).is_err());
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_softmax(&self, axis: isize) -> Result<Var<'g>> {
-        self.graph().record(Softmax { axis }, &[self])
+    fallible! {
+        /// Softmax along `axis` (negative counts from the end): `e^x / Σ e^x`,
+        /// computed stably. An out-of-range axis is `Error::AxisOutOfRange`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![0.0, 3f64.ln(), 1e4, -1e4], &[2, 2])?);
+        /// let p = x.try_softmax(-1)?;
+        /// assert!(p.value().allclose(&Tensor::from_vec(vec![0.25, 0.75, 1.0, 0.0], &[2, 2])?, 1e-12, 0.0));
+        /// assert!(x.try_softmax(2).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_softmax / softmax(&self, axis: isize) -> Var<'g> {
+            self.graph().record(Softmax { axis }, &[self])
+        }
     }
 
-    /// Softmax along `axis`; panics on an out-of-range axis (see [`try_softmax`](Self::try_softmax)).
-    #[track_caller]
-    pub fn softmax(&self, axis: isize) -> Var<'g> {
-        or_panic(self.try_softmax(axis))
+    fallible! {
+        /// Log-softmax along `axis`: `x - log Σ e^x`, computed stably (finite
+        /// for any finite input). An out-of-range axis is `Error::AxisOutOfRange`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1e4f32, -1e4], &[2])?);
+        /// assert_eq!(x.try_log_softmax(0)?.value().to_vec::<f32>()?, vec![0.0, -2e4]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_log_softmax / log_softmax(&self, axis: isize) -> Var<'g> {
+            self.graph().record(LogSoftmax { axis }, &[self])
+        }
     }
 
-    /// Log-softmax along `axis`: `x - log Σ e^x`, computed stably (finite
-    /// for any finite input). An out-of-range axis is `Error::AxisOutOfRange`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1e4f32, -1e4], &[2])?);
-    /// assert_eq!(x.try_log_softmax(0)?.value().to_vec::<f32>()?, vec![0.0, -2e4]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_log_softmax(&self, axis: isize) -> Result<Var<'g>> {
-        self.graph().record(LogSoftmax { axis }, &[self])
-    }
-
-    /// Log-softmax along `axis`; panics on an out-of-range axis (see
-    /// [`try_log_softmax`](Self::try_log_softmax)).
-    #[track_caller]
-    pub fn log_softmax(&self, axis: isize) -> Var<'g> {
-        or_panic(self.try_log_softmax(axis))
-    }
 }
 
 #[cfg(test)]

@@ -132,12 +132,22 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
         match call {
             ScalarBackward::F32(s) if s.inputs.len() == 2 => {
-                let (g, a, b, y) = (Lane(s.grad), Lane(s.inputs[0]), Lane(s.inputs[1]), Lane(s.output));
+                let (g, a, b, y) = (
+                    Lane(s.grad),
+                    Lane(s.inputs[0]),
+                    Lane(s.inputs[1]),
+                    Lane(s.output),
+                );
                 s.grads[0] = self.0.grad_a(&g, &a, &b, &y).0;
                 s.grads[1] = self.0.grad_b(&g, &a, &b, &y).0;
             }
             ScalarBackward::F64(s) if s.inputs.len() == 2 => {
-                let (g, a, b, y) = (Lane(s.grad), Lane(s.inputs[0]), Lane(s.inputs[1]), Lane(s.output));
+                let (g, a, b, y) = (
+                    Lane(s.grad),
+                    Lane(s.inputs[0]),
+                    Lane(s.inputs[1]),
+                    Lane(s.output),
+                );
                 s.grads[0] = self.0.grad_a(&g, &a, &b, &y).0;
                 s.grads[1] = self.0.grad_b(&g, &a, &b, &y).0;
             }
@@ -153,7 +163,11 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
         inputs: &[Var<'g>],
         out: &Var<'g>,
     ) -> Result<Option<Var<'g>>> {
-        let (a, b, y) = (Traced::of(&inputs[0]), Traced::of(&inputs[1]), Traced::of(out));
+        let (a, b, y) = (
+            Traced::of(&inputs[0]),
+            Traced::of(&inputs[1]),
+            Traced::of(out),
+        );
         sum_tangents(
             out.shape(),
             [

@@ -66,7 +66,10 @@ impl fmt::Debug for OpFacts {
             .field("domain", &self.domain.is_some())
             .field("tangent", &self.tangent)
             .field("second_derivative", &self.second_derivative)
-            .field("example", &self.example.as_ref().map(|e| e.name().to_string()))
+            .field(
+                "example",
+                &self.example.as_ref().map(|e| e.name().to_string()),
+            )
             .finish()
     }
 }

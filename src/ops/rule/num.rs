@@ -167,7 +167,11 @@ impl<'g> Traced<'g> {
         })
     }
 
-    fn and_then2(&self, other: &Self, f: impl FnOnce(&Var<'g>, &Var<'g>) -> Result<Var<'g>>) -> Self {
+    fn and_then2(
+        &self,
+        other: &Self,
+        f: impl FnOnce(&Var<'g>, &Var<'g>) -> Result<Var<'g>>,
+    ) -> Self {
         match &other.0 {
             Ok(b) => self.and_then(|a| f(a, b)),
             Err(e) => Traced(Err(e.clone())),

@@ -78,7 +78,13 @@ impl Differentiable for SelectWhere {
             return Ok(None);
         }
         let zero = out.scalar_like(0.0);
-        let (a, b) = (t[2].as_ref().unwrap_or(&zero), t[3].as_ref().unwrap_or(&zero));
-        sum_tangents(out.shape(), [Some(self.record(&inputs[0], &inputs[1], a, b))])
+        let (a, b) = (
+            t[2].as_ref().unwrap_or(&zero),
+            t[3].as_ref().unwrap_or(&zero),
+        );
+        sum_tangents(
+            out.shape(),
+            [Some(self.record(&inputs[0], &inputs[1], a, b))],
+        )
     }
 }
