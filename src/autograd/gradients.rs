@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::Parameter;
 use crate::tensor::Tensor;
 
 /// The state of one value's gradient after a backward pass.
@@ -60,18 +59,11 @@ impl Gradients {
         }
     }
 
-    /// The gradient with respect to parameter `p`, zero-filled when `p` was
-    /// not used (or not reached).
-    pub fn of(&self, p: &Parameter) -> Tensor {
-        match self.params.get(&p.id()) {
-            Some(t) => t.clone(),
-            None => p.value().zeros_like(),
-        }
-    }
-
-    /// The gradient with respect to parameter `p`, if one was accumulated.
-    pub fn get_param(&self, p: &Parameter) -> Option<&Tensor> {
-        self.params.get(&p.id())
+    /// The gradient of the parameter with id `param_id`, if one was
+    /// accumulated. `nn` reads it through [`Gradients::of`] and
+    /// [`Gradients::get_param`], which take the `Parameter` itself.
+    pub(crate) fn param_grad(&self, param_id: u64) -> Option<&Tensor> {
+        self.params.get(&param_id)
     }
 
     /// The parameter gradients, by parameter id.

@@ -5,9 +5,6 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
 
-/// A gradient hook: sees the gradient flowing into a value and may replace it.
-pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
-
 impl<'g> Var<'g> {
     /// Registers `hook` to run when this value's gradient is complete during
     /// backward (for an op output: before its node's backward runs, so a

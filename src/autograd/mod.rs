@@ -12,6 +12,7 @@ mod gradients;
 pub(crate) mod hooks;
 mod scalar_node;
 
+pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
 pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
@@ -19,6 +20,5 @@ pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub(crate) use gradients::GradSlot;
 pub use gradients::Gradients;
-pub use hooks::GradHook;
 #[doc(hidden)]
 pub use scalar_node::{LaneOutcome, ScalarNode};

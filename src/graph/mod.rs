@@ -48,6 +48,10 @@ pub(crate) enum OpRef {
     Owned(u32),
 }
 
+/// A gradient hook: sees the gradient flowing into a value and may replace it
+/// (registered with [`Var::register_hook`]; the graph keeps them by value id).
+pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
+
 /// An op owned by the graph, with the name it was recorded under.
 pub(crate) struct OwnedOp {
     pub(crate) name: Option<Arc<str>>,
@@ -69,7 +73,7 @@ pub(crate) struct GraphState {
     /// Intermediate values whose gradients backward keeps (`retain_grad`).
     pub(crate) retained: std::collections::HashSet<u32>,
     /// Gradient hooks by value id (`register_hook`).
-    pub(crate) hooks: HashMap<u32, Vec<crate::autograd::hooks::GradHook>>,
+    pub(crate) hooks: HashMap<u32, Vec<GradHook>>,
     /// Parameter id -> value id of its leaf in this graph (`Graph::param`).
     pub(crate) params: HashMap<u64, u32>,
 }

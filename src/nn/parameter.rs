@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::autograd::Gradients;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
@@ -122,6 +123,24 @@ impl std::fmt::Debug for Parameter {
             v.shape(),
             v.dtype()
         )
+    }
+}
+
+// The parameter accessors of `Gradients` live here, with `Parameter`, so that
+// `autograd` knows nothing of `nn` (ARCHITECTURE.md, "Layers").
+impl Gradients {
+    /// The gradient with respect to parameter `p`, zero-filled when `p` was
+    /// not used (or not reached).
+    pub fn of(&self, p: &Parameter) -> Tensor {
+        match self.param_grad(p.id()) {
+            Some(t) => t.clone(),
+            None => p.value().zeros_like(),
+        }
+    }
+
+    /// The gradient with respect to parameter `p`, if one was accumulated.
+    pub fn get_param(&self, p: &Parameter) -> Option<&Tensor> {
+        self.param_grad(p.id())
     }
 }
 

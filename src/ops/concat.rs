@@ -3,8 +3,8 @@
 
 use smallvec::SmallVec;
 
-use super::arith::or_panic;
 use super::{Differentiable, GradInputs, OpRegistry};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;

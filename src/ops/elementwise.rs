@@ -5,9 +5,9 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::slope::{slope_helper, unary_with_slope};
 use super::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};

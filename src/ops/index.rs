@@ -11,8 +11,8 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;

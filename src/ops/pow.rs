@@ -15,11 +15,11 @@
 
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
     OpRegistry,
 };
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;

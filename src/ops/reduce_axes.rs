@@ -9,9 +9,9 @@
 
 use smallvec::{smallvec, SmallVec};
 
-use super::arith::or_panic;
 use super::reduce_view::broadcastable;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;

@@ -9,10 +9,10 @@
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::unary::SigmoidBackward;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};

@@ -15,10 +15,10 @@ use smallvec::smallvec;
 use super::class_targets::ClassLossSpec;
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
 use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Reduction};
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{Differentiable, GradInputs, OpRegistry};
 use crate::tensor::Tensor;
 

@@ -7,10 +7,10 @@
 
 use smallvec::smallvec;
 
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::support::{check_indices, indices_from_tensor, to_i64_list, IntIndex};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 

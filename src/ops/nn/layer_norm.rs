@@ -7,10 +7,10 @@
 use smallvec::smallvec;
 
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 

@@ -8,10 +8,10 @@ use smallvec::smallvec;
 
 use super::class_targets::ClassLossSpec;
 use super::support::{reduce_lanes, to_i64_list, IntIndex, Reduction};
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Tensor};
 

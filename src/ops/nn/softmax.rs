@@ -11,10 +11,10 @@
 use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
+use crate::error::or_panic;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::arith::or_panic;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::Tensor;
 
