@@ -9,12 +9,12 @@
 use smallvec::SmallVec;
 
 use super::fast::{run_fast, Walk};
-use super::gradients::{GradSlot, Gradients};
+use super::gradients::Gradients;
+use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, OpRef, Var, NO_SLOT};
-use crate::kernels::{elementwise::zip_assign, functors};
 use crate::ops::Differentiable;
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 
 /// Which order the backward sweep visits nodes in. Every valid order gives
 /// the same gradients; they differ in the work done.
@@ -119,7 +119,7 @@ impl<'g> Var<'g> {
             (st.values.len(), st.params.clone())
         };
         let mut store = TensorStore {
-            slots: crate::graph::pool::take_slots(slot_count),
+            slots: super::pool::take_slots(slot_count),
         };
         {
             let _recording_off = graph.no_grad_guard();
@@ -211,12 +211,8 @@ pub(crate) trait GradStore<'g> {
     fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()>;
 }
 
-/// First-order store: plain tensors; the first contribution is moved in,
-/// later ones are added in place when the buffer is not shared.
-pub(crate) struct TensorStore {
-    pub(crate) slots: Vec<GradSlot>,
-}
-
+// The first-order store (`TensorStore`) is defined in `store.rs`, with the
+// scalar lane that writes into it; it is a `GradStore` here.
 impl<'g> GradStore<'g> for TensorStore {
     #[inline]
     fn take(&mut self, graph: &'g Graph, id: u32, retain: bool) -> Option<Var<'g>> {
@@ -238,45 +234,6 @@ impl<'g> GradStore<'g> for TensorStore {
     #[inline]
     fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()> {
         self.add_tensor(id as usize, grad.into_value())
-    }
-}
-
-impl TensorStore {
-    /// Adds `grad` into slot `id`: moved in if first, else added (in place
-    /// when the accumulated buffer is not shared).
-    #[inline]
-    pub(crate) fn add_tensor(&mut self, id: usize, grad: Tensor) -> Result<()> {
-        if id >= self.slots.len() {
-            self.slots.resize(id + 1, GradSlot::Unreached);
-        }
-        let slot = &mut self.slots[id];
-        if let GradSlot::Grad(acc) = slot {
-            if acc.add_scalar_in_place(&grad) {
-                return Ok(());
-            }
-        }
-        *slot = match std::mem::take(slot) {
-            GradSlot::Grad(acc) => GradSlot::Grad(zip_assign("add", acc, &grad, functors::Add)?),
-            _ => GradSlot::Grad(grad),
-        };
-        Ok(())
-    }
-
-    /// Adds a scalar-lane gradient into slot `id` when the slot is empty or
-    /// holds a 0-d gradient of `T`; returns false, changing nothing,
-    /// otherwise (never for a well-formed graph: the caller then takes
-    /// [`add_tensor`](Self::add_tensor), which reports it). A `bool`, not a
-    /// `Result`, so the hot path carries no room for an `Error`.
-    #[inline(always)]
-    pub(crate) fn try_add_scalar<T: Element>(&mut self, id: usize, grad: T) -> bool {
-        match &mut self.slots[id] {
-            GradSlot::Grad(acc) => match T::scalar_mut(acc) {
-                Some(acc) => *acc += grad,
-                None => return false,
-            },
-            slot => *slot = GradSlot::Grad(grad.scalar_tensor()),
-        }
-        true
     }
 }
 

@@ -8,9 +8,9 @@
 
 use std::cell::Ref;
 
-use super::backward::{bad_shape, visit_with_vars, Scratch, TensorStore};
-use super::gradients::GradSlot;
+use super::backward::{bad_shape, visit_with_vars, Scratch};
 use super::scalar_node::{ScalarGrad, ScalarNode};
+use super::store::{GradSlot, TensorStore};
 use crate::error::Result;
 use crate::graph::{Graph, GraphState, NodeRecord, OpRef, Var};
 use crate::ops::Differentiable;

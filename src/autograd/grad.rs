@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use super::backward::{run, seed_for, GradStore, TensorStore, VarStore};
-use super::gradients::GradSlot;
+use super::backward::{run, seed_for, GradStore, VarStore};
+use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;
@@ -112,7 +112,7 @@ pub fn grad<'g>(
             .collect()
     } else {
         let mut store = TensorStore {
-            slots: crate::graph::pool::take_slots(slot_count),
+            slots: super::pool::take_slots(slot_count),
         };
         {
             let _off = graph.no_grad_guard();

@@ -3,21 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::store::GradSlot;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;
-
-/// The state of one value's gradient after a backward pass.
-#[derive(Clone, Default)]
-pub(crate) enum GradSlot {
-    /// No contribution reached the value: its gradient is zero.
-    #[default]
-    Unreached,
-    /// The accumulated gradient.
-    Grad(Tensor),
-    /// An intermediate whose gradient was used and released (not retained).
-    Released,
-}
 
 /// Gradients of one backward pass, indexed by value id: dense, allocated on
 /// first contribution, and independent of the graph's lifetime (they can be
@@ -191,9 +180,9 @@ impl Gradients {
 
 impl Drop for Gradients {
     /// Hands the slot vector, emptied, to the next backward pass on this
-    /// thread (see [`crate::graph::pool`]).
+    /// thread (see `autograd::pool`).
     fn drop(&mut self) {
-        crate::graph::pool::give_back_slots(std::mem::take(&mut self.slots));
+        super::pool::give_back_slots(std::mem::take(&mut self.slots));
     }
 }
 

@@ -10,7 +10,9 @@ mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
+mod pool;
 mod scalar_node;
+mod store;
 
 pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
@@ -18,7 +20,6 @@ pub use forward::{jvp, jvpcheck};
 pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
-pub(crate) use gradients::GradSlot;
 pub use gradients::Gradients;
 #[doc(hidden)]
 pub use scalar_node::{LaneOutcome, ScalarNode};

@@ -172,26 +172,6 @@ impl Graph {
         }
     }
 
-    /// Frees the buffers this thread keeps for its next graphs: the arena of
-    /// its last dropped graph, the slots of its last dropped gradients (see
-    /// [`pool`]) and its recycled small tensors (see
-    /// [`tensor::recycle`](crate::tensor::recycle)). For a program that is
-    /// done with large graphs and wants the memory back.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// {
-    ///     let g = Graph::new();
-    ///     let x = g.variable(Tensor::scalar(2.0));
-    ///     let _ = (&x * &x).backward()?;
-    /// } // the graph's buffers are kept for the next graph on this thread...
-    /// Graph::release_spare_buffers(); // ...until released
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    pub fn release_spare_buffers() {
-        pool::release();
-    }
-
     /// A process-unique id of this graph.
     pub fn id(&self) -> u64 {
         self.id

@@ -53,9 +53,6 @@ pub trait Element:
     /// The value of a 0-d tensor of this dtype, for writing in place.
     #[doc(hidden)]
     fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self>;
-    /// Tags a scalar backward call with this dtype.
-    #[doc(hidden)]
-    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_>;
 }
 
 mod private {
@@ -114,10 +111,6 @@ impl Element for f32 {
             _ => None,
         }
     }
-    #[inline(always)]
-    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_> {
-        crate::ops::ScalarBackward::F32(args)
-    }
 }
 
 impl Element for f64 {
@@ -169,9 +162,5 @@ impl Element for f64 {
             super::Repr::F64(v) => Some(v.f64_mut()),
             _ => None,
         }
-    }
-    #[inline(always)]
-    fn scalar_backward(args: crate::ops::ScalarArgs<'_, Self>) -> crate::ops::ScalarBackward<'_> {
-        crate::ops::ScalarBackward::F64(args)
     }
 }
