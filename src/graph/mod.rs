@@ -16,6 +16,7 @@ pub mod pool;
 mod record;
 mod var;
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::panic::Location;
@@ -27,7 +28,7 @@ pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub use var::Var;
 
 use crate::error::{Error, Result};
-use crate::ops::{Differentiable, OpRegistry};
+use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
 /// Producer tag of a leaf that requires grad (`graph.variable`).
@@ -137,7 +138,12 @@ fn value_limit_reached() -> ! {
 pub struct Graph {
     pub(crate) state: RefCell<GraphState>,
     id: u64,
-    registry: Arc<OpRegistry>,
+    /// The registry `apply` looks op names up in, when the graph was made
+    /// with one (`None`: the default registry of built-in ops). It is an
+    /// `Arc<OpRegistry>`, but `OpRegistry` holds the built-in ops, a layer
+    /// above the graph (ARCHITECTURE.md, "Layers"), so the graph keeps it
+    /// opaque: `ops/apply.rs` puts it in and reads it back.
+    registry: Option<Box<dyn Any + Send + Sync>>,
     no_grad_depth: Cell<u32>,
     anomaly: Cell<bool>,
 }
@@ -151,11 +157,11 @@ impl Default for Graph {
 impl Graph {
     /// An empty graph using the default registry of built-in ops.
     pub fn new() -> Self {
-        Self::with_registry(OpRegistry::default_shared())
+        Self::with_opaque_registry(None)
     }
 
-    /// An empty graph whose `apply` looks ops up in `registry`.
-    pub fn with_registry(registry: Arc<OpRegistry>) -> Self {
+    /// An empty graph with the given registry (see the `registry` field).
+    pub(crate) fn with_opaque_registry(registry: Option<Box<dyn Any + Send + Sync>>) -> Self {
         let arena = pool::take_arena();
         Graph {
             state: RefCell::new(GraphState {
@@ -172,14 +178,14 @@ impl Graph {
         }
     }
 
+    /// The registry the graph was made with, if any (see the `registry` field).
+    pub(crate) fn opaque_registry(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self.registry.as_deref()
+    }
+
     /// A process-unique id of this graph.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// The registry `apply` uses.
-    pub fn registry(&self) -> &Arc<OpRegistry> {
-        &self.registry
     }
 
     /// A leaf that requires grad.
@@ -208,33 +214,6 @@ impl Graph {
     /// A named frozen leaf.
     pub fn named_constant(&self, name: &str, value: Tensor) -> Var<'_> {
         self.constant(value).named(name)
-    }
-
-    /// Applies the op registered as `op_name` to `inputs`, recording a node
-    /// if any input requires grad.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, Error};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(2.0));
-    /// let y = g.apply("mul", &[&x, &x])?;
-    /// assert_eq!(y.value().item()?, 4.0);
-    /// assert!(matches!(g.apply("mull", &[&x]), Err(Error::UnregisteredOp { .. })));
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn apply<'g>(&'g self, op_name: &str, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
-        let op = self.registry.get(op_name)?.clone();
-        if let Some(n) = op.arity() {
-            if n != inputs.len() {
-                return Err(Error::Arity {
-                    op: op_name.to_string(),
-                    expected: n,
-                    got: inputs.len(),
-                });
-            }
-        }
-        self.record_shared(Some(op_name), op, inputs)
     }
 
     /// The number of op nodes recorded.

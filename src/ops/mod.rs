@@ -6,6 +6,7 @@
 //! them, and a `register` function that adds them to the default registry.
 
 pub mod activation;
+mod apply;
 pub mod arith;
 pub mod broadcast;
 pub mod compare;
