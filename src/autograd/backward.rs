@@ -115,8 +115,8 @@ impl<'g> Var<'g> {
         let graph = self.graph();
         let seed = seed_for(self, opts.grad_output.as_ref())?;
         let (slot_count, params) = {
-            let st = graph.state.borrow();
-            (st.values.len(), st.params.clone())
+            let st = graph.state();
+            (st.values().len(), st.params().clone())
         };
         let mut store = TensorStore {
             slots: super::pool::take_slots(slot_count),
@@ -124,8 +124,8 @@ impl<'g> Var<'g> {
         {
             let _recording_off = graph.no_grad_guard();
             let plain = {
-                let st = graph.state.borrow();
-                st.hooks.is_empty() && st.retained.is_empty()
+                let st = graph.state();
+                !st.has_hooks() && st.retained().is_empty()
             };
             let fast = opts.fast_path && plain && !graph.anomaly_detection();
             if fast && opts.order == BackwardOrder::Ancestors {
@@ -178,13 +178,13 @@ pub(crate) fn resolve_order(
     root: &Var<'_>,
     order: &BackwardOrder,
 ) -> Result<Vec<u32>> {
-    let st = graph.state.borrow();
+    let st = graph.state();
     Ok(match order {
         BackwardOrder::Ancestors => match root.node_index() {
             Some(n) => order::ancestors_of(&st, n),
             None => Vec::new(),
         },
-        BackwardOrder::Tape => (0..st.nodes.len() as u32).rev().collect(),
+        BackwardOrder::Tape => (0..st.nodes().len() as u32).rev().collect(),
         BackwardOrder::Custom(custom) => {
             order::validate_order(&st, custom)?;
             if let Some(n) = root.node_index() {
@@ -289,11 +289,11 @@ impl OpHolder {
 }
 
 pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
-    let st = graph.state.borrow();
-    let rec = st.nodes[node];
+    let st = graph.state();
+    let rec = st.nodes()[node];
     let op = match rec.op {
         OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
     };
     let input_ids: SmallVec<[u32; 4]> = SmallVec::from_slice(st.inputs_of(node));
     let inputs = input_ids
@@ -301,7 +301,7 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
         .map(|&id| {
             Var::from_parts(
                 graph,
-                st.values[id as usize].clone(),
+                st.values()[id as usize].clone(),
                 id,
                 st.value_requires_grad(id),
             )
@@ -309,7 +309,7 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
         .collect();
     let output = Var::from_parts(
         graph,
-        st.values[rec.output as usize].clone(),
+        st.values()[rec.output as usize].clone(),
         rec.output,
         true,
     );
@@ -334,11 +334,11 @@ pub(crate) fn run<'g, S: GradStore<'g>>(
         debug_assert_ne!(*id, NO_SLOT, "a root that requires grad has a slot");
         store.add(*id, seed.clone())?;
     }
-    let mut retained = graph.state.borrow().retained.clone();
+    let mut retained = graph.state().retained().clone();
     retained.extend(keep);
     let mut scratch = Scratch::default();
     for &node in order {
-        let output = graph.state.borrow().nodes[node as usize].output;
+        let output = graph.state().nodes()[node as usize].output;
         let retain = !retained.is_empty() && retained.contains(&output);
         let Some(grad) = store.take(graph, output, retain) else {
             continue; // nothing reached this node: it contributes exactly zero
@@ -364,30 +364,30 @@ pub(crate) fn visit_with_vars<'g, S: GradStore<'g>>(
     store: &mut S,
     scratch: &mut Scratch<'g>,
 ) -> Result<()> {
-    let st = graph.state.borrow();
-    let rec = st.nodes[node];
+    let st = graph.state();
+    let rec = st.nodes()[node];
     scratch.inputs.clear();
     scratch.input_ids.clear();
     for &id in st.inputs_of(node) {
         scratch.input_ids.push(id);
         scratch.inputs.push(Var::from_parts(
             graph,
-            st.values[id as usize].clone(),
+            st.values()[id as usize].clone(),
             id,
             st.value_requires_grad(id),
         ));
     }
     let output = Var::from_parts(
         graph,
-        st.values[rec.output as usize].clone(),
+        st.values()[rec.output as usize].clone(),
         rec.output,
         true,
     );
     let op = match rec.op {
         OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
     };
-    let has_hooks = !st.hooks.is_empty();
+    let has_hooks = st.has_hooks();
     drop(st);
     let grad = if has_hooks {
         super::hooks::apply_hooks(graph, rec.output, grad)?
@@ -453,15 +453,13 @@ pub(crate) fn bad_shape(
 /// Leaf gradients are complete only when the sweep ends: run their hooks now.
 fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Result<()> {
     let leaves: Vec<u32> = {
-        let st = graph.state.borrow();
-        if st.hooks.is_empty() {
+        let st = graph.state();
+        if !st.has_hooks() {
             return Ok(());
         }
         let mut ids: Vec<u32> = st
-            .hooks
-            .keys()
-            .copied()
-            .filter(|&id| st.producers[id as usize] >= crate::graph::LEAF_CONSTANT)
+            .hooked_values()
+            .filter(|&id| st.producers()[id as usize] >= crate::graph::LEAF_CONSTANT)
             .collect();
         ids.sort_unstable();
         ids
@@ -477,10 +475,8 @@ fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Resu
 
 fn anomaly_error(graph: &Graph, node: usize, op: &str) -> Error {
     let location = graph
-        .state
-        .borrow()
-        .locations
-        .get(&(node as u32))
+        .state()
+        .location_of(node as u32)
         .map(|l| l.to_string())
         .unwrap_or_else(|| "unknown (anomaly detection was off when it was recorded)".to_string());
     Error::Anomaly {

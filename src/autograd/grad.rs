@@ -91,7 +91,7 @@ pub fn grad<'g>(
         seeds.push((out.slot(), Var::constant_in(graph, seed)));
     }
     let order = {
-        let st = graph.state.borrow();
+        let st = graph.state();
         let roots: Vec<usize> = outputs.iter().filter_map(|o| o.node_index()).collect();
         order::ancestors_of_many(&st, &roots)
     };

@@ -122,12 +122,12 @@ impl<'a> ScalarNode<'a> {
         let ids: [u32; N] = rec.inline_ids();
         let mut xs = [T::zero(); N];
         for k in 0..N {
-            match T::scalar_of(&st.values[ids[k] as usize]) {
+            match T::scalar_of(&st.values()[ids[k] as usize]) {
                 Some(v) => xs[k] = v,
                 None => return Lane::Declined,
             }
         }
-        let Some(output) = T::scalar_of(&st.values[rec.output as usize]) else {
+        let Some(output) = T::scalar_of(&st.values()[rec.output as usize]) else {
             return Lane::Declined;
         };
         let mut ds = [T::zero(); N];

@@ -17,8 +17,8 @@ mod record;
 mod var;
 
 use std::any::Any;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::{Cell, Ref, RefCell, RefMut};
+use std::collections::{HashMap, HashSet};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,27 +59,129 @@ pub(crate) struct OwnedOp {
     pub(crate) op: Arc<dyn Differentiable>,
 }
 
-/// Everything the graph records, behind one `RefCell`.
+/// Everything the graph records, behind one `RefCell`. The fields are
+/// private to `graph`; the layers above read them through the methods
+/// below, each `#[inline]` and compiled to the same field access.
 #[derive(Default)]
 pub(crate) struct GraphState {
-    pub(crate) values: Vec<Tensor>,
-    pub(crate) producers: Vec<u32>,
-    pub(crate) nodes: Vec<NodeRecord>,
+    values: Vec<Tensor>,
+    producers: Vec<u32>,
+    nodes: Vec<NodeRecord>,
     /// The inputs of nodes with more than two (see [`NodeRecord`]).
-    pub(crate) node_inputs: Vec<u32>,
-    pub(crate) owned_ops: Vec<OwnedOp>,
-    pub(crate) names: HashMap<u32, String>,
+    node_inputs: Vec<u32>,
+    owned_ops: Vec<OwnedOp>,
+    names: HashMap<u32, String>,
     /// Where each node was recorded; filled only while anomaly mode is on.
-    pub(crate) locations: HashMap<u32, &'static Location<'static>>,
+    locations: HashMap<u32, &'static Location<'static>>,
     /// Intermediate values whose gradients backward keeps (`retain_grad`).
-    pub(crate) retained: std::collections::HashSet<u32>,
+    retained: HashSet<u32>,
     /// Gradient hooks by value id (`register_hook`).
-    pub(crate) hooks: HashMap<u32, Vec<GradHook>>,
+    hooks: HashMap<u32, Vec<GradHook>>,
     /// Parameter id -> value id of its leaf in this graph (`Graph::param`).
-    pub(crate) params: HashMap<u64, u32>,
+    params: HashMap<u64, u32>,
 }
 
 impl GraphState {
+    /// Every value with a slot, by value id.
+    #[inline(always)]
+    pub(crate) fn values(&self) -> &[Tensor] {
+        &self.values
+    }
+
+    /// The producer of each value, by value id: the node that made it, or
+    /// `LEAF_VARIABLE`/`LEAF_CONSTANT`.
+    #[inline(always)]
+    pub(crate) fn producers(&self) -> &[u32] {
+        &self.producers
+    }
+
+    /// The node records, in append (execution) order.
+    #[inline(always)]
+    pub(crate) fn nodes(&self) -> &[NodeRecord] {
+        &self.nodes
+    }
+
+    /// The spilled inputs of nodes with more than two (see [`NodeRecord::inputs`]).
+    #[inline(always)]
+    pub(crate) fn node_inputs(&self) -> &[u32] {
+        &self.node_inputs
+    }
+
+    /// The op a node refers to.
+    #[inline(always)]
+    pub(crate) fn op(&self, op: OpRef) -> &dyn Differentiable {
+        match op {
+            OpRef::Static(op) => op,
+            OpRef::Owned(i) => &*self.owned_ops[i as usize].op,
+        }
+    }
+
+    /// The graph-owned op `OpRef::Owned(i)` refers to, shared.
+    #[inline]
+    pub(crate) fn owned_op(&self, i: u32) -> &Arc<dyn Differentiable> {
+        &self.owned_ops[i as usize].op
+    }
+
+    /// The name given to value `id`, if any.
+    #[inline]
+    pub(crate) fn name_of(&self, id: u32) -> Option<&str> {
+        self.names.get(&id).map(String::as_str)
+    }
+
+    /// Where node `node` was recorded, if anomaly mode was on then.
+    pub(crate) fn location_of(&self, node: u32) -> Option<&'static Location<'static>> {
+        self.locations.get(&node).copied()
+    }
+
+    /// The intermediate values whose gradients backward keeps.
+    #[inline]
+    pub(crate) fn retained(&self) -> &HashSet<u32> {
+        &self.retained
+    }
+
+    /// Keeps value `id`'s gradient in what backward returns.
+    pub(crate) fn retain(&mut self, id: u32) {
+        self.retained.insert(id);
+    }
+
+    /// Whether any value has a gradient hook.
+    #[inline]
+    pub(crate) fn has_hooks(&self) -> bool {
+        !self.hooks.is_empty()
+    }
+
+    /// The values that have gradient hooks, in no particular order.
+    pub(crate) fn hooked_values(&self) -> impl Iterator<Item = u32> + '_ {
+        self.hooks.keys().copied()
+    }
+
+    /// Adds `hook` to value `id`'s hooks.
+    pub(crate) fn add_hook(&mut self, id: u32, hook: GradHook) {
+        self.hooks.entry(id).or_default().push(hook);
+    }
+
+    /// Takes value `id`'s hooks out (to run them with the graph unborrowed);
+    /// [`put_hooks`](Self::put_hooks) puts them back.
+    pub(crate) fn take_hooks(&mut self, id: u32) -> Option<Vec<GradHook>> {
+        self.hooks.remove(&id)
+    }
+
+    /// Puts back the hooks [`take_hooks`](Self::take_hooks) took.
+    pub(crate) fn put_hooks(&mut self, id: u32, hooks: Vec<GradHook>) {
+        self.hooks.insert(id, hooks);
+    }
+
+    /// Parameter id -> value id of its leaf in this graph.
+    #[inline]
+    pub(crate) fn params(&self) -> &HashMap<u64, u32> {
+        &self.params
+    }
+
+    /// Records that parameter `param_id`'s leaf in this graph is value `id`.
+    pub(crate) fn set_param(&mut self, param_id: u64, id: u32) {
+        self.params.insert(param_id, id);
+    }
+
     /// The value ids of node `n`'s inputs.
     #[inline]
     pub(crate) fn inputs_of(&self, n: usize) -> &[u32] {
@@ -136,7 +238,7 @@ fn value_limit_reached() -> ! {
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub struct Graph {
-    pub(crate) state: RefCell<GraphState>,
+    state: RefCell<GraphState>,
     id: u64,
     /// The registry `apply` looks op names up in, when the graph was made
     /// with one (`None`: the default registry of built-in ops). It is an
@@ -176,6 +278,19 @@ impl Graph {
             no_grad_depth: Cell::new(0),
             anomaly: Cell::new(false),
         }
+    }
+
+    /// What the graph has recorded, borrowed (the layers above read it
+    /// through [`GraphState`]'s methods).
+    #[inline(always)]
+    pub(crate) fn state(&self) -> Ref<'_, GraphState> {
+        self.state.borrow()
+    }
+
+    /// What the graph has recorded, borrowed mutably.
+    #[inline(always)]
+    pub(crate) fn state_mut(&self) -> RefMut<'_, GraphState> {
+        self.state.borrow_mut()
     }
 
     /// The registry the graph was made with, if any (see the `registry` field).

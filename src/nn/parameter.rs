@@ -149,15 +149,15 @@ impl Graph {
     /// same parameter in twice returns the same leaf, so a shared weight used
     /// in several places accumulates one gradient.
     pub fn param(&self, p: &Parameter) -> Var<'_> {
-        let existing = self.state.borrow().params.get(&p.id()).copied();
+        let existing = self.state().params().get(&p.id()).copied();
         match existing {
             Some(id) => {
-                let value = self.state.borrow().values[id as usize].clone();
+                let value = self.state().values()[id as usize].clone();
                 Var::from_parts(self, value, id, true)
             }
             None => {
                 let v = self.variable(p.value());
-                self.state.borrow_mut().params.insert(p.id(), v.slot());
+                self.state_mut().set_param(p.id(), v.slot());
                 v
             }
         }
