@@ -607,22 +607,18 @@ struct Edge {
 fn read_path(code: &[char], i: usize) -> (Vec<String>, bool, usize) {
     let mut segs = Vec::new();
     let mut j = i;
-    loop {
-        let Some((seg, k)) = read_ident(code, j) else {
-            break;
-        };
+    let mut end = i;
+    while let Some((seg, k)) = read_ident(code, j) {
         segs.push(seg);
-        j = k;
-        let k = skip_ws(code, j);
-        if k + 1 < code.len() && code[k] == ':' && code[k + 1] == ':' {
-            let after = skip_ws(code, k + 2);
-            if after < code.len() && (is_ident_char(code[after]) || code[after] == '$') {
-                j = after;
-                continue;
-            }
+        end = k;
+        // Another segment after `::`? (Not `::<T>` or `::{`.)
+        let colons = skip_ws(code, k);
+        if colons + 1 >= code.len() || code[colons] != ':' || code[colons + 1] != ':' {
+            break;
         }
-        break;
+        j = skip_ws(code, colons + 2);
     }
+    let j = end;
     let k = skip_ws(code, j);
     let bang = k < code.len() && code[k] == '!' && code.get(k + 1) != Some(&'=');
     (segs, bang, j)
