@@ -280,3 +280,15 @@ impl Error {
         }
     }
 }
+
+/// The value, or a panic with the error's message at the caller's location:
+/// the non-`try_` methods and operator sugar (`&x * &y`) are their `try_`
+/// form through this.
+#[track_caller]
+#[inline]
+pub(crate) fn or_panic<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}

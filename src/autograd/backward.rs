@@ -9,12 +9,12 @@
 use smallvec::SmallVec;
 
 use super::fast::{run_fast, Walk};
-use super::gradients::{GradSlot, Gradients};
+use super::gradients::Gradients;
+use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, OpRef, Var, NO_SLOT};
-use crate::kernels::{elementwise::zip_assign, functors};
 use crate::ops::Differentiable;
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 
 /// Which order the backward sweep visits nodes in. Every valid order gives
 /// the same gradients; they differ in the work done.
@@ -115,17 +115,17 @@ impl<'g> Var<'g> {
         let graph = self.graph();
         let seed = seed_for(self, opts.grad_output.as_ref())?;
         let (slot_count, params) = {
-            let st = graph.state.borrow();
-            (st.values.len(), st.params.clone())
+            let st = graph.state();
+            (st.values().len(), st.params().clone())
         };
         let mut store = TensorStore {
-            slots: crate::graph::pool::take_slots(slot_count),
+            slots: super::pool::take_slots(slot_count),
         };
         {
             let _recording_off = graph.no_grad_guard();
             let plain = {
-                let st = graph.state.borrow();
-                st.hooks.is_empty() && st.retained.is_empty()
+                let st = graph.state();
+                !st.has_hooks() && st.retained().is_empty()
             };
             let fast = opts.fast_path && plain && !graph.anomaly_detection();
             if fast && opts.order == BackwardOrder::Ancestors {
@@ -178,13 +178,13 @@ pub(crate) fn resolve_order(
     root: &Var<'_>,
     order: &BackwardOrder,
 ) -> Result<Vec<u32>> {
-    let st = graph.state.borrow();
+    let st = graph.state();
     Ok(match order {
         BackwardOrder::Ancestors => match root.node_index() {
             Some(n) => order::ancestors_of(&st, n),
             None => Vec::new(),
         },
-        BackwardOrder::Tape => (0..st.nodes.len() as u32).rev().collect(),
+        BackwardOrder::Tape => (0..st.nodes().len() as u32).rev().collect(),
         BackwardOrder::Custom(custom) => {
             order::validate_order(&st, custom)?;
             if let Some(n) = root.node_index() {
@@ -211,12 +211,8 @@ pub(crate) trait GradStore<'g> {
     fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()>;
 }
 
-/// First-order store: plain tensors; the first contribution is moved in,
-/// later ones are added in place when the buffer is not shared.
-pub(crate) struct TensorStore {
-    pub(crate) slots: Vec<GradSlot>,
-}
-
+// The first-order store (`TensorStore`) is defined in `store.rs`, with the
+// scalar lane that writes into it; it is a `GradStore` here.
 impl<'g> GradStore<'g> for TensorStore {
     #[inline]
     fn take(&mut self, graph: &'g Graph, id: u32, retain: bool) -> Option<Var<'g>> {
@@ -238,45 +234,6 @@ impl<'g> GradStore<'g> for TensorStore {
     #[inline]
     fn add(&mut self, id: u32, grad: Var<'g>) -> Result<()> {
         self.add_tensor(id as usize, grad.into_value())
-    }
-}
-
-impl TensorStore {
-    /// Adds `grad` into slot `id`: moved in if first, else added (in place
-    /// when the accumulated buffer is not shared).
-    #[inline]
-    pub(crate) fn add_tensor(&mut self, id: usize, grad: Tensor) -> Result<()> {
-        if id >= self.slots.len() {
-            self.slots.resize(id + 1, GradSlot::Unreached);
-        }
-        let slot = &mut self.slots[id];
-        if let GradSlot::Grad(acc) = slot {
-            if acc.add_scalar_in_place(&grad) {
-                return Ok(());
-            }
-        }
-        *slot = match std::mem::take(slot) {
-            GradSlot::Grad(acc) => GradSlot::Grad(zip_assign("add", acc, &grad, functors::Add)?),
-            _ => GradSlot::Grad(grad),
-        };
-        Ok(())
-    }
-
-    /// Adds a scalar-lane gradient into slot `id` when the slot is empty or
-    /// holds a 0-d gradient of `T`; returns false, changing nothing,
-    /// otherwise (never for a well-formed graph: the caller then takes
-    /// [`add_tensor`](Self::add_tensor), which reports it). A `bool`, not a
-    /// `Result`, so the hot path carries no room for an `Error`.
-    #[inline(always)]
-    pub(crate) fn try_add_scalar<T: Element>(&mut self, id: usize, grad: T) -> bool {
-        match &mut self.slots[id] {
-            GradSlot::Grad(acc) => match T::scalar_mut(acc) {
-                Some(acc) => *acc += grad,
-                None => return false,
-            },
-            slot => *slot = GradSlot::Grad(grad.scalar_tensor()),
-        }
-        true
     }
 }
 
@@ -332,11 +289,11 @@ impl OpHolder {
 }
 
 pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
-    let st = graph.state.borrow();
-    let rec = st.nodes[node];
+    let st = graph.state();
+    let rec = st.nodes()[node];
     let op = match rec.op {
         OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
     };
     let input_ids: SmallVec<[u32; 4]> = SmallVec::from_slice(st.inputs_of(node));
     let inputs = input_ids
@@ -344,7 +301,7 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
         .map(|&id| {
             Var::from_parts(
                 graph,
-                st.values[id as usize].clone(),
+                st.values()[id as usize].clone(),
                 id,
                 st.value_requires_grad(id),
             )
@@ -352,7 +309,7 @@ pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
         .collect();
     let output = Var::from_parts(
         graph,
-        st.values[rec.output as usize].clone(),
+        st.values()[rec.output as usize].clone(),
         rec.output,
         true,
     );
@@ -377,11 +334,11 @@ pub(crate) fn run<'g, S: GradStore<'g>>(
         debug_assert_ne!(*id, NO_SLOT, "a root that requires grad has a slot");
         store.add(*id, seed.clone())?;
     }
-    let mut retained = graph.state.borrow().retained.clone();
+    let mut retained = graph.state().retained().clone();
     retained.extend(keep);
     let mut scratch = Scratch::default();
     for &node in order {
-        let output = graph.state.borrow().nodes[node as usize].output;
+        let output = graph.state().nodes()[node as usize].output;
         let retain = !retained.is_empty() && retained.contains(&output);
         let Some(grad) = store.take(graph, output, retain) else {
             continue; // nothing reached this node: it contributes exactly zero
@@ -407,30 +364,30 @@ pub(crate) fn visit_with_vars<'g, S: GradStore<'g>>(
     store: &mut S,
     scratch: &mut Scratch<'g>,
 ) -> Result<()> {
-    let st = graph.state.borrow();
-    let rec = st.nodes[node];
+    let st = graph.state();
+    let rec = st.nodes()[node];
     scratch.inputs.clear();
     scratch.input_ids.clear();
     for &id in st.inputs_of(node) {
         scratch.input_ids.push(id);
         scratch.inputs.push(Var::from_parts(
             graph,
-            st.values[id as usize].clone(),
+            st.values()[id as usize].clone(),
             id,
             st.value_requires_grad(id),
         ));
     }
     let output = Var::from_parts(
         graph,
-        st.values[rec.output as usize].clone(),
+        st.values()[rec.output as usize].clone(),
         rec.output,
         true,
     );
     let op = match rec.op {
         OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_ops[i as usize].op.clone()),
+        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
     };
-    let has_hooks = !st.hooks.is_empty();
+    let has_hooks = st.has_hooks();
     drop(st);
     let grad = if has_hooks {
         super::hooks::apply_hooks(graph, rec.output, grad)?
@@ -496,15 +453,13 @@ pub(crate) fn bad_shape(
 /// Leaf gradients are complete only when the sweep ends: run their hooks now.
 fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Result<()> {
     let leaves: Vec<u32> = {
-        let st = graph.state.borrow();
-        if st.hooks.is_empty() {
+        let st = graph.state();
+        if !st.has_hooks() {
             return Ok(());
         }
         let mut ids: Vec<u32> = st
-            .hooks
-            .keys()
-            .copied()
-            .filter(|&id| st.producers[id as usize] >= crate::graph::LEAF_CONSTANT)
+            .hooked_values()
+            .filter(|&id| st.producers()[id as usize] >= crate::graph::LEAF_CONSTANT)
             .collect();
         ids.sort_unstable();
         ids
@@ -520,10 +475,8 @@ fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Resu
 
 fn anomaly_error(graph: &Graph, node: usize, op: &str) -> Error {
     let location = graph
-        .state
-        .borrow()
-        .locations
-        .get(&(node as u32))
+        .state()
+        .location_of(node as u32)
         .map(|l| l.to_string())
         .unwrap_or_else(|| "unknown (anomaly detection was off when it was recorded)".to_string());
     Error::Anomaly {

@@ -8,11 +8,11 @@
 
 use std::cell::Ref;
 
-use super::backward::{bad_shape, visit_with_vars, Scratch, TensorStore};
-use super::gradients::GradSlot;
+use super::backward::{bad_shape, visit_with_vars, Scratch};
 use super::scalar_node::{ScalarGrad, ScalarNode};
+use super::store::{GradSlot, TensorStore};
 use crate::error::Result;
-use crate::graph::{Graph, GraphState, NodeRecord, OpRef, Var};
+use crate::graph::{Graph, GraphState, NodeRecord, Var};
 use crate::ops::Differentiable;
 use crate::tensor::{Repr, Tensor};
 
@@ -45,7 +45,7 @@ pub(crate) fn run_fast<'g>(
 ) -> Result<()> {
     store.add_tensor(root.slot() as usize, seed)?;
     let mut scratch = Scratch::default();
-    let mut st = graph.state.borrow();
+    let mut st = graph.state();
     // One node's step, shared by both walks: a fast path, or its `Var`-level
     // backward with the borrow released (a formula may read the graph). A
     // macro, not a function: passing the borrow in and out of a function
@@ -56,7 +56,7 @@ pub(crate) fn run_fast<'g>(
                 drop(st);
                 let grad = Var::constant_in(graph, grad);
                 visit_with_vars(graph, $node, grad, store, &mut scratch)?;
-                st = graph.state.borrow();
+                st = graph.state();
             }
         };
     }
@@ -81,7 +81,7 @@ pub(crate) fn run_fast<'g>(
 /// Runs node `node` if a gradient reached it.
 #[inline(always)]
 fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Result<Visit> {
-    let rec = &st.nodes[node];
+    let rec = &st.nodes()[node];
     let out = rec.output as usize;
     let lane = match &store.slots[out] {
         GradSlot::Grad(grad) => match grad.repr() {
@@ -91,10 +91,7 @@ fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Resu
         },
         _ => return Ok(Visit::Done), // nothing reached this node: it contributes zero
     };
-    let op: &dyn Differentiable = match rec.op {
-        OpRef::Static(op) => op,
-        OpRef::Owned(i) => &*st.owned_ops[i as usize].op,
-    };
+    let op: &dyn Differentiable = st.op(rec.op);
     if let Some(g) = lane {
         // The gradient stays in its slot while the lane runs: a node's
         // output is never one of its inputs, so the lane does not touch it.
@@ -127,7 +124,7 @@ fn visit_tensors(
         unreachable!("the sweep checked the slot")
     };
     // Fixed-size arrays per arity: no placeholders to fill, nothing to drop.
-    let ids = rec.inputs(&st.node_inputs);
+    let ids = rec.inputs(st.node_inputs());
     let handled = match ids.len() {
         1 => tensor_node::<1>(op, st, ids, &grad, out, store)?,
         2 => tensor_node::<2>(op, st, ids, &grad, out, store)?,
@@ -154,10 +151,10 @@ fn tensor_node<const N: usize>(
     store: &mut TensorStore,
 ) -> Result<bool> {
     let ids: &[u32; N] = ids.try_into().expect("the caller matched the arity");
-    let inputs: [&Tensor; N] = std::array::from_fn(|k| &st.values[ids[k] as usize]);
+    let inputs: [&Tensor; N] = std::array::from_fn(|k| &st.values()[ids[k] as usize]);
     let needs: [bool; N] = std::array::from_fn(|k| st.value_requires_grad(ids[k]));
     let mut grads: [Option<Tensor>; N] = std::array::from_fn(|_| None);
-    if !op.backward_fast(grad, &inputs, &st.values[out], &needs, &mut grads)? {
+    if !op.backward_fast(grad, &inputs, &st.values()[out], &needs, &mut grads)? {
         return Ok(false);
     }
     for (k, g) in grads.into_iter().enumerate() {

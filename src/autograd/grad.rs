@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use super::backward::{run, seed_for, GradStore, TensorStore, VarStore};
-use super::gradients::GradSlot;
+use super::backward::{run, seed_for, GradStore, VarStore};
+use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;
@@ -91,7 +91,7 @@ pub fn grad<'g>(
         seeds.push((out.slot(), Var::constant_in(graph, seed)));
     }
     let order = {
-        let st = graph.state.borrow();
+        let st = graph.state();
         let roots: Vec<usize> = outputs.iter().filter_map(|o| o.node_index()).collect();
         order::ancestors_of_many(&st, &roots)
     };
@@ -112,7 +112,7 @@ pub fn grad<'g>(
             .collect()
     } else {
         let mut store = TensorStore {
-            slots: crate::graph::pool::take_slots(slot_count),
+            slots: super::pool::take_slots(slot_count),
         };
         {
             let _off = graph.no_grad_guard();

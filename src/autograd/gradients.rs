@@ -3,22 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::store::GradSlot;
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::Parameter;
 use crate::tensor::Tensor;
-
-/// The state of one value's gradient after a backward pass.
-#[derive(Clone, Default)]
-pub(crate) enum GradSlot {
-    /// No contribution reached the value: its gradient is zero.
-    #[default]
-    Unreached,
-    /// The accumulated gradient.
-    Grad(Tensor),
-    /// An intermediate whose gradient was used and released (not retained).
-    Released,
-}
 
 /// Gradients of one backward pass, indexed by value id: dense, allocated on
 /// first contribution, and independent of the graph's lifetime (they can be
@@ -60,18 +48,11 @@ impl Gradients {
         }
     }
 
-    /// The gradient with respect to parameter `p`, zero-filled when `p` was
-    /// not used (or not reached).
-    pub fn of(&self, p: &Parameter) -> Tensor {
-        match self.params.get(&p.id()) {
-            Some(t) => t.clone(),
-            None => p.value().zeros_like(),
-        }
-    }
-
-    /// The gradient with respect to parameter `p`, if one was accumulated.
-    pub fn get_param(&self, p: &Parameter) -> Option<&Tensor> {
-        self.params.get(&p.id())
+    /// The gradient of the parameter with id `param_id`, if one was
+    /// accumulated. `nn` reads it through [`Gradients::of`] and
+    /// [`Gradients::get_param`], which take the `Parameter` itself.
+    pub(crate) fn param_grad(&self, param_id: u64) -> Option<&Tensor> {
+        self.params.get(&param_id)
     }
 
     /// The parameter gradients, by parameter id.
@@ -199,9 +180,9 @@ impl Gradients {
 
 impl Drop for Gradients {
     /// Hands the slot vector, emptied, to the next backward pass on this
-    /// thread (see [`crate::graph::pool`]).
+    /// thread (see `autograd::pool`).
     fn drop(&mut self) {
-        crate::graph::pool::give_back_slots(std::mem::take(&mut self.slots));
+        super::pool::give_back_slots(std::mem::take(&mut self.slots));
     }
 }
 

@@ -5,9 +5,6 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
 
-/// A gradient hook: sees the gradient flowing into a value and may replace it.
-pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
-
 impl<'g> Var<'g> {
     /// Registers `hook` to run when this value's gradient is complete during
     /// backward (for an op output: before its node's backward runs, so a
@@ -28,13 +25,7 @@ impl<'g> Var<'g> {
     /// ```
     pub fn register_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + 'static) {
         if let Some(id) = self.value_id() {
-            self.graph()
-                .state
-                .borrow_mut()
-                .hooks
-                .entry(id as u32)
-                .or_default()
-                .push(Box::new(hook));
+            self.graph().state_mut().add_hook(id as u32, Box::new(hook));
         }
     }
 
@@ -53,7 +44,7 @@ impl<'g> Var<'g> {
     /// ```
     pub fn retain_grad(&self) {
         if let Some(id) = self.value_id() {
-            self.graph().state.borrow_mut().retained.insert(id as u32);
+            self.graph().state_mut().retain(id as u32);
         }
     }
 }
@@ -62,11 +53,11 @@ impl<'g> Var<'g> {
 #[inline]
 pub(crate) fn apply_hooks<'g>(graph: &'g Graph, id: u32, grad: Var<'g>) -> Result<Var<'g>> {
     let hooks = {
-        let mut st = graph.state.borrow_mut();
-        if st.hooks.is_empty() {
+        let mut st = graph.state_mut();
+        if !st.has_hooks() {
             return Ok(grad);
         }
-        match st.hooks.remove(&id) {
+        match st.take_hooks(id) {
             Some(h) => h,
             None => return Ok(grad),
         }
@@ -91,6 +82,6 @@ pub(crate) fn apply_hooks<'g>(graph: &'g Graph, id: u32, grad: Var<'g>) -> Resul
             current = Var::constant_in(graph, replacement);
         }
     }
-    graph.state.borrow_mut().hooks.insert(id, hooks);
+    graph.state_mut().put_hooks(id, hooks);
     result.map(|()| current)
 }

@@ -10,15 +10,16 @@ mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
+mod pool;
 mod scalar_node;
+mod store;
 
+pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
 pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
-pub(crate) use gradients::GradSlot;
 pub use gradients::Gradients;
-pub use hooks::GradHook;
 #[doc(hidden)]
 pub use scalar_node::{LaneOutcome, ScalarNode};

@@ -7,12 +7,40 @@
 //! inlines and its arguments never leave registers. (A dynamic call to the
 //! rule alone, with gathering and accumulating on the sweep's side, cost
 //! about a sixth more instructions per node on W1.)
+//!
+//! With `store.rs`, this file sits in the core layer with the op trait,
+//! below the rest of `autograd` (ARCHITECTURE.md, "Layers"): the trait's
+//! default `scalar_node` body names [`ScalarNode`], so it must be concrete
+//! and visible there. It imports nothing from the rest of `autograd`.
 
-use super::backward::TensorStore;
+use super::store::TensorStore;
 use crate::error::{Error, Result};
 use crate::graph::{GraphState, NodeRecord};
 use crate::ops::{ScalarArgs, ScalarBackward};
 use crate::tensor::Element;
+
+/// The dtypes the scalar lane runs in. Tags a scalar backward call with its
+/// dtype, which is the op trait's business, not the tensor layer's
+/// ([`Element`] carries nothing from the ops above it). Crate-private, so
+/// sealed: implemented for `f32` and `f64` only.
+pub(crate) trait LaneElement: Element {
+    /// `args` as the [`ScalarBackward`] variant of this dtype.
+    fn scalar_backward(args: ScalarArgs<'_, Self>) -> ScalarBackward<'_>;
+}
+
+impl LaneElement for f32 {
+    #[inline(always)]
+    fn scalar_backward(args: ScalarArgs<'_, f32>) -> ScalarBackward<'_> {
+        ScalarBackward::F32(args)
+    }
+}
+
+impl LaneElement for f64 {
+    #[inline(always)]
+    fn scalar_backward(args: ScalarArgs<'_, f64>) -> ScalarBackward<'_> {
+        ScalarBackward::F64(args)
+    }
+}
 
 /// A scalar node waiting for its op: the graph, the node, where gradients
 /// go, and the node's output gradient. Built only by the sweep.
@@ -85,7 +113,7 @@ impl<'a> ScalarNode<'a> {
     /// [`run`](Self::run) for `N` inputs of dtype `T`: fixed-size arrays, so
     /// the gathering and accumulating loops unroll.
     #[inline(always)]
-    fn run_typed<T: Element, const N: usize>(
+    fn run_typed<T: LaneElement, const N: usize>(
         &mut self,
         grad: T,
         rule: impl FnOnce(&mut ScalarBackward<'_>) -> bool,
@@ -94,12 +122,12 @@ impl<'a> ScalarNode<'a> {
         let ids: [u32; N] = rec.inline_ids();
         let mut xs = [T::zero(); N];
         for k in 0..N {
-            match T::scalar_of(&st.values[ids[k] as usize]) {
+            match T::scalar_of(&st.values()[ids[k] as usize]) {
                 Some(v) => xs[k] = v,
                 None => return Lane::Declined,
             }
         }
-        let Some(output) = T::scalar_of(&st.values[rec.output as usize]) else {
+        let Some(output) = T::scalar_of(&st.values()[rec.output as usize]) else {
             return Lane::Declined;
         };
         let mut ds = [T::zero(); N];

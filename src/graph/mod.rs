@@ -16,8 +16,9 @@ pub mod pool;
 mod record;
 mod var;
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::any::Any;
+use std::cell::{Cell, Ref, RefCell, RefMut};
+use std::collections::{HashMap, HashSet};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub use var::Var;
 
 use crate::error::{Error, Result};
-use crate::ops::{Differentiable, OpRegistry};
+use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
 /// Producer tag of a leaf that requires grad (`graph.variable`).
@@ -48,33 +49,139 @@ pub(crate) enum OpRef {
     Owned(u32),
 }
 
+/// A gradient hook: sees the gradient flowing into a value and may replace it
+/// (registered with [`Var::register_hook`]; the graph keeps them by value id).
+pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
+
 /// An op owned by the graph, with the name it was recorded under.
 pub(crate) struct OwnedOp {
     pub(crate) name: Option<Arc<str>>,
     pub(crate) op: Arc<dyn Differentiable>,
 }
 
-/// Everything the graph records, behind one `RefCell`.
+/// Everything the graph records, behind one `RefCell`. The fields are
+/// private to `graph`; the layers above read them through the methods
+/// below, each `#[inline]` and compiled to the same field access.
 #[derive(Default)]
 pub(crate) struct GraphState {
-    pub(crate) values: Vec<Tensor>,
-    pub(crate) producers: Vec<u32>,
-    pub(crate) nodes: Vec<NodeRecord>,
+    values: Vec<Tensor>,
+    producers: Vec<u32>,
+    nodes: Vec<NodeRecord>,
     /// The inputs of nodes with more than two (see [`NodeRecord`]).
-    pub(crate) node_inputs: Vec<u32>,
-    pub(crate) owned_ops: Vec<OwnedOp>,
-    pub(crate) names: HashMap<u32, String>,
+    node_inputs: Vec<u32>,
+    owned_ops: Vec<OwnedOp>,
+    names: HashMap<u32, String>,
     /// Where each node was recorded; filled only while anomaly mode is on.
-    pub(crate) locations: HashMap<u32, &'static Location<'static>>,
+    locations: HashMap<u32, &'static Location<'static>>,
     /// Intermediate values whose gradients backward keeps (`retain_grad`).
-    pub(crate) retained: std::collections::HashSet<u32>,
+    retained: HashSet<u32>,
     /// Gradient hooks by value id (`register_hook`).
-    pub(crate) hooks: HashMap<u32, Vec<crate::autograd::hooks::GradHook>>,
+    hooks: HashMap<u32, Vec<GradHook>>,
     /// Parameter id -> value id of its leaf in this graph (`Graph::param`).
-    pub(crate) params: HashMap<u64, u32>,
+    params: HashMap<u64, u32>,
 }
 
 impl GraphState {
+    /// Every value with a slot, by value id.
+    #[inline(always)]
+    pub(crate) fn values(&self) -> &[Tensor] {
+        &self.values
+    }
+
+    /// The producer of each value, by value id: the node that made it, or
+    /// `LEAF_VARIABLE`/`LEAF_CONSTANT`.
+    #[inline(always)]
+    pub(crate) fn producers(&self) -> &[u32] {
+        &self.producers
+    }
+
+    /// The node records, in append (execution) order.
+    #[inline(always)]
+    pub(crate) fn nodes(&self) -> &[NodeRecord] {
+        &self.nodes
+    }
+
+    /// The spilled inputs of nodes with more than two (see [`NodeRecord::inputs`]).
+    #[inline(always)]
+    pub(crate) fn node_inputs(&self) -> &[u32] {
+        &self.node_inputs
+    }
+
+    /// The op a node refers to.
+    #[inline(always)]
+    pub(crate) fn op(&self, op: OpRef) -> &dyn Differentiable {
+        match op {
+            OpRef::Static(op) => op,
+            OpRef::Owned(i) => &*self.owned_ops[i as usize].op,
+        }
+    }
+
+    /// The graph-owned op `OpRef::Owned(i)` refers to, shared.
+    #[inline]
+    pub(crate) fn owned_op(&self, i: u32) -> &Arc<dyn Differentiable> {
+        &self.owned_ops[i as usize].op
+    }
+
+    /// The name given to value `id`, if any.
+    #[inline]
+    pub(crate) fn name_of(&self, id: u32) -> Option<&str> {
+        self.names.get(&id).map(String::as_str)
+    }
+
+    /// Where node `node` was recorded, if anomaly mode was on then.
+    pub(crate) fn location_of(&self, node: u32) -> Option<&'static Location<'static>> {
+        self.locations.get(&node).copied()
+    }
+
+    /// The intermediate values whose gradients backward keeps.
+    #[inline]
+    pub(crate) fn retained(&self) -> &HashSet<u32> {
+        &self.retained
+    }
+
+    /// Keeps value `id`'s gradient in what backward returns.
+    pub(crate) fn retain(&mut self, id: u32) {
+        self.retained.insert(id);
+    }
+
+    /// Whether any value has a gradient hook.
+    #[inline]
+    pub(crate) fn has_hooks(&self) -> bool {
+        !self.hooks.is_empty()
+    }
+
+    /// The values that have gradient hooks, in no particular order.
+    pub(crate) fn hooked_values(&self) -> impl Iterator<Item = u32> + '_ {
+        self.hooks.keys().copied()
+    }
+
+    /// Adds `hook` to value `id`'s hooks.
+    pub(crate) fn add_hook(&mut self, id: u32, hook: GradHook) {
+        self.hooks.entry(id).or_default().push(hook);
+    }
+
+    /// Takes value `id`'s hooks out (to run them with the graph unborrowed);
+    /// [`put_hooks`](Self::put_hooks) puts them back.
+    pub(crate) fn take_hooks(&mut self, id: u32) -> Option<Vec<GradHook>> {
+        self.hooks.remove(&id)
+    }
+
+    /// Puts back the hooks [`take_hooks`](Self::take_hooks) took.
+    pub(crate) fn put_hooks(&mut self, id: u32, hooks: Vec<GradHook>) {
+        self.hooks.insert(id, hooks);
+    }
+
+    /// Parameter id -> value id of its leaf in this graph.
+    #[inline]
+    pub(crate) fn params(&self) -> &HashMap<u64, u32> {
+        &self.params
+    }
+
+    /// Records that parameter `param_id`'s leaf in this graph is value `id`.
+    pub(crate) fn set_param(&mut self, param_id: u64, id: u32) {
+        self.params.insert(param_id, id);
+    }
+
     /// The value ids of node `n`'s inputs.
     #[inline]
     pub(crate) fn inputs_of(&self, n: usize) -> &[u32] {
@@ -131,9 +238,14 @@ fn value_limit_reached() -> ! {
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub struct Graph {
-    pub(crate) state: RefCell<GraphState>,
+    state: RefCell<GraphState>,
     id: u64,
-    registry: Arc<OpRegistry>,
+    /// The registry `apply` looks op names up in, when the graph was made
+    /// with one (`None`: the default registry of built-in ops). It is an
+    /// `Arc<OpRegistry>`, but `OpRegistry` holds the built-in ops, a layer
+    /// above the graph (ARCHITECTURE.md, "Layers"), so the graph keeps it
+    /// opaque: `ops/apply.rs` puts it in and reads it back.
+    registry: Option<Box<dyn Any + Send + Sync>>,
     no_grad_depth: Cell<u32>,
     anomaly: Cell<bool>,
 }
@@ -147,11 +259,11 @@ impl Default for Graph {
 impl Graph {
     /// An empty graph using the default registry of built-in ops.
     pub fn new() -> Self {
-        Self::with_registry(OpRegistry::default_shared())
+        Self::with_opaque_registry(None)
     }
 
-    /// An empty graph whose `apply` looks ops up in `registry`.
-    pub fn with_registry(registry: Arc<OpRegistry>) -> Self {
+    /// An empty graph with the given registry (see the `registry` field).
+    pub(crate) fn with_opaque_registry(registry: Option<Box<dyn Any + Send + Sync>>) -> Self {
         let arena = pool::take_arena();
         Graph {
             state: RefCell::new(GraphState {
@@ -168,34 +280,27 @@ impl Graph {
         }
     }
 
-    /// Frees the buffers this thread keeps for its next graphs: the arena of
-    /// its last dropped graph, the slots of its last dropped gradients (see
-    /// [`pool`]) and its recycled small tensors (see
-    /// [`tensor::recycle`](crate::tensor::recycle)). For a program that is
-    /// done with large graphs and wants the memory back.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// {
-    ///     let g = Graph::new();
-    ///     let x = g.variable(Tensor::scalar(2.0));
-    ///     let _ = (&x * &x).backward()?;
-    /// } // the graph's buffers are kept for the next graph on this thread...
-    /// Graph::release_spare_buffers(); // ...until released
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    pub fn release_spare_buffers() {
-        pool::release();
+    /// What the graph has recorded, borrowed (the layers above read it
+    /// through [`GraphState`]'s methods).
+    #[inline(always)]
+    pub(crate) fn state(&self) -> Ref<'_, GraphState> {
+        self.state.borrow()
+    }
+
+    /// What the graph has recorded, borrowed mutably.
+    #[inline(always)]
+    pub(crate) fn state_mut(&self) -> RefMut<'_, GraphState> {
+        self.state.borrow_mut()
+    }
+
+    /// The registry the graph was made with, if any (see the `registry` field).
+    pub(crate) fn opaque_registry(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self.registry.as_deref()
     }
 
     /// A process-unique id of this graph.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// The registry `apply` uses.
-    pub fn registry(&self) -> &Arc<OpRegistry> {
-        &self.registry
     }
 
     /// A leaf that requires grad.
@@ -224,33 +329,6 @@ impl Graph {
     /// A named frozen leaf.
     pub fn named_constant(&self, name: &str, value: Tensor) -> Var<'_> {
         self.constant(value).named(name)
-    }
-
-    /// Applies the op registered as `op_name` to `inputs`, recording a node
-    /// if any input requires grad.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor, Error};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(2.0));
-    /// let y = g.apply("mul", &[&x, &x])?;
-    /// assert_eq!(y.value().try_item()?, 4.0);
-    /// assert!(matches!(g.apply("mull", &[&x]), Err(Error::UnregisteredOp { .. })));
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn apply<'g>(&'g self, op_name: &str, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
-        let op = self.registry.get(op_name)?.clone();
-        if let Some(n) = op.arity() {
-            if n != inputs.len() {
-                return Err(Error::Arity {
-                    op: op_name.to_string(),
-                    expected: n,
-                    got: inputs.len(),
-                });
-            }
-        }
-        self.record_shared(Some(op_name), op, inputs)
     }
 
     /// The number of op nodes recorded.

@@ -1,6 +1,6 @@
-//! Spare buffers: the arena of a dropped graph (and the gradient slots of
-//! dropped [`Gradients`](crate::Gradients)) are kept, emptied, for the next
-//! graph on the same thread.
+//! Spare buffers: the arena of a dropped graph is kept, emptied, for the
+//! next graph on the same thread (as are the gradient slots of dropped
+//! [`Gradients`](crate::Gradients), by `autograd`'s pool).
 //!
 //! A training loop or a benchmark builds a graph of the same size step after
 //! step. Without reuse, each step grows its vectors from nothing (copying
@@ -14,10 +14,10 @@
 use std::cell::RefCell;
 
 use super::NodeRecord;
-use crate::autograd::GradSlot;
 use crate::tensor::Tensor;
 
-/// The most bytes of spare capacity one thread keeps (arena and slots together).
+/// The most bytes of spare capacity one thread keeps (arena and gradient
+/// slots together).
 pub const MAX_SPARE_BYTES: usize = 1 << 30;
 
 /// The vectors of a graph's arena that grow with every node.
@@ -49,16 +49,15 @@ impl ArenaBuffers {
 #[derive(Default)]
 struct Spare {
     arena: Option<ArenaBuffers>,
-    slots: Option<Vec<GradSlot>>,
+    /// What the thread's other spare buffers hold (the gradient slots kept
+    /// by `autograd`'s pool, which reports it through [`set_other_bytes`]):
+    /// both count against [`MAX_SPARE_BYTES`].
+    other_bytes: usize,
 }
 
 impl Spare {
-    fn bytes(&self) -> usize {
+    fn arena_bytes(&self) -> usize {
         self.arena.as_ref().map_or(0, ArenaBuffers::capacity_bytes)
-            + self
-                .slots
-                .as_ref()
-                .map_or(0, |s| s.capacity() * std::mem::size_of::<GradSlot>())
     }
 }
 
@@ -81,42 +80,26 @@ pub(crate) fn give_back_arena(mut arena: ArenaBuffers) {
     arena.clear();
     let _ = SPARE.try_with(|s| {
         let mut s = s.borrow_mut();
-        let current = s.arena.as_ref().map_or(0, ArenaBuffers::capacity_bytes);
+        let current = s.arena_bytes();
         let incoming = arena.capacity_bytes();
-        if incoming > current && s.bytes() - current + incoming <= MAX_SPARE_BYTES {
+        if incoming > current && s.other_bytes + incoming <= MAX_SPARE_BYTES {
             s.arena = Some(arena);
         }
     });
 }
 
-/// `n` unreached gradient slots, in this thread's spare vector if it has one.
-pub(crate) fn take_slots(n: usize) -> Vec<GradSlot> {
-    let mut slots = SPARE
-        .try_with(|s| s.borrow_mut().slots.take())
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    slots.resize(n, GradSlot::Unreached);
-    slots
+/// The bytes of the spare arena this thread keeps.
+pub(crate) fn arena_bytes() -> usize {
+    SPARE.try_with(|s| s.borrow().arena_bytes()).unwrap_or(0)
 }
 
-/// Keeps `slots`, emptied, for the next backward pass on this thread (same
-/// policy as [`give_back_arena`]).
-pub(crate) fn give_back_slots(mut slots: Vec<GradSlot>) {
-    slots.clear();
-    let _ = SPARE.try_with(|s| {
-        let mut s = s.borrow_mut();
-        let size = std::mem::size_of::<GradSlot>();
-        let current = s.slots.as_ref().map_or(0, |v| v.capacity() * size);
-        let incoming = slots.capacity() * size;
-        if incoming > current && s.bytes() - current + incoming <= MAX_SPARE_BYTES {
-            s.slots = Some(slots);
-        }
-    });
+/// Records that this thread's other spare buffers now hold `bytes`.
+pub(crate) fn set_other_bytes(bytes: usize) {
+    let _ = SPARE.try_with(|s| s.borrow_mut().other_bytes = bytes);
 }
 
-/// Frees this thread's spare buffers and recycled tensors.
+/// Frees this thread's spare arena and recycled tensors.
 pub(crate) fn release() {
-    let _ = SPARE.try_with(|s| *s.borrow_mut() = Spare::default());
+    let _ = SPARE.try_with(|s| s.borrow_mut().arena = None);
     crate::tensor::recycle::release();
 }

@@ -48,7 +48,7 @@ impl Graph {
         op: O,
         inputs: &[&Var<'g>],
     ) -> Var<'g> {
-        let output = crate::ops::arith::or_panic(self.forward_checked(&op, inputs));
+        let output = crate::error::or_panic(self.forward_checked(&op, inputs));
         self.record_forwarded(op, inputs, output)
     }
 

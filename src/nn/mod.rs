@@ -12,5 +12,5 @@ pub use layers::{Activation, Dropout, Embedding, LayerNorm, Linear, Mlp, MlpBuil
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;
-pub(crate) use state::check_state_dict;
+pub(crate) use state::{check_like, check_state_dict};
 pub use state::{load_state_dict, state_dict, StateDict};

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::autograd::Gradients;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
@@ -125,20 +126,38 @@ impl std::fmt::Debug for Parameter {
     }
 }
 
+// The parameter accessors of `Gradients` live here, with `Parameter`, so that
+// `autograd` knows nothing of `nn` (ARCHITECTURE.md, "Layers").
+impl Gradients {
+    /// The gradient with respect to parameter `p`, zero-filled when `p` was
+    /// not used (or not reached).
+    pub fn of(&self, p: &Parameter) -> Tensor {
+        match self.param_grad(p.id()) {
+            Some(t) => t.clone(),
+            None => p.value().zeros_like(),
+        }
+    }
+
+    /// The gradient with respect to parameter `p`, if one was accumulated.
+    pub fn get_param(&self, p: &Parameter) -> Option<&Tensor> {
+        self.param_grad(p.id())
+    }
+}
+
 impl Graph {
     /// Brings `p` into this graph as a leaf that requires grad. Bringing the
     /// same parameter in twice returns the same leaf, so a shared weight used
     /// in several places accumulates one gradient.
     pub fn param(&self, p: &Parameter) -> Var<'_> {
-        let existing = self.state.borrow().params.get(&p.id()).copied();
+        let existing = self.state().params().get(&p.id()).copied();
         match existing {
             Some(id) => {
-                let value = self.state.borrow().values[id as usize].clone();
+                let value = self.state().values()[id as usize].clone();
                 Var::from_parts(self, value, id, true)
             }
             None => {
                 let v = self.variable(p.value());
-                self.state.borrow_mut().params.insert(p.id(), v.slot());
+                self.state_mut().set_param(p.id(), v.slot());
                 v
             }
         }

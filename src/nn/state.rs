@@ -57,7 +57,7 @@ pub(crate) fn check_state_dict(
         let t = state
             .get(name)
             .ok_or_else(|| mismatch(name, TensorProblem::Missing))?;
-        crate::optim::check_like(context, name, t, &p.value())?;
+        check_like(context, name, t, &p.value())?;
         values.push(t.clone());
     }
     let known: std::collections::HashSet<&str> =
@@ -66,4 +66,30 @@ pub(crate) fn check_state_dict(
         return Err(mismatch(extra, TensorProblem::Unexpected));
     }
     Ok(values)
+}
+
+/// `t` must have the shape and dtype of `like` (the parameter's value): the
+/// check of a loaded state dict, shared with the optimizers' state.
+pub(crate) fn check_like(context: &str, name: &str, t: &Tensor, like: &Tensor) -> Result<()> {
+    if t.shape() != like.shape() {
+        return Err(Error::TensorMismatch {
+            context: context.to_string(),
+            name: name.to_string(),
+            problem: TensorProblem::Shape {
+                expected: like.shape().to_vec(),
+                found: t.shape().to_vec(),
+            },
+        });
+    }
+    if t.dtype() != like.dtype() {
+        return Err(Error::TensorMismatch {
+            context: context.to_string(),
+            name: name.to_string(),
+            problem: TensorProblem::DType {
+                expected: like.dtype(),
+                found: t.dtype(),
+            },
+        });
+    }
+    Ok(())
 }

@@ -118,16 +118,6 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     reg.add_builtin(Unary(Neg));
 }
 
-/// Panics with the error's message at the caller's location (operator sugar).
-#[track_caller]
-#[inline]
-pub(crate) fn or_panic<T>(r: Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
-}
-
 #[allow(clippy::should_implement_trait)]
 impl<'g> Var<'g> {
     /// `self + other`, broadcasting.

@@ -8,12 +8,12 @@
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::rule::{Binary, BinaryRule, Cmp, Num, KINK_MARGIN};
 use super::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
     OpRegistry,
 };
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::{Graph, Var};
 use crate::kernels::{self, TernaryFn};

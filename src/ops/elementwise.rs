@@ -1,10 +1,10 @@
 //! One-operand elementwise ops: `abs`, `sin`, `cos` and `clamp`, each one
 //! rule (see [`rule`](super::rule)).
 
-use crate::fallible::fallible;
-use super::arith::or_panic;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::OpRegistry;
+use crate::error::or_panic;
+use crate::fallible::fallible;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Element;

@@ -16,12 +16,12 @@
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::arith::or_panic;
 use super::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
     OpRegistry,
 };
 use super::rule::{Num, OpFacts, SlopeOf, Unary, UnaryRule};
+use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;

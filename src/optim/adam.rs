@@ -17,11 +17,11 @@
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
 use super::{
-    check_like, check_non_negative, collect_named, grad_of, read_step, state_presence,
-    update_chunks, NamedParameter, Optimizer, StateDict,
+    check_non_negative, collect_named, grad_of, read_step, state_presence, update_chunks,
+    NamedParameter, Optimizer, StateDict,
 };
 use crate::error::{Error, Result};
-use crate::nn::Parameter;
+use crate::nn::{check_like, Parameter};
 use crate::tensor::Tensor;
 use crate::Gradients;
 

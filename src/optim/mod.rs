@@ -68,7 +68,7 @@ pub use schedule::{
 pub use sgd::{Sgd, SgdConfig};
 
 use crate::error::{Error, Result, TensorProblem};
-use crate::nn::Parameter;
+use crate::nn::{check_like, Parameter};
 use crate::tensor::Tensor;
 use crate::Gradients;
 
@@ -199,31 +199,6 @@ pub(crate) fn grad_of<'a>(
     };
     check_like(op, name, g, value)?;
     Ok(Some(g))
-}
-
-/// `t` must have the shape and dtype of `like` (the parameter's value).
-pub(crate) fn check_like(context: &str, name: &str, t: &Tensor, like: &Tensor) -> Result<()> {
-    if t.shape() != like.shape() {
-        return Err(Error::TensorMismatch {
-            context: context.to_string(),
-            name: name.to_string(),
-            problem: TensorProblem::Shape {
-                expected: like.shape().to_vec(),
-                found: t.shape().to_vec(),
-            },
-        });
-    }
-    if t.dtype() != like.dtype() {
-        return Err(Error::TensorMismatch {
-            context: context.to_string(),
-            name: name.to_string(),
-            problem: TensorProblem::DType {
-                expected: like.dtype(),
-                found: t.dtype(),
-            },
-        });
-    }
-    Ok(())
 }
 
 /// Which state fields each parameter has, read from a state dict: checks that

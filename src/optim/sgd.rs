@@ -10,11 +10,11 @@
 //! ```
 
 use super::{
-    check_like, check_non_negative, collect_named, grad_of, state_presence, update_chunks,
-    NamedParameter, Optimizer, StateDict,
+    check_non_negative, collect_named, grad_of, state_presence, update_chunks, NamedParameter,
+    Optimizer, StateDict,
 };
 use crate::error::{Error, Result};
-use crate::nn::Parameter;
+use crate::nn::{check_like, Parameter};
 use crate::tensor::{Element, Tensor};
 use crate::Gradients;
 

@@ -8,6 +8,8 @@
 
 mod display;
 mod dtype;
+mod element;
+pub(crate) mod math;
 mod random;
 pub mod recycle;
 pub mod shape;
@@ -16,7 +18,8 @@ mod word;
 
 use std::sync::Arc;
 
-pub use dtype::{DType, Element};
+pub use dtype::DType;
+pub use element::Element;
 pub use shape::Dims;
 use storage::Buffer;
 pub(crate) use word::Word;

@@ -9,7 +9,8 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::dtype::{DType, Element};
+use super::dtype::DType;
+use super::element::Element;
 use crate::error::{Error, Result};
 
 /// `Arc::get_mut` without its atomic read-modify-write.

@@ -24,8 +24,8 @@ pub(crate) struct Group {
 /// `b`'s only input produced by an op (its other inputs are leaves), and both
 /// are equally live.
 pub(crate) fn find_groups(st: &GraphState, kept: &[bool], live: &[bool]) -> Vec<Group> {
-    let n = st.nodes.len();
-    let mut uses = vec![0u32; st.values.len()];
+    let n = st.nodes().len();
+    let mut uses = vec![0u32; st.values().len()];
     for i in 0..n {
         for &id in st.inputs_of(i) {
             uses[id as usize] += 1;
@@ -40,11 +40,11 @@ pub(crate) fn find_groups(st: &GraphState, kept: &[bool], live: &[bool]) -> Vec<
         let mut op_inputs = st
             .inputs_of(b)
             .iter()
-            .filter(|&&id| st.producers[id as usize] < LEAF_CONSTANT);
+            .filter(|&&id| st.producers()[id as usize] < LEAF_CONSTANT);
         let (Some(&only), None) = (op_inputs.next(), op_inputs.next()) else {
             continue;
         };
-        let a = st.producers[only as usize] as usize;
+        let a = st.producers()[only as usize] as usize;
         if kept[a] && uses[only as usize] == 1 && live[a] == live[b] {
             next[a] = b;
             has_prev[b] = true;
@@ -66,7 +66,10 @@ pub(crate) fn find_groups(st: &GraphState, kept: &[bool], live: &[bool]) -> Vec<
         if chain.len() < MIN_REPEATS {
             continue;
         }
-        let names: Vec<&str> = chain.iter().map(|&i| st.op_name(st.nodes[i].op)).collect();
+        let names: Vec<&str> = chain
+            .iter()
+            .map(|&i| st.op_name(st.nodes()[i].op))
+            .collect();
         groups.extend(repeats_in(&names).into_iter().map(|(at, period, repeats)| {
             let unit = &names[at..at + period];
             Group {
@@ -144,8 +147,8 @@ mod tests {
             h = (&h * &w + 1.0).tanh();
         }
         let _loss = &h * &h; // h used twice: not part of a link, so the chain ends at tanh
-        let st = g.state.borrow();
-        let n = st.nodes.len();
+        let st = g.state();
+        let n = st.nodes().len();
         let groups = find_groups(&st, &vec![true; n], &vec![true; n]);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].pattern, "(mul → add → tanh)");
@@ -160,8 +163,8 @@ mod tests {
         let a = x.tanh().tanh();
         let b = a.tanh();
         let _c = &b.tanh().tanh() + &a; // a feeds two nodes
-        let st = g.state.borrow();
-        let n = st.nodes.len();
+        let st = g.state();
+        let n = st.nodes().len();
         let groups = find_groups(&st, &vec![true; n], &vec![true; n]);
         // x -> tanh -> tanh (a) ends a chain; b, tanh, tanh form another one.
         assert_eq!(groups.len(), 1);

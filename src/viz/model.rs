@@ -179,7 +179,7 @@ impl Picture {
                 });
             }
         }
-        let st = graph.state.borrow();
+        let st = graph.state();
         Builder::new(graph, &st, options).build()
     }
 }
@@ -199,13 +199,13 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn new(graph: &'a Graph, st: &'a GraphState, options: &'a VizOptions<'a>) -> Self {
-        let n = st.nodes.len();
+        let n = st.nodes().len();
         let root_value = options.root.as_ref().and_then(|r| r.value_id);
         let (live, root_label) = match &options.root {
             None => (vec![true; n], String::new()),
             Some(_) => {
                 let mut live = vec![false; n];
-                let producer = root_value.map(|id| st.producers[id]);
+                let producer = root_value.map(|id| st.producers()[id]);
                 if let Some(p) = producer.filter(|&p| p < LEAF_CONSTANT) {
                     for a in ancestors_of(st, p as usize) {
                         live[a as usize] = true;
@@ -232,7 +232,7 @@ impl<'a> Builder<'a> {
 
     fn build(mut self) -> Result<Picture> {
         let st = self.st;
-        let n = st.nodes.len();
+        let n = st.nodes().len();
         let kept = self.kept_nodes();
         let groups = if self.options.collapse_repeated {
             collapse::find_groups(st, &kept, &self.live)
@@ -270,7 +270,7 @@ impl<'a> Builder<'a> {
         let mut consumers: HashMap<u32, Vec<usize>> = HashMap::new();
         for i in 0..n {
             for &id in st.inputs_of(i) {
-                if st.producers[id as usize] >= LEAF_CONSTANT {
+                if st.producers()[id as usize] >= LEAF_CONSTANT {
                     consumers.entry(id).or_default().push(i);
                 }
             }
@@ -278,8 +278,8 @@ impl<'a> Builder<'a> {
         let mut leaf_unit: HashMap<u32, usize> = HashMap::new();
         let summaries = self.leaf_summaries(&consumers, &group_of, &kept);
         let mut summary_unit: HashMap<usize, usize> = HashMap::new();
-        for id in 0..st.values.len() as u32 {
-            if st.producers[id as usize] < LEAF_CONSTANT {
+        for id in 0..st.values().len() as u32 {
+            if st.producers()[id as usize] < LEAF_CONSTANT {
                 continue;
             }
             let users = consumers.get(&id).map(Vec::as_slice).unwrap_or(&[]);
@@ -305,7 +305,7 @@ impl<'a> Builder<'a> {
             };
             let collapsed = self.nodes[to].kind == Kind::Group;
             for &id in st.inputs_of(i) {
-                let p = st.producers[id as usize];
+                let p = st.producers()[id as usize];
                 let from = if p < LEAF_CONSTANT {
                     match placement[p as usize] {
                         Placement::Drawn(u) => u,
@@ -336,7 +336,7 @@ impl<'a> Builder<'a> {
     /// Which op nodes are drawn: all, or `max_nodes` of them, the root's
     /// ancestors nearest the root first, then the newest others.
     fn kept_nodes(&self) -> Vec<bool> {
-        let n = self.st.nodes.len();
+        let n = self.st.nodes().len();
         let Some(cap) = self.options.max_nodes.filter(|&c| c < n) else {
             return vec![true; n];
         };
@@ -362,15 +362,18 @@ impl<'a> Builder<'a> {
 
     fn push_op(&mut self, i: usize) -> usize {
         let st = self.st;
-        let out = st.nodes[i].output;
-        let op = st.op_name(st.nodes[i].op);
-        let header = match st.names.get(&out) {
+        let out = st.nodes()[i].output;
+        let op = st.op_name(st.nodes()[i].op);
+        let header = match st.name_of(out) {
             Some(name) => format!("{name} = {op}"),
             None => op.to_string(),
         };
         let mut lines = vec![
             header,
-            format!("#{i}  {}", label::dtype_and_shape(&st.values[out as usize])),
+            format!(
+                "#{i}  {}",
+                label::dtype_and_shape(&st.values()[out as usize])
+            ),
         ];
         self.value_lines(out, &mut lines);
         let dead = !self.live[i];
@@ -386,12 +389,12 @@ impl<'a> Builder<'a> {
         let st = self.st;
         let first = group.members[0];
         let last = *group.members.last().expect("a group has members");
-        let out = st.nodes[last].output;
+        let out = st.nodes()[last].output;
         let mut lines = vec![
             format!("{} × {}", group.pattern, group.repeats),
             format!(
                 "#{first}..#{last}  {}",
-                label::dtype_and_shape(&st.values[out as usize])
+                label::dtype_and_shape(&st.values()[out as usize])
             ),
         ];
         self.value_lines(out, &mut lines);
@@ -418,14 +421,14 @@ impl<'a> Builder<'a> {
 
     fn push_leaf(&mut self, id: u32, dead: bool) -> usize {
         let st = self.st;
-        let variable = st.producers[id as usize] == LEAF_VARIABLE;
-        let header = match (st.names.get(&id), variable) {
-            (Some(name), true) => name.clone(),
+        let variable = st.producers()[id as usize] == LEAF_VARIABLE;
+        let header = match (st.name_of(id), variable) {
+            (Some(name), true) => name.to_string(),
             (Some(name), false) => format!("{name} (frozen)"),
             (None, true) => self.graph.label_of(st, id),
             (None, false) => "const".to_string(),
         };
-        let mut lines = vec![header, label::dtype_and_shape(&st.values[id as usize])];
+        let mut lines = vec![header, label::dtype_and_shape(&st.values()[id as usize])];
         self.value_lines(id, &mut lines);
         let kind = if variable {
             Kind::Variable
@@ -447,7 +450,7 @@ impl<'a> Builder<'a> {
         let st = self.st;
         let (mut variables, mut constants) = (0, 0);
         for (&id, _) in summaries.iter().filter(|&(_, &sg)| sg == g) {
-            if st.producers[id as usize] == LEAF_VARIABLE {
+            if st.producers()[id as usize] == LEAF_VARIABLE {
                 variables += 1;
             } else {
                 constants += 1;
@@ -477,7 +480,7 @@ impl<'a> Builder<'a> {
     ) -> HashMap<u32, usize> {
         let mut by_group: HashMap<usize, Vec<u32>> = HashMap::new();
         for (&id, users) in consumers {
-            if self.st.names.contains_key(&id) {
+            if self.st.name_of(id).is_some() {
                 continue; // named leaves are what a reader looks for: always drawn
             }
             let g = group_of[users[0]];
@@ -494,7 +497,7 @@ impl<'a> Builder<'a> {
 
     /// `= value` and `grad ...` lines for value `id`.
     fn value_lines(&self, id: u32, lines: &mut Vec<String>) {
-        let t = &self.st.values[id as usize];
+        let t = &self.st.values()[id as usize];
         // An empty tensor can still have huge dimensions: printing `[[], [], ...]`
         // row by row would never end, so every dimension must be small too.
         let small = t.numel() <= self.options.max_values

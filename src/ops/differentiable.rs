@@ -1,0 +1,203 @@
+//! [`Differentiable`], the op trait: what the graph records and the
+//! engine differentiates. It sits with the graph in the core layer (see
+//! ARCHITECTURE.md, "Layers"); the built-in ops live above it.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::rule::OpFacts;
+use super::scalar_lane::ScalarBackward;
+use crate::autograd::{LaneOutcome, ScalarNode};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::tensor::Tensor;
+
+/// One optional gradient per input, returned by [`Differentiable::backward`];
+/// `None` means "no gradient flows to this input" (it is treated as zero).
+pub type GradInputs<'g> = SmallVec<[Option<Var<'g>>; 2]>;
+
+/// An op the graph can record: forward and backward together, so a graph can
+/// never hold a computation it does not know how to differentiate.
+///
+/// `backward` receives the gradient of the output, the inputs *and* the
+/// output: the local derivative of a product is the other operand, and that
+/// of `exp` or `tanh` is cheapest from the output. It is written with `Var`
+/// operations: on a first-order pass the engine runs it with recording
+/// suspended (plain kernels, nothing recorded); with `create_graph` the same
+/// formula records, which is what makes gradients of gradients work.
+///
+/// A user op, registered by name and called through [`Graph::apply`](crate::Graph::apply):
+///
+/// ```
+/// use retrograd::{Differentiable, GradInputs, Graph, OpRegistry, Result, Tensor, Var};
+/// use std::sync::Arc;
+///
+/// /// f(x) = x^3, with a hand-written derivative 3x^2.
+/// struct Cube;
+/// impl Differentiable for Cube {
+///     fn name(&self) -> &str { "cube" }
+///     fn arity(&self) -> Option<usize> { Some(1) }
+///     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+///         let x = inputs[0];
+///         let v: Vec<f64> = x.to_f64_vec().iter().map(|v| v * v * v).collect();
+///         Tensor::from_f64_slice(&v, x.shape(), x.dtype())
+///     }
+///     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
+///         let x = &inputs[0];
+///         Ok(smallvec::smallvec![Some(g * &(x * x) * 3.0)])
+///     }
+/// }
+///
+/// let mut registry = OpRegistry::with_builtins();
+/// registry.register("cube", Cube)?;
+/// let graph = Graph::with_registry(Arc::new(registry));
+/// let x = graph.variable(Tensor::scalar(2.0));
+/// let y = graph.apply("cube", &[&x])?;
+/// assert_eq!(y.value().try_item()?, 8.0);
+/// assert_eq!(y.backward()?.wrt(&x).try_item()?, 12.0);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait Differentiable: Send + Sync + 'static {
+    /// The name nodes of this op show (the registry name for built-ins).
+    fn name(&self) -> &str;
+
+    /// The number of inputs the op takes, if fixed (checked by `Graph::apply`).
+    fn arity(&self) -> Option<usize> {
+        None
+    }
+
+    /// Computes the output from the input values.
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor>;
+
+    /// Given the gradient of the output, returns one optional gradient per
+    /// input, each with that input's shape.
+    fn backward<'g>(
+        &self,
+        grad_output: &Var<'g>,
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<GradInputs<'g>>;
+
+    /// Optional first-order fast path on plain tensors, used by a backward
+    /// pass without `create_graph` (and without hooks, retained values or
+    /// anomaly mode). It must compute exactly what `backward` computes: write
+    /// `grads[i]` for each input with `needs_grad[i]` (leaving `None` means
+    /// zero) and return `Ok(true)`; return `Ok(false)` to use `backward`.
+    ///
+    /// `backward` stays the definition (it is what gradients of gradients
+    /// differentiate); this exists because on scalar graphs the cost of
+    /// building `Var`s dominates the arithmetic. The default declines.
+    fn backward_fast(
+        &self,
+        grad_output: &Tensor,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        needs_grad: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let _ = (grad_output, inputs, output, needs_grad, grads);
+        Ok(false)
+    }
+
+    /// The scalar lane of the first-order backward, used when the node has
+    /// one or two inputs and its inputs, output and output gradient are all
+    /// 0-d values of one dtype (graphs of scalar ops, where tensor plumbing
+    /// would cost more than the arithmetic). Write one gradient per input
+    /// into the call's `grads` and return `true`, or return `false` (the
+    /// default) to use [`backward_fast`](Self::backward_fast) or `backward`.
+    /// It must compute
+    /// exactly what `backward` computes, operation for operation, so both
+    /// give the same bits; [`scalar_rule!`](crate::scalar_rule) writes it
+    /// once for both dtypes. Gradients of inputs that do not require grad
+    /// are computed and dropped.
+    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+        let _ = call;
+        false
+    }
+
+    /// Runs one scalar node of the first-order sweep through
+    /// [`backward_scalar`](Self::backward_scalar): the sweep's one dynamic
+    /// call per scalar node, with the rule inlined into this op's copy of
+    /// the body (see `autograd/scalar_node.rs`). Not meant to be overridden:
+    /// only the engine can build a [`LaneOutcome`].
+    #[doc(hidden)]
+    #[inline]
+    fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
+        node.run(|call| self.backward_scalar(call))
+    }
+
+    /// Forward mode: given one optional tangent per input (`None` is zero,
+    /// otherwise the input's shape), returns the output's tangent (`None` for
+    /// zero), written with `Var` operations like `backward`. The default
+    /// reports the op as unsupported by name.
+    fn jvp<'g>(
+        &self,
+        tangents: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let _ = (tangents, inputs, output);
+        Err(crate::Error::Unsupported {
+            op: self.name().to_string(),
+            what: "forward mode (jvp)",
+        })
+    }
+
+    /// What the op declares about itself for the registry's users: arity,
+    /// whether it is elementwise and where random inputs are safe, whether
+    /// it has a tangent rule and a second derivative. Ops made from a
+    /// [`rule`] derive these; the default declares only the arity.
+    fn facts(&self) -> OpFacts {
+        OpFacts::opaque(self.arity())
+    }
+}
+
+/// A shared op is an op: the registry's entries and [`OpFacts::example`]
+/// can be recorded like any other.
+impl Differentiable for Arc<dyn Differentiable> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn arity(&self) -> Option<usize> {
+        (**self).arity()
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        (**self).forward(inputs)
+    }
+    fn backward<'g>(
+        &self,
+        grad_output: &Var<'g>,
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        (**self).backward(grad_output, inputs, output)
+    }
+    fn backward_fast(
+        &self,
+        grad_output: &Tensor,
+        inputs: &[&Tensor],
+        output: &Tensor,
+        needs_grad: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        (**self).backward_fast(grad_output, inputs, output, needs_grad, grads)
+    }
+    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+        (**self).backward_scalar(call)
+    }
+    fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
+        (**self).scalar_node(node)
+    }
+    fn jvp<'g>(
+        &self,
+        tangents: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        output: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        (**self).jvp(tangents, inputs, output)
+    }
+    fn facts(&self) -> OpFacts {
+        (**self).facts()
+    }
+}
