@@ -1,4 +1,4 @@
-//! The seed's running example, w = x*y + x at x = 3, y = 4: the recorded
+//! The textbook chapter's running example, w = x*y + x at x = 3, y = 4: the recorded
 //! trace, both backward orders, and the gradients (x.grad = 5, y.grad = 3).
 //! Then Worked Example 15.4.2's dead node q = x - 1.
 //!

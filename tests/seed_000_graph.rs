@@ -54,7 +54,7 @@ fn running_example_w_equals_xy_plus_x() {
     assert_eq!(item(&grads.wrt(&y)), 3.0);
 }
 
-/// The trace prints in the seed's style.
+/// The trace prints in the textbook chapter's style.
 #[test]
 fn trace_is_printed_in_the_seed_style() {
     let g = Graph::new();

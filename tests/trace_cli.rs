@@ -1,4 +1,4 @@
-//! The `trace` example's library side: `expr::trace` on the seed's example,
+//! The `trace` example's library side: `expr::trace` on the textbook chapter's example,
 //! parser and build errors with their columns, and `--frozen` constant folding.
 #![cfg(feature = "expr")]
 
@@ -21,7 +21,7 @@ fn seed_example_report() {
     let graph = Graph::new();
     let t = trace(&graph, "x*y + x", &inputs(&["x=3", "y=4"], &[])).unwrap();
     let report = t.report();
-    // The seed-style trace is `print!("{graph}")`, verbatim.
+    // The textbook-style trace is `print!("{graph}")`, verbatim.
     assert!(report.contains(&graph.to_string()));
     assert!(report.contains("nodes[0] = mul(x, y) -> 12\nnodes[1] = add(nodes[0], x) -> 15\n"));
     assert!(report.contains("topological_backward_order() = [1, 0]\n"));

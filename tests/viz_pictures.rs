@@ -113,7 +113,7 @@ fn id_text(id: &Id) -> String {
     }
 }
 
-/// The seed's running example; with `dead_node`, Worked Example 15.4.2's
+/// The textbook chapter's running example; with `dead_node`, Worked Example 15.4.2's
 /// `q = x - 1` recorded between mul and add.
 fn seed_example(graph: &Graph, dead_node: bool) -> (Var<'_>, Var<'_>, Var<'_>) {
     let x = graph.named_variable("x", Tensor::scalar(3.0));

@@ -1,4 +1,4 @@
-//! [`Gradients`]: what a backward pass returns (the seed's `x.grad`, kept
+//! [`Gradients`]: what a backward pass returns (the textbook chapter's `x.grad`, kept
 //! outside the tensors).
 
 use std::collections::HashMap;

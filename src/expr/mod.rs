@@ -5,7 +5,7 @@
 //! node knows its byte span); [`Program::build`] replays it on a [`Graph`]
 //! through the registry (`graph.apply` by op name), so any registered
 //! function works: `exp(x)`, `tanh(x)`, a user op `cube(x)`. [`trace()`]
-//! does both, runs backward and writes the seed-style report.
+//! does both, runs backward and writes the textbook-style report.
 //!
 //! Syntax: numbers (`3`, `0.5`, `1e-3`), names, `+ - * /`, unary minus,
 //! `^` or `**` (when an op named `pow` is registered), parentheses, calls

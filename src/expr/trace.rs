@@ -1,4 +1,4 @@
-//! [`trace()`]: parse, build, run backward, and report in the seed's style.
+//! [`trace()`]: parse, build, run backward, and report in the textbook chapter's style.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -92,7 +92,7 @@ pub struct Trace<'g> {
 }
 
 impl Trace<'_> {
-    /// The seed-style report: the trace, both backward orders, the output
+    /// The textbook-style report: the trace, both backward orders, the output
     /// and every gradient.
     pub fn report(&self) -> &str {
         &self.report

@@ -1,5 +1,5 @@
 //! The computational graph: a flat arena of nodes appended in execution order
-//! (the seed's `ComputationGraph`), and the [`Var`] handles that record into it.
+//! (the textbook chapter's `ComputationGraph`), and the [`Var`] handles that record into it.
 //!
 //! Layout, chosen so a recorded scalar op costs a few words and no allocation:
 //! every value that takes part (leaf or op output) has a slot in `values`
@@ -458,7 +458,7 @@ impl Drop for NoGradGuard<'_> {
 }
 
 impl std::fmt::Display for Graph {
-    /// The trace in the seed's style, one node a line: `nodes[0] = mul(x, y) -> 12`.
+    /// The trace in the textbook chapter's style, one node a line: `nodes[0] = mul(x, y) -> 12`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let st = self.state.borrow();
         for i in 0..st.nodes.len() {

@@ -1,9 +1,9 @@
 //! [`GraphNode`]: a snapshot of one recorded op invocation, and the
-//! seed-style trace line.
+//! textbook-style trace line.
 
 use super::{Graph, GraphState, Var};
 
-/// One recorded op invocation (the seed's `GraphNode`): the op's name, the
+/// One recorded op invocation (the textbook chapter's `GraphNode`): the op's name, the
 /// inputs it was called with (sharing their storage, not copies), its output,
 /// and whether it requires grad (always true: a node exists only because some
 /// input required grad).

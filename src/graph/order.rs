@@ -1,11 +1,11 @@
-//! The two backward orders: the seed's reverse append order over the whole
+//! The two backward orders: the textbook chapter's reverse append order over the whole
 //! tape, and the production order over the ancestors of one output.
 
 use super::{Graph, GraphState, Var, LEAF_CONSTANT};
 use crate::error::{Error, Result};
 
 impl Graph {
-    /// Every node, newest first: the seed's `topological_backward_order`.
+    /// Every node, newest first: the textbook chapter's `topological_backward_order`.
     /// Append order is a topological order (inputs are always recorded before
     /// the ops that use them), so reversing it is a valid backward order, but
     /// it also visits nodes that do not feed the output being differentiated.
@@ -23,7 +23,7 @@ impl Graph {
     }
 
     /// The nodes that are ancestors of `root`, newest first. Nodes recorded
-    /// but not feeding `root` (the seed's dead `q = x - 1`) are excluded.
+    /// but not feeding `root` (the textbook chapter's dead `q = x - 1`) are excluded.
     ///
     /// One descending scan with a mark bit per node, no recursion and no
     /// stack: a node can only be an input to nodes appended after it, so by

@@ -1,5 +1,5 @@
 //! `Graph::record`: run an op forward and append a node only if some input
-//! requires grad (the seed's `ComputationGraph.record`).
+//! requires grad (the textbook chapter's `ComputationGraph.record`).
 
 use std::panic::Location;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ impl Graph {
     /// grad (and recording is not suspended). When every input is frozen, no
     /// node is created and a plain constant comes back: constant folding.
     ///
-    /// This is the seed's `record`; every op method on [`Var`] calls it.
+    /// This is the textbook chapter's `record`; every op method on [`Var`] calls it.
     ///
     /// ```
     /// use retrograd::{Graph, Tensor, ops::{arith::Mul, rule::Binary}};

@@ -7,7 +7,7 @@ use super::{Graph, NO_SLOT};
 use crate::tensor::{DType, Tensor};
 
 /// A handle to a value in a [`Graph`]: the value itself, its id in the graph
-/// (the seed's `grad_fn_index` for op outputs), and the graph to record into.
+/// (the textbook chapter's `grad_fn_index` for op outputs), and the graph to record into.
 ///
 /// Ops on `Var`s record through the graph reference, so `&x * &y + &x`
 /// records two nodes with no `&mut graph` in sight. The lifetime ties every
@@ -94,7 +94,7 @@ impl<'g> Var<'g> {
         (self.id != NO_SLOT).then_some(self.id as usize)
     }
 
-    /// The index of the node that produced this value (the seed's
+    /// The index of the node that produced this value (the textbook chapter's
     /// `grad_fn_index`), or `None` for leaves and constants.
     pub fn node_index(&self) -> Option<usize> {
         if self.id == NO_SLOT {

@@ -1,5 +1,5 @@
 //! Kernels: the loops. Plain functions over slices and tensors that know
-//! nothing of graphs (the seed's `elementwise_add` / `elementwise_mul` and
+//! nothing of graphs (the textbook chapter's `elementwise_add` / `elementwise_mul` and
 //! friends).
 //!
 //! Every kernel is generic over [`Element`](crate::Element) through small

@@ -1,6 +1,6 @@
 //! [`OpRegistry`]: op name -> op.
 //!
-//! An unknown name is a typed error in every build profile: the seed's
+//! An unknown name is a typed error in every build profile: the textbook chapter's
 //! self-check 4 shows what a debug-only assertion turns into in release.
 
 use std::collections::HashMap;

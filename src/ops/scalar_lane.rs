@@ -1,6 +1,6 @@
 //! The scalar lane of the first-order backward: a node whose inputs, output
 //! and output gradient are all 0-d values of one dtype hands its op plain
-//! numbers instead of tensors, so a graph of scalar ops (the seed's running
+//! numbers instead of tensors, so a graph of scalar ops (the textbook chapter's running
 //! example, a hand-written loss, W1 of the benchmarks) pays for arithmetic,
 //! not for tensor plumbing.
 //!

@@ -1,6 +1,6 @@
 //! Tensor storage: `Arc`-shared, immutable while shared.
 //!
-//! The seed's `RefCountedBuffer`. A buffer is an `Arc<[T]>`: cloning a tensor
+//! The textbook chapter's `RefCountedBuffer`. A buffer is an `Arc<[T]>`: cloning a tensor
 //! (into a graph node, a `Var`, a gradient) shares it; nothing writes into a
 //! buffer unless it is the only owner (`Arc::get_mut`), which is how an
 //! optimizer can update weights in place without ever corrupting a graph that
