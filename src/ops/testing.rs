@@ -100,3 +100,17 @@ where
     }
     Ok(())
 }
+
+/// Every path a one-input op derives, at `x`: the gradient and the tangent
+/// against central differences, the second derivative through
+/// `create_graph`, and the plain-tensor path against the `Var` formula.
+pub(crate) fn all_paths_agree<F>(f: F, x: &Tensor)
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>> + Copy,
+{
+    let inputs = std::slice::from_ref(x);
+    crate::gradcheck(|v| f(&v[0]), inputs).expect("gradient against finite differences");
+    crate::jvpcheck(|v| f(&v[0]), inputs).expect("tangent against finite differences");
+    hvpcheck(f, x).expect("second derivative against finite differences");
+    fast_path_agrees(|v| f(&v[0]), inputs).expect("plain-tensor path against the Var formula");
+}
