@@ -3,6 +3,8 @@
 //! [`Traced`] (a `Var`: each step records a node) and [`Plain`] (a tensor:
 //! each step runs a kernel).
 
+use std::borrow::Cow;
+
 use super::select_op::SelectWhere;
 use super::{BinaryRule, UnaryRule};
 use crate::error::Result;
@@ -202,40 +204,42 @@ impl Num for Traced<'_> {
 }
 
 /// A plain tensor: every step runs the op's kernel, nothing is recorded.
+/// The formula's inputs are borrowed, so a gradient that is `g` itself
+/// (`add`) costs one clone at the end and no reference counting before.
 #[derive(Clone, Debug)]
-pub struct Plain(pub Result<Tensor>);
+pub struct Plain<'a>(pub Result<Cow<'a, Tensor>>);
 
-impl Plain {
-    /// Wraps a tensor (sharing its storage).
+impl<'a> Plain<'a> {
+    /// Borrows a tensor.
     #[inline]
-    pub fn of(t: &Tensor) -> Self {
-        Plain(Ok(t.clone()))
+    pub fn of(t: &'a Tensor) -> Self {
+        Plain(Ok(Cow::Borrowed(t)))
     }
 
     /// The tensor, or the first error of the formula.
     #[inline]
     pub fn into_result(self) -> Result<Tensor> {
-        self.0
+        self.0.map(Cow::into_owned)
     }
 
     fn and_then2(&self, other: &Self, f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>) -> Self {
         Plain(match (&self.0, &other.0) {
-            (Ok(a), Ok(b)) => f(a, b),
+            (Ok(a), Ok(b)) => f(a, b).map(Cow::Owned),
             (Err(e), _) | (_, Err(e)) => Err(e.clone()),
         })
     }
 }
 
-impl Num for Plain {
+impl Num for Plain<'_> {
     fn lit(&self, c: f64) -> Self {
         Plain(match &self.0 {
-            Ok(t) => Ok(Tensor::scalar_of(c, t.dtype())),
+            Ok(t) => Ok(Cow::Owned(Tensor::scalar_of(c, t.dtype()))),
             Err(e) => Err(e.clone()),
         })
     }
     fn map<R: UnaryRule>(&self, rule: R) -> Self {
         Plain(match &self.0 {
-            Ok(t) => Ok(kernels::map(t, super::unary_op::ValueFn(rule))),
+            Ok(t) => Ok(Cow::Owned(kernels::map(t, super::unary_op::ValueFn(rule)))),
             Err(e) => Err(e.clone()),
         })
     }
@@ -246,7 +250,7 @@ impl Num for Plain {
     }
     fn select(&self, cmp: Cmp, rhs: &Self, then: &Self, otherwise: &Self) -> Self {
         Plain(match (&self.0, &rhs.0, &then.0, &otherwise.0) {
-            (Ok(x), Ok(r), Ok(t), Ok(o)) => SelectWhere(cmp).compute(x, r, t, o),
+            (Ok(x), Ok(r), Ok(t), Ok(o)) => SelectWhere(cmp).compute(x, r, t, o).map(Cow::Owned),
             (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => Err(e.clone()),
         })
     }
