@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use super::select_op::SelectWhere;
 use super::{BinaryRule, UnaryRule};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, TernaryFn};
 use crate::ops::arith::{Add, Div, Mul, Neg, Sub};
@@ -205,54 +205,63 @@ impl Num for Traced<'_> {
 
 /// A plain tensor: every step runs the op's kernel, nothing is recorded.
 /// The formula's inputs are borrowed, so a gradient that is `g` itself
-/// (`add`) costs one clone at the end and no reference counting before.
+/// (`add`) costs one clone at the end and no reference counting before;
+/// an error is boxed, so the value moves in three words.
 #[derive(Clone, Debug)]
-pub struct Plain<'a>(pub Result<Cow<'a, Tensor>>);
+pub struct Plain<'a>(Result<Cow<'a, Tensor>, Box<Error>>);
 
 impl<'a> Plain<'a> {
     /// Borrows a tensor.
-    #[inline]
+    #[inline(always)]
     pub fn of(t: &'a Tensor) -> Self {
         Plain(Ok(Cow::Borrowed(t)))
     }
 
     /// The tensor, or the first error of the formula.
-    #[inline]
+    #[inline(always)]
     pub fn into_result(self) -> Result<Tensor> {
-        self.0.map(Cow::into_owned)
+        self.0.map(Cow::into_owned).map_err(|e| *e)
     }
 
-    fn and_then2(&self, other: &Self, f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>) -> Self {
-        Plain(match (&self.0, &other.0) {
-            (Ok(a), Ok(b)) => f(a, b).map(Cow::Owned),
-            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
-        })
+    #[inline(always)]
+    fn from_result(r: Result<Tensor>) -> Self {
+        Plain(r.map(Cow::Owned).map_err(Box::new))
     }
 }
 
 impl Num for Plain<'_> {
+    #[inline]
     fn lit(&self, c: f64) -> Self {
         Plain(match &self.0 {
             Ok(t) => Ok(Cow::Owned(Tensor::scalar_of(c, t.dtype()))),
             Err(e) => Err(e.clone()),
         })
     }
+    #[inline]
     fn map<R: UnaryRule>(&self, rule: R) -> Self {
         Plain(match &self.0 {
             Ok(t) => Ok(Cow::Owned(kernels::map(t, super::unary_op::ValueFn(rule)))),
             Err(e) => Err(e.clone()),
         })
     }
+    #[inline]
     fn zip<R: BinaryRule>(&self, rule: R, other: &Self) -> Self {
-        self.and_then2(other, |a, b| {
-            kernels::zip(R::NAME, a, b, super::binary_op::ValueFn(rule))
-        })
+        match (&self.0, &other.0) {
+            (Ok(a), Ok(b)) => {
+                Plain::from_result(kernels::zip(R::NAME, a, b, super::binary_op::ValueFn(rule)))
+            }
+            (Err(e), _) | (_, Err(e)) => Plain(Err(e.clone())),
+        }
     }
     fn select(&self, cmp: Cmp, rhs: &Self, then: &Self, otherwise: &Self) -> Self {
-        Plain(match (&self.0, &rhs.0, &then.0, &otherwise.0) {
-            (Ok(x), Ok(r), Ok(t), Ok(o)) => SelectWhere(cmp).compute(x, r, t, o).map(Cow::Owned),
-            (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => Err(e.clone()),
-        })
+        match (&self.0, &rhs.0, &then.0, &otherwise.0) {
+            (Ok(x), Ok(r), Ok(t), Ok(o)) => {
+                Plain::from_result(SelectWhere(cmp).compute(x, r, t, o))
+            }
+            (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
+                Plain(Err(e.clone()))
+            }
+        }
     }
 }
 
