@@ -2,7 +2,7 @@
 //!
 //! [`parse`] turns text such as `x*y + x` or
 //! `h = tanh(q*w + b); sum(h*h)` into a [`Program`] (an AST whose every
-//! node knows its byte span); [`Program::build`] replays it on a [`Graph`]
+//! node knows its byte span); [`Program::build`] replays it on a [`Graph`](crate::Graph)
 //! through the registry (`graph.apply` by op name), so any registered
 //! function works: `exp(x)`, `tanh(x)`, a user op `cube(x)`. [`trace()`]
 //! does both, runs backward and writes the textbook-style report.

@@ -303,7 +303,7 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> T
     })
 }
 
-/// The gradient of [`slice`]: zeros of `shape` with `g` written at
+/// The gradient of [`slice`](fn@slice): zeros of `shape` with `g` written at
 /// `start, start + step, ...` along `dim`.
 ///
 /// ```

@@ -147,7 +147,7 @@ pub trait Differentiable: Send + Sync + 'static {
     /// What the op declares about itself for the registry's users: arity,
     /// whether it is elementwise and where random inputs are safe, whether
     /// it has a tangent rule and a second derivative. Ops made from a
-    /// [`rule`] derive these; the default declares only the arity.
+    /// [`rule`](crate::ops::rule) derive these; the default declares only the arity.
     fn facts(&self) -> OpFacts {
         OpFacts::opaque(self.arity())
     }
