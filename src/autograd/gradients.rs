@@ -1,6 +1,7 @@
 //! [`Gradients`]: what a backward pass returns (the textbook chapter's `x.grad`, kept
 //! outside the tensors).
 
+use crate::fallible::fallible;
 use std::collections::HashMap;
 
 use super::store::GradSlot;
@@ -112,30 +113,18 @@ impl Gradients {
         self.graph_id
     }
 
-    /// The gradient of the root with respect to `var`, zero-filled when no
-    /// gradient reached it.
-    ///
-    /// # Panics
-    ///
-    /// If `var` is from another graph, or is an intermediate whose gradient
-    /// was not retained; [`try_wrt`](Self::try_wrt) returns those as errors.
-    #[track_caller]
-    pub fn wrt(&self, var: &Var<'_>) -> Tensor {
-        match self.try_wrt(var) {
-            Ok(t) => t,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// The gradient with respect to `var`, or an error if `var` belongs to
-    /// another graph or is an intermediate that was not retained.
-    pub fn try_wrt(&self, var: &Var<'_>) -> Result<Tensor> {
-        match self.slot_of(var)? {
-            Some(GradSlot::Grad(t)) => Ok(t.clone()),
-            Some(GradSlot::Released) => Err(Error::GradientNotRetained {
-                value: var.slot() as usize,
-            }),
-            Some(GradSlot::Unreached) | None => Ok(var.value().zeros_like()),
+    fallible! {
+        /// The gradient of the root with respect to `var`, zero-filled when
+        /// no gradient reached it; an error if `var` belongs to another
+        /// graph or is an intermediate whose gradient was not retained.
+        pub fn try_wrt / wrt(&self, var: &Var<'_>) -> Tensor {
+            match self.slot_of(var)? {
+                Some(GradSlot::Grad(t)) => Ok(t.clone()),
+                Some(GradSlot::Released) => Err(Error::GradientNotRetained {
+                    value: var.slot() as usize,
+                }),
+                Some(GradSlot::Unreached) | None => Ok(var.value().zeros_like()),
+            }
         }
     }
 
