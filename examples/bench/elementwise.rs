@@ -97,7 +97,9 @@ fn add_into_new(x: &[f32], y: &[f32], parallel: bool) -> Vec<f32> {
     } else {
         body(0, spare);
     }
-    // SAFETY: `body` wrote all n elements.
+    // SAFETY: the chunks of `spare` cover its n slots, and `body` writes
+    // each chunk in full (`x` and `y` hold n elements, so the zips end with
+    // the chunk); `out` has capacity n.
     unsafe { out.set_len(n) };
     out
 }

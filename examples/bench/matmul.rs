@@ -16,7 +16,10 @@ fn gflops(flops: f64, s: Stats) -> f64 {
 
 /// `c = a @ b` for row-major square f32 matrices, straight through gemm.
 fn gemm_square(n: usize, a: &[f32], b: &[f32], c: &mut [f32], par: Parallelism) {
-    // SAFETY: a, b and c hold n * n elements each, read and written row-major.
+    assert!(a.len() >= n * n && b.len() >= n * n && c.len() >= n * n);
+    // SAFETY: the views (n x n, row stride n, column stride 1) stay inside
+    // a, b and c, which hold at least n * n elements each (checked above);
+    // `c` is borrowed mutably, so gemm's writes alias nothing else.
     unsafe {
         gemm::gemm(
             n,

@@ -59,8 +59,11 @@ impl View for TensorBytes<'_> {
 /// The little-endian bytes of `values`: borrowed on little-endian machines.
 fn le_bytes<T: LeBytes>(values: &[T]) -> Cow<'_, [u8]> {
     if cfg!(target_endian = "little") {
-        // SAFETY: f32 and f64 have no padding and every byte pattern is a valid u8;
-        // the slice covers exactly the values' memory.
+        // SAFETY: `T` is f32 or f64 (`LeBytes` is implemented for nothing
+        // else): no padding, so all `size_of_val(values)` bytes behind the
+        // pointer are initialised, and `u8` has alignment 1 and accepts any
+        // byte. The byte slice borrows `values` for its lifetime, so the
+        // memory stays valid and unmodified.
         Cow::Borrowed(unsafe {
             std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
         })

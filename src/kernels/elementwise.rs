@@ -15,7 +15,7 @@ use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
-use crate::tensor::{DType, Element, Repr, Tensor};
+use crate::tensor::{DType, Element, Filled, Repr, Tensor};
 
 /// Applies `f` to every element of `x`.
 ///
@@ -40,13 +40,19 @@ pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
 fn map_dense<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
     crate::with_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
-        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| map_slice(src, out, f))
+        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+            map_slice(src, out, f);
+            // SAFETY: `map_slice` writes every element of its output.
+            unsafe { Filled::assume(out) }
+        })
     })
 }
 
-/// `out[i] = f(src[i])`, in parallel for large inputs.
+/// `out[i] = f(src[i])`, in parallel for large inputs. Writes every
+/// element of `out` (and panics if `src` is shorter).
 #[inline]
 pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], f: F) {
+    // Every chunk of `out` is written in full: `s` is sliced to its length.
     for_each_chunk(out, |off, chunk| {
         let s = &src[off..off + chunk.len()];
         wide(
@@ -113,43 +119,54 @@ fn zip_typed<T: Element, F: BinaryFn>(
                         }
                     },
                 )
-            })
+            });
+            // SAFETY: `for_each_chunk` hands over every element of the output,
+            // and each chunk is written in full: `pa` and `pb` are sliced to the
+            // chunk's length (panicking, not stopping early, if an operand is short).
+            unsafe { Filled::assume(out) }
         }));
     }
     let shape = broadcast_shapes(op, sa, sb)?;
     // An empty result needs no plan (whose stride products could overflow
     // for huge zero-sized shapes); a huge one is an error, not an abort.
     if checked_numel(op, &shape)? == 0 {
-        return Ok(Tensor::build::<T>(shape, |_| {}));
+        return Ok(Tensor::from_exact_iter::<T>(shape, []));
     }
     if xb.len() == 1 {
         let y = xb[0];
         return Ok(Tensor::build::<T>(shape, |out| {
             for_each_chunk(out, |off, chunk| {
+                let xs = &xa[off..off + chunk.len()];
                 wide(
                     #[inline(always)]
                     || {
-                        for (o, &x) in chunk.iter_mut().zip(&xa[off..]) {
+                        for (o, &x) in chunk.iter_mut().zip(xs) {
                             o.write(f.call(x, y));
                         }
                     },
                 )
-            })
+            });
+            // SAFETY: `for_each_chunk` hands over every element of the output,
+            // and each chunk is written in full: `xs` is sliced to its length.
+            unsafe { Filled::assume(out) }
         }));
     }
     if xa.len() == 1 {
         let x = xa[0];
         return Ok(Tensor::build::<T>(shape, |out| {
             for_each_chunk(out, |off, chunk| {
+                let ys = &xb[off..off + chunk.len()];
                 wide(
                     #[inline(always)]
                     || {
-                        for (o, &y) in chunk.iter_mut().zip(&xb[off..]) {
+                        for (o, &y) in chunk.iter_mut().zip(ys) {
                             o.write(f.call(x, y));
                         }
                     },
                 )
-            })
+            });
+            // SAFETY: as above, with `ys` sliced to each chunk's length.
+            unsafe { Filled::assume(out) }
         }));
     }
     let plan = BroadcastPlan::new(
@@ -157,7 +174,12 @@ fn zip_typed<T: Element, F: BinaryFn>(
         &broadcast_strides(sa, &shape),
         &broadcast_strides(sb, &shape),
     );
-    Ok(Tensor::build::<T>(shape, |out| plan.run(xa, xb, out, f)))
+    Ok(Tensor::build::<T>(shape, |out| {
+        plan.run(xa, xb, out, f);
+        // SAFETY: `BroadcastPlan::run` writes every element of an output of the
+        // shape the plan was made for.
+        unsafe { Filled::assume(out) }
+    }))
 }
 
 /// Materialises `x` broadcast to `shape` (which it must broadcast to).
@@ -170,7 +192,7 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     }
     if checked_numel(op, shape)? == 0 {
         return Ok(crate::with_dtype!(x.dtype(), T => {
-            Tensor::build::<T>(Dims::from_slice(shape), |_| {})
+            Tensor::from_exact_iter::<T>(Dims::from_slice(shape), [])
         }));
     }
     // Reuse the binary machinery with a zero-stride second operand: out = x.
@@ -191,7 +213,12 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
             &broadcast_strides(x.shape(), shape),
             &Dims::from_elem(0, shape.len()),
         );
-        Tensor::build::<T>(target, |out| plan.run(src, &zero, out, First))
+        Tensor::build::<T>(target, |out| {
+            plan.run(src, &zero, out, First);
+            // SAFETY: `BroadcastPlan::run` writes every element of an output of
+            // the shape the plan was made for (`target`).
+            unsafe { Filled::assume(out) }
+        })
     }))
 }
 
@@ -253,9 +280,13 @@ impl BroadcastPlan {
         (oa, ob)
     }
 
+    /// Writes every element of `out`, which has the plan's shape: its
+    /// `rows() * inner` elements (coalescing keeps the product), as whole
+    /// rows of `inner`.
     fn run<T: Element, F: BinaryFn>(&self, a: &[T], b: &[T], out: &mut [MaybeUninit<T>], f: F) {
         let n = self.inner;
         let rows = self.rows();
+        assert_eq!(out.len(), rows * n, "an output of the plan's shape");
         if n == 0 || rows == 0 {
             return;
         }
@@ -269,7 +300,8 @@ impl BroadcastPlan {
         }
     }
 
-    /// Fills `out` (whole rows) starting at outer row `first_row`.
+    /// Fills `out` (whole rows) starting at outer row `first_row`: each row
+    /// in full, from operand slices of the row's length or by index.
     fn run_rows<T: Element, F: BinaryFn>(
         &self,
         a: &[T],

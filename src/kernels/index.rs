@@ -13,7 +13,7 @@ use super::layout::{for_each_row, outer_inner};
 use super::parallel::should_parallelize;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{contiguous_strides, Dims};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Filled, Tensor};
 
 /// The elements of `index` as positions into a dimension of `size`.
 ///
@@ -83,7 +83,10 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
                 for (d, &s) in o.iter_mut().zip(from) {
                     d.write(s);
                 }
-            })
+            });
+            // SAFETY: `for_each_row` hands over every row of `inner` elements of
+            // the output, and each is filled from a slice of `inner` elements.
+            unsafe { Filled::assume(out) }
         })
     })
 }
@@ -205,7 +208,11 @@ pub fn gather(op: &'static str, x: &Tensor, dim: usize, index: &Tensor) -> Resul
                 for ((d, &i), &off) in o.iter_mut().zip(ix).zip(&inner_off) {
                     d.write(src[base + i * stride + off]);
                 }
-            })
+            });
+            // SAFETY: `for_each_row` hands over every row of `inner` elements of
+            // the output, and each is filled: `ix` is sliced to `inner` elements
+            // and `inner_off` has `inner` of them.
+            unsafe { Filled::assume(out) }
         })
     }))
 }

@@ -14,26 +14,31 @@ use rayon::prelude::*;
 use super::parallel::{should_parallelize, CHUNK};
 use crate::error::{Error, Result};
 use crate::tensor::shape::{checked_numel, contiguous_strides, Dims};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{Element, Filled, Tensor};
 
-/// Copies `src` into `dst` (equal lengths).
+/// Copies `src` into `dst` (equal lengths): writes every element of `dst`,
+/// and panics rather than stopping early if `src` is shorter.
 #[inline(always)]
 fn copy_into<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[T]) {
+    let src = &src[..dst.len()];
     for (d, &s) in dst.iter_mut().zip(src) {
         d.write(s);
     }
 }
 
 /// Calls `f(row_index, row)` for each `row_len`-element row of `out`, in
-/// parallel (by groups of whole rows) when `out` is large.
+/// parallel (by groups of whole rows) when `out` is large. Every element of
+/// `out` lies in exactly one row handed to `f` (the last one is shorter if
+/// `row_len` does not divide `out.len()`).
 pub(crate) fn for_each_row<T: Send>(
     out: &mut [MaybeUninit<T>],
     row_len: usize,
     f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
 ) {
-    if row_len == 0 || out.is_empty() {
+    if out.is_empty() {
         return;
     }
+    assert!(row_len > 0, "rows of no elements cannot cover an output");
     if should_parallelize(out.len()) && out.len() > row_len {
         let rows_per_task = (CHUNK / row_len).max(1);
         out.par_chunks_mut(rows_per_task * row_len)
@@ -117,19 +122,28 @@ pub fn permute(op: &'static str, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     }
     Ok(crate::with_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
-        Tensor::build::<T>(out_shape, |out| permute_into(src, out, &dims, &strides))
+        Tensor::build::<T>(out_shape, |out| {
+            permute_into(src, out, &dims, &strides);
+            // SAFETY: `permute_into` writes every element of an output of
+            // `dims`'s element count, which is `out_shape`'s (coalescing keeps it).
+            unsafe { Filled::assume(out) }
+        })
     }))
 }
 
 /// Output tile edge of the blocked transpose.
 const TILE: usize = 32;
 
+/// Writes every element of `out` (`dims` of at least two dimensions,
+/// `src` read at `strides`): whole `p_len x q_len` matrices, each as bands
+/// of `TILE` rows whose every `(p, q)` is written, or whole rows of `last`.
 fn permute_into<T: Element>(
     src: &[T],
     out: &mut [MaybeUninit<T>],
     dims: &[usize],
     strides: &[usize],
 ) {
+    assert_eq!(out.len(), dims.iter().product::<usize>());
     let r = dims.len();
     let (last, last_stride) = (dims[r - 1], strides[r - 1]);
     let row_offset = |mut row: usize, upto: usize| -> usize {
@@ -257,7 +271,11 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
                     copy_into(&mut row[at..at + w], &p[o * w..(o + 1) * w]);
                     at += w;
                 }
-            })
+            });
+            // SAFETY: `for_each_row` hands over every row of the output, and the
+            // parts' widths add up to `row_len` (the output's `dim` is the sum
+            // of theirs), so the copies fill each row.
+            unsafe { Filled::assume(out) }
         })
     }))
 }
@@ -298,7 +316,10 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> T
                         copy_into(r, &src[base + (start + j * step) * inner..][..inner]);
                     }
                 }
-            })
+            });
+            // SAFETY: `for_each_row` hands over every row of the output, and
+            // each is filled: by one copy, or by one per `inner`-element chunk.
+            unsafe { Filled::assume(out) }
         })
     })
 }
@@ -343,7 +364,10 @@ pub fn slice_backward(
                 for (j, s) in from.chunks(inner).enumerate() {
                     copy_into(&mut row[(start + j * step) * inner..][..inner], s);
                 }
-            })
+            });
+            // SAFETY: `for_each_row` hands over every row of the output, and
+            // each row is zeroed in full before `g`'s elements are copied in.
+            unsafe { Filled::assume(out) }
         })
     }))
 }
@@ -396,26 +420,32 @@ pub fn pad(op: &'static str, x: &Tensor, pads: &[(isize, isize)], value: f64) ->
         let shape = out_shape.clone();
         Tensor::build::<T>(out_shape, |out| {
             if out.is_empty() {
-                return;
-            }
-            if shape.len() == 1 || !should_parallelize(out.len()) {
+                // Nothing to write.
+            } else if shape.len() == 1 || !should_parallelize(out.len()) {
                 pad_rows(Some(src), out, in_shape, &shape, pads, v);
-                return;
+            } else {
+                let row_len = out.len() / shape[0];
+                for_each_row(out, row_len, |j, row| {
+                    let i = j as isize - pads[0].0;
+                    let inside = i >= 0 && (i as usize) < in_shape[0];
+                    let inner_in: usize = in_shape[1..].iter().product();
+                    let from = inside.then(|| &src[i as usize * inner_in..][..inner_in]);
+                    pad_rows(from, row, &in_shape[1..], &shape[1..], &pads[1..], v);
+                });
             }
-            let row_len = out.len() / shape[0];
-            for_each_row(out, row_len, |j, row| {
-                let i = j as isize - pads[0].0;
-                let inside = i >= 0 && (i as usize) < in_shape[0];
-                let inner_in: usize = in_shape[1..].iter().product();
-                let from = inside.then(|| &src[i as usize * inner_in..][..inner_in]);
-                pad_rows(from, row, &in_shape[1..], &shape[1..], &pads[1..], v);
-            })
+            // SAFETY: `pad_rows` writes every element of a block of the shape it
+            // is given: the whole output, or (in parallel) each of the rows
+            // `for_each_row` hands over, a block of `shape[1..]`.
+            unsafe { Filled::assume(out) }
         })
     }))
 }
 
 /// Fills `out` (one block of shape `out_shape`) from `src` (the matching
 /// input block of shape `in_shape`, or `None` where the block is padding).
+/// Writes every element of `out`: all of it with `v`; its one element (rank
+/// 0); padding, a copy and padding covering the innermost dimension; or one
+/// recursive call per `inner_out` block.
 fn pad_rows<T: Element>(
     src: Option<&[T]>,
     out: &mut [MaybeUninit<T>],

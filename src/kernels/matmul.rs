@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{Element, Filled, Tensor};
 
 /// Multiply-adds (`m * n * k`) from which a product is worth the thread pool.
 /// Measured with `examples/bench` (`matmul` workload, `threshold_*` rows:
@@ -178,16 +178,26 @@ pub fn matmul(
     let plan = plan(op, a.shape(), b.shape(), trans_a, trans_b)?;
     Ok(crate::with_dtype!(a.dtype(), T => {
         let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
-        let shape = plan.out_shape.clone();
-        Tensor::build::<T>(shape, |out| run(&plan, xa, xb, out))
+        Tensor::build::<T>(plan.out_shape.clone(), |out| {
+            run(&plan, xa, xb, out);
+            // SAFETY: `run` writes every element of an output of the plan's shape.
+            unsafe { Filled::assume(out) }
+        })
     }))
 }
 
+/// Writes every element of `out` (`plan.count` row-major `[m, n]` blocks):
+/// zeros when `k == 0`, else one `gemm_into` per block.
 fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
     let (m, n, k) = (plan.m, plan.n, plan.k);
     if out.is_empty() {
         return;
     }
+    assert_eq!(
+        out.len(),
+        plan.count * m * n,
+        "an output of the plan's shape"
+    );
     if k == 0 {
         out.iter_mut().for_each(|o| {
             o.write(T::zero());
@@ -231,7 +241,9 @@ fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
     }
 }
 
-/// One `[m, k] x [k, n]` product into a row-major `[m, n]` block.
+/// One `[m, k] x [k, n]` product into a row-major `[m, n]` block, every
+/// element of which gemm writes (with `read_dst = false` it stores
+/// `beta * a b` without reading the destination).
 #[inline]
 fn gemm_into<T: Element>(
     plan: &Plan,

@@ -102,11 +102,7 @@ pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Tensor 
     }
     crate::with_dtype!(x.dtype(), T => {
         let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), axes));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &v) in out.iter_mut().zip(&acc) {
-                o.write(T::from_f64(v));
-            }
-        })
+        Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v)))
     })
 }
 
@@ -135,11 +131,7 @@ pub fn mean_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
     }
     Ok(crate::with_dtype!(x.dtype(), T => {
         let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &v) in out.iter_mut().zip(&acc) {
-                o.write(T::from_f64(v / n));
-            }
-        })
+        Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v / n)))
     }))
 }
 

@@ -208,14 +208,22 @@ fn walk<T: Element, R: Reducer<T>>(
 
 /// Writes `out[i] = f(x[i], o)` for every input element, `o` being the output
 /// element it reduces into (an input-shaped pass, such as spreading a
-/// gradient over the reduced elements).
+/// gradient over the reduced elements). Writes every element of `out`.
+///
+/// # Panics
+///
+/// Unless `x` and `out` both have the element count of the shape `lanes`
+/// was made for.
 pub(crate) fn map_with_output<T: Element>(
     x: &[T],
     lanes: &Lanes,
     out: &mut [MaybeUninit<T>],
     f: impl Fn(T, usize) -> T + Sync,
 ) {
-    debug_assert_eq!(x.len(), out.len());
+    // With these lengths the walk below covers `out`: each level writes
+    // `size` blocks of `in_stride` elements, `size * in_stride` being the
+    // level's whole block (the product of the remaining runs).
+    assert!(x.len() == out.len() && (x.is_empty() || x.len() == lanes.out_len * lanes.red_len));
     if x.is_empty() {
         return;
     }
@@ -368,6 +376,7 @@ mod tests {
         map_with_output(&x, &lanes, &mut out, |v, o| v + 1000.0 * o as f64);
         for (flat, (o, _)) in reference(shape, axes).into_iter().enumerate() {
             assert_eq!(
+                // SAFETY: `map_with_output` writes every element of its output.
                 unsafe { out[flat].assume_init() },
                 x[flat] + 1000.0 * o as f64
             );

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use super::reduce_lanes::{map_with_output, reduce, Lanes, Reducer};
 use crate::error::{Error, Result};
 use crate::tensor::shape::{normalize_axes, normalize_axis, reduced_shape, Dims};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{Element, Filled, Tensor};
 
 /// Which extremum: [`Larger`] for max, [`Smaller`] for min.
 pub trait Pick: Copy + Send + Sync + 'static {
@@ -221,11 +221,7 @@ fn extremum<P: Pick>(
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
     Ok(crate::with_dtype!(x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &Extremum::<P>(PhantomData));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &a) in out.iter_mut().zip(&accs) {
-                o.write(a);
-            }
-        })
+        Tensor::from_exact_iter(out_shape, accs)
     }))
 }
 
@@ -267,11 +263,7 @@ fn arg_extremum<P: Pick>(
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
     Ok(crate::with_dtype!(x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &ArgExtremum::<P>(PhantomData));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &(_, r)) in out.iter_mut().zip(&accs) {
-                o.write(T::from_f64(r as f64));
-            }
-        })
+        Tensor::from_exact_iter(out_shape, accs.iter().map(|&(_, r)| T::from_f64(r as f64)))
     }))
 }
 
@@ -332,7 +324,10 @@ pub fn tie_weights(
                 } else {
                     T::from_f64(0.0)
                 }
-            })
+            });
+            // SAFETY: `map_with_output` writes every element of an output as
+            // long as `src` (it panics otherwise).
+            unsafe { Filled::assume(out) }
         })
     }))
 }

@@ -54,11 +54,10 @@ pub fn logsumexp(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
             .map(|m| if m.is_finite() { m } else { T::from_f64(0.0) })
             .collect();
         let sums = reduce(src, &lanes, &SumExp(&shifts));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &(shift, sum)) in out.iter_mut().zip(&sums) {
-                o.write(T::from_f64(shift.to_f64() + sum.ln()));
-            }
-        })
+        Tensor::from_exact_iter(
+            out_shape,
+            sums.iter().map(|&(shift, sum)| T::from_f64(shift.to_f64() + sum.ln())),
+        )
     }))
 }
 
@@ -119,12 +118,9 @@ pub fn var(
         let src = x.as_slice_of::<T>();
         let means: Vec<f64> = reduce(src, &lanes, &SumF64).into_iter().map(|s| s / n).collect();
         let dev = reduce(src, &lanes, &Deviations(&means));
-        Tensor::build::<T>(out_shape, |out| {
-            for (o, &(_, sum, sum_sq)) in out.iter_mut().zip(&dev) {
-                // The second term corrects the rounding error of the mean.
-                o.write(T::from_f64((sum_sq - sum * sum / n) / denominator));
-            }
-        })
+        // The second term corrects the rounding error of the mean.
+        let var = |&(_, sum, sum_sq): &(f64, f64, f64)| (sum_sq - sum * sum / n) / denominator;
+        Tensor::from_exact_iter(out_shape, dev.iter().map(|d| T::from_f64(var(d))))
     }))
 }
 

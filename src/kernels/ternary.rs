@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::parallel::{for_each_chunk, should_parallelize, CHUNK};
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
-use crate::tensor::{Element, Repr, Tensor};
+use crate::tensor::{Element, Filled, Repr, Tensor};
 
 /// An elementwise function of three elements.
 pub trait TernaryFn: Copy + Send + Sync {
@@ -69,7 +69,7 @@ pub fn zip3<F: TernaryFn>(
     Ok(crate::with_dtype!(a.dtype(), T => {
         if empty {
             // No plan needed (its stride products could overflow for huge zero-sized shapes).
-            return Ok(Tensor::build::<T>(shape, |_| {}));
+            return Ok(Tensor::from_exact_iter::<T>(shape, []));
         }
         let (xa, xb, xc) = (a.as_slice_of::<T>(), b.as_slice_of::<T>(), c.as_slice_of::<T>());
         if a.shape() == shape.as_slice() && b.shape() == a.shape() && c.shape() == a.shape() {
@@ -80,7 +80,11 @@ pub fn zip3<F: TernaryFn>(
                     for (((o, &x), &y), &z) in chunk.iter_mut().zip(pa).zip(pb).zip(pc) {
                         o.write(f.call(x, y, z));
                     }
-                })
+                });
+                // SAFETY: `for_each_chunk` hands over every element of the
+                // output, and each chunk is written in full: the operands are
+                // sliced to its length (panicking, not stopping early, if short).
+                unsafe { Filled::assume(out) }
             })
         } else {
             let plan = Plan3::new(
@@ -91,7 +95,12 @@ pub fn zip3<F: TernaryFn>(
                     broadcast_strides(c.shape(), &shape),
                 ],
             );
-            Tensor::build::<T>(shape, |out| plan.run([xa, xb, xc], out, f))
+            Tensor::build::<T>(shape, |out| {
+                plan.run([xa, xb, xc], out, f);
+                // SAFETY: `Plan3::run` writes every element of an output of the
+                // shape the plan was made for.
+                unsafe { Filled::assume(out) }
+            })
         }
     }))
 }
@@ -134,9 +143,14 @@ impl Plan3 {
         }
     }
 
+    /// Writes every element of `out`, which has the plan's shape: its
+    /// `rows * inner` elements (merging keeps the product), as whole rows of
+    /// `inner`, each written in full by `inner_loop` from operand lanes of
+    /// the row's length (or one repeated value).
     fn run<T: Element, F: TernaryFn>(&self, src: [&[T]; 3], out: &mut [MaybeUninit<T>], f: F) {
         let n = self.inner;
         let rows: usize = self.outer.iter().product();
+        assert_eq!(out.len(), rows * n, "an output of the plan's shape");
         if n == 0 || rows == 0 {
             return;
         }

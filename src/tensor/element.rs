@@ -50,6 +50,9 @@ pub trait Element:
     /// The value of a 0-d tensor of this dtype.
     #[doc(hidden)]
     fn scalar_of(t: &super::Tensor) -> Option<Self>;
+    /// The value of a 0-d tensor of this dtype, by reference.
+    #[doc(hidden)]
+    fn scalar_ref(t: &super::Tensor) -> Option<&Self>;
     /// The value of a 0-d tensor of this dtype, for writing in place.
     #[doc(hidden)]
     fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self>;
@@ -105,6 +108,13 @@ impl Element for f32 {
         }
     }
     #[inline(always)]
+    fn scalar_ref(t: &super::Tensor) -> Option<&Self> {
+        match t.repr() {
+            super::Repr::F32(v) => Some(v.f32_ref()),
+            _ => None,
+        }
+    }
+    #[inline(always)]
     fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
         match t.repr_mut() {
             super::Repr::F32(v) => Some(v.f32_mut()),
@@ -153,6 +163,13 @@ impl Element for f64 {
     fn scalar_of(t: &super::Tensor) -> Option<Self> {
         match t.repr() {
             super::Repr::F64(v) => Some(v.f64()),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scalar_ref(t: &super::Tensor) -> Option<&Self> {
+        match t.repr() {
+            super::Repr::F64(v) => Some(v.f64_ref()),
             _ => None,
         }
     }

@@ -10,6 +10,7 @@ mod display;
 mod dtype;
 mod element;
 pub(crate) mod math;
+mod fill;
 mod random;
 pub mod recycle;
 pub mod shape;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 pub use dtype::DType;
 pub use element::Element;
+pub(crate) use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
 pub(crate) use word::Word;
@@ -128,30 +130,6 @@ impl Tensor {
                 buf: T::wrap_buffer(data),
             })),
         }
-    }
-
-    /// Builds a tensor of `shape` whose elements `fill` writes (every one of them).
-    #[inline]
-    pub(crate) fn build<T: Element>(
-        shape: Dims,
-        fill: impl FnOnce(&mut [std::mem::MaybeUninit<T>]),
-    ) -> Self {
-        let len = element_count(&shape);
-        if shape.is_empty() {
-            let mut one = [std::mem::MaybeUninit::<T>::uninit()];
-            fill(&mut one);
-            // SAFETY: `fill` writes every element (the contract of `build`).
-            return unsafe { one[0].assume_init() }.scalar_tensor();
-        }
-        if len <= recycle::MAX_RECYCLED_ELEMENTS {
-            return match recycle::build_recycled::<T, _>(shape, len, fill) {
-                Ok(dense) => Tensor {
-                    repr: Repr::Dense(dense),
-                },
-                Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
-            };
-        }
-        Self::from_buffer(shape, storage::build(len, fill))
     }
 
     /// A 0-d tensor holding `value`; `Tensor::scalar(3.0)` is f64, `Tensor::scalar(3.0f32)` is f32.
@@ -449,15 +427,7 @@ impl Tensor {
     pub(crate) fn try_slice<T: Element>(&self) -> Option<&[T]> {
         match &self.repr {
             Repr::Dense(d) => T::unwrap_buffer(&d.buf).map(|a| &a[..]),
-            Repr::F32(v) => {
-                (T::DTYPE == DType::F32).then(|| {
-                    // SAFETY: T is f32 (checked by the dtype tag; Element is sealed).
-                    unsafe { std::slice::from_raw_parts(v.f32_ref() as *const f32 as *const T, 1) }
-                })
-            }
-            Repr::F64(v) => (T::DTYPE == DType::F64).then(|| unsafe {
-                std::slice::from_raw_parts(v.f64_ref() as *const f64 as *const T, 1)
-            }),
+            _ => T::scalar_ref(self).map(std::slice::from_ref),
         }
     }
 
@@ -471,38 +441,13 @@ impl Tensor {
     /// Mutable access to the elements if this tensor is their only owner
     /// (copy-on-write support for in-place updates).
     pub(crate) fn unique_slice_mut<T: Element>(&mut self) -> Option<&mut [T]> {
+        if self.is_scalar() {
+            return T::scalar_mut(self).map(std::slice::from_mut);
+        }
         match &mut self.repr {
-            Repr::F32(v) if T::DTYPE == DType::F32 => {
-                // SAFETY: T is f32 (checked by the dtype tag).
-                Some(unsafe {
-                    std::slice::from_raw_parts_mut(v.f32_mut() as *mut f32 as *mut T, 1)
-                })
-            }
-            Repr::F64(v) if T::DTYPE == DType::F64 => {
-                // SAFETY: T is f64 (checked by the dtype tag).
-                Some(unsafe {
-                    std::slice::from_raw_parts_mut(v.f64_mut() as *mut f64 as *mut T, 1)
-                })
-            }
             Repr::Dense(d) => {
                 let dense = storage::unique_mut(d)?;
-                match (&mut dense.buf, T::DTYPE) {
-                    (Buffer::F32(b), DType::F32) => {
-                        let s = storage::unique_mut(b)?;
-                        // SAFETY: T is f32.
-                        Some(unsafe {
-                            std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())
-                        })
-                    }
-                    (Buffer::F64(b), DType::F64) => {
-                        let s = storage::unique_mut(b)?;
-                        // SAFETY: T is f64.
-                        Some(unsafe {
-                            std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len())
-                        })
-                    }
-                    _ => None,
-                }
+                T::unwrap_buffer_mut(&mut dense.buf).and_then(storage::unique_mut)
             }
             _ => None,
         }
@@ -579,19 +524,11 @@ impl Tensor {
         match dtype {
             DType::F32 => {
                 let src = self.as_slice_of::<f64>();
-                Tensor::build::<f32>(shape, |out| {
-                    for (o, &s) in out.iter_mut().zip(src) {
-                        o.write(s as f32);
-                    }
-                })
+                Tensor::from_exact_iter(shape, src.iter().map(|&s| s as f32))
             }
             DType::F64 => {
                 let src = self.as_slice_of::<f32>();
-                Tensor::build::<f64>(shape, |out| {
-                    for (o, &s) in out.iter_mut().zip(src) {
-                        o.write(s as f64);
-                    }
-                })
+                Tensor::from_exact_iter(shape, src.iter().map(|&s| f64::from(s)))
             }
         }
     }
@@ -718,6 +655,22 @@ mod tests {
         drop(shared);
         t.unique_slice_mut::<f32>().unwrap()[0] = 9.0;
         assert_eq!(t.to_vec::<f32>().unwrap(), vec![9.0, 2.0]);
+    }
+
+    #[test]
+    fn scalars_are_viewed_and_written_in_place() {
+        let mut a = Tensor::scalar(1.5f32);
+        assert_eq!(a.try_slice::<f32>(), Some(&[1.5f32][..]));
+        assert!(a.try_slice::<f64>().is_none());
+        assert!(a.unique_slice_mut::<f64>().is_none());
+        a.unique_slice_mut::<f32>().unwrap()[0] += 1.0;
+        assert_eq!(a.item(), 2.5);
+        let mut b = Tensor::scalar(-4.0f64);
+        assert!(b.try_slice::<f32>().is_none());
+        b.make_mut::<f64>().unwrap()[0] *= 2.0;
+        assert_eq!(b.as_slice::<f64>().unwrap(), &[-8.0]);
+        assert!(b.add_scalar_in_place(&Tensor::scalar(1.0f64)));
+        assert_eq!(b.item(), -7.0);
     }
 
     #[test]

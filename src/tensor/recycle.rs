@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
+use super::fill::Filled;
 use super::storage::unique_mut;
 use super::{DType, Dense, Dims, Element};
 
@@ -60,13 +61,17 @@ fn footprint(dtype: DType, len: usize) -> usize {
 }
 
 /// A tensor of `shape` (with `len` elements of `T`) whose elements `fill`
-/// writes, in recycled storage; `None` when the pool has none of that size.
+/// writes, in recycled storage; `shape` and `fill` back when the pool has
+/// none of that size.
 #[inline]
-pub(crate) fn build_recycled<T: Element, F: FnOnce(&mut [MaybeUninit<T>])>(
+pub(crate) fn build_recycled<T: Element, F>(
     shape: Dims,
     len: usize,
     fill: F,
-) -> Result<Arc<Dense>, (Dims, F)> {
+) -> Result<Arc<Dense>, (Dims, F)>
+where
+    F: for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
+{
     let taken = POOL
         .try_with(|p| {
             let mut p = p.borrow_mut();
@@ -109,11 +114,16 @@ pub(crate) fn build_recycled<T: Element, F: FnOnce(&mut [MaybeUninit<T>])>(
     let elements = T::unwrap_buffer_mut(&mut inner.buf)
         .and_then(unique_mut)
         .expect("pooled buffers have one owner and the class's dtype");
-    // SAFETY: `MaybeUninit<T>` has the layout of `T`, and `fill` writes every
-    // element (the contract of `Tensor::build`), so no uninitialised value is
-    // ever read through the `T` view again.
+    // SAFETY: `MaybeUninit<T>` has `T`'s size, alignment and ABI, and
+    // `elements` is borrowed uniquely for the view's lifetime (one owner, and
+    // `dense` is ours). The view lets `fill` store an uninitialised value,
+    // which the `Filled` it must return rules out (`Filled::assume`'s
+    // contract: every slot given a value), so the buffer holds valid `T`s
+    // when it is seen as `[T]` again. If `fill` panics instead, `dense` is
+    // dropped and freed without its elements being read (`T`, f32 or f64,
+    // has no drop glue).
     let slots = unsafe { &mut *(elements as *mut [T] as *mut [MaybeUninit<T>]) };
-    fill(slots);
+    let _proof = fill(slots);
     Ok(dense)
 }
 

@@ -12,8 +12,22 @@
 //! scalar graph run at half the instructions per cycle of its backward.
 
 /// The bits of a 0-d tensor's value: an `f32` in the low 32 bits, or an `f64`.
+///
+/// `repr(transparent)`: the in-place views below cast a `&Word` to the
+/// `f64` or `f32` inside it, which relies on `Word` having exactly `u64`'s
+/// size (8) and alignment (8 on every 64-bit target this crate supports;
+/// checked at compile time below).
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
 pub(crate) struct Word(u64);
+
+// The casts to `f64` need `Word`'s alignment to be at least `f64`'s (a
+// 32-bit target may align `u64` to 4 but `f64` to 8), and both need 8 bytes.
+const _: () = assert!(
+    std::mem::size_of::<Word>() == 8
+        && std::mem::align_of::<Word>() >= std::mem::align_of::<f64>()
+        && std::mem::align_of::<Word>() >= std::mem::align_of::<f32>()
+);
 
 /// The byte offset of an f32 stored in a `Word`: its low half.
 const F32_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 4 };
@@ -42,9 +56,12 @@ impl Word {
     /// The stored f32 in place (for in-place accumulation and one-element slices).
     #[inline(always)]
     pub(crate) fn f32_mut(&mut self) -> &mut f32 {
-        // SAFETY: the word is 8-aligned and 8 bytes long, so the 4 bytes at
-        // `F32_OFFSET` are in bounds and 4-aligned; every bit pattern is a
-        // valid f32, and those bytes are where `from_f32` put the value's bits.
+        // SAFETY: `Word` is a transparent `u64`, at least 4-aligned and 8
+        // bytes long (asserted above), so the 4 bytes at `F32_OFFSET` (0 or
+        // 4) are in bounds and 4-aligned; they are initialised (a `u64` has
+        // no padding) and every bit pattern is a valid f32; they are the low
+        // 32 bits, where `from_f32` put the value's bits. The result
+        // reborrows `self` mutably, so it is the only access while it lives.
         unsafe {
             &mut *(self as *mut Word)
                 .cast::<u8>()
@@ -56,7 +73,7 @@ impl Word {
     /// The stored f32 by reference (for one-element slices).
     #[inline(always)]
     pub(crate) fn f32_ref(&self) -> &f32 {
-        // SAFETY: as in `f32_mut`.
+        // SAFETY: as in `f32_mut`, with a shared reborrow of `self`.
         unsafe {
             &*(self as *const Word)
                 .cast::<u8>()
@@ -68,15 +85,17 @@ impl Word {
     /// The stored f64 in place.
     #[inline(always)]
     pub(crate) fn f64_mut(&mut self) -> &mut f64 {
-        // SAFETY: `Word` is a transparent u64: same size and alignment as
-        // f64, and every bit pattern is a valid f64.
+        // SAFETY: `Word` is a transparent `u64` with `f64`'s size and at least
+        // its alignment (asserted above); its 8 bytes are initialised and
+        // every bit pattern is a valid f64. The result reborrows `self`
+        // mutably, so it is the only access while it lives.
         unsafe { &mut *(self as *mut Word).cast::<f64>() }
     }
 
     /// The stored f64 by reference.
     #[inline(always)]
     pub(crate) fn f64_ref(&self) -> &f64 {
-        // SAFETY: as in `f64_mut`.
+        // SAFETY: as in `f64_mut`, with a shared reborrow of `self`.
         unsafe { &*(self as *const Word).cast::<f64>() }
     }
 }

@@ -21,7 +21,7 @@ use std::mem::MaybeUninit;
 
 use super::lanes::{exp_shifted_rows, for_each_block, init, AxisLanes};
 use super::NnFloat;
-use crate::tensor::{Dims, Element, Tensor};
+use crate::tensor::{Dims, Element, Filled, Tensor};
 
 /// Targets and options of a classification loss, one class index per lane.
 #[derive(Clone, Copy, Debug)]
@@ -98,7 +98,10 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
                 }
                 losses[j] = loss;
             }
-        })
+        });
+        // SAFETY: `for_each_block` writes every element of its output (zeroed,
+        // then handed to the closure as initialised blocks).
+        unsafe { Filled::assume(out) }
     })
 }
 
@@ -106,6 +109,7 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
 /// `coef * (A p_c - B_c)` with `p` the lane's softmax, `A = (1-ε) w_t + ε/C Σ w`,
 /// `B_c = (1-ε) w_t [c = t] + ε/C w_c` and `coef = g(lane) * scale`. `g` holds
 /// one value (a reduced loss) or one per lane; ignored lanes get zeros.
+/// Writes every element of `out` (through [`for_each_block`]).
 pub fn cross_entropy_backward_lanes<T: NnFloat>(
     g: &[T],
     x: &[T],
@@ -153,18 +157,16 @@ pub fn cross_entropy_backward_lanes<T: NnFloat>(
 /// Per-lane negative log-likelihood `-w_t x[t]` of log-probabilities `x`
 /// (0 for ignored lanes), as a 1-d tensor of `lanes.count()` losses.
 pub fn nll_lanes<T: Element>(x: &[T], lanes: AxisLanes, targets: &Targets<T>) -> Tensor {
-    Tensor::build::<T>(Dims::from_slice(&[lanes.count()]), |out| {
-        for (lane, o) in out.iter_mut().enumerate() {
-            o.write(match targets.class(lane) {
-                Some(t) => -targets.weight_of(t) * x[lanes.index(lane, t)],
-                None => T::zero(),
-            });
-        }
-    })
+    let losses = (0..lanes.count()).map(|lane| match targets.class(lane) {
+        Some(t) => -targets.weight_of(t) * x[lanes.index(lane, t)],
+        None => T::zero(),
+    });
+    Tensor::from_exact_iter(Dims::from_slice(&[lanes.count()]), losses)
 }
 
 /// The gradient of the negative log-likelihood: zeros except
-/// `-g(lane) * w_t * scale` at each lane's target (`g` one value or one per lane).
+/// `-g(lane) * w_t * scale` at each lane's target (`g` one value or one per
+/// lane). Writes every element of `out` (zeroed first).
 pub fn nll_backward_lanes<T: Element>(
     g: &[T],
     lanes: AxisLanes,

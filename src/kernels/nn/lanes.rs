@@ -76,7 +76,9 @@ pub fn init<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [T] {
     for v in s.iter_mut() {
         v.write(T::zero());
     }
-    // SAFETY: every element was just written; MaybeUninit<T> has T's layout.
+    // SAFETY: the loop wrote every element, `MaybeUninit<T>` has `T`'s
+    // layout, and the result reborrows `s`, so nothing can store an
+    // uninitialised value through the `MaybeUninit` view while it lives.
     unsafe { &mut *(s as *mut [MaybeUninit<T>] as *mut [T]) }
 }
 
@@ -85,7 +87,10 @@ pub fn init<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [T] {
 /// `[n, len]` and `out` is the block's output, `[n, out_per_lane]` (zeroed
 /// before the call). `out_per_lane` is `lanes.len` (one output per element)
 /// or 1 (one per lane, stored in lane order). Runs in parallel for large
-/// inputs; the result never depends on the thread count.
+/// inputs; the result never depends on the thread count. Writes every
+/// element of `out`: each chunk is zeroed by [`init`] before `f` sees it, or
+/// (the axis not last) written from `f`'s output block for every lane and
+/// element of it.
 pub fn for_each_block<T: Element, const K: usize>(
     lanes: AxisLanes,
     inputs: [&[T]; K],
@@ -94,9 +99,10 @@ pub fn for_each_block<T: Element, const K: usize>(
     f: impl Fn(usize, [&[T]; K], &mut [T]) + Sync + Send,
 ) {
     let AxisLanes { len, inner, .. } = lanes;
-    debug_assert!(out_per_lane == len || out_per_lane == 1);
+    // The copy-back loops below cover `out` only with these sizes.
+    assert!(out_per_lane == len || out_per_lane == 1);
     debug_assert!(inputs.iter().all(|x| x.len() == lanes.numel()));
-    debug_assert_eq!(out.len(), lanes.count() * out_per_lane);
+    assert_eq!(out.len(), lanes.count() * out_per_lane);
     if lanes.count() == 0 || len == 0 {
         init(out);
         return;
@@ -270,6 +276,7 @@ mod tests {
                 }
             }
         });
+        // SAFETY: `for_each_block` writes every element of its output.
         let out: Vec<f64> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
         for lane in 0..lanes.count() {
             for k in 0..lanes.len {
@@ -288,6 +295,7 @@ mod tests {
             }
         });
         for (lane, v) in firsts.iter().enumerate() {
+            // SAFETY: `for_each_block` writes every element of its output.
             assert_eq!(unsafe { v.assume_init() }, x[lanes.index(lane, 0)]);
         }
     }

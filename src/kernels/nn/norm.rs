@@ -47,13 +47,16 @@ pub fn row_stats<T: Element>(row: &[T], eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
-/// Runs `f(row_index, out_rows)` over groups of rows of `out` (`m` per row), in parallel when large.
+/// Runs `f(row_index, out_rows)` over groups of rows of `out` (`m` per
+/// row), in parallel when large; every element of `out` is in exactly one
+/// group.
 fn for_rows<T: Element>(
     out: &mut [MaybeUninit<T>],
     m: usize,
     f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
 ) {
     if m == 0 {
+        assert!(out.is_empty(), "rows of no elements cannot cover an output");
         return;
     }
     if should_parallelize(out.len()) {
@@ -65,7 +68,9 @@ fn for_rows<T: Element>(
     }
 }
 
-/// `y = (x - mean) * rstd * w + b` per row of `m` elements.
+/// `y = (x - mean) * rstd * w + b` per row of `m` elements. Writes every
+/// element of `out`: each row in full, from `m`-element slices of `x`, `w`
+/// and `b` (it panics if one is short).
 pub fn layer_norm<T: Element>(
     x: &[T],
     m: usize,
@@ -74,6 +79,7 @@ pub fn layer_norm<T: Element>(
     eps: f64,
     out: &mut [MaybeUninit<T>],
 ) {
+    let (w, b) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]));
     for_rows(out, m, |first, chunk| {
         for (r, o) in chunk.chunks_mut(m).enumerate() {
             let row = &x[(first + r) * m..(first + r + 1) * m];
@@ -105,7 +111,9 @@ pub fn layer_norm<T: Element>(
 }
 
 /// The gradient with respect to the input: per row,
-/// `rstd * (a - mean(a) - x̂ mean(a x̂))` with `a = g w` (or `g`).
+/// `rstd * (a - mean(a) - x̂ mean(a x̂))` with `a = g w` (or `g`). Writes
+/// every element of `out`: each row in full, zipped with `m`-element `a`
+/// and row of `x`.
 pub fn layer_norm_backward<T: Element>(
     g: &[T],
     x: &[T],

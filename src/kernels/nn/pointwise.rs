@@ -40,6 +40,8 @@ pub fn squared_error_sum<T: Element>(a: &[T], b: &[T]) -> f64 {
 
 /// `scale * g * (a - b)` with `g` one value or one per element: the
 /// gradient of the squared error (with `scale = 2` or `2 / n`) with respect to `a`.
+/// Writes every element of `out`: each chunk from operands sliced to its
+/// length (panicking if one is short).
 pub fn squared_error_backward<T: Element>(
     g: &[T],
     a: &[T],
@@ -71,7 +73,8 @@ fn pw_at<T: Element>(pw: Option<&[T]>, i: usize) -> T {
 }
 
 /// Elementwise binary cross-entropy with logits `x`, targets `y` and an
-/// optional `pos_weight` already broadcast to `x`'s length.
+/// optional `pos_weight` already broadcast to `x`'s length. Writes every
+/// element of `out`: each block in full, from `x` and `y` sliced to its length.
 pub fn bce_with_logits<T: NnFloat>(x: &[T], y: &[T], pw: Option<&[T]>, out: &mut [MaybeUninit<T>]) {
     for_each_chunk(out, |off, chunk| {
         let mut e = [T::zero(); SUB];
@@ -95,6 +98,7 @@ pub fn bce_with_logits<T: NnFloat>(x: &[T], y: &[T], pw: Option<&[T]>, out: &mut
 
 /// The gradient of BCE with logits with respect to `x`:
 /// `scale * g * (L σ(x) - pos_weight y)`, `g` one value or one per element.
+/// Writes every element of `out`, as [`bce_with_logits`] does.
 pub fn bce_with_logits_backward<T: NnFloat>(
     g: &[T],
     x: &[T],
@@ -139,6 +143,8 @@ mod tests {
         let mut out = vec![MaybeUninit::uninit(); n];
         f(&mut out);
         out.into_iter()
+            // SAFETY: the kernels under test write every element of `out`
+            // (what these tests check; Miri runs them).
             .map(|v| unsafe { v.assume_init() })
             .collect()
     }

@@ -7,7 +7,7 @@
 
 use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
 use super::NnFloat;
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for
 /// `x`'s rank; 0 for a 0-d tensor).
@@ -26,7 +26,9 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             for_each_block(lanes, [src], out, lanes.len, |_, [rows], o| {
                 softmax_rows(rows, o, lanes.len, log)
-            })
+            });
+            // SAFETY: `for_each_block` writes every element of its output.
+            unsafe { Filled::assume(out) }
         })
     })
 }
@@ -72,7 +74,9 @@ pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
                         *d = yv * (gv - s);
                     }
                 }
-            })
+            });
+            // SAFETY: `for_each_block` writes every element of its output.
+            unsafe { Filled::assume(out) }
         })
     })
 }
@@ -94,7 +98,9 @@ pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
                         *d = gv - *d * s;
                     }
                 }
-            })
+            });
+            // SAFETY: `for_each_block` writes every element of its output.
+            unsafe { Filled::assume(out) }
         })
     })
 }

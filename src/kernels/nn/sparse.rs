@@ -43,11 +43,14 @@ pub fn keeps(seed: u64, p: f64, index: u64) -> bool {
     splitmix64(seed, index) >= drop_threshold(p)
 }
 
-/// `out[i] = x[i] * scale` where element `i` is kept, else 0 (drop probability `p` in `[0, 1)`).
+/// `out[i] = x[i] * scale` where element `i` is kept, else 0 (drop
+/// probability `p` in `[0, 1)`). Writes every element of `out` (and panics
+/// if `x` is shorter).
 pub fn dropout<T: Element>(x: &[T], p: f64, seed: u64, scale: T, out: &mut [MaybeUninit<T>]) {
     let threshold = drop_threshold(p);
     for_each_chunk(out, |off, chunk| {
-        for (j, (o, &v)) in chunk.iter_mut().zip(&x[off..]).enumerate() {
+        let x = &x[off..off + chunk.len()];
+        for (j, (o, &v)) in chunk.iter_mut().zip(x).enumerate() {
             let kept = splitmix64(seed, (off + j) as u64) >= threshold;
             o.write(if kept { v * scale } else { T::zero() });
         }
@@ -55,7 +58,9 @@ pub fn dropout<T: Element>(x: &[T], p: f64, seed: u64, scale: T, out: &mut [Mayb
 }
 
 /// `out[k] = weight[indices[k]]` row by row (`d` columns); zero rows where
-/// `zero_row` says so (the padding rows of a masked gather).
+/// `zero_row` says so (the padding rows of a masked gather). Writes every
+/// element of `out`, which must hold `indices.len()` rows: each row is
+/// zeroed or copied from a `d`-element slice of `weight`.
 pub fn gather_rows<T: Element>(
     weight: &[T],
     d: usize,
@@ -63,6 +68,7 @@ pub fn gather_rows<T: Element>(
     zero_row: Option<usize>,
     out: &mut [MaybeUninit<T>],
 ) {
+    assert_eq!(out.len(), indices.len() * d, "one output row per index");
     if d == 0 {
         return;
     }
@@ -87,7 +93,8 @@ pub fn gather_rows<T: Element>(
 /// Scatter-add: `out[indices[k]] += g[k]` row by row into a zero `[rows, d]`,
 /// skipping `skip_row` (the padding row). For large inputs the rows are
 /// split among threads, each scanning every index for the rows it owns, so
-/// every row is summed in index order whatever the thread count.
+/// every row is summed in index order whatever the thread count. Writes
+/// every element of `out` (zeroed first).
 pub fn scatter_add_rows<T: Element>(
     g: &[T],
     d: usize,
@@ -128,6 +135,8 @@ mod tests {
 
     fn collect<T: Element>(out: Vec<MaybeUninit<T>>) -> Vec<T> {
         out.into_iter()
+            // SAFETY: the kernels under test write every element of `out`
+            // (what these tests check; Miri runs them).
             .map(|v| unsafe { v.assume_init() })
             .collect()
     }

@@ -16,7 +16,7 @@ use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// Binary cross-entropy of logits `x` against targets `y` in `[0, 1]`:
 /// `-(pos_weight y log σ(x) + (1 - y) log(1 - σ(x)))`, computed stably, reduced.
@@ -86,7 +86,9 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
         let pw = broadcast_pos_weight(BCE, &self.pos_weight, x)?;
         crate::with_dtype!(x.dtype(), T => {
             let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out)
+                kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out);
+                // SAFETY: `bce_with_logits` writes every element of its output.
+                unsafe { Filled::assume(out) }
             });
             Ok(match self.reduction {
                 Reduction::None => per,
@@ -182,7 +184,9 @@ impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
             let (gs, xs, ys) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), y.as_slice_of::<T>());
             let pws = pw.as_ref().map(|p| p.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::bce_with_logits_backward(gs, xs, ys, pws, scale, out)
+                kernel::bce_with_logits_backward(gs, xs, ys, pws, scale, out);
+                // SAFETY: `bce_with_logits_backward` writes every element of its output.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// The gradient of [`CrossEntropy`](super::cross_entropy::CrossEntropy) with respect to the logits, from the
 /// loss's gradient `g`. Inputs: `g`, the logits, and the targets unless
@@ -79,7 +79,10 @@ impl Differentiable for CrossEntropyBackward {
             let scale = self.spec.scale(&targets);
             let (gs, xs) = (g.as_slice_of::<T>(), x.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::cross_entropy_backward_lanes(gs, xs, r.lanes, &targets, scale, out)
+                kernel::cross_entropy_backward_lanes(gs, xs, r.lanes, &targets, scale, out);
+                // SAFETY: `cross_entropy_backward_lanes` writes every element of
+                // its output (through `for_each_block`).
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// Training-mode dropout with drop probability `p` and mask seed `seed`.
 /// The registry holds it with `p = 0.5`, `seed = 0`.
@@ -62,7 +62,9 @@ impl Differentiable for Dropout {
             let scale = <T as crate::Element>::from_f64(1.0 / (1.0 - self.p));
             let src = x.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                sparse::dropout(src, self.p, self.seed, scale, out)
+                sparse::dropout(src, self.p, self.seed, scale, out);
+                // SAFETY: `dropout` writes every element of its output.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// Indices stored in an op, with the shape they are laid out in.
 #[derive(Clone, Debug, PartialEq)]
@@ -169,7 +169,11 @@ impl Differentiable for Embedding {
         let zero_row = r.padding.filter(|_| self.zero_padding);
         crate::with_dtype!(w.dtype(), T => {
             let src = w.as_slice_of::<T>();
-            Ok(Tensor::build::<T>(shape, |out| sparse::gather_rows(src, d, &r.values, zero_row, out)))
+            Ok(Tensor::build::<T>(shape, |out| {
+                sparse::gather_rows(src, d, &r.values, zero_row, out);
+                // SAFETY: `gather_rows` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            }))
         })
     }
     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
@@ -232,7 +236,9 @@ impl Differentiable for EmbeddingDenseBackward {
         crate::with_dtype!(g.dtype(), T => {
             let src = g.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| {
-                sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out)
+                sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out);
+                // SAFETY: `scatter_add_rows` zeroes its whole output before adding into it.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

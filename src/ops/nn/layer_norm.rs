@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// Which affine parameters follow the input.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,7 +137,9 @@ impl Differentiable for LayerNorm {
         crate::with_dtype!(x.dtype(), T => {
             let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::layer_norm(x.as_slice_of::<T>(), m, ws, bs, self.eps, out)
+                kernel::layer_norm(x.as_slice_of::<T>(), m, ws, bs, self.eps, out);
+                // SAFETY: `layer_norm` writes every element of its output.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// `σ P (g w)` per row: the gradient of [`LayerNorm`] with respect to its
 /// input. Inputs: `g`, `x`, and the weight if present.
@@ -142,7 +142,9 @@ impl Differentiable for LayerNormBackward {
         crate::with_dtype!(x.dtype(), T => {
             let ws = w.map(|t| t.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::layer_norm_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, ws, self.eps, out)
+                kernel::layer_norm_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, ws, self.eps, out);
+                // SAFETY: `layer_norm_backward` writes every element of its output.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,11 +44,10 @@ impl Differentiable for MseLoss {
         crate::with_dtype!(a.dtype(), T => {
             let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
             Ok(match self.reduction {
-                Reduction::None => Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
-                    for ((o, &x), &y) in out.iter_mut().zip(xa).zip(xb) {
-                        o.write((x - y) * (x - y));
-                    }
-                }),
+                Reduction::None => Tensor::from_exact_iter(
+                    Dims::from_slice(a.shape()),
+                    xa.iter().zip(xb).map(|(&x, &y)| (x - y) * (x - y)),
+                ),
                 r => {
                     let s = kernel::squared_error_sum(xa, xb) * reduction_scale(r, xa.len());
                     Tensor::scalar_of(s, a.dtype())
@@ -105,7 +104,9 @@ impl Differentiable for MseLossBackward {
         crate::with_dtype!(a.dtype(), T => {
             let (gs, xa, xb) = (g.as_slice_of::<T>(), a.as_slice_of::<T>(), b.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
-                kernel::squared_error_backward(gs, xa, xb, scale, out)
+                kernel::squared_error_backward(gs, xa, xb, scale, out);
+                // SAFETY: `squared_error_backward` writes every element of its output.
+                unsafe { Filled::assume(out) }
             }))
         })
     }

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
 use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{Dims, Filled, Tensor};
 
 /// The options of [`Var::try_nll_loss_with`], PyTorch's keyword arguments.
 ///
@@ -165,7 +165,10 @@ impl Differentiable for NllLossBackward {
             let scale = self.spec.scale(&targets);
             let gs = g.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::nll_backward_lanes(gs, r.lanes, &targets, scale, out)
+                kernel::nll_backward_lanes(gs, r.lanes, &targets, scale, out);
+                // SAFETY: `nll_backward_lanes` zeroes its whole output before
+                // writing the targets' gradients.
+                unsafe { Filled::assume(out) }
             }))
         })
     }
