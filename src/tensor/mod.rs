@@ -9,8 +9,8 @@
 mod display;
 mod dtype;
 mod element;
-pub(crate) mod math;
 mod fill;
+pub(crate) mod math;
 mod random;
 pub mod recycle;
 pub mod shape;
