@@ -12,7 +12,7 @@ use crate::graph::Var;
 use crate::kernels::{self, BinaryFn};
 use crate::ops::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
-    ScalarBackward,
+    ScalarArgs, ScalarBackward,
 };
 use crate::tensor::{Element, Tensor};
 
@@ -66,6 +66,26 @@ pub trait BinaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
 /// The op of a [`BinaryRule`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Binary<R>(pub R);
+
+impl<R: BinaryRule> Binary<R> {
+    /// The scalar lane in one dtype: both gradients on plain numbers (one
+    /// that no input needs is computed and dropped).
+    #[inline(always)]
+    fn lane<T: Element>(&self, s: &mut ScalarArgs<'_, T>) -> bool {
+        if s.inputs.len() != 2 {
+            return false;
+        }
+        let (g, a, b, y) = (
+            Lane(s.grad),
+            Lane(s.inputs[0]),
+            Lane(s.inputs[1]),
+            Lane(s.output),
+        );
+        s.grads[0] = self.0.grad_a(&g, &a, &b, &y).0;
+        s.grads[1] = self.0.grad_b(&g, &a, &b, &y).0;
+        true
+    }
+}
 
 /// The rule's value as a kernel functor.
 #[derive(Clone, Copy, Debug)]
@@ -131,29 +151,9 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     #[inline]
     fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
         match call {
-            ScalarBackward::F32(s) if s.inputs.len() == 2 => {
-                let (g, a, b, y) = (
-                    Lane(s.grad),
-                    Lane(s.inputs[0]),
-                    Lane(s.inputs[1]),
-                    Lane(s.output),
-                );
-                s.grads[0] = self.0.grad_a(&g, &a, &b, &y).0;
-                s.grads[1] = self.0.grad_b(&g, &a, &b, &y).0;
-            }
-            ScalarBackward::F64(s) if s.inputs.len() == 2 => {
-                let (g, a, b, y) = (
-                    Lane(s.grad),
-                    Lane(s.inputs[0]),
-                    Lane(s.inputs[1]),
-                    Lane(s.output),
-                );
-                s.grads[0] = self.0.grad_a(&g, &a, &b, &y).0;
-                s.grads[1] = self.0.grad_b(&g, &a, &b, &y).0;
-            }
-            _ => return false,
+            ScalarBackward::F32(s) => self.lane(s),
+            ScalarBackward::F64(s) => self.lane(s),
         }
-        true
     }
     // Each output element depends on one element of each input, so J t is
     // the sum of the two gradient formulas with the tangents for `g`.

@@ -10,7 +10,7 @@ use super::{Lane, Num, OpFacts, Traced};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::ops::{expect_inputs, Differentiable, GradInputs, ScalarBackward};
+use crate::ops::{expect_inputs, Differentiable, GradInputs, ScalarArgs, ScalarBackward};
 use crate::tensor::{Element, Tensor};
 
 /// Which value a unary rule writes its derivative in: the input `x`, or
@@ -94,6 +94,19 @@ impl<R: UnaryRule> Unary<R> {
     }
 }
 
+impl<R: UnaryRule> Unary<R> {
+    /// The scalar lane in one dtype: the rule over plain numbers.
+    #[inline(always)]
+    fn lane<T: Element>(&self, a: &mut ScalarArgs<'_, T>) -> bool {
+        if a.inputs.len() != 1 {
+            return false;
+        }
+        let u = *Self::slope_value(&a.inputs[0], &a.output);
+        a.grads[0] = self.0.grad(&Lane(a.grad), &Lane(u)).0;
+        true
+    }
+}
+
 /// The rule's value as a kernel functor.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ValueFn<R>(pub(crate) R);
@@ -158,17 +171,9 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     #[inline]
     fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
         match call {
-            ScalarBackward::F32(a) if a.inputs.len() == 1 => {
-                let u = *Self::slope_value(&a.inputs[0], &a.output);
-                a.grads[0] = self.0.grad(&Lane(a.grad), &Lane(u)).0;
-            }
-            ScalarBackward::F64(a) if a.inputs.len() == 1 => {
-                let u = *Self::slope_value(&a.inputs[0], &a.output);
-                a.grads[0] = self.0.grad(&Lane(a.grad), &Lane(u)).0;
-            }
-            _ => return false,
+            ScalarBackward::F32(a) => self.lane(a),
+            ScalarBackward::F64(a) => self.lane(a),
         }
-        true
     }
     // The Jacobian is diagonal, so J t is the gradient formula with the
     // tangent in place of `g`.
