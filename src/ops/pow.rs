@@ -125,6 +125,7 @@ impl Differentiable for Pow {
             tangent: true,
             second_derivative: true,
             example: None,
+            sample_inputs: None,
         }
     }
 }

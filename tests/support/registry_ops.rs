@@ -117,3 +117,50 @@ pub fn sample_inputs(instance: &Instance, n: usize, rng: &mut ChaCha8Rng) -> Vec
         .map(|c| Tensor::from_vec(c, &[n]).expect("a 1-d shape"))
         .collect()
 }
+
+/// One registered op that is not elementwise but declares sample inputs
+/// ([`OpFacts::sample_inputs`]): convolutions, poolings, normalisations.
+#[derive(Clone)]
+pub struct Structured {
+    /// The registry name.
+    pub name: String,
+    /// The op to record: the example instance, else the registered one.
+    pub op: Arc<dyn Differentiable>,
+    /// What the op declares about itself.
+    pub facts: OpFacts,
+}
+
+impl Structured {
+    /// Valid inputs drawn from `seed`.
+    pub fn inputs(&self, seed: u64) -> Vec<Tensor> {
+        (self
+            .facts
+            .sample_inputs
+            .expect("a structured op has sample inputs"))(seed)
+    }
+
+    /// Records the op on `args`.
+    pub fn apply<'g>(&self, args: &[Var<'g>]) -> Result<Var<'g>> {
+        let refs: Vec<&Var<'g>> = args.iter().collect();
+        args[0].graph().record(self.op.clone(), &refs)
+    }
+}
+
+/// Every op of the default registry that declares sample inputs.
+pub fn structured() -> Vec<Structured> {
+    let registry = OpRegistry::default_shared();
+    registry
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let op = registry.get(name).expect("a listed name").clone();
+            let facts = op.facts();
+            facts.sample_inputs?;
+            Some(Structured {
+                name: name.to_string(),
+                op: facts.example.clone().unwrap_or(op),
+                facts,
+            })
+        })
+        .collect()
+}

@@ -15,10 +15,12 @@ pub mod layer_norm_backward;
 pub mod mse;
 pub mod nll;
 pub mod softmax;
+pub mod spatial;
 pub mod support;
 
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
+pub use spatial::{Spatial, Window};
 pub use support::{IntIndex, Reduction};
 
 use super::OpRegistry;

@@ -186,6 +186,7 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
             tangent: true,
             second_derivative: true,
             example: Some(Arc::new(*self)),
+            sample_inputs: None,
         }
     }
 }

@@ -16,6 +16,14 @@ pub const KINK_MARGIN: f64 = 0.05;
 /// of the function, and small enough that nothing overflows.
 pub type Domain = fn(&[f64]) -> bool;
 
+/// Example inputs of an op that is not elementwise (a convolution, a
+/// pooling, a normalisation): f64 tensors of typical shapes whose values
+/// come from `seed`, away from kinks and ties (distinct values for a
+/// max-pool) so finite differences are valid. Suites that check every op's
+/// gradient, tangent and second derivative call the op's
+/// [`example`](OpFacts::example) (or the registered instance) on them.
+pub type SampleInputs = fn(seed: u64) -> Vec<crate::tensor::Tensor>;
+
 /// The facts an op declares about itself ([`Differentiable::facts`]).
 #[derive(Clone)]
 pub struct OpFacts {
@@ -36,6 +44,10 @@ pub struct OpFacts {
     /// leaky ReLU with a visible slope), for suites that apply every op;
     /// `None` means the registered instance itself serves.
     pub example: Option<Arc<dyn Differentiable>>,
+    /// Valid inputs for an op that is not elementwise (see [`SampleInputs`]);
+    /// `None` for elementwise ops (their inputs come from
+    /// [`domain`](Self::domain)) and for ops that declare none.
+    pub sample_inputs: Option<SampleInputs>,
 }
 
 impl OpFacts {
@@ -48,6 +60,7 @@ impl OpFacts {
             tangent: false,
             second_derivative: false,
             example: None,
+            sample_inputs: None,
         }
     }
 
@@ -70,6 +83,7 @@ impl fmt::Debug for OpFacts {
                 "example",
                 &self.example.as_ref().map(|e| e.name().to_string()),
             )
+            .field("sample_inputs", &self.sample_inputs.is_some())
             .finish()
     }
 }

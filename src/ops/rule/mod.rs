@@ -29,7 +29,7 @@ mod select_op;
 mod unary_op;
 
 pub use binary_op::{Binary, BinaryRule};
-pub use facts::{Domain, OpFacts, KINK_MARGIN};
+pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use num::{Cmp, Lane, Num, Plain, Traced};
 pub use select_op::SelectWhere;
 pub use unary_op::{SlopeOf, Unary, UnaryRule};

@@ -197,6 +197,7 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
             tangent: true,
             second_derivative: true,
             example: Some(Arc::new(Unary(R::example()))),
+            sample_inputs: None,
         }
     }
 }

@@ -1,0 +1,80 @@
+//! Every op of the registry that declares sample inputs (convolutions,
+//! poolings, normalisations: ops that are not elementwise), asked of the
+//! registry rather than listed: its gradient against central differences,
+//! its tangent rule against finite differences, its second derivative
+//! (gradients of `<v, ∇f>` recorded with `create_graph`, against finite
+//! differences of that first-order quantity), and the first-order
+//! plain-tensor path against the `Var` formulas, bit for bit or nearly.
+
+#[path = "support/registry_ops.rs"]
+mod registry_ops;
+
+use retrograd::{
+    grad, gradcheck, jvpcheck, BackwardOptions, GradOptions, Graph, Result, Tensor, Var,
+};
+
+/// Fixed weights that turn an output into a scalar without letting errors
+/// cancel, as `gradcheck`'s own reduction does.
+fn weights(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let w: Vec<f64> = (0..n).map(|i| 0.5 + ((i * 7) % 10) as f64 / 10.0).collect();
+    Tensor::from_vec(w, shape).expect("a valid shape")
+}
+
+/// `sum_i <vs_i, d(sum w f)/dx_i>` with the gradients recorded
+/// (`create_graph`), so differentiating it exercises the backward's backward.
+fn first_order<'g>(op: &registry_ops::Structured, vs: &[Tensor], v: &[Var<'g>]) -> Result<Var<'g>> {
+    let y = op.apply(v)?;
+    let graph = v[0].graph();
+    let s = y.try_mul(&graph.constant(weights(y.shape())))?.sum();
+    let refs: Vec<&Var<'g>> = v.iter().collect();
+    let opts = GradOptions::new().create_graph(true).allow_unused(true);
+    let gs = grad(&[&s], &refs, &opts)?;
+    let mut total = graph.constant(Tensor::scalar(0.0));
+    for (gi, vi) in gs.iter().zip(vs) {
+        total = total.try_add(&gi.try_mul(&graph.constant(vi.clone()))?.sum())?;
+    }
+    Ok(total)
+}
+
+#[test]
+fn every_structured_op_has_correct_gradients_tangents_and_second_derivatives() {
+    let ops = registry_ops::structured();
+    for op in &ops {
+        for seed in 0..2 {
+            let xs = op.inputs(seed);
+            let label = format!("{} (seed {seed})", op.name);
+            gradcheck(|v| op.apply(v), &xs).unwrap_or_else(|e| panic!("{label}: gradient: {e}"));
+            if op.facts.tangent {
+                jvpcheck(|v| op.apply(v), &xs).unwrap_or_else(|e| panic!("{label}: tangent: {e}"));
+            }
+            if op.facts.second_derivative {
+                // g(x) = sum_i <v_i, d(sum w f)/dx_i>, differentiated again.
+                let vs: Vec<Tensor> = xs.iter().map(|x| weights(x.shape())).collect();
+                gradcheck(|v| first_order(op, &vs, v), &xs)
+                    .unwrap_or_else(|e| panic!("{label}: second derivative: {e}"));
+            }
+            // The plain-tensor first-order path against the Var formulas.
+            let run = |fast: bool| -> Vec<Vec<f64>> {
+                let g = Graph::new();
+                let vars: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
+                let y = op.apply(&vars).unwrap();
+                let s = y.try_mul(&g.constant(weights(y.shape()))).unwrap().sum();
+                let grads = s
+                    .backward_with_options(&BackwardOptions::new().fast_path(fast))
+                    .unwrap();
+                vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect()
+            };
+            let (fast, slow) = (run(true), run(false));
+            for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                        "{label}: input {i}: fast path {x} vs Var formula {y}"
+                    );
+                }
+            }
+        }
+    }
+    println!("{} structured ops checked", ops.len());
+}
