@@ -32,6 +32,7 @@ pub struct Window {
     pub input: usize,
     /// Kernel size.
     pub kernel: usize,
+    /// Step between window starts.
     pub stride: usize,
     /// Zeros (or ignored positions) before the first element.
     pub pad_before: usize,
@@ -39,6 +40,7 @@ pub struct Window {
     /// padding with an even effective kernel, where PyTorch pads the extra
     /// one at the end).
     pub pad_after: usize,
+    /// Step between kernel taps.
     pub dilation: usize,
 }
 
