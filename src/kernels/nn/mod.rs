@@ -10,6 +10,7 @@ pub mod exp;
 
 pub use exp::NnFloat;
 pub mod classification;
+pub mod conv;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;

@@ -6,6 +6,10 @@
 
 pub mod bce;
 mod class_targets;
+pub mod conv;
+mod conv_spec;
+pub mod conv_transpose;
+pub mod conv_weight;
 pub mod cross_entropy;
 pub mod cross_entropy_backward;
 pub mod dropout;
@@ -18,6 +22,8 @@ pub mod softmax;
 pub mod spatial;
 pub mod support;
 
+pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
+pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
 pub use spatial::{Spatial, Window};
@@ -27,6 +33,9 @@ use super::OpRegistry;
 
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
+    conv::register(reg);
+    conv_transpose::register(reg);
+    conv_weight::register(reg);
     cross_entropy::register(reg);
     cross_entropy_backward::register(reg);
     nll::register(reg);
