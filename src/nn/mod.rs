@@ -8,7 +8,10 @@ mod module;
 mod parameter;
 mod state;
 
-pub use layers::{Activation, Dropout, Embedding, LayerNorm, Linear, Mlp, MlpBuilder, Sequential};
+pub use layers::{
+    Activation, Conv1d, Conv2d, ConvNd, ConvTranspose2d, Dropout, Embedding, Flatten, LayerNorm,
+    Linear, Mlp, MlpBuilder, Sequential,
+};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;

@@ -1,16 +1,20 @@
 //! Layers: one module type per file.
 
 mod activation;
+mod conv;
 mod dropout;
 mod embedding;
+mod flatten;
 mod layer_norm;
 mod linear;
 mod mlp;
 mod sequential;
 
 pub use activation::Activation;
+pub use conv::{Conv1d, Conv2d, ConvNd, ConvTranspose2d};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use flatten::Flatten;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::{Mlp, MlpBuilder};

@@ -102,6 +102,11 @@ impl<const D: usize> ConvOptions<D> {
         self
     }
 
+    /// The number of channel groups.
+    pub fn group_count(&self) -> usize {
+        self.groups
+    }
+
     /// The spec for a weight of spatial size `kernel` (needed by `"same"`).
     pub(crate) fn spec(&self, op: &'static str, kernel: &[usize]) -> Result<ConvSpec> {
         let lift = |v: [usize; D], fill: usize| -> [usize; 2] {
@@ -353,7 +358,7 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 /// Records a convolution, lifting an unbatched input (`[C, spatial...]`)
 /// to a batch of one and back, as PyTorch accepts.
-fn record_conv<'g, const D: usize>(
+pub(crate) fn record_conv<'g, const D: usize>(
     op: &'static str,
     x: &Var<'g>,
     weight: &Var<'g>,

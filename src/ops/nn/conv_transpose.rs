@@ -79,6 +79,11 @@ impl<const D: usize> ConvTransposeOptions<D> {
         self
     }
 
+    /// The number of channel groups.
+    pub fn group_count(&self) -> usize {
+        self.groups
+    }
+
     fn spec(&self, op: &'static str) -> Result<ConvSpec> {
         let lift = |v: [usize; D], fill: usize| -> [usize; 2] {
             if D == 1 {
