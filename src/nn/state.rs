@@ -38,6 +38,12 @@ impl NamedTensors for [(String, Parameter)] {
     }
 }
 
+impl<const N: usize> NamedTensors for [(String, Parameter); N] {
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.to_vec()
+    }
+}
+
 impl NamedTensors for Vec<(String, Parameter)> {
     fn named_parameters(&self) -> Vec<(String, Parameter)> {
         self.clone()

@@ -157,6 +157,17 @@ impl BatchNorm {
         }
     }
 
+    /// Eval mode with weight and bias (inputs `x`, mean, var, weight, bias).
+    #[cfg(test)]
+    pub(super) fn eval_for_tests(eps: f64) -> Self {
+        BatchNorm {
+            training: false,
+            eps,
+            affine: Affine::FromInputs,
+            moments: None,
+        }
+    }
+
     /// The running statistics' inputs before the affine ones: 0 or 2.
     fn fixed(&self) -> usize {
         if self.training {

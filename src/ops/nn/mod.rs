@@ -6,6 +6,8 @@
 
 pub mod batch_norm;
 pub mod batch_norm_backward;
+#[cfg(test)]
+mod batch_norm_tests;
 pub mod bce;
 mod class_targets;
 pub mod cross_entropy;
