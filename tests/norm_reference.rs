@@ -153,9 +153,18 @@ fn group_norm_matches_pytorch() {
     );
 }
 
+/// Momentum, then PyTorch's running mean, running var, num_batches_tracked and eval output.
+type RunningCase = (
+    Option<f64>,
+    &'static [f64],
+    &'static [f64],
+    f64,
+    &'static [f64],
+);
+
 #[test]
 fn batch_norm_2d_running_statistics_match_pytorch_after_three_steps() {
-    let cases: [(Option<f64>, &[f64], &[f64], f64, &[f64]); 2] = [
+    let cases: [RunningCase; 2] = [
         (
             Some(0.1),
             &RUNNING_MOMENTUM_MEAN,
