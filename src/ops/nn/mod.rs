@@ -1,9 +1,13 @@
 //! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
-//! `embedding`, and the fused backward ops that keep their gradients to one
+//! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
+pub mod batch_norm;
+pub mod batch_norm_backward;
+#[cfg(test)]
+mod batch_norm_tests;
 pub mod bce;
 mod class_targets;
 pub mod conv;
@@ -14,6 +18,7 @@ pub mod cross_entropy;
 pub mod cross_entropy_backward;
 pub mod dropout;
 pub mod embedding;
+pub mod group_norm;
 pub mod layer_norm;
 pub mod layer_norm_backward;
 pub mod mse;
@@ -22,6 +27,7 @@ pub mod softmax;
 pub mod spatial;
 pub mod support;
 
+pub use batch_norm::{BatchNormArgs, BatchNormOutput};
 pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
 pub use cross_entropy::CrossEntropyOptions;
@@ -45,6 +51,9 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     embedding::register(reg);
     layer_norm::register(reg);
     layer_norm_backward::register(reg);
+    batch_norm::register(reg);
+    batch_norm_backward::register(reg);
+    group_norm::register(reg);
 }
 
 #[cfg(test)]
@@ -73,6 +82,10 @@ mod tests {
             "layer_norm",
             "layer_norm_backward",
             "layer_norm_weight_backward",
+            "batch_norm",
+            "batch_norm_backward",
+            "batch_norm_weight_backward",
+            "group_norm",
         ] {
             assert_eq!(reg.get(name).unwrap().name(), name);
         }
