@@ -10,7 +10,8 @@
 #
 # Rows pair on (workload, dtype, size), size being `chains`, else `batch`,
 # else `n` of each JSON line: W3's rows are ("w3", "", 64), ("w3", "", 256)
-# and ("w3_conv", "", 32) on both sides.
+# and ("w3_conv", "", 32) on both sides. A row's figure is its "median"
+# (matmul: its "gflops"), else its "median_ms".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,11 +69,13 @@ rows = runs[0]
 def key(r):
     return (r["workload"], r.get("dtype", ""), r.get("chains", r.get("batch", r.get("n", ""))))
 def value(r):
+    # A row's figure: "median" (the per-workload rows of w2 and w3), GFLOP/s
+    # for matmul, else "median_ms" (rows emitted with report::emit's stats).
     if "median" in r:
         return r["median"]
     if r.get("workload") == "matmul":
         return r.get("gflops")
-    return None
+    return r.get("median_ms")
 def side(rs, framework):
     return {key(r): r for r in rs if r.get("framework") == framework}
 per_run = [(side(rs, "retrograd"), side(rs, "pytorch")) for rs in runs]

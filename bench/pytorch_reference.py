@@ -238,7 +238,7 @@ def bench_w3_conv(steps, warmup):
         times.append(time.perf_counter() - t0)
     med, lo, hi = stats([t * 1e3 for t in times])
     flops = 3 * 2 * b * c * s * s * c * k * k  # forward, grad of input, grad of weight
-    emit(workload="w3_conv", batch=b, unit="ms_per_step", median=med, min=lo, max=hi,
+    emit(workload="w3_conv", batch=b, unit="ms_fwd_bwd", median=med, min=lo, max=hi,
          gflops=flops / (med * 1e-3) / 1e9, grad_x_sum=float(gx.sum()), grad_w_sum=float(gw.sum()))
 
 
