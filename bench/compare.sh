@@ -4,17 +4,28 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 matmul mem_w1 mem_w2)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv matmul mem_w1 mem_w2)
+#   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
+#                               # the median of the 3 same-run ratios, with their range
+#
+# Rows pair on (workload, dtype, size), size being `chains`, else `batch`,
+# else `n` of each JSON line: W3's rows are ("w3", "", 64), ("w3", "", 256)
+# and ("w3_conv", "", 32) on both sides. A row's figure is its "median"
+# (matmul: its "gflops"), else its "median_ms".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workloads=("$@")
-[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 matmul mem_w1 mem_w2)
+[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv matmul mem_w1 mem_w2)
 
+runs=${RUNS:-1}
 cargo build --release --quiet --example bench
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+outdir=$(mktemp -d)
+trap 'rm -rf "$outdir"' EXIT
 
+for run in $(seq 1 "$runs"); do
+out="$outdir/run$run.jsonl"
+[ "$runs" -gt 1 ] && echo "run $run of $runs" >&2
 for w in "${workloads[@]}"; do
   case "$w" in
     w1)
@@ -31,6 +42,12 @@ for w in "${workloads[@]}"; do
     w2)
       ./target/release/examples/bench w2 >>"$out"
       for b in 128 1024; do python3 bench/pytorch_reference.py w2 --batch "$b" >>"$out"; done ;;
+    w3)
+      ./target/release/examples/bench w3 >>"$out"
+      for b in 64 256; do python3 bench/pytorch_reference.py w3 --batch "$b" >>"$out"; done ;;
+    w3_conv)
+      ./target/release/examples/bench w3_conv >>"$out"
+      python3 bench/pytorch_reference.py w3_conv >>"$out" ;;
     matmul)
       ./target/release/examples/bench matmul --repeats 7 | grep '"case": "graph_op"' >>"$out" || true
       for n in 1024 2048; do python3 bench/pytorch_reference.py matmul --n "$n" --repeats 7 >>"$out"; done ;;
@@ -43,33 +60,55 @@ for w in "${workloads[@]}"; do
     *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
 done
+done
 
-python3 - "$out" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+python3 - "$outdir"/run*.jsonl <<'PY'
+import json, statistics, sys
+runs = [[json.loads(l) for l in open(f) if l.startswith("{")] for f in sys.argv[1:]]
+rows = runs[0]
 def key(r):
     return (r["workload"], r.get("dtype", ""), r.get("chains", r.get("batch", r.get("n", ""))))
 def value(r):
+    # A row's figure: "median" (the per-workload rows of w2 and w3), GFLOP/s
+    # for matmul, else "median_ms" (rows emitted with report::emit's stats).
     if "median" in r:
         return r["median"]
     if r.get("workload") == "matmul":
         return r.get("gflops")
-    return None
-ours = {key(r): r for r in rows if r.get("framework") == "retrograd"}
-theirs = {key(r): r for r in rows if r.get("framework") == "pytorch"}
-print(f"{'workload':<10} {'dtype':<5} {'size':>6} {'unit':<20} {'retrograd':>11} {'pytorch':>11} {'ratio':>8}")
-for k in sorted(set(ours) | set(theirs), key=str):
-    a, b = ours.get(k), theirs.get(k)
-    unit = (a or b).get("unit", "gflops")
-    va = value(a) if a else None
-    vb = value(b) if b else None
+    return r.get("median_ms")
+def side(rs, framework):
+    return {key(r): r for r in rs if r.get("framework") == framework}
+per_run = [(side(rs, "retrograd"), side(rs, "pytorch")) for rs in runs]
+keys = set()
+for ours, theirs in per_run:
+    keys |= set(ours) | set(theirs)
+multi = len(runs) > 1
+head = f"{'workload':<10} {'dtype':<5} {'size':>6} {'unit':<20} {'retrograd':>11} {'pytorch':>11} {'ratio':>8}"
+print(head + (f"  {'ratio range':>17}" if multi else ""))
+def order(k):
+    return (k[0], k[1], type(k[2]).__name__, k[2])   # sizes in numeric order
+for k in sorted(keys, key=order):
+    va_s = [value(o[k]) for o, _ in per_run if k in o and value(o[k]) is not None]
+    vb_s = [value(t[k]) for _, t in per_run if k in t and value(t[k]) is not None]
+    ratios = [value(o[k]) / value(t[k]) for o, t in per_run
+              if k in o and k in t and value(o[k]) and value(t[k])]
+    unit = next((r[k] for pair in per_run for r in pair if k in r)).get("unit", "gflops")
+    va = statistics.median(va_s) if va_s else None
+    vb = statistics.median(vb_s) if vb_s else None
     # Four significant digits: W1's ratios are a few thousandths.
-    ratio = f"{va / vb:8.4g}" if va and vb else "       -"
+    ratio = f"{statistics.median(ratios):8.4g}" if ratios else "       -"
     fa = f"{va:11.4g}" if va is not None else "          -"
     fb = f"{vb:11.4g}" if vb is not None else "          -"
-    print(f"{k[0]:<10} {k[1]:<5} {str(k[2]):>6} {unit:<20} {fa} {fb} {ratio}")
+    line = f"{k[0]:<10} {k[1]:<5} {str(k[2]):>6} {unit:<20} {fa} {fb} {ratio}"
+    if multi:
+        line += f"  {min(ratios):8.4g}-{max(ratios):<8.4g}" if ratios else "                 -"
+    print(line)
 print("\nratio = retrograd / pytorch (lower is better for time and memory, higher for GFLOP/s)")
-tape = {key(r): r for r in rows if r.get("framework") == "hand_written_tape"}
+if multi:
+    print(f"{len(runs)} runs: figures are medians over runs; ratio is the median of the "
+          "same-run ratios, range their min-max")
+ours, _ = per_run[0]
+tape = side(rows, "hand_written_tape")
 for k in sorted(tape, key=str):
     if k in ours:
         print(f"{k[0]} {k[1]} C={k[2]}: retrograd {ours[k]['median']:.4g} ns/node, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for retrograd's benchmark workloads (issue 7).
+"""PyTorch reference for retrograd's benchmark workloads (issues 7 and 16).
 
 Each workload is defined exactly as in `examples/bench` so both frameworks
 compute the same numbers; every result is one JSON line with the median, min
@@ -7,6 +7,8 @@ and max over repeats plus cross-check values.
 
     pip install torch numpy          # a few GB; not part of CI
     python3 bench/pytorch_reference.py w1 --dtype f32 --chains 1000
+    python3 bench/pytorch_reference.py w3 --batch 64
+    python3 bench/pytorch_reference.py w3_conv
     python3 bench/pytorch_reference.py all
 
 Memory workloads run in a fresh subprocess each, so the peak RSS growth they
@@ -154,6 +156,92 @@ def bench_w2(batch, steps, warmup):
          gflops=flops / (med * 1e-3) / 1e9, loss=loss)
 
 
+# ---------------------------------------------------------------- W3
+# Model C1 (f32): Conv2d(1,16,5,padding=2)-ReLU-MaxPool2d(2)
+#   -> Conv2d(16,32,5,padding=2)-ReLU-MaxPool2d(2) -> Flatten
+#   -> Linear(1568,128)-ReLU -> Linear(128,10); mean cross-entropy; Adam lr 1e-3.
+# Multiply-adds of one forward pass per image; a training step counts
+# 6 flops per multiply-add (forward, grad of input, grad of weight), as W2
+# does, although the first convolution's input gradient is never needed.
+C1_MACS = 16 * 28 * 28 * 1 * 25 + 32 * 14 * 14 * 16 * 25 + 1568 * 128 + 128 * 10
+
+
+def c1_model(seed):
+    """C1 with PyTorch's default initialisation, seeded."""
+    torch.manual_seed(seed)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(1568, 128), nn.ReLU(),
+        nn.Linear(128, 10),
+    )
+
+
+def c1_data(batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+    return x, y
+
+
+def c1_step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+def bench_w3(batch, steps, warmup):
+    model = c1_model(0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = c1_data(batch, 1)
+    for _ in range(warmup):
+        c1_step(model, opt, x, y)
+    times = []
+    loss = None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = c1_step(model, opt, x, y)
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([t * 1e3 for t in times])
+    flops = 6 * batch * C1_MACS
+    emit(workload="w3", batch=batch, unit="ms_per_step", median=med, min=lo, max=hi,
+         gflops=flops / (med * 1e-3) / 1e9, loss=loss)
+
+
+# W3 conv: one 3x3 convolution, 64 -> 64 channels, padding 1, no bias, on
+# [32, 64, 32, 32] f32; forward, then the gradients of sum(output) with
+# respect to the input and the weight.
+W3C = dict(batch=32, channels=64, side=32, kernel=3)
+
+
+def bench_w3_conv(steps, warmup):
+    b, c, s, k = W3C["batch"], W3C["channels"], W3C["side"], W3C["kernel"]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, c, s, s, generator=g).requires_grad_()
+    w = (torch.randn(c, c, k, k, generator=g) * (1.0 / (c * k * k)) ** 0.5).requires_grad_()
+
+    def once():
+        out = torch.nn.functional.conv2d(x, w, padding=k // 2)
+        gx, gw = torch.autograd.grad(out.sum(), [x, w])
+        return gx, gw
+
+    for _ in range(warmup):
+        once()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        gx, gw = once()
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([t * 1e3 for t in times])
+    flops = 3 * 2 * b * c * s * s * c * k * k  # forward, grad of input, grad of weight
+    emit(workload="w3_conv", batch=b, unit="ms_fwd_bwd", median=med, min=lo, max=hi,
+         gflops=flops / (med * 1e-3) / 1e9, grad_x_sum=float(gx.sum()), grad_w_sum=float(gw.sum()))
+
+
 # ---------------------------------------------------------------- W5
 def bench_matmul(n, repeats):
     g = torch.Generator().manual_seed(0)
@@ -206,7 +294,8 @@ def run_isolated(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=["w1", "w1v", "w2", "matmul", "mem_w1", "mem_w2", "all"])
+    ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "matmul", "mem_w1",
+                                     "mem_w2", "all"])
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=128)
@@ -221,6 +310,10 @@ def main():
         bench_w1("f32", a.chains, 64, a.repeats)
     elif a.workload == "w2":
         bench_w2(a.batch, a.steps, a.warmup)
+    elif a.workload == "w3":
+        bench_w3(a.batch, a.steps, a.warmup)
+    elif a.workload == "w3_conv":
+        bench_w3_conv(a.steps, a.warmup)
     elif a.workload == "matmul":
         bench_matmul(a.n, a.repeats)
     elif a.workload == "mem_w1":
@@ -235,6 +328,9 @@ def main():
         bench_w1("f32", 1000, 64, 3)
         for batch in (128, 1024):
             bench_w2(batch, 50, 5)
+        for batch in (64, 256):
+            bench_w3(batch, 50, 5)
+        bench_w3_conv(50, 5)
         for n in (1024, 2048):
             bench_matmul(n, 5)
         run_isolated(["mem_w1", "--chains", "1000"])

@@ -10,6 +10,8 @@ mod checkpoint;
 mod digits;
 #[path = "../fuzz/bodies/expr.rs"]
 mod expr;
+#[path = "../fuzz/bodies/mnist.rs"]
+mod mnist;
 #[path = "../fuzz/bodies/ops.rs"]
 mod ops;
 
@@ -66,6 +68,11 @@ fn expr_corpus() {
 #[test]
 fn digits_corpus() {
     replay("digits", digits::run);
+}
+
+#[test]
+fn mnist_corpus() {
+    replay("mnist", mnist::run);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Mini-batches: an iterator over a [`Dataset`] that yields a features
-//! tensor `[B, num_features]` and the `B` labels, in order or shuffled by a
+//! tensor `[B, ..feature_shape]` (`[B, num_features]` for flat examples) and
+//! the `B` labels, in order or shuffled by a
 //! seeded generator (a new order each epoch, the same orders every run).
 
 use rand::seq::SliceRandom;
@@ -12,7 +13,7 @@ use crate::tensor::{DType, Tensor};
 /// One mini-batch.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    /// Features, `[B, num_features]`.
+    /// Features, `[B, ..feature_shape]` (see [`Dataset::feature_shape`]).
     pub features: Tensor,
     /// The `B` class labels.
     pub labels: Vec<usize>,
@@ -106,8 +107,11 @@ impl Iterator for Batches<'_> {
         for &i in rows {
             values.extend_from_slice(self.dataset.features_of(i));
         }
-        let features = Tensor::from_f64_slice(&values, &[take, width], self.dtype)
-            .expect("the batch holds take * width values");
+        let mut shape = vec![take];
+        shape.extend_from_slice(self.dataset.feature_shape());
+        let features = Tensor::from_f64_slice(&values, &shape, self.dtype).expect(
+            "the batch holds take * width values, and width is the product of feature_shape",
+        );
         let labels = rows.iter().map(|&i| self.dataset.labels()[i]).collect();
         Some(Batch { features, labels })
     }
@@ -163,6 +167,19 @@ mod tests {
         let mut sorted = e1.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, (0..50).map(|v| v as f64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn batches_have_the_feature_shape() {
+        let d = Dataset::new((0..24).map(f64::from).collect(), 6, vec![0; 4], 1)
+            .unwrap()
+            .with_feature_shape(&[1, 2, 3])
+            .unwrap();
+        let shapes: Vec<Vec<usize>> = Batches::sequential(&d, 3, DType::F32)
+            .unwrap()
+            .map(|b| b.features.shape().to_vec())
+            .collect();
+        assert_eq!(shapes, vec![vec![3, 1, 2, 3], vec![1, 1, 2, 3]]);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! [`Dataset`]: a labelled classification set held in memory, and its
-//! seeded, stratified train/test split.
+//! [`Dataset`]: a labelled classification set held in memory, with the
+//! shape of one example (a flat vector, or an image `[C, H, W]`), its seeded
+//! train/test splits (stratified, or a shuffle cut at an exact size) and
+//! feature normalisation.
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -9,7 +11,10 @@ use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// Examples with `num_features` features each (row-major, f64) and a class
-/// label in `0..num_classes`.
+/// label in `0..num_classes`. Each example has a shape, `[num_features]`
+/// unless [`with_feature_shape`](Self::with_feature_shape) gives another
+/// (`[1, 28, 28]` for MNIST): batches and [`features_tensor`](Self::features_tensor)
+/// are `[n, ..feature_shape]`.
 ///
 /// ```
 /// use retrograd::data::Dataset;
@@ -23,6 +28,7 @@ use crate::tensor::{DType, Tensor};
 pub struct Dataset {
     features: Vec<f64>,
     num_features: usize,
+    feature_shape: Vec<usize>,
     labels: Vec<usize>,
     num_classes: usize,
 }
@@ -56,9 +62,69 @@ impl Dataset {
         Ok(Dataset {
             features,
             num_features,
+            feature_shape: vec![num_features],
             labels,
             num_classes,
         })
+    }
+
+    /// The same examples, each of shape `shape` (row-major; its product must
+    /// be `num_features`): `[1, 28, 28]` makes batches of images
+    /// `[B, 1, 28, 28]`, as a convolution wants.
+    ///
+    /// ```
+    /// use retrograd::{DType, data::Dataset};
+    /// let ds = Dataset::new(vec![0.0; 24], 12, vec![0, 1], 2)?.with_feature_shape(&[3, 2, 2])?;
+    /// assert_eq!(ds.feature_shape(), &[3, 2, 2]);
+    /// assert_eq!(ds.features_tensor(DType::F32)?.shape(), &[2, 3, 2, 2]);
+    /// assert!(ds.with_feature_shape(&[5, 2]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn with_feature_shape(mut self, shape: &[usize]) -> Result<Self> {
+        if shape.is_empty()
+            || shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(self.num_features)
+        {
+            return Err(Error::invalid(
+                "Dataset::with_feature_shape",
+                format!(
+                    "shape {shape:?} does not hold the {} features of an example",
+                    self.num_features
+                ),
+            ));
+        }
+        self.feature_shape = shape.to_vec();
+        Ok(self)
+    }
+
+    /// The shape of one example: `[num_features]` unless
+    /// [`with_feature_shape`](Self::with_feature_shape) set another.
+    pub fn feature_shape(&self) -> &[usize] {
+        &self.feature_shape
+    }
+
+    /// The same examples with every feature `v` replaced by
+    /// `(v - mean) / std`, as `torchvision.transforms.Normalize` does with
+    /// one channel (MNIST: [`mnist::MEAN`](super::mnist::MEAN),
+    /// [`mnist::STD`](super::mnist::STD)). `mean` must be finite and `std`
+    /// finite and positive.
+    ///
+    /// ```
+    /// use retrograd::data::Dataset;
+    /// let ds = Dataset::new(vec![0.0, 0.5, 1.0], 1, vec![0, 0, 0], 1)?.normalized(0.5, 0.25)?;
+    /// assert_eq!(ds.features(), &[-2.0, 0.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn normalized(mut self, mean: f64, std: f64) -> Result<Self> {
+        if !mean.is_finite() || !std.is_finite() || std <= 0.0 {
+            return Err(Error::invalid(
+                "Dataset::normalized",
+                format!("mean must be finite and std finite and > 0, got mean {mean}, std {std}"),
+            ));
+        }
+        for v in &mut self.features {
+            *v = (*v - mean) / std;
+        }
+        Ok(self)
     }
 
     /// The number of examples.
@@ -105,9 +171,11 @@ impl Dataset {
         counts
     }
 
-    /// All features as one `[len, num_features]` tensor of `dtype`.
+    /// All features as one `[len, ..feature_shape]` tensor of `dtype`.
     pub fn features_tensor(&self, dtype: DType) -> Result<Tensor> {
-        Tensor::from_f64_slice(&self.features, &[self.len(), self.num_features], dtype)
+        let mut shape = vec![self.len()];
+        shape.extend_from_slice(&self.feature_shape);
+        Tensor::from_f64_slice(&self.features, &shape, dtype)
     }
 
     /// The examples at `indices`, in that order, as a new dataset.
@@ -128,6 +196,7 @@ impl Dataset {
         Ok(Dataset {
             features,
             num_features: self.num_features,
+            feature_shape: self.feature_shape.clone(),
             labels,
             num_classes: self.num_classes,
         })
@@ -169,6 +238,37 @@ impl Dataset {
         }
         let (test, train): (Vec<usize>, Vec<usize>) = (0..self.len()).partition(|&i| in_test[i]);
         Ok((self.subset(&train)?, self.subset(&test)?))
+    }
+
+    /// Splits into `(train, test)` on a seeded shuffle: the examples are put
+    /// in a random order drawn from `seed`, the first `test_len` go to the
+    /// test set and the others to the training set, both in that shuffled
+    /// order. Unlike [`stratified_split`](Self::stratified_split) the sizes
+    /// are exact and class proportions are left to chance.
+    ///
+    /// ```
+    /// use retrograd::data::Dataset;
+    /// let ds = Dataset::new((0..10).map(f64::from).collect(), 1, vec![0; 10], 1)?;
+    /// let (train, test) = ds.shuffled_split(3, 42)?;
+    /// assert_eq!((train.len(), test.len()), (7, 3));
+    /// assert_eq!(ds.shuffled_split(3, 42)?, (train, test));   // seeded
+    /// assert!(ds.shuffled_split(11, 42).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn shuffled_split(&self, test_len: usize, seed: u64) -> Result<(Dataset, Dataset)> {
+        if test_len > self.len() {
+            return Err(Error::invalid(
+                "shuffled_split",
+                format!(
+                    "test_len {test_len} is more than the {} examples",
+                    self.len()
+                ),
+            ));
+        }
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        let (test, train) = order.split_at(test_len);
+        Ok((self.subset(train)?, self.subset(test)?))
     }
 }
 
@@ -212,6 +312,65 @@ mod tests {
         ));
         assert!(toy().stratified_split(1.5, 0).is_err());
         assert!(toy().subset(&[30]).is_err());
+    }
+
+    #[test]
+    fn shuffled_split_is_exact_disjoint_complete_and_seeded() {
+        let ds = toy();
+        let (train, test) = ds.shuffled_split(7, 3).unwrap();
+        assert_eq!((train.len(), test.len()), (23, 7));
+        let mut firsts: Vec<f64> = train
+            .features()
+            .chunks(2)
+            .chain(test.features().chunks(2))
+            .map(|r| r[0])
+            .collect();
+        assert_ne!(
+            firsts[..7],
+            [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0],
+            "shuffled"
+        );
+        firsts.sort_by(f64::total_cmp);
+        assert_eq!(firsts, (0..30).map(|i| (2 * i) as f64).collect::<Vec<_>>());
+        assert_eq!(ds.shuffled_split(7, 3).unwrap(), (train, test.clone()));
+        assert_ne!(ds.shuffled_split(7, 4).unwrap().1, test);
+        let (all, none) = ds.shuffled_split(0, 0).unwrap();
+        assert_eq!((all.len(), none.len()), (30, 0));
+        assert_eq!(ds.shuffled_split(30, 0).unwrap().1.len(), 30);
+        assert!(ds.shuffled_split(31, 0).is_err());
+    }
+
+    #[test]
+    fn feature_shape_survives_subsets_and_splits() {
+        let ds = toy().with_feature_shape(&[1, 2, 1]).unwrap();
+        assert_eq!(ds.feature_shape(), &[1, 2, 1]);
+        let (train, test) = ds.shuffled_split(5, 0).unwrap();
+        assert_eq!(train.feature_shape(), &[1, 2, 1]);
+        assert_eq!(
+            test.features_tensor(DType::F64).unwrap().shape(),
+            &[5, 1, 2, 1]
+        );
+        let (train, _) = ds.stratified_split(0.5, 0).unwrap();
+        assert_eq!(train.feature_shape(), &[1, 2, 1]);
+        assert_eq!(toy().feature_shape(), &[2]);
+        for bad in [&[][..], &[3], &[2, 2], &[usize::MAX, 2]] {
+            assert!(toy().with_feature_shape(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn normalized_maps_every_feature() {
+        let ds = toy().normalized(1.0, 2.0).unwrap();
+        assert_eq!(&ds.features()[..3], &[-0.5, 0.0, 0.5]);
+        assert_eq!(ds.labels(), toy().labels());
+        for (m, s) in [
+            (f64::NAN, 1.0),
+            (0.0, 0.0),
+            (0.0, -1.0),
+            (0.0, f64::INFINITY),
+        ] {
+            assert!(toy().normalized(m, s).is_err());
+        }
     }
 
     #[test]

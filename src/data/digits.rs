@@ -8,11 +8,9 @@
 //! `[0, 1]` (divided by 16): a fixed scale needs no statistics, so nothing
 //! leaks from the test split into training.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use flate2::read::GzDecoder;
-
+use super::image_csv::ImageCsv;
 use super::Dataset;
 use crate::error::{Error, Result};
 
@@ -53,65 +51,17 @@ pub fn load(path: impl AsRef<Path>) -> Result<Dataset> {
 
 /// Parses the bytes of a digits file; `source` names it in errors.
 pub fn parse(bytes: &[u8], source: &str) -> Result<Dataset> {
-    let format = |reason: String| Error::Format {
-        op: "digits::parse",
-        path: source.to_string(),
-        reason,
-    };
-    let reader: Box<dyn Read + '_> = if bytes.starts_with(&[0x1f, 0x8b]) {
-        Box::new(GzDecoder::new(bytes))
-    } else {
-        Box::new(bytes)
-    };
-    let mut features = Vec::new();
-    let mut labels = Vec::new();
-    for (i, line) in BufReader::new(reader).lines().enumerate() {
-        let line_no = i + 1;
-        // Reading from memory fails only on bad gzip data or invalid UTF-8.
-        let line = line.map_err(|e| format(format!("line {line_no}: {e}")))?;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != NUM_PIXELS + 1 {
-            return Err(format(format!(
-                "line {line_no}: expected {} comma-separated values (64 pixels and a label), found {}",
-                NUM_PIXELS + 1,
-                fields.len()
-            )));
-        }
-        for (col, field) in fields.iter().enumerate() {
-            let v: u32 = field.trim().parse().map_err(|_| {
-                format(format!(
-                    "line {line_no}, column {}: `{field}` is not a non-negative integer",
-                    col + 1
-                ))
-            })?;
-            if col < NUM_PIXELS {
-                if v > MAX_PIXEL {
-                    return Err(format(format!(
-                        "line {line_no}, column {}: pixel {v} is out of range 0..={MAX_PIXEL}",
-                        col + 1
-                    )));
-                }
-                features.push(v as f64 / MAX_PIXEL as f64);
-            } else {
-                if v as usize >= NUM_CLASSES {
-                    return Err(format(format!(
-                        "line {line_no}: label {v} is out of range 0..={}",
-                        NUM_CLASSES - 1
-                    )));
-                }
-                labels.push(v as usize);
-            }
-        }
-    }
-    if labels.is_empty() {
-        return Err(format("no rows".to_string()));
-    }
+    let (features, labels) = FORMAT.parse(bytes, source)?;
     Dataset::new(features, NUM_PIXELS, labels, NUM_CLASSES)
 }
+
+/// The file format, shared with [`mnist`](super::mnist).
+const FORMAT: ImageCsv = ImageCsv {
+    op: "digits::parse",
+    pixels: NUM_PIXELS,
+    max_pixel: MAX_PIXEL,
+    num_classes: NUM_CLASSES,
+};
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,13 @@
-//! Data for training: an in-memory labelled [`Dataset`] with a seeded
-//! stratified split, shuffling mini-[`Batches`], and the bundled handwritten
-//! [`digits`].
+//! Data for training: an in-memory labelled [`Dataset`] with seeded splits
+//! (stratified, or a shuffle cut at exact sizes), shuffling mini-[`Batches`],
+//! and two bundled sets of handwritten digits: the 8x8 UCI [`digits`] and
+//! 5,000 28x28 [`mnist`] images.
 
 mod batches;
 mod dataset;
 pub mod digits;
+mod image_csv;
+pub mod mnist;
 
 pub use batches::{Batch, Batches};
 pub use dataset::Dataset;

@@ -22,6 +22,7 @@ mod dtypes;
 mod expressions;
 mod indexing;
 mod layout;
+mod mnist_csv;
 mod modules;
 mod nonfinite;
 mod optimizers;
@@ -47,6 +48,7 @@ fn every_bad_input_gives_a_typed_error_or_a_documented_result() {
     optimizers::cases(&mut table);
     checkpoints::cases(&mut table);
     digits_csv::cases(&mut table);
+    mnist_csv::cases(&mut table);
     modules::cases(&mut table);
     expressions::cases(&mut table);
     display::cases(&mut table);
