@@ -13,5 +13,6 @@ pub mod classification;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;
+pub mod pool;
 pub mod softmax;
 pub mod sparse;
