@@ -4,6 +4,7 @@
 //! `embedding`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
+pub mod avg_pool;
 pub mod bce;
 mod class_targets;
 pub mod cross_entropy;
@@ -12,14 +13,17 @@ pub mod dropout;
 pub mod embedding;
 pub mod layer_norm;
 pub mod layer_norm_backward;
+pub mod max_pool;
 pub mod mse;
 pub mod nll;
+pub mod pool;
 pub mod softmax;
 pub mod spatial;
 pub mod support;
 
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
+pub use pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use spatial::{Spatial, Window};
 pub use support::{IntIndex, Reduction};
 
@@ -36,6 +40,8 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     embedding::register(reg);
     layer_norm::register(reg);
     layer_norm_backward::register(reg);
+    max_pool::register(reg);
+    avg_pool::register(reg);
 }
 
 #[cfg(test)]
@@ -64,6 +70,13 @@ mod tests {
             "layer_norm",
             "layer_norm_backward",
             "layer_norm_weight_backward",
+            "max_pool2d",
+            "max_pool2d_backward",
+            "max_pool2d_gather",
+            "avg_pool2d",
+            "avg_pool2d_backward",
+            "adaptive_avg_pool2d",
+            "adaptive_avg_pool2d_backward",
         ] {
             assert_eq!(reg.get(name).unwrap().name(), name);
         }
