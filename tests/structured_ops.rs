@@ -41,7 +41,11 @@ fn first_order<'g>(op: &registry_ops::Structured, vs: &[Tensor], v: &[Var<'g>]) 
 /// differentiated) against central differences of its value. Not
 /// `gradcheck`: its finite differences evaluate under `no_grad`, where no
 /// gradient can be taken, so each evaluation here gets a recording graph.
-fn check_second_derivative(op: &registry_ops::Structured, xs: &[Tensor], vs: &[Tensor]) -> Result<()> {
+fn check_second_derivative(
+    op: &registry_ops::Structured,
+    xs: &[Tensor],
+    vs: &[Tensor],
+) -> Result<()> {
     let graph = Graph::new();
     let vars: Vec<Var<'_>> = xs.iter().map(|t| graph.variable(t.clone())).collect();
     let total = first_order(op, vs, &vars)?;

@@ -8,9 +8,9 @@ mod module;
 mod parameter;
 mod state;
 
+pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use layers::{Activation, Dropout, Embedding, LayerNorm, Linear, Mlp, MlpBuilder, Sequential};
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
-pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;

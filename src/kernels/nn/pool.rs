@@ -331,7 +331,11 @@ pub fn gather<T: Element>(
 ) {
     let (ip, op) = (plan.in_plane(), plan.out_plane());
     assert_eq!(t.len(), planes * ip, "max_pool2d gather: input length");
-    assert_eq!(indices.len(), planes * op, "max_pool2d gather: index length");
+    assert_eq!(
+        indices.len(),
+        planes * op,
+        "max_pool2d gather: index length"
+    );
     for_planes(out, planes, op, ip, out.len(), |p, o| {
         let (src, idx) = (&t[p * ip..(p + 1) * ip], &indices[p * op..(p + 1) * op]);
         for (slot, &i) in o.iter_mut().zip(idx) {
@@ -357,7 +361,11 @@ pub fn scatter<T: Element>(
 ) {
     let (ip, op) = (plan.in_plane(), plan.out_plane());
     assert_eq!(g.len(), planes * op, "max_pool2d scatter: gradient length");
-    assert_eq!(indices.len(), planes * op, "max_pool2d scatter: index length");
+    assert_eq!(
+        indices.len(),
+        planes * op,
+        "max_pool2d scatter: index length"
+    );
     for_planes(out, planes, ip, ip, out.len(), |p, plane| {
         let plane = init(plane);
         let (src, idx) = (&g[p * op..(p + 1) * op], &indices[p * op..(p + 1) * op]);
@@ -393,8 +401,8 @@ pub fn avg_pool2d<T: Element>(
                 let top = &x[2 * oh * w..2 * oh * w + w];
                 let bottom = &x[(2 * oh + 1) * w..(2 * oh + 2) * w];
                 for j in 0..ow {
-                    let s = T::zero() + top[2 * j] + top[2 * j + 1] + bottom[2 * j]
-                        + bottom[2 * j + 1];
+                    let s =
+                        T::zero() + top[2 * j] + top[2 * j + 1] + bottom[2 * j] + bottom[2 * j + 1];
                     o[oh * ow + j].write(divisor.apply(s, r, c));
                 }
             }
@@ -569,7 +577,9 @@ mod tests {
         let mut idx2 = vec![0u32; planes * o * o];
         max_pool2d(&x, planes, &p, &mut out, &mut idx2);
         assert_eq!(idx, idx2);
-        let g: Vec<f64> = (0..planes * o * o).map(|i| (i as f64 * 0.11).cos()).collect();
+        let g: Vec<f64> = (0..planes * o * o)
+            .map(|i| (i as f64 * 0.11).cos())
+            .collect();
         let mut s = uninit::<f64>(x.len());
         scatter(&g, &idx, planes, &p, &mut s);
         let s = collect(s);
@@ -590,7 +600,10 @@ mod tests {
         let rhs: f64 = b.iter().zip(&x).map(|(a, b)| a * b).sum();
         assert!((lhs - rhs).abs() < 1e-9 * lhs.abs().max(1.0));
         // Single-threaded gives the same bits.
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
         let b1 = pool.install(|| {
             let mut b = uninit::<f64>(x.len());
             avg_pool2d_backward(&g, planes, &p, Divisor::Window, &mut b);

@@ -123,7 +123,13 @@ mod tests {
     #[test]
     fn layers_match_their_functions_and_compose() {
         let g = Graph::new();
-        let x = g.variable(Tensor::from_vec((0..50).map(|i| (i as f64 * 0.7).sin()).collect(), &[1, 2, 5, 5]).unwrap());
+        let x = g.variable(
+            Tensor::from_vec(
+                (0..50).map(|i| (i as f64 * 0.7).sin()).collect(),
+                &[1, 2, 5, 5],
+            )
+            .unwrap(),
+        );
         let mp = MaxPool2dOptions::new(3).stride(2).padding(1);
         assert_eq!(
             MaxPool2d::new(mp.clone()).forward(&x).unwrap().value(),
