@@ -443,9 +443,26 @@ pub fn avg_pool2d_backward<T: Element>(
     let (ip, op) = (plan.in_plane(), plan.out_plane());
     assert_eq!(g.len(), planes * op, "avg_pool2d_backward: gradient length");
     let w = plan.cols.len;
+    let pairs = plan.pairs();
     for_planes(out, planes, ip, ip, out.len(), |p, plane| {
         let plane = init(plane);
         let g = &g[p * op..(p + 1) * op];
+        if pairs {
+            // Each input position is in at most one window: `0 + d`, as below.
+            let (r, c) = (&plan.rows.taps[0], &plan.cols.taps[0]);
+            let ow = plan.cols.taps.len();
+            for (oh, g) in g.chunks_exact(ow).enumerate() {
+                let (top, bottom) = plane[2 * oh * w..(2 * oh + 2) * w].split_at_mut(w);
+                for (j, &v) in g.iter().enumerate() {
+                    let d = divisor.apply(v, r, c);
+                    top[2 * j] += d;
+                    top[2 * j + 1] += d;
+                    bottom[2 * j] += d;
+                    bottom[2 * j + 1] += d;
+                }
+            }
+            return;
+        }
         let mut k = 0;
         for r in &plan.rows.taps {
             for c in &plan.cols.taps {
@@ -523,10 +540,12 @@ mod tests {
             max_pool2d(&x, 2, p, &mut out, &mut idx);
             let mut avg = uninit::<f64>(24);
             avg_pool2d(&x, 2, p, Divisor::Fixed(4), &mut avg);
-            (collect(out), idx, collect(avg))
+            let mut back = uninit::<f64>(x.len());
+            avg_pool2d_backward(&x[..24], 2, p, Divisor::Fixed(4), &mut back);
+            (collect(out), idx, collect(avg), collect(back))
         };
-        let (v, i, a) = run(&fast);
-        assert_eq!((v.clone(), i.clone(), a.clone()), run(&general));
+        let (v, i, a, b) = run(&fast);
+        assert_eq!((v.clone(), i.clone(), a.clone(), b), run(&general));
         // Against brute force.
         for p in 0..2 {
             for oh in 0..3 {
