@@ -463,6 +463,13 @@ mod tests {
         let neg = g.variable(Tensor::from_vec(vec![-3.0, -1.0, -2.0, -4.0], &[1, 1, 2, 2]).unwrap());
         let y = neg.max_pool2d(&MaxPool2dOptions::new(2).stride(1).padding(1));
         assert_eq!(y.value().to_f64_vec(), vec![-3.0, -1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -2.0, -4.0]);
+        // A window with no input position (dilation past the padding): -inf
+        // and no gradient, as PyTorch.
+        let opts = MaxPool2dOptions::new(2).stride(1).padding(1).dilation(3);
+        let y = neg.max_pool2d(&opts);
+        assert_eq!(y.value().to_f64_vec(), vec![f64::NEG_INFINITY]);
+        let dx = (&y * 0.0).sum().backward().unwrap().wrt(&neg).to_f64_vec();
+        assert_eq!(dx, vec![0.0; 4]);
         // ceil_mode keeps a last partial window.
         let z = g.variable(Tensor::from_vec((0..25).map(f64::from).collect(), &[1, 5, 5]).unwrap());
         assert_eq!(z.max_pool2d(&MaxPool2dOptions::new(2)).shape(), &[1, 2, 2]);
