@@ -345,7 +345,7 @@ fn run(args: &Args) -> Result<()> {
             message: e.to_string(),
         })?;
     }
-    save_checkpoint(&args.out, &model.parameters(), Some(optimizer.as_ref()))?;
+    save_checkpoint(&args.out, &model, Some(optimizer.as_ref()))?;
     println!(
         "checkpoint: {} (model and {} state)",
         args.out.display(),
@@ -355,11 +355,7 @@ fn run(args: &Args) -> Result<()> {
     // A fresh model with other weights, restored from the file, must score the same.
     let mut restored = build_model(args, args.seed.wrapping_add(1))?;
     let mut restored_optimizer = build_optimizer(args, &restored)?;
-    load_checkpoint(
-        &args.out,
-        &restored.parameters(),
-        Some(restored_optimizer.as_mut()),
-    )?;
+    load_checkpoint(&args.out, &restored, Some(restored_optimizer.as_mut()))?;
     restored.set_training(false);
     let restored_acc = evaluate_accuracy(&restored, &test, 512, DType::F32)?;
     let same_logits = {

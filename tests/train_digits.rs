@@ -40,10 +40,10 @@ fn small_mlp_learns_the_digits_and_round_trips() {
     // Checkpoint round trip into a differently initialised model.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("digits.safetensors");
-    save_checkpoint(&path, &model.parameters(), Some(&opt)).unwrap();
+    save_checkpoint(&path, &model, Some(&opt)).unwrap();
     let restored = Mlp::builder(&[64, 32, 10]).seed(99).build().unwrap();
     let mut restored_opt = Adam::new(restored.parameters(), AdamConfig::default().lr(0.5)).unwrap();
-    load_checkpoint(&path, &restored.parameters(), Some(&mut restored_opt)).unwrap();
+    load_checkpoint(&path, &restored, Some(&mut restored_opt)).unwrap();
     assert_eq!(restored.state_dict(), model.state_dict());
     assert_eq!(restored_opt.state_dict(), opt.state_dict());
     assert_eq!(restored_opt.lr(), opt.lr());

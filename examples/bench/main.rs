@@ -19,6 +19,7 @@ mod report;
 mod tape;
 mod w1;
 mod w2;
+mod w3;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w2",
         w2::run,
         "MLP training step (784-512-512-10), batch 128 and 1024",
+    ),
+    (
+        "w3_conv",
+        w3::run_conv,
+        "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",
     ),
     (
         "mem_w1",

@@ -1,9 +1,11 @@
-//! Training checkpoints: a model's named parameters and, optionally, its
-//! optimizer's state, in one safetensors file.
+//! Training checkpoints: a model's named parameters and buffers and,
+//! optionally, its optimizer's state, in one safetensors file.
 //!
-//! Naming scheme: each parameter under its own name (`"0.weight"`,
-//! `"2.bias"`, as `Module::parameters` gives them, so the file loads into a
-//! PyTorch model with the same layout through `safetensors.torch.load_file`),
+//! Naming scheme: each parameter and buffer under its own name
+//! (`"0.weight"`, `"2.bias"`, `"1.running_mean"`, as `Module::parameters`
+//! and `Module::buffers` give them, so the file loads into a PyTorch model
+//! with the same layout through `safetensors.torch.load_file`; PyTorch
+//! keeps `num_batches_tracked` as int64 where retrograd has a 0-d f64),
 //! and each optimizer state tensor under `"optimizer.{parameter}.{field}"`
 //! (`optimizer.0.weight.exp_avg`, `optimizer.0.weight.step`, ...). The
 //! header's metadata records the format, the optimizer kind and its learning
@@ -11,14 +13,14 @@
 //!
 //! Loading is strict and all-or-nothing: a missing or unexpected name, a
 //! wrong shape or dtype is an [`Error::TensorMismatch`] naming the tensor,
-//! and on any error no parameter or optimizer state is changed.
+//! and on any error no parameter, buffer or optimizer state is changed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::safetensors::{load_tensors, save_tensors};
 use crate::error::{Error, Result};
-use crate::nn::{Parameter, StateDict};
+use crate::nn::{NamedTensors, StateDict};
 use crate::optim::Optimizer;
 
 /// Prefix of optimizer state entries.
@@ -29,10 +31,19 @@ const FORMAT: &str = "retrograd.checkpoint.v1";
 const OPTIMIZER_KEY: &str = "optimizer";
 const LR_KEY: &str = "optimizer.lr";
 
-/// Saves `params` (and `optimizer`'s state, if given) to `path`, atomically.
+/// Saves `model`'s parameters and buffers (and `optimizer`'s state, if
+/// given) to `path`, atomically. `model` is a [`Module`](crate::nn::Module)
+/// (parameters and buffers) or a list of named parameters.
 ///
 /// ```
-/// use retrograd::{Tensor, nn::Parameter, io::{load_checkpoint, save_checkpoint}};
+/// use retrograd::{DType, Tensor, nn::{BatchNorm1d, Module, Parameter}, io::{load_checkpoint, save_checkpoint}};
+/// let dir = tempfile::tempdir().unwrap();
+/// // A module: its buffers (running statistics) are saved too.
+/// let bn = BatchNorm1d::new(2, DType::F32)?;
+/// save_checkpoint(dir.path().join("bn.safetensors"), &bn, None)?;
+/// load_checkpoint(dir.path().join("bn.safetensors"), &bn, None)?;
+/// assert_eq!(bn.buffers()[0].0, "running_mean");
+/// // A plain list of named parameters.
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("model.safetensors");
 /// let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2])?);
@@ -42,26 +53,35 @@ const LR_KEY: &str = "optimizer.lr";
 /// assert_eq!(w.value().to_vec::<f32>()?, vec![1.0, 2.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn save_checkpoint(
+pub fn save_checkpoint<M: NamedTensors + ?Sized>(
     path: impl AsRef<Path>,
-    params: &[(String, Parameter)],
+    model: &M,
     optimizer: Option<&dyn Optimizer>,
 ) -> Result<()> {
     let path = path.as_ref();
     let mut tensors = StateDict::new();
-    for (name, p) in params {
+    let params = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.value()));
+    let buffers = model
+        .named_buffers()
+        .into_iter()
+        .map(|(n, b)| (n, b.value()));
+    for (name, value) in params.chain(buffers) {
         if name.starts_with(OPTIMIZER_PREFIX) {
             return Err(Error::invalid(
                 "save_checkpoint",
-                format!("parameter name `{name}` uses the reserved prefix `{OPTIMIZER_PREFIX}`"),
+                format!("parameter or buffer name `{name}` uses the reserved prefix `{OPTIMIZER_PREFIX}`"),
             ));
         }
-        if tensors.insert(name.clone(), p.value()).is_some() {
+        if tensors.contains_key(&name) {
             return Err(Error::invalid(
                 "save_checkpoint",
-                format!("two parameters are named `{name}`"),
+                format!("two parameters or buffers are named `{name}`"),
             ));
         }
+        tensors.insert(name, value);
     }
     let mut metadata = BTreeMap::new();
     metadata.insert(FORMAT_KEY.to_string(), FORMAT.to_string());
@@ -76,16 +96,18 @@ pub fn save_checkpoint(
     save_tensors(path, &tensors, &metadata)
 }
 
-/// Loads a checkpoint written by [`save_checkpoint`] into `params` (every
-/// one must be in the file, with its shape and dtype; the file may hold no
-/// other parameter) and, if given, into `optimizer` (which must be of the
-/// kind that saved it; its learning rate is restored too). Optimizer entries
-/// are ignored when no optimizer is given.
-pub fn load_checkpoint(
+/// Loads a checkpoint written by [`save_checkpoint`] into `model`'s
+/// parameters and buffers (every one must be in the file, with its shape
+/// and dtype; the file may hold no other parameter or buffer) and, if
+/// given, into `optimizer` (which must be of the kind that saved it; its
+/// learning rate is restored too). Optimizer entries are ignored when no
+/// optimizer is given. All or nothing: on error nothing is changed.
+pub fn load_checkpoint<M: NamedTensors + ?Sized>(
     path: impl AsRef<Path>,
-    params: &[(String, Parameter)],
+    model: &M,
     optimizer: Option<&mut dyn Optimizer>,
 ) -> Result<()> {
+    let (params, buffers) = (model.named_parameters(), model.named_buffers());
     let path = path.as_ref();
     let context = format!("load_checkpoint({})", path.display());
     let file = load_tensors(path)?;
@@ -103,14 +125,15 @@ pub fn load_checkpoint(
         }
     }
 
-    let (mut model, mut optim) = (StateDict::new(), StateDict::new());
+    let (mut tensors, mut optim) = (StateDict::new(), StateDict::new());
     for (name, t) in file.tensors {
         match name.strip_prefix(OPTIMIZER_PREFIX) {
             Some(rest) => optim.insert(rest.to_string(), t),
-            None => model.insert(name, t),
+            None => tensors.insert(name, t),
         };
     }
-    let values = crate::nn::check_state_dict(&context, params, &model)?;
+    let (values, buffer_values) =
+        crate::nn::check_module_state(&context, &params, &buffers, &tensors)?;
 
     if let Some(opt) = optimizer {
         let saved_kind = file.metadata.get(OPTIMIZER_KEY);
@@ -139,6 +162,9 @@ pub fn load_checkpoint(
     for ((_, p), value) in params.iter().zip(values) {
         p.set(value)?;
     }
+    for ((_, b), value) in buffers.iter().zip(buffer_values) {
+        b.set(value)?;
+    }
     Ok(())
 }
 
@@ -146,6 +172,7 @@ pub fn load_checkpoint(
 mod tests {
     use super::*;
     use crate::error::TensorProblem;
+    use crate::nn::Parameter;
     use crate::optim::{Adam, AdamConfig, Sgd, SgdConfig};
     use crate::{DType, Graph, Tensor};
 

@@ -287,6 +287,157 @@ fn gemm_into<T: Element>(
     }
 }
 
+/// A matrix inside a slice: element `(i, j)` at `i * row_stride + j * col_stride`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MatView {
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl MatView {
+    /// A row-major `[rows, cols]` matrix with rows `ld` elements apart.
+    pub fn rows(rows: usize, cols: usize, ld: usize) -> Self {
+        MatView {
+            rows,
+            cols,
+            row_stride: ld,
+            col_stride: 1,
+        }
+    }
+
+    /// The same elements read transposed.
+    pub fn t(self) -> Self {
+        MatView {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    /// One past the furthest offset the view reads (0 when empty).
+    fn reach(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride + 1
+        }
+    }
+}
+
+/// `dst += a @ b` on views into slices (the products of convolutions,
+/// whose operands are blocks of larger buffers). `threaded` lets `gemm`
+/// split the product across rayon.
+///
+/// Panics if a view reaches outside its slice or the shapes do not chain.
+pub(crate) fn gemm_accumulate<T: Element>(
+    dst: &mut [T],
+    d: MatView,
+    a: &[T],
+    av: MatView,
+    b: &[T],
+    bv: MatView,
+    threaded: bool,
+) {
+    check_views(dst.len(), d, a, av, b, bv);
+    if av.cols == 0 {
+        return;
+    }
+    // SAFETY: the views lie inside their slices (`check_views`) and `dst`
+    // is initialised, so gemm may read it.
+    unsafe { gemm_raw(dst.as_mut_ptr(), d, a, av, b, bv, true, threaded) }
+}
+
+/// `dst = a @ b` on views into slices, overwriting `dst`'s view; see
+/// [`gemm_accumulate`].
+pub(crate) fn gemm_overwrite<T: Element>(
+    dst: &mut [T],
+    d: MatView,
+    a: &[T],
+    av: MatView,
+    b: &[T],
+    bv: MatView,
+    threaded: bool,
+) {
+    check_views(dst.len(), d, a, av, b, bv);
+    if av.cols == 0 {
+        for i in 0..d.rows {
+            for j in 0..d.cols {
+                dst[i * d.row_stride + j * d.col_stride] = T::zero();
+            }
+        }
+        return;
+    }
+    // SAFETY: the views lie inside their slices (`check_views`); with
+    // `read_dst = false` gemm only writes `dst`'s view.
+    unsafe { gemm_raw(dst.as_mut_ptr(), d, a, av, b, bv, false, threaded) }
+}
+
+fn check_views<T>(dst_len: usize, d: MatView, a: &[T], av: MatView, b: &[T], bv: MatView) {
+    assert!(
+        av.rows == d.rows && bv.cols == d.cols && av.cols == bv.rows,
+        "gemm views: [{}, {}] x [{}, {}] into [{}, {}]",
+        av.rows,
+        av.cols,
+        bv.rows,
+        bv.cols,
+        d.rows,
+        d.cols
+    );
+    assert!(d.reach() <= dst_len && av.reach() <= a.len() && bv.reach() <= b.len());
+}
+
+/// # Safety
+/// The views must lie inside `a`, `b` and the buffer at `dst`, the shapes
+/// must chain, and with `read_dst` the destination view must be initialised.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_raw<T: Element>(
+    dst: *mut T,
+    d: MatView,
+    a: &[T],
+    av: MatView,
+    b: &[T],
+    bv: MatView,
+    read_dst: bool,
+    threaded: bool,
+) {
+    if d.rows == 0 || d.cols == 0 {
+        return;
+    }
+    let par = if threaded && rayon::current_num_threads() > 1 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: forwarded from the caller's contract; f32 and f64 are gemm's
+    // own element types.
+    unsafe {
+        gemm::gemm(
+            d.rows,
+            d.cols,
+            av.cols,
+            dst,
+            d.col_stride as isize,
+            d.row_stride as isize,
+            read_dst,
+            a.as_ptr(),
+            av.col_stride as isize,
+            av.row_stride as isize,
+            b.as_ptr(),
+            bv.col_stride as isize,
+            bv.row_stride as isize,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
 /// The shape of `op(a) @ op(b)`, or the error `matmul` would return.
 pub fn matmul_shape(
     op: &'static str,

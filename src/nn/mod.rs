@@ -1,6 +1,7 @@
-//! Training building blocks: parameters, initialisers, the [`Module`] trait
+//! Training building blocks: parameters, buffers, initialisers, the [`Module`] trait
 //! and layers, and state dicts.
 
+mod buffer;
 pub mod init;
 mod layers;
 mod metrics;
@@ -9,10 +10,15 @@ mod parameter;
 mod state;
 
 pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
-pub use layers::{Activation, Dropout, Embedding, LayerNorm, Linear, Mlp, MlpBuilder, Sequential};
+pub use buffer::Buffer;
+pub use layers::{
+    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
+    ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, LayerNorm, Linear, Mlp, MlpBuilder,
+    Sequential,
+};
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;
-pub(crate) use state::{check_like, check_state_dict};
-pub use state::{load_state_dict, state_dict, StateDict};
+pub(crate) use state::{check_like, check_module_state};
+pub use state::{load_module_state, load_state_dict, state_dict, NamedTensors, StateDict};

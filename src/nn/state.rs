@@ -1,16 +1,57 @@
 //! State dicts: a model's tensors by name, and the strict, all-or-nothing
-//! loading of them into named parameters.
+//! loading of them into named parameters and buffers.
 
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result, TensorProblem};
-use crate::nn::Parameter;
+use crate::nn::{Buffer, Module, Parameter};
 use crate::tensor::Tensor;
 
 /// Tensors by name (parameters, optimizer state): what is saved and loaded.
 pub type StateDict = BTreeMap<String, Tensor>;
 
-/// The current values of `params`, by name (sharing storage; cheap).
+/// Named parameters and buffers: what a checkpoint saves and loads
+/// ([`save_checkpoint`](crate::io::save_checkpoint)). Every [`Module`] is
+/// one (its parameters and buffers); so is a plain list of named
+/// parameters (no buffers), for models that are not modules.
+pub trait NamedTensors {
+    /// The parameters with their names, in a fixed order.
+    fn named_parameters(&self) -> Vec<(String, Parameter)>;
+    /// The buffers with their names, in a fixed order (none by default).
+    fn named_buffers(&self) -> Vec<(String, Buffer)> {
+        Vec::new()
+    }
+}
+
+impl<M: Module + ?Sized> NamedTensors for M {
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.parameters()
+    }
+    fn named_buffers(&self) -> Vec<(String, Buffer)> {
+        self.buffers()
+    }
+}
+
+impl NamedTensors for [(String, Parameter)] {
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.to_vec()
+    }
+}
+
+impl<const N: usize> NamedTensors for [(String, Parameter); N] {
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.to_vec()
+    }
+}
+
+impl NamedTensors for Vec<(String, Parameter)> {
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.clone()
+    }
+}
+
+/// The current values of `params`, by name (sharing storage; cheap). A
+/// module's [`state_dict`](crate::nn::Module::state_dict) holds its buffers too.
 pub fn state_dict(params: &[(String, Parameter)]) -> StateDict {
     params
         .iter()
@@ -47,25 +88,65 @@ pub(crate) fn check_state_dict(
     params: &[(String, Parameter)],
     state: &StateDict,
 ) -> Result<Vec<Tensor>> {
+    check_module_state(context, params, &[], state).map(|(p, _)| p)
+}
+
+/// Checks `state` against `params` and `buffers` together (names, shapes,
+/// dtypes, no extras) and returns their values, each in the given order.
+pub(crate) fn check_module_state(
+    context: &str,
+    params: &[(String, Parameter)],
+    buffers: &[(String, Buffer)],
+    state: &StateDict,
+) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
     let mismatch = |name: &str, problem| Error::TensorMismatch {
         context: context.to_string(),
         name: name.to_string(),
         problem,
     };
-    let mut values = Vec::with_capacity(params.len());
-    for (name, p) in params {
+    let find = |name: &str, like: &Tensor| -> Result<Tensor> {
         let t = state
             .get(name)
             .ok_or_else(|| mismatch(name, TensorProblem::Missing))?;
-        check_like(context, name, t, &p.value())?;
-        values.push(t.clone());
-    }
-    let known: std::collections::HashSet<&str> =
-        params.iter().map(|(name, _)| name.as_str()).collect();
+        check_like(context, name, t, like)?;
+        Ok(t.clone())
+    };
+    let p = params
+        .iter()
+        .map(|(name, p)| find(name, &p.value()))
+        .collect::<Result<Vec<_>>>()?;
+    let b = buffers
+        .iter()
+        .map(|(name, b)| find(name, &b.value()))
+        .collect::<Result<Vec<_>>>()?;
+    let known: std::collections::HashSet<&str> = params
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .chain(buffers.iter().map(|(name, _)| name.as_str()))
+        .collect();
     if let Some(extra) = state.keys().find(|k| !known.contains(k.as_str())) {
         return Err(mismatch(extra, TensorProblem::Unexpected));
     }
-    Ok(values)
+    Ok((p, b))
+}
+
+/// Loads `state` into `params` and `buffers` (a module's state dict):
+/// every one must be present with its shape and dtype, and `state` must
+/// hold nothing else. On error (an [`Error::TensorMismatch`] naming the
+/// tensor) nothing is changed.
+pub fn load_module_state(
+    params: &[(String, Parameter)],
+    buffers: &[(String, Buffer)],
+    state: &StateDict,
+) -> Result<()> {
+    let (pv, bv) = check_module_state("load_state_dict", params, buffers, state)?;
+    for ((_, p), v) in params.iter().zip(pv) {
+        p.set(v)?;
+    }
+    for ((_, b), v) in buffers.iter().zip(bv) {
+        b.set(v)?;
+    }
+    Ok(())
 }
 
 /// `t` must have the shape and dtype of `like` (the parameter's value): the

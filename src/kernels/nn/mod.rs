@@ -1,6 +1,6 @@
 //! Fused kernels of the neural-net functions (`ops::nn`): softmax and
 //! log-softmax along any axis, the classification and regression losses,
-//! layer normalisation, embedding gather/scatter and dropout masks.
+//! layer, batch and group normalisation, embedding gather/scatter and dropout masks.
 //!
 //! Each is one pass (or one pass per row, in cache) over its input, built on
 //! a vectorisable `exp` ([`NnFloat`]) and a driver that hands the math
@@ -9,7 +9,9 @@
 pub mod exp;
 
 pub use exp::NnFloat;
+pub mod batch_norm;
 pub mod classification;
+pub mod conv;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;

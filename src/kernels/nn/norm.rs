@@ -22,7 +22,7 @@ const ROWS_PER_TASK: usize = 64;
 /// running sum is a chain of dependent adds (4 cycles each), which made
 /// these reductions latency-bound; eight chains vectorise.
 #[inline(always)]
-fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64 {
+pub(crate) fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64 {
     let mut acc = [0.0f64; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());

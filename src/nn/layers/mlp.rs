@@ -130,6 +130,10 @@ impl Module for Mlp {
         self.net.visit_parameters(prefix, f)
     }
 
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &crate::nn::Buffer)) {
+        self.net.visit_buffers(prefix, f)
+    }
+
     fn set_training(&mut self, training: bool) {
         self.net.set_training(training)
     }

@@ -1,8 +1,12 @@
 //! Layers: one module type per file.
 
 mod activation;
+mod batch_norm;
+mod conv;
 mod dropout;
 mod embedding;
+mod flatten;
+mod group_norm;
 mod layer_norm;
 mod linear;
 mod mlp;
@@ -10,8 +14,12 @@ mod pool;
 mod sequential;
 
 pub use activation::Activation;
+pub use batch_norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions};
+pub use conv::{Conv1d, Conv2d, ConvNd, ConvTranspose2d};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use flatten::Flatten;
+pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::{Mlp, MlpBuilder};

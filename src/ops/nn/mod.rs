@@ -1,16 +1,25 @@
 //! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
-//! `embedding`, and the fused backward ops that keep their gradients to one
+//! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
 pub mod avg_pool;
+pub mod batch_norm;
+pub mod batch_norm_backward;
+#[cfg(test)]
+mod batch_norm_tests;
 pub mod bce;
 mod class_targets;
+pub mod conv;
+mod conv_spec;
+pub mod conv_transpose;
+pub mod conv_weight;
 pub mod cross_entropy;
 pub mod cross_entropy_backward;
 pub mod dropout;
 pub mod embedding;
+pub mod group_norm;
 pub mod layer_norm;
 pub mod layer_norm_backward;
 pub mod max_pool;
@@ -21,6 +30,9 @@ pub mod softmax;
 pub mod spatial;
 pub mod support;
 
+pub use batch_norm::{BatchNormArgs, BatchNormOutput};
+pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
+pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
 pub use pool::{AvgPool2dOptions, MaxPool2dOptions};
@@ -31,6 +43,9 @@ use super::OpRegistry;
 
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
+    conv::register(reg);
+    conv_transpose::register(reg);
+    conv_weight::register(reg);
     cross_entropy::register(reg);
     cross_entropy_backward::register(reg);
     nll::register(reg);
@@ -42,6 +57,9 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     layer_norm_backward::register(reg);
     max_pool::register(reg);
     avg_pool::register(reg);
+    batch_norm::register(reg);
+    batch_norm_backward::register(reg);
+    group_norm::register(reg);
 }
 
 #[cfg(test)]
@@ -77,6 +95,10 @@ mod tests {
             "avg_pool2d_backward",
             "adaptive_avg_pool2d",
             "adaptive_avg_pool2d_backward",
+            "batch_norm",
+            "batch_norm_backward",
+            "batch_norm_weight_backward",
+            "group_norm",
         ] {
             assert_eq!(reg.get(name).unwrap().name(), name);
         }

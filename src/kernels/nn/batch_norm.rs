@@ -1,0 +1,298 @@
+//! Batch and group normalisation over `[N, C, S]` inputs (`S` the product
+//! of the spatial dims, 1 for `[N, C]`): per-channel moments, the
+//! normalisation with per-channel (batch norm) or per-(sample, group)
+//! (group norm) statistics and a per-channel affine, and batch norm's fused
+//! backward.
+//!
+//! Statistics are two-pass (mean, then the summed squared deviation),
+//! accumulated in f64 as in `norm.rs`; each channel's sums run over its
+//! planes in a fixed order, and parallel work is split by channel (sums)
+//! or by plane (writes), so results do not depend on the thread count.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::norm::sum2;
+use crate::kernels::parallel::should_parallelize;
+use crate::tensor::Element;
+
+/// Elements per parallel write task (whole planes).
+const TASK_ELEMS: usize = 1 << 14;
+
+/// The layout of an `[N, C, S]` input: `n` samples of `c` channels of
+/// `s` contiguous elements (one "plane" per sample and channel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planes {
+    /// Batch size.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Elements per plane (the product of the spatial dims).
+    pub s: usize,
+}
+
+impl Planes {
+    /// The number of elements, `n * c * s`.
+    pub fn len(&self) -> usize {
+        self.n * self.c * self.s
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements per channel, `n * s`.
+    pub fn per_channel(&self) -> usize {
+        self.n * self.s
+    }
+
+    #[inline]
+    fn plane<'a, T>(&self, x: &'a [T], sample: usize, channel: usize) -> &'a [T] {
+        let start = (sample * self.c + channel) * self.s;
+        &x[start..start + self.s]
+    }
+}
+
+/// `f(channel)` for every channel, in order; in parallel when `work` is large.
+fn per_channel<R: Send>(c: usize, work: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+    if c > 1 && should_parallelize(work) {
+        (0..c).into_par_iter().map(f).collect()
+    } else {
+        (0..c).map(f).collect()
+    }
+}
+
+/// Per channel `(mean, Σ (x - mean)²)` over every sample and position, in
+/// f64 (two passes). A channel of no elements has a NaN mean.
+pub fn channel_moments<T: Element>(x: &[T], p: Planes) -> Vec<(f64, f64)> {
+    let m = p.per_channel() as f64;
+    per_channel(p.c, p.len(), |ch| {
+        let mut sum = 0.0;
+        for b in 0..p.n {
+            let pl = p.plane(x, b, ch);
+            sum += sum2(pl, pl, |v, _| v.to_f64());
+        }
+        let mean = sum / m;
+        let mut m2 = 0.0;
+        for b in 0..p.n {
+            let pl = p.plane(x, b, ch);
+            m2 += sum2(pl, pl, |v, _| {
+                let d = v.to_f64() - mean;
+                d * d
+            });
+        }
+        (mean, m2)
+    })
+}
+
+/// Per channel `(Σ g, Σ g x̂)` with `x̂ = (x - mean) rstd` from
+/// `stats[channel] = (mean, rstd)`: what batch norm's backward needs.
+pub fn channel_grad_sums<T: Element>(
+    g: &[T],
+    x: &[T],
+    p: Planes,
+    stats: &[(f64, f64)],
+) -> Vec<(f64, f64)> {
+    per_channel(p.c, p.len(), |ch| {
+        let (mean, rstd) = stats[ch];
+        let (mut sg, mut sgx) = (0.0, 0.0);
+        for b in 0..p.n {
+            let (xp, gp) = (p.plane(x, b, ch), p.plane(g, b, ch));
+            sg += sum2(gp, gp, |v, _| v.to_f64());
+            sgx += sum2(gp, xp, |gv, xv| gv.to_f64() * (xv.to_f64() - mean));
+        }
+        (sg, sgx * rstd)
+    })
+}
+
+/// Runs `f(first_plane, out_planes)` over groups of whole planes of `out`,
+/// in parallel when large; every element is in exactly one group.
+fn for_planes<T: Element>(
+    out: &mut [MaybeUninit<T>],
+    s: usize,
+    f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
+) {
+    if s == 0 {
+        assert!(
+            out.is_empty(),
+            "planes of no elements cannot cover an output"
+        );
+        return;
+    }
+    if should_parallelize(out.len()) {
+        let per_task = (TASK_ELEMS / s).max(1);
+        out.par_chunks_mut(s * per_task)
+            .enumerate()
+            .for_each(|(i, c)| f(i * per_task, c));
+    } else {
+        f(0, out);
+    }
+}
+
+/// `y = (x - mean) * rstd * w[c] + b[c]` per plane, computed in f64, with
+/// `(mean, rstd) = stats[stat_of(sample, channel)]`. Writes every element of
+/// `out` (which must have `p.len()` elements): each plane in full, from an
+/// `s`-element plane of `x` (it panics if `x` is short).
+pub fn normalize<T: Element>(
+    x: &[T],
+    p: Planes,
+    stats: &[(f64, f64)],
+    stat_of: impl Fn(usize, usize) -> usize + Sync + Send,
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    assert_eq!(out.len(), p.len(), "normalize: output length");
+    let (w, b) = (w.map(|w| &w[..p.c]), b.map(|b| &b[..p.c]));
+    for_planes(out, p.s, |first, chunk| {
+        for (k, o) in chunk.chunks_mut(p.s).enumerate() {
+            let plane = first + k;
+            let (sample, ch) = (plane / p.c, plane % p.c);
+            let (mean, rstd) = stats[stat_of(sample, ch)];
+            let scale = w.map_or(rstd, |w| rstd * w[ch].to_f64());
+            let shift = b.map_or(0.0, |b| b[ch].to_f64());
+            let xp = p.plane(x, sample, ch);
+            for (d, &v) in o.iter_mut().zip(xp) {
+                d.write(T::from_f64((v.to_f64() - mean) * scale + shift));
+            }
+        }
+    });
+}
+
+/// Batch norm's input gradient in training mode, per channel of `M = n s`
+/// elements: `rstd w (g - Σg/M - x̂ Σ(g x̂)/M)`, computed in f64. Writes
+/// every element of `out` (`p.len()` elements), plane by plane.
+pub fn batch_norm_backward<T: Element>(
+    g: &[T],
+    x: &[T],
+    p: Planes,
+    stats: &[(f64, f64)],
+    w: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    assert_eq!(out.len(), p.len(), "batch_norm_backward: output length");
+    let w = w.map(|w| &w[..p.c]);
+    let sums = channel_grad_sums(g, x, p, stats);
+    let m = p.per_channel() as f64;
+    for_planes(out, p.s, |first, chunk| {
+        for (k, o) in chunk.chunks_mut(p.s).enumerate() {
+            let plane = first + k;
+            let (sample, ch) = (plane / p.c, plane % p.c);
+            let (mean, rstd) = stats[ch];
+            let (mg, mgx) = (sums[ch].0 / m, sums[ch].1 / m);
+            let scale = w.map_or(rstd, |w| rstd * w[ch].to_f64());
+            let (xp, gp) = (p.plane(x, sample, ch), p.plane(g, sample, ch));
+            for ((d, &xv), &gv) in o.iter_mut().zip(xp).zip(gp) {
+                let xhat = (xv.to_f64() - mean) * rstd;
+                d.write(T::from_f64(scale * (gv.to_f64() - mg - xhat * mgx)));
+            }
+        }
+    });
+}
+
+/// Batch norm's weight gradient in training mode: `Σ g x̂` per channel.
+pub fn batch_norm_weight_backward<T: Element>(
+    g: &[T],
+    x: &[T],
+    p: Planes,
+    stats: &[(f64, f64)],
+) -> Vec<T> {
+    channel_grad_sums(g, x, p, stats)
+        .into_iter()
+        .map(|(_, sgx)| T::from_f64(sgx))
+        .collect()
+}
+
+/// `(mean, 1/sqrt(var + eps))` per channel from [`channel_moments`]
+/// (biased variance).
+pub fn batch_stats(moments: &[(f64, f64)], per_channel: usize, eps: f64) -> Vec<(f64, f64)> {
+    let m = per_channel as f64;
+    moments
+        .iter()
+        .map(|&(mean, m2)| (mean, 1.0 / (m2 / m + eps).sqrt()))
+        .collect()
+}
+
+/// Per `(sample, group)` `(mean, 1/sqrt(var + eps))` of an input whose
+/// groups are contiguous rows of `row` elements (group norm: `C/G * S`).
+pub fn row_stats_all<T: Element>(x: &[T], row: usize, eps: f64) -> Vec<(f64, f64)> {
+    if row == 0 {
+        return Vec::new();
+    }
+    let rows = x.len() / row;
+    let one = |r: usize| super::norm::row_stats(&x[r * row..(r + 1) * row], eps);
+    if rows > 1 && should_parallelize(x.len()) {
+        (0..rows).into_par_iter().map(one).collect()
+    } else {
+        (0..rows).map(one).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T: Element>(f: impl FnOnce(&mut [MaybeUninit<T>]), n: usize) -> Vec<f64> {
+        let mut out = vec![MaybeUninit::<T>::uninit(); n];
+        f(&mut out);
+        // SAFETY: every kernel under test writes all of its output.
+        out.iter()
+            .map(|v| unsafe { v.assume_init() }.to_f64())
+            .collect()
+    }
+
+    #[test]
+    fn moments_and_normalisation_per_channel() {
+        // [N=2, C=2, S=2]: channel 0 holds 1, 2, 5, 6; channel 1 holds 3, 4, 7, 8.
+        let x: Vec<f64> = (1..=8).map(f64::from).collect();
+        let p = Planes { n: 2, c: 2, s: 2 };
+        let mom = channel_moments(&x, p);
+        assert_eq!(mom, vec![(3.5, 17.0), (5.5, 17.0)]);
+        let stats = batch_stats(&mom, 4, 0.0);
+        let y = run::<f64>(|o| normalize(&x, p, &stats, |_, c| c, None, None, o), 8);
+        let r = 1.0 / 4.25f64.sqrt();
+        let expect = [
+            -2.5 * r,
+            -1.5 * r,
+            -2.5 * r,
+            -1.5 * r,
+            1.5 * r,
+            2.5 * r,
+            1.5 * r,
+            2.5 * r,
+        ];
+        for (a, e) in y.iter().zip(expect) {
+            assert!((a - e).abs() < 1e-15, "{a} vs {e}");
+        }
+        // A gradient equal to x̂ is projected away entirely except for its own direction.
+        let g: Vec<f64> = vec![1.0; 8];
+        let dx = run::<f64>(|o| batch_norm_backward(&g, &x, p, &stats, None, o), 8);
+        assert!(dx.iter().all(|v| v.abs() < 1e-15));
+    }
+
+    #[test]
+    fn parallel_and_serial_agree_bit_for_bit() {
+        let p = Planes {
+            n: 8,
+            c: 3,
+            s: 4096,
+        };
+        let x: Vec<f32> = (0..p.len())
+            .map(|i| ((i as f32) * 0.37).sin() + 100.0)
+            .collect();
+        let g: Vec<f32> = (0..p.len()).map(|i| ((i as f32) * 0.11).cos()).collect();
+        let stats = batch_stats(&channel_moments(&x, p), p.per_channel(), 1e-5);
+        let a = run::<f32>(|o| batch_norm_backward(&g, &x, p, &stats, None, o), p.len());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let stats1 = pool.install(|| batch_stats(&channel_moments(&x, p), p.per_channel(), 1e-5));
+        assert_eq!(stats, stats1);
+        let b = pool
+            .install(|| run::<f32>(|o| batch_norm_backward(&g, &x, p, &stats, None, o), p.len()));
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,315 @@
+//! The fused backward ops of training-mode `batch_norm`:
+//! `batch_norm_backward` (the input's gradient, `w σ P g` per channel with
+//! `P = I - 11ᵀ/M - x̂x̂ᵀ/M` over the channel's `M = N·S` elements) and
+//! `batch_norm_weight_backward` (`Σ g x̂` per channel). Both are
+//! differentiable: their derivatives are written with these same ops and
+//! per-channel means, as `layer_norm_backward.rs` does per row (the same
+//! algebra, with "row" read as "channel").
+//!
+//! Notation per channel: `σ = 1/sqrt(var + eps)`, `x̂ = (x - μ) σ`,
+//! `a = g w`, `c = mean(a x̂)`, `u = a - mean(a) - x̂ c` (so `dx = σ u`). The
+//! Jacobian of `dx` with respect to `x`,
+//! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, is symmetric: it serves both the
+//! backward and the tangent.
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use super::batch_norm::{check_channel_param, check_eps, planes, sample, BatchNorm};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::kernels::nn::batch_norm as kernel;
+use crate::ops::rule::OpFacts;
+use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Filled, Tensor};
+
+/// `w σ P g` per channel: the gradient of training-mode [`BatchNorm`] with
+/// respect to its input. Inputs: `g`, `x`, and the weight if present.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNormBackward {
+    pub(super) eps: f64,
+    pub(super) has_weight: bool,
+}
+
+/// `Σ g x̂` per channel: the gradient of training-mode [`BatchNorm`] with
+/// respect to its weight. Inputs: `g`, `x`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNormWeightBackward {
+    pub(super) eps: f64,
+}
+
+impl Default for BatchNormBackward {
+    fn default() -> Self {
+        BatchNormBackward {
+            eps: 1e-5,
+            has_weight: false,
+        }
+    }
+}
+
+impl Default for BatchNormWeightBackward {
+    fn default() -> Self {
+        BatchNormWeightBackward { eps: 1e-5 }
+    }
+}
+
+/// `[1, C, 1, ...]` for an input of `rank` (the broadcast view of a per-channel value).
+fn view_shape(c: usize, rank: usize) -> Vec<usize> {
+    let mut s = vec![1; rank];
+    s[1] = c;
+    s
+}
+
+/// A per-channel value `[C]` viewed as `[1, C, 1, ...]` to broadcast against an input of `rank`.
+pub(super) fn channel_view<'g>(p: &Var<'g>, rank: usize) -> Result<Var<'g>> {
+    let s: Vec<isize> = view_shape(p.shape()[0], rank)
+        .into_iter()
+        .map(|d| d as isize)
+        .collect();
+    p.try_reshape(&s)
+}
+
+/// `v` (`[N, C, *]`) summed per channel: `[C]`.
+pub(super) fn channel_sum<'g>(v: &Var<'g>) -> Result<Var<'g>> {
+    let c = v.shape()[1];
+    v.sum_to_size(&view_shape(c, v.shape().len()))?
+        .try_reshape(&[c as isize])
+}
+
+/// `v` averaged per channel, kept as `[1, C, 1, ...]`.
+fn channel_mean<'g>(v: &Var<'g>) -> Result<Var<'g>> {
+    let shape = v.shape();
+    let m: usize = shape[0] * shape[2..].iter().product::<usize>();
+    Ok(v
+        .sum_to_size(&view_shape(shape[1], shape.len()))?
+        .mul_scalar(1.0 / m as f64))
+}
+
+/// `σ` per channel (kept dims) and `x̂`, as recorded ops (so they differentiate again).
+fn stats<'g>(x: &Var<'g>, eps: f64) -> Result<(Var<'g>, Var<'g>)> {
+    let centred = x.try_sub(&channel_mean(x)?)?;
+    let var = channel_mean(&centred.try_mul(&centred)?)?;
+    let sigma = var.add_scalar(eps).rsqrt();
+    let xhat = centred.try_mul(&sigma)?;
+    Ok((sigma, xhat))
+}
+
+/// `σ P t` per channel (the input gradient of an unweighted batch norm, given `t`).
+pub(super) fn project<'g>(t: &Var<'g>, x: &Var<'g>, eps: f64) -> Result<Var<'g>> {
+    let op = BatchNormBackward {
+        eps,
+        has_weight: false,
+    };
+    t.graph().record(op, &[t, x])
+}
+
+/// `x̂`, recorded (training-mode batch norm without affine parameters).
+fn xhat<'g>(x: &Var<'g>, eps: f64) -> Result<Var<'g>> {
+    x.graph().record(BatchNorm::plain(eps), &[x])
+}
+
+/// `(d dx / d x) G` for `dx = σ u`, `u = a - mean(a) - x̂ c` (symmetric, see the module docs).
+fn input_curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, eps: f64) -> Result<Var<'g>> {
+    let (sigma, xhat) = stats(x, eps)?;
+    let c = channel_mean(&a.try_mul(&xhat)?)?;
+    let u = a
+        .try_sub(&channel_mean(a)?)?
+        .try_sub(&xhat.try_mul(&c)?)?;
+    let sigma2 = sigma.try_mul(&sigma)?;
+    let gu = channel_mean(&big_g.try_mul(&u)?)?;
+    let gx = channel_mean(&big_g.try_mul(&xhat)?)?;
+    let outer = xhat
+        .try_mul(&gu)?
+        .try_add(&u.try_mul(&gx)?)?
+        .try_mul(&sigma2)?;
+    let proj = project(big_g, x, eps)?.try_mul(&c)?.try_mul(&sigma)?;
+    Ok(-(outer.try_add(&proj)?))
+}
+
+/// `v * w` broadcast per channel, or `v` without a weight.
+fn weigh<'g>(v: &Var<'g>, w: Option<&Var<'g>>) -> Result<Var<'g>> {
+    match w {
+        Some(w) => v.try_mul(&channel_view(w, v.shape().len())?),
+        None => Ok(v.clone()),
+    }
+}
+
+/// Checks `g` against `x` (same shape and dtype) for the backward ops.
+fn check_grad(op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
+    super::spatial::check_same_dtype(op, x, g)?;
+    if g.shape() != x.shape() {
+        return Err(crate::Error::shape_mismatch(op, x.shape(), g.shape()));
+    }
+    Ok(())
+}
+
+impl Differentiable for BatchNormBackward {
+    fn name(&self) -> &str {
+        "batch_norm_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2 + usize::from(self.has_weight))
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "batch_norm_backward";
+        expect_inputs(OP, inputs, 2 + usize::from(self.has_weight))?;
+        let (g, x) = (inputs[0], inputs[1]);
+        check_eps(OP, self.eps)?;
+        let p = planes(OP, x)?;
+        check_grad(OP, g, x)?;
+        let w = self.has_weight.then(|| inputs[2]);
+        if let Some(w) = w {
+            check_channel_param(OP, "weight", w, x)?;
+        }
+        crate::with_dtype!(x.dtype(), T => {
+            let xs = x.as_slice_of::<T>();
+            let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
+            let ws = w.map(|t| t.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::batch_norm_backward(g.as_slice_of::<T>(), xs, p, &stats, ws, out);
+                // SAFETY: `batch_norm_backward` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            }))
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = w σ P g (w per channel, so σ P (g w)): linear in g with a
+        // symmetric map, so d/dg = w σ P g2; d/dw = Σ_channel (σ P g2) g.
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let w = self.has_weight.then(|| &inputs[2]);
+        let q = project(g2, x, self.eps)?;
+        let dg = g.requires_grad().then(|| weigh(&q, w)).transpose()?;
+        let dx = x
+            .requires_grad()
+            .then(|| input_curvature(g2, &weigh(g, w)?, x, self.eps))
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dg, dx];
+        if let Some(w) = w {
+            grads.push(
+                w.requires_grad()
+                    .then(|| channel_sum(&q.try_mul(g)?))
+                    .transpose()?,
+            );
+        }
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let w = self.has_weight.then(|| &inputs[2]);
+        let tw = if self.has_weight { t[2].as_ref() } else { None };
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| project(&weigh(tg, w)?, x, self.eps)),
+                t[1].as_ref()
+                    .map(|tx| input_curvature(tx, &weigh(g, w)?, x, self.eps)),
+                tw.map(|tw| project(&weigh(g, Some(tw))?, x, self.eps)),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(BatchNormBackward {
+                eps: 1e-5,
+                has_weight: true,
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[3, 2, 4], seed + 3, 0.0, 1.0),
+                    sample(&[3, 2, 4], seed, 0.0, 2.0),
+                    sample(&[2], seed + 7, 1.0, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(Some(3))
+        }
+    }
+}
+
+impl Differentiable for BatchNormWeightBackward {
+    fn name(&self) -> &str {
+        "batch_norm_weight_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "batch_norm_weight_backward";
+        expect_inputs(OP, inputs, 2)?;
+        let (g, x) = (inputs[0], inputs[1]);
+        check_eps(OP, self.eps)?;
+        let p = planes(OP, x)?;
+        check_grad(OP, g, x)?;
+        crate::with_dtype!(x.dtype(), T => {
+            let xs = x.as_slice_of::<T>();
+            let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
+            Tensor::from_vec(kernel::batch_norm_weight_backward(g.as_slice_of::<T>(), xs, p, &stats), &[p.c])
+        })
+    }
+    fn backward<'g>(
+        &self,
+        g2: &Var<'g>,
+        inputs: &[Var<'g>],
+        _: &Var<'g>,
+    ) -> Result<GradInputs<'g>> {
+        // out = Σ_channel g x̂: d/dg = x̂ g2 (per channel); d/dx = σ P (g g2).
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let dg = g
+            .requires_grad()
+            .then(|| weigh(&xhat(x, self.eps)?, Some(g2)))
+            .transpose()?;
+        let dx = x
+            .requires_grad()
+            .then(|| project(&weigh(g, Some(g2))?, x, self.eps))
+            .transpose()?;
+        Ok(smallvec![dg, dx])
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (g, x) = (&inputs[0], &inputs[1]);
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref()
+                    .map(|tg| tg.graph().record(self.clone(), &[tg, x])),
+                t[1].as_ref()
+                    .map(|tx| channel_sum(&g.try_mul(&project(tx, x, self.eps)?)?)),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[3, 2, 4], seed + 3, 0.0, 1.0),
+                    sample(&[3, 2, 4], seed, 0.0, 2.0),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(BatchNormBackward::default());
+    reg.add_builtin(BatchNormWeightBackward::default());
+}

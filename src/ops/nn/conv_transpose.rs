@@ -1,0 +1,492 @@
+//! The transposed convolution, PyTorch's `F.conv_transpose1d`/`conv_transpose2d`
+//! (stride, padding, output_padding, dilation, groups, optional bias), as
+//! the op [`ConvTranspose`]: the gradient of a convolution with respect to
+//! its input, which is also how [`Conv`](super::conv::Conv)'s backward uses it.
+//! Its derivatives are a [`Conv`] (input) and a [`ConvWeight`] (weight).
+
+use smallvec::smallvec;
+
+use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
+use super::conv_spec::{check_bias, sample, split_inputs, ConvSpec};
+use super::conv_weight::ConvWeight;
+use super::spatial::{check_same_dtype, Spatial};
+use crate::error::{Error, Result};
+use crate::fallible::fallible;
+use crate::graph::Var;
+use crate::kernels::nn::conv::{conv2d_input_grad, ConvGeometry};
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpFacts, OpRegistry};
+use crate::tensor::{Dims, Filled, Tensor};
+
+/// Options of [`conv_transpose1d`](Var::try_conv_transpose1d) and
+/// [`conv_transpose2d`](Var::try_conv_transpose2d), with PyTorch's defaults:
+/// stride 1, padding 0, output_padding 0, dilation 1, one group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeOptions<const D: usize> {
+    stride: [usize; D],
+    padding: [usize; D],
+    output_padding: [usize; D],
+    dilation: [usize; D],
+    groups: usize,
+}
+
+/// Options of `conv_transpose1d`.
+pub type ConvTranspose1dOptions = ConvTransposeOptions<1>;
+/// Options of `conv_transpose2d`.
+pub type ConvTranspose2dOptions = ConvTransposeOptions<2>;
+
+impl<const D: usize> Default for ConvTransposeOptions<D> {
+    fn default() -> Self {
+        ConvTransposeOptions {
+            stride: [1; D],
+            padding: [0; D],
+            output_padding: [0; D],
+            dilation: [1; D],
+            groups: 1,
+        }
+    }
+}
+
+impl<const D: usize> ConvTransposeOptions<D> {
+    /// PyTorch's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The stride of the convolution this transposes (the upsampling factor).
+    pub fn stride(mut self, v: impl Spatial<D>) -> Self {
+        self.stride = v.spatial();
+        self
+    }
+    /// The padding of the convolution this transposes: trims the output.
+    pub fn padding(mut self, v: impl Spatial<D>) -> Self {
+        self.padding = v.spatial();
+        self
+    }
+    /// Extra size on one side of the output (smaller than the stride or
+    /// the dilation), to pick among the input sizes a strided convolution
+    /// maps to the same output size.
+    pub fn output_padding(mut self, v: impl Spatial<D>) -> Self {
+        self.output_padding = v.spatial();
+        self
+    }
+    /// Step between kernel taps.
+    pub fn dilation(mut self, v: impl Spatial<D>) -> Self {
+        self.dilation = v.spatial();
+        self
+    }
+    /// Channel groups.
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// The number of channel groups.
+    pub fn group_count(&self) -> usize {
+        self.groups
+    }
+
+    fn spec(&self, op: &'static str) -> Result<ConvSpec> {
+        let lift = |v: [usize; D], fill: usize| -> [usize; 2] {
+            if D == 1 {
+                [fill, v[0]]
+            } else {
+                [v[0], v[D - 1]]
+            }
+        };
+        let (stride, dilation) = (lift(self.stride, 1), lift(self.dilation, 1));
+        let (pad, extra) = (lift(self.padding, 0), lift(self.output_padding, 0));
+        for d in 0..2 {
+            if stride[d] == 0 || dilation[d] == 0 {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "stride and dilation must be > 0, got stride {:?}, dilation {:?}",
+                        self.stride, self.dilation
+                    ),
+                ));
+            }
+            if extra[d] >= stride[d] && extra[d] >= dilation[d] {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "output_padding {:?} must be smaller than either the stride {:?} or the dilation {:?}",
+                        self.output_padding, self.stride, self.dilation
+                    ),
+                ));
+            }
+        }
+        Ok(ConvSpec {
+            spatial: D,
+            stride,
+            pad_before: pad,
+            pad_after: [
+                pad[0] as isize - extra[0] as isize,
+                pad[1] as isize - extra[1] as isize,
+            ],
+            dilation,
+            groups: self.groups,
+        })
+    }
+}
+
+/// The transposed convolution: inputs `z` `[N, C_in, spatial...]`, `w`
+/// `[C_in, C_out / groups, kernel...]` and optionally `b` `[C_out]`; the
+/// output is the gradient, with respect to its input, of the convolution
+/// `spec` whose output gradient is `z`. The registry holds
+/// `conv_transpose1d` and `conv_transpose2d` with PyTorch's default options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvTranspose {
+    pub(super) spec: ConvSpec,
+}
+
+impl ConvTranspose {
+    fn name_str(&self) -> &'static str {
+        self.spec.name("conv_transpose1d", "conv_transpose2d")
+    }
+
+    fn plan(&self, z: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Dims, ConvGeometry)> {
+        let op = self.name_str();
+        let zin = self.spec.spatial_of(op, "the input", z)?;
+        let kernel = self.spec.spatial_of(op, "the weight", w)?;
+        check_same_dtype(op, z, w)?;
+        let groups = self.spec.groups;
+        let (cin, ws) = (z.shape()[1], w.shape());
+        if groups == 0 || ws[0] % groups != 0 || ws[0] != cin {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "a weight of shape {ws:?} with groups = {groups} needs an input with {} channels (and groups dividing it), got input of shape {:?}",
+                    ws[0],
+                    z.shape()
+                ),
+            ));
+        }
+        let cout = ws[1] * groups;
+        let size = self.spec.input_of(zin, kernel);
+        if size.iter().any(|&s| s < 1) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the output would have spatial size {size:?} for input shape {:?} and weight shape {ws:?}",
+                    z.shape()
+                ),
+            ));
+        }
+        let output = [size[0] as usize, size[1] as usize];
+        // The convolution this transposes must map `output` back to `zin`.
+        if self.spec.output_of(op, z.shape(), output, kernel)? != zin {
+            return Err(Error::invalid(
+                op,
+                format!("inconsistent sizes: input shape {:?}, weight shape {ws:?}", z.shape()),
+            ));
+        }
+        check_bias(op, b, cout, z)?;
+        let n = z.shape()[0];
+        let geo = self.spec.geometry(n, [cout, cin], output, zin, kernel);
+        Ok((self.spec.shape(n, cout, output), geo))
+    }
+
+    fn kernel_of(&self, w: &Tensor) -> [usize; 2] {
+        let s = w.shape();
+        if self.spec.spatial == 1 {
+            [1, s[2]]
+        } else {
+            [s[2], s[3]]
+        }
+    }
+}
+
+impl Differentiable for ConvTranspose {
+    fn name(&self) -> &str {
+        self.name_str()
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (z, w, b) = split_inputs(self.name_str(), inputs)?;
+        let (shape, geo) = self.plan(z, w, b)?;
+        crate::with_dtype!(z.dtype(), T => {
+            let bias = b.map(|b| b.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(shape, |out| {
+                conv2d_input_grad(&geo, z.as_slice_of::<T>(), w.as_slice_of::<T>(), bias, out);
+                // SAFETY: `conv2d_input_grad` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            }))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (z, w) = (&inputs[0], &inputs[1]);
+        let graph = g.graph();
+        let kernel = self.kernel_of(w.value());
+        let gz = z
+            .requires_grad()
+            .then(|| graph.record(Conv { spec: self.spec.clone() }, &[g, w]))
+            .transpose()?;
+        let gw = w
+            .requires_grad()
+            .then(|| {
+                let op = ConvWeight {
+                    spec: self.spec.clone(),
+                    kernel,
+                };
+                graph.record(op, &[g, z])
+            })
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![gz, gw];
+        if let Some(b) = inputs.get(2) {
+            let channels = w.shape()[1] * self.spec.groups;
+            let gb = b
+                .requires_grad()
+                .then(|| bias_grad(g, channels, self.spec.spatial))
+                .transpose()?;
+            grads.push(gb);
+        }
+        Ok(grads)
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (z, w) = (inputs[0], inputs[1]);
+        if needs[0] {
+            grads[0] = Some(Conv { spec: self.spec.clone() }.forward(&[g, w])?);
+        }
+        if needs[1] {
+            let op = ConvWeight {
+                spec: self.spec.clone(),
+                kernel: self.kernel_of(w),
+            };
+            grads[1] = Some(op.forward(&[g, z])?);
+        }
+        if needs.get(2) == Some(&true) {
+            let channels = w.shape()[1] * self.spec.groups;
+            grads[2] = Some(bias_grad_plain(g, channels, self.spec.spatial)?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (z, w) = (&inputs[0], &inputs[1]);
+        let graph = z.graph();
+        let tb = t.get(2).and_then(Option::as_ref);
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tz| graph.record(self.clone(), &[tz, w])),
+                t[1].as_ref().map(|tw| graph.record(self.clone(), &[z, tw])),
+                tb.map(|tb| bias_view(tb, self.spec.spatial)),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        let spatial = self.spec.spatial;
+        let example = ConvTransposeOptions::<2>::new()
+            .stride(2)
+            .padding(1)
+            .output_padding(1)
+            .dilation([2, 1])
+            .groups(2);
+        let spec = if spatial == 1 {
+            ConvTransposeOptions::<1>::new()
+                .stride(2)
+                .padding(1)
+                .output_padding(1)
+                .groups(2)
+                .spec("conv_transpose1d")
+        } else {
+            example.spec("conv_transpose2d")
+        };
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: spec
+                .ok()
+                .map(|spec| std::sync::Arc::new(ConvTranspose { spec }) as _),
+            sample_inputs: Some(if spatial == 1 {
+                |seed| {
+                    vec![
+                        sample(&[2, 4, 4], seed, 1.0),
+                        sample(&[4, 2, 3], seed + 7, 0.5),
+                        sample(&[4], seed + 9, 0.3),
+                    ]
+                }
+            } else {
+                |seed| {
+                    vec![
+                        sample(&[2, 4, 3, 4], seed, 1.0),
+                        sample(&[4, 1, 2, 3], seed + 7, 0.5),
+                        sample(&[2], seed + 9, 0.3),
+                    ]
+                }
+            }),
+            ..OpFacts::opaque(None)
+        }
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(ConvTranspose {
+        spec: ConvSpec::plain(1),
+    });
+    reg.add_builtin(ConvTranspose {
+        spec: ConvSpec::plain(2),
+    });
+}
+
+fn record_transpose<'g, const D: usize>(
+    op: &'static str,
+    x: &Var<'g>,
+    weight: &Var<'g>,
+    bias: Option<&Var<'g>>,
+    opts: &ConvTransposeOptions<D>,
+) -> Result<Var<'g>> {
+    let unbatched = x.shape().len() == D + 1;
+    let x = if unbatched { x.try_unsqueeze(0)? } else { x.clone() };
+    let mut inputs = vec![&x, weight];
+    inputs.extend(bias);
+    let y = x.graph().record(ConvTranspose { spec: opts.spec(op)? }, &inputs)?;
+    if unbatched {
+        y.try_squeeze_dim(0)
+    } else {
+        Ok(y)
+    }
+}
+
+impl<'g> Var<'g> {
+    fallible! {
+        /// 1-d transposed convolution, PyTorch's `F.conv_transpose1d(x, weight,
+        /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
+        /// `[N, C_in, L]`, `weight` `[C_in, C_out / groups, k]`, `bias` `[C_out]`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose1dOptions};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 1, 2])?);
+        /// let w = g.variable(Tensor::from_vec(vec![1.0, 10.0, 100.0], &[1, 1, 3])?);
+        /// // Stride 2: each input scatters the kernel, two positions apart.
+        /// let y = x.try_conv_transpose1d(&w, None, &ConvTranspose1dOptions::new().stride(2))?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 10.0, 102.0, 20.0, 200.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_conv_transpose1d / conv_transpose1d(
+            &self,
+            weight: &Var<'g>,
+            bias: Option<&Var<'g>>,
+            opts: &ConvTranspose1dOptions,
+        ) -> Var<'g> {
+            record_transpose("conv_transpose1d", self, weight, bias, opts)
+        }
+    }
+
+    fallible! {
+        /// 2-d transposed convolution, PyTorch's `F.conv_transpose2d(x, weight,
+        /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
+        /// `[N, C_in, H, W]` (or `[C_in, H, W]`), `weight` `[C_in, C_out / groups,
+        /// kh, kw]`, `bias` `[C_out]`; the output size is
+        /// `(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose2dOptions};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?);
+        /// let w = g.variable(Tensor::ones(&[1, 2, 2, 2], retrograd::DType::F64)?);
+        /// let opts = ConvTranspose2dOptions::new().stride(2).output_padding(1);
+        /// let y = x.try_conv_transpose2d(&w, None, &opts)?;
+        /// assert_eq!(y.shape(), &[1, 2, 5, 5]);
+        /// // Each input value fills its own 2x2 block; the extra row and column are 0.
+        /// assert_eq!(y.value().to_f64_vec()[..5], [1.0, 1.0, 2.0, 2.0, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_conv_transpose2d / conv_transpose2d(
+            &self,
+            weight: &Var<'g>,
+            bias: Option<&Var<'g>>,
+            opts: &ConvTranspose2dOptions,
+        ) -> Var<'g> {
+            record_transpose("conv_transpose2d", self, weight, bias, opts)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::nn::Conv2dOptions;
+    use crate::{gradcheck, jvpcheck, Graph};
+
+    /// Pins a closure to the higher-ranked signature the checkers take.
+    fn hr<F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>>(f: F) -> F {
+        f
+    }
+
+    fn s(shape: &[usize], seed: u64) -> Tensor {
+        sample(shape, seed, 1.0)
+    }
+
+    #[test]
+    fn is_the_adjoint_of_conv2d() {
+        // <conv(x, w), z> = <x, conv_transpose(z, w)> for matching settings.
+        let g = Graph::new();
+        let x = g.variable(s(&[2, 4, 7, 6], 1));
+        let w = g.variable(s(&[6, 2, 3, 2], 2));
+        let conv = Conv2dOptions::new().stride([2, 1]).padding([1, 0]).dilation([1, 2]).groups(2);
+        let y = x.conv2d(&w, None, &conv);
+        let z = g.variable(s(y.shape(), 3));
+        // The strided conv of 7 rows reaches row 6 exactly: output_padding 0.
+        let t = ConvTranspose2dOptions::new()
+            .stride([2, 1])
+            .padding([1, 0])
+            .dilation([1, 2])
+            .groups(2);
+        let xt = z.conv_transpose2d(&w, None, &t);
+        assert_eq!(xt.shape(), x.shape());
+        let lhs = (&y * &z).sum().value().item();
+        let rhs = (&x * &xt).sum().value().item();
+        assert!((lhs - rhs).abs() < 1e-10, "{lhs} vs {rhs}");
+    }
+
+    #[test]
+    fn gradients_over_configurations() {
+        for (stride, pad, extra, dil, groups) in [
+            (1, 0, 0, 1, 1),
+            (2, 1, 1, 1, 2),
+            (2, 0, 1, 2, 1),
+            (1, 1, 1, 2, 2),
+            (3, 1, 2, 1, 1),
+        ] {
+            let opts = ConvTranspose2dOptions::new()
+                .stride(stride)
+                .padding(pad)
+                .output_padding(extra)
+                .dilation(dil)
+                .groups(groups);
+            let f = hr(|v| v[0].try_conv_transpose2d(&v[1], Some(&v[2]), &opts));
+            let inputs = [s(&[2, 2, 3, 4], 4), s(&[2, 3 / groups.min(3), 3, 2], 5), s(&[3 / groups.min(3) * groups], 6)];
+            gradcheck(f, &inputs).unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+            jvpcheck(f, &inputs).unwrap();
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_typed_errors() {
+        let g = Graph::new();
+        let x = g.variable(s(&[1, 2, 3, 3], 1));
+        let w = g.variable(s(&[2, 3, 3, 3], 2));
+        let bad = ConvTranspose2dOptions::new().stride(2).output_padding(2);
+        let e = x.try_conv_transpose2d(&w, None, &bad).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { op: "conv_transpose2d", .. }), "{e}");
+        let w3 = g.variable(s(&[3, 3, 3, 3], 2));
+        let e = x.try_conv_transpose2d(&w3, None, &ConvTranspose2dOptions::new()).unwrap_err();
+        assert!(e.to_string().contains("[3, 3, 3, 3]"), "{e}");
+        let zero = ConvTranspose2dOptions::new().stride(0);
+        assert!(x.try_conv_transpose2d(&w, None, &zero).is_err());
+        // Padding that trims the whole output.
+        let trim = ConvTranspose2dOptions::new().padding(3);
+        assert!(x.try_conv_transpose2d(&w, None, &trim).is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! The gradient of a convolution with respect to its weight, as an op of
+//! its own ([`ConvWeight`], PyTorch's `torch.nn.grad.conv2d_weight`), so the
+//! weight gradient is differentiable again: its derivatives are a
+//! [`ConvTranspose`] (with respect to the input) and a [`Conv`] (with
+//! respect to the output gradient).
+
+use smallvec::smallvec;
+
+use super::conv::Conv;
+use super::conv_spec::{sample, ConvSpec};
+use super::conv_transpose::ConvTranspose;
+use super::spatial::check_same_dtype;
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::conv::{conv2d_weight_grad, ConvGeometry};
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpFacts, OpRegistry};
+use crate::tensor::{Dims, Filled, Tensor};
+
+/// `gw = conv_weight(x, gy)`: the weight gradient of the convolution `spec`
+/// with input `x` `[N, C_in, spatial...]` and output gradient `gy`
+/// `[N, C_out, spatial'...]`; the output is `[C_out, C_in / groups, kernel...]`.
+/// The kernel size is given, or (registry instance, `None`) the one whose
+/// windows exactly cover the input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvWeight {
+    pub(super) spec: ConvSpec,
+    pub(super) kernel: [usize; 2],
+}
+
+impl ConvWeight {
+    fn name_str(&self) -> &'static str {
+        self.spec.name("conv1d_weight", "conv2d_weight")
+    }
+
+    fn plan(&self, x: &Tensor, gy: &Tensor) -> Result<(Dims, ConvGeometry)> {
+        let op = self.name_str();
+        let input = self.spec.spatial_of(op, "the input", x)?;
+        let output = self.spec.spatial_of(op, "the output gradient", gy)?;
+        check_same_dtype(op, x, gy)?;
+        let (n, cin, cout, groups) = (x.shape()[0], x.shape()[1], gy.shape()[1], self.spec.groups);
+        if gy.shape()[0] != n {
+            return Err(Error::shape_mismatch(op, x.shape(), gy.shape()));
+        }
+        if groups == 0 || cin % groups != 0 || cout % groups != 0 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "groups = {groups} must divide the channels of the input {:?} and of the output gradient {:?}",
+                    x.shape(),
+                    gy.shape()
+                ),
+            ));
+        }
+        let kernel = self.kernel;
+        if self.spec.output_of(op, x.shape(), input, kernel)? != output {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "an input of shape {:?} and a kernel of size {kernel:?} do not give an output gradient of shape {:?}",
+                    x.shape(),
+                    gy.shape()
+                ),
+            ));
+        }
+        let mut shape = Dims::from_slice(&[cout, cin / groups]);
+        if self.spec.spatial == 2 {
+            shape.push(kernel[0]);
+        }
+        shape.push(kernel[1]);
+        Ok((shape, self.spec.geometry(n, [cin, cout], input, output, kernel)))
+    }
+}
+
+impl Differentiable for ConvWeight {
+    fn name(&self) -> &str {
+        self.name_str()
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let [x, gy] = inputs else {
+            return Err(Error::Arity {
+                op: self.name_str().to_string(),
+                expected: 2,
+                got: inputs.len(),
+            });
+        };
+        let (shape, geo) = self.plan(x, gy)?;
+        crate::with_dtype!(x.dtype(), T => {
+            Ok(Tensor::build::<T>(shape, |out| {
+                conv2d_weight_grad(&geo, x.as_slice_of::<T>(), gy.as_slice_of::<T>(), out);
+                // SAFETY: `conv2d_weight_grad` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            }))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (x, gy) = (&inputs[0], &inputs[1]);
+        let graph = g.graph();
+        let input = self.spec.spatial_of(self.name_str(), "the input", x.value())?;
+        let spec = self.spec.fitted_to(input, self.kernel);
+        let gx = x
+            .requires_grad()
+            .then(|| graph.record(ConvTranspose { spec: spec.clone() }, &[gy, g]))
+            .transpose()?;
+        let ggy = gy
+            .requires_grad()
+            .then(|| graph.record(Conv { spec }, &[x, g]))
+            .transpose()?;
+        Ok(smallvec![gx, ggy])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        let (x, gy) = (inputs[0], inputs[1]);
+        let input = self.spec.spatial_of(self.name_str(), "the input", x)?;
+        let spec = self.spec.fitted_to(input, self.kernel);
+        if needs[0] {
+            grads[0] = Some(ConvTranspose { spec: spec.clone() }.forward(&[gy, g])?);
+        }
+        if needs[1] {
+            grads[1] = Some(Conv { spec }.forward(&[x, g])?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let (x, gy) = (&inputs[0], &inputs[1]);
+        let graph = x.graph();
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tx| graph.record(self.clone(), &[tx, gy])),
+                t[1].as_ref().map(|tg| graph.record(self.clone(), &[x, tg])),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        let spatial = self.spec.spatial;
+        let spec = ConvSpec {
+            stride: [if spatial == 1 { 1 } else { 2 }, 1],
+            pad_before: [if spatial == 1 { 0 } else { 1 }, 1],
+            pad_after: [if spatial == 1 { 0 } else { 1 }, 1],
+            dilation: [1, 2],
+            groups: 2,
+            ..ConvSpec::plain(spatial)
+        };
+        let kernel = [if spatial == 1 { 1 } else { 2 }, 2];
+        OpFacts {
+            arity: Some(2),
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(ConvWeight { spec, kernel })),
+            // x [2, 4, (5,) 6] gives (3,) 6 output positions with this spec.
+            sample_inputs: Some(if spatial == 1 {
+                |seed| vec![sample(&[2, 4, 6], seed, 1.0), sample(&[2, 2, 6], seed + 3, 0.7)]
+            } else {
+                |seed| {
+                    vec![
+                        sample(&[2, 4, 5, 6], seed, 1.0),
+                        sample(&[2, 2, 3, 6], seed + 3, 0.7),
+                    ]
+                }
+            }),
+            ..OpFacts::opaque(Some(2))
+        }
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    // The registry's instances: a 3 (or 3x3) kernel, stride 1, no padding.
+    reg.add_builtin(ConvWeight {
+        spec: ConvSpec::plain(1),
+        kernel: [1, 3],
+    });
+    reg.add_builtin(ConvWeight {
+        spec: ConvSpec::plain(2),
+        kernel: [3, 3],
+    });
+}

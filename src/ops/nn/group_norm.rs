@@ -1,0 +1,260 @@
+//! `group_norm` over `[N, C, *]`, PyTorch's `F.group_norm`: the channels
+//! split into `G` groups, each `(sample, group)` normalised over its
+//! `C/G · S` elements, then a per-channel affine. One fused forward kernel
+//! (statistics per contiguous row, normalisation and affine in one write).
+//!
+//! Viewed as `[N, G, C/G · S]`, the normalisation is a layer norm over the
+//! last dim, so the gradients reuse the fused, differentiable ops of
+//! `layer_norm_backward.rs` on that view (reshapes share storage): the
+//! input's gradient is `layer_norm_backward(g w)`, the weight's `Σ g x̂` and
+//! the bias's `Σ g` per channel. Gradients of gradients and tangents follow
+//! from those ops' own rules.
+
+use std::sync::Arc;
+
+use crate::fallible::fallible;
+use smallvec::smallvec;
+
+use super::batch_norm::{check_channel_param, check_eps, planes, sample, Affine};
+use super::batch_norm_backward::{channel_sum, channel_view};
+use super::layer_norm::LayerNorm;
+use super::layer_norm_backward::project;
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::kernels::nn::batch_norm::{self as kernel, Planes};
+use crate::ops::rule::OpFacts;
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Filled, Tensor};
+
+/// Group normalisation, PyTorch's `F.group_norm(x, num_groups, weight,
+/// bias, eps)`. Inputs: `x` (`[N, C, *]`), then the weight and/or bias if
+/// present (each `[C]`). The registry holds it with one group and
+/// `eps = 1e-5`, the affine parameters inferred from the input count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupNorm {
+    num_groups: usize,
+    eps: f64,
+    affine: Affine,
+}
+
+impl Default for GroupNorm {
+    fn default() -> Self {
+        GroupNorm {
+            num_groups: 1,
+            eps: 1e-5,
+            affine: Affine::FromInputs,
+        }
+    }
+}
+
+/// `x`'s layout, checked for `num_groups`, and the length of a group's row (`C/G · S`).
+fn layout(op: &'static str, x: &Tensor, num_groups: usize) -> Result<(Planes, usize)> {
+    let p = planes(op, x)?;
+    if num_groups == 0 || p.c % num_groups != 0 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "num_groups ({num_groups}) must be > 0 and divide the number of channels ({}) of the input {:?}",
+                p.c,
+                x.shape()
+            ),
+        ));
+    }
+    Ok((p, p.c / num_groups * p.s))
+}
+
+impl GroupNorm {
+    fn affine_of<'a, V>(&self, inputs: &'a [V]) -> Result<(Option<&'a V>, Option<&'a V>)> {
+        let (w, b) = self.affine.resolve("group_norm", 1, inputs.len())?;
+        Ok((w.then(|| &inputs[1]), b.then(|| &inputs[inputs.len() - 1])))
+    }
+
+    /// `v` viewed as `[N, G, C/G · S]`, and the layer norm over its last dim.
+    fn grouped<'g>(&self, v: &Var<'g>) -> Result<(Var<'g>, LayerNorm)> {
+        let (p, row) = layout("group_norm", v.value(), self.num_groups)?;
+        let view = v.try_reshape(&[p.n as isize, self.num_groups as isize, row as isize])?;
+        Ok((view, LayerNorm::plain(&[row], self.eps)))
+    }
+
+    /// `σ P t` per (sample, group), in `x`'s shape.
+    fn project<'g>(&self, t: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+        let (xv, _) = self.grouped(x)?;
+        let (tv, _) = self.grouped(t)?;
+        let row = Dims::from_slice(&xv.shape()[2..]);
+        project(&tv, &xv, &row, self.eps)?.try_reshape(&signed(x.shape()))
+    }
+
+    /// `x̂` in `x`'s shape.
+    fn xhat<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        let (xv, plain) = self.grouped(x)?;
+        x.graph()
+            .record(plain, &[&xv])?
+            .try_reshape(&signed(x.shape()))
+    }
+}
+
+fn signed(shape: &[usize]) -> Vec<isize> {
+    shape.iter().map(|&d| d as isize).collect()
+}
+
+impl Differentiable for GroupNorm {
+    fn name(&self) -> &str {
+        "group_norm"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "group_norm";
+        let x = inputs.first().ok_or(Error::Arity {
+            op: OP.to_string(),
+            expected: 1,
+            got: 0,
+        })?;
+        let (w, b) = self.affine_of(inputs)?;
+        check_eps(OP, self.eps)?;
+        let (p, row) = layout(OP, x, self.num_groups)?;
+        if let Some(w) = w {
+            check_channel_param(OP, "weight", w, x)?;
+        }
+        if let Some(b) = b {
+            check_channel_param(OP, "bias", b, x)?;
+        }
+        let (groups, per_group) = (self.num_groups, p.c / self.num_groups);
+        crate::with_dtype!(x.dtype(), T => {
+            let xs = x.as_slice_of::<T>();
+            let stats = kernel::row_stats_all(xs, row, self.eps);
+            let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                kernel::normalize(xs, p, &stats, |n, c| n * groups + c / per_group, ws, bs, out);
+                // SAFETY: `normalize` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            }))
+        })
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        let rank = x.shape().len();
+        let (w, b) = self.affine_of(inputs)?;
+        let dx = x
+            .requires_grad()
+            .then(|| {
+                let a = match w {
+                    Some(w) => g.try_mul(&channel_view(w, rank)?)?,
+                    None => g.clone(),
+                };
+                self.project(&a, x)
+            })
+            .transpose()?;
+        let mut grads: GradInputs<'g> = smallvec![dx];
+        if let Some(w) = w {
+            grads.push(
+                w.requires_grad()
+                    .then(|| channel_sum(&g.try_mul(&self.xhat(x)?)?))
+                    .transpose()?,
+            );
+        }
+        if let Some(b) = b {
+            grads.push(b.requires_grad().then(|| channel_sum(g)).transpose()?);
+        }
+        Ok(grads)
+    }
+    fn jvp<'g>(
+        &self,
+        t: &[Option<Var<'g>>],
+        inputs: &[Var<'g>],
+        out: &Var<'g>,
+    ) -> Result<Option<Var<'g>>> {
+        let x = &inputs[0];
+        let rank = x.shape().len();
+        let (w, _) = self.affine_of(inputs)?;
+        let (tw, tb) = self.affine_of(t)?;
+        let (tw, tb) = (tw.and_then(Option::as_ref), tb.and_then(Option::as_ref));
+        sum_tangents(
+            out.shape(),
+            [
+                t[0].as_ref().map(|tx| {
+                    let d = self.project(tx, x)?;
+                    match w {
+                        Some(w) => d.try_mul(&channel_view(w, rank)?),
+                        None => Ok(d),
+                    }
+                }),
+                tw.map(|tw| self.xhat(x)?.try_mul(&channel_view(tw, rank)?)),
+                tb.map(|tb| channel_view(tb, rank)),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(GroupNorm {
+                num_groups: 2,
+                eps: 1e-5,
+                affine: Affine::Given {
+                    weight: true,
+                    bias: true,
+                },
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 4, 3], seed, 0.0, 2.0),
+                    sample(&[4], seed + 7, 1.0, 0.5),
+                    sample(&[4], seed + 11, 0.0, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(GroupNorm::default());
+}
+
+impl<'g> Var<'g> {
+    fallible! {
+        /// Group normalisation of an `[N, C, *]` input: the `C` channels split
+        /// into `num_groups` groups of consecutive channels, each
+        /// `(sample, group)` normalised to mean 0 and variance 1 (biased,
+        /// `eps` inside the square root), then scaled by `weight` and shifted
+        /// by `bias` per channel (each `[C]`, optional). PyTorch's
+        /// `F.group_norm(x, num_groups, weight, bias, eps)`.
+        ///
+        /// Errors (naming `group_norm` and the shapes): `num_groups` zero or
+        /// not dividing `C`, an input of rank < 2, a weight or bias not of
+        /// shape `[C]` or of another dtype, a negative or non-finite `eps`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// // [N = 1, C = 2, L = 2], one group per channel.
+        /// let x = g.variable(Tensor::from_vec(vec![1.0, 3.0, 10.0, 20.0], &[1, 2, 2])?);
+        /// let w = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// let y = x.try_group_norm(2, Some(&w), None, 0.0)?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![-1.0, 1.0, -2.0, 2.0]);
+        /// assert!(x.try_group_norm(3, None, None, 1e-5).is_err()); // 3 does not divide 2
+        /// let grads = (&y * &y).sum().backward()?;
+        /// assert_eq!(grads.wrt(&w).to_f64_vec(), vec![4.0, 8.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_group_norm / group_norm(
+        &self,
+        num_groups: usize,
+        weight: Option<&Var<'g>>,
+        bias: Option<&Var<'g>>,
+        eps: f64,
+    ) -> Var<'g> {
+            let op = GroupNorm {
+                num_groups,
+                eps,
+                affine: Affine::Given {
+                    weight: weight.is_some(),
+                    bias: bias.is_some(),
+                },
+            };
+            let mut inputs = vec![self];
+            inputs.extend(weight);
+            inputs.extend(bias);
+            self.graph().record(op, &inputs)
+        }
+    }
+}
