@@ -138,7 +138,15 @@ fn build_model(args: &Args, seed: u64) -> Result<Sequential> {
     let mut channels = 1;
     for &out in &args.channels {
         // A convolution followed by batch norm needs no bias of its own.
-        let conv = Conv2d::with_bias(channels, out, 3, same, !args.batch_norm, DType::F32, &mut rng)?;
+        let conv = Conv2d::with_bias(
+            channels,
+            out,
+            3,
+            same,
+            !args.batch_norm,
+            DType::F32,
+            &mut rng,
+        )?;
         model.push(conv);
         if args.batch_norm {
             model.push(BatchNorm2d::new(out, DType::F32)?);
@@ -149,19 +157,31 @@ fn build_model(args: &Args, seed: u64) -> Result<Sequential> {
     }
     let side = mnist::SIDE / 4;
     model.push(Flatten::new());
-    model.push(Linear::new(channels * side * side, args.hidden, DType::F32, &mut rng)?);
+    model.push(Linear::new(
+        channels * side * side,
+        args.hidden,
+        DType::F32,
+        &mut rng,
+    )?);
     model.push(Activation::Relu);
     if args.dropout > 0.0 {
         model.push(Dropout::new(args.dropout, seed ^ 0xd0)?);
     }
-    model.push(Linear::new(args.hidden, mnist::NUM_CLASSES, DType::F32, &mut rng)?);
+    model.push(Linear::new(
+        args.hidden,
+        mnist::NUM_CLASSES,
+        DType::F32,
+        &mut rng,
+    )?);
     Ok(model)
 }
 
 fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {
     Adam::new(
         model.parameters(),
-        AdamConfig::default().lr(args.lr).weight_decay(args.weight_decay),
+        AdamConfig::default()
+            .lr(args.lr)
+            .weight_decay(args.weight_decay),
     )
 }
 
@@ -185,7 +205,8 @@ impl Trainer {
     ) -> Result<(f64, f64)> {
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
         let background = -mnist::MEAN / mnist::STD;
-        let batches: Vec<_> = Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)?.collect();
+        let batches: Vec<_> =
+            Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)?.collect();
         for batch in batches {
             let n = batch.labels.len();
             let images = if args.shift > 0 {

@@ -88,11 +88,15 @@ mod tests {
         shift_plane(&src, &mut out, 3, 3, 1, -1);
         // Down one row, left one column.
         assert_eq!(out, vec![0.0, 0.0, 0.0, 2.0, 3.0, 0.0, 5.0, 6.0, 0.0]);
-        let x = Tensor::from_vec((0..2 * 2 * 4 * 4).map(f64::from).collect(), &[2, 2, 4, 4]).unwrap();
+        let x =
+            Tensor::from_vec((0..2 * 2 * 4 * 4).map(f64::from).collect(), &[2, 2, 4, 4]).unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let y = random_shift(&x, 2, -1.0, &mut rng).unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-        assert_eq!(y.to_f64_vec(), random_shift(&x, 2, -1.0, &mut rng).unwrap().to_f64_vec());
+        assert_eq!(
+            y.to_f64_vec(),
+            random_shift(&x, 2, -1.0, &mut rng).unwrap().to_f64_vec()
+        );
         // Every value is a fill or comes from the same image and channel.
         for (i, v) in y.to_f64_vec().into_iter().enumerate() {
             assert!(v == -1.0 || (v as usize) / 16 == i / 16, "{i}: {v}");
