@@ -32,6 +32,10 @@ use crate::tensor::Element;
 /// The most memory the im2col buffers of one kernel call take together.
 pub const WORKSPACE_BYTES: usize = 64 << 20;
 
+/// The size an im2col block aims at: it stays in L2 between im2col writing
+/// it and gemm packing it (ARCHITECTURE.md, PERF).
+const BLOCK_BYTES: usize = 512 << 10;
+
 /// Multiply-adds below which a convolution stays on the calling thread.
 const PARALLEL_WORK: usize = 1 << 21;
 
@@ -100,11 +104,11 @@ impl ConvGeometry {
     fn pointwise(&self) -> bool {
         self.kernel == [1, 1] && self.stride == [1, 1] && self.pad == [0, 0]
     }
-    /// Output rows per im2col block, so that one worker's buffer stays
-    /// within its share of [`WORKSPACE_BYTES`].
+    /// Output rows per im2col block: about [`BLOCK_BYTES`], and within one
+    /// worker's share of [`WORKSPACE_BYTES`] (at least one row).
     fn block_rows<T>(&self, workers: usize) -> usize {
         let row_bytes = self.k_len() * self.output[1] * size_of::<T>();
-        let budget = WORKSPACE_BYTES / workers.max(1);
+        let budget = (WORKSPACE_BYTES / workers.max(1)).min(BLOCK_BYTES);
         (budget / row_bytes.max(1)).clamp(1, self.output[0].max(1))
     }
     /// Whether samples go to separate workers.
