@@ -212,6 +212,44 @@ fn beats<T: Element>(v: T, best: T) -> bool {
     v > best || v.is_nan()
 }
 
+/// [`max_plane`] for non-overlapping 2x2 windows with stride 2, a row of
+/// outputs at a time: each window is a two-round tournament of selects (no
+/// data-dependent branches; the same winner as [`max_plane`]'s scan: the
+/// first maximum, or the last NaN), written straight into the row.
+fn max_plane_pairs<T: Element>(
+    x: &[T],
+    plan: &Plan2d,
+    out: &mut [MaybeUninit<T>],
+    idx: &mut [u32],
+) {
+    let w = plan.cols.len;
+    let ow = plan.cols.taps.len();
+    for (oh, (out_row, idx_row)) in out
+        .chunks_exact_mut(ow)
+        .zip(idx.chunks_exact_mut(ow))
+        .enumerate()
+    {
+        let top = &x[2 * oh * w..][..2 * ow];
+        let bottom = &x[(2 * oh + 1) * w..][..2 * ow];
+        let base = (2 * oh * w) as u32;
+        for (o, (slot, at)) in out_row.iter_mut().zip(idx_row.iter_mut()).enumerate() {
+            let (a, b) = (top[2 * o], top[2 * o + 1]);
+            let (c, d) = (bottom[2 * o], bottom[2 * o + 1]);
+            let right = beats(b, a);
+            let (m1, i1) = if right { (b, 1) } else { (a, 0) };
+            let right = beats(d, c);
+            let (m2, i2) = if right {
+                (d, w as u32 + 1)
+            } else {
+                (c, w as u32)
+            };
+            let lower = beats(m2, m1);
+            slot.write(if lower { m2 } else { m1 });
+            *at = base + 2 * o as u32 + if lower { i2 } else { i1 };
+        }
+    }
+}
+
 /// Max pooling of one plane: values and argmax indices (flat in the plane;
 /// the first maximum in row-major window order wins a tie).
 #[inline(always)]
@@ -286,10 +324,16 @@ pub fn max_pool2d<T: Element>(
     if out.is_empty() {
         return;
     }
+    let pairs = plan.pairs();
     let run = |first: usize, out: &mut [MaybeUninit<T>], idx: &mut [u32]| {
         for (k, (o, i)) in out.chunks_mut(op).zip(idx.chunks_mut(op)).enumerate() {
             let p = first + k;
-            max_plane(&x[p * ip..(p + 1) * ip], plan, |j, v, at| {
+            let plane = &x[p * ip..(p + 1) * ip];
+            if pairs {
+                max_plane_pairs(plane, plan, o, i);
+                continue;
+            }
+            max_plane(plane, plan, |j, v, at| {
                 o[j].write(v);
                 i[j] = at;
             });
