@@ -7,6 +7,7 @@
 
 use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
 use super::NnFloat;
+use crate::error::Result;
 use crate::tensor::{Dims, Filled, Tensor};
 
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for
@@ -19,9 +20,9 @@ use crate::tensor::{Dims, Filled, Tensor};
 /// assert!(p.allclose(&Tensor::from_vec(vec![1. / 3., 2. / 3., 0.5, 0.5], &[2, 2])?, 1e-12, 0.0));
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
+pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
     let lanes = AxisLanes::new(x.shape(), axis);
-    crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!("softmax", x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             for_each_block(lanes, [src], out, lanes.len, |_, [rows], o| {
@@ -30,7 +31,7 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 /// Softmax (or log-softmax) of each row of `x` (`[n, len]`) into `out`.
@@ -61,10 +62,10 @@ pub fn softmax_rows<T: NnFloat>(x: &[T], out: &mut [T], len: usize, log: bool) {
 
 /// The backward of softmax along `axis` given its output `y`:
 /// `y * (g - sum(g * y))`. `g` and `y` have the same shape.
-pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
+pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tensor> {
     let lanes = AxisLanes::new(y.shape(), axis);
     let len = lanes.len;
-    crate::with_dtype!(y.dtype(), T => {
+    Ok(crate::with_dtype!("softmax_backward", y.dtype(), T => {
         let (gs, ys) = (g.as_slice_of::<T>(), y.as_slice_of::<T>());
         Tensor::build::<T>(Dims::from_slice(y.shape()), |out| {
             for_each_block(lanes, [gs, ys], out, len, |_, [g, y], o| {
@@ -78,15 +79,15 @@ pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 /// The backward of log-softmax along `axis` given its output `y`:
 /// `g - exp(y) * sum(g)`. `g` and `y` have the same shape.
-pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
+pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tensor> {
     let lanes = AxisLanes::new(y.shape(), axis);
     let len = lanes.len;
-    crate::with_dtype!(y.dtype(), T => {
+    Ok(crate::with_dtype!("log_softmax_backward", y.dtype(), T => {
         let (gs, ys) = (g.as_slice_of::<T>(), y.as_slice_of::<T>());
         Tensor::build::<T>(Dims::from_slice(y.shape()), |out| {
             for_each_block(lanes, [gs, ys], out, len, |_, [g, y], o| {
@@ -102,7 +103,7 @@ pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ impl Differentiable for CrossEntropy {
         let r = self
             .spec
             .resolve("cross_entropy", x, inputs.get(1).copied())?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("cross_entropy", x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let per_lane = kernel::cross_entropy_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())

@@ -167,7 +167,7 @@ impl Differentiable for Embedding {
         let mut shape = r.shape.clone();
         shape.push(d);
         let zero_row = r.padding.filter(|_| self.zero_padding);
-        crate::with_dtype!(w.dtype(), T => {
+        crate::with_dtype!("embedding", w.dtype(), T => {
             let src = w.as_slice_of::<T>();
             Ok(Tensor::build::<T>(shape, |out| {
                 sparse::gather_rows(src, d, &r.values, zero_row, out);
@@ -233,7 +233,7 @@ impl Differentiable for EmbeddingDenseBackward {
                 rhs: w.dtype(),
             });
         }
-        crate::with_dtype!(g.dtype(), T => {
+        crate::with_dtype!(OP, g.dtype(), T => {
             let src = g.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| {
                 sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out);

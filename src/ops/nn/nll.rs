@@ -120,7 +120,7 @@ impl Differentiable for NllLoss {
         expect_inputs("nll_loss", inputs, self.spec.arity(1))?;
         let x = inputs[0];
         let r = self.spec.resolve("nll_loss", x, inputs.get(1).copied())?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("nll_loss", x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let per_lane = kernel::nll_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
@@ -160,7 +160,7 @@ impl Differentiable for NllLossBackward {
         let (g, x) = (inputs[0], inputs[1]);
         let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
         self.spec.check_grad(OP, g, x, &r)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let scale = self.spec.scale(&targets);
             let gs = g.as_slice_of::<T>();

@@ -215,9 +215,9 @@ pub(crate) fn reduce_lanes(
 ) -> Result<Tensor> {
     match reduction {
         Reduction::None => per_lane.reshape(lane_shape),
-        Reduction::Sum => Ok(kernels::sum_all(&per_lane)),
+        Reduction::Sum => kernels::sum_all(&per_lane),
         Reduction::Mean => {
-            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64)).try_item()?;
+            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64))?.try_item()?;
             Ok(Tensor::scalar_of(s / denominator, per_lane.dtype()))
         }
     }
