@@ -125,7 +125,7 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
 /// use retrograd::{kernels::index, Tensor};
 /// let base = Tensor::zeros(&[3], retrograd::DType::F64)?;
 /// let src = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
-/// let y = index::index_add(&base, 0, &[2, 0, 2], &src);
+/// let y = index::index_add(&base, 0, &[2, 0, 2], &src)?;
 /// assert_eq!(y.to_f64_vec(), vec![2.0, 0.0, 4.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
@@ -333,7 +333,7 @@ mod tests {
         let cols = t((0..r * c).map(|i| ((i * 13) % c) as f64).collect(), &[r, c]);
         let g = gather("gather", &x, 1, &cols).unwrap().to_f64_vec();
         assert_eq!(g[301 * c + 17], (301 * c + (301 * c + 17) * 13 % c) as f64);
-        let sum = index_add(&x, 0, &rows, &x).to_f64_vec();
+        let sum = index_add(&x, 0, &rows, &x).unwrap().to_f64_vec();
         assert_eq!(
             sum[rows[9] * c + 1],
             (rows[9] * c + 1) as f64 + (9 * c + 1) as f64
@@ -351,7 +351,8 @@ mod tests {
             1,
             &[2, 2],
             &y,
-        );
+        )
+        .unwrap();
         assert_eq!(
             back.to_f64_vec(),
             vec![0., 0., 0., 0., 8., 10., 0., 0., 0., 0., 20., 22.]

@@ -11,6 +11,7 @@ pub mod elementwise;
 pub mod functors;
 pub mod index;
 pub mod layout;
+pub mod mask;
 pub mod matmul;
 pub mod nn;
 pub mod parallel;
