@@ -55,6 +55,6 @@ pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
-pub use tensor::{DType, Element, Tensor};
+pub use tensor::{DType, DataType, Element, Tensor};
 
 pub use smallvec;

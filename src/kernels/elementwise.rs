@@ -192,6 +192,10 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     if !crate::tensor::shape::broadcastable_to(x.shape(), shape) {
         return Err(Error::shape_mismatch(op, x.shape(), shape));
     }
+    if !x.is_float() {
+        // Masks and indices: a plain copy (no float machinery).
+        return super::mask::expand_any(op, x, shape);
+    }
     if checked_numel(op, shape)? == 0 {
         return Ok(crate::with_any_dtype!(x.dtype(), T => {
             Tensor::from_exact_iter::<T>(Dims::from_slice(shape), [])

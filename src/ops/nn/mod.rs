@@ -33,7 +33,7 @@ pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTra
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
 pub use spatial::{Spatial, Window};
-pub use support::{IntIndex, Reduction};
+pub use support::{Indices, IntIndex, Reduction};
 
 use super::OpRegistry;
 
