@@ -29,18 +29,24 @@ use crate::tensor::{DType, Element, Filled, Repr, Tensor};
 /// ```
 #[inline(always)]
 pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Result<Tensor> {
+    map_op("map", x, f)
+}
+
+/// [`map`] whose error for an i64 or bool `x` (`Error::NotFloat`) names `op`.
+#[inline(always)]
+pub fn map_op<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
     // The scalar case inlines into the caller; dense tensors take the loop.
     match x.repr() {
         Repr::F32(v) => Ok(Tensor::scalar(f.call(v.f32()))),
         Repr::F64(v) => Ok(Tensor::scalar(f.call(v.f64()))),
-        _ => map_dense(x, f),
+        _ => map_dense(op, x, f),
     }
 }
 
 /// `map` on a dense tensor, or on an integer or bool one (`Error::NotFloat`).
 #[inline(never)]
-fn map_dense<F: UnaryFn>(x: &Tensor, f: F) -> Result<Tensor> {
-    Ok(crate::with_dtype!("map", x.dtype(), T => {
+fn map_dense<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             map_slice(src, out, f);

@@ -60,7 +60,7 @@ impl Differentiable for Pow {
         match scalar_value(y) {
             Some(e) => {
                 same_dtype("pow", x, y)?;
-                with_power!(e, p => kernels::map(x, p))
+                with_power!(e, p => kernels::elementwise::map_op("pow", x, p))
             }
             None => kernels::zip("pow", x, y, PowFn),
         }

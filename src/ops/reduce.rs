@@ -100,6 +100,21 @@ impl<'g> Var<'g> {
         self.graph().record_or_panic(Sum, &[self])
     }
 
+    /// The sum of every element, or `Error::NotFloat` for an i64 or bool
+    /// value (which [`sum`](Self::sum) panics on).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// assert!(g.constant(Tensor::vector(&[1i64, 2])).try_sum().is_err());
+    /// assert_eq!(g.constant(Tensor::vector(&[1.0, 2.0])).try_sum()?.value().try_item()?, 3.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_sum(&self) -> crate::Result<Var<'g>> {
+        self.graph().record(Sum, &[self])
+    }
+
     /// The mean of every element (a 0-d value).
     ///
     /// ```

@@ -84,7 +84,7 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
         let (x, y) = (inputs[0], inputs[1]);
         check_same(BCE, x, y)?;
         let pw = broadcast_pos_weight(BCE, &self.pos_weight, x)?;
-        crate::with_dtype!("bce", x.dtype(), T => {
+        crate::with_dtype!("binary_cross_entropy_with_logits", x.dtype(), T => {
             let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
                 kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out);
                 // SAFETY: `bce_with_logits` writes every element of its output.
