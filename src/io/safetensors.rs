@@ -213,7 +213,11 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
             Dtype::F32 => Tensor::from_vec(decode(data, f32::from_le_bytes), view.shape()),
             Dtype::F64 => Tensor::from_vec(decode(data, f64::from_le_bytes), view.shape()),
             Dtype::I64 => Tensor::from_vec(decode(data, i64::from_le_bytes), view.shape()),
-            Dtype::BOOL => match data.iter().map(|&b| decode_bool(b)).collect::<Option<Vec<_>>>() {
+            Dtype::BOOL => match data
+                .iter()
+                .map(|&b| decode_bool(b))
+                .collect::<Option<Vec<_>>>()
+            {
                 Some(v) => Tensor::from_vec(v, view.shape()),
                 None => {
                     return Err(format_error(
@@ -271,6 +275,16 @@ mod tests {
         );
         t.insert("step".into(), Tensor::scalar(7.0));
         t.insert("empty".into(), Tensor::zeros(&[0, 3], DType::F32).unwrap());
+        t.insert(
+            "tokens".into(),
+            Tensor::from_vec(vec![i64::MIN, -1, 0, i64::MAX], &[2, 2]).unwrap(),
+        );
+        t.insert("count".into(), Tensor::scalar(42i64));
+        t.insert(
+            "mask".into(),
+            Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]).unwrap(),
+        );
+        t.insert("flag".into(), Tensor::scalar(true));
         t
     }
 
@@ -283,10 +297,15 @@ mod tests {
         save_tensors(&path, &sample(), &meta).unwrap();
         let back = load_tensors(&path).unwrap();
         assert_eq!(back.metadata, meta);
-        assert_eq!(back.tensors.len(), 4);
+        assert_eq!(back.tensors.len(), 8);
         for (name, t) in sample() {
             let b = &back.tensors[&name];
             assert_eq!((b.shape(), b.dtype()), (t.shape(), t.dtype()), "{name}");
+            if !t.is_float() {
+                // i64 (beyond 2^53 too) and bool compare exactly.
+                assert_eq!(b, &t, "{name}");
+                continue;
+            }
             let bits = |t: &Tensor| {
                 t.to_f64_vec()
                     .iter()
@@ -329,6 +348,12 @@ mod tests {
             parse_tensors("load_tensors", &path, &bytes),
             Err(Error::Format { .. })
         ));
+        // A BOOL tensor holding a byte other than 0 or 1.
+        let raw = [1u8, 2];
+        let view = safetensors::tensor::TensorView::new(Dtype::BOOL, vec![2], &raw).unwrap();
+        let bytes = safetensors::serialize([("mask", view)], None).unwrap();
+        let err = parse_tensors("load_tensors", &path, &bytes).unwrap_err();
+        assert!(err.to_string().contains("other than 0 or 1"), "{err}");
         // An I32 tensor, written by another tool.
         let raw = [1u8, 0, 0, 0];
         let view = safetensors::tensor::TensorView::new(Dtype::I32, vec![1], &raw).unwrap();

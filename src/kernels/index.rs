@@ -59,11 +59,7 @@ pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usiz
             .iter()
             .map(|&v| match usize::try_from(v) {
                 Ok(i) if i < size => Ok(i),
-                _ => Err(Error::IndexOutOfRange {
-                    op,
-                    index: v,
-                    size,
-                }),
+                _ => Err(Error::IndexOutOfRange { op, index: v, size }),
             })
             .collect(),
         DType::Bool => Err(Error::WrongDType {

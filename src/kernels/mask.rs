@@ -172,7 +172,11 @@ pub fn select(op: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result
             rhs: b.dtype(),
         });
     }
-    let shape = broadcast_shapes(op, &broadcast_shapes(op, cond.shape(), a.shape())?, b.shape())?;
+    let shape = broadcast_shapes(
+        op,
+        &broadcast_shapes(op, cond.shape(), a.shape())?,
+        b.shape(),
+    )?;
     let n = checked_numel(op, &shape)?;
     let c = expand_any(op, cond, &shape)?;
     let c = c.as_slice_of::<bool>();
@@ -207,7 +211,10 @@ pub fn triangle(op: &'static str, x: &Tensor, diagonal: i64, upper: bool) -> Res
     if x.rank() < 2 {
         return Err(Error::invalid(
             op,
-            format!("needs a tensor of rank at least 2, got shape {:?}", x.shape()),
+            format!(
+                "needs a tensor of rank at least 2, got shape {:?}",
+                x.shape()
+            ),
         ));
     }
     let (rows, cols) = (x.shape()[x.rank() - 2], x.shape()[x.rank() - 1]);
@@ -252,7 +259,10 @@ pub fn topk_indices(op: &'static str, x: &Tensor, k: usize, largest: bool) -> Re
     if k > len {
         return Err(Error::invalid(
             op,
-            format!("k = {k} is larger than the last axis ({len}) of shape {:?}", x.shape()),
+            format!(
+                "k = {k} is larger than the last axis ({len}) of shape {:?}",
+                x.shape()
+            ),
         ));
     }
     if x.dtype() == crate::DType::Bool {

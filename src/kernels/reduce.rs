@@ -27,7 +27,9 @@ const LANES: usize = 16;
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn sum_all(x: &Tensor) -> Result<Tensor> {
-    Ok(crate::with_dtype!("sum_all", x.dtype(), T => Tensor::scalar(sum_slice(x.as_slice_of::<T>()))))
+    Ok(
+        crate::with_dtype!("sum_all", x.dtype(), T => Tensor::scalar(sum_slice(x.as_slice_of::<T>()))),
+    )
 }
 
 /// Pairwise sum of a slice (parallel for large slices).

@@ -15,9 +15,11 @@ impl fmt::Display for Tensor {
             super::DType::I64 => write_all(f, self.shape(), self.as_slice_of::<i64>(), &|f, v| {
                 write!(f, "{v}")
             }),
-            super::DType::Bool => write_all(f, self.shape(), self.as_slice_of::<bool>(), &|f, v| {
-                write!(f, "{v}")
-            }),
+            super::DType::Bool => {
+                write_all(f, self.shape(), self.as_slice_of::<bool>(), &|f, v| {
+                    write!(f, "{v}")
+                })
+            }
             _ => write_all(f, self.shape(), &self.to_f64_vec(), &write_number),
         }
     }

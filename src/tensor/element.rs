@@ -24,7 +24,16 @@ use std::sync::Arc;
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub trait DataType:
-    Copy + PartialEq + PartialOrd + fmt::Debug + fmt::Display + Default + Send + Sync + 'static + private::Sealed
+    Copy
+    + PartialEq
+    + PartialOrd
+    + fmt::Debug
+    + fmt::Display
+    + Default
+    + Send
+    + Sync
+    + 'static
+    + private::Sealed
 {
     /// The dtype tag of this element type.
     const DTYPE: DType;

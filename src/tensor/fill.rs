@@ -25,7 +25,7 @@
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
-use super::{element_count, recycle, storage, Dims, DataType, Repr, Tensor};
+use super::{element_count, recycle, storage, DataType, Dims, Repr, Tensor};
 
 /// Proof that every element of the slice borrowed for `'a` was written.
 #[must_use = "a fill closure returns its `Filled` to `Tensor::build`"]

@@ -252,11 +252,21 @@ impl Tensor {
             }
             DType::I64 => Self::from_buffer(
                 dims,
-                Arc::from(storage::try_filled(op, shape, n, i64::cast_from_f64(value))?),
+                Arc::from(storage::try_filled(
+                    op,
+                    shape,
+                    n,
+                    i64::cast_from_f64(value),
+                )?),
             ),
             DType::Bool => Self::from_buffer(
                 dims,
-                Arc::from(storage::try_filled(op, shape, n, bool::cast_from_f64(value))?),
+                Arc::from(storage::try_filled(
+                    op,
+                    shape,
+                    n,
+                    bool::cast_from_f64(value),
+                )?),
             ),
         })
     }
@@ -494,7 +504,10 @@ impl Tensor {
     /// All elements, converted to f64, in row-major order (a bool is 0 or 1).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         fn widen<T: DataType>(t: &Tensor) -> Vec<f64> {
-            t.as_slice_of::<T>().iter().map(|&v| v.cast_to_f64()).collect()
+            t.as_slice_of::<T>()
+                .iter()
+                .map(|&v| v.cast_to_f64())
+                .collect()
         }
         match self.dtype() {
             DType::F32 => widen::<f32>(self),
@@ -626,9 +639,7 @@ impl Tensor {
             Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f32()][..])),
             Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f64()][..])),
             Repr::I64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.i64()][..])),
-            Repr::Bool(v) => {
-                Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.bool()][..]))
-            }
+            Repr::Bool(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.bool()][..])),
         })
     }
 
@@ -657,9 +668,15 @@ impl Tensor {
             let shape = Dims::from_slice(t.shape());
             let src = t.as_slice_of::<S>();
             match dtype {
-                DType::F32 => Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f32>(s))),
-                DType::F64 => Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f64>(s))),
-                DType::I64 => Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, i64>(s))),
+                DType::F32 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f32>(s)))
+                }
+                DType::F64 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f64>(s)))
+                }
+                DType::I64 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, i64>(s)))
+                }
                 DType::Bool => {
                     Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, bool>(s)))
                 }
@@ -885,6 +902,77 @@ mod tests {
         ));
         assert!(Tensor::arange(0.0, 1.0, 0.0, DType::F32).is_err());
         assert_eq!(Tensor::zeros(&[0, 3], DType::F32).unwrap().numel(), 0);
+    }
+
+    #[test]
+    fn i64_and_bool_tensors_are_stored_compared_and_shown() {
+        let s = Tensor::scalar(-3i64);
+        assert!(s.is_scalar() && !s.is_float());
+        assert_eq!(s.dtype(), DType::I64);
+        assert_eq!(s.try_item().unwrap(), -3.0);
+        let b = Tensor::scalar(true);
+        assert_eq!((b.dtype(), b.try_item().unwrap()), (DType::Bool, 1.0));
+        assert_eq!(b.to_string(), "true");
+        let mut m = Tensor::from_vec(vec![true, false, true, true], &[2, 2]).unwrap();
+        assert_eq!(m.to_string(), "[[true, false], [true, true]]");
+        let shared = m.clone();
+        m.make_mut::<bool>().unwrap()[1] = true;
+        assert_eq!(
+            shared.to_vec::<bool>().unwrap(),
+            vec![true, false, true, true]
+        );
+        assert_eq!(m.to_vec::<bool>().unwrap(), vec![true; 4]);
+        let i = Tensor::from_vec(vec![1i64, 2, 3, 4], &[4]).unwrap();
+        assert_eq!(i.to_string(), "[1, 2, 3, 4]");
+        assert!(i.reshape(&[2, 2]).unwrap().shares_storage_with(&i));
+        let one = Tensor::from_vec(vec![9i64], &[1]).unwrap();
+        assert_eq!(one.reshape(&[]).unwrap(), Tensor::scalar(9i64));
+        assert_eq!(
+            Tensor::scalar(true).reshape(&[1, 1]).unwrap().shape(),
+            &[1, 1]
+        );
+        assert_ne!(i, i.to_dtype(DType::F64));
+        assert_eq!(i.to_dtype(DType::F64).to_dtype(DType::I64), i);
+        assert!(i.as_slice::<f64>().is_err());
+        assert_eq!(
+            Tensor::zeros(&[2], DType::Bool)
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap(),
+            vec![false; 2]
+        );
+        assert_eq!(Tensor::scalar(5i64).zeros_like(), Tensor::scalar(0i64));
+        assert!(i.all_finite());
+        // i64 beyond 2^53 converts exactly between i64 tensors.
+        let big = Tensor::scalar(i64::MAX - 1);
+        assert_eq!(
+            big.to_dtype(DType::Bool).to_dtype(DType::I64),
+            Tensor::scalar(1i64)
+        );
+        assert_eq!(big.to_vec::<i64>().unwrap(), vec![i64::MAX - 1]);
+        assert_eq!(
+            Tensor::arange_i64(i64::MAX - 2, i64::MAX, 1)
+                .unwrap()
+                .numel(),
+            2
+        );
+        assert_eq!(
+            Tensor::arange_i64(0, 10, 3)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![0, 3, 6, 9]
+        );
+        assert_eq!(
+            Tensor::arange_i64(0, -7, -3)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![0, -3, -6]
+        );
+        assert!(Tensor::arange_i64(0, 3, 0).is_err());
+        assert!(Tensor::arange(0.0, 3.0, 1.0, DType::Bool).is_err());
+        assert!(Tensor::randn(&[2], DType::Bool, 0).is_err());
     }
 
     #[test]

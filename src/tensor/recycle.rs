@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::fill::Filled;
 use super::storage::unique_mut;
-use super::{DType, Dense, Dims, DataType};
+use super::{DType, DataType, Dense, Dims};
 
 /// The largest tensor (in elements) that is recycled; bigger ones are rare
 /// per op and cost more to fill than to allocate.

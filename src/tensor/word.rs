@@ -148,14 +148,24 @@ impl Word {
         // zeros elsewhere; every write through this reference is a valid
         // `bool`, so the byte stays 0 or 1. The byte is in bounds and any
         // address is 1-aligned. The result reborrows `self` mutably.
-        unsafe { &mut *(self as *mut Word).cast::<u8>().add(BOOL_OFFSET).cast::<bool>() }
+        unsafe {
+            &mut *(self as *mut Word)
+                .cast::<u8>()
+                .add(BOOL_OFFSET)
+                .cast::<bool>()
+        }
     }
 
     /// The stored bool by reference.
     #[inline(always)]
     pub(crate) fn bool_ref(&self) -> &bool {
         // SAFETY: as in `bool_mut`, with a shared reborrow of `self`.
-        unsafe { &*(self as *const Word).cast::<u8>().add(BOOL_OFFSET).cast::<bool>() }
+        unsafe {
+            &*(self as *const Word)
+                .cast::<u8>()
+                .add(BOOL_OFFSET)
+                .cast::<bool>()
+        }
     }
 }
 

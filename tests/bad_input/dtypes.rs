@@ -59,29 +59,52 @@ fn int_and_bool_cases(t: &mut Table) {
                 [name, "bool", "f64"]
             )
         });
-        t.add(format!("{name}: i64 with i64 (no integer arithmetic)"), move || {
-            let g = Graph::new();
-            let a = g.constant(ids(&[2, 3]));
-            let b = g.constant(ids(&[2, 3]));
-            expect_err!(op(&a, &b), Error::NotFloat { found: DType::I64, .. }, [name, "i64"])
-        });
+        t.add(
+            format!("{name}: i64 with i64 (no integer arithmetic)"),
+            move || {
+                let g = Graph::new();
+                let a = g.constant(ids(&[2, 3]));
+                let b = g.constant(ids(&[2, 3]));
+                expect_err!(
+                    op(&a, &b),
+                    Error::NotFloat {
+                        found: DType::I64,
+                        ..
+                    },
+                    [name, "i64"]
+                )
+            },
+        );
         t.add(format!("{name}: 0-d bools"), move || {
             let g = Graph::new();
             let a = g.constant(Tensor::scalar(true));
             let b = g.constant(Tensor::scalar(false));
-            expect_err!(op(&a, &b), Error::NotFloat { found: DType::Bool, .. }, [name, "bool"])
+            expect_err!(
+                op(&a, &b),
+                Error::NotFloat {
+                    found: DType::Bool,
+                    ..
+                },
+                [name, "bool"]
+            )
         });
     }
     t.add("a variable of i64 or bool", || {
         let g = Graph::new();
         expect_err!(
             g.try_variable(ids(&[2])),
-            Error::NotDifferentiable { dtype: DType::I64, .. },
+            Error::NotDifferentiable {
+                dtype: DType::I64,
+                ..
+            },
             ["variable", "i64"]
         )?;
         expect_err!(
             g.try_variable(Tensor::scalar(true)),
-            Error::NotDifferentiable { dtype: DType::Bool, .. },
+            Error::NotDifferentiable {
+                dtype: DType::Bool,
+                ..
+            },
             ["variable", "bool"]
         )
     });
@@ -90,11 +113,20 @@ fn int_and_bool_cases(t: &mut Table) {
         let x = g.variable(f64s(&[2]));
         let i = g.constant(ids(&[2]));
         let grads = setup(x.sum().backward())?;
-        expect_err!(grads.try_wrt(&i), Error::NotDifferentiable { .. }, ["wrt", "i64"])
+        expect_err!(
+            grads.try_wrt(&i),
+            Error::NotDifferentiable { .. },
+            ["wrt", "i64"]
+        )
     });
     t.add("unary float ops on i64 and bool", || {
         let g = Graph::new();
-        for x in [ids(&[2, 3]), mask(&[4]), Tensor::scalar(3i64), Tensor::scalar(false)] {
+        for x in [
+            ids(&[2, 3]),
+            mask(&[4]),
+            Tensor::scalar(3i64),
+            Tensor::scalar(false),
+        ] {
             let x = g.constant(x);
             expect_err!(g.apply("exp", &[&x]), Error::NotFloat { .. }, ["exp"])?;
             expect_err!(g.apply("tanh", &[&x]), Error::NotFloat { .. }, ["tanh"])?;
@@ -114,18 +146,33 @@ fn int_and_bool_cases(t: &mut Table) {
         let a = g.variable(f64s(&[2]));
         let i = g.constant(ids(&[2]));
         let m = g.constant(mask(&[2]));
-        expect_err!(a.try_lt(&i), Error::DTypeMismatch { .. }, ["lt", "f64", "i64"])?;
-        expect_err!(i.try_eq(&m), Error::DTypeMismatch { .. }, ["eq", "i64", "bool"])
+        expect_err!(
+            a.try_lt(&i),
+            Error::DTypeMismatch { .. },
+            ["lt", "f64", "i64"]
+        )?;
+        expect_err!(
+            i.try_eq(&m),
+            Error::DTypeMismatch { .. },
+            ["eq", "i64", "bool"]
+        )
     });
     t.add("masked_fill: an i64 or f64 mask", || {
         let g = Graph::new();
         let a = g.variable(f64s(&[2]));
         expect_err!(
             a.try_masked_fill(&ids(&[2]), 0.0),
-            Error::WrongDType { expected: DType::Bool, .. },
+            Error::WrongDType {
+                expected: DType::Bool,
+                ..
+            },
             ["masked_fill", "bool", "i64"]
         )?;
-        expect_err!(a.try_masked_fill(&f64s(&[2]), 0.0), Error::WrongDType { .. }, ["masked_fill"])
+        expect_err!(
+            a.try_masked_fill(&f64s(&[2]), 0.0),
+            Error::WrongDType { .. },
+            ["masked_fill"]
+        )
     });
     t.add("where: i64 values with f64 other", || {
         let g = Graph::new();
@@ -140,19 +187,43 @@ fn int_and_bool_cases(t: &mut Table) {
     t.add("gather and losses: bool indices", || {
         let g = Graph::new();
         let a = g.variable(f64s(&[2, 3]));
-        expect_err!(a.try_gather(1, &mask(&[2, 1])), Error::WrongDType { .. }, ["gather", "bool"])?;
-        expect_err!(a.try_cross_entropy(&mask(&[2])), Error::WrongDType { .. }, ["cross_entropy", "bool"])?;
-        expect_err!(a.try_index_select(0, &mask(&[1])), Error::WrongDType { .. }, ["bool"])
+        expect_err!(
+            a.try_gather(1, &mask(&[2, 1])),
+            Error::WrongDType { .. },
+            ["gather", "bool"]
+        )?;
+        expect_err!(
+            a.try_cross_entropy(&mask(&[2])),
+            Error::WrongDType { .. },
+            ["cross_entropy", "bool"]
+        )?;
+        expect_err!(
+            a.try_index_select(0, &mask(&[1])),
+            Error::WrongDType { .. },
+            ["bool"]
+        )
     });
     t.add("i64 indices out of range", || {
         let g = Graph::new();
         let a = g.variable(f64s(&[2, 3]));
         let bad = Tensor::vector(&[0i64, 3]);
-        expect_err!(a.try_cross_entropy(&bad), Error::IndexOutOfRange { index: 3, .. }, ["cross_entropy"])?;
-        expect_err!(a.try_embedding(&Tensor::vector(&[-1i64]), &[1]), Error::IndexOutOfRange { index: -1, .. }, ["embedding"])
+        expect_err!(
+            a.try_cross_entropy(&bad),
+            Error::IndexOutOfRange { index: 3, .. },
+            ["cross_entropy"]
+        )?;
+        expect_err!(
+            a.try_embedding(&Tensor::vector(&[-1i64]), &[1]),
+            Error::IndexOutOfRange { index: -1, .. },
+            ["embedding"]
+        )
     });
     t.add("random constructors of i64", || {
-        expect_err!(Tensor::randn(&[2], DType::I64, 0), Error::NotFloat { .. }, ["randn", "i64"])
+        expect_err!(
+            Tensor::randn(&[2], DType::I64, 0),
+            Error::NotFloat { .. },
+            ["randn", "i64"]
+        )
     });
 }
 

@@ -152,7 +152,10 @@ mod tests {
     #[test]
     fn extreme_logits_stay_finite() {
         let x = Tensor::from_vec(vec![1e4f32, -1e4, 0.0, 1e4], &[2, 2]).unwrap();
-        assert_eq!(softmax(&x, 1, false).unwrap().to_f64_vec(), vec![1.0, 0.0, 0.0, 1.0]);
+        assert_eq!(
+            softmax(&x, 1, false).unwrap().to_f64_vec(),
+            vec![1.0, 0.0, 0.0, 1.0]
+        );
         assert_eq!(
             softmax(&x, 1, true).unwrap().to_f64_vec(),
             vec![0.0, -2e4, -1e4, 0.0]
