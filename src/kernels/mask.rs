@@ -277,9 +277,10 @@ pub fn topk_indices(op: &'static str, x: &Tensor, k: usize, largest: bool) -> Re
     checked_numel(op, &out_shape)?;
     Ok(crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
-        // NaN (x != x) sorts above every number.
+        // NaN (unordered with itself) sorts above every number.
+        let nan = |v: T| v.partial_cmp(&v).is_none();
         let key = |a: T, b: T| -> Ordering {
-            match (a != a, b != b) {
+            match (nan(a), nan(b)) {
                 (true, true) => Ordering::Equal,
                 (true, false) => Ordering::Greater,
                 (false, true) => Ordering::Less,
