@@ -409,6 +409,10 @@ mod tests {
         assert_eq!(i.value().to_vec::<i64>().unwrap(), vec![1, 0, 1, 0]);
         gradcheck(|v| Ok(v[0].try_topk(3, true)?.0.tanh()), &[x]).unwrap();
         assert!(xv.try_topk(5, true).is_err());
+        // NaN counts as the largest; ties keep the lower position first.
+        let nan = g.constant(Tensor::from_vec(vec![1.0, f64::NAN, 3.0, 3.0], &[4]).unwrap());
+        assert_eq!(nan.topk(3, true).1.value().to_vec::<i64>().unwrap(), vec![1, 2, 3]);
+        assert_eq!(nan.topk(2, false).1.value().to_vec::<i64>().unwrap(), vec![0, 2]);
         let ids = g.constant(Tensor::from_vec(vec![4i64, 9, 1], &[3]).unwrap());
         let (v, i) = ids.topk(1, true);
         assert_eq!((v.value().to_vec::<i64>().unwrap(), i.value().to_vec::<i64>().unwrap()), (vec![9], vec![1]));
