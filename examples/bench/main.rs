@@ -52,6 +52,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "MLP training step (784-512-512-10), batch 128 and 1024",
     ),
     (
+        "w3",
+        w3::run_step,
+        "CNN training step (model C1, Adam), batch 64 and 256",
+    ),
+    (
         "w3_conv",
         w3::run_conv,
         "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",

@@ -8,11 +8,78 @@
 //!   images: forward and backward (gradients of the output's sum with
 //!   respect to input and weight). Median ms.
 
-use retrograd::ops::nn::Conv2dOptions;
-use retrograd::{DType, Graph, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use retrograd::nn::{Activation, Conv2d, Flatten, Linear, MaxPool2d, Module, Sequential};
+use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
+use retrograd::optim::{Adam, AdamConfig, Optimizer};
+use retrograd::{DType, Graph, Result, Tensor};
 
 use crate::report::{emit, time, Value};
 use crate::Options;
+
+/// Model C1, PyTorch's default initialisation from `seed`.
+pub fn c1(seed: u64) -> Result<Sequential> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let pad2 = Conv2dOptions::new().padding(2);
+    Ok(Sequential::new()
+        .with(Conv2d::new(1, 16, 5, pad2, DType::F32, &mut rng)?)
+        .with(Activation::Relu)
+        .with(MaxPool2d::new(MaxPool2dOptions::new(2)))
+        .with(Conv2d::new(16, 32, 5, pad2, DType::F32, &mut rng)?)
+        .with(Activation::Relu)
+        .with(MaxPool2d::new(MaxPool2dOptions::new(2)))
+        .with(Flatten::new())
+        .with(Linear::new(1568, 128, DType::F32, &mut rng)?)
+        .with(Activation::Relu)
+        .with(Linear::new(128, 10, DType::F32, &mut rng)?))
+}
+
+/// One training step of `model`; returns the loss.
+pub fn step(model: &Sequential, opt: &mut Adam, x: &Tensor, y: &[usize]) -> Result<f64> {
+    let (grads, loss) = {
+        let graph = Graph::new();
+        let loss = model
+            .forward(&graph.constant(x.clone()))?
+            .try_cross_entropy(y)?;
+        (loss.backward()?, loss.value().try_item()?)
+    };
+    opt.step(&grads)?;
+    Ok(loss)
+}
+
+fn data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
+    let x = Tensor::randn(&[batch, 1, 28, 28], DType::F32, seed).expect("valid shape");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed + 1);
+    (x, (0..batch).map(|_| rng.random_range(0..10)).collect())
+}
+
+pub fn run_step(opts: &Options) {
+    let (steps, warmup) = if opts.quick { (3, 1) } else { (30, 5) };
+    let batches: &[usize] = if opts.quick { &[8] } else { &[64, 256] };
+    for &batch in batches {
+        let model = c1(0).expect("model C1");
+        let mut opt = Adam::new(model.parameters(), AdamConfig::default().lr(1e-3)).expect("Adam");
+        let (x, y) = data(batch, 1);
+        for _ in 0..warmup {
+            step(&model, &mut opt, &x, &y).expect("a valid step");
+        }
+        let mut loss = 0.0;
+        let stats = time(steps, || {
+            loss = step(&model, &mut opt, &x, &y).expect("a valid step")
+        });
+        emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "w3".into()),
+                ("batch", batch.into()),
+                ("unit", "ms_per_step".into()),
+                ("loss", Value::Exact(loss)),
+            ],
+            Some(stats),
+        );
+    }
+}
 
 pub fn run_conv(opts: &Options) {
     let (batch, size) = if opts.quick { (2, 8) } else { (32, 32) };

@@ -1,13 +1,15 @@
 //! Data for training: an in-memory labelled [`Dataset`] with seeded splits
 //! (stratified, or a shuffle cut at exact sizes), shuffling mini-[`Batches`],
 //! and two bundled sets of handwritten digits: the 8x8 UCI [`digits`] and
-//! 5,000 28x28 [`mnist`] images.
+//! 5,000 28x28 [`mnist`] images; [`random_shift`] augments image batches.
 
+mod augment;
 mod batches;
 mod dataset;
 pub mod digits;
 mod image_csv;
 pub mod mnist;
 
+pub use augment::random_shift;
 pub use batches::{Batch, Batches};
 pub use dataset::Dataset;

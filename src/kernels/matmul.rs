@@ -350,6 +350,33 @@ pub(crate) fn gemm_accumulate<T: Element>(
     unsafe { gemm_raw(dst.as_mut_ptr(), d, a, av, b, bv, true, threaded) }
 }
 
+/// `dst = a @ b` on views into slices of uninitialised memory: every
+/// element of `dst`'s view is written and none is read; see
+/// [`gemm_accumulate`].
+pub(crate) fn gemm_write<T: Element>(
+    dst: &mut [MaybeUninit<T>],
+    d: MatView,
+    a: &[T],
+    av: MatView,
+    b: &[T],
+    bv: MatView,
+    threaded: bool,
+) {
+    check_views(dst.len(), d, a, av, b, bv);
+    if av.cols == 0 {
+        for i in 0..d.rows {
+            for j in 0..d.cols {
+                dst[i * d.row_stride + j * d.col_stride].write(T::zero());
+            }
+        }
+        return;
+    }
+    // SAFETY: the views lie inside their slices (`check_views`); with
+    // `read_dst = false` gemm writes every element of `dst`'s view without
+    // reading it; `MaybeUninit<T>` has `T`'s layout.
+    unsafe { gemm_raw(dst.as_mut_ptr() as *mut T, d, a, av, b, bv, false, threaded) }
+}
+
 /// `dst = a @ b` on views into slices, overwriting `dst`'s view; see
 /// [`gemm_accumulate`].
 pub(crate) fn gemm_overwrite<T: Element>(

@@ -9,12 +9,14 @@ mod module;
 mod parameter;
 mod state;
 
+pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use buffer::Buffer;
 pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
     ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, LayerNorm, Linear, Mlp, MlpBuilder,
     Sequential,
 };
+pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};
 pub use parameter::Parameter;

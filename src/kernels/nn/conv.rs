@@ -20,11 +20,13 @@
 //! ([`weight_grad_parts`]) added in order, so its bits do not depend on the
 //! number of threads (invariant 9).
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, MatView};
+use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
 use crate::tensor::Element;
 
 /// The most memory the im2col buffers of one kernel call take together.
@@ -218,10 +220,10 @@ fn fill<T: Element>(out: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
     unsafe { &mut *(out as *mut [MaybeUninit<T>] as *mut [T]) }
 }
 
-/// Runs `per_sample(n, out_n, col)` for each sample's block of `out`
-/// (`sample_len` elements), on rayon workers when the convolution is big
-/// enough, each with its own im2col buffer; `threaded` tells the products
-/// whether to thread themselves.
+/// Runs `per_sample(n, out_n, col, threaded)` for each sample's block of
+/// `out` (`sample_len` elements), on rayon workers when the convolution is
+/// big enough, each with its thread's im2col buffer ([`with_workspace`]);
+/// `threaded` tells the products whether to thread themselves.
 fn for_each_sample<T: Element>(
     geo: &ConvGeometry,
     out: &mut [MaybeUninit<T>],
@@ -232,16 +234,50 @@ fn for_each_sample<T: Element>(
         return;
     }
     if geo.by_sample() {
-        out.par_chunks_mut(sample_len)
+        // One task per worker, each a run of whole samples: one buffer per
+        // worker, taken once.
+        let workers = rayon::current_num_threads();
+        let per_task = geo.batch.div_ceil(workers).max(1);
+        out.par_chunks_mut(per_task * sample_len)
             .enumerate()
-            .for_each_init(Vec::new, |col, (n, out_n)| per_sample(n, out_n, col, false));
+            .for_each(|(t, chunk)| {
+                with_workspace(|col| {
+                    for (k, out_n) in chunk.chunks_mut(sample_len).enumerate() {
+                        per_sample(t * per_task + k, out_n, col, false);
+                    }
+                })
+            });
     } else {
-        let mut col = Vec::new();
         let threaded = geo.work() >= PARALLEL_WORK;
-        for (n, out_n) in out.chunks_mut(sample_len).enumerate() {
-            per_sample(n, out_n, &mut col, threaded);
-        }
+        with_workspace(|col| {
+            for (n, out_n) in out.chunks_mut(sample_len).enumerate() {
+                per_sample(n, out_n, col, threaded);
+            }
+        });
     }
+}
+
+thread_local! {
+    /// Each thread's im2col buffer (a `Vec<f32>` or `Vec<f64>`), kept between
+    /// calls so a training loop does not allocate and page-fault it every
+    /// step; at most one block's worth ([`ConvGeometry::block_rows`]).
+    static WORKSPACE: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's reusable buffer of `T`s (grown on demand by
+/// [`blocks`]).
+fn with_workspace<T: Element, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> R {
+    let taken = WORKSPACE.with(|w| {
+        let mut w = w.borrow_mut();
+        let at = w.iter().position(|b| b.is::<Vec<T>>());
+        at.map(|i| w.swap_remove(i))
+    });
+    let mut buf: Box<Vec<T>> = taken
+        .and_then(|b| b.downcast::<Vec<T>>().ok())
+        .unwrap_or_default();
+    let r = f(&mut buf);
+    WORKSPACE.with(|w| w.borrow_mut().push(buf));
+    r
 }
 
 /// The im2col blocks of output rows, and the buffer sized for them.
@@ -280,12 +316,6 @@ pub fn conv2d_forward<T: Element>(
         out,
         geo.out_channels * out_plane,
         |n, y_n, col, threaded| {
-            let y_n = fill(y_n, T::zero());
-            if let Some(b) = bias {
-                for (plane, &bc) in y_n.chunks_exact_mut(out_plane).zip(b) {
-                    plane.fill(bc);
-                }
-            }
             let x_n = &x[n * geo.in_channels * in_plane..][..geo.in_channels * in_plane];
             for g in 0..geo.groups {
                 let w_g = &w[g * cout_g * k_len..][..cout_g * k_len];
@@ -295,16 +325,26 @@ pub fn conv2d_forward<T: Element>(
                 if geo.pointwise() {
                     let xv = MatView::rows(k_len, out_plane, out_plane);
                     let yv = MatView::rows(cout_g, out_plane, out_plane);
-                    gemm_accumulate(y_g, yv, w_g, wv, x_g, xv, threaded);
+                    gemm_write(y_g, yv, w_g, wv, x_g, xv, threaded);
                     continue;
                 }
+                // The blocks split the output columns, so each element of `y_g`
+                // is written by exactly one product.
                 for (oy0, oy1) in blocks(geo, col) {
                     let len = (oy1 - oy0) * geo.output[1];
                     im2col(geo, x_g, oy0, oy1, col);
                     let cv = MatView::rows(k_len, len, len);
                     let yv = MatView::rows(cout_g, len, out_plane);
                     let y_block = &mut y_g[oy0 * geo.output[1]..];
-                    gemm_accumulate(y_block, yv, w_g, wv, col, cv, threaded);
+                    gemm_write(y_block, yv, w_g, wv, col, cv, threaded);
+                }
+            }
+            if let Some(b) = bias {
+                // SAFETY: the products above wrote every element of `y_n`: the
+                // groups split its channels and the blocks each group's columns.
+                let y_n = unsafe { &mut *(y_n as *mut [MaybeUninit<T>] as *mut [T]) };
+                for (plane, &bc) in y_n.chunks_exact_mut(out_plane).zip(b) {
+                    plane.iter_mut().for_each(|v| *v += bc);
                 }
             }
         },
@@ -382,11 +422,12 @@ pub fn conv2d_weight_grad<T: Element>(
     let parts = geo.batch.div_ceil(per_part).max(1);
     let part = |p: usize, threaded: bool| -> Vec<T> {
         let mut acc = vec![T::zero(); geo.weight_len()];
-        let mut col = Vec::new();
         let samples = p * per_part..((p + 1) * per_part).min(geo.batch);
-        for n in samples {
-            weight_grad_sample(geo, n, x, gy, &mut acc, &mut col, threaded);
-        }
+        with_workspace(|col| {
+            for n in samples {
+                weight_grad_sample(geo, n, x, gy, &mut acc, col, threaded);
+            }
+        });
         acc
     };
     let sums: Vec<Vec<T>> = if parts > 1 && geo.by_sample() {

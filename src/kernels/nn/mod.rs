@@ -15,5 +15,6 @@ pub mod conv;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;
+pub mod pool;
 pub mod softmax;
 pub mod sparse;

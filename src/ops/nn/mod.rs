@@ -4,6 +4,7 @@
 //! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
+pub mod avg_pool;
 pub mod batch_norm;
 pub mod batch_norm_backward;
 #[cfg(test)]
@@ -21,8 +22,10 @@ pub mod embedding;
 pub mod group_norm;
 pub mod layer_norm;
 pub mod layer_norm_backward;
+pub mod max_pool;
 pub mod mse;
 pub mod nll;
+pub mod pool;
 pub mod softmax;
 pub mod spatial;
 pub mod support;
@@ -32,6 +35,7 @@ pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
+pub use pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use spatial::{Spatial, Window};
 pub use support::{Indices, IntIndex, Reduction};
 
@@ -51,6 +55,8 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     embedding::register(reg);
     layer_norm::register(reg);
     layer_norm_backward::register(reg);
+    max_pool::register(reg);
+    avg_pool::register(reg);
     batch_norm::register(reg);
     batch_norm_backward::register(reg);
     group_norm::register(reg);
@@ -82,6 +88,13 @@ mod tests {
             "layer_norm",
             "layer_norm_backward",
             "layer_norm_weight_backward",
+            "max_pool2d",
+            "max_pool2d_backward",
+            "max_pool2d_gather",
+            "avg_pool2d",
+            "avg_pool2d_backward",
+            "adaptive_avg_pool2d",
+            "adaptive_avg_pool2d_backward",
             "batch_norm",
             "batch_norm_backward",
             "batch_norm_weight_backward",

@@ -1,0 +1,612 @@
+//! `max_pool2d` and its two companion ops, each linear in its first input
+//! and routed through the argmax positions of the pooled input `x`:
+//! `max_pool2d_backward` (the gradient: `g` scattered to the argmax
+//! positions, added where windows overlap) and `max_pool2d_gather` (the
+//! values of an input-shaped `t` at the argmax positions: the tangent of
+//! max pooling). Scatter and gather are each other's transpose, so each
+//! op's derivative is the other and gradients of gradients work; with
+//! respect to `x` every one of them is piecewise constant (zero gradient).
+//!
+//! The argmax positions are saved by the forward pass: a `MaxPool2d` keeps
+//! the indices of its latest forward, tagged with the output buffer's
+//! address and length, and hands them to the backward ops it records. A
+//! node's output buffer is alive while its backward runs, so a matching tag
+//! means these indices came from the forward that made that very buffer;
+//! otherwise (a shared instance, such as the registry's, used again since)
+//! they are recomputed from `x`. Ties go to the first position in row-major
+//! window order and a NaN propagates, as in PyTorch.
+
+use std::sync::{Arc, Mutex};
+
+use smallvec::smallvec;
+
+use super::pool::{distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
+use crate::error::{Error, Result};
+use crate::fallible::fallible;
+use crate::graph::Var;
+use crate::kernels::nn::pool::{self as kernel, NO_INDEX};
+use crate::ops::rule::OpFacts;
+use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Filled, Tensor};
+
+/// Argmax positions, one per output element (flat within its plane).
+type Indices = Arc<Vec<u32>>;
+
+/// The indices of a forward pass and the identity of the output it made.
+#[derive(Debug)]
+struct Saved {
+    /// The output buffer's address and length.
+    tag: (usize, usize),
+    indices: Indices,
+}
+
+/// A tensor's buffer identity: address and length (`None` when empty,
+/// where addresses mean nothing).
+fn buffer_tag(t: &Tensor) -> Option<(usize, usize)> {
+    if t.numel() == 0 || t.rank() == 0 {
+        return None;
+    }
+    Some(crate::with_dtype!(t.dtype(), T => (t.as_slice_of::<T>().as_ptr() as usize, t.numel())))
+}
+
+/// 2-d max pooling, PyTorch's `F.max_pool2d`. Input: `x`, `[N, C, H, W]` or
+/// `[C, H, W]`. The registry holds it with a 2x2 kernel and stride 2.
+#[derive(Debug)]
+pub struct MaxPool2d {
+    opts: MaxPool2dOptions,
+    saved: Mutex<Option<Saved>>,
+}
+
+impl Clone for MaxPool2d {
+    fn clone(&self) -> Self {
+        MaxPool2d::new(self.opts.clone())
+    }
+}
+
+impl MaxPool2d {
+    /// The op for these options.
+    pub fn new(opts: MaxPool2dOptions) -> Self {
+        MaxPool2d {
+            opts,
+            saved: Mutex::new(None),
+        }
+    }
+
+    /// The argmax positions behind `out` (this op's output on `x`): saved
+    /// by the forward that made `out`, or recomputed.
+    fn indices_for(&self, x: &Tensor, out: &Tensor) -> Result<Indices> {
+        if let Some(tag) = buffer_tag(out) {
+            let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = saved.as_ref().filter(|s| s.tag == tag) {
+                return Ok(s.indices.clone());
+            }
+        }
+        let geo = self.opts.geometry("max_pool2d", x)?;
+        Ok(recompute(&geo, x))
+    }
+}
+
+/// The argmax positions of `x`'s windows.
+fn recompute(geo: &Geometry, x: &Tensor) -> Indices {
+    Arc::new(crate::with_dtype!(x.dtype(), T => {
+        kernel::max_pool2d_indices(x.as_slice_of::<T>(), geo.planes, &geo.plan)
+    }))
+}
+
+/// The options of the structured suites' example instances.
+fn example_options() -> MaxPool2dOptions {
+    MaxPool2dOptions::new(3)
+        .stride(2)
+        .padding(1)
+        .dilation([1, 2])
+        .ceil_mode(true)
+}
+
+/// The output shape of the example options on the sample shape.
+fn example_out_shape() -> Dims {
+    let x = Tensor::zeros(&SAMPLE_SHAPE, crate::DType::F64).expect("a valid shape");
+    example_options()
+        .geometry("max_pool2d", &x)
+        .expect("valid example options")
+        .out_shape
+}
+
+/// Facts shared by the three ops: two-input ops differ only in samples.
+fn facts(example: Arc<dyn Differentiable>, arity: usize, sample: fn(u64) -> Vec<Tensor>) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example: Some(example),
+        sample_inputs: Some(sample),
+        ..OpFacts::opaque(Some(arity))
+    }
+}
+
+impl Differentiable for MaxPool2d {
+    fn name(&self) -> &str {
+        "max_pool2d"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        const OP: &str = "max_pool2d";
+        expect_inputs(OP, inputs, 1)?;
+        let x = inputs[0];
+        let geo = self.opts.geometry(OP, x)?;
+        let mut idx = vec![NO_INDEX; geo.planes * geo.plan.out_plane()];
+        let out = crate::with_dtype!(x.dtype(), T => {
+            Tensor::build::<T>(geo.out_shape.clone(), |out| {
+                kernel::max_pool2d(x.as_slice_of::<T>(), geo.planes, &geo.plan, out, &mut idx);
+                // SAFETY: `max_pool2d` writes every element of its output.
+                unsafe { Filled::assume(out) }
+            })
+        });
+        if let Some(tag) = buffer_tag(&out) {
+            *self.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(Saved {
+                tag,
+                indices: Arc::new(idx),
+            });
+        }
+        Ok(out)
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        if !x.requires_grad() {
+            return Ok(smallvec![None]);
+        }
+        let op = MaxPool2dBackward {
+            opts: self.opts.clone(),
+            indices: Some(self.indices_for(x.value(), out.value())?),
+        };
+        Ok(smallvec![Some(g.graph().record(op, &[g, x])?)])
+    }
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        if needs[0] {
+            let idx = self.indices_for(inputs[0], out)?;
+            grads[0] = Some(scatter(&self.opts, g, inputs[0], Some(&idx))?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        let Some(tx) = &t[0] else { return Ok(None) };
+        let x = &inputs[0];
+        let op = MaxPool2dGather {
+            opts: self.opts.clone(),
+            indices: Some(self.indices_for(x.value(), out.value())?),
+        };
+        Ok(Some(tx.graph().record(op, &[tx, x])?))
+    }
+    fn facts(&self) -> OpFacts {
+        facts(Arc::new(MaxPool2d::new(example_options())), 1, |seed| {
+            vec![distinct(&SAMPLE_SHAPE, seed)]
+        })
+    }
+}
+
+/// `max_pool2d`'s gradient: `g` (output-shaped) added into a zero
+/// input-shaped value at the argmax positions of `x`. Inputs: `g`, `x`.
+/// The registry holds it with a 2x2 kernel and stride 2 (indices
+/// recomputed from `x`).
+#[derive(Clone, Debug)]
+pub struct MaxPool2dBackward {
+    opts: MaxPool2dOptions,
+    indices: Option<Indices>,
+}
+
+/// The values of an input-shaped `t` at the argmax positions of `x`'s
+/// windows (output-shaped): the tangent of `max_pool2d`, and the gradient
+/// of `max_pool2d_backward` with respect to `g`. Inputs: `t`, `x`. The
+/// registry holds it with a 2x2 kernel and stride 2.
+#[derive(Clone, Debug)]
+pub struct MaxPool2dGather {
+    opts: MaxPool2dOptions,
+    indices: Option<Indices>,
+}
+
+/// The given indices after checking their count, or `x`'s, recomputed.
+fn resolve(op: &'static str, geo: &Geometry, x: &Tensor, indices: Option<&Indices>) -> Result<Indices> {
+    match indices {
+        Some(i) if i.len() == geo.planes * geo.plan.out_plane() => Ok(i.clone()),
+        Some(i) => Err(Error::invalid(
+            op,
+            format!(
+                "{} saved argmax positions do not fit an output of shape {:?}",
+                i.len(),
+                geo.out_shape
+            ),
+        )),
+        None => Ok(recompute(geo, x)),
+    }
+}
+
+/// [`MaxPool2dBackward`]'s value.
+fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+    const OP: &str = "max_pool2d_backward";
+    let geo = opts.geometry(OP, x)?;
+    geo.check_output_like(OP, g, x)?;
+    let idx = resolve(OP, &geo, x, indices)?;
+    Ok(crate::with_dtype!(x.dtype(), T => {
+        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+            kernel::scatter(g.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
+            // SAFETY: `scatter` writes every element of its output (zeroed first).
+            unsafe { Filled::assume(out) }
+        })
+    }))
+}
+
+/// [`MaxPool2dGather`]'s value.
+fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+    const OP: &str = "max_pool2d_gather";
+    let geo = opts.geometry(OP, x)?;
+    super::spatial::check_same_dtype(OP, x, t)?;
+    if t.shape() != x.shape() {
+        return Err(Error::shape_mismatch(OP, x.shape(), t.shape()));
+    }
+    let idx = resolve(OP, &geo, x, indices)?;
+    Ok(crate::with_dtype!(x.dtype(), T => {
+        Tensor::build::<T>(geo.out_shape.clone(), |out| {
+            kernel::gather(t.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
+            // SAFETY: `gather` writes every element of its output.
+            unsafe { Filled::assume(out) }
+        })
+    }))
+}
+
+impl MaxPool2dBackward {
+    /// Indices for `x`: the stored ones, or recomputed once so that the
+    /// ops this one records need not recompute them again.
+    fn indices(&self, x: &Tensor) -> Result<Indices> {
+        let geo = self.opts.geometry("max_pool2d_backward", x)?;
+        resolve("max_pool2d_backward", &geo, x, self.indices.as_ref())
+    }
+}
+
+impl MaxPool2dGather {
+    fn indices(&self, x: &Tensor) -> Result<Indices> {
+        let geo = self.opts.geometry("max_pool2d_gather", x)?;
+        resolve("max_pool2d_gather", &geo, x, self.indices.as_ref())
+    }
+}
+
+impl Differentiable for MaxPool2dBackward {
+    fn name(&self) -> &str {
+        "max_pool2d_backward"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("max_pool2d_backward", inputs, 2)?;
+        scatter(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
+    }
+    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let dg = g
+            .requires_grad()
+            .then(|| {
+                let op = MaxPool2dGather {
+                    opts: self.opts.clone(),
+                    indices: Some(self.indices(x.value())?),
+                };
+                g2.graph().record(op, &[g2, x])
+            })
+            .transpose()?;
+        Ok(smallvec![dg, None])
+    }
+    fn backward_fast(
+        &self,
+        g2: &Tensor,
+        inputs: &[&Tensor],
+        _: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        if needs[0] {
+            grads[0] = Some(gather(&self.opts, g2, inputs[1], self.indices.as_ref())?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
+        let Some(tg) = &t[0] else { return Ok(None) };
+        let x = &inputs[1];
+        let op = MaxPool2dBackward {
+            opts: self.opts.clone(),
+            indices: Some(self.indices(x.value())?),
+        };
+        Ok(Some(tg.graph().record(op, &[tg, x])?))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = MaxPool2dBackward {
+            opts: example_options(),
+            indices: None,
+        };
+        facts(Arc::new(example), 2, |seed| {
+            vec![smooth(&example_out_shape(), seed), distinct(&SAMPLE_SHAPE, seed)]
+        })
+    }
+}
+
+impl Differentiable for MaxPool2dGather {
+    fn name(&self) -> &str {
+        "max_pool2d_gather"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("max_pool2d_gather", inputs, 2)?;
+        gather(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
+    }
+    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (t, x) = (&inputs[0], &inputs[1]);
+        let dt = t
+            .requires_grad()
+            .then(|| {
+                let op = MaxPool2dBackward {
+                    opts: self.opts.clone(),
+                    indices: Some(self.indices(x.value())?),
+                };
+                g2.graph().record(op, &[g2, x])
+            })
+            .transpose()?;
+        Ok(smallvec![dt, None])
+    }
+    fn backward_fast(
+        &self,
+        g2: &Tensor,
+        inputs: &[&Tensor],
+        _: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        if needs[0] {
+            grads[0] = Some(scatter(&self.opts, g2, inputs[1], self.indices.as_ref())?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
+        let Some(tt) = &t[0] else { return Ok(None) };
+        let x = &inputs[1];
+        let op = MaxPool2dGather {
+            opts: self.opts.clone(),
+            indices: Some(self.indices(x.value())?),
+        };
+        Ok(Some(tt.graph().record(op, &[tt, x])?))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = MaxPool2dGather {
+            opts: example_options(),
+            indices: None,
+        };
+        facts(Arc::new(example), 2, |seed| {
+            vec![smooth(&SAMPLE_SHAPE, seed), distinct(&SAMPLE_SHAPE, seed)]
+        })
+    }
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    let two = MaxPool2dOptions::new(2);
+    reg.add_builtin(MaxPool2d::new(two.clone()));
+    reg.add_builtin(MaxPool2dBackward {
+        opts: two.clone(),
+        indices: None,
+    });
+    reg.add_builtin(MaxPool2dGather {
+        opts: two,
+        indices: None,
+    });
+}
+
+impl<'g> Var<'g> {
+    fallible! {
+        /// 2-d max pooling of an `[N, C, H, W]` (or `[C, H, W]`) value:
+        /// PyTorch's `F.max_pool2d(x, kernel_size, stride, padding, dilation,
+        /// ceil_mode)`, with the options of [`MaxPool2dOptions`]. The gradient
+        /// goes to the position of each window's maximum (the first one on a
+        /// tie), found in the forward pass and saved for the backward.
+        ///
+        /// Errors (`Error::InvalidArgument`, naming `max_pool2d` and the input
+        /// shape): an input that is not 3-d or 4-d, a zero kernel, stride or
+        /// dilation, padding above half the kernel, a window larger than the
+        /// padded input.
+        ///
+        /// ```
+        /// use retrograd::{Graph, MaxPool2dOptions, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec((1..=16).map(f64::from).collect(), &[1, 1, 4, 4])?);
+        /// let y = x.try_max_pool2d(&MaxPool2dOptions::new(2))?;
+        /// assert_eq!(y.shape(), &[1, 1, 2, 2]);
+        /// assert_eq!(y.value().to_f64_vec(), vec![6.0, 8.0, 14.0, 16.0]);
+        /// let dx = y.sum().backward()?.wrt(&x).to_f64_vec();
+        /// assert_eq!(dx.iter().filter(|&&v| v == 1.0).count(), 4);
+        /// assert_eq!((dx[5], dx[7], dx[13], dx[15]), (1.0, 1.0, 1.0, 1.0));
+        /// // Kernel 3, stride 2, padding 1: windows overlap the border.
+        /// let y = x.try_max_pool2d(&MaxPool2dOptions::new(3).stride(2).padding(1))?;
+        /// assert_eq!(y.value().to_f64_vec(), vec![6.0, 8.0, 14.0, 16.0]);
+        /// assert!(x.try_max_pool2d(&MaxPool2dOptions::new(2).padding(2)).is_err());
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_max_pool2d / max_pool2d(&self, options: &MaxPool2dOptions) -> Var<'g> {
+            self.graph().record(MaxPool2d::new(options.clone()), &[self])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{gradcheck, jvpcheck, DType, Graph};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn values_ties_padding_and_dilation() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 2.0, 0.0, -1.0, 5.0], &[1, 2, 3]).unwrap());
+        // Kernel [1, 2] with stride 1: the tie at positions 1, 2 goes to 1.
+        let y = x.max_pool2d(&MaxPool2dOptions::new([1, 2]).stride(1));
+        assert_eq!(y.value().to_f64_vec(), vec![2.0, 2.0, 0.0, 5.0]);
+        let dx = y.sum().backward().unwrap().wrt(&x).to_f64_vec();
+        assert_eq!(dx, vec![0.0, 2.0, 0.0, 1.0, 0.0, 1.0]);
+        // Dilation 2 on a row: taps 0 and 2.
+        let y = x.max_pool2d(&MaxPool2dOptions::new([1, 2]).stride(1).dilation([1, 2]));
+        assert_eq!(y.value().to_f64_vec(), vec![2.0, 5.0]);
+        // Padding is ignored (as -inf), not zero.
+        let neg = g.variable(Tensor::from_vec(vec![-3.0, -1.0, -2.0, -4.0], &[1, 1, 2, 2]).unwrap());
+        let y = neg.max_pool2d(&MaxPool2dOptions::new(2).stride(1).padding(1));
+        assert_eq!(y.value().to_f64_vec(), vec![-3.0, -1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -2.0, -4.0]);
+        // A window with no input position (dilation past the padding): -inf
+        // and no gradient, as PyTorch.
+        let opts = MaxPool2dOptions::new(2).stride(1).padding(1).dilation(3);
+        let y = neg.max_pool2d(&opts);
+        assert_eq!(y.value().to_f64_vec(), vec![f64::NEG_INFINITY]);
+        let dx = (&y * 0.0).sum().backward().unwrap().wrt(&neg).to_f64_vec();
+        assert_eq!(dx, vec![0.0; 4]);
+        // ceil_mode keeps a last partial window.
+        let z = g.variable(Tensor::from_vec((0..25).map(f64::from).collect(), &[1, 5, 5]).unwrap());
+        assert_eq!(z.max_pool2d(&MaxPool2dOptions::new(2)).shape(), &[1, 2, 2]);
+        let c = z.max_pool2d(&MaxPool2dOptions::new(2).ceil_mode(true));
+        assert_eq!(c.value().to_f64_vec(), vec![6.0, 8.0, 9.0, 16.0, 18.0, 19.0, 21.0, 23.0, 24.0]);
+        // Registry: kernel 2, stride 2.
+        let via = g.apply("max_pool2d", &[&z]).unwrap();
+        assert_eq!(via.value().to_f64_vec(), vec![6.0, 8.0, 16.0, 18.0]);
+        // f32 agrees.
+        let z32 = g.variable(z.value().to_dtype(DType::F32));
+        assert_eq!(z32.max_pool2d(&MaxPool2dOptions::new(2)).value().dtype(), DType::F32);
+    }
+
+    /// A random configuration and an input with distinct values.
+    fn random_case(rng: &mut ChaCha8Rng) -> (MaxPool2dOptions, Tensor) {
+        loop {
+            let k = [rng.random_range(1..4), rng.random_range(1..4)];
+            let opts = MaxPool2dOptions::new(k)
+                .stride([rng.random_range(1..4), rng.random_range(1..4)])
+                .padding([rng.random_range(0..=k[0] / 2), rng.random_range(0..=k[1] / 2)])
+                .dilation([rng.random_range(1..3), rng.random_range(1..3)])
+                .ceil_mode(rng.random_bool(0.5));
+            let shape = [rng.random_range(1..3), rng.random_range(1..3), rng.random_range(3..7), rng.random_range(3..7)];
+            let x = distinct(&shape, rng.random());
+            if opts.geometry("max_pool2d", &x).is_ok() {
+                return (opts, x);
+            }
+        }
+    }
+
+    #[test]
+    fn gradients_and_tangents_over_random_configurations() {
+        let mut rng = ChaCha8Rng::seed_from_u64(16);
+        for _ in 0..12 {
+            let (opts, x) = random_case(&mut rng);
+            gradcheck(|v| v[0].try_max_pool2d(&opts), &[x.clone()])
+                .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+            jvpcheck(|v| v[0].try_max_pool2d(&opts), &[x.clone()])
+                .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+            // A nonlinear use of the pooled value, and two consumers of x.
+            gradcheck(|v| Ok(&v[0].try_max_pool2d(&opts)?.tanh().sum() * &v[0].sum()), &[x])
+                .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn backward_ops_are_differentiable() {
+        let opts = example_options();
+        let x = distinct(&SAMPLE_SHAPE, 3);
+        let g = smooth(&example_out_shape(), 3);
+        let back = MaxPool2dBackward { opts: opts.clone(), indices: None };
+        gradcheck(|v| v[0].graph().record(back.clone(), &[&v[0], &v[1]]), &[g.clone(), x.clone()]).unwrap();
+        jvpcheck(|v| v[0].graph().record(back.clone(), &[&v[0], &v[1]]), &[g, x.clone()]).unwrap();
+        let gat = MaxPool2dGather { opts, indices: None };
+        let t = smooth(&SAMPLE_SHAPE, 4);
+        gradcheck(|v| v[0].graph().record(gat.clone(), &[&v[0], &v[1]]), &[t.clone(), x.clone()]).unwrap();
+        jvpcheck(|v| v[0].graph().record(gat.clone(), &[&v[0], &v[1]]), &[t, x]).unwrap();
+    }
+
+    #[test]
+    fn saved_indices_are_used_only_for_their_own_output() {
+        let op = MaxPool2d::new(MaxPool2dOptions::new(2));
+        let a = Tensor::from_vec(vec![1.0, 4.0, 3.0, 2.0], &[1, 1, 2, 2]).unwrap();
+        let b = Tensor::from_vec(vec![5.0, 4.0, 3.0, 2.0], &[1, 1, 2, 2]).unwrap();
+        let ya = op.forward(&[&a]).unwrap();
+        assert_eq!(*op.indices_for(&a, &ya).unwrap(), vec![1]);
+        let yb = op.forward(&[&b]).unwrap();
+        // The latest forward is b's: a's output no longer matches the tag.
+        assert_eq!(*op.indices_for(&b, &yb).unwrap(), vec![0]);
+        assert_eq!(*op.indices_for(&a, &ya).unwrap(), vec![1]);
+        // The saved indices really are used: a (wrong) input with the right output tag.
+        assert_eq!(*op.indices_for(&a, &yb).unwrap(), vec![0]);
+        // A shared instance through the registry, in two graphs at once.
+        let g1 = Graph::new();
+        let g2 = Graph::new();
+        let (xa, xb) = (g1.variable(a.clone()), g2.variable(b.clone()));
+        let (pa, pb) = (g1.apply("max_pool2d", &[&xa]).unwrap(), g2.apply("max_pool2d", &[&xb]).unwrap());
+        assert_eq!(pa.sum().backward().unwrap().wrt(&xa).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(pb.sum().backward().unwrap().wrt(&xb).to_f64_vec(), vec![1.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn second_derivatives_through_a_nonlinearity() {
+        // H v of sum(tanh(pool(x))^2 * w) by reverse-over-reverse, against
+        // central differences of first-order gradients.
+        let x = distinct(&[1, 2, 5, 4], 9);
+        let opts = MaxPool2dOptions::new(2).stride(1).padding(1);
+        fn f<'g>(v: &Var<'g>, opts: &MaxPool2dOptions) -> Result<Var<'g>> {
+            let y = v.try_max_pool2d(opts)?.tanh();
+            Ok((&y * &y * &y.sin()).sum())
+        }
+        let dir = smooth(x.shape(), 1);
+        let hv = crate::hessian_vector_product(|v| f(v, &opts), &x, &dir)
+            .unwrap()
+            .to_f64_vec();
+        let grad_at = |s: f64| {
+            let shifted: Vec<f64> =
+                x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
+            let g = Graph::new();
+            let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
+            f(&xv, &opts).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+        };
+        let eps = 1e-6;
+        let (plus, minus) = (grad_at(eps), grad_at(-eps));
+        assert!(hv.iter().any(|v| v.abs() > 1e-3));
+        for ((p, m), a) in plus.iter().zip(&minus).zip(&hv) {
+            let numeric = (p - m) / (2.0 * eps);
+            assert!((a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(), "{a} vs {numeric}");
+        }
+    }
+
+    #[test]
+    fn bad_inputs_name_the_op() {
+        let g = Graph::new();
+        let x = g.variable(Tensor::zeros(&[1, 1, 3, 3], DType::F64).unwrap());
+        for bad in [
+            MaxPool2dOptions::new(4),
+            MaxPool2dOptions::new(2).stride(0),
+            MaxPool2dOptions::new(2).padding(2),
+            MaxPool2dOptions::new(0),
+        ] {
+            let e = x.try_max_pool2d(&bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { op: "max_pool2d", .. }), "{e}");
+            assert!(e.to_string().contains("[1, 1, 3, 3]"), "{e}");
+        }
+        let flat = g.variable(Tensor::zeros(&[3, 3], DType::F64).unwrap());
+        assert!(flat.try_max_pool2d(&MaxPool2dOptions::new(2)).is_err());
+        let x32 = Tensor::zeros(&[1, 1, 2, 2], DType::F32).unwrap();
+        let g64 = Tensor::zeros(&[1, 1, 1, 1], DType::F64).unwrap();
+        let back = MaxPool2dBackward { opts: MaxPool2dOptions::new(2), indices: None };
+        assert!(matches!(back.forward(&[&g64, &x32]), Err(Error::DTypeMismatch { .. })));
+        let g32 = Tensor::zeros(&[1, 1, 2, 1], DType::F32).unwrap();
+        assert!(matches!(back.forward(&[&g32, &x32]), Err(Error::ShapeMismatch { .. })));
+        // Empty batch: an empty result and gradient.
+        let e = g.variable(Tensor::zeros(&[0, 2, 4, 4], DType::F64).unwrap());
+        let y = e.max_pool2d(&MaxPool2dOptions::new(2));
+        assert_eq!(y.shape(), &[0, 2, 2, 2]);
+        assert_eq!(y.sum().backward().unwrap().wrt(&e).shape(), &[0, 2, 4, 4]);
+    }
+}

@@ -1,0 +1,422 @@
+//! What the 2-d poolings share: their options ([`MaxPool2dOptions`],
+//! [`AvgPool2dOptions`], PyTorch's arguments and defaults), the checks of
+//! an `[N, C, H, W]` or `[C, H, W]` input, and the window plan handed to
+//! the kernels (`kernels::nn::pool`). The ops live in `max_pool.rs` and
+//! `avg_pool.rs`.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::spatial::{check_rank, check_same_dtype, Spatial, Window};
+use crate::error::{Error, Result};
+use crate::kernels::nn::pool::{Axis, Plan2d};
+use crate::tensor::shape::checked_numel;
+use crate::tensor::{Dims, Tensor};
+
+/// Options of [`Var::max_pool2d`](crate::Var::max_pool2d), PyTorch's
+/// `F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)`:
+/// the stride defaults to the kernel size, padding to 0 (padded positions
+/// are ignored, as if `-inf`; at most half the kernel), dilation to 1.
+/// Sizes take one number or `[h, w]`.
+///
+/// ```
+/// use retrograd::MaxPool2dOptions;
+/// let o = MaxPool2dOptions::new(3).stride(2).padding([1, 0]).ceil_mode(true);
+/// assert_eq!(o.kernel_size(), [3, 3]);
+/// assert_eq!(o.stride_size(), [2, 2]);
+/// assert_eq!(MaxPool2dOptions::new([2, 3]).stride_size(), [2, 3]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaxPool2dOptions {
+    kernel: [usize; 2],
+    stride: Option<[usize; 2]>,
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+}
+
+impl MaxPool2dOptions {
+    /// A `kernel` window with PyTorch's defaults for the rest.
+    pub fn new(kernel: impl Spatial<2>) -> Self {
+        MaxPool2dOptions {
+            kernel: kernel.spatial(),
+            stride: None,
+            padding: [0; 2],
+            dilation: [1; 2],
+            ceil_mode: false,
+        }
+    }
+    /// The step between windows (default: the kernel size).
+    pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
+        self.stride = Some(stride.spatial());
+        self
+    }
+    /// Ignored positions added on both sides (at most `kernel / 2`).
+    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
+        self.padding = padding.spatial();
+        self
+    }
+    /// The step between the taps of a window.
+    pub fn dilation(mut self, dilation: impl Spatial<2>) -> Self {
+        self.dilation = dilation.spatial();
+        self
+    }
+    /// Whether a last, partial window is kept (output sizes rounded up).
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+        self.ceil_mode = ceil_mode;
+        self
+    }
+    /// The kernel size.
+    pub fn kernel_size(&self) -> [usize; 2] {
+        self.kernel
+    }
+    /// The stride in effect.
+    pub fn stride_size(&self) -> [usize; 2] {
+        self.stride.unwrap_or(self.kernel)
+    }
+    /// The window plan for input `x`.
+    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
+        sliding(
+            op,
+            x,
+            Sliding {
+                kernel: self.kernel,
+                stride: self.stride_size(),
+                padding: self.padding,
+                dilation: self.dilation,
+                ceil_mode: self.ceil_mode,
+                count_include_pad: false,
+            },
+        )
+    }
+}
+
+/// Options of [`Var::avg_pool2d`](crate::Var::avg_pool2d), PyTorch's
+/// `F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override)`: the stride defaults to the kernel
+/// size, padding (zeros, at most half the kernel) to 0; padded positions
+/// count in the divisor unless `count_include_pad(false)`; a
+/// `divisor_override` replaces the divisor.
+///
+/// ```
+/// use retrograd::AvgPool2dOptions;
+/// let o = AvgPool2dOptions::new(2).padding(1).count_include_pad(false);
+/// assert_eq!(o.stride_size(), [2, 2]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvgPool2dOptions {
+    kernel: [usize; 2],
+    stride: Option<[usize; 2]>,
+    padding: [usize; 2],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<usize>,
+}
+
+impl AvgPool2dOptions {
+    /// A `kernel` window with PyTorch's defaults for the rest.
+    pub fn new(kernel: impl Spatial<2>) -> Self {
+        AvgPool2dOptions {
+            kernel: kernel.spatial(),
+            stride: None,
+            padding: [0; 2],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+    /// The step between windows (default: the kernel size).
+    pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
+        self.stride = Some(stride.spatial());
+        self
+    }
+    /// Zeros added on both sides (at most `kernel / 2`).
+    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
+        self.padding = padding.spatial();
+        self
+    }
+    /// Whether a last, partial window is kept (output sizes rounded up).
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+        self.ceil_mode = ceil_mode;
+        self
+    }
+    /// Whether padded positions count in the divisor (default `true`).
+    pub fn count_include_pad(mut self, count_include_pad: bool) -> Self {
+        self.count_include_pad = count_include_pad;
+        self
+    }
+    /// A fixed divisor for every window (must be > 0), or `None` (default).
+    pub fn divisor_override(mut self, divisor: Option<usize>) -> Self {
+        self.divisor_override = divisor;
+        self
+    }
+    /// The kernel size.
+    pub fn kernel_size(&self) -> [usize; 2] {
+        self.kernel
+    }
+    /// The stride in effect.
+    pub fn stride_size(&self) -> [usize; 2] {
+        self.stride.unwrap_or(self.kernel)
+    }
+    /// The divisor override, if any.
+    pub fn divisor(&self) -> Option<usize> {
+        self.divisor_override
+    }
+    /// The window plan for input `x`.
+    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
+        if self.divisor_override == Some(0) {
+            return Err(Error::invalid(op, "divisor_override must be > 0, got 0"));
+        }
+        sliding(
+            op,
+            x,
+            Sliding {
+                kernel: self.kernel,
+                stride: self.stride_size(),
+                padding: self.padding,
+                dilation: [1; 2],
+                ceil_mode: self.ceil_mode,
+                count_include_pad: self.count_include_pad,
+            },
+        )
+    }
+}
+
+/// Where a pooling's windows fall on an input.
+#[derive(Clone, Debug)]
+pub(super) struct Geometry {
+    /// `[N, C, OH, OW]` or `[C, OH, OW]`.
+    pub out_shape: Dims,
+    /// `N * C` (or `C`).
+    pub planes: usize,
+    /// The windows (empty when there are no planes).
+    pub plan: Plan2d,
+}
+
+impl Geometry {
+    /// Checks that `g` is the gradient of this pooling's output: its shape
+    /// and `x`'s dtype.
+    pub(super) fn check_output_like(&self, op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
+        check_same_dtype(op, x, g)?;
+        if g.shape() != self.out_shape.as_slice() {
+            return Err(Error::shape_mismatch(op, &self.out_shape, g.shape()));
+        }
+        Ok(())
+    }
+}
+
+/// The input of a 2-d pooling: `[N, C, H, W]` or `[C, H, W]` with non-zero
+/// `C`, `H` and `W` (PyTorch's check). Returns the leading dims, the plane
+/// count and `(H, W)`.
+fn planes_of(op: &'static str, x: &Tensor) -> Result<(Dims, usize, [usize; 2])> {
+    let batched = check_rank(op, x, 2, true)?;
+    let s = x.shape();
+    let lead = usize::from(batched);
+    if s[lead..].contains(&0) {
+        return Err(Error::invalid(
+            op,
+            format!("expected non-zero channel and spatial sizes, got input shape {s:?}"),
+        ));
+    }
+    let hw = [s[s.len() - 2], s[s.len() - 1]];
+    if hw[0].checked_mul(hw[1]).is_none_or(|n| n >= u32::MAX as usize) {
+        return Err(Error::invalid(
+            op,
+            format!("an input plane of {} x {} elements is too large", hw[0], hw[1]),
+        ));
+    }
+    let prefix = Dims::from_slice(&s[..s.len() - 2]);
+    let planes = checked_numel(op, &prefix)?;
+    Ok((prefix, planes, hw))
+}
+
+/// The output shape `prefix ++ out`, checked.
+fn out_shape(op: &'static str, prefix: &Dims, out: [usize; 2]) -> Result<Dims> {
+    let mut shape = prefix.clone();
+    shape.extend_from_slice(&out);
+    checked_numel(op, &shape)?;
+    Ok(shape)
+}
+
+/// The arguments of a sliding-window pooling.
+struct Sliding {
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+    count_include_pad: bool,
+}
+
+fn sliding(op: &'static str, x: &Tensor, a: Sliding) -> Result<Geometry> {
+    let (prefix, planes, hw) = planes_of(op, x)?;
+    let mut out = [0; 2];
+    for d in 0..2 {
+        let (k, p, dil) = (a.kernel[d], a.padding[d], a.dilation[d]);
+        if k > 0 && p > k / 2 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "padding should be at most half of the kernel size, got padding {:?} for kernel {:?} (input shape {:?})",
+                    a.padding,
+                    a.kernel,
+                    x.shape()
+                ),
+            ));
+        }
+        let fits = dil.checked_mul(k.saturating_sub(1)).is_some_and(|s| s < usize::MAX)
+            && p.checked_mul(2).and_then(|p2| p2.checked_add(hw[d])).is_some();
+        if !fits {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "kernel {:?} with dilation {:?} and padding {:?} overflows (input shape {:?})",
+                    a.kernel,
+                    a.dilation,
+                    a.padding,
+                    x.shape()
+                ),
+            ));
+        }
+        let window = Window {
+            input: hw[d],
+            kernel: k,
+            stride: a.stride[d],
+            pad_before: p,
+            pad_after: p,
+            dilation: dil,
+        };
+        out[d] = window.output_len(op, x.shape(), a.ceil_mode)?;
+    }
+    let out_shape = out_shape(op, &prefix, out)?;
+    let axis = |d: usize| {
+        // No planes: no windows to list (their count may be huge).
+        let n = if planes == 0 { 0 } else { out[d] };
+        Axis::sliding(
+            hw[d],
+            a.kernel[d],
+            a.stride[d],
+            a.padding[d],
+            a.dilation[d],
+            n,
+            a.count_include_pad,
+        )
+    };
+    Ok(Geometry {
+        out_shape,
+        planes,
+        plan: Plan2d {
+            rows: axis(0),
+            cols: axis(1),
+        },
+    })
+}
+
+/// The window plan of an adaptive average pooling to `out` on input `x`.
+pub(super) fn adaptive(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<Geometry> {
+    let (prefix, planes, hw) = planes_of(op, x)?;
+    if out.contains(&0) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "output size must be > 0, got {out:?} (input shape {:?})",
+                x.shape()
+            ),
+        ));
+    }
+    let out_shape = out_shape(op, &prefix, out)?;
+    let axis = |d: usize| Axis::adaptive(hw[d], if planes == 0 { 0 } else { out[d] });
+    Ok(Geometry {
+        out_shape,
+        planes,
+        plan: Plan2d {
+            rows: axis(0),
+            cols: axis(1),
+        },
+    })
+}
+
+/// The shape of the structured suites' sample inputs.
+pub(super) const SAMPLE_SHAPE: [usize; 4] = [2, 3, 7, 6];
+
+/// Distinct values (a seeded permutation of `0.05 * k`, shifted to be
+/// centred), so max pooling has no ties within finite-difference reach.
+pub(super) fn distinct(shape: &[usize], seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut v: Vec<f64> = (0..n).map(|k| (k as f64 - n as f64 / 2.0) * 0.05).collect();
+    v.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x9001));
+    Tensor::from_vec(v, shape).expect("a valid sample shape")
+}
+
+/// Smooth values from `seed`.
+pub(super) fn smooth(shape: &[usize], seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|k| ((k as f64 + 1.0) * 0.37 + seed as f64 * 1.3).sin() * 1.5)
+        .collect();
+    Tensor::from_vec(v, shape).expect("a valid sample shape")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn bad_inputs_are_typed_errors_naming_the_op_and_shape() {
+        let x = Tensor::zeros(&[1, 2, 5, 5], DType::F32).unwrap();
+        let e = MaxPool2dOptions::new(2)
+            .padding(2)
+            .geometry("max_pool2d", &x)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { op: "max_pool2d", .. }));
+        assert!(e.to_string().contains("[1, 2, 5, 5]"), "{e}");
+        assert!(MaxPool2dOptions::new(6).geometry("m", &x).is_err());
+        assert!(MaxPool2dOptions::new(2).stride(0).geometry("m", &x).is_err());
+        assert!(MaxPool2dOptions::new(0).geometry("m", &x).is_err());
+        assert!(MaxPool2dOptions::new(2)
+            .dilation(usize::MAX)
+            .geometry("m", &x)
+            .is_err());
+        assert!(MaxPool2dOptions::new(usize::MAX)
+            .padding(usize::MAX / 2)
+            .geometry("m", &x)
+            .is_err());
+        let flat = Tensor::zeros(&[5, 5], DType::F32).unwrap();
+        assert!(MaxPool2dOptions::new(2).geometry("m", &flat).is_err());
+        let empty_c = Tensor::zeros(&[1, 0, 5, 5], DType::F32).unwrap();
+        assert!(MaxPool2dOptions::new(2).geometry("m", &empty_c).is_err());
+        assert!(AvgPool2dOptions::new(2)
+            .divisor_override(Some(0))
+            .geometry("a", &x)
+            .is_err());
+        assert!(adaptive("a", &x, [0, 2]).is_err());
+        // Zero batch: fine, and no windows are listed even for huge planes.
+        let none = Tensor::zeros(&[0, 1, 1 << 30, 1 << 1], DType::F32).unwrap();
+        let g = MaxPool2dOptions::new(2).geometry("m", &none).unwrap();
+        assert_eq!(g.out_shape.as_slice(), &[0, 1, 1 << 29, 1]);
+        assert!(g.plan.rows.taps.is_empty());
+        let g = adaptive("a", &none, [usize::MAX, 3]).unwrap();
+        assert_eq!(g.planes, 0);
+    }
+
+    #[test]
+    fn unbatched_inputs_and_samples() {
+        let x = Tensor::zeros(&[3, 7, 6], DType::F64).unwrap();
+        let g = MaxPool2dOptions::new(3)
+            .stride(2)
+            .padding(1)
+            .dilation([1, 2])
+            .ceil_mode(true)
+            .geometry("m", &x)
+            .unwrap();
+        assert_eq!(g.out_shape.as_slice(), &[3, 4, 3]);
+        assert_eq!(g.planes, 3);
+        let d = distinct(&SAMPLE_SHAPE, 1).to_f64_vec();
+        let mut s = d.clone();
+        s.sort_by(f64::total_cmp);
+        s.dedup();
+        assert_eq!(s.len(), d.len());
+    }
+}
