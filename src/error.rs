@@ -54,6 +54,25 @@ pub enum Error {
         /// The second operand's dtype.
         rhs: DType,
     },
+    /// A float op was given an integer or bool tensor. retrograd never
+    /// converts silently: cast with `to_dtype` first.
+    #[error("{op}: expected a float tensor (f32 or f64), found {found} (convert with to_dtype)")]
+    NotFloat {
+        /// The op involved.
+        op: &'static str,
+        /// The dtype that was found.
+        found: DType,
+    },
+    /// A gradient was asked of (or a variable made from) a dtype that is
+    /// never differentiable: `i64` and `bool` tensors carry indices and
+    /// masks, and only `f32`/`f64` values can require grad.
+    #[error("{op}: {dtype} tensors are not differentiable (only f32 and f64 can require grad)")]
+    NotDifferentiable {
+        /// The API involved.
+        op: &'static str,
+        /// The tensor's dtype.
+        dtype: DType,
+    },
     /// A dtype the operation does not support, or a read with the wrong type.
     #[error("{op}: expected dtype {expected}, found {found}")]
     WrongDType {

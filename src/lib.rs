@@ -56,6 +56,6 @@ pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::nn::{BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
-pub use tensor::{DType, Element, Tensor};
+pub use tensor::{DType, DataType, Element, Tensor};
 
 pub use smallvec;

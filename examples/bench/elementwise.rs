@@ -35,7 +35,7 @@ pub fn run(opts: &Options) {
             std::hint::black_box(kernels::zip("add", &a, &b, kernels::functors::Add).unwrap());
         });
         let copy = time(repeats, || {
-            std::hint::black_box(kernels::map(&a, Identity));
+            std::hint::black_box(kernels::map(&a, Identity).unwrap());
         });
         let src = a.as_slice::<f32>().unwrap();
         let mut dst = vec![0.0f32; n];

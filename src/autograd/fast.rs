@@ -87,7 +87,7 @@ fn visit(st: &Ref<'_, GraphState>, node: usize, store: &mut TensorStore) -> Resu
         GradSlot::Grad(grad) => match grad.repr() {
             Repr::F32(g) => Some(ScalarGrad::F32(g.f32())),
             Repr::F64(g) => Some(ScalarGrad::F64(g.f64())),
-            Repr::Dense(_) => None,
+            _ => None,
         },
         _ => return Ok(Visit::Done), // nothing reached this node: it contributes zero
     };

@@ -97,14 +97,15 @@ impl Gradients {
     /// Multiplies every parameter gradient by `factor` (e.g. `1 / micro_batches`).
     pub fn scale(&mut self, factor: f64) {
         for g in self.params.values_mut() {
-            *g = crate::kernels::map(g, crate::kernels::functors::Scale(factor));
+            *g = crate::kernels::map(g, crate::kernels::functors::Scale(factor))
+                .expect("gradients are f32 or f64");
         }
     }
 
     /// Replaces every parameter gradient `g` with `f` applied elementwise.
     pub(crate) fn map_params(&mut self, f: impl crate::kernels::UnaryFn) {
         for g in self.params.values_mut() {
-            *g = crate::kernels::map(g, f);
+            *g = crate::kernels::map(g, f).expect("gradients are f32 or f64");
         }
     }
 
@@ -116,8 +117,26 @@ impl Gradients {
     fallible! {
         /// The gradient of the root with respect to `var`, zero-filled when
         /// no gradient reached it; an error if `var` belongs to another
-        /// graph or is an intermediate whose gradient was not retained.
+        /// graph or is an intermediate whose gradient was not retained, and
+        /// `Error::NotDifferentiable` if `var` is an `i64` or `bool` value.
+        ///
+        /// ```
+        /// use retrograd::{Error, Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(2.0));
+        /// let ids = g.constant(Tensor::scalar(3i64));
+        /// let grads = (&x * &x).backward()?;
+        /// assert_eq!(grads.try_wrt(&x)?.try_item()?, 4.0);
+        /// assert!(matches!(grads.try_wrt(&ids), Err(Error::NotDifferentiable { .. })));
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
         pub fn try_wrt / wrt(&self, var: &Var<'_>) -> Tensor {
+            if !var.value().is_float() {
+                return Err(Error::NotDifferentiable {
+                    op: "wrt",
+                    dtype: var.value().dtype(),
+                });
+            }
             match self.slot_of(var)? {
                 Some(GradSlot::Grad(t)) => Ok(t.clone()),
                 Some(GradSlot::Released) => Err(Error::GradientNotRetained {

@@ -42,7 +42,7 @@ pub fn random_shift<R: Rng + ?Sized>(
     let shifts: Vec<(i64, i64)> = (0..n)
         .map(|_| (rng.random_range(-m..=m), rng.random_range(-m..=m)))
         .collect();
-    crate::with_dtype!(images.dtype(), T => {
+    crate::with_dtype!("random_shift", images.dtype(), T => {
         let src = images.as_slice_of::<T>();
         let fill = T::from_f64(fill);
         let mut out = vec![fill; src.len()];

@@ -303,13 +303,39 @@ impl Graph {
         self.id
     }
 
-    /// A leaf that requires grad.
+    /// A leaf that requires grad. Only a float tensor can be one: an `i64`
+    /// or `bool` value panics at the caller's line (see
+    /// [`try_variable`](Self::try_variable); make it a
+    /// [`constant`](Self::constant) instead).
+    #[track_caller]
     pub fn variable(&self, value: Tensor) -> Var<'_> {
+        crate::error::or_panic(self.try_variable(value))
+    }
+
+    /// A leaf that requires grad, or `Error::NotDifferentiable` for an `i64`
+    /// or `bool` value (indices and masks are never differentiated).
+    ///
+    /// ```
+    /// use retrograd::{Error, Graph, Tensor};
+    /// let g = Graph::new();
+    /// assert!(g.try_variable(Tensor::scalar(1.5))?.requires_grad());
+    /// let ids = Tensor::from_vec(vec![1i64, 2], &[2])?;
+    /// assert!(matches!(g.try_variable(ids.clone()), Err(Error::NotDifferentiable { .. })));
+    /// assert!(!g.constant(ids).requires_grad());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn try_variable(&self, value: Tensor) -> Result<Var<'_>> {
+        if !value.is_float() {
+            return Err(Error::NotDifferentiable {
+                op: "variable",
+                dtype: value.dtype(),
+            });
+        }
         let id = self
             .state
             .borrow_mut()
             .push_value(value.clone(), LEAF_VARIABLE);
-        Var::from_parts(self, value, id, true)
+        Ok(Var::from_parts(self, value, id, true))
     }
 
     /// A frozen leaf: used by ops, never differentiated.

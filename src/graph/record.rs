@@ -61,7 +61,7 @@ impl Graph {
         inputs: &[&Var<'g>],
         output: Tensor,
     ) -> Var<'g> {
-        if !self.needs_node(inputs) {
+        if !self.needs_node(inputs) || (op.non_float_output() && !output.is_float()) {
             return Var::constant_in(self, output);
         }
         let op_ref = || {
@@ -85,7 +85,7 @@ impl Graph {
         inputs: &[&Var<'g>],
     ) -> Result<Var<'g>> {
         let output = self.forward_checked(&*op, inputs)?;
-        if !self.needs_node(inputs) {
+        if !self.needs_node(inputs) || !output.is_float() {
             return Ok(Var::constant_in(self, output));
         }
         let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);

@@ -40,6 +40,8 @@ impl View for TensorBytes<'_> {
         match self.0.dtype() {
             DType::F32 => Dtype::F32,
             DType::F64 => Dtype::F64,
+            DType::I64 => Dtype::I64,
+            DType::Bool => Dtype::BOOL,
         }
     }
 
@@ -48,7 +50,7 @@ impl View for TensorBytes<'_> {
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        crate::with_dtype!(self.0.dtype(), T => le_bytes(self.0.as_slice_of::<T>()))
+        crate::with_any_dtype!(self.0.dtype(), T => le_bytes(self.0.as_slice_of::<T>()))
     }
 
     fn data_len(&self) -> usize {
@@ -59,8 +61,8 @@ impl View for TensorBytes<'_> {
 /// The little-endian bytes of `values`: borrowed on little-endian machines.
 fn le_bytes<T: LeBytes>(values: &[T]) -> Cow<'_, [u8]> {
     if cfg!(target_endian = "little") {
-        // SAFETY: `T` is f32 or f64 (`LeBytes` is implemented for nothing
-        // else): no padding, so all `size_of_val(values)` bytes behind the
+        // SAFETY: `T` is f32, f64, i64 or bool (`LeBytes` is implemented
+        // for nothing else; a bool is one byte, 0 or 1): no padding, so all `size_of_val(values)` bytes behind the
         // pointer are initialised, and `u8` has alignment 1 and accepts any
         // byte. The byte slice borrows `values` for its lifetime, so the
         // memory stays valid and unmodified.
@@ -85,6 +87,18 @@ impl LeBytes for f32 {
 impl LeBytes for f64 {
     fn to_le_vec(self) -> Vec<u8> {
         self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for i64 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for bool {
+    fn to_le_vec(self) -> Vec<u8> {
+        vec![u8::from(self)]
     }
 }
 
@@ -198,11 +212,28 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
         let tensor = match view.dtype() {
             Dtype::F32 => Tensor::from_vec(decode(data, f32::from_le_bytes), view.shape()),
             Dtype::F64 => Tensor::from_vec(decode(data, f64::from_le_bytes), view.shape()),
+            Dtype::I64 => Tensor::from_vec(decode(data, i64::from_le_bytes), view.shape()),
+            Dtype::BOOL => match data
+                .iter()
+                .map(|&b| decode_bool(b))
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(v) => Tensor::from_vec(v, view.shape()),
+                None => {
+                    return Err(format_error(
+                        op,
+                        path,
+                        format!("tensor `{name}` is BOOL but holds a byte other than 0 or 1"),
+                    ))
+                }
+            },
             other => {
                 return Err(format_error(
                     op,
                     path,
-                    format!("tensor `{name}` has dtype {other}; retrograd reads F32 and F64"),
+                    format!(
+                        "tensor `{name}` has dtype {other}; retrograd reads F32, F64, I64 and BOOL"
+                    ),
                 ))
             }
         }
@@ -210,6 +241,15 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
         tensors.insert(name.to_string(), tensor);
     }
     Ok(TensorFile { tensors, metadata })
+}
+
+/// A BOOL element: 0 or 1, anything else malformed.
+fn decode_bool(b: u8) -> Option<bool> {
+    match b {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
 }
 
 /// Decodes little-endian elements (the data may be unaligned in the file).
@@ -235,6 +275,16 @@ mod tests {
         );
         t.insert("step".into(), Tensor::scalar(7.0));
         t.insert("empty".into(), Tensor::zeros(&[0, 3], DType::F32).unwrap());
+        t.insert(
+            "tokens".into(),
+            Tensor::from_vec(vec![i64::MIN, -1, 0, i64::MAX], &[2, 2]).unwrap(),
+        );
+        t.insert("count".into(), Tensor::scalar(42i64));
+        t.insert(
+            "mask".into(),
+            Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]).unwrap(),
+        );
+        t.insert("flag".into(), Tensor::scalar(true));
         t
     }
 
@@ -247,10 +297,15 @@ mod tests {
         save_tensors(&path, &sample(), &meta).unwrap();
         let back = load_tensors(&path).unwrap();
         assert_eq!(back.metadata, meta);
-        assert_eq!(back.tensors.len(), 4);
+        assert_eq!(back.tensors.len(), 8);
         for (name, t) in sample() {
             let b = &back.tensors[&name];
             assert_eq!((b.shape(), b.dtype()), (t.shape(), t.dtype()), "{name}");
+            if !t.is_float() {
+                // i64 (beyond 2^53 too) and bool compare exactly.
+                assert_eq!(b, &t, "{name}");
+                continue;
+            }
             let bits = |t: &Tensor| {
                 t.to_f64_vec()
                     .iter()
@@ -293,6 +348,12 @@ mod tests {
             parse_tensors("load_tensors", &path, &bytes),
             Err(Error::Format { .. })
         ));
+        // A BOOL tensor holding a byte other than 0 or 1.
+        let raw = [1u8, 2];
+        let view = safetensors::tensor::TensorView::new(Dtype::BOOL, vec![2], &raw).unwrap();
+        let bytes = safetensors::serialize([("mask", view)], None).unwrap();
+        let err = parse_tensors("load_tensors", &path, &bytes).unwrap_err();
+        assert!(err.to_string().contains("other than 0 or 1"), "{err}");
         // An I32 tensor, written by another tool.
         let raw = [1u8, 0, 0, 0];
         let view = safetensors::tensor::TensorView::new(Dtype::I32, vec![1], &raw).unwrap();

@@ -22,30 +22,38 @@ use crate::tensor::{DType, Element, Filled, Repr, Tensor};
 /// ```
 /// use retrograd::{kernels, Tensor};
 /// retrograd::unary_fn!(Square, |x| x * x);
-/// let y = kernels::map(&Tensor::from_vec(vec![1.0, -2.0], &[2])?, Square);
+/// let y = kernels::map(&Tensor::from_vec(vec![1.0, -2.0], &[2])?, Square)?;
+/// assert!(kernels::map(&Tensor::scalar(1i64), Square).is_err());
 /// assert_eq!(y.to_f64_vec(), vec![1.0, 4.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 #[inline(always)]
-pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
+pub fn map<F: UnaryFn>(x: &Tensor, f: F) -> Result<Tensor> {
+    map_op("map", x, f)
+}
+
+/// [`map`] whose error for an i64 or bool `x` (`Error::NotFloat`) names `op`.
+#[inline(always)]
+pub fn map_op<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
     // The scalar case inlines into the caller; dense tensors take the loop.
     match x.repr() {
-        Repr::F32(v) => Tensor::scalar(f.call(v.f32())),
-        Repr::F64(v) => Tensor::scalar(f.call(v.f64())),
-        Repr::Dense(_) => map_dense(x, f),
+        Repr::F32(v) => Ok(Tensor::scalar(f.call(v.f32()))),
+        Repr::F64(v) => Ok(Tensor::scalar(f.call(v.f64()))),
+        _ => map_dense(op, x, f),
     }
 }
 
+/// `map` on a dense tensor, or on an integer or bool one (`Error::NotFloat`).
 #[inline(never)]
-fn map_dense<F: UnaryFn>(x: &Tensor, f: F) -> Tensor {
-    crate::with_dtype!(x.dtype(), T => {
+fn map_dense<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             map_slice(src, out, f);
             // SAFETY: `map_slice` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 /// `out[i] = f(src[i])`, in parallel for large inputs. Writes every
@@ -95,7 +103,7 @@ fn zip_dense<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Res
             rhs: b.dtype(),
         });
     }
-    Ok(crate::with_dtype!(a.dtype(), T => zip_typed::<T, F>(op, a, b, f)?))
+    Ok(crate::with_dtype!(op, a.dtype(), T => zip_typed::<T, F>(op, a, b, f)?))
 }
 
 fn zip_typed<T: Element, F: BinaryFn>(
@@ -190,8 +198,12 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     if !crate::tensor::shape::broadcastable_to(x.shape(), shape) {
         return Err(Error::shape_mismatch(op, x.shape(), shape));
     }
+    if !x.is_float() {
+        // Masks and indices: a plain copy (no float machinery).
+        return super::mask::expand_any(op, x, shape);
+    }
     if checked_numel(op, shape)? == 0 {
-        return Ok(crate::with_dtype!(x.dtype(), T => {
+        return Ok(crate::with_any_dtype!(x.dtype(), T => {
             Tensor::from_exact_iter::<T>(Dims::from_slice(shape), [])
         }));
     }
@@ -204,7 +216,7 @@ pub fn broadcast_to(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
             a
         }
     }
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         let zero = [<T as num_traits::Zero>::zero()];
         let target = Dims::from_slice(shape);
@@ -366,7 +378,7 @@ pub fn zip_assign<F: BinaryFn>(op: &'static str, acc: Tensor, x: &Tensor, f: F) 
         return zip(op, &acc, x, f);
     }
     let mut acc = acc;
-    let done = crate::with_dtype!(acc.dtype(), T => {
+    let done = crate::with_dtype!(op, acc.dtype(), T => {
         let src = x.as_slice_of::<T>();
         // Do not write into storage `x` also reads (it would be shared anyway).
         match acc.unique_slice_mut::<T>() {

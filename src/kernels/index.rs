@@ -2,10 +2,11 @@
 //! positions; `index_add` and `scatter_add` (their gradients) add elements
 //! at those positions.
 //!
-//! Indices arrive as f32 or f64 tensors holding integers (retrograd's
-//! tensors are floating point). [`indices`] turns them into `usize`s once,
-//! rejecting negative, too large, and non-integer values with typed errors;
-//! f64 represents every integer up to 2^53 exactly, f32 up to 2^24.
+//! Indices arrive as i64 tensors, or as f32 or f64 tensors holding
+//! integers. [`indices`] turns them into `usize`s once, rejecting negative,
+//! too large, and non-integer values with typed errors (a bool tensor is
+//! `Error::WrongDType`); f64 represents every integer up to 2^53 exactly,
+//! f32 up to 2^24.
 
 use rayon::prelude::*;
 
@@ -23,6 +24,9 @@ use crate::tensor::{DType, Filled, Tensor};
 /// assert_eq!(index::indices("gather", &i, 3)?, vec![2, 0]);
 /// assert!(matches!(index::indices("gather", &i, 2), Err(Error::IndexOutOfRange { index: 2, size: 2, .. })));
 /// assert!(index::indices("gather", &Tensor::scalar(0.5), 3).is_err());
+/// let j = Tensor::from_vec(vec![1i64, 2], &[2])?;
+/// assert_eq!(index::indices("gather", &j, 3)?, vec![1, 2]);
+/// assert!(index::indices("gather", &Tensor::scalar(-1i64), 3).is_err());
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usize>> {
@@ -50,6 +54,19 @@ pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usiz
             .iter()
             .map(|&v| convert(v))
             .collect(),
+        DType::I64 => index
+            .as_slice_of::<i64>()
+            .iter()
+            .map(|&v| match usize::try_from(v) {
+                Ok(i) if i < size => Ok(i),
+                _ => Err(Error::IndexOutOfRange { op, index: v, size }),
+            })
+            .collect(),
+        DType::Bool => Err(Error::WrongDType {
+            op,
+            expected: DType::I64,
+            found: DType::Bool,
+        }),
     }
 }
 
@@ -74,7 +91,7 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
     let (_, inner) = outer_inner(x.shape(), dim);
     let mut out_shape = Dims::from_slice(x.shape());
     out_shape[dim] = idx.len();
-    crate::with_dtype!(x.dtype(), T => {
+    crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(out_shape, |out| {
             for_each_row(out, inner, |row, o| {
@@ -104,15 +121,15 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
 /// use retrograd::{kernels::index, Tensor};
 /// let base = Tensor::zeros(&[3], retrograd::DType::F64)?;
 /// let src = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
-/// let y = index::index_add(&base, 0, &[2, 0, 2], &src);
+/// let y = index::index_add(&base, 0, &[2, 0, 2], &src)?;
 /// assert_eq!(y.to_f64_vec(), vec![2.0, 0.0, 4.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn index_add(base: &Tensor, dim: usize, idx: &[usize], src: &Tensor) -> Tensor {
+pub fn index_add(base: &Tensor, dim: usize, idx: &[usize], src: &Tensor) -> Result<Tensor> {
     let size = base.shape()[dim];
     let (outer, inner) = outer_inner(base.shape(), dim);
     assert!(idx.iter().all(|&i| i < size) && src.numel() == outer * idx.len() * inner);
-    crate::with_dtype!(base.dtype(), T => {
+    Ok(crate::with_dtype!("index_add", base.dtype(), T => {
         let (b, s) = (base.as_slice_of::<T>(), src.as_slice_of::<T>());
         let mut out = b.to_vec();
         let add_block = |o: usize, block: &mut [T]| {
@@ -133,7 +150,7 @@ pub fn index_add(base: &Tensor, dim: usize, idx: &[usize], src: &Tensor) -> Tens
             }
         }
         Tensor::from_buffer(Dims::from_slice(base.shape()), out.into())
-    })
+    }))
 }
 
 /// Offsets of the positions of an index tensor of shape `index_shape` into
@@ -199,7 +216,7 @@ pub fn gather(op: &'static str, x: &Tensor, dim: usize, index: &Tensor) -> Resul
     let (outer_off, inner_off) = split_offsets(index.shape(), &strides, dim);
     let (mid, stride) = (index.shape()[dim], strides[dim]);
     let inner = inner_off.len();
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(index.shape()), |out| {
             for_each_row(out, inner, |row, o| {
@@ -251,7 +268,7 @@ pub fn scatter_add(
     let (src_outer, src_inner) = split_offsets(index.shape(), &src_strides, dim);
     let (mid, stride, src_stride) = (index.shape()[dim], strides[dim], src_strides[dim]);
     let inner = inner_off.len();
-    Ok(crate::with_dtype!(base.dtype(), T => {
+    Ok(crate::with_dtype!(op, base.dtype(), T => {
         let s = src.as_slice_of::<T>();
         let mut out = base.as_slice_of::<T>().to_vec();
         for (row, ix) in idx.chunks(inner.max(1)).enumerate().take(outer_off.len() * mid) {
@@ -312,7 +329,7 @@ mod tests {
         let cols = t((0..r * c).map(|i| ((i * 13) % c) as f64).collect(), &[r, c]);
         let g = gather("gather", &x, 1, &cols).unwrap().to_f64_vec();
         assert_eq!(g[301 * c + 17], (301 * c + (301 * c + 17) * 13 % c) as f64);
-        let sum = index_add(&x, 0, &rows, &x).to_f64_vec();
+        let sum = index_add(&x, 0, &rows, &x).unwrap().to_f64_vec();
         assert_eq!(
             sum[rows[9] * c + 1],
             (rows[9] * c + 1) as f64 + (9 * c + 1) as f64
@@ -330,7 +347,8 @@ mod tests {
             1,
             &[2, 2],
             &y,
-        );
+        )
+        .unwrap();
         assert_eq!(
             back.to_f64_vec(),
             vec![0., 0., 0., 0., 8., 10., 0., 0., 0., 0., 20., 22.]

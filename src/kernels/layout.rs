@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::parallel::{should_parallelize, CHUNK};
 use crate::error::{Error, Result};
 use crate::tensor::shape::{checked_numel, contiguous_strides, Dims};
-use crate::tensor::{Element, Filled, Tensor};
+use crate::tensor::{DataType, Filled, Tensor};
 
 /// Copies `src` into `dst` (equal lengths): writes every element of `dst`,
 /// and panics rather than stopping early if `src` is shorter.
@@ -120,7 +120,7 @@ pub fn permute(op: &'static str, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     if x.numel() == 0 || dims.len() <= 1 {
         return x.reshape(&out_shape);
     }
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(out_shape, |out| {
             permute_into(src, out, &dims, &strides);
@@ -137,7 +137,7 @@ const TILE: usize = 32;
 /// Writes every element of `out` (`dims` of at least two dimensions,
 /// `src` read at `strides`): whole `p_len x q_len` matrices, each as bands
 /// of `TILE` rows whose every `(p, q)` is written, or whole rows of `last`.
-fn permute_into<T: Element>(
+fn permute_into<T: DataType>(
     src: &[T],
     out: &mut [MaybeUninit<T>],
     dims: &[usize],
@@ -261,7 +261,7 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
     checked_numel(op, &out_shape)?;
     let (_, inner) = outer_inner(&out_shape, dim);
     let row_len = out_shape[dim] * inner;
-    Ok(crate::with_dtype!(first.dtype(), T => {
+    Ok(crate::with_any_dtype!(first.dtype(), T => {
         let parts: Vec<&[T]> = tensors.iter().map(|t| t.as_slice_of::<T>()).collect();
         let widths: Vec<usize> = tensors.iter().map(|t| t.shape()[dim] * inner).collect();
         Tensor::build::<T>(out_shape, |out| {
@@ -304,7 +304,7 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> T
     let (_, inner) = outer_inner(x.shape(), dim);
     let mut out_shape = Dims::from_slice(x.shape());
     out_shape[dim] = len;
-    crate::with_dtype!(x.dtype(), T => {
+    crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(out_shape, |out| {
             for_each_row(out, len * inner, |o, row| {
@@ -353,12 +353,12 @@ pub fn slice_backward(
     }
     let size = shape[dim];
     let (_, inner) = outer_inner(shape, dim);
-    Ok(crate::with_dtype!(g.dtype(), T => {
+    Ok(crate::with_any_dtype!(g.dtype(), T => {
         let src = g.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(shape), |out| {
             for_each_row(out, size * inner, |o, row| {
                 row.iter_mut().for_each(|v| {
-                    v.write(T::from_f64(0.0));
+                    v.write(T::cast_from_f64(0.0));
                 });
                 let from = &src[o * len * inner..][..len * inner];
                 for (j, s) in from.chunks(inner).enumerate() {
@@ -413,10 +413,10 @@ pub fn pad(op: &'static str, x: &Tensor, pads: &[(isize, isize)], value: f64) ->
     if pads.iter().all(|&p| p == (0, 0)) {
         return Ok(x.clone());
     }
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_any_dtype!(x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         let in_shape = x.shape();
-        let v = T::from_f64(value);
+        let v = T::cast_from_f64(value);
         let shape = out_shape.clone();
         Tensor::build::<T>(out_shape, |out| {
             if out.is_empty() {
@@ -446,7 +446,7 @@ pub fn pad(op: &'static str, x: &Tensor, pads: &[(isize, isize)], value: f64) ->
 /// Writes every element of `out`: all of it with `v`; its one element (rank
 /// 0); padding, a copy and padding covering the innermost dimension; or one
 /// recursive call per `inner_out` block.
-fn pad_rows<T: Element>(
+fn pad_rows<T: DataType>(
     src: Option<&[T]>,
     out: &mut [MaybeUninit<T>],
     in_shape: &[usize],

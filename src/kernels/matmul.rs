@@ -176,7 +176,7 @@ pub fn matmul(
         });
     }
     let plan = plan(op, a.shape(), b.shape(), trans_a, trans_b)?;
-    Ok(crate::with_dtype!(a.dtype(), T => {
+    Ok(crate::with_dtype!(op, a.dtype(), T => {
         let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
         Tensor::build::<T>(plan.out_shape.clone(), |out| {
             run(&plan, xa, xb, out);

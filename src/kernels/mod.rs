@@ -6,11 +6,15 @@
 //! functor traits ([`UnaryFn`], [`BinaryFn`]), so each loop is written once,
 //! monomorphised for f32 and f64, and vectorised by the compiler. Large inputs
 //! are split across rayon's pool above [`parallel::PARALLEL_THRESHOLD`].
+//! Float kernels dispatch with `with_dtype!`, which turns an i64 or bool
+//! tensor into `Error::NotFloat` naming the op; kernels that only move or
+//! compare elements (layout copies, gathers, [`mask`]) take all four dtypes.
 
 pub mod elementwise;
 pub mod functors;
 pub mod index;
 pub mod layout;
+pub mod mask;
 pub mod matmul;
 pub mod nn;
 pub mod parallel;

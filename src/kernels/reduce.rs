@@ -23,11 +23,13 @@ const LANES: usize = 16;
 /// ```
 /// use retrograd::{kernels, Tensor};
 /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.5], &[3])?;
-/// assert_eq!(kernels::sum_all(&x).try_item()?, 6.5);
+/// assert_eq!(kernels::sum_all(&x)?.try_item()?, 6.5);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn sum_all(x: &Tensor) -> Tensor {
-    crate::with_dtype!(x.dtype(), T => Tensor::scalar(sum_slice(x.as_slice_of::<T>())))
+pub fn sum_all(x: &Tensor) -> Result<Tensor> {
+    Ok(
+        crate::with_dtype!("sum_all", x.dtype(), T => Tensor::scalar(sum_slice(x.as_slice_of::<T>()))),
+    )
 }
 
 /// Pairwise sum of a slice (parallel for large slices).
@@ -83,27 +85,28 @@ pub fn sum_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> 
     let axes = normalize_axes(op, axes, x.rank())?;
     // Reducing an empty axis of a zero-sized input can leave a huge result.
     checked_numel(op, &reduced_shape(x.shape(), &axes, keepdim))?;
-    Ok(sum_normalized_axes(x, &axes, keepdim))
+    sum_normalized_axes(x, &axes, keepdim)
 }
 
 /// Sums over already-normalised (sorted, unique, in-range) axes.
-pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Tensor {
+pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Result<Tensor> {
+    x.expect_float("sum")?;
     let out_shape = reduced_shape(x.shape(), axes, keepdim);
     if axes.is_empty() {
-        return x.clone();
+        return Ok(x.clone());
     }
     if axes.len() == x.rank() {
-        let s = sum_all(x);
-        return if out_shape.is_empty() {
+        let s = sum_all(x)?;
+        return Ok(if out_shape.is_empty() {
             s
         } else {
             s.reshape(&out_shape).expect("one element")
-        };
+        });
     }
-    crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!("sum_normalized_axes", x.dtype(), T => {
         let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), axes));
         Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v)))
-    })
+    }))
 }
 
 /// Means of `x` over `axes` (negative axes count from the end; an empty
@@ -126,10 +129,10 @@ pub fn mean_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
     checked_numel(op, &out_shape)?;
     let n = axes.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
     if axes.len() == x.rank() {
-        let mean = Tensor::scalar_of(sum_all(x).try_item()? / n, x.dtype());
+        let mean = Tensor::scalar_of(sum_all(x)?.try_item()? / n, x.dtype());
         return mean.reshape(&out_shape);
     }
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes));
         Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v / n)))
     }))
@@ -156,7 +159,7 @@ pub fn sum_to_shape(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     let axes: Dims = (0..x.rank())
         .filter(|&i| i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
         .collect();
-    let summed = sum_normalized_axes(x, &axes, true);
+    let summed = sum_normalized_axes(x, &axes, true)?;
     summed.reshape(shape)
 }
 
@@ -277,7 +280,7 @@ mod tests {
     fn f32_sum_of_a_million_is_accurate() {
         let n = 1_000_000;
         let x = Tensor::from_vec(vec![0.1f32; n], &[n]).unwrap();
-        let s = sum_all(&x).item();
+        let s = sum_all(&x).unwrap().item();
         let exact = 0.1f32 as f64 * n as f64;
         assert!((s - exact).abs() / exact < 1e-6, "{s} vs {exact}");
         let col = x.reshape(&[n, 1]).unwrap();
@@ -339,7 +342,7 @@ mod tests {
             sum_axes("sum", &x, &[0], false).unwrap().to_f64_vec(),
             vec![0.0; 3]
         );
-        assert_eq!(sum_all(&x).item(), 0.0);
+        assert_eq!(sum_all(&x).unwrap().item(), 0.0);
         let means = mean_axes("mean", &x, &[0], false).unwrap().to_f64_vec();
         assert!(means.len() == 3 && means.iter().all(|m| m.is_nan()));
     }

@@ -219,7 +219,7 @@ fn extremum<P: Pick>(
         return Err(empty_axis(op, x.shape(), &axes));
     }
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &Extremum::<P>(PhantomData));
         Tensor::from_exact_iter(out_shape, accs)
     }))
@@ -261,21 +261,21 @@ fn arg_extremum<P: Pick>(
         return Err(empty_axis(op, x.shape(), &axes));
     }
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &ArgExtremum::<P>(PhantomData));
-        Tensor::from_exact_iter(out_shape, accs.iter().map(|&(_, r)| T::from_f64(r as f64)))
+        Tensor::from_exact_iter(out_shape, accs.iter().map(|&(_, r)| r as i64))
     }))
 }
 
 /// The index of the maximum along `axis` (over the flattened tensor for
-/// `None`), as a tensor of x's dtype. Ties go to the first occurrence; a NaN
-/// counts as the maximum. f32 represents indices exactly up to 2^24.
+/// `None`), as an i64 tensor. Ties go to the first occurrence; a NaN
+/// counts as the maximum.
 ///
 /// ```
 /// use retrograd::{kernels::reduce_minmax::argmax, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 5.0, 5.0, 7.0, 2.0, 6.0], &[2, 3])?;
-/// assert_eq!(argmax("argmax", &x, Some(1), false)?.to_f64_vec(), vec![1.0, 0.0]);
-/// assert_eq!(argmax("argmax", &x, None, false)?.try_item()?, 3.0);
+/// assert_eq!(argmax("argmax", &x, Some(1), false)?.to_vec::<i64>()?, vec![1, 0]);
+/// assert_eq!(argmax("argmax", &x, None, false)?.to_vec::<i64>()?, vec![3]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn argmax(op: &'static str, x: &Tensor, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
@@ -312,7 +312,7 @@ pub fn tie_weights(
     }
     crate::tensor::shape::checked_numel(op, x.shape())?;
     kernels_dtype_check(op, x, extremum)?;
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let m = extremum.as_slice_of::<T>();
         let src = x.as_slice_of::<T>();
         let counts = reduce(src, &lanes, &CountTies(m));

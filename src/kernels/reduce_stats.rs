@@ -47,7 +47,7 @@ pub fn logsumexp(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
     checked_numel(op, &out_shape)?;
     let lanes = Lanes::new(x.shape(), &axes);
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         let shifts: Vec<T> = reduce(src, &lanes, &Extremum::<Larger>(PhantomData))
             .into_iter()
@@ -114,7 +114,7 @@ pub fn var(
     let lanes = Lanes::new(x.shape(), &axes);
     let n = lanes.red_len as f64;
     let denominator = (n - correction).max(0.0);
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         let means: Vec<f64> = reduce(src, &lanes, &SumF64).into_iter().map(|s| s / n).collect();
         let dev = reduce(src, &lanes, &Deviations(&means));

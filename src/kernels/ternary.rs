@@ -66,7 +66,7 @@ pub fn zip3<F: TernaryFn>(
     let ab = broadcast_shapes(op, a.shape(), b.shape())?;
     let shape = broadcast_shapes(op, &ab, c.shape())?;
     let empty = crate::tensor::shape::checked_numel(op, &shape)? == 0;
-    Ok(crate::with_dtype!(a.dtype(), T => {
+    Ok(crate::with_dtype!(op, a.dtype(), T => {
         if empty {
             // No plan needed (its stride products could overflow for huge zero-sized shapes).
             return Ok(Tensor::from_exact_iter::<T>(shape, []));

@@ -106,7 +106,8 @@ impl TernaryFn for SelectFn {
 
 /// `where(condition, a, b)`: `a` where the condition is nonzero (NaN counts
 /// as nonzero), else `b`; all three broadcast together. The condition may
-/// have either dtype (it is converted); `a` and `b` must match. Gradients
+/// have any dtype, bool included (it is converted); `a` and `b` must match
+/// and be floats. Gradients
 /// flow to the chosen operand only, never to the condition.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Where;
@@ -250,8 +251,9 @@ impl<'g> Var<'g> {
 
     /// `where(condition, self, other)`: `self` where the condition is nonzero,
     /// `other` elsewhere; all three broadcast together. The condition is a
-    /// `&Tensor` or a `&Var` of either dtype; the gradient flows to the chosen
-    /// operand only (PyTorch's `Tensor.where(condition, other)`).
+    /// `&Tensor` or a `&Var`, bool (as from a comparison) or of any other
+    /// dtype (nonzero is true); the gradient flows to the chosen operand
+    /// only, never to the condition (PyTorch's `Tensor.where(condition, other)`).
     ///
     /// ```
     /// use retrograd::{Graph, Tensor};
@@ -264,6 +266,9 @@ impl<'g> Var<'g> {
     /// let grads = y.sum().backward()?;
     /// assert_eq!(grads.wrt(&a).to_f64_vec(), vec![1.0, 0.0, 1.0]);
     /// assert_eq!(grads.wrt(&b).try_item()?, 1.0);
+    /// // A bool condition, e.g. from a comparison.
+    /// let positive = a.try_gt_scalar(1.5)?;
+    /// assert_eq!(a.try_where(&positive, &b)?.value().to_f64_vec(), vec![-1.0, 2.0, 3.0]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]

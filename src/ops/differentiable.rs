@@ -70,6 +70,18 @@ pub trait Differentiable: Send + Sync + 'static {
     /// Computes the output from the input values.
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor>;
 
+    /// Whether the output may be an `i64` or `bool` tensor (indices, masks:
+    /// `argmax`, comparisons). Such an output is never differentiable, so
+    /// [`Graph::record`](crate::Graph::record) returns it as a constant and
+    /// records no node. The default, `false`, is right for every op whose
+    /// output is a float; it is a method rather than a check of the output
+    /// so that recording a float op costs nothing more. (Ops applied by
+    /// name through [`Graph::apply`](crate::Graph::apply) have their
+    /// output's dtype checked whatever this says.)
+    fn non_float_output(&self) -> bool {
+        false
+    }
+
     /// Given the gradient of the output, returns one optional gradient per
     /// input, each with that input's shape.
     fn backward<'g>(

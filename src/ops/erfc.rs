@@ -12,9 +12,10 @@ const FRAC_2_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 /// `erfc` in the element's own precision (libm's `erfcf` for f32).
 #[inline(always)]
 pub(crate) fn erfc<T: Element>(x: T) -> T {
-    match T::DTYPE {
-        DType::F32 => T::from_f64(f64::from(libm::erfcf(x.to_f64() as f32))),
-        DType::F64 => T::from_f64(libm::erfc(x.to_f64())),
+    if T::DTYPE == DType::F32 {
+        T::from_f64(f64::from(libm::erfcf(x.to_f64() as f32)))
+    } else {
+        T::from_f64(libm::erfc(x.to_f64()))
     }
 }
 

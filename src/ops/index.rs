@@ -146,7 +146,7 @@ impl Differentiable for IndexAdd {
         if !fits {
             return Err(Error::shape_mismatch(OP, x.shape(), src.shape()));
         }
-        Ok(kernel::index_add(x, dim, &idx, src))
+        kernel::index_add(x, dim, &idx, src)
     }
     fn backward<'g>(
         &self,

@@ -36,6 +36,7 @@ op_families! {
     index,
     linalg,
     log1p,
+    mask,
     nn,
     pow,
     reduce,

@@ -35,7 +35,7 @@ fn scalar_value(t: &Tensor) -> Option<f64> {
     match t.repr() {
         Repr::F32(v) => Some(f64::from(v.f32())),
         Repr::F64(v) => Some(v.f64()),
-        Repr::Dense(_) => None,
+        _ => None,
     }
 }
 
@@ -60,7 +60,7 @@ impl Differentiable for Pow {
         match scalar_value(y) {
             Some(e) => {
                 same_dtype("pow", x, y)?;
-                Ok(with_power!(e, p => kernels::map(x, p)))
+                with_power!(e, p => kernels::elementwise::map_op("pow", x, p))
             }
             None => kernels::zip("pow", x, y, PowFn),
         }

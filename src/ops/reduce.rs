@@ -21,7 +21,7 @@ impl Differentiable for Sum {
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("sum", inputs, 1)?;
-        Ok(kernels::sum_all(inputs[0]))
+        kernels::sum_all(inputs[0])
     }
     fn backward<'g>(
         &self,
@@ -55,7 +55,7 @@ impl Differentiable for Mean {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("mean", inputs, 1)?;
         let x = inputs[0];
-        let s = kernels::sum_all(x).try_item()?;
+        let s = kernels::sum_all(x)?.try_item()?;
         Ok(Tensor::scalar_of(s / x.numel() as f64, x.dtype()))
     }
     fn backward<'g>(
@@ -98,6 +98,21 @@ impl<'g> Var<'g> {
     #[track_caller]
     pub fn sum(&self) -> Var<'g> {
         self.graph().record_or_panic(Sum, &[self])
+    }
+
+    /// The sum of every element, or `Error::NotFloat` for an i64 or bool
+    /// value (which [`sum`](Self::sum) panics on).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// assert!(g.constant(Tensor::vector(&[1i64, 2])).try_sum().is_err());
+    /// assert_eq!(g.constant(Tensor::vector(&[1.0, 2.0])).try_sum()?.value().try_item()?, 3.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_sum(&self) -> crate::Result<Var<'g>> {
+        self.graph().record(Sum, &[self])
     }
 
     /// The mean of every element (a 0-d value).

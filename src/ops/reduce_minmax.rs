@@ -167,6 +167,9 @@ macro_rules! arg_op {
                 expect_inputs($name, inputs, 1)?;
                 $kernel($name, inputs[0], self.axis, self.keepdim)
             }
+            fn non_float_output(&self) -> bool {
+                true
+            }
             fn backward<'g>(
                 &self,
                 _g: &Var<'g>,
@@ -189,11 +192,11 @@ macro_rules! arg_op {
 }
 
 arg_op!(
-    /// The index of the maximum (first occurrence), in the input's dtype.
+    /// The index of the maximum (first occurrence), as i64.
     ArgMax, "argmax", reduce_minmax::argmax
 );
 arg_op!(
-    /// The index of the minimum (first occurrence), in the input's dtype.
+    /// The index of the minimum (first occurrence), as i64.
     ArgMin, "argmin", reduce_minmax::argmin
 );
 
@@ -285,17 +288,18 @@ impl<'g> Var<'g> {
 
     fallible! {
         /// The index of the maximum along `axis` (`None`: of the flattened
-        /// tensor), as a constant of this value's dtype (no gradient, no node).
-        /// The first occurrence wins a tie; NaN counts as the maximum.
+        /// tensor), as an i64 constant (no gradient, no node). The first
+        /// occurrence wins a tie; NaN counts as the maximum.
         ///
         /// ```
-        /// use retrograd::{Graph, Tensor};
+        /// use retrograd::{DType, Graph, Tensor};
         /// let g = Graph::new();
         /// let x = g.variable(Tensor::from_vec(vec![1.0, 9.0, 9.0, 7.0, 2.0, 8.0], &[2, 3])?);
         /// let i = x.try_argmax(Some(1), false)?;
-        /// assert_eq!(i.value().to_f64_vec(), vec![1.0, 2.0]);
+        /// assert_eq!(i.value().to_vec::<i64>()?, vec![1, 2]);
+        /// assert_eq!(i.dtype(), DType::I64);
         /// assert!(!i.requires_grad());
-        /// assert_eq!(x.try_argmax(None, false)?.value().try_item()?, 1.0);
+        /// assert_eq!(x.try_argmax(None, false)?.value().to_vec::<i64>()?, vec![1]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_argmax / argmax(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
@@ -311,7 +315,7 @@ impl<'g> Var<'g> {
         /// use retrograd::{Graph, Tensor};
         /// let g = Graph::new();
         /// let x = g.variable(Tensor::from_vec(vec![4.0, 1.0, 1.0], &[3])?);
-        /// assert_eq!(x.try_argmin(Some(0), false)?.value().try_item()?, 1.0);
+        /// assert_eq!(x.try_argmin(Some(0), false)?.value().to_vec::<i64>()?, vec![1]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_argmin / argmin(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
@@ -358,7 +362,7 @@ mod tests {
         assert_eq!(x.argmax(Some(-1), true).shape(), &[2, 3, 1]);
         // f32 gives the same indices and values.
         let x32 = g.variable(x.value().to_dtype(DType::F32));
-        assert_eq!(x32.argmax(Some(1), false).dtype(), DType::F32);
+        assert_eq!(x32.argmax(Some(1), false).dtype(), DType::I64);
         assert_eq!(
             val(x32.argmax(Some(1), false)),
             val(x.argmax(Some(1), false))

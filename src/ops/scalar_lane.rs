@@ -58,7 +58,7 @@ impl ScalarBackward<'_> {
 /// impl Differentiable for Triple {
 ///     fn name(&self) -> &str { "triple" }
 ///     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-///         Ok(retrograd::kernels::map(inputs[0], retrograd::kernels::functors::Scale(3.0)))
+///         retrograd::kernels::map(inputs[0], retrograd::kernels::functors::Scale(3.0))
 ///     }
 ///     fn backward<'g>(&self, g: &Var<'g>, _x: &[Var<'g>], _y: &Var<'g>) -> Result<GradInputs<'g>> {
 ///         Ok(smallvec::smallvec![Some(g * 3.0)])

@@ -238,7 +238,7 @@ impl Optimizer for Adam {
                     bias_correction2_sqrt: (1.0 - c.beta2.powf(t)).sqrt(),
                     maximize: c.maximize,
                 };
-                crate::with_dtype!(value.dtype(), T => {
+                crate::with_dtype!("adam", value.dtype(), T => {
                     let g = g.as_slice_of::<T>();
                     let p = value.make_mut::<T>()?;
                     let m = st.exp_avg.make_mut::<T>()?;

@@ -33,8 +33,7 @@ pub fn grad_norm(grads: &Gradients, norm_type: f64) -> Result<f64> {
     tensors.sort_unstable_by_key(|(id, _)| *id);
     let mut acc = 0.0f64;
     for (_, t) in tensors {
-        let part =
-            crate::with_dtype!(t.dtype(), T => partial_norm::<T>(t.as_slice_of::<T>(), norm_type));
+        let part = crate::with_dtype!("clip_grad_norm", t.dtype(), T => partial_norm::<T>(t.as_slice_of::<T>(), norm_type));
         acc = if norm_type.is_infinite() {
             // NaN must win, as in PyTorch (f64::max would drop it).
             if part.is_nan() || acc.is_nan() {

@@ -160,7 +160,7 @@ impl Optimizer for Sgd {
                 let Some(g) = grad_of("Sgd::step", name, p, value, grads)? else {
                     return Ok(());
                 };
-                crate::with_dtype!(value.dtype(), T => {
+                crate::with_dtype!("sgd", value.dtype(), T => {
                     let g = g.as_slice_of::<T>();
                     if c.momentum == 0.0 {
                         sgd_plain::<T>(value.make_mut::<T>()?, g, &c);

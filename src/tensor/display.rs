@@ -11,12 +11,33 @@ const ELIDE_ABOVE: usize = 2 * EDGE_ITEMS;
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let values = self.to_f64_vec();
-        if self.shape().is_empty() {
-            return write_number(f, values[0]);
+        match self.dtype() {
+            super::DType::I64 => write_all(f, self.shape(), self.as_slice_of::<i64>(), &|f, v| {
+                write!(f, "{v}")
+            }),
+            super::DType::Bool => {
+                write_all(f, self.shape(), self.as_slice_of::<bool>(), &|f, v| {
+                    write!(f, "{v}")
+                })
+            }
+            _ => write_all(f, self.shape(), &self.to_f64_vec(), &write_number),
         }
-        write_nested(f, self.shape(), &values)
     }
+}
+
+/// Writer of one element.
+type WriteOne<'w, T> = &'w dyn Fn(&mut fmt::Formatter<'_>, T) -> fmt::Result;
+
+fn write_all<T: Copy>(
+    f: &mut fmt::Formatter<'_>,
+    shape: &[usize],
+    values: &[T],
+    one: WriteOne<'_, T>,
+) -> fmt::Result {
+    if shape.is_empty() {
+        return one(f, values[0]);
+    }
+    write_nested(f, shape, values, one)
 }
 
 fn write_number(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
@@ -26,7 +47,12 @@ fn write_number(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
     }
 }
 
-fn write_nested(f: &mut fmt::Formatter<'_>, shape: &[usize], values: &[f64]) -> fmt::Result {
+fn write_nested<T: Copy>(
+    f: &mut fmt::Formatter<'_>,
+    shape: &[usize],
+    values: &[T],
+    one: WriteOne<'_, T>,
+) -> fmt::Result {
     let n = shape[0];
     // A zero-sized shape's other dimensions may be huge: their product alone could overflow.
     let inner: usize = if shape[1..].contains(&0) {
@@ -50,9 +76,9 @@ fn write_nested(f: &mut fmt::Formatter<'_>, shape: &[usize], values: &[f64]) -> 
         }
         let chunk = &values[i * inner..(i + 1) * inner];
         if shape.len() == 1 {
-            write_number(f, chunk[0])?;
+            one(f, chunk[0])?;
         } else {
-            write_nested(f, &shape[1..], chunk)?;
+            write_nested(f, &shape[1..], chunk, one)?;
         }
     }
     f.write_str("]")

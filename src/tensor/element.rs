@@ -1,22 +1,32 @@
-//! The [`Element`] trait that kernels are generic over: `f32` and `f64`.
+//! The element traits: [`DataType`], any type a tensor can store (`f32`,
+//! `f64`, `i64`, `bool`), and [`Element`], the float subset that kernels
+//! compute in (`f32`, `f64`).
 
 use std::fmt;
 
 use super::dtype::DType;
 use super::math::{tanh_f32, tanh_f64};
+use super::storage::Buffer;
+use super::{Repr, Tensor, Word};
+use std::sync::Arc;
 
-/// A floating-point element type retrograd computes in: `f32` or `f64`.
+/// Any element type a tensor can store: `f32`, `f64`, `i64` or `bool`.
 ///
-/// Kernels are generic over `Element`, so each one is written once and
-/// compiled (and vectorised) for both types.
-pub trait Element:
-    num_traits::Float
-    + num_traits::FloatConst
-    + std::iter::Sum
-    + std::ops::AddAssign
-    + std::ops::SubAssign
-    + std::ops::MulAssign
-    + std::ops::DivAssign
+/// Construction and access (`Tensor::from_vec`, `to_vec`, `as_slice`,
+/// `make_mut`) and the layout kernels (copies, gathers, masks) are generic
+/// over `DataType`; arithmetic is generic over the float subset [`Element`].
+///
+/// ```
+/// use retrograd::{DType, DataType, Tensor};
+/// assert_eq!(<i64 as DataType>::DTYPE, DType::I64);
+/// let t = Tensor::from_vec(vec![true, false], &[2])?;
+/// assert_eq!(t.to_vec::<bool>()?, vec![true, false]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait DataType:
+    Copy
+    + PartialEq
+    + PartialOrd
     + fmt::Debug
     + fmt::Display
     + Default
@@ -27,6 +37,53 @@ pub trait Element:
 {
     /// The dtype tag of this element type.
     const DTYPE: DType;
+    /// Converts from `f64`: rounding for `f32`, truncation toward zero
+    /// (saturating, NaN to 0) for `i64`, `v != 0` for `bool`.
+    fn cast_from_f64(v: f64) -> Self;
+    /// Converts from `i64` (rounding to nearest for floats, `v != 0` for `bool`).
+    fn cast_from_i64(v: i64) -> Self;
+    /// Converts to `f64` (`bool` is 0 or 1; `i64` rounds above 2^53).
+    fn cast_to_f64(self) -> f64;
+    /// Converts to `i64` (truncating floats toward zero, saturating, NaN
+    /// to 0; `bool` is 0 or 1).
+    fn cast_to_i64(self) -> i64;
+    /// Wraps a scalar into a 0-d tensor.
+    #[doc(hidden)]
+    fn scalar_tensor(self) -> Tensor;
+    /// Wraps a buffer into the dtype-tagged storage.
+    #[doc(hidden)]
+    fn wrap_buffer(data: Arc<[Self]>) -> Buffer;
+    /// Views the storage as a slice of this type, if the dtype matches.
+    #[doc(hidden)]
+    fn unwrap_buffer(buf: &Buffer) -> Option<&Arc<[Self]>>;
+    /// Mutable access to the storage as this type, if the dtype matches.
+    #[doc(hidden)]
+    fn unwrap_buffer_mut(buf: &mut Buffer) -> Option<&mut Arc<[Self]>>;
+    /// The value of a 0-d tensor of this dtype.
+    #[doc(hidden)]
+    fn scalar_of(t: &Tensor) -> Option<Self>;
+    /// The value of a 0-d tensor of this dtype, by reference.
+    #[doc(hidden)]
+    fn scalar_ref(t: &Tensor) -> Option<&Self>;
+    /// The value of a 0-d tensor of this dtype, for writing in place.
+    #[doc(hidden)]
+    fn scalar_mut(t: &mut Tensor) -> Option<&mut Self>;
+}
+
+/// A floating-point element type retrograd computes in: `f32` or `f64`.
+///
+/// Kernels are generic over `Element`, so each one is written once and
+/// compiled (and vectorised) for both types.
+pub trait Element:
+    DataType
+    + num_traits::Float
+    + num_traits::FloatConst
+    + std::iter::Sum
+    + std::ops::AddAssign
+    + std::ops::SubAssign
+    + std::ops::MulAssign
+    + std::ops::DivAssign
+{
     /// Converts from `f64` (rounding for `f32`).
     fn from_f64(v: f64) -> Self;
     /// Converts to `f64` (exactly).
@@ -35,37 +92,151 @@ pub trait Element:
     /// (see `tensor::math`).
     #[doc(hidden)]
     fn tanh_vectorisable(self) -> Self;
-    /// Wraps a scalar into a tensor.
-    #[doc(hidden)]
-    fn scalar_tensor(self) -> super::Tensor;
-    /// Wraps a buffer into the dtype-tagged storage.
-    #[doc(hidden)]
-    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer;
-    /// Views the storage as a slice of this type, if the dtype matches.
-    #[doc(hidden)]
-    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>>;
-    /// Mutable access to the storage as this type, if the dtype matches.
-    #[doc(hidden)]
-    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>>;
-    /// The value of a 0-d tensor of this dtype.
-    #[doc(hidden)]
-    fn scalar_of(t: &super::Tensor) -> Option<Self>;
-    /// The value of a 0-d tensor of this dtype, by reference.
-    #[doc(hidden)]
-    fn scalar_ref(t: &super::Tensor) -> Option<&Self>;
-    /// The value of a 0-d tensor of this dtype, for writing in place.
-    #[doc(hidden)]
-    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self>;
 }
 
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for i64 {}
+    impl Sealed for bool {}
+}
+
+/// The storage plumbing of one dtype: its `Buffer` and `Repr` variants and
+/// the `Word` accessors of its 0-d form.
+macro_rules! data_type_plumbing {
+    ($T:ty, $variant:ident, $from:ident, $get:ident, $get_ref:ident, $get_mut:ident) => {
+        #[inline(always)]
+        fn scalar_tensor(self) -> Tensor {
+            Tensor::from_repr(Repr::$variant(Word::$from(self)))
+        }
+        #[inline(always)]
+        fn wrap_buffer(data: Arc<[Self]>) -> Buffer {
+            Buffer::$variant(data)
+        }
+        #[inline(always)]
+        fn unwrap_buffer(buf: &Buffer) -> Option<&Arc<[Self]>> {
+            match buf {
+                Buffer::$variant(d) => Some(d),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn unwrap_buffer_mut(buf: &mut Buffer) -> Option<&mut Arc<[Self]>> {
+            match buf {
+                Buffer::$variant(d) => Some(d),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn scalar_of(t: &Tensor) -> Option<Self> {
+            match t.repr() {
+                Repr::$variant(v) => Some(v.$get()),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn scalar_ref(t: &Tensor) -> Option<&Self> {
+            match t.repr() {
+                Repr::$variant(v) => Some(v.$get_ref()),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn scalar_mut(t: &mut Tensor) -> Option<&mut Self> {
+            match t.repr_mut() {
+                Repr::$variant(v) => Some(v.$get_mut()),
+                _ => None,
+            }
+        }
+    };
+}
+
+impl DataType for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn cast_from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn cast_from_i64(v: i64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn cast_to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    #[inline(always)]
+    fn cast_to_i64(self) -> i64 {
+        self as i64
+    }
+    data_type_plumbing!(f32, F32, from_f32, f32, f32_ref, f32_mut);
+}
+
+impl DataType for f64 {
+    const DTYPE: DType = DType::F64;
+    #[inline(always)]
+    fn cast_from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn cast_from_i64(v: i64) -> Self {
+        v as f64
+    }
+    #[inline(always)]
+    fn cast_to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn cast_to_i64(self) -> i64 {
+        self as i64
+    }
+    data_type_plumbing!(f64, F64, from_f64, f64, f64_ref, f64_mut);
+}
+
+impl DataType for i64 {
+    const DTYPE: DType = DType::I64;
+    #[inline(always)]
+    fn cast_from_f64(v: f64) -> Self {
+        v as i64
+    }
+    #[inline(always)]
+    fn cast_from_i64(v: i64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn cast_to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn cast_to_i64(self) -> i64 {
+        self
+    }
+    data_type_plumbing!(i64, I64, from_i64, i64, i64_ref, i64_mut);
+}
+
+impl DataType for bool {
+    const DTYPE: DType = DType::Bool;
+    #[inline(always)]
+    fn cast_from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    #[inline(always)]
+    fn cast_from_i64(v: i64) -> Self {
+        v != 0
+    }
+    #[inline(always)]
+    fn cast_to_f64(self) -> f64 {
+        f64::from(u8::from(self))
+    }
+    #[inline(always)]
+    fn cast_to_i64(self) -> i64 {
+        i64::from(self)
+    }
+    data_type_plumbing!(bool, Bool, from_bool, bool, bool_ref, bool_mut);
 }
 
 impl Element for f32 {
-    const DTYPE: DType = DType::F32;
     #[inline(always)]
     fn tanh_vectorisable(self) -> Self {
         tanh_f32(self)
@@ -78,53 +249,9 @@ impl Element for f32 {
     fn to_f64(self) -> f64 {
         self as f64
     }
-    #[inline(always)]
-    fn scalar_tensor(self) -> super::Tensor {
-        super::Tensor::from_repr(super::Repr::F32(super::Word::from_f32(self)))
-    }
-    #[inline(always)]
-    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
-        super::storage::Buffer::F32(data)
-    }
-    #[inline(always)]
-    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
-        match buf {
-            super::storage::Buffer::F32(d) => Some(d),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>> {
-        match buf {
-            super::storage::Buffer::F32(d) => Some(d),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_of(t: &super::Tensor) -> Option<Self> {
-        match t.repr() {
-            super::Repr::F32(v) => Some(v.f32()),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_ref(t: &super::Tensor) -> Option<&Self> {
-        match t.repr() {
-            super::Repr::F32(v) => Some(v.f32_ref()),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
-        match t.repr_mut() {
-            super::Repr::F32(v) => Some(v.f32_mut()),
-            _ => None,
-        }
-    }
 }
 
 impl Element for f64 {
-    const DTYPE: DType = DType::F64;
     #[inline(always)]
     fn tanh_vectorisable(self) -> Self {
         tanh_f64(self)
@@ -136,48 +263,5 @@ impl Element for f64 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
-    }
-    #[inline(always)]
-    fn scalar_tensor(self) -> super::Tensor {
-        super::Tensor::from_repr(super::Repr::F64(super::Word::from_f64(self)))
-    }
-    #[inline(always)]
-    fn wrap_buffer(data: std::sync::Arc<[Self]>) -> super::storage::Buffer {
-        super::storage::Buffer::F64(data)
-    }
-    #[inline(always)]
-    fn unwrap_buffer(buf: &super::storage::Buffer) -> Option<&std::sync::Arc<[Self]>> {
-        match buf {
-            super::storage::Buffer::F64(d) => Some(d),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn unwrap_buffer_mut(buf: &mut super::storage::Buffer) -> Option<&mut std::sync::Arc<[Self]>> {
-        match buf {
-            super::storage::Buffer::F64(d) => Some(d),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_of(t: &super::Tensor) -> Option<Self> {
-        match t.repr() {
-            super::Repr::F64(v) => Some(v.f64()),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_ref(t: &super::Tensor) -> Option<&Self> {
-        match t.repr() {
-            super::Repr::F64(v) => Some(v.f64_ref()),
-            _ => None,
-        }
-    }
-    #[inline(always)]
-    fn scalar_mut(t: &mut super::Tensor) -> Option<&mut Self> {
-        match t.repr_mut() {
-            super::Repr::F64(v) => Some(v.f64_mut()),
-            _ => None,
-        }
     }
 }

@@ -25,7 +25,7 @@
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
-use super::{element_count, recycle, storage, Dims, Element, Repr, Tensor};
+use super::{element_count, recycle, storage, DataType, Dims, Repr, Tensor};
 
 /// Proof that every element of the slice borrowed for `'a` was written.
 #[must_use = "a fill closure returns its `Filled` to `Tensor::build`"]
@@ -83,7 +83,7 @@ impl Tensor {
     /// `fill` writes into uninitialised (or recycled) storage, proving it
     /// with the [`Filled`] it returns.
     #[inline]
-    pub(crate) fn build<T: Element>(
+    pub(crate) fn build<T: DataType>(
         shape: Dims,
         fill: impl for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
     ) -> Self {
@@ -110,7 +110,7 @@ impl Tensor {
     ///
     /// If `values` does not yield exactly as many items as `shape` has elements.
     #[inline]
-    pub(crate) fn from_exact_iter<T: Element>(
+    pub(crate) fn from_exact_iter<T: DataType>(
         shape: Dims,
         values: impl IntoIterator<Item = T>,
     ) -> Self {

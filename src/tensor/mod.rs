@@ -5,6 +5,10 @@
 //! allocation at all, so graphs of scalar ops cost no allocator traffic. Every
 //! tensor of rank 1 or more is dense, row-major and contiguous, its elements in
 //! an `Arc<[T]>` shared by every clone (and by reshapes of it).
+//!
+//! Dtypes: `f32` and `f64` (the [`Element`]s, which ops compute and
+//! differentiate in), `i64` and `bool` (indices and masks; any
+//! [`DataType`]). All four have an inline 0-d form and a dense form.
 
 mod display;
 mod dtype;
@@ -20,7 +24,7 @@ mod word;
 use std::sync::Arc;
 
 pub use dtype::DType;
-pub use element::Element;
+pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
@@ -28,7 +32,7 @@ pub(crate) use word::Word;
 
 use crate::error::{Error, Result};
 
-/// An immutable n-dimensional array of `f32` or `f64`.
+/// An immutable n-dimensional array of `f32`, `f64`, `i64` or `bool`.
 ///
 /// Cloning is cheap (a reference-count increment, or a copy for scalars) and
 /// never copies elements. Nothing can mutate a tensor's elements while they
@@ -53,6 +57,10 @@ pub(crate) enum Repr {
     /// A 0-d f32; every payload is one 8-byte word (see [`Word`] for why).
     F32(Word),
     F64(Word),
+    /// A 0-d i64 (not differentiable).
+    I64(Word),
+    /// A 0-d bool, 0 or 1 in the low byte (not differentiable).
+    Bool(Word),
     Dense(Arc<Dense>),
 }
 
@@ -119,7 +127,7 @@ impl Tensor {
 
     /// Builds a tensor from a shared buffer whose length matches `shape`.
     #[inline]
-    pub(crate) fn from_buffer<T: Element>(shape: Dims, data: Arc<[T]>) -> Self {
+    pub(crate) fn from_buffer<T: DataType>(shape: Dims, data: Arc<[T]>) -> Self {
         debug_assert_eq!(element_count(&shape), data.len());
         if shape.is_empty() {
             return data[0].scalar_tensor();
@@ -132,25 +140,32 @@ impl Tensor {
         }
     }
 
-    /// A 0-d tensor holding `value`; `Tensor::scalar(3.0)` is f64, `Tensor::scalar(3.0f32)` is f32.
+    /// A 0-d tensor holding `value`; `Tensor::scalar(3.0)` is f64, `Tensor::scalar(3.0f32)` is f32,
+    /// `Tensor::scalar(3i64)` is i64 and `Tensor::scalar(true)` is bool.
     ///
     /// ```
     /// use retrograd::{Tensor, DType};
     /// assert_eq!(Tensor::scalar(3.0).dtype(), DType::F64);
     /// assert_eq!(Tensor::scalar(3.0f32).dtype(), DType::F32);
+    /// assert_eq!(Tensor::scalar(3i64).dtype(), DType::I64);
+    /// assert_eq!(Tensor::scalar(true).to_vec::<bool>()?, vec![true]);
     /// assert_eq!(Tensor::scalar(3.0).shape(), &[] as &[usize]);
+    /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[inline(always)]
-    pub fn scalar<T: Element>(value: T) -> Self {
+    pub fn scalar<T: DataType>(value: T) -> Self {
         value.scalar_tensor()
     }
 
-    /// A 0-d tensor of `dtype` holding `value` (rounded to f32 if needed).
+    /// A 0-d tensor of `dtype` holding `value` (rounded to f32 if needed;
+    /// cast as by [`to_dtype`](Self::to_dtype) for i64 and bool).
     #[inline(always)]
     pub fn scalar_of(value: f64, dtype: DType) -> Self {
         match dtype {
             DType::F32 => (value as f32).scalar_tensor(),
             DType::F64 => value.scalar_tensor(),
+            DType::I64 => i64::cast_from_f64(value).scalar_tensor(),
+            DType::Bool => bool::cast_from_f64(value).scalar_tensor(),
         }
     }
 
@@ -163,12 +178,22 @@ impl Tensor {
     /// assert!(Tensor::from_vec(vec![1.0, 2.0], &[3]).is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Self> {
+    ///
+    /// Any [`DataType`]: `i64` token ids and `bool` masks too.
+    ///
+    /// ```
+    /// use retrograd::{Tensor, DType};
+    /// let ids = Tensor::from_vec(vec![3i64, 0, 7], &[3])?;
+    /// assert_eq!(ids.dtype(), DType::I64);
+    /// assert_eq!(ids.to_vec::<i64>()?, vec![3, 0, 7]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn from_vec<T: DataType>(data: Vec<T>, shape: &[usize]) -> Result<Self> {
         Self::from_slice(&data, shape)
     }
 
     /// A tensor of `shape` holding a copy of `data` in row-major order.
-    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Self> {
+    pub fn from_slice<T: DataType>(data: &[T], shape: &[usize]) -> Result<Self> {
         let n = shape::checked_numel("from_vec", shape)?;
         if n != data.len() {
             return Err(Error::ElementCount {
@@ -184,16 +209,18 @@ impl Tensor {
     }
 
     /// A 1-d tensor holding `data`.
-    pub fn vector<T: Element>(data: &[T]) -> Self {
+    pub fn vector<T: DataType>(data: &[T]) -> Self {
         Self::from_buffer(Dims::from_slice(&[data.len()]), storage::from_slice(data))
     }
 
-    /// A tensor of `shape` filled with `value`.
+    /// A tensor of `shape` filled with `value` (cast to `dtype` as by
+    /// [`to_dtype`](Self::to_dtype): truncated for i64, `value != 0` for bool).
     ///
     /// ```
     /// use retrograd::{Tensor, DType};
     /// let t = Tensor::full(&[2], 7.0, DType::F32)?;
     /// assert_eq!(t.to_vec::<f32>()?, vec![7.0, 7.0]);
+    /// assert_eq!(Tensor::full(&[2], 1.0, DType::Bool)?.to_vec::<bool>()?, vec![true, true]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
@@ -223,6 +250,24 @@ impl Tensor {
             DType::F64 => {
                 Self::from_buffer(dims, Arc::from(storage::try_filled(op, shape, n, value)?))
             }
+            DType::I64 => Self::from_buffer(
+                dims,
+                Arc::from(storage::try_filled(
+                    op,
+                    shape,
+                    n,
+                    i64::cast_from_f64(value),
+                )?),
+            ),
+            DType::Bool => Self::from_buffer(
+                dims,
+                Arc::from(storage::try_filled(
+                    op,
+                    shape,
+                    n,
+                    bool::cast_from_f64(value),
+                )?),
+            ),
         })
     }
 
@@ -231,6 +276,8 @@ impl Tensor {
         match self.repr {
             Repr::F32(_) => Tensor::scalar(0.0f32),
             Repr::F64(_) => Tensor::scalar(0.0f64),
+            Repr::I64(_) => Tensor::scalar(0i64),
+            Repr::Bool(_) => Tensor::scalar(false),
             Repr::Dense(_) => Self::full(self.shape(), 0.0, self.dtype())
                 .expect("an existing tensor's shape has a valid element count"),
         }
@@ -244,13 +291,42 @@ impl Tensor {
 
     /// `[start, start + step, ...]` up to but excluding `end`, as a 1-d tensor.
     ///
+    /// For `DType::I64`, `start`, `end` and `step` must be whole numbers
+    /// (then it is [`arange_i64`](Self::arange_i64)); `DType::Bool` is
+    /// `Error::WrongDType`.
+    ///
     /// ```
     /// use retrograd::{Tensor, DType};
     /// let t = Tensor::arange(0.0, 2.0, 0.5, DType::F64)?;
     /// assert_eq!(t.to_f64_vec(), vec![0.0, 0.5, 1.0, 1.5]);
+    /// let i = Tensor::arange(0.0, 3.0, 1.0, DType::I64)?;
+    /// assert_eq!(i.to_vec::<i64>()?, vec![0, 1, 2]);
+    /// assert!(Tensor::arange(0.0, 3.0, 0.5, DType::I64).is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
+        match dtype {
+            DType::Bool => {
+                return Err(Error::WrongDType {
+                    op: "arange",
+                    expected: DType::I64,
+                    found: DType::Bool,
+                })
+            }
+            DType::I64 => {
+                let whole = |v: f64| v.fract() == 0.0 && v.abs() < 9.2e18;
+                if !(whole(start) && whole(end) && whole(step)) {
+                    return Err(Error::invalid(
+                        "arange",
+                        format!(
+                            "an i64 arange needs whole numbers: start {start}, end {end}, step {step}"
+                        ),
+                    ));
+                }
+                return Self::arange_i64(start as i64, end as i64, step as i64);
+            }
+            DType::F32 | DType::F64 => {}
+        }
         if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
             return Err(Error::invalid(
                 "arange",
@@ -270,14 +346,52 @@ impl Tensor {
         Self::from_f64_slice(&values, &[n], dtype)
     }
 
-    /// A tensor of `dtype` and `shape` from f64 values (rounded for f32).
+    /// `[start, start + step, ...]` up to but excluding `end`, as a 1-d i64
+    /// tensor (PyTorch's `torch.arange(start, end, step)` on integers). A
+    /// zero step is an error.
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// assert_eq!(Tensor::arange_i64(0, 5, 2)?.to_vec::<i64>()?, vec![0, 2, 4]);
+    /// assert_eq!(Tensor::arange_i64(3, 0, -1)?.to_vec::<i64>()?, vec![3, 2, 1]);
+    /// assert_eq!(Tensor::arange_i64(3, 0, 1)?.numel(), 0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn arange_i64(start: i64, end: i64, step: i64) -> Result<Self> {
+        if step == 0 {
+            return Err(Error::invalid("arange", "step must be nonzero"));
+        }
+        let span = i128::from(end) - i128::from(start);
+        let step_wide = i128::from(step);
+        let count = if (span > 0) == (step > 0) && span != 0 {
+            (span + step_wide - step_wide.signum()) / step_wide
+        } else {
+            0
+        };
+        let n = usize::try_from(count).unwrap_or(usize::MAX);
+        if n > (isize::MAX as usize) / 8 {
+            return Err(Error::ShapeOverflow {
+                op: "arange",
+                shape: vec![n],
+            });
+        }
+        let mut values: Vec<i64> = storage::try_with_capacity("arange", &[n], n)?;
+        values.extend((0..n as i64).map(|i| start + step * i));
+        Self::from_slice(&values, &[n])
+    }
+
+    /// A tensor of `dtype` and `shape` from f64 values (rounded for f32,
+    /// cast as by [`to_dtype`](Self::to_dtype) for i64 and bool).
     pub fn from_f64_slice(data: &[f64], shape: &[usize], dtype: DType) -> Result<Self> {
+        fn cast<T: DataType>(data: &[f64], shape: &[usize]) -> Result<Tensor> {
+            let v: Vec<T> = data.iter().map(|&x| T::cast_from_f64(x)).collect();
+            Tensor::from_slice(&v, shape)
+        }
         match dtype {
             DType::F64 => Self::from_slice(data, shape),
-            DType::F32 => {
-                let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
-                Self::from_slice(&v, shape)
-            }
+            DType::F32 => cast::<f32>(data, shape),
+            DType::I64 => cast::<i64>(data, shape),
+            DType::Bool => cast::<bool>(data, shape),
         }
     }
 
@@ -302,6 +416,8 @@ impl Tensor {
         match &self.repr {
             Repr::F32(_) => DType::F32,
             Repr::F64(_) => DType::F64,
+            Repr::I64(_) => DType::I64,
+            Repr::Bool(_) => DType::Bool,
             Repr::Dense(d) => d.buf.dtype(),
         }
     }
@@ -342,8 +458,8 @@ impl Tensor {
         !matches!(self.repr, Repr::Dense(_))
     }
 
-    /// The value of a one-element tensor (of any rank), as f64; an error
-    /// naming the shape otherwise.
+    /// The value of a one-element tensor (of any rank), as f64 (a bool is 0
+    /// or 1); an error naming the shape otherwise.
     ///
     /// ```
     /// use retrograd::Tensor;
@@ -355,9 +471,13 @@ impl Tensor {
         match &self.repr {
             Repr::F32(v) => Ok(f64::from(v.f32())),
             Repr::F64(v) => Ok(v.f64()),
+            Repr::I64(v) => Ok(v.i64() as f64),
+            Repr::Bool(v) => Ok(v.bool().cast_to_f64()),
             Repr::Dense(d) if d.buf.len() == 1 => Ok(match &d.buf {
                 Buffer::F32(b) => b[0] as f64,
                 Buffer::F64(b) => b[0],
+                Buffer::I64(b) => b[0] as f64,
+                Buffer::Bool(b) => b[0].cast_to_f64(),
             }),
             Repr::Dense(d) => Err(Error::NotAScalar {
                 op: "item",
@@ -381,15 +501,19 @@ impl Tensor {
         }
     }
 
-    /// All elements, converted to f64, in row-major order.
+    /// All elements, converted to f64, in row-major order (a bool is 0 or 1).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        match self.dtype() {
-            DType::F32 => self
-                .as_slice_of::<f32>()
+        fn widen<T: DataType>(t: &Tensor) -> Vec<f64> {
+            t.as_slice_of::<T>()
                 .iter()
-                .map(|&v| v as f64)
-                .collect(),
+                .map(|&v| v.cast_to_f64())
+                .collect()
+        }
+        match self.dtype() {
+            DType::F32 => widen::<f32>(self),
             DType::F64 => self.as_slice_of::<f64>().to_vec(),
+            DType::I64 => widen::<i64>(self),
+            DType::Bool => widen::<bool>(self),
         }
     }
 
@@ -402,7 +526,7 @@ impl Tensor {
     /// assert!(t.to_vec::<f64>().is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+    pub fn to_vec<T: DataType>(&self) -> Result<Vec<T>> {
         match self.try_slice::<T>() {
             Some(s) => Ok(s.to_vec()),
             None => Err(Error::WrongDType {
@@ -414,7 +538,7 @@ impl Tensor {
     }
 
     /// Borrows the elements in row-major order; `T` must be the tensor's dtype.
-    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+    pub fn as_slice<T: DataType>(&self) -> Result<&[T]> {
         self.try_slice::<T>().ok_or(Error::WrongDType {
             op: "as_slice",
             expected: T::DTYPE,
@@ -424,7 +548,7 @@ impl Tensor {
 
     /// The elements as `&[T]`, or `None` if the dtype differs.
     #[inline(always)]
-    pub(crate) fn try_slice<T: Element>(&self) -> Option<&[T]> {
+    pub(crate) fn try_slice<T: DataType>(&self) -> Option<&[T]> {
         match &self.repr {
             Repr::Dense(d) => T::unwrap_buffer(&d.buf).map(|a| &a[..]),
             _ => T::scalar_ref(self).map(std::slice::from_ref),
@@ -433,14 +557,14 @@ impl Tensor {
 
     /// The elements as `&[T]`; the caller has checked the dtype.
     #[inline(always)]
-    pub(crate) fn as_slice_of<T: Element>(&self) -> &[T] {
+    pub(crate) fn as_slice_of<T: DataType>(&self) -> &[T] {
         self.try_slice::<T>()
             .expect("dtype was checked by the caller")
     }
 
     /// Mutable access to the elements if this tensor is their only owner
     /// (copy-on-write support for in-place updates).
-    pub(crate) fn unique_slice_mut<T: Element>(&mut self) -> Option<&mut [T]> {
+    pub(crate) fn unique_slice_mut<T: DataType>(&mut self) -> Option<&mut [T]> {
         if self.is_scalar() {
             return T::scalar_mut(self).map(std::slice::from_mut);
         }
@@ -466,7 +590,7 @@ impl Tensor {
     /// assert_eq!(b.to_vec::<f32>()?, vec![5.0, 2.0]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn make_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+    pub fn make_mut<T: DataType>(&mut self) -> Result<&mut [T]> {
         if self.dtype() != T::DTYPE {
             return Err(Error::WrongDType {
                 op: "make_mut",
@@ -509,27 +633,60 @@ impl Tensor {
             Repr::Dense(d) => match &d.buf {
                 Buffer::F32(b) => Tensor::scalar(b[0]),
                 Buffer::F64(b) => Tensor::scalar(b[0]),
+                Buffer::I64(b) => Tensor::scalar(b[0]),
+                Buffer::Bool(b) => Tensor::scalar(b[0]),
             },
             Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f32()][..])),
             Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f64()][..])),
+            Repr::I64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.i64()][..])),
+            Repr::Bool(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.bool()][..])),
         })
     }
 
-    /// A copy converted to `dtype` (the same tensor, shared, if it already has it).
+    /// A copy converted to `dtype` (the same tensor, shared, if it already
+    /// has it). Every pair of dtypes converts, as PyTorch's `.to(dtype)`:
+    /// float to float rounds to nearest; float to i64 truncates toward zero
+    /// (saturating at the i64 range, NaN to 0); i64 to float rounds to
+    /// nearest; to bool is `value != 0` (NaN is true); bool to a number is 0
+    /// or 1. (On a `Var`, [`to_dtype`](crate::Var::to_dtype) is
+    /// differentiable between float dtypes.)
+    ///
+    /// ```
+    /// use retrograd::{Tensor, DType};
+    /// let x = Tensor::from_vec(vec![-1.7, 0.0, 2.5], &[3])?;
+    /// assert_eq!(x.to_dtype(DType::I64).to_vec::<i64>()?, vec![-1, 0, 2]);
+    /// assert_eq!(x.to_dtype(DType::Bool).to_vec::<bool>()?, vec![true, false, true]);
+    /// let m = Tensor::from_vec(vec![true, false], &[2])?;
+    /// assert_eq!(m.to_dtype(DType::F32).to_vec::<f32>()?, vec![1.0, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
     pub fn to_dtype(&self, dtype: DType) -> Self {
         if dtype == self.dtype() {
             return self.clone();
         }
-        let shape = Dims::from_slice(self.shape());
-        match dtype {
-            DType::F32 => {
-                let src = self.as_slice_of::<f64>();
-                Tensor::from_exact_iter(shape, src.iter().map(|&s| s as f32))
+        fn from_src<S: DataType>(t: &Tensor, dtype: DType) -> Tensor {
+            let shape = Dims::from_slice(t.shape());
+            let src = t.as_slice_of::<S>();
+            match dtype {
+                DType::F32 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f32>(s)))
+                }
+                DType::F64 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f64>(s)))
+                }
+                DType::I64 => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, i64>(s)))
+                }
+                DType::Bool => {
+                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, bool>(s)))
+                }
             }
-            DType::F64 => {
-                let src = self.as_slice_of::<f32>();
-                Tensor::from_exact_iter(shape, src.iter().map(|&s| f64::from(s)))
-            }
+        }
+        match self.dtype() {
+            DType::F32 => from_src::<f32>(self, dtype),
+            DType::F64 => from_src::<f64>(self, dtype),
+            DType::I64 => from_src::<i64>(self, dtype),
+            DType::Bool => from_src::<bool>(self, dtype),
         }
     }
 
@@ -548,11 +705,28 @@ impl Tensor {
         }
     }
 
-    /// Whether every element is finite (no NaN, no infinity).
+    /// Whether every element is finite (no NaN, no infinity); always true
+    /// for i64 and bool.
     pub fn all_finite(&self) -> bool {
         match self.dtype() {
             DType::F32 => self.as_slice_of::<f32>().iter().all(|v| v.is_finite()),
             DType::F64 => self.as_slice_of::<f64>().iter().all(|v| v.is_finite()),
+            DType::I64 | DType::Bool => true,
+        }
+    }
+
+    /// Whether the dtype is a float one (see [`DType::is_float`]).
+    #[inline(always)]
+    pub fn is_float(&self) -> bool {
+        self.dtype().is_float()
+    }
+
+    /// `Ok` for a float tensor, `Error::NotFloat` naming `op` otherwise.
+    #[inline]
+    pub(crate) fn expect_float(&self, op: &'static str) -> Result<()> {
+        match self.dtype() {
+            DType::F32 | DType::F64 => Ok(()),
+            found => Err(Error::NotFloat { op, found }),
         }
     }
 
@@ -588,26 +762,65 @@ impl PartialEq for Tensor {
         match self.dtype() {
             DType::F32 => self.as_slice_of::<f32>() == other.as_slice_of::<f32>(),
             DType::F64 => self.as_slice_of::<f64>() == other.as_slice_of::<f64>(),
+            DType::I64 => self.as_slice_of::<i64>() == other.as_slice_of::<i64>(),
+            DType::Bool => self.as_slice_of::<bool>() == other.as_slice_of::<bool>(),
         }
     }
 }
 
-impl From<f64> for Tensor {
-    fn from(v: f64) -> Self {
+impl From<i64> for Tensor {
+    fn from(v: i64) -> Self {
         Tensor::scalar(v)
     }
 }
 
-impl From<f32> for Tensor {
-    fn from(v: f32) -> Self {
+impl From<bool> for Tensor {
+    fn from(v: bool) -> Self {
         Tensor::scalar(v)
     }
 }
 
-/// Calls `$body` with `$T` bound to the element type of `$dtype`.
+/// One element converted from `S` to `D`, as [`Tensor::to_dtype`] does.
+#[inline(always)]
+pub(crate) fn cast_to<S: DataType, D: DataType>(s: S) -> D {
+    match S::DTYPE {
+        // Exact through i64 (an f64 would round above 2^53).
+        DType::I64 => D::cast_from_i64(s.cast_to_i64()),
+        _ => D::cast_from_f64(s.cast_to_f64()),
+    }
+}
+
+/// Calls `$body` with `$T` bound to the float element type of `$dtype`.
+///
+/// Float ops dispatch through this. An `i64` or `bool` dtype returns
+/// `Err(Error::NotFloat { op: $op, .. })` from the enclosing function
+/// (which must return `Result`): never a panic.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! with_dtype {
+    ($op:expr, $dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            found @ ($crate::DType::I64 | $crate::DType::Bool) => {
+                return ::core::result::Result::Err($crate::Error::NotFloat { op: $op, found })
+            }
+        }
+    };
+}
+
+/// Calls `$body` with `$T` bound to the element type of `$dtype`, any of
+/// the four ([`DataType`]): for kernels that only move elements (copies,
+/// gathers, selections by mask).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_any_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
             $crate::DType::F32 => {
@@ -616,6 +829,14 @@ macro_rules! with_dtype {
             }
             $crate::DType::F64 => {
                 type $T = f64;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
                 $body
             }
         }
@@ -681,6 +902,77 @@ mod tests {
         ));
         assert!(Tensor::arange(0.0, 1.0, 0.0, DType::F32).is_err());
         assert_eq!(Tensor::zeros(&[0, 3], DType::F32).unwrap().numel(), 0);
+    }
+
+    #[test]
+    fn i64_and_bool_tensors_are_stored_compared_and_shown() {
+        let s = Tensor::scalar(-3i64);
+        assert!(s.is_scalar() && !s.is_float());
+        assert_eq!(s.dtype(), DType::I64);
+        assert_eq!(s.try_item().unwrap(), -3.0);
+        let b = Tensor::scalar(true);
+        assert_eq!((b.dtype(), b.try_item().unwrap()), (DType::Bool, 1.0));
+        assert_eq!(b.to_string(), "true");
+        let mut m = Tensor::from_vec(vec![true, false, true, true], &[2, 2]).unwrap();
+        assert_eq!(m.to_string(), "[[true, false], [true, true]]");
+        let shared = m.clone();
+        m.make_mut::<bool>().unwrap()[1] = true;
+        assert_eq!(
+            shared.to_vec::<bool>().unwrap(),
+            vec![true, false, true, true]
+        );
+        assert_eq!(m.to_vec::<bool>().unwrap(), vec![true; 4]);
+        let i = Tensor::from_vec(vec![1i64, 2, 3, 4], &[4]).unwrap();
+        assert_eq!(i.to_string(), "[1, 2, 3, 4]");
+        assert!(i.reshape(&[2, 2]).unwrap().shares_storage_with(&i));
+        let one = Tensor::from_vec(vec![9i64], &[1]).unwrap();
+        assert_eq!(one.reshape(&[]).unwrap(), Tensor::scalar(9i64));
+        assert_eq!(
+            Tensor::scalar(true).reshape(&[1, 1]).unwrap().shape(),
+            &[1, 1]
+        );
+        assert_ne!(i, i.to_dtype(DType::F64));
+        assert_eq!(i.to_dtype(DType::F64).to_dtype(DType::I64), i);
+        assert!(i.as_slice::<f64>().is_err());
+        assert_eq!(
+            Tensor::zeros(&[2], DType::Bool)
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap(),
+            vec![false; 2]
+        );
+        assert_eq!(Tensor::scalar(5i64).zeros_like(), Tensor::scalar(0i64));
+        assert!(i.all_finite());
+        // i64 beyond 2^53 converts exactly between i64 tensors.
+        let big = Tensor::scalar(i64::MAX - 1);
+        assert_eq!(
+            big.to_dtype(DType::Bool).to_dtype(DType::I64),
+            Tensor::scalar(1i64)
+        );
+        assert_eq!(big.to_vec::<i64>().unwrap(), vec![i64::MAX - 1]);
+        assert_eq!(
+            Tensor::arange_i64(i64::MAX - 2, i64::MAX, 1)
+                .unwrap()
+                .numel(),
+            2
+        );
+        assert_eq!(
+            Tensor::arange_i64(0, 10, 3)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![0, 3, 6, 9]
+        );
+        assert_eq!(
+            Tensor::arange_i64(0, -7, -3)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![0, -3, -6]
+        );
+        assert!(Tensor::arange_i64(0, 3, 0).is_err());
+        assert!(Tensor::arange(0.0, 3.0, 1.0, DType::Bool).is_err());
+        assert!(Tensor::randn(&[2], DType::Bool, 0).is_err());
     }
 
     #[test]

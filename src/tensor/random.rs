@@ -29,6 +29,7 @@ impl Tensor {
 
     /// Standard-normal samples drawn from `rng`.
     pub fn randn_with<R: Rng + ?Sized>(shape: &[usize], dtype: DType, rng: &mut R) -> Result<Self> {
+        float_dtype("randn", dtype)?;
         let n = shape::checked_numel("randn", shape)?;
         let mut values: Vec<f64> = storage::try_with_capacity("randn", shape, n)?;
         values.extend((0..n).map(|_| -> f64 { StandardNormal.sample(rng) }));
@@ -60,6 +61,7 @@ impl Tensor {
         dtype: DType,
         rng: &mut R,
     ) -> Result<Self> {
+        float_dtype(op, dtype)?;
         let n = shape::checked_numel(op, shape)?;
         if !(low.is_finite() && high.is_finite() && low <= high) {
             return Err(crate::Error::invalid(
@@ -70,5 +72,14 @@ impl Tensor {
         let mut values: Vec<f64> = storage::try_with_capacity(op, shape, n)?;
         values.extend((0..n).map(|_| low + (high - low) * rng.random::<f64>()));
         Self::from_f64_slice(&values, &Dims::from_slice(shape), dtype)
+    }
+}
+
+/// Random samples are floats: an integer or bool `dtype` is `Error::NotFloat`.
+fn float_dtype(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(crate::Error::NotFloat { op, found: dtype })
     }
 }

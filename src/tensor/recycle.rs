@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::fill::Filled;
 use super::storage::unique_mut;
-use super::{DType, Dense, Dims, Element};
+use super::{DType, DataType, Dense, Dims};
 
 /// The largest tensor (in elements) that is recycled; bigger ones are rare
 /// per op and cost more to fill than to allocate.
@@ -64,7 +64,7 @@ fn footprint(dtype: DType, len: usize) -> usize {
 /// writes, in recycled storage; `shape` and `fill` back when the pool has
 /// none of that size.
 #[inline]
-pub(crate) fn build_recycled<T: Element, F>(
+pub(crate) fn build_recycled<T: DataType, F>(
     shape: Dims,
     len: usize,
     fill: F,

@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::dtype::DType;
-use super::element::Element;
+use super::element::DataType;
 use super::fill::Filled;
 use crate::error::{Error, Result};
 
@@ -51,6 +51,10 @@ pub enum Buffer {
     F32(Arc<[f32]>),
     /// `f64` elements.
     F64(Arc<[f64]>),
+    /// `i64` elements.
+    I64(Arc<[i64]>),
+    /// `bool` elements.
+    Bool(Arc<[bool]>),
 }
 
 impl Buffer {
@@ -58,6 +62,8 @@ impl Buffer {
         match self {
             Buffer::F32(_) => DType::F32,
             Buffer::F64(_) => DType::F64,
+            Buffer::I64(_) => DType::I64,
+            Buffer::Bool(_) => DType::Bool,
         }
     }
 
@@ -65,6 +71,8 @@ impl Buffer {
         match self {
             Buffer::F32(d) => d.len(),
             Buffer::F64(d) => d.len(),
+            Buffer::I64(d) => d.len(),
+            Buffer::Bool(d) => d.len(),
         }
     }
 
@@ -73,6 +81,8 @@ impl Buffer {
         match self {
             Buffer::F32(d) => unique_mut(d).is_some(),
             Buffer::F64(d) => unique_mut(d).is_some(),
+            Buffer::I64(d) => unique_mut(d).is_some(),
+            Buffer::Bool(d) => unique_mut(d).is_some(),
         }
     }
 
@@ -81,6 +91,8 @@ impl Buffer {
         match (self, other) {
             (Buffer::F32(a), Buffer::F32(b)) => Arc::ptr_eq(a, b),
             (Buffer::F64(a), Buffer::F64(b)) => Arc::ptr_eq(a, b),
+            (Buffer::I64(a), Buffer::I64(b)) => Arc::ptr_eq(a, b),
+            (Buffer::Bool(a), Buffer::Bool(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -92,7 +104,7 @@ impl Buffer {
 /// Writing through `MaybeUninit` avoids zeroing memory that is about to be
 /// overwritten, which matters for bandwidth-bound kernels.
 #[inline]
-pub(crate) fn build<T: Element>(
+pub(crate) fn build<T: DataType>(
     len: usize,
     fill: impl for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
 ) -> Arc<[T]> {
@@ -129,7 +141,7 @@ pub(crate) fn try_filled<T: Clone>(
 }
 
 /// Copies a slice into a new shared buffer.
-pub(crate) fn from_slice<T: Element>(src: &[T]) -> Arc<[T]> {
+pub(crate) fn from_slice<T: DataType>(src: &[T]) -> Arc<[T]> {
     Arc::from(src)
 }
 

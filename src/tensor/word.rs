@@ -1,6 +1,7 @@
 //! [`Word`]: a 0-d tensor's value as one 8-byte word.
 //!
-//! Every payload of `Repr` (an f32's bits, an f64's bits, the `Arc` of a
+//! Every payload of `Repr` (an f32's bits, an f64's bits, an i64, a bool in
+//! the low byte, the `Arc` of a
 //! dense tensor) is one 8-byte word at the same offset, which makes a
 //! `Tensor` a pair of scalars to the compiler: it is moved in two registers
 //! and written with two 8-byte stores. With `F32(f32)` at offset 4 and
@@ -31,6 +32,9 @@ const _: () = assert!(
 
 /// The byte offset of an f32 stored in a `Word`: its low half.
 const F32_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 4 };
+
+/// The byte offset of a bool stored in a `Word`: its least significant byte.
+const BOOL_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 7 };
 
 impl Word {
     #[inline(always)]
@@ -98,6 +102,71 @@ impl Word {
         // SAFETY: as in `f64_mut`, with a shared reborrow of `self`.
         unsafe { &*(self as *const Word).cast::<f64>() }
     }
+
+    #[inline(always)]
+    pub(crate) fn from_i64(v: i64) -> Self {
+        Word(v as u64)
+    }
+
+    #[inline(always)]
+    pub(crate) fn i64(self) -> i64 {
+        self.0 as i64
+    }
+
+    /// The stored i64 in place.
+    #[inline(always)]
+    pub(crate) fn i64_mut(&mut self) -> &mut i64 {
+        // SAFETY: `Word` is a transparent `u64`, and `i64` has the same size
+        // and alignment and accepts every bit pattern. The result reborrows
+        // `self` mutably, so it is the only access while it lives.
+        unsafe { &mut *(self as *mut Word).cast::<i64>() }
+    }
+
+    /// The stored i64 by reference.
+    #[inline(always)]
+    pub(crate) fn i64_ref(&self) -> &i64 {
+        // SAFETY: as in `i64_mut`, with a shared reborrow of `self`.
+        unsafe { &*(self as *const Word).cast::<i64>() }
+    }
+
+    /// A bool in the low byte (0 or 1), every other byte zero.
+    #[inline(always)]
+    pub(crate) fn from_bool(v: bool) -> Self {
+        Word(u64::from(v))
+    }
+
+    #[inline(always)]
+    pub(crate) fn bool(self) -> bool {
+        self.0 != 0
+    }
+
+    /// The stored bool in place.
+    #[inline(always)]
+    pub(crate) fn bool_mut(&mut self) -> &mut bool {
+        // SAFETY: a bool `Word` is only made by `from_bool`, which leaves 0 or
+        // 1 in the byte at `BOOL_OFFSET` (the least significant one) and
+        // zeros elsewhere; every write through this reference is a valid
+        // `bool`, so the byte stays 0 or 1. The byte is in bounds and any
+        // address is 1-aligned. The result reborrows `self` mutably.
+        unsafe {
+            &mut *(self as *mut Word)
+                .cast::<u8>()
+                .add(BOOL_OFFSET)
+                .cast::<bool>()
+        }
+    }
+
+    /// The stored bool by reference.
+    #[inline(always)]
+    pub(crate) fn bool_ref(&self) -> &bool {
+        // SAFETY: as in `bool_mut`, with a shared reborrow of `self`.
+        unsafe {
+            &*(self as *const Word)
+                .cast::<u8>()
+                .add(BOOL_OFFSET)
+                .cast::<bool>()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +197,19 @@ mod tests {
             assert_eq!(w.f64().to_bits(), (v * 2.0).to_bits());
         }
         assert!(Word::from_f32(f32::NAN).f32().is_nan());
+        for v in [0i64, -1, i64::MIN, i64::MAX, 42] {
+            let mut w = Word::from_i64(v);
+            assert_eq!((w.i64(), *w.i64_ref()), (v, v));
+            *w.i64_mut() = v.wrapping_add(1);
+            assert_eq!(w.i64(), v.wrapping_add(1));
+        }
+        for v in [false, true] {
+            let mut w = Word::from_bool(v);
+            assert_eq!((w.bool(), *w.bool_ref()), (v, v));
+            *w.bool_mut() = !v;
+            assert_eq!(w.bool(), !v);
+            assert!(w == Word::from_bool(!v));
+        }
     }
 
     #[test]

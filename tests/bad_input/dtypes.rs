@@ -17,7 +17,218 @@ fn f64s(shape: &[usize]) -> Tensor {
     f32s(shape).to_dtype(DType::F64)
 }
 
+fn ids(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec((0..n as i64).map(|i| i % 2).collect(), shape).unwrap()
+}
+
+fn mask(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec((0..n).map(|i| i % 2 == 0).collect(), shape).unwrap()
+}
+
+/// i64 and bool: never variables, never mixed with floats without a cast,
+/// never computed in by float ops; each a typed error naming the op.
+fn int_and_bool_cases(t: &mut Table) {
+    for (name, op) in binary_ops() {
+        t.add(format!("{name}: f32 with i64"), move || {
+            let g = Graph::new();
+            let a = g.variable(f32s(&[2, 3]));
+            let b = g.constant(ids(&[2, 3]));
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::F32,
+                    rhs: DType::I64,
+                    ..
+                },
+                [name, "f32", "i64"]
+            )
+        });
+        t.add(format!("{name}: bool with f64, broadcast"), move || {
+            let g = Graph::new();
+            let a = g.constant(mask(&[3]));
+            let b = g.variable(f64s(&[2, 3]));
+            expect_err!(
+                op(&a, &b),
+                Error::DTypeMismatch {
+                    lhs: DType::Bool,
+                    rhs: DType::F64,
+                    ..
+                },
+                [name, "bool", "f64"]
+            )
+        });
+        t.add(
+            format!("{name}: i64 with i64 (no integer arithmetic)"),
+            move || {
+                let g = Graph::new();
+                let a = g.constant(ids(&[2, 3]));
+                let b = g.constant(ids(&[2, 3]));
+                expect_err!(
+                    op(&a, &b),
+                    Error::NotFloat {
+                        found: DType::I64,
+                        ..
+                    },
+                    [name, "i64"]
+                )
+            },
+        );
+        t.add(format!("{name}: 0-d bools"), move || {
+            let g = Graph::new();
+            let a = g.constant(Tensor::scalar(true));
+            let b = g.constant(Tensor::scalar(false));
+            expect_err!(
+                op(&a, &b),
+                Error::NotFloat {
+                    found: DType::Bool,
+                    ..
+                },
+                [name, "bool"]
+            )
+        });
+    }
+    t.add("a variable of i64 or bool", || {
+        let g = Graph::new();
+        expect_err!(
+            g.try_variable(ids(&[2])),
+            Error::NotDifferentiable {
+                dtype: DType::I64,
+                ..
+            },
+            ["variable", "i64"]
+        )?;
+        expect_err!(
+            g.try_variable(Tensor::scalar(true)),
+            Error::NotDifferentiable {
+                dtype: DType::Bool,
+                ..
+            },
+            ["variable", "bool"]
+        )
+    });
+    t.add("the gradient of an i64 value", || {
+        let g = Graph::new();
+        let x = g.variable(f64s(&[2]));
+        let i = g.constant(ids(&[2]));
+        let grads = setup(x.sum().backward())?;
+        expect_err!(
+            grads.try_wrt(&i),
+            Error::NotDifferentiable { .. },
+            ["wrt", "i64"]
+        )
+    });
+    t.add("unary float ops on i64 and bool", || {
+        let g = Graph::new();
+        for x in [
+            ids(&[2, 3]),
+            mask(&[4]),
+            Tensor::scalar(3i64),
+            Tensor::scalar(false),
+        ] {
+            let x = g.constant(x);
+            expect_err!(g.apply("exp", &[&x]), Error::NotFloat { .. }, ["exp"])?;
+            expect_err!(g.apply("tanh", &[&x]), Error::NotFloat { .. }, ["tanh"])?;
+            expect_err!(x.try_sum(), Error::NotFloat { .. }, ["sum"])?;
+            expect_err!(x.try_softmax(-1), Error::NotFloat { .. }, ["softmax"])?;
+        }
+        Ok(())
+    });
+    t.add("matmul of i64", || {
+        let g = Graph::new();
+        let a = g.constant(ids(&[2, 3]));
+        let b = g.constant(ids(&[3, 2]));
+        expect_err!(a.try_matmul(&b), Error::NotFloat { .. }, ["matmul", "i64"])
+    });
+    t.add("comparisons: f64 with i64, i64 with bool", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[2]));
+        let i = g.constant(ids(&[2]));
+        let m = g.constant(mask(&[2]));
+        expect_err!(
+            a.try_lt(&i),
+            Error::DTypeMismatch { .. },
+            ["lt", "f64", "i64"]
+        )?;
+        expect_err!(
+            i.try_eq(&m),
+            Error::DTypeMismatch { .. },
+            ["eq", "i64", "bool"]
+        )
+    });
+    t.add("masked_fill: an i64 or f64 mask", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[2]));
+        expect_err!(
+            a.try_masked_fill(&ids(&[2]), 0.0),
+            Error::WrongDType {
+                expected: DType::Bool,
+                ..
+            },
+            ["masked_fill", "bool", "i64"]
+        )?;
+        expect_err!(
+            a.try_masked_fill(&f64s(&[2]), 0.0),
+            Error::WrongDType { .. },
+            ["masked_fill"]
+        )
+    });
+    t.add("where: i64 values with f64 other", || {
+        let g = Graph::new();
+        let a = g.constant(ids(&[2]));
+        let b = g.variable(f64s(&[2]));
+        expect_err!(
+            a.try_where(&mask(&[2]), &b),
+            Error::DTypeMismatch { .. },
+            ["where", "i64", "f64"]
+        )
+    });
+    t.add("gather and losses: bool indices", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[2, 3]));
+        expect_err!(
+            a.try_gather(1, &mask(&[2, 1])),
+            Error::WrongDType { .. },
+            ["gather", "bool"]
+        )?;
+        expect_err!(
+            a.try_cross_entropy(&mask(&[2])),
+            Error::WrongDType { .. },
+            ["cross_entropy", "bool"]
+        )?;
+        expect_err!(
+            a.try_index_select(0, &mask(&[1])),
+            Error::WrongDType { .. },
+            ["bool"]
+        )
+    });
+    t.add("i64 indices out of range", || {
+        let g = Graph::new();
+        let a = g.variable(f64s(&[2, 3]));
+        let bad = Tensor::vector(&[0i64, 3]);
+        expect_err!(
+            a.try_cross_entropy(&bad),
+            Error::IndexOutOfRange { index: 3, .. },
+            ["cross_entropy"]
+        )?;
+        expect_err!(
+            a.try_embedding(&Tensor::vector(&[-1i64]), &[1]),
+            Error::IndexOutOfRange { index: -1, .. },
+            ["embedding"]
+        )
+    });
+    t.add("random constructors of i64", || {
+        expect_err!(
+            Tensor::randn(&[2], DType::I64, 0),
+            Error::NotFloat { .. },
+            ["randn", "i64"]
+        )
+    });
+}
+
 pub fn cases(t: &mut Table) {
+    int_and_bool_cases(t);
     for (name, op) in binary_ops() {
         t.add(format!("{name}: f32 with f64"), move || {
             let g = Graph::new();

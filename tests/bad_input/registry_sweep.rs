@@ -1,13 +1,16 @@
 //! Every registered op, through `Graph::apply`, with odd inputs: no inputs
 //! or too many, 0-d values, empty and zero-sized values (some with huge
-//! other dimensions), mixed dtypes, NaN and infinities. Each must give a
-//! result or a typed error, and a result must survive `backward`.
+//! other dimensions), mixed dtypes, NaN and infinities, i64 and bool
+//! tensors (alone, together and mixed with floats). Each must give a
+//! result or a typed error, and a result must survive `backward`; a result
+//! that requires grad is a float.
 
 use retrograd::{DType, Error, Graph, OpRegistry, Tensor};
 
 use crate::harness::{ensure, Outcome, Table};
 
-/// A named list of input tensors (all made variables, so a node is recorded).
+/// A named list of input tensors (float ones made variables, so a node is
+/// recorded; i64 and bool ones, which cannot be variables, constants).
 struct Inputs {
     name: &'static str,
     make: fn() -> Vec<Tensor>,
@@ -106,25 +109,122 @@ fn input_sets() -> Vec<Inputs> {
             name: "four [3]",
             make: || vec![t(&[3], DType::F64); 4],
         },
+        Inputs {
+            name: "one i64 [2, 3]",
+            make: || vec![t(&[2, 3], DType::I64)],
+        },
+        Inputs {
+            name: "one bool [2, 3]",
+            make: || vec![t(&[2, 3], DType::Bool)],
+        },
+        Inputs {
+            name: "one i64 0-d",
+            make: || vec![Tensor::scalar(2i64)],
+        },
+        Inputs {
+            name: "one bool 0-d",
+            make: || vec![Tensor::scalar(true)],
+        },
+        Inputs {
+            name: "one empty [0] i64",
+            make: || vec![t(&[0], DType::I64)],
+        },
+        Inputs {
+            name: "f64 and i64",
+            make: || vec![t(&[2, 3], DType::F64), t(&[2, 3], DType::I64)],
+        },
+        Inputs {
+            name: "i64 and f32",
+            make: || vec![t(&[2, 3], DType::I64), t(&[2, 3], DType::F32)],
+        },
+        Inputs {
+            name: "f32 and bool",
+            make: || vec![t(&[2, 3], DType::F32), t(&[2, 3], DType::Bool)],
+        },
+        Inputs {
+            name: "f64 and i64 0-d",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::scalar(1i64)],
+        },
+        Inputs {
+            name: "two i64",
+            make: || vec![t(&[2, 3], DType::I64), t(&[2, 3], DType::I64)],
+        },
+        Inputs {
+            name: "two bool 0-d",
+            make: || vec![Tensor::scalar(true), Tensor::scalar(false)],
+        },
+        Inputs {
+            name: "[2, 3] and i64 indices",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::vector(&[1i64, 0])],
+        },
+        Inputs {
+            name: "[2, 3] and negative i64 indices",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::vector(&[-1i64, 7])],
+        },
+        Inputs {
+            name: "[2, 3] and bool indices",
+            make: || vec![t(&[2, 3], DType::F64), Tensor::vector(&[true, false])],
+        },
+        Inputs {
+            name: "bool, f64, f64",
+            make: || {
+                vec![
+                    t(&[2, 3], DType::Bool),
+                    t(&[2, 3], DType::F64),
+                    t(&[3], DType::F64),
+                ]
+            },
+        },
+        Inputs {
+            name: "f64, i64, f64",
+            make: || {
+                vec![
+                    t(&[2, 3], DType::F64),
+                    t(&[2, 3], DType::I64),
+                    t(&[2, 3], DType::F64),
+                ]
+            },
+        },
+        Inputs {
+            name: "three bool",
+            make: || vec![t(&[2, 3], DType::Bool); 3],
+        },
     ]
 }
 
 /// Applies `op` to `inputs` as variables; a result is then differentiated.
 fn sweep(op: &str, inputs: &[Tensor]) -> Outcome {
     let g = Graph::new();
-    let vars: Vec<_> = inputs.iter().map(|x| g.variable(x.clone())).collect();
+    let vars: Vec<_> = inputs
+        .iter()
+        .map(|x| match g.try_variable(x.clone()) {
+            Ok(v) => v,
+            Err(Error::NotDifferentiable { .. }) if !x.dtype().is_float() => g.constant(x.clone()),
+            Err(e) => panic!("a float variable failed: {e}"),
+        })
+        .collect();
     let refs: Vec<_> = vars.iter().collect();
     match g.apply(op, &refs) {
         Err(e) => ensure(!e.to_string().is_empty(), || {
             format!("empty message for {e:?}")
         }),
         Ok(y) => {
+            if y.requires_grad() && !y.dtype().is_float() {
+                return Err(format!("a {} result requires grad", y.dtype()));
+            }
             if !y.requires_grad() || y.value().numel() > 1 << 16 {
                 return Ok(());
             }
             match y.backward_with(&y.value().ones_like()) {
                 Ok(grads) => {
                     for (v, x) in vars.iter().zip(inputs) {
+                        if !x.dtype().is_float() {
+                            // Never differentiable: asking is a typed error.
+                            match grads.try_wrt(v) {
+                                Err(Error::NotDifferentiable { .. }) => continue,
+                                other => return Err(format!("wrt of a {}: {other:?}", x.dtype())),
+                            }
+                        }
                         let gx = grads.try_wrt(v).map_err(|e| format!("wrt: {e}"))?;
                         ensure(gx.shape() == x.shape(), || {
                             format!("gradient shape {:?} for input {:?}", gx.shape(), x.shape())

@@ -7,6 +7,7 @@
 
 use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
 use super::NnFloat;
+use crate::error::Result;
 use crate::tensor::{Dims, Filled, Tensor};
 
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for
@@ -15,13 +16,13 @@ use crate::tensor::{Dims, Filled, Tensor};
 /// ```
 /// use retrograd::{kernels::nn::softmax, Tensor};
 /// let x = Tensor::from_vec(vec![0.0, 2f64.ln(), 1.0, 1.0], &[2, 2])?;
-/// let p = softmax::softmax(&x, 1, false);
+/// let p = softmax::softmax(&x, 1, false)?;
 /// assert!(p.allclose(&Tensor::from_vec(vec![1. / 3., 2. / 3., 0.5, 0.5], &[2, 2])?, 1e-12, 0.0));
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
+pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
     let lanes = AxisLanes::new(x.shape(), axis);
-    crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!("softmax", x.dtype(), T => {
         let src = x.as_slice_of::<T>();
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             for_each_block(lanes, [src], out, lanes.len, |_, [rows], o| {
@@ -30,7 +31,7 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 /// Softmax (or log-softmax) of each row of `x` (`[n, len]`) into `out`.
@@ -61,10 +62,10 @@ pub fn softmax_rows<T: NnFloat>(x: &[T], out: &mut [T], len: usize, log: bool) {
 
 /// The backward of softmax along `axis` given its output `y`:
 /// `y * (g - sum(g * y))`. `g` and `y` have the same shape.
-pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
+pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tensor> {
     let lanes = AxisLanes::new(y.shape(), axis);
     let len = lanes.len;
-    crate::with_dtype!(y.dtype(), T => {
+    Ok(crate::with_dtype!("softmax_backward", y.dtype(), T => {
         let (gs, ys) = (g.as_slice_of::<T>(), y.as_slice_of::<T>());
         Tensor::build::<T>(Dims::from_slice(y.shape()), |out| {
             for_each_block(lanes, [gs, ys], out, len, |_, [g, y], o| {
@@ -78,15 +79,15 @@ pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 /// The backward of log-softmax along `axis` given its output `y`:
 /// `g - exp(y) * sum(g)`. `g` and `y` have the same shape.
-pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
+pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tensor> {
     let lanes = AxisLanes::new(y.shape(), axis);
     let len = lanes.len;
-    crate::with_dtype!(y.dtype(), T => {
+    Ok(crate::with_dtype!("log_softmax_backward", y.dtype(), T => {
         let (gs, ys) = (g.as_slice_of::<T>(), y.as_slice_of::<T>());
         Tensor::build::<T>(Dims::from_slice(y.shape()), |out| {
             for_each_block(lanes, [gs, ys], out, len, |_, [g, y], o| {
@@ -102,7 +103,7 @@ pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Tensor {
             // SAFETY: `for_each_block` writes every element of its output.
             unsafe { Filled::assume(out) }
         })
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -115,8 +116,8 @@ mod tests {
         let x = Tensor::from_vec(v.clone(), &[2, 3, 4]).unwrap();
         for axis in 0..3 {
             let lanes = AxisLanes::new(x.shape(), axis);
-            let p = softmax(&x, axis, false).to_f64_vec();
-            let lp = softmax(&x, axis, true).to_f64_vec();
+            let p = softmax(&x, axis, false).unwrap().to_f64_vec();
+            let lp = softmax(&x, axis, true).unwrap().to_f64_vec();
             for lane in 0..lanes.count() {
                 let idx: Vec<usize> = (0..lanes.len).map(|k| lanes.index(lane, k)).collect();
                 let z: f64 = idx.iter().map(|&i| v[i].exp()).sum();
@@ -135,8 +136,8 @@ mod tests {
             .map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0)
             .collect();
         let x = Tensor::from_vec(v.clone(), &[600, 37]).unwrap();
-        let p = softmax(&x, 1, false).to_f64_vec();
-        let lp = softmax(&x, 1, true).to_f64_vec();
+        let p = softmax(&x, 1, false).unwrap().to_f64_vec();
+        let lp = softmax(&x, 1, true).unwrap().to_f64_vec();
         for r in [0, 1, 299, 599] {
             let row: Vec<f64> = v[r * 37..(r + 1) * 37].iter().map(|&a| a as f64).collect();
             let m = row.iter().cloned().fold(f64::MIN, f64::max);
@@ -151,9 +152,12 @@ mod tests {
     #[test]
     fn extreme_logits_stay_finite() {
         let x = Tensor::from_vec(vec![1e4f32, -1e4, 0.0, 1e4], &[2, 2]).unwrap();
-        assert_eq!(softmax(&x, 1, false).to_f64_vec(), vec![1.0, 0.0, 0.0, 1.0]);
         assert_eq!(
-            softmax(&x, 1, true).to_f64_vec(),
+            softmax(&x, 1, false).unwrap().to_f64_vec(),
+            vec![1.0, 0.0, 0.0, 1.0]
+        );
+        assert_eq!(
+            softmax(&x, 1, true).unwrap().to_f64_vec(),
             vec![0.0, -2e4, -1e4, 0.0]
         );
     }

@@ -69,7 +69,7 @@ impl Embedding {
         }
         let mut weight = init::normal(&[num_embeddings, dim], 0.0, 1.0, dtype, rng)?;
         if let Some(p) = padding_idx {
-            crate::with_dtype!(dtype, T => {
+            crate::with_dtype!("embedding", dtype, T => {
                 weight.make_mut::<T>()?[p * dim..(p + 1) * dim].fill(<T as num_traits::Zero>::zero());
             });
         }

@@ -92,7 +92,7 @@ fn pool(windows: &Windows, x: &Tensor) -> Result<Tensor> {
     let op = windows.name();
     let geo = windows.geometry(op, x)?;
     let divisor = windows.divisor();
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         Tensor::build::<T>(geo.out_shape.clone(), |out| {
             kernel::avg_pool2d(x.as_slice_of::<T>(), geo.planes, &geo.plan, divisor, out);
             // SAFETY: `avg_pool2d` writes every element of its output.
@@ -107,7 +107,7 @@ fn spread(windows: &Windows, g: &Tensor, x: &Tensor) -> Result<Tensor> {
     let geo = windows.geometry(op, x)?;
     geo.check_output_like(op, g, x)?;
     let divisor = windows.divisor();
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             kernel::avg_pool2d_backward(g.as_slice_of::<T>(), geo.planes, &geo.plan, divisor, out);
             // SAFETY: `avg_pool2d_backward` writes every element of its output (zeroed first).

@@ -320,7 +320,7 @@ impl Differentiable for BatchNorm {
                 ),
             ));
         }
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
             let stats = if self.training {
                 let moments = kernel::channel_moments(xs, p);

@@ -162,7 +162,7 @@ impl Differentiable for BatchNormBackward {
         if let Some(w) = w {
             check_channel_param(OP, "weight", w, x)?;
         }
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
             let ws = w.map(|t| t.as_slice_of::<T>());
@@ -253,7 +253,7 @@ impl Differentiable for BatchNormWeightBackward {
         check_eps(OP, self.eps)?;
         let p = planes(OP, x)?;
         check_grad(OP, g, x)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
             Tensor::from_vec(kernel::batch_norm_weight_backward(g.as_slice_of::<T>(), xs, p, &stats), &[p.c])

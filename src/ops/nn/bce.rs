@@ -84,7 +84,7 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
         let (x, y) = (inputs[0], inputs[1]);
         check_same(BCE, x, y)?;
         let pw = broadcast_pos_weight(BCE, &self.pos_weight, x)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("binary_cross_entropy_with_logits", x.dtype(), T => {
             let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
                 kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out);
                 // SAFETY: `bce_with_logits` writes every element of its output.
@@ -93,7 +93,7 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
             Ok(match self.reduction {
                 Reduction::None => per,
                 r => {
-                    let s = crate::kernels::sum_all(&per.to_dtype(crate::DType::F64)).try_item()?;
+                    let s = crate::kernels::sum_all(&per.to_dtype(crate::DType::F64))?.try_item()?;
                     Tensor::scalar_of(s * reduction_scale(r, per.numel()), x.dtype())
                 }
             })
@@ -180,7 +180,7 @@ impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
         check_grad(OP, g, x)?;
         let pw = broadcast_pos_weight(OP, &self.pos_weight, x)?;
         let scale = reduction_scale(self.reduction, x.numel());
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let (gs, xs, ys) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), y.as_slice_of::<T>());
             let pws = pw.as_ref().map(|p| p.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {

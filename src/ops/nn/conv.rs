@@ -236,7 +236,7 @@ impl Differentiable for Conv {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(x, w, b)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("conv", x.dtype(), T => {
             let bias = b.map(|b| b.as_slice_of::<T>());
             Ok(Tensor::build::<T>(shape, |out| {
                 conv2d_forward(&geo, x.as_slice_of::<T>(), w.as_slice_of::<T>(), bias, out);

@@ -202,7 +202,7 @@ impl Differentiable for ConvTranspose {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (z, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(z, w, b)?;
-        crate::with_dtype!(z.dtype(), T => {
+        crate::with_dtype!("conv_transpose", z.dtype(), T => {
             let bias = b.map(|b| b.as_slice_of::<T>());
             Ok(Tensor::build::<T>(shape, |out| {
                 conv2d_input_grad(&geo, z.as_slice_of::<T>(), w.as_slice_of::<T>(), bias, out);

@@ -87,7 +87,7 @@ impl Differentiable for ConvWeight {
             });
         };
         let (shape, geo) = self.plan(x, gy)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("conv_weight", x.dtype(), T => {
             Ok(Tensor::build::<T>(shape, |out| {
                 conv2d_weight_grad(&geo, x.as_slice_of::<T>(), gy.as_slice_of::<T>(), out);
                 // SAFETY: `conv2d_weight_grad` writes every element of its output.

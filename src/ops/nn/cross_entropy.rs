@@ -8,14 +8,13 @@
 //! `mean` / `sum` / `none`, class weights, `ignore_index` (default -100) and
 //! label smoothing `(1 - ε) nll + ε/C Σ_c -w_c log p_c`.
 
-use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
 
 use super::class_targets::ClassLossSpec;
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
-use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Reduction};
+use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -123,7 +122,7 @@ impl Differentiable for CrossEntropy {
         let r = self
             .spec
             .resolve("cross_entropy", x, inputs.get(1).copied())?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("cross_entropy", x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let per_lane = kernel::cross_entropy_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
@@ -164,30 +163,35 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    fallible! {
-        /// Cross-entropy of these logits (`[C]`, `[N, C]` or `[N, C, d...]`)
-        /// against integer class `targets` (one per sample, in row-major order of
-        /// the shape without the class axis), averaged: PyTorch's
-        /// `F.cross_entropy(logits, targets)`. Stable for any finite logits.
-        ///
-        /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
-        /// target count that does not match is `Error::InvalidArgument`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let logits = g.variable(Tensor::from_vec(vec![2.0, 0.0, 0.0, 0.0, 1e4, -1e4], &[2, 3])?);
-        /// let loss = logits.try_cross_entropy(&[0usize, 1])?;
-        /// // (log(e^2 + 2) - 2 + 0) / 2
-        /// assert!((loss.value().try_item()? - ((2f64.exp() + 2.0).ln() - 2.0) / 2.0).abs() < 1e-12);
-        /// let grad = loss.backward()?.wrt(&logits);
-        /// assert!(grad.all_finite());
-        /// assert!(logits.try_cross_entropy(&[0usize, 3]).is_err());
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_cross_entropy / cross_entropy<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
-            self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
-        }
+    /// Cross-entropy of these logits (`[C]`, `[N, C]` or `[N, C, d...]`)
+    /// against integer class `targets` (one per sample, in row-major order of
+    /// the shape without the class axis), averaged: PyTorch's
+    /// `F.cross_entropy(logits, targets)`. Stable for any finite logits.
+    ///
+    /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
+    /// target count that does not match is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let logits = g.variable(Tensor::from_vec(vec![2.0, 0.0, 0.0, 0.0, 1e4, -1e4], &[2, 3])?);
+    /// let loss = logits.try_cross_entropy(&[0usize, 1])?;
+    /// // (log(e^2 + 2) - 2 + 0) / 2
+    /// assert!((loss.value().try_item()? - ((2f64.exp() + 2.0).ln() - 2.0) / 2.0).abs() < 1e-12);
+    /// let grad = loss.backward()?.wrt(&logits);
+    /// assert!(grad.all_finite());
+    /// assert!(logits.try_cross_entropy(&[0usize, 3]).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_cross_entropy<T: Indices + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
+        self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
+    }
+
+    /// Like [`try_cross_entropy`](Self::try_cross_entropy), but panics with its error at the caller's line.
+    #[track_caller]
+    pub fn cross_entropy<T: Indices + ?Sized>(&self, targets: &T) -> Var<'g> {
+        crate::error::or_panic(self.try_cross_entropy(targets))
     }
 
     /// Cross-entropy with explicit options: reduction, label smoothing,
@@ -207,13 +211,13 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_cross_entropy_with<I: IntIndex>(
+    pub fn try_cross_entropy_with<T: Indices + ?Sized>(
         &self,
-        targets: &[I],
+        targets: &T,
         options: &CrossEntropyOptions,
     ) -> Result<Var<'g>> {
         self.graph()
-            .record(CrossEntropy::new(targets, options), &[self])
+            .record(CrossEntropy::new(&targets.index_list("cross_entropy")?[..], options), &[self])
     }
 }
 

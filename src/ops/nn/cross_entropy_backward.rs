@@ -39,7 +39,7 @@ fn softmax_share(spec: &ClassLossSpec, x: &Tensor, r: &Resolved) -> Result<Tenso
     let classes = r.lanes.len;
     let mut shape: Dims = Dims::from_slice(x.shape());
     shape[r.axis] = 1;
-    crate::with_dtype!(x.dtype(), T => {
+    crate::with_dtype!("softmax_share", x.dtype(), T => {
         let targets = spec.kernel_targets::<T>(&r.targets);
         let scale = spec.scale(&targets);
         let eps = spec.label_smoothing;
@@ -74,7 +74,7 @@ impl Differentiable for CrossEntropyBackward {
         let (g, x) = (inputs[0], inputs[1]);
         let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
         self.spec.check_grad(OP, g, x, &r)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let scale = self.spec.scale(&targets);
             let (gs, xs) = (g.as_slice_of::<T>(), x.as_slice_of::<T>());

@@ -58,7 +58,7 @@ impl Differentiable for Dropout {
         if self.p == 1.0 {
             return Ok(x.zeros_like());
         }
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("dropout", x.dtype(), T => {
             let scale = <T as crate::Element>::from_f64(1.0 / (1.0 - self.p));
             let src = x.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {

@@ -9,12 +9,11 @@
 //! the forward tangent) therefore treats padding positions as constant,
 //! which is what the private `zero_padding` flag of [`Embedding`] does.
 
-use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::support::{check_indices, indices_from_tensor, to_i64_list, IntIndex};
+use super::support::{check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
@@ -167,7 +166,7 @@ impl Differentiable for Embedding {
         let mut shape = r.shape.clone();
         shape.push(d);
         let zero_row = r.padding.filter(|_| self.zero_padding);
-        crate::with_dtype!(w.dtype(), T => {
+        crate::with_dtype!("embedding", w.dtype(), T => {
             let src = w.as_slice_of::<T>();
             Ok(Tensor::build::<T>(shape, |out| {
                 sparse::gather_rows(src, d, &r.values, zero_row, out);
@@ -233,7 +232,7 @@ impl Differentiable for EmbeddingDenseBackward {
                 rhs: w.dtype(),
             });
         }
-        crate::with_dtype!(g.dtype(), T => {
+        crate::with_dtype!(OP, g.dtype(), T => {
             let src = g.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| {
                 sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out);
@@ -289,35 +288,43 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    fallible! {
-        /// Looks up rows of this `[V, D]` weight: `indices` (laid out in
-        /// `index_shape`, any rank) give a `[index_shape..., D]` value, PyTorch's
-        /// `F.embedding(indices, weight)`. The gradient is a scatter-add, so
-        /// repeated indices accumulate.
-        ///
-        /// Errors: an index outside `0..V` is `Error::IndexOutOfRange`; an index
-        /// count that does not match `index_shape` is `Error::ElementCount`; a
-        /// weight that is not 2-d is `Error::InvalidArgument`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
-        /// let e = w.try_embedding(&[2usize, 0, 2, 2], &[2, 2])?;
-        /// assert_eq!(e.shape(), &[2, 2, 2]);
-        /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1., 20., 21., 20., 21.]);
-        /// let grad = e.sum().backward()?.wrt(&w);
-        /// assert_eq!(grad.to_f64_vec(), vec![1., 1., 0., 0., 3., 3.]);
-        /// assert!(w.try_embedding(&[3usize], &[1]).is_err());
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_embedding / embedding<I: IntIndex>(
-            &self,
-            indices: &[I],
-            index_shape: &[usize],
-        ) -> Var<'g> {
-            self.try_embedding_with(indices, index_shape, None)
-        }
+    /// Looks up rows of this `[V, D]` weight: `indices` (laid out in
+    /// `index_shape`, any rank) give a `[index_shape..., D]` value, PyTorch's
+    /// `F.embedding(indices, weight)`. The gradient is a scatter-add, so
+    /// repeated indices accumulate.
+    ///
+    /// Errors: an index outside `0..V` is `Error::IndexOutOfRange`; an index
+    /// count that does not match `index_shape` is `Error::ElementCount`; a
+    /// weight that is not 2-d is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
+    /// let e = w.try_embedding(&[2usize, 0, 2, 2], &[2, 2])?;
+    /// assert_eq!(e.shape(), &[2, 2, 2]);
+    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1., 20., 21., 20., 21.]);
+    /// let grad = e.sum().backward()?.wrt(&w);
+    /// assert_eq!(grad.to_f64_vec(), vec![1., 1., 0., 0., 3., 3.]);
+    /// assert!(w.try_embedding(&[3usize], &[1]).is_err());
+    /// // Token ids as an i64 tensor, laid out in its own shape.
+    /// let ids = Tensor::from_vec(vec![2i64, 0], &[1, 2])?;
+    /// assert_eq!(w.try_embedding(&ids, ids.shape())?.value().to_f64_vec(), vec![20., 21., 0., 1.]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_embedding<T: Indices + ?Sized>(
+        &self,
+        indices: &T,
+        index_shape: &[usize],
+    ) -> Result<Var<'g>> {
+        self.try_embedding_with(indices, index_shape, None)
+    }
+
+    /// Like [`try_embedding`](Self::try_embedding), but panics with its error at the caller's line.
+    #[track_caller]
+    pub fn embedding<T: Indices + ?Sized>(&self, indices: &T, index_shape: &[usize]) -> Var<'g> {
+        crate::error::or_panic(self.try_embedding(indices, index_shape))
     }
 
     /// Embedding lookup with a `padding_idx` (negative counts from the end):
@@ -333,14 +340,17 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_embedding_with<I: IntIndex>(
+    pub fn try_embedding_with<T: Indices + ?Sized>(
         &self,
-        indices: &[I],
+        indices: &T,
         index_shape: &[usize],
         padding_idx: Option<i64>,
     ) -> Result<Var<'g>> {
         self.graph()
-            .record(Embedding::new(indices, index_shape, padding_idx)?, &[self])
+            .record(
+                Embedding::new(&indices.index_list("embedding")?[..], index_shape, padding_idx)?,
+                &[self],
+            )
     }
 }
 

@@ -118,7 +118,7 @@ impl Differentiable for GroupNorm {
             check_channel_param(OP, "bias", b, x)?;
         }
         let (groups, per_group) = (self.num_groups, p.c / self.num_groups);
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
             let stats = kernel::row_stats_all(xs, row, self.eps);
             let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));

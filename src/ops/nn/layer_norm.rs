@@ -134,7 +134,7 @@ impl Differentiable for LayerNorm {
         for p in w.iter().chain(b.iter()) {
             check_param("layer_norm", p, &shape, x)?;
         }
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("layer_norm", x.dtype(), T => {
             let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
                 kernel::layer_norm(x.as_slice_of::<T>(), m, ws, bs, self.eps, out);

@@ -139,7 +139,7 @@ impl Differentiable for LayerNormBackward {
         if let Some(w) = w {
             check_param(OP, w, &shape, x)?;
         }
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let ws = w.map(|t| t.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
                 kernel::layer_norm_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, ws, self.eps, out);
@@ -231,7 +231,7 @@ impl Differentiable for LayerNormWeightBackward {
         let shape = shape_or_last(&self.normalized_shape, x);
         let m = row_len(OP, x, &shape)?;
         check_param(OP, g, x.shape(), x)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let sums = kernel::layer_norm_weight_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, self.eps);
             Tensor::from_vec(sums, &shape)
         })

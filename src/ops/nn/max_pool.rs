@@ -46,7 +46,7 @@ fn buffer_tag(t: &Tensor) -> Option<(usize, usize)> {
     if t.numel() == 0 || t.rank() == 0 {
         return None;
     }
-    Some(crate::with_dtype!(t.dtype(), T => (t.as_slice_of::<T>().as_ptr() as usize, t.numel())))
+    Some(crate::with_any_dtype!(t.dtype(), T => (t.as_slice_of::<T>().as_ptr() as usize, t.numel())))
 }
 
 /// 2-d max pooling, PyTorch's `F.max_pool2d`. Input: `x`, `[N, C, H, W]` or
@@ -82,15 +82,15 @@ impl MaxPool2d {
             }
         }
         let geo = self.opts.geometry("max_pool2d", x)?;
-        Ok(recompute(&geo, x))
+        recompute(&geo, x)
     }
 }
 
 /// The argmax positions of `x`'s windows.
-fn recompute(geo: &Geometry, x: &Tensor) -> Indices {
-    Arc::new(crate::with_dtype!(x.dtype(), T => {
+fn recompute(geo: &Geometry, x: &Tensor) -> Result<Indices> {
+    Ok(Arc::new(crate::with_dtype!("max_pool2d", x.dtype(), T => {
         kernel::max_pool2d_indices(x.as_slice_of::<T>(), geo.planes, &geo.plan)
-    }))
+    })))
 }
 
 /// The options of the structured suites' example instances.
@@ -135,7 +135,7 @@ impl Differentiable for MaxPool2d {
         let x = inputs[0];
         let geo = self.opts.geometry(OP, x)?;
         let mut idx = vec![NO_INDEX; geo.planes * geo.plan.out_plane()];
-        let out = crate::with_dtype!(x.dtype(), T => {
+        let out = crate::with_dtype!(OP, x.dtype(), T => {
             Tensor::build::<T>(geo.out_shape.clone(), |out| {
                 kernel::max_pool2d(x.as_slice_of::<T>(), geo.planes, &geo.plan, out, &mut idx);
                 // SAFETY: `max_pool2d` writes every element of its output.
@@ -223,7 +223,7 @@ fn resolve(op: &'static str, geo: &Geometry, x: &Tensor, indices: Option<&Indice
                 geo.out_shape
             ),
         )),
-        None => Ok(recompute(geo, x)),
+        None => recompute(geo, x),
     }
 }
 
@@ -233,7 +233,7 @@ fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Ind
     let geo = opts.geometry(OP, x)?;
     geo.check_output_like(OP, g, x)?;
     let idx = resolve(OP, &geo, x, indices)?;
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(OP, x.dtype(), T => {
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             kernel::scatter(g.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
             // SAFETY: `scatter` writes every element of its output (zeroed first).
@@ -251,7 +251,7 @@ fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indi
         return Err(Error::shape_mismatch(OP, x.shape(), t.shape()));
     }
     let idx = resolve(OP, &geo, x, indices)?;
-    Ok(crate::with_dtype!(x.dtype(), T => {
+    Ok(crate::with_dtype!(OP, x.dtype(), T => {
         Tensor::build::<T>(geo.out_shape.clone(), |out| {
             kernel::gather(t.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
             // SAFETY: `gather` writes every element of its output.

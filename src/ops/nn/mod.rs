@@ -37,7 +37,7 @@ pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
 pub use pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use spatial::{Spatial, Window};
-pub use support::{IntIndex, Reduction};
+pub use support::{Indices, IntIndex, Reduction};
 
 use super::OpRegistry;
 

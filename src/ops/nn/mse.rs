@@ -41,7 +41,7 @@ impl Differentiable for MseLoss {
         expect_inputs("mse_loss", inputs, 2)?;
         let (a, b) = (inputs[0], inputs[1]);
         check_same("mse_loss", a, b)?;
-        crate::with_dtype!(a.dtype(), T => {
+        crate::with_dtype!("mse_loss", a.dtype(), T => {
             let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
             Ok(match self.reduction {
                 Reduction::None => Tensor::from_exact_iter(
@@ -101,7 +101,7 @@ impl Differentiable for MseLossBackward {
         check_same(OP, a, b)?;
         check_grad(OP, g, a)?;
         let scale = 2.0 * reduction_scale(self.reduction, a.numel());
-        crate::with_dtype!(a.dtype(), T => {
+        crate::with_dtype!(OP, a.dtype(), T => {
             let (gs, xa, xb) = (g.as_slice_of::<T>(), a.as_slice_of::<T>(), b.as_slice_of::<T>());
             Ok(Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
                 kernel::squared_error_backward(gs, xa, xb, scale, out);

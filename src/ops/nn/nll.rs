@@ -2,13 +2,12 @@
 //! backward op `nll_loss_backward`: a gather and a scatter, each the
 //! other's transpose, so each is the other's derivative.
 
-use crate::fallible::fallible;
 use std::sync::Arc;
 
 use smallvec::smallvec;
 
 use super::class_targets::ClassLossSpec;
-use super::support::{reduce_lanes, to_i64_list, IntIndex, Reduction};
+use super::support::{reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -120,7 +119,7 @@ impl Differentiable for NllLoss {
         expect_inputs("nll_loss", inputs, self.spec.arity(1))?;
         let x = inputs[0];
         let r = self.spec.resolve("nll_loss", x, inputs.get(1).copied())?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!("nll_loss", x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let per_lane = kernel::nll_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
@@ -160,7 +159,7 @@ impl Differentiable for NllLossBackward {
         let (g, x) = (inputs[0], inputs[1]);
         let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
         self.spec.check_grad(OP, g, x, &r)?;
-        crate::with_dtype!(x.dtype(), T => {
+        crate::with_dtype!(OP, x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let scale = self.spec.scale(&targets);
             let gs = g.as_slice_of::<T>();
@@ -218,26 +217,31 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    fallible! {
-        /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
-        /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
-        /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
-        ///
-        /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
-        /// target count that does not match is `Error::InvalidArgument`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
-        /// let loss = logp.try_nll_loss(&[0usize, 1])?;
-        /// assert_eq!(loss.value().try_item()?, 0.375);
-        /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_nll_loss / nll_loss<I: IntIndex>(&self, targets: &[I]) -> Var<'g> {
-            self.try_nll_loss_with(targets, &NllLossOptions::default())
-        }
+    /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
+    /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
+    /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
+    ///
+    /// Errors: a target outside `0..C` is `Error::IndexOutOfRange`; a
+    /// target count that does not match is `Error::InvalidArgument`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
+    /// let loss = logp.try_nll_loss(&[0usize, 1])?;
+    /// assert_eq!(loss.value().try_item()?, 0.375);
+    /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_nll_loss<T: Indices + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
+        self.try_nll_loss_with(targets, &NllLossOptions::default())
+    }
+
+    /// Like [`try_nll_loss`](Self::try_nll_loss), but panics with its error at the caller's line.
+    #[track_caller]
+    pub fn nll_loss<T: Indices + ?Sized>(&self, targets: &T) -> Var<'g> {
+        crate::error::or_panic(self.try_nll_loss(targets))
     }
 
     /// `nll_loss` with explicit options: reduction, `ignore_index`, class weights.
@@ -255,12 +259,12 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_nll_loss_with<I: IntIndex>(
+    pub fn try_nll_loss_with<T: Indices + ?Sized>(
         &self,
-        targets: &[I],
+        targets: &T,
         options: &NllLossOptions,
     ) -> Result<Var<'g>> {
-        self.graph().record(NllLoss::new(targets, options), &[self])
+        self.graph().record(NllLoss::new(&targets.index_list("nll_loss")?[..], options), &[self])
     }
 }
 

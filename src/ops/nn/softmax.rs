@@ -98,7 +98,7 @@ impl Differentiable for Softmax {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("softmax", inputs, 1)?;
         let axis = resolve_axis("softmax", self.axis, inputs[0].rank())?;
-        Ok(kernel::softmax(inputs[0], axis, false))
+        kernel::softmax(inputs[0], axis, false)
     }
     fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
         let op = SoftmaxBackward { axis: self.axis };
@@ -127,7 +127,7 @@ impl Differentiable for LogSoftmax {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("log_softmax", inputs, 1)?;
         let axis = resolve_axis("log_softmax", self.axis, inputs[0].rank())?;
-        Ok(kernel::softmax(inputs[0], axis, true))
+        kernel::softmax(inputs[0], axis, true)
     }
     fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
         let op = LogSoftmaxBackward { axis: self.axis };
@@ -157,7 +157,7 @@ impl Differentiable for SoftmaxBackward {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (g, y) = pair("softmax_backward", inputs)?;
         let axis = resolve_axis("softmax_backward", self.axis, y.rank())?;
-        Ok(kernel::softmax_backward(g, y, axis))
+        kernel::softmax_backward(g, y, axis)
     }
     fn backward<'g>(
         &self,
@@ -215,7 +215,7 @@ impl Differentiable for LogSoftmaxBackward {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (g, y) = pair("log_softmax_backward", inputs)?;
         let axis = resolve_axis("log_softmax_backward", self.axis, y.rank())?;
-        Ok(kernel::log_softmax_backward(g, y, axis))
+        kernel::log_softmax_backward(g, y, axis)
     }
     fn backward<'g>(
         &self,

@@ -51,14 +51,71 @@ macro_rules! index_types {
 }
 index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
 
+/// Class targets or embedding indices as the losses and `embedding` take
+/// them: a slice, array or `Vec` of any [`IntIndex`] type, or a [`Tensor`]
+/// of dtype `i64` (or f32/f64 holding whole numbers), read in row-major
+/// order. A bool tensor is `Error::WrongDType`.
+///
+/// ```
+/// use retrograd::{Graph, Tensor};
+/// let g = Graph::new();
+/// let logits = g.variable(Tensor::from_vec(vec![2.0, 0.0, 0.0, 2.0], &[2, 2])?);
+/// let ids = Tensor::from_vec(vec![0i64, 1], &[2])?;
+/// let a = logits.try_cross_entropy(&ids)?.value().try_item()?;
+/// let b = logits.try_cross_entropy(&[0usize, 1])?.value().try_item()?;
+/// assert_eq!(a, b);
+/// assert!(logits.try_cross_entropy(&Tensor::from_vec(vec![true, false], &[2])?).is_err());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait Indices {
+    /// The indices as `i64`s, row-major; errors name `op`.
+    fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>>;
+}
+
+impl<I: IntIndex> Indices for [I] {
+    fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
+        Ok(to_i64_list(self))
+    }
+}
+
+impl<I: IntIndex, const N: usize> Indices for [I; N] {
+    fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
+        Ok(to_i64_list(self))
+    }
+}
+
+impl<I: IntIndex> Indices for Vec<I> {
+    fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
+        Ok(to_i64_list(self))
+    }
+}
+
+impl Indices for Tensor {
+    fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>> {
+        indices_from_tensor(op, self)
+    }
+}
+
 /// Converts indices to a shared `i64` list.
 pub(crate) fn to_i64_list<I: IntIndex>(indices: &[I]) -> Arc<[i64]> {
     indices.iter().map(|&i| i.to_i64()).collect()
 }
 
-/// Reads a tensor of class indices stored as floats (the form
-/// `Graph::apply` passes them in): each must be an integer.
+/// Reads a tensor of class indices: i64 as they are, or floats (the form
+/// `Graph::apply` used to pass them in), each of which must be an integer;
+/// a bool tensor is `Error::WrongDType`.
 pub(crate) fn indices_from_tensor(op: &'static str, t: &Tensor) -> Result<Arc<[i64]>> {
+    match t.dtype() {
+        crate::DType::I64 => return Ok(Arc::from(t.as_slice_of::<i64>())),
+        crate::DType::Bool => {
+            return Err(Error::WrongDType {
+                op,
+                expected: crate::DType::I64,
+                found: crate::DType::Bool,
+            })
+        }
+        crate::DType::F32 | crate::DType::F64 => {}
+    }
     t.to_f64_vec()
         .into_iter()
         .enumerate()
@@ -215,9 +272,9 @@ pub(crate) fn reduce_lanes(
 ) -> Result<Tensor> {
     match reduction {
         Reduction::None => per_lane.reshape(lane_shape),
-        Reduction::Sum => Ok(kernels::sum_all(&per_lane)),
+        Reduction::Sum => kernels::sum_all(&per_lane),
         Reduction::Mean => {
-            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64)).try_item()?;
+            let s = kernels::reduce::sum_all(&per_lane.to_dtype(crate::DType::F64))?.try_item()?;
             Ok(Tensor::scalar_of(s / denominator, per_lane.dtype()))
         }
     }

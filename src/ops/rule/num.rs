@@ -240,7 +240,9 @@ impl Num for Plain<'_> {
     #[inline]
     fn map<R: UnaryRule>(&self, rule: R) -> Self {
         Plain(match &self.0 {
-            Ok(t) => Ok(Cow::Owned(kernels::map(t, super::unary_op::ValueFn(rule)))),
+            Ok(t) => kernels::map(t, super::unary_op::ValueFn(rule))
+                .map(Cow::Owned)
+                .map_err(Box::new),
             Err(e) => Err(e.clone()),
         })
     }

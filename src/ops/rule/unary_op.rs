@@ -144,7 +144,7 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs(R::NAME, inputs, 1)?;
         self.0.check()?;
-        Ok(kernels::map(inputs[0], ValueFn(self.0)))
+        kernels::elementwise::map_op(R::NAME, inputs[0], ValueFn(self.0))
     }
     fn backward<'g>(
         &self,
