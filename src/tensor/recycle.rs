@@ -1,4 +1,4 @@
-//! Recycling of small dense tensors: when the last owner of a small tensor
+//! Recycling of dense tensors: when the last owner of a tensor
 //! drops it, its allocations (the header with the shape, and the element
 //! buffer) go to a per-thread pool instead of the allocator, and the next
 //! kernel output of the same dtype and length is written into them.
@@ -23,9 +23,11 @@ use super::fill::Filled;
 use super::storage::unique_mut;
 use super::{DType, DataType, Dense, Dims};
 
-/// The largest tensor (in elements) that is recycled; bigger ones are rare
-/// per op and cost more to fill than to allocate.
-pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 14;
+/// The largest tensor (in elements) that is recycled: 16 MiB of f32. Large
+/// outputs (a CNN's activations, megabytes each) are freed and made again
+/// every training step; from the allocator each is a fresh mapping that
+/// page-faults on first write (ARCHITECTURE.md, PERF).
+pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 22;
 /// The most bytes of recycled tensors one thread keeps.
 pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
 /// The most distinct (dtype, length) classes one thread keeps.
