@@ -53,7 +53,10 @@ pub use autograd::{
 pub use error::{Error, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use ops::gelu::GeluApproximate;
-pub use ops::nn::{BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction};
+pub use ops::nn::{
+    AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,
+    SdpaOptions,
+};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
 pub use tensor::{DType, Element, Tensor};
 

@@ -9,6 +9,7 @@
 pub mod exp;
 
 pub use exp::NnFloat;
+pub mod attention;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;

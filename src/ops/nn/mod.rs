@@ -4,6 +4,10 @@
 //! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
+pub mod attention;
+pub mod attention_backward;
+#[cfg(test)]
+mod attention_tests;
 pub mod batch_norm;
 pub mod batch_norm_backward;
 #[cfg(test)]
@@ -27,6 +31,7 @@ pub mod softmax;
 pub mod spatial;
 pub mod support;
 
+pub use attention::{scaled_dot_product_attention_unfused, AttnMask, SdpaOptions};
 pub use batch_norm::{BatchNormArgs, BatchNormOutput};
 pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
@@ -39,6 +44,8 @@ use super::OpRegistry;
 
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
+    attention::register(reg);
+    attention_backward::register(reg);
     conv::register(reg);
     conv_transpose::register(reg);
     conv_weight::register(reg);
@@ -86,6 +93,8 @@ mod tests {
             "batch_norm_backward",
             "batch_norm_weight_backward",
             "group_norm",
+            "scaled_dot_product_attention",
+            "scaled_dot_product_attention_backward",
         ] {
             assert_eq!(reg.get(name).unwrap().name(), name);
         }
