@@ -16,5 +16,6 @@ pub mod conv;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;
+pub mod rms_norm;
 pub mod softmax;
 pub mod sparse;

@@ -1,7 +1,8 @@
 //! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
-//! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
+//! `embedding`, `batch_norm`, `group_norm`, `rms_norm`,
+//! `scaled_dot_product_attention`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
 pub mod attention;
@@ -27,6 +28,7 @@ pub mod layer_norm;
 pub mod layer_norm_backward;
 pub mod mse;
 pub mod nll;
+pub mod rms_norm;
 pub mod softmax;
 pub mod spatial;
 pub mod support;
@@ -58,6 +60,7 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     embedding::register(reg);
     layer_norm::register(reg);
     layer_norm_backward::register(reg);
+    rms_norm::register(reg);
     batch_norm::register(reg);
     batch_norm_backward::register(reg);
     group_norm::register(reg);
@@ -93,6 +96,8 @@ mod tests {
             "batch_norm_backward",
             "batch_norm_weight_backward",
             "group_norm",
+            "rms_norm",
+            "rms_norm_backward",
             "scaled_dot_product_attention",
             "scaled_dot_product_attention_backward",
         ] {
