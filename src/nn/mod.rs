@@ -13,7 +13,7 @@ pub use buffer::Buffer;
 pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
     ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, LayerNorm, Linear, Mlp, MlpBuilder,
-    Sequential,
+    RMSNorm, Sequential,
 };
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Module};

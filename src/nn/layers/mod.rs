@@ -10,6 +10,7 @@ mod group_norm;
 mod layer_norm;
 mod linear;
 mod mlp;
+mod rms_norm;
 mod sequential;
 
 pub use activation::Activation;
@@ -22,4 +23,5 @@ pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::{Mlp, MlpBuilder};
+pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;
