@@ -19,6 +19,8 @@
 //! Fully masked rows (every score `-inf`) give an output of 0 and no
 //! gradient, as PyTorch's math backend (`_safe_softmax`) does.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use super::sparse::keeps;
@@ -28,7 +30,7 @@ use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, MatView};
 /// Query rows per block (and per forward task).
 pub const BLOCK_ROWS: usize = 64;
 /// Keys per block.
-pub const BLOCK_COLS: usize = 128;
+pub const BLOCK_COLS: usize = 64;
 
 /// The sizes and settings of one attention call: `batch` heads (all leading
 /// dims flattened), `l` queries, `s` keys, head dims `e` (queries and keys)
@@ -67,6 +69,71 @@ pub struct MaskView<'a, T> {
     pub row_stride: usize,
     /// Stride between keys (0 when broadcast).
     pub col_stride: usize,
+}
+
+/// The maximum of `init` and `row`, in eight lanes (vectorises; max is
+/// exact, so the grouping does not change the result).
+#[inline(always)]
+fn row_max<T: NnFloat>(row: &[T], init: T) -> T {
+    let mut acc = [init; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for j in 0..8 {
+            acc[j] = acc[j].max(c[j]);
+        }
+    }
+    let m = tail.iter().fold(init, |a, &x| a.max(x));
+    acc.iter().fold(m, |a, &x| a.max(x))
+}
+
+/// `Σ a[i] b[i]` in eight fixed lanes (vectorises; a fixed order, so the
+/// same bits on every run).
+#[inline(always)]
+fn dot<T: NnFloat>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] = acc[j] + x[j] * y[j];
+        }
+    }
+    let t = ta.iter().zip(tb).fold(T::zero(), |s, (&x, &y)| s + x * y);
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + t
+}
+
+/// `Σ a[i]` in eight fixed lanes.
+#[inline(always)]
+fn sum<T: NnFloat>(a: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let ca = a.chunks_exact(8);
+    let ta = ca.remainder();
+    for x in ca {
+        for j in 0..8 {
+            acc[j] = acc[j] + x[j];
+        }
+    }
+    let t = ta.iter().fold(T::zero(), |s, &x| s + x);
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + t
+}
+
+/// `s` cut into `count` chunks of `size` (`count` empty slices when `size`
+/// is 0, where `chunks_mut` would panic).
+fn chunks_of<T>(s: &mut [T], size: usize, count: usize) -> Vec<&mut [T]> {
+    if size == 0 {
+        (0..count).map(|_| <&mut [T]>::default()).collect()
+    } else {
+        s.chunks_mut(size).collect()
+    }
+}
+
+/// Writes `src` into `dst` (equal lengths).
+fn write_all<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[T]) {
+    assert_eq!(dst.len(), src.len());
+    for (d, &x) in dst.iter_mut().zip(src) {
+        d.write(x);
+    }
 }
 
 impl Geometry {
@@ -136,6 +203,23 @@ fn scores<T: NnFloat>(
     }
 }
 
+/// `e^x` over a block of scores. Causal blocks on the diagonal exponentiate
+/// only each row's visible keys and write 0 for the rest: `exp` of `-inf`
+/// is far slower than of a finite number here, and half of such a block is
+/// hidden.
+fn exp_block<T: NnFloat>(g: &Geometry, i0: usize, br: usize, j0: usize, bc: usize, blk: &mut [T]) {
+    if !g.causal || j0 + bc <= i0 + 1 {
+        T::exp_in_place(blk);
+        return;
+    }
+    for r in 0..br {
+        let visible = (i0 + r + 1).saturating_sub(j0).min(bc);
+        let row = &mut blk[r * bc..(r + 1) * bc];
+        T::exp_in_place(&mut row[..visible]);
+        row[visible..].fill(T::zero());
+    }
+}
+
 /// Multiplies a block of probabilities of head `b` by its dropout mask
 /// scaled by `1 / (1 - p)`.
 fn apply_dropout<T: NnFloat>(
@@ -165,30 +249,40 @@ fn apply_dropout<T: NnFloat>(
 /// per-row logsumexp of the scores (`[batch, L]`; `-inf` for a fully
 /// masked row). `q` is `[batch, L, E]`, `k` `[batch, S, E]`, `v`
 /// `[batch, S, Ev]`, all contiguous.
+#[allow(clippy::too_many_arguments)]
 pub fn forward<T: NnFloat>(
     g: &Geometry,
     q: &[T],
     k: &[T],
     v: &[T],
     mask: Option<&MaskView<'_, T>>,
-) -> (Vec<T>, Vec<T>) {
+    out: &mut [MaybeUninit<T>],
+    lse: &mut [MaybeUninit<T>],
+) {
     let (l, e, ev) = (g.l, g.e, g.ev);
     assert!(q.len() == g.batch * l * e && k.len() == g.batch * g.s * e);
     assert!(v.len() == g.batch * g.s * ev);
-    let blocks = l.div_ceil(BLOCK_ROWS);
-    let tasks: Vec<(Vec<T>, Vec<T>)> = (0..g.batch * blocks)
-        .into_par_iter()
-        .map(|t| forward_block(g, t / blocks, (t % blocks) * BLOCK_ROWS, q, k, v, mask))
-        .collect();
-    let mut out = Vec::with_capacity(g.batch * l * ev);
-    let mut lse = Vec::with_capacity(g.batch * l);
-    for (o, s) in tasks {
-        out.extend_from_slice(&o);
-        lse.extend_from_slice(&s);
+    assert!(out.len() == g.batch * l * ev && lse.len() == g.batch * l);
+    if l == 0 {
+        return;
     }
-    (out, lse)
+    let blocks = l.div_ceil(BLOCK_ROWS);
+    chunks_of(out, l * ev, g.batch)
+        .into_par_iter()
+        .zip(lse.par_chunks_mut(l))
+        .enumerate()
+        .for_each(|(b, (o_head, lse_head))| {
+            chunks_of(o_head, BLOCK_ROWS * ev, blocks)
+                .into_par_iter()
+                .zip(lse_head.par_chunks_mut(BLOCK_ROWS))
+                .enumerate()
+                .for_each(|(blk, (o, ls))| {
+                    forward_block(g, b, blk * BLOCK_ROWS, q, k, v, mask, o, ls)
+                });
+        });
 }
 
+#[allow(clippy::too_many_arguments)]
 fn forward_block<T: NnFloat>(
     g: &Geometry,
     b: usize,
@@ -197,7 +291,9 @@ fn forward_block<T: NnFloat>(
     k: &[T],
     v: &[T],
     mask: Option<&MaskView<'_, T>>,
-) -> (Vec<T>, Vec<T>) {
+    out: &mut [MaybeUninit<T>],
+    lse: &mut [MaybeUninit<T>],
+) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     let i1 = (i0 + BLOCK_ROWS).min(l);
     let br = i1 - i0;
@@ -211,7 +307,7 @@ fn forward_block<T: NnFloat>(
         &v[b * s * ev..(b + 1) * s * ev],
     );
     let mut m = vec![T::neg_infinity(); br];
-    let mut sum = vec![T::zero(); br];
+    let mut total = vec![T::zero(); br];
     let mut alpha = vec![T::zero(); br];
     let mut acc = vec![T::zero(); br * ev];
     let mut sblk = vec![T::zero(); br * BLOCK_COLS];
@@ -222,7 +318,7 @@ fn forward_block<T: NnFloat>(
         scores(g, b, i0, br, j0, bc, &qs, k_head, mask, blk);
         for r in 0..br {
             let row = &mut blk[r * bc..(r + 1) * bc];
-            let top = row.iter().fold(m[r], |a, &x| a.max(x));
+            let top = row_max(row, m[r]);
             let shift = if top == T::neg_infinity() {
                 T::zero()
             } else {
@@ -232,11 +328,19 @@ fn forward_block<T: NnFloat>(
             alpha[r] = m[r] - shift;
             m[r] = top;
         }
-        T::exp_in_place(blk);
-        T::exp_in_place(&mut alpha);
+        exp_block(g, i0, br, j0, bc, blk);
+        // The rescaling of what came before; 0 on a row's first block
+        // (m was -inf), without calling exp on -inf.
+        for a in alpha.iter_mut() {
+            *a = if *a == T::neg_infinity() {
+                T::zero()
+            } else {
+                a.exp()
+            };
+        }
         for r in 0..br {
             let row = &blk[r * bc..(r + 1) * bc];
-            sum[r] = sum[r] * alpha[r] + row.iter().fold(T::zero(), |a, &x| a + x);
+            total[r] = total[r] * alpha[r] + sum(row);
             acc[r * ev..(r + 1) * ev]
                 .iter_mut()
                 .for_each(|o| *o = *o * alpha[r]);
@@ -252,23 +356,25 @@ fn forward_block<T: NnFloat>(
             false,
         );
     }
-    let mut lse = vec![T::zero(); br];
     for r in 0..br {
         let o = &mut acc[r * ev..(r + 1) * ev];
-        if sum[r] > T::zero() {
-            let inv = T::one() / sum[r];
+        if total[r] > T::zero() {
+            let inv = T::one() / total[r];
             o.iter_mut().for_each(|x| *x = *x * inv);
-            lse[r] = m[r] + sum[r].ln();
+            lse[r].write(m[r] + total[r].ln());
         } else {
             o.fill(T::zero());
-            lse[r] = T::neg_infinity();
+            lse[r].write(T::neg_infinity());
         }
     }
-    (acc, lse)
+    write_all(out, &acc);
 }
 
 /// The gradients `(dQ, dK, dV)` given the output `o`, its gradient `d_o`
 /// (both `[batch, L, Ev]`) and the forward's logsumexp `lse` (`[batch, L]`).
+/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`) given the
+/// output `o`, its gradient `d_o` (both `[batch, L, Ev]`) and the forward's
+/// logsumexp `lse` (`[batch, L]`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: NnFloat>(
     g: &Geometry,
@@ -279,26 +385,21 @@ pub fn backward<T: NnFloat>(
     o: &[T],
     d_o: &[T],
     lse: &[T],
-) -> (Vec<T>, Vec<T>, Vec<T>) {
+    [dq, dk, dv]: [&mut [MaybeUninit<T>]; 3],
+) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     assert!(o.len() == g.batch * l * ev && d_o.len() == o.len() && lse.len() == g.batch * l);
     assert!(q.len() == g.batch * l * e && k.len() == g.batch * s * e);
     assert!(v.len() == g.batch * s * ev);
-    let heads: Vec<[Vec<T>; 3]> = (0..g.batch)
+    assert!(dq.len() == q.len() && dk.len() == k.len() && dv.len() == v.len());
+    chunks_of(dq, l * e, g.batch)
         .into_par_iter()
-        .map(|b| backward_head(g, b, q, k, v, mask, o, d_o, lse))
-        .collect();
-    let (mut dq, mut dk, mut dv) = (
-        Vec::with_capacity(q.len()),
-        Vec::with_capacity(k.len()),
-        Vec::with_capacity(v.len()),
-    );
-    for [a, b, c] in heads {
-        dq.extend_from_slice(&a);
-        dk.extend_from_slice(&b);
-        dv.extend_from_slice(&c);
-    }
-    (dq, dk, dv)
+        .zip(chunks_of(dk, s * e, g.batch))
+        .zip(chunks_of(dv, s * ev, g.batch))
+        .enumerate()
+        .for_each(|(b, ((dq, dk), dv))| {
+            backward_head(g, b, q, k, v, mask, o, d_o, lse, [dq, dk, dv])
+        });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -312,7 +413,8 @@ fn backward_head<T: NnFloat>(
     o: &[T],
     d_o: &[T],
     lse: &[T],
-) -> [Vec<T>; 3] {
+    [dq_out, dk_out, dv_out]: [&mut [MaybeUninit<T>]; 3],
+) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     let scale = T::from_f64(g.scale);
     let qs: Vec<T> = q[b * l * e..(b + 1) * l * e]
@@ -327,11 +429,10 @@ fn backward_head<T: NnFloat>(
     // D = rowsum(dO ⊙ O).
     let dsum: Vec<T> = (0..l)
         .map(|i| {
-            let (x, y) = (
+            dot(
                 &do_head[i * ev..(i + 1) * ev],
                 &o_head[i * ev..(i + 1) * ev],
-            );
-            x.iter().zip(y).fold(T::zero(), |a, (&p, &q)| a + p * q)
+            )
         })
         .collect();
     let mut dq = vec![T::zero(); l * e];
@@ -364,7 +465,7 @@ fn backward_head<T: NnFloat>(
                     row.iter_mut().for_each(|x| *x = *x - ls);
                 }
             }
-            T::exp_in_place(p);
+            exp_block(g, i0, br, j0, bc, p);
             let do_blk = &do_head[i0 * ev..i1 * ev];
             // dV_j += P'ᵀ dO_i, P' the dropped-out probabilities.
             let pd: &[T] = if g.dropout.is_some() {
@@ -428,5 +529,7 @@ fn backward_head<T: NnFloat>(
         }
     }
     dq.iter_mut().for_each(|x| *x = *x * scale);
-    [dq, dk, dv]
+    write_all(dq_out, &dq);
+    write_all(dk_out, &dk);
+    write_all(dv_out, &dv);
 }

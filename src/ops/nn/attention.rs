@@ -30,7 +30,7 @@ use crate::graph::Var;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView};
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{Dims, Element, Filled, Tensor};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -218,8 +218,18 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
     lse_shape.push(g.l);
     crate::with_dtype!(q.dtype(), T => {
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
-        let (o, lse) = kernel::forward(&g, q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>(), mv.as_ref());
-        Ok((Tensor::from_vec(o, &out_shape)?, Tensor::from_vec(lse, &lse_shape)?))
+        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
+        let mut lse = None;
+        let out = Tensor::build::<T>(Dims::from_slice(&out_shape), |o| {
+            lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), |ls| {
+                kernel::forward(&g, qs, ks, vs, mv.as_ref(), &mut *o, &mut *ls);
+                // SAFETY: `forward` writes every element of both outputs.
+                unsafe { Filled::assume(ls) }
+            }));
+            // SAFETY: as above; `o` was written inside the inner build.
+            unsafe { Filled::assume(o) }
+        });
+        Ok((out, lse.expect("the inner build ran")))
     })
 }
 
@@ -236,11 +246,23 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
     }
     crate::with_dtype!(q.dtype(), T => {
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
-        let (dq, dk, dv) = kernel::backward(
-            &g, q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>(), mv.as_ref(),
-            o.as_slice_of::<T>(), d_o.as_slice_of::<T>(), lse.as_slice_of::<T>(),
-        );
-        Ok((Tensor::from_vec(dq, q.shape())?, Tensor::from_vec(dk, k.shape())?, Tensor::from_vec(dv, v.shape())?))
+        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
+        let (os, dos, ls) = (o.as_slice_of::<T>(), d_o.as_slice_of::<T>(), lse.as_slice_of::<T>());
+        let (mut dk, mut dv) = (None, None);
+        let dq = Tensor::build::<T>(Dims::from_slice(q.shape()), |dq| {
+            dk = Some(Tensor::build::<T>(Dims::from_slice(k.shape()), |dk| {
+                dv = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), |dv| {
+                    kernel::backward(&g, qs, ks, vs, mv.as_ref(), os, dos, ls, [&mut *dq, &mut *dk, &mut *dv]);
+                    // SAFETY: `backward` writes every element of its three outputs.
+                    unsafe { Filled::assume(dv) }
+                }));
+                // SAFETY: as above; `dk` was written inside the inner build.
+                unsafe { Filled::assume(dk) }
+            }));
+            // SAFETY: as above; `dq` was written inside the inner builds.
+            unsafe { Filled::assume(dq) }
+        });
+        Ok((dq, dk.expect("the inner build ran"), dv.expect("the inner build ran")))
     })
 }
 
