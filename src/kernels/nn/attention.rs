@@ -7,12 +7,17 @@
 //! `dQ`, `dK`, `dV` with `D = rowsum(dO ⊙ O)` (`dS = P ⊙ (dP − D)`).
 //!
 //! Scratch per task: a few `BLOCK_ROWS × BLOCK_COLS` blocks, whatever the
-//! sequence length. Products of blocks go through `gemm` on views
-//! ([`gemm_overwrite`], [`gemm_accumulate`]), single-threaded inside a task.
+//! sequence length, plus (backward) one head's `dQ`, `dK`, `dV`
+//! accumulators: memory grows with `L + S` per head, never `L · S`.
+//! Products of blocks go through `gemm` on views (`gemm_overwrite`,
+//! `gemm_accumulate`), single-threaded inside a task. On a causal diagonal
+//! block only each row's visible keys are exponentiated (`exp(-inf)` costs
+//! far more than `exp` of a finite number on this path).
 //!
 //! Parallelism and determinism: the forward runs one task per (head, block
 //! of query rows); a row's result does not depend on how rows are grouped.
-//! The backward runs one task per head: `dK`/`dV` of a key block sum over
+//! The backward runs one task per head (so a single head runs on one
+//! thread): `dK`/`dV` of a key block sum over
 //! query blocks in increasing order, and `dQ` over key blocks in increasing
 //! order, so every run gives the same bits whatever the thread count.
 //!
@@ -96,7 +101,7 @@ fn dot<T: NnFloat>(a: &[T], b: &[T]) -> T {
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for j in 0..8 {
-            acc[j] = acc[j] + x[j] * y[j];
+            acc[j] += x[j] * y[j];
         }
     }
     let t = ta.iter().zip(tb).fold(T::zero(), |s, (&x, &y)| s + x * y);
@@ -111,7 +116,7 @@ fn sum<T: NnFloat>(a: &[T]) -> T {
     let ta = ca.remainder();
     for x in ca {
         for j in 0..8 {
-            acc[j] = acc[j] + x[j];
+            acc[j] += x[j];
         }
     }
     let t = ta.iter().fold(T::zero(), |s, &x| s + x);
@@ -185,10 +190,10 @@ fn scores<T: NnFloat>(
             if m.col_stride == 1 {
                 row.iter_mut()
                     .zip(&m.data[start..start + bc])
-                    .for_each(|(s, &a)| *s = *s + a);
+                    .for_each(|(s, &a)| *s += a);
             } else {
                 for (c, s) in row.iter_mut().enumerate() {
-                    *s = *s + m.data[start + c * m.col_stride];
+                    *s += m.data[start + c * m.col_stride];
                 }
             }
         }
@@ -245,9 +250,9 @@ fn apply_dropout<T: NnFloat>(
     }
 }
 
-/// The forward: returns the output (`[batch, L, Ev]`, row-major) and the
-/// per-row logsumexp of the scores (`[batch, L]`; `-inf` for a fully
-/// masked row). `q` is `[batch, L, E]`, `k` `[batch, S, E]`, `v`
+/// The forward: writes every element of `out` (`[batch, L, Ev]`,
+/// row-major) and of `lse`, the per-row logsumexp of the scores
+/// (`[batch, L]`; `-inf` for a fully masked row). `q` is `[batch, L, E]`, `k` `[batch, S, E]`, `v`
 /// `[batch, S, Ev]`, all contiguous.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<T: NnFloat>(
@@ -324,7 +329,7 @@ fn forward_block<T: NnFloat>(
             } else {
                 top
             };
-            row.iter_mut().for_each(|x| *x = *x - shift);
+            row.iter_mut().for_each(|x| *x -= shift);
             alpha[r] = m[r] - shift;
             m[r] = top;
         }
@@ -343,7 +348,7 @@ fn forward_block<T: NnFloat>(
             total[r] = total[r] * alpha[r] + sum(row);
             acc[r * ev..(r + 1) * ev]
                 .iter_mut()
-                .for_each(|o| *o = *o * alpha[r]);
+                .for_each(|o| *o *= alpha[r]);
         }
         apply_dropout(g, b, i0, br, j0, bc, blk);
         gemm_accumulate(
@@ -360,7 +365,7 @@ fn forward_block<T: NnFloat>(
         let o = &mut acc[r * ev..(r + 1) * ev];
         if total[r] > T::zero() {
             let inv = T::one() / total[r];
-            o.iter_mut().for_each(|x| *x = *x * inv);
+            o.iter_mut().for_each(|x| *x *= inv);
             lse[r].write(m[r] + total[r].ln());
         } else {
             o.fill(T::zero());
@@ -370,8 +375,6 @@ fn forward_block<T: NnFloat>(
     write_all(out, &acc);
 }
 
-/// The gradients `(dQ, dK, dV)` given the output `o`, its gradient `d_o`
-/// (both `[batch, L, Ev]`) and the forward's logsumexp `lse` (`[batch, L]`).
 /// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`) given the
 /// output `o`, its gradient `d_o` (both `[batch, L, Ev]`) and the forward's
 /// logsumexp `lse` (`[batch, L]`).
@@ -438,8 +441,8 @@ fn backward_head<T: NnFloat>(
     let mut dq = vec![T::zero(); l * e];
     let mut dk = vec![T::zero(); s * e];
     let mut dv = vec![T::zero(); s * ev];
-    let mut pblk = vec![T::zero(); BLOCK_ROWS * BLOCK_COLS];
-    let mut dblk = vec![T::zero(); BLOCK_ROWS * BLOCK_COLS];
+    let mut pblk = [T::zero(); BLOCK_ROWS * BLOCK_COLS];
+    let mut dblk = [T::zero(); BLOCK_ROWS * BLOCK_COLS];
     let mut pdrop = if g.dropout.is_some() {
         vec![T::zero(); BLOCK_ROWS * BLOCK_COLS]
     } else {
@@ -462,7 +465,7 @@ fn backward_head<T: NnFloat>(
                 if ls == T::neg_infinity() {
                     row.fill(T::neg_infinity());
                 } else {
-                    row.iter_mut().for_each(|x| *x = *x - ls);
+                    row.iter_mut().for_each(|x| *x -= ls);
                 }
             }
             exp_block(g, i0, br, j0, bc, p);
@@ -528,7 +531,7 @@ fn backward_head<T: NnFloat>(
             );
         }
     }
-    dq.iter_mut().for_each(|x| *x = *x * scale);
+    dq.iter_mut().for_each(|x| *x *= scale);
     write_all(dq_out, &dq);
     write_all(dk_out, &dk);
     write_all(dv_out, &dv);

@@ -41,7 +41,7 @@ pub(super) fn pack_len(q: &Var<'_>, k: &Var<'_>, v: &Var<'_>) -> usize {
     q.value().numel() + k.value().numel() + v.value().numel()
 }
 
-fn split<'a, T>(inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a T, Option<&'a T>, &'a T)> {
+fn split<T>(inputs: &[T]) -> Result<(&T, &T, &T, Option<&T>, &T)> {
     match inputs {
         [q, k, v, d] => Ok((q, k, v, None, d)),
         [q, k, v, m, d] => Ok((q, k, v, Some(m), d)),

@@ -133,7 +133,7 @@ fn gradients_tangents_and_second_derivatives_against_finite_differences() {
         });
         let x = &xs[which];
         let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-        let hv = crate::hessian_vector_product(&f, x, &dir).unwrap().to_f64_vec();
+        let hv = crate::hessian_vector_product(f, x, &dir).unwrap().to_f64_vec();
         let grad_at = |s: f64| -> Vec<f64> {
             let shifted: Vec<f64> = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
             let g = Graph::new();
