@@ -4,19 +4,20 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv matmul mem_w1 mem_w2)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
 # Rows pair on (workload, dtype, size), size being `chains`, else `batch`,
 # else `n` of each JSON line: W3's rows are ("w3", "", 64), ("w3", "", 256)
-# and ("w3_conv", "", 32) on both sides. A row's figure is its "median"
+# and ("w3_conv", "", 32) on both sides; W4 attention's are ("w4_attn", "f32", T)
+# for T = 64, 256, 1024 and ("mem_w4_attn", "f32", T) for T = 1024, 2048. A row's figure is its "median"
 # (matmul: its "gflops"), else its "median_ms".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workloads=("$@")
-[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv matmul mem_w1 mem_w2)
+[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
 
 runs=${RUNS:-1}
 cargo build --release --quiet --example bench
@@ -48,6 +49,15 @@ for w in "${workloads[@]}"; do
     w3_conv)
       ./target/release/examples/bench w3_conv >>"$out"
       python3 bench/pytorch_reference.py w3_conv >>"$out" ;;
+    w4_attn)
+      ./target/release/examples/bench w4_attn >>"$out"
+      for t in 64 256 1024; do
+        s=15; [ "$t" -ge 1024 ] && s=7
+        python3 bench/pytorch_reference.py w4_attn --t "$t" --steps "$s" --warmup 2 >>"$out"
+      done ;;
+    mem_w4_attn)
+      ./target/release/examples/bench mem_w4_attn >>"$out"
+      for t in 1024 2048; do python3 bench/pytorch_reference.py mem_w4_attn --t "$t" >>"$out"; done ;;
     matmul)
       ./target/release/examples/bench matmul --repeats 7 | grep '"case": "graph_op"' >>"$out" || true
       for n in 1024 2048; do python3 bench/pytorch_reference.py matmul --n "$n" --repeats 7 >>"$out"; done ;;

@@ -242,6 +242,48 @@ def bench_w3_conv(steps, warmup):
          gflops=flops / (med * 1e-3) / 1e9, grad_x_sum=float(gx.sum()), grad_w_sum=float(gw.sum()))
 
 
+# ---------------------------------------------------------------- W4 attention
+# torch.nn.functional.scaled_dot_product_attention alone, causal, f32, on
+# [12, 4, T, 32] q, k, v: forward, then the gradients of sum(output) with
+# respect to q, k and v. Rows pair with examples/bench/w4.rs on
+# ("w4_attn", "f32", T) and ("mem_w4_attn", "f32", T).
+W4A = dict(batch=12, heads=4, head_dim=32)
+
+
+def w4_inputs(t):
+    g = torch.Generator().manual_seed(0)
+    shape = (W4A["batch"], W4A["heads"], t, W4A["head_dim"])
+    return [torch.randn(*shape, generator=g).requires_grad_() for _ in range(3)]
+
+
+def w4_pass(q, k, v):
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.autograd.grad(out.sum(), [q, k, v])
+
+
+def bench_w4_attn(t, steps, warmup):
+    q, k, v = w4_inputs(t)
+    for _ in range(warmup):
+        w4_pass(q, k, v)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        w4_pass(q, k, v)
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([x * 1e3 for x in times])
+    emit(workload="w4_attn", dtype="f32", n=t, unit="ms_fwd_bwd", median=med, min=lo, max=hi)
+
+
+def mem_w4_attn(t):
+    q, k, v = w4_inputs(t)
+    base = rss_kib()
+    w4_pass(q, k, v)
+    growth_kib = peak_rss_kib() - base
+    emit(workload="mem_w4_attn", dtype="f32", n=t, unit="MiB_peak_rss_growth",
+         median=growth_kib / 1024, min=None, max=None,
+         score_matrix_mib=W4A["batch"] * W4A["heads"] * t * t * 4 / 2 ** 20)
+
+
 # ---------------------------------------------------------------- W5
 def bench_matmul(n, repeats):
     g = torch.Generator().manual_seed(0)
@@ -294,12 +336,13 @@ def run_isolated(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "matmul", "mem_w1",
-                                     "mem_w2", "all"])
+    ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4_attn", "matmul",
+                                     "mem_w1", "mem_w2", "mem_w4_attn", "all"])
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--t", type=int, default=1024, help="sequence length of w4_attn / mem_w4_attn")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
@@ -314,6 +357,10 @@ def main():
         bench_w3(a.batch, a.steps, a.warmup)
     elif a.workload == "w3_conv":
         bench_w3_conv(a.steps, a.warmup)
+    elif a.workload == "w4_attn":
+        bench_w4_attn(a.t, a.steps, a.warmup)
+    elif a.workload == "mem_w4_attn":
+        mem_w4_attn(a.t)
     elif a.workload == "matmul":
         bench_matmul(a.n, a.repeats)
     elif a.workload == "mem_w1":
@@ -331,10 +378,14 @@ def main():
         for batch in (64, 256):
             bench_w3(batch, 50, 5)
         bench_w3_conv(50, 5)
+        for t in (64, 256, 1024):
+            bench_w4_attn(t, 7 if t >= 1024 else 15, 2)
         for n in (1024, 2048):
             bench_matmul(n, 5)
         run_isolated(["mem_w1", "--chains", "1000"])
         run_isolated(["mem_w2", "--batch", "4096"])
+        for t in (1024, 2048):
+            run_isolated(["mem_w4_attn", "--t", str(t)])
 
 
 if __name__ == "__main__":

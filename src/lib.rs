@@ -53,8 +53,11 @@ pub use autograd::{
 pub use error::{Error, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use ops::gelu::GeluApproximate;
+pub use ops::nn::{
+    AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,
+    SdpaOptions,
+};
 pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
-pub use ops::nn::{BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
 pub use tensor::{DType, DataType, Element, Tensor};
 

@@ -20,6 +20,7 @@ mod tape;
 mod w1;
 mod w2;
 mod w3;
+mod w4;
 
 use std::process::ExitCode;
 
@@ -60,6 +61,16 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w3_conv",
         w3::run_conv,
         "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",
+    ),
+    (
+        "w4_attn",
+        w4::run,
+        "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",
+    ),
+    (
+        "mem_w4_attn",
+        w4::run_memory,
+        "peak RSS growth of W4 attention (forward + backward) at T=1024 and 2048",
     ),
     (
         "mem_w1",

@@ -14,7 +14,7 @@ pub use buffer::Buffer;
 pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
     ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, LayerNorm, Linear, Mlp, MlpBuilder,
-    Sequential,
+    RMSNorm, Sequential,
 };
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};

@@ -9,6 +9,7 @@
 pub mod exp;
 
 pub use exp::NnFloat;
+pub mod attention;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;
@@ -16,5 +17,6 @@ pub mod lanes;
 pub mod norm;
 pub mod pointwise;
 pub mod pool;
+pub mod rms_norm;
 pub mod softmax;
 pub mod sparse;

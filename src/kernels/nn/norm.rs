@@ -50,7 +50,7 @@ pub fn row_stats<T: Element>(row: &[T], eps: f64) -> (f64, f64) {
 /// Runs `f(row_index, out_rows)` over groups of rows of `out` (`m` per
 /// row), in parallel when large; every element of `out` is in exactly one
 /// group.
-fn for_rows<T: Element>(
+pub(crate) fn for_rows<T: Element>(
     out: &mut [MaybeUninit<T>],
     m: usize,
     f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,

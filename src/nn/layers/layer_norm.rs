@@ -73,6 +73,31 @@ impl LayerNorm {
         })
     }
 
+    /// Keeps (`true`) or drops (`false`) the learnable bias: PyTorch's
+    /// `nn.LayerNorm(..., bias=False)` is `LayerNorm::new(shape, dtype)?.with_bias(false)`
+    /// (the weight stays). Without a weight (`elementwise_affine = false`)
+    /// there is no bias either way.
+    ///
+    /// ```
+    /// use retrograd::{DType, nn::{LayerNorm, Module}};
+    /// let ln = LayerNorm::new(&[8], DType::F32)?.with_bias(false);
+    /// assert!(ln.bias().is_none() && ln.weight().is_some());
+    /// assert_eq!(ln.parameters().len(), 1);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn with_bias(mut self, bias: bool) -> Self {
+        if !bias {
+            self.bias = None;
+        } else if self.bias.is_none() && self.weight.is_some() {
+            let zeros = Tensor::zeros(
+                &self.normalized_shape,
+                self.weight.as_ref().map_or(DType::F32, Parameter::dtype),
+            );
+            self.bias = zeros.ok().map(Parameter::new);
+        }
+        self
+    }
+
     /// The normalised trailing shape.
     pub fn normalized_shape(&self) -> &[usize] {
         &self.normalized_shape
@@ -165,5 +190,33 @@ mod tests {
         let g = Graph::new();
         let x = g.constant(Tensor::zeros(&[2, 3], DType::F32).unwrap());
         assert!(plain.forward(&x).is_err());
+    }
+
+    #[test]
+    fn without_bias_matches_the_functional_form() {
+        let ln = LayerNorm::new(&[3], DType::F64).unwrap().with_bias(false);
+        assert_eq!(ln.parameters().len(), 1);
+        ln.weight()
+            .unwrap()
+            .set(Tensor::from_vec(vec![2.0, -1.0, 0.5], &[3]).unwrap())
+            .unwrap();
+        let g = Graph::new();
+        let x = g.variable(Tensor::from_vec(vec![0.0, 3.0, 7.0, 1.0, -1.0, 4.0], &[2, 3]).unwrap());
+        let y = ln.forward(&x).unwrap();
+        let w = g.param(ln.weight().unwrap());
+        let direct = x.layer_norm(&[3], Some(&w), None, 1e-5);
+        assert!(y.value().allclose(direct.value(), 0.0, 0.0));
+        let grads = (&y * &y).sum().backward().unwrap();
+        assert_eq!(grads.of(ln.weight().unwrap()).shape(), &[3]);
+        crate::gradcheck(
+            |v| v[0].try_layer_norm(&[3], Some(&v[1]), None, 1e-5),
+            &[
+                x.value().clone(),
+                Tensor::from_vec(vec![2.0, -1.0, 0.5], &[3]).unwrap(),
+            ],
+        )
+        .unwrap();
+        let back = ln.with_bias(true);
+        assert_eq!(back.parameters().len(), 2);
     }
 }

@@ -11,6 +11,7 @@ mod layer_norm;
 mod linear;
 mod mlp;
 mod pool;
+mod rms_norm;
 mod sequential;
 
 pub use activation::Activation;
@@ -24,4 +25,5 @@ pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::{Mlp, MlpBuilder};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;

@@ -1,10 +1,15 @@
 //! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
-//! `embedding`, `batch_norm`, `group_norm`, and the fused backward ops that keep their gradients to one
+//! `embedding`, `batch_norm`, `group_norm`, `rms_norm`,
+//! `scaled_dot_product_attention`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
 pub mod avg_pool;
+pub mod attention;
+pub mod attention_backward;
+#[cfg(test)]
+mod attention_tests;
 pub mod batch_norm;
 pub mod batch_norm_backward;
 #[cfg(test)]
@@ -26,10 +31,12 @@ pub mod max_pool;
 pub mod mse;
 pub mod nll;
 pub mod pool;
+pub mod rms_norm;
 pub mod softmax;
 pub mod spatial;
 pub mod support;
 
+pub use attention::{scaled_dot_product_attention_unfused, AttnMask, SdpaOptions};
 pub use batch_norm::{BatchNormArgs, BatchNormOutput};
 pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
@@ -43,6 +50,8 @@ use super::OpRegistry;
 
 pub(crate) fn register(reg: &mut OpRegistry) {
     softmax::register(reg);
+    attention::register(reg);
+    attention_backward::register(reg);
     conv::register(reg);
     conv_transpose::register(reg);
     conv_weight::register(reg);
@@ -57,6 +66,7 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     layer_norm_backward::register(reg);
     max_pool::register(reg);
     avg_pool::register(reg);
+    rms_norm::register(reg);
     batch_norm::register(reg);
     batch_norm_backward::register(reg);
     group_norm::register(reg);
@@ -99,6 +109,10 @@ mod tests {
             "batch_norm_backward",
             "batch_norm_weight_backward",
             "group_norm",
+            "rms_norm",
+            "rms_norm_backward",
+            "scaled_dot_product_attention",
+            "scaled_dot_product_attention_backward",
         ] {
             assert_eq!(reg.get(name).unwrap().name(), name);
         }

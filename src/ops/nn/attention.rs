@@ -1,0 +1,489 @@
+//! `scaled_dot_product_attention`, PyTorch's
+//! `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)`:
+//! `softmax(Q Kᵀ · scale + mask) V` over the last two dims, any leading
+//! (batch, head) dims.
+//!
+//! The forward is one fused kernel in the style of flash attention
+//! (`kernels::nn::attention`): it never holds more than one block of rows
+//! of the `L × S` scores, and saves only the output and the per-row
+//! logsumexp (`[..., L]`). First-order gradients (`backward_fast`)
+//! recompute the probabilities block by block from that logsumexp. The
+//! `Var` formula records the fused backward op
+//! `scaled_dot_product_attention_backward` (`attention_backward.rs`),
+//! whose own derivatives and tangents are written with the unfused
+//! composition (softmax of the full score matrix, as `Var` ops): so
+//! gradients of gradients exist, at the unfused cost in memory. The
+//! tangent rule (`jvp`) and the gradient of a mask that requires grad use
+//! the unfused composition as well.
+//!
+//! Fully masked rows give 0 (PyTorch's math backend, `_safe_softmax`),
+//! not NaN, in the fused paths.
+
+use std::sync::{Arc, OnceLock};
+
+use smallvec::smallvec;
+
+use super::attention_backward::{pack_len, unfused, SdpaBackward, Unfused};
+use crate::error::{Error, Result};
+use crate::fallible::fallible;
+use crate::graph::Var;
+use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView};
+use crate::ops::rule::OpFacts;
+use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::tensor::{Dims, Element, Filled, Tensor};
+
+const OP: &str = "scaled_dot_product_attention";
+
+/// An attention mask ([`SdpaOptions::attn_mask`]). More kinds will join
+/// (a boolean "keep" mask, once bool tensors exist), hence
+/// `#[non_exhaustive]`.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug)]
+pub enum AttnMask<'a, 'g> {
+    /// Added to the scaled scores before the softmax (`-inf` hides a key),
+    /// PyTorch's float `attn_mask`: same dtype as the queries, broadcastable
+    /// to `[..., L, S]`. Differentiable.
+    Additive(&'a Var<'g>),
+}
+
+impl<'a, 'g> From<&'a Var<'g>> for AttnMask<'a, 'g> {
+    fn from(m: &'a Var<'g>) -> Self {
+        AttnMask::Additive(m)
+    }
+}
+
+/// The options of [`Var::try_scaled_dot_product_attention`], PyTorch's
+/// keyword arguments: no mask, no dropout, not causal, scale `1/sqrt(E)`
+/// by default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SdpaOptions<'a, 'g> {
+    attn_mask: Option<AttnMask<'a, 'g>>,
+    dropout: Option<(f64, u64)>,
+    is_causal: bool,
+    scale: Option<f64>,
+}
+
+impl<'a, 'g> SdpaOptions<'a, 'g> {
+    /// The defaults (see the type).
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// PyTorch's `is_causal`: query `i` attends to keys `j <= i`
+    /// (top-left aligned `tril`, also when `L != S`). Not with a mask.
+    pub fn is_causal(mut self, causal: bool) -> Self {
+        self.is_causal = causal;
+        self
+    }
+    /// The factor of `Q Kᵀ`; `None`: `1 / sqrt(E)`.
+    pub fn scale(mut self, scale: Option<f64>) -> Self {
+        self.scale = scale;
+        self
+    }
+    /// Dropout of the attention weights with probability `p` in `[0, 1)`,
+    /// drawn from `seed` exactly as [`Var::try_dropout`] draws on the
+    /// `[..., L, S]` weights (the same seed gives the same mask). PyTorch
+    /// applies `dropout_p` whenever it is positive; so does this.
+    pub fn dropout_p(mut self, p: f64, seed: u64) -> Self {
+        self.dropout = Some((p, seed));
+        self
+    }
+    /// An attention mask: a `&Var` is an additive float mask.
+    pub fn attn_mask(mut self, mask: impl Into<AttnMask<'a, 'g>>) -> Self {
+        self.attn_mask = Some(mask.into());
+        self
+    }
+}
+
+/// The settings an attention op carries (its inputs carry the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Config {
+    pub causal: bool,
+    pub scale: Option<f64>,
+    /// `(p, seed)` with `0 < p < 1`.
+    pub dropout: Option<(f64, u64)>,
+}
+
+/// The sizes of an attention call, checked.
+pub(super) struct Plan {
+    pub geo: Geometry,
+    /// The leading dims (`q.shape()[..rank - 2]`).
+    pub batch_dims: Vec<usize>,
+}
+
+impl Config {
+    /// Checks `q`, `k`, `v` and the mask (if any) and returns the sizes.
+    pub(super) fn plan(&self, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Plan> {
+        for t in [k, v].into_iter().chain(mask) {
+            if t.dtype() != q.dtype() {
+                return Err(Error::DTypeMismatch { op, lhs: q.dtype(), rhs: t.dtype() });
+            }
+        }
+        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        let r = qs.len();
+        if r < 2 || ks.len() != r || vs.len() != r {
+            return Err(Error::invalid(
+                op,
+                format!("q, k, v must have the same rank >= 2 ([..., L, E], [..., S, E], [..., S, Ev]); got {qs:?}, {ks:?}, {vs:?}"),
+            ));
+        }
+        if qs[..r - 2] != ks[..r - 2] || qs[..r - 2] != vs[..r - 2] {
+            return Err(Error::invalid(
+                op,
+                format!("q, k, v must have the same leading dims; got {qs:?}, {ks:?}, {vs:?}"),
+            ));
+        }
+        if ks[r - 1] != qs[r - 1] || vs[r - 2] != ks[r - 2] {
+            return Err(Error::invalid(
+                op,
+                format!("k must be [..., S, E] and v [..., S, Ev] for q [..., L, E]; got q {qs:?}, k {ks:?}, v {vs:?}"),
+            ));
+        }
+        let (l, s, e, ev) = (qs[r - 2], ks[r - 2], qs[r - 1], vs[r - 1]);
+        let scale = self.scale.unwrap_or(1.0 / (e as f64).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::invalid(op, format!("scale must be finite, got {scale}")));
+        }
+        if let Some((p, _)) = self.dropout {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::invalid(op, format!("dropout_p must be in [0, 1), got {p}")));
+            }
+        }
+        if self.causal && mask.is_some() {
+            return Err(Error::invalid(op, "an attn_mask and is_causal cannot both be set"));
+        }
+        let batch_dims = qs[..r - 2].to_vec();
+        if let Some(m) = mask {
+            mask_strides(op, m.shape(), &batch_dims, l, s)?;
+        }
+        let geo = Geometry {
+            batch: batch_dims.iter().product(),
+            l,
+            s,
+            e,
+            ev,
+            scale,
+            causal: self.causal,
+            dropout: self.dropout.filter(|&(p, _)| p > 0.0),
+        };
+        Ok(Plan { geo, batch_dims })
+    }
+}
+
+/// Strides of a mask broadcast to `[batch_dims..., L, S]` (0 on broadcast dims).
+fn mask_strides(op: &'static str, ms: &[usize], batch_dims: &[usize], l: usize, s: usize) -> Result<Vec<usize>> {
+    let target: Vec<usize> = batch_dims.iter().copied().chain([l, s]).collect();
+    if ms.len() > target.len() {
+        return Err(Error::invalid(op, format!("attn_mask {ms:?} does not broadcast to {target:?}")));
+    }
+    let pad = target.len() - ms.len();
+    let mut strides = vec![0; target.len()];
+    let mut step = 1;
+    for d in (0..ms.len()).rev() {
+        let t = target[pad + d];
+        if ms[d] == t && t != 1 {
+            strides[pad + d] = step;
+        } else if ms[d] != 1 {
+            return Err(Error::invalid(op, format!("attn_mask {ms:?} does not broadcast to {target:?}")));
+        }
+        step *= ms[d];
+    }
+    Ok(strides)
+}
+
+/// The kernel's view of a mask: per-head offsets and the row/column strides.
+pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<MaskView<'a, T>> {
+    let g = &plan.geo;
+    let strides = mask_strides(OP, m.shape(), &plan.batch_dims, g.l, g.s)?;
+    let nb = plan.batch_dims.len();
+    let offsets = (0..g.batch)
+        .map(|mut b| {
+            let mut off = 0;
+            for d in (0..nb).rev() {
+                off += (b % plan.batch_dims[d]) * strides[d];
+                b /= plan.batch_dims[d];
+            }
+            off
+        })
+        .collect();
+    Ok(MaskView { data: m.as_slice_of::<T>(), offsets, row_stride: strides[nb], col_stride: strides[nb + 1] })
+}
+
+/// The fused forward: `(output, logsumexp)`.
+pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    let plan = cfg.plan(op, q, k, v, mask)?;
+    let g = plan.geo;
+    let mut out_shape = plan.batch_dims.clone();
+    out_shape.extend([g.l, g.ev]);
+    let mut lse_shape = plan.batch_dims.clone();
+    lse_shape.push(g.l);
+    crate::with_dtype!("scaled_dot_product_attention", q.dtype(), T => {
+        let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
+        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
+        let mut lse = None;
+        let out = Tensor::build::<T>(Dims::from_slice(&out_shape), |o| {
+            lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), |ls| {
+                kernel::forward(&g, qs, ks, vs, mv.as_ref(), &mut *o, &mut *ls);
+                // SAFETY: `forward` writes every element of both outputs.
+                unsafe { Filled::assume(ls) }
+            }));
+            // SAFETY: as above; `o` was written inside the inner build.
+            unsafe { Filled::assume(o) }
+        });
+        Ok((out, lse.expect("the inner build ran")))
+    })
+}
+
+/// The fused backward: `(dq, dk, dv)` given the output, its logsumexp and `d_o`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, o: &Tensor, lse: &Tensor, d_o: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let plan = cfg.plan(op, q, k, v, mask)?;
+    let g = plan.geo;
+    if d_o.dtype() != q.dtype() {
+        return Err(Error::DTypeMismatch { op, lhs: q.dtype(), rhs: d_o.dtype() });
+    }
+    if d_o.shape() != o.shape() {
+        return Err(Error::shape_mismatch(op, o.shape(), d_o.shape()));
+    }
+    crate::with_dtype!("scaled_dot_product_attention", q.dtype(), T => {
+        let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
+        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
+        let (os, dos, ls) = (o.as_slice_of::<T>(), d_o.as_slice_of::<T>(), lse.as_slice_of::<T>());
+        let (mut dk, mut dv) = (None, None);
+        let dq = Tensor::build::<T>(Dims::from_slice(q.shape()), |dq| {
+            dk = Some(Tensor::build::<T>(Dims::from_slice(k.shape()), |dk| {
+                dv = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), |dv| {
+                    kernel::backward(&g, qs, ks, vs, mv.as_ref(), os, dos, ls, [&mut *dq, &mut *dk, &mut *dv]);
+                    // SAFETY: `backward` writes every element of its three outputs.
+                    unsafe { Filled::assume(dv) }
+                }));
+                // SAFETY: as above; `dk` was written inside the inner build.
+                unsafe { Filled::assume(dk) }
+            }));
+            // SAFETY: as above; `dq` was written inside the inner builds.
+            unsafe { Filled::assume(dq) }
+        });
+        Ok((dq, dk.expect("the inner build ran"), dv.expect("the inner build ran")))
+    })
+}
+
+/// What a forward saves for its backward: its output (to recognise it)
+/// and the per-row logsumexp.
+#[derive(Debug)]
+struct Saved {
+    out: Tensor,
+    lse: Tensor,
+}
+
+/// Scaled dot-product attention. Inputs `q`, `k`, `v`, then an additive
+/// mask if present. The registry holds it with PyTorch's defaults (not
+/// causal, no dropout, scale `1/sqrt(E)`), the mask inferred from the
+/// input count.
+#[derive(Clone, Debug, Default)]
+pub struct ScaledDotProductAttention {
+    cfg: Config,
+    /// Where the forward leaves its logsumexp for this node's backward;
+    /// `None` (the registered instance, shared between graphs): the
+    /// backward recomputes it.
+    saved: Option<Arc<OnceLock<Saved>>>,
+}
+
+fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a T, Option<&'a T>)> {
+    match inputs {
+        [q, k, v] => Ok((q, k, v, None)),
+        [q, k, v, m] => Ok((q, k, v, Some(m))),
+        _ => Err(Error::Arity { op: op.to_string(), expected: 3, got: inputs.len() }),
+    }
+}
+
+impl ScaledDotProductAttention {
+    /// The logsumexp of the forward that produced `out`, saved or recomputed.
+    fn lse(&self, inputs: &[&Tensor], out: &Tensor) -> Result<Tensor> {
+        if let Some(s) = self.saved.as_ref().and_then(|s| s.get()) {
+            if s.out.shares_storage_with(out) && s.out.shape() == out.shape() {
+                return Ok(s.lse.clone());
+            }
+        }
+        let (q, k, v, m) = split(OP, inputs)?;
+        Ok(fused_forward(&self.cfg, OP, q, k, v, m.copied())?.1)
+    }
+}
+
+impl Differentiable for ScaledDotProductAttention {
+    fn name(&self) -> &str {
+        OP
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (q, k, v, m) = split(OP, inputs)?;
+        let (out, lse) = fused_forward(&self.cfg, OP, q, k, v, m.copied())?;
+        if let Some(slot) = &self.saved {
+            let _ = slot.set(Saved { out: out.clone(), lse });
+        }
+        Ok(out)
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (q, k, v, m) = split(OP, inputs)?;
+        let plain: Vec<&Tensor> = inputs.iter().map(Var::value).collect();
+        let lse = self.lse(&plain, out.value())?;
+        let op = SdpaBackward { cfg: self.cfg, saved: Some((out.value().clone(), lse)) };
+        let mut args = vec![q, k, v];
+        args.extend(m);
+        args.push(g);
+        let packed = g.graph().record(op, &args)?;
+        let (nq, nk) = (q.value().numel(), k.value().numel());
+        let piece = |start: usize, x: &Var<'g>| -> Result<Option<Var<'g>>> {
+            x.requires_grad()
+                .then(|| {
+                    let shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+                    packed.try_narrow(0, start as isize, x.value().numel())?.try_reshape(&shape)
+                })
+                .transpose()
+        };
+        let mut grads: GradInputs<'g> = smallvec![piece(0, q)?, piece(nq, k)?, piece(nq + nk, v)?];
+        if let Some(m) = m {
+            grads.push(
+                m.requires_grad()
+                    .then(|| {
+                        let u = unfused(&self.cfg, q, k, Some(m))?;
+                        u.mask_grad(g, v, m.shape())
+                    })
+                    .transpose()?,
+            );
+        }
+        debug_assert_eq!(pack_len(q, k, v), packed.value().numel());
+        Ok(grads)
+    }
+    fn backward_fast(&self, g: &Tensor, inputs: &[&Tensor], out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+        let (q, k, v, m) = split(OP, inputs)?;
+        if needs.get(3) == Some(&true) {
+            return Ok(false); // the mask's gradient: the Var formula
+        }
+        let lse = self.lse(inputs, out)?;
+        let (dq, dk, dv) = fused_backward(&self.cfg, OP, q, k, v, m.copied(), out, &lse, g)?;
+        for (i, d) in [dq, dk, dv].into_iter().enumerate() {
+            if needs[i] {
+                grads[i] = Some(d);
+            }
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        let (q, k, v, m) = split(OP, inputs)?;
+        let (tq, tk, tv, tm) = split(OP, t)?;
+        let u = unfused(&self.cfg, q, k, m)?;
+        let ds = u.score_tangent(q, k, tq.as_ref(), tk.as_ref(), tm.and_then(Option::as_ref))?;
+        sum_tangents(
+            out.shape(),
+            [
+                ds.map(|ds| u.dropped(&u.softmax_tangent(&ds)?)?.try_matmul(v)),
+                tv.as_ref().map(|tv| u.dropped(&u.p)?.try_matmul(tv)),
+            ],
+        )
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(ScaledDotProductAttention {
+                cfg: Config { causal: false, scale: Some(0.6), dropout: None },
+                saved: None,
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 3, 4], seed, 1.0),
+                    sample(&[2, 5, 4], seed + 3, 1.0),
+                    sample(&[2, 5, 3], seed + 5, 1.0),
+                    sample(&[3, 5], seed + 7, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(None)
+        }
+    }
+}
+
+/// `scale · sin(0.37 i + 1.3 seed + 0.1)`: smooth, distinct sample values.
+pub(super) fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n).map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin()).collect();
+    Tensor::from_vec(v, shape).expect("a valid shape")
+}
+
+pub(crate) fn register(reg: &mut OpRegistry) {
+    reg.add_builtin(ScaledDotProductAttention::default());
+}
+
+impl<'g> Var<'g> {
+    fallible! {
+        /// Scaled dot-product attention of the queries `self` (`[..., L, E]`)
+        /// over keys `k` (`[..., S, E]`) and values `v` (`[..., S, Ev]`):
+        /// `softmax(Q Kᵀ · scale + mask) V`, `[..., L, Ev]`. PyTorch's
+        /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p,
+        /// is_causal, scale)`; see [`SdpaOptions`]. The leading dims of `q`,
+        /// `k` and `v` must be equal (no broadcasting between them); the mask
+        /// broadcasts to `[..., L, S]`.
+        ///
+        /// Fused (flash-attention style): memory grows with `L + S`, not
+        /// `L · S`, per head. Gradients of gradients and forward mode go
+        /// through the unfused composition (see the module docs).
+        ///
+        /// Errors (naming the op and shapes): ranks below 2 or unequal,
+        /// mismatched `E`, `S` or leading dims, a mask that does not
+        /// broadcast, mixed dtypes, a non-finite scale, `dropout_p` outside
+        /// `[0, 1)`, a mask together with `is_causal`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, SdpaOptions, Tensor};
+        /// let g = Graph::new();
+        /// let q = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[2, 2])?);
+        /// let k = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[2, 2])?);
+        /// let v = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+        /// let y = q.try_scaled_dot_product_attention(&k, &v, &SdpaOptions::new().is_causal(true))?;
+        /// // Row 0 sees key 0 only; row 1 weighs keys 0 and 1 by softmax([0, 1/sqrt(2)]).
+        /// let w = 1.0 / (1.0 + (0.5f64).sqrt().exp());
+        /// let expect = [1.0, 2.0, w * 1.0 + (1.0 - w) * 3.0, w * 2.0 + (1.0 - w) * 4.0];
+        /// for (a, b) in y.value().to_f64_vec().iter().zip(expect) {
+        ///     assert!((a - b).abs() < 1e-12);
+        /// }
+        /// let grads = y.sum().backward()?;
+        /// assert_eq!(grads.wrt(&v).to_f64_vec(), vec![1.0 + w, 1.0 + w, 1.0 - w, 1.0 - w]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        pub fn try_scaled_dot_product_attention / scaled_dot_product_attention(
+            &self,
+            k: &Var<'g>,
+            v: &Var<'g>,
+            options: &SdpaOptions<'_, 'g>,
+        ) -> Var<'g> {
+            let op = ScaledDotProductAttention {
+                cfg: Config {
+                    causal: options.is_causal,
+                    scale: options.scale,
+                    dropout: options.dropout,
+                },
+                saved: Some(Arc::new(OnceLock::new())),
+            };
+            let mut inputs = vec![self, k, v];
+            match options.attn_mask {
+                Some(AttnMask::Additive(m)) => inputs.push(m),
+                None => {}
+            }
+            self.graph().record(op, &inputs)
+        }
+    }
+}
+
+/// The unfused composition `dropout(softmax(Q Kᵀ · scale + mask)) V` with
+/// `Var` ops (the full `[..., L, S]` weights): the reference the fused op
+/// is tested against.
+pub fn scaled_dot_product_attention_unfused<'g>(
+    q: &Var<'g>,
+    k: &Var<'g>,
+    v: &Var<'g>,
+    options: &SdpaOptions<'_, 'g>,
+) -> Result<Var<'g>> {
+    let cfg = Config { causal: options.is_causal, scale: options.scale, dropout: options.dropout };
+    let mask = options.attn_mask.map(|AttnMask::Additive(m)| m);
+    cfg.plan(OP, q.value(), k.value(), v.value(), mask.map(Var::value))?;
+    let u: Unfused<'g> = unfused(&cfg, q, k, mask)?;
+    u.dropped(&u.p)?.try_matmul(v)
+}
+

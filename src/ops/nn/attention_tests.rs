@@ -1,0 +1,226 @@
+//! Tests of `scaled_dot_product_attention`: the fused op against the
+//! unfused composition (values, first-order gradients on both sweeps),
+//! finite differences, tangents, second derivatives, f32, errors.
+
+use super::attention::sample;
+use super::{scaled_dot_product_attention_unfused as unfused, SdpaOptions};
+use crate::{gradcheck, jvpcheck, BackwardOptions, DType, Error, Graph, Result, Tensor, Var};
+
+/// A case: shapes of q, k, v, an optional mask shape and the options.
+struct Case {
+    q: Vec<usize>,
+    k: Vec<usize>,
+    v: Vec<usize>,
+    mask: Option<Vec<usize>>,
+    causal: bool,
+    scale: Option<f64>,
+    dropout: Option<(f64, u64)>,
+}
+
+fn case(q: &[usize], k: &[usize], v: &[usize]) -> Case {
+    Case {
+        q: q.to_vec(),
+        k: k.to_vec(),
+        v: v.to_vec(),
+        mask: None,
+        causal: false,
+        scale: None,
+        dropout: None,
+    }
+}
+
+impl Case {
+    fn inputs(&self) -> Vec<Tensor> {
+        let mut xs = vec![
+            sample(&self.q, 1, 1.0),
+            sample(&self.k, 2, 1.0),
+            sample(&self.v, 3, 1.0),
+        ];
+        if let Some(m) = &self.mask {
+            xs.push(sample(m, 4, 0.8));
+        }
+        xs
+    }
+    fn run<'g>(&self, v: &[Var<'g>], fused: bool) -> Result<Var<'g>> {
+        let mut o = SdpaOptions::new().is_causal(self.causal).scale(self.scale);
+        if let Some((p, s)) = self.dropout {
+            o = o.dropout_p(p, s);
+        }
+        if v.len() == 4 {
+            o = o.attn_mask(&v[3]);
+        }
+        if fused {
+            v[0].try_scaled_dot_product_attention(&v[1], &v[2], &o)
+        } else {
+            unfused(&v[0], &v[1], &v[2], &o)
+        }
+    }
+}
+
+fn cases() -> Vec<Case> {
+    // Sizes straddling the blocks (64 rows, 128 keys) too.
+    vec![
+        case(&[3, 4], &[5, 4], &[5, 2]),
+        Case { causal: true, ..case(&[2, 3, 5, 4], &[2, 3, 5, 4], &[2, 3, 5, 3]) },
+        Case { causal: true, ..case(&[1, 7, 3], &[1, 4, 3], &[1, 4, 2]) },
+        Case { causal: true, ..case(&[1, 3, 3], &[1, 6, 3], &[1, 6, 2]) },
+        Case { mask: Some(vec![3, 5]), scale: Some(0.3), ..case(&[2, 3, 4], &[2, 5, 4], &[2, 5, 3]) },
+        Case { mask: Some(vec![2, 1, 1, 5]), ..case(&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 4]) },
+        Case { dropout: Some((0.3, 7)), ..case(&[2, 6, 4], &[2, 5, 4], &[2, 5, 3]) },
+        Case { dropout: Some((0.25, 3)), causal: true, ..case(&[70, 8], &[140, 8], &[140, 5]) },
+        Case { mask: Some(vec![70, 1]), ..case(&[2, 70, 4], &[2, 130, 4], &[2, 130, 3]) },
+    ]
+}
+
+fn weights(shape: &[usize]) -> Tensor {
+    sample(shape, 11, 1.0)
+}
+
+/// Value and gradients of `sum(w ⊙ attention)` with the fused op (fast or
+/// `Var` sweep) or the unfused composition.
+fn value_and_grads(c: &Case, xs: &[Tensor], fused: bool, fast: bool) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let g = Graph::new();
+    let vars: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
+    let y = c.run(&vars, fused).unwrap();
+    let s = y
+        .try_mul(&g.constant(weights(y.shape()).to_dtype(y.dtype())))
+        .unwrap()
+        .sum();
+    let grads = s.backward_with_options(&BackwardOptions::new().fast_path(fast)).unwrap();
+    (y.value().to_f64_vec(), vars.iter().map(|v| grads.wrt(v).to_f64_vec()).collect())
+}
+
+fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{what}[{i}]: {x} vs {y}");
+    }
+}
+
+#[test]
+fn fused_matches_the_unfused_composition() {
+    for (n, c) in cases().iter().enumerate() {
+        let xs = c.inputs();
+        let (yr, gr) = value_and_grads(c, &xs, false, true);
+        for fast in [true, false] {
+            let (y, gs) = value_and_grads(c, &xs, true, fast);
+            close(&y, &yr, 1e-12, &format!("case {n} value"));
+            for (i, (a, b)) in gs.iter().zip(&gr).enumerate() {
+                close(a, b, 1e-11, &format!("case {n} (fast {fast}) grad {i}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_tangents_and_second_derivatives_against_finite_differences() {
+    for (n, c) in cases().iter().enumerate().filter(|(_, c)| c.q.iter().product::<usize>() < 100) {
+        let xs = c.inputs();
+        gradcheck(|v| c.run(v, true), &xs).unwrap_or_else(|e| panic!("case {n}: {e}"));
+        jvpcheck(|v| c.run(v, true), &xs).unwrap_or_else(|e| panic!("case {n}: {e}"));
+    }
+    // Gradients of gradients (through the backward op's unfused formulas):
+    // Hessian-vector products against differences of gradients, per input.
+    let c = Case { causal: true, dropout: Some((0.2, 5)), ..case(&[2, 3, 3], &[2, 4, 3], &[2, 4, 2]) };
+    let xs = c.inputs();
+    for which in 0..3 {
+        let f = objective(|x| {
+            let g = x.graph();
+            let mut v: Vec<Var<'_>> = xs.iter().map(|t| g.constant(t.clone())).collect();
+            v[which] = x.clone();
+            let y = c.run(&v, true)?;
+            Ok(y.try_mul(&g.constant(weights(y.shape())))?.tanh().sum())
+        });
+        let x = &xs[which];
+        let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
+        let hv = crate::hessian_vector_product(f, x, &dir).unwrap().to_f64_vec();
+        let grad_at = |s: f64| -> Vec<f64> {
+            let shifted: Vec<f64> = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
+            let g = Graph::new();
+            let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
+            f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+        };
+        let eps = 1e-5;
+        let (p, m) = (grad_at(eps), grad_at(-eps));
+        let numeric: Vec<f64> = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
+        close(&hv, &numeric, 1e-6, &format!("hvp of input {which}"));
+    }
+}
+
+/// Pins a closure's signature to one that holds for every graph lifetime.
+fn objective<F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>>(f: F) -> F {
+    f
+}
+
+#[test]
+fn f32_agrees_with_f64_and_is_deterministic() {
+    let c = Case { causal: true, ..case(&[2, 130, 16], &[2, 130, 16], &[2, 130, 8]) };
+    let xs = c.inputs();
+    let xs32: Vec<Tensor> = xs.iter().map(|t| t.to_dtype(DType::F32)).collect();
+    let (y64, g64) = value_and_grads(&c, &xs, true, true);
+    let (y32, g32) = value_and_grads(&c, &xs32, true, true);
+    close(&y32, &y64, 1e-5, "f32 value");
+    for (a, b) in g32.iter().zip(&g64) {
+        close(a, b, 1e-4, "f32 grad");
+    }
+    let again = value_and_grads(&c, &xs32, true, true);
+    assert_eq!(again.0, y32);
+    assert_eq!(again.1, g32);
+    // The same bits on one thread.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let one = pool.install(|| value_and_grads(&c, &xs32, true, true));
+    assert_eq!(one.0, y32);
+    assert_eq!(one.1, g32);
+}
+
+#[test]
+fn fully_masked_rows_give_zero_and_registry_defaults() {
+    let g = Graph::new();
+    let (q, k, v) = (
+        g.variable(sample(&[2, 3], 1, 1.0)),
+        g.variable(sample(&[4, 3], 2, 1.0)),
+        g.variable(sample(&[4, 2], 3, 1.0)),
+    );
+    let mut m = vec![0.0; 8];
+    m[4..].fill(f64::NEG_INFINITY);
+    let mask = g.constant(Tensor::from_vec(m, &[2, 4]).unwrap());
+    let y = q.scaled_dot_product_attention(&k, &v, &SdpaOptions::new().attn_mask(&mask));
+    assert_eq!(&y.value().to_f64_vec()[2..], &[0.0, 0.0]);
+    let grads = y.sum().backward().unwrap();
+    assert!(grads.wrt(&q).all_finite() && grads.wrt(&k).all_finite());
+    // The registry's instance: defaults, mask from the input count.
+    let via = g.apply("scaled_dot_product_attention", &[&q, &k, &v]).unwrap();
+    let direct = q.scaled_dot_product_attention(&k, &v, &SdpaOptions::new());
+    assert!(via.value().allclose(direct.value(), 0.0, 0.0));
+    let gv = via.sum().backward().unwrap().wrt(&k);
+    let gd = direct.sum().backward().unwrap().wrt(&k);
+    assert!(gv.allclose(&gd, 0.0, 0.0));
+}
+
+#[test]
+fn errors_are_typed() {
+    let g = Graph::new();
+    let x = |s: &[usize]| g.variable(sample(s, 1, 1.0));
+    let o = SdpaOptions::new();
+    let bad = |r: Result<Var<'_>>| assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    bad(x(&[3]).try_scaled_dot_product_attention(&x(&[3]), &x(&[3]), &o));
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 2]), &x(&[4, 2]), &o));
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 3]), &x(&[5, 2]), &o));
+    bad(x(&[2, 2, 3]).try_scaled_dot_product_attention(&x(&[1, 4, 3]), &x(&[1, 4, 2]), &o));
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 3]), &x(&[4, 2]), &o.scale(Some(f64::NAN))));
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 3]), &x(&[4, 2]), &o.dropout_p(1.0, 0)));
+    let m = x(&[3, 4]);
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 3]), &x(&[4, 2]), &o.attn_mask(&m)));
+    let m2 = x(&[2, 4]);
+    bad(x(&[2, 3]).try_scaled_dot_product_attention(&x(&[4, 3]), &x(&[4, 2]), &o.attn_mask(&m2).is_causal(true)));
+    let k32 = g.variable(sample(&[4, 3], 1, 1.0).to_dtype(DType::F32));
+    assert!(matches!(
+        x(&[2, 3]).try_scaled_dot_product_attention(&k32, &x(&[4, 2]), &o),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    // Empty sizes.
+    let y = x(&[0, 3]).scaled_dot_product_attention(&x(&[4, 3]), &x(&[4, 2]), &o);
+    assert_eq!(y.shape(), &[0, 2]);
+    let y = x(&[2, 3]).scaled_dot_product_attention(&x(&[0, 3]), &x(&[0, 2]), &o);
+    assert_eq!(y.value().to_f64_vec(), vec![0.0; 4]);
+}
