@@ -16,7 +16,7 @@
 //! rounded to the parameter's dtype, as PyTorch does with Python floats.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::group::{flatten_groups, GroupSettings, ParamGroup};
+use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
 use super::{
     check_non_negative, collect_named, grad_of, read_step, state_presence, update_chunks,
     NamedParameter, Optimizer, StateDict,
@@ -251,8 +251,11 @@ impl Adam {
         config: AdamConfig,
     ) -> Result<Self> {
         config.validate()?;
-        let (params, group_of, groups) =
-            flatten_groups("Adam::with_groups", groups, config.weight_decay)?;
+        let Flattened {
+            params,
+            group_of,
+            groups,
+        } = flatten_groups("Adam::with_groups", groups, config.weight_decay)?;
         let state = vec![None; params.len()];
         Ok(Adam {
             params,

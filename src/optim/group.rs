@@ -77,6 +77,17 @@ impl ParamGroup {
     }
 }
 
+/// Named parameters, as `Module::parameters` returns them.
+pub type NamedParameters = Vec<(String, Parameter)>;
+
+/// Groups flattened for an optimizer: the named parameters in group order,
+/// per parameter the index of its group, and per group its settings.
+pub(crate) struct Flattened {
+    pub params: NamedParameters,
+    pub group_of: Vec<usize>,
+    pub groups: Vec<GroupSettings>,
+}
+
 /// A group's hyperparameters once resolved against the optimizer's config.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct GroupSettings {
@@ -92,7 +103,7 @@ pub(crate) fn flatten_groups(
     op: &'static str,
     groups: impl IntoIterator<Item = ParamGroup>,
     default_decay: f64,
-) -> Result<(Vec<(String, Parameter)>, Vec<usize>, Vec<GroupSettings>)> {
+) -> Result<Flattened> {
     let (mut named, mut group_of, mut settings) = (Vec::new(), Vec::new(), Vec::new());
     for (gi, group) in groups.into_iter().enumerate() {
         let weight_decay = group.weight_decay.unwrap_or(default_decay);
@@ -108,8 +119,11 @@ pub(crate) fn flatten_groups(
             group_of.push(gi);
         }
     }
-    let named = super::collect_named(op, named)?;
-    Ok((named, group_of, settings))
+    Ok(Flattened {
+        params: super::collect_named(op, named)?,
+        group_of,
+        groups: settings,
+    })
 }
 
 /// Splits parameters as nanoGPT's `configure_optimizers` does: those of
@@ -129,7 +143,7 @@ pub(crate) fn flatten_groups(
 /// ```
 pub fn split_by_rank<P: NamedParameter>(
     params: impl IntoIterator<Item = P>,
-) -> (Vec<(String, Parameter)>, Vec<(String, Parameter)>) {
+) -> (NamedParameters, NamedParameters) {
     let mut seen = HashSet::new();
     let (mut decay, mut no_decay) = (Vec::new(), Vec::new());
     for (i, p) in params.into_iter().enumerate() {

@@ -62,7 +62,7 @@ use std::collections::HashSet;
 
 pub use adam::{Adam, AdamConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
-pub use group::{decay_groups, split_by_rank, ParamGroup};
+pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
     WarmupLr,
