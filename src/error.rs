@@ -232,6 +232,16 @@ pub enum Error {
         /// What is wrong with the content.
         reason: String,
     },
+    /// A text holds a character that a tokenizer's vocabulary lacks.
+    #[error("{op}: character {character:?} at position {position} is not in the vocabulary")]
+    UnknownCharacter {
+        /// The tokenizer API involved.
+        op: &'static str,
+        /// The character.
+        character: char,
+        /// Its position in the text, counted in characters (not bytes).
+        position: usize,
+    },
     /// A named tensor (of a checkpoint, a state dict, an optimizer's state)
     /// is missing, unexpected, or does not fit what it is loaded into.
     #[error("{context}: tensor `{name}`: {problem}")]

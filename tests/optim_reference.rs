@@ -1,11 +1,15 @@
 //! The optimizers against PyTorch: three steps of SGD (momentum, dampening,
-//! Nesterov, weight decay, maximize), Adam (L2 decay, AMSGrad), AdamW and
-//! global-norm clipping on a fixed problem, compared with values computed by
+//! Nesterov, weight decay, maximize), Adam (L2 decay, AMSGrad), AdamW (also
+//! with nanoGPT's two parameter groups, with a per-group learning rate
+//! under a step schedule) and global-norm clipping on a fixed problem, compared with values computed by
 //! `torch.optim` (script: `tests/reference/optim_reference.py`, which prints
 //! the `CASES` table below).
 
 use retrograd::nn::Parameter;
-use retrograd::optim::{clip_grad_norm, Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
+use retrograd::optim::{
+    clip_grad_norm, decay_groups, Adam, AdamConfig, LrSchedule, LrScheduler, Optimizer, ParamGroup,
+    Sgd, SgdConfig, StepLr,
+};
 use retrograd::{DType, Graph, Tensor};
 
 /// After one step: w (6 values, row-major) then b (3), and the clip norm (NaN: no clipping).
@@ -17,17 +21,21 @@ const A: [f64; 6] = [1.0, 2.0, -1.0, 0.5, -1.5, 2.0];
 const C: [f64; 6] = [0.3, -0.6, 0.9, 1.2, 0.4, -0.8];
 const D: [f64; 3] = [1.0, -2.0, 0.5];
 
-fn optimizer(name: &str, params: [(&str, Parameter); 2]) -> (Box<dyn Optimizer>, Option<f64>) {
+/// The optimizer of a case, its clip norm, and a schedule stepped after each step.
+type Setup = (Box<dyn Optimizer>, Option<f64>, Option<Box<dyn LrSchedule>>);
+
+fn optimizer(name: &str, params: [(&str, Parameter); 2]) -> Setup {
     let sgd = |c: SgdConfig| Box::new(Sgd::new(params.clone(), c).unwrap()) as Box<dyn Optimizer>;
     let adam =
         |c: AdamConfig| Box::new(Adam::new(params.clone(), c).unwrap()) as Box<dyn Optimizer>;
     match name {
-        "sgd" => (sgd(SgdConfig::new(0.1)), None),
+        "sgd" => (sgd(SgdConfig::new(0.1)), None, None),
         "sgd_momentum_dampening_wd" => (
             sgd(SgdConfig::new(0.1)
                 .momentum(0.9)
                 .dampening(0.1)
                 .weight_decay(0.01)),
+            None,
             None,
         ),
         "sgd_nesterov_wd" => (
@@ -36,9 +44,14 @@ fn optimizer(name: &str, params: [(&str, Parameter); 2]) -> (Box<dyn Optimizer>,
                 .nesterov(true)
                 .weight_decay(0.05)),
             None,
+            None,
         ),
-        "sgd_maximize" => (sgd(SgdConfig::new(0.1).momentum(0.5).maximize(true)), None),
-        "adam" => (adam(AdamConfig::default().lr(0.01)), None),
+        "sgd_maximize" => (
+            sgd(SgdConfig::new(0.1).momentum(0.5).maximize(true)),
+            None,
+            None,
+        ),
+        "adam" => (adam(AdamConfig::default().lr(0.01)), None, None),
         "adam_l2_amsgrad" => (
             adam(
                 AdamConfig::default()
@@ -49,14 +62,32 @@ fn optimizer(name: &str, params: [(&str, Parameter); 2]) -> (Box<dyn Optimizer>,
                     .amsgrad(true),
             ),
             None,
+            None,
         ),
-        "adamw" => (adam(AdamConfig::adamw().lr(0.01)), None),
+        "adamw" => (adam(AdamConfig::adamw().lr(0.01)), None, None),
         "adamw_wd_amsgrad" => (
             adam(AdamConfig::adamw().lr(0.05).weight_decay(0.3).amsgrad(true)),
             None,
+            None,
         ),
-        "sgd_clip" => (sgd(SgdConfig::new(0.1).momentum(0.9)), Some(0.5)),
-        "adam_clip" => (adam(AdamConfig::default().lr(0.01)), Some(1.0)),
+        "sgd_clip" => (sgd(SgdConfig::new(0.1).momentum(0.9)), Some(0.5), None),
+        "adam_clip" => (adam(AdamConfig::default().lr(0.01)), Some(1.0), None),
+        "adamw_groups" => {
+            let groups = decay_groups(params, 0.1);
+            let c = AdamConfig::adamw().lr(0.01).betas(0.9, 0.99);
+            (Box::new(Adam::with_groups(groups, c).unwrap()), None, None)
+        }
+        "adamw_groups_lr_step_schedule" => {
+            let [(wn, w), (bn, b)] = params;
+            let groups = [
+                ParamGroup::new([(wn, w)]).weight_decay(0.1),
+                ParamGroup::new([(bn, b)]).weight_decay(0.0).lr_scale(0.5),
+            ];
+            let c = AdamConfig::adamw().lr(0.05).betas(0.9, 0.99).amsgrad(true);
+            let opt = Adam::with_groups(groups, c).unwrap();
+            let schedule = Box::new(StepLr::new(1, 0.5).unwrap());
+            (Box::new(opt), None, Some(schedule))
+        }
         other => panic!("unknown case {other}"),
     }
 }
@@ -65,7 +96,8 @@ fn optimizer(name: &str, params: [(&str, Parameter); 2]) -> (Box<dyn Optimizer>,
 fn run(name: &str, dtype: DType) -> Vec<(Vec<f64>, f64)> {
     let w = Parameter::new(Tensor::from_f64_slice(&W0, &[2, 3], dtype).unwrap());
     let b = Parameter::new(Tensor::from_f64_slice(&B0, &[3], dtype).unwrap());
-    let (mut opt, clip) = optimizer(name, [("w", w.clone()), ("b", b.clone())]);
+    let (mut opt, clip, schedule) = optimizer(name, [("w", w.clone()), ("b", b.clone())]);
+    let mut scheduler = schedule.map(|s| LrScheduler::new(s, opt.as_mut()));
     let constant = |v: &[f64], shape: &[usize]| Tensor::from_f64_slice(v, shape, dtype).unwrap();
     let mut out = Vec::new();
     for _ in 0..3 {
@@ -87,6 +119,9 @@ fn run(name: &str, dtype: DType) -> Vec<(Vec<f64>, f64)> {
             None => f64::NAN,
         };
         opt.step(&grads).unwrap();
+        if let Some(scheduler) = &mut scheduler {
+            scheduler.step(opt.as_mut());
+        }
         let mut values = w.value().to_f64_vec();
         values.extend(b.value().to_f64_vec());
         out.push((values, norm));
@@ -178,5 +213,15 @@ const CASES: &[(&str, [Step; 3])] = &[
         ([0.4900000008330928, -1.1900000050579624, 0.309999999761353, 0.7900000003828626, 0.10999999966498175, -0.6900000005683349, 0.19000000043921322, -0.3900000002232259, 1.0900000001646626], 1.9655509616007454),
         ([0.47999632567767075, -1.17999075830036, 0.32000003399872995, 0.7799975598185187, 0.12000035246507108, -0.6799913586969344, 0.18000449088114467, -0.3800011430919008, 1.0800005179311352], 1.9536953950563967),
         ([0.4699865853389492, -1.1699661238555554, 0.3300000554923527, 0.7699910758397044, 0.13000113404206085, -0.6699683758029316, 0.17001666706399812, -0.37000424194312587, 1.0700019265695841], 1.9419435405723666),
+    ]),
+    ("adamw_groups", [
+        ([0.4895000004238468, -1.1888000025733043, 0.3096999998785852, 0.7892000001947863, 0.10989999982955513, -0.6893000002891476, 0.19000000022345542, -0.39000000011356906, 1.0900000000837742], f64::NAN),
+        ([0.47900832728302994, -1.1776031481299825, 0.31938889291177036, 0.7784098503874876, 0.11978896896987609, -0.6786034922792071, 0.1800058562342385, -0.3800025965034989, 1.0800019888612402], f64::NAN),
+        ([0.46852358253828913, -1.1664041014598612, 0.32906569998804436, 0.7676289266467887, 0.1296660244144356, -0.6679057359435638, 0.1700216554846525, -0.37000955917671463, 1.0700073090387028], f64::NAN),
+    ]),
+    ("adamw_groups_lr_step_schedule", [
+        ([0.4475000021192338, -1.1440000128665224, 0.3484999993929263, 0.7460000009739313, 0.14949999914777562, -0.6465000014457388, 0.17500000055863854, -0.37500000028392266, 1.0750000002094355], f64::NAN),
+        ([0.4213604025380001, -1.116158936411985, 0.37260778189209526, 0.7191244031737725, 0.17410755624544264, -0.6198810677765476, 0.1625216047761183, -0.3625088349189652, 1.0625066359158426], f64::NAN),
+        ([0.408312099767797, -1.1022464596071635, 0.38462105852843537, 0.7057149066897569, 0.18636997530831198, -0.6065779337942725, 0.15629244973507875, -0.35626746770496937, 1.0562631312807742], f64::NAN),
     ]),
 ];

@@ -9,7 +9,10 @@
 //! and each optimizer state tensor under `"optimizer.{parameter}.{field}"`
 //! (`optimizer.0.weight.exp_avg`, `optimizer.0.weight.step`, ...). The
 //! header's metadata records the format, the optimizer kind and its learning
-//! rate.
+//! rate, and any metadata of the program's own
+//! ([`save_checkpoint_with_metadata`]: a tokenizer's vocabulary, a model's
+//! configuration), read back by [`load_checkpoint_with_metadata`] or, before
+//! any model exists, by [`checkpoint_metadata`].
 //!
 //! Loading is strict and all-or-nothing: a missing or unexpected name, a
 //! wrong shape or dtype is an [`Error::TensorMismatch`] naming the tensor,
@@ -18,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::safetensors::{load_tensors, save_tensors};
+use super::safetensors::{load_tensors, save_tensors, TensorFile};
 use crate::error::{Error, Result};
 use crate::nn::{NamedTensors, StateDict};
 use crate::optim::Optimizer;
@@ -58,7 +61,53 @@ pub fn save_checkpoint<M: NamedTensors + ?Sized>(
     model: &M,
     optimizer: Option<&dyn Optimizer>,
 ) -> Result<()> {
+    save_checkpoint_with_metadata(path, model, optimizer, &BTreeMap::new())
+}
+
+/// Whether a metadata key is retrograd's own (the format, the optimizer's
+/// kind and learning rate), which a program's metadata may not use.
+fn is_reserved(key: &str) -> bool {
+    key == FORMAT_KEY || key == OPTIMIZER_KEY || key.starts_with(OPTIMIZER_PREFIX)
+}
+
+/// [`save_checkpoint`], with `metadata` of the program's own (string keys
+/// and values, kept in the safetensors header) saved alongside: what is
+/// needed to rebuild the model, such as a tokenizer's vocabulary. The keys
+/// `format`, `optimizer` and `optimizer.*` are retrograd's own; using one is
+/// an [`Error::InvalidArgument`] and nothing is written.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use retrograd::{Tensor, data::CharTokenizer, nn::Parameter};
+/// use retrograd::io::{checkpoint_metadata, load_checkpoint_with_metadata, save_checkpoint_with_metadata};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("gpt.safetensors");
+/// let model = [("w".to_string(), Parameter::new(Tensor::scalar(1.0f32)))];
+/// let tok = CharTokenizer::from_text("to be or not to be");
+/// let meta = BTreeMap::from([(CharTokenizer::METADATA_KEY.to_string(), tok.to_metadata())]);
+/// save_checkpoint_with_metadata(&path, &model, None, &meta)?;
+/// // Before building a model (its size may depend on it):
+/// let saved = checkpoint_metadata(&path)?;
+/// let back = CharTokenizer::from_metadata(&saved[CharTokenizer::METADATA_KEY])?;
+/// assert_eq!((back.vocab_size(), back.encode("not")?), (7, vec![3, 4, 6]));
+/// assert_eq!(load_checkpoint_with_metadata(&path, &model, None)?, meta);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn save_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
+    path: impl AsRef<Path>,
+    model: &M,
+    optimizer: Option<&dyn Optimizer>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
     let path = path.as_ref();
+    if let Some(key) = metadata.keys().find(|k| is_reserved(k)) {
+        return Err(Error::invalid(
+            "save_checkpoint_with_metadata",
+            format!(
+                "metadata key `{key}` is reserved (`{FORMAT_KEY}`, `{OPTIMIZER_KEY}` and `{OPTIMIZER_PREFIX}*` are retrograd's)"
+            ),
+        ));
+    }
     let mut tensors = StateDict::new();
     let params = model
         .named_parameters()
@@ -83,7 +132,7 @@ pub fn save_checkpoint<M: NamedTensors + ?Sized>(
         }
         tensors.insert(name, value);
     }
-    let mut metadata = BTreeMap::new();
+    let mut metadata = metadata.clone();
     metadata.insert(FORMAT_KEY.to_string(), FORMAT.to_string());
     if let Some(opt) = optimizer {
         metadata.insert(OPTIMIZER_KEY.to_string(), opt.kind().to_string());
@@ -107,23 +156,55 @@ pub fn load_checkpoint<M: NamedTensors + ?Sized>(
     model: &M,
     optimizer: Option<&mut dyn Optimizer>,
 ) -> Result<()> {
+    load_checkpoint_with_metadata(path, model, optimizer).map(drop)
+}
+
+/// Reads a safetensors file and checks it is a retrograd checkpoint.
+fn read_checkpoint(op: &'static str, path: &Path) -> Result<TensorFile> {
+    let file = load_tensors(path)?;
+    match file.metadata.get(FORMAT_KEY).map(String::as_str) {
+        Some(FORMAT) => Ok(file),
+        other => Err(Error::Format {
+            op,
+            path: path.display().to_string(),
+            reason: format!("not a retrograd checkpoint (format {other:?}, expected {FORMAT:?})"),
+        }),
+    }
+}
+
+/// The program's own metadata of a checkpoint (what
+/// [`save_checkpoint_with_metadata`] was given; empty for
+/// [`save_checkpoint`]), without loading anything: for what must be known
+/// before a model can be built, such as a tokenizer's vocabulary. A file
+/// that is not a retrograd checkpoint is an [`Error::Format`].
+pub fn checkpoint_metadata(path: impl AsRef<Path>) -> Result<BTreeMap<String, String>> {
+    let file = read_checkpoint("checkpoint_metadata", path.as_ref())?;
+    Ok(user_metadata(file.metadata))
+}
+
+fn user_metadata(metadata: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    metadata
+        .into_iter()
+        .filter(|(k, _)| !is_reserved(k))
+        .collect()
+}
+
+/// [`load_checkpoint`], returning the program's own metadata saved with
+/// [`save_checkpoint_with_metadata`] (empty for [`save_checkpoint`]).
+pub fn load_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
+    path: impl AsRef<Path>,
+    model: &M,
+    optimizer: Option<&mut dyn Optimizer>,
+) -> Result<BTreeMap<String, String>> {
     let (params, buffers) = (model.named_parameters(), model.named_buffers());
     let path = path.as_ref();
     let context = format!("load_checkpoint({})", path.display());
-    let file = load_tensors(path)?;
+    let file = read_checkpoint("load_checkpoint", path)?;
     let format_error = |reason: String| Error::Format {
         op: "load_checkpoint",
         path: path.display().to_string(),
         reason,
     };
-    match file.metadata.get(FORMAT_KEY).map(String::as_str) {
-        Some(FORMAT) => {}
-        other => {
-            return Err(format_error(format!(
-                "not a retrograd checkpoint (format {other:?}, expected {FORMAT:?})"
-            )))
-        }
-    }
 
     let (mut tensors, mut optim) = (StateDict::new(), StateDict::new());
     for (name, t) in file.tensors {
@@ -165,7 +246,7 @@ pub fn load_checkpoint<M: NamedTensors + ?Sized>(
     for ((_, b), value) in buffers.iter().zip(buffer_values) {
         b.set(value)?;
     }
-    Ok(())
+    Ok(user_metadata(file.metadata))
 }
 
 #[cfg(test)]
@@ -320,6 +401,51 @@ mod tests {
         assert!(matches!(
             load_checkpoint(&path, &params, None),
             Err(Error::Format { .. })
+        ));
+    }
+
+    #[test]
+    fn program_metadata_round_trips_beside_optimizer_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt.safetensors");
+        let params = model();
+        let mut opt = Adam::new(&params, AdamConfig::adamw().lr(0.01)).unwrap();
+        train_step(&params, &mut opt);
+        let meta = BTreeMap::from([
+            ("tokenizer".to_string(), "v1:\n ab\u{e9}".to_string()),
+            ("n_layer".to_string(), "4".to_string()),
+        ]);
+        save_checkpoint_with_metadata(&path, &params, Some(&opt), &meta).unwrap();
+        assert_eq!(checkpoint_metadata(&path).unwrap(), meta);
+        let mut opt2 = Adam::new(&params, AdamConfig::adamw()).unwrap();
+        let back = load_checkpoint_with_metadata(&path, &params, Some(&mut opt2)).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!((opt2.lr(), opt2.state_dict()), (0.01, opt.state_dict()));
+        // Plain checkpoints have none, and still load through both paths.
+        save_checkpoint(&path, &params, Some(&opt)).unwrap();
+        assert!(checkpoint_metadata(&path).unwrap().is_empty());
+        assert!(load_checkpoint_with_metadata(&path, &params, None)
+            .unwrap()
+            .is_empty());
+        // Reserved keys are refused and nothing is written.
+        let other = dir.path().join("other.safetensors");
+        for key in ["format", "optimizer", "optimizer.lr", "optimizer.x"] {
+            let bad = BTreeMap::from([(key.to_string(), "x".to_string())]);
+            assert!(matches!(
+                save_checkpoint_with_metadata(&other, &params, None, &bad),
+                Err(Error::InvalidArgument { op: "save_checkpoint_with_metadata", ref reason })
+                    if reason.contains(key)
+            ));
+        }
+        assert!(!other.exists());
+        // A file that is not a checkpoint.
+        save_tensors(&other, &StateDict::new(), &BTreeMap::new()).unwrap();
+        assert!(matches!(
+            checkpoint_metadata(&other),
+            Err(Error::Format {
+                op: "checkpoint_metadata",
+                ..
+            })
         ));
     }
 

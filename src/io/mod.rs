@@ -4,5 +4,8 @@
 mod checkpoint;
 mod safetensors;
 
-pub use checkpoint::{load_checkpoint, save_checkpoint, OPTIMIZER_PREFIX};
+pub use checkpoint::{
+    checkpoint_metadata, load_checkpoint, load_checkpoint_with_metadata, save_checkpoint,
+    save_checkpoint_with_metadata, OPTIMIZER_PREFIX,
+};
 pub use safetensors::{load_tensors, save_tensors, TensorFile};

@@ -16,6 +16,7 @@
 //! rounded to the parameter's dtype, as PyTorch does with Python floats.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
+use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
 use super::{
     check_non_negative, collect_named, grad_of, read_step, state_presence, update_chunks,
     NamedParameter, Optimizer, StateDict,
@@ -185,6 +186,10 @@ pub struct Adam {
     params: Vec<(String, Parameter)>,
     config: AdamConfig,
     state: Vec<Option<AdamState>>,
+    /// Per parameter, the index of its group in `groups`.
+    group_of: Vec<usize>,
+    /// Per group, its weight decay and learning-rate scale.
+    groups: Vec<GroupSettings>,
 }
 
 impl Adam {
@@ -199,22 +204,104 @@ impl Adam {
         let params = collect_named("Adam", params)?;
         let state = vec![None; params.len()];
         Ok(Adam {
+            group_of: vec![0; params.len()],
+            groups: vec![GroupSettings {
+                weight_decay: config.weight_decay,
+                lr_scale: 1.0,
+            }],
             params,
             config,
             state,
         })
     }
 
-    /// The hyperparameters.
+    /// An Adam (or AdamW) optimizer over parameter groups, PyTorch's
+    /// `AdamW([{'params': decay, 'weight_decay': 0.1}, {'params': no_decay,
+    /// 'weight_decay': 0.0}], ...)`: each group's [`ParamGroup`] settings
+    /// override `config`'s weight decay and scale its learning rate. The
+    /// state dict names state per parameter, so it is the same as with
+    /// [`Adam::new`] over the same named parameters. Errors on invalid
+    /// hyperparameters or a parameter (or name) listed twice, in one group
+    /// or across groups.
+    ///
+    /// ```
+    /// use retrograd::{DType, Graph, Tensor, nn::Parameter};
+    /// use retrograd::optim::{Adam, AdamConfig, Optimizer, ParamGroup};
+    /// let w = Parameter::new(Tensor::from_vec(vec![2.0f64, -4.0], &[1, 2])?);
+    /// let b = Parameter::new(Tensor::from_vec(vec![2.0f64], &[1])?);
+    /// let mut opt = Adam::with_groups(
+    ///     [
+    ///         ParamGroup::new([("w", w.clone())]).weight_decay(0.5),
+    ///         ParamGroup::new([("b", b.clone())]).weight_decay(0.0).lr_scale(2.0),
+    ///     ],
+    ///     AdamConfig::adamw().lr(0.1),
+    /// )?;
+    /// let grads = {
+    ///     let g = Graph::new();
+    ///     ((g.param(&w) * 0.0).sum() + (g.param(&b) * 0.0).sum()).backward()?
+    /// };
+    /// opt.step(&grads)?;   // zero gradients: only the decay moves w, nothing moves b
+    /// assert_eq!(w.value().to_f64_vec(), [2.0 * 0.95, -4.0 * 0.95]);
+    /// assert_eq!(b.value().to_f64_vec(), [2.0]);
+    /// assert_eq!(opt.lr_of("b"), Some(0.2));
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn with_groups(
+        groups: impl IntoIterator<Item = ParamGroup>,
+        config: AdamConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        let Flattened {
+            params,
+            group_of,
+            groups,
+        } = flatten_groups("Adam::with_groups", groups, config.weight_decay)?;
+        let state = vec![None; params.len()];
+        Ok(Adam {
+            params,
+            config,
+            state,
+            group_of,
+            groups,
+        })
+    }
+
+    /// The hyperparameters (a group's weight decay and learning-rate scale
+    /// override these; see [`weight_decay_of`](Self::weight_decay_of) and
+    /// [`lr_of`](Self::lr_of)).
     pub fn config(&self) -> &AdamConfig {
         &self.config
+    }
+
+    fn group_settings(&self, name: &str) -> Option<GroupSettings> {
+        let i = self.params.iter().position(|(n, _)| n == name)?;
+        Some(self.groups[self.group_of[i]])
+    }
+
+    /// The weight decay applied to the parameter named `name`, from its
+    /// group (`None` if there is no such parameter).
+    pub fn weight_decay_of(&self, name: &str) -> Option<f64> {
+        self.group_settings(name).map(|g| g.weight_decay)
+    }
+
+    /// The learning rate the next step applies to the parameter named
+    /// `name`: the optimizer's rate times its group's scale.
+    pub fn lr_of(&self, name: &str) -> Option<f64> {
+        self.group_settings(name)
+            .map(|g| self.config.lr * g.lr_scale)
     }
 }
 
 impl Optimizer for Adam {
     fn step(&mut self, grads: &Gradients) -> Result<()> {
         let c = self.config.clone();
-        for ((name, p), slot) in self.params.iter().zip(&mut self.state) {
+        let groups = self.params.iter().zip(&mut self.state).zip(&self.group_of);
+        for (((name, p), slot), &group) in groups {
+            let GroupSettings {
+                weight_decay,
+                lr_scale,
+            } = self.groups[group];
+            let lr = c.lr * lr_scale;
             p.update(|value| -> Result<()> {
                 let Some(g) = grad_of("Adam::step", name, p, value, grads)? else {
                     return Ok(());
@@ -228,13 +315,13 @@ impl Optimizer for Adam {
                 st.step += 1;
                 let t = st.step as f64;
                 let k = Coefficients {
-                    lr: c.lr,
-                    decay: c.weight_decay,
+                    lr,
+                    decay: weight_decay,
                     decoupled: c.decoupled_weight_decay,
                     beta1: c.beta1,
                     beta2: c.beta2,
                     eps: c.eps,
-                    step_size: c.lr / (1.0 - c.beta1.powf(t)),
+                    step_size: lr / (1.0 - c.beta1.powf(t)),
                     bias_correction2_sqrt: (1.0 - c.beta2.powf(t)).sqrt(),
                     maximize: c.maximize,
                 };
@@ -444,6 +531,99 @@ mod tests {
             })
         ));
         assert_eq!(a.state_dict(), state);
+    }
+
+    fn two_groups(w: &Parameter, b: &Parameter) -> [ParamGroup; 2] {
+        [
+            ParamGroup::new([("w", w.clone())]).weight_decay(0.1),
+            ParamGroup::new([("b", b.clone())])
+                .weight_decay(0.0)
+                .lr_scale(0.5),
+        ]
+    }
+
+    fn grads_of_both(w: &Parameter, b: &Parameter) -> Gradients {
+        let g = Graph::new();
+        let (x, y) = (g.param(w), g.param(b));
+        ((&x * &x).sum() + (&y * &y).sum()).backward().unwrap()
+    }
+
+    #[test]
+    fn groups_state_dict_is_per_parameter_and_round_trips() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap());
+        let b = Parameter::new(Tensor::from_vec(vec![0.5f32, -0.5], &[2]).unwrap());
+        let cfg = AdamConfig::adamw().lr(0.01);
+        let mut a = Adam::with_groups(two_groups(&w, &b), cfg.clone()).unwrap();
+        a.step(&grads_of_both(&w, &b)).unwrap();
+        let state = a.state_dict();
+        // The same keys as an ungrouped optimizer over the same names.
+        let mut plain = Adam::new([("w", w.clone()), ("b", b.clone())], cfg.clone()).unwrap();
+        plain.step(&grads_of_both(&w, &b)).unwrap();
+        assert_eq!(
+            state.keys().collect::<Vec<_>>(),
+            plain.state_dict().keys().collect::<Vec<_>>()
+        );
+        // It loads into either, and the grouped copy continues identically.
+        plain.load_state_dict(&state).unwrap();
+        let (w2, b2) = (Parameter::new(w.value()), Parameter::new(b.value()));
+        let mut c = Adam::with_groups(two_groups(&w2, &b2), cfg).unwrap();
+        c.load_state_dict(&state).unwrap();
+        a.step(&grads_of_both(&w, &b)).unwrap();
+        c.step(&grads_of_both(&w2, &b2)).unwrap();
+        assert_eq!((w.value(), b.value()), (w2.value(), b2.value()));
+    }
+
+    #[test]
+    fn group_hyperparameters_and_schedules() {
+        let w = Parameter::new(Tensor::zeros(&[2, 2], DType::F64).unwrap());
+        let b = Parameter::new(Tensor::zeros(&[2], DType::F64).unwrap());
+        let mut opt = Adam::with_groups(two_groups(&w, &b), AdamConfig::adamw()).unwrap();
+        assert_eq!(opt.weight_decay_of("w"), Some(0.1));
+        assert_eq!(opt.weight_decay_of("b"), Some(0.0));
+        assert_eq!(opt.weight_decay_of("nope"), None);
+        // A schedule sets the base rate; every group keeps its ratio.
+        let mut sched =
+            crate::optim::LrScheduler::new(crate::optim::StepLr::new(1, 0.1).unwrap(), &mut opt);
+        sched.step(&mut opt);
+        assert!((opt.lr() - 1e-4).abs() < 1e-18);
+        assert!((opt.lr_of("w").unwrap() - 1e-4).abs() < 1e-18);
+        assert!((opt.lr_of("b").unwrap() - 5e-5).abs() < 1e-18);
+        // A group without its own decay takes the config's.
+        let opt = Adam::with_groups([ParamGroup::new([&w])], AdamConfig::adamw()).unwrap();
+        assert_eq!(opt.weight_decay_of("0"), Some(0.01));
+    }
+
+    #[test]
+    fn bad_groups_are_errors() {
+        let w = Parameter::new(Tensor::zeros(&[2, 2], DType::F32).unwrap());
+        let b = Parameter::new(Tensor::zeros(&[2], DType::F32).unwrap());
+        let cfg = AdamConfig::adamw;
+        // Bare parameters are numbered across groups, so they never collide.
+        let opt = Adam::with_groups([ParamGroup::new([&w]), ParamGroup::new([&b])], cfg()).unwrap();
+        let names: Vec<&str> = opt.parameters().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["0", "1"]);
+        let twice = [
+            ParamGroup::new([&w]),
+            ParamGroup::new([("again", w.clone())]),
+        ];
+        assert!(matches!(
+            Adam::with_groups(twice, cfg()),
+            Err(Error::InvalidArgument { op: "Adam::with_groups", ref reason })
+                if reason.contains("`again` appears more than once")
+        ));
+        let same_name = [
+            ParamGroup::new([("x", w.clone())]),
+            ParamGroup::new([("x", b.clone())]),
+        ];
+        assert!(Adam::with_groups(same_name, cfg()).is_err());
+        let negative = [ParamGroup::new([&w]).weight_decay(-0.1)];
+        assert!(matches!(
+            Adam::with_groups(negative, cfg()),
+            Err(Error::InvalidArgument { ref reason, .. }) if reason.contains("group 0's weight_decay")
+        ));
+        let nan = [ParamGroup::new([&w]).lr_scale(f64::NAN)];
+        assert!(Adam::with_groups(nan, cfg()).is_err());
+        assert!(Adam::with_groups([ParamGroup::new([&w])], cfg().eps(-1.0)).is_err());
     }
 
     #[test]

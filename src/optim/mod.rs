@@ -54,6 +54,7 @@
 mod adam;
 mod adam_update;
 mod clip;
+mod group;
 mod schedule;
 mod sgd;
 
@@ -61,6 +62,7 @@ use std::collections::HashSet;
 
 pub use adam::{Adam, AdamConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
+pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
     WarmupLr,
@@ -112,17 +114,33 @@ pub trait Optimizer: Send {
 pub trait NamedParameter {
     /// The name and the parameter; `index` is its position in the list.
     fn into_named(self, index: usize) -> (String, Parameter);
+
+    /// The name, if it has one (a bare parameter has none: it is named by
+    /// its position once an optimizer holds it), and the parameter.
+    fn into_parts(self) -> (Option<String>, Parameter)
+    where
+        Self: Sized,
+    {
+        let (name, p) = self.into_named(0);
+        (Some(name), p)
+    }
 }
 
 impl NamedParameter for Parameter {
     fn into_named(self, index: usize) -> (String, Parameter) {
         (index.to_string(), self)
     }
+    fn into_parts(self) -> (Option<String>, Parameter) {
+        (None, self)
+    }
 }
 
 impl NamedParameter for &Parameter {
     fn into_named(self, index: usize) -> (String, Parameter) {
         (index.to_string(), self.clone())
+    }
+    fn into_parts(self) -> (Option<String>, Parameter) {
+        (None, self.clone())
     }
 }
 

@@ -28,6 +28,7 @@ mod nonfinite;
 mod optimizers;
 mod reductions;
 mod registry_sweep;
+mod text;
 
 use harness::Table;
 
@@ -52,6 +53,7 @@ fn every_bad_input_gives_a_typed_error_or_a_documented_result() {
     modules::cases(&mut table);
     expressions::cases(&mut table);
     display::cases(&mut table);
+    text::cases(&mut table);
     let (n, failures) = table.run();
     assert!(
         failures.is_empty(),

@@ -5,7 +5,7 @@
 use retrograd::nn::Parameter;
 use retrograd::optim::{
     clip_grad_norm, grad_norm, Adam, AdamConfig, CosineAnnealingLr, ExponentialLr, MultiStepLr,
-    Optimizer, Sgd, SgdConfig, StepLr, WarmupLr,
+    Optimizer, ParamGroup, Sgd, SgdConfig, StepLr, WarmupLr,
 };
 use retrograd::{Error, Graph, Tensor};
 
@@ -21,6 +21,42 @@ fn shown(v: f64) -> String {
 }
 
 pub fn cases(t: &mut Table) {
+    t.add("Adam::with_groups: a parameter in two groups", || {
+        let p = param();
+        let groups = [
+            ParamGroup::new([&p]),
+            ParamGroup::new([("again", p.clone())]),
+        ];
+        expect_err!(
+            Adam::with_groups(groups, AdamConfig::adamw()),
+            Error::InvalidArgument {
+                op: "Adam::with_groups",
+                ..
+            },
+            ["Adam::with_groups", "again", "more than once"]
+        )
+    });
+    for (what, group) in [
+        (
+            "weight_decay",
+            ParamGroup::new([param()]).weight_decay(-1.0),
+        ),
+        (
+            "lr_scale",
+            ParamGroup::new([param()]).lr_scale(f64::INFINITY),
+        ),
+    ] {
+        t.add(format!("Adam::with_groups: bad {what}"), move || {
+            expect_err!(
+                Adam::with_groups([group.clone()], AdamConfig::adamw()),
+                Error::InvalidArgument {
+                    op: "Adam::with_groups",
+                    ..
+                },
+                ["Adam::with_groups", what, "group 0"]
+            )
+        });
+    }
     for lr in [-0.1, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
         t.add(format!("Sgd: lr {lr}"), move || {
             expect_err!(

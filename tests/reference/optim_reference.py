@@ -9,6 +9,9 @@ The problem: two parameters, w [2, 3] and b [3], and the loss
 Each case takes three optimizer steps from the same start, in float64, and
 records w and b after every step. The "clip" cases clip the global gradient
 norm (torch.nn.utils.clip_grad_norm_) before each step and record the norm.
+The "groups" cases put w and b in two parameter groups (nanoGPT's split:
+weight decay on the matrix w, none on the vector b); a case whose `make`
+returns (optimizer, scheduler) steps the scheduler after each optimizer step.
 """
 import torch
 
@@ -31,13 +34,29 @@ CASES = [
     ("adamw_wd_amsgrad", lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.3, amsgrad=True), None),
     ("sgd_clip", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 0.5),
     ("adam_clip", lambda p: torch.optim.Adam(p, lr=0.01), 1.0),
+    ("adamw_groups", lambda p: torch.optim.AdamW(groups(p), lr=0.01, betas=(0.9, 0.99)), None),
+    ("adamw_groups_lr_step_schedule", lambda p: with_step_lr(torch.optim.AdamW(
+        [{"params": [p[0]], "weight_decay": 0.1}, {"params": [p[1]], "weight_decay": 0.0, "lr": 0.025}],
+        lr=0.05, betas=(0.9, 0.99), amsgrad=True)), None),
 ]
+
+
+def groups(p):
+    """nanoGPT's configure_optimizers: decay on parameters of rank >= 2."""
+    decay = [t for t in p if t.dim() >= 2]
+    no_decay = [t for t in p if t.dim() < 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def with_step_lr(opt):
+    return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
 
 def run(make, clip):
     w = torch.tensor(W0, requires_grad=True)
     b = torch.tensor(B0, requires_grad=True)
-    opt = make([w, b])
+    made = make([w, b])
+    opt, sched = made if isinstance(made, tuple) else (made, None)
     a, c, d = torch.tensor(A), torch.tensor(C), torch.tensor(D)
     out = []
     for _ in range(3):
@@ -48,6 +67,8 @@ def run(make, clip):
         if clip is not None:
             norm = float(torch.nn.utils.clip_grad_norm_([w, b], clip))
         opt.step()
+        if sched is not None:
+            sched.step()
         out.append((w.detach().flatten().tolist() + b.detach().tolist(), norm))
     return out
 
