@@ -133,15 +133,15 @@ fn im2col<T: Element>(geo: &ConvGeometry, x_g: &[T], oy0: usize, oy1: usize, col
                 let (lo, hi, off) = column_range(geo, kx, w, ow);
                 for (dst, oy) in row.chunks_exact_mut(ow).zip(oy0..oy1) {
                     let Some(iy) = input_row(geo, oy, ky, h) else {
-                        dst.fill(T::zero());
+                        zero_short(dst);
                         continue;
                     };
                     let src = &plane[iy * w..(iy + 1) * w];
-                    dst[..lo].fill(T::zero());
-                    dst[hi..].fill(T::zero());
+                    zero_short(&mut dst[..lo]);
+                    zero_short(&mut dst[hi..]);
                     if geo.stride[1] == 1 {
                         let start = (lo as isize + off) as usize;
-                        dst[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
+                        copy_short(&mut dst[lo..hi], &src[start..start + (hi - lo)]);
                     } else {
                         for (ox, d) in dst[lo..hi].iter_mut().enumerate() {
                             *d = src[((ox + lo) * geo.stride[1]).wrapping_add_signed(off)];
@@ -149,6 +149,37 @@ fn im2col<T: Element>(geo: &ConvGeometry, x_g: &[T], oy0: usize, oy1: usize, col
                     }
                 }
             }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of small images, in
+/// fixed-size pieces the compiler turns into vector moves: a `memcpy` call
+/// per image row costs more than the copy (ARCHITECTURE.md, PERF).
+#[inline(always)]
+fn copy_short<T: Element>(dst: &mut [T], src: &[T]) {
+    let src = &src[..dst.len()];
+    let split = dst.len() / 8 * 8;
+    let (d_body, d_tail) = dst.split_at_mut(split);
+    let (s_body, s_tail) = src.split_at(split);
+    for (d8, s8) in d_body.chunks_exact_mut(8).zip(s_body.chunks_exact(8)) {
+        let s8: &[T; 8] = s8.try_into().expect("a chunk of 8");
+        let d8: &mut [T; 8] = d8.try_into().expect("a chunk of 8");
+        *d8 = *s8;
+    }
+    for (dv, sv) in d_tail.iter_mut().zip(s_tail) {
+        *dv = *sv;
+    }
+}
+
+/// `dst.fill(0)` without a `memset` call for a few elements.
+#[inline(always)]
+fn zero_short<T: Element>(dst: &mut [T]) {
+    if dst.len() > 64 {
+        dst.fill(T::zero());
+    } else {
+        for v in dst {
+            *v = T::zero();
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use smallvec::smallvec;
 
-use super::conv_spec::{check_bias, sample, split_inputs, ConvSpec};
+use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
 use super::conv_transpose::ConvTranspose;
 use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
@@ -109,18 +109,11 @@ impl<const D: usize> ConvOptions<D> {
 
     /// The spec for a weight of spatial size `kernel` (needed by `"same"`).
     pub(crate) fn spec(&self, op: &'static str, kernel: &[usize]) -> Result<ConvSpec> {
-        let lift = |v: [usize; D], fill: usize| -> [usize; 2] {
-            if D == 1 {
-                [fill, v[0]]
-            } else {
-                [v[0], v[D - 1]]
-            }
-        };
-        let stride = lift(self.stride, 1);
-        let dilation = lift(self.dilation, 1);
+        let stride = lift::<D>(self.stride, 1);
+        let dilation = lift::<D>(self.dilation, 1);
         let (pad_before, pad_after) = match self.padding {
             Padding::Explicit(p) => {
-                let p = lift(p, 0);
+                let p = lift::<D>(p, 0);
                 (p, [p[0] as isize, p[1] as isize])
             }
             Padding::Valid => ([0, 0], [0, 0]),
@@ -194,15 +187,6 @@ impl Conv {
             .geometry(n, [x.shape()[1], cout], input, output, kernel);
         Ok((self.spec.shape(n, cout, output), geo))
     }
-
-    fn kernel_of(&self, w: &Tensor) -> [usize; 2] {
-        let s = w.shape();
-        if self.spec.spatial == 1 {
-            [1, s[2]]
-        } else {
-            [s[2], s[3]]
-        }
-    }
 }
 
 /// `g` summed over everything but the channel dim: a bias gradient.
@@ -249,7 +233,7 @@ impl Differentiable for Conv {
         let (x, w) = (&inputs[0], &inputs[1]);
         let graph = g.graph();
         let input = self.spec.spatial_of(self.name_str(), "the input", x.value())?;
-        let kernel = self.kernel_of(w.value());
+        let kernel = self.spec.kernel_of(w.value());
         let fitted = self.spec.fitted_to(input, kernel);
         let gx = x
             .requires_grad()
@@ -279,7 +263,7 @@ impl Differentiable for Conv {
     ) -> Result<bool> {
         let (x, w) = (inputs[0], inputs[1]);
         let input = self.spec.spatial_of(self.name_str(), "the input", x)?;
-        let kernel = self.kernel_of(w);
+        let kernel = self.spec.kernel_of(w);
         let fitted = self.spec.fitted_to(input, kernel);
         if needs[0] {
             grads[0] = Some(ConvTranspose { spec: fitted.clone() }.forward(&[g, w])?);
@@ -365,17 +349,12 @@ pub(crate) fn record_conv<'g, const D: usize>(
     bias: Option<&Var<'g>>,
     opts: &ConvOptions<D>,
 ) -> Result<Var<'g>> {
-    let unbatched = x.shape().len() == D + 1;
-    let x = if unbatched { x.try_unsqueeze(0)? } else { x.clone() };
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
-    let mut inputs = vec![&x, weight];
-    inputs.extend(bias);
-    let y = x.graph().record(Conv { spec }, &inputs)?;
-    if unbatched {
-        y.try_squeeze_dim(0)
-    } else {
-        Ok(y)
-    }
+    batched(x, D, |x| {
+        let mut inputs = vec![x, weight];
+        inputs.extend(bias);
+        x.graph().record(Conv { spec }, &inputs)
+    })
 }
 
 impl<'g> Var<'g> {

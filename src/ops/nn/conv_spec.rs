@@ -12,6 +12,7 @@
 //! under differentiation: every order of derivative exists.
 
 use crate::error::{Error, Result};
+use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
 use crate::ops::nn::spatial::Window;
 use crate::tensor::{Dims, Tensor};
@@ -75,6 +76,16 @@ impl ConvSpec {
         } else {
             [s[2], s[3]]
         })
+    }
+
+    /// The kernel size of a weight `[_, _, kernel...]` as (height, width).
+    pub fn kernel_of(&self, w: &Tensor) -> [usize; 2] {
+        let s = w.shape();
+        if self.spatial == 1 {
+            [1, s[2]]
+        } else {
+            [s[2], s[3]]
+        }
     }
 
     /// `[n, c, spatial...]` for this spatial rank.
@@ -211,6 +222,30 @@ impl ConvSpec {
             dilation: self.dilation,
         }
     }
+}
+
+/// A per-dimension setting of a `D`-d convolution over two spatial
+/// dimensions: a 1-d setting is the width's, with `fill` for the height.
+pub fn lift<const D: usize>(v: [usize; D], fill: usize) -> [usize; 2] {
+    if D == 1 {
+        [fill, v[0]]
+    } else {
+        [v[0], v[D - 1]]
+    }
+}
+
+/// Records `f` on `x` with a batch dim: an unbatched input (`[C, spatial...]`,
+/// rank `spatial + 1`) runs as a batch of one and its output loses that dim
+/// again, as PyTorch's convolutions accept.
+pub fn batched<'g>(
+    x: &Var<'g>,
+    spatial: usize,
+    f: impl FnOnce(&Var<'g>) -> Result<Var<'g>>,
+) -> Result<Var<'g>> {
+    if x.shape().len() != spatial + 1 {
+        return f(x);
+    }
+    f(&x.try_unsqueeze(0)?)?.try_squeeze_dim(0)
 }
 
 /// Checks that an optional bias is `[channels]` of `x`'s dtype.

@@ -7,7 +7,7 @@
 use smallvec::smallvec;
 
 use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
-use super::conv_spec::{check_bias, sample, split_inputs, ConvSpec};
+use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
 use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
 use crate::error::{Error, Result};
@@ -85,15 +85,8 @@ impl<const D: usize> ConvTransposeOptions<D> {
     }
 
     fn spec(&self, op: &'static str) -> Result<ConvSpec> {
-        let lift = |v: [usize; D], fill: usize| -> [usize; 2] {
-            if D == 1 {
-                [fill, v[0]]
-            } else {
-                [v[0], v[D - 1]]
-            }
-        };
-        let (stride, dilation) = (lift(self.stride, 1), lift(self.dilation, 1));
-        let (pad, extra) = (lift(self.padding, 0), lift(self.output_padding, 0));
+        let (stride, dilation) = (lift::<D>(self.stride, 1), lift::<D>(self.dilation, 1));
+        let (pad, extra) = (lift::<D>(self.padding, 0), lift::<D>(self.output_padding, 0));
         for d in 0..2 {
             if stride[d] == 0 || dilation[d] == 0 {
                 return Err(Error::invalid(
@@ -184,15 +177,6 @@ impl ConvTranspose {
         let geo = self.spec.geometry(n, [cout, cin], output, zin, kernel);
         Ok((self.spec.shape(n, cout, output), geo))
     }
-
-    fn kernel_of(&self, w: &Tensor) -> [usize; 2] {
-        let s = w.shape();
-        if self.spec.spatial == 1 {
-            [1, s[2]]
-        } else {
-            [s[2], s[3]]
-        }
-    }
 }
 
 impl Differentiable for ConvTranspose {
@@ -214,7 +198,7 @@ impl Differentiable for ConvTranspose {
     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
         let (z, w) = (&inputs[0], &inputs[1]);
         let graph = g.graph();
-        let kernel = self.kernel_of(w.value());
+        let kernel = self.spec.kernel_of(w.value());
         let gz = z
             .requires_grad()
             .then(|| graph.record(Conv { spec: self.spec.clone() }, &[g, w]))
@@ -255,7 +239,7 @@ impl Differentiable for ConvTranspose {
         if needs[1] {
             let op = ConvWeight {
                 spec: self.spec.clone(),
-                kernel: self.kernel_of(w),
+                kernel: self.spec.kernel_of(w),
             };
             grads[1] = Some(op.forward(&[g, z])?);
         }
@@ -345,16 +329,12 @@ fn record_transpose<'g, const D: usize>(
     bias: Option<&Var<'g>>,
     opts: &ConvTransposeOptions<D>,
 ) -> Result<Var<'g>> {
-    let unbatched = x.shape().len() == D + 1;
-    let x = if unbatched { x.try_unsqueeze(0)? } else { x.clone() };
-    let mut inputs = vec![&x, weight];
-    inputs.extend(bias);
-    let y = x.graph().record(ConvTranspose { spec: opts.spec(op)? }, &inputs)?;
-    if unbatched {
-        y.try_squeeze_dim(0)
-    } else {
-        Ok(y)
-    }
+    let spec = opts.spec(op)?;
+    batched(x, D, |x| {
+        let mut inputs = vec![x, weight];
+        inputs.extend(bias);
+        x.graph().record(ConvTranspose { spec }, &inputs)
+    })
 }
 
 impl<'g> Var<'g> {
