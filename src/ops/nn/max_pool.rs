@@ -191,25 +191,27 @@ impl Differentiable for MaxPool2d {
     }
 }
 
-/// `max_pool2d`'s gradient: `g` (output-shaped) added into a zero
-/// input-shaped value at the argmax positions of `x`. Inputs: `g`, `x`.
-/// The registry holds it with a 2x2 kernel and stride 2 (indices
-/// recomputed from `x`).
+/// The two linear maps at the argmax positions of `x`'s windows, each the
+/// other's derivative (with respect to its first input; both are zero with
+/// respect to `x`):
+/// - [`MaxPool2dBackward`] (`SCATTER = true`), `max_pool2d`'s gradient: `g`
+///   (output-shaped) added into a zero input-shaped value at the argmax
+///   positions;
+/// - [`MaxPool2dGather`] (`SCATTER = false`): the values of an input-shaped
+///   `t` at the argmax positions (output-shaped), `max_pool2d`'s tangent.
+///
+/// Inputs: that first operand, then `x`. The registry holds both with a 2x2
+/// kernel and stride 2 (indices recomputed from `x`).
 #[derive(Clone, Debug)]
-pub struct MaxPool2dBackward {
+pub struct MaxPool2dAtArgmax<const SCATTER: bool> {
     opts: MaxPool2dOptions,
     indices: Option<Indices>,
 }
 
-/// The values of an input-shaped `t` at the argmax positions of `x`'s
-/// windows (output-shaped): the tangent of `max_pool2d`, and the gradient
-/// of `max_pool2d_backward` with respect to `g`. Inputs: `t`, `x`. The
-/// registry holds it with a 2x2 kernel and stride 2.
-#[derive(Clone, Debug)]
-pub struct MaxPool2dGather {
-    opts: MaxPool2dOptions,
-    indices: Option<Indices>,
-}
+/// `max_pool2d_backward`: see [`MaxPool2dAtArgmax`].
+pub type MaxPool2dBackward = MaxPool2dAtArgmax<true>;
+/// `max_pool2d_gather`: see [`MaxPool2dAtArgmax`].
+pub type MaxPool2dGather = MaxPool2dAtArgmax<false>;
 
 /// The given indices after checking their count, or `x`'s, recomputed.
 fn resolve(op: &'static str, geo: &Geometry, x: &Tensor, indices: Option<&Indices>) -> Result<Indices> {
@@ -260,46 +262,62 @@ fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indi
     }))
 }
 
-impl MaxPool2dBackward {
+impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
+    const NAME: &'static str = if SCATTER {
+        "max_pool2d_backward"
+    } else {
+        "max_pool2d_gather"
+    };
+
     /// Indices for `x`: the stored ones, or recomputed once so that the
     /// ops this one records need not recompute them again.
     fn indices(&self, x: &Tensor) -> Result<Indices> {
-        let geo = self.opts.geometry("max_pool2d_backward", x)?;
-        resolve("max_pool2d_backward", &geo, x, self.indices.as_ref())
+        let geo = self.opts.geometry(Self::NAME, x)?;
+        resolve(Self::NAME, &geo, x, self.indices.as_ref())
+    }
+
+    /// The scatter (`S = true`) or the gather at `x`'s argmax positions,
+    /// with the indices resolved once.
+    fn at<const S: bool>(&self, x: &Tensor) -> Result<MaxPool2dAtArgmax<S>> {
+        Ok(MaxPool2dAtArgmax {
+            opts: self.opts.clone(),
+            indices: Some(self.indices(x)?),
+        })
+    }
+
+    /// The map itself on plain tensors: `scatter` or `gather` of `a`.
+    fn apply(opts: &MaxPool2dOptions, a: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+        if SCATTER {
+            scatter(opts, a, x, indices)
+        } else {
+            gather(opts, a, x, indices)
+        }
     }
 }
 
-impl MaxPool2dGather {
-    fn indices(&self, x: &Tensor) -> Result<Indices> {
-        let geo = self.opts.geometry("max_pool2d_gather", x)?;
-        resolve("max_pool2d_gather", &geo, x, self.indices.as_ref())
-    }
-}
-
-impl Differentiable for MaxPool2dBackward {
+impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
     fn name(&self) -> &str {
-        "max_pool2d_backward"
+        Self::NAME
     }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("max_pool2d_backward", inputs, 2)?;
-        scatter(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
+        expect_inputs(Self::NAME, inputs, 2)?;
+        Self::apply(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
     }
     fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let dg = g
-            .requires_grad()
-            .then(|| {
-                let op = MaxPool2dGather {
-                    opts: self.opts.clone(),
-                    indices: Some(self.indices(x.value())?),
-                };
-                g2.graph().record(op, &[g2, x])
-            })
-            .transpose()?;
-        Ok(smallvec![dg, None])
+        let (a, x) = (&inputs[0], &inputs[1]);
+        // The adjoint of scatter is gather and the other way round.
+        let da = if SCATTER {
+            a.requires_grad()
+                .then(|| g2.graph().record(self.at::<false>(x.value())?, &[g2, x]))
+        } else {
+            a.requires_grad()
+                .then(|| g2.graph().record(self.at::<true>(x.value())?, &[g2, x]))
+        }
+        .transpose()?;
+        Ok(smallvec![da, None])
     }
     fn backward_fast(
         &self,
@@ -310,85 +328,32 @@ impl Differentiable for MaxPool2dBackward {
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
         if needs[0] {
-            grads[0] = Some(gather(&self.opts, g2, inputs[1], self.indices.as_ref())?);
+            let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
+            // The adjoint: gather for the scatter, scatter for the gather.
+            grads[0] = Some(if SCATTER {
+                gather(opts, g2, x, indices)?
+            } else {
+                scatter(opts, g2, x, indices)?
+            });
         }
         Ok(true)
     }
     fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(tg) = &t[0] else { return Ok(None) };
+        let Some(ta) = &t[0] else { return Ok(None) };
         let x = &inputs[1];
-        let op = MaxPool2dBackward {
-            opts: self.opts.clone(),
-            indices: Some(self.indices(x.value())?),
-        };
-        Ok(Some(tg.graph().record(op, &[tg, x])?))
+        Ok(Some(ta.graph().record(self.at::<SCATTER>(x.value())?, &[ta, x])?))
     }
     fn facts(&self) -> OpFacts {
-        let example = MaxPool2dBackward {
+        let example = MaxPool2dAtArgmax::<SCATTER> {
             opts: example_options(),
             indices: None,
         };
-        facts(Arc::new(example), 2, |seed| {
-            vec![smooth(&example_out_shape(), seed), distinct(&SAMPLE_SHAPE, seed)]
-        })
-    }
-}
-
-impl Differentiable for MaxPool2dGather {
-    fn name(&self) -> &str {
-        "max_pool2d_gather"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("max_pool2d_gather", inputs, 2)?;
-        gather(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
-    }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (t, x) = (&inputs[0], &inputs[1]);
-        let dt = t
-            .requires_grad()
-            .then(|| {
-                let op = MaxPool2dBackward {
-                    opts: self.opts.clone(),
-                    indices: Some(self.indices(x.value())?),
-                };
-                g2.graph().record(op, &[g2, x])
-            })
-            .transpose()?;
-        Ok(smallvec![dt, None])
-    }
-    fn backward_fast(
-        &self,
-        g2: &Tensor,
-        inputs: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(scatter(&self.opts, g2, inputs[1], self.indices.as_ref())?);
-        }
-        Ok(true)
-    }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(tt) = &t[0] else { return Ok(None) };
-        let x = &inputs[1];
-        let op = MaxPool2dGather {
-            opts: self.opts.clone(),
-            indices: Some(self.indices(x.value())?),
+        let sample: fn(u64) -> Vec<Tensor> = if SCATTER {
+            |seed| vec![smooth(&example_out_shape(), seed), distinct(&SAMPLE_SHAPE, seed)]
+        } else {
+            |seed| vec![smooth(&SAMPLE_SHAPE, seed), distinct(&SAMPLE_SHAPE, seed)]
         };
-        Ok(Some(tt.graph().record(op, &[tt, x])?))
-    }
-    fn facts(&self) -> OpFacts {
-        let example = MaxPool2dGather {
-            opts: example_options(),
-            indices: None,
-        };
-        facts(Arc::new(example), 2, |seed| {
-            vec![smooth(&SAMPLE_SHAPE, seed), distinct(&SAMPLE_SHAPE, seed)]
-        })
+        facts(Arc::new(example), 2, sample)
     }
 }
 
