@@ -5,14 +5,15 @@
 //! backward written with `Var` operations), the `Var` methods that record
 //! them, and a `register` function that adds them to the default registry.
 
-/// Declares the op families, one module each, and [`register_builtins`],
-/// which registers every family's ops: the one list of built-in ops.
+/// Declares op families, one module each, and a function that registers
+/// every family's ops: [`register_builtins`] here, `nn::register` for the
+/// neural-net families. These two lists are the only lists of built-in ops.
 macro_rules! op_families {
-    ($($family:ident),* $(,)?) => {
+    ($(#[$doc:meta])* fn $register:ident; $($family:ident),* $(,)?) => {
         $(pub mod $family;)*
 
-        /// Registers every built-in op (`OpRegistry::with_builtins`).
-        pub(crate) fn register_builtins(reg: &mut OpRegistry) {
+        $(#[$doc])*
+        pub(crate) fn $register(reg: &mut OpRegistry) {
             $($family::register(reg);)*
         }
     };
@@ -22,6 +23,8 @@ mod apply;
 mod differentiable;
 
 op_families! {
+    /// Registers every built-in op (`OpRegistry::with_builtins`).
+    fn register_builtins;
     activation,
     arith,
     broadcast,

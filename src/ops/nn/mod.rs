@@ -5,34 +5,13 @@
 //! `scaled_dot_product_attention`, and the fused backward ops that keep their gradients to one
 //! kernel pass while staying differentiable themselves.
 
-pub mod avg_pool;
-pub mod attention;
-pub mod attention_backward;
 #[cfg(test)]
 mod attention_tests;
-pub mod batch_norm;
-pub mod batch_norm_backward;
 #[cfg(test)]
 mod batch_norm_tests;
-pub mod bce;
 mod class_targets;
-pub mod conv;
 mod conv_spec;
-pub mod conv_transpose;
-pub mod conv_weight;
-pub mod cross_entropy;
-pub mod cross_entropy_backward;
-pub mod dropout;
-pub mod embedding;
-pub mod group_norm;
-pub mod layer_norm;
-pub mod layer_norm_backward;
-pub mod max_pool;
-pub mod mse;
-pub mod nll;
 pub mod pool;
-pub mod rms_norm;
-pub mod softmax;
 pub mod spatial;
 pub mod support;
 
@@ -48,29 +27,32 @@ pub use support::{Indices, IntIndex, Reduction};
 
 use super::OpRegistry;
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    softmax::register(reg);
-    attention::register(reg);
-    attention_backward::register(reg);
-    conv::register(reg);
-    conv_transpose::register(reg);
-    conv_weight::register(reg);
-    cross_entropy::register(reg);
-    cross_entropy_backward::register(reg);
-    nll::register(reg);
-    mse::register(reg);
-    bce::register(reg);
-    dropout::register(reg);
-    embedding::register(reg);
-    layer_norm::register(reg);
-    layer_norm_backward::register(reg);
-    max_pool::register(reg);
-    avg_pool::register(reg);
-    rms_norm::register(reg);
-    batch_norm::register(reg);
-    batch_norm_backward::register(reg);
-    group_norm::register(reg);
+op_families! {
+    /// Registers every op of these families (called by `ops::register_builtins`).
+    fn register;
+    attention,
+    attention_backward,
+    avg_pool,
+    batch_norm,
+    batch_norm_backward,
+    bce,
+    conv,
+    conv_transpose,
+    conv_weight,
+    cross_entropy,
+    cross_entropy_backward,
+    dropout,
+    embedding,
+    group_norm,
+    layer_norm,
+    layer_norm_backward,
+    max_pool,
+    mse,
+    nll,
+    rms_norm,
+    softmax,
 }
+
 
 #[cfg(test)]
 mod tests {
