@@ -27,6 +27,10 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// `#[derive(Module)]` expands to `::retrograd::nn::...` paths, which must
+// resolve inside this crate too.
+extern crate self as retrograd;
+
 pub mod autograd;
 pub mod data;
 mod error;
