@@ -37,7 +37,7 @@ use crate::nn::{Buffer, Parameter, StateDict};
 ///
 /// impl Net {
 ///     fn forward<'g>(&self, x: &Var<'g>, shift: bool) -> Result<Var<'g>> {
-///         let h = self.layers[0].forward(x)?.relu()?;
+///         let h = self.layers[0].forward(x)?.relu();
 ///         let y = self.layers[1].forward(&h)?.try_mul(&x.graph().param(&self.scale))?;
 ///         match (&self.shift, shift) {
 ///             (Some(b), true) => y.try_add(&x.graph().param(b)),
