@@ -20,6 +20,9 @@ pub use layers::{
     LinearBuilder, Mlp, MlpBuilder, RMSNorm, Sequential,
 };
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use layers::{
+    Block, BlockBuilder, FeedForward, Gpt, GptConfig, MultiheadAttention, MultiheadAttentionBuilder,
+};
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Forward, Module};
 pub use parameter::Parameter;

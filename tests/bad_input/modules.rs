@@ -180,7 +180,11 @@ pub fn cases(t: &mut Table) {
     });
     t.add("Embedding: padding index out of range", || {
         expect_err!(
-            Embedding::builder(3, 2).padding_idx(Some(3)).dtype(DType::F32).build_with(&mut rng()).map(|_| ()),
+            Embedding::builder(3, 2)
+                .padding_idx(Some(3))
+                .dtype(DType::F32)
+                .build_with(&mut rng())
+                .map(|_| ()),
             Error::IndexOutOfRange { .. } | Error::InvalidArgument { .. },
             ["Embedding", "3"]
         )

@@ -58,6 +58,17 @@ impl Dropout {
     pub fn is_training(&self) -> bool {
         self.training
     }
+
+    /// The seed of the next mask, or `None` when nothing is dropped (eval
+    /// mode or `p = 0`): for layers that hand dropout to a fused op
+    /// (attention's `dropout_p`) with this layer's schedule of seeds.
+    pub(crate) fn next_seed(&self) -> Option<u64> {
+        if !self.training || self.p == 0.0 {
+            return None;
+        }
+        let k = self.calls.fetch_add(1, Ordering::Relaxed);
+        Some(mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15))))
+    }
 }
 
 impl Clone for Dropout {
@@ -88,12 +99,10 @@ impl Module for Dropout {
 
 impl Forward for Dropout {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        if !self.training || self.p == 0.0 {
-            return Ok(x.clone());
+        match self.next_seed() {
+            Some(seed) => x.try_dropout(self.p, true, seed),
+            None => Ok(x.clone()),
         }
-        let k = self.calls.fetch_add(1, Ordering::Relaxed);
-        let seed = mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15)));
-        x.try_dropout(self.p, true, seed)
     }
 }
 

@@ -197,7 +197,11 @@ mod tests {
     #[test]
     fn padding_row_is_zero_and_untrained() {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
-        let emb = Embedding::builder(4, 3).padding_idx(Some(1)).dtype(DType::F32).build_with(&mut rng).unwrap();
+        let emb = Embedding::builder(4, 3)
+            .padding_idx(Some(1))
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .unwrap();
         assert_eq!(emb.weight().value().to_f64_vec()[3..6], [0.0; 3]);
         let g = Graph::new();
         let grads = emb
@@ -209,6 +213,10 @@ mod tests {
         let gw = grads.of(emb.weight()).to_f64_vec();
         assert_eq!(gw[3..6], [0.0; 3]);
         assert_eq!(gw[6..9], [1.0; 3]);
-        assert!(Embedding::builder(4, 3).padding_idx(Some(4)).dtype(DType::F32).build_with(&mut rng).is_err());
+        assert!(Embedding::builder(4, 3)
+            .padding_idx(Some(4))
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .is_err());
     }
 }

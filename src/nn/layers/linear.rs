@@ -110,6 +110,17 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
     }
+
+    /// Redraws the weight `N(0, std)` from `rng` and zeroes the bias
+    /// (GPT-2's initialisation of its linear layers).
+    pub fn init_normal<R: Rng + ?Sized>(&self, std: f64, rng: &mut R) -> Result<()> {
+        let w = &self.weight;
+        w.set(init::normal(&w.shape(), 0.0, std, w.dtype(), rng)?)?;
+        if let Some(b) = &self.bias {
+            b.set(b.value().zeros_like())?;
+        }
+        Ok(())
+    }
 }
 
 impl Forward for Linear {
