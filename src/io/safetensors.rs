@@ -7,8 +7,10 @@
 //! old file or the complete new one, never a half-written file.
 //!
 //! Reads never panic on bad input: an unreadable file is [`Error::Io`], a
-//! truncated or corrupted one (or a dtype other than F32/F64) is
-//! [`Error::Format`], both with the path.
+//! truncated or corrupted one (or a dtype other than F32, F64, F16, BF16,
+//! I64 and BOOL) is [`Error::Format`], both with the path. F16 and BF16
+//! (most checkpoints from other tools are BF16) load as `DType::F16` and
+//! `DType::BF16`, bit for bit: cast them with `Tensor::to_dtype`.
 //!
 //! [safetensors]: https://huggingface.co/docs/safetensors
 
@@ -42,6 +44,8 @@ impl View for TensorBytes<'_> {
             DType::F64 => Dtype::F64,
             DType::I64 => Dtype::I64,
             DType::Bool => Dtype::BOOL,
+            DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
         }
     }
 
@@ -61,8 +65,9 @@ impl View for TensorBytes<'_> {
 /// The little-endian bytes of `values`: borrowed on little-endian machines.
 fn le_bytes<T: LeBytes>(values: &[T]) -> Cow<'_, [u8]> {
     if cfg!(target_endian = "little") {
-        // SAFETY: `T` is f32, f64, i64 or bool (`LeBytes` is implemented
-        // for nothing else; a bool is one byte, 0 or 1): no padding, so all `size_of_val(values)` bytes behind the
+        // SAFETY: `T` is f32, f64, i64, bool, f16 or bf16 (`LeBytes` is
+        // implemented for nothing else; a bool is one byte, 0 or 1; the
+        // half types are transparent `u16`s): no padding, so all `size_of_val(values)` bytes behind the
         // pointer are initialised, and `u8` has alignment 1 and accepts any
         // byte. The byte slice borrows `values` for its lifetime, so the
         // memory stays valid and unmodified.
@@ -91,6 +96,18 @@ impl LeBytes for f64 {
 }
 
 impl LeBytes for i64 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for half::f16 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for half::bf16 {
     fn to_le_vec(self) -> Vec<u8> {
         self.to_le_bytes().to_vec()
     }
@@ -187,7 +204,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Reads a safetensors file: every tensor (F32 or F64) and the metadata.
+/// Reads a safetensors file: every tensor (F32, F64, F16, BF16, I64 or
+/// BOOL, each as the same dtype) and the metadata.
 pub fn load_tensors(path: impl AsRef<Path>) -> Result<TensorFile> {
     const OP: &str = "load_tensors";
     let path = path.as_ref();
@@ -213,6 +231,8 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
             Dtype::F32 => Tensor::from_vec(decode(data, f32::from_le_bytes), view.shape()),
             Dtype::F64 => Tensor::from_vec(decode(data, f64::from_le_bytes), view.shape()),
             Dtype::I64 => Tensor::from_vec(decode(data, i64::from_le_bytes), view.shape()),
+            Dtype::F16 => Tensor::from_vec(decode(data, half::f16::from_le_bytes), view.shape()),
+            Dtype::BF16 => Tensor::from_vec(decode(data, half::bf16::from_le_bytes), view.shape()),
             Dtype::BOOL => match data
                 .iter()
                 .map(|&b| decode_bool(b))
@@ -232,7 +252,7 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
                     op,
                     path,
                     format!(
-                        "tensor `{name}` has dtype {other}; retrograd reads F32, F64, I64 and BOOL"
+                        "tensor `{name}` has dtype {other}; retrograd reads F32, F64, F16, BF16, I64 and BOOL"
                     ),
                 ))
             }

@@ -92,7 +92,8 @@ pub(crate) fn register(_reg: &mut OpRegistry) {}
 fn scalar_operand(op: &'static str, value: f64, dtype: DType) -> Result<Tensor> {
     let t = Tensor::scalar_of(value, dtype);
     let exact = match dtype {
-        DType::F32 | DType::F64 => true,
+        // A float scalar rounds to the tensor's float dtype, as in PyTorch.
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => true,
         DType::I64 | DType::Bool => t.try_item()? == value,
     };
     if exact {
