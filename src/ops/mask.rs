@@ -375,7 +375,7 @@ mod tests {
     fn casts_between_every_dtype() {
         let g = Graph::new();
         let x = g.variable(Tensor::from_vec(vec![-1.5, 0.0, 2.7], &[3]).unwrap());
-        for dtype in [DType::F32, DType::F64, DType::I64, DType::Bool] {
+        for dtype in [DType::F32, DType::F64, DType::I64, DType::Bool, DType::F16, DType::BF16] {
             let y = x.to_dtype(dtype);
             assert_eq!(y.dtype(), dtype);
             assert_eq!(y.requires_grad(), dtype.is_float());
@@ -384,6 +384,9 @@ mod tests {
                 DType::F32 | DType::F64 => vec![-1.5, 0.0, 2.7f32 as f64],
                 DType::I64 => vec![-1.0, 0.0, 2.0],
                 DType::Bool => vec![1.0, 0.0, 1.0],
+                // Rounded to nearest: 11 and 8 significant bits.
+                DType::F16 => vec![-1.5, 0.0, 2.69921875],
+                DType::BF16 => vec![-1.5, 0.0, 2.703125],
             };
             if dtype == DType::F64 {
                 assert_eq!(back, vec![-1.5, 0.0, 2.7]);

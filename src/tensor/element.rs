@@ -242,10 +242,10 @@ impl DataType for bool {
 }
 
 /// `v` as an f64, exact below 2^53 and rounded to odd above: the dropped
-/// bits' "any set" goes into the last kept bit, so a second rounding to
-/// fewer than 52 bits (f16, bf16) is correctly rounded. `v as f64` would
-/// round to nearest first, and a value just off a bf16 midpoint could land
-/// on it and then tie the wrong way.
+/// bits' "any set" goes into the last kept bit, so a later rounding to
+/// fewer bits (f32 to odd, then f16 or bf16) is correctly rounded. `v as
+/// f64` would round to nearest first, and a value just off a bf16 midpoint
+/// could land on it and then tie the wrong way.
 fn i64_to_f64_round_to_odd(v: i64) -> f64 {
     let mag = v.unsigned_abs();
     let bits = 64 - mag.leading_zeros();
@@ -263,20 +263,44 @@ fn i64_to_f64_round_to_odd(v: i64) -> f64 {
     }
 }
 
-/// A storage-only 16-bit float: conversions through f64 are exact one way
-/// (to f64) and rounded once the other (`half`'s `from_f64` rounds to
-/// nearest, ties to even, with no detour through f32).
+/// `v` as an f32 rounded to odd: the nearest f32 if exact, else of the two
+/// f32s around `v` the one with an odd last bit (an infinity becomes the
+/// largest finite f32). Rounding that again to 11 or 8 significant bits
+/// (f16, bf16: at least two fewer than f32's 24) is correctly rounded.
+///
+/// `half`'s own `from_f64` drops the low 32 bits of the f64 before it
+/// rounds, so a value just above a tie (the excess in those bits) would tie
+/// to even; its `from_f32` rounds correctly from every bit.
+fn f64_to_f32_round_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if f.is_nan() || f64::from(f) == v {
+        return f;
+    }
+    let bits = f.to_bits();
+    if bits & 1 == 1 {
+        return f;
+    }
+    // The nearest was even and inexact: its neighbour toward `v` is odd.
+    if f64::from(f).abs() > v.abs() {
+        f32::from_bits(bits - 1)
+    } else {
+        f32::from_bits(bits + 1)
+    }
+}
+
+/// A storage-only 16-bit float: to f64 is exact; from f64 or i64 rounds
+/// once, to nearest with ties to even (through f32 rounded to odd).
 macro_rules! half_data_type {
     ($T:ty, $variant:ident, $from:ident, $get:ident, $get_ref:ident, $get_mut:ident) => {
         impl DataType for $T {
             const DTYPE: DType = DType::$variant;
             #[inline(always)]
             fn cast_from_f64(v: f64) -> Self {
-                <$T>::from_f64(v)
+                <$T>::from_f32(f64_to_f32_round_to_odd(v))
             }
             #[inline(always)]
             fn cast_from_i64(v: i64) -> Self {
-                <$T>::from_f64(i64_to_f64_round_to_odd(v))
+                Self::cast_from_f64(i64_to_f64_round_to_odd(v))
             }
             #[inline(always)]
             fn cast_to_f64(self) -> f64 {

@@ -968,6 +968,103 @@ mod tests {
     }
 
     #[test]
+    fn half_tensors_are_stored_cast_and_compared() {
+        use half::{bf16, f16};
+        for dtype in [DType::F16, DType::BF16] {
+            let t = Tensor::from_vec(vec![1.5, -2.0, 0.0, 1e6], &[2, 2])
+                .unwrap()
+                .to_dtype(dtype);
+            assert_eq!((t.dtype(), t.shape()), (dtype, &[2usize, 2][..]));
+            assert!(!t.is_float() && t.dtype().is_half());
+            // 1e6 is beyond f16 (max 65504): infinity; bf16 rounds it.
+            let want_last = if dtype == DType::F16 { f64::INFINITY } else { 999424.0 };
+            assert_eq!(t.to_f64_vec(), vec![1.5, -2.0, 0.0, want_last]);
+            assert_eq!(t.all_finite(), dtype == DType::BF16);
+            let s = Tensor::scalar_of(0.5, dtype);
+            assert!(s.is_scalar());
+            assert_eq!((s.dtype(), s.try_item().unwrap()), (dtype, 0.5));
+            assert_eq!(s.zeros_like(), Tensor::scalar_of(0.0, dtype));
+            assert_eq!(s.reshape(&[1]).unwrap().reshape(&[]).unwrap(), s);
+            assert!(t.reshape(&[4]).unwrap().shares_storage_with(&t));
+            assert_eq!(Tensor::ones(&[3], dtype).unwrap().to_f64_vec(), vec![1.0; 3]);
+            assert_eq!(
+                Tensor::arange(0.0, 1.0, 0.25, dtype).unwrap().to_f64_vec(),
+                vec![0.0, 0.25, 0.5, 0.75]
+            );
+            assert_eq!(t.to_dtype(DType::I64).to_vec::<i64>().unwrap()[..3], [1, -2, 0]);
+            assert_eq!(
+                t.to_dtype(DType::Bool).to_vec::<bool>().unwrap(),
+                vec![true, true, false, true]
+            );
+            assert_eq!(t, t.clone());
+            assert_ne!(t, t.to_dtype(DType::F32));
+            assert!(t.as_slice::<f32>().is_err());
+        }
+        let mut h = Tensor::from_vec(vec![f16::from_f32(1.0), f16::from_f32(2.0)], &[2]).unwrap();
+        let shared = h.clone();
+        h.make_mut::<f16>().unwrap()[0] = f16::from_f32(7.0);
+        assert_eq!(shared.to_f64_vec(), vec![1.0, 2.0]);
+        assert_eq!(h.to_vec::<f16>().unwrap(), vec![f16::from_f32(7.0), f16::from_f32(2.0)]);
+        assert_eq!(Tensor::scalar(bf16::from_f32(3.0)).to_string(), "3");
+        let mut b = Tensor::scalar(bf16::from_f32(3.0));
+        b.make_mut::<bf16>().unwrap()[0] = bf16::from_f32(-1.0);
+        assert_eq!(b.item(), -1.0);
+    }
+
+    #[test]
+    fn casts_to_half_round_once_to_nearest_even() {
+        use half::{bf16, f16};
+        // Every f16 and bf16 value survives f64 and f32 and back, bit for bit.
+        for bits in 0..=u16::MAX {
+            for (dtype, t) in [
+                (DType::F16, Tensor::scalar(f16::from_bits(bits))),
+                (DType::BF16, Tensor::scalar(bf16::from_bits(bits))),
+            ] {
+                if t.item().is_nan() {
+                    assert!(t.to_dtype(DType::F32).item().is_nan());
+                    continue;
+                }
+                for wide in [DType::F32, DType::F64] {
+                    assert_eq!(t.to_dtype(wide).to_dtype(dtype), t, "{dtype} bits {bits:#x}");
+                }
+            }
+        }
+        // Ties go to even; one ulp above a tie goes up. bf16's ulp at 1 is
+        // 2^-7, f16's 2^-10.
+        let cases = [
+            (DType::BF16, 1.0 + 2f64.powi(-8), 1.0),
+            (DType::BF16, 1.0 + 3.0 * 2f64.powi(-8), 1.0 + 2f64.powi(-6)),
+            (DType::BF16, 1.0 + 2f64.powi(-8) + 2f64.powi(-40), 1.0 + 2f64.powi(-7)),
+            (DType::F16, 1.0 + 2f64.powi(-11), 1.0),
+            (DType::F16, 1.0 + 2f64.powi(-11) + 2f64.powi(-40), 1.0 + 2f64.powi(-10)),
+            (DType::F16, 65520.0, f64::INFINITY),
+            (DType::F16, 2f64.powi(-25), 0.0),
+            (DType::F16, 2f64.powi(-25) * (1.0 + 2f64.powi(-40)), 2f64.powi(-24)),
+            (DType::BF16, f64::MAX, f64::INFINITY),
+            (DType::BF16, -1e300, f64::NEG_INFINITY),
+            (DType::BF16, 1e-300, 0.0),
+            (DType::F16, 2f64.powi(-24), 2f64.powi(-24)),
+        ];
+        for (dtype, x, want) in cases {
+            assert_eq!(Tensor::scalar(x).to_dtype(dtype).item(), want, "{x} to {dtype}");
+        }
+        // From f32, the same rounding (a tie at f32 precision too).
+        let x = Tensor::scalar(1.0f32 + 2f32.powi(-8) + 2f32.powi(-20));
+        assert_eq!(x.to_dtype(DType::BF16).item(), 1.0 + 2f64.powi(-7));
+        // i64 above 2^53 rounds once: this one is just above a bf16 tie,
+        // and `as f64` would round it onto the tie and then down to even.
+        let big = (1i64 << 62) + (1i64 << 54) + 1;
+        let t = Tensor::scalar(big).to_dtype(DType::BF16);
+        assert_eq!(t.item(), ((1i64 << 62) + (1i64 << 55)) as f64);
+        assert_eq!(
+            Tensor::scalar(-big).to_dtype(DType::BF16).item(),
+            -(((1i64 << 62) + (1i64 << 55)) as f64)
+        );
+        assert_eq!(Tensor::scalar(i64::MIN).to_dtype(DType::BF16).item(), -(2f64.powi(63)));
+        assert_eq!(Tensor::scalar(f64::NAN).to_dtype(DType::F16).to_dtype(DType::I64).item(), 0.0);
+    }
+
+    #[test]
     fn dtype_conversion() {
         let t = Tensor::from_vec(vec![1.5f64, 2.5], &[2]).unwrap();
         assert_eq!(
