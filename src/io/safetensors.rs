@@ -305,6 +305,18 @@ mod tests {
             Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]).unwrap(),
         );
         t.insert("flag".into(), Tensor::scalar(true));
+        t.insert(
+            "half".into(),
+            Tensor::from_vec(vec![1.5, -0.0, 65504.0, 6e-8], &[4])
+                .unwrap()
+                .to_dtype(DType::F16),
+        );
+        t.insert(
+            "brain".into(),
+            Tensor::from_vec(vec![3e38f32, -1e-38, 0.1, 7.0, 1.0, -2.0], &[3, 2])
+                .unwrap()
+                .to_dtype(DType::BF16),
+        );
         t
     }
 
@@ -317,12 +329,12 @@ mod tests {
         save_tensors(&path, &sample(), &meta).unwrap();
         let back = load_tensors(&path).unwrap();
         assert_eq!(back.metadata, meta);
-        assert_eq!(back.tensors.len(), 8);
+        assert_eq!(back.tensors.len(), 10);
         for (name, t) in sample() {
             let b = &back.tensors[&name];
             assert_eq!((b.shape(), b.dtype()), (t.shape(), t.dtype()), "{name}");
             if !t.is_float() {
-                // i64 (beyond 2^53 too) and bool compare exactly.
+                // i64 (beyond 2^53 too), bool, f16 and bf16 compare exactly.
                 assert_eq!(b, &t, "{name}");
                 continue;
             }
@@ -336,6 +348,42 @@ mod tests {
         }
         // Only the checkpoint is left in the directory: no temporary files.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn bf16_and_f16_from_other_tools_load_bit_for_bit() {
+        // What `safetensors.torch.save_file` writes for
+        // `torch.tensor([[1.0, -2.5], [0.1, 3e38]], dtype=torch.bfloat16)`
+        // and the f16 `[0.5, 65504]`: raw little-endian bits.
+        let bf: Vec<u8> = [0x3f80u16, 0xc020, 0x3dcd, 0x7f62]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let h: Vec<u8> = [0x3800u16, 0x7bff].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let views = [
+            ("w", safetensors::tensor::TensorView::new(Dtype::BF16, vec![2, 2], &bf).unwrap()),
+            ("h", safetensors::tensor::TensorView::new(Dtype::F16, vec![2], &h).unwrap()),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let file = parse_tensors("load_tensors", Path::new("x"), &bytes).unwrap();
+        let w = &file.tensors["w"];
+        assert_eq!((w.dtype(), w.shape()), (DType::BF16, &[2usize, 2][..]));
+        let bits: Vec<u16> = w.to_vec::<half::bf16>().unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, vec![0x3f80, 0xc020, 0x3dcd, 0x7f62]);
+        assert_eq!(w.to_dtype(DType::F32).to_vec::<f32>().unwrap()[..2], [1.0, -2.5]);
+        let h = &file.tensors["h"];
+        assert_eq!((h.dtype(), h.to_f64_vec()), (DType::F16, vec![0.5, 65504.0]));
+        // And back out: the same bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        save_tensors(&path, &file.tensors, &BTreeMap::new()).unwrap();
+        let again = SafeTensors::deserialize(&std::fs::read(&path).unwrap())
+            .unwrap()
+            .tensor("w")
+            .unwrap()
+            .data()
+            .to_vec();
+        assert_eq!(again, bf);
     }
 
     #[test]
