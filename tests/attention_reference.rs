@@ -181,14 +181,26 @@ fn keep_mask(shape: &[usize], hidden: &[usize]) -> Tensor {
     let (rows, cols) = (shape[r - 2], shape[r - 1]);
     let n: usize = shape.iter().product();
     let keep = (0..n)
-        .map(|i| (0.37 * i as f64 + 0.1 + 3.0).sin() > -0.3 && !hidden.contains(&((i / cols) % rows)))
+        .map(|i| {
+            (0.37 * i as f64 + 0.1 + 3.0).sin() > -0.3 && !hidden.contains(&((i / cols) % rows))
+        })
         .collect();
     Tensor::from_vec(keep, shape).unwrap()
 }
 
+/// Name, shapes of q, k, v, the mask's shape, the hidden query rows, and
+/// PyTorch's output and gradients.
+type BoolCase = (
+    &'static str,
+    [&'static [usize]; 3],
+    &'static [usize],
+    &'static [usize],
+    [&'static [f64]; 4],
+);
+
 #[test]
 fn bool_masks_match_pytorch_with_a_fully_masked_row() {
-    let cases: [(&str, [&[usize]; 3], &[usize], &[usize], [&[f64]; 4]); 2] = [
+    let cases: [BoolCase; 2] = [
         (
             "bool mask, row 1 hidden from every key",
             [&[2, 3, 4], &[2, 5, 4], &[2, 5, 3]],

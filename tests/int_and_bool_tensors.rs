@@ -41,7 +41,9 @@ fn i64_ids_index_and_are_class_targets() {
     let logits = Tensor::randn(&[2, 4], DType::F64, 2).unwrap();
     same_with_i64_and_float_ids("gather", &logits, |x, i| x.try_gather(1, i));
     let targets = Tensor::from_vec(vec![3i64, 1], &[2]).unwrap();
-    same_with_i64_and_float_ids("cross_entropy", &logits, |x, _| x.try_cross_entropy(&targets));
+    same_with_i64_and_float_ids("cross_entropy", &logits, |x, _| {
+        x.try_cross_entropy(&targets)
+    });
     same_with_i64_and_float_ids("nll_loss", &logits, |x, _| {
         x.try_log_softmax(-1)?.try_nll_loss(&targets)
     });
@@ -49,7 +51,10 @@ fn i64_ids_index_and_are_class_targets() {
     let g = Graph::new();
     let x = g.variable(logits.clone());
     let a = x.cross_entropy(&targets).value().item();
-    let b = x.cross_entropy(&targets.to_dtype(DType::F64)).value().item();
+    let b = x
+        .cross_entropy(&targets.to_dtype(DType::F64))
+        .value()
+        .item();
     assert_eq!(a, b);
 }
 
@@ -67,7 +72,9 @@ fn masks_comparisons_positions_and_casts() {
     let scores = g.variable(Tensor::randn(&[4, 4], DType::F32, 3).unwrap());
     let hidden = causal.eq_scalar(0.0);
     let filled = scores.masked_fill(&hidden, f64::NEG_INFINITY);
-    let chosen = scores.try_where(&causal, &g.constant(Tensor::scalar(f32::NEG_INFINITY))).unwrap();
+    let chosen = scores
+        .try_where(&causal, &g.constant(Tensor::scalar(f32::NEG_INFINITY)))
+        .unwrap();
     assert_eq!(filled.value(), chosen.value());
     let p = filled.softmax(-1);
     let grads = p.select(0, 3).sum().backward().unwrap();
@@ -82,7 +89,13 @@ fn masks_comparisons_positions_and_casts() {
     assert_eq!(next.dtype(), DType::I64);
     let (top, at) = p.topk(2, true);
     assert_eq!((top.dtype(), at.dtype()), (DType::F32, DType::I64));
-    let firsts: Vec<i64> = at.value().to_vec::<i64>().unwrap().into_iter().step_by(2).collect();
+    let firsts: Vec<i64> = at
+        .value()
+        .to_vec::<i64>()
+        .unwrap()
+        .into_iter()
+        .step_by(2)
+        .collect();
     assert_eq!(firsts, next.value().to_vec::<i64>().unwrap());
     let table = g.variable(Tensor::randn(&[4, 2], DType::F32, 5).unwrap());
     assert_eq!(table.embedding(next.value(), &[4]).shape(), &[4, 2]);
@@ -90,7 +103,11 @@ fn masks_comparisons_positions_and_casts() {
     let count = causal.to_dtype(DType::F32).sum();
     assert_eq!(count.value().item(), 10.0);
     assert_eq!(
-        g.constant(Tensor::vector(&[2.7f32, -1.5])).to_dtype(DType::I64).value().to_vec::<i64>().unwrap(),
+        g.constant(Tensor::vector(&[2.7f32, -1.5]))
+            .to_dtype(DType::I64)
+            .value()
+            .to_vec::<i64>()
+            .unwrap(),
         vec![2, -1]
     );
     let stored = scores.to_dtype(DType::BF16);
@@ -107,8 +124,14 @@ fn mixing_dtypes_without_a_cast_is_a_typed_error() {
     assert!(matches!(x.try_lt(&i), Err(Error::DTypeMismatch { .. })));
     assert!(matches!(i.try_eq(&m), Err(Error::DTypeMismatch { .. })));
     assert!(matches!(i.try_add(&i), Err(Error::NotFloat { .. })));
-    assert!(matches!(x.try_masked_fill(&i, 0.0), Err(Error::WrongDType { .. })));
-    assert!(matches!(g.try_variable(ids()), Err(Error::NotDifferentiable { .. })));
+    assert!(matches!(
+        x.try_masked_fill(&i, 0.0),
+        Err(Error::WrongDType { .. })
+    ));
+    assert!(matches!(
+        g.try_variable(ids()),
+        Err(Error::NotDifferentiable { .. })
+    ));
     // With the cast, each works.
     assert!(x.try_add(&i.to_dtype(DType::F32)).is_ok());
     assert!(x.try_masked_fill(&i.ne_scalar(0.0), 0.0).is_ok());

@@ -183,7 +183,11 @@ fn every_op_with_a_non_float_output_records_nothing() {
             .unwrap_or_else(|e| panic!("{label}: jvp: {e}"));
             let count = want.to_f64_vec().iter().sum::<f64>();
             let ones = xs[0].numel() as f64;
-            assert_eq!(value.item(), xs[0].to_f64_vec().iter().sum::<f64>() * count, "{label}");
+            assert_eq!(
+                value.item(),
+                xs[0].to_f64_vec().iter().sum::<f64>() * count,
+                "{label}"
+            );
             assert_eq!(tangent.item(), ones * count, "{label}: tangent");
         }
     }

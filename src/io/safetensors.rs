@@ -359,20 +359,40 @@ mod tests {
             .iter()
             .flat_map(|b| b.to_le_bytes())
             .collect();
-        let h: Vec<u8> = [0x3800u16, 0x7bff].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let h: Vec<u8> = [0x3800u16, 0x7bff]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
         let views = [
-            ("w", safetensors::tensor::TensorView::new(Dtype::BF16, vec![2, 2], &bf).unwrap()),
-            ("h", safetensors::tensor::TensorView::new(Dtype::F16, vec![2], &h).unwrap()),
+            (
+                "w",
+                safetensors::tensor::TensorView::new(Dtype::BF16, vec![2, 2], &bf).unwrap(),
+            ),
+            (
+                "h",
+                safetensors::tensor::TensorView::new(Dtype::F16, vec![2], &h).unwrap(),
+            ),
         ];
         let bytes = safetensors::serialize(views, None).unwrap();
         let file = parse_tensors("load_tensors", Path::new("x"), &bytes).unwrap();
         let w = &file.tensors["w"];
         assert_eq!((w.dtype(), w.shape()), (DType::BF16, &[2usize, 2][..]));
-        let bits: Vec<u16> = w.to_vec::<half::bf16>().unwrap().iter().map(|v| v.to_bits()).collect();
+        let bits: Vec<u16> = w
+            .to_vec::<half::bf16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
         assert_eq!(bits, vec![0x3f80, 0xc020, 0x3dcd, 0x7f62]);
-        assert_eq!(w.to_dtype(DType::F32).to_vec::<f32>().unwrap()[..2], [1.0, -2.5]);
+        assert_eq!(
+            w.to_dtype(DType::F32).to_vec::<f32>().unwrap()[..2],
+            [1.0, -2.5]
+        );
         let h = &file.tensors["h"];
-        assert_eq!((h.dtype(), h.to_f64_vec()), (DType::F16, vec![0.5, 65504.0]));
+        assert_eq!(
+            (h.dtype(), h.to_f64_vec()),
+            (DType::F16, vec![0.5, 65504.0])
+        );
         // And back out: the same bytes.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.safetensors");

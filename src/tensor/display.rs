@@ -111,9 +111,18 @@ mod tests {
         assert_eq!(format!("{:.2}", Tensor::scalar(1.0f32 / 3.0)), "0.33");
         // Half floats print their value's shortest f32 form.
         let h = Tensor::from_vec(vec![0.1, -2.5, 65504.0], &[3]).unwrap();
-        assert_eq!(h.to_dtype(crate::DType::F16).to_string(), "[0.099975586, -2.5, 65504]");
-        assert_eq!(h.to_dtype(crate::DType::BF16).to_string(), "[0.100097656, -2.5, 65536]");
-        assert_eq!(format!("{:.2}", Tensor::scalar(half::bf16::from_f32(1.0 / 3.0))), "0.33");
+        assert_eq!(
+            h.to_dtype(crate::DType::F16).to_string(),
+            "[0.099975586, -2.5, 65504]"
+        );
+        assert_eq!(
+            h.to_dtype(crate::DType::BF16).to_string(),
+            "[0.100097656, -2.5, 65536]"
+        );
+        assert_eq!(
+            format!("{:.2}", Tensor::scalar(half::bf16::from_f32(1.0 / 3.0))),
+            "0.33"
+        );
         // A huge zero-sized shape prints its edges at once (no walk over every row).
         let empty = Tensor::zeros(&[usize::MAX, 2, usize::MAX, 0], crate::DType::F32).unwrap();
         let lane = "[[], [], [], ..., [], [], []]";

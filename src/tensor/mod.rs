@@ -691,8 +691,14 @@ impl Tensor {
         match self.dtype() {
             DType::F32 => self.as_slice_of::<f32>().iter().all(|v| v.is_finite()),
             DType::F64 => self.as_slice_of::<f64>().iter().all(|v| v.is_finite()),
-            DType::F16 => self.as_slice_of::<half::f16>().iter().all(|v| v.is_finite()),
-            DType::BF16 => self.as_slice_of::<half::bf16>().iter().all(|v| v.is_finite()),
+            DType::F16 => self
+                .as_slice_of::<half::f16>()
+                .iter()
+                .all(|v| v.is_finite()),
+            DType::BF16 => self
+                .as_slice_of::<half::bf16>()
+                .iter()
+                .all(|v| v.is_finite()),
             DType::I64 | DType::Bool => true,
         }
     }
@@ -977,7 +983,11 @@ mod tests {
             assert_eq!((t.dtype(), t.shape()), (dtype, &[2usize, 2][..]));
             assert!(!t.is_float() && t.dtype().is_half());
             // 1e6 is beyond f16 (max 65504): infinity; bf16 rounds it.
-            let want_last = if dtype == DType::F16 { f64::INFINITY } else { 999424.0 };
+            let want_last = if dtype == DType::F16 {
+                f64::INFINITY
+            } else {
+                999424.0
+            };
             assert_eq!(t.to_f64_vec(), vec![1.5, -2.0, 0.0, want_last]);
             assert_eq!(t.all_finite(), dtype == DType::BF16);
             let s = Tensor::scalar_of(0.5, dtype);
@@ -986,12 +996,18 @@ mod tests {
             assert_eq!(s.zeros_like(), Tensor::scalar_of(0.0, dtype));
             assert_eq!(s.reshape(&[1]).unwrap().reshape(&[]).unwrap(), s);
             assert!(t.reshape(&[4]).unwrap().shares_storage_with(&t));
-            assert_eq!(Tensor::ones(&[3], dtype).unwrap().to_f64_vec(), vec![1.0; 3]);
+            assert_eq!(
+                Tensor::ones(&[3], dtype).unwrap().to_f64_vec(),
+                vec![1.0; 3]
+            );
             assert_eq!(
                 Tensor::arange(0.0, 1.0, 0.25, dtype).unwrap().to_f64_vec(),
                 vec![0.0, 0.25, 0.5, 0.75]
             );
-            assert_eq!(t.to_dtype(DType::I64).to_vec::<i64>().unwrap()[..3], [1, -2, 0]);
+            assert_eq!(
+                t.to_dtype(DType::I64).to_vec::<i64>().unwrap()[..3],
+                [1, -2, 0]
+            );
             assert_eq!(
                 t.to_dtype(DType::Bool).to_vec::<bool>().unwrap(),
                 vec![true, true, false, true]
@@ -1004,7 +1020,10 @@ mod tests {
         let shared = h.clone();
         h.make_mut::<f16>().unwrap()[0] = f16::from_f32(7.0);
         assert_eq!(shared.to_f64_vec(), vec![1.0, 2.0]);
-        assert_eq!(h.to_vec::<f16>().unwrap(), vec![f16::from_f32(7.0), f16::from_f32(2.0)]);
+        assert_eq!(
+            h.to_vec::<f16>().unwrap(),
+            vec![f16::from_f32(7.0), f16::from_f32(2.0)]
+        );
         assert_eq!(Tensor::scalar(bf16::from_f32(3.0)).to_string(), "3");
         let mut b = Tensor::scalar(bf16::from_f32(3.0));
         b.make_mut::<bf16>().unwrap()[0] = bf16::from_f32(-1.0);
@@ -1025,7 +1044,11 @@ mod tests {
                     continue;
                 }
                 for wide in [DType::F32, DType::F64] {
-                    assert_eq!(t.to_dtype(wide).to_dtype(dtype), t, "{dtype} bits {bits:#x}");
+                    assert_eq!(
+                        t.to_dtype(wide).to_dtype(dtype),
+                        t,
+                        "{dtype} bits {bits:#x}"
+                    );
                 }
             }
         }
@@ -1034,19 +1057,35 @@ mod tests {
         let cases = [
             (DType::BF16, 1.0 + 2f64.powi(-8), 1.0),
             (DType::BF16, 1.0 + 3.0 * 2f64.powi(-8), 1.0 + 2f64.powi(-6)),
-            (DType::BF16, 1.0 + 2f64.powi(-8) + 2f64.powi(-40), 1.0 + 2f64.powi(-7)),
+            (
+                DType::BF16,
+                1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+                1.0 + 2f64.powi(-7),
+            ),
             (DType::F16, 1.0 + 2f64.powi(-11), 1.0),
-            (DType::F16, 1.0 + 2f64.powi(-11) + 2f64.powi(-40), 1.0 + 2f64.powi(-10)),
+            (
+                DType::F16,
+                1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+                1.0 + 2f64.powi(-10),
+            ),
             (DType::F16, 65520.0, f64::INFINITY),
             (DType::F16, 2f64.powi(-25), 0.0),
-            (DType::F16, 2f64.powi(-25) * (1.0 + 2f64.powi(-40)), 2f64.powi(-24)),
+            (
+                DType::F16,
+                2f64.powi(-25) * (1.0 + 2f64.powi(-40)),
+                2f64.powi(-24),
+            ),
             (DType::BF16, f64::MAX, f64::INFINITY),
             (DType::BF16, -1e300, f64::NEG_INFINITY),
             (DType::BF16, 1e-300, 0.0),
             (DType::F16, 2f64.powi(-24), 2f64.powi(-24)),
         ];
         for (dtype, x, want) in cases {
-            assert_eq!(Tensor::scalar(x).to_dtype(dtype).item(), want, "{x} to {dtype}");
+            assert_eq!(
+                Tensor::scalar(x).to_dtype(dtype).item(),
+                want,
+                "{x} to {dtype}"
+            );
         }
         // From f32, the same rounding (a tie at f32 precision too).
         let x = Tensor::scalar(1.0f32 + 2f32.powi(-8) + 2f32.powi(-20));
@@ -1060,8 +1099,17 @@ mod tests {
             Tensor::scalar(-big).to_dtype(DType::BF16).item(),
             -(((1i64 << 62) + (1i64 << 55)) as f64)
         );
-        assert_eq!(Tensor::scalar(i64::MIN).to_dtype(DType::BF16).item(), -(2f64.powi(63)));
-        assert_eq!(Tensor::scalar(f64::NAN).to_dtype(DType::F16).to_dtype(DType::I64).item(), 0.0);
+        assert_eq!(
+            Tensor::scalar(i64::MIN).to_dtype(DType::BF16).item(),
+            -(2f64.powi(63))
+        );
+        assert_eq!(
+            Tensor::scalar(f64::NAN)
+                .to_dtype(DType::F16)
+                .to_dtype(DType::I64)
+                .item(),
+            0.0
+        );
     }
 
     #[test]

@@ -270,8 +270,14 @@ mod tests {
         for v in [0.0f32, -0.0, 1.5, -65504.0, 6.1e-5, f32::INFINITY] {
             let (h, b) = (f16::from_f32(v), bf16::from_f32(v));
             let (mut wh, mut wb) = (Word::from_f16(h), Word::from_bf16(b));
-            assert_eq!((wh.f16().to_bits(), wh.f16_ref().to_bits()), (h.to_bits(), h.to_bits()));
-            assert_eq!((wb.bf16().to_bits(), wb.bf16_ref().to_bits()), (b.to_bits(), b.to_bits()));
+            assert_eq!(
+                (wh.f16().to_bits(), wh.f16_ref().to_bits()),
+                (h.to_bits(), h.to_bits())
+            );
+            assert_eq!(
+                (wb.bf16().to_bits(), wb.bf16_ref().to_bits()),
+                (b.to_bits(), b.to_bits())
+            );
             *wh.f16_mut() = f16::from_f32(2.0);
             *wb.bf16_mut() = bf16::from_f32(-3.0);
             assert_eq!((wh.f16().to_f32(), wb.bf16().to_f32()), (2.0, -3.0));
