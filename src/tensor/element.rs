@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::dtype::DType;
-use super::math::{tanh_f32, tanh_f64};
+use super::math::{exp_f32, tanh_f32, tanh_f64};
 use super::storage::Buffer;
 use super::{Repr, Tensor, Word};
 use std::sync::Arc;
@@ -95,6 +95,13 @@ pub trait Element:
     /// (see `tensor::math`).
     #[doc(hidden)]
     fn tanh_vectorisable(self) -> Self;
+    /// `e^x` as the `exp` op computes it: for f32 the branch-free
+    /// `tensor::math::exp_f32` (within 2 ulp), so a loop over a slice with
+    /// an `exp` inside (the exact GELU's derivative) vectorises instead of
+    /// calling libm per element; for f64 libm's, correctly rounded in
+    /// practice and what the f64 reference tables were written against.
+    #[doc(hidden)]
+    fn exp_vectorisable(self) -> Self;
 }
 
 mod private {
@@ -324,6 +331,10 @@ impl Element for f32 {
         tanh_f32(self)
     }
     #[inline(always)]
+    fn exp_vectorisable(self) -> Self {
+        exp_f32(self)
+    }
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -337,6 +348,10 @@ impl Element for f64 {
     #[inline(always)]
     fn tanh_vectorisable(self) -> Self {
         tanh_f64(self)
+    }
+    #[inline(always)]
+    fn exp_vectorisable(self) -> Self {
+        self.exp()
     }
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
