@@ -63,6 +63,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",
     ),
     (
+        "w4",
+        w4::run_step,
+        "GPT training iteration (nanoGPT shakespeare_char CPU config, AdamW), batch 12",
+    ),
+    (
         "w4_attn",
         w4::run,
         "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",
