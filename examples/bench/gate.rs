@@ -24,9 +24,9 @@
 use std::hint::black_box;
 use std::process::ExitCode;
 
-use retrograd::DType;
 use retrograd::nn::Module;
 use retrograd::optim::{Adam, AdamConfig};
+use retrograd::DType;
 
 use crate::{w1, w2, w3, w4};
 
@@ -38,10 +38,18 @@ type Setup = fn() -> Box<dyn FnMut() -> f64>;
 /// The gate's workloads: name (the key in `bench/callgrind/baselines.json`),
 /// setup, and what it runs.
 pub const GATE: &[(&str, Setup, &str)] = &[
-    ("w1", w1_chain, "W1 scalar chain, f32, C = 100 (30,099 nodes)"),
+    (
+        "w1",
+        w1_chain,
+        "W1 scalar chain, f32, C = 100 (30,099 nodes)",
+    ),
     ("w1v", w1v_chain, "W1v, f32, width 64, C = 20 (6,020 nodes)"),
     ("w2", w2_step, "one W2 MLP training step (SGD), batch 16"),
-    ("w3", w3_step, "one W3 CNN training step (model C1, Adam), batch 4"),
+    (
+        "w3",
+        w3_step,
+        "one W3 CNN training step (model C1, Adam), batch 4",
+    ),
     (
         "w4_attn",
         w4_attn,
