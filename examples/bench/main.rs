@@ -10,9 +10,13 @@
 //! sweep), `all`. Each result line carries the median, min and max time
 //! over the repeats. New workloads are one module each plus a line in
 //! `WORKLOADS`.
+//!
+//! `bench gate <workload>` runs one workload at a small size for the
+//! instruction-count gate (`gate.rs`, `bench/callgrind/gate`).
 
 mod checkpointing;
 mod elementwise;
+mod gate;
 mod matmul;
 mod memory;
 mod report;
@@ -109,12 +113,16 @@ fn usage() -> String {
     for (name, _, what) in WORKLOADS {
         s.push_str(&format!("  {name:<12} {what}\n"));
     }
-    s.push_str("  all          every workload\n");
+    s.push_str("  all          every workload\n\n");
+    s.push_str(&gate::usage());
     s
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("gate") {
+        return gate::main(&args[1..]);
+    }
     let mut opts = Options {
         repeats: 0,
         quick: false,

@@ -56,7 +56,8 @@ pub fn step(model: &Sequential, opt: &mut Adam, x: &Tensor, y: &[usize]) -> Resu
     Ok(loss)
 }
 
-fn data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
+/// Fixed-seed standard-normal images `[batch, 1, 28, 28]` and uniform labels.
+pub fn data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
     let x = Tensor::randn(&[batch, 1, 28, 28], DType::F32, seed).expect("valid shape");
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 1);
     (x, (0..batch).map(|_| rng.random_range(0..10)).collect())
