@@ -64,11 +64,13 @@ impl GptStep {
         let config = GptConfig::shakespeare_char(VOCAB);
         let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0)).expect("valid config");
         let adamw = AdamConfig::adamw().lr(1e-3).betas(0.9, 0.99);
-        let optimizer = Adam::with_groups(decay_groups(model.parameters(), 0.1), adamw)
-            .expect("valid groups");
+        let optimizer =
+            Adam::with_groups(decay_groups(model.parameters(), 0.1), adamw).expect("valid groups");
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let t = config.block_size;
-        let ids: Vec<i64> = (0..batch * (t + 1)).map(|_| rng.random_range(0..VOCAB as i64)).collect();
+        let ids: Vec<i64> = (0..batch * (t + 1))
+            .map(|_| rng.random_range(0..VOCAB as i64))
+            .collect();
         let window = |offset: usize| -> Tensor {
             let rows: Vec<i64> = ids
                 .chunks(t + 1)
@@ -76,13 +78,21 @@ impl GptStep {
                 .collect();
             Tensor::from_vec(rows, &[batch, t]).expect("valid shape")
         };
-        GptStep { model, optimizer, tokens: window(0), targets: window(1) }
+        GptStep {
+            model,
+            optimizer,
+            tokens: window(0),
+            targets: window(1),
+        }
     }
 
     /// One iteration; returns the loss.
     pub fn step(&mut self) -> f64 {
         let g = Graph::new();
-        let loss = self.model.loss(&g.constant(self.tokens.clone()), &self.targets).expect("loss");
+        let loss = self
+            .model
+            .loss(&g.constant(self.tokens.clone()), &self.targets)
+            .expect("loss");
         let mut grads = loss.backward().expect("backward");
         clip_grad_norm(&mut grads, 1.0, 2.0).expect("clip");
         self.optimizer.step(&grads).expect("step");
@@ -93,7 +103,9 @@ impl GptStep {
 pub fn run_step(opts: &Options) {
     let mut step = GptStep::new(STEP_BATCH);
     let mut loss = 0.0;
-    let stats = time(if opts.quick { 3 } else { opts.repeats.max(20) }, || loss = step.step());
+    let stats = time(if opts.quick { 3 } else { opts.repeats.max(20) }, || {
+        loss = step.step()
+    });
     emit(
         vec![
             ("framework", "retrograd".into()),

@@ -279,13 +279,19 @@ mod tests {
             if want.is_normal() {
                 worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
             } else {
-                assert!((got - want).abs() <= 2.0 * f32::from_bits(1), "erfc({x}) = {got}, libm {want}");
+                assert!(
+                    (got - want).abs() <= 2.0 * f32::from_bits(1),
+                    "erfc({x}) = {got}, libm {want}"
+                );
             }
             x += 1.0 / 1024.0 + x.abs() * 1e-4;
         }
         assert!(worst <= 4, "worst error {worst} ulp");
         assert!(erfc_f32(f32::NAN).is_nan());
-        assert_eq!((erfc_f32(f32::INFINITY), erfc_f32(f32::NEG_INFINITY)), (0.0, 2.0));
+        assert_eq!(
+            (erfc_f32(f32::INFINITY), erfc_f32(f32::NEG_INFINITY)),
+            (0.0, 2.0)
+        );
         assert_eq!(erfc_f32(0.0), 1.0);
     }
 }
