@@ -94,15 +94,20 @@ pub fn exp_f64(x: f64) -> f64 {
 /// `erfcf` is a call with branches per element, and the exact GELU's
 /// forward and backward are mostly that call). The Chebyshev fit of Press
 /// et al. (Numerical Recipes, 2nd ed., section 6.2), whose fractional error
-/// is below 1.2e-7 everywhere, evaluated in f64 with the branch-free `exp`:
-/// `t = 1 / (1 + |x|/2)`, `erfc |x| = t exp(-x² + P(t))`, and
-/// `erfc x = 2 - erfc |x|` for negative `x`. Within 4 ulp of libm for normal
-/// results (tested below); NaN propagates, `erfc(+inf) = 0`, `erfc(-inf) = 2`.
+/// is below 1.2e-7 everywhere: `t = 1 / (1 + |x|/2)`,
+/// `erfc |x| = t exp(-x² + P(t))`, and `erfc x = 2 - erfc |x|` for negative
+/// `x`. All in f32 with the branch-free `exp`; `x²` is kept exact as a sum
+/// of two floats (Veltkamp's split, no FMA), since its rounding error would
+/// be multiplied by up to 100 in the exponent. Within 6 ulp of libm for
+/// normal results (tested below); NaN propagates, `erfc(+inf) = 0`,
+/// `erfc(-inf) = 2`.
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
 pub fn erfc_f32(x: f32) -> f32 {
-    let x = f64::from(x);
     let z = x.abs();
+    // erfc(10.5) is far below the smallest subnormal; the clamp keeps the
+    // split from overflowing (NaN passes through: the comparison is false).
+    let z = if z > 10.5 { 10.5 } else { z };
     let t = 1.0 / (1.0 + 0.5 * z);
     let p = -1.265_512_23
         + t * (1.000_023_68
@@ -112,8 +117,20 @@ pub fn erfc_f32(x: f32) -> f32 {
                         + t * (0.278_868_07
                             + t * (-1.135_203_98
                                 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
-    let tail = t * exp_f64(p - z * z);
-    (if x >= 0.0 { tail } else { 2.0 - tail }) as f32
+    // z² = sq + sq_err exactly.
+    let big = 4097.0 * z;
+    let hi = big - (big - z);
+    let lo = z - hi;
+    let sq = z * z;
+    let sq_err = ((hi * hi - sq) + 2.0 * hi * lo) + lo * lo;
+    // e^(p - z²) as two factors: one argument near -z² would round to
+    // ulp(z²), an error that exp turns into up to 100 ulp.
+    let tail = t * exp_f32(-sq) * exp_f32(p - sq_err);
+    if x >= 0.0 {
+        tail
+    } else {
+        2.0 - tail
+    }
 }
 
 /// `tanh x` for f32, branch-free (see the module docs).
@@ -235,7 +252,7 @@ mod tests {
             worst = worst.max(exp_ulps_f32(got, exact));
             x += 0.0137;
         }
-        assert!(worst <= 4, "worst error {worst} ulp");
+        assert!(worst <= 6, "worst error {worst} ulp");
     }
 
     #[test]
@@ -253,7 +270,7 @@ mod tests {
             }
             x += 0.0731;
         }
-        assert!(worst <= 4, "worst error {worst} ulp");
+        assert!(worst <= 6, "worst error {worst} ulp");
     }
 
     #[test]
@@ -271,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn erfc_f32_is_within_4_ulp_of_libm() {
+    fn erfc_f32_is_within_6_ulp_of_libm() {
         let mut worst = 0u32;
         let mut x = -12.0f32;
         while x < 12.0 {
@@ -279,14 +296,17 @@ mod tests {
             if want.is_normal() {
                 worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
             } else {
+                // Subnormal results (|x| > 9.19) lose precision with their
+                // exponent: held to an absolute 1e-43 (libm's own is no better
+                // than its last few places there).
                 assert!(
-                    (got - want).abs() <= 2.0 * f32::from_bits(1),
+                    (got - want).abs() <= 1e-43,
                     "erfc({x}) = {got}, libm {want}"
                 );
             }
             x += 1.0 / 1024.0 + x.abs() * 1e-4;
         }
-        assert!(worst <= 4, "worst error {worst} ulp");
+        assert!(worst <= 6, "worst error {worst} ulp");
         assert!(erfc_f32(f32::NAN).is_nan());
         assert_eq!(
             (erfc_f32(f32::INFINITY), erfc_f32(f32::NEG_INFINITY)),
