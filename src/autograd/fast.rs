@@ -26,6 +26,14 @@ pub(crate) enum Walk<'a> {
     FromRoot,
     /// An explicit order of node indices (the tape, or a checked custom order).
     Listed(&'a [u32]),
+    /// `FromRoot`, telling a caller when a leaf's gradient is final: after
+    /// node `at` of each `(at, leaf)` in `triggers` (sorted by `at`,
+    /// descending) has run, `on_final(leaf, store)` is called. A separate
+    /// walk so the plain sweep's loop is untouched (W1's hot path).
+    Notify {
+        triggers: &'a [(u32, u32)],
+        on_final: &'a mut dyn FnMut(u32, &mut TensorStore) -> Result<()>,
+    },
 }
 
 /// What one node needs after the fast paths had their say.
@@ -72,6 +80,28 @@ pub(crate) fn run_fast<'g>(
         Walk::Listed(order) => {
             for &node in order {
                 step!(node as usize);
+            }
+        }
+        Walk::Notify { triggers, on_final } => {
+            let Some(top) = root.node_index() else {
+                return Ok(());
+            };
+            let mut next = triggers.iter().peekable();
+            for node in (0..=top).rev() {
+                step!(node);
+                // Every consumer of a leaf has an index at least that of its
+                // lowest one, and the walk goes down: past it, nothing adds
+                // to the leaf's gradient.
+                while let Some(&&(at, leaf)) = next.peek() {
+                    if at as usize != node {
+                        break;
+                    }
+                    next.next();
+                    // The caller may read the graph; release the borrow.
+                    drop(st);
+                    on_final(leaf, store)?;
+                    st = graph.state();
+                }
             }
         }
     }

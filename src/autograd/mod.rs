@@ -9,6 +9,7 @@ mod functional;
 mod grad;
 pub mod gradcheck;
 mod gradients;
+mod notify;
 pub(crate) mod hooks;
 mod pool;
 mod scalar_node;
