@@ -29,6 +29,7 @@ struct ReadmeDoctests;
 
 pub mod autograd;
 pub mod data;
+pub mod distributed;
 mod error;
 #[cfg(feature = "expr")]
 pub mod expr;

@@ -62,10 +62,7 @@ impl<'g> Var<'g> {
             if !leaf.is_leaf() {
                 return Err(Error::invalid(
                     "backward_notifying",
-                    format!(
-                        "value {:?} is an op's output, not a leaf",
-                        leaf.value_id()
-                    ),
+                    format!("value {:?} is an op's output, not a leaf", leaf.value_id()),
                 ));
             }
         }
@@ -183,11 +180,14 @@ mod tests {
         let mut order = Vec::new();
         let mut got = vec![None; 4];
         let grads = y
-            .backward_notifying(&[x.clone(), w.clone(), unused.clone(), c.clone()], &mut |i, t| {
-                order.push(i);
-                got[i] = t.cloned();
-                Ok(())
-            })
+            .backward_notifying(
+                &[x.clone(), w.clone(), unused.clone(), c.clone()],
+                &mut |i, t| {
+                    order.push(i);
+                    got[i] = t.cloned();
+                    Ok(())
+                },
+            )
             .unwrap();
         let plain = y.backward().unwrap();
         assert_eq!(order.len(), 4);
@@ -211,7 +211,7 @@ mod tests {
         let b = g.variable(Tensor::scalar(3.0));
         let mid = &a * 2.0; // node 0 reads a
         let top = &mid * &b; // node 1 reads b
-        // b's gradient is final after node 1, before node 0 runs.
+                             // b's gradient is final after node 1, before node 0 runs.
         let mut events = Vec::new();
         top.backward_notifying(&[a.clone(), b.clone()], &mut |i, _| {
             events.push(i);
@@ -234,8 +234,12 @@ mod tests {
         assert!(err.to_string().contains("stop"));
         let other = Graph::new();
         let foreign = other.variable(Tensor::scalar(1.0));
-        assert!(y.backward_notifying(&[foreign], &mut |_, _| Ok(())).is_err());
-        assert!(y.backward_notifying(&[y.clone()], &mut |_, _| Ok(())).is_err());
+        assert!(y
+            .backward_notifying(&[foreign], &mut |_, _| Ok(()))
+            .is_err());
+        assert!(y
+            .backward_notifying(&[y.clone()], &mut |_, _| Ok(()))
+            .is_err());
     }
 
     #[test]
