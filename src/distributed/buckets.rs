@@ -40,17 +40,18 @@ impl BucketPlan {
         let mut place = vec![(0, 0, 0); params.len()];
         for (i, (name, p)) in params.iter().enumerate().rev() {
             let dtype = p.dtype();
-            let width =
-                match dtype {
-                    DType::F32 => 4,
-                    DType::F64 => 8,
-                    other => return Err(Error::invalid(
+            let width = match dtype {
+                DType::F32 => 4,
+                DType::F64 => 8,
+                other => {
+                    return Err(Error::invalid(
                         "DataParallel",
                         format!(
                             "parameter `{name}` has dtype {other}; only f32 and f64 are trained"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             let n = p.numel();
             let fits = buckets
                 .last()

@@ -107,6 +107,35 @@ pub trait Communicator {
     ) -> Result<()>;
 }
 
+/// A shared reference serves as the communicator it points to (so a
+/// wrapper can borrow one that the program keeps).
+impl<C: Communicator + ?Sized> Communicator for &C {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        (**self).all_gather_bytes(mine)
+    }
+
+    fn broadcast_bytes(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+        (**self).broadcast_bytes(root, data)
+    }
+
+    fn all_reduce_overlapped(
+        &self,
+        send: &mut [FlatBuf],
+        recv: &mut [FlatBuf],
+        produce: &mut dyn FnMut(&mut dyn BucketSink) -> Result<()>,
+    ) -> Result<()> {
+        (**self).all_reduce_overlapped(send, recv, produce)
+    }
+}
+
 /// Checks a bucket start against what is expected next.
 pub(crate) fn check_start(next: usize, index: usize, count: usize) -> Result<()> {
     if index != next || index >= count {

@@ -58,6 +58,10 @@ impl Communicator for MpiCommunicator {
     }
 
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        // One leading byte per rank: OpenMPI refuses an all-gather whose
+        // buffers are all empty (MPI_ERR_ARG).
+        let mine: Vec<u8> = std::iter::once(0).chain(mine.iter().copied()).collect();
+        let mine = &mine[..];
         let n = self.size();
         let mut counts: Vec<Count> = vec![0; n];
         self.world
@@ -80,7 +84,7 @@ impl Communicator for MpiCommunicator {
         Ok(counts
             .iter()
             .zip(&displs)
-            .map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec())
+            .map(|(&c, &d)| all[d as usize + 1..(d + c) as usize].to_vec())
             .collect())
     }
 
