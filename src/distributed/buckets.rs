@@ -9,6 +9,10 @@ use crate::tensor::DType;
 /// The buckets' default size: 25 MiB, PyTorch DDP's `bucket_cap_mb`.
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
 
+/// The first bucket's cap (PyTorch DDP's too): the last layers' gradients,
+/// final first, start travelling early instead of waiting for 25 MiB.
+pub const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
+
 /// One bucket: the parameters (by index) whose gradients it carries.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Bucket {
@@ -27,8 +31,8 @@ pub(crate) struct BucketPlan {
 
 impl BucketPlan {
     /// Packs `params`, last first, into buckets of at most `cap_bytes`
-    /// (a parameter larger than that gets a bucket of its own) and of one
-    /// dtype each.
+    /// (the first of at most [`FIRST_BUCKET_BYTES`]; a parameter larger than
+    /// its bucket's cap gets a bucket of its own) and of one dtype each.
     pub(crate) fn new(params: &[(String, Parameter)], cap_bytes: usize) -> Result<Self> {
         if cap_bytes == 0 {
             return Err(Error::invalid(
@@ -53,9 +57,15 @@ impl BucketPlan {
                 }
             };
             let n = p.numel();
+            // The last bucket is the first one while there is only one.
+            let cap = if buckets.len() == 1 {
+                cap_bytes.min(FIRST_BUCKET_BYTES)
+            } else {
+                cap_bytes
+            };
             let fits = buckets
                 .last()
-                .is_some_and(|b| b.dtype == dtype && (b.len + n) * width <= cap_bytes);
+                .is_some_and(|b| b.dtype == dtype && (b.len + n) * width <= cap);
             if !fits {
                 buckets.push(Bucket {
                     dtype,
@@ -112,6 +122,14 @@ mod tests {
         let one = BucketPlan::new(&params, DEFAULT_BUCKET_BYTES).unwrap();
         assert_eq!(one.buckets.len(), 2); // one per dtype
         assert!(BucketPlan::new(&params, 0).is_err());
+        // W2's sizes: the first bucket stops at 1 MiB, the rest share 25 MiB.
+        let w2: Vec<_> = [784 * 512, 512, 512 * 512, 512, 512 * 10, 10]
+            .iter()
+            .map(|&n| p(n, DType::F32))
+            .collect();
+        let plan = BucketPlan::new(&w2, DEFAULT_BUCKET_BYTES).unwrap();
+        let members: Vec<Vec<usize>> = plan.buckets.iter().map(|b| b.members.clone()).collect();
+        assert_eq!(members, vec![vec![5, 4, 3], vec![2, 1, 0]]);
         let ints = vec![("i".to_string(), Parameter::new(Tensor::vector(&[1i64])))];
         assert!(BucketPlan::new(&ints, 8).is_err());
     }

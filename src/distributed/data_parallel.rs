@@ -24,8 +24,8 @@ use crate::tensor::Tensor;
 ///   parameter and buffer names, shapes and dtypes (a difference is an
 ///   [`Error::ReplicaMismatch`] on every rank, naming the first one), then
 ///   copies rank 0's parameters and buffers to every rank.
-/// - **Gradients** travel in buckets (about 25 MiB, parameters in reverse
-///   order, one dtype each). Backward reports each parameter's gradient as
+/// - **Gradients** travel in buckets (about 25 MiB, the first 1 MiB,
+///   parameters in reverse order, one dtype each). Backward reports each parameter's gradient as
 ///   soon as it is final ([`Var::backward_notifying`]); a bucket's
 ///   non-blocking all-reduce starts once all its gradients are final (and
 ///   the buckets before it started: every rank starts them in the same
@@ -416,15 +416,13 @@ fn agree<C: Communicator + ?Sized, T>(comm: &C, op: &'static str, local: Result<
         Err(e) => e.to_string().into_bytes(),
     };
     let all = comm.all_gather_bytes(&mine)?;
-    if local.is_err() {
-        return local;
-    }
+    let value = local?;
     match all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
         Some((rank, message)) => Err(Error::Communication {
             op,
             detail: format!("rank {rank} failed: {}", String::from_utf8_lossy(message)),
         }),
-        None => local,
+        None => Ok(value),
     }
 }
 

@@ -9,7 +9,7 @@
 //! - [`DistributedSampler`]: each rank's shard of a dataset, per epoch.
 //! - [`Communicator`]: the collectives used, behind a trait.
 //!   [`SingleProcess`] is one rank; with feature `mpi`, `MpiCommunicator`
-//!   runs over MPI (OpenMPI through the `mpi` crate), and [`run`] starts MPI,
+//!   runs over MPI (OpenMPI through the `mpi` crate), and `run` starts MPI,
 //!   runs a training function and turns an error or panic on any rank into
 //!   an `MPI_Abort` of the whole job, so no rank waits for a dead one.
 
@@ -21,7 +21,7 @@ mod over_mpi;
 mod sampler;
 mod wire;
 
-pub use buckets::DEFAULT_BUCKET_BYTES;
+pub use buckets::{DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES};
 pub use comm::{BucketSink, Communicator, FlatBuf, SingleProcess};
 pub use data_parallel::DataParallel;
 #[cfg(feature = "mpi")]
