@@ -358,7 +358,11 @@ def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = mlp_data(per_rank, 1 + rank)
     times = []
+    cpu0 = 0.0
     for i in range(warmup + steps):
+        if i == warmup:
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = ru.ru_utime + ru.ru_stime
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -366,10 +370,13 @@ def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
         opt.step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = torch.tensor([(ru.ru_utime + ru.ru_stime - cpu0) / steps])
     med = torch.tensor([statistics.median(times)])
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    dist.all_reduce(cpu)
     if rank == 0:
-        queue.put(float(med[0]) * 1e3)
+        queue.put((float(med[0]) * 1e3, float(cpu[0]) / ranks * 1e3))
     dist.destroy_process_group()
 
 
@@ -380,11 +387,11 @@ def bench_ddp(ranks, global_batch, steps, warmup):
     queue = ctx.Queue()
     port = 29500 + os.getpid() % 1000
     mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue), nprocs=ranks)
-    med = queue.get()
+    med, cpu = queue.get()
     nbytes = 4 * sum(a * b + b for a, b in zip(SIZES[:-1], SIZES[1:]))
     emit(workload=f"ddp_w2_r{ranks}", batch=global_batch, per_rank_batch=per_rank, ranks=ranks,
          unit="ms_per_step", median=med, examples_per_s=global_batch / (med * 1e-3),
-         allreduce_bytes=nbytes)
+         cpu_ms_per_rank=cpu, allreduce_bytes=nbytes)
 
 
 def run_isolated(args):

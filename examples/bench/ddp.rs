@@ -5,6 +5,8 @@
 //! (global 512 x ranks) for the scaling at a fixed per-rank batch. Each row
 //! also gives the bytes all-reduced per step and the ring all-reduce time
 //! 2(N-1)/N x bytes / bandwidth at 10 and 100 Gbit/s for N = 2, 8 and 64.
+//! Each row also has the ranks' mean CPU time per step: on a machine with
+//! other load the wall time of 2 ranks says little, their CPU time does.
 //! (The GPT training iteration goes here as a second model.)
 
 use retrograd::distributed::{run, Communicator, DataParallel, MpiCommunicator};
@@ -45,13 +47,29 @@ impl Module for W2 {
     }
 }
 
-/// Median ms per step of `steps` steps at `per_rank` examples per rank.
+/// This process's CPU time (user + system, every thread) in ms, from
+/// /proc/self/stat (clock ticks of 10 ms; fine over many steps).
+fn cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // After the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |k: usize| f.get(k).and_then(|v| v.parse::<f64>().ok());
+    match (tick(11), tick(12)) {
+        (Some(u), Some(s)) => (u + s) * 10.0,
+        _ => f64::NAN,
+    }
+}
+
+/// The slowest rank's median ms per step of `steps` steps at `per_rank`
+/// examples per rank, the ranks' mean CPU ms per step, and the bytes
+/// all-reduced per step.
 fn time_steps(
     comm: &MpiCommunicator,
     per_rank: usize,
     steps: usize,
     warmup: usize,
-) -> Result<(f64, usize)> {
+) -> Result<(f64, f64, usize)> {
     let mut ddp = DataParallel::new(
         W2 {
             params: mlp_params(0),
@@ -61,7 +79,11 @@ fn time_steps(
     // Each rank its own shard: a different seed per rank.
     let (x, y) = mlp_data(per_rank, 1 + comm.rank() as u64);
     let mut times = Vec::with_capacity(steps);
+    let mut cpu_start = 0.0;
     for i in 0..warmup + steps {
+        if i == warmup {
+            cpu_start = cpu_ms();
+        }
         let t = std::time::Instant::now();
         let grads = {
             let graph = Graph::new();
@@ -84,15 +106,17 @@ fn time_steps(
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
+    let cpu = (cpu_ms() - cpu_start) / steps as f64;
     // The slowest rank sets the pace: take every rank's median, report the max.
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let all = comm.all_gather_bytes(&median.to_le_bytes())?;
-    let slowest = all
-        .iter()
-        .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
-        .fold(0.0, f64::max);
-    Ok((slowest, ddp.bytes_per_step()))
+    let mine: Vec<u8> = [median, cpu].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let all = comm.all_gather_bytes(&mine)?;
+    let read =
+        |b: &[u8], k: usize| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+    let slowest = all.iter().map(|b| read(b, 0)).fold(0.0, f64::max);
+    let cpu = all.iter().map(|b| read(b, 1)).sum::<f64>() / all.len() as f64;
+    Ok((slowest, cpu, ddp.bytes_per_step()))
 }
 
 pub fn run_w2(opts: &Options) {
@@ -111,7 +135,7 @@ pub fn run_w2(opts: &Options) {
                 continue;
             }
             let per_rank = global / n;
-            let (ms, bytes) = time_steps(comm, per_rank, steps, warmup)?;
+            let (ms, cpu, bytes) = time_steps(comm, per_rank, steps, warmup)?;
             if comm.rank() != 0 {
                 continue;
             }
@@ -127,6 +151,9 @@ pub fn run_w2(opts: &Options) {
                     "examples_per_s".into(),
                     Value::Num(global as f64 / (ms * 1e-3)),
                 ),
+                // CPU time per step and rank: what a step costs whatever
+                // else the machine runs (on a shared machine wall time is not).
+                ("cpu_ms_per_rank".into(), Value::Num(cpu)),
                 ("allreduce_bytes".into(), bytes.into()),
             ];
             for machines in [2usize, 8, 64] {
