@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{digits, Batches, Dataset};
-use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Mlp, Module};
+use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
     Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
 };

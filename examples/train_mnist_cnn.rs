@@ -26,8 +26,8 @@ use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{mnist, random_shift, Batches, Dataset};
 use retrograd::nn::{
-    accuracy, evaluate_accuracy, Activation, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
-    MaxPool2d, Module, Sequential,
+    accuracy, evaluate_accuracy, Activation, BatchNorm2d, Conv2d, Dropout, Flatten, Forward,
+    Linear, MaxPool2d, Module, Sequential,
 };
 use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
 use retrograd::optim::{Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
@@ -170,22 +170,20 @@ fn build_model(args: &Args, seed: u64) -> Result<Sequential> {
     }
     let side = mnist::SIDE / 4;
     model.push(Flatten::new());
-    model.push(Linear::new(
-        channels * side * side,
-        args.hidden,
-        DType::F32,
-        &mut rng,
-    )?);
+    model.push(
+        Linear::builder(channels * side * side, args.hidden)
+            .dtype(DType::F32)
+            .build_with(&mut rng)?,
+    );
     model.push(Activation::Relu);
     if args.dropout > 0.0 {
         model.push(Dropout::new(args.dropout, seed ^ 0xd0)?);
     }
-    model.push(Linear::new(
-        args.hidden,
-        mnist::NUM_CLASSES,
-        DType::F32,
-        &mut rng,
-    )?);
+    model.push(
+        Linear::builder(args.hidden, mnist::NUM_CLASSES)
+            .dtype(DType::F32)
+            .build_with(&mut rng)?,
+    );
     Ok(model)
 }
 

@@ -27,6 +27,10 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// `#[derive(Module)]` expands to `::retrograd::nn::...` paths, which must
+// resolve inside this crate too.
+extern crate self as retrograd;
+
 pub mod autograd;
 pub mod data;
 pub mod distributed;
@@ -62,4 +66,7 @@ pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
 pub use tensor::{DType, DataType, Element, Tensor};
 
+/// The `half` crate, whose `f16` and `bf16` are the element types of
+/// `DType::F16` and `DType::BF16` (`to_vec::<half::bf16>()`).
+pub use half;
 pub use smallvec;

@@ -1,6 +1,6 @@
 //! The names most programs need: `use retrograd::prelude::*;`.
 
-pub use crate::nn::{Module, Parameter};
+pub use crate::nn::{Forward, Module, Parameter};
 pub use crate::optim::Optimizer;
 pub use crate::{
     grad, BackwardOptions, DType, Differentiable, Error, GradInputs, GradOptions, Gradients, Graph,

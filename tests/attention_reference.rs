@@ -3,7 +3,8 @@
 //! written by `tests/reference/attention_reference.py`): outputs and the
 //! gradients of `sum(out * w)` with respect to every input, within 1e-12
 //! relative. Causal (also `L != S`), an additive mask (also broadcast over
-//! batch and heads), a custom scale, batch and head dims.
+//! batch and heads), a bool mask (also broadcast, and with a row hidden
+//! from every key: PyTorch's 0), a custom scale, batch and head dims.
 
 #[path = "reference/attention_cases.rs"]
 #[allow(dead_code)]
@@ -171,6 +172,84 @@ fn attention_matches_pytorch() {
             MASK_BROADCAST_DMASK,
         ],
     );
+}
+
+/// The script's bool mask: `sin(0.37 i + 0.1 + 3) > -0.3`, with the
+/// `hidden` query rows (second-to-last dim) false throughout.
+fn keep_mask(shape: &[usize], hidden: &[usize]) -> Tensor {
+    let r = shape.len();
+    let (rows, cols) = (shape[r - 2], shape[r - 1]);
+    let n: usize = shape.iter().product();
+    let keep = (0..n)
+        .map(|i| {
+            (0.37 * i as f64 + 0.1 + 3.0).sin() > -0.3 && !hidden.contains(&((i / cols) % rows))
+        })
+        .collect();
+    Tensor::from_vec(keep, shape).unwrap()
+}
+
+/// Name, shapes of q, k, v, the mask's shape, the hidden query rows, and
+/// PyTorch's output and gradients.
+type BoolCase = (
+    &'static str,
+    [&'static [usize]; 3],
+    &'static [usize],
+    &'static [usize],
+    [&'static [f64]; 4],
+);
+
+#[test]
+fn bool_masks_match_pytorch_with_a_fully_masked_row() {
+    let cases: [BoolCase; 2] = [
+        (
+            "bool mask, row 1 hidden from every key",
+            [&[2, 3, 4], &[2, 5, 4], &[2, 5, 3]],
+            &[3, 5],
+            &[1],
+            [BOOL_MASK_OUT, BOOL_MASK_DQ, BOOL_MASK_DK, BOOL_MASK_DV],
+        ),
+        (
+            "bool mask broadcast over heads and queries",
+            [&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 4]],
+            &[2, 1, 1, 5],
+            &[],
+            [
+                BOOL_MASK_BROADCAST_OUT,
+                BOOL_MASK_BROADCAST_DQ,
+                BOOL_MASK_BROADCAST_DK,
+                BOOL_MASK_BROADCAST_DV,
+            ],
+        ),
+    ];
+    for (name, shapes, mask_shape, hidden, want) in cases {
+        let inputs = [
+            formula(shapes[0], 0.0, 1.0),
+            formula(shapes[1], 1.0, 1.0),
+            formula(shapes[2], 2.0, 1.0),
+        ];
+        let keep = keep_mask(mask_shape, hidden);
+        // The fused op, and the unfused composition (the reference of the
+        // second derivatives and tangents), both against PyTorch.
+        check(
+            name,
+            &inputs,
+            |v| {
+                let o = SdpaOptions::new().attn_mask(&keep);
+                v[0].scaled_dot_product_attention(&v[1], &v[2], &o)
+            },
+            &want,
+        );
+        check(
+            &format!("{name} (unfused)"),
+            &inputs,
+            |v| {
+                let o = SdpaOptions::new().attn_mask(&keep);
+                retrograd::ops::nn::scaled_dot_product_attention_unfused(&v[0], &v[1], &v[2], &o)
+                    .unwrap()
+            },
+            &want,
+        );
+    }
 }
 
 #[test]

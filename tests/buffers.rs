@@ -7,7 +7,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::io::{load_checkpoint, load_tensors, save_checkpoint};
 use retrograd::nn::{
-    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, Linear, Module, Sequential,
+    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Forward, GroupNorm, Linear, Module,
+    Sequential,
 };
 use retrograd::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
 use retrograd::{DType, Error, Graph, Tensor, TensorProblem};
@@ -16,10 +17,20 @@ use retrograd::{DType, Error, Graph, Tensor, TensorProblem};
 fn model(seed: u64) -> Sequential {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     Sequential::new()
-        .with(Linear::new(4, 3, DType::F64, &mut rng).unwrap())
+        .with(
+            Linear::builder(4, 3)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        )
         .with(BatchNorm1d::new(3, DType::F64).unwrap())
         .with(Activation::Relu)
-        .with(Linear::new(3, 2, DType::F64, &mut rng).unwrap())
+        .with(
+            Linear::builder(3, 2)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        )
 }
 
 fn batch(k: u64) -> Tensor {
@@ -51,8 +62,8 @@ fn buffers_are_named_like_pytorch_and_kept_apart_from_parameters() {
     assert_eq!(state.len(), 9);
     assert_eq!(state["1.running_var"].to_f64_vec(), vec![1.0; 3]);
     assert_eq!(state["1.num_batches_tracked"].shape(), &[] as &[usize]);
-    // Box<dyn Module> forwards buffers too.
-    let boxed: Box<dyn Module> = Box::new(model(1));
+    // Box<dyn Forward> forwards buffers too.
+    let boxed: Box<dyn Forward> = Box::new(model(1));
     assert_eq!(boxed.buffers().len(), 3);
     // No running statistics, no buffers; no affine, no parameters.
     let opts = BatchNormOptions::default()
@@ -177,13 +188,23 @@ fn checkpoints_save_and_load_buffers_all_or_nothing() {
     // A model whose batch norm has another width: the error names the buffer... or the parameter.
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let other = Sequential::new()
-        .with(Linear::new(4, 3, DType::F64, &mut rng).unwrap())
+        .with(
+            Linear::builder(4, 3)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        )
         .with(
             BatchNorm1d::with_options(3, BatchNormOptions::default().affine(false), DType::F64)
                 .unwrap(),
         )
         .with(Activation::Relu)
-        .with(Linear::new(3, 2, DType::F64, &mut rng).unwrap());
+        .with(
+            Linear::builder(3, 2)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        );
     let before = other.state_dict();
     let e = load_checkpoint(&path, &other, None).unwrap_err();
     assert!(
@@ -193,7 +214,12 @@ fn checkpoints_save_and_load_buffers_all_or_nothing() {
     assert_eq!(other.state_dict(), before);
     // Without tracked statistics the file's buffers are unexpected.
     let no_stats = Sequential::new()
-        .with(Linear::new(4, 3, DType::F64, &mut rng).unwrap())
+        .with(
+            Linear::builder(4, 3)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        )
         .with(
             BatchNorm1d::with_options(
                 3,
@@ -203,7 +229,12 @@ fn checkpoints_save_and_load_buffers_all_or_nothing() {
             .unwrap(),
         )
         .with(Activation::Relu)
-        .with(Linear::new(3, 2, DType::F64, &mut rng).unwrap());
+        .with(
+            Linear::builder(3, 2)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        );
     let before = no_stats.state_dict();
     let e = load_checkpoint(&path, &no_stats, None).unwrap_err();
     assert!(

@@ -14,7 +14,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use retrograd::nn::{Mlp, Module};
+use retrograd::nn::{Forward, Mlp, Module};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Graph, Tensor};
 

@@ -6,7 +6,7 @@
 //! come from `tests/reference/norm_reference.py`, which prints the
 //! `reference` module below; inputs are rebuilt here from the same formulas.
 
-use retrograd::nn::{BatchNorm2d, BatchNormOptions, Module};
+use retrograd::nn::{BatchNorm2d, BatchNormOptions, Forward, Module};
 use retrograd::{BatchNormArgs, DType, Graph, Result, Tensor, Var};
 
 use reference::*;

@@ -1,10 +1,13 @@
 //! Every op of the registry that declares sample inputs (convolutions,
-//! poolings, normalisations: ops that are not elementwise), asked of the
-//! registry rather than listed: its gradient against central differences,
-//! its tangent rule against finite differences, its second derivative
-//! (gradients of `<v, ∇f>` recorded with `create_graph`, against finite
-//! differences of that first-order quantity), and the first-order
+//! poolings, normalisations, masks: ops that are not elementwise), asked of
+//! the registry rather than listed: its gradient against central
+//! differences, its tangent rule against finite differences, its second
+//! derivative (gradients of `<v, ∇f>` recorded with `create_graph`, against
+//! finite differences of that first-order quantity), and the first-order
 //! plain-tensor path against the `Var` formulas, bit for bit or nearly.
+//! Sample inputs that are not floats (bool masks) are constants; an op
+//! whose output is not a float (a comparison: `non_float_output`) is
+//! checked to record nothing and to be a constant instead.
 
 #[path = "support/registry_ops.rs"]
 mod registry_ops;
@@ -23,8 +26,13 @@ fn weights(shape: &[usize]) -> Tensor {
 
 /// `sum_i <vs_i, d(sum w f)/dx_i>` with the gradients recorded
 /// (`create_graph`), so differentiating it exercises the backward's backward.
-fn first_order<'g>(op: &registry_ops::Structured, vs: &[Tensor], v: &[Var<'g>]) -> Result<Var<'g>> {
-    let y = op.apply(v)?;
+fn first_order<'g>(
+    op: &registry_ops::Structured,
+    all: &[Tensor],
+    vs: &[Tensor],
+    v: &[Var<'g>],
+) -> Result<Var<'g>> {
+    let y = op.apply_with(v, all)?;
     let graph = v[0].graph();
     let s = y.try_mul(&graph.constant(weights(y.shape())))?.sum();
     let refs: Vec<&Var<'g>> = v.iter().collect();
@@ -41,17 +49,18 @@ fn first_order<'g>(op: &registry_ops::Structured, vs: &[Tensor], v: &[Var<'g>]) 
 /// differences of its value (each evaluation a fresh first-order pass).
 fn second_derivative_check(
     op: &registry_ops::Structured,
+    all: &[Tensor],
     vs: &[Tensor],
     xs: &[Tensor],
 ) -> std::result::Result<(), String> {
     let value = |inputs: &[Tensor]| -> f64 {
         let g = Graph::new();
         let vars: Vec<Var<'_>> = inputs.iter().map(|t| g.variable(t.clone())).collect();
-        first_order(op, vs, &vars).unwrap().value().item()
+        first_order(op, all, vs, &vars).unwrap().value().item()
     };
     let g = Graph::new();
     let vars: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
-    let total = first_order(op, vs, &vars).map_err(|e| e.to_string())?;
+    let total = first_order(op, all, vs, &vars).map_err(|e| e.to_string())?;
     // A recorded gradient that depends on no input (the backward of an op
     // linear in an input and independent of the others, such as
     // `avg_pool2d_backward`) has a zero second derivative, which the
@@ -92,26 +101,32 @@ fn second_derivative_check(
 
 #[test]
 fn every_structured_op_has_correct_gradients_tangents_and_second_derivatives() {
-    let ops = registry_ops::structured();
+    let ops: Vec<_> = registry_ops::structured()
+        .into_iter()
+        .filter(|op| !op.non_float_output())
+        .collect();
     for op in &ops {
         for seed in 0..2 {
-            let xs = op.inputs(seed);
+            let all = op.inputs(seed);
+            let xs = registry_ops::Structured::float_inputs(&all);
             let label = format!("{} (seed {seed})", op.name);
-            gradcheck(|v| op.apply(v), &xs).unwrap_or_else(|e| panic!("{label}: gradient: {e}"));
+            gradcheck(|v| op.apply_with(v, &all), &xs)
+                .unwrap_or_else(|e| panic!("{label}: gradient: {e}"));
             if op.facts.tangent {
-                jvpcheck(|v| op.apply(v), &xs).unwrap_or_else(|e| panic!("{label}: tangent: {e}"));
+                jvpcheck(|v| op.apply_with(v, &all), &xs)
+                    .unwrap_or_else(|e| panic!("{label}: tangent: {e}"));
             }
             if op.facts.second_derivative {
                 // g(x) = sum_i <v_i, d(sum w f)/dx_i>, differentiated again.
                 let vs: Vec<Tensor> = xs.iter().map(|x| weights(x.shape())).collect();
-                second_derivative_check(op, &vs, &xs)
+                second_derivative_check(op, &all, &vs, &xs)
                     .unwrap_or_else(|e| panic!("{label}: second derivative: {e}"));
             }
             // The plain-tensor first-order path against the Var formulas.
             let run = |fast: bool| -> Vec<Vec<f64>> {
                 let g = Graph::new();
                 let vars: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
-                let y = op.apply(&vars).unwrap();
+                let y = op.apply_with(&vars, &all).unwrap();
                 let s = y.try_mul(&g.constant(weights(y.shape()))).unwrap().sum();
                 let grads = s
                     .backward_with_options(&BackwardOptions::new().fast_path(fast))
@@ -130,4 +145,52 @@ fn every_structured_op_has_correct_gradients_tangents_and_second_derivatives() {
         }
     }
     println!("{} structured ops checked", ops.len());
+}
+
+#[test]
+fn every_op_with_a_non_float_output_records_nothing() {
+    let ops: Vec<_> = registry_ops::structured()
+        .into_iter()
+        .filter(|op| op.non_float_output())
+        .collect();
+    for op in &ops {
+        for seed in 0..2 {
+            let all = op.inputs(seed);
+            let label = format!("{} (seed {seed})", op.name);
+            let plain: Vec<&Tensor> = all.iter().collect();
+            let want = op.op.forward(&plain).unwrap();
+            assert!(!want.is_float(), "{label}: a {} output", want.dtype());
+            // Float inputs as variables: still a constant, and no node.
+            let g = Graph::new();
+            let xs = registry_ops::Structured::float_inputs(&all);
+            let vars: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
+            let before = g.len();
+            let y = op.apply_with(&vars, &all).unwrap();
+            assert!(!y.requires_grad(), "{label}: requires grad");
+            assert_eq!(g.len(), before, "{label}: recorded a node");
+            assert_eq!(y.value(), &want, "{label}: value differs from forward");
+            // Forward mode through it: no tangent (zero), not an error.
+            let tangents: Vec<Tensor> = xs.iter().map(|x| x.ones_like()).collect();
+            let (value, tangent) = retrograd::jvp(
+                |v| {
+                    let y = op.apply_with(v, &all)?;
+                    let as_float = y.try_to_dtype(retrograd::DType::F64)?;
+                    v[0].try_sum()?.try_mul(&as_float.try_sum()?)
+                },
+                &xs,
+                &tangents,
+            )
+            .unwrap_or_else(|e| panic!("{label}: jvp: {e}"));
+            let count = want.to_f64_vec().iter().sum::<f64>();
+            let ones = xs[0].numel() as f64;
+            assert_eq!(
+                value.item(),
+                xs[0].to_f64_vec().iter().sum::<f64>() * count,
+                "{label}"
+            );
+            assert_eq!(tangent.item(), ones * count, "{label}: tangent");
+        }
+    }
+    assert!(!ops.is_empty(), "no op declares a non-float output");
+    println!("{} ops with a non-float output checked", ops.len());
 }

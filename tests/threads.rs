@@ -18,7 +18,7 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::data::{Batch, Dataset};
 use retrograd::io::TensorFile;
 use retrograd::nn::{
-    Activation, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, Parameter, Sequential,
+    Activation, Dropout, Embedding, Forward, LayerNorm, Linear, Mlp, Module, Parameter, Sequential,
     StateDict,
 };
 use retrograd::optim::{
@@ -47,8 +47,8 @@ const _: () = {
     assert_send_sync::<Arc<OpRegistry>>();
     assert_send_sync::<dyn retrograd::Differentiable>();
     // Modules: the trait requires it, so boxed layers are shareable too.
-    assert_send_sync::<dyn Module>();
-    assert_send_sync::<Box<dyn Module>>();
+    assert_send_sync::<dyn Forward>();
+    assert_send_sync::<Box<dyn Forward>>();
     assert_send_sync::<Linear>();
     assert_send_sync::<Mlp>();
     assert_send_sync::<Sequential>();

@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::data::{digits, Batches};
 use retrograd::io::{load_checkpoint, save_checkpoint};
-use retrograd::nn::{evaluate_accuracy, Mlp, Module};
+use retrograd::nn::{evaluate_accuracy, Forward, Mlp, Module};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Graph};
 

@@ -10,7 +10,7 @@
 //! (The GPT training iteration goes here as a second model.)
 
 use retrograd::distributed::{run, Communicator, DataParallel, MpiCommunicator};
-use retrograd::nn::{join_name, Module, Parameter};
+use retrograd::nn::{join_name, Forward, Module, Parameter};
 use retrograd::{Graph, Result, Var};
 
 use crate::report::{emit, Value};
@@ -24,7 +24,7 @@ struct W2 {
     params: Vec<Parameter>,
 }
 
-impl Module for W2 {
+impl Forward for W2 {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let mut h = x.clone();
@@ -38,7 +38,9 @@ impl Module for W2 {
         }
         Ok(h)
     }
+}
 
+impl Module for W2 {
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
         for (i, p) in self.params.iter().enumerate() {
             let name = format!("{}.{}", i / 2, if i % 2 == 0 { "weight" } else { "bias" });

@@ -10,11 +10,15 @@
 //! sweep), `all`. Each result line carries the median, min and max time
 //! over the repeats. New workloads are one module each plus a line in
 //! `WORKLOADS`.
+//!
+//! `bench gate <workload>` runs one workload at a small size for the
+//! instruction-count gate (`gate.rs`, `bench/callgrind/gate`).
 
 mod checkpointing;
 #[cfg(feature = "mpi")]
 mod ddp;
 mod elementwise;
+mod gate;
 mod matmul;
 mod memory;
 mod report;
@@ -65,6 +69,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",
     ),
     (
+        "w4",
+        w4::run_step,
+        "GPT training iteration (nanoGPT shakespeare_char CPU config, AdamW), batch 12",
+    ),
+    (
         "w4_attn",
         w4::run,
         "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",
@@ -112,12 +121,16 @@ fn usage() -> String {
     for (name, _, what) in WORKLOADS {
         s.push_str(&format!("  {name:<12} {what}\n"));
     }
-    s.push_str("  all          every workload\n");
+    s.push_str("  all          every workload\n\n");
+    s.push_str(&gate::usage());
     s
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("gate") {
+        return gate::main(&args[1..]);
+    }
     let mut opts = Options {
         repeats: 0,
         quick: false,

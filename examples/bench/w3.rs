@@ -10,7 +10,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use retrograd::nn::{Activation, Conv2d, Flatten, Linear, MaxPool2d, Module, Sequential};
+use retrograd::nn::{Activation, Conv2d, Flatten, Forward, Linear, MaxPool2d, Module, Sequential};
 use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Graph, Result, Tensor};
@@ -30,9 +30,17 @@ pub fn c1(seed: u64) -> Result<Sequential> {
         .with(Activation::Relu)
         .with(MaxPool2d::new(MaxPool2dOptions::new(2)))
         .with(Flatten::new())
-        .with(Linear::new(1568, 128, DType::F32, &mut rng)?)
+        .with(
+            Linear::builder(1568, 128)
+                .dtype(DType::F32)
+                .build_with(&mut rng)?,
+        )
         .with(Activation::Relu)
-        .with(Linear::new(128, 10, DType::F32, &mut rng)?))
+        .with(
+            Linear::builder(128, 10)
+                .dtype(DType::F32)
+                .build_with(&mut rng)?,
+        ))
 }
 
 /// One training step of `model`; returns the loss.
@@ -48,7 +56,8 @@ pub fn step(model: &Sequential, opt: &mut Adam, x: &Tensor, y: &[usize]) -> Resu
     Ok(loss)
 }
 
-fn data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
+/// Fixed-seed standard-normal images `[batch, 1, 28, 28]` and uniform labels.
+pub fn data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
     let x = Tensor::randn(&[batch, 1, 28, 28], DType::F32, seed).expect("valid shape");
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 1);
     (x, (0..batch).map(|_| rng.random_range(0..10)).collect())

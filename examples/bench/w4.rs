@@ -1,4 +1,12 @@
-//! W4 attention, f32: `scaled_dot_product_attention` alone, forward and
+//! W4, f32.
+//!
+//! - `w4`: one training iteration of nanoGPT's shakespeare_char CPU model
+//!   (block 64, batch 12, 4 layers, 4 heads, width 128, vocabulary 65, no
+//!   biases, tied embeddings): forward, cross-entropy, backward, gradient
+//!   clipping to norm 1 and an AdamW step with nanoGPT's parameter groups,
+//!   on a fixed batch of seeded random tokens; median ms per iteration.
+//!
+//! W4 attention: `scaled_dot_product_attention` alone, forward and
 //! backward (the gradients of the output's sum with respect to q, k and
 //! v), causal, at B = 12, H = 4, head dim 32 and T = 64, 256, 1024.
 //!
@@ -8,6 +16,11 @@
 //!   process; `score_matrix_mib` is what one `T × T` f32 score matrix per
 //!   head would take.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use retrograd::nn::{Gpt, GptConfig, Module};
+use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Graph, SdpaOptions, Tensor};
 
 use crate::memory::{delegated, peak_growth};
@@ -18,17 +31,92 @@ const BATCH: usize = 12;
 const HEADS: usize = 4;
 const HEAD_DIM: usize = 32;
 
-fn inputs(t: usize) -> [Tensor; 3] {
+/// Fixed-seed standard-normal q, k, v of `[12, 4, t, 32]`.
+pub fn inputs(t: usize) -> [Tensor; 3] {
     let shape = [BATCH, HEADS, t, HEAD_DIM];
     [1, 2, 3].map(|seed| Tensor::randn(&shape, DType::F32, seed).expect("valid shape"))
 }
 
-fn pass(x: &[Tensor; 3]) {
+/// One forward + backward of causal attention on `x` = [q, k, v].
+pub fn pass(x: &[Tensor; 3]) {
     let g = Graph::new();
     let [q, k, v] = x.clone().map(|t| g.variable(t));
     let y = q.scaled_dot_product_attention(&k, &v, &SdpaOptions::new().is_causal(true));
     let grads = y.sum().backward().expect("backward");
     std::hint::black_box((grads.wrt(&q), grads.wrt(&k), grads.wrt(&v)));
+}
+
+/// The W4 iteration's model and batch size.
+pub const STEP_BATCH: usize = 12;
+/// nanoGPT's character vocabulary of tiny Shakespeare.
+pub const VOCAB: usize = 65;
+
+/// nanoGPT's model, its AdamW and a fixed batch: what one `w4` iteration runs.
+pub struct GptStep {
+    model: Gpt,
+    optimizer: Adam,
+    tokens: Tensor,
+    targets: Tensor,
+}
+
+impl GptStep {
+    pub fn new(batch: usize) -> Self {
+        let config = GptConfig::shakespeare_char(VOCAB);
+        let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0)).expect("valid config");
+        let adamw = AdamConfig::adamw().lr(1e-3).betas(0.9, 0.99);
+        let optimizer =
+            Adam::with_groups(decay_groups(model.parameters(), 0.1), adamw).expect("valid groups");
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let t = config.block_size;
+        let ids: Vec<i64> = (0..batch * (t + 1))
+            .map(|_| rng.random_range(0..VOCAB as i64))
+            .collect();
+        let window = |offset: usize| -> Tensor {
+            let rows: Vec<i64> = ids
+                .chunks(t + 1)
+                .flat_map(|row| row[offset..offset + t].to_vec())
+                .collect();
+            Tensor::from_vec(rows, &[batch, t]).expect("valid shape")
+        };
+        GptStep {
+            model,
+            optimizer,
+            tokens: window(0),
+            targets: window(1),
+        }
+    }
+
+    /// One iteration; returns the loss.
+    pub fn step(&mut self) -> f64 {
+        let g = Graph::new();
+        let loss = self
+            .model
+            .loss(&g.constant(self.tokens.clone()), &self.targets)
+            .expect("loss");
+        let mut grads = loss.backward().expect("backward");
+        clip_grad_norm(&mut grads, 1.0, 2.0).expect("clip");
+        self.optimizer.step(&grads).expect("step");
+        loss.value().item()
+    }
+}
+
+pub fn run_step(opts: &Options) {
+    let mut step = GptStep::new(STEP_BATCH);
+    let mut loss = 0.0;
+    let stats = time(if opts.quick { 3 } else { opts.repeats.max(20) }, || {
+        loss = step.step()
+    });
+    emit(
+        vec![
+            ("framework", "retrograd".into()),
+            ("workload", "w4".into()),
+            ("dtype", "f32".into()),
+            ("batch", STEP_BATCH.into()),
+            ("unit", "ms_per_iter".into()),
+            ("loss", loss.into()),
+        ],
+        Some(stats),
+    );
 }
 
 pub fn run(opts: &Options) {

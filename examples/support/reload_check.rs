@@ -7,7 +7,7 @@ use std::path::Path;
 
 use retrograd::data::Dataset;
 use retrograd::io::{load_checkpoint, save_checkpoint};
-use retrograd::nn::{evaluate_accuracy, Module};
+use retrograd::nn::{evaluate_accuracy, Forward};
 use retrograd::optim::Optimizer;
 use retrograd::{DType, Error, Graph, Result};
 
@@ -15,7 +15,7 @@ use retrograd::{DType, Error, Graph, Result};
 /// model built with other weights, in eval mode) and `restored_optimizer`,
 /// prints what it finds and returns `model`'s test accuracy; an error if the
 /// restored model does not reproduce `model` on `test`.
-pub fn checkpoint_and_reload<M: Module>(
+pub fn checkpoint_and_reload<M: Forward>(
     op: &'static str,
     out: &Path,
     model: &M,

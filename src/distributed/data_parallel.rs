@@ -11,7 +11,7 @@ use crate::autograd::Gradients;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::io::{load_checkpoint_with_metadata, save_checkpoint_with_metadata};
-use crate::nn::{Buffer, Module, Parameter};
+use crate::nn::{Buffer, Forward, Module, Parameter};
 use crate::optim::Optimizer;
 use crate::tensor::Tensor;
 
@@ -45,7 +45,7 @@ use crate::tensor::Tensor;
 /// use retrograd::nn::{Linear, Module};
 /// use retrograd::optim::{Optimizer, Sgd, SgdConfig};
 /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-/// let model = Linear::new(2, 1, DType::F64, &mut rng)?;
+/// let model = Linear::builder(2, 1).dtype(DType::F64).build_with(&mut rng)?;
 /// let mut ddp = DataParallel::new(model, SingleProcess)?;
 /// let mut opt = Sgd::new(ddp.module().parameters(), SgdConfig::new(0.1))?;
 /// let g = Graph::new();
@@ -137,11 +137,6 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
     /// The bytes of gradients each rank all-reduces per synchronised step.
     pub fn bytes_per_step(&self) -> usize {
         self.plan.bytes()
-    }
-
-    /// The wrapped model's forward.
-    pub fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        self.module.forward(x)
     }
 
     /// Runs `f` with synchronisation off: its backward passes return this
@@ -253,6 +248,14 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
     ) -> Result<BTreeMap<String, String>> {
         let loaded = load_checkpoint_with_metadata(path, &self.module, optimizer);
         agree(&self.comm, "DataParallel::load_checkpoint", loaded)
+    }
+}
+
+impl<M: Forward, C: Communicator> DataParallel<M, C> {
+    /// The wrapped model's forward (a model whose forward takes other
+    /// inputs is called through [`module`](Self::module)).
+    pub fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        self.module.forward(x)
     }
 }
 
@@ -436,12 +439,22 @@ mod tests {
     fn mlp() -> Sequential {
         let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(1);
         Sequential::new()
-            .with(Linear::new(3, 4, DType::F64, &mut rng).unwrap())
+            .with(
+                Linear::builder(3, 4)
+                    .dtype(DType::F64)
+                    .build_with(&mut rng)
+                    .unwrap(),
+            )
             .with(crate::nn::Activation::Tanh)
-            .with(Linear::new(4, 2, DType::F64, &mut rng).unwrap())
+            .with(
+                Linear::builder(4, 2)
+                    .dtype(DType::F64)
+                    .build_with(&mut rng)
+                    .unwrap(),
+            )
     }
 
-    fn loss<'g>(m: &impl Module, g: &'g Graph, seed: u64) -> Var<'g> {
+    fn loss<'g>(m: &impl Forward, g: &'g Graph, seed: u64) -> Var<'g> {
         let x = g.constant(Tensor::randn(&[5, 3], DType::F64, seed).unwrap());
         m.forward(&x).unwrap().tanh().sum()
     }
@@ -502,7 +515,10 @@ mod tests {
     fn unused_parameters_get_a_zero_gradient() {
         let m = mlp();
         let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(3);
-        let extra = Linear::new(2, 2, DType::F64, &mut rng).unwrap();
+        let extra = Linear::builder(2, 2)
+            .dtype(DType::F64)
+            .build_with(&mut rng)
+            .unwrap();
         let model = Sequential::new().with(m).with(extra);
         let params = model.parameters();
         let mut ddp = DataParallel::new(model, SingleProcess).unwrap();

@@ -7,36 +7,27 @@ use crate::tensor::{DType, Tensor};
 
 /// Appends `t`'s elements to `out`.
 pub(crate) fn put(out: &mut Vec<u8>, t: &Tensor) -> Result<()> {
-    match t.dtype() {
-        DType::F32 => t
-            .as_slice::<f32>()?
-            .iter()
-            .for_each(|v| out.extend(v.to_le_bytes())),
-        DType::F64 => t
-            .as_slice::<f64>()?
-            .iter()
-            .for_each(|v| out.extend(v.to_le_bytes())),
-        DType::I64 => t
-            .as_slice::<i64>()?
-            .iter()
-            .for_each(|v| out.extend(v.to_le_bytes())),
-        DType::Bool => t
-            .as_slice::<bool>()?
-            .iter()
-            .for_each(|&v| out.push(v as u8)),
+    fn each<T: crate::tensor::DataType, const W: usize>(
+        out: &mut Vec<u8>,
+        t: &Tensor,
+        bytes: fn(&T) -> [u8; W],
+    ) -> Result<()> {
+        t.as_slice::<T>()?.iter().for_each(|v| out.extend(bytes(v)));
+        Ok(())
     }
-    Ok(())
+    match t.dtype() {
+        DType::F32 => each(out, t, |v: &f32| v.to_le_bytes()),
+        DType::F64 => each(out, t, |v: &f64| v.to_le_bytes()),
+        DType::I64 => each(out, t, |v: &i64| v.to_le_bytes()),
+        DType::Bool => each(out, t, |v: &bool| [*v as u8]),
+        DType::F16 => each(out, t, |v: &half::f16| v.to_le_bytes()),
+        DType::BF16 => each(out, t, |v: &half::bf16| v.to_le_bytes()),
+    }
 }
 
 /// Reads a tensor shaped like `like` from `bytes` at `*pos`, advancing it.
 pub(crate) fn take(bytes: &[u8], pos: &mut usize, like: &Tensor) -> Result<Tensor> {
-    let n = like.numel();
-    let width = match like.dtype() {
-        DType::F32 => 4,
-        DType::F64 | DType::I64 => 8,
-        DType::Bool => 1,
-    };
-    let end = *pos + n * width;
+    let end = *pos + like.numel() * like.dtype().size_in_bytes();
     let Some(chunk) = bytes.get(*pos..end) else {
         return Err(Error::Communication {
             op: "broadcast",
@@ -44,19 +35,25 @@ pub(crate) fn take(bytes: &[u8], pos: &mut usize, like: &Tensor) -> Result<Tenso
         });
     };
     *pos = end;
-    let shape = like.shape();
-    fn words<const W: usize>(chunk: &[u8]) -> impl Iterator<Item = [u8; W]> + '_ {
-        chunk
+    fn read<T: crate::tensor::DataType, const W: usize>(
+        chunk: &[u8],
+        shape: &[usize],
+        from: fn([u8; W]) -> T,
+    ) -> Result<Tensor> {
+        let values = chunk
             .chunks_exact(W)
-            .map(|c| c.try_into().expect("chunks of W bytes"))
+            .map(|c| from(c.try_into().expect("chunks of W bytes")))
+            .collect();
+        Tensor::from_vec(values, shape)
     }
+    let shape = like.shape();
     match like.dtype() {
-        DType::F32 => Tensor::from_vec(words::<4>(chunk).map(f32::from_le_bytes).collect(), shape),
-        DType::F64 => Tensor::from_vec(words::<8>(chunk).map(f64::from_le_bytes).collect(), shape),
-        DType::I64 => Tensor::from_vec(words::<8>(chunk).map(i64::from_le_bytes).collect(), shape),
-        DType::Bool => {
-            Tensor::from_vec(chunk.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape)
-        }
+        DType::F32 => read(chunk, shape, f32::from_le_bytes),
+        DType::F64 => read(chunk, shape, f64::from_le_bytes),
+        DType::I64 => read(chunk, shape, i64::from_le_bytes),
+        DType::Bool => read(chunk, shape, |[b]: [u8; 1]| b != 0),
+        DType::F16 => read(chunk, shape, half::f16::from_le_bytes),
+        DType::BF16 => read(chunk, shape, half::bf16::from_le_bytes),
     }
 }
 
@@ -71,6 +68,8 @@ mod tests {
             Tensor::from_vec(vec![1e-300f64, 3.0, 4.0], &[3, 1]).unwrap(),
             Tensor::scalar(7i64),
             Tensor::from_vec(vec![true, false], &[2]).unwrap(),
+            Tensor::from_vec(vec![half::f16::from_f32(0.5)], &[1]).unwrap(),
+            Tensor::from_vec(vec![half::bf16::from_f32(-3.0)], &[1]).unwrap(),
         ];
         let mut bytes = Vec::new();
         ts.iter().for_each(|t| put(&mut bytes, t).unwrap());

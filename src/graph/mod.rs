@@ -8,6 +8,7 @@
 //! and, for one or two inputs, their ids (more go to the flat `node_inputs`
 //! list).
 
+mod inference;
 mod node;
 mod node_record;
 pub(crate) mod order;
@@ -248,6 +249,9 @@ pub struct Graph {
     registry: Option<Box<dyn Any + Send + Sync>>,
     no_grad_depth: Cell<u32>,
     anomaly: Cell<bool>,
+    /// This thread's inference graph ([`Graph::inference`]): records
+    /// nothing and keeps no values.
+    inference: bool,
 }
 
 impl Default for Graph {
@@ -277,6 +281,7 @@ impl Graph {
             registry,
             no_grad_depth: Cell::new(0),
             anomaly: Cell::new(false),
+            inference: false,
         }
     }
 
@@ -325,6 +330,13 @@ impl Graph {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn try_variable(&self, value: Tensor) -> Result<Var<'_>> {
+        if self.inference {
+            return Err(Error::invalid(
+                "variable",
+                "the inference graph (Graph::inference) records nothing, so nothing on it \
+                 requires grad: make a Graph::new() to differentiate",
+            ));
+        }
         if !value.is_float() {
             return Err(Error::NotDifferentiable {
                 op: "variable",
@@ -340,6 +352,9 @@ impl Graph {
 
     /// A frozen leaf: used by ops, never differentiated.
     pub fn constant(&self, value: Tensor) -> Var<'_> {
+        if self.inference {
+            return Var::constant_in(self, value);
+        }
         let id = self
             .state
             .borrow_mut()

@@ -39,7 +39,7 @@ const LR_KEY: &str = "optimizer.lr";
 /// (parameters and buffers) or a list of named parameters.
 ///
 /// ```
-/// use retrograd::{DType, Tensor, nn::{BatchNorm1d, Module, Parameter}, io::{load_checkpoint, save_checkpoint}};
+/// use retrograd::{DType, Tensor, nn::{BatchNorm1d, Forward, Module, Parameter}, io::{load_checkpoint, save_checkpoint}};
 /// let dir = tempfile::tempdir().unwrap();
 /// // A module: its buffers (running statistics) are saved too.
 /// let bn = BatchNorm1d::new(2, DType::F32)?;

@@ -7,8 +7,10 @@
 //! old file or the complete new one, never a half-written file.
 //!
 //! Reads never panic on bad input: an unreadable file is [`Error::Io`], a
-//! truncated or corrupted one (or a dtype other than F32/F64) is
-//! [`Error::Format`], both with the path.
+//! truncated or corrupted one (or a dtype other than F32, F64, F16, BF16,
+//! I64 and BOOL) is [`Error::Format`], both with the path. F16 and BF16
+//! (most checkpoints from other tools are BF16) load as `DType::F16` and
+//! `DType::BF16`, bit for bit: cast them with `Tensor::to_dtype`.
 //!
 //! [safetensors]: https://huggingface.co/docs/safetensors
 
@@ -42,6 +44,8 @@ impl View for TensorBytes<'_> {
             DType::F64 => Dtype::F64,
             DType::I64 => Dtype::I64,
             DType::Bool => Dtype::BOOL,
+            DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
         }
     }
 
@@ -61,8 +65,9 @@ impl View for TensorBytes<'_> {
 /// The little-endian bytes of `values`: borrowed on little-endian machines.
 fn le_bytes<T: LeBytes>(values: &[T]) -> Cow<'_, [u8]> {
     if cfg!(target_endian = "little") {
-        // SAFETY: `T` is f32, f64, i64 or bool (`LeBytes` is implemented
-        // for nothing else; a bool is one byte, 0 or 1): no padding, so all `size_of_val(values)` bytes behind the
+        // SAFETY: `T` is f32, f64, i64, bool, f16 or bf16 (`LeBytes` is
+        // implemented for nothing else; a bool is one byte, 0 or 1; the
+        // half types are transparent `u16`s): no padding, so all `size_of_val(values)` bytes behind the
         // pointer are initialised, and `u8` has alignment 1 and accepts any
         // byte. The byte slice borrows `values` for its lifetime, so the
         // memory stays valid and unmodified.
@@ -91,6 +96,18 @@ impl LeBytes for f64 {
 }
 
 impl LeBytes for i64 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for half::f16 {
+    fn to_le_vec(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl LeBytes for half::bf16 {
     fn to_le_vec(self) -> Vec<u8> {
         self.to_le_bytes().to_vec()
     }
@@ -187,7 +204,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Reads a safetensors file: every tensor (F32 or F64) and the metadata.
+/// Reads a safetensors file: every tensor (F32, F64, F16, BF16, I64 or
+/// BOOL, each as the same dtype) and the metadata.
 pub fn load_tensors(path: impl AsRef<Path>) -> Result<TensorFile> {
     const OP: &str = "load_tensors";
     let path = path.as_ref();
@@ -213,6 +231,8 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
             Dtype::F32 => Tensor::from_vec(decode(data, f32::from_le_bytes), view.shape()),
             Dtype::F64 => Tensor::from_vec(decode(data, f64::from_le_bytes), view.shape()),
             Dtype::I64 => Tensor::from_vec(decode(data, i64::from_le_bytes), view.shape()),
+            Dtype::F16 => Tensor::from_vec(decode(data, half::f16::from_le_bytes), view.shape()),
+            Dtype::BF16 => Tensor::from_vec(decode(data, half::bf16::from_le_bytes), view.shape()),
             Dtype::BOOL => match data
                 .iter()
                 .map(|&b| decode_bool(b))
@@ -232,7 +252,7 @@ pub(crate) fn parse_tensors(op: &'static str, path: &Path, bytes: &[u8]) -> Resu
                     op,
                     path,
                     format!(
-                        "tensor `{name}` has dtype {other}; retrograd reads F32, F64, I64 and BOOL"
+                        "tensor `{name}` has dtype {other}; retrograd reads F32, F64, F16, BF16, I64 and BOOL"
                     ),
                 ))
             }
@@ -285,6 +305,18 @@ mod tests {
             Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]).unwrap(),
         );
         t.insert("flag".into(), Tensor::scalar(true));
+        t.insert(
+            "half".into(),
+            Tensor::from_vec(vec![1.5, -0.0, 65504.0, 6e-8], &[4])
+                .unwrap()
+                .to_dtype(DType::F16),
+        );
+        t.insert(
+            "brain".into(),
+            Tensor::from_vec(vec![3e38f32, -1e-38, 0.1, 7.0, 1.0, -2.0], &[3, 2])
+                .unwrap()
+                .to_dtype(DType::BF16),
+        );
         t
     }
 
@@ -297,12 +329,12 @@ mod tests {
         save_tensors(&path, &sample(), &meta).unwrap();
         let back = load_tensors(&path).unwrap();
         assert_eq!(back.metadata, meta);
-        assert_eq!(back.tensors.len(), 8);
+        assert_eq!(back.tensors.len(), 10);
         for (name, t) in sample() {
             let b = &back.tensors[&name];
             assert_eq!((b.shape(), b.dtype()), (t.shape(), t.dtype()), "{name}");
             if !t.is_float() {
-                // i64 (beyond 2^53 too) and bool compare exactly.
+                // i64 (beyond 2^53 too), bool, f16 and bf16 compare exactly.
                 assert_eq!(b, &t, "{name}");
                 continue;
             }
@@ -316,6 +348,62 @@ mod tests {
         }
         // Only the checkpoint is left in the directory: no temporary files.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn bf16_and_f16_from_other_tools_load_bit_for_bit() {
+        // What `safetensors.torch.save_file` writes for
+        // `torch.tensor([[1.0, -2.5], [0.1, 3e38]], dtype=torch.bfloat16)`
+        // and the f16 `[0.5, 65504]`: raw little-endian bits.
+        let bf: Vec<u8> = [0x3f80u16, 0xc020, 0x3dcd, 0x7f62]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let h: Vec<u8> = [0x3800u16, 0x7bff]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let views = [
+            (
+                "w",
+                safetensors::tensor::TensorView::new(Dtype::BF16, vec![2, 2], &bf).unwrap(),
+            ),
+            (
+                "h",
+                safetensors::tensor::TensorView::new(Dtype::F16, vec![2], &h).unwrap(),
+            ),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let file = parse_tensors("load_tensors", Path::new("x"), &bytes).unwrap();
+        let w = &file.tensors["w"];
+        assert_eq!((w.dtype(), w.shape()), (DType::BF16, &[2usize, 2][..]));
+        let bits: Vec<u16> = w
+            .to_vec::<half::bf16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits, vec![0x3f80, 0xc020, 0x3dcd, 0x7f62]);
+        assert_eq!(
+            w.to_dtype(DType::F32).to_vec::<f32>().unwrap()[..2],
+            [1.0, -2.5]
+        );
+        let h = &file.tensors["h"];
+        assert_eq!(
+            (h.dtype(), h.to_f64_vec()),
+            (DType::F16, vec![0.5, 65504.0])
+        );
+        // And back out: the same bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        save_tensors(&path, &file.tensors, &BTreeMap::new()).unwrap();
+        let again = SafeTensors::deserialize(&std::fs::read(&path).unwrap())
+            .unwrap()
+            .tensor("w")
+            .unwrap()
+            .data()
+            .to_vec();
+        assert_eq!(again, bf);
     }
 
     #[test]

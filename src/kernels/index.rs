@@ -62,10 +62,10 @@ pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usiz
                 _ => Err(Error::IndexOutOfRange { op, index: v, size }),
             })
             .collect(),
-        DType::Bool => Err(Error::WrongDType {
+        found @ (DType::Bool | DType::F16 | DType::BF16) => Err(Error::WrongDType {
             op,
             expected: DType::I64,
-            found: DType::Bool,
+            found,
         }),
     }
 }

@@ -261,6 +261,15 @@ fn arg_extremum<P: Pick>(
         return Err(empty_axis(op, x.shape(), &axes));
     }
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
+    // A half float widens to f32 exactly (same order, same NaNs), so its
+    // positions are found there: sampling from bf16 logits needs no cast.
+    let widened;
+    let x = if x.dtype().is_half() {
+        widened = x.to_dtype(crate::DType::F32);
+        &widened
+    } else {
+        x
+    };
     Ok(crate::with_dtype!(op, x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &ArgExtremum::<P>(PhantomData));
         Tensor::from_exact_iter(out_shape, accs.iter().map(|&(_, r)| r as i64))
@@ -269,7 +278,7 @@ fn arg_extremum<P: Pick>(
 
 /// The index of the maximum along `axis` (over the flattened tensor for
 /// `None`), as an i64 tensor. Ties go to the first occurrence; a NaN
-/// counts as the maximum.
+/// counts as the maximum. Floats of every width (f16 and bf16 too).
 ///
 /// ```
 /// use retrograd::{kernels::reduce_minmax::argmax, Tensor};

@@ -4,7 +4,7 @@
 use crate::data::{Batches, Dataset};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::nn::Module;
+use crate::nn::Forward;
 use crate::tensor::{DType, Tensor};
 
 /// The index of the largest value in each row of a `[N, C]` tensor (the
@@ -76,7 +76,7 @@ pub fn accuracy(scores: &Tensor, labels: &[usize]) -> Result<f64> {
 /// The caller chooses the mode: call `set_training(false)` first to
 /// evaluate without dropout.
 pub fn evaluate_accuracy(
-    model: &dyn Module,
+    model: &dyn Forward,
     data: &Dataset,
     batch_size: usize,
     dtype: DType,

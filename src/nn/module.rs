@@ -1,48 +1,65 @@
-//! The [`Module`] trait: a layer or a model, a differentiable function of its
-//! input and its named [`Parameter`]s, with named [`Buffer`]s for state
-//! that is saved but not trained.
+//! The [`Module`] trait: a layer or a model, with its named [`Parameter`]s
+//! and [`Buffer`]s (state that is saved but not trained) and a training
+//! mode; and [`Forward`], the modules that map one input to one output.
 
 use crate::error::Result;
 use crate::graph::Var;
 use crate::nn::{Buffer, Parameter, StateDict};
 
-/// A layer or a model. Its parameters outlive any graph: each forward pass
-/// brings them into the input's graph (`x.graph().param(&p)`), so one model
-/// serves any number of training steps, each with a fresh [`Graph`](crate::Graph).
+/// A layer or a model: named parameters and buffers, and a training mode.
+/// Its parameters outlive any graph: each forward pass brings them into the
+/// input's graph (`x.graph().param(&p)`), so one model serves any number of
+/// training steps, each with a fresh [`Graph`](crate::Graph).
+///
+/// The forward pass is not part of this trait, so a model's may take any
+/// inputs (tokens and a mask, two images) and return anything; a module of
+/// one input and one output also implements [`Forward`], which
+/// [`Sequential`](crate::nn::Sequential) chains.
 ///
 /// Parameters and buffers are named like PyTorch's `state_dict` keys: a
 /// field's name, joined to its parent's by a dot (`"0.weight"`,
-/// `"encoder.2.bias"`, `"1.running_mean"`). A container module forwards
-/// [`visit_parameters`](Self::visit_parameters),
-/// [`visit_buffers`](Self::visit_buffers) and
-/// [`set_training`](Self::set_training) to every module inside it.
+/// `"encoder.2.bias"`, `"1.running_mean"`). `#[derive(Module)]` writes the
+/// three visiting methods from the struct's fields, in declaration order
+/// (see [`Visit`] for the field types it understands):
 ///
 /// ```
-/// use retrograd::{Graph, Result, Tensor, Var, nn::{Module, Parameter}};
+/// use retrograd::{Graph, Result, Tensor, Var};
+/// use retrograd::nn::{Forward, Linear, Module, Parameter};
 ///
-/// /// y = a * x, with a learnable scalar a.
-/// struct Scale { a: Parameter }
+/// /// y = scale * (W2 relu(W1 x)) + shift, shift optional.
+/// #[derive(Module)]
+/// struct Net {
+///     layers: Vec<Linear>,
+///     scale: Parameter,
+///     shift: Option<Parameter>,
+///     width: usize, // a plain setting: visits nothing
+/// }
 ///
-/// impl Module for Scale {
-///     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-///         x.try_mul(&x.graph().param(&self.a))
-///     }
-///     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-///         f(&retrograd::nn::join_name(prefix, "a"), &self.a);
+/// impl Net {
+///     fn forward<'g>(&self, x: &Var<'g>, shift: bool) -> Result<Var<'g>> {
+///         let h = self.layers[0].forward(x)?.relu();
+///         let y = self.layers[1].forward(&h)?.try_mul(&x.graph().param(&self.scale))?;
+///         match (&self.shift, shift) {
+///             (Some(b), true) => y.try_add(&x.graph().param(b)),
+///             _ => Ok(y),
+///         }
 ///     }
 /// }
 ///
-/// let m = Scale { a: Parameter::new(Tensor::scalar(3.0)) };
+/// let net = Net {
+///     layers: vec![Linear::new(3, 4)?, Linear::new(4, 2)?],
+///     scale: Parameter::new(Tensor::ones(&[], retrograd::DType::F32)?),
+///     shift: None,
+///     width: 4,
+/// };
+/// let names: Vec<String> = net.parameters().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "scale"]);
 /// let g = Graph::new();
-/// let y = m.forward(&g.constant(Tensor::scalar(2.0)))?;
-/// assert_eq!(y.value().try_item()?, 6.0);
-/// assert_eq!(m.parameters()[0].0, "a");
+/// let y = net.forward(&g.constant(Tensor::ones(&[5, 3], retrograd::DType::F32)?), true)?;
+/// assert_eq!(y.shape(), &[5, 2]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub trait Module: Send + Sync {
-    /// The output for input `x`, recorded into `x`'s graph.
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>>;
-
     /// Calls `f` with each parameter and its full name (`prefix` joined to
     /// the parameter's own name with [`join_name`]), in a fixed order.
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter));
@@ -99,6 +116,36 @@ pub trait Module: Send + Sync {
     }
 }
 
+/// A module of one input and one output: a layer such as
+/// [`Linear`](crate::nn::Linear), or a [`Sequential`](crate::nn::Sequential)
+/// chain of them.
+///
+/// ```
+/// use retrograd::{Graph, Result, Tensor, Var};
+/// use retrograd::nn::{Forward, Module, Parameter};
+///
+/// /// y = a * x, with a learnable scalar a.
+/// #[derive(Module)]
+/// struct Scale { a: Parameter }
+///
+/// impl Forward for Scale {
+///     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+///         x.try_mul(&x.graph().param(&self.a))
+///     }
+/// }
+///
+/// let m = Scale { a: Parameter::new(Tensor::scalar(3.0)) };
+/// let g = Graph::new();
+/// let y = m.forward(&g.constant(Tensor::scalar(2.0)))?;
+/// assert_eq!(y.value().try_item()?, 6.0);
+/// assert_eq!(m.parameters()[0].0, "a");
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub trait Forward: Module {
+    /// The output for input `x`, recorded into `x`'s graph.
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>>;
+}
+
 /// `prefix.name`, or `name` when the prefix is empty.
 ///
 /// ```
@@ -115,9 +162,6 @@ pub fn join_name(prefix: &str, name: &str) -> String {
 }
 
 impl<M: Module + ?Sized> Module for Box<M> {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        (**self).forward(x)
-    }
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
         (**self).visit_parameters(prefix, f)
     }
@@ -126,5 +170,11 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)
+    }
+}
+
+impl<M: Forward + ?Sized> Forward for Box<M> {
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        (**self).forward(x)
     }
 }

@@ -148,7 +148,13 @@ impl Graph {
     /// Brings `p` into this graph as a leaf that requires grad. Bringing the
     /// same parameter in twice returns the same leaf, so a shared weight used
     /// in several places accumulates one gradient.
+    ///
+    /// On the inference graph ([`Graph::inference`]) a parameter comes in as
+    /// a constant: evaluation records nothing.
     pub fn param(&self, p: &Parameter) -> Var<'_> {
+        if self.is_inference() {
+            return self.constant(p.value());
+        }
         let existing = self.state().params().get(&p.id()).copied();
         match existing {
             Some(id) => {

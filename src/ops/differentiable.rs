@@ -177,6 +177,9 @@ impl Differentiable for Arc<dyn Differentiable> {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         (**self).forward(inputs)
     }
+    fn non_float_output(&self) -> bool {
+        (**self).non_float_output()
+    }
     fn backward<'g>(
         &self,
         grad_output: &Var<'g>,

@@ -75,6 +75,17 @@ impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
 fn record_matmul<'g>(a: &Var<'g>, b: &Var<'g>, ta: bool, tb: bool) -> Result<Var<'g>> {
     // A flag on a vector means nothing; dropping it keeps names and rules simple.
     let (ta, tb) = (ta && a.shape().len() >= 2, tb && b.shape().len() >= 2);
+    if !ta && a.shape().len() > 2 && b.shape().len() == 2 {
+        // A batch of rows times one matrix (a linear layer on [B, T, E]) is
+        // one [B·T, E] product, as in PyTorch: the weight's gradient is then
+        // a single product too, instead of B products summed afterwards.
+        let (batch, k) = a.shape().split_at(a.shape().len() - 1);
+        let rows: usize = batch.iter().product();
+        let y = record_matmul(&a.reshape_dims(&[rows, k[0]])?, b, false, tb)?;
+        let n = y.shape()[1];
+        let shape: Vec<usize> = batch.iter().copied().chain([n]).collect();
+        return y.reshape_dims(&shape);
+    }
     let graph = a.graph();
     match (ta, tb) {
         (false, false) => graph.record(MatMulOp::<false, false>, &[a, b]),

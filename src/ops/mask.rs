@@ -2,18 +2,23 @@
 //! `gt`, `ge`, returning bool), `masked_fill`, `tril`/`triu`, `to_dtype`
 //! casts and `topk`.
 //!
-//! i64 and bool values are never differentiable, so an op whose output is
-//! one records no node: comparisons and the indices of `topk` are constants,
-//! and a cast from a float to i64 or bool is a constant too. The ops whose
-//! output is a float stay differentiable in their float inputs:
-//! `masked_fill` (zero gradient where masked) and `tril`/`triu` are `where`
-//! with a bool mask, `topk`'s values are a `gather` (the gradient is
-//! scattered back to the picked positions) and a float-to-float cast
-//! ([`Cast`]) casts the gradient back.
+//! Each is an op of the registry ([`Compare`], [`MaskedFill`],
+//! [`Triangle`], [`Cast`], [`Topk`]). i64, bool, f16 and bf16 values are
+//! never differentiable, so an op whose output is one records no node:
+//! comparisons and the indices of `topk` are constants, and a cast to a
+//! dtype other than f32 and f64 is a constant too. The ops whose output is
+//! a float stay differentiable in their float inputs, each with a linear
+//! derivative that is the op itself (so every order exists): `masked_fill`
+//! passes the gradient where the mask is false, `tril`/`triu` mask the
+//! gradient the same way, `topk`'s values are a gather whose gradient is
+//! scattered back to the picked positions, and an f32<->f64 cast casts the
+//! gradient back.
 
 use smallvec::smallvec;
 
 use super::compare::Condition;
+use super::index::Gather;
+use super::rule::OpFacts;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
@@ -22,9 +27,9 @@ use crate::kernels::mask::{self as kernel, Comparison};
 use crate::tensor::{DType, Tensor};
 
 /// A cast to another dtype ([`Tensor::to_dtype`]'s conversions). Between
-/// f32 and f64 it is differentiable (the gradient is cast back); to i64 or
-/// bool its output is a constant (no node), and from them there is no
-/// gradient to give.
+/// f32 and f64 it is differentiable (the gradient is cast back); to i64,
+/// bool, f16 or bf16 its output is a constant (no node), and from them
+/// there is no gradient to give.
 #[derive(Clone, Copy, Debug)]
 pub struct Cast {
     /// The dtype of the output.
@@ -80,11 +85,244 @@ impl Differentiable for Cast {
             _ => Ok(None),
         }
     }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            // Finite differences need f64 through and through: the cast
+            // f64 -> f64 (an f32 step would round away the differences).
+            example: Some(std::sync::Arc::new(Cast { to: DType::F64 })),
+            sample_inputs: Some(|seed| vec![sample(&[2, 3], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
+    }
 }
 
-/// The ops of this file are `Var` methods; none is registered by name (an
-/// op whose output is an index or a mask has no gradient to register).
-pub(crate) fn register(_reg: &mut OpRegistry) {}
+/// `scale · sin(0.37 i + 1.3 seed + 0.1)`: smooth, distinct sample values.
+fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n).map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin()).collect();
+    Tensor::from_vec(v, shape).expect("a valid shape")
+}
+
+/// A comparison as an op (`eq`, `ne`, `lt`, `le`, `gt`, `ge`): two
+/// operands of one dtype, broadcasting, a bool output that is always a
+/// constant (no node, no gradient).
+#[derive(Clone, Copy, Debug)]
+pub struct Compare(pub Comparison);
+
+impl Differentiable for Compare {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs(self.0.name(), inputs, 2)?;
+        kernel::compare(self.0, inputs[0], inputs[1])
+    }
+    fn non_float_output(&self) -> bool {
+        true
+    }
+    fn backward<'g>(&self, _g: &Var<'g>, _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
+        // Piecewise constant: no gradient (and never a node to run).
+        Ok(smallvec![None, None])
+    }
+    fn jvp<'g>(&self, _t: &[Option<Var<'g>>], _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        Ok(None)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            elementwise: true,
+            tangent: true,
+            // Operands on a grid of quarters, broadcasting, so that ties
+            // (where `eq`/`le`/`ge` differ from `ne`/`lt`/`gt`) occur.
+            sample_inputs: Some(|seed| {
+                let grid = |t: Tensor| t.map_f64(|v| (v * 4.0).round() / 4.0);
+                vec![grid(sample(&[2, 3], seed, 1.0)), grid(sample(&[3], seed + 2, 1.0))]
+            }),
+            ..OpFacts::opaque(Some(2))
+        }
+    }
+}
+
+/// `value` where the bool `mask` is true, the input elsewhere (PyTorch's
+/// `masked_fill`). Inputs: `[x, mask]`, `mask` broadcasting to `x`'s shape.
+/// Its derivative in `x` is `masked_fill` with 0.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MaskedFill {
+    /// The value written where the mask is true (in `x`'s dtype).
+    pub value: f64,
+}
+
+impl MaskedFill {
+    fn run(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        const OP: &str = "masked_fill";
+        if mask.dtype() != DType::Bool {
+            return Err(Error::WrongDType { op: OP, expected: DType::Bool, found: mask.dtype() });
+        }
+        if !crate::tensor::shape::broadcastable_to(mask.shape(), x.shape()) {
+            return Err(Error::shape_mismatch(OP, mask.shape(), x.shape()));
+        }
+        kernel::select(OP, mask, &Tensor::scalar_of(self.value, x.dtype()), x)
+    }
+}
+
+impl Differentiable for MaskedFill {
+    fn name(&self) -> &str {
+        "masked_fill"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("masked_fill", inputs, 2)?;
+        self.run(inputs[0], inputs[1])
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
+        let (x, mask) = (&inputs[0], &inputs[1]);
+        let gx = x.requires_grad().then(|| g.graph().record(MaskedFill { value: 0.0 }, &[g, mask]));
+        Ok(smallvec![gx.transpose()?, None])
+    }
+    fn backward_fast(&self, g: &Tensor, inputs: &[&Tensor], _out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+        if needs[0] {
+            grads[0] = Some(MaskedFill { value: 0.0 }.run(g, inputs[1])?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        t[0].as_ref().map(|t| t.graph().record(MaskedFill { value: 0.0 }, &[t, &inputs[1]])).transpose()
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(MaskedFill { value: -1.5 })),
+            sample_inputs: Some(|seed| {
+                let keep: Vec<bool> = (0..4).map(|i| (i + seed) % 3 == 0).collect();
+                vec![sample(&[2, 3, 4], seed, 1.0), Tensor::from_vec(keep, &[1, 4]).expect("a shape")]
+            }),
+            ..OpFacts::opaque(Some(2))
+        }
+    }
+}
+
+/// The lower (`tril`) or upper (`triu`) triangle of the matrices in the
+/// last two dims, the rest zero; its derivative is the same triangle of the
+/// gradient.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Triangle {
+    /// The diagonal that bounds the triangle (0 the main one, positive above).
+    pub diagonal: i64,
+    /// `triu` (keep `j - i >= diagonal`) rather than `tril` (`j - i <= diagonal`).
+    pub upper: bool,
+}
+
+impl Differentiable for Triangle {
+    fn name(&self) -> &str {
+        if self.upper {
+            "triu"
+        } else {
+            "tril"
+        }
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let op = if self.upper { "triu" } else { "tril" };
+        expect_inputs(op, inputs, 1)?;
+        kernel::triangle(op, inputs[0], self.diagonal, self.upper)
+    }
+    fn backward<'g>(&self, g: &Var<'g>, _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
+        Ok(smallvec![Some(g.graph().record(*self, &[g])?)])
+    }
+    fn backward_fast(&self, g: &Tensor, _inputs: &[&Tensor], _out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+        if needs[0] {
+            grads[0] = Some(self.forward(&[g])?);
+        }
+        Ok(true)
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        t[0].as_ref().map(|t| t.graph().record(*self, &[t])).transpose()
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(Triangle { diagonal: if self.upper { 1 } else { -1 }, upper: self.upper })),
+            sample_inputs: Some(|seed| vec![sample(&[2, 3, 4], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
+    }
+}
+
+/// The `k` largest (or smallest) elements along the last axis, sorted
+/// (PyTorch's `topk(k, dim=-1)` values; `Var::topk` also returns the
+/// positions). The positions are found again in backward and tangent, and
+/// the derivative is [`Gather`]'s at them (the gradient scattered back).
+#[derive(Clone, Copy, Debug)]
+pub struct Topk {
+    /// How many elements per lane.
+    pub k: usize,
+    /// The largest (`true`) or the smallest.
+    pub largest: bool,
+}
+
+impl Topk {
+    fn positions<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        let idx = kernel::topk_indices("topk", x.value(), self.k, self.largest)?;
+        Ok(Var::constant_in(x.graph(), idx))
+    }
+}
+
+impl Differentiable for Topk {
+    fn name(&self) -> &str {
+        "topk"
+    }
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        expect_inputs("topk", inputs, 1)?;
+        let x = inputs[0];
+        let idx = kernel::topk_indices("topk", x, self.k, self.largest)?;
+        crate::kernels::index::gather("topk", x, x.rank() - 1, &idx)
+    }
+    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
+        let x = &inputs[0];
+        let gathered = Gather { dim: -1 }.backward(g, &[x.clone(), self.positions(x)?], out)?;
+        Ok(smallvec![gathered.into_iter().next().flatten()])
+    }
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+        let x = &inputs[0];
+        Gather { dim: -1 }.jvp(&[t[0].clone(), None], &[x.clone(), self.positions(x)?], out)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(Topk { k: 2, largest: false })),
+            sample_inputs: Some(|seed| vec![sample(&[2, 3, 5], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
+    }
+}
+
+/// Registers the six comparisons, `masked_fill` (value 0), `tril` and
+/// `triu` (main diagonal), `to_dtype` (to f32, PyTorch's default float)
+/// and `topk` (k = 1, largest): applied by name, each with those settings.
+pub(crate) fn register(reg: &mut OpRegistry) {
+    for cmp in [Comparison::Eq, Comparison::Ne, Comparison::Lt, Comparison::Le, Comparison::Gt, Comparison::Ge] {
+        reg.add_builtin(Compare(cmp));
+    }
+    reg.add_builtin(MaskedFill::default());
+    reg.add_builtin(Triangle { diagonal: 0, upper: false });
+    reg.add_builtin(Triangle { diagonal: 0, upper: true });
+    reg.add_builtin(Cast { to: DType::F32 });
+    reg.add_builtin(Topk { k: 1, largest: true });
+}
 
 /// `value` as a 0-d tensor of `dtype`, for comparing with a tensor of it; a
 /// value that `dtype` cannot hold exactly (2.5 for i64, 3 for bool) is an
@@ -92,7 +330,8 @@ pub(crate) fn register(_reg: &mut OpRegistry) {}
 fn scalar_operand(op: &'static str, value: f64, dtype: DType) -> Result<Tensor> {
     let t = Tensor::scalar_of(value, dtype);
     let exact = match dtype {
-        DType::F32 | DType::F64 => true,
+        // A float scalar rounds to the tensor's float dtype, as in PyTorch.
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => true,
         DType::I64 | DType::Bool => t.try_item()? == value,
     };
     if exact {
@@ -117,8 +356,7 @@ macro_rules! comparisons {
                     /// dtype compares, a NaN compares false (`ne`: true).
                     /// See the module's example.
                     pub fn $try_name / $name(&self, other: &Var<'g>) -> Var<'g> {
-                        let t = kernel::compare(Comparison::$cmp, self.value(), other.value())?;
-                        Ok(Var::constant_in(self.graph(), t))
+                        self.graph().record(Compare(Comparison::$cmp), &[self, other])
                     }
                 }
 
@@ -128,8 +366,8 @@ macro_rules! comparisons {
                     /// of it: 2.5 is an error for an i64 tensor).
                     pub fn $try_scalar / $scalar(&self, value: f64) -> Var<'g> {
                         let v = scalar_operand(Comparison::$cmp.name(), value, self.dtype())?;
-                        let t = kernel::compare(Comparison::$cmp, self.value(), &v)?;
-                        Ok(Var::constant_in(self.graph(), t))
+                        let v = Var::constant_in(self.graph(), v);
+                        self.graph().record(Compare(Comparison::$cmp), &[self, &v])
                     }
                 }
             )*
@@ -167,26 +405,8 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn try_masked_fill(&self, mask: impl Condition<'g>, value: f64) -> Result<Var<'g>> {
-        const OP: &str = "masked_fill";
         let mask = mask.into_condition(self.graph());
-        if mask.dtype() != DType::Bool {
-            return Err(Error::WrongDType {
-                op: OP,
-                expected: DType::Bool,
-                found: mask.dtype(),
-            });
-        }
-        if !crate::tensor::shape::broadcastable_to(mask.shape(), self.shape()) {
-            return Err(Error::shape_mismatch(OP, mask.shape(), self.shape()));
-        }
-        if !self.dtype().is_float() {
-            // No gradient to keep: select the elements directly.
-            let filled = kernel::expand_any(OP, &Tensor::scalar_of(value, self.dtype()), self.shape())?;
-            let keep = kernel::compare(Comparison::Eq, mask.value(), &Tensor::scalar(false))?;
-            let out = crate::kernels::mask::select(OP, &keep, self.value(), &filled)?;
-            return Ok(Var::constant_in(self.graph(), out));
-        }
-        self.scalar_like(value).try_where(&mask, self)
+        self.graph().record(MaskedFill { value }, &[self, &mask])
     }
 
     /// See [`try_masked_fill`](Self::try_masked_fill); panics at the
@@ -214,7 +434,7 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_tril / tril(&self, diagonal: i64) -> Var<'g> {
-            self.triangle("tril", diagonal, false)
+            self.triangle(diagonal, false)
         }
     }
 
@@ -231,23 +451,12 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_triu / triu(&self, diagonal: i64) -> Var<'g> {
-            self.triangle("triu", diagonal, true)
+            self.triangle(diagonal, true)
         }
     }
 
-    fn triangle(&self, op: &'static str, diagonal: i64, upper: bool) -> Result<Var<'g>> {
-        if !self.requires_grad() {
-            let t = kernel::triangle(op, self.value(), diagonal, upper)?;
-            return Ok(Var::constant_in(self.graph(), t));
-        }
-        let r = self.shape().len();
-        if r < 2 {
-            // The kernel words the error.
-            kernel::triangle(op, self.value(), diagonal, upper)?;
-        }
-        let square = &self.shape()[r - 2..];
-        let keep = kernel::triangle(op, &Tensor::full(square, 1.0, DType::Bool)?, diagonal, upper)?;
-        self.try_where(&keep, &self.scalar_like(0.0))
+    fn triangle(&self, diagonal: i64, upper: bool) -> Result<Var<'g>> {
+        self.graph().record(Triangle { diagonal, upper }, &[self])
     }
 
     fallible! {
@@ -298,12 +507,7 @@ impl<'g> Var<'g> {
         /// ```
         pub fn try_topk / topk(&self, k: usize, largest: bool) -> (Var<'g>, Var<'g>) {
             let idx = kernel::topk_indices("topk", self.value(), k, largest)?;
-            let values = if self.dtype().is_float() {
-                self.try_gather(-1, &idx)?
-            } else {
-                let t = crate::kernels::index::gather("topk", self.value(), self.shape().len() - 1, &idx)?;
-                Var::constant_in(self.graph(), t)
-            };
+            let values = self.graph().record(Topk { k, largest }, &[self])?;
             Ok((values, Var::constant_in(self.graph(), idx)))
         }
     }
@@ -374,7 +578,7 @@ mod tests {
     fn casts_between_every_dtype() {
         let g = Graph::new();
         let x = g.variable(Tensor::from_vec(vec![-1.5, 0.0, 2.7], &[3]).unwrap());
-        for dtype in [DType::F32, DType::F64, DType::I64, DType::Bool] {
+        for dtype in [DType::F32, DType::F64, DType::I64, DType::Bool, DType::F16, DType::BF16] {
             let y = x.to_dtype(dtype);
             assert_eq!(y.dtype(), dtype);
             assert_eq!(y.requires_grad(), dtype.is_float());
@@ -383,6 +587,9 @@ mod tests {
                 DType::F32 | DType::F64 => vec![-1.5, 0.0, 2.7f32 as f64],
                 DType::I64 => vec![-1.0, 0.0, 2.0],
                 DType::Bool => vec![1.0, 0.0, 1.0],
+                // Rounded to nearest: 11 and 8 significant bits.
+                DType::F16 => vec![-1.5, 0.0, 2.69921875],
+                DType::BF16 => vec![-1.5, 0.0, 2.703125],
             };
             if dtype == DType::F64 {
                 assert_eq!(back, vec![-1.5, 0.0, 2.7]);

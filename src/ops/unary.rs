@@ -15,7 +15,7 @@ impl UnaryRule for Exp {
     const SLOPE_OF: SlopeOf = SlopeOf::Output;
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
-        x.exp()
+        x.exp_vectorisable()
     }
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, y: &N) -> N {

@@ -165,7 +165,7 @@ pub fn split_by_rank<P: NamedParameter>(
 /// [`Adam::with_groups`](super::Adam::with_groups).
 ///
 /// ```
-/// use retrograd::{DType, Tensor, nn::{Linear, Module, Parameter}, optim::{decay_groups, Adam, AdamConfig}};
+/// use retrograd::{DType, Tensor, nn::{Linear, Forward, Module, Parameter}, optim::{decay_groups, Adam, AdamConfig}};
 /// let weight = Parameter::new(Tensor::zeros(&[3, 4], DType::F32)?);
 /// let bias = Parameter::new(Tensor::zeros(&[3], DType::F32)?);
 /// let layer = Linear::from_parameters(weight, Some(bias))?;

@@ -20,6 +20,12 @@ impl fmt::Display for Tensor {
                     write!(f, "{v}")
                 })
             }
+            // A half value prints as the f32 it widens to exactly: its
+            // shortest form, not the f64 digits of its binary expansion.
+            super::DType::F16 | super::DType::BF16 => {
+                let v: Vec<f64> = self.to_f64_vec();
+                write_all(f, self.shape(), &v, &|f, x| write_number_f32(f, x as f32))
+            }
             _ => write_all(f, self.shape(), &self.to_f64_vec(), &write_number),
         }
     }
@@ -41,6 +47,13 @@ fn write_all<T: Copy>(
 }
 
 fn write_number(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
+    match f.precision() {
+        Some(p) => write!(f, "{v:.p$}"),
+        None => write!(f, "{v}"),
+    }
+}
+
+fn write_number_f32(f: &mut fmt::Formatter<'_>, v: f32) -> fmt::Result {
     match f.precision() {
         Some(p) => write!(f, "{v:.p$}"),
         None => write!(f, "{v}"),
@@ -96,6 +109,20 @@ mod tests {
         let long = Tensor::from_vec((0..10).map(f64::from).collect(), &[10]).unwrap();
         assert_eq!(long.to_string(), "[0, 1, 2, ..., 7, 8, 9]");
         assert_eq!(format!("{:.2}", Tensor::scalar(1.0f32 / 3.0)), "0.33");
+        // Half floats print their value's shortest f32 form.
+        let h = Tensor::from_vec(vec![0.1, -2.5, 65504.0], &[3]).unwrap();
+        assert_eq!(
+            h.to_dtype(crate::DType::F16).to_string(),
+            "[0.099975586, -2.5, 65504]"
+        );
+        assert_eq!(
+            h.to_dtype(crate::DType::BF16).to_string(),
+            "[0.100097656, -2.5, 65536]"
+        );
+        assert_eq!(
+            format!("{:.2}", Tensor::scalar(half::bf16::from_f32(1.0 / 3.0))),
+            "0.33"
+        );
         // A huge zero-sized shape prints its edges at once (no walk over every row).
         let empty = Tensor::zeros(&[usize::MAX, 2, usize::MAX, 0], crate::DType::F32).unwrap();
         let lane = "[[], [], [], ..., [], [], []]";

@@ -7,8 +7,9 @@
 //! an `Arc<[T]>` shared by every clone (and by reshapes of it).
 //!
 //! Dtypes: `f32` and `f64` (the [`Element`]s, which ops compute and
-//! differentiate in), `i64` and `bool` (indices and masks; any
-//! [`DataType`]). All four have an inline 0-d form and a dense form.
+//! differentiate in), `i64` and `bool` (indices and masks), and the
+//! storage-only `f16` and `bf16` (any [`DataType`]). All six have an inline
+//! 0-d form and a dense form.
 
 mod display;
 mod dtype;
@@ -32,7 +33,8 @@ pub(crate) use word::Word;
 
 use crate::error::{Error, Result};
 
-/// An immutable n-dimensional array of `f32`, `f64`, `i64` or `bool`.
+/// An immutable n-dimensional array of `f32`, `f64`, `i64`, `bool`, `f16`
+/// or `bf16`.
 ///
 /// Cloning is cheap (a reference-count increment, or a copy for scalars) and
 /// never copies elements. Nothing can mutate a tensor's elements while they
@@ -61,6 +63,10 @@ pub(crate) enum Repr {
     I64(Word),
     /// A 0-d bool, 0 or 1 in the low byte (not differentiable).
     Bool(Word),
+    /// A 0-d f16 in the low 16 bits (storage only).
+    F16(Word),
+    /// A 0-d bf16 in the low 16 bits (storage only).
+    BF16(Word),
     Dense(Arc<Dense>),
 }
 
@@ -157,8 +163,9 @@ impl Tensor {
         value.scalar_tensor()
     }
 
-    /// A 0-d tensor of `dtype` holding `value` (rounded to f32 if needed;
-    /// cast as by [`to_dtype`](Self::to_dtype) for i64 and bool).
+    /// A 0-d tensor of `dtype` holding `value` (rounded to f32, f16 or
+    /// bf16 if needed; cast as by [`to_dtype`](Self::to_dtype) for i64 and
+    /// bool).
     #[inline(always)]
     pub fn scalar_of(value: f64, dtype: DType) -> Self {
         match dtype {
@@ -166,6 +173,8 @@ impl Tensor {
             DType::F64 => value.scalar_tensor(),
             DType::I64 => i64::cast_from_f64(value).scalar_tensor(),
             DType::Bool => bool::cast_from_f64(value).scalar_tensor(),
+            DType::F16 => half::f16::cast_from_f64(value).scalar_tensor(),
+            DType::BF16 => half::bf16::cast_from_f64(value).scalar_tensor(),
         }
     }
 
@@ -241,34 +250,10 @@ impl Tensor {
     /// `Error::ShapeOverflow`, not an allocator abort.
     fn filled(op: &'static str, shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
         let n = shape::checked_numel(op, shape)?;
-        let dims = Dims::from_slice(shape);
-        Ok(match dtype {
-            DType::F32 => Self::from_buffer(
-                dims,
-                Arc::from(storage::try_filled(op, shape, n, value as f32)?),
-            ),
-            DType::F64 => {
-                Self::from_buffer(dims, Arc::from(storage::try_filled(op, shape, n, value)?))
-            }
-            DType::I64 => Self::from_buffer(
-                dims,
-                Arc::from(storage::try_filled(
-                    op,
-                    shape,
-                    n,
-                    i64::cast_from_f64(value),
-                )?),
-            ),
-            DType::Bool => Self::from_buffer(
-                dims,
-                Arc::from(storage::try_filled(
-                    op,
-                    shape,
-                    n,
-                    bool::cast_from_f64(value),
-                )?),
-            ),
-        })
+        Ok(crate::with_any_dtype!(dtype, T => Self::from_buffer(
+            Dims::from_slice(shape),
+            Arc::from(storage::try_filled(op, shape, n, T::cast_from_f64(value))?),
+        )))
     }
 
     /// Zeros with the shape and dtype of `self`.
@@ -278,6 +263,8 @@ impl Tensor {
             Repr::F64(_) => Tensor::scalar(0.0f64),
             Repr::I64(_) => Tensor::scalar(0i64),
             Repr::Bool(_) => Tensor::scalar(false),
+            Repr::F16(_) => Tensor::scalar(half::f16::ZERO),
+            Repr::BF16(_) => Tensor::scalar(half::bf16::ZERO),
             Repr::Dense(_) => Self::full(self.shape(), 0.0, self.dtype())
                 .expect("an existing tensor's shape has a valid element count"),
         }
@@ -293,7 +280,8 @@ impl Tensor {
     ///
     /// For `DType::I64`, `start`, `end` and `step` must be whole numbers
     /// (then it is [`arange_i64`](Self::arange_i64)); `DType::Bool` is
-    /// `Error::WrongDType`.
+    /// `Error::WrongDType`; for f16 and bf16 the values are computed in f64
+    /// and rounded once.
     ///
     /// ```
     /// use retrograd::{Tensor, DType};
@@ -325,7 +313,7 @@ impl Tensor {
                 }
                 return Self::arange_i64(start as i64, end as i64, step as i64);
             }
-            DType::F32 | DType::F64 => {}
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {}
         }
         if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
             return Err(Error::invalid(
@@ -381,18 +369,16 @@ impl Tensor {
     }
 
     /// A tensor of `dtype` and `shape` from f64 values (rounded for f32,
-    /// cast as by [`to_dtype`](Self::to_dtype) for i64 and bool).
+    /// f16 and bf16, cast as by [`to_dtype`](Self::to_dtype) for i64 and
+    /// bool).
     pub fn from_f64_slice(data: &[f64], shape: &[usize], dtype: DType) -> Result<Self> {
-        fn cast<T: DataType>(data: &[f64], shape: &[usize]) -> Result<Tensor> {
+        if dtype == DType::F64 {
+            return Self::from_slice(data, shape);
+        }
+        crate::with_any_dtype!(dtype, T => {
             let v: Vec<T> = data.iter().map(|&x| T::cast_from_f64(x)).collect();
             Tensor::from_slice(&v, shape)
-        }
-        match dtype {
-            DType::F64 => Self::from_slice(data, shape),
-            DType::F32 => cast::<f32>(data, shape),
-            DType::I64 => cast::<i64>(data, shape),
-            DType::Bool => cast::<bool>(data, shape),
-        }
+        })
     }
 
     /// The dimensions.
@@ -418,6 +404,8 @@ impl Tensor {
             Repr::F64(_) => DType::F64,
             Repr::I64(_) => DType::I64,
             Repr::Bool(_) => DType::Bool,
+            Repr::F16(_) => DType::F16,
+            Repr::BF16(_) => DType::BF16,
             Repr::Dense(d) => d.buf.dtype(),
         }
     }
@@ -473,11 +461,15 @@ impl Tensor {
             Repr::F64(v) => Ok(v.f64()),
             Repr::I64(v) => Ok(v.i64() as f64),
             Repr::Bool(v) => Ok(v.bool().cast_to_f64()),
+            Repr::F16(v) => Ok(v.f16().to_f64()),
+            Repr::BF16(v) => Ok(v.bf16().to_f64()),
             Repr::Dense(d) if d.buf.len() == 1 => Ok(match &d.buf {
                 Buffer::F32(b) => b[0] as f64,
                 Buffer::F64(b) => b[0],
                 Buffer::I64(b) => b[0] as f64,
                 Buffer::Bool(b) => b[0].cast_to_f64(),
+                Buffer::F16(b) => b[0].to_f64(),
+                Buffer::BF16(b) => b[0].to_f64(),
             }),
             Repr::Dense(d) => Err(Error::NotAScalar {
                 op: "item",
@@ -509,12 +501,7 @@ impl Tensor {
                 .map(|&v| v.cast_to_f64())
                 .collect()
         }
-        match self.dtype() {
-            DType::F32 => widen::<f32>(self),
-            DType::F64 => self.as_slice_of::<f64>().to_vec(),
-            DType::I64 => widen::<i64>(self),
-            DType::Bool => widen::<bool>(self),
-        }
+        crate::with_any_dtype!(self.dtype(), T => widen::<T>(self))
     }
 
     /// All elements in row-major order; `T` must be the tensor's dtype.
@@ -635,21 +622,27 @@ impl Tensor {
                 Buffer::F64(b) => Tensor::scalar(b[0]),
                 Buffer::I64(b) => Tensor::scalar(b[0]),
                 Buffer::Bool(b) => Tensor::scalar(b[0]),
+                Buffer::F16(b) => Tensor::scalar(b[0]),
+                Buffer::BF16(b) => Tensor::scalar(b[0]),
             },
             Repr::F32(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f32()][..])),
             Repr::F64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f64()][..])),
             Repr::I64(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.i64()][..])),
             Repr::Bool(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.bool()][..])),
+            Repr::F16(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.f16()][..])),
+            Repr::BF16(v) => Self::from_buffer(Dims::from_slice(shape), Arc::from(&[v.bf16()][..])),
         })
     }
 
     /// A copy converted to `dtype` (the same tensor, shared, if it already
     /// has it). Every pair of dtypes converts, as PyTorch's `.to(dtype)`:
-    /// float to float rounds to nearest; float to i64 truncates toward zero
-    /// (saturating at the i64 range, NaN to 0); i64 to float rounds to
-    /// nearest; to bool is `value != 0` (NaN is true); bool to a number is 0
-    /// or 1. (On a `Var`, [`to_dtype`](crate::Var::to_dtype) is
-    /// differentiable between float dtypes.)
+    /// float to float (f64, f32, f16, bf16) rounds to nearest, ties to
+    /// even, once (out of range is infinity; NaN stays NaN); float to i64
+    /// truncates toward zero (saturating at the i64 range, NaN to 0); i64
+    /// to float rounds to nearest; to bool is `value != 0` (NaN is true);
+    /// bool to a number is 0 or 1. (On a `Var`,
+    /// [`to_dtype`](crate::Var::to_dtype) is differentiable between f32
+    /// and f64.)
     ///
     /// ```
     /// use retrograd::{Tensor, DType};
@@ -658,6 +651,9 @@ impl Tensor {
     /// assert_eq!(x.to_dtype(DType::Bool).to_vec::<bool>()?, vec![true, false, true]);
     /// let m = Tensor::from_vec(vec![true, false], &[2])?;
     /// assert_eq!(m.to_dtype(DType::F32).to_vec::<f32>()?, vec![1.0, 0.0]);
+    /// // bf16 keeps 8 significant bits: 1 + 2^-8 ties to even (1), 1 + 3 * 2^-8 to 1 + 2^-6.
+    /// let b = Tensor::from_vec(vec![1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0], &[2])?.to_dtype(DType::BF16);
+    /// assert_eq!(b.to_dtype(DType::F64).to_f64_vec(), vec![1.0, 1.0 + 1.0 / 64.0]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     pub fn to_dtype(&self, dtype: DType) -> Self {
@@ -667,27 +663,11 @@ impl Tensor {
         fn from_src<S: DataType>(t: &Tensor, dtype: DType) -> Tensor {
             let shape = Dims::from_slice(t.shape());
             let src = t.as_slice_of::<S>();
-            match dtype {
-                DType::F32 => {
-                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f32>(s)))
-                }
-                DType::F64 => {
-                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, f64>(s)))
-                }
-                DType::I64 => {
-                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, i64>(s)))
-                }
-                DType::Bool => {
-                    Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, bool>(s)))
-                }
-            }
+            crate::with_any_dtype!(dtype, D => {
+                Tensor::from_exact_iter(shape, src.iter().map(|&s| cast_to::<S, D>(s)))
+            })
         }
-        match self.dtype() {
-            DType::F32 => from_src::<f32>(self, dtype),
-            DType::F64 => from_src::<f64>(self, dtype),
-            DType::I64 => from_src::<i64>(self, dtype),
-            DType::Bool => from_src::<bool>(self, dtype),
-        }
+        crate::with_any_dtype!(self.dtype(), S => from_src::<S>(self, dtype))
     }
 
     /// A tensor of the same shape and dtype with `f` applied to every element
@@ -711,6 +691,14 @@ impl Tensor {
         match self.dtype() {
             DType::F32 => self.as_slice_of::<f32>().iter().all(|v| v.is_finite()),
             DType::F64 => self.as_slice_of::<f64>().iter().all(|v| v.is_finite()),
+            DType::F16 => self
+                .as_slice_of::<half::f16>()
+                .iter()
+                .all(|v| v.is_finite()),
+            DType::BF16 => self
+                .as_slice_of::<half::bf16>()
+                .iter()
+                .all(|v| v.is_finite()),
             DType::I64 | DType::Bool => true,
         }
     }
@@ -721,7 +709,8 @@ impl Tensor {
         self.dtype().is_float()
     }
 
-    /// `Ok` for a float tensor, `Error::NotFloat` naming `op` otherwise.
+    /// `Ok` for a float tensor (f32, f64), `Error::NotFloat` naming `op`
+    /// otherwise (f16 and bf16 included: they are cast first).
     #[inline]
     pub(crate) fn expect_float(&self, op: &'static str) -> Result<()> {
         match self.dtype() {
@@ -759,12 +748,9 @@ impl PartialEq for Tensor {
         if self.shape() != other.shape() || self.dtype() != other.dtype() {
             return false;
         }
-        match self.dtype() {
-            DType::F32 => self.as_slice_of::<f32>() == other.as_slice_of::<f32>(),
-            DType::F64 => self.as_slice_of::<f64>() == other.as_slice_of::<f64>(),
-            DType::I64 => self.as_slice_of::<i64>() == other.as_slice_of::<i64>(),
-            DType::Bool => self.as_slice_of::<bool>() == other.as_slice_of::<bool>(),
-        }
+        crate::with_any_dtype!(self.dtype(), T => {
+            self.as_slice_of::<T>() == other.as_slice_of::<T>()
+        })
     }
 }
 
@@ -792,9 +778,10 @@ pub(crate) fn cast_to<S: DataType, D: DataType>(s: S) -> D {
 
 /// Calls `$body` with `$T` bound to the float element type of `$dtype`.
 ///
-/// Float ops dispatch through this. An `i64` or `bool` dtype returns
-/// `Err(Error::NotFloat { op: $op, .. })` from the enclosing function
-/// (which must return `Result`): never a panic.
+/// Float ops dispatch through this. An `i64`, `bool`, `f16` or `bf16`
+/// dtype returns `Err(Error::NotFloat { op: $op, .. })` from the enclosing
+/// function (which must return `Result`): never a panic. (The half dtypes
+/// are storage only; the error says to cast with `to_dtype` first.)
 #[macro_export]
 #[doc(hidden)]
 macro_rules! with_dtype {
@@ -808,7 +795,10 @@ macro_rules! with_dtype {
                 type $T = f64;
                 $body
             }
-            found @ ($crate::DType::I64 | $crate::DType::Bool) => {
+            found @ ($crate::DType::I64
+            | $crate::DType::Bool
+            | $crate::DType::F16
+            | $crate::DType::BF16) => {
                 return ::core::result::Result::Err($crate::Error::NotFloat { op: $op, found })
             }
         }
@@ -816,7 +806,7 @@ macro_rules! with_dtype {
 }
 
 /// Calls `$body` with `$T` bound to the element type of `$dtype`, any of
-/// the four ([`DataType`]): for kernels that only move elements (copies,
+/// the six ([`DataType`]): for kernels that only move elements (copies,
 /// gathers, selections by mask).
 #[macro_export]
 #[doc(hidden)]
@@ -837,6 +827,14 @@ macro_rules! with_any_dtype {
             }
             $crate::DType::Bool => {
                 type $T = bool;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = ::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = ::half::bf16;
                 $body
             }
         }
@@ -973,6 +971,145 @@ mod tests {
         assert!(Tensor::arange_i64(0, 3, 0).is_err());
         assert!(Tensor::arange(0.0, 3.0, 1.0, DType::Bool).is_err());
         assert!(Tensor::randn(&[2], DType::Bool, 0).is_err());
+    }
+
+    #[test]
+    fn half_tensors_are_stored_cast_and_compared() {
+        use half::{bf16, f16};
+        for dtype in [DType::F16, DType::BF16] {
+            let t = Tensor::from_vec(vec![1.5, -2.0, 0.0, 1e6], &[2, 2])
+                .unwrap()
+                .to_dtype(dtype);
+            assert_eq!((t.dtype(), t.shape()), (dtype, &[2usize, 2][..]));
+            assert!(!t.is_float() && t.dtype().is_half());
+            // 1e6 is beyond f16 (max 65504): infinity; bf16 rounds it.
+            let want_last = if dtype == DType::F16 {
+                f64::INFINITY
+            } else {
+                999424.0
+            };
+            assert_eq!(t.to_f64_vec(), vec![1.5, -2.0, 0.0, want_last]);
+            assert_eq!(t.all_finite(), dtype == DType::BF16);
+            let s = Tensor::scalar_of(0.5, dtype);
+            assert!(s.is_scalar());
+            assert_eq!((s.dtype(), s.try_item().unwrap()), (dtype, 0.5));
+            assert_eq!(s.zeros_like(), Tensor::scalar_of(0.0, dtype));
+            assert_eq!(s.reshape(&[1]).unwrap().reshape(&[]).unwrap(), s);
+            assert!(t.reshape(&[4]).unwrap().shares_storage_with(&t));
+            assert_eq!(
+                Tensor::ones(&[3], dtype).unwrap().to_f64_vec(),
+                vec![1.0; 3]
+            );
+            assert_eq!(
+                Tensor::arange(0.0, 1.0, 0.25, dtype).unwrap().to_f64_vec(),
+                vec![0.0, 0.25, 0.5, 0.75]
+            );
+            assert_eq!(
+                t.to_dtype(DType::I64).to_vec::<i64>().unwrap()[..3],
+                [1, -2, 0]
+            );
+            assert_eq!(
+                t.to_dtype(DType::Bool).to_vec::<bool>().unwrap(),
+                vec![true, true, false, true]
+            );
+            assert_eq!(t, t.clone());
+            assert_ne!(t, t.to_dtype(DType::F32));
+            assert!(t.as_slice::<f32>().is_err());
+        }
+        let mut h = Tensor::from_vec(vec![f16::from_f32(1.0), f16::from_f32(2.0)], &[2]).unwrap();
+        let shared = h.clone();
+        h.make_mut::<f16>().unwrap()[0] = f16::from_f32(7.0);
+        assert_eq!(shared.to_f64_vec(), vec![1.0, 2.0]);
+        assert_eq!(
+            h.to_vec::<f16>().unwrap(),
+            vec![f16::from_f32(7.0), f16::from_f32(2.0)]
+        );
+        assert_eq!(Tensor::scalar(bf16::from_f32(3.0)).to_string(), "3");
+        let mut b = Tensor::scalar(bf16::from_f32(3.0));
+        b.make_mut::<bf16>().unwrap()[0] = bf16::from_f32(-1.0);
+        assert_eq!(b.item(), -1.0);
+    }
+
+    #[test]
+    fn casts_to_half_round_once_to_nearest_even() {
+        use half::{bf16, f16};
+        // Every f16 and bf16 value survives f64 and f32 and back, bit for bit.
+        for bits in 0..=u16::MAX {
+            for (dtype, t) in [
+                (DType::F16, Tensor::scalar(f16::from_bits(bits))),
+                (DType::BF16, Tensor::scalar(bf16::from_bits(bits))),
+            ] {
+                if t.item().is_nan() {
+                    assert!(t.to_dtype(DType::F32).item().is_nan());
+                    continue;
+                }
+                for wide in [DType::F32, DType::F64] {
+                    assert_eq!(
+                        t.to_dtype(wide).to_dtype(dtype),
+                        t,
+                        "{dtype} bits {bits:#x}"
+                    );
+                }
+            }
+        }
+        // Ties go to even; one ulp above a tie goes up. bf16's ulp at 1 is
+        // 2^-7, f16's 2^-10.
+        let cases = [
+            (DType::BF16, 1.0 + 2f64.powi(-8), 1.0),
+            (DType::BF16, 1.0 + 3.0 * 2f64.powi(-8), 1.0 + 2f64.powi(-6)),
+            (
+                DType::BF16,
+                1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+                1.0 + 2f64.powi(-7),
+            ),
+            (DType::F16, 1.0 + 2f64.powi(-11), 1.0),
+            (
+                DType::F16,
+                1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+                1.0 + 2f64.powi(-10),
+            ),
+            (DType::F16, 65520.0, f64::INFINITY),
+            (DType::F16, 2f64.powi(-25), 0.0),
+            (
+                DType::F16,
+                2f64.powi(-25) * (1.0 + 2f64.powi(-40)),
+                2f64.powi(-24),
+            ),
+            (DType::BF16, f64::MAX, f64::INFINITY),
+            (DType::BF16, -1e300, f64::NEG_INFINITY),
+            (DType::BF16, 1e-300, 0.0),
+            (DType::F16, 2f64.powi(-24), 2f64.powi(-24)),
+        ];
+        for (dtype, x, want) in cases {
+            assert_eq!(
+                Tensor::scalar(x).to_dtype(dtype).item(),
+                want,
+                "{x} to {dtype}"
+            );
+        }
+        // From f32, the same rounding (a tie at f32 precision too).
+        let x = Tensor::scalar(1.0f32 + 2f32.powi(-8) + 2f32.powi(-20));
+        assert_eq!(x.to_dtype(DType::BF16).item(), 1.0 + 2f64.powi(-7));
+        // i64 above 2^53 rounds once: this one is just above a bf16 tie,
+        // and `as f64` would round it onto the tie and then down to even.
+        let big = (1i64 << 62) + (1i64 << 54) + 1;
+        let t = Tensor::scalar(big).to_dtype(DType::BF16);
+        assert_eq!(t.item(), ((1i64 << 62) + (1i64 << 55)) as f64);
+        assert_eq!(
+            Tensor::scalar(-big).to_dtype(DType::BF16).item(),
+            -(((1i64 << 62) + (1i64 << 55)) as f64)
+        );
+        assert_eq!(
+            Tensor::scalar(i64::MIN).to_dtype(DType::BF16).item(),
+            -(2f64.powi(63))
+        );
+        assert_eq!(
+            Tensor::scalar(f64::NAN)
+                .to_dtype(DType::F16)
+                .to_dtype(DType::I64)
+                .item(),
+            0.0
+        );
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub enum Buffer {
     I64(Arc<[i64]>),
     /// `bool` elements.
     Bool(Arc<[bool]>),
+    /// `half::f16` elements.
+    F16(Arc<[half::f16]>),
+    /// `half::bf16` elements.
+    BF16(Arc<[half::bf16]>),
 }
 
 impl Buffer {
@@ -64,6 +68,8 @@ impl Buffer {
             Buffer::F64(_) => DType::F64,
             Buffer::I64(_) => DType::I64,
             Buffer::Bool(_) => DType::Bool,
+            Buffer::F16(_) => DType::F16,
+            Buffer::BF16(_) => DType::BF16,
         }
     }
 
@@ -73,6 +79,8 @@ impl Buffer {
             Buffer::F64(d) => d.len(),
             Buffer::I64(d) => d.len(),
             Buffer::Bool(d) => d.len(),
+            Buffer::F16(d) => d.len(),
+            Buffer::BF16(d) => d.len(),
         }
     }
 
@@ -83,6 +91,8 @@ impl Buffer {
             Buffer::F64(d) => unique_mut(d).is_some(),
             Buffer::I64(d) => unique_mut(d).is_some(),
             Buffer::Bool(d) => unique_mut(d).is_some(),
+            Buffer::F16(d) => unique_mut(d).is_some(),
+            Buffer::BF16(d) => unique_mut(d).is_some(),
         }
     }
 
@@ -93,6 +103,8 @@ impl Buffer {
             (Buffer::F64(a), Buffer::F64(b)) => Arc::ptr_eq(a, b),
             (Buffer::I64(a), Buffer::I64(b)) => Arc::ptr_eq(a, b),
             (Buffer::Bool(a), Buffer::Bool(b)) => Arc::ptr_eq(a, b),
+            (Buffer::F16(a), Buffer::F16(b)) => Arc::ptr_eq(a, b),
+            (Buffer::BF16(a), Buffer::BF16(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }

@@ -36,7 +36,59 @@ const F32_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 4 };
 /// The byte offset of a bool stored in a `Word`: its least significant byte.
 const BOOL_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 7 };
 
+/// The byte offset of a 16-bit float (f16, bf16) stored in a `Word`: its
+/// low 16 bits.
+const HALF_OFFSET: usize = if cfg!(target_endian = "little") { 0 } else { 6 };
+
+/// The accessors of a 16-bit float (`half::f16` or `half::bf16`, each a
+/// `repr(transparent)` `u16`) kept in a word's low 16 bits.
+macro_rules! half_accessors {
+    ($T:ty, $from:ident, $get:ident, $get_ref:ident, $get_mut:ident) => {
+        #[inline(always)]
+        pub(crate) fn $from(v: $T) -> Self {
+            Word(u64::from(v.to_bits()))
+        }
+
+        #[inline(always)]
+        pub(crate) fn $get(self) -> $T {
+            <$T>::from_bits(self.0 as u16)
+        }
+
+        /// The stored value in place.
+        #[inline(always)]
+        pub(crate) fn $get_mut(&mut self) -> &mut $T {
+            // SAFETY: the type is a transparent `u16` (2 bytes, 2-aligned,
+            // every bit pattern valid). `Word` is a transparent `u64`, at
+            // least 4-aligned and 8 bytes long (asserted above), so the 2
+            // bytes at `HALF_OFFSET` (0 or 6) are in bounds, 2-aligned and
+            // initialised; they are the low 16 bits, where the constructor
+            // put the value's bits. The result reborrows `self` mutably.
+            unsafe {
+                &mut *(self as *mut Word)
+                    .cast::<u8>()
+                    .add(HALF_OFFSET)
+                    .cast::<$T>()
+            }
+        }
+
+        /// The stored value by reference.
+        #[inline(always)]
+        pub(crate) fn $get_ref(&self) -> &$T {
+            // SAFETY: as in the `_mut` accessor, with a shared reborrow.
+            unsafe {
+                &*(self as *const Word)
+                    .cast::<u8>()
+                    .add(HALF_OFFSET)
+                    .cast::<$T>()
+            }
+        }
+    };
+}
+
 impl Word {
+    half_accessors!(half::f16, from_f16, f16, f16_ref, f16_mut);
+    half_accessors!(half::bf16, from_bf16, bf16, bf16_ref, bf16_mut);
+
     #[inline(always)]
     pub(crate) fn from_f32(v: f32) -> Self {
         Word(u64::from(v.to_bits()))
@@ -209,6 +261,26 @@ mod tests {
             *w.bool_mut() = !v;
             assert_eq!(w.bool(), !v);
             assert!(w == Word::from_bool(!v));
+        }
+    }
+
+    #[test]
+    fn half_floats_round_trip_by_value_and_in_place() {
+        use half::{bf16, f16};
+        for v in [0.0f32, -0.0, 1.5, -65504.0, 6.1e-5, f32::INFINITY] {
+            let (h, b) = (f16::from_f32(v), bf16::from_f32(v));
+            let (mut wh, mut wb) = (Word::from_f16(h), Word::from_bf16(b));
+            assert_eq!(
+                (wh.f16().to_bits(), wh.f16_ref().to_bits()),
+                (h.to_bits(), h.to_bits())
+            );
+            assert_eq!(
+                (wb.bf16().to_bits(), wb.bf16_ref().to_bits()),
+                (b.to_bits(), b.to_bits())
+            );
+            *wh.f16_mut() = f16::from_f32(2.0);
+            *wb.bf16_mut() = bf16::from_f32(-3.0);
+            assert_eq!((wh.f16().to_f32(), wb.bf16().to_f32()), (2.0, -3.0));
         }
     }
 

@@ -227,8 +227,155 @@ fn int_and_bool_cases(t: &mut Table) {
     });
 }
 
+/// f16 and bf16: stored, cast, compared and moved, never computed in or
+/// differentiated; each misuse a typed error that says to cast.
+fn half_cases(t: &mut Table) {
+    for dtype in [DType::F16, DType::BF16] {
+        t.add(format!("{dtype}: a variable"), move || {
+            let g = Graph::new();
+            expect_err!(
+                g.try_variable(f32s(&[2]).to_dtype(dtype)),
+                Error::NotDifferentiable { dtype: d, .. } if *d == dtype,
+                ["variable", &dtype.to_string()]
+            )
+        });
+        t.add(format!("{dtype}: float ops say to cast first"), move || {
+            let g = Graph::new();
+            for x in [f32s(&[2, 3]).to_dtype(dtype), Tensor::scalar_of(0.5, dtype)] {
+                let x = g.constant(x);
+                let d = dtype.to_string();
+                expect_err!(
+                    g.apply("exp", &[&x]),
+                    Error::NotFloat { .. },
+                    ["exp", &d, "to_dtype"]
+                )?;
+                expect_err!(x.try_sum(), Error::NotFloat { .. }, ["sum", &d])?;
+                expect_err!(x.try_softmax(-1), Error::NotFloat { .. }, ["softmax", &d])?;
+                expect_err!(x.try_add(&x), Error::NotFloat { .. }, ["add", &d])?;
+            }
+            let a = g.constant(f32s(&[2, 2]).to_dtype(dtype));
+            expect_err!(
+                a.try_matmul(&a),
+                Error::NotFloat { .. },
+                ["matmul", &dtype.to_string()]
+            )
+        });
+        t.add(
+            format!("{dtype} with f32: no silent promotion"),
+            move || {
+                let g = Graph::new();
+                let a = g.variable(f32s(&[2, 3]));
+                let b = g.constant(f32s(&[2, 3]).to_dtype(dtype));
+                let d = dtype.to_string();
+                expect_err!(
+                    a.try_add(&b),
+                    Error::DTypeMismatch { .. },
+                    ["add", "f32", &d]
+                )?;
+                expect_err!(a.try_lt(&b), Error::DTypeMismatch { .. }, ["lt", "f32", &d])?;
+                expect_err!(
+                    a.try_where(&mask(&[3]), &b),
+                    Error::DTypeMismatch { .. },
+                    ["where", "f32", &d]
+                )
+            },
+        );
+        t.add(format!("{dtype}: indices must be i64"), move || {
+            let g = Graph::new();
+            let a = g.variable(f64s(&[2, 3]));
+            let idx = Tensor::from_vec(vec![1.0, 0.0], &[2, 1])
+                .unwrap()
+                .to_dtype(dtype);
+            expect_err!(
+                a.try_gather(1, &idx),
+                Error::WrongDType {
+                    expected: DType::I64,
+                    ..
+                },
+                ["gather", &dtype.to_string()]
+            )?;
+            expect_err!(
+                a.try_cross_entropy(&idx.reshape(&[2]).unwrap()),
+                Error::WrongDType { .. },
+                ["cross_entropy", &dtype.to_string()]
+            )
+        });
+        t.add(
+            format!("{dtype}: Parameter::set into an f32 parameter"),
+            move || {
+                let p = retrograd::nn::Parameter::new(f32s(&[2]));
+                expect_err!(
+                    p.set(f32s(&[2]).to_dtype(dtype)),
+                    Error::DTypeMismatch { .. },
+                    ["Parameter::set", "f32", &dtype.to_string()]
+                )
+            },
+        );
+        t.add(format!("{dtype}: random constructors"), move || {
+            expect_err!(
+                Tensor::randn(&[2], dtype, 0),
+                Error::NotFloat { .. },
+                ["randn", &dtype.to_string()]
+            )
+        });
+        t.add(format!("{dtype}: what works without a cast"), move || {
+            let g = Graph::new();
+            let x = g.constant(
+                Tensor::from_vec(vec![0.5, -1.0, 2.0, 0.25], &[2, 2])
+                    .unwrap()
+                    .to_dtype(dtype),
+            );
+            let checks = [
+                (
+                    x.try_gt_scalar(0.3).map(|m| m.value().to_f64_vec()),
+                    vec![1.0, 0.0, 1.0, 0.0],
+                ),
+                (
+                    x.try_tril(0).map(|v| v.value().to_f64_vec()),
+                    vec![0.5, 0.0, 2.0, 0.25],
+                ),
+                (
+                    x.try_masked_fill(&mask(&[2]), 9.0)
+                        .map(|v| v.value().to_f64_vec()),
+                    vec![9.0, -1.0, 9.0, 0.25],
+                ),
+                (
+                    x.try_topk(1, true).map(|(v, _)| v.value().to_f64_vec()),
+                    vec![0.5, 2.0],
+                ),
+                (
+                    x.try_argmax(Some(1), false).map(|v| v.value().to_f64_vec()),
+                    vec![0.0, 0.0],
+                ),
+                (
+                    x.try_to_dtype(DType::F32).map(|v| v.value().to_f64_vec()),
+                    vec![0.5, -1.0, 2.0, 0.25],
+                ),
+                (
+                    x.try_transpose(0, 1).map(|v| v.value().to_f64_vec()),
+                    vec![0.5, 2.0, -1.0, 0.25],
+                ),
+                (
+                    x.try_gather(1, &Tensor::from_vec(vec![1i64, 0], &[2, 1]).unwrap())
+                        .map(|v| v.value().to_f64_vec()),
+                    vec![-1.0, 2.0],
+                ),
+            ];
+            for (i, (got, want)) in checks.into_iter().enumerate() {
+                let got = got.map_err(|e| format!("check {i}: {e}"))?;
+                ensure(got == want, || format!("check {i}: {got:?} != {want:?}"))?;
+            }
+            let y = setup(x.try_to_dtype(DType::F32))?;
+            ensure(!y.requires_grad() && y.dtype() == DType::F32, || {
+                "a cast of a constant".into()
+            })
+        });
+    }
+}
+
 pub fn cases(t: &mut Table) {
     int_and_bool_cases(t);
+    half_cases(t);
     for (name, op) in binary_ops() {
         t.add(format!("{name}: f32 with f64"), move || {
             let g = Graph::new();

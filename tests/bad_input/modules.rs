@@ -5,7 +5,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::nn::{
-    accuracy, argmax_rows, init, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, Sequential,
+    accuracy, argmax_rows, init, Dropout, Embedding, Forward, LayerNorm, Linear, Mlp, Sequential,
 };
 use retrograd::{DType, Error, Graph, Tensor};
 
@@ -22,7 +22,11 @@ fn input(shape: &[usize], dtype: DType) -> Tensor {
 
 pub fn cases(t: &mut Table) {
     t.add("Linear: 5 input features into a layer of 4", || {
-        let layer = setup(Linear::new(4, 3, DType::F32, &mut rng()))?;
+        let layer = setup(
+            Linear::builder(4, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
+        )?;
         let g = Graph::new();
         let x = g.constant(input(&[2, 5], DType::F32));
         expect_err!(
@@ -32,7 +36,11 @@ pub fn cases(t: &mut Table) {
         )
     });
     t.add("Linear: a 0-d input", || {
-        let layer = setup(Linear::new(4, 3, DType::F32, &mut rng()))?;
+        let layer = setup(
+            Linear::builder(4, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
+        )?;
         let g = Graph::new();
         let x = g.constant(Tensor::scalar(1.0f32));
         expect_err!(
@@ -42,7 +50,11 @@ pub fn cases(t: &mut Table) {
         )
     });
     t.add("Linear: f64 input into f32 weights", || {
-        let layer = setup(Linear::new(4, 3, DType::F32, &mut rng()))?;
+        let layer = setup(
+            Linear::builder(4, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
+        )?;
         let g = Graph::new();
         let x = g.constant(input(&[2, 4], DType::F64));
         expect_err!(
@@ -53,27 +65,37 @@ pub fn cases(t: &mut Table) {
     });
     t.add("Linear: zero features", || {
         expect_err!(
-            Linear::new(0, 3, DType::F32, &mut rng()),
+            Linear::builder(0, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
             Error::InvalidArgument { .. },
             ["Linear"]
         )
     });
     t.add("Linear: a weight too large to address", || {
         expect_err!(
-            Linear::new(1 << 31, 1 << 31, DType::F32, &mut rng()),
+            Linear::builder(1 << 31, 1 << 31)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
             Error::ShapeOverflow { .. },
             ["2147483648"]
         )
     });
     t.add("Linear: a weight whose element count overflows", || {
         expect_err!(
-            Linear::new(usize::MAX, 2, DType::F64, &mut rng()),
+            Linear::builder(usize::MAX, 2)
+                .dtype(DType::F64)
+                .build_with(&mut rng()),
             Error::ShapeOverflow { .. },
             [&usize::MAX.to_string()]
         )
     });
     t.add("Linear: an empty batch gives an empty output", || {
-        let layer = setup(Linear::new(4, 3, DType::F32, &mut rng()))?;
+        let layer = setup(
+            Linear::builder(4, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
+        )?;
         let g = Graph::new();
         let x = g.constant(input(&[0, 4], DType::F32));
         let y = setup(layer.forward(&x))?;
@@ -117,7 +139,11 @@ pub fn cases(t: &mut Table) {
         ensure(y.value() == x.value(), || "identity".into())
     });
     t.add("Embedding: a fractional index", || {
-        let e = setup(Embedding::new(3, 2, DType::F32, &mut rng()))?;
+        let e = setup(
+            Embedding::builder(3, 2)
+                .dtype(DType::F32)
+                .build_with(&mut rng()),
+        )?;
         let g = Graph::new();
         let x = g.constant(Tensor::vector(&[0.0f32, 1.5]));
         expect_err!(
@@ -128,7 +154,11 @@ pub fn cases(t: &mut Table) {
     });
     for bad in [3.0f32, -1.0, f32::NAN, f32::INFINITY] {
         t.add(format!("Embedding: index {bad} of 3 rows"), move || {
-            let e = setup(Embedding::new(3, 2, DType::F32, &mut rng()))?;
+            let e = setup(
+                Embedding::builder(3, 2)
+                    .dtype(DType::F32)
+                    .build_with(&mut rng()),
+            )?;
             let g = Graph::new();
             let x = g.constant(Tensor::vector(&[bad]));
             expect_err!(
@@ -140,14 +170,21 @@ pub fn cases(t: &mut Table) {
     }
     t.add("Embedding: zero rows", || {
         expect_err!(
-            Embedding::new(0, 2, DType::F32, &mut rng()).map(|_| ()),
+            Embedding::builder(0, 2)
+                .dtype(DType::F32)
+                .build_with(&mut rng())
+                .map(|_| ()),
             Error::InvalidArgument { .. },
             ["Embedding"]
         )
     });
     t.add("Embedding: padding index out of range", || {
         expect_err!(
-            Embedding::with_padding(3, 2, Some(3), DType::F32, &mut rng()).map(|_| ()),
+            Embedding::builder(3, 2)
+                .padding_idx(Some(3))
+                .dtype(DType::F32)
+                .build_with(&mut rng())
+                .map(|_| ()),
             Error::IndexOutOfRange { .. } | Error::InvalidArgument { .. },
             ["Embedding", "3"]
         )

@@ -1,7 +1,8 @@
 //! Every registered op, through `Graph::apply`, with odd inputs: no inputs
 //! or too many, 0-d values, empty and zero-sized values (some with huge
 //! other dimensions), mixed dtypes, NaN and infinities, i64 and bool
-//! tensors (alone, together and mixed with floats). Each must give a
+//! tensors (alone, together and mixed with floats), f16 and bf16 ones
+//! (storage only). Each must give a
 //! result or a typed error, and a result must survive `backward`; a result
 //! that requires grad is a float.
 
@@ -184,6 +185,26 @@ fn input_sets() -> Vec<Inputs> {
                     t(&[2, 3], DType::F64),
                 ]
             },
+        },
+        Inputs {
+            name: "one bf16 [2, 3]",
+            make: || vec![t(&[2, 3], DType::BF16)],
+        },
+        Inputs {
+            name: "one f16 0-d",
+            make: || vec![Tensor::scalar_of(1.5, DType::F16)],
+        },
+        Inputs {
+            name: "two f16",
+            make: || vec![t(&[2, 3], DType::F16), t(&[2, 3], DType::F16)],
+        },
+        Inputs {
+            name: "f32 and bf16",
+            make: || vec![t(&[2, 3], DType::F32), t(&[2, 3], DType::BF16)],
+        },
+        Inputs {
+            name: "bf16 and i64 indices",
+            make: || vec![t(&[2, 3], DType::BF16), Tensor::vector(&[1i64, 0])],
         },
         Inputs {
             name: "three bool",

@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::distributed::{
     run, Communicator, DataParallel, DistributedSampler, MpiCommunicator,
 };
-use retrograd::nn::{Activation, BatchNorm1d, Linear, Module, Sequential};
+use retrograd::nn::{Activation, BatchNorm1d, Forward, Linear, Module, Sequential};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
 use retrograd::{DType, Error, Graph, Result, Tensor};
 
@@ -33,11 +33,23 @@ const CLASSES: usize = 3;
 fn mlp(seed: u64, hidden: usize) -> Result<Sequential> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     Ok(Sequential::new()
-        .with(Linear::new(FEATURES, hidden, DType::F64, &mut rng)?)
+        .with(
+            Linear::builder(FEATURES, hidden)
+                .dtype(DType::F64)
+                .build_with(&mut rng)?,
+        )
         .with(Activation::Tanh)
-        .with(Linear::new(hidden, hidden, DType::F64, &mut rng)?)
+        .with(
+            Linear::builder(hidden, hidden)
+                .dtype(DType::F64)
+                .build_with(&mut rng)?,
+        )
         .with(Activation::Tanh)
-        .with(Linear::new(hidden, CLASSES, DType::F64, &mut rng)?))
+        .with(
+            Linear::builder(hidden, CLASSES)
+                .dtype(DType::F64)
+                .build_with(&mut rng)?,
+        ))
 }
 
 /// `n` fixed examples (the same on every rank): features and labels.
@@ -62,7 +74,7 @@ fn rows(x: &Tensor, y: &[usize], rows: &[usize]) -> Result<(Tensor, Vec<usize>)>
 
 /// Mean cross-entropy of `model` on `(x, y)`, recorded into `g`.
 fn loss<'g>(
-    model: &impl Module,
+    model: &impl Forward,
     g: &'g Graph,
     x: &Tensor,
     y: &[usize],
@@ -228,12 +240,11 @@ fn train(comm: &MpiCommunicator) -> Result<()> {
     }
     // Batch norm: each rank's batch statistics differ, its buffers follow rank 0.
     let model = Sequential::new()
-        .with(Linear::new(
-            FEATURES,
-            4,
-            DType::F64,
-            &mut ChaCha8Rng::seed_from_u64(3),
-        )?)
+        .with(
+            Linear::builder(FEATURES, 4)
+                .dtype(DType::F64)
+                .build_with(&mut ChaCha8Rng::seed_from_u64(3))?,
+        )
         .with(BatchNorm1d::new(4, DType::F64)?);
     let mut ddp = DataParallel::new(model, comm)?;
     let (xs, _) = rows(&x, &y, &step_rows(0, rank, size)?)?;

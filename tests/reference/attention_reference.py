@@ -63,6 +63,28 @@ for name, qs, ks, vs, ms, causal, scale in SDPA:
     for label, g in zip(["DQ", "DK", "DV", "DMASK"], grads):
         rust(f"{name}_{label}", g)
 
+# Bool masks (True: attend): keep[i] = sin(0.37 * i + 0.1 + 3) > -0.3 over
+# the mask's elements; in BOOL_MASK, query row 1 is hidden from every key
+# (PyTorch 2.5+ gives 0 there, and no gradient through it).
+BOOL = [
+    # name, q, k, v, mask shape, rows hidden from every key
+    ("BOOL_MASK", [2, 3, 4], [2, 5, 4], [2, 5, 3], [3, 5], [1]),
+    ("BOOL_MASK_BROADCAST", [2, 2, 3, 4], [2, 2, 5, 4], [2, 2, 5, 4], [2, 1, 1, 5], []),
+]
+
+for name, qs, ks, vs, ms, hidden in BOOL:
+    q = formula(qs, 0.0).requires_grad_()
+    k = formula(ks, 1.0).requires_grad_()
+    v = formula(vs, 2.0).requires_grad_()
+    keep = formula(ms, 3.0) > -0.3
+    for r in hidden:
+        keep[..., r, :] = False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    grads = torch.autograd.grad((out * weights(out.shape)).sum(), [q, k, v])
+    rust(f"{name}_OUT", out.detach())
+    for label, g in zip(["DQ", "DK", "DV"], grads):
+        rust(f"{name}_{label}", g)
+
 # rms_norm: x [2, 3, 4]; over [4] with a weight and the default eps
 # (float64 machine epsilon); over [3, 4] without a weight, eps 1e-3.
 x = formula([2, 3, 4], 0.0).requires_grad_()

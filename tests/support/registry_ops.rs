@@ -43,7 +43,9 @@ impl Instance {
     }
 }
 
-/// Every elementwise op of the default registry: its example instance
+/// Every elementwise op of the default registry whose output is a float
+/// (the ones with a gradient; a comparison's bool output is left out, as
+/// the op itself says through `non_float_output`): its example instance
 /// (typical parameters) and, where it works without parameters, the
 /// registered instance too (clamp's registered instance has no bounds).
 pub fn elementwise() -> &'static [Instance] {
@@ -54,7 +56,7 @@ pub fn elementwise() -> &'static [Instance] {
         for name in registry.names() {
             let op = registry.get(name).expect("a listed name").clone();
             let facts = op.facts();
-            if !facts.elementwise {
+            if !facts.elementwise || op.non_float_output() {
                 continue;
             }
             let arity = facts.arity.expect("elementwise ops have a fixed arity");
@@ -139,10 +141,41 @@ impl Structured {
             .expect("a structured op has sample inputs"))(seed)
     }
 
+    /// Whether the op's output is an index or a mask (no gradient), as the
+    /// op says of itself.
+    pub fn non_float_output(&self) -> bool {
+        self.op.non_float_output()
+    }
+
     /// Records the op on `args`.
     pub fn apply<'g>(&self, args: &[Var<'g>]) -> Result<Var<'g>> {
         let refs: Vec<&Var<'g>> = args.iter().collect();
         args[0].graph().record(self.op.clone(), &refs)
+    }
+
+    /// The float sample inputs: the ones differentiated. The others (bool
+    /// masks, i64 indices) are constants, put back in place by
+    /// [`apply_with`](Self::apply_with).
+    pub fn float_inputs(inputs: &[Tensor]) -> Vec<Tensor> {
+        inputs.iter().filter(|t| t.is_float()).cloned().collect()
+    }
+
+    /// Records the op on `floats` (variables for the float inputs, in
+    /// order) with the non-float inputs of `all` as constants.
+    pub fn apply_with<'g>(&self, floats: &[Var<'g>], all: &[Tensor]) -> Result<Var<'g>> {
+        let graph = floats[0].graph();
+        let mut floats = floats.iter();
+        let args: Vec<Var<'g>> = all
+            .iter()
+            .map(|t| {
+                if t.is_float() {
+                    floats.next().expect("one variable per float input").clone()
+                } else {
+                    graph.constant(t.clone())
+                }
+            })
+            .collect();
+        self.apply(&args)
     }
 }
 

@@ -2,13 +2,13 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::ops::gelu::GeluApproximate;
 
 /// An elementwise activation, usable as a layer.
 ///
 /// ```
-/// use retrograd::{Graph, Tensor, nn::{Activation, Module}};
+/// use retrograd::{Graph, Tensor, nn::{Activation, Forward, Module}};
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec(vec![-1.0, 2.0], &[2])?);
 /// assert_eq!(Activation::Relu.forward(&x)?.value().to_f64_vec(), vec![0.0, 2.0]);
@@ -118,11 +118,13 @@ impl std::str::FromStr for Activation {
 }
 
 impl Module for Activation {
+    fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Parameter)) {}
+}
+
+impl Forward for Activation {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         self.apply(x)
     }
-
-    fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Parameter)) {}
 }
 
 #[cfg(test)]

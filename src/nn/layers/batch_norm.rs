@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{join_name, Buffer, Module, Parameter};
+use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
 use crate::ops::nn::BatchNormArgs;
 use crate::tensor::{DType, Tensor};
 
@@ -267,10 +267,13 @@ macro_rules! batch_norm_module {
             }
         }
 
-        impl Module for $name {
+        impl Forward for $name {
             fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
                 self.0.forward(x)
             }
+        }
+
+        impl Module for $name {
             fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
                 self.0.visit_parameters(prefix, f)
             }
@@ -294,7 +297,7 @@ batch_norm_module!(
     /// `set_training(false)` it normalises with the running statistics.
     ///
     /// ```
-    /// use retrograd::{DType, Graph, Tensor, nn::{BatchNorm1d, Module}};
+    /// use retrograd::{DType, Graph, Tensor, nn::{BatchNorm1d, Forward, Module}};
     /// let mut bn = BatchNorm1d::new(2, DType::F64)?;
     /// let g = Graph::new();
     /// let x = g.constant(Tensor::from_vec(vec![1.0, 2.0, 3.0, 6.0], &[2, 2])?);
@@ -319,7 +322,7 @@ batch_norm_module!(
     /// [`BatchNorm1d`] for the modes.
     ///
     /// ```
-    /// use retrograd::{DType, Graph, Tensor, nn::{BatchNorm2d, Module}};
+    /// use retrograd::{DType, Graph, Tensor, nn::{BatchNorm2d, Forward, Module}};
     /// let bn = BatchNorm2d::new(3, DType::F32)?;
     /// let g = Graph::new();
     /// let x = g.variable(Tensor::randn(&[4, 3, 5, 5], DType::F32, 7)?);

@@ -6,7 +6,7 @@ use rand::Rng;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
-use crate::nn::{join_name, Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::ops::nn::conv::record_conv;
 use crate::ops::nn::{ConvOptions, ConvTransposeOptions, Spatial};
 use crate::tensor::DType;
@@ -60,7 +60,7 @@ fn check_groups(op: &'static str, cin: usize, cout: usize, groups: usize) -> Res
 ///
 /// ```
 /// use rand::SeedableRng;
-/// use retrograd::{DType, Graph, Tensor, nn::{Conv2d, Module}, ops::nn::Conv2dOptions};
+/// use retrograd::{DType, Graph, Tensor, nn::{Conv2d, Forward, Module}, ops::nn::Conv2dOptions};
 /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
 /// let conv = Conv2d::new(1, 16, 5, Conv2dOptions::new().padding(2), DType::F32, &mut rng)?;
 /// assert_eq!(conv.weight().shape(), vec![16, 1, 5, 5]);
@@ -69,10 +69,11 @@ fn check_groups(op: &'static str, cin: usize, cout: usize, groups: usize) -> Res
 /// assert_eq!(y.shape(), &[8, 16, 28, 28]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct ConvNd<const D: usize> {
     weight: Parameter,
     bias: Option<Parameter>,
+    #[module(skip)]
     options: ConvOptions<D>,
 }
 
@@ -141,20 +142,13 @@ impl<const D: usize> ConvNd<D> {
     }
 }
 
-impl<const D: usize> Module for ConvNd<D> {
+impl<const D: usize> Forward for ConvNd<D> {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let w = graph.param(&self.weight);
         let b = self.bias.as_ref().map(|b| graph.param(b));
         let op = if D == 1 { "conv1d" } else { "conv2d" };
         record_conv(op, x, &w, b.as_ref(), &self.options)
-    }
-
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        f(&join_name(prefix, "weight"), &self.weight);
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
-        }
     }
 }
 
@@ -163,7 +157,7 @@ impl<const D: usize> Module for ConvNd<D> {
 ///
 /// ```
 /// use rand::SeedableRng;
-/// use retrograd::{DType, Graph, Tensor, nn::{ConvTranspose2d, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{ConvTranspose2d, Forward, Module}};
 /// use retrograd::ops::nn::ConvTranspose2dOptions;
 /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
 /// let opts = ConvTranspose2dOptions::new().stride(2).padding(1).output_padding(1);
@@ -173,10 +167,11 @@ impl<const D: usize> Module for ConvNd<D> {
 /// assert_eq!(y.shape(), &[2, 4, 14, 14]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct ConvTranspose2d {
     weight: Parameter,
     bias: Option<Parameter>,
+    #[module(skip)]
     options: ConvTransposeOptions<2>,
 }
 
@@ -232,19 +227,12 @@ impl ConvTranspose2d {
     }
 }
 
-impl Module for ConvTranspose2d {
+impl Forward for ConvTranspose2d {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let w = graph.param(&self.weight);
         let b = self.bias.as_ref().map(|b| graph.param(b));
         x.try_conv_transpose2d(&w, b.as_ref(), &self.options)
-    }
-
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        f(&join_name(prefix, "weight"), &self.weight);
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
-        }
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 
 /// Zeroes each element with probability `p` and scales the rest by
 /// `1 / (1 - p)` in training mode; the identity in evaluation mode
@@ -14,7 +14,7 @@ use crate::nn::{Module, Parameter};
 /// `(seed, k)`, so a run with the same seed drops the same elements.
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{Dropout, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{Dropout, Forward, Module}};
 /// let mut drop = Dropout::new(0.5, 7)?;
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::ones(&[1000], DType::F32)?);
@@ -58,6 +58,17 @@ impl Dropout {
     pub fn is_training(&self) -> bool {
         self.training
     }
+
+    /// The seed of the next mask, or `None` when nothing is dropped (eval
+    /// mode or `p = 0`): for layers that hand dropout to a fused op
+    /// (attention's `dropout_p`) with this layer's schedule of seeds.
+    pub(crate) fn next_seed(&self) -> Option<u64> {
+        if !self.training || self.p == 0.0 {
+            return None;
+        }
+        let k = self.calls.fetch_add(1, Ordering::Relaxed);
+        Some(mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15))))
+    }
 }
 
 impl Clone for Dropout {
@@ -79,19 +90,19 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl Module for Dropout {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        if !self.training || self.p == 0.0 {
-            return Ok(x.clone());
-        }
-        let k = self.calls.fetch_add(1, Ordering::Relaxed);
-        let seed = mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15)));
-        x.try_dropout(self.p, true, seed)
-    }
-
     fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Parameter)) {}
 
     fn set_training(&mut self, training: bool) {
         self.training = training;
+    }
+}
+
+impl Forward for Dropout {
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        match self.next_seed() {
+            Some(seed) => x.try_dropout(self.p, true, seed),
+            None => Ok(x.clone()),
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
-use crate::nn::{init, join_name, Module, Parameter};
+use crate::nn::{init, with_default_generator, Forward, Module, Parameter};
 use crate::tensor::DType;
 
 /// PyTorch's `nn.Embedding`: row `i` of a `[num_embeddings, dim]` weight
@@ -19,7 +19,7 @@ use crate::tensor::DType;
 /// use rand::SeedableRng;
 /// use retrograd::{DType, Graph, nn::Embedding};
 /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-/// let emb = Embedding::new(10, 4, DType::F32, &mut rng)?;
+/// let emb = Embedding::builder(10, 4).dtype(DType::F32).build_with(&mut rng)?;
 /// let g = Graph::new();
 /// let v = emb.lookup(&g, &[3, 3, 7], &[3])?;
 /// assert_eq!(v.shape(), &[3, 4]);
@@ -27,56 +27,29 @@ use crate::tensor::DType;
 /// assert_eq!(grad.to_f64_vec()[12..16], [2.0; 4]);   // row 3 was used twice
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct Embedding {
     weight: Parameter,
     padding_idx: Option<usize>,
 }
 
 impl Embedding {
-    /// A table of `num_embeddings` vectors of size `dim`, drawn `N(0, 1)` from `rng`.
-    pub fn new<R: Rng + ?Sized>(
-        num_embeddings: usize,
-        dim: usize,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        Self::with_padding(num_embeddings, dim, None, dtype, rng)
+    /// A table of `num_embeddings` vectors of size `dim`, f32, drawn
+    /// `N(0, 1)` from the default generator
+    /// ([`manual_seed`](crate::nn::manual_seed)), as PyTorch does. Other
+    /// settings come through [`builder`](Self::builder).
+    pub fn new(num_embeddings: usize, dim: usize) -> Result<Self> {
+        Self::builder(num_embeddings, dim).build()
     }
 
-    /// A table whose `padding_idx` row (if any) is zero and never trained.
-    pub fn with_padding<R: Rng + ?Sized>(
-        num_embeddings: usize,
-        dim: usize,
-        padding_idx: Option<usize>,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        if num_embeddings == 0 || dim == 0 {
-            return Err(Error::invalid(
-                "Embedding",
-                format!("sizes must be > 0, got {num_embeddings} x {dim}"),
-            ));
+    /// Configures a table: dtype, padding row and the generator of its weights.
+    pub fn builder(num_embeddings: usize, dim: usize) -> EmbeddingBuilder {
+        EmbeddingBuilder {
+            num_embeddings,
+            dim,
+            padding_idx: None,
+            dtype: DType::F32,
         }
-        if let Some(p) = padding_idx {
-            if p >= num_embeddings {
-                return Err(Error::IndexOutOfRange {
-                    op: "Embedding",
-                    index: p as i64,
-                    size: num_embeddings,
-                });
-            }
-        }
-        let mut weight = init::normal(&[num_embeddings, dim], 0.0, 1.0, dtype, rng)?;
-        if let Some(p) = padding_idx {
-            crate::with_dtype!("embedding", dtype, T => {
-                weight.make_mut::<T>()?[p * dim..(p + 1) * dim].fill(<T as num_traits::Zero>::zero());
-            });
-        }
-        Ok(Embedding {
-            weight: Parameter::new(weight),
-            padding_idx,
-        })
     }
 
     /// The table, `[num_embeddings, dim]`.
@@ -109,7 +82,7 @@ impl Embedding {
     }
 }
 
-impl Module for Embedding {
+impl Forward for Embedding {
     /// `x` holds indices as whole-number floats (any shape).
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let n = self.num_embeddings();
@@ -130,9 +103,68 @@ impl Module for Embedding {
             .collect::<Result<Vec<usize>>>()?;
         self.lookup(x.graph(), &indices, x.shape())
     }
+}
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        f(&join_name(prefix, "weight"), &self.weight);
+/// Settings of an [`Embedding`] table; see [`Embedding::builder`].
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddingBuilder {
+    num_embeddings: usize,
+    dim: usize,
+    padding_idx: Option<usize>,
+    dtype: DType,
+}
+
+impl EmbeddingBuilder {
+    /// A row that is zero and never trained (PyTorch's `padding_idx`).
+    pub fn padding_idx(mut self, padding_idx: Option<usize>) -> Self {
+        self.padding_idx = padding_idx;
+        self
+    }
+
+    /// The dtype of the table (default f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// The table, drawn from the default generator.
+    pub fn build(self) -> Result<Embedding> {
+        with_default_generator(|rng| self.build_with(rng))
+    }
+
+    /// The table, drawn `N(0, 1)` from `rng`.
+    pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<Embedding> {
+        let EmbeddingBuilder {
+            num_embeddings,
+            dim,
+            padding_idx,
+            dtype,
+        } = self;
+        if num_embeddings == 0 || dim == 0 {
+            return Err(Error::invalid(
+                "Embedding",
+                format!("sizes must be > 0, got {num_embeddings} x {dim}"),
+            ));
+        }
+        if let Some(p) = padding_idx {
+            if p >= num_embeddings {
+                return Err(Error::IndexOutOfRange {
+                    op: "Embedding",
+                    index: p as i64,
+                    size: num_embeddings,
+                });
+            }
+        }
+        let mut weight = init::normal(&[num_embeddings, dim], 0.0, 1.0, dtype, rng)?;
+        if let Some(p) = padding_idx {
+            crate::with_dtype!("embedding", dtype, T => {
+                weight.make_mut::<T>()?[p * dim..(p + 1) * dim].fill(<T as num_traits::Zero>::zero());
+            });
+        }
+        Ok(Embedding {
+            weight: Parameter::new(weight),
+            padding_idx,
+        })
     }
 }
 
@@ -146,7 +178,10 @@ mod tests {
     #[test]
     fn module_forward_reads_float_indices() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let emb = Embedding::new(5, 2, DType::F64, &mut rng).unwrap();
+        let emb = Embedding::builder(5, 2)
+            .dtype(DType::F64)
+            .build_with(&mut rng)
+            .unwrap();
         let g = Graph::new();
         let idx = g.constant(Tensor::from_vec(vec![4.0, 0.0, 1.0, 4.0], &[2, 2]).unwrap());
         let y = emb.forward(&idx).unwrap();
@@ -162,7 +197,11 @@ mod tests {
     #[test]
     fn padding_row_is_zero_and_untrained() {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
-        let emb = Embedding::with_padding(4, 3, Some(1), DType::F32, &mut rng).unwrap();
+        let emb = Embedding::builder(4, 3)
+            .padding_idx(Some(1))
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .unwrap();
         assert_eq!(emb.weight().value().to_f64_vec()[3..6], [0.0; 3]);
         let g = Graph::new();
         let grads = emb
@@ -174,6 +213,10 @@ mod tests {
         let gw = grads.of(emb.weight()).to_f64_vec();
         assert_eq!(gw[3..6], [0.0; 3]);
         assert_eq!(gw[6..9], [1.0; 3]);
-        assert!(Embedding::with_padding(4, 3, Some(4), DType::F32, &mut rng).is_err());
+        assert!(Embedding::builder(4, 3)
+            .padding_idx(Some(4))
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .is_err());
     }
 }

@@ -2,14 +2,14 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 
 /// Merges dims `start_dim..=end_dim` into one (PyTorch's `nn.Flatten`,
 /// default `1..=-1`: everything but the batch dim). A reshape, so it shares
 /// storage and copies nothing.
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{Flatten, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{Flatten, Forward, Module}};
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::zeros(&[64, 32, 7, 7], DType::F32)?);
 /// assert_eq!(Flatten::new().forward(&x)?.shape(), &[64, 1568]);
@@ -44,9 +44,11 @@ impl Flatten {
 }
 
 impl Module for Flatten {
+    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
+}
+
+impl Forward for Flatten {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         x.try_flatten(self.start_dim, self.end_dim)
     }
-
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
 }

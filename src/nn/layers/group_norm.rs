@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{join_name, Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 
 /// PyTorch's `nn.GroupNorm(num_groups, num_channels, eps, affine)`: the
@@ -13,7 +13,7 @@ use crate::tensor::{DType, Tensor};
 /// eval mode; no buffers.
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{GroupNorm, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{GroupNorm, Forward, Module}};
 /// let gn = GroupNorm::new(2, 4, DType::F64)?;
 /// let g = Graph::new();
 /// let x = g.variable(Tensor::randn(&[2, 4, 3], DType::F64, 1)?);
@@ -23,7 +23,7 @@ use crate::tensor::{DType, Tensor};
 /// assert!(GroupNorm::new(3, 4, DType::F64).is_err()); // 3 does not divide 4
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct GroupNorm {
     num_groups: usize,
     num_channels: usize,
@@ -101,20 +101,11 @@ impl GroupNorm {
     }
 }
 
-impl Module for GroupNorm {
+impl Forward for GroupNorm {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let weight = self.weight.as_ref().map(|w| graph.param(w));
         let bias = self.bias.as_ref().map(|b| graph.param(b));
         x.try_group_norm(self.num_groups, weight.as_ref(), bias.as_ref(), self.eps)
-    }
-
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        if let Some(w) = &self.weight {
-            f(&join_name(prefix, "weight"), w);
-        }
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
-        }
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{join_name, Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 
 /// PyTorch's `nn.LayerNorm`: each slice over the trailing
@@ -12,7 +12,7 @@ use crate::tensor::{DType, Tensor};
 /// `weight` (initially ones) and shifted by `bias` (initially zeros).
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{LayerNorm, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{LayerNorm, Forward, Module}};
 /// let ln = LayerNorm::new(&[4], DType::F64)?;
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 4])?);
@@ -22,7 +22,7 @@ use crate::tensor::{DType, Tensor};
 /// assert_eq!(ln.parameters().len(), 2);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct LayerNorm {
     normalized_shape: Vec<usize>,
     eps: f64,
@@ -79,7 +79,7 @@ impl LayerNorm {
     /// there is no bias either way.
     ///
     /// ```
-    /// use retrograd::{DType, nn::{LayerNorm, Module}};
+    /// use retrograd::{DType, nn::{LayerNorm, Forward, Module}};
     /// let ln = LayerNorm::new(&[8], DType::F32)?.with_bias(false);
     /// assert!(ln.bias().is_none() && ln.weight().is_some());
     /// assert_eq!(ln.parameters().len(), 1);
@@ -114,7 +114,7 @@ impl LayerNorm {
     }
 }
 
-impl Module for LayerNorm {
+impl Forward for LayerNorm {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let weight = self.weight.as_ref().map(|w| graph.param(w));
@@ -125,15 +125,6 @@ impl Module for LayerNorm {
             bias.as_ref(),
             self.eps,
         )
-    }
-
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        if let Some(w) = &self.weight {
-            f(&join_name(prefix, "weight"), w);
-        }
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
-        }
     }
 }
 

@@ -5,7 +5,8 @@ use rand::Rng;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
-use crate::nn::{join_name, Module, Parameter};
+use crate::nn::with_default_generator;
+use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;
 
 /// A fully connected layer, `y = x W^T + b`, over the last dimension of `x`.
@@ -19,9 +20,9 @@ use crate::tensor::DType;
 ///
 /// ```
 /// use rand::SeedableRng;
-/// use retrograd::{DType, Graph, Tensor, nn::{Linear, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{Linear, Forward, Module}};
 /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-/// let layer = Linear::new(3, 2, DType::F32, &mut rng)?;
+/// let layer = Linear::builder(3, 2).dtype(DType::F32).build_with(&mut rng)?;
 /// assert_eq!(layer.weight().shape(), vec![2, 3]);
 /// let names: Vec<String> = layer.parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["weight", "bias"]);
@@ -31,61 +32,39 @@ use crate::tensor::DType;
 /// assert_eq!(y.value().to_f64_vec()[..2], layer.bias().unwrap().value().to_f64_vec()[..]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct Linear {
     weight: Parameter,
     bias: Option<Parameter>,
 }
 
 impl Linear {
-    /// A layer from `in_features` to `out_features` with a bias, initialised
-    /// as in PyTorch from `rng`.
-    pub fn new<R: Rng + ?Sized>(
-        in_features: usize,
-        out_features: usize,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        Self::with_bias(in_features, out_features, true, dtype, rng)
+    /// A layer from `in_features` to `out_features` with a bias, f32,
+    /// initialised as in PyTorch from the default generator
+    /// ([`manual_seed`](crate::nn::manual_seed)). Other settings come
+    /// through [`builder`](Self::builder).
+    pub fn new(in_features: usize, out_features: usize) -> Result<Self> {
+        Self::builder(in_features, out_features).build()
     }
 
-    /// A layer with or without a bias.
-    pub fn with_bias<R: Rng + ?Sized>(
-        in_features: usize,
-        out_features: usize,
-        bias: bool,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        if in_features == 0 || out_features == 0 {
-            return Err(Error::invalid(
-                "Linear",
-                format!("features must be > 0, got {in_features} -> {out_features}"),
-            ));
+    /// Configures a layer: bias, dtype, and the generator of its weights.
+    ///
+    /// ```
+    /// use rand::SeedableRng;
+    /// use retrograd::{DType, nn::Linear};
+    /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    /// let layer = Linear::builder(3, 2).bias(false).dtype(DType::F64).build_with(&mut rng)?;
+    /// assert!(layer.bias().is_none());
+    /// assert_eq!(layer.weight().dtype(), DType::F64);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn builder(in_features: usize, out_features: usize) -> LinearBuilder {
+        LinearBuilder {
+            in_features,
+            out_features,
+            bias: true,
+            dtype: DType::F32,
         }
-        let weight = init::kaiming_uniform(
-            &[out_features, in_features],
-            FanMode::FanIn,
-            Nonlinearity::LeakyRelu(5f64.sqrt()),
-            dtype,
-            rng,
-        )?;
-        let bias = if bias {
-            let bound = 1.0 / (in_features as f64).sqrt();
-            Some(Parameter::new(init::uniform(
-                &[out_features],
-                -bound,
-                bound,
-                dtype,
-                rng,
-            )?))
-        } else {
-            None
-        };
-        Ok(Linear {
-            weight: Parameter::new(weight),
-            bias,
-        })
     }
 
     /// A layer around existing parameters: `weight` `[out, in]`, `bias` `[out]`.
@@ -131,9 +110,20 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
     }
+
+    /// Redraws the weight `N(0, std)` from `rng` and zeroes the bias
+    /// (GPT-2's initialisation of its linear layers).
+    pub fn init_normal<R: Rng + ?Sized>(&self, std: f64, rng: &mut R) -> Result<()> {
+        let w = &self.weight;
+        w.set(init::normal(&w.shape(), 0.0, std, w.dtype(), rng)?)?;
+        if let Some(b) = &self.bias {
+            b.set(b.value().zeros_like())?;
+        }
+        Ok(())
+    }
 }
 
-impl Module for Linear {
+impl Forward for Linear {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let y = x.try_matmul_transposed(&graph.param(&self.weight), false, true)?;
@@ -142,12 +132,73 @@ impl Module for Linear {
             None => Ok(y),
         }
     }
+}
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        f(&join_name(prefix, "weight"), &self.weight);
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
+/// Settings of a [`Linear`] layer; see [`Linear::builder`].
+#[derive(Clone, Copy, Debug)]
+pub struct LinearBuilder {
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+    dtype: DType,
+}
+
+impl LinearBuilder {
+    /// Whether the layer adds a learnable bias (default true).
+    pub fn bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// The dtype of the parameters (default f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// The layer, initialised from the default generator.
+    pub fn build(self) -> Result<Linear> {
+        with_default_generator(|rng| self.build_with(rng))
+    }
+
+    /// The layer, initialised as in PyTorch from `rng`:
+    /// `W ~ kaiming_uniform(a = sqrt(5))`, `b ~ U(-1/sqrt(in), 1/sqrt(in))`.
+    pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<Linear> {
+        let LinearBuilder {
+            in_features,
+            out_features,
+            bias,
+            dtype,
+        } = self;
+        if in_features == 0 || out_features == 0 {
+            return Err(Error::invalid(
+                "Linear",
+                format!("features must be > 0, got {in_features} -> {out_features}"),
+            ));
         }
+        let weight = init::kaiming_uniform(
+            &[out_features, in_features],
+            FanMode::FanIn,
+            Nonlinearity::LeakyRelu(5f64.sqrt()),
+            dtype,
+            rng,
+        )?;
+        let bias = if bias {
+            let bound = 1.0 / (in_features as f64).sqrt();
+            Some(Parameter::new(init::uniform(
+                &[out_features],
+                -bound,
+                bound,
+                dtype,
+                rng,
+            )?))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Parameter::new(weight),
+            bias,
+        })
     }
 }
 
@@ -191,7 +242,10 @@ mod tests {
     #[test]
     fn init_follows_pytorch_bounds() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let layer = Linear::new(400, 300, DType::F32, &mut rng).unwrap();
+        let layer = Linear::builder(400, 300)
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .unwrap();
         let bound = 1.0 / 20.0;
         let w = layer.weight().value().to_f64_vec();
         let max = w.iter().fold(0f64, |m, v| m.max(v.abs()));
@@ -200,14 +254,21 @@ mod tests {
         assert!((var / (bound * bound / 3.0) - 1.0).abs() < 0.02);
         let b = layer.bias().unwrap().value().to_f64_vec();
         assert!(b.iter().all(|v| v.abs() <= bound));
-        let no_bias = Linear::with_bias(3, 2, false, DType::F32, &mut rng).unwrap();
+        let no_bias = Linear::builder(3, 2)
+            .bias(false)
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .unwrap();
         assert_eq!(no_bias.parameters().len(), 1);
     }
 
     #[test]
     fn bad_shapes_are_errors() {
         let mut rng = ChaCha8Rng::seed_from_u64(0);
-        assert!(Linear::new(0, 3, DType::F32, &mut rng).is_err());
+        assert!(Linear::builder(0, 3)
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .is_err());
         let w = Parameter::new(Tensor::zeros(&[2, 3], DType::F32).unwrap());
         let b = Parameter::new(Tensor::zeros(&[3], DType::F32).unwrap());
         assert!(Linear::from_parameters(w.clone(), Some(b)).is_err());

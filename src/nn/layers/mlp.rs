@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{Activation, Dropout, Linear, Sequential};
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;
 
 /// A multi-layer perceptron: `Linear`, activation (and `Dropout` when its
@@ -17,7 +17,7 @@ use crate::tensor::DType;
 /// `"2.weight"`, ...
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{Activation, Mlp, Module}};
+/// use retrograd::{DType, Graph, Tensor, nn::{Activation, Mlp, Forward, Module}};
 /// let mlp = Mlp::builder(&[64, 32, 10]).activation(Activation::Tanh).seed(1).build()?;
 /// let names: Vec<String> = mlp.parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
@@ -103,7 +103,11 @@ impl MlpBuilder {
         let mut net = Sequential::new();
         let last = self.sizes.len() - 2;
         for (i, pair) in self.sizes.windows(2).enumerate() {
-            net.push(Linear::new(pair[0], pair[1], self.dtype, &mut rng)?);
+            net.push(
+                Linear::builder(pair[0], pair[1])
+                    .dtype(self.dtype)
+                    .build_with(&mut rng)?,
+            );
             if i < last {
                 net.push(self.activation);
                 if self.dropout > 0.0 {
@@ -122,10 +126,6 @@ impl MlpBuilder {
 }
 
 impl Module for Mlp {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        self.net.forward(x)
-    }
-
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
         self.net.visit_parameters(prefix, f)
     }
@@ -136,6 +136,12 @@ impl Module for Mlp {
 
     fn set_training(&mut self, training: bool) {
         self.net.set_training(training)
+    }
+}
+
+impl Forward for Mlp {
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        self.net.forward(x)
     }
 }
 

@@ -3,13 +3,13 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions, Spatial};
 
 /// PyTorch's `nn.MaxPool2d`: [`Var::max_pool2d`] with fixed options.
 ///
 /// ```
-/// use retrograd::{Graph, MaxPool2dOptions, Tensor, nn::{MaxPool2d, Module}};
+/// use retrograd::{Graph, MaxPool2dOptions, Tensor, nn::{MaxPool2d, Forward, Module}};
 /// let pool = MaxPool2d::new(MaxPool2dOptions::new(2));
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec((0..16).map(f64::from).collect(), &[1, 1, 4, 4])?);
@@ -35,16 +35,19 @@ impl MaxPool2d {
 }
 
 impl Module for MaxPool2d {
+    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
+}
+
+impl Forward for MaxPool2d {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         x.try_max_pool2d(&self.options)
     }
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
 }
 
 /// PyTorch's `nn.AvgPool2d`: [`Var::avg_pool2d`] with fixed options.
 ///
 /// ```
-/// use retrograd::{AvgPool2dOptions, Graph, Tensor, nn::{AvgPool2d, Module}};
+/// use retrograd::{AvgPool2dOptions, Graph, Tensor, nn::{AvgPool2d, Forward, Module}};
 /// let pool = AvgPool2d::new(AvgPool2dOptions::new(2));
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec((0..16).map(f64::from).collect(), &[1, 4, 4])?);
@@ -69,17 +72,20 @@ impl AvgPool2d {
 }
 
 impl Module for AvgPool2d {
+    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
+}
+
+impl Forward for AvgPool2d {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         x.try_avg_pool2d(&self.options)
     }
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
 }
 
 /// PyTorch's `nn.AdaptiveAvgPool2d`: [`Var::adaptive_avg_pool2d`] to a
 /// fixed output size (one number or `[h, w]`).
 ///
 /// ```
-/// use retrograd::{Graph, Tensor, nn::{AdaptiveAvgPool2d, Module}};
+/// use retrograd::{Graph, Tensor, nn::{AdaptiveAvgPool2d, Forward, Module}};
 /// let pool = AdaptiveAvgPool2d::new(1);
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec((0..8).map(f64::from).collect(), &[1, 2, 2, 2])?);
@@ -108,10 +114,13 @@ impl AdaptiveAvgPool2d {
 }
 
 impl Module for AdaptiveAvgPool2d {
+    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
+}
+
+impl Forward for AdaptiveAvgPool2d {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         x.try_adaptive_avg_pool2d(self.output_size)
     }
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{join_name, Module, Parameter};
+use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 
 /// PyTorch's `nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True)`:
@@ -12,7 +12,7 @@ use crate::tensor::{DType, Tensor};
 /// None` is the input dtype's machine epsilon, as in PyTorch.
 ///
 /// ```
-/// use retrograd::{DType, Graph, Tensor, nn::{Module, RMSNorm}};
+/// use retrograd::{DType, Graph, Tensor, nn::{Forward, Module, RMSNorm}};
 /// let norm = RMSNorm::new(&[2], DType::F64)?;
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec(vec![3.0, 4.0], &[1, 2])?);
@@ -22,7 +22,7 @@ use crate::tensor::{DType, Tensor};
 /// assert_eq!(norm.parameters().len(), 1);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct RMSNorm {
     normalized_shape: Vec<usize>,
     eps: Option<f64>,
@@ -79,16 +79,10 @@ impl RMSNorm {
     }
 }
 
-impl Module for RMSNorm {
+impl Forward for RMSNorm {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let weight = self.weight.as_ref().map(|w| x.graph().param(w));
         x.try_rms_norm(&self.normalized_shape, weight.as_ref(), self.eps)
-    }
-
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        if let Some(w) = &self.weight {
-            f(&join_name(prefix, "weight"), w);
-        }
     }
 }
 

@@ -2,13 +2,13 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{join_name, Buffer, Module, Parameter};
+use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
 
 /// Modules applied in order, the output of each the input of the next.
 /// Parameters are named by position, as in PyTorch (`"0.weight"`, ...).
 ///
 /// ```
-/// use retrograd::{Graph, Tensor, nn::{Activation, Module, Sequential}};
+/// use retrograd::{Graph, Tensor, nn::{Activation, Forward, Module, Sequential}};
 /// let model = Sequential::new().with(Activation::Tanh).with(Activation::Relu);
 /// let g = Graph::new();
 /// let y = model.forward(&g.constant(Tensor::from_vec(vec![-1.0, 1.0], &[2])?))?;
@@ -18,7 +18,7 @@ use crate::nn::{join_name, Buffer, Module, Parameter};
 /// ```
 #[derive(Default)]
 pub struct Sequential {
-    layers: Vec<Box<dyn Module>>,
+    layers: Vec<Box<dyn Forward>>,
 }
 
 impl Sequential {
@@ -28,18 +28,18 @@ impl Sequential {
     }
 
     /// Appends `layer` and returns the sequence (builder style).
-    pub fn with(mut self, layer: impl Module + 'static) -> Self {
+    pub fn with(mut self, layer: impl Forward + 'static) -> Self {
         self.push(layer);
         self
     }
 
     /// Appends `layer`.
-    pub fn push(&mut self, layer: impl Module + 'static) {
+    pub fn push(&mut self, layer: impl Forward + 'static) {
         self.layers.push(Box::new(layer));
     }
 
     /// Appends an already boxed layer.
-    pub fn push_boxed(&mut self, layer: Box<dyn Module>) {
+    pub fn push_boxed(&mut self, layer: Box<dyn Forward>) {
         self.layers.push(layer);
     }
 
@@ -54,20 +54,12 @@ impl Sequential {
     }
 
     /// The layers, in order.
-    pub fn layers(&self) -> &[Box<dyn Module>] {
+    pub fn layers(&self) -> &[Box<dyn Forward>] {
         &self.layers
     }
 }
 
 impl Module for Sequential {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let mut h = x.clone();
-        for layer in &self.layers {
-            h = layer.forward(&h)?;
-        }
-        Ok(h)
-    }
-
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
         for (i, layer) in self.layers.iter().enumerate() {
             layer.visit_parameters(&join_name(prefix, &i.to_string()), f);
@@ -87,6 +79,16 @@ impl Module for Sequential {
     }
 }
 
+impl Forward for Sequential {
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        let mut h = x.clone();
+        for layer in &self.layers {
+            h = layer.forward(&h)?;
+        }
+        Ok(h)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,10 +102,13 @@ mod tests {
         training: Arc<AtomicBool>,
     }
 
-    impl Module for ScaleBy {
+    impl Forward for ScaleBy {
         fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
             x.try_mul(&x.graph().param(&self.w))
         }
+    }
+
+    impl Module for ScaleBy {
         fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
             f(&join_name(prefix, "w"), &self.w)
         }

@@ -16,9 +16,16 @@
 //! tangent rule (`jvp`) and the gradient of a mask that requires grad use
 //! the unfused composition as well.
 //!
-//! Fully masked rows give 0 (PyTorch's math backend, `_safe_softmax`),
-//! not NaN, in the fused paths.
+//! A bool mask (`true`: the key takes part) is PyTorch's: it becomes the
+//! additive mask `0` / `-inf` in the queries' dtype wherever a mask is read
+//! ([`additive_mask`]), so every path (fused, unfused, tangents, second
+//! derivatives) sees one kind of mask. A fully masked row gives 0 and
+//! passes no gradient, as PyTorch 2.5 and later do on every backend (the
+//! math backend's `_safe_softmax`; checked against torch 2.15), not the NaN
+//! of a plain softmax over `-inf`: in the fused kernel and in the unfused
+//! composition alike.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use smallvec::smallvec;
@@ -27,29 +34,55 @@ use super::attention_backward::{pack_len, unfused, SdpaBackward, Unfused};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
+use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView};
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Element, Filled, Tensor};
+use crate::tensor::{DType, Dims, Element, Filled, Tensor};
 
 const OP: &str = "scaled_dot_product_attention";
 
-/// An attention mask ([`SdpaOptions::attn_mask`]). More kinds will join
-/// (a boolean "keep" mask, once bool tensors exist), hence
-/// `#[non_exhaustive]`.
+/// An attention mask ([`SdpaOptions::attn_mask`]), either of PyTorch's
+/// two kinds: `#[non_exhaustive]` so that more may join.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug)]
 pub enum AttnMask<'a, 'g> {
     /// Added to the scaled scores before the softmax (`-inf` hides a key),
     /// PyTorch's float `attn_mask`: same dtype as the queries, broadcastable
-    /// to `[..., L, S]`. Differentiable.
+    /// to `[..., L, S]`. Differentiable. A bool `Var` here (a comparison's
+    /// result) is read as [`Bool`](Self::Bool), as PyTorch reads the
+    /// mask's dtype.
     Additive(&'a Var<'g>),
+    /// PyTorch's bool `attn_mask`: `true` where the query may attend to the
+    /// key, broadcastable to `[..., L, S]`. Not differentiable.
+    Bool(&'a Tensor),
 }
 
 impl<'a, 'g> From<&'a Var<'g>> for AttnMask<'a, 'g> {
     fn from(m: &'a Var<'g>) -> Self {
         AttnMask::Additive(m)
     }
+}
+
+impl<'a> From<&'a Tensor> for AttnMask<'a, '_> {
+    /// A bool mask (any other dtype is an error when the attention runs).
+    fn from(m: &'a Tensor) -> Self {
+        AttnMask::Bool(m)
+    }
+}
+
+/// The additive mask PyTorch makes of a bool one: `0` where `true` (the key
+/// takes part), `-inf` where `false`, in `dtype` (the queries'), in the
+/// mask's own shape. A float mask comes back as it is.
+pub(super) fn additive_mask<'m>(op: &'static str, m: &'m Tensor, dtype: DType) -> Result<Cow<'m, Tensor>> {
+    if m.dtype() != DType::Bool {
+        return Ok(Cow::Borrowed(m));
+    }
+    if !dtype.is_float() {
+        return Err(Error::NotFloat { op, found: dtype });
+    }
+    let (zero, hidden) = (Tensor::scalar_of(0.0, dtype), Tensor::scalar_of(f64::NEG_INFINITY, dtype));
+    Ok(Cow::Owned(select(op, m, &zero, &hidden)?))
 }
 
 /// The options of [`Var::try_scaled_dot_product_attention`], PyTorch's
@@ -87,7 +120,8 @@ impl<'a, 'g> SdpaOptions<'a, 'g> {
         self.dropout = Some((p, seed));
         self
     }
-    /// An attention mask: a `&Var` is an additive float mask.
+    /// An attention mask: a `&Var` is an additive float mask (or a bool
+    /// one, read by its dtype), a `&Tensor` a bool mask (`true`: attend).
     pub fn attn_mask(mut self, mask: impl Into<AttnMask<'a, 'g>>) -> Self {
         self.attn_mask = Some(mask.into());
         self
@@ -210,6 +244,8 @@ pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<Ma
 
 /// The fused forward: `(output, logsumexp)`.
 pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    let mask = mask.map(|m| additive_mask(op, m, q.dtype())).transpose()?;
+    let mask = mask.as_deref();
     let plan = cfg.plan(op, q, k, v, mask)?;
     let g = plan.geo;
     let mut out_shape = plan.batch_dims.clone();
@@ -236,6 +272,8 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
 /// The fused backward: `(dq, dk, dv)` given the output, its logsumexp and `d_o`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, o: &Tensor, lse: &Tensor, d_o: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let mask = mask.map(|m| additive_mask(op, m, q.dtype())).transpose()?;
+    let mask = mask.as_deref();
     let plan = cfg.plan(op, q, k, v, mask)?;
     let g = plan.geo;
     if d_o.dtype() != q.dtype() {
@@ -274,8 +312,8 @@ struct Saved {
     lse: Tensor,
 }
 
-/// Scaled dot-product attention. Inputs `q`, `k`, `v`, then an additive
-/// mask if present. The registry holds it with PyTorch's defaults (not
+/// Scaled dot-product attention. Inputs `q`, `k`, `v`, then a mask if
+/// present (additive float, or bool). The registry holds it with PyTorch's defaults (not
 /// causal, no dropout, scale `1/sqrt(E)`), the mask inferred from the
 /// input count.
 #[derive(Clone, Debug, Default)]
@@ -427,8 +465,9 @@ impl<'g> Var<'g> {
         ///
         /// Errors (naming the op and shapes): ranks below 2 or unequal,
         /// mismatched `E`, `S` or leading dims, a mask that does not
-        /// broadcast, mixed dtypes, a non-finite scale, `dropout_p` outside
-        /// `[0, 1)`, a mask together with `is_causal`.
+        /// broadcast, mixed dtypes (a float mask must have the queries'
+        /// dtype; a `&Tensor` mask must be bool), a non-finite scale,
+        /// `dropout_p` outside `[0, 1)`, a mask together with `is_causal`.
         ///
         /// ```
         /// use retrograd::{Graph, SdpaOptions, Tensor};
@@ -447,6 +486,24 @@ impl<'g> Var<'g> {
         /// assert_eq!(grads.wrt(&v).to_f64_vec(), vec![1.0 + w, 1.0 + w, 1.0 - w, 1.0 - w]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
+        ///
+        /// A bool mask, PyTorch's: `true` where a query attends to a key. A
+        /// row with no `true` gives 0 (PyTorch 2.5+), and no gradient.
+        ///
+        /// ```
+        /// use retrograd::{Graph, SdpaOptions, Tensor};
+        /// let g = Graph::new();
+        /// let q = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[2, 2])?);
+        /// let v = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?);
+        /// let causal = g.constant(Tensor::full(&[2, 2], 1.0, retrograd::DType::Bool)?).tril(0);
+        /// let a = q.scaled_dot_product_attention(&q, &v, &SdpaOptions::new().attn_mask(&causal));
+        /// let b = q.scaled_dot_product_attention(&q, &v, &SdpaOptions::new().is_causal(true));
+        /// assert_eq!(a.value(), b.value());
+        /// let none = Tensor::from_vec(vec![true, false, false, false], &[2, 2])?;
+        /// let y = q.scaled_dot_product_attention(&q, &v, &SdpaOptions::new().attn_mask(&none));
+        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 2.0, 0.0, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
         pub fn try_scaled_dot_product_attention / scaled_dot_product_attention(
             &self,
             k: &Var<'g>,
@@ -461,14 +518,28 @@ impl<'g> Var<'g> {
                 },
                 saved: Some(Arc::new(OnceLock::new())),
             };
+            let bool_mask;
             let mut inputs = vec![self, k, v];
             match options.attn_mask {
                 Some(AttnMask::Additive(m)) => inputs.push(m),
+                Some(AttnMask::Bool(m)) => {
+                    bool_mask = bool_mask_var(self, m)?;
+                    inputs.push(&bool_mask);
+                }
                 None => {}
             }
             self.graph().record(op, &inputs)
         }
     }
+}
+
+/// A bool mask as a constant of `q`'s graph; any other dtype is
+/// `Error::WrongDType` (an additive mask is a `&Var`).
+fn bool_mask_var<'g>(q: &Var<'g>, m: &Tensor) -> Result<Var<'g>> {
+    if m.dtype() != DType::Bool {
+        return Err(Error::WrongDType { op: OP, expected: DType::Bool, found: m.dtype() });
+    }
+    Ok(q.graph().constant(m.clone()))
 }
 
 /// The unfused composition `dropout(softmax(Q Kᵀ · scale + mask)) V` with
@@ -481,9 +552,14 @@ pub fn scaled_dot_product_attention_unfused<'g>(
     options: &SdpaOptions<'_, 'g>,
 ) -> Result<Var<'g>> {
     let cfg = Config { causal: options.is_causal, scale: options.scale, dropout: options.dropout };
-    let mask = options.attn_mask.map(|AttnMask::Additive(m)| m);
-    cfg.plan(OP, q.value(), k.value(), v.value(), mask.map(Var::value))?;
-    let u: Unfused<'g> = unfused(&cfg, q, k, mask)?;
+    let mask = match options.attn_mask {
+        Some(AttnMask::Additive(m)) => Some(m.clone()),
+        Some(AttnMask::Bool(m)) => Some(bool_mask_var(q, m)?),
+        None => None,
+    };
+    let additive = mask.as_ref().map(|m| additive_mask(OP, m.value(), q.dtype())).transpose()?;
+    cfg.plan(OP, q.value(), k.value(), v.value(), additive.as_deref())?;
+    let u: Unfused<'g> = unfused(&cfg, q, k, mask.as_ref())?;
     u.dropped(&u.p)?.try_matmul(v)
 }
 

@@ -15,7 +15,11 @@
 
 use smallvec::smallvec;
 
-use super::attention::{fused_backward, fused_forward, sample, Config};
+use std::borrow::Cow;
+
+use super::attention::{additive_mask, fused_backward, fused_forward, sample, Config};
+use crate::kernels::mask::{compare, Comparison};
+use crate::kernels::reduce_minmax::amax;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse::keeps;
@@ -26,8 +30,8 @@ use crate::tensor::Tensor;
 const OP: &str = "scaled_dot_product_attention_backward";
 
 /// The packed gradients `[dq, dk, dv]` (flattened, in that order) of
-/// scaled dot-product attention. Inputs: `q`, `k`, `v`, the additive mask
-/// if present, and the output's gradient `dO`.
+/// scaled dot-product attention. Inputs: `q`, `k`, `v`, the mask (additive
+/// or bool) if present, and the output's gradient `dO`.
 #[derive(Clone, Debug, Default)]
 pub struct SdpaBackward {
     pub(super) cfg: Config,
@@ -72,7 +76,10 @@ pub(super) fn unfused<'g>(cfg: &Config, q: &Var<'g>, k: &Var<'g>, mask: Option<&
     let scale = cfg.scale.unwrap_or(1.0 / (e as f64).sqrt());
     let mut s = q.try_matmul_transposed(k, false, true)?.mul_scalar(scale);
     if let Some(m) = mask {
-        s = s.try_add(m)?;
+        s = match additive_mask(OP, m.value(), q.dtype())? {
+            Cow::Borrowed(_) => s.try_add(m)?,
+            Cow::Owned(bias) => s.try_add(&q.graph().constant(bias))?,
+        };
     }
     let shape = s.shape().to_vec();
     let r = shape.len();
@@ -84,7 +91,23 @@ pub(super) fn unfused<'g>(cfg: &Config, q: &Var<'g>, k: &Var<'g>, mask: Option<&
             .collect();
         s = s.try_add(&graph.constant(Tensor::from_f64_slice(&bias, &[l, n], q.dtype())?))?;
     }
-    let p = s.try_softmax(-1)?;
+    // A row hidden from every key weighs nothing (PyTorch's
+    // `_safe_softmax`), rather than the NaN of a softmax over `-inf`: its
+    // scores are set to 0 before the softmax (so nothing NaN reaches a
+    // gradient) and its weights to 0 after it.
+    let mut dead = None;
+    if mask.is_some() {
+        let top = amax(OP, s.value(), &[-1], true)?;
+        let rows = compare(Comparison::Eq, &top, &Tensor::scalar_of(f64::NEG_INFINITY, top.dtype()))?;
+        if rows.as_slice::<bool>()?.contains(&true) {
+            s = s.try_masked_fill(&rows, 0.0)?;
+            dead = Some(rows);
+        }
+    }
+    let mut p = s.try_softmax(-1)?;
+    if let Some(rows) = &dead {
+        p = p.try_masked_fill(rows, 0.0)?;
+    }
     let keep = match cfg.dropout.filter(|&(p, _)| p > 0.0) {
         Some((pr, seed)) => {
             let total: usize = shape.iter().product();

@@ -224,3 +224,121 @@ fn errors_are_typed() {
     let y = x(&[2, 3]).scaled_dot_product_attention(&x(&[0, 3]), &x(&[0, 2]), &o);
     assert_eq!(y.value().to_f64_vec(), vec![0.0; 4]);
 }
+
+/// A bool mask with a row hidden from every key (row 1) and a key no
+/// query sees (key 2), broadcast over a batch of 2.
+fn bool_mask() -> Tensor {
+    let keep = [true, false, false, true, false, false, false, false, true, true, false, true];
+    Tensor::from_vec(keep.to_vec(), &[3, 4]).unwrap()
+}
+
+#[test]
+fn a_bool_mask_is_the_additive_zero_or_minus_infinity_mask() {
+    let keep = bool_mask();
+    let additive = Tensor::from_vec(
+        keep.to_vec::<bool>().unwrap().iter().map(|&k| if k { 0.0 } else { f64::NEG_INFINITY }).collect(),
+        &[3, 4],
+    )
+    .unwrap();
+    let xs = [sample(&[2, 3, 5], 1, 1.0), sample(&[2, 4, 5], 2, 1.0), sample(&[2, 4, 2], 3, 1.0)];
+    for fast in [true, false] {
+        let run = |as_bool: bool| {
+            let g = Graph::new();
+            let v: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
+            let m = g.constant(additive.clone());
+            let o = if as_bool { SdpaOptions::new().attn_mask(&keep) } else { SdpaOptions::new().attn_mask(&m) };
+            let y = v[0].scaled_dot_product_attention(&v[1], &v[2], &o);
+            let s = y.try_mul(&g.constant(weights(y.shape()))).unwrap().sum();
+            let grads = s.backward_with_options(&BackwardOptions::new().fast_path(fast)).unwrap();
+            let mut all = vec![y.value().to_f64_vec()];
+            all.extend(v.iter().map(|x| grads.wrt(x).to_f64_vec()));
+            all
+        };
+        let (b, a) = (run(true), run(false));
+        assert_eq!(b, a, "fast {fast}: bool and additive masks differ");
+        // Row 1 of each batch is hidden from every key: 0, and no gradient.
+        assert_eq!(&b[0][2..4], &[0.0, 0.0]);
+        assert_eq!(&b[1][5..10], &[0.0; 5]);
+        assert!(b.iter().flatten().all(|x| x.is_finite()));
+    }
+    // A bool `Var` (a comparison's result) reads as a bool mask too.
+    let g = Graph::new();
+    let v: Vec<Var<'_>> = xs.iter().map(|t| g.variable(t.clone())).collect();
+    let as_var = g.constant(keep.clone());
+    let via_var = v[0].scaled_dot_product_attention(&v[1], &v[2], &SdpaOptions::new().attn_mask(&as_var));
+    let via_tensor = v[0].scaled_dot_product_attention(&v[1], &v[2], &SdpaOptions::new().attn_mask(&keep));
+    assert_eq!(via_var.value(), via_tensor.value());
+    // And through the registry, as the fourth input.
+    let via_apply = g.apply("scaled_dot_product_attention", &[&v[0], &v[1], &v[2], &as_var]).unwrap();
+    assert_eq!(via_apply.value(), via_tensor.value());
+}
+
+/// Attention of `v[0]`, `v[1]`, `v[2]` under a bool mask, fused or not.
+fn bool_masked<'g>(v: &[Var<'g>], keep: &Tensor, fused: bool) -> Result<Var<'g>> {
+    let o = SdpaOptions::new().attn_mask(keep).scale(Some(0.7));
+    if fused {
+        v[0].try_scaled_dot_product_attention(&v[1], &v[2], &o)
+    } else {
+        unfused(&v[0], &v[1], &v[2], &o)
+    }
+}
+
+#[test]
+fn bool_masks_have_gradients_tangents_and_second_derivatives() {
+    let keep = bool_mask();
+    let xs = [sample(&[2, 3, 5], 1, 1.0), sample(&[2, 4, 5], 2, 1.0), sample(&[2, 4, 2], 3, 1.0)];
+    for fused in [true, false] {
+        gradcheck(|v| bool_masked(v, &keep, fused), &xs).unwrap_or_else(|e| panic!("fused {fused}: {e}"));
+        jvpcheck(|v| bool_masked(v, &keep, fused), &xs).unwrap_or_else(|e| panic!("fused {fused}: {e}"));
+        // Hessian-vector products against differences of gradients: no
+        // NaN from the hidden row reaches a second derivative.
+        for which in 0..2 {
+            let f = objective(|x| {
+                let g = x.graph();
+                let mut v: Vec<Var<'_>> = xs.iter().map(|t| g.constant(t.clone())).collect();
+                v[which] = x.clone();
+                let y = bool_masked(&v, &keep, fused)?;
+                Ok(y.try_mul(&g.constant(weights(y.shape())))?.tanh().sum())
+            });
+            let x = &xs[which];
+            let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
+            let hv = crate::hessian_vector_product(f, x, &dir).unwrap().to_f64_vec();
+            let grad_at = |s: f64| -> Vec<f64> {
+                let shifted: Vec<f64> = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
+                let g = Graph::new();
+                let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
+                f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+            };
+            let eps = 1e-5;
+            let (p, m) = (grad_at(eps), grad_at(-eps));
+            let numeric: Vec<f64> = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
+            assert!(hv.iter().all(|h| h.is_finite()));
+            close(&hv, &numeric, 1e-6, &format!("fused {fused}: hvp of input {which}"));
+        }
+    }
+}
+
+#[test]
+fn bool_mask_errors_are_typed() {
+    let g = Graph::new();
+    let x = |s: &[usize]| g.variable(sample(s, 1, 1.0));
+    let (q, k, v) = (x(&[2, 3]), x(&[4, 3]), x(&[4, 2]));
+    // Not bool: a float mask is a `Var` (additive), an i64 one is neither.
+    let ids = Tensor::from_vec(vec![1i64; 8], &[2, 4]).unwrap();
+    assert!(matches!(
+        q.try_scaled_dot_product_attention(&k, &v, &SdpaOptions::new().attn_mask(&ids)),
+        Err(Error::WrongDType { expected: DType::Bool, found: DType::I64, .. })
+    ));
+    let wide = Tensor::from_vec(vec![true; 10], &[2, 5]).unwrap();
+    let r = q.try_scaled_dot_product_attention(&k, &v, &SdpaOptions::new().attn_mask(&wide));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    let keep = Tensor::from_vec(vec![true; 8], &[2, 4]).unwrap();
+    let r = q.try_scaled_dot_product_attention(&k, &v, &SdpaOptions::new().attn_mask(&keep).is_causal(true));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    // An i64 mask as a `Var` through the registry: a dtype mismatch.
+    let m = g.constant(ids);
+    assert!(matches!(
+        g.apply("scaled_dot_product_attention", &[&q, &k, &v, &m]),
+        Err(Error::DTypeMismatch { .. })
+    ));
+}

@@ -103,15 +103,15 @@ pub(crate) fn to_i64_list<I: IntIndex>(indices: &[I]) -> Arc<[i64]> {
 
 /// Reads a tensor of class indices: i64 as they are, or floats (the form
 /// `Graph::apply` used to pass them in), each of which must be an integer;
-/// a bool tensor is `Error::WrongDType`.
+/// a bool, f16 or bf16 tensor is `Error::WrongDType`.
 pub(crate) fn indices_from_tensor(op: &'static str, t: &Tensor) -> Result<Arc<[i64]>> {
     match t.dtype() {
         crate::DType::I64 => return Ok(Arc::from(t.as_slice_of::<i64>())),
-        crate::DType::Bool => {
+        found @ (crate::DType::Bool | crate::DType::F16 | crate::DType::BF16) => {
             return Err(Error::WrongDType {
                 op,
                 expected: crate::DType::I64,
-                found: crate::DType::Bool,
+                found,
             })
         }
         crate::DType::F32 | crate::DType::F64 => {}
