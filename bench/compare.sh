@@ -4,7 +4,7 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workloads=("$@")
-[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
+[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
 
 runs=${RUNS:-1}
 cargo build --release --quiet --example bench
@@ -49,6 +49,9 @@ for w in "${workloads[@]}"; do
     w3_conv)
       ./target/release/examples/bench w3_conv >>"$out"
       python3 bench/pytorch_reference.py w3_conv >>"$out" ;;
+    w4)
+      ./target/release/examples/bench w4 --repeats 30 >>"$out"
+      python3 bench/pytorch_reference.py w4 --steps 30 --warmup 5 >>"$out" ;;
     w4_attn)
       ./target/release/examples/bench w4_attn >>"$out"
       for t in 64 256 1024; do

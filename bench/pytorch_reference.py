@@ -242,6 +242,92 @@ def bench_w3_conv(steps, warmup):
          gflops=flops / (med * 1e-3) / 1e9, grad_x_sum=float(gx.sum()), grad_w_sum=float(gw.sum()))
 
 
+# ---------------------------------------------------------------- W4 GPT iteration
+# One training iteration of nanoGPT's shakespeare_char CPU configuration
+# (block 64, batch 12, 4 layers, 4 heads, width 128, vocabulary 65, no
+# dropout, no biases, tied embeddings), written as nanoGPT's model.py
+# writes it: forward, cross-entropy, backward, clip_grad_norm_(1.0), and
+# AdamW (lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on matrices only) on
+# a fixed batch of seeded random tokens. Pairs with examples/bench/w4.rs on
+# ("w4", "f32", 12).
+W4 = dict(vocab=65, block=64, n_layer=4, n_head=4, n_embd=128)
+
+
+class GptBlock(torch.nn.Module):
+    def __init__(self, e, h):
+        super().__init__()
+        self.h = h
+        self.ln_1 = torch.nn.LayerNorm(e, bias=False)
+        self.c_attn = torch.nn.Linear(e, 3 * e, bias=False)
+        self.c_proj = torch.nn.Linear(e, e, bias=False)
+        self.ln_2 = torch.nn.LayerNorm(e, bias=False)
+        self.c_fc = torch.nn.Linear(e, 4 * e, bias=False)
+        self.mlp_proj = torch.nn.Linear(4 * e, e, bias=False)
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(e, dim=2)
+        q, k, v = (z.view(b, t, self.h, e // self.h).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(b, t, e))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, vocab, block, n_layer, n_head, n_embd):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, n_embd)
+        self.wpe = torch.nn.Embedding(block, n_embd)
+        self.h = torch.nn.ModuleList(GptBlock(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = torch.nn.LayerNorm(n_embd, bias=False)
+        self.lm_head = torch.nn.Linear(n_embd, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / (2 * n_layer) ** 0.5 if name.endswith("proj.weight") else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def bench_w4(batch, steps, warmup):
+    torch.manual_seed(0)
+    model = Gpt(**W4)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99))
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, W4["vocab"], (batch, W4["block"] + 1), generator=g)
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return float(loss.detach())
+
+    for _ in range(warmup):
+        step()
+    times = []
+    loss = None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([t * 1e3 for t in times])
+    emit(workload="w4", dtype="f32", batch=batch, unit="ms_per_iter", median=med, min=lo, max=hi,
+         loss=loss)
+
+
 # ---------------------------------------------------------------- W4 attention
 # torch.nn.functional.scaled_dot_product_attention alone, causal, f32, on
 # [12, 4, T, 32] q, k, v: forward, then the gradients of sum(output) with
@@ -401,7 +487,7 @@ def run_isolated(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4_attn", "matmul",
+    ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4", "w4_attn", "matmul",
                                      "mem_w1", "mem_w2", "mem_w4_attn", "ddp", "all"])
     ap.add_argument("--ranks", type=int, default=2, help="processes of the ddp workload")
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
@@ -423,6 +509,8 @@ def main():
         bench_w3(a.batch, a.steps, a.warmup)
     elif a.workload == "w3_conv":
         bench_w3_conv(a.steps, a.warmup)
+    elif a.workload == "w4":
+        bench_w4(12, a.steps, a.warmup)
     elif a.workload == "w4_attn":
         bench_w4_attn(a.t, a.steps, a.warmup)
     elif a.workload == "mem_w4_attn":

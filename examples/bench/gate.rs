@@ -55,9 +55,11 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         w4_attn,
         "W4 attention forward + backward, causal, B = 12, H = 4, D = 32, T = 64",
     ),
-    // The W4 GPT training iteration goes here, one line, once it exists:
-    // ("w4_step", w4_step, "one W4 GPT training iteration at a small size"),
-    // then `bench/callgrind/gate --update w4_step` writes its baseline.
+    (
+        "w4_step",
+        w4_step,
+        "one W4 GPT training iteration (nanoGPT's CPU model, AdamW), batch 2",
+    ),
 ];
 
 /// The counted region: callgrind's `--toggle-collect` counts the
@@ -94,6 +96,11 @@ fn w3_step() -> Box<dyn FnMut() -> f64> {
     let mut opt = Adam::new(model.parameters(), AdamConfig::default().lr(1e-3)).expect("Adam");
     let (x, y) = w3::data(4, 1);
     Box::new(move || w3::step(&model, &mut opt, &x, &y).expect("a valid W3 step"))
+}
+
+fn w4_step() -> Box<dyn FnMut() -> f64> {
+    let mut step = w4::GptStep::new(2);
+    Box::new(move || step.step())
 }
 
 fn w4_attn() -> Box<dyn FnMut() -> f64> {
