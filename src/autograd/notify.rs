@@ -5,11 +5,11 @@
 //! The first-order sweep walks node indices downward, so a leaf's gradient
 //! is final once the lowest-index node that reads it has run. One scan up
 //! the arena finds that node for every watched leaf; the sweep then checks
-//! a sorted list after each node (`Walk::Notify`), and the plain sweep
-//! (`Walk::FromRoot`) stays as it was.
+//! a sorted list after each node (`fast::run_fast_notify`), and the plain
+//! sweep (`run_fast`) stays as it was.
 
 use super::backward::{seed_for, BackwardOptions};
-use super::fast::{run_fast, Walk};
+use super::fast::run_fast_notify;
 use super::gradients::Gradients;
 use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
@@ -96,16 +96,7 @@ impl<'g> Var<'g> {
                 };
                 on_final(leaf as usize, grad)
             };
-            run_fast(
-                graph,
-                self,
-                seed,
-                Walk::Notify {
-                    triggers: &triggers,
-                    on_final: &mut report,
-                },
-                &mut store,
-            )?;
+            run_fast_notify(graph, self, seed, &triggers, &mut report, &mut store)?;
             for leaf in late {
                 report(leaf, &mut store)?;
             }
