@@ -333,7 +333,7 @@ mod tests {
             for causal in [false, true] {
                 let fused = m.self_attention(&x, causal).unwrap();
                 assert!(fused.value().allclose(
-                    &reference(&m, &x, &x, causal).value(),
+                    reference(&m, &x, &x, causal).value(),
                     1e-12,
                     1e-12
                 ));
@@ -342,7 +342,7 @@ mod tests {
             assert_eq!(cross.shape(), &[2, 4, 6]);
             assert!(cross
                 .value()
-                .allclose(&reference(&m, &x, &y, false).value(), 1e-12, 1e-12));
+                .allclose(reference(&m, &x, &y, false).value(), 1e-12, 1e-12));
         }
     }
 
