@@ -4,7 +4,7 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
@@ -70,6 +70,21 @@ for w in "${workloads[@]}"; do
     mem_w2)
       ./target/release/examples/bench mem_w2 >>"$out"
       python3 bench/pytorch_reference.py mem_w2 --batch 4096 >>"$out" ;;
+    ddp)
+      # Data-parallel W2 (feature mpi): 1 thread per rank, 1 and 2 ranks;
+      # rows at global batch 1024 and at 512 examples per rank (scaling).
+      # The GPT training iteration joins these rows when it exists.
+      cargo build --release --quiet --features mpi --example bench
+      mpi=(mpirun --oversubscribe --allow-run-as-root -x RAYON_NUM_THREADS=1)
+      "${mpi[@]}" -n 1 ./target/release/examples/bench ddp >>"$out"
+      "${mpi[@]}" -n 2 ./target/release/examples/bench ddp >>"$out"
+      # Put back the bench binary of the other workloads (built without mpi).
+      cargo build --release --quiet --example bench
+      for r in 1 2; do
+        for b in 1024 $((512 * r)); do
+          python3 bench/pytorch_reference.py ddp --ranks "$r" --batch "$b" --steps 30 --warmup 5 >>"$out"
+        done
+      done ;;
     *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
 done

@@ -415,6 +415,71 @@ def mem_w2(batch, steps):
          median=growth_kib / 1024, min=None, max=None)
 
 
+# ---------------------------------------------------------------- DDP
+# W2 under torch.nn.parallel.DistributedDataParallel over gloo, `ranks`
+# processes of 1 thread each (torch.multiprocessing), global batch split
+# over the ranks; the same rows as `bench ddp` under mpirun. The GPT
+# training iteration (W4 configuration, global batch 24) goes here too.
+class W2Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ps = torch.nn.ParameterList(torch.nn.Parameter(p.detach()) for p in mlp_params(0))
+
+    def forward(self, x):
+        h = x
+        for layer in range(3):
+            h = h @ self.ps[2 * layer] + self.ps[2 * layer + 1]
+            if layer < 2:
+                h = torch.relu(h)
+        return h
+
+
+def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    model = torch.nn.parallel.DistributedDataParallel(W2Mlp())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = mlp_data(per_rank, 1 + rank)
+    times = []
+    cpu0 = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = ru.ru_utime + ru.ru_stime
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = torch.tensor([(ru.ru_utime + ru.ru_stime - cpu0) / steps])
+    med = torch.tensor([statistics.median(times)])
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    dist.all_reduce(cpu)
+    if rank == 0:
+        queue.put((float(med[0]) * 1e3, float(cpu[0]) / ranks * 1e3))
+    dist.destroy_process_group()
+
+
+def bench_ddp(ranks, global_batch, steps, warmup):
+    import torch.multiprocessing as mp
+    per_rank = global_batch // ranks
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = 29500 + os.getpid() % 1000
+    mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue), nprocs=ranks)
+    med, cpu = queue.get()
+    nbytes = 4 * sum(a * b + b for a, b in zip(SIZES[:-1], SIZES[1:]))
+    emit(workload=f"ddp_w2_r{ranks}", batch=global_batch, per_rank_batch=per_rank, ranks=ranks,
+         unit="ms_per_step", median=med, examples_per_s=global_batch / (med * 1e-3),
+         cpu_ms_per_rank=cpu, allreduce_bytes=nbytes)
+
+
 def run_isolated(args):
     """Runs this script again in a fresh process (for peak-RSS measurements)."""
     subprocess.run([sys.executable, os.path.abspath(__file__)] + args, check=True)
@@ -423,7 +488,8 @@ def run_isolated(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4", "w4_attn", "matmul",
-                                     "mem_w1", "mem_w2", "mem_w4_attn", "all"])
+                                     "mem_w1", "mem_w2", "mem_w4_attn", "ddp", "all"])
+    ap.add_argument("--ranks", type=int, default=2, help="processes of the ddp workload")
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=128)
@@ -455,6 +521,8 @@ def main():
         mem_w1(a.chains)
     elif a.workload == "mem_w2":
         mem_w2(a.batch, 5)
+    elif a.workload == "ddp":
+        bench_ddp(a.ranks, a.batch, a.steps, a.warmup)
     else:
         bench_w1("f64", 10, 1, 1)  # cross-check: loss 0.6983577607687627, grad_sum 9.99670012301077
         for dtype in ("f32", "f64"):

@@ -8,6 +8,9 @@
 //! cargo run --release --example train_mnist_cnn
 //! cargo run --release --example train_mnist_cnn -- --epochs 5 --no-batch-norm --shift 0
 //! cargo run --release --example train_mnist_cnn -- --graph-svg step.svg   # picture of one step
+//! # data-parallel over 2 processes (global batch 64 = 2 x 32; README, "Training on several processes")
+//! cargo build --release --features mpi --example train_mnist_cnn
+//! mpirun -n 2 target/release/examples/train_mnist_cnn --ddp
 //! ```
 
 #[path = "support/reload_check.rs"]
@@ -49,6 +52,8 @@ options:
   --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors)
   --graph-svg FILE    write a picture of the first training step's graph
   --quiet             no progress bar
+  --ddp               data-parallel training under mpirun (feature mpi): each of the
+                      N ranks takes batch-size / N images of each step, rank 0 prints
   -h, --help          this text";
 
 struct Args {
@@ -66,6 +71,7 @@ struct Args {
     out: PathBuf,
     graph_svg: Option<PathBuf>,
     quiet: bool,
+    ddp: bool,
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -85,6 +91,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         out: PathBuf::from("target/train_mnist_cnn.safetensors"),
         graph_svg: None,
         quiet: false,
+        ddp: false,
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -122,6 +129,10 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("out") => args.out = parser.value().map_err(err)?.into(),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
+            Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
+            Long("ddp") => {
+                return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_mnist_cnn".into())
+            }
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -368,11 +379,150 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    #[cfg(feature = "mpi")]
+    if args.ddp {
+        return match retrograd::distributed::run(|comm| ddp::run(&args, comm)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.
+/// Rank 0's initial weights go to every rank; each rank takes its
+/// `DistributedSampler` shard of every epoch in steps of `batch-size / N`
+/// images (batch norm's statistics are per rank, its running buffers follow
+/// rank 0); the averaged gradients keep the replicas identical. Rank 0
+/// prints the table (losses and accuracies over all ranks' images) and
+/// writes the checkpoint.
+#[cfg(feature = "mpi")]
+mod ddp {
+    use super::*;
+    use retrograd::distributed::{Communicator, DataParallel, DistributedSampler, MpiCommunicator};
+
+    /// Sums `values` over ranks (a few numbers: gathered as bytes).
+    fn sum_over_ranks(comm: &MpiCommunicator, values: &[f64]) -> Result<Vec<f64>> {
+        let mine: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut total = vec![0.0; values.len()];
+        for theirs in comm.all_gather_bytes(&mine)? {
+            for (t, chunk) in total.iter_mut().zip(theirs.chunks_exact(8)) {
+                *t += f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            }
+        }
+        Ok(total)
+    }
+
+    pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<()> {
+        let start = Instant::now();
+        let (rank, size) = (comm.rank(), comm.size());
+        let lead = rank == 0;
+        if args.batch_size % size != 0 {
+            return Err(retrograd::Error::InvalidArgument {
+                op: "train_mnist_cnn --ddp",
+                reason: format!(
+                    "--batch-size {} is not a multiple of {size} ranks",
+                    args.batch_size
+                ),
+            });
+        }
+        let per_rank = args.batch_size / size;
+        let (train, test) = mnist::load_bundled_split(args.seed)?;
+        let (train, test) = (
+            train.normalized(mnist::MEAN, mnist::STD)?,
+            test.normalized(mnist::MEAN, mnist::STD)?,
+        );
+        let mut ddp = DataParallel::new(build_model(args, args.seed)?, comm)?;
+        let mut optimizer = build_optimizer(args, ddp.module())?;
+        let mut sampler = DistributedSampler::new(train.len(), size, rank)?.seed(args.seed);
+        let steps_per_epoch = sampler.num_samples().div_ceil(per_rank);
+        let total_steps = steps_per_epoch * args.epochs;
+        let mut scheduler =
+            LrScheduler::new(CosineAnnealingLr::new(total_steps, 0.0)?, &mut optimizer);
+        // Each rank shifts its own images differently.
+        let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed ^ ((rank as u64) << 32));
+        if lead {
+            println!(
+                "data-parallel: {size} ranks x {per_rank} images = global batch {}; {} parameters (f32), {} gradient buckets, {:.2} MiB all-reduced per step",
+                args.batch_size,
+                ddp.module().num_parameters(),
+                ddp.bucket_count(),
+                ddp.bytes_per_step() as f64 / (1 << 20) as f64
+            );
+            println!(
+                "training: Adam lr {} (cosine to 0 over {total_steps} steps), {} epochs, shifts up to {} px\n",
+                args.lr, args.epochs, args.shift
+            );
+            let header = format!(
+                "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
+                "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
+            );
+            println!("{header}\n{}", "-".repeat(header.len()));
+        }
+        let background = -mnist::MEAN / mnist::STD;
+        let mut test_acc = 0.0;
+        for epoch in 1..=args.epochs {
+            let lr = optimizer.lr();
+            sampler.set_epoch(epoch as u64);
+            ddp.module_mut().set_training(true);
+            let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0.0);
+            let batches: Vec<_> = sampler.batches(&train, per_rank, DType::F32)?.collect();
+            for batch in batches {
+                let n = batch.labels.len() as f64;
+                let images = if args.shift > 0 {
+                    random_shift(&batch.features, args.shift, background, &mut rng)?
+                } else {
+                    batch.features
+                };
+                let grads = {
+                    let graph = Graph::new();
+                    let logits = ddp.forward(&graph.constant(images))?;
+                    let loss = logits.try_cross_entropy(&batch.labels)?;
+                    loss_sum += loss.value().try_item()? * n;
+                    correct += accuracy(logits.value(), &batch.labels)? * n;
+                    seen += n;
+                    ddp.backward(&loss)?
+                };
+                optimizer.step(&grads)?;
+                scheduler.step(&mut optimizer);
+            }
+            let totals = sum_over_ranks(comm, &[loss_sum, correct, seen])?;
+            ddp.module_mut().set_training(false);
+            if lead {
+                test_acc = evaluate_accuracy(ddp.module(), &test, 500, DType::F32)?;
+                println!(
+                    "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {:>6.2}s",
+                    totals[0] / totals[2],
+                    100.0 * totals[1] / totals[2],
+                    100.0 * test_acc,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let meta =
+            std::collections::BTreeMap::from([("epochs".to_string(), args.epochs.to_string())]);
+        ddp.save_checkpoint(&args.out, Some(&optimizer), &meta)?;
+        if lead {
+            println!("checkpoint (written by rank 0): {}", args.out.display());
+            println!("total time: {:.2} s", start.elapsed().as_secs_f64());
+            if let Some(min) = args.min_accuracy {
+                if test_acc < min {
+                    return Err(retrograd::Error::InvalidArgument {
+                        op: "train_mnist_cnn",
+                        reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }

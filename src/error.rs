@@ -253,6 +253,27 @@ pub enum Error {
         /// What is wrong with it.
         problem: TensorProblem,
     },
+    /// Data-parallel replicas disagree: a rank's model does not have rank
+    /// 0's parameters and buffers (names, shapes, dtypes). Every rank gets
+    /// the same error, naming the first difference.
+    #[error("{op}: rank {rank}'s model differs from rank 0's: {detail}")]
+    ReplicaMismatch {
+        /// The API that compared the replicas.
+        op: &'static str,
+        /// The lowest rank that differs from rank 0.
+        rank: usize,
+        /// The first difference, as `rank 0 has ..., rank r has ...`.
+        detail: String,
+    },
+    /// Communication between processes failed or another rank reported a
+    /// failure (data-parallel training, `retrograd::distributed`).
+    #[error("{op}: {detail}")]
+    Communication {
+        /// The API or collective involved.
+        op: &'static str,
+        /// What went wrong, naming the rank where it did.
+        detail: String,
+    },
 }
 
 /// What is wrong with a named tensor ([`Error::TensorMismatch`]).

@@ -33,6 +33,7 @@ extern crate self as retrograd;
 
 pub mod autograd;
 pub mod data;
+pub mod distributed;
 mod error;
 #[cfg(feature = "expr")]
 pub mod expr;

@@ -58,6 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("nn", &["src/nn/"]),
     ("optim", &["src/optim/"]),
     ("io", &["src/io/"]),
+    ("distributed", &["src/distributed/"]),
     ("viz", &["src/viz/"]),
     ("expr", &["src/expr/"]),
     ("root", &["src/lib.rs", "src/prelude.rs"]),

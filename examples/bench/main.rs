@@ -15,6 +15,8 @@
 //! instruction-count gate (`gate.rs`, `bench/callgrind/gate`).
 
 mod checkpointing;
+#[cfg(feature = "mpi")]
+mod ddp;
 mod elementwise;
 mod gate;
 mod matmul;
@@ -100,6 +102,12 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "matmul",
         matmul::run,
         "f32 GFLOP/s, gemm alone vs kernel vs graph op",
+    ),
+    #[cfg(feature = "mpi")]
+    (
+        "ddp",
+        ddp::run_w2,
+        "W2 MLP step data-parallel under mpirun (feature mpi), global batch 1024 and 512 per rank",
     ),
     (
         "elementwise",

@@ -56,6 +56,16 @@ impl Gradients {
         self.params.get(&param_id)
     }
 
+    /// Makes `grad` the gradient of the parameter with id `param_id`, held
+    /// in this pass's graph at value `value_id` (data-parallel training
+    /// puts the averaged gradients here, where optimizers and `wrt` read).
+    pub(crate) fn set_param_grad(&mut self, param_id: u64, value_id: Option<usize>, grad: Tensor) {
+        if let Some(slot) = value_id.and_then(|id| self.slots.get_mut(id)) {
+            *slot = GradSlot::Grad(grad.clone());
+        }
+        self.params.insert(param_id, grad);
+    }
+
     /// The parameter gradients, by parameter id.
     pub fn param_grads(&self) -> impl Iterator<Item = (u64, &Tensor)> {
         self.params.iter().map(|(&id, t)| (id, t))

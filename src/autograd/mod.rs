@@ -10,6 +10,7 @@ mod grad;
 pub mod gradcheck;
 mod gradients;
 pub(crate) mod hooks;
+mod notify;
 mod pool;
 mod scalar_node;
 mod store;

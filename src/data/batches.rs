@@ -74,6 +74,37 @@ impl<'a> Batches<'a> {
         Ok(b)
     }
 
+    /// The batches of the examples at `indices`, in that order (a
+    /// distributed sampler's shard, a hand-picked order); an index past the
+    /// dataset's end is an [`Error::IndexOutOfRange`].
+    ///
+    /// ```
+    /// use retrograd::{DType, data::{Batches, Dataset}};
+    /// let ds = Dataset::new((0..5).map(|v| v as f64).collect(), 1, vec![0; 5], 1)?;
+    /// let b: Vec<_> = Batches::from_indices(&ds, vec![4, 0, 2], 2, DType::F64)?.collect();
+    /// assert_eq!(b[0].features.to_f64_vec(), vec![4.0, 0.0]);
+    /// assert_eq!(b[1].features.to_f64_vec(), vec![2.0]);
+    /// assert!(Batches::from_indices(&ds, vec![5], 2, DType::F64).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn from_indices(
+        dataset: &'a Dataset,
+        indices: Vec<usize>,
+        batch_size: usize,
+        dtype: DType,
+    ) -> Result<Self> {
+        if let Some(&bad) = indices.iter().find(|&&i| i >= dataset.len()) {
+            return Err(Error::IndexOutOfRange {
+                op: "Batches::from_indices",
+                index: bad as i64,
+                size: dataset.len(),
+            });
+        }
+        let mut b = Self::sequential(dataset, batch_size, dtype)?;
+        b.order = indices;
+        Ok(b)
+    }
+
     /// Skips a last batch smaller than `batch_size`.
     pub fn drop_last(mut self, drop_last: bool) -> Self {
         self.drop_last = drop_last;

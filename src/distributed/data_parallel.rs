@@ -1,0 +1,555 @@
+//! [`DataParallel`]: one model replica per rank, gradients averaged across
+//! ranks in buckets while backward runs (PyTorch's DistributedDataParallel).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::buckets::{BucketPlan, DEFAULT_BUCKET_BYTES};
+use super::comm::{BucketSink, Communicator, FlatBuf};
+use super::wire;
+use crate::autograd::Gradients;
+use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::io::{load_checkpoint_with_metadata, save_checkpoint_with_metadata};
+use crate::nn::{Buffer, Forward, Module, Parameter};
+use crate::optim::Optimizer;
+use crate::tensor::Tensor;
+
+/// A model trained data-parallel: every rank holds a replica, computes
+/// gradients on its own shard of the batch, and [`backward`](Self::backward)
+/// returns the gradients averaged over ranks, so an optimizer step keeps the
+/// replicas identical.
+///
+/// - **Construction** checks that every rank's model has the same
+///   parameter and buffer names, shapes and dtypes (a difference is an
+///   [`Error::ReplicaMismatch`] on every rank, naming the first one), then
+///   copies rank 0's parameters and buffers to every rank.
+/// - **Gradients** travel in buckets (about 25 MiB, the first 1 MiB,
+///   parameters in reverse order, one dtype each). Backward reports each parameter's gradient as
+///   soon as it is final ([`Var::backward_notifying`]); a bucket's
+///   non-blocking all-reduce starts once all its gradients are final (and
+///   the buckets before it started: every rank starts them in the same
+///   order), so communication overlaps the rest of the backward sweep.
+///   Every parameter gets a gradient, zero if no rank used it.
+/// - **Gradient accumulation**: backward passes inside
+///   [`no_sync`](Self::no_sync) return local gradients and keep their sum;
+///   the next synchronised backward adds it in before averaging.
+/// - **Buffers follow rank 0**: after every synchronised backward, every
+///   rank's buffers (batch norm's running statistics) are replaced by rank
+///   0's. PyTorch broadcasts them before each forward instead; either way the
+///   replicas are identical at each optimizer step and checkpoint.
+///
+/// ```
+/// use rand::SeedableRng;
+/// use retrograd::{DType, Graph, Tensor, distributed::{DataParallel, SingleProcess}};
+/// use retrograd::nn::{Linear, Module};
+/// use retrograd::optim::{Optimizer, Sgd, SgdConfig};
+/// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+/// let model = Linear::builder(2, 1).dtype(DType::F64).build_with(&mut rng)?;
+/// let mut ddp = DataParallel::new(model, SingleProcess)?;
+/// let mut opt = Sgd::new(ddp.module().parameters(), SgdConfig::new(0.1))?;
+/// let g = Graph::new();
+/// let x = g.constant(Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?);
+/// let loss = ddp.forward(&x)?.sum();
+/// let grads = ddp.backward(&loss)?; // averaged over ranks (here one)
+/// opt.step(&grads)?;
+/// assert_eq!(ddp.size(), 1);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub struct DataParallel<M: Module, C: Communicator> {
+    module: M,
+    comm: C,
+    params: Vec<(String, Parameter)>,
+    buffers: Vec<(String, Buffer)>,
+    plan: BucketPlan,
+    send: Vec<FlatBuf>,
+    recv: Vec<FlatBuf>,
+    no_sync: bool,
+    /// Local gradient sums of `no_sync` passes, by parameter index.
+    accumulated: Vec<Option<Tensor>>,
+}
+
+impl<M: Module, C: Communicator> DataParallel<M, C> {
+    /// Wraps `module` with buckets of [`DEFAULT_BUCKET_BYTES`]. Collective:
+    /// every rank calls it.
+    pub fn new(module: M, comm: C) -> Result<Self> {
+        Self::with_bucket_bytes(module, comm, DEFAULT_BUCKET_BYTES)
+    }
+
+    /// Wraps `module` with buckets of at most `bucket_bytes` (a parameter
+    /// larger than that travels alone). Collective.
+    pub fn with_bucket_bytes(module: M, comm: C, bucket_bytes: usize) -> Result<Self> {
+        let params = module.parameters();
+        let buffers = module.buffers();
+        check_replicas(&comm, &params, &buffers)?;
+        let plan = BucketPlan::new(&params, bucket_bytes)?;
+        broadcast_from_rank0(&comm, &params, &buffers, true)?;
+        let send = plan
+            .buckets
+            .iter()
+            .map(|b| FlatBuf::zeros(b.dtype, b.len))
+            .collect::<Result<Vec<_>>>()?;
+        let recv = send.clone();
+        Ok(DataParallel {
+            accumulated: vec![None; params.len()],
+            module,
+            comm,
+            params,
+            buffers,
+            plan,
+            send,
+            recv,
+            no_sync: false,
+        })
+    }
+
+    /// The wrapped model.
+    pub fn module(&self) -> &M {
+        &self.module
+    }
+
+    /// The wrapped model, mutably (`set_training`). Its parameters must
+    /// keep their names, shapes and dtypes.
+    pub fn module_mut(&mut self) -> &mut M {
+        &mut self.module
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &C {
+        &self.comm
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// The number of gradient buckets (all-reduces per synchronised step).
+    pub fn bucket_count(&self) -> usize {
+        self.plan.buckets.len()
+    }
+
+    /// The bytes of gradients each rank all-reduces per synchronised step.
+    pub fn bytes_per_step(&self) -> usize {
+        self.plan.bytes()
+    }
+
+    /// Runs `f` with synchronisation off: its backward passes return this
+    /// rank's own gradients and add them to a local sum, which the next
+    /// synchronised [`backward`](Self::backward) adds in before averaging
+    /// (gradient accumulation without communicating every micro-batch).
+    pub fn no_sync<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let was = std::mem::replace(&mut self.no_sync, true);
+        let out = f(self);
+        self.no_sync = was;
+        out
+    }
+
+    /// Backpropagates from the one-element `loss` and returns gradients
+    /// whose parameter entries ([`Gradients::of`], what optimizers read)
+    /// are averaged over ranks, then makes every rank's buffers rank 0's.
+    /// Collective, unless inside [`no_sync`](Self::no_sync). An error
+    /// (here or on another rank) leaves the ranks out of step: end the run
+    /// (see `distributed::run` with feature `mpi`).
+    pub fn backward(&mut self, loss: &Var<'_>) -> Result<Gradients> {
+        let graph = loss.graph();
+        let leaves: Vec<Var<'_>> = self.params.iter().map(|(_, p)| graph.param(p)).collect();
+        if self.no_sync {
+            let grads = loss.backward()?;
+            for (i, (_, p)) in self.params.iter().enumerate() {
+                if let Some(g) = grads.get_param(p) {
+                    self.accumulated[i] = Some(add(self.accumulated[i].take(), g)?);
+                }
+            }
+            return Ok(grads);
+        }
+        let plan = &self.plan;
+        let accumulated = &mut self.accumulated;
+        let mut pending: Vec<Option<Tensor>> = vec![None; self.params.len()];
+        let mut remaining: Vec<usize> = plan.buckets.iter().map(|b| b.members.len()).collect();
+        let mut next = 0;
+        let mut result = None;
+        self.comm
+            .all_reduce_overlapped(&mut self.send, &mut self.recv, &mut |sink| {
+                let mut on_final = |i: usize, grad: Option<&Tensor>| -> Result<()> {
+                    pending[i] = match (grad, accumulated[i].take()) {
+                        (Some(g), acc @ Some(_)) => Some(add(acc, g)?),
+                        (g, acc) => g.cloned().or(acc),
+                    };
+                    remaining[plan.place[i].0] -= 1;
+                    start_ready(sink, plan, &remaining, &mut next, &mut pending)?;
+                    sink.progress();
+                    Ok(())
+                };
+                result = Some(loss.backward_notifying(&leaves, &mut on_final)?);
+                Ok(())
+            })?;
+        let mut grads = result.expect("produce succeeded, so backward ran");
+        let size = self.comm.size();
+        for (i, (_, p)) in self.params.iter().enumerate() {
+            let (b, off, n) = plan.place[i];
+            let shape = p.shape();
+            let avg = match &self.recv[b] {
+                FlatBuf::F32(v) => {
+                    let d = size as f32;
+                    Tensor::from_vec(v[off..off + n].iter().map(|x| x / d).collect(), &shape)?
+                }
+                FlatBuf::F64(v) => {
+                    let d = size as f64;
+                    Tensor::from_vec(v[off..off + n].iter().map(|x| x / d).collect(), &shape)?
+                }
+            };
+            grads.set_param_grad(p.id(), leaves[i].value_id(), avg);
+        }
+        self.sync_buffers()?;
+        Ok(grads)
+    }
+
+    /// Makes every rank's buffers rank 0's (done after every synchronised
+    /// backward). Collective.
+    pub fn sync_buffers(&self) -> Result<()> {
+        if self.buffers.is_empty() || self.comm.size() == 1 {
+            return Ok(());
+        }
+        broadcast_from_rank0(&self.comm, &[], &self.buffers, false)
+    }
+
+    /// Rank 0 saves the model (and `optimizer`'s state, and `metadata`: an
+    /// epoch, a step) to `path`, atomically; the other ranks wait for it and
+    /// get its error if it fails. Collective.
+    pub fn save_checkpoint(
+        &self,
+        path: impl AsRef<Path>,
+        optimizer: Option<&dyn Optimizer>,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let saved = if self.rank() == 0 {
+            save_checkpoint_with_metadata(path, &self.module, optimizer, metadata)
+        } else {
+            Ok(())
+        };
+        agree(&self.comm, "DataParallel::save_checkpoint", saved)
+    }
+
+    /// Every rank loads the model (and `optimizer`'s state) from `path`
+    /// (which each must be able to read: a shared file system, or a copy
+    /// per machine) and returns the program's metadata; if any rank fails,
+    /// every rank gets an error naming it, and the replicas are left
+    /// unchanged where loading failed. Collective.
+    pub fn load_checkpoint(
+        &self,
+        path: impl AsRef<Path>,
+        optimizer: Option<&mut dyn Optimizer>,
+    ) -> Result<BTreeMap<String, String>> {
+        let loaded = load_checkpoint_with_metadata(path, &self.module, optimizer);
+        agree(&self.comm, "DataParallel::load_checkpoint", loaded)
+    }
+}
+
+impl<M: Forward, C: Communicator> DataParallel<M, C> {
+    /// The wrapped model's forward (a model whose forward takes other
+    /// inputs is called through [`module`](Self::module)).
+    pub fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        self.module.forward(x)
+    }
+}
+
+/// Starts every bucket whose gradients are all final, in index order, as
+/// far as the next one that is not.
+fn start_ready(
+    sink: &mut dyn BucketSink,
+    plan: &BucketPlan,
+    remaining: &[usize],
+    next: &mut usize,
+    pending: &mut [Option<Tensor>],
+) -> Result<()> {
+    while *next < plan.buckets.len() && remaining[*next] == 0 {
+        let bucket = &plan.buckets[*next];
+        sink.start(*next, &mut |buf| {
+            for &i in &bucket.members {
+                let (_, off, n) = plan.place[i];
+                let grad = pending[i].take();
+                match buf {
+                    FlatBuf::F32(v) => copy_into(&mut v[off..off + n], grad.as_ref())?,
+                    FlatBuf::F64(v) => copy_into(&mut v[off..off + n], grad.as_ref())?,
+                }
+            }
+            Ok(())
+        })?;
+        *next += 1;
+    }
+    Ok(())
+}
+
+/// Writes a gradient (zeros if none) into its place in a bucket.
+fn copy_into<T: crate::tensor::DataType + Default>(
+    dst: &mut [T],
+    grad: Option<&Tensor>,
+) -> Result<()> {
+    match grad {
+        Some(g) => {
+            let src = g.as_slice::<T>()?;
+            if src.len() != dst.len() {
+                return Err(Error::shape_mismatch(
+                    "DataParallel::backward",
+                    &[dst.len()],
+                    g.shape(),
+                ));
+            }
+            dst.copy_from_slice(src);
+        }
+        None => dst.fill(T::default()),
+    }
+    Ok(())
+}
+
+/// `acc + g` (`g` when there is no sum yet).
+fn add(acc: Option<Tensor>, g: &Tensor) -> Result<Tensor> {
+    match acc {
+        None => Ok(g.clone()),
+        Some(acc) => crate::kernels::elementwise::zip_assign(
+            "DataParallel::no_sync",
+            acc,
+            g,
+            crate::kernels::functors::Add,
+        ),
+    }
+}
+
+/// One line per parameter and buffer: what every replica must agree on.
+fn describe(params: &[(String, Parameter)], buffers: &[(String, Buffer)]) -> Vec<String> {
+    let params = params.iter().map(|(name, p)| {
+        format!(
+            "parameter `{name}` of shape {:?} ({})",
+            p.shape(),
+            p.dtype()
+        )
+    });
+    let buffers = buffers
+        .iter()
+        .map(|(name, b)| format!("buffer `{name}` of shape {:?} ({})", b.shape(), b.dtype()));
+    params.chain(buffers).collect()
+}
+
+/// Every rank gathers every rank's description and finds the lowest rank
+/// that differs from rank 0 and its first difference: the same verdict
+/// everywhere, so every rank returns the same error and none waits.
+fn check_replicas<C: Communicator + ?Sized>(
+    comm: &C,
+    params: &[(String, Parameter)],
+    buffers: &[(String, Buffer)],
+) -> Result<()> {
+    let mine = describe(params, buffers).join("\n");
+    let all = comm.all_gather_bytes(mine.as_bytes())?;
+    let lines: Vec<Vec<String>> = all
+        .iter()
+        .map(|b| {
+            String::from_utf8_lossy(b)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let reference = &lines[0];
+    for (rank, theirs) in lines.iter().enumerate().skip(1) {
+        let n = reference.len().max(theirs.len());
+        if let Some(k) = (0..n).find(|&k| reference.get(k) != theirs.get(k)) {
+            let show =
+                |l: Option<&String>| l.cloned().unwrap_or_else(|| "nothing more".to_string());
+            return Err(Error::ReplicaMismatch {
+                op: "DataParallel::new",
+                rank,
+                detail: format!(
+                    "entry {k}: rank 0 has {}, rank {rank} has {}",
+                    show(reference.get(k)),
+                    show(theirs.get(k))
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Copies rank 0's parameters (if `with_params`) and buffers to every rank.
+fn broadcast_from_rank0<C: Communicator + ?Sized>(
+    comm: &C,
+    params: &[(String, Parameter)],
+    buffers: &[(String, Buffer)],
+    with_params: bool,
+) -> Result<()> {
+    if comm.size() == 1 {
+        return Ok(());
+    }
+    let params = if with_params { params } else { &[] };
+    let mut bytes = Vec::new();
+    if comm.rank() == 0 {
+        for (_, p) in params {
+            wire::put(&mut bytes, &p.value())?;
+        }
+        for (_, b) in buffers {
+            wire::put(&mut bytes, &b.value())?;
+        }
+    }
+    comm.broadcast_bytes(0, &mut bytes)?;
+    if comm.rank() != 0 {
+        let mut pos = 0;
+        for (_, p) in params {
+            let value = wire::take(&bytes, &mut pos, &p.value())?;
+            p.set(value)?;
+        }
+        for (_, b) in buffers {
+            let value = wire::take(&bytes, &mut pos, &b.value())?;
+            b.set(value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Shares every rank's outcome: `Ok` everywhere only if every rank
+/// succeeded; otherwise this rank's own error, or an
+/// [`Error::Communication`] naming the first rank that failed and why.
+fn agree<C: Communicator + ?Sized, T>(comm: &C, op: &'static str, local: Result<T>) -> Result<T> {
+    let mine = match &local {
+        Ok(_) => Vec::new(),
+        Err(e) => e.to_string().into_bytes(),
+    };
+    let all = comm.all_gather_bytes(&mine)?;
+    let value = local?;
+    match all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
+        Some((rank, message)) => Err(Error::Communication {
+            op,
+            detail: format!("rank {rank} failed: {}", String::from_utf8_lossy(message)),
+        }),
+        None => Ok(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distributed::SingleProcess;
+    use crate::nn::{BatchNorm1d, Linear, Sequential};
+    use crate::{DType, Graph};
+
+    fn mlp() -> Sequential {
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(1);
+        Sequential::new()
+            .with(
+                Linear::builder(3, 4)
+                    .dtype(DType::F64)
+                    .build_with(&mut rng)
+                    .unwrap(),
+            )
+            .with(crate::nn::Activation::Tanh)
+            .with(
+                Linear::builder(4, 2)
+                    .dtype(DType::F64)
+                    .build_with(&mut rng)
+                    .unwrap(),
+            )
+    }
+
+    fn loss<'g>(m: &impl Forward, g: &'g Graph, seed: u64) -> Var<'g> {
+        let x = g.constant(Tensor::randn(&[5, 3], DType::F64, seed).unwrap());
+        m.forward(&x).unwrap().tanh().sum()
+    }
+
+    #[test]
+    fn one_rank_gives_the_plain_gradients_through_small_buckets() {
+        let m = mlp();
+        let plain = {
+            let g = Graph::new();
+            loss(&m, &g, 9).backward().unwrap()
+        };
+        let params = m.parameters();
+        // 40-byte buckets: one per parameter and then some.
+        let mut ddp = DataParallel::with_bucket_bytes(m, SingleProcess, 40).unwrap();
+        assert_eq!(ddp.bucket_count(), 4);
+        assert_eq!(ddp.bytes_per_step(), 8 * (12 + 4 + 8 + 2));
+        let g = Graph::new();
+        let grads = ddp.backward(&loss(ddp.module(), &g, 9)).unwrap();
+        for (_, p) in &params {
+            assert_eq!(grads.of(p), plain.of(p));
+        }
+    }
+
+    #[test]
+    fn no_sync_accumulates_into_the_next_synchronised_backward() {
+        let m = mlp();
+        let params = m.parameters();
+        let mut sum = {
+            let g = Graph::new();
+            loss(&m, &g, 1).backward().unwrap()
+        };
+        {
+            let g = Graph::new();
+            sum.accumulate(&loss(&m, &g, 2).backward().unwrap())
+                .unwrap();
+        }
+        let mut ddp = DataParallel::new(m, SingleProcess).unwrap();
+        ddp.no_sync(|ddp| {
+            let g = Graph::new();
+            ddp.backward(&loss(ddp.module(), &g, 1)).unwrap();
+        });
+        let g = Graph::new();
+        let grads = ddp.backward(&loss(ddp.module(), &g, 2)).unwrap();
+        for (_, p) in &params {
+            assert_eq!(grads.of(p), sum.of(p));
+        }
+        // The sum was used up: the next step is its own.
+        let g = Graph::new();
+        let next = ddp.backward(&loss(ddp.module(), &g, 2)).unwrap();
+        let g2 = Graph::new();
+        let alone = loss(ddp.module(), &g2, 2).backward().unwrap();
+        for (_, p) in &params {
+            assert_eq!(next.of(p), alone.of(p));
+        }
+    }
+
+    #[test]
+    fn unused_parameters_get_a_zero_gradient() {
+        let m = mlp();
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(3);
+        let extra = Linear::builder(2, 2)
+            .dtype(DType::F64)
+            .build_with(&mut rng)
+            .unwrap();
+        let model = Sequential::new().with(m).with(extra);
+        let params = model.parameters();
+        let mut ddp = DataParallel::new(model, SingleProcess).unwrap();
+        let g = Graph::new();
+        let x = g.constant(Tensor::randn(&[2, 3], DType::F64, 4).unwrap());
+        // Only the first Linear is used.
+        let first = &params[0].1;
+        let y = x.matmul(&g.param(first).t()).sum();
+        let grads = ddp.backward(&y).unwrap();
+        let last = &params[params.len() - 1].1;
+        assert_eq!(grads.get_param(last).unwrap().to_f64_vec(), vec![0.0; 2]);
+        assert!(grads.get_param(first).is_some());
+    }
+
+    #[test]
+    fn checkpoints_round_trip_through_the_wrapper() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ddp.safetensors");
+        let bn = BatchNorm1d::new(3, DType::F64).unwrap();
+        let ddp = DataParallel::new(bn, SingleProcess).unwrap();
+        let meta = BTreeMap::from([("step".to_string(), "7".to_string())]);
+        ddp.save_checkpoint(&path, None, &meta).unwrap();
+        assert_eq!(ddp.load_checkpoint(&path, None).unwrap(), meta);
+        assert!(ddp
+            .load_checkpoint(dir.path().join("missing"), None)
+            .is_err());
+    }
+
+    #[test]
+    fn replica_descriptions_name_the_first_difference() {
+        let a = describe(&mlp().parameters(), &[]);
+        assert_eq!(a[0], "parameter `0.weight` of shape [4, 3] (f64)");
+    }
+}

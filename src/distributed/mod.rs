@@ -1,0 +1,29 @@
+//! Data-parallel training: the same program on several processes (or
+//! machines), each computing gradients on its own shard of the batch, the
+//! gradients averaged so every replica stays identical (PyTorch's
+//! DistributedDataParallel).
+//!
+//! - [`DataParallel`] wraps a [`Module`](crate::nn::Module): replica checks,
+//!   rank 0's weights to everyone, bucketed gradient all-reduce overlapped
+//!   with backward, `no_sync` accumulation, checkpoints written by rank 0.
+//! - [`DistributedSampler`]: each rank's shard of a dataset, per epoch.
+//! - [`Communicator`]: the collectives used, behind a trait.
+//!   [`SingleProcess`] is one rank; with feature `mpi`, `MpiCommunicator`
+//!   runs over MPI (OpenMPI through the `mpi` crate), and `run` starts MPI,
+//!   runs a training function and turns an error or panic on any rank into
+//!   an `MPI_Abort` of the whole job, so no rank waits for a dead one.
+
+mod buckets;
+mod comm;
+mod data_parallel;
+#[cfg(feature = "mpi")]
+mod over_mpi;
+mod sampler;
+mod wire;
+
+pub use buckets::{DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES};
+pub use comm::{BucketSink, Communicator, FlatBuf, SingleProcess};
+pub use data_parallel::DataParallel;
+#[cfg(feature = "mpi")]
+pub use over_mpi::{run, MpiCommunicator};
+pub use sampler::DistributedSampler;
