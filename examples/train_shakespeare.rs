@@ -12,6 +12,8 @@
 //! cargo run --release --example train_shakespeare
 //! cargo run --release --example train_shakespeare -- --iters 500 --quiet
 //! cargo run --release --example train_shakespeare -- --sample --checkpoint target/train_shakespeare.safetensors
+//! cargo build --release --features mpi --example train_shakespeare
+//! mpirun -n 2 target/release/examples/train_shakespeare --ddp
 //! ```
 
 use std::collections::BTreeMap;
@@ -58,6 +60,8 @@ sampling:
   --top-k K           sample among the K likeliest characters (default 200; 0 = all)
   --prompt TEXT       the text to continue (default a newline)
 
+  --ddp               data-parallel training under mpirun (feature mpi): each of the
+                      N ranks draws batch-size / N windows per iteration
   --seed N            seed of the weights, batches and sampling (default 1337)
   --quiet             no progress bar
   -h, --help          this text";
@@ -83,6 +87,7 @@ struct Args {
     prompt: String,
     seed: u64,
     quiet: bool,
+    ddp: bool,
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -108,6 +113,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         prompt: "\n".to_string(),
         seed: 1337,
         quiet: false,
+        ddp: false,
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -143,6 +149,10 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("prompt") => args.prompt = value!(),
             Long("seed") => args.seed = value!(),
             Long("quiet") => args.quiet = true,
+            Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
+            Long("ddp") => {
+                return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_shakespeare".into())
+            }
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -374,6 +384,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    #[cfg(feature = "mpi")]
+    if args.ddp && !args.sample_only {
+        return match retrograd::distributed::run(|comm| ddp::train(&mut args, comm)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = if args.sample_only {
         let path = args.checkpoint.clone().expect("checked in parse_args");
         load_model(&path).and_then(|(model, tokenizer)| {
@@ -389,5 +409,107 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.
+/// Rank 0's initial weights go to every rank; each rank draws `batch-size /
+/// N` windows per iteration from its own generator; the averaged gradients
+/// keep the replicas identical, so every rank's loss estimates (same
+/// evaluation seed, same weights) agree and they save together (rank 0
+/// writes). Rank 0 prints and samples.
+#[cfg(feature = "mpi")]
+mod ddp {
+    use super::*;
+    use retrograd::distributed::{Communicator, DataParallel, MpiCommunicator};
+
+    pub fn train(args: &mut Args, comm: &MpiCommunicator) -> Result<()> {
+        let (rank, size) = (comm.rank(), comm.size());
+        let lead = rank == 0;
+        if args.batch_size % size != 0 {
+            return Err(Error::InvalidArgument {
+                op: "train_shakespeare --ddp",
+                reason: format!(
+                    "--batch-size {} is not a multiple of {size} ranks",
+                    args.batch_size
+                ),
+            });
+        }
+        let per_rank = args.batch_size / size;
+        let text = shakespeare::load_bundled()?;
+        let tokenizer = CharTokenizer::from_text(&text);
+        let ids = tokenizer.encode(&text)?;
+        let (train, val) = train_val_split(&ids, shakespeare::TRAIN_FRACTION)?;
+        args.config.vocab_size = tokenizer.vocab_size();
+        manual_seed(args.seed);
+        let mut ddp = DataParallel::new(Gpt::new(args.config)?, comm)?;
+        let config = AdamConfig::adamw().lr(args.lr).betas(0.9, 0.99);
+        let mut optimizer = Adam::with_groups(
+            decay_groups(ddp.module().parameters(), args.weight_decay),
+            config,
+        )?;
+        let mut metadata = BTreeMap::new();
+        metadata.insert(
+            CharTokenizer::METADATA_KEY.to_string(),
+            tokenizer.to_metadata(),
+        );
+        metadata.insert(
+            GptConfig::METADATA_KEY.to_string(),
+            args.config.to_metadata(),
+        );
+        if lead {
+            println!(
+                "data-parallel: {size} ranks x {per_rank} windows = global batch {}; {:.2}M parameters, {} gradient buckets, {:.2} MiB all-reduced per iteration",
+                args.batch_size,
+                ddp.module().num_parameters() as f64 / 1e6,
+                ddp.bucket_count(),
+                ddp.bytes_per_step() as f64 / (1 << 20) as f64
+            );
+        }
+        let mut batch_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((rank as u64) << 32));
+        let mut eval_rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xe7a1);
+        let mut best_val = f64::INFINITY;
+        let started = Instant::now();
+        for it in 0..=args.iters {
+            if it % args.eval_interval == 0 || it == args.iters {
+                let train_loss = estimate_loss(ddp.module(), train, args, &mut eval_rng)?;
+                let val_loss = estimate_loss(ddp.module(), val, args, &mut eval_rng)?;
+                let improved = val_loss < best_val;
+                if improved {
+                    best_val = val_loss;
+                    ddp.save_checkpoint(&args.out, Some(&optimizer), &metadata)?;
+                }
+                if lead {
+                    println!(
+                        "step {it:>5}: train loss {train_loss:.4}, val loss {val_loss:.4}{}  [{:.1} s]",
+                        if improved { "  (saved)" } else { "" },
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            if it == args.iters {
+                break;
+            }
+            optimizer.set_lr(learning_rate(args, it));
+            let (x, y) = batch(train, per_rank, args.config.block_size, &mut batch_rng)?;
+            let mut grads = {
+                let graph = Graph::new();
+                let loss = ddp.module().loss(&graph.constant(x), &y)?;
+                ddp.backward(&loss)?
+            };
+            if args.grad_clip > 0.0 {
+                clip_grad_norm(&mut grads, args.grad_clip, 2.0)?;
+            }
+            optimizer.step(&grads)?;
+        }
+        if lead {
+            println!(
+                "best validation loss {best_val:.4}, kept in {}",
+                args.out.display()
+            );
+            let (restored, restored_tokenizer) = load_model(&args.out)?;
+            println!("{}", sample(&restored, &restored_tokenizer, args)?);
+        }
+        Ok(())
     }
 }
