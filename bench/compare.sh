@@ -73,7 +73,7 @@ for w in "${workloads[@]}"; do
     ddp)
       # Data-parallel W2 (feature mpi): 1 thread per rank, 1 and 2 ranks;
       # rows at global batch 1024 and at 512 examples per rank (scaling).
-      # The GPT training iteration joins these rows when it exists.
+      # Then the W4 GPT iteration: global batch 24, and 12 sequences per rank.
       cargo build --release --quiet --features mpi --example bench
       mpi=(mpirun --oversubscribe --allow-run-as-root -x RAYON_NUM_THREADS=1)
       "${mpi[@]}" -n 1 ./target/release/examples/bench ddp >>"$out"
@@ -83,6 +83,9 @@ for w in "${workloads[@]}"; do
       for r in 1 2; do
         for b in 1024 $((512 * r)); do
           python3 bench/pytorch_reference.py ddp --ranks "$r" --batch "$b" --steps 30 --warmup 5 >>"$out"
+        done
+        for b in 24 $((12 * r)); do
+          python3 bench/pytorch_reference.py ddp --model w4 --ranks "$r" --batch "$b" --steps 30 --warmup 5 >>"$out"
         done
       done ;;
     *) echo "unknown workload $w" >&2; exit 2 ;;

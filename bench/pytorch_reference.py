@@ -418,8 +418,9 @@ def mem_w2(batch, steps):
 # ---------------------------------------------------------------- DDP
 # W2 under torch.nn.parallel.DistributedDataParallel over gloo, `ranks`
 # processes of 1 thread each (torch.multiprocessing), global batch split
-# over the ranks; the same rows as `bench ddp` under mpirun. The GPT
-# training iteration (W4 configuration, global batch 24) goes here too.
+# over the ranks; the same rows as `bench ddp` under mpirun. `--model w4`:
+# the W4 GPT training iteration (nanoGPT's model, AdamW groups, clipping)
+# instead, at the given global batch (24 in compare.sh).
 class W2Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -434,15 +435,28 @@ class W2Mlp(torch.nn.Module):
         return h
 
 
-def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
+def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue, which="w2"):
     import torch.distributed as dist
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=ranks)
-    model = torch.nn.parallel.DistributedDataParallel(W2Mlp())
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = mlp_data(per_rank, 1 + rank)
+    if which == "w4":
+        torch.manual_seed(0)
+        gpt = Gpt(**W4)
+        model = torch.nn.parallel.DistributedDataParallel(gpt)
+        decay = [p for p in gpt.parameters() if p.dim() >= 2]
+        no_decay = [p for p in gpt.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=1e-3, betas=(0.9, 0.99))
+        g = torch.Generator().manual_seed(1 + rank)
+        data = torch.randint(0, W4["vocab"], (per_rank, W4["block"] + 1), generator=g)
+        x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(W2Mlp())
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = mlp_data(per_rank, 1 + rank)
     times = []
     cpu0 = 0.0
     for i in range(warmup + steps):
@@ -451,8 +465,11 @@ def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
             cpu0 = ru.ru_utime + ru.ru_stime
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+        if which == "w4":
+            model(x, y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        else:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
@@ -466,16 +483,19 @@ def ddp_worker(rank, ranks, per_rank, steps, warmup, port, queue):
     dist.destroy_process_group()
 
 
-def bench_ddp(ranks, global_batch, steps, warmup):
+def bench_ddp(ranks, global_batch, steps, warmup, which="w2"):
     import torch.multiprocessing as mp
     per_rank = global_batch // ranks
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = 29500 + os.getpid() % 1000
-    mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue), nprocs=ranks)
+    mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue, which), nprocs=ranks)
     med, cpu = queue.get()
-    nbytes = 4 * sum(a * b + b for a, b in zip(SIZES[:-1], SIZES[1:]))
-    emit(workload=f"ddp_w2_r{ranks}", batch=global_batch, per_rank_batch=per_rank, ranks=ranks,
+    if which == "w4":
+        nbytes = 4 * sum(p.numel() for p in Gpt(**W4).parameters())
+    else:
+        nbytes = 4 * sum(a * b + b for a, b in zip(SIZES[:-1], SIZES[1:]))
+    emit(workload=f"ddp_{which}_r{ranks}", batch=global_batch, per_rank_batch=per_rank, ranks=ranks,
          unit="ms_per_step", median=med, examples_per_s=global_batch / (med * 1e-3),
          cpu_ms_per_rank=cpu, allreduce_bytes=nbytes)
 
@@ -490,6 +510,7 @@ def main():
     ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4", "w4_attn", "matmul",
                                      "mem_w1", "mem_w2", "mem_w4_attn", "ddp", "all"])
     ap.add_argument("--ranks", type=int, default=2, help="processes of the ddp workload")
+    ap.add_argument("--model", choices=["w2", "w4"], default="w2", help="model of the ddp workload")
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=128)
@@ -522,7 +543,7 @@ def main():
     elif a.workload == "mem_w2":
         mem_w2(a.batch, 5)
     elif a.workload == "ddp":
-        bench_ddp(a.ranks, a.batch, a.steps, a.warmup)
+        bench_ddp(a.ranks, a.batch, a.steps, a.warmup, a.model)
     else:
         bench_w1("f64", 10, 1, 1)  # cross-check: loss 0.6983577607687627, grad_sum 9.99670012301077
         for dtype in ("f32", "f64"):

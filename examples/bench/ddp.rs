@@ -7,14 +7,21 @@
 //! 2(N-1)/N x bytes / bandwidth at 10 and 100 Gbit/s for N = 2, 8 and 64.
 //! Each row also has the ranks' mean CPU time per step: on a machine with
 //! other load the wall time of 2 ranks says little, their CPU time does.
-//! (The GPT training iteration goes here as a second model.)
+//! Then the W4 GPT training iteration (nanoGPT's CPU model, AdamW groups,
+//! clipping): global batch 24 split over the ranks, and 12 sequences per
+//! rank for the scaling at a fixed per-rank batch.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use retrograd::distributed::{run, Communicator, DataParallel, MpiCommunicator};
-use retrograd::nn::{join_name, Forward, Module, Parameter};
-use retrograd::{Graph, Result, Var};
+
+use retrograd::nn::{join_name, Forward, Gpt, GptConfig, Module, Parameter};
+use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
+use retrograd::{Graph, Result, Tensor, Var};
 
 use crate::report::{emit, Value};
 use crate::w2::{mlp_data, mlp_params};
+use crate::w4::VOCAB;
 use crate::Options;
 
 const LR: f32 = 0.01;
@@ -63,10 +70,41 @@ fn cpu_ms() -> f64 {
     }
 }
 
-/// The slowest rank's median ms per step of `steps` steps at `per_rank`
-/// examples per rank, the ranks' mean CPU ms per step, and the bytes
-/// all-reduced per step.
-fn time_steps(
+/// The slowest rank's median ms per step of `steps` runs of `step` after
+/// `warmup`, and the ranks' mean CPU ms per step.
+fn measure(
+    comm: &MpiCommunicator,
+    steps: usize,
+    warmup: usize,
+    mut step: impl FnMut() -> Result<()>,
+) -> Result<(f64, f64)> {
+    let mut times = Vec::with_capacity(steps);
+    let mut cpu_start = 0.0;
+    for i in 0..warmup + steps {
+        if i == warmup {
+            cpu_start = cpu_ms();
+        }
+        let t = std::time::Instant::now();
+        step()?;
+        if i >= warmup {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let cpu = (cpu_ms() - cpu_start) / steps as f64;
+    // The slowest rank sets the pace: take every rank's median, report the max.
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let mine: Vec<u8> = [median, cpu].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let all = comm.all_gather_bytes(&mine)?;
+    let read =
+        |b: &[u8], k: usize| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+    let slowest = all.iter().map(|b| read(b, 0)).fold(0.0, f64::max);
+    let cpu = all.iter().map(|b| read(b, 1)).sum::<f64>() / all.len() as f64;
+    Ok((slowest, cpu))
+}
+
+/// W2 steps at `per_rank` examples per rank: (ms, CPU ms, bytes per step).
+fn time_w2(
     comm: &MpiCommunicator,
     per_rank: usize,
     steps: usize,
@@ -80,13 +118,7 @@ fn time_steps(
     )?;
     // Each rank its own shard: a different seed per rank.
     let (x, y) = mlp_data(per_rank, 1 + comm.rank() as u64);
-    let mut times = Vec::with_capacity(steps);
-    let mut cpu_start = 0.0;
-    for i in 0..warmup + steps {
-        if i == warmup {
-            cpu_start = cpu_ms();
-        }
-        let t = std::time::Instant::now();
+    let (ms, cpu) = measure(comm, steps, warmup, || {
         let grads = {
             let graph = Graph::new();
             let loss = ddp
@@ -104,46 +136,73 @@ fn time_steps(
                 Ok(())
             })?;
         }
-        if i >= warmup {
-            times.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    let cpu = (cpu_ms() - cpu_start) / steps as f64;
-    // The slowest rank sets the pace: take every rank's median, report the max.
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let mine: Vec<u8> = [median, cpu].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let all = comm.all_gather_bytes(&mine)?;
-    let read =
-        |b: &[u8], k: usize| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
-    let slowest = all.iter().map(|b| read(b, 0)).fold(0.0, f64::max);
-    let cpu = all.iter().map(|b| read(b, 1)).sum::<f64>() / all.len() as f64;
-    Ok((slowest, cpu, ddp.bytes_per_step()))
+        Ok(())
+    })?;
+    Ok((ms, cpu, ddp.bytes_per_step()))
+}
+
+/// W4 GPT iterations at `per_rank` sequences per rank: (ms, CPU ms, bytes).
+fn time_gpt(
+    comm: &MpiCommunicator,
+    per_rank: usize,
+    steps: usize,
+    warmup: usize,
+) -> Result<(f64, f64, usize)> {
+    let config = GptConfig::shakespeare_char(VOCAB);
+    let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0))?;
+    let mut ddp = DataParallel::new(model, comm)?;
+    let adamw = AdamConfig::adamw().lr(1e-3).betas(0.9, 0.99);
+    let mut optimizer = Adam::with_groups(decay_groups(ddp.module().parameters(), 0.1), adamw)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(1 + comm.rank() as u64);
+    let t = config.block_size;
+    let ids: Vec<i64> = (0..per_rank * (t + 1))
+        .map(|_| rng.random_range(0..VOCAB as i64))
+        .collect();
+    let window = |offset: usize| -> Result<Tensor> {
+        let rows: Vec<i64> = ids
+            .chunks(t + 1)
+            .flat_map(|row| row[offset..offset + t].to_vec())
+            .collect();
+        Tensor::from_vec(rows, &[per_rank, t])
+    };
+    let (tokens, targets) = (window(0)?, window(1)?);
+    let (ms, cpu) = measure(comm, steps, warmup, || {
+        let mut grads = {
+            let graph = Graph::new();
+            let loss = ddp
+                .module()
+                .loss(&graph.constant(tokens.clone()), &targets)?;
+            ddp.backward(&loss)?
+        };
+        clip_grad_norm(&mut grads, 1.0, 2.0)?;
+        optimizer.step(&grads)
+    })?;
+    Ok((ms, cpu, ddp.bytes_per_step()))
 }
 
 pub fn run_w2(opts: &Options) {
     let (steps, warmup) = if opts.quick { (5, 1) } else { (30, 5) };
     let outcome = run(|comm| {
         let n = comm.size();
-        let mut cases = vec![1024];
-        if n > 1 || opts.quick {
-            cases.push(512 * n);
-        } else {
-            cases.push(512);
-        }
+        // (model, global batch): the fixed global batch split over the
+        // ranks, then a fixed batch per rank.
+        let mut cases = vec![("w2", 1024), ("w2", 512 * n), ("w4", 24), ("w4", 12 * n)];
         cases.dedup();
-        for global in cases {
+        for (model, global) in cases {
             if global % n != 0 {
                 continue;
             }
             let per_rank = global / n;
-            let (ms, cpu, bytes) = time_steps(comm, per_rank, steps, warmup)?;
+            let (ms, cpu, bytes) = match model {
+                "w2" => time_w2(comm, per_rank, steps, warmup)?,
+                _ => time_gpt(comm, per_rank, steps, warmup)?,
+            };
             if comm.rank() != 0 {
                 continue;
             }
             let mut row: Vec<(String, Value)> = vec![
                 ("framework".into(), "retrograd".into()),
-                ("workload".into(), Value::Str(format!("ddp_w2_r{n}"))),
+                ("workload".into(), Value::Str(format!("ddp_{model}_r{n}"))),
                 ("batch".into(), global.into()),
                 ("per_rank_batch".into(), per_rank.into()),
                 ("ranks".into(), n.into()),

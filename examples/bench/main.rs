@@ -107,7 +107,7 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
     (
         "ddp",
         ddp::run_w2,
-        "W2 MLP step data-parallel under mpirun (feature mpi), global batch 1024 and 512 per rank",
+        "W2 MLP step and W4 GPT iteration data-parallel under mpirun (feature mpi): fixed global and per-rank batches",
     ),
     (
         "elementwise",
