@@ -103,7 +103,7 @@ impl MultiheadAttention {
 
     /// Self-attention of `x` (`[B, T, E]` or `[T, E]`), causal or not.
     pub fn self_attention<'g>(&self, x: &Var<'g>, is_causal: bool) -> Result<Var<'g>> {
-        self.forward(x, x, x, None, is_causal)
+        self.attend(x, x, x, None, is_causal, true)
     }
 
     /// Attention of `query` (`[B, L, E]`) over `key` and `value`
@@ -117,6 +117,24 @@ impl MultiheadAttention {
         value: &Var<'g>,
         attn_mask: Option<AttnMask<'_, 'g>>,
         is_causal: bool,
+    ) -> Result<Var<'g>> {
+        // One recorded value three times is self-attention. (A value with
+        // no slot, such as one on the inference graph, cannot be told apart
+        // from another by id: it takes the general path, same result.)
+        let id = query.value_id();
+        let shared = id.is_some() && id == key.value_id() && id == value.value_id();
+        self.attend(query, key, value, attn_mask, is_causal, shared)
+    }
+
+    /// [`forward`](Self::forward), told whether the three inputs are one.
+    fn attend<'g>(
+        &self,
+        query: &Var<'g>,
+        key: &Var<'g>,
+        value: &Var<'g>,
+        attn_mask: Option<AttnMask<'_, 'g>>,
+        is_causal: bool,
+        shared: bool,
     ) -> Result<Var<'g>> {
         let e = self.embed_dim();
         let unbatched = query.shape().len() == 2;
@@ -143,8 +161,7 @@ impl MultiheadAttention {
         let graph = q.graph();
         let w = graph.param(&self.in_proj_weight);
         let b = self.in_proj_bias.as_ref().map(|b| graph.param(b));
-        let [q, k, v] = if query.value_id() == key.value_id() && key.value_id() == value.value_id()
-        {
+        let [q, k, v] = if shared {
             // One [B, T, 3E] product, then the heads of q, k and v.
             let qkv = project(&q, &w, b.as_ref())?;
             self.split_qkv(&qkv)?
@@ -366,6 +383,30 @@ mod tests {
             gw.to_f64_vec()[12 * 6..].iter().any(|&v| v != 0.0),
             "value rows reached"
         );
+    }
+
+    #[test]
+    fn cross_attention_on_the_inference_graph_is_not_taken_for_self_attention() {
+        let m = layer(true);
+        let x = Tensor::randn(&[2, 4, 6], DType::F64, 7).unwrap();
+        let y = Tensor::randn(&[2, 5, 6], DType::F64, 8).unwrap();
+        let g = Graph::new();
+        let want = m.forward(
+            &g.constant(x.clone()),
+            &g.constant(y.clone()),
+            &g.constant(y.clone()),
+            None,
+            false,
+        );
+        let (xi, yi) = (Var::from(&x), Var::from(&y));
+        let got = m.forward(&xi, &yi, &yi, None, false).unwrap();
+        assert!(got.value().allclose(want.unwrap().value(), 1e-12, 1e-12));
+        let own = m.self_attention(&xi, true).unwrap();
+        assert!(own.value().allclose(
+            m.self_attention(&g.constant(x), true).unwrap().value(),
+            1e-12,
+            1e-12
+        ));
     }
 
     #[test]
