@@ -240,13 +240,60 @@ fn load_model(path: &PathBuf) -> Result<(Gpt, CharTokenizer)> {
     Ok((model, tokenizer))
 }
 
-fn train(args: &mut Args) -> Result<()> {
+/// What training starts from, on one rank or many: the tokenized corpus and
+/// the metadata its checkpoints carry (tokenizer and model sizes).
+struct Setup {
+    tokenizer: CharTokenizer,
+    ids: Vec<i64>,
+    metadata: BTreeMap<String, String>,
+}
+
+/// Loads and tokenizes the corpus, sizes the model's vocabulary to it, seeds
+/// the default generator the model is drawn from, and makes the
+/// checkpoint's directory.
+fn setup(args: &mut Args) -> Result<Setup> {
     let text = shakespeare::load_bundled()?;
     let tokenizer = CharTokenizer::from_text(&text);
     let ids = tokenizer.encode(&text)?;
-    let (train, val) = train_val_split(&ids, shakespeare::TRAIN_FRACTION)?;
     args.config.vocab_size = tokenizer.vocab_size();
     manual_seed(args.seed);
+    let metadata = BTreeMap::from([
+        (
+            CharTokenizer::METADATA_KEY.to_string(),
+            tokenizer.to_metadata(),
+        ),
+        (
+            GptConfig::METADATA_KEY.to_string(),
+            args.config.to_metadata(),
+        ),
+    ]);
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io {
+            op: "create_dir_all",
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(Setup {
+        tokenizer,
+        ids,
+        metadata,
+    })
+}
+
+/// nanoGPT's AdamW: betas (0.9, 0.99), weight decay on matrices only.
+fn adamw(args: &Args, model: &Gpt) -> Result<Adam> {
+    let config = AdamConfig::adamw().lr(args.lr).betas(0.9, 0.99);
+    Adam::with_groups(decay_groups(model.parameters(), args.weight_decay), config)
+}
+
+fn train(args: &mut Args) -> Result<()> {
+    let Setup {
+        tokenizer,
+        ids,
+        metadata,
+    } = setup(args)?;
+    let (train, val) = train_val_split(&ids, shakespeare::TRAIN_FRACTION)?;
     let model = Gpt::new(args.config)?;
     println!(
         "tiny Shakespeare: {} characters, vocabulary {}, {} for training and {} for validation",
@@ -265,25 +312,7 @@ fn train(args: &mut Args) -> Result<()> {
         args.iters,
         args.batch_size
     );
-    let config = AdamConfig::adamw().lr(args.lr).betas(0.9, 0.99);
-    let mut optimizer =
-        Adam::with_groups(decay_groups(model.parameters(), args.weight_decay), config)?;
-    let mut metadata = BTreeMap::new();
-    metadata.insert(
-        CharTokenizer::METADATA_KEY.to_string(),
-        tokenizer.to_metadata(),
-    );
-    metadata.insert(
-        GptConfig::METADATA_KEY.to_string(),
-        args.config.to_metadata(),
-    );
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Io {
-            op: "create_dir_all",
-            path: dir.display().to_string(),
-            message: e.to_string(),
-        })?;
-    }
+    let mut optimizer = adamw(args, &model)?;
 
     let progress = if args.quiet {
         ProgressBar::hidden()
@@ -384,16 +413,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    #[cfg(feature = "mpi")]
-    if args.ddp && !args.sample_only {
-        return match retrograd::distributed::run(|comm| ddp::train(&mut args, comm)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
     let result = if args.sample_only {
         let path = args.checkpoint.clone().expect("checked in parse_args");
         load_model(&path).and_then(|(model, tokenizer)| {
@@ -401,6 +420,13 @@ fn main() -> ExitCode {
             Ok(())
         })
     } else {
+        #[cfg(feature = "mpi")]
+        if args.ddp {
+            retrograd::distributed::run(|comm| ddp::train(&mut args, comm))
+        } else {
+            train(&mut args)
+        }
+        #[cfg(not(feature = "mpi"))]
         train(&mut args)
     };
     match result {
@@ -436,27 +462,11 @@ mod ddp {
             });
         }
         let per_rank = args.batch_size / size;
-        let text = shakespeare::load_bundled()?;
-        let tokenizer = CharTokenizer::from_text(&text);
-        let ids = tokenizer.encode(&text)?;
+        // Rank 0 samples with the tokenizer saved in the checkpoint.
+        let Setup { ids, metadata, .. } = setup(args)?;
         let (train, val) = train_val_split(&ids, shakespeare::TRAIN_FRACTION)?;
-        args.config.vocab_size = tokenizer.vocab_size();
-        manual_seed(args.seed);
         let mut ddp = DataParallel::new(Gpt::new(args.config)?, comm)?;
-        let config = AdamConfig::adamw().lr(args.lr).betas(0.9, 0.99);
-        let mut optimizer = Adam::with_groups(
-            decay_groups(ddp.module().parameters(), args.weight_decay),
-            config,
-        )?;
-        let mut metadata = BTreeMap::new();
-        metadata.insert(
-            CharTokenizer::METADATA_KEY.to_string(),
-            tokenizer.to_metadata(),
-        );
-        metadata.insert(
-            GptConfig::METADATA_KEY.to_string(),
-            args.config.to_metadata(),
-        );
+        let mut optimizer = adamw(args, ddp.module())?;
         if lead {
             println!(
                 "data-parallel: {size} ranks x {per_rank} windows = global batch {}; {:.2}M parameters, {} gradient buckets, {:.2} MiB all-reduced per iteration",
