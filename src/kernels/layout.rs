@@ -1,9 +1,9 @@
-//! Layout kernels: copies that move elements without arithmetic —
-//! `permute`, `cat`, `slice` (and its scatter, `slice_backward`), `pad`.
+//! Layout kernels: copies that move elements without arithmetic — `cat`,
+//! the scatter of a slice's gradient (`slice_backward`), `pad`. (Permutes,
+//! slices and selects copy nothing: they are views, see `tensor::view`.)
 //!
-//! Each views its tensors as `[outer, dim, inner]` blocks (or, for
-//! `permute`, as coalesced strided dimensions) so the inner loop is a
-//! contiguous copy wherever the layout allows one. Outputs above
+//! Each views its tensors as `[outer, dim, inner]` blocks so the inner loop
+//! is a contiguous copy wherever the layout allows one. Outputs above
 //! [`PARALLEL_THRESHOLD`](super::parallel::PARALLEL_THRESHOLD) elements are
 //! split across rayon by whole rows.
 
@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::parallel::{should_parallelize, CHUNK};
 use crate::error::{Error, Result};
-use crate::tensor::shape::{checked_numel, contiguous_strides, Dims};
+use crate::tensor::shape::{checked_numel, Dims};
 use crate::tensor::{DataType, Filled, Tensor};
 
 /// Copies `src` into `dst` (equal lengths): writes every element of `dst`,
@@ -61,150 +61,6 @@ pub(crate) fn outer_inner(shape: &[usize], dim: usize) -> (usize, usize) {
         shape[..dim].iter().product(),
         shape[dim + 1..].iter().product(),
     )
-}
-
-/// Checks that `perm` is a permutation of `0..rank`.
-pub fn check_permutation(op: &'static str, perm: &[usize], rank: usize) -> Result<()> {
-    let mut seen = vec![false; rank];
-    for &p in perm {
-        if p >= rank || std::mem::replace(&mut seen[p], true) {
-            return Err(Error::invalid(
-                op,
-                format!("{perm:?} is not a permutation of the {rank} dimensions"),
-            ));
-        }
-    }
-    if perm.len() != rank {
-        return Err(Error::invalid(
-            op,
-            format!("{perm:?} is not a permutation of the {rank} dimensions"),
-        ));
-    }
-    Ok(())
-}
-
-/// The tensor whose dimension `i` is dimension `perm[i]` of `x`.
-/// A permutation that keeps the elements in order (one that only moves
-/// size-1 dimensions) shares `x`'s storage.
-///
-/// ```
-/// use retrograd::{kernels::layout, Tensor};
-/// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
-/// let t = layout::permute("permute", &x, &[1, 0])?;
-/// assert_eq!(t.shape(), &[3, 2]);
-/// assert_eq!(t.to_f64_vec(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-pub fn permute(op: &'static str, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
-    check_permutation(op, perm, x.rank())?;
-    let in_strides = contiguous_strides(x.shape());
-    let out_shape: Dims = perm.iter().map(|&p| x.shape()[p]).collect();
-    // Coalesce: drop size-1 dimensions, merge neighbours that are contiguous in the input.
-    let (mut dims, mut strides) = (Dims::new(), Dims::new());
-    for &p in perm {
-        let (d, s) = (x.shape()[p], in_strides[p]);
-        if d == 1 {
-            continue;
-        }
-        match (dims.last_mut(), strides.last_mut()) {
-            (Some(ld), Some(ls)) if *ls == s * d => {
-                *ld *= d;
-                *ls = s;
-            }
-            _ => {
-                dims.push(d);
-                strides.push(s);
-            }
-        }
-    }
-    if x.numel() == 0 || dims.len() <= 1 {
-        return x.reshape(&out_shape);
-    }
-    Ok(crate::with_any_dtype!(x.dtype(), T => {
-        let src = x.as_slice_of::<T>();
-        Tensor::build::<T>(out_shape, |out| {
-            permute_into(src, out, &dims, &strides);
-            // SAFETY: `permute_into` writes every element of an output of
-            // `dims`'s element count, which is `out_shape`'s (coalescing keeps it).
-            unsafe { Filled::assume(out) }
-        })
-    }))
-}
-
-/// Output tile edge of the blocked transpose.
-const TILE: usize = 32;
-
-/// Writes every element of `out` (`dims` of at least two dimensions,
-/// `src` read at `strides`): whole `p_len x q_len` matrices, each as bands
-/// of `TILE` rows whose every `(p, q)` is written, or whole rows of `last`.
-fn permute_into<T: DataType>(
-    src: &[T],
-    out: &mut [MaybeUninit<T>],
-    dims: &[usize],
-    strides: &[usize],
-) {
-    assert_eq!(out.len(), dims.iter().product::<usize>());
-    let r = dims.len();
-    let (last, last_stride) = (dims[r - 1], strides[r - 1]);
-    let row_offset = |mut row: usize, upto: usize| -> usize {
-        let mut off = 0;
-        for d in (0..upto).rev() {
-            off += (row % dims[d]) * strides[d];
-            row /= dims[d];
-        }
-        off
-    };
-    if strides[r - 2] == 1 {
-        // A batch of 2-d transposes: out[b][p][q] = src[b + p + q * last_stride].
-        let (p_len, q_len) = (dims[r - 2], last);
-        let transpose = |base: usize, p0: usize, band: &mut [MaybeUninit<T>]| {
-            let rows = band.len() / q_len;
-            for q0 in (0..q_len).step_by(TILE) {
-                let q1 = (q0 + TILE).min(q_len);
-                for p in 0..rows {
-                    let row = &mut band[p * q_len..][q0..q1];
-                    let s = base + p0 + p;
-                    for (q, o) in (q0..q1).zip(row) {
-                        o.write(src[s + q * last_stride]);
-                    }
-                }
-            }
-        };
-        let matrices = out.len() / (p_len * q_len);
-        let run_matrix = |m: usize, mat: &mut [MaybeUninit<T>]| {
-            let base = row_offset(m, r - 2);
-            if should_parallelize(mat.len()) && matrices < 2 * rayon::current_num_threads() {
-                mat.par_chunks_mut(TILE * q_len)
-                    .enumerate()
-                    .for_each(|(b, band)| transpose(base, b * TILE, band));
-            } else {
-                for (b, band) in mat.chunks_mut(TILE * q_len).enumerate() {
-                    transpose(base, b * TILE, band);
-                }
-            }
-        };
-        if should_parallelize(out.len()) && matrices >= 2 * rayon::current_num_threads() {
-            out.par_chunks_mut(p_len * q_len)
-                .enumerate()
-                .for_each(|(m, mat)| run_matrix(m, mat));
-        } else {
-            for (m, mat) in out.chunks_mut(p_len * q_len).enumerate() {
-                run_matrix(m, mat);
-            }
-        }
-    } else {
-        // Rows of the output: contiguous or strided reads along the last dimension.
-        for_each_row(out, last, |row, o| {
-            let off = row_offset(row, r - 1);
-            if last_stride == 1 {
-                copy_into(o, &src[off..off + last]);
-            } else {
-                for (i, d) in o.iter_mut().enumerate() {
-                    d.write(src[off + i * last_stride]);
-                }
-            }
-        });
-    }
 }
 
 /// Concatenates `tensors` along `dim` (already normalised). Every tensor
@@ -280,51 +136,7 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
     }))
 }
 
-/// Elements `start, start + step, ...` (`len` of them) along `dim`.
-///
-/// # Panics
-///
-/// If `dim` or the range is outside `x`, or `step` is 0 (the `slice` op
-/// checks its arguments before calling this).
-///
-/// ```
-/// use retrograd::{kernels::layout, Tensor};
-/// let x = Tensor::from_vec((0..10).map(f64::from).collect(), &[2, 5])?;
-/// let s = layout::slice(&x, 1, 1, 2, 2);
-/// assert_eq!(s.shape(), &[2, 2]);
-/// assert_eq!(s.to_f64_vec(), vec![1.0, 3.0, 6.0, 8.0]);
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> Tensor {
-    let size = x.shape()[dim];
-    assert!(step >= 1 && (len == 0 || start + (len - 1) * step < size));
-    if len == size {
-        return x.clone();
-    }
-    let (_, inner) = outer_inner(x.shape(), dim);
-    let mut out_shape = Dims::from_slice(x.shape());
-    out_shape[dim] = len;
-    crate::with_any_dtype!(x.dtype(), T => {
-        let src = x.as_slice_of::<T>();
-        Tensor::build::<T>(out_shape, |out| {
-            for_each_row(out, len * inner, |o, row| {
-                let base = o * size * inner;
-                if step == 1 {
-                    copy_into(row, &src[base + start * inner..][..len * inner]);
-                } else {
-                    for (j, r) in row.chunks_mut(inner).enumerate() {
-                        copy_into(r, &src[base + (start + j * step) * inner..][..inner]);
-                    }
-                }
-            });
-            // SAFETY: `for_each_row` hands over every row of the output, and
-            // each is filled: by one copy, or by one per `inner`-element chunk.
-            unsafe { Filled::assume(out) }
-        })
-    })
-}
-
-/// The gradient of [`slice`](fn@slice): zeros of `shape` with `g` written at
+/// The gradient of a slice (`Tensor::narrow` and the `slice` op): zeros of `shape` with `g` written at
 /// `start, start + step, ...` along `dim`.
 ///
 /// ```
@@ -505,69 +317,17 @@ mod tests {
         Tensor::from_vec(v, s).unwrap()
     }
 
-    /// Reference permute by index arithmetic.
-    fn naive_permute(x: &Tensor, perm: &[usize]) -> Vec<f64> {
-        let v = x.to_f64_vec();
-        let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
-        let in_strides = contiguous_strides(x.shape());
-        let n: usize = shape.iter().product();
-        (0..n)
-            .map(|mut i| {
-                let mut off = 0;
-                for d in (0..shape.len()).rev() {
-                    off += (i % shape[d]) * in_strides[perm[d]];
-                    i /= shape[d];
-                }
-                v[off]
-            })
-            .collect()
-    }
-
-    #[test]
-    fn permutations_match_index_arithmetic() {
-        let x = t((0..2 * 3 * 4 * 5).map(f64::from).collect(), &[2, 3, 4, 5]);
-        for perm in [
-            [0, 1, 3, 2],
-            [3, 2, 1, 0],
-            [0, 2, 1, 3],
-            [1, 0, 2, 3],
-            [2, 0, 3, 1],
-        ] {
-            let p = permute("permute", &x, &perm).unwrap();
-            assert_eq!(p.to_f64_vec(), naive_permute(&x, &perm), "{perm:?}");
-        }
-        // Large enough to take the tiled, parallel paths.
-        let big = t((0..3 * 130 * 170).map(f64::from).collect(), &[3, 130, 170]);
-        for perm in [[0, 2, 1], [2, 1, 0], [1, 0, 2]] {
-            let p = permute("permute", &big, &perm).unwrap();
-            assert_eq!(p.to_f64_vec(), naive_permute(&big, &perm), "{perm:?}");
-        }
-        let one = t((0..300 * 400).map(f64::from).collect(), &[300, 400]);
-        let p = permute("permute", &one, &[1, 0]).unwrap();
-        assert_eq!(p.to_f64_vec(), naive_permute(&one, &[1, 0]));
-    }
-
-    #[test]
-    fn order_preserving_permutations_share_storage() {
-        let x = t((0..6).map(f64::from).collect(), &[1, 6, 1]);
-        let p = permute("permute", &x, &[2, 1, 0]).unwrap();
-        assert!(p.shares_storage_with(&x));
-        assert_eq!(p.shape(), &[1, 6, 1]);
-        assert!(permute("permute", &x, &[0, 0, 1]).is_err());
-        assert!(permute("permute", &x, &[0, 1]).is_err());
-    }
-
     #[test]
     fn cat_and_slice_round_trip() {
         let a = t((0..6).map(f64::from).collect(), &[2, 3]);
         let b = t((6..10).map(f64::from).collect(), &[2, 2]);
         let c = cat("cat", &[&a, &b], 1).unwrap();
         assert_eq!(c.shape(), &[2, 5]);
-        assert_eq!(slice(&c, 1, 0, 3, 1).to_f64_vec(), a.to_f64_vec());
-        assert_eq!(slice(&c, 1, 3, 2, 1).to_f64_vec(), b.to_f64_vec());
+        assert_eq!(c.slice_dim(1, 0, 3, 1).to_f64_vec(), a.to_f64_vec());
+        assert_eq!(c.slice_dim(1, 3, 2, 1).to_f64_vec(), b.to_f64_vec());
         assert!(cat("cat", &[&a, &b], 0).is_err());
         assert!(cat("cat", &[], 0).is_err());
-        let s = slice(&c, 1, 0, 3, 2);
+        let s = c.slice_dim(1, 0, 3, 2);
         assert_eq!(s.to_f64_vec(), vec![0.0, 2.0, 7.0, 3.0, 5.0, 9.0]);
         let back = slice_backward(&s, &[2, 5], 1, 0, 2).unwrap();
         assert_eq!(
@@ -595,7 +355,7 @@ mod tests {
             };
             assert_eq!(pv[i * (c + 1) + j], want, "({i}, {j})");
         }
-        let s = slice(&x, 1, 1, 100, 3);
+        let s = x.slice_dim(1, 1, 100, 3);
         assert_eq!(s.to_f64_vec()[100 * 7 + 5], (7 * c + 1 + 5 * 3) as f64);
         let joined = cat("cat", &[&x, &s], 1).unwrap();
         assert_eq!(

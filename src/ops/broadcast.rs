@@ -12,7 +12,8 @@ use crate::graph::Var;
 use crate::kernels;
 use crate::tensor::{Dims, Tensor};
 
-/// Broadcasts its input to `shape` (PyTorch's `expand`, materialised).
+/// Broadcasts its input to `shape` (PyTorch's `expand`): a view whose
+/// broadcast dimensions have stride 0.
 #[derive(Clone, Debug, Default)]
 pub struct Expand {
     /// The target shape.
@@ -28,7 +29,7 @@ impl Differentiable for Expand {
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("expand", inputs, 1)?;
-        kernels::broadcast_to("expand", inputs[0], &self.shape)
+        inputs[0].expand_to("expand", &self.shape)
     }
     fn backward<'g>(
         &self,

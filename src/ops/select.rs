@@ -43,9 +43,7 @@ impl Differentiable for Select {
         expect_inputs("select", inputs, 1)?;
         let x = inputs[0];
         check("select", x.shape(), self.dim, self.index)?;
-        let mut shape = Dims::from_slice(x.shape());
-        shape.remove(self.dim);
-        layout::slice(x, self.dim, self.index, 1, 1).reshape(&shape)
+        Ok(x.select_dim(self.dim, self.index))
     }
     fn backward<'g>(
         &self,

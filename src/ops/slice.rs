@@ -83,7 +83,7 @@ impl Differentiable for Slice {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("slice", inputs, 1)?;
         let r = self.resolve(inputs[0].shape())?;
-        Ok(layout::slice(inputs[0], r.dim, r.start, r.len, r.step))
+        Ok(inputs[0].slice_dim(r.dim, r.start, r.len, r.step))
     }
     fn backward<'g>(
         &self,

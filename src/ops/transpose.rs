@@ -1,7 +1,7 @@
-//! Layout ops: `transpose`, `permute` and `t`. Tensors are dense and
-//! row-major, so each copies into the new layout (a blocked transpose in
-//! `kernels::layout`); a permutation that keeps the elements in order shares
-//! storage. Each op's gradient is the inverse permutation of the gradient.
+//! Layout ops: `transpose`, `permute` and `t`. Each returns a strided view
+//! that shares its input's storage (see `tensor::view`); a kernel that needs
+//! rows packs it then. Each op's gradient is the inverse permutation of the
+//! gradient.
 
 use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
@@ -9,11 +9,10 @@ use smallvec::{smallvec, SmallVec};
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::kernels;
 use crate::tensor::shape::{normalize_axis, Dims};
-use crate::tensor::Tensor;
+use crate::tensor::{check_permutation, Tensor};
 
-/// Swaps two dimensions (PyTorch's `transpose`), copying into the new layout.
+/// Swaps two dimensions (PyTorch's `transpose`): a view.
 #[derive(Clone, Copy, Debug)]
 pub struct Transpose {
     /// One dimension (negative counts from the end).
@@ -53,7 +52,7 @@ impl Differentiable for Transpose {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("transpose", inputs, 1)?;
         let perm = self.permutation(inputs[0].rank())?;
-        kernels::layout::permute("transpose", inputs[0], &perm)
+        inputs[0].permute_dims("transpose", &perm)
     }
     fn backward<'g>(
         &self,
@@ -90,7 +89,7 @@ impl Permute {
             .iter()
             .map(|&d| normalize_axis("permute", d, rank))
             .collect::<Result<Dims>>()?;
-        kernels::layout::check_permutation("permute", &perm, rank)?;
+        check_permutation("permute", &perm, rank)?;
         Ok(perm)
     }
 }
@@ -105,7 +104,7 @@ impl Differentiable for Permute {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("permute", inputs, 1)?;
         let perm = self.permutation(inputs[0].rank())?;
-        kernels::layout::permute("permute", inputs[0], &perm)
+        inputs[0].permute_dims("permute", &perm)
     }
     fn backward<'g>(
         &self,
@@ -147,7 +146,7 @@ impl Differentiable for T {
         let x = inputs[0];
         match x.rank() {
             0 | 1 => Ok(x.clone()),
-            2 => kernels::layout::permute("t", x, &[1, 0]),
+            2 => x.permute_dims("t", &[1, 0]),
             r => Err(Error::invalid(
                 "t",
                 format!(

@@ -3,8 +3,10 @@
 //!
 //! Representation: a 0-d tensor (a scalar) is stored inline, with no heap
 //! allocation at all, so graphs of scalar ops cost no allocator traffic. Every
-//! tensor of rank 1 or more is dense, row-major and contiguous, its elements in
-//! an `Arc<[T]>` shared by every clone (and by reshapes of it).
+//! tensor of rank 1 or more is dense, its elements in an `Arc<[T]>` shared by
+//! every clone (and by reshapes of it): row-major over the whole buffer, or a
+//! strided [`view`] of another tensor's buffer (a transpose, narrow, select
+//! or expand), which copies nothing until a kernel needs rows.
 //!
 //! Dtypes: `f32` and `f64` (the [`Element`]s, which ops compute and
 //! differentiate in), `i64` and `bool` (indices and masks), and the
@@ -20,6 +22,8 @@ mod random;
 pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
+mod strided_copy;
+mod view;
 mod word;
 
 use std::sync::Arc;
@@ -29,6 +33,7 @@ pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
+pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
 
 use crate::error::{Error, Result};
@@ -73,6 +78,8 @@ pub(crate) enum Repr {
 pub(crate) struct Dense {
     shape: Dims,
     buf: Buffer,
+    /// `Some` when this tensor is a strided view of `buf` (see [`view`]).
+    view: Option<Box<view::View>>,
 }
 
 impl Drop for Tensor {
@@ -142,6 +149,7 @@ impl Tensor {
             repr: Repr::Dense(Arc::new(Dense {
                 shape,
                 buf: T::wrap_buffer(data),
+                view: None,
             })),
         }
     }
@@ -414,7 +422,10 @@ impl Tensor {
     #[inline(always)]
     pub fn numel(&self) -> usize {
         match &self.repr {
-            Repr::Dense(d) => d.buf.len(),
+            Repr::Dense(d) => match &d.view {
+                None => d.buf.len(),
+                Some(v) => v.numel(),
+            },
             _ => 1,
         }
     }
@@ -463,7 +474,8 @@ impl Tensor {
             Repr::Bool(v) => Ok(v.bool().cast_to_f64()),
             Repr::F16(v) => Ok(v.f16().to_f64()),
             Repr::BF16(v) => Ok(v.bf16().to_f64()),
-            Repr::Dense(d) if d.buf.len() == 1 => Ok(match &d.buf {
+            Repr::Dense(d) if d.view.is_some() && self.numel() == 1 => Ok(self.to_f64_vec()[0]),
+            Repr::Dense(d) if d.view.is_none() && d.buf.len() == 1 => Ok(match &d.buf {
                 Buffer::F32(b) => b[0] as f64,
                 Buffer::F64(b) => b[0],
                 Buffer::I64(b) => b[0] as f64,
@@ -537,7 +549,10 @@ impl Tensor {
     #[inline(always)]
     pub(crate) fn try_slice<T: DataType>(&self) -> Option<&[T]> {
         match &self.repr {
-            Repr::Dense(d) => T::unwrap_buffer(&d.buf).map(|a| &a[..]),
+            Repr::Dense(d) => match &d.view {
+                None => T::unwrap_buffer(&d.buf).map(|a| &a[..]),
+                Some(v) => d.view_slice(v),
+            },
             _ => T::scalar_ref(self).map(std::slice::from_ref),
         }
     }
@@ -556,6 +571,8 @@ impl Tensor {
             return T::scalar_mut(self).map(std::slice::from_mut);
         }
         match &mut self.repr {
+            // A view shares (part of) a buffer: never written in place.
+            Repr::Dense(d) if d.view.is_some() => None,
             Repr::Dense(d) => {
                 let dense = storage::unique_mut(d)?;
                 T::unwrap_buffer_mut(&mut dense.buf).and_then(storage::unique_mut)
@@ -611,10 +628,23 @@ impl Tensor {
             return Ok(self.clone());
         }
         Ok(match &self.repr {
+            // A contiguous view keeps its offset; any other is packed first.
+            Repr::Dense(d) if d.view.is_some() => {
+                if self.is_contiguous() {
+                    self.with_layout(
+                        Dims::from_slice(shape),
+                        shape::contiguous_strides(shape),
+                        self.storage_offset(),
+                    )
+                } else {
+                    self.contiguous().reshape(shape)?
+                }
+            }
             Repr::Dense(d) if !shape.is_empty() => Tensor {
                 repr: Repr::Dense(Arc::new(Dense {
                     shape: Dims::from_slice(shape),
                     buf: d.buf.clone(),
+                    view: None,
                 })),
             },
             Repr::Dense(d) => match &d.buf {

@@ -137,7 +137,8 @@ pub(crate) fn recycle(mut dense: Arc<Dense>) -> Option<Arc<Dense>> {
         return Some(dense);
     };
     let (dtype, len) = (inner.buf.dtype(), inner.buf.len());
-    if len > MAX_RECYCLED_ELEMENTS || len == 0 || !inner.buf.is_unique() {
+    // A view's buffer is not its own shape's, so it is not pooled.
+    if len > MAX_RECYCLED_ELEMENTS || len == 0 || inner.view.is_some() || !inner.buf.is_unique() {
         return Some(dense);
     }
     let cost = footprint(dtype, len);
