@@ -19,8 +19,8 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
-use crate::tensor::{Element, Filled, Tensor};
+use crate::tensor::shape::{broadcast_shapes, checked_numel, contiguous_strides, Dims};
+use crate::tensor::{Element, Filled, Strided, Tensor};
 
 /// Multiply-adds (`m * n * k`) from which a product is worth the thread pool.
 /// Measured with `examples/bench` (`matmul` workload, `threshold_*` rows:
@@ -56,50 +56,94 @@ struct Plan {
     b_batch_strides: Dims,
 }
 
+/// An operand's shape and element strides (row-major ones for a plain
+/// tensor, its own for a strided view).
+#[derive(Clone, Copy)]
+struct Layout<'a> {
+    shape: &'a [usize],
+    strides: &'a [usize],
+}
+
 /// The logical `(rows, cols)` of a rank >= 2 operand and how to read it.
-fn matrix_view(shape: &[usize], transposed: bool) -> (usize, usize, Operand) {
-    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+fn matrix_view(x: Layout<'_>, transposed: bool) -> (usize, usize, Operand) {
+    let r = x.shape.len();
+    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
+    let (rs, cs) = (x.strides[r - 2] as isize, x.strides[r - 1] as isize);
     if transposed {
-        // Logical (i, j) is stored at (j, i): offset j * c + i.
+        // Logical (i, j) is stored at (j, i).
         let op = Operand {
-            row_stride: 1,
-            col_stride: c as isize,
+            row_stride: cs,
+            col_stride: rs,
         };
-        (c, r, op)
+        (cols, rows, op)
     } else {
         let op = Operand {
-            row_stride: c as isize,
-            col_stride: 1,
+            row_stride: rs,
+            col_stride: cs,
         };
-        (r, c, op)
+        (rows, cols, op)
     }
+}
+
+/// Each batch dimension's element stride in an operand whose batch
+/// dimensions (`shape`, `strides`) broadcast to `batch`: 0 where broadcast.
+fn batch_strides(shape: &[usize], strides: &[usize], batch: &[usize]) -> Dims {
+    let lead = batch.len() - shape.len();
+    (0..batch.len())
+        .map(|i| match i.checked_sub(lead) {
+            Some(j) if shape[j] == batch[i] && shape[j] != 1 => strides[j],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// Whether the batch dimensions and the rows of an operand step through
+/// memory as one run of rows (`row_stride` apart), so its matrices stack
+/// into one tall matrix.
+fn rows_stack(shape: &[usize], strides: &[usize], row_stride: isize) -> bool {
+    let r = shape.len();
+    let mut expected = row_stride as usize * shape[r - 2];
+    for d in (0..r - 2).rev() {
+        if shape[d] != 1 && strides[d] != expected {
+            return false;
+        }
+        expected *= shape[d];
+    }
+    true
 }
 
 /// Shapes and strides of `op(a) @ op(b)` under PyTorch's rules, where `op`
 /// transposes the last two dimensions of a rank >= 2 operand whose flag is
 /// set (flags on 1-d operands are ignored: a vector has no orientation).
-fn plan(op: &'static str, a: &[usize], b: &[usize], trans_a: bool, trans_b: bool) -> Result<Plan> {
+fn plan(
+    op: &'static str,
+    la: Layout<'_>,
+    lb: Layout<'_>,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Plan> {
+    let (a, b) = (la.shape, lb.shape);
     if a.is_empty() || b.is_empty() {
         return Err(Error::shape_mismatch(op, a, b));
     }
     // A 1-d left operand is a row [1, k]; a 1-d right operand a column [k, 1].
     let (m, ka, a_op) = if a.len() == 1 {
         let row = Operand {
-            row_stride: a[0] as isize,
-            col_stride: 1,
+            row_stride: (a[0] * la.strides[0]) as isize,
+            col_stride: la.strides[0] as isize,
         };
         (1, a[0], row)
     } else {
-        matrix_view(a, trans_a)
+        matrix_view(la, trans_a)
     };
     let (kb, n, b_op) = if b.len() == 1 {
         let col = Operand {
-            row_stride: 1,
+            row_stride: lb.strides[0] as isize,
             col_stride: 1,
         };
         (b[0], 1, col)
     } else {
-        matrix_view(b, trans_b)
+        matrix_view(lb, trans_b)
     };
     if ka != kb {
         return Err(Error::shape_mismatch(op, a, b));
@@ -116,14 +160,11 @@ fn plan(op: &'static str, a: &[usize], b: &[usize], trans_a: bool, trans_b: bool
         out_shape.push(n);
     }
     checked_numel(op, &out_shape)?;
-    let scale =
-        |strides: Dims, matrix: usize| -> Dims { strides.iter().map(|s| s * matrix).collect() };
-    let a_matrix = if a.len() >= 2 { m * ka } else { 0 };
-    let b_matrix = if b.len() >= 2 { ka * n } else { 0 };
+    let a_stacks = a.len() >= 2 && rows_stack(a, la.strides, a_op.row_stride);
     let mut plan = Plan {
         count: batch.iter().product(),
-        a_batch_strides: scale(broadcast_strides(a_batch, &batch), a_matrix),
-        b_batch_strides: scale(broadcast_strides(b_batch, &batch), b_matrix),
+        a_batch_strides: batch_strides(a_batch, &la.strides[..a_batch.len()], &batch),
+        b_batch_strides: batch_strides(b_batch, &lb.strides[..b_batch.len()], &batch),
         batch,
         out_shape,
         m,
@@ -134,7 +175,12 @@ fn plan(op: &'static str, a: &[usize], b: &[usize], trans_a: bool, trans_b: bool
     };
     // [batch..., m, k] @ [k, n]: the left operand's matrices are stacked rows
     // of one [batch * m, k] matrix, and so are the output's.
-    if plan.count > 1 && b_batch.is_empty() && !trans_a && a_batch == plan.batch.as_slice() {
+    if plan.count > 1
+        && b_batch.is_empty()
+        && !trans_a
+        && a_batch == plan.batch.as_slice()
+        && a_stacks
+    {
         plan.m *= plan.count;
         plan.count = 1;
         plan.batch.clear();
@@ -142,6 +188,23 @@ fn plan(op: &'static str, a: &[usize], b: &[usize], trans_a: bool, trans_b: bool
         plan.b_batch_strides.clear();
     }
     Ok(plan)
+}
+
+/// `x` itself, or its row-major copy if it repeats elements inside a
+/// matrix (a stride-0 row or column of an expanded view).
+fn readable(x: &Tensor) -> std::borrow::Cow<'_, Tensor> {
+    let strides = x.strides();
+    let r = strides.len();
+    let repeats = (r.saturating_sub(2)..r).any(|d| strides[d] == 0 && x.shape()[d] > 1);
+    if repeats {
+        std::borrow::Cow::Owned(x.contiguous())
+    } else {
+        std::borrow::Cow::Borrowed(x)
+    }
+}
+
+fn strided<T: Element>(x: &Tensor) -> Strided<'_, T> {
+    x.strided::<T>().expect("dtype was checked by the caller")
 }
 
 /// `op(a) @ op(b)` with PyTorch's `matmul` rules: 1-d x 1-d is a dot product;
@@ -175,9 +238,19 @@ pub fn matmul(
             rhs: b.dtype(),
         });
     }
-    let plan = plan(op, a.shape(), b.shape(), trans_a, trans_b)?;
+    // Views are read in place through their strides, unless one repeats
+    // elements within a matrix (stride 0), which gemm's packing does not take.
+    let (a, b) = (readable(a), readable(b));
     Ok(crate::with_dtype!(op, a.dtype(), T => {
-        let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
+        let (sa, sb) = (strided::<T>(&a), strided::<T>(&b));
+        let plan = plan(
+            op,
+            Layout { shape: a.shape(), strides: &sa.strides },
+            Layout { shape: b.shape(), strides: &sb.strides },
+            trans_a,
+            trans_b,
+        )?;
+        let (xa, xb) = (sa.data, sb.data);
         Tensor::build::<T>(plan.out_shape.clone(), |out| {
             run(&plan, xa, xb, out);
             // SAFETY: `run` writes every element of an output of the plan's shape.
@@ -473,7 +546,21 @@ pub fn matmul_shape(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Dims> {
-    Ok(plan(op, a, b, trans_a, trans_b)?.out_shape)
+    let (sa, sb) = (contiguous_strides(a), contiguous_strides(b));
+    Ok(plan(
+        op,
+        Layout {
+            shape: a,
+            strides: &sa,
+        },
+        Layout {
+            shape: b,
+            strides: &sb,
+        },
+        trans_a,
+        trans_b,
+    )?
+    .out_shape)
 }
 
 #[cfg(test)]
@@ -647,6 +734,63 @@ mod tests {
             for (x, y) in c[i * s * s..][..s * s].iter().zip(&want) {
                 assert!((x - y).abs() < 1e-9);
             }
+        }
+    }
+
+    /// Views are read through their strides and give what their row-major
+    /// copies give: transposes, narrows, permuted heads, expanded batches.
+    #[test]
+    fn strided_views_match_their_copies() {
+        let x = |shape: &[usize], scale: f64| {
+            Tensor::from_vec(seq(shape.iter().product(), scale), shape).unwrap()
+        };
+        let heads = x(&[2, 5, 3, 4], 0.5).permute(&[0, 2, 1, 3]).unwrap(); // [2, 3, 5, 4]
+        let keys = x(&[2, 5, 3, 4], 0.25).permute(&[0, 2, 3, 1]).unwrap(); // [2, 3, 4, 5]
+        let wide = x(&[6, 9], 1.0);
+        let cases: Vec<(Tensor, Tensor, bool, bool)> = vec![
+            (heads.clone(), keys.clone(), false, false),
+            (heads.clone(), heads.clone(), false, true),
+            (heads.clone(), heads.clone(), true, false),
+            (wide.transpose(0, 1).unwrap(), wide.clone(), false, false),
+            (wide.narrow(1, 2, 5).unwrap(), x(&[5, 3], 1.0), false, false),
+            (x(&[4, 6], 1.0), wide.narrow(1, 1, 7).unwrap(), false, false),
+            (
+                wide.narrow(0, 1, 4).unwrap().transpose(0, 1).unwrap(),
+                x(&[4, 2], 1.0),
+                false,
+                false,
+            ),
+            (heads.clone(), x(&[4, 2], 1.0), false, false),
+            (
+                x(&[3, 4], 1.0).expand(&[2, 3, 3, 4]).unwrap(),
+                keys.clone(),
+                false,
+                false,
+            ),
+            (
+                x(&[1, 4], 1.0).expand(&[5, 4]).unwrap(),
+                x(&[4, 3], 1.0),
+                false,
+                false,
+            ),
+            (
+                wide.select(0, 2).unwrap(),
+                wide.transpose(0, 1).unwrap(),
+                false,
+                false,
+            ),
+            (
+                wide.transpose(0, 1).unwrap(),
+                wide.select(1, 3).unwrap(),
+                false,
+                false,
+            ),
+        ];
+        for (i, (a, b, ta, tb)) in cases.iter().enumerate() {
+            let got = matmul("matmul", a, b, *ta, *tb).unwrap();
+            let want = matmul("matmul", &a.contiguous(), &b.contiguous(), *ta, *tb).unwrap();
+            assert_eq!(got.shape(), want.shape(), "case {i}");
+            assert!(got.allclose(&want, 1e-12, 1e-12), "case {i}");
         }
     }
 }

@@ -628,18 +628,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         Ok(match &self.repr {
-            // A contiguous view keeps its offset; any other is packed first.
-            Repr::Dense(d) if d.view.is_some() => {
-                if self.is_contiguous() {
-                    self.with_layout(
-                        Dims::from_slice(shape),
-                        shape::contiguous_strides(shape),
-                        self.storage_offset(),
-                    )
-                } else {
-                    self.contiguous().reshape(shape)?
-                }
-            }
+            Repr::Dense(d) if d.view.is_some() => self.reshape_view(shape),
             Repr::Dense(d) if !shape.is_empty() => Tensor {
                 repr: Repr::Dense(Arc::new(Dense {
                     shape: Dims::from_slice(shape),

@@ -59,6 +59,37 @@ fn is_row_major(shape: &[usize], strides: &[usize]) -> bool {
     true
 }
 
+/// The strides under which `new_shape` reads the same elements, in the same
+/// order, as `shape` at `strides`, if there are any (PyTorch's rule for
+/// `view`: each run of dimensions that is contiguous in memory may be split
+/// or merged, nothing else). Both shapes hold the same nonzero count.
+fn reshaped_strides(shape: &[usize], strides: &[usize], new_shape: &[usize]) -> Option<Dims> {
+    let mut out: Dims = smallvec::smallvec![0; new_shape.len()];
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_base = *strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for d in (0..shape.len()).rev() {
+        tensor_numel *= shape[d];
+        // A run ends where the next dimension out does not step over this one.
+        if d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base) {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel * chunk_base;
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                chunk_base = strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
 /// `Ok` if `perm` is a permutation of `0..rank`, an error naming `op` otherwise.
 pub(crate) fn check_permutation(op: &'static str, perm: &[usize], rank: usize) -> Result<()> {
     let mut seen = vec![false; rank];
@@ -175,6 +206,16 @@ impl Tensor {
         }
     }
 
+    /// Whether this view has been packed into a row-major copy (tests check
+    /// that strided kernels read views in place).
+    #[cfg(test)]
+    pub(crate) fn has_packed_copy(&self) -> bool {
+        match &self.repr {
+            Repr::Dense(d) => d.view.as_ref().is_some_and(|v| v.packed.get().is_some()),
+            _ => false,
+        }
+    }
+
     /// The elements for a strided kernel: the buffer from this tensor's
     /// offset, and its strides. `None` if `T` is not the dtype.
     pub(crate) fn strided<T: DataType>(&self) -> Option<Strided<'_, T>> {
@@ -238,6 +279,22 @@ impl Tensor {
             buf: d.buf.clone(),
             view,
         })))
+    }
+
+    /// A view's elements under another shape of the same count: a view
+    /// again when its strides allow one (squeezing, or splitting and merging
+    /// runs that are contiguous), else its packed copy reshaped.
+    pub(super) fn reshape_view(&self, shape: &[usize]) -> Tensor {
+        let strides = self.strides();
+        match reshaped_strides(self.shape(), &strides, shape) {
+            Some(s) if self.numel() > 0 => {
+                self.with_layout(Dims::from_slice(shape), s, self.storage_offset())
+            }
+            _ => self
+                .contiguous()
+                .reshape(shape)
+                .expect("the same element count"),
+        }
     }
 
     /// Dimension `i` of the result is dimension `perm[i]` of `self`
@@ -496,9 +553,49 @@ mod tests {
         let c = t.contiguous();
         assert_eq!(c.as_slice::<i64>().unwrap().as_ptr(), a);
         assert_eq!(c.strides().as_slice(), &[3, 1]);
-        // Reshaping a non-contiguous view reads the packed elements.
+        // Flattening a transpose cannot be a view: it reads the packed elements.
         let r = t.reshape(&[15]).unwrap();
         assert_eq!(r.to_vec::<i64>().unwrap()[..4], [0, 5, 10, 1]);
+        assert!(!r.shares_storage_with(&x));
+    }
+
+    #[test]
+    fn reshapes_of_views_stay_views_where_the_strides_allow() {
+        let x = iota(&[2, 3, 4, 5]);
+        let heads = x.permute(&[0, 2, 1, 3]).unwrap(); // [2, 4, 3, 5]
+                                                       // Splitting and merging the batch dimensions, adding and removing 1s.
+        for shape in [
+            &[2, 2, 2, 3, 5][..],
+            &[2, 4, 3, 5, 1],
+            &[1, 2, 2, 2, 3, 5],
+            &[2, 4, 3, 5],
+        ] {
+            let r = heads.reshape(shape).unwrap();
+            assert!(r.shares_storage_with(&x), "{shape:?}");
+            assert_eq!(
+                r.to_vec::<i64>().unwrap(),
+                heads.contiguous().to_vec::<i64>().unwrap()
+            );
+        }
+        // Merging the permuted pair (4 and 3) needs a copy.
+        let merged = heads.reshape(&[2, 12, 5]).unwrap();
+        assert!(!merged.shares_storage_with(&x));
+        assert_eq!(
+            merged.to_vec::<i64>().unwrap(),
+            heads.contiguous().to_vec::<i64>().unwrap()
+        );
+        // The q of a fused qkv projection: narrow, then squeeze.
+        let qkv = iota(&[2, 3, 3, 4, 2]).permute(&[2, 0, 3, 1, 4]).unwrap();
+        let q = qkv.narrow(0, 1, 1).unwrap().reshape(&[2, 4, 3, 2]).unwrap();
+        assert!(q.shares_storage_with(&qkv) && !q.is_contiguous());
+        assert_eq!(
+            q.to_vec::<i64>().unwrap(),
+            qkv.select(0, 1)
+                .unwrap()
+                .contiguous()
+                .to_vec::<i64>()
+                .unwrap()
+        );
     }
 
     #[test]

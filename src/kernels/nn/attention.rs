@@ -76,6 +76,54 @@ pub struct MaskView<'a, T> {
     pub col_stride: usize,
 }
 
+/// A `[batch, rows, width]` operand read in place: row `i` of head `b` is
+/// the `width` contiguous elements from `data[heads[b] + i * row_stride]`.
+/// A strided view qualifies when its last dimension has stride 1, such as
+/// the heads split off a `[B, T, H, D]` projection by a permute, which then
+/// reach the kernel without a copy.
+#[derive(Clone, Debug)]
+pub struct Rows<'a, T> {
+    /// The elements.
+    pub data: &'a [T],
+    /// Where each head's first row starts.
+    pub heads: Vec<usize>,
+    /// Distance between consecutive rows of a head.
+    pub row_stride: usize,
+}
+
+impl<'a, T: Copy> Rows<'a, T> {
+    /// `data` as `batch` row-major `[rows, width]` blocks, one after another.
+    pub fn packed(data: &'a [T], batch: usize, rows: usize, width: usize) -> Self {
+        Rows {
+            data,
+            heads: (0..batch).map(|b| b * rows * width).collect(),
+            row_stride: width,
+        }
+    }
+
+    /// Head `b` from its first row on (a gemm view reads it with `row_stride`).
+    fn head(&self, b: usize) -> &'a [T] {
+        &self.data[self.heads[b]..]
+    }
+
+    /// Row `i` of head `b` (`width` elements).
+    fn row(&self, b: usize, i: usize, width: usize) -> &'a [T] {
+        &self.data[self.heads[b] + i * self.row_stride..][..width]
+    }
+
+    /// Rows `i0..i1` of head `b`, each scaled by `scale`, packed row-major.
+    fn scaled(&self, b: usize, i0: usize, i1: usize, width: usize, scale: T) -> Vec<T>
+    where
+        T: std::ops::Mul<Output = T>,
+    {
+        let mut out = Vec::with_capacity((i1 - i0) * width);
+        for i in i0..i1 {
+            out.extend(self.row(b, i, width).iter().map(|&x| x * scale));
+        }
+        out
+    }
+}
+
 /// The maximum of `init` and `row`, in eight lanes (vectorises; max is
 /// exact, so the grouping does not change the result).
 #[inline(always)]
@@ -168,7 +216,7 @@ fn scores<T: NnFloat>(
     j0: usize,
     bc: usize,
     qs: &[T],
-    k_head: &[T],
+    k: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     sblk: &mut [T],
 ) {
@@ -178,8 +226,8 @@ fn scores<T: NnFloat>(
         MatView::rows(br, bc, bc),
         qs,
         MatView::rows(br, e, e),
-        &k_head[j0 * e..(j0 + bc) * e],
-        MatView::rows(bc, e, e).t(),
+        &k.head(b)[j0 * k.row_stride..],
+        MatView::rows(bc, e, k.row_stride).t(),
         false,
     );
     if let Some(m) = mask {
@@ -252,21 +300,22 @@ fn apply_dropout<T: NnFloat>(
 
 /// The forward: writes every element of `out` (`[batch, L, Ev]`,
 /// row-major) and of `lse`, the per-row logsumexp of the scores
-/// (`[batch, L]`; `-inf` for a fully masked row). `q` is `[batch, L, E]`, `k` `[batch, S, E]`, `v`
-/// `[batch, S, Ev]`, all contiguous.
+/// (`[batch, L]`; `-inf` for a fully masked row). `q` is `[batch, L, E]`,
+/// `k` `[batch, S, E]`, `v` `[batch, S, Ev]`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<T: NnFloat>(
     g: &Geometry,
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     out: &mut [MaybeUninit<T>],
     lse: &mut [MaybeUninit<T>],
 ) {
-    let (l, e, ev) = (g.l, g.e, g.ev);
-    assert!(q.len() == g.batch * l * e && k.len() == g.batch * g.s * e);
-    assert!(v.len() == g.batch * g.s * ev);
+    let (l, ev) = (g.l, g.ev);
+    for x in [q, k, v] {
+        assert_eq!(x.heads.len(), g.batch, "one offset per head");
+    }
     assert!(out.len() == g.batch * l * ev && lse.len() == g.batch * l);
     if l == 0 {
         return;
@@ -292,25 +341,18 @@ fn forward_block<T: NnFloat>(
     g: &Geometry,
     b: usize,
     i0: usize,
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     out: &mut [MaybeUninit<T>],
     lse: &mut [MaybeUninit<T>],
 ) {
-    let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
+    let (l, ev) = (g.l, g.ev);
     let i1 = (i0 + BLOCK_ROWS).min(l);
     let br = i1 - i0;
-    let scale = T::from_f64(g.scale);
-    let qs: Vec<T> = q[(b * l + i0) * e..(b * l + i1) * e]
-        .iter()
-        .map(|&x| x * scale)
-        .collect();
-    let (k_head, v_head) = (
-        &k[b * s * e..(b + 1) * s * e],
-        &v[b * s * ev..(b + 1) * s * ev],
-    );
+    let qs = q.scaled(b, i0, i1, g.e, T::from_f64(g.scale));
+    let v_head = v.head(b);
     let mut m = vec![T::neg_infinity(); br];
     let mut total = vec![T::zero(); br];
     let mut alpha = vec![T::zero(); br];
@@ -320,7 +362,7 @@ fn forward_block<T: NnFloat>(
     for j0 in (0..end).step_by(BLOCK_COLS) {
         let bc = BLOCK_COLS.min(end - j0);
         let blk = &mut sblk[..br * bc];
-        scores(g, b, i0, br, j0, bc, &qs, k_head, mask, blk);
+        scores(g, b, i0, br, j0, bc, &qs, k, mask, blk);
         for r in 0..br {
             let row = &mut blk[r * bc..(r + 1) * bc];
             let top = row_max(row, m[r]);
@@ -356,8 +398,8 @@ fn forward_block<T: NnFloat>(
             MatView::rows(br, ev, ev),
             blk,
             MatView::rows(br, bc, bc),
-            &v_head[j0 * ev..(j0 + bc) * ev],
-            MatView::rows(bc, ev, ev),
+            &v_head[j0 * v.row_stride..],
+            MatView::rows(bc, ev, v.row_stride),
             false,
         );
     }
@@ -375,26 +417,29 @@ fn forward_block<T: NnFloat>(
     write_all(out, &acc);
 }
 
-/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`) given the
-/// output `o`, its gradient `d_o` (both `[batch, L, Ev]`) and the forward's
-/// logsumexp `lse` (`[batch, L]`).
+/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`, each
+/// row-major) given the output `o` (row-major), its gradient `d_o` (both
+/// `[batch, L, Ev]`) and the forward's logsumexp `lse` (`[batch, L]`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: NnFloat>(
     g: &Geometry,
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     o: &[T],
-    d_o: &[T],
+    d_o: &Rows<'_, T>,
     lse: &[T],
     [dq, dk, dv]: [&mut [MaybeUninit<T>]; 3],
 ) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
-    assert!(o.len() == g.batch * l * ev && d_o.len() == o.len() && lse.len() == g.batch * l);
-    assert!(q.len() == g.batch * l * e && k.len() == g.batch * s * e);
-    assert!(v.len() == g.batch * s * ev);
-    assert!(dq.len() == q.len() && dk.len() == k.len() && dv.len() == v.len());
+    assert!(o.len() == g.batch * l * ev && lse.len() == g.batch * l);
+    for x in [q, k, v, d_o] {
+        assert_eq!(x.heads.len(), g.batch, "one offset per head");
+    }
+    assert!(
+        dq.len() == g.batch * l * e && dk.len() == g.batch * s * e && dv.len() == g.batch * s * ev
+    );
     chunks_of(dq, l * e, g.batch)
         .into_par_iter()
         .zip(chunks_of(dk, s * e, g.batch))
@@ -409,24 +454,20 @@ pub fn backward<T: NnFloat>(
 fn backward_head<T: NnFloat>(
     g: &Geometry,
     b: usize,
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     o: &[T],
-    d_o: &[T],
+    d_o: &Rows<'_, T>,
     lse: &[T],
     [dq_out, dk_out, dv_out]: [&mut [MaybeUninit<T>]; 3],
 ) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     let scale = T::from_f64(g.scale);
-    let qs: Vec<T> = q[b * l * e..(b + 1) * l * e]
-        .iter()
-        .map(|&x| x * scale)
-        .collect();
-    let k_head = &k[b * s * e..(b + 1) * s * e];
-    let v_head = &v[b * s * ev..(b + 1) * s * ev];
-    let do_head = &d_o[b * l * ev..(b + 1) * l * ev];
+    let qs = q.scaled(b, 0, l, e, scale);
+    let (k_head, v_head) = (k.head(b), v.head(b));
+    let do_head = d_o.scaled(b, 0, l, ev, T::one());
     let o_head = &o[b * l * ev..(b + 1) * l * ev];
     let lse_head = &lse[b * l..(b + 1) * l];
     // D = rowsum(dO ⊙ O).
@@ -450,15 +491,15 @@ fn backward_head<T: NnFloat>(
     };
     for j0 in (0..s).step_by(BLOCK_COLS) {
         let bc = BLOCK_COLS.min(s - j0);
-        let k_blk = &k_head[j0 * e..(j0 + bc) * e];
-        let v_blk = &v_head[j0 * ev..(j0 + bc) * ev];
+        let k_blk = &k_head[j0 * k.row_stride..];
+        let v_blk = &v_head[j0 * v.row_stride..];
         // Causal: query rows below j0 see none of these keys.
         let first = if g.causal { j0 / BLOCK_ROWS } else { 0 };
         for i0 in (first * BLOCK_ROWS..l).step_by(BLOCK_ROWS) {
             let i1 = (i0 + BLOCK_ROWS).min(l);
             let br = i1 - i0;
             let p = &mut pblk[..br * bc];
-            scores(g, b, i0, br, j0, bc, &qs[i0 * e..i1 * e], k_head, mask, p);
+            scores(g, b, i0, br, j0, bc, &qs[i0 * e..i1 * e], k, mask, p);
             for r in 0..br {
                 let ls = lse_head[i0 + r];
                 let row = &mut p[r * bc..(r + 1) * bc];
@@ -496,7 +537,7 @@ fn backward_head<T: NnFloat>(
                 do_blk,
                 MatView::rows(br, ev, ev),
                 v_blk,
-                MatView::rows(bc, ev, ev).t(),
+                MatView::rows(bc, ev, v.row_stride).t(),
                 false,
             );
             apply_dropout(g, b, i0, br, j0, bc, ds);
@@ -517,7 +558,7 @@ fn backward_head<T: NnFloat>(
                 ds,
                 MatView::rows(br, bc, bc),
                 k_blk,
-                MatView::rows(bc, e, e),
+                MatView::rows(bc, e, k.row_stride),
                 false,
             );
             gemm_accumulate(

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::select;
-use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView};
+use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{DType, Dims, Element, Filled, Tensor};
@@ -242,6 +242,32 @@ pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<Ma
     Ok(MaskView { data: m.as_slice_of::<T>(), offsets, row_stride: strides[nb], col_stride: strides[nb + 1] })
 }
 
+/// `t` (`[..batch, rows, width]`) as the kernel reads it: in place through
+/// its strides when each row is contiguous (a permuted view of heads, say),
+/// else from its row-major copy.
+fn rows_of<T: Element>(t: &Tensor) -> Rows<'_, T> {
+    let (shape, strides) = (t.shape(), t.strides());
+    let r = shape.len();
+    let (rows, width) = (shape[r - 2], shape[r - 1]);
+    let in_place = (width <= 1 || strides[r - 1] == 1) && (rows <= 1 || strides[r - 2] > 0);
+    let batch: usize = shape[..r - 2].iter().product();
+    if !in_place || t.is_contiguous() {
+        return Rows::packed(t.as_slice_of::<T>(), batch, rows, width);
+    }
+    let heads = (0..batch)
+        .map(|mut b| {
+            let mut off = 0;
+            for d in (0..r - 2).rev() {
+                off += (b % shape[d]) * strides[d];
+                b /= shape[d];
+            }
+            off
+        })
+        .collect();
+    let data = t.strided::<T>().expect("dtype was checked by the caller").data;
+    Rows { data, heads, row_stride: strides[r - 2] }
+}
+
 /// The fused forward: `(output, logsumexp)`.
 pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
     let mask = mask.map(|m| additive_mask(op, m, q.dtype())).transpose()?;
@@ -254,11 +280,11 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
     lse_shape.push(g.l);
     crate::with_dtype!("scaled_dot_product_attention", q.dtype(), T => {
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
-        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
+        let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
         let mut lse = None;
         let out = Tensor::build::<T>(Dims::from_slice(&out_shape), |o| {
             lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), |ls| {
-                kernel::forward(&g, qs, ks, vs, mv.as_ref(), &mut *o, &mut *ls);
+                kernel::forward(&g, &qs, &ks, &vs, mv.as_ref(), &mut *o, &mut *ls);
                 // SAFETY: `forward` writes every element of both outputs.
                 unsafe { Filled::assume(ls) }
             }));
@@ -284,13 +310,13 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
     }
     crate::with_dtype!("scaled_dot_product_attention", q.dtype(), T => {
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
-        let (qs, ks, vs) = (q.as_slice_of::<T>(), k.as_slice_of::<T>(), v.as_slice_of::<T>());
-        let (os, dos, ls) = (o.as_slice_of::<T>(), d_o.as_slice_of::<T>(), lse.as_slice_of::<T>());
+        let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
+        let (os, dos, ls) = (o.as_slice_of::<T>(), rows_of::<T>(d_o), lse.as_slice_of::<T>());
         let (mut dk, mut dv) = (None, None);
         let dq = Tensor::build::<T>(Dims::from_slice(q.shape()), |dq| {
             dk = Some(Tensor::build::<T>(Dims::from_slice(k.shape()), |dk| {
                 dv = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), |dv| {
-                    kernel::backward(&g, qs, ks, vs, mv.as_ref(), os, dos, ls, [&mut *dq, &mut *dk, &mut *dv]);
+                    kernel::backward(&g, &qs, &ks, &vs, mv.as_ref(), os, &dos, ls, [&mut *dq, &mut *dk, &mut *dv]);
                     // SAFETY: `backward` writes every element of its three outputs.
                     unsafe { Filled::assume(dv) }
                 }));

@@ -342,3 +342,43 @@ fn bool_mask_errors_are_typed() {
         Err(Error::DTypeMismatch { .. })
     ));
 }
+
+/// Heads split from a `[B, T, H, D]` projection by a permute (and from a
+/// fused `[B, T, 3, H, D]` one by narrowing too) reach the kernel as views:
+/// nothing is packed in either sweep, and values and gradients are those of
+/// contiguous heads.
+#[test]
+fn strided_heads_are_read_in_place() {
+    let (b, t, h, d) = (2, 70, 3, 4);
+    for causal in [false, true] {
+        let proj = sample(&[b, t, 3, h, d], 21, 1.0);
+        let g = Graph::new();
+        let x = g.variable(proj.clone());
+        let all = x.try_permute(&[2, 0, 3, 1, 4]).unwrap();
+        let heads: Vec<Var<'_>> = (0..3)
+            .map(|i| all.try_narrow(0, i, 1).unwrap().try_squeeze_dim(0).unwrap())
+            .collect();
+        for v in &heads {
+            assert!(!v.value().is_contiguous() && v.value().shares_storage_with(&proj));
+        }
+        let o = SdpaOptions::new().is_causal(causal);
+        let y = heads[0].try_scaled_dot_product_attention(&heads[1], &heads[2], &o).unwrap();
+        // Gradients reach the permute as a permuted view of dO.
+        let w = g.constant(weights(&[b, t, h, d]).permute(&[0, 2, 1, 3]).unwrap());
+        let grads = y.try_mul(&w).unwrap().sum().backward().unwrap();
+        for v in &heads {
+            assert!(!v.value().has_packed_copy(), "a head was packed");
+        }
+        // The same with contiguous heads.
+        let g2 = Graph::new();
+        let packed: Vec<Var<'_>> = heads.iter().map(|v| g2.variable(v.value().contiguous())).collect();
+        let y2 = packed[0].try_scaled_dot_product_attention(&packed[1], &packed[2], &o).unwrap();
+        let grads2 = y2.try_mul(&g2.constant(w.value().contiguous())).unwrap().sum().backward().unwrap();
+        close(&y.value().to_f64_vec(), &y2.value().to_f64_vec(), 1e-13, "output");
+        let dx = grads.wrt(&x).permute(&[2, 0, 3, 1, 4]).unwrap();
+        for (i, p) in packed.iter().enumerate() {
+            let want = grads2.wrt(p).to_f64_vec();
+            close(&dx.select(0, i).unwrap().to_f64_vec(), &want, 1e-13, "gradient");
+        }
+    }
+}
