@@ -96,7 +96,7 @@ impl Tensor {
         }
         if len <= recycle::MAX_RECYCLED_ELEMENTS {
             return match recycle::build_recycled::<T, _>(shape, len, fill) {
-                Ok(dense) => Tensor::from_repr(Repr::Dense(dense)),
+                Ok(dense) => Tensor::from_repr(Repr::dense(dense)),
                 Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
             };
         }

@@ -26,6 +26,7 @@ mod strided_copy;
 mod view;
 mod word;
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 pub use dtype::DType;
@@ -72,7 +73,17 @@ pub(crate) enum Repr {
     F16(Word),
     /// A 0-d bf16 in the low 16 bits (storage only).
     BF16(Word),
-    Dense(Arc<Dense>),
+    /// Rank >= 1. `ManuallyDrop` because `Tensor`'s `Drop` releases it (out
+    /// of line), so the drop glue of a 0-d tensor inlined everywhere is one
+    /// test of the tag.
+    Dense(ManuallyDrop<Arc<Dense>>),
+}
+
+impl Repr {
+    #[inline(always)]
+    pub(crate) fn dense(dense: Arc<Dense>) -> Repr {
+        Repr::Dense(ManuallyDrop::new(dense))
+    }
 }
 
 pub(crate) struct Dense {
@@ -85,18 +96,23 @@ pub(crate) struct Dense {
 impl Drop for Tensor {
     /// The last owner of a small dense tensor hands its storage to the
     /// recycling pool (see [`recycle`]).
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
-        if let Repr::Dense(dense) = &self.repr {
-            if Arc::strong_count(dense) == 1 {
-                let Repr::Dense(dense) =
-                    std::mem::replace(&mut self.repr, Repr::F32(Word::from_f32(0.0)))
-                else {
-                    unreachable!("matched above")
-                };
-                drop(recycle::recycle(dense));
-            }
+        if let Repr::Dense(dense) = &mut self.repr {
+            // SAFETY: the tensor is being dropped: `dense` is never read
+            // again, and being `ManuallyDrop` it has no drop glue to run twice.
+            release(unsafe { ManuallyDrop::take(dense) });
         }
+    }
+}
+
+/// Drops one owner of dense storage; the last one recycles it.
+/// Out of line: measured, a graph of 0-d values dropped 4% slower (W1 under
+/// callgrind) once the dense path was inlined into every tensor's drop.
+#[inline(never)]
+fn release(dense: Arc<Dense>) {
+    if Arc::strong_count(&dense) == 1 {
+        drop(recycle::recycle(dense));
     }
 }
 
@@ -146,7 +162,7 @@ impl Tensor {
             return data[0].scalar_tensor();
         }
         Tensor {
-            repr: Repr::Dense(Arc::new(Dense {
+            repr: Repr::dense(Arc::new(Dense {
                 shape,
                 buf: T::wrap_buffer(data),
                 view: None,
@@ -630,7 +646,7 @@ impl Tensor {
         Ok(match &self.repr {
             Repr::Dense(d) if d.view.is_some() => self.reshape_view(shape),
             Repr::Dense(d) if !shape.is_empty() => Tensor {
-                repr: Repr::Dense(Arc::new(Dense {
+                repr: Repr::dense(Arc::new(Dense {
                     shape: Dims::from_slice(shape),
                     buf: d.buf.clone(),
                     view: None,

@@ -122,6 +122,9 @@ impl Dense {
 
     /// The row-major elements of a view: a sub-slice of the buffer when the
     /// view is contiguous, else the packed copy (made now if not yet).
+    /// Kept out of line: `Tensor::try_slice` is inlined everywhere, and the
+    /// plain-tensor path must stay small.
+    #[inline(never)]
     pub(super) fn view_slice<'a, T: DataType>(&'a self, v: &'a View) -> Option<&'a [T]> {
         if v.contiguous {
             let all = T::unwrap_buffer(&self.buf)?;
@@ -194,7 +197,7 @@ impl Tensor {
             Repr::Dense(d) => match &d.view {
                 Some(v) if !v.contiguous => {
                     let packed = v.packed.get_or_init(|| d.pack(v)).clone();
-                    Tensor::from_repr(Repr::Dense(Arc::new(Dense {
+                    Tensor::from_repr(Repr::dense(Arc::new(Dense {
                         shape: d.shape.clone(),
                         buf: packed,
                         view: None,
@@ -274,7 +277,7 @@ impl Tensor {
                 packed: OnceLock::new(),
             }))
         };
-        Tensor::from_repr(Repr::Dense(Arc::new(Dense {
+        Tensor::from_repr(Repr::dense(Arc::new(Dense {
             shape,
             buf: d.buf.clone(),
             view,
