@@ -18,7 +18,7 @@ use super::parallel::{ordered_reduce, should_parallelize, CHUNK};
 use crate::tensor::Element;
 
 /// A reduction with one accumulator per output element.
-pub(crate) trait Reducer<T: Element>: Sync {
+pub(crate) trait Reducer<T: Copy + Send + Sync>: Sync {
     /// The accumulator.
     type Acc: Copy + Send + Sync;
     /// The starting accumulator of output element `out` (it may carry
@@ -109,7 +109,7 @@ impl Lanes {
 
 /// Runs `reducer` over `x` (laid out as `lanes` describes) and returns the
 /// accumulators, one per output element.
-pub(crate) fn reduce<T: Element, R: Reducer<T>>(
+pub(crate) fn reduce<T: Copy + Send + Sync, R: Reducer<T>>(
     x: &[T],
     lanes: &Lanes,
     reducer: &R,
@@ -176,7 +176,7 @@ pub(crate) fn reduce<T: Element, R: Reducer<T>>(
 
 /// Feeds `x` (starting at the runs' origin) into `accs`, numbering reduced
 /// elements from `r0`.
-fn walk<T: Element, R: Reducer<T>>(
+fn walk<T: Copy + Send + Sync, R: Reducer<T>>(
     x: &[T],
     runs: &[Run],
     accs: &mut [R::Acc],

@@ -19,6 +19,34 @@ pub trait Pick: Copy + Send + Sync + 'static {
     fn better<T: Element>(a: T, b: T) -> bool;
     /// The value every other value beats or ties.
     fn worst<T: Element>() -> T;
+    /// [`better`](Self::better) on integers.
+    fn better_int(a: i64, b: i64) -> bool;
+}
+
+/// The index of the extremum of each lane of an integer tensor (no NaN:
+/// plain comparisons, the first occurrence of a tie wins).
+struct IntArgExtremum<P>(PhantomData<P>);
+
+impl<P: Pick> Reducer<i64> for IntArgExtremum<P> {
+    type Acc = (i64, usize);
+    #[inline(always)]
+    fn init(&self, _out: usize) -> (i64, usize) {
+        (0, NONE)
+    }
+    #[inline(always)]
+    fn push(&self, acc: &mut (i64, usize), v: i64, r: usize) {
+        if acc.1 == NONE || P::better_int(v, acc.0) {
+            *acc = (v, r);
+        }
+    }
+    #[inline(always)]
+    fn merge(&self, a: (i64, usize), b: (i64, usize)) -> (i64, usize) {
+        if a.1 == NONE || (b.1 != NONE && P::better_int(b.0, a.0)) {
+            b
+        } else {
+            a
+        }
+    }
 }
 
 /// Picks maxima.
@@ -37,6 +65,10 @@ impl Pick for Larger {
     fn worst<T: Element>() -> T {
         T::neg_infinity()
     }
+    #[inline(always)]
+    fn better_int(a: i64, b: i64) -> bool {
+        a > b
+    }
 }
 
 impl Pick for Smaller {
@@ -47,6 +79,10 @@ impl Pick for Smaller {
     #[inline(always)]
     fn worst<T: Element>() -> T {
         T::infinity()
+    }
+    #[inline(always)]
+    fn better_int(a: i64, b: i64) -> bool {
+        a < b
     }
 }
 
@@ -263,13 +299,30 @@ fn arg_extremum<P: Pick>(
     let out_shape = reduced_shape(x.shape(), &axes, keepdim);
     // A half float widens to f32 exactly (same order, same NaNs), so its
     // positions are found there: sampling from bf16 logits needs no cast.
+    // A bool is an i64 0 or 1, in the same order.
     let widened;
-    let x = if x.dtype().is_half() {
-        widened = x.to_dtype(crate::DType::F32);
-        &widened
-    } else {
-        x
+    let x = match x.dtype() {
+        d if d.is_half() => {
+            widened = x.to_dtype(crate::DType::F32);
+            &widened
+        }
+        crate::DType::Bool => {
+            widened = x.to_dtype(crate::DType::I64);
+            &widened
+        }
+        _ => x,
     };
+    if x.dtype() == crate::DType::I64 {
+        let accs = reduce(
+            x.as_slice_of::<i64>(),
+            &lanes,
+            &IntArgExtremum::<P>(PhantomData),
+        );
+        return Ok(Tensor::from_exact_iter(
+            out_shape,
+            accs.iter().map(|&(_, r)| r as i64),
+        ));
+    }
     Ok(crate::with_dtype!(op, x.dtype(), T => {
         let accs = reduce(x.as_slice_of::<T>(), &lanes, &ArgExtremum::<P>(PhantomData));
         Tensor::from_exact_iter(out_shape, accs.iter().map(|&(_, r)| r as i64))
@@ -278,13 +331,19 @@ fn arg_extremum<P: Pick>(
 
 /// The index of the maximum along `axis` (over the flattened tensor for
 /// `None`), as an i64 tensor. Ties go to the first occurrence; a NaN
-/// counts as the maximum. Floats of every width (f16 and bf16 too).
+/// counts as the maximum. Every dtype: floats of every width (f16 and
+/// bf16 too), i64 and bool.
 ///
 /// ```
-/// use retrograd::{kernels::reduce_minmax::argmax, Tensor};
+/// use retrograd::{kernels::reduce_minmax::{argmax, argmin}, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 5.0, 5.0, 7.0, 2.0, 6.0], &[2, 3])?;
 /// assert_eq!(argmax("argmax", &x, Some(1), false)?.to_vec::<i64>()?, vec![1, 0]);
 /// assert_eq!(argmax("argmax", &x, None, false)?.to_vec::<i64>()?, vec![3]);
+/// // Token ids and masks too.
+/// let ids = Tensor::from_vec(vec![3i64, 9, 9, -4], &[4])?;
+/// assert_eq!(argmax("argmax", &ids, None, false)?.to_vec::<i64>()?, vec![1]);
+/// let mask = Tensor::from_vec(vec![false, true, true], &[3])?;
+/// assert_eq!(argmin("argmin", &mask, Some(0), false)?.to_vec::<i64>()?, vec![0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn argmax(op: &'static str, x: &Tensor, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
