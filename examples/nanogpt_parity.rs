@@ -121,16 +121,13 @@ fn main() -> Result<()> {
         }
         Ok(sum / val_ix.len() as f64)
     };
-    for it in 0..=steps {
-        if it % EVAL_INTERVAL == 0 || it == steps {
+    for (it, starts) in train_ix[..steps].iter().enumerate() {
+        if it % EVAL_INTERVAL == 0 {
             println!("eval {it} val {:.6}", estimate(&model)?);
-        }
-        if it == steps {
-            break;
         }
         let lr = learning_rate(it);
         optimizer.set_lr(lr);
-        let (x, y) = windows(train, &train_ix[it], block)?;
+        let (x, y) = windows(train, starts, block)?;
         let graph = Graph::new();
         let loss = model.loss(&graph.constant(x), &y)?;
         let mut grads = loss.backward()?;
@@ -153,6 +150,7 @@ fn main() -> Result<()> {
             loss.value().try_item()?
         );
     }
+    println!("eval {steps} val {:.6}", estimate(&model)?);
     save_tensors(
         dir.join("final_retrograd.safetensors"),
         &model.state_dict(),
