@@ -11,7 +11,7 @@
 //! step-0 gradients to `DIR/grads0_retrograd.safetensors` and the final
 //! weights to `DIR/final_retrograd.safetensors`. The model, data split,
 //! schedule, AdamW groups and clipping are `train_shakespeare`'s at its
-//! defaults (the schedule copied here); only the initial weights and the
+//! defaults; only the initial weights and the
 //! windows come from outside.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use retrograd::data::{shakespeare, train_val_split, CharTokenizer};
 use retrograd::io::{load_tensors, save_tensors};
 use retrograd::nn::{Gpt, GptConfig, Module};
-use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
+use retrograd::optim::{
+    clip_grad_norm, decay_groups, Adam, AdamConfig, LrSchedule, Optimizer, WarmupCosineLr,
+};
 use retrograd::{Error, Graph, Result, Tensor, Var};
 
 const LR: f64 = 1e-3;
@@ -28,18 +30,6 @@ const MIN_LR: f64 = 1e-4;
 const WARMUP: usize = 100;
 const DECAY_ITERS: usize = 2000;
 const EVAL_INTERVAL: usize = 250;
-
-/// `train_shakespeare`'s schedule (nanoGPT's `get_lr`) at its defaults.
-fn learning_rate(it: usize) -> f64 {
-    if it < WARMUP {
-        return LR * (it + 1) as f64 / (WARMUP + 1) as f64;
-    }
-    if it > DECAY_ITERS {
-        return MIN_LR;
-    }
-    let ratio = (it - WARMUP) as f64 / (DECAY_ITERS - WARMUP) as f64;
-    MIN_LR + 0.5 * (1.0 + (std::f64::consts::PI * ratio).cos()) * (LR - MIN_LR)
-}
 
 /// The windows starting at `starts` and the tokens one step later.
 fn windows(data: &[i64], starts: &[i64], block: usize) -> Result<(Tensor, Tensor)> {
@@ -125,7 +115,7 @@ fn main() -> Result<()> {
         if it % EVAL_INTERVAL == 0 {
             println!("eval {it} val {:.6}", estimate(&model)?);
         }
-        let lr = learning_rate(it);
+        let lr = WarmupCosineLr::new(WARMUP, DECAY_ITERS, MIN_LR)?.lr_at(LR, it);
         optimizer.set_lr(lr);
         let (x, y) = windows(train, starts, block)?;
         let graph = Graph::new();

@@ -1,6 +1,7 @@
 //! Learning-rate schedules, with the closed forms of PyTorch's
 //! `torch.optim.lr_scheduler` (`StepLR`, `MultiStepLR`, `ExponentialLR`,
-//! `CosineAnnealingLR`, and `LinearLR` warm-up chained by `SequentialLR`).
+//! `CosineAnnealingLR`, and `LinearLR` warm-up chained by `SequentialLR`),
+//! and nanoGPT's warm-up plus cosine ([`WarmupCosineLr`]).
 //!
 //! A schedule is a pure function of the base rate and the step count, so it
 //! composes with any [`Optimizer`] through `set_lr`, and a checkpoint only
@@ -177,6 +178,57 @@ impl LrSchedule for CosineAnnealingLr {
     fn lr_at(&self, base_lr: f64, t: usize) -> f64 {
         let phase = std::f64::consts::PI * t as f64 / self.t_max as f64;
         self.eta_min + (base_lr - self.eta_min) * (1.0 + phase.cos()) / 2.0
+    }
+}
+
+/// nanoGPT's schedule (`get_lr` in its `train.py`): a linear warm-up over
+/// `warmup_steps` (step `t` at `(t + 1) / (warmup_steps + 1)` of the base
+/// rate), then a cosine from the base rate down to `min_lr` at step
+/// `decay_steps`, and `min_lr` after.
+///
+/// ```
+/// use retrograd::optim::{LrSchedule, WarmupCosineLr};
+/// let s = WarmupCosineLr::new(100, 2000, 1e-4)?;
+/// assert_eq!(s.lr_at(1e-3, 0), 1e-3 / 101.0);
+/// assert_eq!(s.lr_at(1e-3, 100), 1e-3);
+/// assert!((s.lr_at(1e-3, 1050) - 5.5e-4).abs() < 1e-12); // half-way down
+/// assert_eq!(s.lr_at(1e-3, 5000), 1e-4);
+/// assert!(WarmupCosineLr::new(100, 2000, -1.0).is_err());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct WarmupCosineLr {
+    warmup_steps: usize,
+    decay_steps: usize,
+    min_lr: f64,
+}
+
+impl WarmupCosineLr {
+    /// Warms up over `warmup_steps`, then decays to `min_lr` (>= 0) at step
+    /// `decay_steps` (a decay that ends before the warm-up does gives
+    /// `min_lr` right after it, as nanoGPT's formula does).
+    pub fn new(warmup_steps: usize, decay_steps: usize, min_lr: f64) -> Result<Self> {
+        super::check_non_negative("WarmupCosineLr", "min_lr", min_lr)?;
+        Ok(WarmupCosineLr {
+            warmup_steps,
+            decay_steps,
+            min_lr,
+        })
+    }
+}
+
+impl LrSchedule for WarmupCosineLr {
+    fn lr_at(&self, base_lr: f64, t: usize) -> f64 {
+        if t < self.warmup_steps {
+            return base_lr * (t + 1) as f64 / (self.warmup_steps + 1) as f64;
+        }
+        if t > self.decay_steps {
+            return self.min_lr;
+        }
+        let span = self.decay_steps.saturating_sub(self.warmup_steps).max(1);
+        let ratio = (t - self.warmup_steps) as f64 / span as f64;
+        let coeff = 0.5 * (1.0 + (std::f64::consts::PI * ratio).cos());
+        self.min_lr + coeff * (base_lr - self.min_lr)
     }
 }
 

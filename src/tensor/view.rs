@@ -441,6 +441,24 @@ impl Tensor {
         Ok(self.select_dim(d, index))
     }
 
+    /// A size-1 dimension inserted at `dim` (in `-rank-1..=rank`), sharing
+    /// storage (a view stays a view).
+    ///
+    /// ```
+    /// use retrograd::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?.transpose(0, 1)?;
+    /// let u = x.unsqueeze(-1)?;
+    /// assert_eq!(u.shape(), &[2, 2, 1]);
+    /// assert!(u.shares_storage_with(&x) && !u.is_contiguous());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let d = normalize_axis("unsqueeze", dim, self.rank() + 1)?;
+        let mut shape = Dims::from_slice(self.shape());
+        shape.insert(d, 1);
+        self.reshape(&shape)
+    }
+
     /// Broadcasts to `shape` under NumPy's rules without copying: the
     /// broadcast dimensions read the same elements (stride 0).
     ///
