@@ -556,11 +556,12 @@ mod ddp {
             optimizer.step(&grads)?;
         }
         if lead {
-            println!(
-                "best validation loss {best_val:.4}, kept in {}",
-                args.out.display()
-            );
             let (restored, restored_tokenizer) = load_model(&args.out)?;
+            println!(
+                "best validation estimate {best_val:.4}, kept in {}: validation loss {:.4} over the whole split",
+                args.out.display(),
+                split_loss(&restored, val, args.batch_size)?
+            );
             println!("{}", sample(&restored, &restored_tokenizer, args)?);
         }
         Ok(())
