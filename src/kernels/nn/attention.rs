@@ -124,6 +124,18 @@ impl<'a, T: Copy> Rows<'a, T> {
     }
 }
 
+impl<'a, T: NnFloat> Rows<'a, T> {
+    /// The `rows` rows of head `b` as one row-major block: borrowed when
+    /// they already are one, else copied.
+    fn packed_head(&self, b: usize, rows: usize, width: usize) -> std::borrow::Cow<'a, [T]> {
+        if self.row_stride == width || rows <= 1 {
+            std::borrow::Cow::Borrowed(&self.head(b)[..rows * width])
+        } else {
+            std::borrow::Cow::Owned(self.scaled(b, 0, rows, width, T::one()))
+        }
+    }
+}
+
 /// The maximum of `init` and `row`, in eight lanes (vectorises; max is
 /// exact, so the grouping does not change the result).
 #[inline(always)]
@@ -467,7 +479,7 @@ fn backward_head<T: NnFloat>(
     let scale = T::from_f64(g.scale);
     let qs = q.scaled(b, 0, l, e, scale);
     let (k_head, v_head) = (k.head(b), v.head(b));
-    let do_head = d_o.scaled(b, 0, l, ev, T::one());
+    let do_head = d_o.packed_head(b, l, ev);
     let o_head = &o[b * l * ev..(b + 1) * l * ev];
     let lse_head = &lse[b * l..(b + 1) * l];
     // D = rowsum(dO ⊙ O).

@@ -363,9 +363,11 @@ fn strided_heads_are_read_in_place() {
         }
         let o = SdpaOptions::new().is_causal(causal);
         let y = heads[0].try_scaled_dot_product_attention(&heads[1], &heads[2], &o).unwrap();
-        // Gradients reach the permute as a permuted view of dO.
-        let w = g.constant(weights(&[b, t, h, d]).permute(&[0, 2, 1, 3]).unwrap());
-        let grads = y.try_mul(&w).unwrap().sum().backward().unwrap();
+        // Heads merged back by a permute: dO reaches the kernel as a
+        // permuted view of the merged gradient.
+        let w = g.constant(weights(&[b, t, h, d]));
+        let merged = y.try_permute(&[0, 2, 1, 3]).unwrap();
+        let grads = merged.try_mul(&w).unwrap().sum().backward().unwrap();
         for v in &heads {
             assert!(!v.value().has_packed_copy(), "a head was packed");
         }
@@ -373,7 +375,8 @@ fn strided_heads_are_read_in_place() {
         let g2 = Graph::new();
         let packed: Vec<Var<'_>> = heads.iter().map(|v| g2.variable(v.value().contiguous())).collect();
         let y2 = packed[0].try_scaled_dot_product_attention(&packed[1], &packed[2], &o).unwrap();
-        let grads2 = y2.try_mul(&g2.constant(w.value().contiguous())).unwrap().sum().backward().unwrap();
+        let w2 = g2.constant(weights(&[b, t, h, d]).permute(&[0, 2, 1, 3]).unwrap().contiguous());
+        let grads2 = y2.try_mul(&w2).unwrap().sum().backward().unwrap();
         close(&y.value().to_f64_vec(), &y2.value().to_f64_vec(), 1e-13, "output");
         let dx = grads.wrt(&x).permute(&[2, 0, 3, 1, 4]).unwrap();
         for (i, p) in packed.iter().enumerate() {
