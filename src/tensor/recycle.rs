@@ -137,10 +137,12 @@ pub(crate) fn recycle(mut dense: Arc<Dense>) -> Option<Arc<Dense>> {
         return Some(dense);
     };
     let (dtype, len) = (inner.buf.dtype(), inner.buf.len());
-    // A view's buffer is not its own shape's, so it is not pooled.
-    if len > MAX_RECYCLED_ELEMENTS || len == 0 || inner.view.is_some() || !inner.buf.is_unique() {
+    if len > MAX_RECYCLED_ELEMENTS || len == 0 || !inner.buf.is_unique() {
         return Some(dense);
     }
+    // The last view of a buffer hands the whole buffer back (its packed
+    // copy, a tensor of its own, is recycled as it drops here).
+    inner.forget_view();
     let cost = footprint(dtype, len);
     let refused = POOL.try_with(|p| {
         let mut p = p.borrow_mut();

@@ -6,12 +6,10 @@
 //! in tiles so both sides stay in cache.
 
 use std::mem::MaybeUninit;
-use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::storage;
-use super::{DataType, Dims, Filled};
+use super::{DataType, Dims};
 
 /// Output elements above which the copy is split across threads (as
 /// `kernels::parallel`'s threshold: below it, waking the pool costs more).
@@ -24,19 +22,20 @@ fn parallel(n: usize) -> bool {
     n >= PARALLEL_ELEMENTS && rayon::current_num_threads() > 1
 }
 
-/// The elements of `shape` read from `src` at `strides`, row-major.
-pub(crate) fn gather<T: DataType>(src: &[T], shape: &[usize], strides: &[usize]) -> Arc<[T]> {
+/// Writes the elements of `shape` read from `src` at `strides` into
+/// `out`, row-major: every element of `out`, which has `shape`'s count.
+pub(crate) fn gather_into<T: DataType>(
+    src: &[T],
+    out: &mut [MaybeUninit<T>],
+    shape: &[usize],
+    strides: &[usize],
+) {
     let (dims, steps) = coalesce(shape, strides);
-    let n = dims.iter().product::<usize>();
-    let n = if shape.contains(&0) { 0 } else { n };
-    storage::build(n, |out| {
-        if n > 0 {
-            copy(src, out, &dims, &steps);
-        }
-        // SAFETY: `copy` writes every element of an output of `dims`'s
-        // element count, which is `shape`'s (coalescing keeps it).
-        unsafe { Filled::assume(out) }
-    })
+    if shape.contains(&0) {
+        assert!(out.is_empty(), "an empty shape has no elements");
+        return;
+    }
+    copy(src, out, &dims, &steps);
 }
 
 /// `shape` and `strides` without size-1 dimensions and with neighbours
@@ -151,6 +150,16 @@ fn copy<T: DataType>(src: &[T], out: &mut [MaybeUninit<T>], dims: &[usize], stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gather(src: &[i64], shape: &[usize], strides: &[usize]) -> Vec<i64> {
+        let n = shape.iter().product();
+        let mut out = vec![MaybeUninit::uninit(); n];
+        gather_into(src, &mut out, shape, strides);
+        // SAFETY: `gather_into` wrote every element.
+        out.into_iter()
+            .map(|v| unsafe { v.assume_init() })
+            .collect()
+    }
 
     /// The reference: every index of `shape`, read one by one.
     fn naive(src: &[i64], shape: &[usize], strides: &[usize]) -> Vec<i64> {

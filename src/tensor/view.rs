@@ -16,8 +16,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::shape::{broadcastable_to, checked_numel, contiguous_strides, normalize_axis, Dims};
-use super::storage::Buffer;
-use super::{element_count, strided_copy, DataType, Dense, Repr, Tensor};
+use super::{element_count, strided_copy, DataType, Dense, Filled, Repr, Tensor};
 use crate::error::{Error, Result};
 
 /// The layout of a dense tensor that is not row-major over its whole
@@ -28,8 +27,9 @@ pub(crate) struct View {
     numel: usize,
     /// Whether the elements lie row-major from `offset` (no packing needed).
     contiguous: bool,
-    /// The elements in row-major order, copied on first need.
-    packed: OnceLock<Buffer>,
+    /// The elements in row-major order, copied on first need: a plain
+    /// tensor, so its storage comes from and goes back to the recycling pool.
+    packed: OnceLock<Tensor>,
 }
 
 impl View {
@@ -130,15 +130,27 @@ impl Dense {
             let all = T::unwrap_buffer(&self.buf)?;
             return Some(&all[v.offset..v.offset + v.numel]);
         }
-        let packed = v.packed.get_or_init(|| self.pack(v));
-        T::unwrap_buffer(packed).map(|a| &a[..])
+        v.packed.get_or_init(|| self.pack(v)).try_slice::<T>()
     }
 
-    fn pack(&self, v: &View) -> Buffer {
+    fn pack(&self, v: &View) -> Tensor {
         crate::with_any_dtype!(self.buf.dtype(), T => {
             let src = T::unwrap_buffer(&self.buf).expect("the buffer's own dtype");
-            T::wrap_buffer(strided_copy::gather(&src[v.offset..], &self.shape, &v.strides))
+            Tensor::build::<T>(self.shape.clone(), |out| {
+                strided_copy::gather_into(&src[v.offset..], out, &self.shape, &v.strides);
+                // SAFETY: `gather_into` writes every element of an output
+                // of `shape`'s element count.
+                unsafe { Filled::assume(out) }
+            })
         })
+    }
+
+    /// Turns a view that is the last owner of its buffer back into a plain
+    /// tensor over the whole buffer, for the recycling pool.
+    pub(super) fn forget_view(&mut self) {
+        if self.view.take().is_some() {
+            self.shape = Dims::from_slice(&[self.buf.len()]);
+        }
     }
 }
 
@@ -195,14 +207,7 @@ impl Tensor {
     pub fn contiguous(&self) -> Tensor {
         match &self.repr {
             Repr::Dense(d) => match &d.view {
-                Some(v) if !v.contiguous => {
-                    let packed = v.packed.get_or_init(|| d.pack(v)).clone();
-                    Tensor::from_repr(Repr::dense(Arc::new(Dense {
-                        shape: d.shape.clone(),
-                        buf: packed,
-                        view: None,
-                    })))
-                }
+                Some(v) if !v.contiguous => v.packed.get_or_init(|| d.pack(v)).clone(),
                 _ => self.clone(),
             },
             _ => self.clone(),
