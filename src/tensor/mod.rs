@@ -106,9 +106,8 @@ impl Drop for Tensor {
     }
 }
 
-/// Drops one owner of dense storage; the last one recycles it.
-/// Out of line: measured, a graph of 0-d values dropped 4% slower (W1 under
-/// callgrind) once the dense path was inlined into every tensor's drop.
+/// Drops one owner of dense storage; the last one recycles it. Out of
+/// line, so a 0-d tensor's drop stays one tag test (ARCHITECTURE.md, PERF).
 #[inline(never)]
 fn release(dense: Arc<Dense>) {
     if Arc::strong_count(&dense) == 1 {
