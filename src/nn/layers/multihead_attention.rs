@@ -209,8 +209,8 @@ impl MultiheadAttention {
         x.try_reshape(&[b, t, h, -1])?.try_permute(&[0, 2, 1, 3])
     }
 
-    /// `[B, T, 3E]` -> the `[B, H, T, D]` heads of q, k and v, with one
-    /// reordering copy of the three together.
+    /// `[B, T, 3E]` -> the `[B, H, T, D]` heads of q, k and v: strided
+    /// views of the projection, which attention reads in place (no copy).
     fn split_qkv<'g>(&self, qkv: &Var<'g>) -> Result<[Var<'g>; 3]> {
         let (b, t, h) = (
             qkv.shape()[0] as isize,
