@@ -229,17 +229,24 @@ pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<Ma
     let g = &plan.geo;
     let strides = mask_strides(OP, m.shape(), &plan.batch_dims, g.l, g.s)?;
     let nb = plan.batch_dims.len();
-    let offsets = (0..g.batch)
+    let offsets = head_offsets(&plan.batch_dims, &strides[..nb]);
+    Ok(MaskView { data: m.as_slice_of::<T>(), offsets, row_stride: strides[nb], col_stride: strides[nb + 1] })
+}
+
+/// Where each head (row-major over `batch_dims`) starts, for an operand
+/// whose batch dimensions step by `strides` (0 where broadcast).
+fn head_offsets(batch_dims: &[usize], strides: &[usize]) -> Vec<usize> {
+    let heads: usize = batch_dims.iter().product();
+    (0..heads)
         .map(|mut b| {
             let mut off = 0;
-            for d in (0..nb).rev() {
-                off += (b % plan.batch_dims[d]) * strides[d];
-                b /= plan.batch_dims[d];
+            for d in (0..batch_dims.len()).rev() {
+                off += (b % batch_dims[d]) * strides[d];
+                b /= batch_dims[d];
             }
             off
         })
-        .collect();
-    Ok(MaskView { data: m.as_slice_of::<T>(), offsets, row_stride: strides[nb], col_stride: strides[nb + 1] })
+        .collect()
 }
 
 /// `t` (`[..batch, rows, width]`) as the kernel reads it: in place through
@@ -250,20 +257,11 @@ fn rows_of<T: Element>(t: &Tensor) -> Rows<'_, T> {
     let r = shape.len();
     let (rows, width) = (shape[r - 2], shape[r - 1]);
     let in_place = (width <= 1 || strides[r - 1] == 1) && (rows <= 1 || strides[r - 2] > 0);
-    let batch: usize = shape[..r - 2].iter().product();
     if !in_place || t.is_contiguous() {
+        let batch = shape[..r - 2].iter().product();
         return Rows::packed(t.as_slice_of::<T>(), batch, rows, width);
     }
-    let heads = (0..batch)
-        .map(|mut b| {
-            let mut off = 0;
-            for d in (0..r - 2).rev() {
-                off += (b % shape[d]) * strides[d];
-                b /= shape[d];
-            }
-            off
-        })
-        .collect();
+    let heads = head_offsets(&shape[..r - 2], &strides[..r - 2]);
     let data = t.strided::<T>().expect("dtype was checked by the caller").data;
     Rows { data, heads, row_stride: strides[r - 2] }
 }
