@@ -8,14 +8,14 @@
 //! tall product (`[batch * m, k] x [k, n]`), which is both fewer calls and a
 //! better shape for the packed kernels.
 //!
-//! Threading: `gemm` parallelises one product with rayon; a batch of small
+//! Threading: one large product is cut into one part per rayon thread,
+//! each part a single-threaded gemm call ([`gemm_split`]); a batch of small
 //! products is instead split across rayon by matrix, each on one thread.
 //! Below [`PARALLEL_FLOPS`] everything stays on the calling thread, since
 //! waking the pool costs more than the product.
 
 use std::mem::MaybeUninit;
 
-use gemm::Parallelism;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -290,40 +290,36 @@ fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
         (oa, ob)
     };
     if plan.count == 1 || !pool || work >= PARALLEL_FLOPS {
-        // One product at a time, each threaded by gemm when large enough.
-        let par = if pool && work >= PARALLEL_FLOPS {
-            Parallelism::Rayon(0)
-        } else {
-            Parallelism::None
-        };
+        // One product at a time, each split across the pool when large enough.
+        let threaded = pool && work >= PARALLEL_FLOPS;
         for (i, c) in out.chunks_mut(m * n).enumerate() {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, par);
+            gemm_into(plan, &a[oa..], &b[ob..], c, threaded);
         }
     } else if work.saturating_mul(plan.count) >= PARALLEL_FLOPS {
         // Many small products: one per task, each single-threaded.
         out.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, Parallelism::None);
+            gemm_into(plan, &a[oa..], &b[ob..], c, false);
         });
     } else {
         for (i, c) in out.chunks_mut(m * n).enumerate() {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, Parallelism::None);
+            gemm_into(plan, &a[oa..], &b[ob..], c, false);
         }
     }
 }
 
 /// One `[m, k] x [k, n]` product into a row-major `[m, n]` block, every
 /// element of which gemm writes (with `read_dst = false` it stores
-/// `beta * a b` without reading the destination).
+/// `a b` without reading the destination).
 #[inline]
 fn gemm_into<T: Element>(
     plan: &Plan,
     a: &[T],
     b: &[T],
     out: &mut [MaybeUninit<T>],
-    par: Parallelism,
+    threaded: bool,
 ) {
     let (m, n, k) = (plan.m, plan.n, plan.k);
     debug_assert_eq!(out.len(), m * n);
@@ -332,31 +328,136 @@ fn gemm_into<T: Element>(
         (rows - 1) * op.row_stride as usize + (cols - 1) * op.col_stride as usize
     };
     assert!(reach(plan.a, m, k) < a.len() && reach(plan.b, k, n) < b.len());
+    let raw = |ptr: *const T, op: Operand| RawMat {
+        ptr,
+        row_stride: op.row_stride,
+        col_stride: op.col_stride,
+    };
+    let dst = RawMat {
+        ptr: out.as_mut_ptr() as *const T,
+        row_stride: n as isize,
+        col_stride: 1,
+    };
     // SAFETY: the views stay inside `a`, `b` and `out` (checked above and by
     // construction of the plan); with `read_dst = false` gemm only writes
-    // `out`, so it may be uninitialised; f32 and f64 are gemm's own types.
+    // `out`, so it may be uninitialised.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr() as *mut T,
-            1,
-            n as isize,
+        gemm_split(
+            [m, n, k],
+            dst,
             false,
-            a.as_ptr(),
-            plan.a.col_stride,
-            plan.a.row_stride,
-            b.as_ptr(),
-            plan.b.col_stride,
-            plan.b.row_stride,
-            T::zero(),
-            T::one(),
-            false,
-            false,
-            false,
-            par,
-        );
+            raw(a.as_ptr(), plan.a),
+            raw(b.as_ptr(), plan.b),
+            threaded,
+        )
+    }
+}
+
+/// A matrix behind a raw pointer: element `(i, j)` at
+/// `ptr + i * row_stride + j * col_stride`.
+#[derive(Clone, Copy)]
+struct RawMat<T> {
+    ptr: *const T,
+    row_stride: isize,
+    col_stride: isize,
+}
+
+// SAFETY: only `gemm_split` dereferences the pointer, under its caller's
+// contract, and its tasks write disjoint parts of the destination.
+unsafe impl<T> Send for RawMat<T> {}
+// SAFETY: as for `Send`: shared only to hand each task its own part.
+unsafe impl<T> Sync for RawMat<T> {}
+
+impl<T> RawMat<T> {
+    fn at(self, i: usize, j: usize) -> Self {
+        RawMat {
+            ptr: self
+                .ptr
+                .wrapping_offset(i as isize * self.row_stride + j as isize * self.col_stride),
+            ..self
+        }
+    }
+}
+
+/// Rows and columns per part when [`gemm_split`] cuts a product: multiples
+/// of gemm's register tiles, so no part gets a ragged edge in the middle.
+const SPLIT_ROWS: usize = 16;
+const SPLIT_COLS: usize = 32;
+
+/// `dst (+)= a b` for `[m, k] x [k, n]`. With `threaded`, the destination
+/// is cut into one part per pool thread, along its rows when `m >= n` and
+/// its columns otherwise, and each part is one single-threaded gemm call.
+///
+/// That beats gemm's own threading on this 2-core machine by 0-50% on the
+/// MLP and GPT shapes (most on `g Wᵀ` with few rows) and loses nowhere by
+/// more than noise (`bench/gemm-bakeoff`, "gemm-rows"/"gemm-cols";
+/// BENCHMARKS.md, "GEMM crates side by side").
+///
+/// # Safety
+/// The three views must lie inside their allocations, `dst` must not
+/// overlap `a` or `b`, and with `read_dst` it must be initialised.
+unsafe fn gemm_split<T: Element>(
+    [m, n, k]: [usize; 3],
+    dst: RawMat<T>,
+    read_dst: bool,
+    a: RawMat<T>,
+    b: RawMat<T>,
+    threaded: bool,
+) {
+    let threads = if threaded {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    let by_rows = m >= n;
+    let (extent, panel) = if by_rows {
+        (m, SPLIT_ROWS)
+    } else {
+        (n, SPLIT_COLS)
+    };
+    let parts = threads.min(extent.div_ceil(panel)).max(1);
+    let per = extent.div_ceil(panel).div_ceil(parts) * panel;
+    let part = |t: usize| {
+        let start = (t * per).min(extent);
+        let len = per.min(extent - start);
+        if len == 0 {
+            return;
+        }
+        let (rows, cols, dst, a, b) = if by_rows {
+            (len, n, dst.at(start, 0), a.at(start, 0), b)
+        } else {
+            (m, len, dst.at(0, start), a, b.at(0, start))
+        };
+        // SAFETY: the part is a block of the caller's views; parts are
+        // disjoint in `dst`. f32 and f64 are gemm's own element types.
+        unsafe {
+            gemm::gemm(
+                rows,
+                cols,
+                k,
+                dst.ptr as *mut T,
+                dst.col_stride,
+                dst.row_stride,
+                read_dst,
+                a.ptr,
+                a.col_stride,
+                a.row_stride,
+                b.ptr,
+                b.col_stride,
+                b.row_stride,
+                T::one(),
+                T::one(),
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    };
+    if parts == 1 {
+        part(0);
+    } else {
+        (0..parts).into_par_iter().for_each(part);
     }
 }
 
@@ -506,35 +607,21 @@ unsafe fn gemm_raw<T: Element>(
     if d.rows == 0 || d.cols == 0 {
         return;
     }
-    let par = if threaded && rayon::current_num_threads() > 1 {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
+    let view = |ptr: *const T, v: MatView| RawMat {
+        ptr,
+        row_stride: v.row_stride as isize,
+        col_stride: v.col_stride as isize,
     };
-    // SAFETY: forwarded from the caller's contract; f32 and f64 are gemm's
-    // own element types.
+    // SAFETY: forwarded from the caller's contract.
     unsafe {
-        gemm::gemm(
-            d.rows,
-            d.cols,
-            av.cols,
-            dst,
-            d.col_stride as isize,
-            d.row_stride as isize,
+        gemm_split(
+            [d.rows, d.cols, av.cols],
+            view(dst, d),
             read_dst,
-            a.as_ptr(),
-            av.col_stride as isize,
-            av.row_stride as isize,
-            b.as_ptr(),
-            bv.col_stride as isize,
-            bv.row_stride as isize,
-            T::one(),
-            T::one(),
-            false,
-            false,
-            false,
-            par,
-        );
+            view(a.as_ptr(), av),
+            view(b.as_ptr(), bv),
+            threaded,
+        )
     }
 }
 
@@ -703,7 +790,7 @@ mod tests {
 
     #[test]
     fn large_products_use_threads_and_agree() {
-        // Above PARALLEL_FLOPS: one product threaded by gemm.
+        // Above PARALLEL_FLOPS: one product split across the pool.
         let (m, k, n) = (200, 210, 190);
         assert!(m * n * k >= PARALLEL_FLOPS);
         let a = seq(m * k, 0.01);

@@ -21,7 +21,10 @@
 //! `MATMUL_NUM_THREADS` once (set here before its first call) and OpenBLAS
 //! gets `openblas_set_num_threads`. With `--threads 2` the table also has
 //! `gemm-seq` (`Parallelism::None`), which is what retrograd runs below its
-//! `PARALLEL_FLOPS` (192^3 multiply-adds).
+//! `PARALLEL_FLOPS` (192^3 multiply-adds), and `gemm-rows` and `gemm-cols`:
+//! the product cut into one part per thread along C's rows or columns, each
+//! part a single-threaded gemm call. retrograd runs `gemm-rows` when
+//! `m >= n` and `gemm-cols` otherwise (`kernels::matmul::gemm_split`).
 //!
 //! Each repetition runs every crate once, in an order rotated by one per
 //! repetition (the machine is shared and noisy, so a burst of load hits all
@@ -136,6 +139,8 @@ fn cases() -> Vec<Case> {
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Crate {
+    GemmSplit,
+    GemmRows,
     Gemm,
     GemmSeq,
     Faer,
@@ -147,6 +152,8 @@ enum Crate {
 impl Crate {
     fn label(self) -> &'static str {
         match self {
+            Crate::GemmSplit => "gemm-cols",
+            Crate::GemmRows => "gemm-rows",
             Crate::Gemm => "gemm",
             Crate::GemmSeq => "gemm-seq",
             Crate::Faer => "faer",
@@ -163,6 +170,94 @@ fn run(which: Crate, case: &Case, threads: usize, a: &[f32], b: &[f32], c: &mut 
     let (a_rs, a_cs, b_rs, b_cs) = case.strides();
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
     match which {
+        Crate::GemmSplit => {
+            // retrograd's split (`kernels::matmul::gemm_split`) along
+            // columns: `threads` parts of whole 32-column panels, each one
+            // single-threaded gemm call.
+            let parts = threads.min(n.div_ceil(32)).max(1);
+            let per = n.div_ceil(32).div_ceil(parts) * 32;
+            let (ap, bp, cp) = (
+                a.as_ptr() as usize,
+                b.as_ptr() as usize,
+                c.as_mut_ptr() as usize,
+            );
+            let one = |t: usize| {
+                let c0 = (t * per).min(n);
+                let w = per.min(n - c0);
+                if w == 0 {
+                    return;
+                }
+                // SAFETY: part t covers columns c0..c0 + w of C and B only.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        w,
+                        k,
+                        (cp as *mut f32).add(c0),
+                        1,
+                        n as isize,
+                        false,
+                        ap as *const f32,
+                        a_cs,
+                        a_rs,
+                        (bp as *const f32).offset(c0 as isize * b_cs),
+                        b_cs,
+                        b_rs,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                }
+            };
+            use rayon::prelude::*;
+            (0..parts).into_par_iter().for_each(one);
+        }
+        Crate::GemmRows => {
+            // The same split along rows, in parts of whole 16-row panels.
+            let parts = threads.min(m.div_ceil(16)).max(1);
+            let per = m.div_ceil(16).div_ceil(parts) * 16;
+            let (ap, bp, cp) = (
+                a.as_ptr() as usize,
+                b.as_ptr() as usize,
+                c.as_mut_ptr() as usize,
+            );
+            let one = |t: usize| {
+                let r0 = (t * per).min(m);
+                let h = per.min(m - r0);
+                if h == 0 {
+                    return;
+                }
+                // SAFETY: part t covers rows r0..r0 + h of C and A only.
+                unsafe {
+                    gemm::gemm(
+                        h,
+                        n,
+                        k,
+                        (cp as *mut f32).add(r0 * n),
+                        1,
+                        n as isize,
+                        false,
+                        (ap as *const f32).offset(r0 as isize * a_rs),
+                        a_cs,
+                        a_rs,
+                        bp as *const f32,
+                        b_cs,
+                        b_rs,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                }
+            };
+            use rayon::prelude::*;
+            (0..parts).into_par_iter().for_each(one);
+        }
         Crate::Gemm | Crate::GemmSeq => {
             let par = if which == Crate::GemmSeq || threads == 1 {
                 gemm::Parallelism::None
@@ -321,7 +416,7 @@ fn main() {
     #[cfg(feature = "openblas")]
     crates.push(Crate::OpenBlas);
     if threads > 1 {
-        crates.push(Crate::GemmSeq);
+        crates.extend([Crate::GemmSeq, Crate::GemmRows, Crate::GemmSplit]);
     }
     let labels: Vec<&str> = crates.iter().map(|c| c.label()).collect();
     println!("threads {threads}, reps {reps}, ~{target_ms} ms per sample; median GFLOP/s");
