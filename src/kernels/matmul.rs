@@ -27,7 +27,9 @@ use crate::tensor::{Element, Filled, Strided, Tensor};
 /// one thread against rayon, alternated) on the 2-core AVX-512 machine,
 /// under the load of other jobs: rayon lost at 96^3 and 128^3 (0.72-0.73x),
 /// was even at 192^3 (0.86-1.16x) and won from 256^3 on (up to 1.3-1.7x).
-/// Below 80^3 `gemm` keeps one thread anyway (its own threshold).
+/// That sweep timed gemm's own threading; [`gemm_split`], which replaced
+/// it, forks once per product, and lowering the threshold to 96^3 with it
+/// moved neither the W2 nor the W4 step beyond noise (alternated binaries).
 pub const PARALLEL_FLOPS: usize = 192 * 192 * 192;
 
 /// One operand read as a batch of matrices.
