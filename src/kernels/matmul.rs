@@ -330,15 +330,12 @@ fn gemm_into<T: Element>(
         (rows - 1) * op.row_stride as usize + (cols - 1) * op.col_stride as usize
     };
     assert!(reach(plan.a, m, k) < a.len() && reach(plan.b, k, n) < b.len());
-    let raw = |ptr: *const T, op: Operand| RawMat {
-        ptr,
-        row_stride: op.row_stride,
-        col_stride: op.col_stride,
-    };
     let dst = RawMat {
         ptr: out.as_mut_ptr() as *const T,
-        row_stride: n as isize,
-        col_stride: 1,
+        strides: Operand {
+            row_stride: n as isize,
+            col_stride: 1,
+        },
     };
     // SAFETY: the views stay inside `a`, `b` and `out` (checked above and by
     // construction of the plan); with `read_dst = false` gemm only writes
@@ -348,20 +345,24 @@ fn gemm_into<T: Element>(
             [m, n, k],
             dst,
             false,
-            raw(a.as_ptr(), plan.a),
-            raw(b.as_ptr(), plan.b),
+            RawMat {
+                ptr: a.as_ptr(),
+                strides: plan.a,
+            },
+            RawMat {
+                ptr: b.as_ptr(),
+                strides: plan.b,
+            },
             threaded,
         )
     }
 }
 
-/// A matrix behind a raw pointer: element `(i, j)` at
-/// `ptr + i * row_stride + j * col_stride`.
+/// A matrix behind a raw pointer, read at `strides`.
 #[derive(Clone, Copy)]
 struct RawMat<T> {
     ptr: *const T,
-    row_stride: isize,
-    col_stride: isize,
+    strides: Operand,
 }
 
 // SAFETY: only `gemm_split` dereferences the pointer, under its caller's
@@ -372,10 +373,14 @@ unsafe impl<T> Sync for RawMat<T> {}
 
 impl<T> RawMat<T> {
     fn at(self, i: usize, j: usize) -> Self {
+        let Operand {
+            row_stride,
+            col_stride,
+        } = self.strides;
         RawMat {
             ptr: self
                 .ptr
-                .wrapping_offset(i as isize * self.row_stride + j as isize * self.col_stride),
+                .wrapping_offset(i as isize * row_stride + j as isize * col_stride),
             ..self
         }
     }
@@ -438,15 +443,15 @@ unsafe fn gemm_split<T: Element>(
                 cols,
                 k,
                 dst.ptr as *mut T,
-                dst.col_stride,
-                dst.row_stride,
+                dst.strides.col_stride,
+                dst.strides.row_stride,
                 read_dst,
                 a.ptr,
-                a.col_stride,
-                a.row_stride,
+                a.strides.col_stride,
+                a.strides.row_stride,
                 b.ptr,
-                b.col_stride,
-                b.row_stride,
+                b.strides.col_stride,
+                b.strides.row_stride,
                 T::one(),
                 T::one(),
                 false,
@@ -611,8 +616,10 @@ unsafe fn gemm_raw<T: Element>(
     }
     let view = |ptr: *const T, v: MatView| RawMat {
         ptr,
-        row_stride: v.row_stride as isize,
-        col_stride: v.col_stride as isize,
+        strides: Operand {
+            row_stride: v.row_stride as isize,
+            col_stride: v.col_stride as isize,
+        },
     };
     // SAFETY: forwarded from the caller's contract.
     unsafe {

@@ -170,94 +170,8 @@ fn run(which: Crate, case: &Case, threads: usize, a: &[f32], b: &[f32], c: &mut 
     let (a_rs, a_cs, b_rs, b_cs) = case.strides();
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
     match which {
-        Crate::GemmSplit => {
-            // retrograd's split (`kernels::matmul::gemm_split`) along
-            // columns: `threads` parts of whole 32-column panels, each one
-            // single-threaded gemm call.
-            let parts = threads.min(n.div_ceil(32)).max(1);
-            let per = n.div_ceil(32).div_ceil(parts) * 32;
-            let (ap, bp, cp) = (
-                a.as_ptr() as usize,
-                b.as_ptr() as usize,
-                c.as_mut_ptr() as usize,
-            );
-            let one = |t: usize| {
-                let c0 = (t * per).min(n);
-                let w = per.min(n - c0);
-                if w == 0 {
-                    return;
-                }
-                // SAFETY: part t covers columns c0..c0 + w of C and B only.
-                unsafe {
-                    gemm::gemm(
-                        m,
-                        w,
-                        k,
-                        (cp as *mut f32).add(c0),
-                        1,
-                        n as isize,
-                        false,
-                        ap as *const f32,
-                        a_cs,
-                        a_rs,
-                        (bp as *const f32).offset(c0 as isize * b_cs),
-                        b_cs,
-                        b_rs,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    )
-                }
-            };
-            use rayon::prelude::*;
-            (0..parts).into_par_iter().for_each(one);
-        }
-        Crate::GemmRows => {
-            // The same split along rows, in parts of whole 16-row panels.
-            let parts = threads.min(m.div_ceil(16)).max(1);
-            let per = m.div_ceil(16).div_ceil(parts) * 16;
-            let (ap, bp, cp) = (
-                a.as_ptr() as usize,
-                b.as_ptr() as usize,
-                c.as_mut_ptr() as usize,
-            );
-            let one = |t: usize| {
-                let r0 = (t * per).min(m);
-                let h = per.min(m - r0);
-                if h == 0 {
-                    return;
-                }
-                // SAFETY: part t covers rows r0..r0 + h of C and A only.
-                unsafe {
-                    gemm::gemm(
-                        h,
-                        n,
-                        k,
-                        (cp as *mut f32).add(r0 * n),
-                        1,
-                        n as isize,
-                        false,
-                        (ap as *const f32).offset(r0 as isize * a_rs),
-                        a_cs,
-                        a_rs,
-                        bp as *const f32,
-                        b_cs,
-                        b_rs,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    )
-                }
-            };
-            use rayon::prelude::*;
-            (0..parts).into_par_iter().for_each(one);
-        }
+        Crate::GemmRows => split_gemm(case, threads, a, b, c, true),
+        Crate::GemmSplit => split_gemm(case, threads, a, b, c, false),
         Crate::Gemm | Crate::GemmSeq => {
             let par = if which == Crate::GemmSeq || threads == 1 {
                 gemm::Parallelism::None
@@ -352,6 +266,61 @@ fn run(which: Crate, case: &Case, threads: usize, a: &[f32], b: &[f32], c: &mut 
             }
         }
     }
+}
+
+/// retrograd's split (`kernels::matmul::gemm_split`): C cut into `threads`
+/// parts of whole 16-row (`by_rows`) or 32-column panels, each part one
+/// single-threaded gemm call on a rayon thread.
+fn split_gemm(case: &Case, threads: usize, a: &[f32], b: &[f32], c: &mut [f32], by_rows: bool) {
+    use rayon::prelude::*;
+    let (m, k, n) = (case.m, case.k, case.n);
+    let (a_rs, a_cs, b_rs, b_cs) = case.strides();
+    let (extent, panel) = if by_rows { (m, 16) } else { (n, 32) };
+    let parts = threads.min(extent.div_ceil(panel)).max(1);
+    let per = extent.div_ceil(panel).div_ceil(parts) * panel;
+    let (ap, bp, cp) = (
+        a.as_ptr() as usize,
+        b.as_ptr() as usize,
+        c.as_mut_ptr() as usize,
+    );
+    (0..parts).into_par_iter().for_each(|t| {
+        let start = (t * per).min(extent);
+        let len = per.min(extent - start);
+        if len == 0 {
+            return;
+        }
+        // Part t: rows start..start + len of C and A, or those columns of C and B.
+        let (rows, cols, c_off, a_off, b_off) = if by_rows {
+            (len, n, start * n, start as isize * a_rs, 0)
+        } else {
+            (m, len, start, 0, start as isize * b_cs)
+        };
+        // SAFETY: each part reads inside `a` and `b` and writes its own
+        // block of `c` (lengths checked by `run`).
+        unsafe {
+            gemm::gemm(
+                rows,
+                cols,
+                k,
+                (cp as *mut f32).add(c_off),
+                1,
+                n as isize,
+                false,
+                (ap as *const f32).offset(a_off),
+                a_cs,
+                a_rs,
+                (bp as *const f32).offset(b_off),
+                b_cs,
+                b_rs,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    });
 }
 
 /// Uniform values in [-1, 1) from a 64-bit LCG.
