@@ -26,6 +26,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::im2col::{col2im, im2col, workspace_len};
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
 use crate::tensor::Element;
 
@@ -68,14 +69,14 @@ pub struct ConvGeometry {
 }
 
 impl ConvGeometry {
-    fn cin_g(&self) -> usize {
+    pub(super) fn cin_g(&self) -> usize {
         self.in_channels / self.groups
     }
     fn cout_g(&self) -> usize {
         self.out_channels / self.groups
     }
     /// Rows of the im2col matrix: the inner size of the products.
-    fn k_len(&self) -> usize {
+    pub(super) fn k_len(&self) -> usize {
         self.cin_g() * self.kernel[0] * self.kernel[1]
     }
     fn in_plane(&self) -> usize {
@@ -115,134 +116,6 @@ impl ConvGeometry {
     fn by_sample(&self) -> bool {
         self.batch > 1 && rayon::current_num_threads() > 1 && self.work() >= PARALLEL_WORK
     }
-}
-
-/// Fills `col` (`[k_len, (oy1 - oy0) * OW]`, row-major) with the windows of
-/// one group's input planes `x_g` (`[C_in/g, H, W]`) for output rows
-/// `oy0..oy1`; taps in the padding read zero.
-fn im2col<T: Element>(geo: &ConvGeometry, x_g: &[T], oy0: usize, oy1: usize, col: &mut [T]) {
-    let [h, w] = geo.input;
-    let [kh, kw] = geo.kernel;
-    let ow = geo.output[1];
-    let len = (oy1 - oy0) * ow;
-    let mut rows = col[..geo.k_len() * len].chunks_exact_mut(len);
-    for plane in x_g[..geo.cin_g() * h * w].chunks_exact(h * w) {
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row = rows.next().expect("k_len rows");
-                let (lo, hi, off) = column_range(geo, kx, w, ow);
-                for (dst, oy) in row.chunks_exact_mut(ow).zip(oy0..oy1) {
-                    let Some(iy) = input_row(geo, oy, ky, h) else {
-                        zero_short(dst);
-                        continue;
-                    };
-                    let src = &plane[iy * w..(iy + 1) * w];
-                    zero_short(&mut dst[..lo]);
-                    zero_short(&mut dst[hi..]);
-                    if geo.stride[1] == 1 {
-                        let start = (lo as isize + off) as usize;
-                        copy_short(&mut dst[lo..hi], &src[start..start + (hi - lo)]);
-                    } else {
-                        for (ox, d) in dst[lo..hi].iter_mut().enumerate() {
-                            *d = src[((ox + lo) * geo.stride[1]).wrapping_add_signed(off)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short rows of small images, in
-/// fixed-size pieces the compiler turns into vector moves: a `memcpy` call
-/// per image row costs more than the copy (ARCHITECTURE.md, PERF).
-#[inline(always)]
-fn copy_short<T: Element>(dst: &mut [T], src: &[T]) {
-    let src = &src[..dst.len()];
-    let split = dst.len() / 8 * 8;
-    let (d_body, d_tail) = dst.split_at_mut(split);
-    let (s_body, s_tail) = src.split_at(split);
-    for (d8, s8) in d_body.chunks_exact_mut(8).zip(s_body.chunks_exact(8)) {
-        let s8: &[T; 8] = s8.try_into().expect("a chunk of 8");
-        let d8: &mut [T; 8] = d8.try_into().expect("a chunk of 8");
-        *d8 = *s8;
-    }
-    for (dv, sv) in d_tail.iter_mut().zip(s_tail) {
-        *dv = *sv;
-    }
-}
-
-/// `dst.fill(0)` without a `memset` call for a few elements.
-#[inline(always)]
-fn zero_short<T: Element>(dst: &mut [T]) {
-    if dst.len() > 64 {
-        dst.fill(T::zero());
-    } else {
-        for v in dst {
-            *v = T::zero();
-        }
-    }
-}
-
-/// The transpose of [`im2col`]: adds each entry of `col` into the input
-/// position it was read from (padding taps are dropped).
-fn col2im<T: Element>(geo: &ConvGeometry, col: &[T], oy0: usize, oy1: usize, gx_g: &mut [T]) {
-    let [h, w] = geo.input;
-    let [kh, kw] = geo.kernel;
-    let ow = geo.output[1];
-    let len = (oy1 - oy0) * ow;
-    let mut rows = col[..geo.k_len() * len].chunks_exact(len);
-    for plane in gx_g[..geo.cin_g() * h * w].chunks_exact_mut(h * w) {
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row = rows.next().expect("k_len rows");
-                let (lo, hi, off) = column_range(geo, kx, w, ow);
-                for (src, oy) in row.chunks_exact(ow).zip(oy0..oy1) {
-                    let Some(iy) = input_row(geo, oy, ky, h) else {
-                        continue;
-                    };
-                    let dst = &mut plane[iy * w..(iy + 1) * w];
-                    if geo.stride[1] == 1 {
-                        let start = (lo as isize + off) as usize;
-                        for (d, s) in dst[start..start + (hi - lo)].iter_mut().zip(&src[lo..hi]) {
-                            *d += *s;
-                        }
-                    } else {
-                        for (ox, s) in src[lo..hi].iter().enumerate() {
-                            dst[((ox + lo) * geo.stride[1]).wrapping_add_signed(off)] += *s;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The input row that output row `oy` reads through kernel row `ky`, if it
-/// is not padding.
-#[inline]
-fn input_row(geo: &ConvGeometry, oy: usize, ky: usize, h: usize) -> Option<usize> {
-    let iy = (oy * geo.stride[0] + ky * geo.dilation[0]).checked_sub(geo.pad[0])?;
-    (iy < h).then_some(iy)
-}
-
-/// For kernel column `kx`: the output columns `lo..hi` whose input column
-/// `ox * stride + off` lies inside the input, and `off` itself.
-#[inline]
-fn column_range(geo: &ConvGeometry, kx: usize, w: usize, ow: usize) -> (usize, usize, isize) {
-    let s = geo.stride[1] as isize;
-    let off = (kx * geo.dilation[1]) as isize - geo.pad[1] as isize;
-    // ox * s + off >= 0  <=>  ox >= ceil(-off / s)
-    let lo = if off >= 0 {
-        0
-    } else {
-        ((-off + s - 1) / s) as usize
-    };
-    // ox * s + off <= w - 1  <=>  ox <= (w - 1 - off) / s
-    let last = w as isize - 1 - off;
-    let hi = if last < 0 { 0 } else { (last / s + 1) as usize };
-    let hi = hi.min(ow);
-    (lo.min(hi), hi, off)
 }
 
 /// Writes `value` into every slot of `out` and returns it as initialised.
@@ -323,7 +196,7 @@ fn blocks<T: Element>(geo: &ConvGeometry, col: &mut Vec<T>) -> Vec<(usize, usize
         1
     };
     let rows = geo.block_rows::<T>(workers);
-    let need = geo.k_len() * rows * geo.output[1];
+    let need = workspace_len(geo, rows);
     if col.len() < need {
         col.resize(need, T::zero());
     }

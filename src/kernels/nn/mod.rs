@@ -13,6 +13,7 @@ pub mod attention;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;
+mod im2col;
 pub mod lanes;
 pub mod norm;
 pub mod pointwise;
