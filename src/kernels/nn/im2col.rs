@@ -55,7 +55,8 @@ impl PaddedBlock {
 pub(super) fn workspace_len(geo: &ConvGeometry, block_rows: usize) -> usize {
     let col = geo.k_len() * block_rows * geo.output[1] + SLACK;
     if geo.stride[1] == 1 && block_rows > 0 && geo.output[1] > 0 {
-        col + PaddedBlock::new(geo, 0, block_rows).len() + SLACK
+        let block = PaddedBlock::new(geo, 0, block_rows);
+        col + (block.len() + SLACK).max(Col2imScratch::new(geo, &block).len())
     } else {
         col
     }
@@ -65,7 +66,13 @@ pub(super) fn workspace_len(geo: &ConvGeometry, block_rows: usize) -> usize {
 /// windows of one group's input planes `x_g` (`[C_in/g, H, W]`) for output
 /// rows `oy0..oy1`; taps in the padding read zero. `work` is at least
 /// [`workspace_len`] for the block.
-pub(super) fn im2col<T: Element>(geo: &ConvGeometry, x_g: &[T], oy0: usize, oy1: usize, work: &mut [T]) {
+pub(super) fn im2col<T: Element>(
+    geo: &ConvGeometry,
+    x_g: &[T],
+    oy0: usize,
+    oy1: usize,
+    work: &mut [T],
+) {
     if geo.stride[1] != 1 {
         return im2col_strided(geo, x_g, oy0, oy1, work);
     }
@@ -175,6 +182,14 @@ fn im2col_strided<T: Element>(
 /// The transpose of [`im2col`]: adds each entry of the matrix at the head of
 /// `work` into the input position of `gx_g` (`[C_in/g, H, W]`) it was read
 /// from (padding taps are dropped). The rest of `work` is scratch.
+///
+/// With a unit width stride the sums go first into one plane per kernel
+/// column, indexed by output column with rows padded to whole chunks
+/// ([`Col2imScratch`]): each matrix row then adds in whole chunks whose
+/// overrun lands in the padding, and no two taps add into overlapping spans
+/// (a load that partly overlaps a store still in flight stalls; PERF in
+/// ARCHITECTURE.md). A second pass shifts each kernel column's plane into
+/// place, one padded input row at a time.
 pub(super) fn col2im<T: Element>(
     geo: &ConvGeometry,
     work: &mut [T],
@@ -193,75 +208,103 @@ pub(super) fn col2im<T: Element>(
     let ow = geo.output[1];
     let len = (oy1 - oy0) * ow;
     let block = PaddedBlock::new(geo, oy0, oy1);
-    let (col, plane) = work.split_at_mut(geo.k_len() * len + SLACK);
-    let plane = &mut plane[..block.len() + SLACK];
+    let sizes = Col2imScratch::new(geo, &block);
+    let (col, scratch) = work.split_at_mut(geo.k_len() * len + SLACK);
+    let (per_kx, row) = scratch[..sizes.len()].split_at_mut(sizes.per_kx_len());
     let left = geo.pad[1].min(block.width);
     let inside = w.min(block.width - left);
+    let (pitch, plane_len) = (sizes.pitch, sizes.plane_len());
     wide(
         #[inline(always)]
         || {
-            let step = geo.stride[0] * block.width;
-            let last_lanes = lanes_below(ow);
             let mut row_start = 0;
             for gx_plane in gx_g[..geo.cin_g() * h * w].chunks_exact_mut(h * w) {
-                zero_short(&mut plane[..block.len()]);
-                // Kernel columns outermost: taps `kx` and `kx + 1` add into
-                // overlapping spans of a row, and a load that partly overlaps a
-                // store still in flight stalls (ARCHITECTURE.md, PERF).
-                for kx in 0..kw {
-                    for ky in 0..kh {
-                        let mut at = block.tap(geo, oy0, ky, kx);
+                per_kx.fill(T::zero());
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let plane = &mut per_kx[kx * plane_len..][..plane_len];
+                        let mut at = ky * geo.dilation[0] * pitch;
                         let first = row_start + (ky * kw + kx) * len;
                         for src in (first..first + len).step_by(ow) {
-                            add_chunks(&mut plane[at..], &col[src..], ow, &last_lanes);
-                            at += step;
+                            add_chunks(&mut plane[at..], &col[src..], ow);
+                            at += geo.stride[0] * pitch;
                         }
                     }
                 }
                 row_start += kh * kw * len;
-                for (r, prow) in (block.r0..).zip(plane[..block.len()].chunks_exact(block.width)) {
-                    if let Some(iy) = r.checked_sub(geo.pad[0]).filter(|&iy| iy < h) {
-                        add_into(
-                            &mut gx_plane[iy * w..][..inside],
-                            &prow[left..left + inside],
-                        );
+                // The overruns wrote into the padding columns; zero them so the
+                // whole-chunk shifts below add nothing there.
+                for plane_row in per_kx.chunks_exact_mut(pitch) {
+                    zero_short(&mut plane_row[ow..]);
+                }
+                for r in 0..block.rows {
+                    let Some(iy) = (block.r0 + r).checked_sub(geo.pad[0]).filter(|&iy| iy < h)
+                    else {
+                        continue;
+                    };
+                    zero_short(row);
+                    for kx in 0..kw {
+                        let src = &per_kx[kx * plane_len + r * pitch..][..pitch];
+                        add_chunks(&mut row[kx * geo.dilation[1]..], src, pitch);
                     }
+                    add_into(&mut gx_plane[iy * w..][..inside], &row[left..left + inside]);
                 }
             }
         },
     );
 }
 
-/// `dst[..n] += src[..n]` in whole [`SLACK`]-element chunks, the last one
-/// through `last_lanes` ([`lanes_below`]`(n)`): its lanes past `n` store back
-/// what they loaded, so `dst` and `src` need `SLACK - 1` readable elements
-/// past `n`, but nothing there changes.
-#[inline(always)]
-fn add_chunks<T: Element>(dst: &mut [T], src: &[T], n: usize, last_lanes: &[bool; SLACK]) {
-    let mut at = 0;
-    while at + SLACK < n {
-        let s: &[T; SLACK] = src[at..at + SLACK].try_into().expect("a whole chunk");
-        let d: &mut [T; SLACK] = (&mut dst[at..at + SLACK])
-            .try_into()
-            .expect("a whole chunk");
-        for (dv, sv) in d.iter_mut().zip(s) {
-            *dv += *sv;
+/// The scratch of [`col2im`]'s unit-stride path, after the matrix: one
+/// plane per kernel column (`rows` padded rows of `pitch` elements, `pitch`
+/// the output width rounded up to whole chunks), then one padded input row.
+struct Col2imScratch {
+    kw: usize,
+    rows: usize,
+    pitch: usize,
+    row: usize,
+}
+
+impl Col2imScratch {
+    fn new(geo: &ConvGeometry, block: &PaddedBlock) -> Self {
+        let pitch = geo.output[1].next_multiple_of(SLACK);
+        Col2imScratch {
+            kw: geo.kernel[1],
+            rows: block.rows,
+            pitch,
+            row: (geo.kernel[1] - 1) * geo.dilation[1] + pitch,
         }
-        at += SLACK;
     }
-    let s: &[T; SLACK] = src[at..at + SLACK].try_into().expect("a whole chunk");
-    let d: &mut [T; SLACK] = (&mut dst[at..at + SLACK])
-        .try_into()
-        .expect("a whole chunk");
-    for ((dv, sv), &live) in d.iter_mut().zip(s).zip(last_lanes) {
-        *dv = if live { *dv + *sv } else { *dv };
+    fn plane_len(&self) -> usize {
+        self.rows * self.pitch
+    }
+    fn per_kx_len(&self) -> usize {
+        self.kw * self.plane_len()
+    }
+    fn len(&self) -> usize {
+        self.per_kx_len() + self.row
     }
 }
 
-/// Which lanes of the last chunk of an `n`-element row are inside the row.
-fn lanes_below(n: usize) -> [bool; SLACK] {
-    let live = (n - 1) % SLACK + 1;
-    std::array::from_fn(|j| j < live)
+/// `dst[..n] += src[..n]` in whole [`SLACK`]-element chunks: up to
+/// `SLACK - 1` elements past `n` of `dst` take the sum too, with whatever
+/// follows in `src`; the caller makes that room padding.
+#[inline(always)]
+fn add_chunks<T: Element>(dst: &mut [T], src: &[T], n: usize) {
+    let mut at = 0;
+    while at < n {
+        // Both chunks are loaded whole before the store, so the compiler
+        // need not prove the slices apart to use vector adds.
+        let s: [T; SLACK] = src[at..at + SLACK].try_into().expect("a whole chunk");
+        let d: &mut [T; SLACK] = (&mut dst[at..at + SLACK])
+            .try_into()
+            .expect("a whole chunk");
+        let mut sum = *d;
+        for (v, sv) in sum.iter_mut().zip(s) {
+            *v += sv;
+        }
+        *d = sum;
+        at += SLACK;
+    }
 }
 
 /// `dst += src`, element by element.
