@@ -3,13 +3,14 @@
 //! [`col2im`] adds such a matrix back into the input positions it was read
 //! from (the adjoint, for the input gradient).
 //!
-//! Both run on one workspace slice laid out as `[col | SLACK | plane]`:
-//! the `[k_len, rows * OW]` matrix, room for the last row's whole-chunk
-//! copy to run over, then one zero-padded input plane. With a stride of one
+//! Both run on one workspace slice ([`workspace_len`]): the
+//! `[k_len, rows * OW]` matrix, [`SLACK`] elements of room for the last
+//! row's whole-chunk copy to run over, then scratch. With a stride of one
 //! along the width (almost every CNN), each row of the matrix is a run of
-//! `OW` elements of the padded plane, so the copy needs no bounds logic per
-//! element and moves whole [`SLACK`]-element chunks (ARCHITECTURE.md, PERF).
-//! Other strides take a per-element path.
+//! `OW` elements of a zero-padded input plane (im2col's scratch), so rows
+//! move as whole [`SLACK`]-element chunks with no bounds logic per element;
+//! col2im's scratch holds one plane of sums per kernel column
+//! (ARCHITECTURE.md, PERF). Other strides take a per-element path.
 
 use super::conv::ConvGeometry;
 use crate::kernels::simd::wide;
