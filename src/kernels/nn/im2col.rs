@@ -43,6 +43,14 @@ impl PaddedBlock {
         self.rows * self.width
     }
 
+    /// The input row of the block's row `r`, unless it lies in the padding.
+    #[inline(always)]
+    fn input_row(&self, geo: &ConvGeometry, r: usize) -> Option<usize> {
+        (self.r0 + r)
+            .checked_sub(geo.pad[0])
+            .filter(|&iy| iy < geo.input[0])
+    }
+
     /// Offset in the plane of the first element tap `(ky, kx)` reads for
     /// output row `oy`.
     #[inline(always)]
@@ -113,11 +121,14 @@ pub(super) fn im2col<T: Element>(
 /// `plane`, zero where the block lies in the padding.
 #[inline(always)]
 fn pad_plane<T: Element>(geo: &ConvGeometry, x_plane: &[T], block: &PaddedBlock, plane: &mut [T]) {
-    let [h, w] = geo.input;
+    let w = geo.input[1];
     let left = geo.pad[1].min(block.width);
     let inside = w.min(block.width - left);
-    for (r, row) in (block.r0..).zip(plane[..block.len()].chunks_exact_mut(block.width)) {
-        match (r).checked_sub(geo.pad[0]).filter(|&iy| iy < h) {
+    for (r, row) in plane[..block.len()]
+        .chunks_exact_mut(block.width)
+        .enumerate()
+    {
+        match block.input_row(geo, r) {
             None => zero_short(row),
             Some(iy) => {
                 zero_short(&mut row[..left]);
@@ -239,8 +250,7 @@ pub(super) fn col2im<T: Element>(
                     zero_short(&mut plane_row[ow..]);
                 }
                 for r in 0..block.rows {
-                    let Some(iy) = (block.r0 + r).checked_sub(geo.pad[0]).filter(|&iy| iy < h)
-                    else {
+                    let Some(iy) = block.input_row(geo, r) else {
                         continue;
                     };
                     zero_short(row);
