@@ -51,11 +51,17 @@ impl PaddedBlock {
             .filter(|&iy| iy < geo.input[0])
     }
 
+    /// The block's row that output row `oy` reads through kernel row `ky`.
+    #[inline(always)]
+    fn row_of(&self, geo: &ConvGeometry, oy: usize, ky: usize) -> usize {
+        oy * geo.stride[0] + ky * geo.dilation[0] - self.r0
+    }
+
     /// Offset in the plane of the first element tap `(ky, kx)` reads for
     /// output row `oy`.
     #[inline(always)]
     fn tap(&self, geo: &ConvGeometry, oy: usize, ky: usize, kx: usize) -> usize {
-        (oy * geo.stride[0] + ky * geo.dilation[0] - self.r0) * self.width + kx * geo.dilation[1]
+        self.row_of(geo, oy, ky) * self.width + kx * geo.dilation[1]
     }
 }
 
@@ -235,7 +241,7 @@ pub(super) fn col2im<T: Element>(
                 for ky in 0..kh {
                     for kx in 0..kw {
                         let plane = &mut per_kx[kx * plane_len..][..plane_len];
-                        let mut at = ky * geo.dilation[0] * pitch;
+                        let mut at = block.row_of(geo, oy0, ky) * pitch;
                         let first = row_start + (ky * kw + kx) * len;
                         for src in (first..first + len).step_by(ow) {
                             add_chunks(&mut plane[at..], &col[src..], ow);
