@@ -12,7 +12,7 @@ use super::fast::{run_fast, Walk};
 use super::gradients::Gradients;
 use super::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
-use crate::graph::{order, Graph, OpRef, Var, NO_SLOT};
+use crate::graph::{order, Graph, OpEntry, Var, NO_SLOT};
 use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
@@ -291,9 +291,9 @@ impl OpHolder {
 pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
     let st = graph.state();
     let rec = st.nodes()[node];
-    let op = match rec.op {
-        OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
+    let op = match st.op_entry(rec.op) {
+        OpEntry::Static(op) => OpHolder::Static(*op),
+        OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),
     };
     let input_ids: SmallVec<[u32; 4]> = SmallVec::from_slice(st.inputs_of(node));
     let inputs = input_ids
@@ -383,9 +383,9 @@ pub(crate) fn visit_with_vars<'g, S: GradStore<'g>>(
         rec.output,
         true,
     );
-    let op = match rec.op {
-        OpRef::Static(op) => OpHolder::Static(op),
-        OpRef::Owned(i) => OpHolder::Shared(st.owned_op(i).clone()),
+    let op = match st.op_entry(rec.op) {
+        OpEntry::Static(op) => OpHolder::Static(*op),
+        OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),
     };
     let has_hooks = st.has_hooks();
     drop(st);

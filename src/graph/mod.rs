@@ -4,13 +4,14 @@
 //! Layout, chosen so a recorded scalar op costs a few words and no allocation:
 //! every value that takes part (leaf or op output) has a slot in `values`
 //! (its [`Tensor`]) and `producers` (the node that made it, or a leaf tag);
-//! every node is a 32-byte record: an op reference, its output's value id
-//! and, for one or two inputs, their ids (more go to the flat `node_inputs`
-//! list).
+//! every node is a 20-byte record: its op's id in the graph's [`OpTable`],
+//! its output's value id and, for one or two inputs, their ids (more go to
+//! the flat `node_inputs` list).
 
 mod inference;
 mod node;
 mod node_record;
+mod op_table;
 pub(crate) mod order;
 pub mod pool;
 
@@ -22,10 +23,10 @@ use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::collections::{HashMap, HashSet};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 pub use node::GraphNode;
 pub(crate) use node_record::{InlineInputs, NodeRecord};
+pub(crate) use op_table::{OpEntry, OpId, OpTable};
 pub use var::Var;
 
 use crate::error::{Error, Result};
@@ -41,24 +42,9 @@ pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
-/// How a node refers to its op: built-in ops without state are `'static`;
-/// ops with state (a reduction's axes, a registered user op) live in the
-/// graph's `owned_ops` for as long as the graph does.
-#[derive(Clone, Copy)]
-pub(crate) enum OpRef {
-    Static(&'static dyn Differentiable),
-    Owned(u32),
-}
-
 /// A gradient hook: sees the gradient flowing into a value and may replace it
 /// (registered with [`Var::register_hook`]; the graph keeps them by value id).
 pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
-
-/// An op owned by the graph, with the name it was recorded under.
-pub(crate) struct OwnedOp {
-    pub(crate) name: Option<Arc<str>>,
-    pub(crate) op: Arc<dyn Differentiable>,
-}
 
 /// Everything the graph records, behind one `RefCell`. The fields are
 /// private to `graph`; the layers above read them through the methods
@@ -70,7 +56,8 @@ pub(crate) struct GraphState {
     nodes: Vec<NodeRecord>,
     /// The inputs of nodes with more than two (see [`NodeRecord`]).
     node_inputs: Vec<u32>,
-    owned_ops: Vec<OwnedOp>,
+    /// The ops the nodes run.
+    ops: OpTable,
     names: HashMap<u32, String>,
     /// Where each node was recorded; filled only while anomaly mode is on.
     locations: HashMap<u32, &'static Location<'static>>,
@@ -110,17 +97,14 @@ impl GraphState {
 
     /// The op a node refers to.
     #[inline(always)]
-    pub(crate) fn op(&self, op: OpRef) -> &dyn Differentiable {
-        match op {
-            OpRef::Static(op) => op,
-            OpRef::Owned(i) => &*self.owned_ops[i as usize].op,
-        }
+    pub(crate) fn op(&self, op: OpId) -> &dyn Differentiable {
+        self.ops.op(op)
     }
 
-    /// The graph-owned op `OpRef::Owned(i)` refers to, shared.
+    /// The table entry of a node's op (a shared op's `Arc` is there).
     #[inline]
-    pub(crate) fn owned_op(&self, i: u32) -> &Arc<dyn Differentiable> {
-        &self.owned_ops[i as usize].op
+    pub(crate) fn op_entry(&self, op: OpId) -> &OpEntry {
+        self.ops.entry(op)
     }
 
     /// The name given to value `id`, if any.
@@ -194,14 +178,8 @@ impl GraphState {
         self.producers[id as usize] != LEAF_CONSTANT
     }
 
-    pub(crate) fn op_name(&self, op: OpRef) -> &str {
-        match op {
-            OpRef::Static(op) => op.name(),
-            OpRef::Owned(i) => {
-                let owned = &self.owned_ops[i as usize];
-                owned.name.as_deref().unwrap_or_else(|| owned.op.name())
-            }
-        }
+    pub(crate) fn op_name(&self, op: OpId) -> &str {
+        self.ops.name(op)
     }
 
     #[inline(always)]
@@ -275,6 +253,7 @@ impl Graph {
                 producers: arena.producers,
                 nodes: arena.nodes,
                 node_inputs: arena.node_inputs,
+                ops: OpTable::with_buffer(arena.ops),
                 ..GraphState::default()
             }),
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
@@ -481,6 +460,7 @@ impl Drop for Graph {
             producers: std::mem::take(&mut st.producers),
             nodes: std::mem::take(&mut st.nodes),
             node_inputs: std::mem::take(&mut st.node_inputs),
+            ops: std::mem::take(&mut st.ops).into_buffer(),
         });
     }
 }

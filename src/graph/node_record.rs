@@ -1,4 +1,4 @@
-//! [`NodeRecord`]: one node of the arena in 32 bytes.
+//! [`NodeRecord`]: one node of the arena in 20 bytes.
 //!
 //! Nearly every node has one or two inputs, so their value ids live in the
 //! record itself, with a bit per input saying whether it requires grad: the
@@ -6,14 +6,14 @@
 //! else about the node's shape. A node of three or more inputs keeps them in
 //! the graph's `node_inputs` list and the record holds where.
 
-use super::OpRef;
+use super::OpId;
 
 /// `meta`'s low byte (the inline count) for a node whose inputs are in `node_inputs`.
 const SPILLED: usize = 0;
 
 #[derive(Clone, Copy)]
 pub(crate) struct NodeRecord {
-    pub(crate) op: OpRef,
+    pub(crate) op: OpId,
     /// Value id of the output.
     pub(crate) output: u32,
     /// The input ids of a node of one or two inputs; `[start, count]` in
@@ -56,7 +56,7 @@ impl NodeRecord {
     /// A node of `N` (1 or 2) inputs, held inline.
     #[cfg(test)]
     pub(crate) fn inline<const N: usize>(
-        op: OpRef,
+        op: OpId,
         output: u32,
         ids: [u32; N],
         needs: [bool; N],
@@ -66,7 +66,7 @@ impl NodeRecord {
 
     /// A node whose one or two inputs are `inputs`, held inline.
     #[inline(always)]
-    pub(crate) fn with_inputs(op: OpRef, output: u32, inputs: InlineInputs) -> Self {
+    pub(crate) fn with_inputs(op: OpId, output: u32, inputs: InlineInputs) -> Self {
         NodeRecord {
             op,
             output,
@@ -77,7 +77,7 @@ impl NodeRecord {
 
     /// A node whose `count` inputs are at `start..start + count` in `node_inputs`.
     #[inline]
-    pub(crate) fn spilled(op: OpRef, output: u32, start: u32, count: u32) -> Self {
+    pub(crate) fn spilled(op: OpId, output: u32, start: u32, count: u32) -> Self {
         NodeRecord {
             op,
             output,
@@ -149,13 +149,13 @@ mod tests {
         }
     }
 
-    fn op() -> OpRef {
-        OpRef::Static(&Nop)
+    fn op() -> OpId {
+        crate::graph::OpTable::default().intern(Nop)
     }
 
     #[test]
-    fn a_record_is_32_bytes() {
-        assert_eq!(std::mem::size_of::<NodeRecord>(), 32);
+    fn a_record_is_20_bytes() {
+        assert_eq!(std::mem::size_of::<NodeRecord>(), 20);
     }
 
     #[test]

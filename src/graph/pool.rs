@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 
-use super::NodeRecord;
+use super::{NodeRecord, OpEntry};
 use crate::tensor::Tensor;
 
 /// The most bytes of spare capacity one thread keeps (arena and gradient
@@ -27,6 +27,7 @@ pub(crate) struct ArenaBuffers {
     pub(crate) producers: Vec<u32>,
     pub(crate) nodes: Vec<NodeRecord>,
     pub(crate) node_inputs: Vec<u32>,
+    pub(crate) ops: Vec<OpEntry>,
 }
 
 impl ArenaBuffers {
@@ -36,6 +37,7 @@ impl ArenaBuffers {
             + self.producers.capacity() * size_of::<u32>()
             + self.nodes.capacity() * size_of::<NodeRecord>()
             + self.node_inputs.capacity() * size_of::<u32>()
+            + self.ops.capacity() * size_of::<OpEntry>()
     }
 
     fn clear(&mut self) {
@@ -43,6 +45,7 @@ impl ArenaBuffers {
         self.producers.clear();
         self.nodes.clear();
         self.node_inputs.clear();
+        self.ops.clear();
     }
 }
 

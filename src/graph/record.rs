@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{Graph, GraphState, InlineInputs, NodeRecord, OpRef, OwnedOp, Var, NO_SLOT};
+use super::{Graph, GraphState, InlineInputs, NodeRecord, OpId, OpTable, Var, NO_SLOT};
 use crate::error::{Error, Result};
 use crate::ops::Differentiable;
 use crate::tensor::Tensor;
@@ -64,16 +64,14 @@ impl Graph {
         if !self.needs_node(inputs) || (op.non_float_output() && !output.is_float()) {
             return Var::constant_in(self, output);
         }
-        let op_ref = || {
+        let op_id = |ops: &mut OpTable| {
             if std::mem::size_of::<O>() == 0 {
-                // A zero-sized op has no state: leaking a box of it allocates
-                // nothing and gives the `'static` reference a node can hold.
-                OpRef::Static(Box::leak(Box::new(op)))
+                ops.intern(op)
             } else {
-                self.own_op(None, Arc::new(op))
+                ops.own(None, Arc::new(op))
             }
         };
-        self.push_node(op_ref, inputs, output)
+        self.push_node(op_id, inputs, output)
     }
 
     /// `record` for an op already behind an `Arc` (registry ops, user ops).
@@ -89,7 +87,7 @@ impl Graph {
             return Ok(Var::constant_in(self, output));
         }
         let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);
-        Ok(self.push_node(|| self.own_op(name, op), inputs, output))
+        Ok(self.push_node(|ops: &mut OpTable| ops.own(name, op), inputs, output))
     }
 
     #[inline(always)]
@@ -139,37 +137,30 @@ impl Graph {
         }
     }
 
-    fn own_op(&self, name: Option<Arc<str>>, op: Arc<dyn Differentiable>) -> OpRef {
-        let mut st = self.state.borrow_mut();
-        st.owned_ops.push(OwnedOp { name, op });
-        OpRef::Owned((st.owned_ops.len() - 1) as u32)
-    }
-
     #[track_caller]
     #[inline(always)]
     fn push_node<'g>(
         &'g self,
-        op: impl FnOnce() -> OpRef,
+        op: impl FnOnce(&mut OpTable) -> OpId,
         inputs: &[&Var<'g>],
         output: Tensor,
     ) -> Var<'g> {
         // The common shapes of a node (one or two inputs already in the
         // graph) get straight-line code: this runs once per recorded op.
-        // Each arm makes its own `OpRef`: one made before the `match` would
-        // live on the stack for `push_general`'s sake, and copying that
-        // 16-byte value into the record stalls on the two 8-byte stores
-        // that wrote it (see `tensor/word.rs`).
         match inputs {
             [a] if a.slot() != NO_SLOT => {
-                self.push_inline(op(), [a.slot()], [a.requires_grad()], output)
+                self.push_inline(op, [a.slot()], [a.requires_grad()], output)
             }
             [a, b] if a.slot() != NO_SLOT && b.slot() != NO_SLOT => self.push_inline(
-                op(),
+                op,
                 [a.slot(), b.slot()],
                 [a.requires_grad(), b.requires_grad()],
                 output,
             ),
-            _ => self.push_general(op(), inputs, output),
+            _ => {
+                let op = op(&mut self.state.borrow_mut().ops);
+                self.push_general(op, inputs, output)
+            }
         }
     }
 
@@ -178,7 +169,7 @@ impl Graph {
     #[inline(always)]
     fn push_inline<const N: usize>(
         &self,
-        op: OpRef,
+        op: impl FnOnce(&mut OpTable) -> OpId,
         ids: [u32; N],
         needs: [bool; N],
         output: Tensor,
@@ -186,6 +177,7 @@ impl Graph {
         let inputs = InlineInputs::new(ids, needs);
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
+        let op = op(&mut st.ops);
         let out_id = self.append_node(st, &output, |out| NodeRecord::with_inputs(op, out, inputs));
         drop(guard);
         Var::from_parts(self, output, out_id, true)
@@ -195,7 +187,7 @@ impl Graph {
     /// enters the graph here, the first time a node uses it.
     #[track_caller]
     #[inline(never)]
-    fn push_general<'g>(&'g self, op: OpRef, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
+    fn push_general<'g>(&'g self, op: OpId, inputs: &[&Var<'g>], output: Tensor) -> Var<'g> {
         let mut guard = self.state.borrow_mut();
         let st: &mut GraphState = &mut guard;
         let out_id = match *inputs {
@@ -224,7 +216,7 @@ impl Graph {
     fn append_inline<const N: usize>(
         &self,
         st: &mut GraphState,
-        op: OpRef,
+        op: OpId,
         inputs: [&Var<'_>; N],
         output: &Tensor,
     ) -> u32 {
