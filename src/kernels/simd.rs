@@ -7,7 +7,11 @@
 //! `#[inline(always)]`, so LLVM inlines them there and vectorises the loop at
 //! that width. The code is the same scalar code in every version (Rust never
 //! contracts `a * b + c` into an FMA), so results are bit-identical whichever
-//! version runs.
+//! version runs. The few fused multiply-adds written out (`f32::mul_add`, in
+//! `tensor::math::erfc_f32`) round once in every version: an FMA
+//! instruction in both wide ones (AVX-512F implies FMA; the AVX2 version
+//! asks for FMA too, which every Intel and AMD CPU with AVX2 has), a call
+//! to libm's `fmaf` in the baseline one, slow but exact.
 
 /// Runs `body`, compiled with the widest vector extension the CPU supports.
 #[inline(always)]
@@ -18,8 +22,9 @@ pub fn wide<R>(body: impl FnOnce() -> R) -> R {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             return unsafe { with_avx512(body) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
             return unsafe { with_avx2(body) };
         }
     }
@@ -34,7 +39,7 @@ unsafe fn with_avx512<R>(body: impl FnOnce() -> R) -> R {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn with_avx2<R>(body: impl FnOnce() -> R) -> R {
     body()

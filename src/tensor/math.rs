@@ -29,28 +29,80 @@
 //! against libm over a dense sweep).
 
 /// `e^x` for f32, branch-free (see the module docs).
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    exp_f32_with(x, None, Fused::No)
+}
+
+/// Whether a polynomial is evaluated with fused multiply-adds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fused {
+    /// `f32::mul_add`: one rounding and half the instructions and latency
+    /// where the CPU has FMA (inside `kernels::simd::wide`), but a call to
+    /// libm's `fmaf` in code built for baseline x86-64 (the scalar lanes).
+    /// Exact either way, so every path gives the same bits.
+    Yes,
+    /// A multiply, then an add.
+    No,
+}
+
+/// `e^(hi + lo)` for f32, where `lo` (if any) is a small correction that the
+/// sum `hi + lo` would round away: it joins after the range reduction,
+/// where it keeps its bits. `exp_f32` is `exp_f32_with(x, None, Fused::No)`;
+/// the arguments are constants where this inlines, so their branches fold.
 // The constants are Cephes' as published.
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
+fn exp_f32_with(hi: f32, lo: Option<f32>, fused: Fused) -> f32 {
+    let x = match lo {
+        Some(lo) => hi + lo,
+        None => hi,
+    };
     // Below -105 the result rounds to 0, above 89 to infinity; clamping keeps
     // `n` small enough for the exponent arithmetic. Written as two selects
     // (not `clamp`, not `max`/`min`): they compile to SIMD max/min with the
     // operand order that keeps NaN, which then propagates through the math.
-    let x = if x < -105.0 { -105.0 } else { x };
-    let x = if x > 89.0 { 89.0 } else { x };
+    let clamped = if x < -105.0 { -105.0 } else { x };
+    let clamped = if clamped > 89.0 { 89.0 } else { clamped };
+    // `hi` moves with the clamp (exactly, when there is none), so that
+    // `hi + lo` stays the clamped argument.
+    let hi = match lo {
+        Some(_) => hi - (x - clamped),
+        None => clamped,
+    };
+    let x = clamped;
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let t = x * std::f32::consts::LOG2_E + MAGIC;
     let nf = t - MAGIC;
     let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    // r = x - n ln2, with ln2 split so that n * C1 is exact.
-    let r = x - nf * 0.693_359_4 - nf * -2.121_944_4e-4;
+    // r = x - n ln2, with ln2 split so that n * C1 is exact; `hi - n C1` is
+    // exact too when `hi` is within a few units of n ln2 and has no bits
+    // below 2^-17 (|hi| < 128), which is all `erfc_f32` asks.
+    let r = hi - nf * 0.693_359_4 - nf * -2.121_944_4e-4;
+    let r = match lo {
+        Some(lo) => r + lo,
+        None => r,
+    };
     let r2 = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 5.000_000_1e-1;
-    let y = p * r2 + r + 1.0;
+    let y = if fused == Fused::Yes {
+        let p = [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            5.000_000_1e-1,
+        ]
+        .into_iter()
+        .fold(1.987_569_1e-4f32, |acc, c| acc.mul_add(r, c));
+        p.mul_add(r2, r) + 1.0
+    } else {
+        let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
+            * r
+            + 1.666_666_5e-1)
+            * r
+            + 5.000_000_1e-1;
+        p * r2 + r + 1.0
+    };
     // 2^n as two normal factors, so results in the subnormal range round once.
     let n1 = n >> 1;
     let n2 = n - n1;
@@ -96,36 +148,47 @@ pub fn exp_f64(x: f64) -> f64 {
 /// et al. (Numerical Recipes, 2nd ed., section 6.2), whose fractional error
 /// is below 1.2e-7 everywhere: `t = 1 / (1 + |x|/2)`,
 /// `erfc |x| = t exp(-x² + P(t))`, and `erfc x = 2 - erfc |x|` for negative
-/// `x`. All in f32 with the branch-free `exp`; `x²` is kept exact as a sum
-/// of two floats (Veltkamp's split, no FMA), since its rounding error would
-/// be multiplied by up to 100 in the exponent. Within 6 ulp of libm for
+/// `x`. All in f32 with the branch-free `exp`, with fused multiply-adds
+/// (see `Fused`: a scalar call outside `kernels::simd::wide` pays libm's
+/// `fmaf`); `x²` is kept exact as a sum of two floats, since its rounding
+/// error would be multiplied by up to 100 in the exponent, and the low part
+/// enters `exp` after the range reduction (one `exp`, not a product of
+/// two). Within 6 ulp of libm for
 /// normal results (tested below); NaN propagates, `erfc(+inf) = 0`,
 /// `erfc(-inf) = 2`.
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
 pub fn erfc_f32(x: f32) -> f32 {
     let z = x.abs();
-    // erfc(10.5) is far below the smallest subnormal; the clamp keeps the
-    // split from overflowing (NaN passes through: the comparison is false).
+    // erfc(10.5) is far below the smallest subnormal; the clamp keeps `z²`
+    // within the range `exp` reduces exactly (NaN passes through: the
+    // comparison is false).
     let z = if z > 10.5 { 10.5 } else { z };
     let t = 1.0 / (1.0 + 0.5 * z);
-    let p = -1.265_512_23
-        + t * (1.000_023_68
-            + t * (0.374_091_96
-                + t * (0.096_784_18
-                    + t * (-0.186_288_06
-                        + t * (0.278_868_07
-                            + t * (-1.135_203_98
-                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
-    // z² = sq + sq_err exactly.
-    let big = 4097.0 * z;
-    let hi = big - (big - z);
-    let lo = z - hi;
+    // Horner's scheme with fused multiply-adds (see `Fused`): a vectorised
+    // loop of this is bound by the latency of its dependency chain
+    // (ARCHITECTURE.md, PERF), which FMA halves. Estrin's scheme, shorter
+    // still, rounds to 7 ulp here (the terms alternate in sign and exceed 1).
+    let p = [
+        -0.822_152_23,
+        1.488_515_87,
+        -1.135_203_98,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_68,
+        -1.265_512_23,
+    ]
+    .into_iter()
+    .fold(0.170_872_77f32, |acc, c| acc.mul_add(t, c));
+    // z² = sq + sq_err exactly (a fused multiply-add rounds once).
     let sq = z * z;
-    let sq_err = ((hi * hi - sq) + 2.0 * hi * lo) + lo * lo;
-    // e^(p - z²) as two factors: one argument near -z² would round to
-    // ulp(z²), an error that exp turns into up to 100 ulp.
-    let tail = t * exp_f32(-sq) * exp_f32(p - sq_err);
+    let sq_err = z.mul_add(z, -sq);
+    // e^(-sq + (p - sq_err)) in one exp whose small part joins after the
+    // range reduction: the sum as one argument would round to ulp(z²), an
+    // error that exp turns into up to 100 ulp.
+    let tail = t * exp_f32_with(-sq, Some(p - sq_err), Fused::Yes);
     if x >= 0.0 {
         tail
     } else {
