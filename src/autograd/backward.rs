@@ -280,6 +280,14 @@ pub(crate) enum OpHolder {
 }
 
 impl OpHolder {
+    /// The op of a table entry, held past the graph's borrow.
+    fn of(entry: &OpEntry) -> Self {
+        match entry {
+            OpEntry::Static(op) => OpHolder::Static(*op),
+            OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),
+        }
+    }
+
     pub(crate) fn get(&self) -> &dyn Differentiable {
         match self {
             OpHolder::Static(op) => *op,
@@ -291,10 +299,7 @@ impl OpHolder {
 pub(crate) fn node_call<'g>(graph: &'g Graph, node: usize) -> NodeCall<'g> {
     let st = graph.state();
     let rec = st.nodes()[node];
-    let op = match st.op_entry(rec.op) {
-        OpEntry::Static(op) => OpHolder::Static(*op),
-        OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),
-    };
+    let op = OpHolder::of(st.op_entry(rec.op));
     let input_ids: SmallVec<[u32; 4]> = SmallVec::from_slice(st.inputs_of(node));
     let inputs = input_ids
         .iter()
@@ -383,10 +388,7 @@ pub(crate) fn visit_with_vars<'g, S: GradStore<'g>>(
         rec.output,
         true,
     );
-    let op = match st.op_entry(rec.op) {
-        OpEntry::Static(op) => OpHolder::Static(*op),
-        OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),
-    };
+    let op = OpHolder::of(st.op_entry(rec.op));
     let has_hooks = st.has_hooks();
     drop(st);
     let grad = if has_hooks {

@@ -9,6 +9,8 @@
 //! the flat `node_inputs` list).
 
 mod inference;
+#[cfg(test)]
+mod never_run;
 mod node;
 mod node_record;
 mod op_table;

@@ -123,34 +123,10 @@ impl NodeRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
-    use crate::graph::Var;
-    use crate::ops::{Differentiable, GradInputs};
-    use crate::tensor::Tensor;
-
-    /// An op to point records at; never run (the graph sits below the
-    /// concrete ops, so its tests bring their own).
-    struct Nop;
-
-    impl Differentiable for Nop {
-        fn name(&self) -> &str {
-            "nop"
-        }
-        fn forward(&self, _inputs: &[&Tensor]) -> Result<Tensor> {
-            unreachable!("records in these tests are never run")
-        }
-        fn backward<'g>(
-            &self,
-            _grad_output: &Var<'g>,
-            _inputs: &[Var<'g>],
-            _output: &Var<'g>,
-        ) -> Result<GradInputs<'g>> {
-            unreachable!("records in these tests are never run")
-        }
-    }
+    use crate::graph::never_run::NeverRun;
 
     fn op() -> OpId {
-        crate::graph::OpTable::default().intern(Nop)
+        crate::graph::OpTable::default().intern(NeverRun::<0>)
     }
 
     #[test]

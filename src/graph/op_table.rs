@@ -62,11 +62,9 @@ impl OpTable {
         }
     }
 
-    /// The entries' vector, emptied, for the next graph (see `pool`).
+    /// The entries' vector, for the next graph (`pool` empties it).
     pub(crate) fn into_buffer(self) -> Vec<OpEntry> {
-        let mut entries = self.entries;
-        entries.clear();
-        entries
+        self.entries
     }
 
     /// The id of the zero-sized op `op`: its type's entry, added the first
@@ -161,44 +159,22 @@ impl Hasher for LowBits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
-    use crate::graph::Var;
-    use crate::ops::GradInputs;
-    use crate::tensor::Tensor;
+    use crate::graph::never_run::NeverRun;
 
-    macro_rules! nop {
-        ($name:ident, $text:literal) => {
-            struct $name;
-            impl Differentiable for $name {
-                fn name(&self) -> &str {
-                    $text
-                }
-                fn forward(&self, _inputs: &[&Tensor]) -> Result<Tensor> {
-                    unreachable!("never run")
-                }
-                fn backward<'g>(
-                    &self,
-                    _grad_output: &Var<'g>,
-                    _inputs: &[Var<'g>],
-                    _output: &Var<'g>,
-                ) -> Result<GradInputs<'g>> {
-                    unreachable!("never run")
-                }
-            }
-        };
-    }
-    nop!(First, "first");
-    nop!(Second, "second");
+    type First = NeverRun<0>;
+    type Second = NeverRun<1>;
+    const FIRST: First = NeverRun;
+    const SECOND: Second = NeverRun;
 
     #[test]
     fn an_op_type_is_interned_once_and_owned_ops_each_get_an_entry() {
         let mut table = OpTable::default();
-        let a = table.intern(First);
-        let b = table.intern(Second);
-        assert_eq!(table.intern(First), a);
-        assert_eq!(table.intern(Second), b);
+        let a = table.intern(FIRST);
+        let b = table.intern(SECOND);
+        assert_eq!(table.intern(FIRST), a);
+        assert_eq!(table.intern(SECOND), b);
         assert_ne!(a, b);
-        let owned: Arc<dyn Differentiable> = Arc::new(First);
+        let owned: Arc<dyn Differentiable> = Arc::new(FIRST);
         let c = table.own(Some("renamed".into()), owned.clone());
         let d = table.own(None, owned);
         assert_ne!(c, d);
@@ -211,12 +187,12 @@ mod tests {
     #[test]
     fn a_colliding_slot_costs_an_entry_not_a_wrong_op() {
         let mut table = OpTable::default();
-        let a = table.intern(First);
+        let a = table.intern(FIRST);
         // Force Second into First's slot, as a collision would.
         let slot = slot_of(TypeId::of::<First>());
-        let b = table.add_interned(slot, TypeId::of::<Second>(), &Second);
+        let b = table.add_interned(slot, TypeId::of::<Second>(), &SECOND);
         assert_eq!(table.op(b).name(), "second");
-        let again = table.intern(First);
+        let again = table.intern(FIRST);
         assert_ne!(again, a, "the evicted type gets a fresh entry");
         assert_eq!(table.op(again).name(), "first");
         assert_eq!(table.op(a).name(), "first");
