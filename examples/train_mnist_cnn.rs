@@ -356,13 +356,13 @@ fn run(args: &Args) -> Result<()> {
         println!("graph of one training step: {}", path.display());
     }
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
-    if let Some(min) = args.min_accuracy {
-        if test_acc < min {
-            return Err(retrograd::Error::InvalidArgument {
-                op: "train_mnist_cnn",
-                reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
-            });
-        }
+    if let Some(min) = args.min_accuracy
+        && test_acc < min
+    {
+        return Err(retrograd::Error::InvalidArgument {
+            op: "train_mnist_cnn",
+            reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+        });
     }
     Ok(())
 }

@@ -430,15 +430,15 @@ fn train(args: &mut Args) -> Result<()> {
         args.chars, args.temperature, args.top_k
     );
     println!("{}", sample(&restored, &restored_tokenizer, args)?);
-    if let Some(limit) = args.max_val_loss {
-        if whole > limit {
-            return Err(Error::InvalidArgument {
+    if let Some(limit) = args.max_val_loss
+        && whole > limit
+    {
+        return Err(Error::InvalidArgument {
                 op: "train_shakespeare",
                 reason: format!(
                     "the checkpoint's validation loss {whole:.4} (whole split) is above --max-val-loss {limit}"
                 ),
             });
-        }
     }
     Ok(())
 }

@@ -103,7 +103,7 @@ fn compute(c: &conv_cases::ConvCase) -> Computed {
                                         // pos = o * s - pb + kk * d
                                         let t = (pos[a] + pb[a]) as isize - (kk[a] * d[a]) as isize;
                                         if t < 0
-                                            || t as usize % s[a] != 0
+                                            || !(t as usize).is_multiple_of(s[a])
                                             || t as usize / s[a] >= out_sp[a]
                                         {
                                             hit = false;

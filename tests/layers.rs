@@ -418,12 +418,12 @@ fn parse_file(path: &str, src: &str) -> File {
 fn inline_modules(code: &[char]) -> Vec<(usize, usize, String)> {
     let mut inline = Vec::new();
     for i in 0..code.len() {
-        if word_at(code, i, "mod") {
-            if let Some((name, k)) = read_ident(code, skip_ws(code, i + 3)) {
-                let k = skip_ws(code, k);
-                if k < code.len() && code[k] == '{' {
-                    inline.push((k, matching_brace(code, k), name));
-                }
+        if word_at(code, i, "mod")
+            && let Some((name, k)) = read_ident(code, skip_ws(code, i + 3))
+        {
+            let k = skip_ws(code, k);
+            if k < code.len() && code[k] == '{' {
+                inline.push((k, matching_brace(code, k), name));
             }
         }
     }
@@ -437,14 +437,15 @@ fn macro_definitions(code: &[char]) -> (Vec<String>, Vec<String>) {
     for i in 0..code.len() {
         if word_at(code, i, "macro_rules") {
             let j = skip_ws(code, i + "macro_rules".len());
-            if j < code.len() && code[j] == '!' {
-                if let Some((name, _)) = read_ident(code, skip_ws(code, j + 1)) {
-                    let before: String = code[i.saturating_sub(80)..i].iter().collect();
-                    if before.contains("#[macro_export]") {
-                        exported.push(name.clone());
-                    }
-                    macros.push(name);
+            if j < code.len()
+                && code[j] == '!'
+                && let Some((name, _)) = read_ident(code, skip_ws(code, j + 1))
+            {
+                let before: String = code[i.saturating_sub(80)..i].iter().collect();
+                if before.contains("#[macro_export]") {
+                    exported.push(name.clone());
                 }
+                macros.push(name);
             }
         }
     }
@@ -580,10 +581,10 @@ impl Crate {
                         next.extend_from_slice(&path[i + 1..]);
                         return self.resolve(&cur, &next, depth + 1);
                     }
-                    if cur.is_empty() {
-                        if let Some(&k) = self.exported_macros.get(seg) {
-                            return Some(k);
-                        }
+                    if cur.is_empty()
+                        && let Some(&k) = self.exported_macros.get(seg)
+                    {
+                        return Some(k);
                     }
                     return Some(file); // defined in this module's file
                 }
@@ -697,10 +698,12 @@ fn edges(krate: &Crate) -> Vec<Edge> {
                     format!("{}{}", segs.join("::"), if bang { "!" } else { "" }),
                     target,
                 );
-            } else if segs.len() == 1 && bang && !f.macros.iter().any(|m| m == first) {
-                if let Some(&k) = krate.exported_macros.get(first) {
-                    push(line, format!("{first}!"), Some(k));
-                }
+            } else if segs.len() == 1
+                && bang
+                && !f.macros.iter().any(|m| m == first)
+                && let Some(&k) = krate.exported_macros.get(first)
+            {
+                push(line, format!("{first}!"), Some(k));
             }
             i = end.max(i + 1);
         }

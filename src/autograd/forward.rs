@@ -95,17 +95,17 @@ pub(crate) fn push_tangents<'g>(
             continue;
         }
         let t = op.jvp(&ts, inputs, output)?;
-        if let Some(t) = &t {
-            if t.shape() != output.shape() {
-                return Err(Error::BadGradient {
-                    op: op.name().to_string(),
-                    detail: format!(
-                        "a tangent of shape {:?} for an output of shape {:?}",
-                        t.shape(),
-                        output.shape()
-                    ),
-                });
-            }
+        if let Some(t) = &t
+            && t.shape() != output.shape()
+        {
+            return Err(Error::BadGradient {
+                op: op.name().to_string(),
+                detail: format!(
+                    "a tangent of shape {:?} for an output of shape {:?}",
+                    t.shape(),
+                    output.shape()
+                ),
+            });
         }
         tangent[output.slot() as usize] = t;
     }

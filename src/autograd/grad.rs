@@ -77,13 +77,13 @@ pub fn grad<'g>(
     for v in outputs.iter().chain(inputs) {
         graph.check_same("grad", v)?;
     }
-    if let Some(seeds) = &opts.grad_outputs {
-        if seeds.len() != outputs.len() {
-            return Err(Error::invalid(
-                "grad",
-                format!("{} grad_outputs for {} outputs", seeds.len(), outputs.len()),
-            ));
-        }
+    if let Some(seeds) = &opts.grad_outputs
+        && seeds.len() != outputs.len()
+    {
+        return Err(Error::invalid(
+            "grad",
+            format!("{} grad_outputs for {} outputs", seeds.len(), outputs.len()),
+        ));
     }
     let mut seeds = Vec::with_capacity(outputs.len());
     for (i, out) in outputs.iter().enumerate() {

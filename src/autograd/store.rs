@@ -39,10 +39,10 @@ impl TensorStore {
             self.slots.resize(id + 1, GradSlot::Unreached);
         }
         let slot = &mut self.slots[id];
-        if let GradSlot::Grad(acc) = slot {
-            if acc.add_scalar_in_place(&grad) {
-                return Ok(());
-            }
+        if let GradSlot::Grad(acc) = slot
+            && acc.add_scalar_in_place(&grad)
+        {
+            return Ok(());
         }
         *slot = match std::mem::take(slot) {
             GradSlot::Grad(acc) => GradSlot::Grad(zip_assign("add", acc, &grad, functors::Add)?),

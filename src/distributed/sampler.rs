@@ -96,7 +96,7 @@ impl DistributedSampler {
 
     /// How many examples each rank gets per epoch.
     pub fn num_samples(&self) -> usize {
-        if self.drop_last && self.len % self.num_replicas != 0 {
+        if self.drop_last && !self.len.is_multiple_of(self.num_replicas) {
             // PyTorch: ceil((len - num_replicas) / num_replicas) == floor(len / num_replicas).
             self.len / self.num_replicas
         } else {

@@ -254,13 +254,14 @@ impl BroadcastPlan {
             if shape[i] == 1 {
                 continue;
             }
-            if let Some(last) = dims.last_mut() {
-                if last.1 == sa[i] * shape[i] && last.2 == sb[i] * shape[i] {
-                    last.0 *= shape[i];
-                    last.1 = sa[i];
-                    last.2 = sb[i];
-                    continue;
-                }
+            if let Some(last) = dims.last_mut()
+                && last.1 == sa[i] * shape[i]
+                && last.2 == sb[i] * shape[i]
+            {
+                last.0 *= shape[i];
+                last.1 = sa[i];
+                last.2 = sb[i];
+                continue;
             }
             dims.push((shape[i], sa[i], sb[i]));
         }

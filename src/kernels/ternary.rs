@@ -124,12 +124,12 @@ impl Plan3 {
                 continue;
             }
             let s = [strides[0][i], strides[1][i], strides[2][i]];
-            if let Some(last) = dims.last_mut() {
-                if (0..3).all(|k| last.1[k] == s[k] * d) {
-                    last.0 *= d;
-                    last.1 = s;
-                    continue;
-                }
+            if let Some(last) = dims.last_mut()
+                && (0..3).all(|k| last.1[k] == s[k] * d)
+            {
+                last.0 *= d;
+                last.1 = s;
+                continue;
             }
             dims.push((d, s));
         }

@@ -43,14 +43,14 @@ impl Graph {
     #[track_caller]
     pub fn apply<'g>(&'g self, op_name: &str, inputs: &[&Var<'g>]) -> Result<Var<'g>> {
         let op = self.registry().get(op_name)?.clone();
-        if let Some(n) = op.arity() {
-            if n != inputs.len() {
-                return Err(Error::Arity {
-                    op: op_name.to_string(),
-                    expected: n,
-                    got: inputs.len(),
-                });
-            }
+        if let Some(n) = op.arity()
+            && n != inputs.len()
+        {
+            return Err(Error::Arity {
+                op: op_name.to_string(),
+                expected: n,
+                got: inputs.len(),
+            });
         }
         self.record_shared(Some(op_name), op, inputs)
     }

@@ -40,7 +40,7 @@ pub fn infer_shape(op: &'static str, spec: &[isize], numel: usize) -> Result<Dim
     };
     if let Some(i) = inferred {
         // With a zero among the known sizes, -1 could be anything.
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::invalid(
                 op,
                 format!("shape {spec:?} is invalid for {numel} elements"),

@@ -187,7 +187,7 @@ pub struct ConstantPad {
 impl ConstantPad {
     /// `(before, after)` for every dimension of a tensor of rank `rank`, in order.
     fn per_dim(&self, rank: usize) -> Result<Vec<(isize, isize)>> {
-        if self.pads.len() % 2 != 0 || self.pads.len() > 2 * rank {
+        if !self.pads.len().is_multiple_of(2) || self.pads.len() > 2 * rank {
             return Err(Error::invalid(
                 "constant_pad_nd",
                 format!(

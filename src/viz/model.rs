@@ -165,19 +165,19 @@ enum Placement {
 
 impl Picture {
     pub(crate) fn build(graph: &Graph, options: &VizOptions<'_>) -> Result<Picture> {
-        if let Some(root) = &options.root {
-            if root.graph_id != graph.id() {
-                return Err(Error::ForeignVariable {
-                    op: "viz: root".to_string(),
-                });
-            }
+        if let Some(root) = &options.root
+            && root.graph_id != graph.id()
+        {
+            return Err(Error::ForeignVariable {
+                op: "viz: root".to_string(),
+            });
         }
-        if let Some(grads) = options.gradients {
-            if grads.graph_id() != graph.id() {
-                return Err(Error::ForeignVariable {
-                    op: "viz: gradients".to_string(),
-                });
-            }
+        if let Some(grads) = options.gradients
+            && grads.graph_id() != graph.id()
+        {
+            return Err(Error::ForeignVariable {
+                op: "viz: gradients".to_string(),
+            });
         }
         let st = graph.state();
         Builder::new(graph, &st, options).build()
@@ -507,13 +507,13 @@ impl<'a> Builder<'a> {
         if small {
             lines.push(format!("= {}", label::tensor(t)));
         }
-        if let Some(grads) = self.options.gradients {
-            if let Some(g) = grads.get_by_id(id as usize) {
-                if small {
-                    lines.push(format!("grad {}", label::tensor(g)));
-                } else {
-                    lines.push(format!("|grad| {}", label::number(label::l2_norm(g))));
-                }
+        if let Some(grads) = self.options.gradients
+            && let Some(g) = grads.get_by_id(id as usize)
+        {
+            if small {
+                lines.push(format!("grad {}", label::tensor(g)));
+            } else {
+                lines.push(format!("|grad| {}", label::number(label::l2_norm(g))));
             }
         }
     }

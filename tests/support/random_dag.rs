@@ -981,7 +981,7 @@ fn random_reshape(shape: &[usize], rng: &mut ChaCha8Rng) -> Vec<isize> {
     let mut n: usize = shape.iter().product();
     let mut p = 2;
     while n > 1 {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             factors.push(p);
             n /= p;
         }

@@ -26,6 +26,8 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::conv_direct;
 use super::im2col::{col2im, im2col, workspace_len};
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
 use crate::tensor::Element;
@@ -132,7 +134,7 @@ fn fill<T: Element>(out: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
 /// `out` (`sample_len` elements), on rayon workers when the convolution is
 /// big enough, each with its thread's im2col buffer ([`with_workspace`]);
 /// `threaded` tells the products whether to thread themselves.
-fn for_each_sample<T: Element>(
+pub(super) fn for_each_sample<T: Element>(
     geo: &ConvGeometry,
     out: &mut [MaybeUninit<T>],
     sample_len: usize,
@@ -217,6 +219,10 @@ pub fn conv2d_forward<T: Element>(
 ) {
     assert_eq!(out.len(), geo.output_len(), "conv2d output length");
     let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
+    #[cfg(target_arch = "x86_64")]
+    if conv_direct::applies::<T>(geo) {
+        return conv_direct::forward(geo, x, w, bias, out);
+    }
     let (cin_g, cout_g, k_len) = (geo.cin_g(), geo.cout_g(), geo.k_len());
     let (in_plane, out_plane) = (geo.in_plane(), geo.out_plane());
     for_each_sample(
@@ -272,6 +278,10 @@ pub fn conv2d_input_grad<T: Element>(
 ) {
     assert_eq!(out.len(), geo.input_len(), "conv2d input-gradient length");
     let (gy, w) = (&gy[..geo.output_len()], &w[..geo.weight_len()]);
+    #[cfg(target_arch = "x86_64")]
+    if conv_direct::applies_to_input_grad::<T>(geo) {
+        return conv_direct::input_grad(geo, gy, w, bias, out);
+    }
     let (cin_g, cout_g, k_len) = (geo.cin_g(), geo.cout_g(), geo.k_len());
     let (in_plane, out_plane) = (geo.in_plane(), geo.out_plane());
     for_each_sample(
@@ -326,6 +336,10 @@ pub fn conv2d_weight_grad<T: Element>(
 ) {
     assert_eq!(out.len(), geo.weight_len(), "conv2d weight-gradient length");
     let (x, gy) = (&x[..geo.input_len()], &gy[..geo.output_len()]);
+    #[cfg(target_arch = "x86_64")]
+    if conv_direct::applies::<T>(geo) {
+        return conv_direct::weight_grad(geo, x, gy, out);
+    }
     let per_part = weight_grad_parts(geo.batch);
     let parts = geo.batch.div_ceil(per_part).max(1);
     let part = |p: usize, threaded: bool| -> Vec<T> {

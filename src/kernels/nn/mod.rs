@@ -13,6 +13,8 @@ pub mod attention;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;
+#[cfg(target_arch = "x86_64")]
+mod conv_direct;
 mod im2col;
 pub mod lanes;
 pub mod norm;

@@ -95,13 +95,13 @@ impl BatchNormCore {
                 format!("eps must be finite and >= 0, got {}", options.eps),
             ));
         }
-        if let Some(m) = options.momentum {
-            if !(0.0..=1.0).contains(&m) {
-                return Err(Error::invalid(
-                    name,
-                    format!("momentum must be in [0, 1], got {m}"),
-                ));
-            }
+        if let Some(m) = options.momentum
+            && !(0.0..=1.0).contains(&m)
+        {
+            return Err(Error::invalid(
+                name,
+                format!("momentum must be in [0, 1], got {m}"),
+            ));
         }
         let c = [num_features];
         let (weight, bias) = if options.affine {

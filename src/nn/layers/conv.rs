@@ -45,7 +45,7 @@ fn init_params<R: Rng + ?Sized>(
 }
 
 fn check_groups(op: &'static str, cin: usize, cout: usize, groups: usize) -> Result<()> {
-    if groups == 0 || cin % groups != 0 || cout % groups != 0 {
+    if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
         return Err(Error::invalid(
             op,
             format!("groups = {groups} must divide in_channels = {cin} and out_channels = {cout}"),

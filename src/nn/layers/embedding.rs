@@ -146,14 +146,14 @@ impl EmbeddingBuilder {
                 format!("sizes must be > 0, got {num_embeddings} x {dim}"),
             ));
         }
-        if let Some(p) = padding_idx {
-            if p >= num_embeddings {
-                return Err(Error::IndexOutOfRange {
-                    op: "Embedding",
-                    index: p as i64,
-                    size: num_embeddings,
-                });
-            }
+        if let Some(p) = padding_idx
+            && p >= num_embeddings
+        {
+            return Err(Error::IndexOutOfRange {
+                op: "Embedding",
+                index: p as i64,
+                size: num_embeddings,
+            });
         }
         let mut weight = init::normal(&[num_embeddings, dim], 0.0, 1.0, dtype, rng)?;
         if let Some(p) = padding_idx {

@@ -129,7 +129,7 @@ impl GptConfig {
             self.n_head,
             self.n_embd,
         ];
-        if sizes.contains(&0) || self.n_embd % self.n_head != 0 {
+        if sizes.contains(&0) || !self.n_embd.is_multiple_of(self.n_head) {
             return Err(Error::invalid(
                 "Gpt",
                 format!("sizes must be positive and n_embd a multiple of n_head, got {self:?}"),

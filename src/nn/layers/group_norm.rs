@@ -48,7 +48,7 @@ impl GroupNorm {
         affine: bool,
         dtype: DType,
     ) -> Result<Self> {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(Error::invalid(
                 "GroupNorm",
                 format!(

@@ -50,13 +50,13 @@ impl RMSNorm {
                 format!("normalized_shape must be non-empty with no zero dims, got {normalized_shape:?}"),
             ));
         }
-        if let Some(e) = eps {
-            if !(e.is_finite() && e >= 0.0) {
-                return Err(Error::invalid(
-                    "RMSNorm",
-                    format!("eps must be >= 0, got {e}"),
-                ));
-            }
+        if let Some(e) = eps
+            && !(e.is_finite() && e >= 0.0)
+        {
+            return Err(Error::invalid(
+                "RMSNorm",
+                format!("eps must be >= 0, got {e}"),
+            ));
         }
         let weight = elementwise_affine
             .then(|| Tensor::ones(normalized_shape, dtype).map(Parameter::new))

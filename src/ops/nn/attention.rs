@@ -177,11 +177,10 @@ impl Config {
         if !scale.is_finite() {
             return Err(Error::invalid(op, format!("scale must be finite, got {scale}")));
         }
-        if let Some((p, _)) = self.dropout {
-            if !(0.0..1.0).contains(&p) {
+        if let Some((p, _)) = self.dropout
+            && !(0.0..1.0).contains(&p) {
                 return Err(Error::invalid(op, format!("dropout_p must be in [0, 1), got {p}")));
             }
-        }
         if self.causal && mask.is_some() {
             return Err(Error::invalid(op, "an attn_mask and is_causal cannot both be set"));
         }
@@ -360,11 +359,10 @@ fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a 
 impl ScaledDotProductAttention {
     /// The logsumexp of the forward that produced `out`, saved or recomputed.
     fn lse(&self, inputs: &[&Tensor], out: &Tensor) -> Result<Tensor> {
-        if let Some(s) = self.saved.as_ref().and_then(|s| s.get()) {
-            if s.out.shares_storage_with(out) && s.out.shape() == out.shape() {
+        if let Some(s) = self.saved.as_ref().and_then(|s| s.get())
+            && s.out.shares_storage_with(out) && s.out.shape() == out.shape() {
                 return Ok(s.lse.clone());
             }
-        }
         let (q, k, v, m) = split(OP, inputs)?;
         Ok(fused_forward(&self.cfg, OP, q, k, v, m.copied())?.1)
     }

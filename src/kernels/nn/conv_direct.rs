@@ -1,0 +1,817 @@
+//! Direct convolution for f32 on AVX-512, stride one: the three products of
+//! [`super::conv`] without im2col or a GEMM's packing.
+//!
+//! The im2col lowering copies every input element `kh * kw` times and `gemm`
+//! then repacks the copy; at the channel counts of small CNNs that traffic
+//! costs about as much as the products (ARCHITECTURE.md, PERF). Here each
+//! input channel is copied once into a zero-padded plane, and register tiles
+//! read the taps straight from it:
+//!
+//! - forward and input gradient: one correlation kernel. A tile holds
+//!   [`CO_TILE`] output channels by up to [`PIX_TILE`] vectors of 16 output
+//!   pixels along a row; each tap loads the pixel vectors once and multiplies
+//!   them by a broadcast weight per channel. The input gradient of a stride-1
+//!   convolution is the correlation of `gy` with the flipped, transposed
+//!   kernel, so it runs the same tiles;
+//! - weight gradient: a tile holds [`WG_CO_TILE`] output channels by up to
+//!   [`TAP_TILE`] taps of one input channel, with the pixels in the vector
+//!   lanes, summed across lanes at the end of a pass.
+//!
+//! Every output element is summed in an order fixed by the geometry alone
+//! (the weight gradient's samples in the same fixed parts as the GEMM path),
+//! so the bits do not depend on the number of threads (invariant 9). They
+//! differ from the GEMM path's in the last places: another summation order.
+
+use std::any::TypeId;
+use std::mem::MaybeUninit;
+
+use super::conv::{for_each_sample, weight_grad_parts, ConvGeometry};
+use crate::tensor::Element;
+
+/// f32 lanes in an AVX-512 vector.
+const LANES: usize = 16;
+/// Output channels in one register tile.
+const CO_TILE: usize = 8;
+/// Pixel vectors in one forward tile: 8 x 3 accumulators leave registers for
+/// the three pixel loads and a broadcast weight.
+const PIX_TILE: usize = 3;
+/// Output channels in one weight-gradient tile.
+const WG_CO_TILE: usize = 4;
+/// Taps in one weight-gradient tile: 4 x 5 accumulators, and the nine
+/// vectors a pixel step loads, fill the 32 registers without spilling.
+const TAP_TILE: usize = 3;
+/// The gradient rows of one weight-gradient pass should stay in L1 while
+/// every input channel and tap group runs over them.
+const PASS_BYTES: usize = 16 << 10;
+
+/// Whether this convolution runs here: f32, stride one, a kernel larger than
+/// 1x1 (a pointwise one is a plain GEMM already), on a CPU with AVX-512F.
+pub(super) fn applies<T: Element>(geo: &ConvGeometry) -> bool {
+    TypeId::of::<T>() == TypeId::of::<f32>()
+        && geo.stride == [1, 1]
+        && geo.kernel != [1, 1]
+        && geo.output[0] > 0
+        && geo.output[1] > 0
+        && has_avx512()
+}
+
+/// Whether the input gradient runs here: as [`applies`], the padding is at
+/// most the kernel's reach, so the flipped correlation needs no negative
+/// padding, and there are at least half a tile of input channels per group
+/// (a first layer's one or three channels would leave most of each tile
+/// idle: there im2col and GEMM measure faster).
+pub(super) fn applies_to_input_grad<T: Element>(geo: &ConvGeometry) -> bool {
+    applies::<T>(geo)
+        && geo.in_channels / geo.groups >= CO_TILE / 2
+        && (0..2).all(|d| geo.pad[d] <= (geo.kernel[d] - 1) * geo.dilation[d])
+        && geo.input[0] > 0
+        && geo.input[1] > 0
+}
+
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// `s` as f32s; the callers checked `T` is f32 ([`applies`]).
+fn as_f32<T: Element>(s: &[T]) -> &[f32] {
+    assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
+    // SAFETY: `T` is `f32` (asserted just above).
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
+}
+
+fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
+    assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
+    // SAFETY: `T` is `f32` (asserted just above).
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
+}
+
+/// A stride-1 correlation of `cin` source planes into `cout` output planes:
+/// the forward convolution, or the input gradient read as one.
+#[derive(Clone, Copy, Debug)]
+struct Correlation {
+    cin: usize,
+    cout: usize,
+    /// Source plane (rows, columns).
+    src: [usize; 2],
+    /// Output plane (rows, columns).
+    out: [usize; 2],
+    kernel: [usize; 2],
+    dilation: [usize; 2],
+    /// Zero rows and columns before the source in the padded plane.
+    before: [usize; 2],
+}
+
+impl Correlation {
+    fn forward(geo: &ConvGeometry) -> Self {
+        Correlation {
+            cin: geo.in_channels / geo.groups,
+            cout: geo.out_channels / geo.groups,
+            src: geo.input,
+            out: geo.output,
+            kernel: geo.kernel,
+            dilation: geo.dilation,
+            before: geo.pad,
+        }
+    }
+
+    /// `gx = correlate(gy, flipped w^T)`, with `d (k - 1) - p` zeros before.
+    fn input_grad(geo: &ConvGeometry) -> Self {
+        let reach = |d: usize| (geo.kernel[d] - 1) * geo.dilation[d];
+        Correlation {
+            cin: geo.out_channels / geo.groups,
+            cout: geo.in_channels / geo.groups,
+            src: geo.output,
+            out: geo.input,
+            kernel: geo.kernel,
+            dilation: geo.dilation,
+            before: [reach(0) - geo.pad[0], reach(1) - geo.pad[1]],
+        }
+    }
+
+    fn taps(&self) -> usize {
+        self.kernel[0] * self.kernel[1]
+    }
+
+    fn vectors_per_row(&self) -> usize {
+        self.out[1].div_ceil(LANES)
+    }
+
+    /// The padded plane: every row and column a whole output vector's taps
+    /// read, the last vector's lanes past the row included.
+    fn padded(&self) -> [usize; 2] {
+        [
+            self.out[0] + (self.kernel[0] - 1) * self.dilation[0],
+            self.vectors_per_row() * LANES + (self.kernel[1] - 1) * self.dilation[1],
+        ]
+    }
+
+    fn padded_len(&self) -> usize {
+        let [h, w] = self.padded();
+        h * w
+    }
+
+    /// Each tap's offset in the padded plane, row-major over the kernel.
+    fn tap_offsets(&self) -> Vec<usize> {
+        let wp = self.padded()[1];
+        let mut offsets = Vec::with_capacity(self.taps());
+        for ky in 0..self.kernel[0] {
+            for kx in 0..self.kernel[1] {
+                offsets.push(ky * self.dilation[0] * wp + kx * self.dilation[1]);
+            }
+        }
+        offsets
+    }
+
+    /// Every output vector: its first pixel's offset in the padded plane, in
+    /// the output plane, and the mask of its lanes inside the row.
+    fn pixel_vectors(&self) -> Vec<PixelVector> {
+        let (wp, nv, ow) = (self.padded()[1], self.vectors_per_row(), self.out[1]);
+        let mut all = Vec::with_capacity(self.out[0] * nv);
+        for oy in 0..self.out[0] {
+            for v in 0..nv {
+                let lanes = (ow - v * LANES).min(LANES);
+                all.push(PixelVector {
+                    padded: oy * wp + v * LANES,
+                    out: oy * ow + v * LANES,
+                    mask: (((1u32 << lanes) - 1) & 0xffff) as u16,
+                });
+            }
+        }
+        all
+    }
+
+    /// Copies `planes` source planes into zero-padded planes at the start of
+    /// `dst`.
+    fn pad(&self, src: &[f32], planes: usize, dst: &mut [f32]) {
+        let [hp, wp] = self.padded();
+        let [sh, sw] = self.src;
+        let [top, left] = self.before;
+        let cols = sw.min(wp.saturating_sub(left));
+        for (p, plane) in dst.chunks_exact_mut(hp * wp).take(planes).enumerate() {
+            plane.fill(0.0);
+            let s = &src[p * sh * sw..][..sh * sw];
+            if cols == 0 {
+                continue;
+            }
+            for (r, row) in plane.chunks_exact_mut(wp).enumerate().skip(top) {
+                let sy = r - top;
+                if sy >= sh {
+                    break;
+                }
+                row[left..left + cols].copy_from_slice(&s[sy * sw..][..cols]);
+            }
+        }
+    }
+}
+
+/// One output vector of a plane.
+#[derive(Clone, Copy, Debug)]
+struct PixelVector {
+    padded: usize,
+    out: usize,
+    mask: u16,
+}
+
+/// Packs one group's weights `[outs][ins][taps]` as the correlation reads
+/// them: `[out block][in][tap][CO_TILE]`, zero past the last output channel.
+fn pack_forward(w: &[f32], outs: usize, ins: usize, taps: usize) -> Vec<f32> {
+    let blocks = outs.div_ceil(CO_TILE);
+    let mut packed = vec![0.0; blocks * ins * taps * CO_TILE];
+    for o in 0..outs {
+        let (b, j) = (o / CO_TILE, o % CO_TILE);
+        for i in 0..ins {
+            for t in 0..taps {
+                packed[((b * ins + i) * taps + t) * CO_TILE + j] = w[(o * ins + i) * taps + t];
+            }
+        }
+    }
+    packed
+}
+
+/// Packs one group's weights `[outs][ins][taps]` for the input gradient: the
+/// roles of the channels swapped and the taps reversed (the kernel flipped in
+/// both dimensions).
+fn pack_input_grad(w: &[f32], outs: usize, ins: usize, taps: usize) -> Vec<f32> {
+    let blocks = ins.div_ceil(CO_TILE);
+    let mut packed = vec![0.0; blocks * outs * taps * CO_TILE];
+    for i in 0..ins {
+        let (b, j) = (i / CO_TILE, i % CO_TILE);
+        for o in 0..outs {
+            for t in 0..taps {
+                packed[((b * outs + o) * taps + t) * CO_TILE + j] =
+                    w[(o * ins + i) * taps + (taps - 1 - t)];
+            }
+        }
+    }
+    packed
+}
+
+/// `y = conv(x, w) + bias` (see [`super::conv::conv2d_forward`]).
+pub(super) fn forward<T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    let c = Correlation::forward(geo);
+    let (x, w, bias, out) = (as_f32(x), as_f32(w), bias.map(as_f32), as_f32_out(out));
+    let packed: Vec<Vec<f32>> = w
+        .chunks_exact(c.cout * c.cin * c.taps())
+        .map(|w_g| pack_forward(w_g, c.cout, c.cin, c.taps()))
+        .collect();
+    let in_sample = geo.in_channels * geo.input[0] * geo.input[1];
+    run_correlation(geo, &c, x, in_sample, &packed, bias, out);
+}
+
+/// The input gradient (see [`super::conv::conv2d_input_grad`]).
+pub(super) fn input_grad<T: Element>(
+    geo: &ConvGeometry,
+    gy: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    let c = Correlation::input_grad(geo);
+    let (gy, w, bias, out) = (as_f32(gy), as_f32(w), bias.map(as_f32), as_f32_out(out));
+    let packed: Vec<Vec<f32>> = w
+        .chunks_exact(c.cin * c.cout * c.taps())
+        .map(|w_g| pack_input_grad(w_g, c.cin, c.cout, c.taps()))
+        .collect();
+    let gy_sample = geo.out_channels * geo.output[0] * geo.output[1];
+    run_correlation(geo, &c, gy, gy_sample, &packed, bias, out);
+}
+
+/// Runs correlation `c` per sample and group: source `src` (`src_sample`
+/// elements a sample), one packed weight block per group.
+fn run_correlation(
+    geo: &ConvGeometry,
+    c: &Correlation,
+    src: &[f32],
+    src_sample: usize,
+    packed: &[Vec<f32>],
+    bias: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+) {
+    let (src_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
+    let taps = c.tap_offsets();
+    let pixels = c.pixel_vectors();
+    let out_sample = geo.groups * c.cout * out_plane;
+    for_each_sample(geo, out, out_sample, |n, y_n, padded, _threaded| {
+        let need = c.cin * c.padded_len() + LANES;
+        if padded.len() < need {
+            padded.resize(need, 0.0);
+        }
+        for g in 0..geo.groups {
+            let s = &src[n * src_sample + g * c.cin * src_plane..][..c.cin * src_plane];
+            c.pad(s, c.cin, padded);
+            let y_g = &mut y_n[g * c.cout * out_plane..][..c.cout * out_plane];
+            let bias_g = bias.map(|b| &b[g * c.cout..][..c.cout]);
+            // SAFETY: `applies` checked AVX-512F; the sizes are those the
+            // pointers are read and written with (see `correlate`).
+            unsafe { correlate(c, padded, &taps, &pixels, &packed[g], bias_g, y_g) };
+        }
+    });
+}
+
+/// Writes every element of `y` (`c.cout` output planes) from the padded
+/// source planes `x` and the packed weights `w`.
+///
+/// # Safety
+/// The CPU has AVX-512F; `x` holds `c.cin` padded planes, `w` the packing of
+/// [`pack_forward`] for `c`, `taps` and `pixels` come from `c`.
+#[target_feature(enable = "avx512f")]
+unsafe fn correlate(
+    c: &Correlation,
+    x: &[f32],
+    taps: &[usize],
+    pixels: &[PixelVector],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [MaybeUninit<f32>],
+) {
+    // SAFETY: the caller upholds the contract above.
+    unsafe {
+        let plane = c.padded_len();
+        assert!(x.len() >= c.cin * plane);
+        assert_eq!(
+            w.len(),
+            c.cout.div_ceil(CO_TILE) * c.cin * taps.len() * CO_TILE
+        );
+        assert_eq!(y.len(), c.cout * c.out[0] * c.out[1]);
+        let out_plane = c.out[0] * c.out[1];
+        for block in 0..c.cout.div_ceil(CO_TILE) {
+            let w_b = w[block * c.cin * taps.len() * CO_TILE..].as_ptr();
+            let channels = (c.cout - block * CO_TILE).min(CO_TILE);
+            let y_b = y[block * CO_TILE * out_plane..].as_mut_ptr().cast::<f32>();
+            let mut bias_b = [0.0f32; CO_TILE];
+            if let Some(b) = bias {
+                bias_b[..channels].copy_from_slice(&b[block * CO_TILE..][..channels]);
+            }
+            for tile in pixels.chunks(PIX_TILE) {
+                match tile.len() {
+                    3 => correlate_tile::<3>(
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                    ),
+                    2 => correlate_tile::<2>(
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                    ),
+                    _ => correlate_tile::<1>(
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// One register tile: `CO_TILE` channels by `PV` pixel vectors, summed over
+/// every input channel and tap, then stored (plus the bias) under each
+/// vector's mask.
+///
+/// # Safety
+/// As [`correlate`]; `w` points at the tile's channel block, `y` at its
+/// first output plane, `channels` of which exist.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn correlate_tile<const PV: usize>(
+    x: &[f32],
+    plane: usize,
+    cin: usize,
+    taps: &[usize],
+    tile: &[PixelVector],
+    w: *const f32,
+    bias: &[f32; CO_TILE],
+    channels: usize,
+    out_plane: usize,
+    y: *mut f32,
+) {
+    // SAFETY: the caller upholds the contract above.
+    unsafe {
+        use std::arch::x86_64::*;
+        let mut acc = [[_mm512_setzero_ps(); PV]; CO_TILE];
+        let mut at = [0usize; PV];
+        for p in 0..PV {
+            at[p] = tile[p].padded;
+        }
+        let x = x.as_ptr();
+        let mut w = w;
+        for ci in 0..cin {
+            let x_c = x.add(ci * plane);
+            for &off in taps {
+                let x_t = x_c.add(off);
+                let mut xv = [_mm512_setzero_ps(); PV];
+                for p in 0..PV {
+                    xv[p] = _mm512_loadu_ps(x_t.add(at[p]));
+                }
+                for (j, acc_j) in acc.iter_mut().enumerate() {
+                    let wj = _mm512_set1_ps(*w.add(j));
+                    for p in 0..PV {
+                        acc_j[p] = _mm512_fmadd_ps(wj, xv[p], acc_j[p]);
+                    }
+                }
+                w = w.add(CO_TILE);
+            }
+        }
+        for j in 0..channels {
+            let b = _mm512_set1_ps(bias[j]);
+            for p in 0..PV {
+                let dst = y.add(j * out_plane + tile[p].out);
+                _mm512_mask_storeu_ps(dst, tile[p].mask, _mm512_add_ps(acc[j][p], b));
+            }
+        }
+    }
+}
+
+/// The weight gradient (see [`super::conv::conv2d_weight_grad`]): the same
+/// fixed parts of the batch as the GEMM path, each summed in sample order.
+pub(super) fn weight_grad<T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    gy: &[T],
+    out: &mut [MaybeUninit<T>],
+) {
+    use rayon::prelude::*;
+    let c = Correlation::forward(geo);
+    let (x, gy, out) = (as_f32(x), as_f32(gy), as_f32_out(out));
+    let per_part = weight_grad_parts(geo.batch);
+    let parts = geo.batch.div_ceil(per_part).max(1);
+    let len = geo.out_channels * c.cin * c.taps();
+    let part = |p: usize| -> Vec<f32> {
+        let samples = p * per_part..((p + 1) * per_part).min(geo.batch);
+        weight_grad_part(geo, &c, x, gy, samples)
+    };
+    let sums: Vec<Vec<f32>> = if parts > 1 && rayon::current_num_threads() > 1 {
+        (0..parts).into_par_iter().map(part).collect()
+    } else {
+        (0..parts).map(part).collect()
+    };
+    let mut total = vec![0.0f32; len];
+    for s in &sums {
+        total.iter_mut().zip(s).for_each(|(a, b)| *a += *b);
+    }
+    for (o, v) in out.iter_mut().zip(total) {
+        o.write(v);
+    }
+}
+
+/// One part's weight gradient, `[C_out][C_in/g][taps]`: samples in chunks
+/// whose gradient rows fit [`PASS_BYTES`], each chunk's sums added in order.
+fn weight_grad_part(
+    geo: &ConvGeometry,
+    c: &Correlation,
+    x: &[f32],
+    gy: &[f32],
+    samples: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let (in_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
+    let (in_sample, out_sample) = (geo.in_channels * in_plane, geo.out_channels * out_plane);
+    let group_len = c.cout * c.cin * c.taps();
+    let taps = c.tap_offsets();
+    // The gradient is staged with each row a whole number of aligned
+    // vectors, zero past the row's end: an unaligned 64-byte load costs two
+    // cache accesses, and the loads, not the multiply-adds, bound this loop.
+    let row = c.vectors_per_row() * LANES;
+    let staged_plane = c.out[0] * row;
+    let pixels: Vec<PixelVector> = c
+        .pixel_vectors()
+        .into_iter()
+        .map(|p| PixelVector {
+            out: (p.out / c.out[1]) * row + p.out % c.out[1],
+            ..p
+        })
+        .collect();
+    let chunk = (PASS_BYTES / (WG_CO_TILE * staged_plane * size_of::<f32>()).max(1)).max(1);
+    let mut acc = vec![0.0f32; geo.groups * group_len];
+    let mut padded = vec![0.0f32; chunk * c.cin * c.padded_len() + LANES];
+    let mut staged = AlignedBuffer::new(chunk * c.cout * staged_plane);
+    for first in samples.clone().step_by(chunk) {
+        let run = first..(first + chunk).min(samples.end);
+        // One list of pixel vectors across the chunk: x offsets from the
+        // first sample's padded planes, gradient offsets from its first
+        // staged plane.
+        let run_pixels: Vec<PixelVector> = (0..run.len())
+            .flat_map(|k| {
+                pixels.iter().map(move |p| PixelVector {
+                    padded: k * c.cin * c.padded_len() + p.padded,
+                    out: k * c.cout * staged_plane + p.out,
+                    mask: p.mask,
+                })
+            })
+            .collect();
+        for g in 0..geo.groups {
+            let stage = staged.slice(run.len() * c.cout * staged_plane);
+            for (k, n) in run.clone().enumerate() {
+                let s = &x[n * in_sample + g * c.cin * in_plane..][..c.cin * in_plane];
+                c.pad(s, c.cin, &mut padded[k * c.cin * c.padded_len()..]);
+                let gy_n = &gy[n * out_sample + g * c.cout * out_plane..][..c.cout * out_plane];
+                let dst = &mut stage[k * c.cout * staged_plane..][..c.cout * staged_plane];
+                for (d, s) in dst.chunks_exact_mut(row).zip(gy_n.chunks_exact(c.out[1])) {
+                    d[..s.len()].copy_from_slice(s);
+                    d[s.len()..].fill(0.0);
+                }
+            }
+            let acc_g = &mut acc[g * group_len..][..group_len];
+            // SAFETY: `applies` checked AVX-512F; `padded` holds the run's
+            // padded planes and `stage` its staged gradient planes, which
+            // the offsets of `run_pixels` address.
+            unsafe {
+                weight_grad_chunk(c, &padded, stage, staged_plane, &taps, &run_pixels, acc_g)
+            };
+        }
+    }
+    acc
+}
+
+/// A buffer of f32s whose slice starts on a 64-byte boundary.
+struct AlignedBuffer {
+    data: Vec<f32>,
+    start: usize,
+}
+
+impl AlignedBuffer {
+    fn new(len: usize) -> Self {
+        let data = vec![0.0f32; len + LANES];
+        let start = data.as_ptr().align_offset(64).min(LANES);
+        AlignedBuffer { data, start }
+    }
+
+    fn slice(&mut self, len: usize) -> &mut [f32] {
+        &mut self.data[self.start..][..len]
+    }
+}
+
+/// Adds one chunk of samples' weight gradient for one group into `acc`
+/// (`[cout][cin][taps]`).
+///
+/// # Safety
+/// The CPU has AVX-512F; every pixel vector's lanes under its mask, plus a
+/// tap's offset and an input channel's plane, lie in `x`, and all its lanes
+/// plus an output channel's plane (`out_plane` elements each) in `gy`.
+#[target_feature(enable = "avx512f")]
+unsafe fn weight_grad_chunk(
+    c: &Correlation,
+    x: &[f32],
+    gy: &[f32],
+    out_plane: usize,
+    taps: &[usize],
+    pixels: &[PixelVector],
+    acc: &mut [f32],
+) {
+    let plane = c.padded_len();
+    let ntaps = taps.len();
+    assert_eq!(acc.len(), c.cout * c.cin * ntaps);
+    for block in 0..c.cout.div_ceil(WG_CO_TILE) {
+        let channels = (c.cout - block * WG_CO_TILE).min(WG_CO_TILE);
+        // Channels past the last read the last one's plane; their sums are
+        // never used.
+        let rows: [*const f32; WG_CO_TILE] = std::array::from_fn(|j| {
+            gy[(block * WG_CO_TILE + j.min(channels - 1)) * out_plane..].as_ptr()
+        });
+        for ci in 0..c.cin {
+            let x_c = x[ci * plane..].as_ptr();
+            for (group, offs) in taps.chunks(TAP_TILE).enumerate() {
+                let t0 = group * TAP_TILE;
+                let mut sums = [[0.0f32; TAP_TILE]; WG_CO_TILE];
+                // SAFETY: as this function's contract.
+                unsafe {
+                    match offs.len() {
+                        5 => weight_grad_tile::<5>(x_c, &rows, offs, pixels, &mut sums),
+                        4 => weight_grad_tile::<4>(x_c, &rows, offs, pixels, &mut sums),
+                        3 => weight_grad_tile::<3>(x_c, &rows, offs, pixels, &mut sums),
+                        2 => weight_grad_tile::<2>(x_c, &rows, offs, pixels, &mut sums),
+                        _ => weight_grad_tile::<1>(x_c, &rows, offs, pixels, &mut sums),
+                    }
+                }
+                for (j, row) in sums.iter().enumerate().take(channels) {
+                    let co = block * WG_CO_TILE + j;
+                    let dst = &mut acc[(co * c.cin + ci) * ntaps + t0..][..offs.len()];
+                    dst.iter_mut().zip(row).for_each(|(a, s)| *a += *s);
+                }
+            }
+        }
+    }
+}
+
+/// One weight-gradient tile: `WG_CO_TILE` output channels (`rows`) by `TT`
+/// taps of one input channel (`x`), summed over the pixel vectors with the
+/// pixels in the lanes; writes the lane sums into `sums`. The staged
+/// gradient is zero past each row's end and `x` loads as zero outside a
+/// vector's mask, so an infinity there never makes a NaN.
+///
+/// # Safety
+/// As [`weight_grad_chunk`], for `x` and `rows`.
+#[target_feature(enable = "avx512f")]
+// Not inlined: alone, the tile's accumulators get registers of their own
+// instead of spilling next to the caller's loop state.
+#[inline(never)]
+unsafe fn weight_grad_tile<const TT: usize>(
+    x: *const f32,
+    rows: &[*const f32; WG_CO_TILE],
+    taps: &[usize],
+    pixels: &[PixelVector],
+    sums: &mut [[f32; TAP_TILE]; WG_CO_TILE],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); TT]; WG_CO_TILE];
+    let mut off = [0usize; TT];
+    off.copy_from_slice(&taps[..TT]);
+    let rows = *rows;
+    let mut px = pixels.as_ptr();
+    let end = px.wrapping_add(pixels.len());
+    while px != end {
+        // SAFETY: the caller's contract covers every masked lane read.
+        unsafe {
+            let PixelVector { padded, out, mask } = *px;
+            let x_p = x.add(padded);
+            let mut xv = [_mm512_setzero_ps(); TT];
+            if mask == u16::MAX {
+                for t in 0..TT {
+                    xv[t] = _mm512_loadu_ps(x_p.add(off[t]));
+                }
+                for j in 0..WG_CO_TILE {
+                    let g = _mm512_load_ps(rows[j].add(out));
+                    for t in 0..TT {
+                        acc[j][t] = _mm512_fmadd_ps(g, xv[t], acc[j][t]);
+                    }
+                }
+            } else {
+                for t in 0..TT {
+                    xv[t] = _mm512_maskz_loadu_ps(mask, x_p.add(off[t]));
+                }
+                for j in 0..WG_CO_TILE {
+                    let g = _mm512_load_ps(rows[j].add(out));
+                    for t in 0..TT {
+                        acc[j][t] = _mm512_fmadd_ps(g, xv[t], acc[j][t]);
+                    }
+                }
+            }
+            px = px.add(1);
+        }
+    }
+    for j in 0..WG_CO_TILE {
+        for t in 0..TT {
+            sums[j][t] = _mm512_reduce_add_ps(acc[j][t]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conv::{conv2d_forward, conv2d_input_grad, conv2d_weight_grad};
+    use super::*;
+
+    fn seq(n: usize, a: f64, b: f64) -> Vec<f64> {
+        (0..n).map(|i| (a * i as f64 + b).sin()).collect()
+    }
+
+    fn run<T: Element>(len: usize, f: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<f64> {
+        let mut out = vec![MaybeUninit::uninit(); len];
+        f(&mut out);
+        // SAFETY: the kernels under test write every element.
+        out.into_iter()
+            .map(|v| unsafe { v.assume_init() }.to_f64())
+            .collect()
+    }
+
+    fn to_f32(v: &[f64]) -> Vec<f32> {
+        v.iter().map(|&x| x as f32).collect()
+    }
+
+    fn close(a: &[f64], e: &[f64], what: &str, geo: &ConvGeometry) {
+        assert_eq!(a.len(), e.len());
+        let scale = e.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        for (i, (a, e)) in a.iter().zip(e).enumerate() {
+            assert!(
+                (a - e).abs() <= 2e-5 * scale,
+                "{what} [{i}] {a} vs {e}: {geo:?}"
+            );
+        }
+    }
+
+    /// Stride-1 geometries: odd widths (tail vectors), rows wider than a
+    /// vector, channel counts off the tile, groups, dilation, uneven padding.
+    fn geometries() -> Vec<ConvGeometry> {
+        let mut all = Vec::new();
+        for (batch, cin, cout, groups, hw, k, p, d) in [
+            (2, 4, 5, 1, [9, 21], [3, 3], [1, 1], [1, 1]),
+            (3, 5, 16, 1, [28, 28], [5, 5], [2, 2], [1, 1]),
+            (2, 16, 32, 1, [14, 14], [5, 5], [2, 2], [1, 1]),
+            (2, 8, 6, 2, [7, 40], [3, 2], [2, 1], [2, 1]),
+            (1, 36, 9, 9, [6, 33], [3, 3], [0, 0], [1, 1]),
+            (2, 4, 11, 1, [5, 17], [2, 4], [0, 3], [1, 2]),
+            (1, 6, 4, 1, [1, 50], [1, 5], [0, 2], [1, 1]),
+        ] {
+            let out = |i: usize, k: usize, p: usize, d: usize| i + 2 * p - d * (k - 1);
+            all.push(ConvGeometry {
+                batch,
+                in_channels: cin,
+                out_channels: cout,
+                groups,
+                input: hw,
+                output: [out(hw[0], k[0], p[0], d[0]), out(hw[1], k[1], p[1], d[1])],
+                kernel: k,
+                stride: [1, 1],
+                pad: p,
+                dilation: d,
+            });
+        }
+        all
+    }
+
+    /// The three products in f32 against the GEMM path in f64.
+    #[test]
+    fn direct_products_match_the_gemm_path() {
+        if !has_avx512() {
+            return;
+        }
+        for geo in geometries() {
+            assert!(applies::<f32>(&geo) && applies_to_input_grad::<f32>(&geo));
+            let x = seq(geo.input_len(), 0.37, 0.1);
+            let w = seq(geo.weight_len(), 0.23, 0.3);
+            let gy = seq(geo.output_len(), 0.11, 0.7);
+            let b = seq(geo.out_channels, 1.3, 0.2);
+            let bx = seq(geo.in_channels, 0.9, 0.4);
+            let (x32, w32, gy32) = (to_f32(&x), to_f32(&w), to_f32(&gy));
+            let (b32, bx32) = (to_f32(&b), to_f32(&bx));
+            let y = run::<f32>(geo.output_len(), |o| {
+                conv2d_forward(&geo, &x32, &w32, Some(&b32), o)
+            });
+            let expect = run::<f64>(geo.output_len(), |o| {
+                conv2d_forward(&geo, &x, &w, Some(&b), o)
+            });
+            close(&y, &expect, "forward", &geo);
+            let gx = run::<f32>(geo.input_len(), |o| {
+                conv2d_input_grad(&geo, &gy32, &w32, Some(&bx32), o)
+            });
+            let expect = run::<f64>(geo.input_len(), |o| {
+                conv2d_input_grad(&geo, &gy, &w, Some(&bx), o)
+            });
+            close(&gx, &expect, "input grad", &geo);
+            let gw = run::<f32>(geo.weight_len(), |o| {
+                conv2d_weight_grad(&geo, &x32, &gy32, o)
+            });
+            let expect = run::<f64>(geo.weight_len(), |o| conv2d_weight_grad(&geo, &x, &gy, o));
+            close(&gw, &expect, "weight grad", &geo);
+        }
+    }
+
+    /// The lanes of a row's last vector past its last output column read
+    /// real input (and the padding), which must not reach the sums: an
+    /// infinity read by one legal tap makes that tap's gradient infinite and
+    /// leaves the others finite, not NaN.
+    #[test]
+    fn tail_lanes_never_touch_the_gradient() {
+        if !has_avx512() {
+            return;
+        }
+        let geo = ConvGeometry {
+            batch: 1,
+            in_channels: 1,
+            out_channels: 1,
+            groups: 1,
+            input: [3, 20],
+            output: [3, 18],
+            kernel: [1, 3],
+            stride: [1, 1],
+            pad: [0, 0],
+            dilation: [1, 1],
+        };
+        let mut x = vec![1.0f32; geo.input_len()];
+        x[19] = f32::INFINITY; // read by output column 17 through tap 2 only
+        let gy = vec![1.0f32; geo.output_len()];
+        let gw = run::<f32>(3, |o| conv2d_weight_grad(&geo, &x, &gy, o));
+        assert_eq!(gw, [54.0, 54.0, f64::INFINITY]);
+    }
+
+    /// A padding wider than the kernel's reach, or a single input channel,
+    /// keeps the input gradient on the GEMM path; f64 always stays there.
+    #[test]
+    fn wide_padding_or_few_channels_leave_the_input_gradient_to_gemm() {
+        let geo = ConvGeometry {
+            batch: 1,
+            in_channels: 8,
+            out_channels: 1,
+            groups: 1,
+            input: [4, 4],
+            output: [8, 8],
+            kernel: [3, 3],
+            stride: [1, 1],
+            pad: [3, 3],
+            dilation: [1, 1],
+        };
+        let few_channels = ConvGeometry {
+            in_channels: 1,
+            pad: [1, 1],
+            output: [4, 4],
+            ..geo
+        };
+        if has_avx512() {
+            assert!(applies::<f32>(&geo) && !applies_to_input_grad::<f32>(&geo));
+            assert!(applies::<f32>(&few_channels));
+            assert!(!applies_to_input_grad::<f32>(&few_channels));
+        }
+        assert!(!applies::<f64>(&geo));
+    }
+}
