@@ -37,8 +37,9 @@ const CO_TILE: usize = 8;
 const PIX_TILE: usize = 3;
 /// Output channels in one weight-gradient tile.
 const WG_CO_TILE: usize = 4;
-/// Taps in one weight-gradient tile: 4 x 5 accumulators, and the nine
-/// vectors a pixel step loads, fill the 32 registers without spilling.
+/// Taps in one weight-gradient tile: 4 x 3 accumulators. LLVM spilled a
+/// 4 x 5 tile's accumulators although they and its loads fit the 32
+/// registers (ARCHITECTURE.md, PERF).
 const TAP_TILE: usize = 3;
 /// The gradient rows of one weight-gradient pass should stay in L1 while
 /// every input channel and tap group runs over them.
