@@ -213,34 +213,23 @@ struct PixelVector {
     mask: u16,
 }
 
-/// Packs one group's weights `[outs][ins][taps]` as the correlation reads
-/// them: `[out block][in][tap][CO_TILE]`, zero past the last output channel.
-fn pack_forward(w: &[f32], outs: usize, ins: usize, taps: usize) -> Vec<f32> {
-    let blocks = outs.div_ceil(CO_TILE);
-    let mut packed = vec![0.0; blocks * ins * taps * CO_TILE];
-    for o in 0..outs {
+/// Packs one group's weights (`[C_out/g][C_in/g][taps]`, the convolution's
+/// layout) as correlation `c` reads them: `[out block][in][tap][CO_TILE]`,
+/// zero past the last output channel. For the input gradient (`flipped`)
+/// the roles of the channels swap and the taps run backwards (the kernel
+/// flipped in both dimensions).
+fn pack(w: &[f32], c: &Correlation, flipped: bool) -> Vec<f32> {
+    let taps = c.taps();
+    let mut packed = vec![0.0; c.cout.div_ceil(CO_TILE) * c.cin * taps * CO_TILE];
+    for o in 0..c.cout {
         let (b, j) = (o / CO_TILE, o % CO_TILE);
-        for i in 0..ins {
+        for i in 0..c.cin {
             for t in 0..taps {
-                packed[((b * ins + i) * taps + t) * CO_TILE + j] = w[(o * ins + i) * taps + t];
-            }
-        }
-    }
-    packed
-}
-
-/// Packs one group's weights `[outs][ins][taps]` for the input gradient: the
-/// roles of the channels swapped and the taps reversed (the kernel flipped in
-/// both dimensions).
-fn pack_input_grad(w: &[f32], outs: usize, ins: usize, taps: usize) -> Vec<f32> {
-    let blocks = ins.div_ceil(CO_TILE);
-    let mut packed = vec![0.0; blocks * outs * taps * CO_TILE];
-    for i in 0..ins {
-        let (b, j) = (i / CO_TILE, i % CO_TILE);
-        for o in 0..outs {
-            for t in 0..taps {
-                packed[((b * outs + o) * taps + t) * CO_TILE + j] =
-                    w[(o * ins + i) * taps + (taps - 1 - t)];
+                packed[((b * c.cin + i) * taps + t) * CO_TILE + j] = if flipped {
+                    w[(i * c.cout + o) * taps + (taps - 1 - t)]
+                } else {
+                    w[(o * c.cin + i) * taps + t]
+                };
             }
         }
     }
@@ -256,13 +245,15 @@ pub(super) fn forward<T: Element>(
     out: &mut [MaybeUninit<T>],
 ) {
     let c = Correlation::forward(geo);
-    let (x, w, bias, out) = (as_f32(x), as_f32(w), bias.map(as_f32), as_f32_out(out));
-    let packed: Vec<Vec<f32>> = w
-        .chunks_exact(c.cout * c.cin * c.taps())
-        .map(|w_g| pack_forward(w_g, c.cout, c.cin, c.taps()))
-        .collect();
-    let in_sample = geo.in_channels * geo.input[0] * geo.input[1];
-    run_correlation(geo, &c, x, in_sample, &packed, bias, out);
+    run_correlation(
+        geo,
+        &c,
+        as_f32(x),
+        as_f32(w),
+        false,
+        bias.map(as_f32),
+        as_f32_out(out),
+    );
 }
 
 /// The input gradient (see [`super::conv::conv2d_input_grad`]).
@@ -274,26 +265,33 @@ pub(super) fn input_grad<T: Element>(
     out: &mut [MaybeUninit<T>],
 ) {
     let c = Correlation::input_grad(geo);
-    let (gy, w, bias, out) = (as_f32(gy), as_f32(w), bias.map(as_f32), as_f32_out(out));
-    let packed: Vec<Vec<f32>> = w
-        .chunks_exact(c.cin * c.cout * c.taps())
-        .map(|w_g| pack_input_grad(w_g, c.cin, c.cout, c.taps()))
-        .collect();
-    let gy_sample = geo.out_channels * geo.output[0] * geo.output[1];
-    run_correlation(geo, &c, gy, gy_sample, &packed, bias, out);
+    run_correlation(
+        geo,
+        &c,
+        as_f32(gy),
+        as_f32(w),
+        true,
+        bias.map(as_f32),
+        as_f32_out(out),
+    );
 }
 
-/// Runs correlation `c` per sample and group: source `src` (`src_sample`
-/// elements a sample), one packed weight block per group.
+/// Runs correlation `c` per sample and group over source `src`, with the
+/// convolution's weights `w` packed once per group ([`pack`]).
 fn run_correlation(
     geo: &ConvGeometry,
     c: &Correlation,
     src: &[f32],
-    src_sample: usize,
-    packed: &[Vec<f32>],
+    w: &[f32],
+    flipped: bool,
     bias: Option<&[f32]>,
     out: &mut [MaybeUninit<f32>],
 ) {
+    let packed: Vec<Vec<f32>> = w
+        .chunks_exact(c.cout * c.cin * c.taps())
+        .map(|w_g| pack(w_g, c, flipped))
+        .collect();
+    let src_sample = geo.groups * c.cin * c.src[0] * c.src[1];
     let (src_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
     let taps = c.tap_offsets();
     let pixels = c.pixel_vectors();
@@ -320,7 +318,7 @@ fn run_correlation(
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` holds `c.cin` padded planes, `w` the packing of
-/// [`pack_forward`] for `c`, `taps` and `pixels` come from `c`.
+/// [`pack`] for `c`, `taps` and `pixels` come from `c`.
 #[target_feature(enable = "avx512f")]
 unsafe fn correlate(
     c: &Correlation,
