@@ -171,6 +171,34 @@ mod tests {
     }
 
     #[test]
+    fn a_new_size_displaces_the_least_recently_used_class() {
+        recycle::release();
+        // Sizes used once each take every class.
+        for n in 1..=recycle::MAX_SIZE_CLASSES {
+            drop(Tensor::from_exact_iter(
+                dims(&[n]),
+                (0..n).map(|i| i as f32),
+            ));
+        }
+        let n = recycle::MAX_SIZE_CLASSES + 7;
+        let first = Tensor::from_exact_iter(dims(&[n]), (0..n).map(|i| i as f32));
+        let ptr = first.as_slice_of::<f32>().as_ptr();
+        drop(first);
+        // Had the drop freed the buffer, an allocation of its size would
+        // take that very block, and the next build would get another.
+        let decoy: Vec<u8> = Vec::with_capacity(16 + 4 * n);
+        let again = Tensor::from_exact_iter(dims(&[n]), (0..n).map(|i| -(i as f32)));
+        assert_eq!(
+            again.as_slice_of::<f32>().as_ptr(),
+            ptr,
+            "the new size was pooled"
+        );
+        drop(decoy);
+        let want: Vec<f32> = (0..n).map(|i| -(i as f32)).collect();
+        assert_eq!(again.to_vec::<f32>().unwrap(), want);
+    }
+
+    #[test]
     fn a_panicking_fill_frees_its_storage_unread() {
         let large = recycle::MAX_RECYCLED_ELEMENTS + 1;
         for shape in [&[5][..], &[large], &[]] {

@@ -12,7 +12,10 @@
 //!
 //! The pool keeps at most [`MAX_RECYCLED_BYTES`] per thread, of tensors of at
 //! most [`MAX_RECYCLED_ELEMENTS`] elements, in at most [`MAX_SIZE_CLASSES`]
-//! (dtype, length) classes; [`Graph::release_spare_buffers`](crate::Graph::release_spare_buffers)
+//! (dtype, length) classes. A new class takes the place of the class least
+//! recently drawn from, so sizes a program has stopped using (an earlier
+//! batch size, a finished evaluation) cannot keep the ones it uses now out;
+//! [`Graph::release_spare_buffers`](crate::Graph::release_spare_buffers)
 //! empties it.
 
 use std::cell::RefCell;
@@ -30,14 +33,20 @@ use super::{DType, DataType, Dense, Dims};
 pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 22;
 /// The most bytes of recycled tensors one thread keeps.
 pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
-/// The most distinct (dtype, length) classes one thread keeps.
-pub const MAX_SIZE_CLASSES: usize = 16;
+/// The most distinct (dtype, length) classes one thread keeps. One CNN
+/// training step (W3: activations, their gradients, parameters, Adam's
+/// moments) builds about 30; with 16, the classes a first batch size had
+/// taken kept a second one's megabyte activations out for good, and each
+/// was a fresh, page-faulting allocation every step.
+pub const MAX_SIZE_CLASSES: usize = 64;
 
 struct SizeClass {
     dtype: DType,
     len: usize,
     free: Vec<Arc<Dense>>,
-    /// Outputs of this class the pool could not serve. The pool keeps at most
+    /// The pool's clock when a build last asked for this class.
+    last_used: u64,
+    //// Outputs of this class the pool could not serve. The pool keeps at most
     /// this many: tensors made elsewhere (copies, constructors) still come
     /// back here when dropped, and without this bound a loop making them
     /// would grow the pool by their number every step.
@@ -47,6 +56,8 @@ struct SizeClass {
 struct Pool {
     classes: Vec<SizeClass>,
     bytes: usize,
+    /// Counts builds that asked the pool, to order classes by last use.
+    clock: u64,
 }
 
 thread_local! {
@@ -54,6 +65,7 @@ thread_local! {
         RefCell::new(Pool {
             classes: Vec::new(),
             bytes: 0,
+            clock: 0,
         })
     };
 }
@@ -74,27 +86,44 @@ pub(crate) fn build_recycled<T: DataType, F>(
 where
     F: for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
 {
+    // A class pushed out by this build: its tensors are freed after the
+    // pool is released.
+    let mut evicted = Vec::new();
     let taken = POOL
         .try_with(|p| {
             let mut p = p.borrow_mut();
             let p = &mut *p;
-            let class = match p
+            p.clock += 1;
+            let index = match p
                 .classes
-                .iter_mut()
+                .iter()
                 .position(|c| c.len == len && c.dtype == T::DTYPE)
             {
-                Some(i) => &mut p.classes[i],
-                None if p.classes.len() < MAX_SIZE_CLASSES => {
-                    p.classes.push(SizeClass {
+                Some(i) => i,
+                None => {
+                    let class = SizeClass {
                         dtype: T::DTYPE,
                         len,
                         free: Vec::new(),
+                        last_used: p.clock,
                         fresh: 0,
-                    });
-                    p.classes.last_mut().expect("just pushed")
+                    };
+                    if p.classes.len() < MAX_SIZE_CLASSES {
+                        p.classes.push(class);
+                        p.classes.len() - 1
+                    } else {
+                        let oldest = (0..p.classes.len())
+                            .min_by_key(|&i| p.classes[i].last_used)
+                            .expect("a full pool has classes");
+                        let old = std::mem::replace(&mut p.classes[oldest], class);
+                        p.bytes -= old.free.len() * footprint(old.dtype, old.len);
+                        evicted = old.free;
+                        oldest
+                    }
                 }
-                None => return None,
             };
+            let class = &mut p.classes[index];
+            class.last_used = p.clock;
             match class.free.pop() {
                 Some(dense) => {
                     p.bytes -= footprint(T::DTYPE, len);
@@ -108,6 +137,7 @@ where
         })
         .ok()
         .flatten();
+    drop(evicted);
     let Some(mut dense) = taken else {
         return Err((shape, fill));
     };
