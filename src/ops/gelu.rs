@@ -1,6 +1,9 @@
 //! GELU, `x Φ(x)`, in PyTorch's two forms: exact (the normal CDF through
-//! `erfc`, accurate in the far negative tail) and the tanh approximation;
-//! one rule (see [`rule`](super::rule)).
+//! `erfc`, accurate in the far negative tail) and the tanh approximation.
+//! Each form is its own rule (see [`rule`](super::rule)), and its own op
+//! (`gelu`, `gelu_tanh`): a rule holding the form as a runtime field made
+//! LLVM compute both forms in every vectorised loop and select one, which
+//! doubled the exact form's cost (ARCHITECTURE.md, PERF).
 
 use super::erfc::{erfc, Erfc};
 use super::rule::{Num, SlopeOf, Unary, UnaryRule};
@@ -18,12 +21,14 @@ pub enum GeluApproximate {
     Tanh,
 }
 
-/// GELU, `x Φ(x)`, exactly or with the tanh approximation.
+/// GELU with the exact normal CDF, `x Φ(x)` (the op `gelu`).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Gelu {
-    /// Exact (the default) or tanh-approximated.
-    pub approximate: GeluApproximate,
-}
+pub struct Gelu;
+
+/// GELU with the tanh approximation (the op `gelu_tanh`; PyTorch's
+/// `gelu(x, approximate="tanh")`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GeluTanh;
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
@@ -43,46 +48,42 @@ impl UnaryRule for Gelu {
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
-        match self.approximate {
-            GeluApproximate::None => x * normal_cdf(x),
-            GeluApproximate::Tanh => {
-                let k = T::from_f64(SQRT_2_OVER_PI);
-                let inner = k * (x + T::from_f64(GELU_TANH_A) * x * x * x);
-                T::from_f64(0.5) * x * (T::one() + inner.tanh_vectorisable())
-            }
-        }
+        x * normal_cdf(x)
     }
+    /// Φ(x) + x φ(x)
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, x: &N) -> N {
-        match self.approximate {
-            // Φ(x) + x φ(x)
-            GeluApproximate::None => {
-                let cdf = x.neg().scale(FRAC_1_SQRT_2).map(Erfc).scale(0.5);
-                let pdf = x.scale(-0.5).mul(x).exp().scale(NORMAL_PDF_0);
-                g.mul(&cdf.add(&x.mul(&pdf)))
-            }
-            // With u = k (x + a x³) and t = tanh u:
-            // d/dx = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 a x²).
-            GeluApproximate::Tanh => {
-                let x2 = x.mul(x);
-                let t = x.add(&x2.scale(GELU_TANH_A).mul(x)).scale(SQRT_2_OVER_PI).tanh();
-                let du = x2.scale(3.0 * GELU_TANH_A).add(&x.lit(1.0)).scale(SQRT_2_OVER_PI);
-                let left = t.add(&x.lit(1.0)).scale(0.5);
-                let right = x.scale(0.5).mul(&t.mul(&t).rsub(1.0)).mul(&du);
-                g.mul(&left.add(&right))
-            }
-        }
+        let cdf = x.neg().scale(FRAC_1_SQRT_2).map(Erfc).scale(0.5);
+        let pdf = x.scale(-0.5).mul(x).exp().scale(NORMAL_PDF_0);
+        g.mul(&cdf.add(&x.mul(&pdf)))
     }
-    // The registered instance is the exact form; the example covers the other.
-    fn example() -> Self {
-        Gelu {
-            approximate: GeluApproximate::Tanh,
-        }
+}
+
+impl UnaryRule for GeluTanh {
+    const NAME: &'static str = "gelu_tanh";
+    const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    #[inline(always)]
+    fn value<T: Element>(self, x: T) -> T {
+        let k = T::from_f64(SQRT_2_OVER_PI);
+        let inner = k * (x + T::from_f64(GELU_TANH_A) * x * x * x);
+        T::from_f64(0.5) * x * (T::one() + inner.tanh_vectorisable())
+    }
+    /// With u = k (x + a x³) and t = tanh u:
+    /// d/dx = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 a x²).
+    #[inline(always)]
+    fn grad<N: Num>(self, g: &N, x: &N) -> N {
+        let x2 = x.mul(x);
+        let t = x.add(&x2.scale(GELU_TANH_A).mul(x)).scale(SQRT_2_OVER_PI).tanh();
+        let du = x2.scale(3.0 * GELU_TANH_A).add(&x.lit(1.0)).scale(SQRT_2_OVER_PI);
+        let left = t.add(&x.lit(1.0)).scale(0.5);
+        let right = x.scale(0.5).mul(&t.mul(&t).rsub(1.0)).mul(&du);
+        g.mul(&left.add(&right))
     }
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Unary(Gelu::default()));
+    reg.add_builtin(Unary(Gelu));
+    reg.add_builtin(Unary(GeluTanh));
 }
 
 impl<'g> Var<'g> {
@@ -116,7 +117,10 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Gelu { approximate }), &[self])
+        match approximate {
+            GeluApproximate::None => self.graph().record_or_panic(Unary(Gelu), &[self]),
+            GeluApproximate::Tanh => self.graph().record_or_panic(Unary(GeluTanh), &[self]),
+        }
     }
 }
 
@@ -217,11 +221,14 @@ mod tests {
     }
 
     #[test]
-    fn registered_default_is_exact() {
+    fn each_form_is_registered_under_its_name() {
         let g = Graph::new();
         let x = g.variable(t(&[-1.0, 1.0]));
         let y = g.apply("gelu", &[&x]).unwrap();
         assert_eq!(y.value(), x.gelu().value());
+        let y = g.apply("gelu_tanh", &[&x]).unwrap();
+        assert_eq!(y.value(), x.gelu_with(TANH).value());
+        assert_ne!(x.gelu().value(), x.gelu_with(TANH).value());
     }
 
     #[test]
