@@ -6,13 +6,16 @@
 //! accumulated in f64: rows are in cache for the second pass, and the
 //! one-pass `E[x²] - E[x]²` loses everything when the mean is large. The
 //! backward recomputes them rather than saving them (one extra pass over a
-//! row already being read).
+//! row already being read). Row loops run inside `kernels::simd::wide`, so
+//! their f64 sums and f32 stores use the widest vectors the CPU has (same
+//! operations in the same order: the same bits at every width).
 
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
 use crate::kernels::parallel::{ordered_reduce, should_parallelize};
+use crate::kernels::simd::wide;
 use crate::tensor::Element;
 
 /// Rows per parallel task.
@@ -36,7 +39,7 @@ pub(crate) fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64
 }
 
 /// `(mean, 1 / sqrt(var + eps))` of a row, biased variance.
-#[inline]
+#[inline(always)]
 pub fn row_stats<T: Element>(row: &[T], eps: f64) -> (f64, f64) {
     let n = row.len() as f64;
     let mean = sum2(row, row, |v, _| v.to_f64()) / n;
@@ -80,7 +83,7 @@ pub fn layer_norm<T: Element>(
     out: &mut [MaybeUninit<T>],
 ) {
     let (w, b) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]));
-    for_rows(out, m, |first, chunk| {
+    for_rows(out, m, |first, chunk| wide(#[inline(always)] || {
         for (r, o) in chunk.chunks_mut(m).enumerate() {
             let row = &x[(first + r) * m..(first + r + 1) * m];
             let (mean, rstd) = row_stats(row, eps);
@@ -107,7 +110,7 @@ pub fn layer_norm<T: Element>(
                 }
             }
         }
-    });
+    }));
 }
 
 /// The gradient with respect to the input: per row,
@@ -122,7 +125,7 @@ pub fn layer_norm_backward<T: Element>(
     eps: f64,
     out: &mut [MaybeUninit<T>],
 ) {
-    for_rows(out, m, |first, chunk| {
+    for_rows(out, m, |first, chunk| wide(#[inline(always)] || {
         let mut a = vec![T::zero(); m];
         for (r, o) in chunk.chunks_mut(m).enumerate() {
             let span = (first + r) * m..(first + r + 1) * m;
@@ -145,7 +148,7 @@ pub fn layer_norm_backward<T: Element>(
                 d.write(rstd_t * (av - mean_a - xhat * mean_ax));
             }
         }
-    });
+    }));
 }
 
 /// The gradient with respect to the weight: `Σ_rows g x̂`, `m` values.
@@ -156,13 +159,13 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
     let rows = x.len() / m;
     let partial = |range: std::ops::Range<usize>| -> Vec<f64> {
         let mut acc = vec![0.0f64; m];
-        for r in range {
+        wide(#[inline(always)] || for r in range {
             let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
             let (mean, rstd) = row_stats(row, eps);
             for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
                 *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
             }
-        }
+        });
         acc
     };
     let acc = if should_parallelize(x.len()) {
