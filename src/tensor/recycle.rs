@@ -33,11 +33,11 @@ use super::{DType, DataType, Dense, Dims};
 pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 22;
 /// The most bytes of recycled tensors one thread keeps.
 pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
-/// The most distinct (dtype, length) classes one thread keeps. One CNN
-/// training step (W3: activations, their gradients, parameters, Adam's
-/// moments) builds about 30; with 16, the classes a first batch size had
-/// taken kept a second one's megabyte activations out for good, and each
-/// was a fresh, page-faulting allocation every step.
+/// The most distinct (dtype, length) classes one thread keeps. A CNN
+/// step builds a size class per activation and per parameter shape; with
+/// 16 classes and no eviction, those of a first batch size (W3 at 64) kept
+/// a second one's megabyte activations out for good, each then a fresh,
+/// page-faulting allocation every step.
 pub const MAX_SIZE_CLASSES: usize = 64;
 
 struct SizeClass {

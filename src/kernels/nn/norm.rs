@@ -83,34 +83,40 @@ pub fn layer_norm<T: Element>(
     out: &mut [MaybeUninit<T>],
 ) {
     let (w, b) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]));
-    for_rows(out, m, |first, chunk| wide(#[inline(always)] || {
-        for (r, o) in chunk.chunks_mut(m).enumerate() {
-            let row = &x[(first + r) * m..(first + r + 1) * m];
-            let (mean, rstd) = row_stats(row, eps);
-            // Centred in f64: an f32 mean of large values would round away the deviations.
-            let xhat = |v: T| T::from_f64((v.to_f64() - mean) * rstd);
-            // One loop per affine case, so none of them branches per element.
-            match (w, b) {
-                (None, None) => o.iter_mut().zip(row).for_each(|(d, &v)| {
-                    d.write(xhat(v));
-                }),
-                (Some(w), None) => o.iter_mut().zip(row).zip(w).for_each(|((d, &v), &wv)| {
-                    d.write(xhat(v) * wv);
-                }),
-                (None, Some(b)) => o.iter_mut().zip(row).zip(b).for_each(|((d, &v), &bv)| {
-                    d.write(xhat(v) + bv);
-                }),
-                (Some(w), Some(b)) => {
-                    o.iter_mut()
-                        .zip(row)
-                        .zip(w.iter().zip(b))
-                        .for_each(|((d, &v), (&wv, &bv))| {
-                            d.write(xhat(v) * wv + bv);
-                        })
+    for_rows(out, m, |first, chunk| {
+        wide(
+            #[inline(always)]
+            || {
+                for (r, o) in chunk.chunks_mut(m).enumerate() {
+                    let row = &x[(first + r) * m..(first + r + 1) * m];
+                    let (mean, rstd) = row_stats(row, eps);
+                    // Centred in f64: an f32 mean of large values would round away the deviations.
+                    let xhat = |v: T| T::from_f64((v.to_f64() - mean) * rstd);
+                    // One loop per affine case, so none of them branches per element.
+                    match (w, b) {
+                        (None, None) => o.iter_mut().zip(row).for_each(|(d, &v)| {
+                            d.write(xhat(v));
+                        }),
+                        (Some(w), None) => {
+                            o.iter_mut().zip(row).zip(w).for_each(|((d, &v), &wv)| {
+                                d.write(xhat(v) * wv);
+                            })
+                        }
+                        (None, Some(b)) => {
+                            o.iter_mut().zip(row).zip(b).for_each(|((d, &v), &bv)| {
+                                d.write(xhat(v) + bv);
+                            })
+                        }
+                        (Some(w), Some(b)) => o.iter_mut().zip(row).zip(w.iter().zip(b)).for_each(
+                            |((d, &v), (&wv, &bv))| {
+                                d.write(xhat(v) * wv + bv);
+                            },
+                        ),
+                    }
                 }
-            }
-        }
-    }));
+            },
+        )
+    });
 }
 
 /// The gradient with respect to the input: per row,
@@ -125,30 +131,35 @@ pub fn layer_norm_backward<T: Element>(
     eps: f64,
     out: &mut [MaybeUninit<T>],
 ) {
-    for_rows(out, m, |first, chunk| wide(#[inline(always)] || {
-        let mut a = vec![T::zero(); m];
-        for (r, o) in chunk.chunks_mut(m).enumerate() {
-            let span = (first + r) * m..(first + r + 1) * m;
-            let (row, grow) = (&x[span.clone()], &g[span]);
-            let (mean, rstd) = row_stats(row, eps);
-            match w {
-                Some(w) => a
-                    .iter_mut()
-                    .zip(grow.iter().zip(w))
-                    .for_each(|(av, (&gv, &wv))| *av = gv * wv),
-                None => a.copy_from_slice(grow),
-            }
-            let sum_a = sum2(&a, &a, |v, _| v.to_f64());
-            let sum_ax = sum2(&a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
-            let n = m as f64;
-            let (mean_a, mean_ax) = (T::from_f64(sum_a / n), T::from_f64(sum_ax / n));
-            let rstd_t = T::from_f64(rstd);
-            for ((d, &av), &xv) in o.iter_mut().zip(&a).zip(row) {
-                let xhat = T::from_f64((xv.to_f64() - mean) * rstd);
-                d.write(rstd_t * (av - mean_a - xhat * mean_ax));
-            }
-        }
-    }));
+    for_rows(out, m, |first, chunk| {
+        wide(
+            #[inline(always)]
+            || {
+                let mut a = vec![T::zero(); m];
+                for (r, o) in chunk.chunks_mut(m).enumerate() {
+                    let span = (first + r) * m..(first + r + 1) * m;
+                    let (row, grow) = (&x[span.clone()], &g[span]);
+                    let (mean, rstd) = row_stats(row, eps);
+                    match w {
+                        Some(w) => a
+                            .iter_mut()
+                            .zip(grow.iter().zip(w))
+                            .for_each(|(av, (&gv, &wv))| *av = gv * wv),
+                        None => a.copy_from_slice(grow),
+                    }
+                    let sum_a = sum2(&a, &a, |v, _| v.to_f64());
+                    let sum_ax = sum2(&a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
+                    let n = m as f64;
+                    let (mean_a, mean_ax) = (T::from_f64(sum_a / n), T::from_f64(sum_ax / n));
+                    let rstd_t = T::from_f64(rstd);
+                    for ((d, &av), &xv) in o.iter_mut().zip(&a).zip(row) {
+                        let xhat = T::from_f64((xv.to_f64() - mean) * rstd);
+                        d.write(rstd_t * (av - mean_a - xhat * mean_ax));
+                    }
+                }
+            },
+        )
+    });
 }
 
 /// The gradient with respect to the weight: `Σ_rows g x̂`, `m` values.
@@ -159,13 +170,18 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
     let rows = x.len() / m;
     let partial = |range: std::ops::Range<usize>| -> Vec<f64> {
         let mut acc = vec![0.0f64; m];
-        wide(#[inline(always)] || for r in range {
-            let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
-            let (mean, rstd) = row_stats(row, eps);
-            for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
-                *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
-            }
-        });
+        wide(
+            #[inline(always)]
+            || {
+                for r in range {
+                    let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
+                    let (mean, rstd) = row_stats(row, eps);
+                    for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
+                        *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
+                    }
+                }
+            },
+        );
         acc
     };
     let acc = if should_parallelize(x.len()) {
