@@ -426,7 +426,7 @@ mod ddp {
         let start = Instant::now();
         let (rank, size) = (comm.rank(), comm.size());
         let lead = rank == 0;
-        if args.batch_size % size != 0 {
+        if !args.batch_size.is_multiple_of(size) {
             return Err(retrograd::Error::InvalidArgument {
                 op: "train_mnist_cnn --ddp",
                 reason: format!(
@@ -514,13 +514,13 @@ mod ddp {
         if lead {
             println!("checkpoint (written by rank 0): {}", args.out.display());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
-            if let Some(min) = args.min_accuracy {
-                if test_acc < min {
-                    return Err(retrograd::Error::InvalidArgument {
-                        op: "train_mnist_cnn",
-                        reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
-                    });
-                }
+            if let Some(min) = args.min_accuracy
+                && test_acc < min
+            {
+                return Err(retrograd::Error::InvalidArgument {
+                    op: "train_mnist_cnn",
+                    reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+                });
             }
         }
         Ok(())

@@ -494,7 +494,7 @@ mod ddp {
     pub fn train(args: &mut Args, comm: &MpiCommunicator) -> Result<()> {
         let (rank, size) = (comm.rank(), comm.size());
         let lead = rank == 0;
-        if args.batch_size % size != 0 {
+        if !args.batch_size.is_multiple_of(size) {
             return Err(Error::InvalidArgument {
                 op: "train_shakespeare --ddp",
                 reason: format!(

@@ -13,7 +13,7 @@ use crate::graph::Var;
 use crate::io::{load_checkpoint_with_metadata, save_checkpoint_with_metadata};
 use crate::nn::{Buffer, Forward, Module, Parameter};
 use crate::optim::Optimizer;
-use crate::tensor::Tensor;
+use crate::tensor::{Dims, Tensor};
 
 /// A model trained data-parallel: every rank holds a replica, computes
 /// gradients on its own shard of the batch, and [`backward`](Self::backward)
@@ -193,15 +193,27 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         let size = self.comm.size();
         for (i, (_, p)) in self.params.iter().enumerate() {
             let (b, off, n) = plan.place[i];
+            // Written straight into (recycled) tensor storage: a fresh
+            // megabyte `Vec` per parameter per step page-faults.
             let shape = p.shape();
+            if shape.iter().product::<usize>() != n {
+                // The parameter was replaced by one of another size since
+                // the buckets were planned.
+                return Err(Error::ElementCount {
+                    op: "DataParallel::backward",
+                    len: n,
+                    shape,
+                });
+            }
+            let shape = Dims::from_vec(shape);
             let avg = match &self.recv[b] {
                 FlatBuf::F32(v) => {
                     let d = size as f32;
-                    Tensor::from_vec(v[off..off + n].iter().map(|x| x / d).collect(), &shape)?
+                    Tensor::from_exact_iter(shape, v[off..off + n].iter().map(|x| x / d))
                 }
                 FlatBuf::F64(v) => {
                     let d = size as f64;
-                    Tensor::from_vec(v[off..off + n].iter().map(|x| x / d).collect(), &shape)?
+                    Tensor::from_exact_iter(shape, v[off..off + n].iter().map(|x| x / d))
                 }
             };
             grads.set_param_grad(p.id(), leaves[i].value_id(), avg);
