@@ -171,7 +171,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_size_displaces_the_least_recently_used_class() {
+    fn a_new_size_displaces_a_class_not_drawn_from_lately() {
         recycle::release();
         // Sizes used once each take every class.
         for n in 1..=recycle::MAX_SIZE_CLASSES {

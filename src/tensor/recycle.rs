@@ -12,9 +12,11 @@
 //!
 //! The pool keeps at most [`MAX_RECYCLED_BYTES`] per thread, of tensors of at
 //! most [`MAX_RECYCLED_ELEMENTS`] elements, in at most [`MAX_SIZE_CLASSES`]
-//! (dtype, length) classes. A new class takes the place of the class least
-//! recently drawn from, so sizes a program has stopped using (an earlier
-//! batch size, a finished evaluation) cannot keep the ones it uses now out;
+//! (dtype, length) classes. A new class takes the place of one not drawn
+//! from since the last such sweep (the CLOCK approximation of least recently
+//! used: one flag per class, set on every draw), so sizes a program has
+//! stopped using (an earlier batch size, a finished evaluation) cannot keep
+//! the ones it uses now out;
 //! [`Graph::release_spare_buffers`](crate::Graph::release_spare_buffers)
 //! empties it.
 
@@ -44,8 +46,8 @@ struct SizeClass {
     dtype: DType,
     len: usize,
     free: Vec<Arc<Dense>>,
-    /// The pool's clock when a build last asked for this class.
-    last_used: u64,
+    /// Whether a build asked for this class since the sweep last passed it.
+    used: bool,
     //// Outputs of this class the pool could not serve. The pool keeps at most
     /// this many: tensors made elsewhere (copies, constructors) still come
     /// back here when dropped, and without this bound a loop making them
@@ -56,8 +58,8 @@ struct SizeClass {
 struct Pool {
     classes: Vec<SizeClass>,
     bytes: usize,
-    /// Counts builds that asked the pool, to order classes by last use.
-    clock: u64,
+    /// Where the next sweep for a class to replace starts.
+    hand: usize,
 }
 
 thread_local! {
@@ -65,9 +67,43 @@ thread_local! {
         RefCell::new(Pool {
             classes: Vec::new(),
             bytes: 0,
-            clock: 0,
+            hand: 0,
         })
     };
+}
+
+impl Pool {
+    /// Adds an empty class, in the place of one not drawn from since the
+    /// sweep last passed it when the pool is full (its tensors are freed
+    /// here: pooled tensors are plain buffers, their views forgotten, so
+    /// freeing them does not re-enter the pool); returns its index. Out of line: the draw path stays as short as it
+    /// was before classes could be replaced (the instruction-count gate's
+    /// W1v).
+    #[cold]
+    #[inline(never)]
+    fn add_class(&mut self, dtype: DType, len: usize) -> usize {
+        let class = SizeClass {
+            dtype,
+            len,
+            free: Vec::new(),
+            used: true,
+            fresh: 0,
+        };
+        if self.classes.len() < MAX_SIZE_CLASSES {
+            self.classes.push(class);
+            return self.classes.len() - 1;
+        }
+        // Clear flags until a class without one comes up: at most one lap,
+        // since the lap clears them all.
+        let mut at = self.hand % self.classes.len();
+        while std::mem::replace(&mut self.classes[at].used, false) {
+            at = (at + 1) % self.classes.len();
+        }
+        self.hand = at + 1;
+        let old = std::mem::replace(&mut self.classes[at], class);
+        self.bytes -= old.free.len() * footprint(old.dtype, old.len);
+        at
+    }
 }
 
 fn footprint(dtype: DType, len: usize) -> usize {
@@ -86,44 +122,20 @@ pub(crate) fn build_recycled<T: DataType, F>(
 where
     F: for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
 {
-    // A class pushed out by this build: its tensors are freed after the
-    // pool is released.
-    let mut evicted = Vec::new();
     let taken = POOL
         .try_with(|p| {
             let mut p = p.borrow_mut();
             let p = &mut *p;
-            p.clock += 1;
             let index = match p
                 .classes
                 .iter()
                 .position(|c| c.len == len && c.dtype == T::DTYPE)
             {
                 Some(i) => i,
-                None => {
-                    let class = SizeClass {
-                        dtype: T::DTYPE,
-                        len,
-                        free: Vec::new(),
-                        last_used: p.clock,
-                        fresh: 0,
-                    };
-                    if p.classes.len() < MAX_SIZE_CLASSES {
-                        p.classes.push(class);
-                        p.classes.len() - 1
-                    } else {
-                        let oldest = (0..p.classes.len())
-                            .min_by_key(|&i| p.classes[i].last_used)
-                            .expect("a full pool has classes");
-                        let old = std::mem::replace(&mut p.classes[oldest], class);
-                        p.bytes -= old.free.len() * footprint(old.dtype, old.len);
-                        evicted = old.free;
-                        oldest
-                    }
-                }
+                None => p.add_class(T::DTYPE, len),
             };
             let class = &mut p.classes[index];
-            class.last_used = p.clock;
+            class.used = true;
             match class.free.pop() {
                 Some(dense) => {
                     p.bytes -= footprint(T::DTYPE, len);
@@ -137,7 +149,6 @@ where
         })
         .ok()
         .flatten();
-    drop(evicted);
     let Some(mut dense) = taken else {
         return Err((shape, fill));
     };
