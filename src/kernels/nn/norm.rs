@@ -38,6 +38,19 @@ pub(crate) fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64
     (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
+/// `a = g * w`, or `a = g` without a weight: a normalisation's gradient
+/// through its affine weight, one row.
+#[inline(always)]
+pub(crate) fn weighted_grad<T: Element>(a: &mut [T], g: &[T], w: Option<&[T]>) {
+    match w {
+        Some(w) => a
+            .iter_mut()
+            .zip(g.iter().zip(w))
+            .for_each(|(av, (&gv, &wv))| *av = gv * wv),
+        None => a.copy_from_slice(g),
+    }
+}
+
 /// `(mean, 1 / sqrt(var + eps))` of a row, biased variance.
 #[inline(always)]
 pub fn row_stats<T: Element>(row: &[T], eps: f64) -> (f64, f64) {
@@ -140,13 +153,7 @@ pub fn layer_norm_backward<T: Element>(
                     let span = (first + r) * m..(first + r + 1) * m;
                     let (row, grow) = (&x[span.clone()], &g[span]);
                     let (mean, rstd) = row_stats(row, eps);
-                    match w {
-                        Some(w) => a
-                            .iter_mut()
-                            .zip(grow.iter().zip(w))
-                            .for_each(|(av, (&gv, &wv))| *av = gv * wv),
-                        None => a.copy_from_slice(grow),
-                    }
+                    weighted_grad(&mut a, grow, w);
                     let sum_a = sum2(&a, &a, |v, _| v.to_f64());
                     let sum_ax = sum2(&a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
                     let n = m as f64;

@@ -5,7 +5,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::norm::{for_rows, sum2};
+use super::norm::{for_rows, sum2, weighted_grad};
 use crate::tensor::Element;
 
 /// `1 / sqrt(mean(x²) + eps)` of a row.
@@ -59,13 +59,7 @@ pub fn rms_norm_backward<T: Element>(
             let span = (first + r) * m..(first + r + 1) * m;
             let (row, grow) = (&x[span.clone()], &g[span]);
             let rstd = row_rstd(row, eps);
-            match w {
-                Some(w) => a
-                    .iter_mut()
-                    .zip(grow.iter().zip(w))
-                    .for_each(|(av, (&gv, &wv))| *av = gv * wv),
-                None => a.copy_from_slice(grow),
-            }
+            weighted_grad(&mut a, grow, w);
             let mean_ax = sum2(&a, row, |av, xv| av.to_f64() * xv.to_f64()) * rstd / m as f64;
             for ((d, &av), &xv) in o.iter_mut().zip(&a).zip(row) {
                 let xhat = xv.to_f64() * rstd;
