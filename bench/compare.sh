@@ -21,8 +21,10 @@ workloads=("$@")
 
 runs=${RUNS:-1}
 cargo build --release --quiet --example bench
-outdir=$(mktemp -d)
-trap 'rm -rf "$outdir"' EXIT
+# KEEP=DIR keeps each run's raw JSON lines there (run1.jsonl, ...).
+outdir=${KEEP:-$(mktemp -d)}
+mkdir -p "$outdir"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$outdir"' EXIT
 
 for run in $(seq 1 "$runs"); do
 out="$outdir/run$run.jsonl"
@@ -74,17 +76,17 @@ for w in "${workloads[@]}"; do
       # Data-parallel W2 (feature mpi): 1 thread per rank, 1 and 2 ranks;
       # rows at global batch 1024 and at 512 examples per rank (scaling).
       # Then the W4 GPT iteration: global batch 24, and 12 sequences per rank.
-      cargo build --release --quiet --features mpi --example bench
+      # Its own target directory: switching the feature in target/ would
+      # rebuild the library twice per run.
+      cargo build --release --quiet --features mpi --example bench --target-dir target/mpi
       mpi=(mpirun --oversubscribe --allow-run-as-root -x RAYON_NUM_THREADS=1)
-      "${mpi[@]}" -n 1 ./target/release/examples/bench ddp >>"$out"
-      "${mpi[@]}" -n 2 ./target/release/examples/bench ddp >>"$out"
-      # Put back the bench binary of the other workloads (built without mpi).
-      cargo build --release --quiet --example bench
+      "${mpi[@]}" -n 1 ./target/mpi/release/examples/bench ddp >>"$out"
+      "${mpi[@]}" -n 2 ./target/mpi/release/examples/bench ddp >>"$out"
       for r in 1 2; do
-        for b in 1024 $((512 * r)); do
+        for b in $(printf '%s\n' 1024 $((512 * r)) | sort -un); do
           python3 bench/pytorch_reference.py ddp --ranks "$r" --batch "$b" --steps 30 --warmup 5 >>"$out"
         done
-        for b in 24 $((12 * r)); do
+        for b in $(printf '%s\n' 24 $((12 * r)) | sort -un); do
           python3 bench/pytorch_reference.py ddp --model w4 --ranks "$r" --batch "$b" --steps 30 --warmup 5 >>"$out"
         done
       done ;;
@@ -145,6 +147,24 @@ for k in sorted(tape, key=str):
         print(f"{k[0]} {k[1]} C={k[2]}: retrograd {ours[k]['median']:.4g} ns/node, "
               f"hand-written tape {tape[k]['median']:.4g}, ratio {ours[k]['median'] / tape[k]['median']:.2f} "
               "(the issue's target was 2x the tape: 30 vs 15 ns)")
+# DDP scaling: 2-rank throughput over 1-rank throughput at the same
+# per-rank batch, per run (both sides of one run saw the same machine).
+for fw in ("retrograd", "pytorch"):
+    for model in ("w2", "w4"):
+        found = {}
+        for i, rs in enumerate(runs):
+            by = {(r["workload"], r.get("per_rank_batch")): r for r in rs
+                  if r.get("framework") == fw and r["workload"].startswith(f"ddp_{model}_r")}
+            for (w, per), r2 in by.items():
+                ranks = r2.get("ranks", 1)
+                one = by.get((f"ddp_{model}_r1", per))
+                if ranks > 1 and one:
+                    found.setdefault((ranks, per), []).append(
+                        ranks * value(one) / value(r2))
+        for (ranks, per), s in sorted(found.items()):
+            rng = f" (range {min(s):.2f}-{max(s):.2f}, runs {' / '.join(f'{v:.2f}' for v in s)})" if multi else ""
+            print(f"scaling {fw} {model}: {ranks} ranks of {per} per rank against 1: "
+                  f"{statistics.median(s):.2f}x{rng}")
 for r in rows:
     if r["workload"] == "w1" and r.get("chains") == 10:
         print(f"cross-check {r['framework']}: loss {r['loss']}, grad_sum {r['grad_sum']} "

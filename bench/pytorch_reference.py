@@ -17,6 +17,7 @@ report is not hidden by an earlier, larger peak of the same process.
 import argparse
 import json
 import os
+import queue as queue_module
 import resource
 import statistics
 import subprocess
@@ -488,9 +489,23 @@ def bench_ddp(ranks, global_batch, steps, warmup, which="w2"):
     per_rank = global_batch // ranks
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = 29500 + os.getpid() % 1000
-    mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue, which), nprocs=ranks)
-    med, cpu = queue.get()
+    # gloo sometimes aborts a worker ("terminate called without an active
+    # exception"), at start-up or at teardown: keep rank 0's figures if it
+    # sent them, else try again (a fresh port each time).
+    for attempt in range(3):
+        port = 29500 + (os.getpid() + 17 * attempt) % 1000
+        try:
+            mp.spawn(ddp_worker, args=(ranks, per_rank, steps, warmup, port, queue, which),
+                     nprocs=ranks)
+        except mp.ProcessExitedException as e:
+            print(f"ddp attempt {attempt + 1}: {e}", file=sys.stderr)
+        try:
+            med, cpu = queue.get(timeout=5)
+            break
+        except queue_module.Empty:
+            continue
+    else:
+        sys.exit("ddp: every attempt failed")
     if which == "w4":
         nbytes = 4 * sum(p.numel() for p in Gpt(**W4).parameters())
     else:

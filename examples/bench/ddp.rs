@@ -10,7 +10,15 @@
 //! Then the W4 GPT training iteration (nanoGPT's CPU model, AdamW groups,
 //! clipping): global batch 24 split over the ranks, and 12 sequences per
 //! rank for the scaling at a fixed per-rank batch.
+//!
+//! With several ranks, a last row per model measures that scaling within
+//! the one job (`ddp_w2_scaling_interleaved`, `ddp_w4_...`): rank 0 alone,
+//! then every rank, in alternating rounds, so both sides see the same
+//! machine (separate `mpirun -n 1` and `-n 2` jobs a minute apart see a
+//! shared machine's load change in between). `DDP_ONLY=w2` (or `w4`) runs
+//! one model's rows.
 
+use mpi::traits::CommunicatorCollectives as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::distributed::{run, Communicator, DataParallel, MpiCommunicator};
@@ -103,27 +111,37 @@ fn measure(
     Ok((slowest, cpu))
 }
 
-/// W2 steps at `per_rank` examples per rank: (ms, CPU ms, bytes per step).
-fn time_w2(
-    comm: &MpiCommunicator,
-    per_rank: usize,
-    steps: usize,
-    warmup: usize,
-) -> Result<(f64, f64, usize)> {
-    let mut ddp = DataParallel::new(
-        W2 {
-            params: mlp_params(0),
-        },
-        comm,
-    )?;
-    // Each rank its own shard: a different seed per rank.
-    let (x, y) = mlp_data(per_rank, 1 + comm.rank() as u64);
-    let (ms, cpu) = measure(comm, steps, warmup, || {
+/// One rank's training step under `DataParallel`.
+trait Step {
+    fn step(&mut self) -> Result<()>;
+    fn bytes_per_step(&self) -> usize;
+}
+
+/// W2's step (SGD) on this rank's shard of `per_rank` examples.
+struct W2Step<'c> {
+    ddp: DataParallel<W2, &'c MpiCommunicator>,
+    x: Tensor,
+    y: Vec<usize>,
+}
+
+impl<'c> W2Step<'c> {
+    fn new(comm: &'c MpiCommunicator, per_rank: usize, shard: u64) -> Result<Self> {
+        let params = mlp_params(0);
+        let ddp = DataParallel::new(W2 { params }, comm)?;
+        // Each rank its own shard: a different seed per rank.
+        let (x, y) = mlp_data(per_rank, 1 + shard);
+        Ok(W2Step { ddp, x, y })
+    }
+}
+
+impl Step for W2Step<'_> {
+    fn step(&mut self) -> Result<()> {
+        let ddp = &mut self.ddp;
         let grads = {
             let graph = Graph::new();
             let loss = ddp
-                .forward(&graph.constant(x.clone()))?
-                .try_cross_entropy(&y)?;
+                .forward(&graph.constant(self.x.clone()))?
+                .try_cross_entropy(&self.y)?;
             ddp.backward(&loss)?
         };
         for (_, p) in ddp.module().parameters() {
@@ -137,47 +155,165 @@ fn time_w2(
             })?;
         }
         Ok(())
-    })?;
-    Ok((ms, cpu, ddp.bytes_per_step()))
+    }
+
+    fn bytes_per_step(&self) -> usize {
+        self.ddp.bytes_per_step()
+    }
 }
 
-/// W4 GPT iterations at `per_rank` sequences per rank: (ms, CPU ms, bytes).
-fn time_gpt(
+/// The W4 GPT iteration (AdamW groups, clipping) on this rank's
+/// `per_rank` sequences.
+struct GptStep<'c> {
+    ddp: DataParallel<Gpt, &'c MpiCommunicator>,
+    optimizer: Adam,
+    tokens: Tensor,
+    targets: Tensor,
+}
+
+impl<'c> GptStep<'c> {
+    fn new(comm: &'c MpiCommunicator, per_rank: usize, shard: u64) -> Result<Self> {
+        let config = GptConfig::shakespeare_char(VOCAB);
+        let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0))?;
+        let ddp = DataParallel::new(model, comm)?;
+        let adamw = AdamConfig::adamw().lr(1e-3).betas(0.9, 0.99);
+        let optimizer = Adam::with_groups(decay_groups(ddp.module().parameters(), 0.1), adamw)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(1 + shard);
+        let t = config.block_size;
+        let ids: Vec<i64> = (0..per_rank * (t + 1))
+            .map(|_| rng.random_range(0..VOCAB as i64))
+            .collect();
+        let window = |offset: usize| -> Result<Tensor> {
+            let rows: Vec<i64> = ids
+                .chunks(t + 1)
+                .flat_map(|row| row[offset..offset + t].to_vec())
+                .collect();
+            Tensor::from_vec(rows, &[per_rank, t])
+        };
+        Ok(GptStep {
+            ddp,
+            optimizer,
+            tokens: window(0)?,
+            targets: window(1)?,
+        })
+    }
+}
+
+impl Step for GptStep<'_> {
+    fn step(&mut self) -> Result<()> {
+        let mut grads = {
+            let graph = Graph::new();
+            let loss = self
+                .ddp
+                .module()
+                .loss(&graph.constant(self.tokens.clone()), &self.targets)?;
+            self.ddp.backward(&loss)?
+        };
+        clip_grad_norm(&mut grads, 1.0, 2.0)?;
+        self.optimizer.step(&grads)
+    }
+
+    fn bytes_per_step(&self) -> usize {
+        self.ddp.bytes_per_step()
+    }
+}
+
+/// `model`'s step on `comm` for shard `shard`.
+fn make_step<'c>(
+    model: &str,
+    comm: &'c MpiCommunicator,
+    per_rank: usize,
+    shard: u64,
+) -> Result<Box<dyn Step + 'c>> {
+    Ok(match model {
+        "w2" => Box::new(W2Step::new(comm, per_rank, shard)?),
+        _ => Box::new(GptStep::new(comm, per_rank, shard)?),
+    })
+}
+
+/// `model`'s steps at `per_rank` examples per rank: (ms, CPU ms, bytes
+/// per step).
+fn time_model(
+    model: &str,
     comm: &MpiCommunicator,
     per_rank: usize,
     steps: usize,
     warmup: usize,
 ) -> Result<(f64, f64, usize)> {
-    let config = GptConfig::shakespeare_char(VOCAB);
-    let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0))?;
-    let mut ddp = DataParallel::new(model, comm)?;
-    let adamw = AdamConfig::adamw().lr(1e-3).betas(0.9, 0.99);
-    let mut optimizer = Adam::with_groups(decay_groups(ddp.module().parameters(), 0.1), adamw)?;
-    let mut rng = ChaCha8Rng::seed_from_u64(1 + comm.rank() as u64);
-    let t = config.block_size;
-    let ids: Vec<i64> = (0..per_rank * (t + 1))
-        .map(|_| rng.random_range(0..VOCAB as i64))
-        .collect();
-    let window = |offset: usize| -> Result<Tensor> {
-        let rows: Vec<i64> = ids
-            .chunks(t + 1)
-            .flat_map(|row| row[offset..offset + t].to_vec())
-            .collect();
-        Tensor::from_vec(rows, &[per_rank, t])
-    };
-    let (tokens, targets) = (window(0)?, window(1)?);
-    let (ms, cpu) = measure(comm, steps, warmup, || {
-        let mut grads = {
-            let graph = Graph::new();
-            let loss = ddp
-                .module()
-                .loss(&graph.constant(tokens.clone()), &targets)?;
-            ddp.backward(&loss)?
-        };
-        clip_grad_norm(&mut grads, 1.0, 2.0)?;
-        optimizer.step(&grads)
-    })?;
-    Ok((ms, cpu, ddp.bytes_per_step()))
+    let mut step = make_step(model, comm, per_rank, comm.rank() as u64)?;
+    let (ms, cpu) = measure(comm, steps, warmup, || step.step())?;
+    Ok((ms, cpu, step.bytes_per_step()))
+}
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// The median ms of `n` steps.
+fn timed(step: &mut dyn Step, n: usize) -> Result<f64> {
+    let mut t = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        step.step()?;
+        t.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(t))
+}
+
+/// Waits for every rank asleep: a blocking barrier would poll its core
+/// while rank 0 runs alone.
+fn sleeping_barrier(comm: &MpiCommunicator) {
+    let mut pending = Some(comm.world().immediate_barrier());
+    while let Some(request) = pending.take() {
+        if let Err(request) = request.test() {
+            pending = Some(request);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
+/// The scaling at `per_rank` examples per rank measured within one job,
+/// so that both sides see the same machine: `steps` steps by rank 0 alone
+/// (on a communicator of its own, the other ranks asleep), then `steps` by
+/// every rank, alternating for `rounds` rounds after one to warm up.
+/// On rank 0: the median over rounds of `ranks x alone / together` (each
+/// the round's median ms; together: the slowest rank's), and the medians
+/// of the alone and together times.
+fn interleaved_scaling(
+    model: &str,
+    comm: &MpiCommunicator,
+    per_rank: usize,
+    rounds: usize,
+    steps: usize,
+) -> Result<Option<(f64, f64, f64)>> {
+    let rank = comm.rank();
+    let own = comm.split((rank == 0).then_some(0));
+    let mut alone = own
+        .as_ref()
+        .map(|c| make_step(model, c, per_rank, 0))
+        .transpose()?;
+    let mut together = make_step(model, comm, per_rank, rank as u64)?;
+    let (mut ratios, mut alones, mut togethers) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let solo = alone
+            .as_mut()
+            .map(|s| timed(s.as_mut(), steps))
+            .transpose()?;
+        sleeping_barrier(comm);
+        let mine = timed(together.as_mut(), steps)?;
+        let slowest = comm
+            .all_gather_bytes(&mine.to_le_bytes())?
+            .iter()
+            .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
+            .fold(0.0, f64::max);
+        if let (Some(solo), true) = (solo, round > 0) {
+            ratios.push(comm.size() as f64 * solo / slowest);
+            alones.push(solo);
+            togethers.push(slowest);
+        }
+    }
+    Ok((rank == 0).then(|| (median(ratios), median(alones), median(togethers))))
 }
 
 pub fn run_w2(opts: &Options) {
@@ -188,15 +324,17 @@ pub fn run_w2(opts: &Options) {
         // ranks, then a fixed batch per rank.
         let mut cases = vec![("w2", 1024), ("w2", 512 * n), ("w4", 24), ("w4", 12 * n)];
         cases.dedup();
+        // DDP_ONLY=w2 (or w4): one model's rows only.
+        let only = std::env::var("DDP_ONLY").ok();
+        if let Some(only) = &only {
+            cases.retain(|(m, _)| m == only);
+        }
         for (model, global) in cases {
             if global % n != 0 {
                 continue;
             }
             let per_rank = global / n;
-            let (ms, cpu, bytes) = match model {
-                "w2" => time_w2(comm, per_rank, steps, warmup)?,
-                _ => time_gpt(comm, per_rank, steps, warmup)?,
-            };
+            let (ms, cpu, bytes) = time_model(model, comm, per_rank, steps, warmup)?;
             if comm.rank() != 0 {
                 continue;
             }
@@ -229,6 +367,38 @@ pub fn run_w2(opts: &Options) {
             }
             let (keys, values): (Vec<String>, Vec<Value>) = row.into_iter().unzip();
             emit(keys.iter().map(String::as_str).zip(values).collect(), None);
+        }
+        if n == 1 {
+            return Ok(());
+        }
+        let (rounds, w2_steps, w4_steps) = if opts.quick { (2, 3, 2) } else { (7, 10, 6) };
+        for (model, per_rank, steps) in [("w2", 512, w2_steps), ("w4", 12, w4_steps)] {
+            if only.as_deref().is_some_and(|m| m != model) {
+                continue;
+            }
+            let Some((scaling, alone, together)) =
+                interleaved_scaling(model, comm, per_rank, rounds, steps)?
+            else {
+                continue;
+            };
+            emit(
+                vec![
+                    ("framework", "retrograd".into()),
+                    (
+                        "workload",
+                        Value::Str(format!("ddp_{model}_scaling_interleaved")),
+                    ),
+                    ("per_rank_batch", per_rank.into()),
+                    ("ranks", n.into()),
+                    ("rounds", rounds.into()),
+                    ("steps_per_round", steps.into()),
+                    ("unit", "x".into()),
+                    ("median", Value::Num(scaling)),
+                    ("alone_ms", Value::Num(alone)),
+                    ("together_ms", Value::Num(together)),
+                ],
+                None,
+            );
         }
         Ok(())
     });

@@ -63,8 +63,10 @@ impl FlatBuf {
 /// its contents are known.
 pub trait BucketSink {
     /// Fills bucket `index`'s send buffer with `fill`, then starts its
-    /// all-reduce (a sum over ranks) without waiting for it. Every rank must
-    /// start the buckets in the same order (collectives match by order).
+    /// all-reduce (a sum over ranks) without waiting for it (the last
+    /// bucket's may finish before this returns: nothing is left to overlap
+    /// it with). Every rank must start the buckets in the same order
+    /// (collectives match by order).
     fn start(
         &mut self,
         index: usize,

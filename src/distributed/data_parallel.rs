@@ -29,7 +29,8 @@ use crate::tensor::{Dims, Tensor};
 ///   soon as it is final ([`Var::backward_notifying`]); a bucket's
 ///   non-blocking all-reduce starts once all its gradients are final (and
 ///   the buckets before it started: every rank starts them in the same
-///   order), so communication overlaps the rest of the backward sweep.
+///   order), so communication overlaps the rest of the backward sweep. The
+///   last bucket, full only when the sweep is done, is all-reduced at once.
 ///   Every parameter gets a gradient, zero if no rank used it.
 /// - **Gradient accumulation**: backward passes inside
 ///   [`no_sync`](Self::no_sync) return local gradients and keep their sum;

@@ -39,6 +39,20 @@ impl MpiCommunicator {
     pub fn barrier(&self) {
         self.world.barrier();
     }
+
+    /// Splits the ranks into groups: those passing the same `Some(group)`
+    /// get a communicator of their own (ranks numbered in their old
+    /// order); a rank passing `None` gets none. Collective (every rank
+    /// calls it), as `MPI_Comm_split`.
+    pub fn split(&self, group: Option<u16>) -> Option<MpiCommunicator> {
+        let color = match group {
+            Some(g) => mpi::topology::Color::with_value(i32::from(g)),
+            None => mpi::topology::Color::undefined(),
+        };
+        self.world
+            .split_by_color(color)
+            .map(|world| MpiCommunicator { world })
+    }
 }
 
 fn count(op: &'static str, n: usize) -> Result<Count> {
@@ -184,6 +198,24 @@ impl<'a, 'b> BucketSink for Sink<'a, 'b> {
         count("all_reduce_overlapped", send.len())?;
         let recv = self.recv[index].take().expect("each bucket starts once");
         let sum = SystemOperation::sum();
+        self.next += 1;
+        if self.next == self.send.len() {
+            // The last bucket fills when the last gradient is final: nothing
+            // is left to overlap, and Open MPI's blocking all-reduce
+            // (coll/tuned) beats its non-blocking one (coll/libnbc): PERF in
+            // ARCHITECTURE.md.
+            match (send, recv) {
+                (FlatBuf::F32(s), FlatBuf::F32(r)) => {
+                    self.world.all_reduce_into(&s[..], &mut r[..], sum)
+                }
+                (FlatBuf::F64(s), FlatBuf::F64(r)) => {
+                    self.world.all_reduce_into(&s[..], &mut r[..], sum)
+                }
+                _ => unreachable!("check_buffers matched the dtypes"),
+            }
+            self.progress();
+            return Ok(());
+        }
         let running = match (send, recv) {
             (FlatBuf::F32(s), FlatBuf::F32(r)) => Running::F32(
                 self.world
@@ -196,7 +228,6 @@ impl<'a, 'b> BucketSink for Sink<'a, 'b> {
             _ => unreachable!("check_buffers matched the dtypes"),
         };
         self.running.push(running);
-        self.next += 1;
         self.progress();
         Ok(())
     }

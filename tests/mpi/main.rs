@@ -9,12 +9,13 @@
 //! - `checkpoint DIR`: a run resumed from rank 0's checkpoint has the
 //!   uninterrupted run's next-step loss, bit for bit;
 //! - `mismatch`: ranks with different models all get `ReplicaMismatch`;
+//! - `split`: `MpiCommunicator::split` groups, and training over a group;
 //! - `dies`: rank 1 exits early (the script checks the job ends non-zero
 //!   within 30 s); `fails`: rank 1 returns an error mid-training (the same,
 //!   and `run`'s message names it).
 //!
 //! Without an argument (as `cargo test --features mpi` runs it, one
-//! process) it runs `gradients`, `train` and `checkpoint` on one rank.
+//! process) it runs `gradients`, `train`, `checkpoint` and `split` on one rank.
 
 use std::collections::BTreeMap;
 
@@ -155,6 +156,48 @@ fn gradients(comm: &MpiCommunicator) -> Result<()> {
             "averaged gradients differ from the full batch's by {err:e}"
         )));
     }
+    Ok(())
+}
+
+/// `MpiCommunicator::split`: groups by parity, rank 0 alone, and a
+/// `DataParallel` over a group of one, whose gradients are the rank's own.
+fn split(comm: &MpiCommunicator) -> Result<()> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let parity = comm
+        .split(Some((rank % 2) as u16))
+        .ok_or_else(|| fail("a rank with a group got no communicator".into()))?;
+    let want = (size - rank % 2).div_ceil(2);
+    if parity.size() != want || parity.rank() != rank / 2 {
+        return Err(fail(format!(
+            "rank {rank}: parity group has rank {} of {}, expected {} of {want}",
+            parity.rank(),
+            parity.size(),
+            rank / 2
+        )));
+    }
+    let alone = comm.split((rank == 0).then_some(7));
+    if alone.is_some() != (rank == 0) || alone.as_ref().is_some_and(|c| c.size() != 1) {
+        return Err(fail(format!("rank {rank}: wrong group for `rank 0 alone`")));
+    }
+    let own = comm
+        .split(Some(rank as u16))
+        .ok_or_else(|| fail("no group of one".into()))?;
+    let (x, y) = data(8)?;
+    let mut ddp = DataParallel::with_bucket_bytes(mlp(100 + rank as u64, 16)?, &own, 512)?;
+    let g = Graph::new();
+    let grads = ddp.backward(&loss(ddp.module(), &g, &x, &y)?)?;
+    let local = {
+        let g = Graph::new();
+        loss(ddp.module(), &g, &x, &y)?.backward()?
+    };
+    for (name, p) in ddp.module().parameters() {
+        if grads.of(&p).to_f64_vec() != local.of(&p).to_f64_vec() {
+            return Err(fail(format!(
+                "rank {rank}: `{name}`'s gradient over a group of one is not its own"
+            )));
+        }
+    }
+    println!("split: rank {rank} of {size}: groups as expected");
     Ok(())
 }
 
@@ -361,6 +404,7 @@ fn main() {
         Some("train") => train(comm),
         Some("checkpoint") => checkpoint(comm, args.get(1).map(String::as_str).unwrap_or(".")),
         Some("mismatch") => mismatch(comm),
+        Some("split") => split(comm),
         Some("dies") => dies(comm, false),
         Some("fails") => dies(comm, true),
         Some(other) => Err(fail(format!("unknown case {other}"))),
@@ -368,7 +412,8 @@ fn main() {
             let dir = tempfile::tempdir().map_err(|e| fail(e.to_string()))?;
             gradients(comm)?;
             train(comm)?;
-            checkpoint(comm, &dir.path().display().to_string())
+            checkpoint(comm, &dir.path().display().to_string())?;
+            split(comm)
         }
     });
     if let Err(e) = outcome {
