@@ -100,15 +100,24 @@ fn measure(
     }
     let cpu = (cpu_ms() - cpu_start) / steps as f64;
     // The slowest rank sets the pace: take every rank's median, report the max.
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let mine: Vec<u8> = [median, cpu].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let all = comm.all_gather_bytes(&mine)?;
-    let read =
-        |b: &[u8], k: usize| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
-    let slowest = all.iter().map(|b| read(b, 0)).fold(0.0, f64::max);
-    let cpu = all.iter().map(|b| read(b, 1)).sum::<f64>() / all.len() as f64;
+    let all = gather(comm, &[median(times), cpu])?;
+    let slowest = all.iter().map(|v| v[0]).fold(0.0, f64::max);
+    let cpu = all.iter().map(|v| v[1]).sum::<f64>() / all.len() as f64;
     Ok((slowest, cpu))
+}
+
+/// Every rank's `mine`, by rank.
+fn gather(comm: &MpiCommunicator, mine: &[f64]) -> Result<Vec<Vec<f64>>> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(comm
+        .all_gather_bytes(&bytes)?
+        .iter()
+        .map(|b| {
+            b.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()
+        })
+        .collect())
 }
 
 /// One rank's training step under `DataParallel`.
@@ -302,10 +311,9 @@ fn interleaved_scaling(
             .transpose()?;
         sleeping_barrier(comm);
         let mine = timed(together.as_mut(), steps)?;
-        let slowest = comm
-            .all_gather_bytes(&mine.to_le_bytes())?
+        let slowest = gather(comm, &[mine])?
             .iter()
-            .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
+            .map(|v| v[0])
             .fold(0.0, f64::max);
         if let (Some(solo), true) = (solo, round > 0) {
             ratios.push(comm.size() as f64 * solo / slowest);

@@ -176,6 +176,24 @@ impl<'a, 'b> Running<'a, 'b> {
     }
 }
 
+/// `r = Σ over ranks of s`: at once when `blocking`, else started and
+/// returned as the request to finish.
+fn sum_into<'a, 'b, T: Equivalence>(
+    world: &'b SimpleCommunicator,
+    scope: &'b LocalScope<'a>,
+    s: &'a [T],
+    r: &'a mut [T],
+    blocking: bool,
+) -> Option<Request<'a, [T], &'b LocalScope<'a>>> {
+    let sum = SystemOperation::sum();
+    if blocking {
+        world.all_reduce_into(s, r, sum);
+        None
+    } else {
+        Some(world.immediate_all_reduce_into(scope, s, r, sum))
+    }
+}
+
 struct Sink<'a, 'b> {
     world: &'b SimpleCommunicator,
     scope: &'b LocalScope<'a>,
@@ -197,37 +215,21 @@ impl<'a, 'b> BucketSink for Sink<'a, 'b> {
         let send: &'a FlatBuf = send;
         count("all_reduce_overlapped", send.len())?;
         let recv = self.recv[index].take().expect("each bucket starts once");
-        let sum = SystemOperation::sum();
         self.next += 1;
-        if self.next == self.send.len() {
-            // The last bucket fills when the last gradient is final: nothing
-            // is left to overlap, and Open MPI's blocking all-reduce
-            // (coll/tuned) beats its non-blocking one (coll/libnbc): PERF in
-            // ARCHITECTURE.md.
-            match (send, recv) {
-                (FlatBuf::F32(s), FlatBuf::F32(r)) => {
-                    self.world.all_reduce_into(&s[..], &mut r[..], sum)
-                }
-                (FlatBuf::F64(s), FlatBuf::F64(r)) => {
-                    self.world.all_reduce_into(&s[..], &mut r[..], sum)
-                }
-                _ => unreachable!("check_buffers matched the dtypes"),
-            }
-            self.progress();
-            return Ok(());
-        }
+        // The last bucket fills when the last gradient is final: nothing is
+        // left to overlap, and Open MPI's blocking all-reduce (coll/tuned)
+        // beats its non-blocking one (coll/libnbc): PERF in ARCHITECTURE.md.
+        let last = self.next == self.send.len();
         let running = match (send, recv) {
-            (FlatBuf::F32(s), FlatBuf::F32(r)) => Running::F32(
-                self.world
-                    .immediate_all_reduce_into(self.scope, &s[..], &mut r[..], sum),
-            ),
-            (FlatBuf::F64(s), FlatBuf::F64(r)) => Running::F64(
-                self.world
-                    .immediate_all_reduce_into(self.scope, &s[..], &mut r[..], sum),
-            ),
+            (FlatBuf::F32(s), FlatBuf::F32(r)) => {
+                sum_into(self.world, self.scope, s, r, last).map(Running::F32)
+            }
+            (FlatBuf::F64(s), FlatBuf::F64(r)) => {
+                sum_into(self.world, self.scope, s, r, last).map(Running::F64)
+            }
             _ => unreachable!("check_buffers matched the dtypes"),
         };
-        self.running.push(running);
+        self.running.extend(running);
         self.progress();
         Ok(())
     }
