@@ -80,8 +80,8 @@ impl BackwardOptions {
         self
     }
 
-    /// Whether ops may use their tensor-level `backward_fast` (on by
-    /// default). Off, every node runs its `Var`-level `backward`: slower, but
+    /// Whether ops may use their tensor-level `backward_fast` and
+    /// `backward_accumulate` (on by default). Off, every node runs its `Var`-level `backward`: slower, but
     /// the same formulas `create_graph` differentiates; tests compare the two.
     pub fn fast_path(mut self, on: bool) -> Self {
         self.fast_path = on;

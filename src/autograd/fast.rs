@@ -173,11 +173,42 @@ fn visit_tensors(
         4 => tensor_node::<4>(op, st, ids, &grad, out, store)?,
         _ => false,
     };
-    Ok(if handled {
-        Visit::Done
-    } else {
-        Visit::NeedsVars(grad)
-    })
+    if handled || accumulate_node(op, st, ids, &grad, out, store)? {
+        return Ok(Visit::Done);
+    }
+    Ok(Visit::NeedsVars(grad))
+}
+
+/// One node of one input through `backward_accumulate`, which adds its
+/// gradient into the input's slot itself; returns whether the op took it.
+fn accumulate_node(
+    op: &dyn Differentiable,
+    st: &GraphState,
+    ids: &[u32],
+    grad: &Tensor,
+    out: usize,
+    store: &mut TensorStore,
+) -> Result<bool> {
+    let &[id] = ids else { return Ok(false) };
+    if !st.value_requires_grad(id) {
+        return Ok(false);
+    }
+    let input = &st.values()[id as usize];
+    let Some(mut acc) = store.take_for_accumulate(id as usize) else {
+        return Ok(false);
+    };
+    let taken = op.backward_accumulate(grad, input, &st.values()[out], &mut acc);
+    let took = matches!(taken, Ok(true));
+    if took
+        && let Some(g) = &acc
+        && (!g.same_shape(input) || g.dtype() != input.dtype())
+    {
+        let err = bad_shape(op, g.shape(), g.dtype(), input);
+        store.restore(id as usize, acc);
+        return Err(err);
+    }
+    store.restore(id as usize, acc);
+    taken
 }
 
 /// One node through `backward_fast`, for a node of exactly `N` inputs;

@@ -51,6 +51,31 @@ impl TensorStore {
         Ok(())
     }
 
+    /// Slot `id`'s accumulated gradient, taken out for an op to add into
+    /// (`Some(None)` when nothing reached it yet); `None` when the slot was
+    /// released, which a topological sweep never asks for.
+    pub(crate) fn take_for_accumulate(&mut self, id: usize) -> Option<Option<Tensor>> {
+        if id >= self.slots.len() {
+            self.slots.resize(id + 1, GradSlot::Unreached);
+        }
+        match std::mem::take(&mut self.slots[id]) {
+            GradSlot::Grad(acc) => Some(Some(acc)),
+            GradSlot::Unreached => Some(None),
+            GradSlot::Released => {
+                self.slots[id] = GradSlot::Released;
+                None
+            }
+        }
+    }
+
+    /// Puts back what [`take_for_accumulate`](Self::take_for_accumulate) took.
+    pub(crate) fn restore(&mut self, id: usize, acc: Option<Tensor>) {
+        self.slots[id] = match acc {
+            Some(acc) => GradSlot::Grad(acc),
+            None => GradSlot::Unreached,
+        };
+    }
+
     /// Adds a scalar-lane gradient into slot `id` when the slot is empty or
     /// holds a 0-d gradient of `T`; returns false, changing nothing,
     /// otherwise (never for a well-formed graph: the caller then takes

@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::parallel::{should_parallelize, CHUNK};
+use super::simd::wide;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{checked_numel, Dims};
 use crate::tensor::{DataType, Filled, Tensor};
@@ -181,6 +182,71 @@ pub fn slice_backward(
             // each row is zeroed in full before `g`'s elements are copied in.
             unsafe { Filled::assume(out) }
         })
+    }))
+}
+
+/// [`slice_backward`] added into `acc`, a gradient already accumulated for
+/// the sliced tensor: `g` is added at `start, start + step, ...` along
+/// `dim`, and nothing else is touched. Several slices of one tensor (the
+/// q, k and v heads of one projection, say) then cost one full-size buffer
+/// between them instead of one zero-filled buffer each plus their sums.
+///
+/// Returns `Ok(false)`, changing nothing, when `acc` cannot be written in
+/// place: shared storage, a view, or a dtype other than `g`'s.
+pub fn slice_backward_add(
+    acc: &mut Tensor,
+    g: &Tensor,
+    dim: usize,
+    start: usize,
+    step: usize,
+) -> Result<bool> {
+    const OP: &str = "slice_backward";
+    let shape = Dims::from_slice(acc.shape());
+    let len = g.shape().get(dim).copied().unwrap_or(0);
+    let fits = dim < shape.len()
+        && g.rank() == shape.len()
+        && step >= 1
+        && (0..shape.len()).all(|d| d == dim || g.shape()[d] == shape[d])
+        && (len == 0 || start + (len - 1) * step < shape[dim]);
+    if !fits {
+        return Err(Error::shape_mismatch(OP, g.shape(), &shape));
+    }
+    if acc.dtype() != g.dtype() {
+        return Ok(false);
+    }
+    let (_, inner) = outer_inner(&shape, dim);
+    let size = shape[dim];
+    Ok(crate::with_dtype!(OP, g.dtype(), T => {
+        let src = g.as_slice_of::<T>();
+        let Some(dst) = acc.unique_slice_mut::<T>() else {
+            return Ok(false);
+        };
+        if dst.is_empty() || len == 0 || inner == 0 {
+            return Ok(true);
+        }
+        let add_row = |o: usize, row: &mut [T]| {
+            let from = &src[o * len * inner..][..len * inner];
+            wide(
+                #[inline(always)]
+                || {
+                    for (j, s) in from.chunks(inner).enumerate() {
+                        let to = &mut row[(start + j * step) * inner..][..inner];
+                        to.iter_mut().zip(s).for_each(|(d, &v)| *d = *d + v);
+                    }
+                },
+            )
+        };
+        let row_len = size * inner;
+        if should_parallelize(dst.len()) && dst.len() > row_len {
+            dst.par_chunks_mut(row_len)
+                .enumerate()
+                .for_each(|(o, row)| add_row(o, row));
+        } else {
+            dst.chunks_mut(row_len)
+                .enumerate()
+                .for_each(|(o, row)| add_row(o, row));
+        }
+        true
     }))
 }
 

@@ -112,6 +112,26 @@ pub trait Differentiable: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Optional first-order path for a one-input op whose gradient fills
+    /// only part of its input (a slice): add the gradient straight into
+    /// `acc`, the input's gradient accumulated so far (`None` when nothing
+    /// has reached it yet), rather than return a mostly-zero tensor of the
+    /// input's shape for the engine to add. The sweep asks it only when
+    /// [`backward_fast`](Self::backward_fast) declined and the input needs
+    /// a gradient. It must leave in `acc` exactly the sum `backward` would
+    /// produce, with the input's shape and dtype, and return `Ok(true)`; or
+    /// return `Ok(false)` with `acc` unchanged. The default declines.
+    fn backward_accumulate(
+        &self,
+        grad_output: &Tensor,
+        input: &Tensor,
+        output: &Tensor,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
+        let _ = (grad_output, input, output, acc);
+        Ok(false)
+    }
+
     /// The scalar lane of the first-order backward, used when the node has
     /// one or two inputs and its inputs, output and output gradient are all
     /// 0-d values of one dtype (graphs of scalar ops, where tensor plumbing
@@ -197,6 +217,15 @@ impl Differentiable for Arc<dyn Differentiable> {
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
         (**self).backward_fast(grad_output, inputs, output, needs_grad, grads)
+    }
+    fn backward_accumulate(
+        &self,
+        grad_output: &Tensor,
+        input: &Tensor,
+        output: &Tensor,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
+        (**self).backward_accumulate(grad_output, input, output, acc)
     }
     fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
         (**self).backward_scalar(call)

@@ -101,6 +101,31 @@ impl Differentiable for Slice {
         };
         Ok(smallvec![Some(g.graph().record(op, &[g])?)])
     }
+    // The first slice of a tensor to be reached scatters into zeros; the
+    // next ones add into that buffer in place (`backward`'s sum, without a
+    // zero-filled tensor per slice).
+    fn backward_accumulate(
+        &self,
+        g: &Tensor,
+        input: &Tensor,
+        _out: &Tensor,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
+        let r = self.resolve(input.shape())?;
+        match acc {
+            Some(acc) => layout::slice_backward_add(acc, g, r.dim, r.start, r.step),
+            None => {
+                *acc = Some(layout::slice_backward(
+                    g,
+                    input.shape(),
+                    r.dim,
+                    r.start,
+                    r.step,
+                )?);
+                Ok(true)
+            }
+        }
+    }
     fn jvp<'g>(
         &self,
         t: &[Option<Var<'g>>],
@@ -431,6 +456,52 @@ mod tests {
         )
         .unwrap();
         jvpcheck(|v| v[0].try_pad(&[2, 1], 0.0), std::slice::from_ref(&x)).unwrap();
+    }
+
+    #[test]
+    fn slices_add_into_one_gradient() {
+        use crate::ops::testing::fast_path_agrees;
+        // Overlapping and strided slices of one tensor (the first reached
+        // scatters into zeros, the rest add in place), a slice whose input
+        // also has a dense consumer (the accumulated buffer then comes from
+        // elsewhere), and q/k/v-style heads of a permuted view.
+        let x = vals(&[4, 6]);
+        fast_path_agrees(
+            |v| {
+                let a = v[0].try_slice(1, 0, 6, 2)?;
+                let b = v[0].try_slice(1, 1, 4, 1)?;
+                let c = v[0].try_narrow(0, 1, 2)?;
+                Ok(a.sum() * b.tanh().sum() + c.exp().sum())
+            },
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        fast_path_agrees(
+            |v| Ok(v[0].exp() + v[0].try_narrow(1, 2, 3)?.sin().try_pad(&[2, 1], 0.0)?),
+            std::slice::from_ref(&x),
+        )
+        .unwrap();
+        let qkv = vals(&[2, 3, 12]).to_dtype(DType::F32);
+        fast_path_agrees(
+            |v| {
+                let all = v[0].try_reshape(&[2, 3, 3, 2, 2])?.try_permute(&[2, 0, 3, 1, 4])?;
+                let pick = |i: isize| all.try_narrow(0, i, 1)?.try_squeeze_dim(0);
+                let (q, k, w) = (pick(0)?, pick(1)?, pick(2)?);
+                Ok(q.tanh() * k.exp() + w.sin())
+            },
+            &[qkv],
+        )
+        .unwrap();
+        // The same sums bit for bit as the Var-level path, in f32 too.
+        let g = Graph::new();
+        let x = g.variable(vals(&[3, 4]).to_dtype(DType::F32));
+        let y = x.try_narrow(1, 0, 2).unwrap().sum() + x.try_narrow(1, 1, 3).unwrap().exp().sum();
+        let fast = y.backward().unwrap().wrt(&x);
+        let slow = y
+            .backward_with_options(&crate::BackwardOptions::new().fast_path(false))
+            .unwrap()
+            .wrt(&x);
+        assert_eq!(fast.to_vec::<f32>().unwrap(), slow.to_vec::<f32>().unwrap());
     }
 
     #[test]
