@@ -231,7 +231,7 @@ pub fn slice_backward_add(
                 || {
                     for (j, s) in from.chunks(inner).enumerate() {
                         let to = &mut row[(start + j * step) * inner..][..inner];
-                        to.iter_mut().zip(s).for_each(|(d, &v)| *d = *d + v);
+                        to.iter_mut().zip(s).for_each(|(d, &v)| *d += v);
                     }
                 },
             )
