@@ -14,7 +14,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::kernels::parallel::{ordered_reduce, should_parallelize};
+use crate::kernels::parallel::should_parallelize;
 use crate::kernels::simd::wide;
 use crate::tensor::Element;
 
@@ -151,22 +151,71 @@ pub fn layer_norm_backward<T: Element>(
                 let mut a = vec![T::zero(); m];
                 for (r, o) in chunk.chunks_mut(m).enumerate() {
                     let span = (first + r) * m..(first + r + 1) * m;
-                    let (row, grow) = (&x[span.clone()], &g[span]);
-                    let (mean, rstd) = row_stats(row, eps);
-                    weighted_grad(&mut a, grow, w);
-                    let sum_a = sum2(&a, &a, |v, _| v.to_f64());
-                    let sum_ax = sum2(&a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
-                    let n = m as f64;
-                    let (mean_a, mean_ax) = (T::from_f64(sum_a / n), T::from_f64(sum_ax / n));
-                    let rstd_t = T::from_f64(rstd);
-                    for ((d, &av), &xv) in o.iter_mut().zip(&a).zip(row) {
-                        let xhat = T::from_f64((xv.to_f64() - mean) * rstd);
-                        d.write(rstd_t * (av - mean_a - xhat * mean_ax));
-                    }
+                    input_grad_row(&g[span.clone()], &x[span], w, eps, &mut a, o);
                 }
             },
         )
     });
+}
+
+/// One row of [`layer_norm_backward`] (`a` is scratch of `m` elements);
+/// returns the row's `(mean, rstd)`.
+#[inline(always)]
+fn input_grad_row<T: Element>(
+    grow: &[T],
+    row: &[T],
+    w: Option<&[T]>,
+    eps: f64,
+    a: &mut [T],
+    o: &mut [MaybeUninit<T>],
+) -> (f64, f64) {
+    let (mean, rstd) = row_stats(row, eps);
+    weighted_grad(a, grow, w);
+    let sum_a = sum2(a, a, |v, _| v.to_f64());
+    let sum_ax = sum2(a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
+    let n = row.len() as f64;
+    let (mean_a, mean_ax) = (T::from_f64(sum_a / n), T::from_f64(sum_ax / n));
+    let rstd_t = T::from_f64(rstd);
+    for ((d, &av), &xv) in o.iter_mut().zip(&*a).zip(row) {
+        let xhat = T::from_f64((xv.to_f64() - mean) * rstd);
+        d.write(rstd_t * (av - mean_a - xhat * mean_ax));
+    }
+    (mean, rstd)
+}
+
+/// `acc += g x̂` for one row, in f64: the weight gradient's share of it.
+#[inline(always)]
+fn weight_grad_row<T: Element>(acc: &mut [f64], grow: &[T], row: &[T], mean: f64, rstd: f64) {
+    for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
+        *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
+    }
+}
+
+/// The fixed blocks of rows the weight gradient's partial sums run over,
+/// as `(tasks, rows per task)`: by thread count when the input is large
+/// (so the merged sum has the same bits every run), else one block.
+fn weight_blocks(len: usize, rows: usize) -> (usize, usize) {
+    if should_parallelize(len) {
+        let tasks = rows
+            .div_ceil(ROWS_PER_TASK)
+            .min(rayon::current_num_threads())
+            .max(1);
+        (tasks, rows.div_ceil(tasks))
+    } else {
+        (1, rows)
+    }
+}
+
+/// Adds the partial sums of the blocks, in block order.
+fn merge_partials<T: Element>(parts: Vec<Vec<f64>>, m: usize) -> Vec<T> {
+    let acc = parts
+        .into_iter()
+        .reduce(|mut a, b| {
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+            a
+        })
+        .unwrap_or_else(|| vec![0.0; m]);
+    acc.into_iter().map(T::from_f64).collect()
 }
 
 /// The gradient with respect to the weight: `Σ_rows g x̂`, `m` values.
@@ -175,41 +224,86 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
         return Vec::new();
     }
     let rows = x.len() / m;
-    let partial = |range: std::ops::Range<usize>| -> Vec<f64> {
+    let (tasks, per_task) = weight_blocks(x.len(), rows);
+    let partial = |t: usize| -> Vec<f64> {
         let mut acc = vec![0.0f64; m];
         wide(
             #[inline(always)]
             || {
-                for r in range {
+                for r in (t * per_task)..((t + 1) * per_task).min(rows) {
                     let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
                     let (mean, rstd) = row_stats(row, eps);
-                    for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
-                        *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
-                    }
+                    weight_grad_row(&mut acc, grow, row, mean, rstd);
                 }
             },
         );
         acc
     };
-    let acc = if should_parallelize(x.len()) {
-        // One partial per thread over a fixed block of rows, merged in order:
-        // the same bits on every run (see `ordered_reduce`).
-        let tasks = rows
-            .div_ceil(ROWS_PER_TASK)
-            .min(rayon::current_num_threads())
-            .max(1);
-        let per_task = rows.div_ceil(tasks);
-        ordered_reduce(
-            tasks,
-            |t| partial(t * per_task..((t + 1) * per_task).min(rows)),
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
-        .unwrap_or_else(|| vec![0.0; m])
+    // Fixed blocks merged in order: the same bits on every run (see
+    // `ordered_reduce`).
+    let parts = if tasks > 1 {
+        (0..tasks).into_par_iter().map(partial).collect()
     } else {
-        partial(0..rows)
+        vec![partial(0)]
     };
-    acc.into_iter().map(T::from_f64).collect()
+    merge_partials(parts, m)
+}
+
+/// [`layer_norm_backward`] with a weight and [`layer_norm_weight_backward`]
+/// in one sweep over the rows: each row's statistics are computed once and
+/// `x` and `g` read once for both. Same bits as the two apart (the same
+/// row arithmetic, the weight's partial sums over the same blocks merged
+/// in the same order). Writes every element of `out`; returns the weight's
+/// gradient.
+pub fn layer_norm_backward_with_weight<T: Element>(
+    g: &[T],
+    x: &[T],
+    m: usize,
+    w: &[T],
+    eps: f64,
+    out: &mut [MaybeUninit<T>],
+) -> Vec<T> {
+    if m == 0 {
+        assert!(out.is_empty(), "rows of no elements cannot cover an output");
+        return Vec::new();
+    }
+    let rows = x.len() / m;
+    let (tasks, per_task) = weight_blocks(x.len(), rows);
+    let block = |t: usize, o: &mut [MaybeUninit<T>]| -> Vec<f64> {
+        let mut acc = vec![0.0f64; m];
+        wide(
+            #[inline(always)]
+            || {
+                let mut a = vec![T::zero(); m];
+                let first = t * per_task;
+                for (r, orow) in o.chunks_mut(m).enumerate() {
+                    let span = (first + r) * m..(first + r + 1) * m;
+                    let (row, grow) = (&x[span.clone()], &g[span]);
+                    let (mean, rstd) = input_grad_row(grow, row, Some(w), eps, &mut a, orow);
+                    weight_grad_row(&mut acc, grow, row, mean, rstd);
+                }
+            },
+        );
+        acc
+    };
+    // Block t owns rows t*per_task.. of `out`; a block past the last row
+    // is empty and still contributes its zeros, as in the weight's own kernel.
+    let parts = if tasks > 1 {
+        let mut blocks: Vec<&mut [MaybeUninit<T>]> = Vec::with_capacity(tasks);
+        let mut rest = out;
+        for _ in 0..tasks {
+            let take = (per_task * m).min(rest.len());
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
+            blocks.push(head);
+            rest = tail;
+        }
+        blocks
+            .into_par_iter()
+            .enumerate()
+            .map(|(t, o)| block(t, o))
+            .collect()
+    } else {
+        vec![block(0, out)]
+    };
+    merge_partials(parts, m)
 }

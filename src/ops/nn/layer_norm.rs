@@ -10,6 +10,7 @@ use smallvec::smallvec;
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::kernels;
 use crate::kernels::nn::norm as kernel;
 use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
 use crate::tensor::{Dims, Filled, Tensor};
@@ -183,6 +184,50 @@ impl Differentiable for LayerNorm {
             grads.push(db);
         }
         Ok(grads)
+    }
+    // The input's and the weight's gradients in one sweep over the rows
+    // when both are needed (each row's statistics computed once); any other
+    // case runs `backward`'s ops, one kernel each anyway.
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
+        const OP: &str = "layer_norm_backward";
+        let x = inputs[0];
+        let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
+        if !(has_w && needs[0] && needs[1]) {
+            return Ok(false);
+        }
+        let w = inputs[1];
+        let m = row_len(OP, x, &shape)?;
+        check_param(OP, g, x.shape(), x)?;
+        check_param(OP, w, &shape, x)?;
+        let (dx, dw) = crate::with_dtype!(OP, x.dtype(), T => {
+            let mut dw = Vec::new();
+            let dx = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
+                dw = kernel::layer_norm_backward_with_weight(
+                    g.as_slice_of::<T>(),
+                    x.as_slice_of::<T>(),
+                    m,
+                    w.as_slice_of::<T>(),
+                    self.eps,
+                    out,
+                );
+                // SAFETY: the kernel writes every element of its output.
+                unsafe { Filled::assume(out) }
+            });
+            (dx, Tensor::from_vec(dw, &shape)?)
+        });
+        grads[0] = Some(dx);
+        grads[1] = Some(dw);
+        if has_b && needs[2] {
+            grads[2] = Some(kernels::sum_to_shape("sum_to_size", g, &shape)?);
+        }
+        Ok(true)
     }
     fn jvp<'g>(
         &self,
@@ -365,6 +410,50 @@ mod tests {
             &[x(), w()],
         )
         .unwrap();
+    }
+
+    #[test]
+    fn fused_backward_matches_the_separate_ops() {
+        use crate::ops::testing::fast_path_agrees;
+        fast_path_agrees(
+            |v| v[0].try_layer_norm(&[4], Some(&v[1]), Some(&v[2]), 1e-5),
+            &[x(), w(), b()],
+        )
+        .unwrap();
+        fast_path_agrees(
+            |v| v[0].try_layer_norm(&[3, 4], Some(&v[1]), None, 1e-3),
+            &[x(), Tensor::from_vec((0..12).map(|i| 0.3 * i as f64 - 1.0).collect(), &[3, 4]).unwrap()],
+        )
+        .unwrap();
+        // Bit for bit in f32, on rows enough to split the weight's sums
+        // into blocks across two threads (and on one thread).
+        let (rows, m) = (700, 128);
+        let xs = Tensor::from_vec(
+            (0..rows * m).map(|i| (i as f64 * 0.37).sin() * 3.0 + 1.5).collect(),
+            &[rows, m],
+        )
+        .unwrap()
+        .to_dtype(DType::F32);
+        let ws = Tensor::from_vec((0..m).map(|i| 1.0 + (i as f64 * 0.1).cos()).collect(), &[m])
+            .unwrap()
+            .to_dtype(DType::F32);
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let (fast, slow) = pool.install(|| {
+                let run = |fast: bool| {
+                    let g = Graph::new();
+                    let (xv, wv) = (g.variable(xs.clone()), g.variable(ws.clone()));
+                    let y = xv.layer_norm(&[m], Some(&wv), None, 1e-5);
+                    let loss = (&y * &g.constant(xs.clone())).sum();
+                    let grads = loss
+                        .backward_with_options(&crate::BackwardOptions::new().fast_path(fast))
+                        .unwrap();
+                    [grads.wrt(&xv), grads.wrt(&wv)].map(|t| t.to_vec::<f32>().unwrap())
+                };
+                (run(true), run(false))
+            });
+            assert_eq!(fast, slow, "{threads} thread(s)");
+        }
     }
 
     #[test]
