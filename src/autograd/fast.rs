@@ -173,10 +173,11 @@ fn visit_tensors(
         4 => tensor_node::<4>(op, st, ids, &grad, out, store)?,
         _ => false,
     };
-    if handled || accumulate_node(op, st, ids, &grad, out, store)? {
-        return Ok(Visit::Done);
-    }
-    Ok(Visit::NeedsVars(grad))
+    Ok(if handled {
+        Visit::Done
+    } else {
+        Visit::NeedsVars(grad)
+    })
 }
 
 /// One node of one input through `backward_accumulate`, which adds its
@@ -198,16 +199,13 @@ fn accumulate_node(
         return Ok(false);
     };
     let taken = op.backward_accumulate(grad, input, &st.values()[out], &mut acc);
-    let took = matches!(taken, Ok(true));
-    if took
+    if matches!(taken, Ok(true))
         && let Some(g) = &acc
         && (!g.same_shape(input) || g.dtype() != input.dtype())
     {
-        let err = bad_shape(op, g.shape(), g.dtype(), input);
-        store.restore(id as usize, acc);
-        return Err(err);
+        return Err(bad_shape(op, g.shape(), g.dtype(), input));
     }
-    store.restore(id as usize, acc);
+    store.restore(id as usize, acc)?;
     taken
 }
 
@@ -227,7 +225,10 @@ fn tensor_node<const N: usize>(
     let needs: [bool; N] = std::array::from_fn(|k| st.value_requires_grad(ids[k]));
     let mut grads: [Option<Tensor>; N] = std::array::from_fn(|_| None);
     if !op.backward_fast(grad, &inputs, &st.values()[out], &needs, &mut grads)? {
-        return Ok(false);
+        return match N {
+            1 => accumulate_node(op, st, ids, grad, out, store),
+            _ => Ok(false),
+        };
     }
     for (k, g) in grads.into_iter().enumerate() {
         let Some(g) = g else { continue };

@@ -55,25 +55,26 @@ impl TensorStore {
     /// (`Some(None)` when nothing reached it yet); `None` when the slot was
     /// released, which a topological sweep never asks for.
     pub(crate) fn take_for_accumulate(&mut self, id: usize) -> Option<Option<Tensor>> {
-        if id >= self.slots.len() {
-            self.slots.resize(id + 1, GradSlot::Unreached);
-        }
-        match std::mem::take(&mut self.slots[id]) {
+        let Some(slot) = self.slots.get_mut(id) else {
+            return Some(None);
+        };
+        match std::mem::take(slot) {
             GradSlot::Grad(acc) => Some(Some(acc)),
             GradSlot::Unreached => Some(None),
             GradSlot::Released => {
-                self.slots[id] = GradSlot::Released;
+                *slot = GradSlot::Released;
                 None
             }
         }
     }
 
     /// Puts back what [`take_for_accumulate`](Self::take_for_accumulate) took.
-    pub(crate) fn restore(&mut self, id: usize, acc: Option<Tensor>) {
-        self.slots[id] = match acc {
-            Some(acc) => GradSlot::Grad(acc),
-            None => GradSlot::Unreached,
-        };
+    pub(crate) fn restore(&mut self, id: usize, acc: Option<Tensor>) -> Result<()> {
+        match acc {
+            // The slot is empty (taken, or never made): this moves `acc` in.
+            Some(acc) => self.add_tensor(id, acc),
+            None => Ok(()),
+        }
     }
 
     /// Adds a scalar-lane gradient into slot `id` when the slot is empty or
