@@ -125,7 +125,7 @@ impl<'a, T: NnFloat> Rows<'a, T> {
         if scale != T::one() {
             wide(
                 #[inline(always)]
-                || out.iter_mut().for_each(|x| *x = *x * scale),
+                || out.iter_mut().for_each(|x| *x *= scale),
             );
         }
         out
