@@ -115,8 +115,7 @@ impl<'a, T: Copy> Rows<'a, T> {
 
 impl<'a, T: NnFloat> Rows<'a, T> {
     /// Rows `i0..i1` of head `b`, each scaled by `scale`, packed row-major:
-    /// whole-row copies, then one scaling pass in the widest vectors (an
-    /// iterator `extend` per short row took 1-2% of the GPT training step).
+    /// whole-row copies, then one scaling pass (ARCHITECTURE.md, PERF).
     fn scaled(&self, b: usize, i0: usize, i1: usize, width: usize, scale: T) -> Vec<T> {
         let mut out = Vec::with_capacity((i1 - i0) * width);
         for i in i0..i1 {
