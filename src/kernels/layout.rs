@@ -137,6 +137,29 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
     }))
 }
 
+/// The length along `dim` of `g`, a slice's gradient to scatter into a
+/// tensor of `shape` at `start, start + step, ...`, or a shape mismatch
+/// when it does not fit there.
+fn scattered_len(
+    g: &Tensor,
+    shape: &[usize],
+    dim: usize,
+    start: usize,
+    step: usize,
+) -> Result<usize> {
+    let len = g.shape().get(dim).copied().unwrap_or(0);
+    let fits = dim < shape.len()
+        && g.rank() == shape.len()
+        && step >= 1
+        && (0..shape.len()).all(|d| d == dim || g.shape()[d] == shape[d])
+        && (len == 0 || start + (len - 1) * step < shape[dim]);
+    if fits {
+        Ok(len)
+    } else {
+        Err(Error::shape_mismatch("slice_backward", g.shape(), shape))
+    }
+}
+
 /// The gradient of a slice (`Tensor::narrow` and the `slice` op): zeros of `shape` with `g` written at
 /// `start, start + step, ...` along `dim`.
 ///
@@ -154,16 +177,7 @@ pub fn slice_backward(
     start: usize,
     step: usize,
 ) -> Result<Tensor> {
-    const OP: &str = "slice_backward";
-    let len = g.shape().get(dim).copied().unwrap_or(0);
-    let fits = dim < shape.len()
-        && g.rank() == shape.len()
-        && step >= 1
-        && (0..shape.len()).all(|d| d == dim || g.shape()[d] == shape[d])
-        && (len == 0 || start + (len - 1) * step < shape[dim]);
-    if !fits {
-        return Err(Error::shape_mismatch(OP, g.shape(), shape));
-    }
+    let len = scattered_len(g, shape, dim, start, step)?;
     let size = shape[dim];
     let (_, inner) = outer_inner(shape, dim);
     Ok(crate::with_any_dtype!(g.dtype(), T => {
@@ -202,15 +216,7 @@ pub fn slice_backward_add(
 ) -> Result<bool> {
     const OP: &str = "slice_backward";
     let shape = Dims::from_slice(acc.shape());
-    let len = g.shape().get(dim).copied().unwrap_or(0);
-    let fits = dim < shape.len()
-        && g.rank() == shape.len()
-        && step >= 1
-        && (0..shape.len()).all(|d| d == dim || g.shape()[d] == shape[d])
-        && (len == 0 || start + (len - 1) * step < shape[dim]);
-    if !fits {
-        return Err(Error::shape_mismatch(OP, g.shape(), &shape));
-    }
+    let len = scattered_len(g, &shape, dim, start, step)?;
     if acc.dtype() != g.dtype() {
         return Ok(false);
     }
