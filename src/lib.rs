@@ -33,6 +33,7 @@ extern crate self as retrograd;
 
 pub mod autograd;
 mod base;
+pub mod compile;
 pub mod core;
 pub mod data;
 pub mod distributed;
@@ -54,6 +55,7 @@ pub use autograd::{
     JacobianMode,
 };
 pub use base::{DType, Error, Result, TensorProblem};
+pub use compile::{compile, CompileOptions, Compiled, StepOutput};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{
     AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,

@@ -113,6 +113,7 @@ impl<'g> Var<'g> {
     /// Backpropagates with explicit options.
     pub fn backward_with_options(&self, opts: &BackwardOptions) -> Result<Gradients> {
         let graph = self.graph();
+        refuse_while_capturing(graph)?;
         let seed = seed_for(self, opts.grad_output.as_ref())?;
         let (slot_count, params) = {
             let st = graph.state();
@@ -143,6 +144,22 @@ impl<'g> Var<'g> {
         }
         Ok(Gradients::new(graph.id(), store.slots, &params))
     }
+}
+
+/// A backward pass inside a function being compiled would run once, at
+/// capture, and its gradients would be constants of every run.
+pub(crate) fn refuse_while_capturing(graph: &Graph) -> Result<()> {
+    if !graph.is_capturing() {
+        return Ok(());
+    }
+    Err(Error::NotReplayable {
+        op: "backward".into(),
+        node: graph.len(),
+        reason: "a backward pass inside a compiled function would run once, at capture, and its \
+                 gradients would be constants of every run; the compiled step returns the \
+                 gradients itself (CompileOptions::params, grad_inputs)"
+            .into(),
+    })
 }
 
 /// The seed gradient: `grad_output` if given (checked against the root),
@@ -274,6 +291,7 @@ pub(crate) struct NodeCall<'g> {
     pub(crate) output: Var<'g>,
 }
 
+#[derive(Clone)]
 pub(crate) enum OpHolder {
     Static(&'static dyn Differentiable),
     Shared(std::sync::Arc<dyn Differentiable>),
@@ -281,7 +299,7 @@ pub(crate) enum OpHolder {
 
 impl OpHolder {
     /// The op of a table entry, held past the graph's borrow.
-    fn of(entry: &OpEntry) -> Self {
+    pub(crate) fn of(entry: &OpEntry) -> Self {
         match entry {
             OpEntry::Static(op) => OpHolder::Static(*op),
             OpEntry::Owned { op, .. } => OpHolder::Shared(op.clone()),

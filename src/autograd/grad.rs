@@ -74,6 +74,7 @@ pub fn grad<'g>(
         return Err(Error::invalid("grad", "no outputs given"));
     };
     let graph: &'g Graph = first.graph();
+    super::backward::refuse_while_capturing(graph)?;
     for v in outputs.iter().chain(inputs) {
         graph.check_same("grad", v)?;
     }

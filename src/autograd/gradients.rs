@@ -49,6 +49,21 @@ impl Gradients {
         }
     }
 
+    /// Parameter gradients only, filled by their owner (a compiled step
+    /// keeps one and refills its map every run, without allocating).
+    pub(crate) fn for_params(graph_id: u64) -> Self {
+        Gradients {
+            graph_id,
+            slots: Vec::new(),
+            params: HashMap::new(),
+        }
+    }
+
+    /// The parameter gradients by parameter id, to refill.
+    pub(crate) fn params_mut(&mut self) -> &mut HashMap<u64, Tensor> {
+        &mut self.params
+    }
+
     /// The gradient of the parameter with id `param_id`, if one was
     /// accumulated. `nn` reads it through [`Gradients::of`] and
     /// [`Gradients::get_param`], which take the `Parameter` itself.

@@ -53,6 +53,7 @@ impl<'g> Var<'g> {
         on_final: &mut dyn FnMut(usize, Option<&Tensor>) -> Result<()>,
     ) -> Result<Gradients> {
         let graph = self.graph();
+        super::backward::refuse_while_capturing(graph)?;
         for leaf in leaves {
             if leaf.graph().id() != graph.id() {
                 return Err(Error::ForeignVariable {

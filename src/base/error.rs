@@ -274,6 +274,26 @@ pub enum Error {
         /// What went wrong, naming the rank where it did.
         detail: String,
     },
+    /// A compiled step cannot be captured or replayed as it stands: a shape
+    /// that depends on values, an op that would repeat its random masks, a
+    /// backward pass inside the captured function, `create_graph` asked of
+    /// a compiled step (see `retrograd::compile`).
+    #[error("compiled step: {op} (node {node}): {reason}")]
+    NotReplayable {
+        /// The op (or API) concerned.
+        op: String,
+        /// Its node in the captured graph (0 when no node is concerned).
+        node: usize,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// The inputs of a compiled step's run do not match what the function
+    /// takes (their count, or an input of the wrong kind).
+    #[error("compiled step: {detail}")]
+    CompiledInputs {
+        /// Which input, and what was expected.
+        detail: String,
+    },
 }
 
 /// What is wrong with a named tensor ([`Error::TensorMismatch`]).

@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use super::facts::OpFacts;
 use super::graph::Var;
+use super::pointwise::Pointwise;
 use super::scalar_lane::ScalarBackward;
 use super::scalar_node::{LaneOutcome, ScalarNode};
 use crate::error::Result;
@@ -176,6 +177,39 @@ pub trait Differentiable: Send + Sync + 'static {
         })
     }
 
+    /// For an elementwise op: the op as a kernel over plain slices, which
+    /// the fused kernels of a [compiled step](crate::compile) run (several
+    /// ops in one pass over memory). `None` (the default): a compiled step
+    /// runs the op through [`forward`](Self::forward).
+    fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
+        None
+    }
+
+    /// This op without values saved from the forward that recorded it
+    /// (argmax positions, an output and its logsumexp), which it would
+    /// otherwise use in place of recomputing them from its inputs. A
+    /// compiled step replays a node on new values, so it runs this form
+    /// when there is one; `None` (the default): the op holds no such values.
+    fn without_saved(&self) -> Option<Arc<dyn Differentiable>> {
+        None
+    }
+
+    /// The seed an op draws random numbers from (dropout's mask), or
+    /// `None` (the default) for an op that draws none. A compiled step
+    /// replaces it at every run, so masks are fresh each step (see
+    /// [`forward_seeded`](Self::forward_seeded)).
+    fn seed(&self) -> Option<u64> {
+        None
+    }
+
+    /// [`forward`](Self::forward) with `seed` in place of the op's own; the
+    /// default, `Ok(None)`, says the op cannot, and a compiled step then
+    /// refuses to capture it (its masks would repeat every step).
+    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+        let _ = (inputs, seed);
+        Ok(None)
+    }
+
     /// What the op declares about itself for the registry's users: arity,
     /// whether it is elementwise and where random inputs are safe, whether
     /// it has a tangent rule and a second derivative. Ops made from a
@@ -243,5 +277,17 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn facts(&self) -> OpFacts {
         (**self).facts()
+    }
+    fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
+        (**self).pointwise()
+    }
+    fn without_saved(&self) -> Option<Arc<dyn Differentiable>> {
+        (**self).without_saved()
+    }
+    fn seed(&self) -> Option<u64> {
+        (**self).seed()
+    }
+    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+        (**self).forward_seeded(inputs, seed)
     }
 }

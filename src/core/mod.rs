@@ -14,6 +14,8 @@
 //! - `scalar_node.rs`: one scalar node of the first-order sweep, run inside
 //!   its op's monomorphised `Differentiable::scalar_node` (the rule inlines:
 //!   W1's hot path), so it must be a concrete type the trait can name.
+//! - `pointwise.rs`: [`Pointwise`], an elementwise op as a kernel over
+//!   slices, which compiled steps fuse.
 //! - `store.rs`: gradient slots by value id and the first-order
 //!   `TensorStore` that `ScalarNode` writes into.
 //!
@@ -25,6 +27,7 @@
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
+pub mod pointwise;
 pub mod scalar_lane;
 pub(crate) mod scalar_node;
 pub(crate) mod store;
@@ -32,6 +35,7 @@ pub(crate) mod store;
 pub use differentiable::{Differentiable, GradInputs};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use pointwise::{Pointwise, Primitive};
 pub use scalar_lane::{ScalarArgs, ScalarBackward};
 #[doc(hidden)]
 pub use scalar_node::{LaneOutcome, ScalarNode};

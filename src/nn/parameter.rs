@@ -164,6 +164,10 @@ impl Graph {
             None => {
                 let v = self.variable(p.value());
                 self.state_mut().set_param(p.id(), v.slot());
+                if self.is_capturing() {
+                    let read = p.clone();
+                    self.capture_param(p.id(), v.slot(), Box::new(move || read.value()));
+                }
                 v
             }
         }

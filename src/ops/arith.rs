@@ -3,6 +3,7 @@
 
 use super::rule::{Binary, BinaryRule, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
+use crate::core::Primitive;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -13,6 +14,7 @@ pub struct Add;
 
 impl BinaryRule for Add {
     const NAME: &'static str = "add";
+    const PRIMITIVE: Option<Primitive> = Some(Primitive::Add);
     #[inline(always)]
     fn value<T: Element>(self, a: T, b: T) -> T {
         a + b
@@ -33,6 +35,7 @@ pub struct Sub;
 
 impl BinaryRule for Sub {
     const NAME: &'static str = "sub";
+    const PRIMITIVE: Option<Primitive> = Some(Primitive::Sub);
     #[inline(always)]
     fn value<T: Element>(self, a: T, b: T) -> T {
         a - b
@@ -53,6 +56,7 @@ pub struct Mul;
 
 impl BinaryRule for Mul {
     const NAME: &'static str = "mul";
+    const PRIMITIVE: Option<Primitive> = Some(Primitive::Mul);
     #[inline(always)]
     fn value<T: Element>(self, a: T, b: T) -> T {
         a * b
@@ -74,6 +78,7 @@ pub struct Div;
 
 impl BinaryRule for Div {
     const NAME: &'static str = "div";
+    const PRIMITIVE: Option<Primitive> = Some(Primitive::Div);
     #[inline(always)]
     fn value<T: Element>(self, a: T, b: T) -> T {
         a / b
@@ -100,6 +105,7 @@ pub struct Neg;
 impl UnaryRule for Neg {
     const NAME: &'static str = "neg";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
+    const PRIMITIVE: Option<Primitive> = Some(Primitive::Neg);
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
         -x

@@ -597,6 +597,29 @@ impl Tensor {
         }
     }
 
+    /// Gives this tensor `shape` (of its own element count) in place, when
+    /// it is the only owner of a dense, unviewed buffer; returns whether it
+    /// did. A compiled step reuses one planned buffer for values of
+    /// different shapes this way, without allocating.
+    pub(crate) fn reshape_unique(&mut self, shape: &[usize]) -> bool {
+        match &mut self.repr {
+            Repr::Dense(d)
+                if d.view.is_none() && element_count(shape) == element_count(&d.shape) =>
+            {
+                match storage::unique_mut(d) {
+                    Some(dense) => {
+                        if dense.shape.as_slice() != shape {
+                            dense.shape = Dims::from_slice(shape);
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// Mutable access to the elements, copying them first if the storage is
     /// shared (copy on write, like `Arc::make_mut`): shared storage is never
     /// written. `T` must be the tensor's dtype.

@@ -8,6 +8,7 @@
 //! its output's value id and, for one or two inputs, their ids (more go to
 //! the flat `node_inputs` list).
 
+pub(crate) mod capture;
 mod inference;
 #[cfg(test)]
 mod never_run;
@@ -26,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub(crate) use node::trace_line;
 pub use node::GraphNode;
 pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub(crate) use op_table::{OpEntry, OpId, OpTable};
@@ -69,6 +71,8 @@ pub(crate) struct GraphState {
     hooks: HashMap<u32, Vec<GradHook>>,
     /// Parameter id -> value id of its leaf in this graph (`Graph::param`).
     params: HashMap<u64, u32>,
+    /// What a capture notes (see `capture.rs`); `None` when not capturing.
+    capture: Option<Box<capture::CaptureLog>>,
 }
 
 impl GraphState {
@@ -76,6 +80,12 @@ impl GraphState {
     #[inline(always)]
     pub(crate) fn values(&self) -> &[Tensor] {
         &self.values
+    }
+
+    /// Value `id`, to replace (a compiled step keeps large values of its
+    /// captured graph as their shape only).
+    pub(crate) fn value_mut(&mut self, id: u32) -> &mut Tensor {
+        &mut self.values[id as usize]
     }
 
     /// The producer of each value, by value id: the node that made it, or
@@ -232,6 +242,8 @@ pub struct Graph {
     /// This thread's inference graph ([`Graph::inference`]): records
     /// nothing and keeps no values.
     inference: bool,
+    /// Whether a compiled step is being captured (see `capture.rs`).
+    capturing: Cell<bool>,
 }
 
 impl Default for Graph {
@@ -263,6 +275,7 @@ impl Graph {
             no_grad_depth: Cell::new(0),
             anomaly: Cell::new(false),
             inference: false,
+            capturing: Cell::new(false),
         }
     }
 
@@ -335,6 +348,12 @@ impl Graph {
     pub fn constant(&self, value: Tensor) -> Var<'_> {
         if self.inference {
             return Var::constant_in(self, value);
+        }
+        if self.is_capturing() && self.is_captured_state(&value) {
+            // Traced, so that what is computed from it records nodes and
+            // replays on each run's state instead of folding at capture.
+            let id = self.state_mut().push_value(value.clone(), LEAF_VARIABLE);
+            return Var::from_parts(self, value, id, true);
         }
         let id = self
             .state

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::core::Differentiable;
 
 /// Where a node's op is in its graph's [`OpTable`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct OpId(u32);
 
 /// One op of the table.

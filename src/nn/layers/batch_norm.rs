@@ -166,6 +166,26 @@ impl BatchNormCore {
             return Ok(x.try_batch_norm(&args)?.output);
         };
         let (mean, var) = (running.mean.value(), running.var.value());
+        if graph.is_capturing() {
+            if self.training {
+                return Err(Error::NotReplayable {
+                    op: self.name.to_string(),
+                    node: graph.len(),
+                    reason: "training mode updates the running statistics outside the graph, which a \
+                             compiled step cannot replay yet; compile the step in eval mode, or without \
+                             running statistics, or run it eagerly"
+                        .into(),
+                });
+            }
+            // Eval mode reads the statistics again at every run, not as constants.
+            for (name, buffer, now) in [
+                ("running_mean", &running.mean, &mean),
+                ("running_var", &running.var, &var),
+            ] {
+                let read = buffer.clone();
+                graph.capture_state(name, now, move || read.value());
+            }
+        }
         if !self.training {
             return Ok(x
                 .try_batch_norm(&args.running(&mean, &var).training(false))?

@@ -372,6 +372,12 @@ impl Differentiable for ScaledDotProductAttention {
     fn name(&self) -> &str {
         OP
     }
+    /// Its dropout seed: a compiled step cannot give it a fresh one yet
+    /// (its backward's fast rule would keep the old), so it refuses to
+    /// capture attention with dropout rather than repeat the mask.
+    fn seed(&self) -> Option<u64> {
+        self.cfg.dropout.map(|(_, seed)| seed)
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m) = split(OP, inputs)?;
         let (out, lse) = fused_forward(&self.cfg, OP, q, k, v, m.copied())?;

@@ -169,6 +169,14 @@ impl Differentiable for SdpaBackward {
     fn name(&self) -> &str {
         OP
     }
+    fn without_saved(&self) -> Option<std::sync::Arc<dyn Differentiable>> {
+        self.saved.as_ref().map(|_| {
+            std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn Differentiable>
+        })
+    }
+    fn seed(&self) -> Option<u64> {
+        self.cfg.dropout.map(|(_, seed)| seed)
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m, d_o) = split(inputs)?;
         let (o, lse) = match &self.saved {

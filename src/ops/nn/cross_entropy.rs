@@ -129,9 +129,13 @@ impl Differentiable for CrossEntropy {
         })
     }
     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let (_, spec) = targets_of(&self.spec, x.value(), inputs.get(1))?;
-        let dx = g.graph().record(CrossEntropyBackward { spec }, &[g, x])?;
+        // Targets given as an input stay an input of the backward node (not
+        // read into it), so a compiled step replays it on each run's targets.
+        let spec = self.spec.clone();
+        let dx = match inputs {
+            [x, targets] => g.graph().record(CrossEntropyBackward { spec }, &[g, x, targets])?,
+            _ => g.graph().record(CrossEntropyBackward { spec }, &[g, &inputs[0]])?,
+        };
         let mut grads: GradInputs<'g> = smallvec![Some(dx)];
         grads.resize(inputs.len(), None);
         Ok(grads)
@@ -218,6 +222,34 @@ impl<'g> Var<'g> {
     ) -> Result<Var<'g>> {
         self.graph()
             .record(CrossEntropy::new(&targets.index_list("cross_entropy")?[..], options), &[self])
+    }
+
+    /// Cross-entropy against class targets held in a value of the graph (an
+    /// integer or float tensor of class indices, one per sample) rather than
+    /// stored in the op: the form a [compiled step](crate::compile) needs,
+    /// where the targets are an input that changes every run.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// use retrograd::ops::nn::CrossEntropyOptions;
+    /// let g = Graph::new();
+    /// let logits = g.variable(Tensor::from_vec(vec![0.0f64, 0.0, 2.0, 0.0], &[2, 2])?);
+    /// let targets = g.constant(Tensor::from_vec(vec![1i64, 0], &[2])?);
+    /// let loss = logits.try_cross_entropy_input(&targets, &CrossEntropyOptions::default())?;
+    /// let expect = logits.try_cross_entropy(&[1usize, 0])?;
+    /// assert_eq!(loss.value(), expect.value());
+    /// assert_eq!(loss.value().try_item()?, (2f64.ln() + (1.0 + (-2f64).exp()).ln()) / 2.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_cross_entropy_input(&self, targets: &Var<'g>, options: &CrossEntropyOptions) -> Result<Var<'g>> {
+        self.graph().record(CrossEntropy::with_options(options), &[self, targets])
+    }
+
+    /// Like [`try_cross_entropy_input`](Self::try_cross_entropy_input), but panics with its error at the caller's line.
+    #[track_caller]
+    pub fn cross_entropy_input(&self, targets: &Var<'g>, options: &CrossEntropyOptions) -> Var<'g> {
+        crate::error::or_panic(self.try_cross_entropy_input(targets, options))
     }
 }
 

@@ -68,6 +68,12 @@ impl Differentiable for Dropout {
             }))
         })
     }
+    fn seed(&self) -> Option<u64> {
+        Some(self.seed)
+    }
+    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+        Dropout { seed, ..*self }.forward(inputs).map(Some)
+    }
     fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
         Ok(smallvec![Some(g.graph().record(*self, &[g])?)])
     }

@@ -299,6 +299,14 @@ impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn without_saved(&self) -> Option<std::sync::Arc<dyn Differentiable>> {
+        self.indices.as_ref().map(|_| {
+            std::sync::Arc::new(MaxPool2dAtArgmax::<SCATTER> {
+                opts: self.opts.clone(),
+                indices: None,
+            }) as std::sync::Arc<dyn Differentiable>
+        })
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use super::pointwise::BinaryKernel;
 use super::{Lane, Num, OpFacts, Plain, Traced};
+use crate::core::{Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn};
@@ -45,6 +47,9 @@ use crate::tensor::{Element, Tensor};
 pub trait BinaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
     /// The op's name (PyTorch's).
     const NAME: &'static str;
+    /// The basic IEEE operation the rule is, if it is one (`+ - * /`): a
+    /// compiled step's scalar programs run it without a call.
+    const PRIMITIVE: Option<Primitive> = None;
 
     /// `f(a, b)` at one element.
     fn value<T: Element>(self, a: T, b: T) -> T;
@@ -177,6 +182,9 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
                     .map(|tb| self.0.grad_b(&Traced::of(tb), &a, &b, &y).into_result()),
             ],
         )
+    }
+    fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
+        Some(Arc::new(BinaryKernel(self.0)))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -24,6 +24,7 @@
 
 mod binary_op;
 mod num;
+mod pointwise;
 mod select_op;
 mod unary_op;
 

@@ -50,6 +50,9 @@ impl Differentiable for SelectWhere {
         expect_inputs("select_where", inputs, 4)?;
         self.compute(inputs[0], inputs[1], inputs[2], inputs[3])
     }
+    fn pointwise(&self) -> Option<std::sync::Arc<dyn crate::core::Pointwise>> {
+        Some(self.kernel())
+    }
     fn backward<'g>(
         &self,
         g: &Var<'g>,

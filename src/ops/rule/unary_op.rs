@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use super::pointwise::UnaryKernel;
 use super::{Lane, Num, OpFacts, Traced};
+use crate::core::{Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
@@ -52,6 +54,9 @@ pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
     const NAME: &'static str;
     /// Whether [`grad`](Self::grad) reads the input or the output.
     const SLOPE_OF: SlopeOf;
+    /// The basic IEEE operation the rule is, if it is one (negation): a
+    /// compiled step's scalar programs run it without a call.
+    const PRIMITIVE: Option<Primitive> = None;
 
     /// Checks the rule's parameters (a clamp's bounds, say) before a forward.
     fn check(self) -> Result<()> {
@@ -188,6 +193,9 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
             .as_ref()
             .map(|t| self.0.grad(&Traced::of(t), &Traced::of(u)).into_result())
             .transpose()
+    }
+    fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
+        Some(Arc::new(UnaryKernel(self.0)))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

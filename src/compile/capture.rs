@@ -1,0 +1,262 @@
+//! Capture: the function runs once on a fresh graph with its inputs as
+//! traced leaves, then its backward is recorded into the same graph as
+//! ordinary nodes (the joint forward-backward graph, as AOTAutograd
+//! builds it): each forward node's own `Var` formula, recording, in the
+//! order the first-order sweep would run them.
+//!
+//! Every forward node's formula is noted as a [`BackwardGroup`] (the nodes
+//! it recorded and the gradient value it returned per input), so lowering
+//! can run the op's fast rule (`backward_fast`) in their place.
+
+use std::ops::Range;
+
+use smallvec::SmallVec;
+
+use crate::autograd::backward::seed_for;
+use crate::core::graph::capture::CaptureLog;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var, LEAF_CONSTANT, NO_SLOT};
+use crate::tensor::Tensor;
+
+/// Whose gradient a compiled step returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GradTarget {
+    /// A parameter, by id.
+    Param(u64),
+    /// Input `k` of the step.
+    Input(usize),
+}
+
+/// The backward formula of one forward node, as recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct BackwardGroup {
+    /// The forward node.
+    pub(crate) node: u32,
+    /// The value holding the gradient of its output.
+    pub(crate) grad: u32,
+    /// The nodes its formula recorded.
+    pub(crate) nodes: Range<u32>,
+    /// Per input: the value its formula returned as that input's gradient.
+    pub(crate) grads: SmallVec<[Option<u32>; 4]>,
+}
+
+/// A captured step: the joint graph and what lowering needs to know of it.
+pub(crate) struct Captured {
+    pub(crate) graph: Graph,
+    /// The value of the function's result (the loss).
+    pub(crate) root: u32,
+    /// The nodes of the forward pass: `0..forward_nodes`.
+    pub(crate) forward_nodes: u32,
+    /// The value holding each requested gradient (`None`: nothing reached it).
+    pub(crate) grads: Vec<(GradTarget, Option<u32>)>,
+    pub(crate) groups: Vec<BackwardGroup>,
+    pub(crate) log: CaptureLog,
+}
+
+/// What gradients the step asks for.
+pub(crate) struct Wanted<'a> {
+    /// Parameter ids; `None`: every parameter the function brought in.
+    pub(crate) params: Option<&'a [u64]>,
+    pub(crate) inputs: &'a [usize],
+}
+
+/// Runs `f` on `inputs` in a capturing graph and records its backward.
+pub(crate) fn capture<F>(f: &F, inputs: &[Tensor], wanted: &Wanted<'_>) -> Result<Captured>
+where
+    F: for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>,
+{
+    let graph = Graph::new();
+    graph.begin_capture();
+    let traced = trace(&graph, f, inputs, wanted);
+    let log = graph.end_capture();
+    let (root, forward_nodes, grads, groups) = traced?;
+    Ok(Captured {
+        graph,
+        root,
+        forward_nodes,
+        grads,
+        groups,
+        log,
+    })
+}
+
+type Traced = (u32, u32, Vec<(GradTarget, Option<u32>)>, Vec<BackwardGroup>);
+
+fn trace<F>(graph: &Graph, f: &F, inputs: &[Tensor], wanted: &Wanted<'_>) -> Result<Traced>
+where
+    F: for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>,
+{
+    for &k in wanted.inputs {
+        match inputs.get(k) {
+            Some(t) if t.is_float() => {}
+            Some(t) => {
+                return Err(Error::NotDifferentiable {
+                    op: "compile (grad_inputs)",
+                    dtype: t.dtype(),
+                })
+            }
+            None => {
+                return Err(Error::CompiledInputs {
+                    detail: format!(
+                        "grad_inputs names input {k}, but the step has {} inputs",
+                        inputs.len()
+                    ),
+                })
+            }
+        }
+    }
+    let vars: Vec<Var<'_>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| graph.capture_input(k, t.clone(), format!("input{k}")))
+        .collect();
+    let root = f(graph, &vars)?.ensure_slot();
+    let forward_nodes = graph.len() as u32;
+    if root.value().numel() != 1 {
+        return Err(Error::NotReplayable {
+            op: "compile".into(),
+            node: 0,
+            reason: format!(
+                "the function must return a one-element value (a loss), got shape {:?}",
+                root.shape()
+            ),
+        });
+    }
+    let mut targets: Vec<(GradTarget, u32)> = wanted
+        .inputs
+        .iter()
+        .map(|&k| (GradTarget::Input(k), vars[k].slot()))
+        .collect();
+    {
+        let st = graph.state();
+        match wanted.params {
+            Some(ids) => {
+                for &id in ids {
+                    // A parameter the function did not use has no leaf: its gradient is zero.
+                    let leaf = st.params().get(&id).copied().unwrap_or(NO_SLOT);
+                    targets.push((GradTarget::Param(id), leaf));
+                }
+            }
+            None => {
+                let mut used: Vec<(u64, u32)> = st.params().iter().map(|(&p, &v)| (p, v)).collect();
+                used.sort_unstable_by_key(|&(_, v)| v);
+                targets.extend(used.into_iter().map(|(p, v)| (GradTarget::Param(p), v)));
+            }
+        }
+    }
+    let (acc, groups) = joint_backward(graph, &root)?;
+    let grads = targets
+        .into_iter()
+        .map(|(t, leaf)| {
+            let g = (leaf != NO_SLOT)
+                .then(|| acc.get(leaf as usize).cloned().flatten())
+                .flatten();
+            (t, g.map(|v| v.slot()))
+        })
+        .collect();
+    drop(vars);
+    Ok((root.slot(), forward_nodes, grads, groups))
+}
+
+/// Records the backward of every node under `root`, newest first (the
+/// order of the first-order sweep, so gradients accumulate in its order):
+/// returns each value's accumulated gradient and the formula groups.
+fn joint_backward<'g>(
+    graph: &'g Graph,
+    root: &Var<'g>,
+) -> Result<(Vec<Option<Var<'g>>>, Vec<BackwardGroup>)> {
+    // The seed is a traced leaf (bound as a constant by lowering), so that
+    // every formula records nodes: a formula of constants alone would be
+    // folded at capture, and one that draws a mask (dropout's) must run at
+    // every replay.
+    let seed = graph.variable(seed_for(root, None)?);
+    let mut acc: Vec<Option<Var<'g>>> = vec![None; graph.value_count()];
+    acc[root.slot() as usize] = Some(seed);
+    let mut groups = Vec::new();
+    let Some(top) = root.node_index() else {
+        return Ok((acc, groups));
+    };
+    let anomaly = graph.anomaly_detection();
+    graph.set_anomaly_detection(false);
+    let result = (|| {
+        for n in (0..=top).rev() {
+            let call = crate::autograd::backward::node_call(graph, n);
+            let out = call.output.slot() as usize;
+            let Some(g) = acc[out].take() else { continue };
+            let inputs: SmallVec<[Var<'g>; 4]> = call
+                .inputs
+                .iter()
+                .zip(&call.input_ids)
+                .map(|(v, &id)| {
+                    let traced = graph.state().producers()[id as usize] != LEAF_CONSTANT;
+                    Var::from_parts(graph, v.value().clone(), id, traced)
+                })
+                .collect();
+            let op = call.op.get();
+            let start = graph.len() as u32;
+            let grads = op.backward(&g, &inputs, &call.output)?;
+            if grads.len() != inputs.len() {
+                return Err(Error::BadGradient {
+                    op: op.name().to_string(),
+                    detail: format!("{} gradients for {} inputs", grads.len(), inputs.len()),
+                });
+            }
+            let end = graph.len() as u32;
+            let mut returned = SmallVec::new();
+            let mut contributions = SmallVec::<[(usize, Var<'g>); 4]>::new();
+            for ((g_in, input), &id) in grads.into_iter().zip(&inputs).zip(&call.input_ids) {
+                let kept = g_in.filter(|_| input.requires_grad() && input.value().is_float());
+                let Some(g_in) = kept else {
+                    returned.push(None);
+                    continue;
+                };
+                if !g_in.value().same_shape(input.value()) || g_in.dtype() != input.dtype() {
+                    return Err(Error::BadGradient {
+                        op: op.name().to_string(),
+                        detail: format!(
+                            "a gradient of shape {:?} for an input of shape {:?}",
+                            g_in.shape(),
+                            input.shape()
+                        ),
+                    });
+                }
+                let g_in = g_in.ensure_slot();
+                returned.push(Some(g_in.slot()));
+                contributions.push((id as usize, g_in));
+            }
+            groups.push(BackwardGroup {
+                node: n as u32,
+                grad: g.slot(),
+                nodes: start..end,
+                grads: returned,
+            });
+            for (id, g_in) in contributions {
+                acc[id] = Some(match acc[id].take() {
+                    Some(a) => a.try_add(&g_in)?.ensure_slot(),
+                    None => g_in,
+                });
+            }
+        }
+        Ok(())
+    })();
+    graph.set_anomaly_detection(anomaly);
+    result?;
+    Ok((acc, groups))
+}
+
+impl Captured {
+    /// The source a leaf value is bound to, if any: by the leaf's own id,
+    /// or by sharing storage with what the function was given.
+    pub(crate) fn source_of(&self, value: u32, tensor: &Tensor) -> Option<usize> {
+        let sources = &self.log.sources;
+        if let Some(i) = sources.iter().position(|s| s.value == Some(value)) {
+            return Some(i);
+        }
+        if tensor.rank() == 0 {
+            return None;
+        }
+        sources
+            .iter()
+            .position(|s| s.tensor.rank() > 0 && s.tensor.shares_storage_with(tensor))
+    }
+}

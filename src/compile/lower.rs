@@ -1,0 +1,406 @@
+//! Lowering: the joint graph of a capture becomes a [`Program`].
+//!
+//! 1. Dead code: only nodes that some output (the loss, a requested
+//!    gradient) depends on are kept; gradients nobody asked for (the data
+//!    inputs') go.
+//! 2. Fast rules: a non-elementwise forward node whose op has a
+//!    `backward_fast` runs it in place of the nodes its `Var` formula
+//!    recorded (the first-order sweep's own path, so the same bits).
+//! 3. Fusion (`fuse.rs`): elementwise nodes of one shape become one pass
+//!    over memory; consecutive 0-d elementwise nodes a flat scalar program.
+//! 4. Slots and liveness: a slot per value that crosses steps, released
+//!    after its last use; the memory plan (`plan.rs`) gives the values a
+//!    fused step writes their buffers.
+
+use smallvec::SmallVec;
+
+use super::capture::{BackwardGroup, Captured};
+use super::fuse::{self, Unit};
+use super::plan;
+use super::program::{Binding, FastStep, OpStep, Program, Slot, SlotInfo, Step};
+use crate::autograd::backward::OpHolder;
+use crate::core::graph::capture::SourceKind;
+use crate::error::{Error, Result};
+use crate::graph::{GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::tensor::{Dims, Tensor};
+
+/// A slot number not given yet.
+const NO: Slot = Slot::MAX;
+
+/// Lowers a capture; `fuse` off keeps every node a step of its own.
+pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
+    let st = cap.graph.state();
+    let live = live_nodes(&st, cap);
+    let (covered, fast) = fast_rules(&st, cap, &live)?;
+    let units = fuse::units(&st, &live, &covered, &fast, fuse);
+    let producer_unit = producer_units(&st, &units, &fast);
+    let outputs = program_outputs(cap);
+    // Each unit's external inputs and the values it must write to slots.
+    let mut reads: Vec<Vec<u32>> = Vec::with_capacity(units.len());
+    let mut used_elsewhere = vec![false; st.values().len()];
+    for &v in &outputs {
+        used_elsewhere[v as usize] = true;
+    }
+    for (u, unit) in units.iter().enumerate() {
+        let mut external: Vec<u32> = Vec::new();
+        for v in unit_inputs(&st, unit, &fast) {
+            if producer_unit[v as usize] != u as u32 && !external.contains(&v) {
+                external.push(v);
+                used_elsewhere[v as usize] = true;
+            }
+        }
+        reads.push(external);
+    }
+    let mut slot_of = vec![NO; st.values().len()];
+    let mut slots: Vec<SlotInfo> = Vec::new();
+    let mut slot = |v: u32, slots: &mut Vec<SlotInfo>| -> Slot {
+        if slot_of[v as usize] == NO {
+            let t = &st.values()[v as usize];
+            slot_of[v as usize] = slots.len() as Slot;
+            slots.push(SlotInfo {
+                value: v,
+                shape: Dims::from_slice(t.shape()),
+                dtype: t.dtype(),
+                buffer: None,
+            });
+        }
+        slot_of[v as usize]
+    };
+    for external in &reads {
+        for &v in external {
+            slot(v, &mut slots);
+        }
+    }
+    for &v in &outputs {
+        slot(v, &mut slots);
+    }
+    let mut writes: Vec<Vec<u32>> = vec![Vec::new(); units.len()];
+    for (v, &u) in producer_unit.iter().enumerate() {
+        if u != NO && used_elsewhere[v] {
+            writes[u as usize].push(v as u32);
+            slot(v as u32, &mut slots);
+        }
+    }
+    let slot_of = |v: u32| slot_of[v as usize];
+    let mut steps = Vec::with_capacity(units.len());
+    for (u, unit) in units.iter().enumerate() {
+        steps.push(match unit {
+            Unit::Node(n) => Step::Op(op_step(&st, *n, &slot_of)?),
+            Unit::Fast(i) => Step::Fast(fast_step(&st, &fast[*i], &slot_of)),
+            Unit::Group(g) => {
+                Step::Fused(fuse::fused_group(&st, g, &reads[u], &writes[u], &slot_of)?)
+            }
+            Unit::Scalar(nodes) => Step::Scalar(fuse::scalar_program(
+                &st, nodes, &reads[u], &writes[u], &slot_of,
+            )),
+        });
+    }
+    let bindings = bind(cap, &st, &slots)?;
+    let root = slot_of(cap.root);
+    let grads = cap
+        .grads
+        .iter()
+        .map(|&(t, v)| (t, v.map(slot_of)))
+        .collect();
+    let dead_nodes = live.iter().filter(|&&l| !l).count();
+    let mut program = Program {
+        steps,
+        release_at: Vec::new(),
+        releases: Vec::new(),
+        slots,
+        bindings,
+        root,
+        grads,
+        buffers: Vec::new(),
+        dead_nodes,
+    };
+    plan::plan(&mut program, &st, &slot_of);
+    Ok(program)
+}
+
+/// Which nodes some output depends on.
+fn live_nodes(st: &GraphState, cap: &Captured) -> Vec<bool> {
+    let mut live_value = vec![false; st.values().len()];
+    for v in program_outputs(cap) {
+        live_value[v as usize] = true;
+    }
+    let mut live = vec![false; st.nodes().len()];
+    for n in (0..st.nodes().len()).rev() {
+        if live_value[st.nodes()[n].output as usize] {
+            live[n] = true;
+            for &i in st.inputs_of(n) {
+                live_value[i as usize] = true;
+            }
+        }
+    }
+    live
+}
+
+fn program_outputs(cap: &Captured) -> Vec<u32> {
+    let mut out = vec![cap.root];
+    out.extend(cap.grads.iter().filter_map(|&(_, v)| v));
+    out
+}
+
+/// A forward node whose backward runs as the op's fast rule.
+pub(crate) struct FastRule {
+    pub(crate) group: BackwardGroup,
+    /// The formula's returned gradients that are live.
+    pub(crate) live_outs: SmallVec<[Option<u32>; 4]>,
+}
+
+/// Picks the groups that run as fast rules; marks the nodes they cover.
+fn fast_rules(
+    st: &GraphState,
+    cap: &Captured,
+    live: &[bool],
+) -> Result<(Vec<bool>, Vec<FastRule>)> {
+    let nodes = st.nodes().len();
+    let mut covered = vec![false; nodes];
+    // The group each recorded node belongs to, to see values leave a group.
+    let mut group_of = vec![u32::MAX; nodes];
+    for (i, g) in cap.groups.iter().enumerate() {
+        for n in g.nodes.clone() {
+            group_of[n as usize] = i as u32;
+        }
+    }
+    let is_output: std::collections::HashSet<u32> = program_outputs(cap).into_iter().collect();
+    let mut leaky = vec![false; cap.groups.len()];
+    for m in 0..nodes {
+        if !live[m] {
+            continue;
+        }
+        for &v in st.inputs_of(m) {
+            let p = st.producers()[v as usize];
+            if p >= LEAF_CONSTANT || group_of[p as usize] == u32::MAX {
+                continue;
+            }
+            let gi = group_of[p as usize] as usize;
+            if group_of[m] != gi as u32 && !cap.groups[gi].grads.contains(&Some(v)) {
+                leaky[gi] = true;
+            }
+        }
+    }
+    let mut fast = Vec::new();
+    for (gi, g) in cap.groups.iter().enumerate() {
+        let op = st.op(st.nodes()[g.node as usize].op);
+        if g.nodes.is_empty() || leaky[gi] || op.pointwise().is_some() {
+            continue;
+        }
+        let produced_inside = |v: u32| {
+            let p = st.producers()[v as usize];
+            p < LEAF_CONSTANT && g.nodes.contains(&p)
+        };
+        let live_outs: SmallVec<[Option<u32>; 4]> = g
+            .grads
+            .iter()
+            .map(|&o| {
+                o.filter(|&v| produced_inside(v) && live[st.producers()[v as usize] as usize])
+            })
+            .collect();
+        if live_outs.iter().all(Option::is_none)
+            || g.grads.iter().zip(&live_outs).any(|(o, l)| {
+                // A live gradient the fast rule would not produce.
+                o.is_some_and(|v| l.is_none() && is_live_value(st, live, v))
+            })
+            || g.nodes.clone().any(|n| {
+                live[n as usize]
+                    && is_output.contains(&st.nodes()[n as usize].output)
+                    && !g.grads.contains(&Some(st.nodes()[n as usize].output))
+            })
+        {
+            continue;
+        }
+        if !accepts_fast(st, g, &live_outs)? {
+            continue;
+        }
+        for n in g.nodes.clone() {
+            covered[n as usize] = true;
+        }
+        fast.push(FastRule {
+            group: g.clone(),
+            live_outs,
+        });
+    }
+    Ok((covered, fast))
+}
+
+fn is_live_value(st: &GraphState, live: &[bool], v: u32) -> bool {
+    let p = st.producers()[v as usize];
+    p < LEAF_CONSTANT && live[p as usize]
+}
+
+/// Whether the op's fast rule takes the captured values (a decline is a
+/// property of shapes and options, so it holds at every run).
+fn accepts_fast(st: &GraphState, g: &BackwardGroup, outs: &[Option<u32>]) -> Result<bool> {
+    let rec = st.nodes()[g.node as usize];
+    let op = st.op(rec.op);
+    let values = st.values();
+    let inputs: SmallVec<[&Tensor; 4]> = st
+        .inputs_of(g.node as usize)
+        .iter()
+        .map(|&i| &values[i as usize])
+        .collect();
+    let needs: SmallVec<[bool; 4]> = outs.iter().map(Option::is_some).collect();
+    let mut grads: SmallVec<[Option<Tensor>; 4]> = smallvec::smallvec![None; inputs.len()];
+    let took = op.backward_fast(
+        &values[g.grad as usize],
+        &inputs,
+        &values[rec.output as usize],
+        &needs,
+        &mut grads,
+    )?;
+    if !took {
+        return Ok(false);
+    }
+    Ok(outs.iter().zip(&grads).all(|(o, t)| match (o, t) {
+        (Some(v), Some(t)) => {
+            t.same_shape(&values[*v as usize]) && t.dtype() == values[*v as usize].dtype()
+        }
+        _ => true,
+    }))
+}
+
+/// The unit that writes each value (`NO` for leaves and unrun nodes).
+fn producer_units(st: &GraphState, units: &[Unit], fast: &[FastRule]) -> Vec<u32> {
+    let mut unit_of = vec![NO; st.values().len()];
+    for (u, unit) in units.iter().enumerate() {
+        let mut mark = |v: u32| unit_of[v as usize] = u as u32;
+        match unit {
+            Unit::Node(n) => mark(st.nodes()[*n as usize].output),
+            Unit::Fast(i) => fast[*i].live_outs.iter().flatten().for_each(|&v| mark(v)),
+            Unit::Group(g) => g
+                .nodes
+                .iter()
+                .for_each(|&n| mark(st.nodes()[n as usize].output)),
+            Unit::Scalar(nodes) => nodes
+                .iter()
+                .for_each(|&n| mark(st.nodes()[n as usize].output)),
+        }
+    }
+    unit_of
+}
+
+/// Every value a unit reads (its members' inputs, for a group).
+fn unit_inputs(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Vec<u32> {
+    let of_nodes = |nodes: &[u32]| -> Vec<u32> {
+        nodes
+            .iter()
+            .flat_map(|&n| st.inputs_of(n as usize).to_vec())
+            .collect()
+    };
+    match unit {
+        Unit::Node(n) => st.inputs_of(*n as usize).to_vec(),
+        Unit::Fast(i) => {
+            let g = &fast[*i].group;
+            let mut v = vec![g.grad];
+            v.extend_from_slice(st.inputs_of(g.node as usize));
+            v.push(st.nodes()[g.node as usize].output);
+            v
+        }
+        Unit::Group(g) => of_nodes(&g.nodes),
+        Unit::Scalar(nodes) => of_nodes(nodes),
+    }
+}
+
+fn op_step(st: &GraphState, n: u32, slot_of: &impl Fn(u32) -> Slot) -> Result<OpStep> {
+    let rec = st.nodes()[n as usize];
+    // A node replays on new values: values its op saved at capture go.
+    let op = match st.op(rec.op).without_saved() {
+        Some(fresh) => OpHolder::Shared(fresh),
+        None => OpHolder::of(st.op_entry(rec.op)),
+    };
+    let seed = op.get().seed();
+    if seed.is_some() {
+        let probe: SmallVec<[&Tensor; 4]> = st
+            .inputs_of(n as usize)
+            .iter()
+            .map(|&i| &st.values()[i as usize])
+            .collect();
+        if op.get().forward_seeded(&probe, 0)?.is_none() {
+            return Err(Error::NotReplayable {
+                op: op.get().name().to_string(),
+                node: n as usize,
+                reason: "draws random numbers from a seed fixed at capture and cannot take a fresh one; \
+                         every run would repeat the same mask (run this step eagerly)"
+                    .into(),
+            });
+        }
+    }
+    Ok(OpStep {
+        node: n,
+        inputs: st
+            .inputs_of(n as usize)
+            .iter()
+            .map(|&v| slot_of(v))
+            .collect(),
+        out: slot_of(rec.output),
+        op,
+        seed,
+    })
+}
+
+fn fast_step(st: &GraphState, f: &FastRule, slot_of: &impl Fn(u32) -> Slot) -> FastStep {
+    let g = &f.group;
+    let rec = st.nodes()[g.node as usize];
+    FastStep {
+        node: g.node,
+        op: OpHolder::of(st.op_entry(rec.op)),
+        grad: slot_of(g.grad),
+        inputs: st
+            .inputs_of(g.node as usize)
+            .iter()
+            .map(|&v| slot_of(v))
+            .collect(),
+        output: slot_of(rec.output),
+        needs: f.live_outs.iter().map(Option::is_some).collect(),
+        outs: f.live_outs.iter().map(|o| o.map(slot_of)).collect(),
+        covers: g.nodes.clone(),
+    }
+}
+
+/// Where each leaf slot's value comes from at every run.
+fn bind(cap: &Captured, st: &GraphState, slots: &[SlotInfo]) -> Result<Vec<(Slot, Binding)>> {
+    let mut bindings = Vec::new();
+    for (s, info) in slots.iter().enumerate() {
+        let v = info.value;
+        let producer = st.producers()[v as usize];
+        if producer != LEAF_CONSTANT && producer != LEAF_VARIABLE {
+            continue;
+        }
+        let tensor = &st.values()[v as usize];
+        let binding = match cap.source_of(v, tensor) {
+            None => Binding::Constant(tensor.clone()),
+            Some(i) => {
+                let source = &cap.log.sources[i];
+                let same = source.tensor.shape() == tensor.shape()
+                    && source.tensor.strides() == tensor.strides()
+                    && source.tensor.storage_offset() == tensor.storage_offset();
+                let reshaped = source.tensor.is_contiguous()
+                    && tensor.is_contiguous()
+                    && source.tensor.numel() == tensor.numel();
+                let shape = || Dims::from_slice(tensor.shape());
+                match &source.kind {
+                    SourceKind::Input(k) if same => Binding::Input(*k),
+                    SourceKind::Input(k) if reshaped => Binding::InputReshaped(*k, shape()),
+                    SourceKind::State { .. } if same => Binding::State(i),
+                    SourceKind::State { .. } if reshaped => Binding::StateReshaped(i, shape()),
+                    _ => {
+                        return Err(Error::NotReplayable {
+                            op: source.name.clone(),
+                            node: 0,
+                            reason: format!(
+                                "the function used a part or view of it (shape {:?} of {:?}) made outside the graph; \
+                                 use it through the graph's ops instead",
+                                tensor.shape(),
+                                source.tensor.shape()
+                            ),
+                        })
+                    }
+                }
+            }
+        };
+        bindings.push((s as Slot, binding));
+    }
+    Ok(bindings)
+}

@@ -1,0 +1,451 @@
+//! Compiled steps: capture a function of input tensors (a model's forward
+//! and loss) once, with its backward, and replay it for new values.
+//!
+//! ```
+//! use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
+//! use retrograd::nn::Parameter;
+//!
+//! let w = Parameter::new(Tensor::from_vec(vec![0.5f32, -1.0, 2.0], &[3, 1])?);
+//! // loss = mean((x @ w - y)^2), gradients with respect to w.
+//! let mut step = compile(
+//!     |g: &Graph, x: &[Var<'_>]| {
+//!         let err = x[0].try_matmul(&g.param(&w))?.try_sub(&x[1])?;
+//!         Ok((&err * &err).mean())
+//!     },
+//!     CompileOptions::new().params([&w]),
+//! );
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 0.0, 1.0, 0.0], &[2, 3])?;
+//! let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2, 1])?;
+//! let out = step.run(&[x.clone(), y.clone()])?;     // the first run captures
+//! assert_eq!(out.loss(), 21.125);                    // errors 4.5 and -1.0
+//! assert_eq!(out.grads().of(&w).to_vec::<f32>()?, vec![4.5, 8.0, 13.5]);
+//! let out = step.run(&[x, y])?;                      // later runs replay
+//! assert_eq!(out.loss(), 21.125);
+//! println!("{}", step.capture().unwrap().explain()); // fusions, buffers, peak
+//! # Ok::<(), retrograd::Error>(())
+//! ```
+//!
+//! **Capture.** The first run with a new signature (the inputs' shapes and
+//! dtypes, and the step's training mode) calls the function once on a
+//! fresh graph whose leaves are the inputs, then records its backward into
+//! the same graph as ordinary nodes, with each op's own `Var` formula: the
+//! joint forward-backward graph, an ordinary retrograd [`Graph`] that
+//! prints and draws like any other ([`Capture::graph`]). Lowering keeps what
+//! the loss and the requested gradients depend on, runs a non-elementwise
+//! op's backward through its fast rule (`backward_fast`, the eager sweep's
+//! own path), fuses elementwise nodes into one pass over memory, and plans
+//! every slot's life and every fused output's buffer ([`Capture::explain`]).
+//!
+//! **Replay.** A run binds the inputs, reads the parameters and module
+//! state again, and runs the steps: no node is recorded, 0-d arithmetic
+//! runs as a flat program over numbers, fused steps write into the planned
+//! buffers (the same ones every run). Fusion never reorders floating-point
+//! work, so a compiled step gives the bits of the eager step; only the
+//! random masks differ (dropout draws fresh ones every run from a seed
+//! derived from [`CompileOptions::seed`] and the run's count).
+//!
+//! **What is fixed at capture**, as in `jax.jit`: control flow (an `if` on
+//! a value runs once, at capture), every number and tensor the function
+//! reads that is not an input, a parameter or state registered with
+//! [`Graph::capture_state`](crate::Graph::capture_state) (module buffers
+//! are), and the shapes. A value-dependent shape, an op that cannot take
+//! a fresh seed, a backward pass inside the function and `create_graph`
+//! are [`Error::NotReplayable`](crate::Error::NotReplayable). Gradients of
+//! gradients stay eager.
+//!
+//! **Guards and cache.** A capture holds for its signature; another shape
+//! (the last, smaller batch of an epoch) or training mode captures again
+//! and both are kept, up to [`CompileOptions::cache_size`] signatures
+//! (least recently used first out).
+
+mod capture;
+mod explain;
+mod fuse;
+mod kernel;
+mod lower;
+mod plan;
+mod program;
+mod replay;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+pub use capture::GradTarget;
+
+use crate::autograd::Gradients;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+use crate::nn::Parameter;
+use crate::optim::NamedParameter;
+use crate::tensor::{DType, Dims, Tensor};
+use capture::{Captured, Wanted};
+use program::Program;
+use replay::Replay;
+
+/// The function a compiled step runs: the graph to record into, and one
+/// leaf per input of the run, in order; it returns the loss (one element).
+pub type CompiledFn = dyn for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>;
+
+/// Options of [`compile`].
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    params: Option<Vec<(String, Parameter)>>,
+    grad_inputs: Vec<usize>,
+    fuse: bool,
+    cache_size: usize,
+    seed: u64,
+    create_graph: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            params: None,
+            grad_inputs: Vec::new(),
+            fuse: true,
+            cache_size: 8,
+            seed: 0,
+            create_graph: false,
+        }
+    }
+}
+
+impl CompileOptions {
+    /// Gradients of every parameter the function uses, fusion on, up to 8
+    /// signatures cached, seed 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The parameters to return gradients for (bare or `(name, parameter)`
+    /// pairs, as `Module::parameters` gives; names show in `explain`). By
+    /// default, every parameter the function brings into its graph.
+    pub fn params<P: NamedParameter>(mut self, params: impl IntoIterator<Item = P>) -> Self {
+        self.params = Some(
+            params
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| p.into_named(i))
+                .collect(),
+        );
+        self
+    }
+
+    /// Also return the gradients with respect to these inputs (floats).
+    pub fn grad_inputs(mut self, inputs: &[usize]) -> Self {
+        self.grad_inputs = inputs.to_vec();
+        self
+    }
+
+    /// Fuse elementwise nodes (on by default); off, every node is a step
+    /// of its own (for comparisons).
+    pub fn fuse(mut self, on: bool) -> Self {
+        self.fuse = on;
+        self
+    }
+
+    /// How many signatures (input shapes and dtypes, training mode) keep
+    /// their capture; at least 1.
+    pub fn cache_size(mut self, n: usize) -> Self {
+        self.cache_size = n.max(1);
+        self
+    }
+
+    /// The seed random ops (dropout) draw this step's masks from, mixed with
+    /// the run's count so that every run draws fresh ones.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Asks for gradients that can be differentiated again: not supported
+    /// by compiled steps (every run is then an `Error::NotReplayable`);
+    /// use the eager `grad` with `create_graph`.
+    pub fn create_graph(mut self, on: bool) -> Self {
+        self.create_graph = on;
+        self
+    }
+}
+
+/// What makes a capture valid: the inputs' dtypes and shapes, and the mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Signature {
+    inputs: Vec<(DType, Dims)>,
+    training: bool,
+}
+
+impl Signature {
+    fn of(inputs: &[Tensor], training: bool) -> Self {
+        Signature {
+            inputs: inputs
+                .iter()
+                .map(|t| (t.dtype(), Dims::from_slice(t.shape())))
+                .collect(),
+            training,
+        }
+    }
+}
+
+/// One signature's capture: the joint graph, its program and the replay
+/// state. What [`Compiled::capture`] shows.
+pub struct Capture {
+    signature: Signature,
+    captured: Captured,
+    program: Program,
+    replay: Replay,
+    names: HashMap<u64, String>,
+}
+
+impl Capture {
+    /// The joint forward-backward graph as captured (before dead code goes
+    /// and fusion): an ordinary graph; `println!("{}", c.graph())` prints
+    /// it in the textbook chapter's trace format. Values of more than 8
+    /// elements are kept as their shape only.
+    pub fn graph(&self) -> &Graph {
+        &self.captured.graph
+    }
+
+    /// The number of forward nodes: nodes `0..forward_len()` are the
+    /// forward pass, the rest its recorded backward.
+    pub fn forward_len(&self) -> usize {
+        self.captured.forward_nodes as usize
+    }
+
+    /// The input shapes and dtypes this capture holds for.
+    pub fn input_shapes(&self) -> Vec<(DType, Vec<usize>)> {
+        self.signature
+            .inputs
+            .iter()
+            .map(|(d, s)| (*d, s.to_vec()))
+            .collect()
+    }
+
+    /// The training mode it was captured in.
+    pub fn training(&self) -> bool {
+        self.signature.training
+    }
+}
+
+/// The result of a run: the loss and the gradients, valid until the next
+/// run (which writes into the same buffers).
+pub struct StepOutput {
+    loss: Tensor,
+    grads: Gradients,
+    input_grads: Vec<(usize, Tensor)>,
+}
+
+impl StepOutput {
+    /// The loss as a number.
+    pub fn loss(&self) -> f64 {
+        self.loss.to_f64_vec().first().copied().unwrap_or(f64::NAN)
+    }
+
+    /// The loss as a tensor (one element).
+    pub fn loss_value(&self) -> &Tensor {
+        &self.loss
+    }
+
+    /// The parameters' gradients, by parameter (`grads().of(&p)`), for an
+    /// optimizer's `step`.
+    pub fn grads(&self) -> &Gradients {
+        &self.grads
+    }
+
+    /// The parameters' gradients, to change (clipping).
+    pub fn grads_mut(&mut self) -> &mut Gradients {
+        &mut self.grads
+    }
+
+    /// The gradient with respect to input `k` (named in
+    /// [`CompileOptions::grad_inputs`]); zeros when nothing reached it.
+    pub fn input_grad(&self, k: usize) -> Option<&Tensor> {
+        self.input_grads
+            .iter()
+            .find(|(i, _)| *i == k)
+            .map(|(_, t)| t)
+    }
+
+    fn clear(&mut self) {
+        self.loss = Tensor::scalar(0.0);
+        self.grads.params_mut().clear();
+        self.input_grads.clear();
+    }
+}
+
+/// A compiled function: captures per signature, replays otherwise. See the
+/// [module docs](self).
+pub struct Compiled<F> {
+    f: F,
+    options: CompileOptions,
+    /// Captures, least recently used first.
+    cache: Vec<Capture>,
+    training: bool,
+    runs: u64,
+    captures: u64,
+    output: StepOutput,
+}
+
+/// Compiles `f`: nothing runs until the first [`Compiled::run`], which
+/// captures. See the [module docs](self).
+pub fn compile<F>(f: F, options: CompileOptions) -> Compiled<F>
+where
+    F: for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>,
+{
+    Compiled {
+        f,
+        options,
+        cache: Vec::new(),
+        training: true,
+        runs: 0,
+        captures: 0,
+        output: StepOutput {
+            loss: Tensor::scalar(0.0),
+            grads: Gradients::for_params(0),
+            input_grads: Vec::new(),
+        },
+    }
+}
+
+impl<F> Compiled<F>
+where
+    F: for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>,
+{
+    /// Runs the step on `inputs`: forward and backward, replayed from the
+    /// capture of this signature (captured first if there is none). The
+    /// output borrows the step until the next run.
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<&mut StepOutput> {
+        if self.options.create_graph {
+            return Err(Error::NotReplayable {
+                op: "compile".into(),
+                node: 0,
+                reason:
+                    "create_graph (gradients of gradients) is not supported by compiled steps; \
+                         use grad with GradOptions::create_graph on an eager graph"
+                        .into(),
+            });
+        }
+        let signature = Signature::of(inputs, self.training);
+        let at = match self.cache.iter().position(|c| c.signature == signature) {
+            Some(i) => i,
+            None => {
+                let capture = self.capture_new(inputs, signature)?;
+                if self.cache.len() >= self.options.cache_size {
+                    self.cache.remove(0);
+                }
+                self.cache.push(capture);
+                self.cache.len() - 1
+            }
+        };
+        // Most recently used last; `remove` and `push` keep the capacity.
+        if at + 1 != self.cache.len() {
+            let c = self.cache.remove(at);
+            self.cache.push(c);
+        }
+        self.runs += 1;
+        let seed = self.options.seed ^ self.runs.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // Last run's gradients give their buffers back before this run writes.
+        self.output.clear();
+        let c = self.cache.last_mut().expect("just made sure");
+        c.replay.run(&c.program, &c.captured.log, inputs, seed)?;
+        let out = &mut self.output;
+        out.loss = c.replay.value(c.program.root).clone();
+        for &(target, slot) in &c.program.grads {
+            let Some(slot) = slot else { continue };
+            let g = c.replay.value(slot).clone();
+            match target {
+                GradTarget::Param(id) => {
+                    out.grads.params_mut().insert(id, g);
+                }
+                GradTarget::Input(k) => out.input_grads.push((k, g)),
+            }
+        }
+        for &(target, slot) in &c.program.grads {
+            if let (GradTarget::Input(k), None) = (target, slot) {
+                out.input_grads.push((k, inputs[k].zeros_like()));
+            }
+        }
+        Ok(&mut self.output)
+    }
+
+    fn capture_new(&mut self, inputs: &[Tensor], signature: Signature) -> Result<Capture> {
+        let ids: Option<Vec<u64>> = self
+            .options
+            .params
+            .as_ref()
+            .map(|ps| ps.iter().map(|(_, p)| p.id()).collect());
+        let wanted = Wanted {
+            params: ids.as_deref(),
+            inputs: &self.options.grad_inputs,
+        };
+        let captured = capture::capture(&self.f, inputs, &wanted)?;
+        let program = lower::lower(&captured, self.options.fuse)?;
+        let names = self
+            .options
+            .params
+            .iter()
+            .flatten()
+            .map(|(n, p)| (p.id(), n.clone()))
+            .collect();
+        self.captures += 1;
+        let mut capture = Capture {
+            signature,
+            captured,
+            program,
+            replay: Replay::default(),
+            names,
+        };
+        capture.slim();
+        Ok(capture)
+    }
+
+    /// Sets the training mode the step runs in (part of the signature: the
+    /// other mode captures again). The function reads the model's own
+    /// mode at capture, so switch both together.
+    pub fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+
+    /// The most recently used capture, if any run happened.
+    pub fn capture(&self) -> Option<&Capture> {
+        self.cache.last()
+    }
+
+    /// Every cached capture, least recently used first.
+    pub fn captures(&self) -> &[Capture] {
+        &self.cache
+    }
+
+    /// How many captures this step has made (a steady loop makes one per signature).
+    pub fn capture_count(&self) -> u64 {
+        self.captures
+    }
+}
+
+impl Capture {
+    /// Keeps the graph's values and the capture's sources as shapes only,
+    /// so the capture holds no activation, input or parameter storage.
+    fn slim(&mut self) {
+        let mut st = self.captured.graph.state_mut();
+        for id in 0..st.values().len() {
+            let t = &st.values()[id];
+            if t.numel() > 8 {
+                let shape_only = shape_only(t);
+                *st.value_mut(id as u32) = shape_only;
+            }
+        }
+        drop(st);
+        for source in &mut self.captured.log.sources {
+            if source.tensor.numel() > 8 {
+                source.tensor = shape_only(&source.tensor);
+            }
+        }
+    }
+}
+
+/// A tensor of `t`'s shape and dtype that owns one element.
+fn shape_only(t: &Tensor) -> Tensor {
+    Tensor::scalar_of(0.0, t.dtype())
+        .expand(t.shape())
+        .unwrap_or_else(|_| t.clone())
+}

@@ -1,0 +1,202 @@
+//! The program a captured step lowers to: the steps of one run over a
+//! table of slots, each slot one value of the captured graph that crosses
+//! steps. Derived from the graph (DESIGN.md decision 16): every step names
+//! the nodes it runs, and `explain` prints it.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::capture::GradTarget;
+use crate::autograd::backward::OpHolder;
+use crate::core::{Pointwise, Primitive};
+use crate::tensor::{DType, Dims, Tensor};
+
+/// A value's place in a run's table.
+pub(crate) type Slot = u32;
+
+/// Where a slot's value comes from at the start of a run.
+pub(crate) enum Binding {
+    /// Input `k` of the run, as given.
+    Input(usize),
+    /// Input `k` of the run viewed with this shape (the function reshaped
+    /// it outside the graph).
+    InputReshaped(usize, Dims),
+    /// State read again at every run (a parameter, a buffer): source `i`
+    /// of the capture.
+    State(usize),
+    /// State `i` viewed with this shape (a layer reshaped it outside the graph).
+    StateReshaped(usize, Dims),
+    /// A constant of the capture, kept by the program.
+    Constant(Tensor),
+}
+
+/// What the program knows of each slot.
+#[derive(Clone, Debug)]
+pub(crate) struct SlotInfo {
+    /// The value of the captured graph it holds.
+    pub(crate) value: u32,
+    pub(crate) shape: Dims,
+    pub(crate) dtype: DType,
+    /// Its planned buffer, if a step writes it into one.
+    pub(crate) buffer: Option<u32>,
+}
+
+impl SlotInfo {
+    /// Bytes of the value.
+    pub(crate) fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size_in_bytes()
+    }
+}
+
+/// A buffer of the memory plan: reused by values whose lives do not overlap.
+#[derive(Clone, Debug)]
+pub(crate) struct BufferInfo {
+    pub(crate) dtype: DType,
+    pub(crate) numel: usize,
+    /// The slots it holds, in order.
+    pub(crate) occupants: Vec<Slot>,
+}
+
+/// One node run through its op.
+pub(crate) struct OpStep {
+    pub(crate) node: u32,
+    pub(crate) op: OpHolder,
+    pub(crate) inputs: SmallVec<[Slot; 4]>,
+    pub(crate) out: Slot,
+    /// The op's own seed, replaced at every run (dropout).
+    pub(crate) seed: Option<u64>,
+}
+
+/// A forward node's fast backward rule, run in place of the nodes its
+/// `Var` formula recorded.
+pub(crate) struct FastStep {
+    /// The forward node whose backward this is.
+    pub(crate) node: u32,
+    pub(crate) op: OpHolder,
+    pub(crate) grad: Slot,
+    pub(crate) inputs: SmallVec<[Slot; 4]>,
+    pub(crate) output: Slot,
+    pub(crate) needs: SmallVec<[bool; 4]>,
+    /// Where each input's gradient goes (`None`: not needed).
+    pub(crate) outs: SmallVec<[Option<Slot>; 4]>,
+    /// The formula's nodes this step replaces.
+    pub(crate) covers: Range<u32>,
+}
+
+/// How a fused group's input lines up with its output, seen as
+/// `rows x row_len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// The output's shape: element `i` at `i`.
+    Full,
+    /// One element for all.
+    Scalar,
+    /// `row_len` elements repeated on every row (a bias).
+    Periodic,
+    /// One element per row (a per-row statistic).
+    PerRow,
+}
+
+/// An operand of a fused micro-op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arg {
+    /// A `Full` or `Periodic` input, read in place.
+    Input(u16),
+    /// A scratch register (a chunk of elements).
+    Reg(u16),
+    /// A materialized output, read back from its buffer.
+    Out(u16),
+}
+
+/// One node of a fused group, run over a chunk.
+pub(crate) struct MicroOp {
+    pub(crate) kernel: Arc<dyn Pointwise>,
+    pub(crate) args: [Arg; 4],
+    pub(crate) arity: u8,
+    pub(crate) dest: Arg,
+}
+
+/// Elementwise nodes of one shape, run as one pass over memory.
+pub(crate) struct FusedGroup {
+    pub(crate) dtype: DType,
+    pub(crate) shape: Dims,
+    pub(crate) rows: usize,
+    pub(crate) row_len: usize,
+    /// External inputs. `Scalar` and `PerRow` ones are loaded into
+    /// registers `broadcast_regs[i]`.
+    pub(crate) inputs: Vec<(Slot, Pattern)>,
+    pub(crate) broadcast_regs: Vec<u16>,
+    pub(crate) ops: Vec<MicroOp>,
+    /// Materialized values: `Out(o)` is slot `outputs[o]`.
+    pub(crate) outputs: Vec<Slot>,
+    pub(crate) regs: usize,
+    /// The graph nodes it runs, in order.
+    pub(crate) nodes: Vec<u32>,
+}
+
+/// What a scalar micro-op computes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Code {
+    Prim(Primitive),
+    /// `kernels[i]`'s one-element form.
+    Kernel(u32),
+}
+
+/// One 0-d node of a scalar program.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScalarOp {
+    pub(crate) code: Code,
+    pub(crate) args: [u32; 4],
+    pub(crate) out: u32,
+}
+
+/// Consecutive 0-d elementwise nodes as a flat program over numbers in
+/// registers: no tensor, no call for basic arithmetic.
+pub(crate) struct ScalarProgram {
+    pub(crate) dtype: DType,
+    /// Slots loaded into registers first.
+    pub(crate) inputs: Vec<(Slot, u32)>,
+    pub(crate) kernels: Vec<Arc<dyn Pointwise>>,
+    pub(crate) ops: Vec<ScalarOp>,
+    /// Registers written to slots at the end.
+    pub(crate) outputs: Vec<(u32, Slot)>,
+    pub(crate) regs: usize,
+    pub(crate) nodes: Vec<u32>,
+}
+
+/// One step of a run.
+pub(crate) enum Step {
+    Op(OpStep),
+    Fast(FastStep),
+    Fused(FusedGroup),
+    Scalar(ScalarProgram),
+}
+
+impl Step {
+    /// The graph nodes this step runs (or replaces, for a fast rule).
+    pub(crate) fn nodes(&self) -> Vec<u32> {
+        match self {
+            Step::Op(s) => vec![s.node],
+            Step::Fast(s) => s.covers.clone().collect(),
+            Step::Fused(g) => g.nodes.clone(),
+            Step::Scalar(p) => p.nodes.clone(),
+        }
+    }
+}
+
+/// A lowered step, ready to replay.
+pub(crate) struct Program {
+    pub(crate) steps: Vec<Step>,
+    /// `releases[release_at[i]]`: the slots whose last use is step `i`.
+    pub(crate) release_at: Vec<Range<u32>>,
+    pub(crate) releases: Vec<Slot>,
+    pub(crate) slots: Vec<SlotInfo>,
+    pub(crate) bindings: Vec<(Slot, Binding)>,
+    pub(crate) root: Slot,
+    pub(crate) grads: Vec<(GradTarget, Option<Slot>)>,
+    pub(crate) buffers: Vec<BufferInfo>,
+    /// Nodes no output depends on (not run).
+    pub(crate) dead_nodes: usize,
+}

@@ -1,0 +1,236 @@
+//! One run of a [`Program`]: bind the inputs and state, run the steps,
+//! release each slot after its last reader, run the effects. Nothing is
+//! recorded; fused steps write into the planned buffers, which come back
+//! to the plan when their value dies, so a steady loop reuses the same
+//! memory every run.
+
+use smallvec::SmallVec;
+
+use super::kernel::{self, Lanes};
+use super::program::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, Slot, Step};
+use crate::core::graph::capture::{CaptureLog, SourceKind};
+use crate::core::Primitive;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// What persists between runs of one program: the slot table, the
+/// planned buffers while free, and the scalar registers.
+#[derive(Default)]
+pub(crate) struct Replay {
+    pub(crate) values: Vec<Option<Tensor>>,
+    buffers: Vec<Option<Tensor>>,
+    regs_f32: Vec<f32>,
+    regs_f64: Vec<f64>,
+}
+
+/// A seed for this run's random ops: a mix of the run's and the op's own.
+fn mix(run: u64, own: u64) -> u64 {
+    let mut z = run ^ own.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Replay {
+    /// Runs `program` once on `inputs`.
+    pub(crate) fn run(
+        &mut self,
+        program: &Program,
+        log: &CaptureLog,
+        inputs: &[Tensor],
+        seed: u64,
+    ) -> Result<()> {
+        if self.values.len() != program.slots.len() {
+            self.values = vec![None; program.slots.len()];
+            self.buffers = vec![None; program.buffers.len()];
+        }
+        // Last run's outputs go back to their buffers first.
+        for s in std::iter::once(program.root).chain(program.grads.iter().filter_map(|&(_, s)| s)) {
+            self.release(program, s);
+        }
+        for (s, binding) in &program.bindings {
+            let slot = &mut self.values[*s as usize];
+            *slot = Some(match binding {
+                Binding::Input(k) => inputs[*k].clone(),
+                Binding::InputReshaped(k, shape) => inputs[*k].reshape(shape)?,
+                Binding::State(i) => read_state(log, *i, inputs),
+                Binding::StateReshaped(i, shape) => read_state(log, *i, inputs).reshape(shape)?,
+                Binding::Constant(t) => {
+                    if slot.is_some() {
+                        continue;
+                    }
+                    t.clone()
+                }
+            });
+        }
+        for (i, step) in program.steps.iter().enumerate() {
+            match step {
+                Step::Op(s) => self.op(program, s, seed)?,
+                Step::Fast(s) => self.fast(program, s)?,
+                Step::Fused(g) => self.fused(program, g)?,
+                Step::Scalar(p) => match p.dtype {
+                    DType::F32 => scalar::<f32>(p, &mut self.values, &mut self.regs_f32),
+                    _ => scalar::<f64>(p, &mut self.values, &mut self.regs_f64),
+                },
+            }
+            let range = program.release_at[i].clone();
+            for &s in &program.releases[range.start as usize..range.end as usize] {
+                self.release(program, s);
+            }
+        }
+        for effect in &log.effects {
+            (effect.run)()?;
+        }
+        Ok(())
+    }
+
+    /// The value in slot `s`.
+    pub(crate) fn value(&self, s: Slot) -> &Tensor {
+        self.values[s as usize]
+            .as_ref()
+            .expect("the plan keeps a slot filled until its last reader")
+    }
+
+    /// Empties slot `s`; a planned buffer goes back to the plan.
+    fn release(&mut self, program: &Program, s: Slot) {
+        let value = self.values[s as usize].take();
+        if let Some(b) = program.slots[s as usize].buffer {
+            self.buffers[b as usize] = value;
+        }
+    }
+
+    fn op(&mut self, program: &Program, step: &OpStep, seed: u64) -> Result<()> {
+        let out = {
+            let inputs: SmallVec<[&Tensor; 4]> =
+                step.inputs.iter().map(|&s| self.value(s)).collect();
+            let op = step.op.get();
+            match step.seed {
+                Some(own) => op
+                    .forward_seeded(&inputs, mix(seed, own))?
+                    .expect("checked when the step was lowered"),
+                None => op.forward(&inputs)?,
+            }
+        };
+        check_shape(program, step.out, &out, step.op.get().name(), step.node)?;
+        self.values[step.out as usize] = Some(out);
+        Ok(())
+    }
+
+    fn fast(&mut self, program: &Program, step: &FastStep) -> Result<()> {
+        let op = step.op.get();
+        let mut grads: SmallVec<[Option<Tensor>; 4]> = smallvec::smallvec![None; step.inputs.len()];
+        let took = {
+            let inputs: SmallVec<[&Tensor; 4]> =
+                step.inputs.iter().map(|&s| self.value(s)).collect();
+            op.backward_fast(
+                self.value(step.grad),
+                &inputs,
+                self.value(step.output),
+                &step.needs,
+                &mut grads,
+            )?
+        };
+        if !took {
+            return Err(Error::NotReplayable {
+                op: op.name().to_string(),
+                node: step.node as usize,
+                reason: "its fast backward took the captured values but declines this run's".into(),
+            });
+        }
+        for (k, out) in step.outs.iter().enumerate() {
+            let Some(s) = *out else { continue };
+            let g = match grads[k].take() {
+                Some(g) => g,
+                // `None` from a fast rule means zero.
+                None => self.value(step.inputs[k]).zeros_like(),
+            };
+            check_shape(program, s, &g, op.name(), step.node)?;
+            self.values[s as usize] = Some(g);
+        }
+        Ok(())
+    }
+
+    fn fused(&mut self, program: &Program, group: &super::program::FusedGroup) -> Result<()> {
+        let mut outs: SmallVec<[Tensor; 8]> = SmallVec::new();
+        for &s in &group.outputs {
+            let info = &program.slots[s as usize];
+            let planned = info.buffer.and_then(|b| self.buffers[b as usize].take());
+            let reusable = |mut t: Tensor| {
+                (t.dtype() == info.dtype && t.reshape_unique(&info.shape)).then_some(t)
+            };
+            let t = match planned.and_then(reusable) {
+                Some(t) => t,
+                // First run, or someone still holds last run's value: a new buffer.
+                None => Tensor::zeros(&info.shape, info.dtype)?,
+            };
+            outs.push(t);
+        }
+        {
+            let inputs: SmallVec<[&Tensor; 8]> =
+                group.inputs.iter().map(|&(s, _)| self.value(s)).collect();
+            kernel::run_group(group, &inputs, &mut outs)?;
+        }
+        for (&s, t) in group.outputs.iter().zip(outs) {
+            self.values[s as usize] = Some(t);
+        }
+        Ok(())
+    }
+}
+
+/// Source `i`'s value at this run.
+fn read_state(log: &CaptureLog, i: usize, inputs: &[Tensor]) -> Tensor {
+    match &log.sources[i].kind {
+        SourceKind::State { read, .. } => read(),
+        SourceKind::Input(k) => inputs[*k].clone(),
+    }
+}
+
+/// A value-dependent shape cannot replay: the plan was made for the captured one.
+fn check_shape(program: &Program, s: Slot, t: &Tensor, op: &str, node: u32) -> Result<()> {
+    let info = &program.slots[s as usize];
+    if t.shape() == info.shape.as_slice() && t.dtype() == info.dtype {
+        return Ok(());
+    }
+    Err(Error::NotReplayable {
+        op: op.to_string(),
+        node: node as usize,
+        reason: format!(
+            "made a {} value of shape {:?} where the capture saw {} {:?}: a shape or dtype that depends on \
+             values cannot replay (run this step eagerly)",
+            t.dtype(),
+            t.shape(),
+            info.dtype,
+            info.shape.as_slice()
+        ),
+    })
+}
+
+/// Runs a scalar program: numbers in registers, basic arithmetic inline.
+fn scalar<T: Lanes>(p: &ScalarProgram, values: &mut [Option<Tensor>], regs: &mut Vec<T>) {
+    if regs.len() < p.regs {
+        regs.resize(p.regs, T::zero());
+    }
+    for &(s, r) in &p.inputs {
+        let t = values[s as usize]
+            .as_ref()
+            .expect("bound or written before");
+        regs[r as usize] = t.as_slice_of::<T>()[0];
+    }
+    for op in &p.ops {
+        let [a, b, c, d] = op.args.map(|r| r as usize);
+        regs[op.out as usize] = match op.code {
+            Code::Prim(Primitive::Add) => regs[a] + regs[b],
+            Code::Prim(Primitive::Sub) => regs[a] - regs[b],
+            Code::Prim(Primitive::Mul) => regs[a] * regs[b],
+            Code::Prim(Primitive::Div) => regs[a] / regs[b],
+            Code::Prim(Primitive::Neg) => -regs[a],
+            Code::Kernel(k) => T::one_of(
+                &*p.kernels[k as usize],
+                [regs[a], regs[b], regs[c], regs[d]],
+            ),
+        };
+    }
+    for &(r, s) in &p.outputs {
+        values[s as usize] = Some(regs[r as usize].scalar_tensor());
+    }
+}

@@ -1,0 +1,354 @@
+//! Compiled steps against eager ones: same values and gradients, bit for
+//! bit (fusion reorders no floating-point work); recapture per signature;
+//! the typed errors.
+
+use super::*;
+use crate::nn::Parameter;
+use crate::tensor::test_util::tensor as t;
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_f64_vec().iter().map(|v| v.to_bits()).collect()
+}
+
+/// W1's chain: v = tanh(v * p[i] + p[j]), summed over chains.
+fn chain<'g>(g: &'g Graph, p: &[Parameter], chains: usize, dtype: DType) -> Result<Var<'g>> {
+    let ps: Vec<Var<'g>> = p.iter().map(|p| g.param(p)).collect();
+    let k = ps.len();
+    let mut total: Option<Var<'g>> = None;
+    for c in 0..chains {
+        let mut v = g.constant(Tensor::scalar_of(0.5 + 0.001 * c as f64, dtype));
+        for j in 0..20 {
+            let i = c * 20 + j;
+            v = (&v * &ps[i % k] + &ps[(7 * i + 3) % k]).tanh();
+        }
+        total = Some(match total {
+            None => v,
+            Some(t) => &t + &v,
+        });
+    }
+    Ok(total.expect("one chain"))
+}
+
+fn chain_params(dtype: DType, shift: f64) -> Vec<Parameter> {
+    (0..16)
+        .map(|k| {
+            Parameter::new(Tensor::scalar_of(
+                ((k % 17) as f64 - 8.0) * 0.01 + shift,
+                dtype,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_scalar_chain_replays_the_eager_bits() {
+    for dtype in [DType::F32, DType::F64] {
+        let params = chain_params(dtype, 0.0);
+        let mut step = compile(
+            |g: &Graph, _: &[Var<'_>]| chain(g, &params, 5, dtype),
+            CompileOptions::new().params(&params),
+        );
+        for round in 0..3 {
+            // New parameter values each round: nothing is baked in.
+            for (k, p) in params.iter().enumerate() {
+                p.set(Tensor::scalar_of(
+                    ((k % 17) as f64 - 8.0) * 0.01 + 0.01 * round as f64,
+                    dtype,
+                ))
+                .unwrap();
+            }
+            let eager = {
+                let g = Graph::new();
+                let loss = chain(&g, &params, 5, dtype).unwrap();
+                let grads = loss.backward().unwrap();
+                let gs: Vec<Tensor> = params.iter().map(|p| grads.of(p)).collect();
+                (loss.value().clone(), gs)
+            };
+            let out = step.run(&[]).unwrap();
+            assert_eq!(
+                bits(out.loss_value()),
+                bits(&eager.0),
+                "{dtype} round {round}"
+            );
+            for (p, e) in params.iter().zip(&eager.1) {
+                assert_eq!(bits(&out.grads().of(p)), bits(e), "{dtype} round {round}");
+            }
+        }
+        assert_eq!(step.capture_count(), 1);
+        let c = step.capture().unwrap();
+        assert!(c.explain().contains("scalar"), "{}", c.explain());
+    }
+}
+
+/// A small MLP: matmul, bias, relu, a squared error against a target input.
+fn mlp<'g>(g: &'g Graph, x: &[Var<'g>], p: &[Parameter]) -> Result<Var<'g>> {
+    let h = x[0]
+        .try_matmul(&g.param(&p[0]))?
+        .try_add(&g.param(&p[1]))?
+        .relu();
+    let y = h.try_matmul(&g.param(&p[2]))?.try_add(&g.param(&p[3]))?;
+    let err = y.try_sub(&x[1])?;
+    Ok((&err * &err).mean())
+}
+
+fn mlp_params() -> Vec<Parameter> {
+    let w1 = Tensor::randn(&[5, 7], DType::F64, 1).unwrap();
+    let b1 = Tensor::randn(&[7], DType::F64, 2).unwrap();
+    let w2 = Tensor::randn(&[7, 3], DType::F64, 3).unwrap();
+    let b2 = Tensor::randn(&[3], DType::F64, 4).unwrap();
+    [w1, b1, w2, b2].into_iter().map(Parameter::new).collect()
+}
+
+fn eager_mlp(x: &[Tensor], p: &[Parameter]) -> (Tensor, Vec<Tensor>, Tensor) {
+    let g = Graph::new();
+    let xs: Vec<Var<'_>> = vec![g.variable(x[0].clone()), g.constant(x[1].clone())];
+    let loss = mlp(&g, &xs, p).unwrap();
+    let grads = loss.backward().unwrap();
+    let gx = grads.wrt(&xs[0]);
+    (
+        loss.value().clone(),
+        p.iter().map(|q| grads.of(q)).collect(),
+        gx,
+    )
+}
+
+#[test]
+fn an_mlp_replays_the_eager_bits_fused_or_not() {
+    let p = mlp_params();
+    for fuse in [true, false] {
+        let mut step = compile(
+            |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
+            CompileOptions::new()
+                .params(&p)
+                .grad_inputs(&[0])
+                .fuse(fuse),
+        );
+        for seed in 0..3 {
+            let x = vec![
+                Tensor::randn(&[4, 5], DType::F64, 10 + seed).unwrap(),
+                Tensor::randn(&[4, 3], DType::F64, 20 + seed).unwrap(),
+            ];
+            let (loss, grads, gx) = eager_mlp(&x, &p);
+            let out = step.run(&x).unwrap();
+            assert_eq!(bits(out.loss_value()), bits(&loss));
+            for (q, e) in p.iter().zip(&grads) {
+                assert_eq!(bits(&out.grads().of(q)), bits(e), "fuse {fuse}");
+            }
+            assert_eq!(bits(out.input_grad(0).unwrap()), bits(&gx));
+        }
+        let explain = step.capture().unwrap().explain();
+        assert_eq!(explain.contains("  fused   "), fuse, "{explain}");
+    }
+}
+
+#[test]
+fn another_shape_captures_again_and_the_cache_is_bounded() {
+    let p = mlp_params();
+    let mut step = compile(
+        |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
+        CompileOptions::new().params(&p).cache_size(2),
+    );
+    let data = |n: usize| {
+        vec![
+            Tensor::randn(&[n, 5], DType::F64, n as u64).unwrap(),
+            Tensor::randn(&[n, 3], DType::F64, 100 + n as u64).unwrap(),
+        ]
+    };
+    for n in [4, 2, 4, 2, 4] {
+        let x = data(n);
+        let (loss, ..) = eager_mlp(&x, &p);
+        assert_eq!(bits(step.run(&x).unwrap().loss_value()), bits(&loss));
+    }
+    assert_eq!(step.capture_count(), 2);
+    step.run(&data(3)).unwrap(); // evicts 2, the least recently used
+    step.run(&data(4)).unwrap();
+    assert_eq!(step.capture_count(), 3);
+    step.run(&data(2)).unwrap(); // captured again
+    assert_eq!(step.capture_count(), 4);
+}
+
+#[test]
+fn backward_inside_the_function_and_create_graph_are_errors() {
+    let w = Parameter::new(t(&[1.0, 2.0], &[2]));
+    let mut inner = compile(
+        |g: &Graph, _: &[Var<'_>]| {
+            let x = g.param(&w);
+            let s = (&x * &x).try_sum()?;
+            let grads = s.backward()?;
+            Ok(&s * grads.of(&w).to_f64_vec()[0])
+        },
+        CompileOptions::new(),
+    );
+    let e = inner.run(&[]).err().unwrap();
+    assert!(matches!(e, Error::NotReplayable { .. }), "{e}");
+    let mut second = compile(
+        |g: &Graph, _: &[Var<'_>]| (&g.param(&w) * 2.0).try_sum(),
+        CompileOptions::new().create_graph(true),
+    );
+    let e = second.run(&[]).err().unwrap();
+    assert!(e.to_string().contains("create_graph"), "{e}");
+}
+
+/// The digits MLP's training step (README job 1): Mlp, cross-entropy with
+/// the labels as an input, Adam. Eager and compiled copies of the model
+/// train side by side on the first batches of the bundled data; losses and
+/// parameters agree bit for bit after every step, and the last, smaller
+/// batch of the epoch captures a second signature.
+#[test]
+fn the_digits_mlp_trains_to_the_eager_bits() {
+    use crate::data::{digits, Batches};
+    use crate::nn::{Forward, Mlp, Module};
+    use crate::ops::nn::CrossEntropyOptions;
+    use crate::optim::{Adam, AdamConfig, Optimizer};
+
+    let data = digits::load_bundled().unwrap();
+    let model = || {
+        Mlp::builder(&[digits::NUM_PIXELS, 32, digits::NUM_CLASSES])
+            .dtype(DType::F32)
+            .seed(3)
+            .build()
+            .unwrap()
+    };
+    let (eager_model, compiled_model) = (model(), model());
+    let adam = |m: &Mlp| Adam::new(m.parameters(), AdamConfig::adamw().lr(0.01)).unwrap();
+    let (mut eager_opt, mut compiled_opt) = (adam(&eager_model), adam(&compiled_model));
+    let ce = CrossEntropyOptions::default();
+    let mut step = compile(
+        |_: &Graph, x: &[Var<'_>]| {
+            compiled_model
+                .forward(&x[0])?
+                .try_cross_entropy_input(&x[1], &ce)
+        },
+        CompileOptions::new().params(compiled_model.parameters()),
+    );
+    // 8 batches of 224 and the epoch's last of 5: two signatures.
+    let batches: Vec<_> = Batches::sequential(&data, 224, DType::F32)
+        .unwrap()
+        .collect();
+    assert_eq!(batches.last().unwrap().labels.len(), data.len() % 224);
+    for (i, batch) in batches.iter().enumerate() {
+        let eager_loss = {
+            let g = Graph::new();
+            let loss = eager_model
+                .forward(&g.constant(batch.features.clone()))
+                .unwrap()
+                .try_cross_entropy(&batch.labels)
+                .unwrap();
+            eager_opt.step(&loss.backward().unwrap()).unwrap();
+            loss.value().clone()
+        };
+        let labels: Vec<i64> = batch.labels.iter().map(|&l| l as i64).collect();
+        let n = labels.len();
+        let inputs = [
+            batch.features.clone(),
+            Tensor::from_vec(labels, &[n]).unwrap(),
+        ];
+        let out = step.run(&inputs).unwrap();
+        assert_eq!(bits(out.loss_value()), bits(&eager_loss), "batch {i}");
+        compiled_opt.step(out.grads()).unwrap();
+        for ((name, a), (_, b)) in eager_model
+            .parameters()
+            .iter()
+            .zip(compiled_model.parameters())
+        {
+            assert!(
+                bits(&a.value()) == bits(&b.value()),
+                "{name} differs after batch {i}"
+            );
+        }
+    }
+    assert_eq!(step.capture_count(), 2);
+    // Bias + relu run as one pass into a planned buffer.
+    let explain = step.captures()[0].explain();
+    assert!(
+        explain.contains("nodes[1] add, nodes[2] relu") && explain.contains("buffer 0: f32"),
+        "{explain}"
+    );
+}
+
+/// Dropout draws a fresh mask at every run, the same one in its forward and
+/// its backward: with `loss = sum(dropout(x))` at `x = 1`, the gradient is
+/// the mask scaled, summing to the loss.
+#[test]
+fn dropout_draws_fresh_masks_every_run() {
+    let mut step = compile(
+        |_: &Graph, x: &[Var<'_>]| x[0].try_dropout(0.5, true, 7)?.try_sum(),
+        CompileOptions::new().grad_inputs(&[0]).seed(11),
+    );
+    let x = [Tensor::ones(&[256], DType::F64).unwrap()];
+    let mut masks = Vec::new();
+    for _ in 0..3 {
+        let out = step.run(&x).unwrap();
+        let grad = out.input_grad(0).unwrap().to_f64_vec();
+        assert!(grad.iter().all(|&v| v == 0.0 || v == 2.0));
+        assert_eq!(grad.iter().sum::<f64>(), out.loss());
+        masks.push(grad);
+    }
+    assert!(masks[0] != masks[1] && masks[1] != masks[2]);
+}
+
+/// An op that draws random numbers and cannot take a fresh seed is refused
+/// at capture (attention with dropout), rather than repeat its mask.
+#[test]
+fn attention_with_dropout_is_refused() {
+    use crate::ops::nn::SdpaOptions;
+    let mut step = compile(
+        |_: &Graph, x: &[Var<'_>]| {
+            let opts = SdpaOptions::new().dropout_p(0.5, 3);
+            x[0].try_scaled_dot_product_attention(&x[0], &x[0], &opts)?
+                .try_sum()
+        },
+        CompileOptions::new().grad_inputs(&[0]),
+    );
+    let x = [Tensor::randn(&[2, 4, 3], DType::F64, 1).unwrap()];
+    let e = step.run(&x).err().unwrap();
+    assert!(matches!(e, Error::NotReplayable { .. }), "{e}");
+}
+
+/// Batch norm: training mode (running statistics updated outside the graph)
+/// is refused; eval mode reads the running statistics again at every run.
+#[test]
+fn batch_norm_eval_reads_its_running_statistics_each_run() {
+    use crate::nn::{BatchNorm1d, Forward, Module};
+    let mut bn = BatchNorm1d::new(3, DType::F64).unwrap();
+    let x = Tensor::randn(&[4, 3], DType::F64, 5).unwrap();
+    {
+        let mut step = compile(
+            |_: &Graph, v: &[Var<'_>]| bn.forward(&v[0])?.try_sum(),
+            CompileOptions::new().grad_inputs(&[0]),
+        );
+        let e = step.run(std::slice::from_ref(&x)).err().unwrap();
+        assert!(matches!(e, Error::NotReplayable { .. }), "{e}");
+    }
+    bn.set_training(false);
+    let eager = |bn: &BatchNorm1d| {
+        let g = Graph::new();
+        bn.forward(&g.constant(x.clone()))
+            .unwrap()
+            .sum()
+            .value()
+            .clone()
+    };
+    let before = eager(&bn);
+    let mut step = compile(
+        |_: &Graph, v: &[Var<'_>]| bn.forward(&v[0])?.try_sum(),
+        CompileOptions::new().grad_inputs(&[0]),
+    );
+    step.set_training(false);
+    assert_eq!(
+        bits(step.run(std::slice::from_ref(&x)).unwrap().loss_value()),
+        bits(&before)
+    );
+    // Move the running mean (as a training step would).
+    bn.visit_buffers("", &mut |name, b| {
+        if name == "running_mean" {
+            b.set(t(&[0.5, -1.0, 2.0], &[3])).unwrap();
+        }
+    });
+    let after = eager(&bn);
+    assert_ne!(bits(&after), bits(&before));
+    assert_eq!(
+        bits(step.run(std::slice::from_ref(&x)).unwrap().loss_value()),
+        bits(&after)
+    );
+}
