@@ -2,8 +2,10 @@
 //! `support/random_dag.rs`): reverse-mode gradients equal central finite
 //! differences; every valid backward order gives the same gradients; the
 //! tensor-level fast path equals the `Var` formulas; f32 agrees with f64; and
-//! forward mode (`jvp`) equals reverse mode along random tangents. All but
-//! finite differences also run on large tensors, where kernels go parallel.
+//! forward mode (`jvp`) equals reverse mode along random tangents; a
+//! compiled step (`retrograd::compile`) gives the eager values and
+//! gradients, at the captured inputs and at new ones. All but finite
+//! differences also run on large tensors, where kernels go parallel.
 //!
 //! Every property runs a fixed number of cases from a fixed seed (ChaCha,
 //! derived from the property's name; no failure files), so CI runs the same
@@ -27,7 +29,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use random_dag::{Dag, Size};
 use retrograd::kernels::parallel::PARALLEL_THRESHOLD;
-use retrograd::{jvp, BackwardOptions, BackwardOrder, DType, Gradients, Graph, Tensor, Var};
+use retrograd::{
+    compile, jvp, BackwardOptions, BackwardOrder, CompileOptions, DType, Gradients, Graph, Tensor,
+    Var,
+};
 
 /// Cases per property: about 20 s for the whole file in a debug build on a
 /// 2-core machine.
@@ -359,6 +364,58 @@ fn forward_mode_agrees(dag: &Dag, spare: u64) -> Result<f64, String> {
     }
 }
 
+/// The DAG compiled (captured once, fused) against eager, in f64: the
+/// root and every input's gradient at the captured inputs, then at inputs
+/// moved by a relative 1e-7 (small enough to stay clear of kinks and domain
+/// edges, far above the tolerance, so a value baked into the capture
+/// shows). Fusion reorders no floating-point work, but the compiled step
+/// runs some backward nodes by their `Var` formula where eager takes the
+/// op's fast rule, so the tolerance is the fast-path property's.
+fn compiled_agrees(dag: &Dag, _: u64) -> Result<f64, String> {
+    let n = dag.inputs_as(DType::F64).len();
+    let all: Vec<usize> = (0..n).collect();
+    let mut step = compile(
+        |_: &Graph, x: &[Var<'_>]| dag.build(x),
+        CompileOptions::new().grad_inputs(&all),
+    );
+    let mut worst = 0.0f64;
+    for shift in [0.0, 1e-7] {
+        let inputs: Vec<Tensor> = dag
+            .inputs_as(DType::F64)
+            .iter()
+            .map(|t| t.map_f64(|v| v * (1.0 + shift)))
+            .collect();
+        let graph = Graph::new();
+        let vars: Vec<Var<'_>> = inputs.iter().map(|t| graph.variable(t.clone())).collect();
+        let root = dag.build(&vars).map_err(|e| format!("build: {e}"))?;
+        let grads = root.backward().map_err(|e| format!("backward: {e}"))?;
+        let eager = input_grads(&grads, &vars);
+        let out = step.run(&inputs).map_err(|e| format!("compiled run: {e}"))?;
+        let value = root.value().try_item().map_err(|e| e.to_string())?;
+        if (out.loss() - value).abs() > 1e-12 * (1.0 + value.abs()) {
+            return Err(format!("shift {shift}: compiled root {} vs eager {value}", out.loss()));
+        }
+        let compiled: Vec<Tensor> = (0..n)
+            .map(|k| out.input_grad(k).expect("asked for").clone())
+            .collect();
+        let scale = max_abs(&eager);
+        worst = worst.max(assert_close(
+            &format!("compiled vs eager (inputs moved by {shift})"),
+            &compiled,
+            &eager,
+            1e-12,
+            1e-13 * scale,
+        )?);
+    }
+    Ok(worst)
+}
+
+#[test]
+fn compiled_steps_match_eager() {
+    check_property("compiled vs eager", CASES, Size::SMALL, compiled_agrees);
+    check_property("compiled scalar graphs", CASES, Size::SCALAR, compiled_agrees);
+}
+
 #[test]
 fn gradients_match_central_differences() {
     check_property(
@@ -432,6 +489,7 @@ fn large_tensors_keep_the_properties() {
             fast_path_agrees(dag, spare)?,
             f32_agrees_with_f64(dag, spare)?,
             forward_mode_agrees(dag, spare)?,
+            compiled_agrees(dag, spare)?,
         ];
         Ok(fractions.into_iter().fold(0.0, f64::max))
     });
