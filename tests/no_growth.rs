@@ -1,5 +1,7 @@
 //! No growth over a long training run: 10,000 steps of a small MLP with
-//! Adam on synthetic data, a new `Graph` each step as users write it.
+//! Adam on synthetic data, a new `Graph` each step as users write it; then
+//! 10,000 steps of the same training compiled (`retrograd::compile`: one
+//! capture, then replays into the planned buffers).
 //!
 //! Two measurements, in one test so nothing else runs in this binary
 //! meanwhile:
@@ -15,8 +17,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use retrograd::nn::{Forward, Mlp, Module};
+use retrograd::ops::nn::CrossEntropyOptions;
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
-use retrograd::{DType, Graph, Tensor};
+use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
 
 /// The system allocator, keeping count, per thread, of the bytes allocated
 /// and not yet freed by that thread.
@@ -25,11 +28,19 @@ struct Counting;
 thread_local! {
     // `const` and without a destructor: safe to touch from inside the allocator.
     static LIVE_BYTES: Cell<isize> = const { Cell::new(0) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn count(delta: isize) {
     // `try_with`: a thread being torn down may still free memory.
     let _ = LIVE_BYTES.try_with(|live| live.set(live.get() + delta));
+    if delta > 0 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+    }
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
 }
 
 fn live_bytes() -> isize {
@@ -101,34 +112,58 @@ fn ten_thousand_training_steps_neither_leak_nor_grow() {
     let labels: Vec<usize> = (0..16).map(|i| i % 3).collect();
     let model = Mlp::builder(&[4, 8, 3]).seed(1).build().unwrap();
     let mut opt = Adam::new(model.parameters(), AdamConfig::default().lr(0.01)).unwrap();
+    let eager = run_steps("eager", || {
+        let graph = Graph::new();
+        let input = graph.constant(x.clone());
+        let loss = model
+            .forward(&input)
+            .unwrap()
+            .try_cross_entropy(&labels)
+            .unwrap();
+        let grads = loss.backward().unwrap();
+        opt.step(&grads).unwrap();
+        loss.value().item()
+    });
 
+    let model = Mlp::builder(&[4, 8, 3]).seed(1).build().unwrap();
+    let mut opt = Adam::new(model.parameters(), AdamConfig::default().lr(0.01)).unwrap();
+    let ce = CrossEntropyOptions::default();
+    let mut step = compile(
+        |_: &Graph, v: &[Var<'_>]| model.forward(&v[0])?.try_cross_entropy_input(&v[1], &ce),
+        CompileOptions::new().params(model.parameters()),
+    );
+    let targets: Vec<i64> = labels.iter().map(|&l| l as i64).collect();
+    let inputs = [x.clone(), Tensor::from_vec(targets, &[16]).unwrap()];
+    let compiled = run_steps("compiled", || {
+        let out = step.run(&inputs).unwrap();
+        opt.step(out.grads()).unwrap();
+        out.loss()
+    });
+    assert_eq!(step.capture_count(), 1);
+    eprintln!("heap allocations per step after warm-up: eager {eager:.1}, compiled {compiled:.1}");
+}
+
+/// Runs `STEPS` training steps, checking the heap and the resident set;
+/// returns the heap allocations per step after warm-up.
+fn run_steps(what: &str, mut step_once: impl FnMut() -> f64) -> f64 {
     let mut heap_after_warm_up = 0;
+    let mut allocations_after_warm_up = 0;
     let mut rss_after_warm_up = None;
     let mut first_loss = f64::NAN;
     let mut last_loss = f64::NAN;
     for step in 1..=STEPS {
-        {
-            let graph = Graph::new();
-            let input = graph.constant(x.clone());
-            let loss = model
-                .forward(&input)
-                .unwrap()
-                .try_cross_entropy(&labels)
-                .unwrap();
-            let grads = loss.backward().unwrap();
-            opt.step(&grads).unwrap();
-            last_loss = loss.value().item();
-        }
+        last_loss = step_once();
         if step == 1 {
             first_loss = last_loss;
         }
         let live = live_bytes();
         if step == HEAP_WARM_UP {
             heap_after_warm_up = live;
+            allocations_after_warm_up = allocations();
         } else if step > HEAP_WARM_UP {
             assert_eq!(
                 live, heap_after_warm_up,
-                "step {step}: {live} live heap bytes after the step, {heap_after_warm_up} after step {HEAP_WARM_UP}"
+                "{what} step {step}: {live} live heap bytes after the step, {heap_after_warm_up} after step {HEAP_WARM_UP}"
             );
         }
         if step == RSS_WARM_UP {
@@ -136,19 +171,25 @@ fn ten_thousand_training_steps_neither_leak_nor_grow() {
         }
     }
     // The run trained: the loss went down.
-    assert!(last_loss < first_loss, "loss {first_loss} -> {last_loss}");
+    assert!(
+        last_loss < first_loss,
+        "{what}: loss {first_loss} -> {last_loss}"
+    );
+    let per_step =
+        (allocations() - allocations_after_warm_up) as f64 / (STEPS - HEAP_WARM_UP) as f64;
 
     let (Some(before), Some(after)) = (rss_after_warm_up, resident_bytes()) else {
         eprintln!("no /proc/self/status here: the resident-set check is skipped");
-        return;
+        return per_step;
     };
     let growth = after.saturating_sub(before);
     eprintln!(
-        "VmRSS: {before} bytes at step {RSS_WARM_UP}, {after} bytes at step {STEPS} \
+        "{what}: VmRSS: {before} bytes at step {RSS_WARM_UP}, {after} bytes at step {STEPS} \
          (growth {growth} bytes, bound {RSS_GROWTH_BOUND}); live heap {heap_after_warm_up} bytes"
     );
     assert!(
         growth < RSS_GROWTH_BOUND,
-        "resident set grew by {growth} bytes from step {RSS_WARM_UP} to {STEPS} ({before} -> {after})"
+        "{what}: resident set grew by {growth} bytes from step {RSS_WARM_UP} to {STEPS} ({before} -> {after})"
     );
+    per_step
 }

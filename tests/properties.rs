@@ -390,10 +390,15 @@ fn compiled_agrees(dag: &Dag, _: u64) -> Result<f64, String> {
         let root = dag.build(&vars).map_err(|e| format!("build: {e}"))?;
         let grads = root.backward().map_err(|e| format!("backward: {e}"))?;
         let eager = input_grads(&grads, &vars);
-        let out = step.run(&inputs).map_err(|e| format!("compiled run: {e}"))?;
+        let out = step
+            .run(&inputs)
+            .map_err(|e| format!("compiled run: {e}"))?;
         let value = root.value().try_item().map_err(|e| e.to_string())?;
         if (out.loss() - value).abs() > 1e-12 * (1.0 + value.abs()) {
-            return Err(format!("shift {shift}: compiled root {} vs eager {value}", out.loss()));
+            return Err(format!(
+                "shift {shift}: compiled root {} vs eager {value}",
+                out.loss()
+            ));
         }
         let compiled: Vec<Tensor> = (0..n)
             .map(|k| out.input_grad(k).expect("asked for").clone())
@@ -413,7 +418,12 @@ fn compiled_agrees(dag: &Dag, _: u64) -> Result<f64, String> {
 #[test]
 fn compiled_steps_match_eager() {
     check_property("compiled vs eager", CASES, Size::SMALL, compiled_agrees);
-    check_property("compiled scalar graphs", CASES, Size::SCALAR, compiled_agrees);
+    check_property(
+        "compiled scalar graphs",
+        CASES,
+        Size::SCALAR,
+        compiled_agrees,
+    );
 }
 
 #[test]
