@@ -4,7 +4,7 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w2c w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workloads=("$@")
-[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
+[ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w2c w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
 
 runs=${RUNS:-1}
 cargo build --release --quiet --example bench
@@ -44,6 +44,10 @@ for w in "${workloads[@]}"; do
       python3 bench/pytorch_reference.py w1v --chains 1000 --repeats 3 >>"$out" ;;
     w2)
       ./target/release/examples/bench w2 >>"$out"
+      for b in 128 1024; do python3 bench/pytorch_reference.py w2 --batch "$b" >>"$out"; done ;;
+    w2c)
+      # The W2 step compiled, beside the eager step of the same run, then PyTorch eager.
+      ./target/release/examples/bench w2c >>"$out"
       for b in 128 1024; do python3 bench/pytorch_reference.py w2 --batch "$b" >>"$out"; done ;;
     w3)
       ./target/release/examples/bench w3 >>"$out"

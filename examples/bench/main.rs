@@ -59,6 +59,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "MLP training step (784-512-512-10), batch 128 and 1024",
     ),
     (
+        "w2c",
+        w2::run_compiled,
+        "the W2 step compiled (retrograd::compile) beside the eager step, batch 128 and 1024",
+    ),
+    (
         "w3",
         w3::run_step,
         "CNN training step (model C1, Adam), batch 64 and 256",

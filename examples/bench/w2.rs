@@ -2,12 +2,16 @@
 //! the first two layers, softmax cross-entropy (mean), backward, plain SGD
 //! (lr 0.01) on every weight and bias; fixed-seed inputs and labels.
 //! Median ms per step over 50 steps after 5 warm-ups, and GFLOP/s with
-//! 6 B (784*512 + 512*512 + 512*10) flops per step.
+//! 6 B (784*512 + 512*512 + 512*10) flops per step. `w2c`: the same step
+//! compiled (`retrograd::compile`: captured once, then replayed with the
+//! bias + ReLU chains fused and the activations in planned buffers), the
+//! eager step timed in the same run beside it.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::nn::Parameter;
-use retrograd::{DType, Graph, Result, Tensor};
+use retrograd::ops::nn::CrossEntropyOptions;
+use retrograd::{compile, CompileOptions, DType, Graph, Result, Tensor, Var};
 
 use crate::report::{emit, Value};
 use crate::Options;
@@ -38,6 +42,40 @@ pub fn mlp_data(batch: usize, seed: u64) -> (Tensor, Vec<usize>) {
     (x, y)
 }
 
+/// The MLP's forward and loss on graph leaves: `x` and the targets.
+fn forward_loss<'g>(
+    graph: &'g Graph,
+    params: &[Parameter],
+    x: &Var<'g>,
+    y: &Var<'g>,
+) -> Result<Var<'g>> {
+    let mut h = x.clone();
+    for layer in 0..3 {
+        let w = graph.param(&params[2 * layer]);
+        let b = graph.param(&params[2 * layer + 1]);
+        h = h.try_matmul(&w)?.try_add(&b)?;
+        if layer < 2 {
+            h = h.relu();
+        }
+    }
+    h.try_cross_entropy_input(y, &CrossEntropyOptions::default())
+}
+
+/// Plain SGD on every parameter from its gradient.
+fn sgd(params: &[Parameter], grad_of: impl Fn(&Parameter) -> Tensor) -> Result<()> {
+    for p in params {
+        let g = grad_of(p);
+        let g = g.as_slice::<f32>()?;
+        p.update(|t| -> Result<()> {
+            for (w, &d) in t.make_mut::<f32>()?.iter_mut().zip(g) {
+                *w -= LR as f32 * d;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// One training step; returns the loss.
 pub fn step(params: &[Parameter], x: &Tensor, y: &[usize]) -> Result<f64> {
     // The graph is dropped before the update, so the weights' storage is no
@@ -56,17 +94,77 @@ pub fn step(params: &[Parameter], x: &Tensor, y: &[usize]) -> Result<f64> {
         let loss = h.try_cross_entropy(y)?;
         (loss.backward()?, loss.value().try_item()?)
     };
-    for p in params {
-        let g = grads.of(p);
-        let g = g.as_slice::<f32>()?;
-        p.update(|t| -> Result<()> {
-            for (w, &d) in t.make_mut::<f32>()?.iter_mut().zip(g) {
-                *w -= LR as f32 * d;
-            }
-            Ok(())
-        })?;
-    }
+    sgd(params, |p| grads.of(p))?;
     Ok(loss)
+}
+
+/// The step compiled, and the eager step beside it in the same run:
+/// median ms per step of each (interleaved in blocks of 10 steps, so load
+/// changes reach both), the losses bit for bit equal.
+pub fn run_compiled(opts: &Options) {
+    let (blocks, warmup) = if opts.quick { (1, 1) } else { (5, 5) };
+    let batches: &[usize] = if opts.quick { &[16] } else { &[128, 1024] };
+    for &batch in batches {
+        let (eager_params, params) = (mlp_params(0), mlp_params(0));
+        let (x, y) = mlp_data(batch, 1);
+        let targets = Tensor::from_vec(y.iter().map(|&c| c as i64).collect::<Vec<_>>(), &[batch])
+            .expect("valid");
+        let inputs = [x.clone(), targets];
+        let mut compiled = compile(
+            |g: &Graph, v: &[Var<'_>]| forward_loss(g, &params, &v[0], &v[1]),
+            CompileOptions::new().params(&params),
+        );
+        let mut compiled_step = || -> f64 {
+            let out = compiled.run(&inputs).expect("a valid step");
+            let loss = out.loss();
+            sgd(&params, |p| out.grads().of(p)).expect("a valid update");
+            loss
+        };
+        for _ in 0..warmup {
+            step(&eager_params, &x, &y).expect("a valid step");
+            compiled_step();
+        }
+        let (mut eager_times, mut compiled_times) = (Vec::new(), Vec::new());
+        let (mut eager_loss, mut compiled_loss) = (0.0, 0.0);
+        for _ in 0..blocks {
+            for _ in 0..10 {
+                let t = std::time::Instant::now();
+                eager_loss = step(&eager_params, &x, &y).expect("a valid step");
+                eager_times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            for _ in 0..10 {
+                let t = std::time::Instant::now();
+                compiled_loss = compiled_step();
+                compiled_times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        assert_eq!(
+            eager_loss.to_bits(),
+            compiled_loss.to_bits(),
+            "compiled and eager losses differ"
+        );
+        for (name, times) in [
+            ("w2", &mut eager_times),
+            ("w2_compiled", &mut compiled_times),
+        ] {
+            times.sort_by(f64::total_cmp);
+            let median = times[times.len() / 2];
+            emit(
+                vec![
+                    ("framework", "retrograd".into()),
+                    ("workload", name.into()),
+                    ("batch", batch.into()),
+                    ("unit", "ms_per_step".into()),
+                    ("median", Value::Num(median)),
+                    ("min", Value::Num(times[0])),
+                    ("max", Value::Num(times[times.len() - 1])),
+                    ("gflops", Value::Num(flops(batch) / (median * 1e-3) / 1e9)),
+                    ("loss", Value::Exact(compiled_loss)),
+                ],
+                None,
+            );
+        }
+    }
 }
 
 pub fn flops(batch: usize) -> f64 {

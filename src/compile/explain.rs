@@ -260,7 +260,8 @@ impl Capture {
     }
 
     /// The steps as groups of graph nodes, for pictures: `(label, nodes)`
-    /// per fused group, fast rule and scalar program.
+    /// per fused group, fast rule and scalar program. Drawn as clusters:
+    /// `c.graph().write_svg(path, &VizOptions::new().clusters(c.clusters()))`.
     pub fn clusters(&self) -> Vec<(String, Vec<usize>)> {
         self.program
             .steps

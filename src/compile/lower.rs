@@ -114,7 +114,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         buffers: Vec::new(),
         dead_nodes,
     };
-    plan::plan(&mut program, &st, &slot_of);
+    plan::plan(&mut program, &st);
     Ok(program)
 }
 

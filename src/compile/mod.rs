@@ -83,10 +83,6 @@ use capture::{Captured, Wanted};
 use program::Program;
 use replay::Replay;
 
-/// The function a compiled step runs: the graph to record into, and one
-/// leaf per input of the run, in order; it returns the loss (one element).
-pub type CompiledFn = dyn for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>;
-
 /// Options of [`compile`].
 #[derive(Clone, Debug)]
 pub struct CompileOptions {

@@ -93,7 +93,7 @@ pub(crate) fn step_slots(step: &Step) -> (Vec<Slot>, Vec<Slot>) {
 }
 
 /// Fills in the release lists and the buffers of `program`.
-pub(crate) fn plan(program: &mut Program, st: &GraphState, _slot_of: &impl Fn(u32) -> Slot) {
+pub(crate) fn plan(program: &mut Program, st: &GraphState) {
     let lives = lives(program, st);
     let steps = program.steps.len();
     let mut release: Vec<Vec<Slot>> = vec![Vec::new(); steps];

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::model::{PicNode, Picture, Shape, DEAD_EDGE, LIVE_EDGE};
+use super::model::{PicNode, Picture, Shape, CLUSTER_LINE, DEAD_EDGE, LIVE_EDGE};
 use super::Direction;
 
 const FONT: &str = "Helvetica,Arial,sans-serif";
@@ -31,6 +31,19 @@ pub(crate) fn write(picture: &Picture) -> String {
     let _ = writeln!(out, "  edge [arrowsize=0.7];");
     for node in &picture.nodes {
         let _ = writeln!(out, "  {} [{}];", node.id, node_attributes(node));
+    }
+    for (k, (label, members)) in picture.clusters.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_{k} {{ label={}; style=\"dashed,rounded\"; color={}; fontcolor={}; class=\"cluster\";",
+            quote(label),
+            quote(CLUSTER_LINE),
+            quote(CLUSTER_LINE)
+        );
+        for &m in members {
+            let _ = writeln!(out, "    {};", picture.nodes[m].id);
+        }
+        out.push_str("  }\n");
     }
     for edge in &picture.edges {
         let color = if edge.dead { DEAD_EDGE } else { LIVE_EDGE };

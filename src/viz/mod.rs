@@ -75,6 +75,7 @@ pub struct VizOptions<'a> {
     pub(crate) direction: Direction,
     pub(crate) renderer: Renderer,
     pub(crate) title: Option<String>,
+    pub(crate) clusters: Vec<(String, Vec<usize>)>,
 }
 
 /// The root a picture is drawn for, kept as ids so options carry no graph lifetime.
@@ -95,6 +96,7 @@ impl Default for VizOptions<'_> {
             direction: Direction::TopDown,
             renderer: Renderer::Auto,
             title: None,
+            clusters: Vec::new(),
         }
     }
 }
@@ -162,6 +164,29 @@ impl<'a> VizOptions<'a> {
     /// A caption drawn above the graph.
     pub fn title(mut self, title: &str) -> Self {
         self.title = Some(title.to_string());
+        self
+    }
+
+    /// Groups of op nodes (by node index) drawn inside a labelled box each,
+    /// such as the fused groups of a compiled step
+    /// ([`Capture::clusters`](crate::compile::Capture::clusters)). A node
+    /// belongs to its first group; nodes not drawn are skipped.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// use retrograd::viz::{Renderer, VizOptions};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+    /// let y = (&x * 2.0).exp().sum();
+    /// let opts = VizOptions::new().root(&y).clusters([("fused: mul, exp".to_string(), vec![0, 1])]);
+    /// let dot = g.to_dot(&opts)?;
+    /// assert!(dot.contains("subgraph cluster_0") && dot.contains("fused: mul, exp"));
+    /// let svg = g.to_svg(&opts.renderer(Renderer::Builtin))?;
+    /// assert!(svg.contains("class=\"cluster\""));
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn clusters(mut self, clusters: impl IntoIterator<Item = (String, Vec<usize>)>) -> Self {
+        self.clusters = clusters.into_iter().collect();
         self
     }
 }

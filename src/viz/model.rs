@@ -62,6 +62,8 @@ pub(crate) struct Look {
 
 pub(crate) const LIVE_EDGE: &str = "#404040";
 pub(crate) const DEAD_EDGE: &str = "#c4c4c4";
+/// The outline and label of a cluster (a compiled step's fused group).
+pub(crate) const CLUSTER_LINE: &str = "#2e6da4";
 pub(crate) const DEAD_LINE: &str = "#b0b0b0";
 const DEAD_TEXT: &str = "#9a9a9a";
 const DEAD_FILL: &str = "#f7f7f7";
@@ -154,6 +156,8 @@ pub(crate) struct Picture {
     pub(crate) edges: Vec<PicEdge>,
     pub(crate) direction: Direction,
     pub(crate) title: Option<String>,
+    /// Labelled groups of picture nodes (indices into `nodes`), disjoint.
+    pub(crate) clusters: Vec<(String, Vec<usize>)>,
 }
 
 /// Where an op node went in the picture.
@@ -325,11 +329,30 @@ impl<'a> Builder<'a> {
                 });
             }
         }
+        let mut clustered = vec![false; self.nodes.len()];
+        let clusters = self
+            .options
+            .clusters
+            .iter()
+            .map(|(label, members)| {
+                let mut units = Vec::new();
+                for &i in members {
+                    if let Some(Placement::Drawn(u)) = placement.get(i)
+                        && !std::mem::replace(&mut clustered[*u], true)
+                    {
+                        units.push(*u);
+                    }
+                }
+                (label.clone(), units)
+            })
+            .filter(|(_, units)| !units.is_empty())
+            .collect();
         Ok(Picture {
             nodes: self.nodes,
             edges: self.edges,
             direction: self.options.direction,
             title: self.options.title.clone(),
+            clusters,
         })
     }
 

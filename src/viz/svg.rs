@@ -14,7 +14,7 @@ use layout::core::style::{LineStyleKind, StyleAttr};
 use layout::std_shapes::shapes::{Arrow, Element, LineEndKind, ShapeKind};
 use layout::topo::layout::VisualGraph;
 
-use super::model::{PicNode, Picture, Shape, DEAD_EDGE, LIVE_EDGE};
+use super::model::{PicNode, Picture, Shape, CLUSTER_LINE, DEAD_EDGE, LIVE_EDGE};
 use super::{dot, Direction, Renderer};
 use crate::error::{Error, Result};
 
@@ -111,6 +111,7 @@ fn render_builtin(picture: &Picture) -> String {
             vg.add_edge(arrow, handles[edge.from], handles[edge.to]);
         }
         vg.do_it(false, false, false, &mut canvas);
+        canvas.draw_clusters(picture);
     }
     canvas.finish(picture.title.as_deref())
 }
@@ -166,6 +167,8 @@ struct SvgCanvas {
     bounds: Option<(Point, Point)>,
     arrow_colors: BTreeSet<String>,
     clips: Vec<String>,
+    /// Each drawn node's box by its id, for the cluster outlines.
+    boxes: std::collections::HashMap<String, (Point, Point)>,
 }
 
 impl SvgCanvas {
@@ -175,6 +178,45 @@ impl SvgCanvas {
         lo.y = lo.y.min(p.y);
         hi.x = hi.x.max(p.x);
         hi.y = hi.y.max(p.y);
+    }
+
+    /// A dashed, labelled box around each cluster's nodes, under them.
+    fn draw_clusters(&mut self, picture: &Picture) {
+        const PAD: f64 = 8.0;
+        let mut under = String::new();
+        for (label, members) in &picture.clusters {
+            let boxes = members
+                .iter()
+                .filter_map(|&m| self.boxes.get(&picture.nodes[m].id));
+            let Some((lo, hi)) = boxes.fold(None, |acc: Option<(Point, Point)>, &(xy, size)| {
+                let (mut lo, mut hi) =
+                    acc.unwrap_or((xy, Point::new(xy.x + size.x, xy.y + size.y)));
+                lo = Point::new(lo.x.min(xy.x), lo.y.min(xy.y));
+                hi = Point::new(hi.x.max(xy.x + size.x), hi.y.max(xy.y + size.y));
+                Some((lo, hi))
+            }) else {
+                continue;
+            };
+            let (x, y) = (lo.x - PAD, lo.y - PAD - FONT_SIZE as f64);
+            let (w, h) = (
+                hi.x - lo.x + 2.0 * PAD,
+                hi.y - lo.y + 2.0 * PAD + FONT_SIZE as f64,
+            );
+            let _ = writeln!(
+                under,
+                "<g class=\"cluster\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"6\" fill=\"none\" stroke=\"{CLUSTER_LINE}\" stroke-dasharray=\"5,3\"/><text x=\"{}\" y=\"{}\" font-size=\"{FONT_SIZE}\" fill=\"{CLUSTER_LINE}\">{}</text></g>",
+                px(x),
+                px(y),
+                px(w),
+                px(h),
+                px(x + 4.0),
+                px(y + FONT_SIZE as f64),
+                escape(label)
+            );
+            self.grow(Point::new(x, y));
+            self.grow(Point::new(x + w, y + h));
+        }
+        self.body.insert_str(0, &under);
     }
 
     fn finish(self, title: Option<&str>) -> String {
@@ -244,6 +286,13 @@ impl RenderBackend for SvgCanvas {
         self.grow(xy);
         self.grow(Point::new(xy.x + size.x, xy.y + size.y));
         let props = properties.unwrap_or_default();
+        if let Some(id) = props
+            .split("id=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        {
+            self.boxes.insert(id.to_string(), (xy, size));
+        }
         let clip = clip
             .map(|c| format!(" clip-path=\"url(#clip{c})\""))
             .unwrap_or_default();
