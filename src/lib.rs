@@ -64,7 +64,7 @@ pub use ops::nn::{
 };
 pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
-pub use tensor::{DType, DataType, Element, Tensor};
+pub use tensor::{DType, DataType, Element, Tensor, TensorSummary};
 
 /// The `half` crate, whose `f16` and `bf16` are the element types of
 /// `DType::F16` and `DType::BF16` (`to_vec::<half::bf16>()`).

@@ -14,6 +14,7 @@ mod notify;
 mod pool;
 mod scalar_node;
 mod store;
+mod sweep_record;
 
 pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
@@ -22,5 +23,6 @@ pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, J
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
+pub use sweep_record::{Contribution, StepKind, SweepRecord, SweepStep};
 #[doc(hidden)]
 pub use scalar_node::{LaneOutcome, ScalarNode};

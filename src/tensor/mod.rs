@@ -23,6 +23,7 @@ pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
+mod summary;
 mod view;
 mod word;
 
@@ -33,6 +34,7 @@ pub use dtype::DType;
 pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
+pub use summary::TensorSummary;
 use storage::Buffer;
 pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
