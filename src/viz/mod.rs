@@ -31,6 +31,7 @@
 
 mod collapse;
 mod dot;
+mod html;
 mod label;
 mod model;
 mod svg;
@@ -196,6 +197,47 @@ impl Graph {
     /// Writes [`to_svg`](Self::to_svg) to `path` (atomically).
     pub fn write_svg(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
         write_atomically(path.as_ref(), self.to_svg(options)?.as_bytes())
+    }
+
+    /// One self-contained HTML page (no network needed to view it): the
+    /// picture [`to_svg`](Self::to_svg) draws, and buttons and arrow keys
+    /// that step through the backward sweep from `options`' root, one node
+    /// of `backward_order(root)` at a time. Each step highlights the node
+    /// running, the gradient arriving on each of its input edges and the
+    /// accumulation where a value is used twice, and shows every value's
+    /// gradient so far; hovering over a node shows its value and shape,
+    /// and greyed-out nodes say why the sweep never visits them.
+    ///
+    /// The steps are the engine's: the page runs
+    /// [`Var::backward_recorded`] from the root (a one-element value), so
+    /// its gradients are those of a real sweep. Tensors with more than
+    /// [`max_values`](VizOptions::max_values) elements are shown as shape,
+    /// norm, extremes and mean. Without a root the page has the picture and
+    /// the hover text only. `options`' gradients are not used.
+    ///
+    /// ```
+    /// use retrograd::viz::VizOptions;
+    /// use retrograd::{Graph, Tensor};
+    ///
+    /// let graph = Graph::new();
+    /// let x = graph.named_variable("x", Tensor::scalar(3.0));
+    /// let y = graph.named_variable("y", Tensor::scalar(4.0));
+    /// let w = (&x * &y + &x).named("w");
+    /// let html = graph.to_html(&VizOptions::new().root(&w))?;
+    /// assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+    /// assert!(!html.contains("src=\"http"));   // nothing to fetch: one file
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    ///
+    /// Errors: those of [`to_svg`](Self::to_svg), and those of backward
+    /// from the root ([`Error::NonScalarRoot`] for a root of several elements).
+    pub fn to_html(&self, options: &VizOptions<'_>) -> Result<String> {
+        html::page(self, options)
+    }
+
+    /// Writes [`to_html`](Self::to_html) to `path` (atomically).
+    pub fn write_html(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
+        write_atomically(path.as_ref(), self.to_html(options)?.as_bytes())
     }
 }
 
