@@ -161,7 +161,7 @@ fn chromium_steps_through_the_worked_example() {
     // Step 0, the seed: w's gradient is 1, nothing else has one yet.
     assert_eq!(current(0), serde_json::json!(["n2"]));
     assert_eq!(grad(0, "n2"), "grad 1");
-    for unit in ["n0", "n1", "v0", "v1"] {
+    for unit in ["n0", "v0", "v1"] {
         assert_eq!(grad(0, unit), "", "{unit} at the seed");
     }
     assert!(steps[0]["narration"].as_str().unwrap().contains("Seed"));
@@ -185,7 +185,7 @@ fn chromium_steps_through_the_worked_example() {
     // q = x - 1 is never visited: never highlighted, no gradient, no flow into it.
     for (k, step) in steps.iter().enumerate() {
         assert!(!current(k).as_array().unwrap().contains(&"n1".into()), "q highlighted at step {k}");
-        assert_eq!(grad(k, "n1"), "", "q shows a gradient at step {k}");
+        assert!(!badges(k).contains_key("n1"), "q has a gradient line at step {k}");
         assert_eq!(step["table"]["q"], "");
         assert_eq!(step["step"], k);
     }

@@ -23,15 +23,66 @@ pub(crate) fn page(graph: &Graph, options: &VizOptions<'_>) -> Result<String> {
     // The page shows gradients step by step: the final ones stay off the labels.
     let mut drawn = options.clone();
     drawn.gradients = None;
-    let picture = Picture::build(graph, &drawn)?;
-    let svg_text = svg::render(&picture, options.renderer)?;
+    let mut picture = Picture::build(graph, &drawn)?;
     let record = match root_var(graph, options) {
         Some(root) => Some(root.backward_recorded(options.max_values)?.1),
         None => None,
     };
-    let data = PageData::new(graph, &picture, record.as_ref(), options).to_json();
+    let badges = badges(&graph.state(), &picture, record.as_ref());
+    // Each node that will show a gradient gets a last label line for it, so
+    // the layout makes room; the script writes the gradient there.
+    for &(unit, _) in &badges {
+        picture.nodes[unit].lines.push(GRAD_LINE.to_string());
+    }
+    let svg_text = svg::render(&picture, options.renderer)?;
+    let data = PageData::new(graph, &picture, record.as_ref(), &badges, options).to_json();
     let title = options.title.as_deref().unwrap_or("retrograd: the backward sweep");
     Ok(fill(TEMPLATE, title, &svg_text, &data))
+}
+
+/// The label line that holds a node's gradient: `grad` and room for about
+/// ten characters (no-break spaces, which neither renderer trims).
+const GRAD_LINE: &str = "grad\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}\u{a0}";
+
+/// The value each picture node stands for: an op's output (a group's
+/// last), a leaf; none for summaries.
+fn unit_values(st: &GraphState, picture: &Picture) -> Vec<Option<usize>> {
+    let mut last_node = vec![None; picture.nodes.len()];
+    for (i, &unit) in picture.node_units.iter().enumerate() {
+        last_node[unit] = Some(i);
+    }
+    let mut leaf_of = vec![None; picture.nodes.len()];
+    for (&id, &unit) in &picture.leaf_units {
+        leaf_of[unit] = Some(id as usize);
+    }
+    picture
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(unit, node)| match node.kind {
+            Kind::Op | Kind::Group => last_node[unit].map(|i| st.nodes()[i].output as usize),
+            Kind::Variable | Kind::Constant => leaf_of[unit],
+            Kind::LeafSummary | Kind::Elided => None,
+        })
+        .collect()
+}
+
+/// The picture nodes that show a gradient, with the value whose gradient
+/// they show: those the sweep sends a gradient to.
+fn badges(st: &GraphState, picture: &Picture, record: Option<&SweepRecord>) -> Vec<(usize, usize)> {
+    let Some(record) = record else {
+        return Vec::new();
+    };
+    let touched: std::collections::HashSet<usize> = record
+        .steps
+        .iter()
+        .flat_map(|s| s.contributions.iter().map(|c| c.value))
+        .collect();
+    unit_values(st, picture)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(unit, v)| v.filter(|v| touched.contains(v)).map(|v| (unit, v)))
+        .collect()
 }
 
 /// The root of the options as a handle on `graph` (`Picture::build` has
@@ -84,6 +135,7 @@ struct PageData<'a> {
     graph: &'a Graph,
     picture: &'a Picture,
     record: Option<&'a SweepRecord>,
+    badges: &'a [(usize, usize)],
     max_values: usize,
     /// Op nodes that `backward_order(root)` visits (all, without a root).
     live: Vec<bool>,
@@ -95,6 +147,7 @@ impl<'a> PageData<'a> {
         graph: &'a Graph,
         picture: &'a Picture,
         record: Option<&'a SweepRecord>,
+        badges: &'a [(usize, usize)],
         options: &VizOptions<'_>,
     ) -> Self {
         let st = graph.state();
@@ -111,6 +164,7 @@ impl<'a> PageData<'a> {
             graph,
             picture,
             record,
+            badges,
             max_values: options.max_values,
             live,
             root_label,
@@ -119,14 +173,17 @@ impl<'a> PageData<'a> {
 
     fn to_json(&self) -> String {
         let st = self.graph.state();
-        let (values, badges) = self.values(&st);
+        let values = self.values(&st);
         let data = json!({
             "root": self.record.map(|r| json!({"value": r.root, "label": self.root_label})),
             "order": self.record.map(|r| r.order.clone()),
-            "units": self.units(),
+            "units": self.units(&st),
             "nodes": self.nodes(&st),
             "values": values,
-            "badges": badges,
+            "badges": self.badges.iter().map(|&(unit, value)| json!({
+                "unit": self.picture.nodes[unit].id,
+                "value": value,
+            })).collect::<Vec<_>>(),
             "edges": self.picture.edges.iter().enumerate().map(|(k, e)| json!({
                 "id": super::dot::edge_id(k),
                 "node": e.node,
@@ -138,14 +195,16 @@ impl<'a> PageData<'a> {
     }
 
     /// One entry per picture node: what hovering over it tells.
-    fn units(&self) -> Value {
+    fn units(&self, st: &GraphState) -> Value {
         let mut units = serde_json::Map::new();
-        for node in &self.picture.nodes {
-            let mut lines = node.lines.clone();
-            // A label's last line may be the dead note; the page says why in full.
-            if node.dead {
-                lines.retain(|l| !l.starts_with("not in backward_order("));
-            }
+        let values = unit_values(st, self.picture);
+        for (node, value) in self.picture.nodes.iter().zip(values) {
+            // Not the gradient line, nor the dead note: the page says why in full.
+            let lines: Vec<&String> = node
+                .lines
+                .iter()
+                .filter(|l| *l != GRAD_LINE && !l.starts_with("not in backward_order("))
+                .collect();
             let kind = match node.kind {
                 Kind::Op => "op",
                 Kind::Variable => "variable",
@@ -156,7 +215,7 @@ impl<'a> PageData<'a> {
             };
             units.insert(
                 node.id.clone(),
-                json!({"kind": kind, "lines": lines, "dead": node.dead}),
+                json!({"kind": kind, "lines": lines, "dead": node.dead, "value": value}),
             );
         }
         Value::Object(units)
@@ -191,40 +250,17 @@ impl<'a> PageData<'a> {
             .collect()
     }
 
-    /// Every value (label, forward value, why it gets no gradient) and the
-    /// picture nodes whose badge shows a value's gradient.
-    fn values(&self, st: &GraphState) -> (Vec<Value>, Vec<Value>) {
+    /// Every value: its label, forward value, picture node and why it gets
+    /// no gradient, if it gets none.
+    fn values(&self, st: &GraphState) -> Vec<Value> {
         let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); st.values().len()];
         for i in 0..st.nodes().len() {
             for &id in st.inputs_of(i) {
                 consumers[id as usize].push(i);
             }
         }
-        let mut badges = Vec::new();
-        let mut badge_of: HashMap<usize, usize> = HashMap::new();
-        for (unit, node) in self.picture.nodes.iter().enumerate() {
-            let value = match node.kind {
-                Kind::Op | Kind::Group => {
-                    // The unit's output: the last node drawn in it.
-                    let last = (0..st.nodes().len())
-                        .rev()
-                        .find(|&i| self.picture.node_units[i] == unit);
-                    last.map(|i| st.nodes()[i].output as usize)
-                }
-                Kind::Variable | Kind::Constant => self
-                    .picture
-                    .leaf_units
-                    .iter()
-                    .find(|&(_, &u)| u == unit)
-                    .map(|(&id, _)| id as usize),
-                Kind::LeafSummary | Kind::Elided => None,
-            };
-            if let Some(v) = value {
-                badge_of.insert(v, unit);
-                badges.push(json!({"unit": node.id, "value": v}));
-            }
-        }
-        let values = (0..st.values().len())
+        let badge_of: HashMap<usize, usize> = self.badges.iter().map(|&(u, v)| (v, u)).collect();
+        (0..st.values().len())
             .map(|id| {
                 let t = &st.values()[id];
                 let summary = t.summary(self.max_values);
@@ -241,11 +277,13 @@ impl<'a> PageData<'a> {
                     "value": label::summary_short(&summary),
                     "long": label::summary_long(&summary),
                     "unit": badge_of.get(&id).map(|&u| self.picture.nodes[u].id.clone()),
+                    // Rows of the gradients table: op outputs and drawn leaves.
+                    "listed": producer < LEAF_CONSTANT
+                        || self.picture.leaf_units.contains_key(&(id as u32)),
                     "note": self.note(producer, &consumers[id]),
                 })
             })
-            .collect();
-        (values, badges)
+            .collect()
     }
 
     /// Why value `id` gets no gradient from this sweep, if it gets none.
@@ -293,6 +331,8 @@ impl<'a> PageData<'a> {
                 json!({
                     "value": c.value,
                     "input": c.input,
+                    "tiny": label::summary_tiny(&c.gradient),
+                    "total_tiny": label::summary_tiny(&c.total),
                     "gradient": label::summary_short(&c.gradient),
                     "gradient_long": label::summary_long(&c.gradient),
                     "total": total,

@@ -76,6 +76,15 @@ pub(crate) fn summary_short(s: &TensorSummary) -> String {
     }
 }
 
+/// A summarised tensor in one number: its value when it has one element,
+/// else its L2 norm (`‖·‖ 0.5`): what fits beside a node or on an edge.
+pub(crate) fn summary_tiny(s: &TensorSummary) -> String {
+    match &s.values {
+        Some(values) if values.len() == 1 => number(values[0]),
+        _ => format!("‖·‖ {}", number(s.norm)),
+    }
+}
+
 /// A summarised tensor with its dtype and shape, and for a tensor not
 /// listed, norm, extremes and mean (`f32 [12, 64]: ‖·‖ 3.2, min -0.5, ...`).
 pub(crate) fn summary_long(s: &TensorSummary) -> String {
@@ -140,6 +149,8 @@ mod tests {
         assert_eq!(summary_short(&m.summary(4)), "[[1, 2.5], [3, -4]]");
         assert_eq!(summary_long(&m.summary(4)), "f32 [2, 2] = [[1, 2.5], [3, -4]]");
         assert_eq!(summary_short(&m.summary(2)), "‖·‖ 5.852");
+        assert_eq!(summary_tiny(&m.summary(4)), "‖·‖ 5.852");
+        assert_eq!(summary_tiny(&Tensor::scalar(-0.5).summary(4)), "-0.5");
         assert_eq!(
             summary_long(&m.summary(2)),
             "f32 [2, 2]: ‖·‖ 5.852, min -4, max 3, mean 0.625"

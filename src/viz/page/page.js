@@ -13,18 +13,19 @@
   const edgeOf = new Map(data.edges.map((e) => [e.node + ":" + e.input, e.id]));
   const unitEls = Object.keys(data.units).map((id) => [id, $(id)]).filter(([, el]) => el);
 
-  // Gradient badges: next to each picture node, in its coordinate system.
+  // Gradient badges: the last label line of each node that gets a
+  // gradient (html.rs reserved it). Graphviz keeps a node's text inside its
+  // group; the built-in renderer writes it right after the group.
   const badges = data.badges.map((b) => {
     const el = $(b.unit);
     if (!el) return null;
-    const box = el.getBBox();
-    const text = document.createElementNS(NS, "text");
-    text.setAttribute("class", "grad-badge");
-    text.setAttribute("x", box.x + box.width + 5);
-    text.setAttribute("y", box.y + box.height / 2 + 4);
+    let lines = el.querySelectorAll("text");
+    if (!lines.length && el.nextElementSibling?.tagName === "text") lines = el.nextElementSibling.querySelectorAll("tspan");
+    const text = lines[lines.length - 1];
+    if (!text) return null;
+    text.classList.add("grad-badge");
     text.dataset.unit = b.unit;
     text.dataset.value = b.value;
-    el.parentNode.appendChild(text);
     return { value: b.value, text };
   }).filter(Boolean);
 
@@ -32,7 +33,7 @@
   const touched = new Set(steps.flatMap((s) => s.contributions.map((c) => c.value)));
   const rows = new Map();
   values.forEach((v, id) => {
-    if (!touched.has(id) && !v.unit) return;
+    if (!touched.has(id) && !v.listed) return;
     const tr = document.createElement("tr");
     tr.dataset.value = id;
     if (v.note && !touched.has(id)) tr.classList.add("dead");
@@ -44,26 +45,25 @@
     rows.set(id, tr);
   });
 
-  // Grow the view box to what the badges added.
-  if (svg && badges.length) {
-    const box = svg.getBBox();
-    const pad = 8;
-    const [x, y, w, h] = [box.x - pad, box.y - pad, box.width + 2 * pad, box.height + 2 * pad];
-    svg.setAttribute("viewBox", `${x} ${y} ${w} ${h}`);
-    const scale = Math.min(2, Math.max(1, ($("graph").clientWidth - 4) / w));
+  // Small graphs grow to the width; large ones shrink a little, then scroll.
+  if (svg) {
+    const w = svg.viewBox.baseVal.width || svg.getBBox().width;
+    const h = svg.viewBox.baseVal.height || svg.getBBox().height;
+    const scale = Math.min(2, Math.max(0.6, ($("graph").clientWidth - 4) / w));
     svg.setAttribute("width", w * scale);
     svg.setAttribute("height", h * scale);
   }
 
-  /** Gradients after step k: the last total recorded for each value. */
+  /** Gradients after step k: the last total recorded for each value (and its one-number form). */
   function stateAt(k) {
     const grads = new Map();
+    const tiny = new Map();
     const released = new Set();
     for (let i = 0; i <= k; i++) {
-      for (const c of steps[i].contributions) grads.set(c.value, c.total);
+      for (const c of steps[i].contributions) { grads.set(c.value, c.total); tiny.set(c.value, c.total_tiny); }
       if (steps[i].released) released.add(steps[i].value);
     }
-    return { grads, released };
+    return { grads, tiny, released };
   }
 
   function narrate(k) {
@@ -107,7 +107,7 @@
   let labels = [];
   function render(k) {
     const s = steps[k];
-    const { grads, released } = stateAt(k);
+    const { grads, tiny, released } = stateAt(k);
     const changed = new Set(s.contributions.map((c) => c.value));
     document.querySelectorAll("#graph .current, #graph .flow, #graph .done").forEach((el) => el.classList.remove("current", "flow", "done"));
     labels.forEach((l) => l.remove());
@@ -125,7 +125,7 @@
         text.setAttribute("class", "flow-label");
         text.setAttribute("x", at.x + 6);
         text.setAttribute("y", at.y + 4);
-        text.textContent = c.previous === null ? c.gradient : `+${c.gradient} → ${c.total}`;
+        text.textContent = c.previous === null ? c.tiny : `+${c.tiny} → ${c.total_tiny}`;
         edge.parentNode.appendChild(text);
         labels.push(text);
       }
@@ -134,7 +134,7 @@
       if (unit) $(unit).classList.add("current");
     }
     for (const b of badges) {
-      const g = grads.get(b.value);
+      const g = tiny.get(b.value);
       b.text.textContent = g === undefined ? "" : `grad ${g}`;
       b.text.classList.toggle("changed", changed.has(b.value));
       b.text.classList.toggle("released", released.has(b.value));
@@ -165,12 +165,11 @@
   for (const [id, el] of unitEls) {
     el.addEventListener("mousemove", (e) => {
       const unit = data.units[id];
-      const badge = badges.find((b) => b.text.dataset.unit === id);
-      const v = badge ? values[badge.value] : null;
+      const v = unit.value === null ? null : values[unit.value];
       let html = esc(unit.lines.join("\n"));
-      if (v && v.long && !unit.lines.some((l) => l.startsWith("= "))) html += "\n" + esc(v.long);
-      if (badge && steps.length) {
-        const g = stateAt(step).grads.get(badge.value);
+      if (v && !unit.lines.some((l) => l.startsWith("= "))) html += "\n" + esc(v.long);
+      if (v && steps.length && !v.note) {
+        const g = stateAt(step).grads.get(unit.value);
         html += "\ngrad " + (g === undefined ? "(none yet)" : esc(g));
       }
       const note = v ? v.note : unit.dead ? "not in backward_order" : null;
