@@ -285,7 +285,7 @@ impl<'a> Builder<'a> {
             }
         }
         let mut leaf_unit: HashMap<u32, usize> = HashMap::new();
-        let summaries = self.leaf_summaries(&consumers, &group_of, &kept);
+        let summaries = self.leaf_summaries(&consumers, &groups, &group_of, &kept);
         let mut summary_unit: HashMap<usize, usize> = HashMap::new();
         for id in 0..st.values().len() as u32 {
             if st.producers()[id as usize] < LEAF_CONSTANT {
@@ -495,16 +495,19 @@ impl<'a> Builder<'a> {
     fn leaf_summaries(
         &self,
         consumers: &HashMap<u32, Vec<usize>>,
+        groups: &[Group],
         group_of: &[usize],
         kept: &[bool],
     ) -> HashMap<u32, usize> {
         let mut by_group: HashMap<usize, Vec<u32>> = HashMap::new();
         for (&id, users) in consumers {
-            if self.st.name_of(id).is_some() {
-                continue; // named leaves are what a reader looks for: always drawn
-            }
             let g = group_of[users[0]];
-            if g != usize::MAX && users.iter().all(|&u| group_of[u] == g && kept[u]) {
+            // Named leaves are what a reader looks for: drawn, unless they
+            // are the many parameters of a repeated block.
+            if g == usize::MAX || (self.st.name_of(id).is_some() && !groups[g].block) {
+                continue;
+            }
+            if users.iter().all(|&u| group_of[u] == g && kept[u]) {
                 by_group.entry(g).or_default().push(id);
             }
         }

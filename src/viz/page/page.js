@@ -40,7 +40,7 @@
     tr.innerHTML = "<td class=name></td><td class=shape></td><td class=grad></td>";
     tr.cells[0].textContent = v.label;
     tr.cells[1].textContent = v.long.split(/[:=]/)[0].trim();
-    tr.title = v.note || "";
+    tr.title = `${v.label}: ${v.long}` + (v.note ? `\n${v.note}` : "");
     document.querySelector("#grads tbody").appendChild(tr);
     rows.set(id, tr);
   });
