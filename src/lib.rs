@@ -45,6 +45,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
+pub mod runlog;
 pub mod tensor;
 #[cfg(test)]
 mod test_util;

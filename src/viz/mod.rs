@@ -32,7 +32,7 @@
 mod collapse;
 mod dot;
 mod html;
-mod label;
+pub(crate) mod label;
 mod model;
 mod svg;
 
