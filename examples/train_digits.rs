@@ -7,10 +7,13 @@
 //! cargo run --release --example train_digits
 //! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
 //! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_digits -- --plot target/digits_curves --graph-html step.html
 //! ```
 
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,10 +26,11 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::data::{digits, Batches, Dataset};
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
-    Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
+    grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
 };
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+use run_outputs::RunOutputs;
 
 const USAGE: &str = "\
 usage: train_digits [options]
@@ -44,8 +48,11 @@ options:
   --weight-decay WD   weight decay (default 0; 0.01 for adamw)
   --test-fraction F   share of each class held out for testing (default 0.2)
   --seed N            seed of the split, the weights and the shuffling (default 0)
-  --out FILE          checkpoint path (default target/train_digits.safetensors)
+  --out FILE          checkpoint path (default target/train_digits.safetensors);
+                      the run's log goes next to it (train_digits.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR after every epoch
   --graph-svg FILE    write a picture of the first training step's graph
+  --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   -h, --help          this text";
 
@@ -69,7 +76,9 @@ struct Args {
     test_fraction: f64,
     seed: u64,
     out: PathBuf,
+    plot: Option<PathBuf>,
     graph_svg: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     quiet: bool,
 }
 
@@ -88,7 +97,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         test_fraction: 0.2,
         seed: 0,
         out: PathBuf::from("target/train_digits.safetensors"),
+        plot: None,
         graph_svg: None,
+        graph_html: None,
         quiet: false,
     };
     let mut parser = lexopt::Parser::from_env();
@@ -142,7 +153,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             _ => return Err(arg.unexpected().to_string()),
         }
@@ -189,13 +202,15 @@ fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
     })
 }
 
-/// What changes during training: the model, its optimizer, the schedule and
-/// the shuffling generator.
+/// What changes during training: the model, its optimizer, the schedule,
+/// the shuffling generator and the steps taken; and the run's log.
 struct Trainer {
     model: Mlp,
     optimizer: Box<dyn Optimizer>,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
+    step: usize,
+    outputs: RunOutputs,
 }
 
 impl Trainer {
@@ -210,30 +225,41 @@ impl Trainer {
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
         for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
             let n = batch.labels.len();
-            let grads = {
+            let started = Instant::now();
+            let (loss, grads) = {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && epoch == 1 && seen == 0;
+                let picture = (args.graph_svg.is_some() || args.graph_html.is_some())
+                    && epoch == 1
+                    && seen == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
-                    for (name, p) in self.model.parameters() {
-                        graph.param(&p).named(&name);
-                    }
+                    run_outputs::name_parameters(&graph, &self.model);
                 }
                 let x = graph.constant(batch.features).named("images");
                 let logits = self.model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
+                let title = "one training step: MLP forward, cross-entropy, gradients";
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let title = "one training step: MLP forward, cross-entropy, gradients";
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                loss_sum += loss.value().try_item()? * n as f64;
+                if let (true, Some(path)) = (picture, &args.graph_html) {
+                    run_outputs::write_step_page(&graph, &loss, path, title)?;
+                }
                 correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                grads
+                (loss.value().try_item()?, grads)
             };
+            loss_sum += loss * n as f64;
+            let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
             self.optimizer.step(&grads)?;
             self.scheduler.step(self.optimizer.as_mut());
+            let millis = 1e3 * started.elapsed().as_secs_f64();
+            self.outputs.log(
+                self.step,
+                &[("train/loss", loss), ("lr", lr), ("grad_norm", norm), ("step_time_ms", millis)],
+            )?;
+            self.step += 1;
             seen += n;
             progress.inc(1);
             progress.set_message(format!(
@@ -308,6 +334,8 @@ fn run(args: &Args) -> Result<()> {
         optimizer,
         scheduler,
         rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
+        step: 0,
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), false)?,
     };
     for epoch in 1..=args.epochs {
         let lr = trainer.optimizer.lr();
@@ -315,6 +343,9 @@ fn run(args: &Args) -> Result<()> {
         let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
+        let accuracies = [("train/accuracy", train_acc), ("test/accuracy", test_acc)];
+        trainer.outputs.log(trainer.step, &accuracies)?;
+        trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
@@ -328,6 +359,7 @@ fn run(args: &Args) -> Result<()> {
     let Trainer {
         mut model,
         optimizer,
+        outputs,
         ..
     } = trainer;
 
@@ -348,6 +380,10 @@ fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.graph_svg {
         println!("graph of one training step: {}", path.display());
     }
+    if let Some(path) = &args.graph_html {
+        println!("its backward sweep, step by step: {}", path.display());
+    }
+    println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
     Ok(())
 }

@@ -60,6 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("io", &["src/io/"]),
     ("distributed", &["src/distributed/"]),
     ("viz", &["src/viz/"]),
+    ("runlog", &["src/runlog/"]),
     ("expr", &["src/expr/"]),
     ("root", &["src/lib.rs", "src/prelude.rs"]),
 ];

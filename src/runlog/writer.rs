@@ -93,22 +93,23 @@ impl RunLog {
         let time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let mut record = serde_json::Map::new();
-        record.insert(STEP_KEY.into(), step.into());
-        record.insert(TIME_KEY.into(), time.into());
-        for &(name, value) in scalars {
+        // Written by hand so that `step` and `time` come first, then the
+        // scalars in the order given (serde_json's map would sort them).
+        let mut line = format!("{{\"{STEP_KEY}\":{step},\"{TIME_KEY}\":{time}");
+        for (k, &(name, value)) in scalars.iter().enumerate() {
             check_name(name)?;
-            // `from_f64` is None for NaN and infinities: JSON's `null`.
-            let value = serde_json::Number::from_f64(value).map_or(serde_json::Value::Null, Into::into);
-            if record.insert(name.to_string(), value).is_some() {
+            if scalars[..k].iter().any(|&(earlier, _)| earlier == name) {
                 return Err(Error::InvalidArgument {
                     op: "RunLog::log",
                     reason: format!("`{name}` is given twice in one record"),
                 });
             }
+            // `from_f64` is None for NaN and infinities: JSON's `null`.
+            let value = serde_json::Number::from_f64(value)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number);
+            line.push_str(&format!(",{}:{value}", serde_json::Value::from(name)));
         }
-        let mut line = serde_json::Value::Object(record).to_string();
-        line.push('\n');
+        line.push_str("}\n");
         // One write of the whole line to an O_APPEND file: never interleaved
         // with another writer's record, never seen half-way by a reader
         // except as an unfinished last line.

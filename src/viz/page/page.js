@@ -114,7 +114,9 @@
     labels = [];
     for (let i = 1; i < k; i++) if (steps[i].kind === "node") $(data.nodes[steps[i].node].unit)?.classList.add("done");
     if (s.kind === "node") {
-      $(data.nodes[s.node].unit)?.classList.add("current");
+      const unit = $(data.nodes[s.node].unit);
+      unit?.classList.add("current");
+      unit?.scrollIntoView({ block: "nearest", inline: "nearest" });
       for (const c of s.contributions) {
         const edge = $(edgeOf.get(s.node + ":" + c.input));
         if (!edge) continue;
