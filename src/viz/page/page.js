@@ -129,6 +129,12 @@
         text.setAttribute("y", at.y + 4);
         text.textContent = c.previous === null ? c.tiny : `+${c.tiny} → ${c.total_tiny}`;
         edge.parentNode.appendChild(text);
+        // Near the picture's right edge, the label goes left of the edge.
+        const view = svg.viewBox.baseVal;
+        if (view.width && text.getBBox().x + text.getBBox().width > view.x + view.width) {
+          text.setAttribute("x", at.x - 6);
+          text.setAttribute("text-anchor", "end");
+        }
         labels.push(text);
       }
     } else if (s.kind === "seed") {
