@@ -12,10 +12,10 @@ mod gradients;
 pub(crate) mod hooks;
 mod notify;
 mod pool;
-mod scalar_node;
-mod store;
 mod sweep_record;
 
+#[doc(hidden)]
+pub use crate::core::{LaneOutcome, ScalarNode};
 pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
@@ -24,5 +24,3 @@ pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
 pub use sweep_record::{Contribution, StepKind, SweepRecord, SweepStep};
-#[doc(hidden)]
-pub use scalar_node::{LaneOutcome, ScalarNode};

@@ -7,7 +7,7 @@
 
 use super::backward::{run, seed_for, GradStore};
 use super::gradients::Gradients;
-use super::store::{GradSlot, TensorStore};
+use crate::core::store::{GradSlot, TensorStore};
 use crate::error::Result;
 use crate::graph::{order, Graph, Var, LEAF_CONSTANT};
 use crate::tensor::TensorSummary;
