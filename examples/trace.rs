@@ -31,7 +31,7 @@ options:
   --html FILE       write a page that steps through the backward sweep
   --renderer WHO    auto (Graphviz if installed, else built-in), builtin, graphviz
   --max-nodes N     draw at most N op nodes (the rest become one node)
-  --collapse        draw repeated chains of ops as one node
+  --collapse        draw repeated chains and repeated blocks of ops as one node
   --left-right      data flows left to right (default: top down)
   --title TEXT      a caption above the picture
   -h, --help        this text";

@@ -102,6 +102,50 @@ fn the_page_carries_the_engines_steps_and_needs_no_network() {
     }
 }
 
+#[test]
+fn a_collapsed_step_steps_through_every_node_of_its_groups() {
+    // Three residual blocks (h + tanh(h * w) * h), collapsed into one node.
+    let graph = Graph::new();
+    let mut h = graph.named_variable("x", Tensor::vector(&[0.5, -0.5]));
+    for k in 0..3 {
+        let w = graph.named_variable(&format!("w{k}"), Tensor::vector(&[0.1 * f64::from(k), 1.0]));
+        h = &h + &((&h * &w).tanh() * &h);
+    }
+    let loss = h.sum().named("loss");
+    let options = VizOptions::new().root(&loss).collapse_repeated(true).renderer(Renderer::Builtin);
+    let data = page_data(&graph.to_html(&options).unwrap());
+    let nodes = data["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 13);
+    // Every node of the blocks is drawn in the one group, which shows the
+    // gradient of its last node; the three weights are one summary node.
+    assert!(nodes[..12].iter().all(|n| n["unit"] == "g0"), "{nodes:?}");
+    assert_eq!(data["units"]["g0"]["value"], nodes[11]["output"]);
+    assert!(data["units"].as_object().unwrap().contains_key("s0"));
+    // One step per node of backward_order, the seed first.
+    let steps = data["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 14);
+    let visited: Vec<u64> = steps[1..].iter().map(|s| s["node"].as_u64().unwrap()).collect();
+    assert_eq!(visited, (0..13).rev().collect::<Vec<u64>>());
+}
+
+#[test]
+fn pages_without_a_root_or_with_a_vector_root() {
+    let graph = Graph::new();
+    let w = worked_example(&graph);
+    let data = page_data(&graph.to_html(&VizOptions::new().renderer(Renderer::Builtin)).unwrap());
+    assert_eq!(data["steps"], serde_json::json!([]), "no root, no sweep");
+    assert_eq!(data["nodes"].as_array().unwrap().len(), 3);
+    let v = &w * &graph.constant(Tensor::vector(&[1.0, 2.0]));
+    let err = graph.to_html(&VizOptions::new().root(&v)).unwrap_err();
+    assert!(matches!(err, retrograd::Error::NonScalarRoot { .. }), "{err}");
+    let other = Graph::new();
+    let u = worked_example(&other);
+    assert!(matches!(
+        graph.to_html(&VizOptions::new().root(&u)),
+        Err(retrograd::Error::ForeignVariable { .. })
+    ));
+}
+
 /// The browser, the driver and node, or why the browser test cannot run.
 fn browser() -> Result<PathBuf, String> {
     let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");

@@ -27,7 +27,12 @@
 //! Large graphs stay readable with [`VizOptions::max_nodes`] (keep the nodes
 //! nearest the root, summarise the rest in one node) and
 //! [`VizOptions::collapse_repeated`] (a chain that repeats the same ops, such
-//! as a thousand `tanh`s or twelve `mul → add → tanh` layers, becomes one node).
+//! as a thousand `tanh`s or twelve `mul → add → tanh` layers, or a block
+//! repeated with the same wiring, such as a transformer's layers, becomes
+//! one node).
+//!
+//! [`Graph::to_html`] writes a page that steps through the backward sweep
+//! node by node on the same picture.
 
 mod collapse;
 mod dot;
@@ -141,8 +146,13 @@ impl<'a> VizOptions<'a> {
         self
     }
 
-    /// Collapses chains that repeat the same sequence of ops (at least three
-    /// times) into one node labelled with the sequence and the count.
+    /// Collapses repeated structure into one node labelled with what
+    /// repeats and the count: chains that repeat the same short sequence
+    /// of ops at least three times (`(mul → add → tanh) × 12`), then blocks
+    /// of at least four consecutive nodes repeated at least twice with the
+    /// same ops wired the same way, fan-outs allowed (a transformer's
+    /// layers: `[layer_norm … add] (28 ops) × 4`), whose leaves are drawn
+    /// as one summary node.
     pub fn collapse_repeated(mut self, on: bool) -> Self {
         self.collapse_repeated = on;
         self
