@@ -38,7 +38,9 @@ fn run() -> Result<Option<Vec<PathBuf>>, String> {
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("out") => out = Some(parser.value().map_err(err)?.into()),
-            Long("smoothing") => options.smoothing = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("smoothing") => {
+                options.smoothing = parser.value().map_err(err)?.parse().map_err(err)?
+            }
             Long("scale") => {
                 options.scale = match parser.value().map_err(err)?.string().map_err(err)?.as_str() {
                     "auto" => Scale::Auto,
@@ -53,7 +55,8 @@ fn run() -> Result<Option<Vec<PathBuf>>, String> {
                     .split_once('x')
                     .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
                     .filter(|&(w, h): &(u32, u32)| w >= 200 && h >= 150);
-                options.size = parsed.ok_or(format!("--size {size}: WIDTHxHEIGHT, at least 200x150"))?;
+                options.size =
+                    parsed.ok_or(format!("--size {size}: WIDTHxHEIGHT, at least 200x150"))?;
             }
             Value(v) => {
                 let v = v.string().map_err(err)?;
@@ -73,14 +76,20 @@ fn run() -> Result<Option<Vec<PathBuf>>, String> {
     for (name, path) in logs {
         let run = read_log(&path).map_err(|e| e.to_string())?;
         if run.skipped_lines > 0 {
-            eprintln!("{}: {} lines are not records, skipped", path.display(), run.skipped_lines);
+            eprintln!(
+                "{}: {} lines are not records, skipped",
+                path.display(),
+                run.skipped_lines
+            );
         }
         runs.push(match name {
             Some(name) => run.named(&name),
             None => run,
         });
     }
-    write_plots(&runs, &out, &options).map(Some).map_err(|e| e.to_string())
+    write_plots(&runs, &out, &options)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

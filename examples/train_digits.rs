@@ -257,7 +257,12 @@ impl Trainer {
             let millis = 1e3 * started.elapsed().as_secs_f64();
             self.outputs.log(
                 self.step,
-                &[("train/loss", loss), ("lr", lr), ("grad_norm", norm), ("step_time_ms", millis)],
+                &[
+                    ("train/loss", loss),
+                    ("lr", lr),
+                    ("grad_norm", norm),
+                    ("step_time_ms", millis),
+                ],
             )?;
             self.step += 1;
             seen += n;

@@ -271,7 +271,12 @@ impl Trainer {
             let millis = 1e3 * started.elapsed().as_secs_f64();
             self.outputs.log(
                 self.step,
-                &[("train/loss", loss), ("lr", lr), ("grad_norm", norm), ("step_time_ms", millis)],
+                &[
+                    ("train/loss", loss),
+                    ("lr", lr),
+                    ("grad_norm", norm),
+                    ("step_time_ms", millis),
+                ],
             )?;
             self.step += 1;
             seen += n;
@@ -547,7 +552,10 @@ mod ddp {
             if let Some(outputs) = &mut outputs {
                 test_acc = evaluate_accuracy(ddp.module(), &test, 500, DType::F32)?;
                 let train_acc = totals[1] / totals[2];
-                outputs.log(step, &[("train/accuracy", train_acc), ("test/accuracy", test_acc)])?;
+                outputs.log(
+                    step,
+                    &[("train/accuracy", train_acc), ("test/accuracy", test_acc)],
+                )?;
                 outputs.evaluated()?;
                 println!(
                     "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {:>6.2}s",

@@ -403,7 +403,8 @@ fn train(args: &mut Args) -> Result<()> {
             let loss = model.loss(&graph.constant(x), &y)?;
             let grads = loss.backward()?;
             if let Some(path) = page {
-                let title = "one GPT training step: embeddings, 4 transformer blocks, cross-entropy";
+                let title =
+                    "one GPT training step: embeddings, 4 transformer blocks, cross-entropy";
                 run_outputs::write_step_page(&graph, &loss, path, title)?;
             }
             (loss.value().try_item()?, grads)
@@ -456,7 +457,10 @@ fn train(args: &mut Args) -> Result<()> {
     }
     println!("{line}");
     if let Some(path) = &args.graph_html {
-        println!("the first iteration's backward sweep, step by step: {}", path.display());
+        println!(
+            "the first iteration's backward sweep, step by step: {}",
+            path.display()
+        );
     }
     println!("{}", outputs.describe());
 
@@ -609,7 +613,11 @@ mod ddp {
             };
             optimizer.step(&grads)?;
             if let Some(outputs) = &mut outputs {
-                let scalars = [("train/loss", loss), ("lr", optimizer.lr()), ("grad_norm", norm)];
+                let scalars = [
+                    ("train/loss", loss),
+                    ("lr", optimizer.lr()),
+                    ("grad_norm", norm),
+                ];
                 outputs.log(it, &scalars)?;
             }
         }

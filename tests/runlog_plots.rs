@@ -26,7 +26,11 @@ impl Axis {
         let (p0, v0) = self.ticks[0];
         let (p1, v1) = *self.ticks.last().unwrap();
         let t = f(v0) + (px - p0) * (f(v1) - f(v0)) / (p1 - p0);
-        if self.log { 10f64.powf(t) } else { t }
+        if self.log {
+            10f64.powf(t)
+        } else {
+            t
+        }
     }
 
     /// How far one pixel moves the value near `v` (the drawing is rounded
@@ -58,7 +62,10 @@ fn attr(n: roxmltree::Node, name: &str) -> f64 {
 
 fn parse(svg: &str, log_y: bool) -> Plot {
     let doc = roxmltree::Document::parse(svg).expect("well-formed SVG");
-    let texts: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("text")).collect();
+    let texts: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .collect();
     let number = |n: &roxmltree::Node| n.text().unwrap_or("").trim().parse::<f64>().ok();
     let mut x_ticks = Vec::new();
     let mut y_ticks = Vec::new();
@@ -69,12 +76,22 @@ fn parse(svg: &str, log_y: bool) -> Plot {
             _ => {}
         }
     }
-    assert!(x_ticks.len() >= 2 && y_ticks.len() >= 2, "tick labels: {x_ticks:?} {y_ticks:?}");
+    assert!(
+        x_ticks.len() >= 2 && y_ticks.len() >= 2,
+        "tick labels: {x_ticks:?} {y_ticks:?}"
+    );
     // The legend box: its labels start at the left, each after its sample line.
     let legend_box = doc
         .descendants()
         .find(|n| n.has_tag_name("rect") && n.attribute("fill") == Some("none"))
-        .map(|r| (attr(r, "x"), attr(r, "y"), attr(r, "width"), attr(r, "height")))
+        .map(|r| {
+            (
+                attr(r, "x"),
+                attr(r, "y"),
+                attr(r, "width"),
+                attr(r, "height"),
+            )
+        })
         .expect("a legend");
     let inside = |(x, y): (f64, f64)| {
         let (lx, ly, w, h) = legend_box;
@@ -94,10 +111,15 @@ fn parse(svg: &str, log_y: bool) -> Plot {
             })
             .collect();
         let color = p.attribute("stroke").unwrap().to_ascii_lowercase();
-        let mark = Mark { color, opacity: attr(p, "opacity"), points };
+        let mark = Mark {
+            color,
+            opacity: attr(p, "opacity"),
+            points,
+        };
         if mark.color == "#000000" {
             // The value axis: the vertical black line of the plot area's left side.
-            if mark.points.len() == 2 && mark.points[0].0 == mark.points[1].0 && mark.opacity == 1.0 {
+            if mark.points.len() == 2 && mark.points[0].0 == mark.points[1].0 && mark.opacity == 1.0
+            {
                 let (a, b) = (mark.points[0].1, mark.points[1].1);
                 if axis_line.is_none_or(|(t, bo): (f64, f64)| b - a > bo - t) {
                     axis_line = Some((a.min(b), a.max(b)));
@@ -115,7 +137,11 @@ fn parse(svg: &str, log_y: bool) -> Plot {
         let point = (attr(c, "cx"), attr(c, "cy"));
         match markers.iter_mut().find(|m| m.color == color) {
             Some(m) => m.points.push(point),
-            None => markers.push(Mark { color, opacity: 1.0, points: vec![point] }),
+            None => markers.push(Mark {
+                color,
+                opacity: 1.0,
+                points: vec![point],
+            }),
         }
     }
     let legend = texts
@@ -134,8 +160,14 @@ fn parse(svg: &str, log_y: bool) -> Plot {
         })
         .collect();
     Plot {
-        x: Axis { ticks: x_ticks, log: false },
-        y: Axis { ticks: y_ticks, log: log_y },
+        x: Axis {
+            ticks: x_ticks,
+            log: false,
+        },
+        y: Axis {
+            ticks: y_ticks,
+            log: log_y,
+        },
         area: axis_line.expect("the value axis"),
         lines,
         markers,
@@ -145,12 +177,20 @@ fn parse(svg: &str, log_y: bool) -> Plot {
 
 impl Plot {
     fn color_of(&self, legend: &str) -> &str {
-        &self.legend.iter().find(|l| l.0 == legend).unwrap_or_else(|| panic!("no legend {legend}: {:?}", self.legend)).1
+        &self
+            .legend
+            .iter()
+            .find(|l| l.0 == legend)
+            .unwrap_or_else(|| panic!("no legend {legend}: {:?}", self.legend))
+            .1
     }
 
     /// The drawn points of `mark` as (step, value).
     fn data(&self, mark: &Mark) -> Vec<(f64, f64)> {
-        mark.points.iter().map(|&(x, y)| (self.x.value(x), self.y.value(y))).collect()
+        mark.points
+            .iter()
+            .map(|&(x, y)| (self.x.value(x), self.y.value(y)))
+            .collect()
     }
 
     /// Asserts `mark` draws exactly `expected`, to within the rounding of
@@ -160,8 +200,16 @@ impl Plot {
         let drawn = self.data(mark);
         assert_eq!(drawn.len(), expected.len(), "{what}: point count");
         for (k, (&(s, v), &(es, ev))) in drawn.iter().zip(expected).enumerate() {
-            assert!((s - es).abs() <= 1.5 * self.x.pixel(es), "{what}[{k}]: step {s} drawn for {es}");
-            assert!((v - ev).abs() <= 1.5 * self.y.pixel(ev), "{what}[{k}]: value {v} drawn for {ev} ({} px off; ticks {:?})", (v - ev).abs() / self.y.pixel(ev), self.y.ticks);
+            assert!(
+                (s - es).abs() <= 1.5 * self.x.pixel(es),
+                "{what}[{k}]: step {s} drawn for {es}"
+            );
+            assert!(
+                (v - ev).abs() <= 1.5 * self.y.pixel(ev),
+                "{what}[{k}]: value {v} drawn for {ev} ({} px off; ticks {:?})",
+                (v - ev).abs() / self.y.pixel(ev),
+                self.y.ticks
+            );
         }
     }
 }
@@ -188,7 +236,10 @@ fn write_run(dir: &std::path::Path, name: &str, scale: f64) -> Run {
         let s = step as f64;
         let noise = 0.05 * ((s * 12.9898).sin() * 43758.5453).fract();
         let mut scalars = vec![
-            ("train/loss", scale * (2.0 * (-s / 60.0).exp() + 0.3 + noise)),
+            (
+                "train/loss",
+                scale * (2.0 * (-s / 60.0).exp() + 0.3 + noise),
+            ),
             ("lr", 1e-3 * (1.0 - s / 400.0)),
             ("grad_norm", 4.0 * (-s / 25.0).exp()),
         ];
@@ -201,7 +252,12 @@ fn write_run(dir: &std::path::Path, name: &str, scale: f64) -> Run {
 }
 
 fn points(run: &Run, name: &str) -> Vec<(f64, f64)> {
-    run.series(name).unwrap().points.iter().map(|&(s, v)| (s as f64, v)).collect()
+    run.series(name)
+        .unwrap()
+        .points
+        .iter()
+        .map(|&(s, v)| (s as f64, v))
+        .collect()
 }
 
 #[test]
@@ -209,8 +265,14 @@ fn train_and_validation_share_a_chart_smoothed_and_marked() {
     let dir = tempfile::tempdir().unwrap();
     let run = write_run(dir.path(), "run", 1.0);
     let options = PlotOptions::default();
-    let plot = parse(&plot_chart(&[run.clone()], "loss", &options).unwrap(), false);
-    assert_eq!(plot.legend.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["train", "val"]);
+    let plot = parse(
+        &plot_chart(&[run.clone()], "loss", &options).unwrap(),
+        false,
+    );
+    assert_eq!(
+        plot.legend.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(),
+        ["train", "val"]
+    );
     let (train, val) = (plot.color_of("train"), plot.color_of("val"));
     assert_ne!(train, val);
 
@@ -223,23 +285,45 @@ fn train_and_validation_share_a_chart_smoothed_and_marked() {
             .unwrap_or_else(|| panic!("no line {color} faint={faint}"))
     };
     plot.assert_draws(of(train, true), &logged, "raw train loss");
-    plot.assert_draws(of(train, false), &smooth(&logged, options.smoothing), "smoothed train loss");
+    plot.assert_draws(
+        of(train, false),
+        &smooth(&logged, options.smoothing),
+        "smoothed train loss",
+    );
     // Validation: 5 evaluations, drawn as logged with a marker on each.
     let val_logged = points(&run, "val/loss");
     plot.assert_draws(of(val, false), &val_logged, "validation line");
-    let markers = plot.markers.iter().find(|m| m.color == val).expect("validation markers");
+    let markers = plot
+        .markers
+        .iter()
+        .find(|m| m.color == val)
+        .expect("validation markers");
     plot.assert_draws(markers, &val_logged, "validation markers");
 
     // Axes: steps 0..200 end to end; values from the smallest to the
     // largest drawn, 5% of the span beyond each.
     let xs: Vec<f64> = plot.data(of(train, true)).iter().map(|p| p.0).collect();
-    assert!(xs[0].abs() < 0.5 && (xs[xs.len() - 1] - 200.0).abs() < 0.5, "{xs:?}");
+    assert!(
+        xs[0].abs() < 0.5 && (xs[xs.len() - 1] - 200.0).abs() < 0.5,
+        "{xs:?}"
+    );
     let all: Vec<f64> = logged.iter().chain(&val_logged).map(|p| p.1).collect();
-    let (lo, hi) = (all.iter().cloned().fold(f64::INFINITY, f64::min), all.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) = (
+        all.iter().cloned().fold(f64::INFINITY, f64::min),
+        all.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+    );
     let pad = 0.05 * (hi - lo);
     let (top, bottom) = (plot.y.value(plot.area.0), plot.y.value(plot.area.1));
-    assert!((top - (hi + pad)).abs() <= 1.5 * plot.y.pixel(hi), "top {top} for {}", hi + pad);
-    assert!((bottom - (lo - pad)).abs() <= 1.5 * plot.y.pixel(lo), "bottom {bottom} for {}", lo - pad);
+    assert!(
+        (top - (hi + pad)).abs() <= 1.5 * plot.y.pixel(hi),
+        "top {top} for {}",
+        hi + pad
+    );
+    assert!(
+        (bottom - (lo - pad)).abs() <= 1.5 * plot.y.pixel(lo),
+        "bottom {bottom} for {}",
+        lo - pad
+    );
 }
 
 #[test]
@@ -250,20 +334,33 @@ fn values_over_decades_get_a_log_axis() {
     let plot = parse(&svg, true);
     // Powers of ten only, evenly spaced: a log axis.
     let ticks = &plot.y.ticks;
-    assert!(ticks.iter().all(|t| t.1.log10().fract().abs() < 1e-9), "{ticks:?}");
+    assert!(
+        ticks.iter().all(|t| t.1.log10().fract().abs() < 1e-9),
+        "{ticks:?}"
+    );
     let gaps: Vec<f64> = ticks.windows(2).map(|w| w[1].0 - w[0].0).collect();
     assert!(gaps.iter().all(|g| (g - gaps[0]).abs() <= 1.0), "{gaps:?}");
     let logged = points(&run, "grad_norm");
     let line = plot.lines.iter().find(|m| m.opacity < 1.0).unwrap();
     plot.assert_draws(line, &logged, "raw gradient norm");
     // The learning rate spans less than two decades: linear.
-    let lr = parse(&plot_chart(&[run.clone()], "lr", &PlotOptions::default()).unwrap(), false);
+    let lr = parse(
+        &plot_chart(&[run.clone()], "lr", &PlotOptions::default()).unwrap(),
+        false,
+    );
     let line = lr.lines.iter().find(|m| m.opacity < 1.0).unwrap();
     lr.assert_draws(line, &points(&run, "lr"), "learning rate");
     // Forced linear, the gradient norm reads back linearly.
-    let linear = PlotOptions { scale: Scale::Linear, ..PlotOptions::default() };
+    let linear = PlotOptions {
+        scale: Scale::Linear,
+        ..PlotOptions::default()
+    };
     let plot = parse(&plot_chart(&[run], "grad_norm", &linear).unwrap(), false);
-    plot.assert_draws(plot.lines.iter().find(|m| m.opacity < 1.0).unwrap(), &logged, "linear");
+    plot.assert_draws(
+        plot.lines.iter().find(|m| m.opacity < 1.0).unwrap(),
+        &logged,
+        "linear",
+    );
 }
 
 #[test]
@@ -271,14 +368,25 @@ fn several_runs_overlay_in_their_own_colours() {
     let dir = tempfile::tempdir().unwrap();
     let a = write_run(dir.path(), "a", 1.0);
     let b = write_run(dir.path(), "b", 0.5);
-    let plot = parse(&plot_chart(&[a.clone(), b.clone()], "loss", &PlotOptions::default()).unwrap(), false);
+    let plot = parse(
+        &plot_chart(&[a.clone(), b.clone()], "loss", &PlotOptions::default()).unwrap(),
+        false,
+    );
     let labels: Vec<&str> = plot.legend.iter().map(|l| l.0.as_str()).collect();
     assert_eq!(labels, ["a train", "a val", "b train", "b val"]);
-    assert_eq!(plot.color_of("a train"), plot.color_of("a val"), "a run has one colour");
+    assert_eq!(
+        plot.color_of("a train"),
+        plot.color_of("a val"),
+        "a run has one colour"
+    );
     assert_ne!(plot.color_of("a train"), plot.color_of("b train"));
     for (run, name) in [(&a, "a"), (&b, "b")] {
         let color = plot.color_of(&format!("{name} train"));
-        let raw = plot.lines.iter().find(|m| m.color == color && m.opacity < 1.0).unwrap();
+        let raw = plot
+            .lines
+            .iter()
+            .find(|m| m.color == color && m.opacity < 1.0)
+            .unwrap();
         plot.assert_draws(raw, &points(run, "train/loss"), name);
         let markers = plot.markers.iter().find(|m| m.color == color).unwrap();
         plot.assert_draws(markers, &points(run, "val/loss"), name);

@@ -64,7 +64,10 @@ fn the_page_carries_the_engines_steps_and_needs_no_network() {
     let data = page_data(&html);
     let steps = data["steps"].as_array().unwrap();
     let label = |v: &Value| data["values"][v.as_u64().unwrap() as usize]["label"].clone();
-    let kinds: Vec<_> = steps.iter().map(|s| (s["kind"].clone(), s["node"].clone())).collect();
+    let kinds: Vec<_> = steps
+        .iter()
+        .map(|s| (s["kind"].clone(), s["node"].clone()))
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -80,7 +83,13 @@ fn the_page_carries_the_engines_steps_and_needs_no_network() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| (label(&c["value"]), c["gradient"].clone(), c["total"].clone()))
+            .map(|c| {
+                (
+                    label(&c["value"]),
+                    c["gradient"].clone(),
+                    c["total"].clone(),
+                )
+            })
             .collect()
     };
     let t = |v: &str, g: &str, total: &str| (v.into(), g.into(), total.into());
@@ -90,9 +99,15 @@ fn the_page_carries_the_engines_steps_and_needs_no_network() {
     assert_eq!(steps[2]["contributions"][0]["previous"], "1");
     // The dead node is drawn, never stepped, and says why.
     let q = &data["nodes"][1];
-    assert_eq!((q["op"].as_str(), q["live"].as_bool()), (Some("sub"), Some(false)));
+    assert_eq!(
+        (q["op"].as_str(), q["live"].as_bool()),
+        (Some("sub"), Some(false))
+    );
     let note = data["values"][q["output"].as_u64().unwrap() as usize]["note"].as_str();
-    assert!(note.unwrap().starts_with("not in backward_order(w)"), "{note:?}");
+    assert!(
+        note.unwrap().starts_with("not in backward_order(w)"),
+        "{note:?}"
+    );
     // Every node and edge the script looks up is in the SVG.
     for id in data["units"].as_object().unwrap().keys() {
         assert!(html.contains(&format!("id=\"{id}\"")), "no element {id}");
@@ -112,7 +127,10 @@ fn a_collapsed_step_steps_through_every_node_of_its_groups() {
         h = &h + &((&h * &w).tanh() * &h);
     }
     let loss = h.sum().named("loss");
-    let options = VizOptions::new().root(&loss).collapse_repeated(true).renderer(Renderer::Builtin);
+    let options = VizOptions::new()
+        .root(&loss)
+        .collapse_repeated(true)
+        .renderer(Renderer::Builtin);
     let data = page_data(&graph.to_html(&options).unwrap());
     let nodes = data["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 13);
@@ -124,7 +142,10 @@ fn a_collapsed_step_steps_through_every_node_of_its_groups() {
     // One step per node of backward_order, the seed first.
     let steps = data["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 14);
-    let visited: Vec<u64> = steps[1..].iter().map(|s| s["node"].as_u64().unwrap()).collect();
+    let visited: Vec<u64> = steps[1..]
+        .iter()
+        .map(|s| s["node"].as_u64().unwrap())
+        .collect();
     assert_eq!(visited, (0..13).rev().collect::<Vec<u64>>());
 }
 
@@ -132,12 +153,19 @@ fn a_collapsed_step_steps_through_every_node_of_its_groups() {
 fn pages_without_a_root_or_with_a_vector_root() {
     let graph = Graph::new();
     let w = worked_example(&graph);
-    let data = page_data(&graph.to_html(&VizOptions::new().renderer(Renderer::Builtin)).unwrap());
+    let data = page_data(
+        &graph
+            .to_html(&VizOptions::new().renderer(Renderer::Builtin))
+            .unwrap(),
+    );
     assert_eq!(data["steps"], serde_json::json!([]), "no root, no sweep");
     assert_eq!(data["nodes"].as_array().unwrap().len(), 3);
     let v = &w * &graph.constant(Tensor::vector(&[1.0, 2.0]));
     let err = graph.to_html(&VizOptions::new().root(&v)).unwrap_err();
-    assert!(matches!(err, retrograd::Error::NonScalarRoot { .. }), "{err}");
+    assert!(
+        matches!(err, retrograd::Error::NonScalarRoot { .. }),
+        "{err}"
+    );
     let other = Graph::new();
     let u = worked_example(&other);
     assert!(matches!(
@@ -151,7 +179,9 @@ fn browser() -> Result<PathBuf, String> {
     let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     if !Path::new(&chromium).exists() {
-        return Err(format!("no Chromium at {chromium} (apt-get install chromium)"));
+        return Err(format!(
+            "no Chromium at {chromium} (apt-get install chromium)"
+        ));
     }
     if !browser_dir.join("node_modules/playwright-core").exists() {
         return Err("no driver (run `npm ci --prefix tests/browser`)".into());
@@ -212,36 +242,73 @@ fn chromium_steps_through_the_worked_example() {
 
     // Step 1: add runs; z and x each receive 1 along their edges into add.
     assert_eq!(current(1), serde_json::json!(["n2"]));
-    assert_eq!((grad(1, "n0"), grad(1, "v0")), ("grad 1".into(), "grad 1".into()));
+    assert_eq!(
+        (grad(1, "n0"), grad(1, "v0")),
+        ("grad 1".into(), "grad 1".into())
+    );
     assert_eq!(grad(1, "v1"), "", "y has nothing yet");
     assert_eq!(flow_labels(1), ["1", "1"]);
     assert_eq!(steps[1]["table"]["z"], "1");
 
     // Step 2: mul runs; x's second contribution accumulates: 1 + 4 = 5; y gets 3.
     assert_eq!(current(2), serde_json::json!(["n0"]));
-    assert_eq!((grad(2, "v0"), grad(2, "v1")), ("grad 5".into(), "grad 3".into()));
+    assert_eq!(
+        (grad(2, "v0"), grad(2, "v1")),
+        ("grad 5".into(), "grad 3".into())
+    );
     assert_eq!(flow_labels(2), ["+4 → 5", "3"]);
-    assert_eq!((steps[2]["table"]["x"].as_str(), steps[2]["table"]["y"].as_str()), (Some("5"), Some("3")));
+    assert_eq!(
+        (
+            steps[2]["table"]["x"].as_str(),
+            steps[2]["table"]["y"].as_str()
+        ),
+        (Some("5"), Some("3"))
+    );
     assert_eq!(steps[2]["count"], "step 2 of 2");
     let end = steps[2]["narration"].as_str().unwrap();
     assert!(end.contains("Never visited: q = sub(x, 1)"), "{end}");
 
     // q = x - 1 is never visited: never highlighted, no gradient, no flow into it.
     for (k, step) in steps.iter().enumerate() {
-        assert!(!current(k).as_array().unwrap().contains(&"n1".into()), "q highlighted at step {k}");
-        assert!(!badges(k).contains_key("n1"), "q has a gradient line at step {k}");
+        assert!(
+            !current(k).as_array().unwrap().contains(&"n1".into()),
+            "q highlighted at step {k}"
+        );
+        assert!(
+            !badges(k).contains_key("n1"),
+            "q has a gradient line at step {k}"
+        );
         assert_eq!(step["table"]["q"], "");
         assert_eq!(step["step"], k);
     }
     // The keys and buttons move as expected.
-    assert_eq!((seen["home"].as_u64(), seen["end"].as_u64(), seen["back"].as_u64()), (Some(0), Some(2), Some(1)));
+    assert_eq!(
+        (
+            seen["home"].as_u64(),
+            seen["end"].as_u64(),
+            seen["back"].as_u64()
+        ),
+        (Some(0), Some(2), Some(1))
+    );
     // Hovering: forward values and shapes, and why q is grey.
     let hover = |unit: &str| seen["hover"][unit].as_str().unwrap_or_default().to_string();
-    assert!(hover("v0").contains("f64 []") && hover("v0").contains("= 3"), "{}", hover("v0"));
+    assert!(
+        hover("v0").contains("f64 []") && hover("v0").contains("= 3"),
+        "{}",
+        hover("v0")
+    );
     assert!(hover("n0").contains("= 12"), "{}", hover("n0"));
-    assert!(hover("n1").contains("not in backward_order(w)"), "{}", hover("n1"));
+    assert!(
+        hover("n1").contains("not in backward_order(w)"),
+        "{}",
+        hover("n1")
+    );
     for k in 0..steps.len() {
         let shot = shots.join(format!("step_{k}.png"));
-        assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "no screenshot {}", shot.display());
+        assert!(
+            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
+            "no screenshot {}",
+            shot.display()
+        );
     }
 }

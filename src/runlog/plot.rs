@@ -126,7 +126,11 @@ pub fn plot_chart(runs: &[Run], chart: &str, options: &PlotOptions) -> Result<St
             reason: format!("no series goes on the chart `{chart}` (its series are called `{chart}` or `SPLIT/{chart}`)"),
         });
     }
-    let all = || lines.iter().flat_map(|l| l.points.iter().chain(l.smoothed.iter().flatten()));
+    let all = || {
+        lines
+            .iter()
+            .flat_map(|l| l.points.iter().chain(l.smoothed.iter().flatten()))
+    };
     let (x0, x1) = bounds(all().map(|p| p.0));
     let log = match options.scale {
         Scale::Linear => false,
@@ -145,11 +149,35 @@ pub fn plot_chart(runs: &[Run], chart: &str, options: &PlotOptions) -> Result<St
     };
     let mut svg = String::new();
     let drawn = if log {
-        let (lo, hi) = if y1 > y0 { (y0 / 1.1, y1 * 1.1) } else { (y0 / 2.0, y0 * 2.0) };
-        draw(&mut svg, options.size, &caption, chart, x, (lo..hi).log_scale(), &lines)
+        let (lo, hi) = if y1 > y0 {
+            (y0 / 1.1, y1 * 1.1)
+        } else {
+            (y0 / 2.0, y0 * 2.0)
+        };
+        draw(
+            &mut svg,
+            options.size,
+            &caption,
+            chart,
+            x,
+            (lo..hi).log_scale(),
+            &lines,
+        )
     } else {
-        let pad = if y1 > y0 { 0.05 * (y1 - y0) } else { y0.abs().max(1.0) * 0.1 };
-        draw(&mut svg, options.size, &caption, chart, x, (y0 - pad)..(y1 + pad), &lines)
+        let pad = if y1 > y0 {
+            0.05 * (y1 - y0)
+        } else {
+            y0.abs().max(1.0) * 0.1
+        };
+        draw(
+            &mut svg,
+            options.size,
+            &caption,
+            chart,
+            x,
+            (y0 - pad)..(y1 + pad),
+            &lines,
+        )
     };
     drawn.map_err(|e| Error::Format {
         op: "plot_chart",
@@ -163,7 +191,11 @@ pub fn plot_chart(runs: &[Run], chart: &str, options: &PlotOptions) -> Result<St
 /// atomically (a temporary file renamed into place, so a browser reloading
 /// it mid-run never sees half a picture), named after the chart
 /// (`loss.svg`, `lr.svg`). Returns the files written.
-pub fn write_plots(runs: &[Run], dir: impl AsRef<Path>, options: &PlotOptions) -> Result<Vec<PathBuf>> {
+pub fn write_plots(
+    runs: &[Run],
+    dir: impl AsRef<Path>,
+    options: &PlotOptions,
+) -> Result<Vec<PathBuf>> {
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| io_error("create plot directory", dir, e))?;
     let mut written = Vec::new();
@@ -171,10 +203,17 @@ pub fn write_plots(runs: &[Run], dir: impl AsRef<Path>, options: &PlotOptions) -
         let svg = plot_chart(runs, &chart, options)?;
         let file: String = chart
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let path = dir.join(format!("{file}.svg"));
-        let tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io_error("write plot", &path, e))?;
+        let tmp =
+            tempfile::NamedTempFile::new_in(dir).map_err(|e| io_error("write plot", &path, e))?;
         std::fs::write(tmp.path(), svg).map_err(|e| io_error("write plot", &path, e))?;
         tmp.persist(&path)
             .map_err(|e| io_error("write plot", &path, e.error))?;
@@ -242,8 +281,14 @@ fn color(k: usize) -> RGBColor {
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let (lo, hi) = values
         .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    if lo > hi { (0.0, 1.0) } else { (lo, hi) }
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if lo > hi {
+        (0.0, 1.0)
+    } else {
+        (lo, hi)
+    }
 }
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
@@ -282,16 +327,30 @@ where
         let color = line.color;
         let bold = match &line.smoothed {
             Some(smoothed) => {
-                plot.draw_series(LineSeries::new(line.points.iter().copied(), color.mix(0.25)))?;
-                plot.draw_series(LineSeries::new(smoothed.iter().copied(), color.stroke_width(2)))?
+                plot.draw_series(LineSeries::new(
+                    line.points.iter().copied(),
+                    color.mix(0.25),
+                ))?;
+                plot.draw_series(LineSeries::new(
+                    smoothed.iter().copied(),
+                    color.stroke_width(2),
+                ))?
             }
-            None => plot.draw_series(LineSeries::new(line.points.iter().copied(), color.stroke_width(2)))?,
+            None => plot.draw_series(LineSeries::new(
+                line.points.iter().copied(),
+                color.stroke_width(2),
+            ))?,
         };
         // The legend: a sample of the line, then its label.
-        bold.label(line.legend.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        bold.label(line.legend.as_str()).legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+        });
         if line.smoothed.is_none() {
-            plot.draw_series(line.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            plot.draw_series(
+                line.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, color.filled())),
+            )?;
         }
     }
     plot.configure_series_labels()
@@ -312,7 +371,11 @@ mod tests {
     fn smoothing_is_tensorboards_debiased_average() {
         let s = smooth(&[(0.0, 1.0), (1.0, 3.0)], 0.5);
         assert_eq!(s[0], (0.0, 1.0), "debiased: the first point is itself");
-        assert_eq!(s[1], (1.0, 1.75 / 0.75), "(0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5²)");
+        assert_eq!(
+            s[1],
+            (1.0, 1.75 / 0.75),
+            "(0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5²)"
+        );
         assert_eq!(chart_of("train/loss"), ("loss", "train"));
         assert_eq!(chart_of("lr"), ("lr", ""));
         assert_eq!(bounds([f64::NAN, 2.0, -1.0].into_iter()), (-1.0, 2.0));

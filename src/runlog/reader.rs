@@ -57,7 +57,12 @@ impl Run {
     /// Adds one record's values (what `read_log` does per line). A step
     /// below one already seen is a restart (a run resumed from an earlier
     /// checkpoint): every series forgets its points from that step on.
-    fn add_record(&mut self, step: u64, values: impl Iterator<Item = (String, f64)>, max_step: &mut Option<u64>) {
+    fn add_record(
+        &mut self,
+        step: u64,
+        values: impl Iterator<Item = (String, f64)>,
+        max_step: &mut Option<u64>,
+    ) {
         if max_step.is_some_and(|m| step < m) {
             for series in self.series.values_mut() {
                 series.points.retain(|p| p.0 < step);
@@ -158,7 +163,8 @@ mod tests {
         let path = dir.path().join("run.log.jsonl");
         let mut log = RunLog::create(&path).unwrap();
         for step in 0..5 {
-            log.log(step, &[("train/loss", 10.0 - step as f64)]).unwrap();
+            log.log(step, &[("train/loss", 10.0 - step as f64)])
+                .unwrap();
         }
         log.log(4, &[("val/loss", f64::NAN)]).unwrap();
         drop(log);
@@ -178,7 +184,10 @@ mod tests {
         assert_eq!(run.skipped_lines, 1, "the torn record");
         let loss = run.series("train/loss").unwrap();
         assert_eq!(loss.points, [(0, 10.0), (1, 9.0), (2, 8.0), (3, 0.5)]);
-        assert!(run.series("val/loss").unwrap().points.is_empty(), "step 4 is gone");
+        assert!(
+            run.series("val/loss").unwrap().points.is_empty(),
+            "step 4 is gone"
+        );
     }
 
     #[test]
@@ -187,14 +196,23 @@ mod tests {
         let path = dir.path().join("sub/dir/run.jsonl");
         let mut log = RunLog::create(&path).unwrap();
         for bad in ["", "step", "time", "a\nb"] {
-            assert!(matches!(log.log(0, &[(bad, 1.0)]), Err(Error::InvalidArgument { .. })), "{bad:?}");
+            assert!(
+                matches!(
+                    log.log(0, &[(bad, 1.0)]),
+                    Err(Error::InvalidArgument { .. })
+                ),
+                "{bad:?}"
+            );
         }
         assert!(log.log(0, &[("x", 1.0), ("x", 2.0)]).is_err());
         let not_a_log = dir.path().join("notes.txt");
         std::fs::write(&not_a_log, "hello\nworld\n").unwrap();
         let err = read_log(&not_a_log).unwrap_err().to_string();
         assert!(err.contains("line 1") && err.contains("not JSON"), "{err}");
-        assert!(matches!(read_log(dir.path().join("absent")), Err(Error::Io { .. })));
+        assert!(matches!(
+            read_log(dir.path().join("absent")),
+            Err(Error::Io { .. })
+        ));
         std::fs::write(&not_a_log, "").unwrap();
         assert!(read_log(&not_a_log).unwrap().series.is_empty());
     }

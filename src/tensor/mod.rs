@@ -35,8 +35,8 @@ pub use crate::base::DType;
 pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
-pub use summary::TensorSummary;
 use storage::Buffer;
+pub use summary::TensorSummary;
 pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
 

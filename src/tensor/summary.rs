@@ -90,7 +90,10 @@ mod tests {
         assert_eq!(s.values, None);
         let empty = Tensor::vector::<f64>(&[]).summary(8);
         assert!(empty.min.is_nan() && empty.mean.is_nan());
-        assert_eq!((empty.norm, empty.numel(), empty.values), (0.0, 0, Some(vec![])));
+        assert_eq!(
+            (empty.norm, empty.numel(), empty.values),
+            (0.0, 0, Some(vec![]))
+        );
         let scalar = Tensor::scalar(2.5f32).summary(1);
         assert_eq!((scalar.numel(), scalar.values), (1, Some(vec![2.5])));
     }

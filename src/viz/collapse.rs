@@ -134,9 +134,14 @@ fn find_blocks(st: &GraphState, nodes: &[usize], live: &[bool]) -> Vec<Group> {
         let place = |id: u32, start: usize| {
             let p = st.producers()[id as usize];
             let (first, last) = (nodes[start], nodes[start + len - 1]);
-            (p < LEAF_CONSTANT && (first..=last).contains(&(p as usize))).then(|| p as usize - first)
+            (p < LEAF_CONSTANT && (first..=last).contains(&(p as usize)))
+                .then(|| p as usize - first)
         };
-        ia.len() == ib.len() && ia.iter().zip(ib).all(|(&x, &y)| place(x, a0) == place(y, b0))
+        ia.len() == ib.len()
+            && ia
+                .iter()
+                .zip(ib)
+                .all(|(&x, &y)| place(x, a0) == place(y, b0))
     };
     let mut groups = Vec::new();
     let mut i = 0;

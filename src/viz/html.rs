@@ -36,7 +36,10 @@ pub(crate) fn page(graph: &Graph, options: &VizOptions<'_>) -> Result<String> {
     }
     let svg_text = svg::render(&picture, options.renderer)?;
     let data = PageData::new(graph, &picture, record.as_ref(), &badges, options).to_json();
-    let title = options.title.as_deref().unwrap_or("retrograd: the backward sweep");
+    let title = options
+        .title
+        .as_deref()
+        .unwrap_or("retrograd: the backward sweep");
     Ok(fill(TEMPLATE, title, &svg_text, &data))
 }
 
@@ -302,9 +305,8 @@ impl<'a> PageData<'a> {
                 )
             });
         }
-        (!users.iter().any(|&u| self.live[u])).then(|| {
-            format!("feeds no node of backward_order({root}): no gradient reaches it")
-        })
+        (!users.iter().any(|&u| self.live[u]))
+            .then(|| format!("feeds no node of backward_order({root}): no gradient reaches it"))
     }
 
     fn steps(&self, st: &GraphState, record: &SweepRecord) -> Vec<Value> {
@@ -316,7 +318,12 @@ impl<'a> PageData<'a> {
             .collect()
     }
 
-    fn step(&self, st: &GraphState, step: &SweepStep, totals: &mut HashMap<usize, String>) -> Value {
+    fn step(
+        &self,
+        st: &GraphState,
+        step: &SweepStep,
+        totals: &mut HashMap<usize, String>,
+    ) -> Value {
         let (kind, node, value) = match step.kind {
             StepKind::Seed => ("seed", None, None),
             StepKind::Node(i) => ("node", Some(i), Some(st.nodes()[i].output as usize)),

@@ -147,7 +147,10 @@ mod tests {
     fn summaries_list_small_tensors_and_describe_large_ones() {
         let m = Tensor::from_vec(vec![1.0f32, 2.5, 3.0, -4.0], &[2, 2]).unwrap();
         assert_eq!(summary_short(&m.summary(4)), "[[1, 2.5], [3, -4]]");
-        assert_eq!(summary_long(&m.summary(4)), "f32 [2, 2] = [[1, 2.5], [3, -4]]");
+        assert_eq!(
+            summary_long(&m.summary(4)),
+            "f32 [2, 2] = [[1, 2.5], [3, -4]]"
+        );
         assert_eq!(summary_short(&m.summary(2)), "‖·‖ 5.679");
         assert_eq!(summary_tiny(&m.summary(4)), "‖·‖ 5.679");
         assert_eq!(summary_tiny(&Tensor::scalar(-0.5).summary(4)), "-0.5");
