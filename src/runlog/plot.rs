@@ -12,10 +12,11 @@ use super::reader::Run;
 use super::writer::io_error;
 use crate::error::{Error, Result};
 use crate::viz::label::number;
+use crate::viz::write_atomically;
 
-/// Series with more points than this are smoothed (drawn faint as logged,
-/// and bold smoothed); sparser ones (evaluations) are drawn as logged, with
-/// a marker on each point.
+/// Series with more points than this are smoothed when they are noisy
+/// (drawn faint as logged, and bold smoothed); sparser ones (evaluations)
+/// are drawn as logged, with a marker on each point.
 pub const SMOOTH_ABOVE_POINTS: usize = 30;
 
 /// Colours: of the splits of one run, or of the runs when several are drawn.
@@ -212,11 +213,7 @@ pub fn write_plots(
             })
             .collect();
         let path = dir.join(format!("{file}.svg"));
-        let tmp =
-            tempfile::NamedTempFile::new_in(dir).map_err(|e| io_error("write plot", &path, e))?;
-        std::fs::write(tmp.path(), svg).map_err(|e| io_error("write plot", &path, e))?;
-        tmp.persist(&path)
-            .map_err(|e| io_error("write plot", &path, e.error))?;
+        write_atomically(&path, svg.as_bytes())?;
         written.push(path);
     }
     Ok(written)
@@ -245,8 +242,9 @@ fn lines(runs: &[Run], chart: &str, smoothing: f64) -> Vec<Line> {
                 (_, split) => format!("{} {split}", run.name),
             };
             let k = if runs.len() == 1 { lines.len() } else { r };
-            let smoothed = (points.len() > SMOOTH_ABOVE_POINTS && smoothing > 0.0)
-                .then(|| smooth(&points, smoothing));
+            let dense = points.len() > SMOOTH_ABOVE_POINTS;
+            let smoothed =
+                (dense && smoothing > 0.0 && noisy(&points)).then(|| smooth(&points, smoothing));
             lines.push(Line {
                 legend,
                 color: color(k),
@@ -256,6 +254,17 @@ fn lines(runs: &[Run], chart: &str, smoothing: f64) -> Vec<Line> {
         }
     }
     lines
+}
+
+/// Whether a series zigzags: its steps change direction at more than a
+/// tenth of its points. A loss per batch does; a learning-rate schedule,
+/// which smoothing would only delay, does not.
+fn noisy(points: &[(f64, f64)]) -> bool {
+    let turns = points
+        .windows(3)
+        .filter(|w| (w[1].1 - w[0].1) * (w[2].1 - w[1].1) < 0.0)
+        .count();
+    turns * 10 > points.len()
 }
 
 /// TensorBoard's debiased exponential moving average.
@@ -311,8 +320,9 @@ where
     let mut plot = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 22))
         .margin(12)
+        .margin_right(30)
         .x_label_area_size(42)
-        .y_label_area_size(64)
+        .y_label_area_size(84)
         .build_cartesian_2d(x, y)?;
     plot.configure_mesh()
         .x_desc("step")
@@ -345,7 +355,7 @@ where
         bold.label(line.legend.as_str()).legend(move |(x, y)| {
             PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
         });
-        if line.smoothed.is_none() {
+        if line.points.len() <= SMOOTH_ABOVE_POINTS {
             plot.draw_series(
                 line.points
                     .iter()
@@ -380,5 +390,8 @@ mod tests {
         assert_eq!(chart_of("lr"), ("lr", ""));
         assert_eq!(bounds([f64::NAN, 2.0, -1.0].into_iter()), (-1.0, 2.0));
         assert_eq!(color(1), RGBColor(0xff, 0x7f, 0x0e));
+        let ramp: Vec<(f64, f64)> = (0..40).map(|k| (k as f64, (k as f64).min(20.0))).collect();
+        let zigzag: Vec<(f64, f64)> = (0..40).map(|k| (k as f64, (k % 2) as f64)).collect();
+        assert!(!noisy(&ramp) && noisy(&zigzag));
     }
 }

@@ -256,9 +256,9 @@ pub fn graphviz_available() -> bool {
     svg::graphviz_available()
 }
 
-/// Writes `bytes` to a temporary file next to `path`, then renames it over
-/// `path`: a reader never sees a half-written picture.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to a temporary file next to `path`, syncs it, then
+/// renames it over `path`: a reader never sees a half-written picture.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let io_error = |e: std::io::Error| Error::Io {
         op: "write picture",
         path: path.display().to_string(),
@@ -273,7 +273,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp_name.push(file_name);
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    std::fs::write(&tmp, bytes).map_err(io_error)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut file| {
+        std::io::Write::write_all(&mut file, bytes)?;
+        file.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_error(e));
+    }
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_error(e)
