@@ -7,7 +7,9 @@
 //!
 //! The browser part needs Debian's `chromium` and the pinned driver
 //! (`npm ci --prefix tests/browser`); `.ci/run` installs both. Without
-//! them it prints `skipped: ...` and checks the page's content only.
+//! them it prints `skipped: ...` and checks the page's content only,
+//! unless `RETROGRAD_REQUIRE_BROWSER` is set (`.ci/run` sets it): then the
+//! missing browser is a failure.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -196,6 +198,10 @@ fn browser() -> Result<PathBuf, String> {
 fn chromium_steps_through_the_worked_example() {
     let driver = match browser() {
         Ok(d) => d,
+        // `.ci/run` installs the browser and sets this: there, a skip is a failure.
+        Err(why) if std::env::var_os("RETROGRAD_REQUIRE_BROWSER").is_some() => {
+            panic!("RETROGRAD_REQUIRE_BROWSER is set, but {why}")
+        }
         Err(why) => {
             println!("skipped: the browser test of the sweep page: {why}");
             return;
