@@ -36,7 +36,7 @@ use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
 use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
-use run_outputs::RunOutputs;
+use run_outputs::{RunOutputs, StepFigures};
 
 const USAGE: &str = "\
 usage: train_mnist_cnn [options]
@@ -269,14 +269,14 @@ impl Trainer {
             self.optimizer.step(&grads)?;
             self.scheduler.step(&mut self.optimizer);
             let millis = 1e3 * started.elapsed().as_secs_f64();
-            self.outputs.log(
+            self.outputs.log_step(
                 self.step,
-                &[
-                    ("train/loss", loss),
-                    ("lr", lr),
-                    ("grad_norm", norm),
-                    ("step_time_ms", millis),
-                ],
+                StepFigures {
+                    loss,
+                    lr,
+                    grad_norm: norm,
+                    millis: Some(millis),
+                },
             )?;
             self.step += 1;
             seen += n;

@@ -37,7 +37,7 @@ use retrograd::optim::{
     WarmupCosineLr,
 };
 use retrograd::{Error, Graph, Result, Tensor, Var};
-use run_outputs::RunOutputs;
+use run_outputs::{RunOutputs, StepFigures};
 
 const USAGE: &str = "\
 usage: train_shakespeare [options]
@@ -417,13 +417,13 @@ fn train(args: &mut Args) -> Result<()> {
         optimizer.step(&grads)?;
         let seconds = step_started.elapsed().as_secs_f64();
         train_time += seconds;
-        let scalars = [
-            ("train/loss", loss),
-            ("lr", optimizer.lr()),
-            ("grad_norm", norm),
-            ("step_time_ms", 1e3 * seconds),
-        ];
-        outputs.log(it, &scalars)?;
+        let figures = StepFigures {
+            loss,
+            lr: optimizer.lr(),
+            grad_norm: norm,
+            millis: Some(1e3 * seconds),
+        };
+        outputs.log_step(it, figures)?;
         progress.inc(1);
         progress.set_message(format!("loss {loss:.4}  lr {:.2e}", optimizer.lr()));
     }
@@ -613,12 +613,13 @@ mod ddp {
             };
             optimizer.step(&grads)?;
             if let Some(outputs) = &mut outputs {
-                let scalars = [
-                    ("train/loss", loss),
-                    ("lr", optimizer.lr()),
-                    ("grad_norm", norm),
-                ];
-                outputs.log(it, &scalars)?;
+                let figures = StepFigures {
+                    loss,
+                    lr: optimizer.lr(),
+                    grad_norm: norm,
+                    millis: None,
+                };
+                outputs.log_step(it, figures)?;
             }
         }
         if let Some(outputs) = &outputs {

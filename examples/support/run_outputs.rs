@@ -36,6 +36,20 @@ impl RunOutputs {
         self.log.log(step as u64, scalars)
     }
 
+    /// Logs one training step's figures under the names the charts group
+    /// by: `train/loss`, `lr`, `grad_norm` and, when measured, `step_time_ms`.
+    pub fn log_step(&mut self, step: usize, figures: StepFigures) -> Result<()> {
+        let mut scalars = vec![
+            ("train/loss", figures.loss),
+            ("lr", figures.lr),
+            ("grad_norm", figures.grad_norm),
+        ];
+        if let Some(millis) = figures.millis {
+            scalars.push(("step_time_ms", millis));
+        }
+        self.log(step, &scalars)
+    }
+
     /// After an evaluation and at the end: puts the log on disk and, with
     /// `--plot`, redraws every chart from it.
     pub fn evaluated(&mut self) -> Result<()> {
@@ -54,6 +68,18 @@ impl RunOutputs {
         }
         text
     }
+}
+
+/// What a job logs for each training step.
+pub struct StepFigures {
+    /// The batch's training loss.
+    pub loss: f64,
+    /// The learning rate the step used.
+    pub lr: f64,
+    /// The gradients' global 2-norm (before clipping).
+    pub grad_norm: f64,
+    /// The step's wall time in milliseconds, where the job measures it.
+    pub millis: Option<f64>,
 }
 
 /// Brings `model`'s parameters into `graph` under their names, so that a

@@ -62,18 +62,24 @@ impl Default for PlotOptions {
 
 /// The charts `runs` make: each series `split/metric` goes on the chart
 /// `metric`, under the legend `split`; a name without `/` is a chart of
-/// its own. In order of first appearance.
+/// its own. Sorted by name, each once.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// use retrograd::runlog::{charts, read_log, RunLog};
+///
+/// let mut log = RunLog::create(dir.path().join("run.jsonl"))?;
+/// log.log(0, &[("train/loss", 2.5), ("lr", 1e-3), ("val/loss", 2.6)])?;
+/// assert_eq!(charts(&[read_log(log.path())?]), ["loss", "lr"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn charts(runs: &[Run]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for run in runs {
-        for series in run.series.keys() {
-            let chart = chart_of(series).0.to_string();
-            if !names.contains(&chart) {
-                names.push(chart);
-            }
-        }
-    }
-    names
+    let names: std::collections::BTreeSet<String> = runs
+        .iter()
+        .flat_map(|run| run.series.keys())
+        .map(|series| chart_of(series).0.to_string())
+        .collect();
+    names.into_iter().collect()
 }
 
 /// `("loss", "train")` for `train/loss`, `("lr", "")` for `lr`.
