@@ -165,11 +165,7 @@ pub(crate) fn strong_wolfe(
         if (b[1].t - b[0].t).abs() * d_norm < w.tolerance_change {
             break;
         }
-        t = cubic_interpolate(
-            (b[0].t, b[0].f, b[0].gtd),
-            (b[1].t, b[1].f, b[1].gtd),
-            None,
-        );
+        t = cubic_interpolate((b[0].t, b[0].f, b[0].gtd), (b[1].t, b[1].f, b[1].gtd), None);
         // Near an end of the bracket twice in a row (or outside it), move
         // to 0.1 of its length away from the nearest end.
         let (b_max, b_min) = (py_max(b[0].t, b[1].t), py_min(b[0].t, b[1].t));
@@ -228,7 +224,11 @@ mod tests {
         let t = cubic_interpolate((0.0, f(0.0), g(0.0)), (3.0, f(3.0), g(3.0)), None);
         assert!((t - 1.0).abs() < 1e-12, "{t}");
         // Clamped to the bounds given.
-        let t = cubic_interpolate((0.0, f(0.0), g(0.0)), (3.0, f(3.0), g(3.0)), Some((2.0, 5.0)));
+        let t = cubic_interpolate(
+            (0.0, f(0.0), g(0.0)),
+            (3.0, f(3.0), g(3.0)),
+            Some((2.0, 5.0)),
+        );
         assert_eq!(t, 2.0);
         // No minimum (d2^2 < 0): the midpoint of the bounds.
         let t = cubic_interpolate((0.0, 0.0, 1.5), (1.0, 1.0, 1.5), None);
@@ -252,7 +252,11 @@ mod tests {
             max_ls: 25,
         };
         let (point, evals) = strong_wolfe(&mut evaluate, &[1.0], &start, 1.0, &wolfe).unwrap();
-        assert!(point.f < 4.0 && point.gtd.abs() <= 0.9 * 4.0, "t {}", point.t);
+        assert!(
+            point.f < 4.0 && point.gtd.abs() <= 0.9 * 4.0,
+            "t {}",
+            point.t
+        );
         assert!(evals >= 1);
     }
 }

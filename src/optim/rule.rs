@@ -192,10 +192,7 @@ impl<R: UpdateRule> RuleOptimizer<R> {
     /// An optimizer over `params` (bare parameters, named `"0"`, `"1"`, ...
     /// by position, or `(name, parameter)` pairs); errors on invalid
     /// hyperparameters or a parameter (or name) listed twice.
-    pub fn new<P: NamedParameter>(
-        params: impl IntoIterator<Item = P>,
-        config: R,
-    ) -> Result<Self> {
+    pub fn new<P: NamedParameter>(params: impl IntoIterator<Item = P>, config: R) -> Result<Self> {
         let group = ParamGroup::new(params);
         Self::build(R::NAMES.name, [group], config)
     }
@@ -297,7 +294,8 @@ impl<R: UpdateRule> Optimizer for RuleOptimizer<R> {
             group_of,
             groups,
         } = self;
-        for (((name, p), slot), &group) in params.iter().zip(state.iter_mut()).zip(group_of.iter()) {
+        for (((name, p), slot), &group) in params.iter().zip(state.iter_mut()).zip(group_of.iter())
+        {
             let Some(g) = grads.get_param(p) else {
                 continue;
             };
@@ -353,10 +351,9 @@ impl<R: UpdateRule> Optimizer for RuleOptimizer<R> {
             for field in &self.fields {
                 let value = match field {
                     StateField::Step => Tensor::scalar(st.step as f64),
-                    StateField::Tensor { .. } => tensors
-                        .next()
-                        .expect("one tensor per tensor field")
-                        .clone(),
+                    StateField::Tensor { .. } => {
+                        tensors.next().expect("one tensor per tensor field").clone()
+                    }
                 };
                 out.insert(format!("{name}.{}", field.name()), value);
             }
