@@ -5,15 +5,14 @@
 //! flat vector, so it implements [`Optimizer`] itself, with the shared
 //! parameter list and the shared strict state-dict reading.
 
-use std::collections::VecDeque;
-
+use super::lbfgs_memory::{dot, Memory, MEMORY_FIELDS};
 use super::line_search::{max_abs, strong_wolfe, Point, Wolfe};
-use super::state::{mismatch, read_scalar, read_step, StateReader};
+use super::state::{mismatch, read_step, StateReader};
 use super::{check_non_negative, collect_named, Closure, NamedParameter, Optimizer, OptimizerKind};
 use super::{NamedParameters, StateDict};
 use crate::error::{Error, Result, TensorProblem};
 use crate::nn::{check_like, Parameter};
-use crate::tensor::{DType, Element, Tensor};
+use crate::tensor::{Element, Tensor};
 use crate::Gradients;
 
 /// L-BFGS's optional line search (PyTorch's `line_search_fn`).
@@ -161,28 +160,6 @@ impl LBFGSConfig {
     }
 }
 
-/// L-BFGS's memory, PyTorch's state entries (all f64, over the parameters
-/// flattened and concatenated in order).
-#[derive(Clone, Debug, PartialEq)]
-struct Memory {
-    /// The last direction.
-    d: Vec<f64>,
-    /// The last step length.
-    t: f64,
-    /// Gradient differences `y`, oldest first.
-    old_dirs: VecDeque<Vec<f64>>,
-    /// Steps `s`, oldest first.
-    old_stps: VecDeque<Vec<f64>>,
-    /// `1 / (y . s)` per pair.
-    ro: VecDeque<f64>,
-    /// The scale of the initial inverse Hessian, `y . s / y . y`.
-    h_diag: f64,
-    /// The gradient at the last iteration's start.
-    prev_flat_grad: Vec<f64>,
-    /// The loss at the last iteration's start.
-    prev_loss: f64,
-}
-
 /// Evaluation and iteration counts over all steps, PyTorch's
 /// `func_evals` and `n_iter`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -193,17 +170,6 @@ struct Counters {
 
 /// The counters' and the memory's state-dict fields, PyTorch's names.
 const COUNTER_FIELDS: [&str; 2] = ["func_evals", "n_iter"];
-const MEMORY_FIELDS: [&str; 8] = [
-    "d",
-    "t",
-    "old_dirs",
-    "old_stps",
-    "ro",
-    "H_diag",
-    "prev_flat_grad",
-    "prev_loss",
-];
-
 /// L-BFGS with PyTorch's algorithm (`torch.optim.LBFGS`, closure form):
 /// each [`step_with_closure`](Optimizer::step_with_closure) runs up to
 /// `max_iter` iterations, evaluating the closure (a fresh graph, backward,
@@ -228,7 +194,7 @@ const MEMORY_FIELDS: [&str; 8] = [
 /// let mut rosenbrock = || {
 ///     let g = Graph::new();
 ///     let v = g.param(&xy);
-///     let (x, y) = (v.select(0, 0)?, v.select(0, 1)?);
+///     let (x, y) = (v.try_select(0, 0)?, v.try_select(0, 1)?);
 ///     let loss = (1.0 - &x) * (1.0 - &x) + (&y - &x * &x) * (&y - &x * &x) * 100.0;
 ///     Ok((loss.value().try_item()?, loss.backward()?))
 /// };
@@ -350,17 +316,6 @@ impl LBFGS {
     }
 }
 
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// `a += alpha * b`.
-fn axpy(a: &mut [f64], alpha: f64, b: &[f64]) {
-    for (x, y) in a.iter_mut().zip(b) {
-        *x += alpha * y;
-    }
-}
-
 impl LBFGS {
     /// One step (see [`Optimizer::step_with_closure`]): PyTorch's
     /// `LBFGS.step`, with `counters` already counting this step.
@@ -379,16 +334,7 @@ impl LBFGS {
             counters.n_iter += 1;
             let first = self.memory.is_none();
             let mem = match self.memory.as_mut() {
-                None => self.memory.insert(Memory {
-                    d: flat_grad.iter().map(|g| -g).collect(),
-                    t: 0.0,
-                    old_dirs: VecDeque::new(),
-                    old_stps: VecDeque::new(),
-                    ro: VecDeque::new(),
-                    h_diag: 1.0,
-                    prev_flat_grad: flat_grad.clone(),
-                    prev_loss: loss,
-                }),
+                None => self.memory.insert(Memory::new(&flat_grad, loss)),
                 Some(mem) => {
                     mem.update_direction(&flat_grad, c.history_size);
                     mem.prev_flat_grad.copy_from_slice(&flat_grad);
@@ -467,47 +413,6 @@ impl LBFGS {
     }
 }
 
-impl Memory {
-    /// Adds the last iteration's curvature pair (if `y . s` is large enough)
-    /// and sets `d` to the two-loop recursion's direction at `flat_grad`.
-    fn update_direction(&mut self, flat_grad: &[f64], history_size: usize) {
-        let y: Vec<f64> = flat_grad
-            .iter()
-            .zip(&self.prev_flat_grad)
-            .map(|(g, p)| g - p)
-            .collect();
-        let s: Vec<f64> = self.d.iter().map(|d| d * self.t).collect();
-        let ys = dot(&y, &s);
-        if ys > 1e-10 {
-            if self.old_dirs.len() == history_size {
-                self.old_dirs.pop_front();
-                self.old_stps.pop_front();
-                self.ro.pop_front();
-            }
-            self.h_diag = ys / dot(&y, &y);
-            self.old_dirs.push_back(y);
-            self.old_stps.push_back(s);
-            self.ro.push_back(1.0 / ys);
-        }
-        // The two-loop recursion: q = -g through the history backwards,
-        // scaled by h_diag, then forwards.
-        let mut q: Vec<f64> = flat_grad.iter().map(|g| -g).collect();
-        let mut al = vec![0.0; self.old_dirs.len()];
-        for i in (0..self.old_dirs.len()).rev() {
-            al[i] = dot(&self.old_stps[i], &q) * self.ro[i];
-            axpy(&mut q, -al[i], &self.old_dirs[i]);
-        }
-        for x in &mut q {
-            *x *= self.h_diag;
-        }
-        for i in 0..self.old_dirs.len() {
-            let be_i = dot(&self.old_dirs[i], &q) * self.ro[i];
-            axpy(&mut q, al[i] - be_i, &self.old_stps[i]);
-        }
-        self.d = q;
-    }
-}
-
 impl Optimizer for LBFGS {
     fn step(&mut self, _grads: &Gradients) -> Result<()> {
         Err(Error::invalid(
@@ -554,24 +459,13 @@ impl Optimizer for LBFGS {
         let (Some((first, _)), Some(counters)) = (self.params.first(), self.counters) else {
             return out;
         };
-        let vector = |v: &[f64]| Tensor::from_vec(v.to_vec(), &[v.len()]).expect("a vector");
-        let rows = |rows: &VecDeque<Vec<f64>>, n: usize| {
-            let flat: Vec<f64> = rows.iter().flatten().copied().collect();
-            Tensor::from_vec(flat, &[rows.len(), n]).expect("k rows of n")
+        let mut put = |field: &str, t: Tensor| {
+            out.insert(format!("{first}.{field}"), t);
         };
-        let mut put = |field: &str, t: Tensor| out.insert(format!("{first}.{field}"), t);
         put("func_evals", Tensor::scalar(counters.func_evals as f64));
         put("n_iter", Tensor::scalar(counters.n_iter as f64));
-        if let Some(m) = &self.memory {
-            let n = m.d.len();
-            put("d", vector(&m.d));
-            put("t", Tensor::scalar(m.t));
-            put("old_dirs", rows(&m.old_dirs, n));
-            put("old_stps", rows(&m.old_stps, n));
-            put("ro", vector(&m.ro.iter().copied().collect::<Vec<f64>>()));
-            put("H_diag", Tensor::scalar(m.h_diag));
-            put("prev_flat_grad", vector(&m.prev_flat_grad));
-            put("prev_loss", Tensor::scalar(m.prev_loss));
+        if let Some(memory) = &self.memory {
+            memory.write(&mut put);
         }
         out
     }
@@ -602,7 +496,7 @@ impl Optimizer for LBFGS {
             None
         };
         let memory = if has_memory {
-            Some(read_memory(CONTEXT, state, &key, self.numel(), self.config.history_size)?)
+            Some(Memory::read(CONTEXT, state, &key, self.numel(), self.config.history_size)?)
         } else {
             None
         };
@@ -612,63 +506,3 @@ impl Optimizer for LBFGS {
     }
 }
 
-/// Reads the memory entries, checking shapes (`[n]` vectors, `[k, n]`
-/// history with `k <= history_size`, `[k]` `ro`, 0-d scalars) and dtype f64.
-fn read_memory(
-    context: &str,
-    state: &StateDict,
-    key: &dyn Fn(&str) -> String,
-    n: usize,
-    history_size: usize,
-) -> Result<Memory> {
-    let values = |field: &str, shape: &[usize]| -> Result<Vec<f64>> {
-        let name = key(field);
-        let t = &state[&name];
-        if t.dtype() != DType::F64 {
-            return Err(mismatch(
-                context,
-                &name,
-                TensorProblem::DType {
-                    expected: DType::F64,
-                    found: t.dtype(),
-                },
-            ));
-        }
-        if t.shape() != shape {
-            return Err(mismatch(
-                context,
-                &name,
-                TensorProblem::Shape {
-                    expected: shape.to_vec(),
-                    found: t.shape().to_vec(),
-                },
-            ));
-        }
-        Ok(t.to_f64_vec())
-    };
-    let scalar = |field: &str| read_scalar(context, &key(field), &state[&key(field)]);
-    let k = state[&key("ro")].shape().first().copied().unwrap_or(0);
-    if k > history_size {
-        return Err(mismatch(
-            context,
-            &key("ro"),
-            TensorProblem::Value(format!(
-                "{k} curvature pairs, more than history_size {history_size}"
-            )),
-        ));
-    }
-    let rows = |field: &str| -> Result<VecDeque<Vec<f64>>> {
-        let flat = values(field, &[k, n])?;
-        Ok(flat.chunks(n.max(1)).take(k).map(<[f64]>::to_vec).collect())
-    };
-    Ok(Memory {
-        d: values("d", &[n])?,
-        t: scalar("t")?,
-        old_dirs: rows("old_dirs")?,
-        old_stps: rows("old_stps")?,
-        ro: values("ro", &[k])?.into(),
-        h_diag: scalar("H_diag")?,
-        prev_flat_grad: values("prev_flat_grad", &[n])?,
-        prev_loss: scalar("prev_loss")?,
-    })
-}

@@ -64,6 +64,7 @@ macro_rules! optimizers {
 mod adam_update;
 mod clip;
 mod group;
+mod lbfgs_memory;
 mod line_search;
 mod registry;
 mod rule;
