@@ -16,7 +16,8 @@ use retrograd::{DType, Error, Gradients, Graph, Result, Tensor, TensorProblem};
 
 /// w [2, 2] and b [2] in f64, and a parameter `unused` that never has a gradient.
 fn model(seed: u64) -> NamedParameters {
-    let p = |shape: &[usize], s| Parameter::new(Tensor::randn(shape, DType::F64, seed + s).unwrap());
+    let p =
+        |shape: &[usize], s| Parameter::new(Tensor::randn(shape, DType::F64, seed + s).unwrap());
     vec![
         ("w".into(), p(&[2, 2], 0)),
         ("b".into(), p(&[2], 1)),
@@ -71,7 +72,11 @@ fn every_kind_builds_names_itself_and_learns() {
         steps(opt.as_mut(), &params, 5);
         let after = loss(&params).unwrap().0;
         assert!(after < before, "{kind}: loss {before} -> {after}");
-        assert_eq!(params[2].1.value(), model(1)[2].1.value(), "{kind} moved `unused`");
+        assert_eq!(
+            params[2].1.value(),
+            model(1)[2].1.value(),
+            "{kind} moved `unused`"
+        );
     }
     assert!(matches!(
         optimizer_kind("adamax"),
@@ -96,7 +101,11 @@ fn every_kind_resumes_from_a_checkpoint_bit_for_bit() {
         assert!(!opt.state_dict().is_empty(), "{kind} saved no state");
         steps(opt.as_mut(), &params, 2);
         steps(resumed_opt.as_mut(), &resumed, 2);
-        assert_eq!(values(&resumed), values(&params), "{kind}: the resumed run differs");
+        assert_eq!(
+            values(&resumed),
+            values(&params),
+            "{kind}: the resumed run differs"
+        );
         assert_eq!(resumed_opt.state_dict(), opt.state_dict(), "{kind}");
     }
 }
@@ -140,8 +149,14 @@ fn lbfgs_needs_a_closure_and_checks_its_settings() {
         (LBFGSConfig::default().max_iter(0), "max_iter"),
         (LBFGSConfig::default().max_eval(0), "max_eval"),
         (LBFGSConfig::default().lr(-1.0), "lr"),
-        (LBFGSConfig::default().tolerance_grad(f64::NAN), "tolerance_grad"),
-        (LBFGSConfig::default().tolerance_change(-1.0), "tolerance_change"),
+        (
+            LBFGSConfig::default().tolerance_grad(f64::NAN),
+            "tolerance_grad",
+        ),
+        (
+            LBFGSConfig::default().tolerance_change(-1.0),
+            "tolerance_change",
+        ),
     ] {
         let e = LBFGS::new(params.clone(), config).err().unwrap();
         assert!(
@@ -149,7 +164,10 @@ fn lbfgs_needs_a_closure_and_checks_its_settings() {
             "{e}"
         );
     }
-    assert_eq!("strong_wolfe".parse::<LineSearch>().unwrap(), LineSearch::StrongWolfe);
+    assert_eq!(
+        "strong_wolfe".parse::<LineSearch>().unwrap(),
+        LineSearch::StrongWolfe
+    );
     assert!("wolfe".parse::<LineSearch>().is_err());
     // max_iter = 1 gives one evaluation per step by default.
     assert_eq!(LBFGSConfig::default().max_iter(1).eval_budget(), 1);
@@ -171,11 +189,11 @@ fn lbfgs_state_dict_is_read_strictly() {
     assert_eq!(state["w.old_stps"].shape(), [k, 9]);
 
     let mut fresh = lbfgs(&params, config.clone());
-    let mismatch = |state: &retrograd::optim::StateDict, fresh: &mut LBFGS| {
-        match fresh.load_state_dict(state) {
-            Err(Error::TensorMismatch { name, problem, .. }) => (name, problem),
-            other => panic!("expected a mismatch, got {other:?}"),
-        }
+    let mismatch = |state: &retrograd::optim::StateDict, fresh: &mut LBFGS| match fresh
+        .load_state_dict(state)
+    {
+        Err(Error::TensorMismatch { name, problem, .. }) => (name, problem),
+        other => panic!("expected a mismatch, got {other:?}"),
     };
     let mut partial = state.clone();
     partial.remove("w.H_diag");
@@ -252,7 +270,10 @@ fn lbfgs_on_f32_parameters_and_without_parameters() {
     };
     let first = opt.step_with_closure(&mut { quadratic }).unwrap();
     assert_eq!(first, 13.0);
-    assert!(p.value().to_f64_vec().iter().all(|v| v.abs() < 1e-6), "{p:?}");
+    assert!(
+        p.value().to_f64_vec().iter().all(|v| v.abs() < 1e-6),
+        "{p:?}"
+    );
     assert_eq!(opt.state_dict()["p.d"].dtype(), DType::F64);
 
     let mut empty = LBFGS::new(Vec::<Parameter>::new(), LBFGSConfig::default()).unwrap();

@@ -216,10 +216,17 @@ pub struct LBFGS {
 }
 
 /// The registered kind.
+/// The registered kind: with the strong-Wolfe line search, which keeps a
+/// command line's learning rate from blowing the loss up.
 pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
     name: "lbfgs",
-    summary: "L-BFGS, closure form, optional strong-Wolfe line search (torch.optim.LBFGS)",
-    build: |params, s| Ok(Box::new(LBFGS::new(params, LBFGSConfig::default().lr(s.lr))?)),
+    summary: "L-BFGS, closure form, strong-Wolfe line search (torch.optim.LBFGS)",
+    build: |params, s| {
+        let config = LBFGSConfig::default()
+            .lr(s.lr)
+            .line_search(LineSearch::StrongWolfe);
+        Ok(Box::new(LBFGS::new(params, config)?))
+    },
 }];
 
 impl LBFGS {

@@ -132,11 +132,19 @@ impl Memory {
             let t = &state[&name];
             if t.dtype() != DType::F64 {
                 let (expected, found) = (DType::F64, t.dtype());
-                return Err(mismatch(context, &name, TensorProblem::DType { expected, found }));
+                return Err(mismatch(
+                    context,
+                    &name,
+                    TensorProblem::DType { expected, found },
+                ));
             }
             if t.shape() != shape {
                 let (expected, found) = (shape.to_vec(), t.shape().to_vec());
-                return Err(mismatch(context, &name, TensorProblem::Shape { expected, found }));
+                return Err(mismatch(
+                    context,
+                    &name,
+                    TensorProblem::Shape { expected, found },
+                ));
             }
             Ok(t.to_f64_vec())
         };

@@ -48,10 +48,49 @@
 //!
 //! Updates are in place: once the step's graph is gone the optimizer is the
 //! only owner of the parameter's storage and writes into it directly; if a
-//! graph still holds the old value, [`Tensor::make_mut`] copies first, so that
+//! graph still holds the old value, [`Tensor::make_mut`](crate::Tensor::make_mut) copies first, so that
 //! graph is never changed.
+//!
+//! # The shape: optimizers as rules
+//!
+//! - [`Optimizer`] (`mod.rs`) is what the rest of the crate uses: `step`,
+//!   [`step_with_closure`](Optimizer::step_with_closure) (PyTorch's
+//!   `step(closure)`), the learning rate, `kind`, `state_dict` and
+//!   `load_state_dict`.
+//! - A per-parameter optimizer is an [`UpdateRule`] on its config (one file:
+//!   `sgd.rs`, `adam.rs`, `rmsprop.rs`, `adagrad.rs`): the state one
+//!   parameter keeps ([`StateField`]s: PyTorch's names, a step count, tensors
+//!   shaped like the parameter) and the update of one parameter from its
+//!   gradient. [`RuleOptimizer`] (`rule.rs`) does the rest once for all of
+//!   them: the parameter loop, the gradient lookup, lazy state, the step
+//!   count, parameter groups ([`ParamGroup`], `group.rs`), and state dicts
+//!   keyed `"{parameter}.{field}"` with strict, typed loading (`state.rs`).
+//!   `Adam` is `RuleOptimizer<AdamConfig>`, and so on.
+//! - A whole-vector optimizer implements [`Optimizer`] itself with the same
+//!   parameter list and state reading: [`LBFGS`] (`lbfgs.rs`, its memory in
+//!   `lbfgs_memory.rs`, the strong-Wolfe line search in `line_search.rs`).
+//! - The registry (`registry.rs`, and the `optimizers!` list below) names
+//!   every kind: what [`Optimizer::kind`] returns and checkpoints record (a
+//!   checkpoint refuses to load into another kind), what the training
+//!   examples' `--optimizer` takes ([`optimizer_kind`], built from
+//!   [`OptimizerSettings`]), and what `tests/optimizer_kinds.rs` iterates.
+//!
+//! # How to add an optimizer (followed for RMSprop)
+//!
+//! 1. `src/optim/<name>.rs`: its config struct with PyTorch's defaults and
+//!    builder methods; `impl UpdateRule for <Name>Config` (`NAMES`,
+//!    `validate` with one typed error per setting, `state_fields` with
+//!    PyTorch's state names, `update` over slices, `update_chunks` for large
+//!    parameters); `pub type <Name> = RuleOptimizer<<Name>Config>;` with the
+//!    rule written out in its docs; `pub(super) const KINDS` (its name,
+//!    summary, and how [`OptimizerSettings`] map onto its config).
+//! 2. One line in the `optimizers!` list below: `<name>::{<Name>, <Name>Config}`.
+//! 3. Its cases in `tests/reference/optim_reference.py` (rerun it) and their
+//!    configs in `tests/optim_reference.rs`. The registry-driven tests
+//!    (`tests/optimizer_kinds.rs`) pick it up by themselves.
 
-/// Declares each optimizer file and lists its kinds: the one registration.
+/// Declares each optimizer file, re-exports its types and lists its kinds
+/// (each file's `KINDS`): the one registration.
 macro_rules! optimizers {
     ($(#[$doc:meta])* static $list:ident; $($file:ident :: { $($item:ident),* $(,)? }),* $(,)?) => {
         $(mod $file; pub use $file::{$($item),*};)*
