@@ -90,9 +90,10 @@ impl Memory {
         for x in &mut q {
             *x *= self.h_diag;
         }
-        for i in 0..self.old_dirs.len() {
-            let be_i = dot(&self.old_dirs[i], &q) * self.ro[i];
-            axpy(&mut q, al[i] - be_i, &self.old_stps[i]);
+        let pairs = self.old_dirs.iter().zip(&self.old_stps).zip(&self.ro);
+        for (((y, s), ro), al) in pairs.zip(al) {
+            let be = dot(y, &q) * ro;
+            axpy(&mut q, al - be, s);
         }
         self.d = q;
     }

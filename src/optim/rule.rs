@@ -102,7 +102,7 @@ impl ParamState {
             .iter()
             .filter_map(|f| match *f {
                 StateField::Step => None,
-                StateField::Tensor { fill, .. } if fill == 0.0 => Some(like.zeros_like()),
+                StateField::Tensor { fill: 0.0, .. } => Some(like.zeros_like()),
                 StateField::Tensor { fill, .. } => Some(
                     Tensor::full(like.shape(), fill, like.dtype())
                         .expect("an existing tensor's shape has a valid element count"),
@@ -137,7 +137,49 @@ impl ParamState {
 
 /// A per-parameter update rule: the one thing an optimizer file writes.
 /// Implemented by each optimizer's config (`AdamConfig`, `SgdConfig`, ...);
-/// [`RuleOptimizer`] runs it.
+/// [`RuleOptimizer`] runs it. A program can write its own, here sign
+/// descent with a running mean of the gradient's magnitude:
+///
+/// ```
+/// use retrograd::{Element, Graph, Result, Tensor, nn::Parameter};
+/// use retrograd::optim::{
+///     Optimizer, ParamState, RuleNames, RuleOptimizer, StateField, UpdateContext, UpdateRule,
+/// };
+/// #[derive(Clone)]
+/// struct SignDescent { lr: f64 }
+/// impl UpdateRule for SignDescent {
+///     const NAMES: RuleNames = RuleNames { name: "SignDescent", with_groups: "SignDescent::with_groups" };
+///     fn kind(&self) -> &'static str { "sign_descent" }
+///     fn validate(&self) -> Result<()> { Ok(()) }
+///     fn lr(&self) -> f64 { self.lr }
+///     fn set_lr(&mut self, lr: f64) { self.lr = lr }
+///     fn weight_decay(&self) -> f64 { 0.0 }
+///     fn state_fields(&self) -> Vec<StateField> {
+///         vec![StateField::Step, StateField::zeros("mean_abs")]
+///     }
+///     fn update<T: Element>(
+///         &self, ctx: &UpdateContext, p: &mut [T], g: &[T], state: &mut ParamState,
+///     ) -> Result<()> {
+///         let [mean_abs] = state.slices::<T, 1>()?;
+///         let (lr, t) = (T::from_f64(ctx.lr), T::from_f64(ctx.step as f64));
+///         for ((p, &g), m) in p.iter_mut().zip(g).zip(mean_abs) {
+///             *m += (g.abs() - *m) / t;
+///             *p -= lr * g.signum();
+///         }
+///         Ok(())
+///     }
+/// }
+/// let w = Parameter::new(Tensor::from_vec(vec![1.0, -1.0], &[2])?);
+/// let mut opt = RuleOptimizer::new([("w", w.clone())], SignDescent { lr: 0.25 })?;
+/// for _ in 0..2 {
+///     let g = Graph::new();
+///     opt.step(&(g.param(&w) * 3.0).sum().backward()?)?;   // gradient [3, 3]
+/// }
+/// assert_eq!(w.value().to_f64_vec(), [0.5, -1.5]);
+/// let state = opt.state_dict();
+/// assert_eq!((state["w.step"].try_item()?, state["w.mean_abs"].to_f64_vec()), (2.0, vec![3.0, 3.0]));
+/// # Ok::<(), retrograd::Error>(())
+/// ```
 pub trait UpdateRule: Clone + Send + Sync + 'static {
     /// The names its errors carry.
     const NAMES: RuleNames;
