@@ -1,7 +1,7 @@
 //! Adagrad as an [`UpdateRule`] (`torch.optim.Adagrad`); the rule is
 //! written out on [`Adagrad`].
 
-use super::rule::{rule_names, ParamState, RuleNames, StateField, UpdateContext, UpdateRule};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::Result;
 use crate::tensor::Element;
@@ -45,40 +45,19 @@ impl Default for AdagradConfig {
 }
 
 impl AdagradConfig {
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
-    }
-
-    /// Sets the learning-rate decay.
-    pub fn lr_decay(mut self, lr_decay: f64) -> Self {
-        self.lr_decay = lr_decay;
-        self
-    }
-
-    /// Sets the L2 weight decay.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Sets the accumulators' starting value.
-    pub fn initial_accumulator_value(mut self, value: f64) -> Self {
-        self.initial_accumulator_value = value;
-        self
-    }
-
-    /// Sets epsilon.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
+        /// Sets the learning-rate decay.
+        lr_decay: f64;
+        /// Sets the L2 weight decay.
+        weight_decay: f64;
+        /// Sets the accumulators' starting value.
+        initial_accumulator_value: f64;
+        /// Sets epsilon.
+        eps: f64;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 }
 
@@ -123,7 +102,7 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
 }];
 
 impl UpdateRule for AdagradConfig {
-    const NAMES: RuleNames = rule_names!("Adagrad");
+    rule_basics!("Adagrad");
 
     fn kind(&self) -> &'static str {
         KINDS[0].name
@@ -139,18 +118,6 @@ impl UpdateRule for AdagradConfig {
             self.initial_accumulator_value,
         )?;
         check_non_negative("Adagrad", "eps", self.eps)
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
     }
 
     fn state_fields(&self) -> Vec<StateField> {

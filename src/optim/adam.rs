@@ -3,7 +3,7 @@
 //! loops are in `adam_update.rs`.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::rule::{rule_names, ParamState, RuleNames, StateField, UpdateContext, UpdateRule};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
@@ -65,10 +65,9 @@ impl AdamConfig {
         }
     }
 
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
     }
 
     /// Sets the moment decay rates.
@@ -78,28 +77,15 @@ impl AdamConfig {
         self
     }
 
-    /// Sets epsilon.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
-    }
-
-    /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Turns AMSGrad on or off.
-    pub fn amsgrad(mut self, amsgrad: bool) -> Self {
-        self.amsgrad = amsgrad;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets epsilon.
+        eps: f64;
+        /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
+        weight_decay: f64;
+        /// Turns AMSGrad on or off.
+        amsgrad: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 }
 
@@ -157,7 +143,7 @@ pub(super) const KINDS: &[OptimizerKind] = &[
 ];
 
 impl UpdateRule for AdamConfig {
-    const NAMES: RuleNames = rule_names!("Adam");
+    rule_basics!("Adam");
 
     fn kind(&self) -> &'static str {
         KINDS[usize::from(self.decoupled_weight_decay)].name
@@ -176,18 +162,6 @@ impl UpdateRule for AdamConfig {
             }
         }
         Ok(())
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
     }
 
     fn state_fields(&self) -> Vec<StateField> {

@@ -7,6 +7,7 @@
 
 use super::lbfgs_memory::{dot, Memory, MEMORY_FIELDS};
 use super::line_search::{max_abs, strong_wolfe, Point, Wolfe};
+use super::rule::setters;
 use super::state::{mismatch, read_step, StateReader};
 use super::{check_non_negative, collect_named, Closure, NamedParameter, Optimizer, OptimizerKind};
 use super::{NamedParameters, StateDict};
@@ -89,16 +90,11 @@ impl Default for LBFGSConfig {
 }
 
 impl LBFGSConfig {
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
-    }
-
-    /// Sets the iterations per step.
-    pub fn max_iter(mut self, max_iter: usize) -> Self {
-        self.max_iter = max_iter;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
+        /// Sets the iterations per step.
+        max_iter: usize;
     }
 
     /// Sets the loss evaluations per step.
@@ -107,34 +103,17 @@ impl LBFGSConfig {
         self
     }
 
-    /// Sets the tolerance on the largest gradient entry.
-    pub fn tolerance_grad(mut self, tolerance: f64) -> Self {
-        self.tolerance_grad = tolerance;
-        self
-    }
-
-    /// Sets the tolerance on changes of the loss and the step.
-    pub fn tolerance_change(mut self, tolerance: f64) -> Self {
-        self.tolerance_change = tolerance;
-        self
-    }
-
-    /// Sets the number of curvature pairs kept.
-    pub fn history_size(mut self, history_size: usize) -> Self {
-        self.history_size = history_size;
-        self
-    }
-
-    /// Sets the line search.
-    pub fn line_search(mut self, line_search: LineSearch) -> Self {
-        self.line_search = line_search;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets the tolerance on the largest gradient entry.
+        tolerance_grad: f64;
+        /// Sets the tolerance on changes of the loss and the step.
+        tolerance_change: f64;
+        /// Sets the number of curvature pairs kept.
+        history_size: usize;
+        /// Sets the line search.
+        line_search: LineSearch;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 
     /// The loss evaluations allowed per step: `max_eval`, or by default

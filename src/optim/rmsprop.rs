@@ -1,7 +1,7 @@
 //! RMSprop as an [`UpdateRule`] (`torch.optim.RMSprop`); the rule is
 //! written out on [`RMSprop`].
 
-use super::rule::{rule_names, ParamState, RuleNames, StateField, UpdateContext, UpdateRule};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
@@ -48,46 +48,21 @@ impl Default for RMSpropConfig {
 }
 
 impl RMSpropConfig {
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
-    }
-
-    /// Sets the smoothing constant.
-    pub fn alpha(mut self, alpha: f64) -> Self {
-        self.alpha = alpha;
-        self
-    }
-
-    /// Sets epsilon.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
-    }
-
-    /// Sets the L2 weight decay.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Sets the momentum factor.
-    pub fn momentum(mut self, momentum: f64) -> Self {
-        self.momentum = momentum;
-        self
-    }
-
-    /// Turns centering on or off.
-    pub fn centered(mut self, centered: bool) -> Self {
-        self.centered = centered;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
+        /// Sets the smoothing constant.
+        alpha: f64;
+        /// Sets epsilon.
+        eps: f64;
+        /// Sets the L2 weight decay.
+        weight_decay: f64;
+        /// Sets the momentum factor.
+        momentum: f64;
+        /// Turns centering on or off.
+        centered: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 }
 
@@ -130,7 +105,7 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
 }];
 
 impl UpdateRule for RMSpropConfig {
-    const NAMES: RuleNames = rule_names!("RMSprop");
+    rule_basics!("RMSprop");
 
     fn kind(&self) -> &'static str {
         KINDS[0].name
@@ -149,18 +124,6 @@ impl UpdateRule for RMSpropConfig {
             ));
         }
         Ok(())
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
     }
 
     fn state_fields(&self) -> Vec<StateField> {

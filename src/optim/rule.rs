@@ -21,7 +21,7 @@ use crate::Gradients;
 
 /// The names a rule's errors carry: `name` for its constructor and its
 /// hyperparameters (`"Adam"`), `with_groups` for its grouped constructor
-/// (`"Adam::with_groups"`). Written with `rule_names!("Adam")` in the crate.
+/// (`"Adam::with_groups"`). Written with `rule_basics!("Adam")` in the crate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuleNames {
     /// The optimizer's name in errors (`"Adam"`).
@@ -30,16 +30,45 @@ pub struct RuleNames {
     pub with_groups: &'static str,
 }
 
-/// `RuleNames` from one literal, `rule_names!("Adam")`.
-macro_rules! rule_names {
+/// The `UpdateRule` items that every config with `lr` and `weight_decay`
+/// fields writes alike: `NAMES` from one literal, and `lr`, `set_lr`,
+/// `weight_decay`. `rule_basics!("Adam");` inside the impl.
+macro_rules! rule_basics {
     ($name:literal) => {
-        $crate::optim::RuleNames {
+        const NAMES: $crate::optim::RuleNames = $crate::optim::RuleNames {
             name: $name,
             with_groups: concat!($name, "::with_groups"),
+        };
+
+        fn lr(&self) -> f64 {
+            self.lr
+        }
+
+        fn set_lr(&mut self, lr: f64) {
+            self.lr = lr;
+        }
+
+        fn weight_decay(&self) -> f64 {
+            self.weight_decay
         }
     };
 }
-pub(crate) use rule_names;
+pub(crate) use rule_basics;
+
+/// Builder methods of a config, one per field: `name: Type;` (with its
+/// doc comment) gives `pub fn name(mut self, name: Type) -> Self`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use setters;
 
 /// One entry of the state a rule keeps per parameter; its state-dict key is
 /// `"{parameter name}.{field name}"`.

@@ -1,7 +1,7 @@
 //! Stochastic gradient descent as an [`UpdateRule`] (`torch.optim.SGD`);
 //! the rule is written out on [`Sgd`].
 
-use super::rule::{rule_names, ParamState, RuleNames, StateField, UpdateContext, UpdateRule};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
@@ -43,34 +43,17 @@ impl SgdConfig {
         }
     }
 
-    /// Sets the momentum factor.
-    pub fn momentum(mut self, momentum: f64) -> Self {
-        self.momentum = momentum;
-        self
-    }
-
-    /// Sets the dampening.
-    pub fn dampening(mut self, dampening: f64) -> Self {
-        self.dampening = dampening;
-        self
-    }
-
-    /// Sets the L2 weight decay.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Turns Nesterov momentum on or off.
-    pub fn nesterov(mut self, nesterov: bool) -> Self {
-        self.nesterov = nesterov;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets the momentum factor.
+        momentum: f64;
+        /// Sets the dampening.
+        dampening: f64;
+        /// Sets the L2 weight decay.
+        weight_decay: f64;
+        /// Turns Nesterov momentum on or off.
+        nesterov: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 }
 
@@ -111,7 +94,7 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
 }];
 
 impl UpdateRule for SgdConfig {
-    const NAMES: RuleNames = rule_names!("Sgd");
+    rule_basics!("Sgd");
 
     fn kind(&self) -> &'static str {
         KINDS[0].name
@@ -129,18 +112,6 @@ impl UpdateRule for SgdConfig {
             ));
         }
         Ok(())
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
     }
 
     fn state_fields(&self) -> Vec<StateField> {
