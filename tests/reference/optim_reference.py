@@ -249,7 +249,12 @@ pub const RULE_STEPS: usize = {RULE_STEPS};
 
 /// A per-parameter case: its name, the step at which b has no gradient, the
 /// step after which the state is reloaded, and w then b after each step.
-pub type RuleCase = (&'static str, Option<usize>, Option<usize>, [[f64; 9]; RULE_STEPS]);
+pub type RuleCase = (
+    &'static str,
+    Option<usize>,
+    Option<usize>,
+    [[f64; 9]; RULE_STEPS],
+);
 
 /// The per-parameter cases.
 #[rustfmt::skip]
