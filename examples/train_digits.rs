@@ -26,11 +26,22 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::data::{digits, Batches, Dataset};
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
-    grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
+    grad_norm, optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer,
+    OptimizerKind, OptimizerSettings,
 };
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
 use run_outputs::{RunOutputs, StepFigures};
+
+/// The usage text, with the registered optimizers.
+fn usage() -> String {
+    let mut text = USAGE.to_string();
+    text.push_str("\n\noptimizers (--optimizer):");
+    for kind in optimizer_kinds() {
+        text.push_str(&format!("\n  {:<10}{}", kind.name, kind.summary));
+    }
+    text
+}
 
 const USAGE: &str = "\
 usage: train_digits [options]
@@ -42,9 +53,9 @@ options:
   --dropout P         dropout after each hidden layer (default 0)
   --epochs N          passes over the training set (default 30)
   --batch-size N      examples per step (default 32)
-  --optimizer NAME    sgd, adam or adamw (default adam)
+  --optimizer NAME    any registered optimizer, listed below (default adam)
   --lr RATE           peak learning rate (default 0.002; cosine-annealed to 0)
-  --momentum M        SGD momentum (default 0.9)
+  --momentum M        momentum of sgd and rmsprop (default 0.9)
   --weight-decay WD   weight decay (default 0; 0.01 for adamw)
   --test-fraction F   share of each class held out for testing (default 0.2)
   --seed N            seed of the split, the weights and the shuffling (default 0)
@@ -56,20 +67,13 @@ options:
   --quiet             no progress bar
   -h, --help          this text";
 
-#[derive(Clone, Copy, PartialEq)]
-enum OptimizerKind {
-    Sgd,
-    Adam,
-    AdamW,
-}
-
 struct Args {
     hidden: Vec<usize>,
     activation: Activation,
     dropout: f64,
     epochs: usize,
     batch_size: usize,
-    optimizer: OptimizerKind,
+    optimizer: &'static OptimizerKind,
     lr: f64,
     momentum: f64,
     weight_decay: Option<f64>,
@@ -90,7 +94,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         dropout: 0.0,
         epochs: 30,
         batch_size: 32,
-        optimizer: OptimizerKind::Adam,
+        optimizer: optimizer_kind("adam").map_err(|e| e.to_string())?,
         lr: 0.002,
         momentum: 0.9,
         weight_decay: None,
@@ -132,14 +136,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("optimizer") => {
                 let v: String = parser.value().map_err(err)?.string().map_err(err)?;
-                args.optimizer = match v.to_ascii_lowercase().as_str() {
-                    "sgd" => OptimizerKind::Sgd,
-                    "adam" => OptimizerKind::Adam,
-                    "adamw" => OptimizerKind::AdamW,
-                    other => {
-                        return Err(format!("--optimizer: unknown `{other}` (sgd, adam, adamw)"))
-                    }
-                };
+                args.optimizer = optimizer_kind(&v).map_err(|e| format!("--optimizer: {e}"))?;
             }
             Long("lr") => args.lr = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("momentum") => {
@@ -179,27 +176,12 @@ fn build_model(args: &Args, seed: u64) -> Result<Mlp> {
 }
 
 fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
-    let params = model.parameters();
-    Ok(match args.optimizer {
-        OptimizerKind::Sgd => Box::new(Sgd::new(
-            params,
-            SgdConfig::new(args.lr)
-                .momentum(args.momentum)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::Adam => Box::new(Adam::new(
-            params,
-            AdamConfig::default()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::AdamW => Box::new(Adam::new(
-            params,
-            AdamConfig::adamw()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.01)),
-        )?),
-    })
+    let settings = OptimizerSettings {
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        momentum: Some(args.momentum),
+    };
+    args.optimizer.build(model.parameters(), &settings)
 }
 
 /// What changes during training: the model, its optimizer, the schedule,
@@ -226,17 +208,25 @@ impl Trainer {
         for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
             let n = batch.labels.len();
             let started = Instant::now();
-            let (loss, grads) = {
+            let lr = self.optimizer.lr();
+            let model = &self.model;
+            // The closure form: L-BFGS evaluates it several times a step;
+            // the statistics, the logged figures and the picture come from
+            // the first evaluation.
+            let mut first = true;
+            let mut first_figures = (0.0, 0.0); // (loss, gradient norm)
+            self.optimizer.step_with_closure(&mut || {
                 let graph = Graph::new();
-                let picture = (args.graph_svg.is_some() || args.graph_html.is_some())
+                let picture = first
+                    && (args.graph_svg.is_some() || args.graph_html.is_some())
                     && epoch == 1
                     && seen == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
-                    run_outputs::name_parameters(&graph, &self.model);
+                    run_outputs::name_parameters(&graph, model);
                 }
-                let x = graph.constant(batch.features).named("images");
-                let logits = self.model.forward(&x)?;
+                let x = graph.constant(batch.features.clone()).named("images");
+                let logits = model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
                 let title = "one training step: MLP forward, cross-entropy, gradients";
@@ -247,14 +237,18 @@ impl Trainer {
                 if let (true, Some(path)) = (picture, &args.graph_html) {
                     run_outputs::write_step_page(&graph, &loss, path, title)?;
                 }
-                correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                (loss.value().try_item()?, grads)
-            };
-            loss_sum += loss * n as f64;
-            let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
-            self.optimizer.step(&grads)?;
+                let loss_value = loss.value().try_item()?;
+                if first {
+                    loss_sum += loss_value * n as f64;
+                    correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                    first_figures = (loss_value, grad_norm(&grads, 2.0)?);
+                    first = false;
+                }
+                Ok((loss_value, grads))
+            })?;
             self.scheduler.step(self.optimizer.as_mut());
             let millis = 1e3 * started.elapsed().as_secs_f64();
+            let (loss, norm) = first_figures;
             self.outputs.log_step(
                 self.step,
                 StepFigures {
@@ -397,11 +391,11 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
+            eprintln!("error: {e}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
