@@ -187,7 +187,7 @@ impl Capture {
             .enumerate()
             .filter(|(slot, info)| {
                 info.buffer.is_none()
-                    && info.shape.len() > 0
+                    && !info.shape.is_empty()
                     && !p.bindings.iter().any(|(b, _)| *b as usize == *slot)
             })
             .map(|(_, info)| info.bytes())
