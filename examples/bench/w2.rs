@@ -143,28 +143,29 @@ pub fn run_compiled(opts: &Options) {
             compiled_loss.to_bits(),
             "compiled and eager losses differ"
         );
-        for (name, times) in [
-            ("w2", &mut eager_times),
-            ("w2_compiled", &mut compiled_times),
-        ] {
-            times.sort_by(f64::total_cmp);
-            let median = times[times.len() / 2];
-            emit(
-                vec![
-                    ("framework", "retrograd".into()),
-                    ("workload", name.into()),
-                    ("batch", batch.into()),
-                    ("unit", "ms_per_step".into()),
-                    ("median", Value::Num(median)),
-                    ("min", Value::Num(times[0])),
-                    ("max", Value::Num(times[times.len() - 1])),
-                    ("gflops", Value::Num(flops(batch) / (median * 1e-3) / 1e9)),
-                    ("loss", Value::Exact(compiled_loss)),
-                ],
-                None,
-            );
-        }
+        emit_steps("w2", batch, eager_times, eager_loss);
+        emit_steps("w2_compiled", batch, compiled_times, compiled_loss);
     }
+}
+
+/// One row: the median, least and most ms per step of `times`.
+fn emit_steps(workload: &str, batch: usize, mut times: Vec<f64>, loss: f64) {
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    emit(
+        vec![
+            ("framework", "retrograd".into()),
+            ("workload", workload.into()),
+            ("batch", batch.into()),
+            ("unit", "ms_per_step".into()),
+            ("median", Value::Num(median)),
+            ("min", Value::Num(times[0])),
+            ("max", Value::Num(times[times.len() - 1])),
+            ("gflops", Value::Num(flops(batch) / (median * 1e-3) / 1e9)),
+            ("loss", Value::Exact(loss)),
+        ],
+        None,
+    );
 }
 
 pub fn flops(batch: usize) -> f64 {
@@ -187,21 +188,6 @@ pub fn run(opts: &Options) {
             loss = step(&params, &x, &y).expect("a valid step");
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
-        emit(
-            vec![
-                ("framework", "retrograd".into()),
-                ("workload", "w2".into()),
-                ("batch", batch.into()),
-                ("unit", "ms_per_step".into()),
-                ("median", Value::Num(median)),
-                ("min", Value::Num(times[0])),
-                ("max", Value::Num(times[times.len() - 1])),
-                ("gflops", Value::Num(flops(batch) / (median * 1e-3) / 1e9)),
-                ("loss", Value::Exact(loss)),
-            ],
-            None,
-        );
+        emit_steps("w2", batch, times, loss);
     }
 }
