@@ -470,14 +470,26 @@ fn a_compiled_steps_fused_groups_draw_as_clusters() {
     let w = retrograd::nn::Parameter::new(Tensor::randn(&[5, 7], DType::F64, 1).unwrap());
     let b = retrograd::nn::Parameter::new(Tensor::randn(&[7], DType::F64, 2).unwrap());
     let mut step = compile(
-        |g: &Graph, x: &[Var<'_>]| x[0].try_matmul(&g.param(&w))?.try_add(&g.param(&b))?.relu().try_sum(),
+        |g: &Graph, x: &[Var<'_>]| {
+            x[0].try_matmul(&g.param(&w))?
+                .try_add(&g.param(&b))?
+                .relu()
+                .try_sum()
+        },
         CompileOptions::new().params([&w, &b]),
     );
-    step.run(&[Tensor::randn(&[4, 5], DType::F64, 3).unwrap()]).unwrap();
+    step.run(&[Tensor::randn(&[4, 5], DType::F64, 3).unwrap()])
+        .unwrap();
     let c = step.capture().unwrap();
     let options = VizOptions::new().clusters(c.clusters());
     let dot = c.graph().to_dot(&options).unwrap();
-    assert!(dot.contains("subgraph cluster_0") && dot.contains("fused"), "{dot}");
-    let svg = c.graph().to_svg(&options.renderer(Renderer::Builtin)).unwrap();
+    assert!(
+        dot.contains("subgraph cluster_0") && dot.contains("fused"),
+        "{dot}"
+    );
+    let svg = c
+        .graph()
+        .to_svg(&options.renderer(Renderer::Builtin))
+        .unwrap();
     assert!(svg.contains("<g class=\"cluster\">"), "{svg}");
 }

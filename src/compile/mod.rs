@@ -17,10 +17,10 @@
 //! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 0.0, 1.0, 0.0], &[2, 3])?;
 //! let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2, 1])?;
 //! let out = step.run(&[x.clone(), y.clone()])?;     // the first run captures
-//! assert_eq!(out.loss(), 21.125);                    // errors 4.5 and -1.0
-//! assert_eq!(out.grads().of(&w).to_vec::<f32>()?, vec![4.5, 8.0, 13.5]);
+//! assert_eq!(out.loss(), 6.625);                     // errors 3.5 and -1.0
+//! assert_eq!(out.grads().of(&w).to_vec::<f32>()?, vec![3.5, 6.0, 10.5]);
 //! let out = step.run(&[x, y])?;                      // later runs replay
-//! assert_eq!(out.loss(), 21.125);
+//! assert_eq!(out.loss(), 6.625);
 //! println!("{}", step.capture().unwrap().explain()); // fusions, buffers, peak
 //! # Ok::<(), retrograd::Error>(())
 //! ```

@@ -359,7 +359,10 @@ fn batch_norm_eval_reads_its_running_statistics_each_run() {
 #[test]
 fn a_capture_prints_and_lists_its_fused_groups() {
     let p = mlp_params();
-    let mut step = compile(|g: &Graph, x: &[Var<'_>]| mlp(g, x, &p), CompileOptions::new().params(&p));
+    let mut step = compile(
+        |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
+        CompileOptions::new().params(&p),
+    );
     let x = vec![
         Tensor::randn(&[4, 5], DType::F64, 1).unwrap(),
         Tensor::randn(&[4, 3], DType::F64, 2).unwrap(),
@@ -367,9 +370,20 @@ fn a_capture_prints_and_lists_its_fused_groups() {
     step.run(&x).unwrap();
     let c = step.capture().unwrap();
     let printed = c.optimized();
-    assert!(printed.contains("# step 1: fused group, one pass over f64 [4, 7]:"), "{printed}");
-    assert!(printed.contains("  nodes[1] = add(nodes[0], v4)"), "{printed}");
+    assert!(
+        printed.contains("# step 1: fused group, one pass over f64 [4, 7]:"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("  nodes[1] = add(nodes[0], v4)"),
+        "{printed}"
+    );
     let clusters = c.clusters();
-    assert!(clusters.iter().any(|(label, nodes)| label.contains("fused") && nodes == &[1, 2]), "{clusters:?}");
+    assert!(
+        clusters
+            .iter()
+            .any(|(label, nodes)| label.contains("fused") && nodes == &[1, 2]),
+        "{clusters:?}"
+    );
     assert!(c.runs_node(1) && c.forward_len() == 8);
 }
