@@ -49,7 +49,9 @@ pub mod runlog;
 pub mod tensor;
 pub mod viz;
 
-pub use self::core::{Differentiable, GradInputs, Graph, GraphNode, NoGradGuard, OpFacts, Var};
+pub use self::core::{
+    Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpFacts, Var,
+};
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,

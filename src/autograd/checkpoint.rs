@@ -25,6 +25,12 @@ impl Differentiable for Checkpoint {
     fn name(&self) -> &str {
         "checkpoint"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::data(
+            "a closure (the checkpointed region), whose captured values a compiled step cannot see; \
+             call the region directly inside the compiled function",
+        )
+    }
 
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let inner = Graph::new();

@@ -82,6 +82,9 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         }
     }
     let slot_of = |v: u32| slot_of[v as usize];
+    for unit in &units {
+        refuse_held_data(&st, unit, &fast)?;
+    }
     let mut steps = Vec::with_capacity(units.len());
     for (u, unit) in units.iter().enumerate() {
         steps.push(match unit {
@@ -116,6 +119,35 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
     };
     plan::plan(&mut program, &st);
     Ok(program)
+}
+
+/// A unit that would run an op holding data besides its inputs (or not
+/// saying what it holds) cannot replay: it would reuse the captured run's
+/// data. An op step runs the op without its saved values; a fast rule runs
+/// the forward node's op; fused and scalar units run their nodes' kernels.
+fn refuse_held_data(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Result<()> {
+    let refuse = |n: u32, fresh: bool| -> Result<()> {
+        let recorded = st.op(st.nodes()[n as usize].op);
+        let replayed = fresh.then(|| recorded.without_saved()).flatten();
+        let op: &dyn crate::Differentiable = match &replayed {
+            Some(f) => &**f,
+            None => recorded,
+        };
+        match op.holds().refusal() {
+            None => Ok(()),
+            Some(reason) => Err(Error::NotReplayable {
+                op: op.name().to_string(),
+                node: n as usize,
+                reason,
+            }),
+        }
+    };
+    match unit {
+        Unit::Node(n) => refuse(*n, true),
+        Unit::Fast(i) => refuse(fast[*i].group.node, false),
+        Unit::Group(g) => g.nodes.iter().try_for_each(|&n| refuse(n, false)),
+        Unit::Scalar(nodes) => nodes.iter().try_for_each(|&n| refuse(n, false)),
+    }
 }
 
 /// Which nodes some output depends on.

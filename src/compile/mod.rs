@@ -53,6 +53,17 @@
 //! are [`Error::NotReplayable`](crate::Error::NotReplayable). Gradients of
 //! gradients stay eager.
 //!
+//! **Data held in ops.** A node replays on new input values, so an op
+//! that carries data of its own (indices or targets stored in it, a class
+//! weight tensor, a closure) would silently reuse the captured run's.
+//! Every op declares what it holds
+//! ([`Differentiable::holds`](crate::Differentiable::holds)); capture
+//! refuses an op that holds data, or does not say, with
+//! `Error::NotReplayable` naming it and why. `embedding`, `nll_loss` and
+//! `cross_entropy` given their indices as a tensor (the step's input,
+//! `x[1].value()`) take them as an input of the node while capturing, so
+//! every run reads its own; given a list, they are refused.
+//!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again
 //! and both are kept, up to [`CompileOptions::cache_size`] signatures
@@ -61,6 +72,8 @@
 mod capture;
 mod explain;
 mod fuse;
+#[cfg(test)]
+mod held_data_tests;
 mod kernel;
 mod lower;
 mod plan;

@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use super::facts::OpFacts;
 use super::graph::Var;
+use super::holds::Holds;
 use super::pointwise::Pointwise;
 use super::scalar_lane::ScalarBackward;
 use super::scalar_node::{LaneOutcome, ScalarNode};
@@ -210,6 +211,16 @@ pub trait Differentiable: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// What the op holds besides its inputs, for a compiled step, which
+    /// replays the node on new input values: [`Holds::Settings`] when its
+    /// result depends only on its inputs and its settings,
+    /// [`Holds::Data`] when it carries data that can differ between runs
+    /// (indices stored in it). The default, [`Holds::Undeclared`], makes a
+    /// compiled step refuse the op: a new op opts in to being replayed.
+    fn holds(&self) -> Holds {
+        Holds::Undeclared
+    }
+
     /// What the op declares about itself for the registry's users: arity,
     /// whether it is elementwise and where random inputs are safe, whether
     /// it has a tangent rule and a second derivative. Ops made from a
@@ -277,6 +288,9 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn facts(&self) -> OpFacts {
         (**self).facts()
+    }
+    fn holds(&self) -> Holds {
+        (**self).holds()
     }
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         (**self).pointwise()

@@ -9,6 +9,8 @@
 //!   [`GradInputs`].
 //! - `facts.rs`: [`OpFacts`], what the registry knows of each op
 //!   (`Differentiable::facts` returns it).
+//! - `holds.rs`: [`Holds`], what an op keeps besides its inputs, which a
+//!   compiled step must know before it replays the op.
 //! - `scalar_lane.rs`: the scalar lane's call ([`ScalarBackward`]) and the
 //!   `scalar_rule!` macro.
 //! - `scalar_node.rs`: one scalar node of the first-order sweep, run inside
@@ -27,6 +29,7 @@
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
+pub(crate) mod holds;
 pub mod pointwise;
 pub mod scalar_lane;
 pub(crate) mod scalar_node;
@@ -35,6 +38,7 @@ pub(crate) mod store;
 pub use differentiable::{Differentiable, GradInputs};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use holds::Holds;
 pub use pointwise::{Pointwise, Primitive};
 pub use scalar_lane::{ScalarArgs, ScalarBackward};
 #[doc(hidden)]

@@ -296,6 +296,9 @@ mod tests {
             fn name(&self) -> &str {
                 "pow"
             }
+            fn holds(&self) -> crate::Holds {
+                crate::Holds::Settings
+            }
             fn arity(&self) -> Option<usize> {
                 Some(2)
             }

@@ -24,6 +24,9 @@ impl Differentiable for Expand {
     fn name(&self) -> &str {
         "expand"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -60,6 +63,9 @@ pub struct SumToSize {
 impl Differentiable for SumToSize {
     fn name(&self) -> &str {
         "sum_to_size"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

@@ -116,6 +116,9 @@ impl Differentiable for Where {
     fn name(&self) -> &str {
         "where"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(3)
     }

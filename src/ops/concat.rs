@@ -23,6 +23,9 @@ impl Differentiable for Cat {
     fn name(&self) -> &str {
         "cat"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let first = inputs
             .first()
@@ -87,6 +90,9 @@ pub struct Stack {
 impl Differentiable for Stack {
     fn name(&self) -> &str {
         "stack"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let first = inputs

@@ -81,6 +81,9 @@ impl Differentiable for IndexSelect {
     fn name(&self) -> &str {
         "index_select"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -128,6 +131,9 @@ pub struct IndexAdd {
 impl Differentiable for IndexAdd {
     fn name(&self) -> &str {
         "index_add"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(3)
@@ -194,6 +200,9 @@ impl Differentiable for Gather {
     fn name(&self) -> &str {
         "gather"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -240,6 +249,9 @@ pub struct ScatterAdd {
 impl Differentiable for ScatterAdd {
     fn name(&self) -> &str {
         "scatter_add"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(3)

@@ -37,6 +37,9 @@ impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
             (true, true) => "matmul_tt",
         }
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }

@@ -40,6 +40,9 @@ impl Differentiable for Cast {
     fn name(&self) -> &str {
         "to_dtype"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -115,6 +118,9 @@ impl Differentiable for Compare {
     fn name(&self) -> &str {
         self.0.name()
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -173,6 +179,9 @@ impl Differentiable for MaskedFill {
     fn name(&self) -> &str {
         "masked_fill"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -227,6 +236,9 @@ impl Differentiable for Triangle {
             "tril"
         }
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -280,6 +292,9 @@ impl Topk {
 impl Differentiable for Topk {
     fn name(&self) -> &str {
         "topk"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

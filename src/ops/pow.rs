@@ -51,6 +51,9 @@ impl Differentiable for Pow {
     fn name(&self) -> &str {
         "pow"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -164,6 +167,9 @@ impl Differentiable for PowBackwardSelf {
     fn name(&self) -> &str {
         "pow_backward_self"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(3)
     }
@@ -230,6 +236,9 @@ impl Differentiable for PowBackwardSelf {
 impl Differentiable for PowBackwardExponent {
     fn name(&self) -> &str {
         "pow_backward_exponent"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(3)

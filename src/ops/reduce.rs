@@ -16,6 +16,9 @@ impl Differentiable for Sum {
     fn name(&self) -> &str {
         "sum"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -48,6 +51,9 @@ pub struct Mean;
 impl Differentiable for Mean {
     fn name(&self) -> &str {
         "mean"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

@@ -39,6 +39,9 @@ impl Differentiable for SumDim {
     fn name(&self) -> &str {
         "sum_dim"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -82,6 +85,9 @@ pub struct MeanDim {
 impl Differentiable for MeanDim {
     fn name(&self) -> &str {
         "mean_dim"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)
@@ -153,6 +159,9 @@ impl Differentiable for Variance {
     fn name(&self) -> &str {
         "var"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -213,6 +222,9 @@ impl LogSumExp {
 impl Differentiable for LogSumExp {
     fn name(&self) -> &str {
         "logsumexp"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

@@ -94,6 +94,9 @@ macro_rules! extremum_op {
             fn name(&self) -> &str {
                 $name
             }
+            fn holds(&self) -> crate::Holds {
+                crate::Holds::Settings
+            }
             fn arity(&self) -> Option<usize> {
                 Some(1)
             }
@@ -159,6 +162,9 @@ macro_rules! arg_op {
         impl Differentiable for $op {
             fn name(&self) -> &str {
                 $name
+            }
+            fn holds(&self) -> crate::Holds {
+                crate::Holds::Settings
             }
             fn arity(&self) -> Option<usize> {
                 Some(1)

@@ -36,6 +36,9 @@ impl Differentiable for Select {
     fn name(&self) -> &str {
         "select"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -73,6 +76,9 @@ impl Differentiable for Select {
 impl Differentiable for SelectBackward {
     fn name(&self) -> &str {
         "select_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

@@ -91,6 +91,9 @@ impl Differentiable for Reshape {
     fn name(&self) -> &str {
         "reshape"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("reshape", inputs, 1)?;
         let x = inputs[0];
@@ -139,6 +142,9 @@ impl Differentiable for Flatten {
     fn name(&self) -> &str {
         "flatten"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("flatten", inputs, 1)?;
         inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
@@ -179,6 +185,9 @@ impl Differentiable for Squeeze {
     fn name(&self) -> &str {
         "squeeze"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("squeeze", inputs, 1)?;
         inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
@@ -205,6 +214,9 @@ impl Unsqueeze {
 impl Differentiable for Unsqueeze {
     fn name(&self) -> &str {
         "unsqueeze"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("unsqueeze", inputs, 1)?;

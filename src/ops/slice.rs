@@ -77,6 +77,9 @@ impl Differentiable for Slice {
     fn name(&self) -> &str {
         "slice"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -156,6 +159,9 @@ impl Differentiable for SliceBackward {
     fn name(&self) -> &str {
         "slice_backward"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -233,6 +239,9 @@ impl ConstantPad {
 impl Differentiable for ConstantPad {
     fn name(&self) -> &str {
         "constant_pad_nd"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

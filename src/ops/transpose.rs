@@ -46,6 +46,9 @@ impl Differentiable for Transpose {
     fn name(&self) -> &str {
         "transpose"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -98,6 +101,9 @@ impl Differentiable for Permute {
     fn name(&self) -> &str {
         "permute"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -137,6 +143,9 @@ pub struct T;
 impl Differentiable for T {
     fn name(&self) -> &str {
         "t"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

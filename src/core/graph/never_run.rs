@@ -16,6 +16,9 @@ impl<const K: usize> Differentiable for NeverRun<K> {
     fn name(&self) -> &str {
         NAMES[K]
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, _inputs: &[&Tensor]) -> Result<Tensor> {
         unreachable!("test ops are never run")
     }

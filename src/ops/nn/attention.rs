@@ -372,6 +372,9 @@ impl Differentiable for ScaledDotProductAttention {
     fn name(&self) -> &str {
         OP
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     /// Its dropout seed: a compiled step cannot give it a fresh one yet
     /// (its backward's fast rule would keep the old), so it refuses to
     /// capture attention with dropout rather than repeat the mask.

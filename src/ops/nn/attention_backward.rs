@@ -169,6 +169,9 @@ impl Differentiable for SdpaBackward {
     fn name(&self) -> &str {
         OP
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn without_saved(&self) -> Option<std::sync::Arc<dyn Differentiable>> {
         self.saved.as_ref().map(|_| {
             std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn Differentiable>

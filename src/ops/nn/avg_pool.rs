@@ -140,6 +140,9 @@ impl Differentiable for AvgPool2d {
     fn name(&self) -> &str {
         self.windows.name()
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -188,6 +191,9 @@ impl Differentiable for AvgPool2d {
 impl Differentiable for AvgPool2dBackward {
     fn name(&self) -> &str {
         self.windows.backward_name()
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2)

@@ -291,6 +291,9 @@ impl Differentiable for BatchNorm {
     fn name(&self) -> &str {
         "batch_norm"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "batch_norm";
         let x = inputs.first().ok_or(Error::Arity {

@@ -148,6 +148,9 @@ impl Differentiable for BatchNormBackward {
     fn name(&self) -> &str {
         "batch_norm_backward"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
@@ -242,6 +245,9 @@ impl Differentiable for BatchNormBackward {
 impl Differentiable for BatchNormWeightBackward {
     fn name(&self) -> &str {
         "batch_norm_weight_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2)

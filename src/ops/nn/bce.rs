@@ -42,6 +42,17 @@ pub struct BinaryCrossEntropyWithLogitsBackward {
 
 const BCE: &str = "binary_cross_entropy_with_logits";
 
+/// A `pos_weight` is a tensor held in the op, which a compiled step would reuse.
+fn pos_weight_holds(pw: &Option<Tensor>) -> crate::Holds {
+    match pw {
+        Some(_) => crate::Holds::data(
+            "a pos_weight tensor, which it cannot take as an input yet \
+             (run this step eagerly, or drop pos_weight)",
+        ),
+        None => crate::Holds::Settings,
+    }
+}
+
 /// `pos_weight` broadcast to `x`'s shape, checked.
 fn broadcast_pos_weight(
     op: &'static str,
@@ -75,6 +86,9 @@ fn pos_terms<'g>(pw: &Option<Tensor>, y: &Var<'g>) -> Result<Option<(Var<'g>, Va
 impl Differentiable for BinaryCrossEntropyWithLogits {
     fn name(&self) -> &str {
         BCE
+    }
+    fn holds(&self) -> crate::Holds {
+        pos_weight_holds(&self.pos_weight)
     }
     fn arity(&self) -> Option<usize> {
         Some(2)
@@ -168,6 +182,9 @@ impl BinaryCrossEntropyWithLogits {
 impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
     fn name(&self) -> &str {
         "binary_cross_entropy_with_logits_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        pos_weight_holds(&self.pos_weight)
     }
     fn arity(&self) -> Option<usize> {
         Some(3)

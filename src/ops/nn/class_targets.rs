@@ -37,6 +37,17 @@ impl Default for ClassLossSpec {
     }
 }
 
+/// The targets' shape for a class loss's input of this shape: the shape
+/// without the class axis (axis 1, or 0 for `[C]`); empty for a 0-d input,
+/// which the op itself rejects.
+pub(crate) fn target_shape(x: &[usize]) -> Dims {
+    let axis = usize::from(x.len() > 1);
+    x.iter()
+        .enumerate()
+        .filter_map(|(i, &d)| (i != axis).then_some(d))
+        .collect()
+}
+
 /// A class loss's input seen as lanes along its class axis, with its targets.
 pub(crate) struct Resolved {
     pub(crate) lanes: AxisLanes,
@@ -49,6 +60,23 @@ pub(crate) struct Resolved {
 }
 
 impl ClassLossSpec {
+    /// What an op with this spec holds besides its inputs (see
+    /// [`Holds`](crate::Holds)): stored targets and class weights are data.
+    pub(crate) fn holds(&self, op: &str) -> crate::Holds {
+        match (&self.targets, &self.weight) {
+            (Some(_), _) => crate::Holds::data(format!(
+                "class targets stored in the op (given to {op} as a list); pass them as a \
+                 tensor, the step's input (`x[1].value()`), or as a value of the graph \
+                 ({op}_input), so that every run reads its own"
+            )),
+            (None, Some(_)) => crate::Holds::data(
+                "a per-class weight tensor, which it cannot take as an input yet \
+                 (run this step eagerly, or drop the weights)",
+            ),
+            (None, None) => crate::Holds::Settings,
+        }
+    }
+
     /// How many inputs an op with this spec and `leading` tensor inputs takes.
     pub(crate) fn arity(&self, leading: usize) -> usize {
         leading + usize::from(self.targets.is_none())

@@ -217,6 +217,9 @@ impl Differentiable for Conv {
     fn name(&self) -> &str {
         self.name_str()
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(x, w, b)?;

@@ -183,6 +183,9 @@ impl Differentiable for ConvTranspose {
     fn name(&self) -> &str {
         self.name_str()
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (z, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(z, w, b)?;

@@ -75,6 +75,9 @@ impl Differentiable for ConvWeight {
     fn name(&self) -> &str {
         self.name_str()
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }

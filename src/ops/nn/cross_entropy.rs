@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::class_targets::ClassLossSpec;
+use super::class_targets::{target_shape, ClassLossSpec};
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
-use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction};
+use super::support::{
+    captured_indices, reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction,
+};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -112,6 +114,9 @@ impl CrossEntropy {
 impl Differentiable for CrossEntropy {
     fn name(&self) -> &str {
         "cross_entropy"
+    }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds("cross_entropy")
     }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
@@ -220,6 +225,10 @@ impl<'g> Var<'g> {
         targets: &T,
         options: &CrossEntropyOptions,
     ) -> Result<Var<'g>> {
+        let lanes = target_shape(self.shape());
+        if let Some(t) = captured_indices(self.graph(), "cross_entropy", targets, &lanes)? {
+            return self.try_cross_entropy_input(&t, options);
+        }
         self.graph()
             .record(CrossEntropy::new(&targets.index_list("cross_entropy")?[..], options), &[self])
     }

@@ -65,6 +65,9 @@ impl Differentiable for CrossEntropyBackward {
     fn name(&self) -> &str {
         "cross_entropy_backward"
     }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds("cross_entropy")
+    }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }

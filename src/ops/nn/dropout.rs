@@ -45,6 +45,9 @@ impl Differentiable for Dropout {
     fn name(&self) -> &str {
         "dropout"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }

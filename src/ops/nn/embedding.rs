@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::support::{check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex};
+use super::support::{
+    captured_indices, check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex,
+};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
@@ -44,6 +46,17 @@ struct Resolved {
 }
 
 impl IndexSpec {
+    /// Stored indices are data a compiled step would reuse (see [`crate::Holds`]).
+    fn holds(&self) -> crate::Holds {
+        match self.stored {
+            Some(_) => crate::Holds::data(
+                "indices stored in the op (given to embedding as a list); pass them as a \
+                 tensor, the step's input (`x[1].value()`), so that every run reads its own",
+            ),
+            None => crate::Holds::Settings,
+        }
+    }
+
     fn arity(&self, leading: usize) -> usize {
         leading + usize::from(self.stored.is_none())
     }
@@ -155,6 +168,9 @@ impl Differentiable for Embedding {
     fn name(&self) -> &str {
         "embedding"
     }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds()
+    }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
@@ -177,13 +193,20 @@ impl Differentiable for Embedding {
     }
     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
         let w = &inputs[0];
-        let (v, _) = table_dims("embedding", w.value())?;
-        let r = self
-            .spec
-            .resolve("embedding", v, inputs.get(1).map(|t| t.value()))?;
-        let dw = g
-            .graph()
-            .record(EmbeddingDenseBackward { spec: r.stored }, &[g, w])?;
+        // Indices given as an input stay an input of the backward node, so
+        // a compiled step replays it on each run's indices.
+        let dw = match inputs.get(1) {
+            Some(ids) => {
+                let spec = self.spec.clone();
+                g.graph().record(EmbeddingDenseBackward { spec }, &[g, w, ids])?
+            }
+            None => {
+                let (v, _) = table_dims("embedding", w.value())?;
+                let r = self.spec.resolve("embedding", v, None)?;
+                g.graph()
+                    .record(EmbeddingDenseBackward { spec: r.stored }, &[g, w])?
+            }
+        };
         let mut grads: GradInputs<'g> = smallvec![Some(dw)];
         grads.resize(inputs.len(), None);
         Ok(grads)
@@ -210,6 +233,9 @@ impl Differentiable for Embedding {
 impl Differentiable for EmbeddingDenseBackward {
     fn name(&self) -> &str {
         "embedding_dense_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds()
     }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
@@ -249,20 +275,20 @@ impl Differentiable for EmbeddingDenseBackward {
     ) -> Result<GradInputs<'g>> {
         // The transpose of a scatter-add skipping padding is a gather with zeros there.
         let (g, w) = (&inputs[0], &inputs[1]);
-        let (v, _) = table_dims("embedding_dense_backward", w.value())?;
-        let r = self.spec.resolve(
-            "embedding_dense_backward",
-            v,
-            inputs.get(2).map(|t| t.value()),
-        )?;
         let dg = g
             .requires_grad()
-            .then(|| {
-                let op = Embedding {
-                    spec: r.stored,
-                    zero_padding: true,
-                };
-                g2.graph().record(op, &[g2])
+            .then(|| match inputs.get(2) {
+                Some(ids) => {
+                    let spec = self.spec.clone();
+                    let op = Embedding { spec, zero_padding: true };
+                    g2.graph().record(op, &[g2, ids])
+                }
+                None => {
+                    let (v, _) = table_dims("embedding_dense_backward", w.value())?;
+                    let r = self.spec.resolve("embedding_dense_backward", v, None)?;
+                    let op = Embedding { spec: r.stored, zero_padding: true };
+                    g2.graph().record(op, &[g2])
+                }
             })
             .transpose()?;
         let mut grads: GradInputs<'g> = smallvec![dg, None];
@@ -346,6 +372,11 @@ impl<'g> Var<'g> {
         index_shape: &[usize],
         padding_idx: Option<i64>,
     ) -> Result<Var<'g>> {
+        if let Some(ids) = captured_indices(self.graph(), "embedding", indices, index_shape)? {
+            let spec = IndexSpec { stored: None, padding_idx };
+            let op = Embedding { spec, zero_padding: false };
+            return self.graph().record(op, &[self, &ids]);
+        }
         self.graph()
             .record(
                 Embedding::new(&indices.index_list("embedding")?[..], index_shape, padding_idx)?,

@@ -101,6 +101,9 @@ impl Differentiable for GroupNorm {
     fn name(&self) -> &str {
         "group_norm"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "group_norm";
         let x = inputs.first().ok_or(Error::Arity {

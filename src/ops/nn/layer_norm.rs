@@ -116,6 +116,9 @@ impl Differentiable for LayerNorm {
     fn name(&self) -> &str {
         "layer_norm"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs.first().ok_or(Error::Arity {
             op: "layer_norm".to_string(),

@@ -125,6 +125,9 @@ impl Differentiable for LayerNormBackward {
     fn name(&self) -> &str {
         "layer_norm_backward"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
@@ -220,6 +223,9 @@ impl Differentiable for LayerNormBackward {
 impl Differentiable for LayerNormWeightBackward {
     fn name(&self) -> &str {
         "layer_norm_weight_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2)

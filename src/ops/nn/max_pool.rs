@@ -126,6 +126,9 @@ impl Differentiable for MaxPool2d {
     fn name(&self) -> &str {
         "max_pool2d"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -298,6 +301,13 @@ impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
 impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn holds(&self) -> crate::Holds {
+        // `without_saved` drops the indices, and a compiled step replays that form.
+        match self.indices {
+            Some(_) => crate::Holds::data("the argmax positions of the forward that recorded it"),
+            None => crate::Holds::Settings,
+        }
     }
     fn without_saved(&self) -> Option<std::sync::Arc<dyn Differentiable>> {
         self.indices.as_ref().map(|_| {

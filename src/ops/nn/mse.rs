@@ -34,6 +34,9 @@ impl Differentiable for MseLoss {
     fn name(&self) -> &str {
         "mse_loss"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
@@ -90,6 +93,9 @@ impl Differentiable for MseLoss {
 impl Differentiable for MseLossBackward {
     fn name(&self) -> &str {
         "mse_loss_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(3)

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::class_targets::ClassLossSpec;
-use super::support::{reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
+use super::class_targets::{target_shape, ClassLossSpec};
+use super::support::{captured_indices, reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -112,6 +112,9 @@ impl Differentiable for NllLoss {
     fn name(&self) -> &str {
         "nll_loss"
     }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds("nll_loss")
+    }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
@@ -127,9 +130,18 @@ impl Differentiable for NllLoss {
     }
     fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
         let x = &inputs[0];
-        let spec = self.stored(x.value(), inputs.get(1))?;
-        let mut grads: GradInputs<'g> =
-            smallvec![Some(g.graph().record(NllLossBackward { spec }, &[g, x])?)];
+        // Targets given as an input stay an input of the backward node.
+        let dx = match inputs.get(1) {
+            Some(t) => {
+                let spec = self.spec.clone();
+                g.graph().record(NllLossBackward { spec }, &[g, x, t])?
+            }
+            None => {
+                let spec = self.stored(x.value(), None)?;
+                g.graph().record(NllLossBackward { spec }, &[g, x])?
+            }
+        };
+        let mut grads: GradInputs<'g> = smallvec![Some(dx)];
         grads.resize(inputs.len(), None);
         Ok(grads)
     }
@@ -149,6 +161,9 @@ impl Differentiable for NllLoss {
 impl Differentiable for NllLossBackward {
     fn name(&self) -> &str {
         "nll_loss_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        self.spec.holds("nll_loss")
     }
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
@@ -180,18 +195,21 @@ impl Differentiable for NllLossBackward {
         // The scatter's transpose is the gather: nll_loss of g2. The
         // output does not depend on the values of x.
         let (g, x) = (&inputs[0], &inputs[1]);
-        let r = self.spec.resolve(
-            "nll_loss_backward",
-            x.value(),
-            inputs.get(2).map(|v| v.value()),
-        )?;
-        let spec = self.spec.with_targets(r.targets);
         let dg = g
             .requires_grad()
             .then(|| {
-                g2.graph()
-                    .record(NllLoss { spec }, &[g2])?
-                    .try_expand(g.shape())
+                let loss = match inputs.get(2) {
+                    Some(t) => {
+                        let spec = self.spec.clone();
+                        g2.graph().record(NllLoss { spec }, &[g2, t])?
+                    }
+                    None => {
+                        let r = self.spec.resolve("nll_loss_backward", x.value(), None)?;
+                        let spec = self.spec.with_targets(r.targets);
+                        g2.graph().record(NllLoss { spec }, &[g2])?
+                    }
+                };
+                loss.try_expand(g.shape())
             })
             .transpose()?;
         let mut grads: GradInputs<'g> = smallvec![dg, None];
@@ -264,7 +282,38 @@ impl<'g> Var<'g> {
         targets: &T,
         options: &NllLossOptions,
     ) -> Result<Var<'g>> {
+        let lanes = target_shape(self.shape());
+        if let Some(t) = captured_indices(self.graph(), "nll_loss", targets, &lanes)? {
+            return self.graph().record(NllLoss::with_options(options), &[self, &t]);
+        }
         self.graph().record(NllLoss::new(&targets.index_list("nll_loss")?[..], options), &[self])
+    }
+
+    /// `nll_loss` against class targets held in a value of the graph (an
+    /// integer or float tensor of class indices, one per sample) rather
+    /// than stored in the op: the form a [compiled step](crate::compile)
+    /// replays on each run's targets.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// use retrograd::ops::nn::NllLossOptions;
+    /// let g = Graph::new();
+    /// let logp = g.variable(Tensor::from_vec(vec![-0.5, -1.0, -2.0, -0.25], &[2, 2])?);
+    /// let targets = g.constant(Tensor::from_vec(vec![0i64, 1], &[2])?);
+    /// let loss = logp.try_nll_loss_input(&targets, &NllLossOptions::default())?;
+    /// assert_eq!(loss.value().try_item()?, 0.375);
+    /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_nll_loss_input(&self, targets: &Var<'g>, options: &NllLossOptions) -> Result<Var<'g>> {
+        self.graph().record(NllLoss::with_options(options), &[self, targets])
+    }
+
+    /// Like [`try_nll_loss_input`](Self::try_nll_loss_input), but panics with its error at the caller's line.
+    #[track_caller]
+    pub fn nll_loss_input(&self, targets: &Var<'g>, options: &NllLossOptions) -> Var<'g> {
+        crate::error::or_panic(self.try_nll_loss_input(targets, options))
     }
 }
 

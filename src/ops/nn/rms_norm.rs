@@ -110,6 +110,9 @@ impl Differentiable for RmsNorm {
     fn name(&self) -> &str {
         "rms_norm"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "rms_norm";
         if inputs.is_empty() || inputs.len() > 2 {
@@ -189,6 +192,9 @@ impl Differentiable for RmsNorm {
 impl Differentiable for RmsNormBackward {
     fn name(&self) -> &str {
         "rms_norm_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))

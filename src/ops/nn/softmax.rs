@@ -92,6 +92,9 @@ impl Differentiable for Softmax {
     fn name(&self) -> &str {
         "softmax"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -120,6 +123,9 @@ impl Differentiable for Softmax {
 impl Differentiable for LogSoftmax {
     fn name(&self) -> &str {
         "log_softmax"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)
@@ -150,6 +156,9 @@ impl Differentiable for LogSoftmax {
 impl Differentiable for SoftmaxBackward {
     fn name(&self) -> &str {
         "softmax_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2)
@@ -208,6 +217,9 @@ impl Differentiable for SoftmaxBackward {
 impl Differentiable for LogSoftmaxBackward {
     fn name(&self) -> &str {
         "log_softmax_backward"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(2)

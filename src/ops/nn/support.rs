@@ -70,6 +70,14 @@ index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
 pub trait Indices {
     /// The indices as `i64`s, row-major; errors name `op`.
     fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>>;
+
+    /// The indices as a tensor, when they are one: while a
+    /// [compiled step](crate::compile) captures, an op then takes them as
+    /// an input of its node (bound to the step's input they come from)
+    /// rather than storing them, so that every run reads its own.
+    fn as_tensor(&self) -> Option<&Tensor> {
+        None
+    }
 }
 
 impl<I: IntIndex> Indices for [I] {
@@ -94,6 +102,29 @@ impl Indices for Tensor {
     fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>> {
         indices_from_tensor(op, self)
     }
+    fn as_tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
+}
+
+/// While `graph` captures a compiled step, indices given as a tensor
+/// become a value of the graph (bound at every run to the input they come
+/// from), laid out in `shape`; otherwise `None` and the op stores them.
+pub(crate) fn captured_indices<'g, T: Indices + ?Sized>(
+    graph: &'g crate::Graph,
+    op: &'static str,
+    indices: &T,
+    shape: &[usize],
+) -> Result<Option<crate::Var<'g>>> {
+    let Some(t) = indices.as_tensor().filter(|_| graph.is_capturing()) else {
+        return Ok(None);
+    };
+    if t.numel() != crate::tensor::shape::checked_numel(op, shape)? {
+        // The stored form reports the count, as the eager op does.
+        return Ok(None);
+    }
+    let laid_out = if t.shape() == shape { t.clone() } else { t.reshape(shape)? };
+    Ok(Some(graph.constant(laid_out)))
 }
 
 /// Converts indices to a shared `i64` list.
@@ -165,6 +196,9 @@ impl Differentiable for SumAxis {
     fn name(&self) -> &str {
         "sum"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
@@ -210,6 +244,9 @@ pub(crate) struct ExpandAxis {
 impl Differentiable for ExpandAxis {
     fn name(&self) -> &str {
         "expand"
+    }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
     }
     fn arity(&self) -> Option<usize> {
         Some(1)

@@ -107,6 +107,9 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn name(&self) -> &str {
         R::NAME
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(2)
     }

@@ -43,6 +43,9 @@ impl Differentiable for SelectWhere {
     fn name(&self) -> &str {
         "select_where"
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(4)
     }

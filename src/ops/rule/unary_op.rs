@@ -139,6 +139,9 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn name(&self) -> &str {
         R::NAME
     }
+    fn holds(&self) -> crate::Holds {
+        crate::Holds::Settings
+    }
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
