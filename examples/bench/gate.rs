@@ -46,6 +46,17 @@ pub const GATE: &[(&str, Setup, &str)] = &[
     ("w1v", w1v_chain, "W1v, f32, width 64, C = 20 (6,020 nodes)"),
     ("w2", w2_step, "one W2 MLP training step (SGD), batch 16"),
     (
+        "w2c",
+        w2c_step,
+        "the W2 step compiled (captured in the warm-up run, replayed), batch 16",
+    ),
+    ("w2_128", w2_128_step, "one W2 MLP training step (SGD), batch 128"),
+    (
+        "w2c_128",
+        w2c_128_step,
+        "the W2 step compiled (captured in the warm-up run, replayed), batch 128",
+    ),
+    (
         "w3",
         w3_step,
         "one W3 CNN training step (model C1, Adam), batch 4",
@@ -89,6 +100,22 @@ fn w2_step() -> Box<dyn FnMut() -> f64> {
     let params = w2::mlp_params(0);
     let (x, y) = w2::mlp_data(16, 1);
     Box::new(move || w2::step(&params, &x, &y).expect("a valid W2 step"))
+}
+
+fn w2c_step() -> Box<dyn FnMut() -> f64> {
+    let (x, y) = w2::mlp_data(16, 1);
+    Box::new(w2::compiled_stepper(w2::mlp_params(0), x, &y))
+}
+
+fn w2_128_step() -> Box<dyn FnMut() -> f64> {
+    let params = w2::mlp_params(0);
+    let (x, y) = w2::mlp_data(128, 1);
+    Box::new(move || w2::step(&params, &x, &y).expect("a valid W2 step"))
+}
+
+fn w2c_128_step() -> Box<dyn FnMut() -> f64> {
+    let (x, y) = w2::mlp_data(128, 1);
+    Box::new(w2::compiled_stepper(w2::mlp_params(0), x, &y))
 }
 
 fn w3_step() -> Box<dyn FnMut() -> f64> {

@@ -98,6 +98,30 @@ pub fn step(params: &[Parameter], x: &Tensor, y: &[usize]) -> Result<f64> {
     Ok(loss)
 }
 
+/// The step compiled, as an iteration that replays it and runs SGD on its
+/// gradients; its first call captures. Owns its parameters (clones share
+/// their values with the caller's).
+pub fn compiled_stepper(
+    params: Vec<Parameter>,
+    x: Tensor,
+    y: &[usize],
+) -> impl FnMut() -> f64 + use<> {
+    let targets = Tensor::from_vec(y.iter().map(|&c| c as i64).collect::<Vec<_>>(), &[y.len()])
+        .expect("valid");
+    let inputs = [x, targets];
+    let in_graph = params.clone();
+    let mut compiled = compile(
+        move |g: &Graph, v: &[Var<'_>]| forward_loss(g, &in_graph, &v[0], &v[1]),
+        CompileOptions::new().params(&params),
+    );
+    move || -> f64 {
+        let out = compiled.run(&inputs).expect("a valid step");
+        let loss = out.loss();
+        sgd(&params, |p| out.grads().of(p)).expect("a valid update");
+        loss
+    }
+}
+
 /// The step compiled, and the eager step beside it in the same run:
 /// median ms per step of each (interleaved in blocks of 10 steps, so load
 /// changes reach both), the losses bit for bit equal.
@@ -107,19 +131,7 @@ pub fn run_compiled(opts: &Options) {
     for &batch in batches {
         let (eager_params, params) = (mlp_params(0), mlp_params(0));
         let (x, y) = mlp_data(batch, 1);
-        let targets = Tensor::from_vec(y.iter().map(|&c| c as i64).collect::<Vec<_>>(), &[batch])
-            .expect("valid");
-        let inputs = [x.clone(), targets];
-        let mut compiled = compile(
-            |g: &Graph, v: &[Var<'_>]| forward_loss(g, &params, &v[0], &v[1]),
-            CompileOptions::new().params(&params),
-        );
-        let mut compiled_step = || -> f64 {
-            let out = compiled.run(&inputs).expect("a valid step");
-            let loss = out.loss();
-            sgd(&params, |p| out.grads().of(p)).expect("a valid update");
-            loss
-        };
+        let mut compiled_step = compiled_stepper(params, x.clone(), &y);
         for _ in 0..warmup {
             step(&eager_params, &x, &y).expect("a valid step");
             compiled_step();

@@ -43,11 +43,28 @@ fn binary<T: Element, R: BinaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
 
 #[inline(always)]
 fn select<T: Element>(cmp: Cmp, ins: &[&[T]], out: &mut [T]) {
+    // One loop per comparison, so the comparison is not matched per
+    // element and each loop compiles to compares and blends (ReLU's
+    // backward in a compiled step: see ARCHITECTURE.md, PERF).
+    match cmp {
+        Cmp::Gt => select_by(|x, r| x > r, ins, out),
+        Cmp::Ge => select_by(|x, r| x >= r, ins, out),
+        Cmp::Lt => select_by(|x, r| x < r, ins, out),
+        Cmp::Le => select_by(|x, r| x <= r, ins, out),
+        Cmp::Eq => select_by(|x, r| x == r, ins, out),
+    }
+}
+
+#[inline(always)]
+fn select_by<T: Element>(holds: impl Fn(T, T) -> bool, ins: &[&[T]], out: &mut [T]) {
     let n = out.len();
     let (x, r, a, b) = (&ins[0][..n], &ins[1][..n], &ins[2][..n], &ins[3][..n]);
+    // Both branches' values are loaded before the choice: a load under a
+    // condition cannot be vectorized (LLVM may not speculate it).
+    let pairs = x.iter().zip(r).zip(a.iter().zip(b));
     wide(|| {
-        for i in 0..n {
-            out[i] = if cmp.holds(x[i], r[i]) { a[i] } else { b[i] };
+        for (o, ((&x, &r), (&a, &b))) in out.iter_mut().zip(pairs) {
+            *o = if holds(x, r) { a } else { b };
         }
     })
 }
