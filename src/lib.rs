@@ -39,6 +39,7 @@ mod error;
 pub mod expr;
 mod fallible;
 pub mod graph;
+pub mod hub;
 pub mod io;
 pub mod kernels;
 pub mod nn;

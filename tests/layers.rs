@@ -58,6 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("nn", &["src/nn/"]),
     ("optim", &["src/optim/"]),
     ("io", &["src/io/"]),
+    ("hub", &["src/hub/"]),
     ("distributed", &["src/distributed/"]),
     ("viz", &["src/viz/"]),
     ("expr", &["src/expr/"]),

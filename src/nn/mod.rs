@@ -21,6 +21,11 @@ pub use layers::{
 };
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use layers::{
+    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
+    BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
+    BertResidual, BertSelfAttention,
+};
+pub use layers::{
     Block, BlockBuilder, FeedForward, Gpt, GptConfig, MultiheadAttention, MultiheadAttentionBuilder,
 };
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
