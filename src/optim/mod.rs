@@ -65,7 +65,7 @@ pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
-    WarmupCosineLr, WarmupLr,
+    LinearLr, WarmupCosineLr, WarmupLr,
 };
 pub use sgd::{Sgd, SgdConfig};
 
