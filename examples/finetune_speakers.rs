@@ -81,35 +81,35 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     };
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
-        let mut value = |name: &str| -> std::result::Result<String, String> {
+        fn text(parser: &mut lexopt::Parser, name: &str) -> std::result::Result<String, String> {
             Ok(parser
                 .value()
                 .map_err(|e| format!("{name}: {e}"))?
                 .to_string_lossy()
                 .into_owned())
-        };
+        }
         let bad = |name: &str| format!("{name} takes a number");
         match arg {
             Short('h') | Long("help") => return Ok(None),
-            Long("model") => args.model = value("--model")?.into(),
-            Long("speakers") => args.speakers = value("--speakers")?.parse().map_err(|_| bad("--speakers"))?,
-            Long("epochs") => args.epochs = value("--epochs")?.parse().map_err(|_| bad("--epochs"))?,
+            Long("model") => args.model = text(&mut parser, "--model")?.into(),
+            Long("speakers") => args.speakers = text(&mut parser, "--speakers")?.parse().map_err(|_| bad("--speakers"))?,
+            Long("epochs") => args.epochs = text(&mut parser, "--epochs")?.parse().map_err(|_| bad("--epochs"))?,
             Long("batch-size") => {
-                args.batch_size = value("--batch-size")?.parse().map_err(|_| bad("--batch-size"))?
+                args.batch_size = text(&mut parser, "--batch-size")?.parse().map_err(|_| bad("--batch-size"))?
             }
-            Long("lr") => args.lr = value("--lr")?.parse().map_err(|_| bad("--lr"))?,
-            Long("warmup") => args.warmup = value("--warmup")?.parse().map_err(|_| bad("--warmup"))?,
+            Long("lr") => args.lr = text(&mut parser, "--lr")?.parse().map_err(|_| bad("--lr"))?,
+            Long("warmup") => args.warmup = text(&mut parser, "--warmup")?.parse().map_err(|_| bad("--warmup"))?,
             Long("weight-decay") => {
-                args.weight_decay = value("--weight-decay")?.parse().map_err(|_| bad("--weight-decay"))?
+                args.weight_decay = text(&mut parser, "--weight-decay")?.parse().map_err(|_| bad("--weight-decay"))?
             }
             Long("max-length") => {
-                args.max_length = value("--max-length")?.parse().map_err(|_| bad("--max-length"))?
+                args.max_length = text(&mut parser, "--max-length")?.parse().map_err(|_| bad("--max-length"))?
             }
             Long("train-limit") => {
-                args.train_limit = Some(value("--train-limit")?.parse().map_err(|_| bad("--train-limit"))?)
+                args.train_limit = Some(text(&mut parser, "--train-limit")?.parse().map_err(|_| bad("--train-limit"))?)
             }
-            Long("seed") => args.seed = value("--seed")?.parse().map_err(|_| bad("--seed"))?,
-            Long("out") => args.out = value("--out")?.into(),
+            Long("seed") => args.seed = text(&mut parser, "--seed")?.parse().map_err(|_| bad("--seed"))?,
+            Long("out") => args.out = text(&mut parser, "--out")?.into(),
             Long("quiet") => args.quiet = true,
             other => return Err(other.unexpected().to_string()),
         }
