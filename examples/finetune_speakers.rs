@@ -92,23 +92,53 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("model") => args.model = text(&mut parser, "--model")?.into(),
-            Long("speakers") => args.speakers = text(&mut parser, "--speakers")?.parse().map_err(|_| bad("--speakers"))?,
-            Long("epochs") => args.epochs = text(&mut parser, "--epochs")?.parse().map_err(|_| bad("--epochs"))?,
-            Long("batch-size") => {
-                args.batch_size = text(&mut parser, "--batch-size")?.parse().map_err(|_| bad("--batch-size"))?
+            Long("speakers") => {
+                args.speakers = text(&mut parser, "--speakers")?
+                    .parse()
+                    .map_err(|_| bad("--speakers"))?
             }
-            Long("lr") => args.lr = text(&mut parser, "--lr")?.parse().map_err(|_| bad("--lr"))?,
-            Long("warmup") => args.warmup = text(&mut parser, "--warmup")?.parse().map_err(|_| bad("--warmup"))?,
+            Long("epochs") => {
+                args.epochs = text(&mut parser, "--epochs")?
+                    .parse()
+                    .map_err(|_| bad("--epochs"))?
+            }
+            Long("batch-size") => {
+                args.batch_size = text(&mut parser, "--batch-size")?
+                    .parse()
+                    .map_err(|_| bad("--batch-size"))?
+            }
+            Long("lr") => {
+                args.lr = text(&mut parser, "--lr")?
+                    .parse()
+                    .map_err(|_| bad("--lr"))?
+            }
+            Long("warmup") => {
+                args.warmup = text(&mut parser, "--warmup")?
+                    .parse()
+                    .map_err(|_| bad("--warmup"))?
+            }
             Long("weight-decay") => {
-                args.weight_decay = text(&mut parser, "--weight-decay")?.parse().map_err(|_| bad("--weight-decay"))?
+                args.weight_decay = text(&mut parser, "--weight-decay")?
+                    .parse()
+                    .map_err(|_| bad("--weight-decay"))?
             }
             Long("max-length") => {
-                args.max_length = text(&mut parser, "--max-length")?.parse().map_err(|_| bad("--max-length"))?
+                args.max_length = text(&mut parser, "--max-length")?
+                    .parse()
+                    .map_err(|_| bad("--max-length"))?
             }
             Long("train-limit") => {
-                args.train_limit = Some(text(&mut parser, "--train-limit")?.parse().map_err(|_| bad("--train-limit"))?)
+                args.train_limit = Some(
+                    text(&mut parser, "--train-limit")?
+                        .parse()
+                        .map_err(|_| bad("--train-limit"))?,
+                )
             }
-            Long("seed") => args.seed = text(&mut parser, "--seed")?.parse().map_err(|_| bad("--seed"))?,
+            Long("seed") => {
+                args.seed = text(&mut parser, "--seed")?
+                    .parse()
+                    .map_err(|_| bad("--seed"))?
+            }
             Long("out") => args.out = text(&mut parser, "--out")?.into(),
             Long("quiet") => args.quiet = true,
             other => return Err(other.unexpected().to_string()),
@@ -127,7 +157,11 @@ fn batch_inputs(tokenizer: &Tokenizer, items: &[&Labelled]) -> Result<retrograd:
 }
 
 /// Accuracy of `model` on `items`, in evaluation mode, on the inference graph.
-fn evaluate(model: &mut BertForSequenceClassification, tokenizer: &Tokenizer, items: &[Labelled]) -> Result<f64> {
+fn evaluate(
+    model: &mut BertForSequenceClassification,
+    tokenizer: &Tokenizer,
+    items: &[Labelled],
+) -> Result<f64> {
     model.set_training(false);
     let mut correct = 0;
     for chunk in items.chunks(64) {
@@ -138,7 +172,10 @@ fn evaluate(model: &mut BertForSequenceClassification, tokenizer: &Tokenizer, it
             Some(&Var::from(batch.attention_mask)),
             Some(&Var::from(batch.token_type_ids)),
         )?;
-        let predicted = logits.try_argmax(Some(-1), false)?.value().to_vec::<i64>()?;
+        let predicted = logits
+            .try_argmax(Some(-1), false)?
+            .value()
+            .to_vec::<i64>()?;
         correct += predicted
             .iter()
             .zip(chunk)
@@ -155,7 +192,11 @@ fn run(args: &Args) -> Result<()> {
     let mut task = speaker_task(&speeches, args.speakers, 0.2, args.seed)?;
     if let Some(limit) = args.train_limit {
         let order = seeded_permutation(task.train.len(), args.seed ^ 0x11);
-        let keep: Vec<Labelled> = order.iter().take(limit).map(|&i| task.train[i].clone()).collect();
+        let keep: Vec<Labelled> = order
+            .iter()
+            .take(limit)
+            .map(|&i| task.train[i].clone())
+            .collect();
         task.train = keep;
     }
     println!(
@@ -193,7 +234,11 @@ fn run(args: &Args) -> Result<()> {
         args.lr, args.weight_decay, args.batch_size, args.epochs
     );
     let accuracy0 = evaluate(&mut model, &tokenizer, &task.test)?;
-    println!("before fine-tuning: test accuracy {:.2}% (chance {:.2}%)\n", 100.0 * accuracy0, 100.0 / task.speakers.len() as f64);
+    println!(
+        "before fine-tuning: test accuracy {:.2}% (chance {:.2}%)\n",
+        100.0 * accuracy0,
+        100.0 / task.speakers.len() as f64
+    );
     println!("epoch | train loss | train acc | test acc |        lr | elapsed");
     println!("---------------------------------------------------------------");
     let bar = if args.quiet {
@@ -208,12 +253,18 @@ fn run(args: &Args) -> Result<()> {
     );
     let mut test_accuracy = accuracy0;
     for epoch in 0..args.epochs {
-        let order = seeded_permutation(task.train.len(), args.seed.wrapping_mul(1000) + epoch as u64 + 1);
+        let order = seeded_permutation(
+            task.train.len(),
+            args.seed.wrapping_mul(1000) + epoch as u64 + 1,
+        );
         let (mut loss_sum, mut correct) = (0.0, 0usize);
         for step in order.chunks(args.batch_size) {
             let items: Vec<&Labelled> = step.iter().map(|&i| &task.train[i]).collect();
             let batch = batch_inputs(&tokenizer, &items)?;
-            let labels = retrograd::Tensor::from_vec(items.iter().map(|s| s.label).collect(), &[items.len()])?;
+            let labels = retrograd::Tensor::from_vec(
+                items.iter().map(|s| s.label).collect(),
+                &[items.len()],
+            )?;
             let graph = Graph::new();
             let logits = model.forward(
                 &graph.constant(batch.input_ids),
@@ -221,8 +272,15 @@ fn run(args: &Args) -> Result<()> {
                 Some(&graph.constant(batch.token_type_ids)),
             )?;
             let loss = logits.try_cross_entropy(&labels)?;
-            let predicted = logits.try_argmax(Some(-1), false)?.value().to_vec::<i64>()?;
-            correct += predicted.iter().zip(&items).filter(|(p, s)| **p == s.label).count();
+            let predicted = logits
+                .try_argmax(Some(-1), false)?
+                .value()
+                .to_vec::<i64>()?;
+            correct += predicted
+                .iter()
+                .zip(&items)
+                .filter(|(p, s)| **p == s.label)
+                .count();
             let value = loss.value().try_item()?;
             loss_sum += value * items.len() as f64;
             let mut grads = loss.backward()?;

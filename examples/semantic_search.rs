@@ -83,7 +83,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("model") => args.model = parser.value().map_err(|e| e.to_string())?.into(),
             Long("top") => args.top = number(parser.value().map_err(|e| e.to_string())?, "--top")?,
             Long("batch-size") => {
-                args.batch_size = number(parser.value().map_err(|e| e.to_string())?, "--batch-size")?
+                args.batch_size =
+                    number(parser.value().map_err(|e| e.to_string())?, "--batch-size")?
             }
             Long("rebuild") => args.rebuild = true,
             Long("quiet") => args.quiet = true,
@@ -119,7 +120,9 @@ fn fingerprint(speeches: &[Speech], model: &Path) -> String {
 /// The embeddings of every speech: the cached index when it matches,
 /// else computed with a progress bar and cached next to the model.
 fn index(model: &SentenceTransformer, speeches: &[Speech], args: &Args) -> Result<Tensor> {
-    let path = args.model.join("retrograd_index_tinyshakespeare.safetensors");
+    let path = args
+        .model
+        .join("retrograd_index_tinyshakespeare.safetensors");
     let key = fingerprint(speeches, &args.model);
     if !args.rebuild && path.is_file() {
         // A stale or unreadable cache is simply rebuilt.
@@ -127,7 +130,11 @@ fn index(model: &SentenceTransformer, speeches: &[Speech], args: &Args) -> Resul
             && cached.metadata.get("fingerprint") == Some(&key)
             && let Some(embeddings) = cached.tensors.remove("embeddings")
         {
-            eprintln!("index: {} (cached, {} speeches)", path.display(), speeches.len());
+            eprintln!(
+                "index: {} (cached, {} speeches)",
+                path.display(),
+                speeches.len()
+            );
             return Ok(embeddings);
         }
     }
@@ -145,13 +152,18 @@ fn index(model: &SentenceTransformer, speeches: &[Speech], args: &Args) -> Resul
         .progress_chars("=> "),
     );
     let texts: Vec<&str> = speeches.iter().map(|s| s.text.as_str()).collect();
-    let embeddings = model.encode(&texts, args.batch_size, |done, _| bar.set_position(done as u64))?;
+    let embeddings = model.encode(&texts, args.batch_size, |done, _| {
+        bar.set_position(done as u64)
+    })?;
     bar.finish_and_clear();
     let mut tensors = StateDict::new();
     tensors.insert("embeddings".into(), embeddings.clone());
     let metadata = BTreeMap::from([
         ("fingerprint".to_string(), key),
-        ("corpus".to_string(), "tiny Shakespeare speeches".to_string()),
+        (
+            "corpus".to_string(),
+            "tiny Shakespeare speeches".to_string(),
+        ),
     ]);
     save_tensors(&path, &tensors, &metadata)?;
     eprintln!(
@@ -164,7 +176,12 @@ fn index(model: &SentenceTransformer, speeches: &[Speech], args: &Args) -> Resul
 }
 
 /// The `top` speeches closest to `query`: (index, cosine).
-fn search(model: &SentenceTransformer, index: &[f32], query: &str, top: usize) -> Result<Vec<(usize, f32)>> {
+fn search(
+    model: &SentenceTransformer,
+    index: &[f32],
+    query: &str,
+    top: usize,
+) -> Result<Vec<(usize, f32)>> {
     let q = model.embed_batch(&[query])?.to_vec::<f32>()?;
     let dim = q.len();
     // Embeddings are unit vectors: the dot product is the cosine.
@@ -183,13 +200,22 @@ fn show(query: &str, hits: &[(usize, f32)], speeches: &[Speech]) {
     for (rank, &(i, score)) in hits.iter().enumerate() {
         let s = &speeches[i];
         let lines: Vec<&str> = s.text.lines().collect();
-        let shown = lines.iter().take(4).copied().collect::<Vec<_>>().join("\n      ");
+        let shown = lines
+            .iter()
+            .take(4)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n      ");
         let more = if lines.len() > 4 {
             format!("\n      ... ({} more lines)", lines.len() - 4)
         } else {
             String::new()
         };
-        println!("{:>2}. {score:.3}  {}\n      {shown}{more}", rank + 1, s.speaker);
+        println!(
+            "{:>2}. {score:.3}  {}\n      {shown}{more}",
+            rank + 1,
+            s.speaker
+        );
     }
 }
 
@@ -216,7 +242,11 @@ fn run(args: &Args) -> Result<()> {
             .map(|p| format!("{p:?}").to_lowercase())
             .collect::<Vec<_>>()
             .join("+"),
-        if model.normalizes() { ", normalised" } else { "" },
+        if model.normalizes() {
+            ", normalised"
+        } else {
+            ""
+        },
         start.elapsed().as_secs_f64()
     );
     let index = index(&model, &speeches, args)?.to_vec::<f32>()?;
@@ -229,11 +259,15 @@ fn run(args: &Args) -> Result<()> {
             eprint!("\nquery> ");
             let _ = std::io::stderr().flush();
             let mut line = String::new();
-            if stdin.lock().read_line(&mut line).map_err(|e| retrograd::Error::Io {
-                op: "semantic_search",
-                path: "<stdin>".into(),
-                message: e.to_string(),
-            })? == 0
+            if stdin
+                .lock()
+                .read_line(&mut line)
+                .map_err(|e| retrograd::Error::Io {
+                    op: "semantic_search",
+                    path: "<stdin>".into(),
+                    message: e.to_string(),
+                })?
+                == 0
             {
                 break;
             }

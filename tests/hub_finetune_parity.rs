@@ -42,21 +42,39 @@ fn fifty_steps_follow_pytorch_within_1e_4() {
     )
     .unwrap();
     let batches = fixture.tensor("batches", DType::F32).unwrap();
-    let want_labels = fixture.tensor("labels", DType::F32).unwrap().to_vec::<i64>().unwrap();
-    let want = fixture.tensor("losses", DType::F64).unwrap().to_vec::<f64>().unwrap();
+    let want_labels = fixture
+        .tensor("labels", DType::F32)
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
+    let want = fixture
+        .tensor("losses", DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
     let [steps, batch] = batches.shape()[..] else {
         panic!("batches are [steps, batch]")
     };
     let order = batches.to_vec::<i64>().unwrap();
 
-    let task = speaker_task(&shakespeare::speeches(&shakespeare::load_bundled().unwrap()), 10, 0.2, 0)
-        .unwrap();
+    let task = speaker_task(
+        &shakespeare::speeches(&shakespeare::load_bundled().unwrap()),
+        10,
+        0.2,
+        0,
+    )
+    .unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let (mut model, _) = BertForSequenceClassification::from_pretrained(&dir, 10, &mut rng).unwrap();
+    let (mut model, _) =
+        BertForSequenceClassification::from_pretrained(&dir, 10, &mut rng).unwrap();
     // The same head as PyTorch's; evaluation mode switches every dropout off.
     for (name, p) in model.classifier().parameters() {
-        p.set(fixture.tensor(&format!("classifier.{name}"), DType::F32).unwrap())
-            .unwrap();
+        p.set(
+            fixture
+                .tensor(&format!("classifier.{name}"), DType::F32)
+                .unwrap(),
+        )
+        .unwrap();
     }
     model.set_training(false);
     let tokenizer = Tokenizer::from_pretrained(&dir)
@@ -75,7 +93,11 @@ fn fifty_steps_follow_pytorch_within_1e_4() {
             .map(|&i| &task.train[i as usize])
             .collect();
         let labels: Vec<i64> = items.iter().map(|s| s.label).collect();
-        assert_eq!(labels, want_labels[step * batch..(step + 1) * batch], "the same task");
+        assert_eq!(
+            labels,
+            want_labels[step * batch..(step + 1) * batch],
+            "the same task"
+        );
         let texts: Vec<&str> = items.iter().map(|s| s.text.as_str()).collect();
         let enc = tokenizer.encode_batch(&texts).unwrap();
         let g = Graph::new();

@@ -17,9 +17,9 @@ mod minilm;
 
 use std::path::Path;
 
+use minilm::model_dir;
 use retrograd::hub::{SentenceTransformer, Tokenizer, Weights};
 use retrograd::{DType, Tensor};
-use minilm::model_dir;
 
 struct Reference {
     texts: Vec<String>,
@@ -74,7 +74,11 @@ fn compare(ours: &[f32], theirs: &[f32], dim: usize) -> (f32, f64) {
             .zip(b)
             .map(|(x, y)| (x - y).abs())
             .fold(worst, f32::max);
-        let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        let dot: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
         let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         min_cos = min_cos.min(dot / (norm(a) * norm(b)));
     }
@@ -99,12 +103,18 @@ fn token_ids_equal_the_python_tokenizers() {
         assert_eq!(&got, want, "text {text:?}");
         truncated += usize::from(got.len() == r.max_seq_length);
     }
-    assert!(truncated >= 3, "the long texts are cut at the model's limit");
+    assert!(
+        truncated >= 3,
+        "the long texts are cut at the model's limit"
+    );
     // The sentence pipeline's tokenizer truncates the same way.
     let model = SentenceTransformer::from_pretrained(&dir).unwrap();
     assert_eq!(model.max_seq_length(), r.max_seq_length);
     let last = r.texts.len() - 1;
-    assert_eq!(model.tokenizer().encode(&r.texts[last]).unwrap(), r.ids[last]);
+    assert_eq!(
+        model.tokenizer().encode(&r.texts[last]).unwrap(),
+        r.ids[last]
+    );
 }
 
 #[test]

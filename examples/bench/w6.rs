@@ -37,7 +37,10 @@ fn model_dir() -> Option<PathBuf> {
     if dir.join("model.safetensors").is_file() {
         Some(dir)
     } else {
-        eprintln!("w6: no model in {} (run scripts/fetch_minilm.sh)", dir.display());
+        eprintln!(
+            "w6: no model in {} (run scripts/fetch_minilm.sh)",
+            dir.display()
+        );
         None
     }
 }
@@ -93,7 +96,8 @@ pub fn run_step(opts: &Options) {
     by_length.sort_by_key(|t| std::cmp::Reverse(t.len()));
     let batch = tokenizer.encode_batch(&by_length[..16]).expect("batch");
     assert_eq!(batch.input_ids.shape(), &[16, 128]);
-    let labels = Tensor::from_vec((0..16).map(|i| i % 10).collect::<Vec<i64>>(), &[16]).expect("labels");
+    let labels =
+        Tensor::from_vec((0..16).map(|i| i % 10).collect::<Vec<i64>>(), &[16]).expect("labels");
     let config = AdamConfig::adamw().lr(1e-5).eps(1e-8);
     let mut opt = Adam::with_groups(decay_groups(model.parameters(), 0.01), config).expect("adamw");
     let repeats = if opts.quick { 1 } else { opts.repeats.max(10) };

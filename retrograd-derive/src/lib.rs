@@ -137,7 +137,9 @@ fn field_options(attrs: &[syn::Attribute]) -> syn::Result<FieldOptions> {
                 options.rename = Some(name.value());
                 Ok(())
             } else {
-                Err(meta.error("unknown #[module] option; the options are `skip` and `rename = \"name\"`"))
+                Err(meta.error(
+                    "unknown #[module] option; the options are `skip` and `rename = \"name\"`",
+                ))
             }
         })?;
     }

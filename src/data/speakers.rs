@@ -96,7 +96,10 @@ pub fn speaker_task(
     for (label, speaker) in speakers.iter().enumerate() {
         let own: Vec<&Speech> = speeches.iter().filter(|s| &s.speaker == speaker).collect();
         let n_test = (own.len() as f64 * test_fraction).round() as usize;
-        for (k, &i) in seeded_permutation(own.len(), seed + label as u64).iter().enumerate() {
+        for (k, &i) in seeded_permutation(own.len(), seed + label as u64)
+            .iter()
+            .enumerate()
+        {
             let item = Labelled {
                 text: own[i].text.clone(),
                 label: label as i64,

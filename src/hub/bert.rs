@@ -42,9 +42,9 @@ impl BertModel {
             .any(|n| weights.contains(n));
         let mut loader = map.loader(&weights);
         let model = BertModel::from_source(config, has_pooler, &mut |name, shape, _| {
-            loader
-                .take(name, shape, config.dtype)?
-                .ok_or_else(|| Error::invalid("BertModel::from_pretrained", "no optional parameters"))
+            loader.take(name, shape, config.dtype)?.ok_or_else(|| {
+                Error::invalid("BertModel::from_pretrained", "no optional parameters")
+            })
         })?;
         let report = loader.finish()?;
         Ok((model, report))
@@ -69,7 +69,9 @@ impl BertForSequenceClassification {
         let weights = Weights::open(dir)?;
         // A sentence encoder may come without a trained pooler: then it
         // starts from transformers' initialisation, as the head does.
-        let map = bert_name_map().optional("classifier.").optional("bert.pooler.");
+        let map = bert_name_map()
+            .optional("classifier.")
+            .optional("bert.pooler.");
         if let Some(shape) = weights.shape("classifier.weight")
             && shape.first() != Some(&num_labels)
         {
@@ -83,12 +85,15 @@ impl BertForSequenceClassification {
             ));
         }
         let mut loader = map.loader(&weights);
-        let bert = BertModel::from_source(config, true, &mut |name, shape, init| {
-            match loader.take(&format!("bert.{name}"), shape, config.dtype)? {
+        let bert =
+            BertModel::from_source(config, true, &mut |name, shape, init| match loader.take(
+                &format!("bert.{name}"),
+                shape,
+                config.dtype,
+            )? {
                 Some(t) => Ok(t),
                 None => init.tensor(shape, config.dtype, rng),
-            }
-        })?;
+            })?;
         let model = BertForSequenceClassification::new(
             bert,
             num_labels,
@@ -119,11 +124,18 @@ impl BertForSequenceClassification {
         if labels.len() != self.num_labels() {
             return Err(Error::invalid(
                 "BertForSequenceClassification::save_pretrained",
-                format!("{} labels named for a head of {}", labels.len(), self.num_labels()),
+                format!(
+                    "{} labels named for a head of {}",
+                    labels.len(),
+                    self.num_labels()
+                ),
             ));
         }
         let mut json = base_config.json().clone();
-        json.insert("architectures".into(), serde_json::json!(["BertForSequenceClassification"]));
+        json.insert(
+            "architectures".into(),
+            serde_json::json!(["BertForSequenceClassification"]),
+        );
         let id2label: serde_json::Map<String, Value> = labels
             .iter()
             .enumerate()

@@ -93,9 +93,7 @@ impl ModelConfig {
     /// A positive size `key`, or `default` when absent (`None`: required).
     fn size(&self, key: &str, default: Option<usize>) -> Result<usize> {
         match self.json.get(key) {
-            None | Some(Value::Null) => {
-                default.ok_or_else(|| self.bad(format!("no `{key}`")))
-            }
+            None | Some(Value::Null) => default.ok_or_else(|| self.bad(format!("no `{key}`"))),
             Some(v) => v
                 .as_u64()
                 .filter(|&n| n > 0)
@@ -141,7 +139,11 @@ impl ModelConfig {
     /// position embeddings only), in f32.
     pub fn bert(&self) -> Result<BertConfig> {
         self.expect_model_type(&["bert"], "BertModel")?;
-        if let Some(kind) = self.json.get("position_embedding_type").and_then(Value::as_str) {
+        if let Some(kind) = self
+            .json
+            .get("position_embedding_type")
+            .and_then(Value::as_str)
+        {
             if kind != "absolute" {
                 return Err(self.bad(format!(
                     "position_embedding_type `{kind}`: only `absolute` is supported"
@@ -195,7 +197,9 @@ impl ModelConfig {
         let n_embd = self.size("n_embd", None)?;
         let eps = self.number("layer_norm_epsilon", 1e-5)?;
         if eps != 1e-5 {
-            return Err(self.bad(format!("layer_norm_epsilon {eps}: Gpt's layer norms use 1e-5")));
+            return Err(self.bad(format!(
+                "layer_norm_epsilon {eps}: Gpt's layer norms use 1e-5"
+            )));
         }
         if let Some(inner) = self.json.get("n_inner").filter(|v| !v.is_null()) {
             if inner.as_u64() != Some(4 * n_embd as u64) {
@@ -210,7 +214,12 @@ impl ModelConfig {
                 return Err(self.bad(format!("`{flag}` is not supported")));
             }
         }
-        if self.json.get("tie_word_embeddings").and_then(Value::as_bool) == Some(false) {
+        if self
+            .json
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+            == Some(false)
+        {
             return Err(self.bad(
                 "tie_word_embeddings is false: Gpt's output layer is its token embedding".into(),
             ));
@@ -290,23 +299,35 @@ mod tests {
         .unwrap()
         .bert()
         .unwrap();
-        assert_eq!((c.hidden_size, c.num_hidden_layers, c.layer_norm_eps), (384, 6, 1e-12));
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.layer_norm_eps),
+            (384, 6, 1e-12)
+        );
         assert_eq!(c.hidden_act, Activation::Gelu);
     }
 
     #[test]
     fn bad_configs_name_the_file_and_the_field() {
-        let err = parse(r#"{"model_type": "llama"}"#).unwrap().bert().unwrap_err().to_string();
-        assert!(err.contains("dir/config.json") && err.contains("llama"), "{err}");
+        let err = parse(r#"{"model_type": "llama"}"#)
+            .unwrap()
+            .bert()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dir/config.json") && err.contains("llama"),
+            "{err}"
+        );
         let err = parse(r#"{"model_type": "bert", "vocab_size": -3}"#)
             .unwrap()
             .bert()
             .unwrap_err()
             .to_string();
         assert!(err.contains("vocab_size"), "{err}");
-        let err = parse(r#"{"model_type": "bert", "vocab_size": 3, "hidden_size": 4,
+        let err = parse(
+            r#"{"model_type": "bert", "vocab_size": 3, "hidden_size": 4,
             "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 4,
-            "hidden_act": "mish"}"#)
+            "hidden_act": "mish"}"#,
+        )
         .unwrap()
         .bert()
         .unwrap_err()
@@ -331,7 +352,10 @@ mod tests {
         };
         let json = gpt2_config_json(&config).unwrap().to_string();
         assert_eq!(parse(&json).unwrap().gpt2().unwrap(), config);
-        let untied = json.replace("\"tie_word_embeddings\":true", "\"tie_word_embeddings\":false");
+        let untied = json.replace(
+            "\"tie_word_embeddings\":true",
+            "\"tie_word_embeddings\":false",
+        );
         assert!(parse(&untied).unwrap().gpt2().is_err());
     }
 }

@@ -121,10 +121,10 @@ impl NameMap {
         self.ignored.iter().any(|p| {
             if p.ends_with('.') {
                 name.starts_with(p.as_str())
-                    || self
-                        .prefixes
-                        .iter()
-                        .any(|q| name.strip_prefix(q.as_str()).is_some_and(|n| n.starts_with(p.as_str())))
+                    || self.prefixes.iter().any(|q| {
+                        name.strip_prefix(q.as_str())
+                            .is_some_and(|n| n.starts_with(p.as_str()))
+                    })
             } else {
                 name.ends_with(p.as_str())
             }
@@ -226,7 +226,12 @@ impl Loader<'_> {
     /// converted to `dtype`; `None` when the checkpoint lacks it and the
     /// map makes it optional (the caller initialises it). A missing or
     /// misshapen tensor is an [`Error::TensorMismatch`] naming the file.
-    pub fn take(&mut self, name: &str, shape: &[usize], dtype: crate::DType) -> Result<Option<Tensor>> {
+    pub fn take(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: crate::DType,
+    ) -> Result<Option<Tensor>> {
         let map = self.map;
         let weights = self.weights;
         let Some(found) = map
@@ -244,7 +249,9 @@ impl Loader<'_> {
                 problem: TensorProblem::Missing,
             });
         };
-        let file = weights.file_of(&found).expect("a name the checkpoint holds");
+        let file = weights
+            .file_of(&found)
+            .expect("a name the checkpoint holds");
         let transposed = map.is_transposed(name);
         let mut expected = shape.to_vec();
         if transposed {
@@ -324,7 +331,12 @@ mod tests {
     }
 
     fn write(dir: &Path, tensors: &StateDict) -> Weights {
-        save_tensors(dir.join(crate::hub::WEIGHTS_FILE), tensors, &BTreeMap::new()).unwrap();
+        save_tensors(
+            dir.join(crate::hub::WEIGHTS_FILE),
+            tensors,
+            &BTreeMap::new(),
+        )
+        .unwrap();
         Weights::open(dir).unwrap()
     }
 
@@ -341,7 +353,12 @@ mod tests {
         let w = Weights::open(dir.path()).unwrap();
         assert_eq!(
             w.names(),
-            ["model.body.bias", "model.body.weight", "model.classifier.bias", "model.classifier.weight"]
+            [
+                "model.body.bias",
+                "model.body.weight",
+                "model.classifier.bias",
+                "model.classifier.weight"
+            ]
         );
         assert_eq!(w.shape("model.body.weight"), Some(vec![3, 2]));
         let b = net(1);
@@ -354,11 +371,17 @@ mod tests {
     fn missing_extra_and_misshapen_tensors_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let mut state = net(0).state_dict();
-        state.insert("position_ids".into(), Tensor::zeros(&[1, 4], DType::I64).unwrap());
+        state.insert(
+            "position_ids".into(),
+            Tensor::zeros(&[1, 4], DType::I64).unwrap(),
+        );
         let w = write(dir.path(), &state);
         let strict = NameMap::new();
         let err = strict.load(&net(1), &w).unwrap_err().to_string();
-        assert!(err.contains("position_ids") && err.contains("unexpected"), "{err}");
+        assert!(
+            err.contains("position_ids") && err.contains("unexpected"),
+            "{err}"
+        );
         assert!(err.contains(crate::hub::WEIGHTS_FILE), "{err}");
         let lenient = NameMap::new().ignore("position_ids");
         assert_eq!(lenient.load(&net(1), &w).unwrap().ignored, ["position_ids"]);
@@ -369,7 +392,10 @@ mod tests {
         let target = net(1);
         let before = target.state_dict();
         let err = lenient.load(&target, &w).unwrap_err().to_string();
-        assert!(err.contains("head.bias") && err.contains("missing"), "{err}");
+        assert!(
+            err.contains("head.bias") && err.contains("missing"),
+            "{err}"
+        );
         assert_eq!(target.state_dict(), before, "nothing loaded on error");
         let report = lenient.clone().optional("head.").load(&target, &w).unwrap();
         assert_eq!(report.initialized, ["head.bias"]);
@@ -378,7 +404,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = write(dir.path(), &state);
         let err = lenient.load(&net(1), &w).unwrap_err().to_string();
-        assert!(err.contains("head.bias") && err.contains("[4]") && err.contains("[5]"), "{err}");
+        assert!(
+            err.contains("head.bias") && err.contains("[4]") && err.contains("[5]"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -396,7 +425,10 @@ mod tests {
         for ((_, pa), (_, pb)) in a.parameters().iter().zip(b.parameters()) {
             let (x, y) = (pa.value().to_f64_vec(), pb.value().to_f64_vec());
             assert_eq!(pb.dtype(), DType::F32);
-            assert!(x.iter().zip(&y).all(|(x, y)| (x - y).abs() <= x.abs() / 128.0));
+            assert!(x
+                .iter()
+                .zip(&y)
+                .all(|(x, y)| (x - y).abs() <= x.abs() / 128.0));
         }
     }
 }

@@ -258,7 +258,10 @@ impl SentenceTransformer {
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Tensor> {
         if batch_size == 0 {
-            return Err(Error::invalid("SentenceTransformer::encode", "batch_size must be > 0"));
+            return Err(Error::invalid(
+                "SentenceTransformer::encode",
+                "batch_size must be > 0",
+            ));
         }
         let dim = self.dim();
         if texts.is_empty() {
@@ -273,7 +276,10 @@ impl SentenceTransformer {
             for (row, &i) in chunk.iter().enumerate() {
                 out[i * dim..(i + 1) * dim].copy_from_slice(&e[row * dim..(row + 1) * dim]);
             }
-            progress((done * batch_size + chunk.len()).min(texts.len()), texts.len());
+            progress(
+                (done * batch_size + chunk.len()).min(texts.len()),
+                texts.len(),
+            );
         }
         Tensor::from_vec(out, &[texts.len(), dim])
     }

@@ -207,11 +207,19 @@ impl Tokenizer {
         let encodings = tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| Error::invalid(op, e.to_string()))?;
-        let t = encodings[0].len();
+        // The crate leaves a sequence longer than a fixed padding uncut.
+        let fixed = match tokenizer.get_padding().map(|p| &p.strategy) {
+            Some(&PaddingStrategy::Fixed(n)) => Some(n),
+            _ => None,
+        };
+        let t = fixed.unwrap_or(encodings[0].len());
         if let Some(e) = encodings.iter().find(|e| e.len() != t) {
             return Err(Error::invalid(
                 op,
-                format!("a fixed padding of {t} is shorter than an encoding of {} tokens (truncate too)", e.len()),
+                format!(
+                    "a fixed padding of {t} is shorter than an encoding of {} tokens (truncate too)",
+                    e.len()
+                ),
             ));
         }
         let b = encodings.len();
@@ -263,10 +271,19 @@ mod tests {
     #[test]
     fn encodes_pads_and_truncates() {
         let t = tiny();
-        assert_eq!(t.encode("To be, or NOT tos").unwrap(), [2, 4, 5, 1, 6, 7, 4, 8, 3]);
+        assert_eq!(
+            t.encode("To be, or NOT tos").unwrap(),
+            [2, 4, 5, 1, 6, 7, 4, 8, 3]
+        );
         let batch = t.encode_batch(&["to be", "not"]).unwrap();
-        assert_eq!(batch.input_ids.to_vec::<i64>().unwrap(), [2, 4, 5, 3, 2, 7, 3, 0]);
-        assert_eq!(batch.attention_mask.to_vec::<i64>().unwrap(), [1, 1, 1, 1, 1, 1, 1, 0]);
+        assert_eq!(
+            batch.input_ids.to_vec::<i64>().unwrap(),
+            [2, 4, 5, 3, 2, 7, 3, 0]
+        );
+        assert_eq!(
+            batch.attention_mask.to_vec::<i64>().unwrap(),
+            [1, 1, 1, 1, 1, 1, 1, 0]
+        );
         assert_eq!(batch.lengths, [4, 3]);
         let cut = t.clone().with_truncation(Some(3)).unwrap();
         assert_eq!(cut.encode("to be or not").unwrap(), [2, 4, 3]);

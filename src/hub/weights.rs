@@ -151,7 +151,9 @@ impl Weights {
                 return Err(format_error(
                     OP,
                     index,
-                    format!("`weight_map` entry `{name}`: shard `{file}` is not a file in the folder"),
+                    format!(
+                        "`weight_map` entry `{name}`: shard `{file}` is not a file in the folder"
+                    ),
                 ));
             }
             files.entry(file).or_default().push(name);
@@ -165,7 +167,11 @@ impl Weights {
             for &name in &names {
                 if !held.contains_key(name) {
                     return Err(Error::TensorMismatch {
-                        context: format!("{OP}: {} (listed in {})", shard.path.display(), index.display()),
+                        context: format!(
+                            "{OP}: {} (listed in {})",
+                            shard.path.display(),
+                            index.display()
+                        ),
                         name: name.to_string(),
                         problem: TensorProblem::Missing,
                     });
@@ -290,7 +296,9 @@ impl Shard {
         }
         let tensor = match (info.dtype, float_dtype) {
             (Dtype::F32, DType::F32) => decode(dims, bytes, f32::from_le_bytes),
-            (Dtype::F16, DType::F32) => decode(dims, bytes, |b| half::f16::from_le_bytes(b).to_f32()),
+            (Dtype::F16, DType::F32) => {
+                decode(dims, bytes, |b| half::f16::from_le_bytes(b).to_f32())
+            }
             (Dtype::BF16, DType::F32) => {
                 decode(dims, bytes, |b| half::bf16::from_le_bytes(b).to_f32())
             }
@@ -366,7 +374,10 @@ fn describe_bad_header(bytes: &[u8], e: safetensors::SafeTensorError) -> String 
         return generic;
     };
     let Some(header) = bytes.get(8..8usize.saturating_add(n)) else {
-        return format!("{generic} (the header claims {n} bytes, the file has {})", bytes.len());
+        return format!(
+            "{generic} (the header claims {n} bytes, the file has {})",
+            bytes.len()
+        );
     };
     let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(header) else {
         return generic;
@@ -433,11 +444,15 @@ mod tests {
         );
         t.insert(
             "a.half".into(),
-            Tensor::from_vec(vec![0.5f32, 65504.0], &[2]).unwrap().to_dtype(DType::F16),
+            Tensor::from_vec(vec![0.5f32, 65504.0], &[2])
+                .unwrap()
+                .to_dtype(DType::F16),
         );
         t.insert(
             "a.brain".into(),
-            Tensor::from_vec(vec![1.0f32, -2.0, 0.1], &[3]).unwrap().to_dtype(DType::BF16),
+            Tensor::from_vec(vec![1.0f32, -2.0, 0.1], &[3])
+                .unwrap()
+                .to_dtype(DType::BF16),
         );
         t.insert(
             "ids".into(),
@@ -457,12 +472,18 @@ mod tests {
             sample()["a.weight"]
         );
         assert_eq!(
-            w.tensor("a.half", DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            w.tensor("a.half", DType::F32)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
             vec![0.5, 65504.0]
         );
         // bf16 of 0.1 is 0.10009765625 exactly.
         assert_eq!(
-            w.tensor("a.brain", DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            w.tensor("a.brain", DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap(),
             vec![1.0, -2.0, 0.10009765625]
         );
         assert_eq!(w.tensor("ids", DType::F32).unwrap(), sample()["ids"]);
@@ -480,14 +501,26 @@ mod tests {
             .clone()
             .into_iter()
             .partition(|(k, _)| k.starts_with("a.w") || k == "ids");
-        save_tensors(dir.path().join("model-00001-of-00002.safetensors"), &first, &BTreeMap::new())
-            .unwrap();
-        save_tensors(dir.path().join("model-00002-of-00002.safetensors"), &second, &BTreeMap::new())
-            .unwrap();
+        save_tensors(
+            dir.path().join("model-00001-of-00002.safetensors"),
+            &first,
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        save_tensors(
+            dir.path().join("model-00002-of-00002.safetensors"),
+            &second,
+            &BTreeMap::new(),
+        )
+        .unwrap();
         let map: serde_json::Map<String, serde_json::Value> = all
             .keys()
             .map(|k| {
-                let file = if first.contains_key(k) { "model-00001-of-00002.safetensors" } else { "model-00002-of-00002.safetensors" };
+                let file = if first.contains_key(k) {
+                    "model-00001-of-00002.safetensors"
+                } else {
+                    "model-00002-of-00002.safetensors"
+                };
                 (k.clone(), serde_json::Value::from(file))
             })
             .collect();
@@ -495,7 +528,10 @@ mod tests {
         std::fs::write(dir.path().join(WEIGHTS_INDEX_FILE), index.to_string()).unwrap();
         let w = Weights::open(dir.path()).unwrap();
         assert_eq!(w.load_all(DType::F32).unwrap().len(), 4);
-        assert!(w.file_of("a.half").unwrap().ends_with("model-00002-of-00002.safetensors"));
+        assert!(w
+            .file_of("a.half")
+            .unwrap()
+            .ends_with("model-00002-of-00002.safetensors"));
         // An index entry its shard lacks names the shard and the tensor.
         let mut bad = index.clone();
         bad["weight_map"]["ghost"] = "model-00001-of-00002.safetensors".into();
@@ -527,10 +563,24 @@ mod tests {
             let err = Weights::open(&path).unwrap_err();
             assert!(matches!(err, Error::Format { .. }), "{len}: {err}");
         }
-        // Cut inside the last tensor's data: the message names it.
+        // Cut inside the last tensor's data: the message names it (the
+        // writer orders tensors by alignment, so the header says which).
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        let last = header
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter_map(|(k, v)| Some((v.get("data_offsets")?[1].as_u64()?, k)))
+            .max()
+            .unwrap()
+            .1;
         std::fs::write(&path, &bytes[..bytes.len() - 2]).unwrap();
         let err = Weights::open(&path).unwrap_err().to_string();
-        assert!(err.contains(WEIGHTS_FILE) && err.contains("`ids`"), "{err}");
+        assert!(
+            err.contains(WEIGHTS_FILE) && err.contains(&format!("`{last}`")),
+            "{err}"
+        );
         let missing = Weights::open(dir.path().join("absent")).unwrap_err();
         assert!(matches!(missing, Error::Io { .. }));
         let empty = tempfile::tempdir().unwrap();

@@ -156,7 +156,12 @@ impl Init {
     /// assert_eq!(Init::Normal(0.02).tensor(&[3, 4], DType::F64, &mut rng)?.shape(), &[3, 4]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn tensor<R: Rng + ?Sized>(self, shape: &[usize], dtype: DType, rng: &mut R) -> Result<Tensor> {
+    pub fn tensor<R: Rng + ?Sized>(
+        self,
+        shape: &[usize],
+        dtype: DType,
+        rng: &mut R,
+    ) -> Result<Tensor> {
         match self {
             Init::Normal(std) => normal(shape, 0.0, std, dtype, rng),
             Init::Zeros => Tensor::zeros(shape, dtype),

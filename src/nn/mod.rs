@@ -15,16 +15,16 @@ pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use buffer::Buffer;
 pub use default_generator::{manual_seed, with_default_generator, DEFAULT_SEED};
 pub use layers::{
+    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
+    BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
+    BertResidual, BertSelfAttention,
+};
+pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
     ConvTranspose2d, Dropout, Embedding, EmbeddingBuilder, Flatten, GroupNorm, LayerNorm, Linear,
     LinearBuilder, Mlp, MlpBuilder, RMSNorm, Sequential,
 };
 pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
-pub use layers::{
-    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
-    BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
-    BertResidual, BertSelfAttention,
-};
 pub use layers::{
     Block, BlockBuilder, FeedForward, Gpt, GptConfig, MultiheadAttention, MultiheadAttentionBuilder,
 };

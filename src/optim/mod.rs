@@ -64,8 +64,8 @@ pub use adam::{Adam, AdamConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use schedule::{
-    ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
-    LinearLr, WarmupCosineLr, WarmupLr,
+    ConstantLr, CosineAnnealingLr, ExponentialLr, LinearLr, LrSchedule, LrScheduler, MultiStepLr,
+    StepLr, WarmupCosineLr, WarmupLr,
 };
 pub use sgd::{Sgd, SgdConfig};
 

@@ -115,7 +115,11 @@ impl BertEmbeddings {
 
     /// `input_ids` `[B, T]` (i64) and optional `token_type_ids` `[B, T]`
     /// (zeros when absent) to `[B, T, hidden]`.
-    fn forward<'g>(&self, input_ids: &Var<'g>, token_type_ids: Option<&Var<'g>>) -> Result<Var<'g>> {
+    fn forward<'g>(
+        &self,
+        input_ids: &Var<'g>,
+        token_type_ids: Option<&Var<'g>>,
+    ) -> Result<Var<'g>> {
         let ids = input_ids.value();
         let t = ids.shape()[1];
         let graph = input_ids.graph();
@@ -301,9 +305,15 @@ impl BertModel {
 
     /// A model initialised from `rng` as `transformers` does, with or
     /// without the pooler.
-    pub fn with_rng<R: Rng + ?Sized>(config: BertConfig, pooler: bool, rng: &mut R) -> Result<Self> {
+    pub fn with_rng<R: Rng + ?Sized>(
+        config: BertConfig,
+        pooler: bool,
+        rng: &mut R,
+    ) -> Result<Self> {
         let dtype = config.dtype;
-        Self::from_source(config, pooler, &mut |_, shape, init| init.tensor(shape, dtype, rng))
+        Self::from_source(config, pooler, &mut |_, shape, init| {
+            init.tensor(shape, dtype, rng)
+        })
     }
 
     /// A model whose every parameter comes from `source(name, shape, init)`:
@@ -481,7 +491,10 @@ impl BertModel {
     pub fn pool<'g>(&self, hidden: &Var<'g>) -> Result<Var<'g>> {
         match &self.pooler {
             Some(p) => p.forward(hidden),
-            None => Err(Error::invalid("BertModel::pool", "this model has no pooler")),
+            None => Err(Error::invalid(
+                "BertModel::pool",
+                "this model has no pooler",
+            )),
         }
     }
 }
@@ -517,7 +530,11 @@ impl Source<'_> {
     }
 
     fn embedding(&mut self, name: &str, n: usize, e: usize) -> Result<Embedding> {
-        Embedding::from_weight(self.param(&format!("{name}.weight"), &[n, e], Init::Normal(0.02))?)
+        Embedding::from_weight(self.param(
+            &format!("{name}.weight"),
+            &[n, e],
+            Init::Normal(0.02),
+        )?)
     }
 
     fn linear(&mut self, name: &str, i: usize, o: usize) -> Result<Linear> {
@@ -563,7 +580,9 @@ pub fn mean_pool<'g>(hidden: &Var<'g>, attention_mask: &Tensor) -> Result<Var<'g
         .try_to_dtype(hidden.dtype())?
         .try_unsqueeze(-1)?;
     let sum = hidden.try_mul(&weights)?.try_sum_axes(&[1], false)?;
-    let count = weights.try_sum_axes(&[1], false)?.try_clamp(Some(1e-9), None)?;
+    let count = weights
+        .try_sum_axes(&[1], false)?
+        .try_clamp(Some(1e-9), None)?;
     sum.try_div(&count)
 }
 
@@ -641,7 +660,11 @@ mod tests {
         let bert = tiny(DType::F64);
         let g = Graph::new();
         let short = g.constant(Tensor::from_vec(vec![1i64, 5, 2], &[1, 3]).unwrap());
-        let alone = bert.forward(&short, None, None).unwrap().value().to_f64_vec();
+        let alone = bert
+            .forward(&short, None, None)
+            .unwrap()
+            .value()
+            .to_f64_vec();
         let padded = g.constant(Tensor::from_vec(vec![1i64, 5, 2, 0, 0], &[1, 5]).unwrap());
         let mask = g.constant(Tensor::from_vec(vec![1i64, 1, 1, 0, 0], &[1, 5]).unwrap());
         let with_pad = bert
@@ -719,7 +742,7 @@ mod tests {
         let oob = g.constant(Tensor::from_vec(vec![11i64], &[1, 1]).unwrap());
         assert!(bert.forward(&oob, None, None).is_err());
         let bad = BertConfig {
-            num_attention_heads: 3,
+            num_attention_heads: 5, // 768 is not a multiple of 5
             ..BertConfig::base()
         };
         assert!(BertModel::new(bad).is_err());

@@ -93,7 +93,9 @@ impl BertForSequenceClassification {
         attention_mask: Option<&Var<'g>>,
         token_type_ids: Option<&Var<'g>>,
     ) -> Result<Var<'g>> {
-        let hidden = self.bert.forward(input_ids, attention_mask, token_type_ids)?;
+        let hidden = self
+            .bert
+            .forward(input_ids, attention_mask, token_type_ids)?;
         let pooled = self.bert.pool(&hidden)?;
         self.classifier.forward(&self.dropout.forward(&pooled)?)
     }

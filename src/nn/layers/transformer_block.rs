@@ -6,7 +6,8 @@ use rand::Rng;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::nn::{
-    with_default_generator, Activation, Dropout, Forward, LayerNorm, Linear, Module, MultiheadAttention,
+    with_default_generator, Activation, Dropout, Forward, LayerNorm, Linear, Module,
+    MultiheadAttention,
 };
 use crate::tensor::DType;
 
