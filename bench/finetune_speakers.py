@@ -75,12 +75,17 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-limit", type=int, default=None,
+                   help="train on this many training speeches only (the Rust example's choice)")
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     start = time.time()
     speakers, train, test = speaker_task(speeches(), a.speakers, 0.2, a.seed)
+    if a.train_limit is not None:
+        order = seeded_permutation(len(train), a.seed ^ 0x11)
+        train = [train[i] for i in order[:a.train_limit]]
     print(f"speakers: {', '.join(speakers)} ({len(train)} train / {len(test)} test)")
     torch.manual_seed(a.seed)
     model = BertForSequenceClassification.from_pretrained(a.model, num_labels=len(speakers))
@@ -127,7 +132,7 @@ def main():
             opt.step()
             sched.step()
             opt.zero_grad()
-            loss_sum += float(out.loss) * len(items)
+            loss_sum += out.loss.item() * len(items)
             correct += int((out.logits.argmax(-1) == labels).sum())
         acc = evaluate()
         print(f"{epoch + 1:>5} | {loss_sum / len(train):>10.4f} | {100 * correct / len(train):>8.2f}% | "

@@ -560,7 +560,17 @@ def bench_w6_onnx(repeats):
     names = ["input_ids", "attention_mask", "token_type_ids"]
     axes = {n: {0: "batch", 1: "seq"} for n in names}
     axes["last_hidden_state"] = {0: "batch", 1: "seq"}
-    torch.onnx.export(model, (dummy["input_ids"], dummy["attention_mask"], dummy["token_type_ids"]),
+    class Encoder(torch.nn.Module):
+        # By keyword: BertModel.forward's positional order changes between releases.
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
+
+    torch.onnx.export(Encoder(model), (dummy["input_ids"], dummy["attention_mask"], dummy["token_type_ids"]),
                       path, input_names=names, output_names=["last_hidden_state"],
                       dynamic_axes=axes, opset_version=17, dynamo=False)
     opts = ort.SessionOptions()

@@ -143,12 +143,11 @@ impl ModelConfig {
             .json
             .get("position_embedding_type")
             .and_then(Value::as_str)
+            && kind != "absolute"
         {
-            if kind != "absolute" {
-                return Err(self.bad(format!(
-                    "position_embedding_type `{kind}`: only `absolute` is supported"
-                )));
-            }
+            return Err(self.bad(format!(
+                "position_embedding_type `{kind}`: only `absolute` is supported"
+            )));
         }
         let defaults = BertConfig::base();
         let config = BertConfig {
@@ -201,13 +200,13 @@ impl ModelConfig {
                 "layer_norm_epsilon {eps}: Gpt's layer norms use 1e-5"
             )));
         }
-        if let Some(inner) = self.json.get("n_inner").filter(|v| !v.is_null()) {
-            if inner.as_u64() != Some(4 * n_embd as u64) {
-                return Err(self.bad(format!(
-                    "n_inner {inner}: Gpt's feed-forward width is 4 * n_embd = {}",
-                    4 * n_embd
-                )));
-            }
+        if let Some(inner) = self.json.get("n_inner").filter(|v| !v.is_null())
+            && inner.as_u64() != Some(4 * n_embd as u64)
+        {
+            return Err(self.bad(format!(
+                "n_inner {inner}: Gpt's feed-forward width is 4 * n_embd = {}",
+                4 * n_embd
+            )));
         }
         for flag in ["scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"] {
             if self.json.get(flag).and_then(Value::as_bool) == Some(true) {
@@ -259,8 +258,13 @@ pub(crate) fn gpt2_config_json(config: &GptConfig) -> Result<Value> {
             ))
         }
     };
+    // GPT-2's `<|endoftext|>` where the vocabulary has it; a smaller one
+    // (characters) has none, and transformers warns on an id outside it.
+    let end_of_text = (config.vocab_size > 50256).then_some(50256);
     Ok(serde_json::json!({
         "architectures": ["GPT2LMHeadModel"],
+        "bos_token_id": end_of_text,
+        "eos_token_id": end_of_text,
         "model_type": "gpt2",
         "vocab_size": config.vocab_size,
         "n_positions": config.block_size,

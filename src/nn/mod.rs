@@ -17,7 +17,7 @@ pub use default_generator::{manual_seed, with_default_generator, DEFAULT_SEED};
 pub use layers::{
     l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
     BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
-    BertResidual, BertSelfAttention,
+    BertResidual, BertSelfAttention, ParameterSource,
 };
 pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,

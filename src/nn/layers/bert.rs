@@ -79,8 +79,9 @@ impl BertConfig {
         let dropouts = [self.hidden_dropout_prob, self.attention_probs_dropout_prob];
         if sizes.contains(&0)
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
-            || !dropouts.iter().all(|p| (0.0..1.0).contains(p))
-            || !(self.layer_norm_eps.is_finite() && self.layer_norm_eps >= 0.0)
+            || dropouts.iter().any(|p| !(0.0..1.0).contains(p))
+            || !self.layer_norm_eps.is_finite()
+            || self.layer_norm_eps < 0.0
             || !self.dtype.is_float()
         {
             return Err(Error::invalid(
@@ -264,6 +265,11 @@ impl Forward for BertPooler {
     }
 }
 
+/// Where [`BertModel::from_source`] takes each parameter from: called with
+/// the parameter's Hugging Face name, its shape and how `transformers`
+/// would initialise it.
+pub type ParameterSource<'a> = dyn FnMut(&str, &[usize], Init) -> Result<Tensor> + 'a;
+
 /// A BERT encoder (Hugging Face's `BertModel`): token ids to one hidden
 /// state per token.
 ///
@@ -324,7 +330,7 @@ impl BertModel {
     pub fn from_source(
         config: BertConfig,
         pooler: bool,
-        source: &mut dyn FnMut(&str, &[usize], Init) -> Result<Tensor>,
+        source: &mut ParameterSource<'_>,
     ) -> Result<Self> {
         config.check()?;
         let BertConfig {
@@ -501,7 +507,7 @@ impl BertModel {
 
 /// The parameters of a model under construction, by name, from a source.
 struct Source<'s> {
-    source: &'s mut dyn FnMut(&str, &[usize], Init) -> Result<Tensor>,
+    source: &'s mut ParameterSource<'s>,
     dtype: DType,
     eps: f64,
 }

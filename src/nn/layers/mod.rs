@@ -24,6 +24,7 @@ pub use batch_norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions};
 pub use bert::{
     l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
     BertIntermediate, BertLayer, BertModel, BertPooler, BertResidual, BertSelfAttention,
+    ParameterSource,
 };
 pub use bert_classifier::BertForSequenceClassification;
 pub use conv::{Conv1d, Conv2d, ConvNd, ConvTranspose2d};
