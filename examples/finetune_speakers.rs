@@ -88,57 +88,26 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                 .to_string_lossy()
                 .into_owned())
         }
-        let bad = |name: &str| format!("{name} takes a number");
+        fn number<T: std::str::FromStr>(
+            parser: &mut lexopt::Parser,
+            name: &str,
+        ) -> std::result::Result<T, String> {
+            text(parser, name)?
+                .parse()
+                .map_err(|_| format!("{name} takes a number"))
+        }
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("model") => args.model = text(&mut parser, "--model")?.into(),
-            Long("speakers") => {
-                args.speakers = text(&mut parser, "--speakers")?
-                    .parse()
-                    .map_err(|_| bad("--speakers"))?
-            }
-            Long("epochs") => {
-                args.epochs = text(&mut parser, "--epochs")?
-                    .parse()
-                    .map_err(|_| bad("--epochs"))?
-            }
-            Long("batch-size") => {
-                args.batch_size = text(&mut parser, "--batch-size")?
-                    .parse()
-                    .map_err(|_| bad("--batch-size"))?
-            }
-            Long("lr") => {
-                args.lr = text(&mut parser, "--lr")?
-                    .parse()
-                    .map_err(|_| bad("--lr"))?
-            }
-            Long("warmup") => {
-                args.warmup = text(&mut parser, "--warmup")?
-                    .parse()
-                    .map_err(|_| bad("--warmup"))?
-            }
-            Long("weight-decay") => {
-                args.weight_decay = text(&mut parser, "--weight-decay")?
-                    .parse()
-                    .map_err(|_| bad("--weight-decay"))?
-            }
-            Long("max-length") => {
-                args.max_length = text(&mut parser, "--max-length")?
-                    .parse()
-                    .map_err(|_| bad("--max-length"))?
-            }
-            Long("train-limit") => {
-                args.train_limit = Some(
-                    text(&mut parser, "--train-limit")?
-                        .parse()
-                        .map_err(|_| bad("--train-limit"))?,
-                )
-            }
-            Long("seed") => {
-                args.seed = text(&mut parser, "--seed")?
-                    .parse()
-                    .map_err(|_| bad("--seed"))?
-            }
+            Long("speakers") => args.speakers = number(&mut parser, "--speakers")?,
+            Long("epochs") => args.epochs = number(&mut parser, "--epochs")?,
+            Long("batch-size") => args.batch_size = number(&mut parser, "--batch-size")?,
+            Long("lr") => args.lr = number(&mut parser, "--lr")?,
+            Long("warmup") => args.warmup = number(&mut parser, "--warmup")?,
+            Long("weight-decay") => args.weight_decay = number(&mut parser, "--weight-decay")?,
+            Long("max-length") => args.max_length = number(&mut parser, "--max-length")?,
+            Long("train-limit") => args.train_limit = Some(number(&mut parser, "--train-limit")?),
+            Long("seed") => args.seed = number(&mut parser, "--seed")?,
             Long("out") => args.out = text(&mut parser, "--out")?.into(),
             Long("quiet") => args.quiet = true,
             other => return Err(other.unexpected().to_string()),
