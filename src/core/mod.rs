@@ -6,7 +6,7 @@
 //! - [`graph`]: [`Graph`], [`Var`], the node records, `record`, both
 //!   backward orders, the inference graph.
 //! - `differentiable.rs`: [`Differentiable`], the op trait, and
-//!   [`GradInputs`].
+//!   [`GradInputs`]; `attr.rs`: [`Attr`], an op's settings by name.
 //! - `facts.rs`: [`OpFacts`], what the registry knows of each op
 //!   (`Differentiable::facts` returns it).
 //! - `scalar_lane.rs`: the scalar lane's call ([`ScalarBackward`]) and the
@@ -22,6 +22,7 @@
 //! The older paths `crate::graph`, `crate::ops::Differentiable` and
 //! `crate::autograd::ScalarNode` are re-exports of these items.
 
+mod attr;
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
@@ -29,6 +30,7 @@ pub mod scalar_lane;
 pub(crate) mod scalar_node;
 pub(crate) mod store;
 
+pub use attr::{Attr, Attributes};
 pub use differentiable::{Differentiable, GradInputs};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

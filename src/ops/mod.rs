@@ -57,6 +57,7 @@ mod operators;
 pub mod reduce_view;
 mod registry;
 pub mod rule;
+mod structured;
 #[cfg(test)]
 mod testing;
 
@@ -65,6 +66,7 @@ pub use crate::core::{Differentiable, GradInputs};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
+pub use structured::{Node, StructuredOp};
 
 use crate::error::Result;
 use crate::graph::Var;

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 pub use crate::base::DType;
 pub use element::{DataType, Element};
-pub(crate) use fill::Filled;
+pub use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
 pub(crate) use view::{check_permutation, Strided};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use crate::core::Attr;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
@@ -26,6 +27,16 @@ pub enum Reduction {
     Mean,
     /// The sum.
     Sum,
+}
+
+impl From<Reduction> for Attr {
+    fn from(r: Reduction) -> Self {
+        Attr::Str(match r {
+            Reduction::None => "none",
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        })
+    }
 }
 
 /// An integer type class targets and embedding indices can be given in.
