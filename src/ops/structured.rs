@@ -14,6 +14,8 @@
 //! - its backward: one [`grad`](StructuredOp::grad) per input, asked only
 //!   for inputs that require grad, or one shared
 //!   [`grads`](StructuredOp::grads) when the inputs' gradients share work;
+//! - the inputs it reads for their shape only
+//!   ([`SHAPE_ONLY`](StructuredOp::SHAPE_ONLY)): nothing flows through them;
 //! - its tangents (forward mode): none to write for an input the op is
 //!   linear in ([`LINEAR`](StructuredOp::LINEAR): the tangent is the op
 //!   applied to the input's tangent), one [`tangent`](StructuredOp::tangent)
@@ -43,6 +45,14 @@ impl<'g> Node<'_, 'g> {
     /// Input `i`.
     pub fn x(&self, i: usize) -> &Var<'g> {
         &self.inputs[i]
+    }
+
+    /// The gradients of the leading inputs, `None` (no gradient) for the
+    /// rest (targets, indices).
+    pub fn grads(&self, leading: impl IntoIterator<Item = Option<Var<'g>>>) -> GradInputs<'g> {
+        let mut grads: GradInputs<'g> = leading.into_iter().collect();
+        grads.resize(self.inputs.len(), None);
+        grads
     }
 }
 
@@ -84,6 +94,9 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     /// through each is the op applied with that input replaced by its
     /// tangent, so no [`tangent`](Self::tangent) is written for them.
     const LINEAR: &'static [usize] = &[];
+    /// The inputs read for their shape only (not their values): no
+    /// gradient and no tangent flows through them.
+    const SHAPE_ONLY: &'static [usize] = &[];
 
     /// The name of this instance, for ops whose name depends on a setting
     /// (`conv1d` and `conv2d`); [`NAME`](Self::NAME) otherwise.
@@ -118,11 +131,12 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         })
     }
 
-    /// Every input's gradient (`None` for an input that does not require
-    /// grad). The default asks [`grad`](Self::grad) for each input that
-    /// does.
+    /// Every input's gradient (`None` for no gradient). The default asks
+    /// [`grad`](Self::grad) for each input that requires grad and is not
+    /// [`SHAPE_ONLY`](Self::SHAPE_ONLY).
     fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        let wanted = |(i, x): (usize, &Var<'g>)| x.requires_grad().then(|| self.grad(i, g, n));
+        let flows = |i: usize, x: &Var<'g>| x.requires_grad() && !Self::SHAPE_ONLY.contains(&i);
+        let wanted = |(i, x): (usize, &Var<'g>)| flows(i, x).then(|| self.grad(i, g, n));
         n.inputs
             .iter()
             .enumerate()
@@ -217,6 +231,7 @@ impl<O: StructuredOp> Differentiable for O {
             t.graph().record(self.clone(), &args)
         };
         let present = tangents.iter().enumerate();
+        let present = present.filter(|(i, _)| !Self::SHAPE_ONLY.contains(i));
         let terms = present.map(|(i, t)| t.as_ref().map(|t| through((i, t))));
         sum_tangents(output.shape(), terms)
     }
