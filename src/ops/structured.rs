@@ -14,8 +14,9 @@
 //! - its backward: one [`grad`](StructuredOp::grad) per input, asked only
 //!   for inputs that require grad, or one shared
 //!   [`grads`](StructuredOp::grads) when the inputs' gradients share work;
-//! - the inputs it reads for their shape only
-//!   ([`SHAPE_ONLY`](StructuredOp::SHAPE_ONLY)): nothing flows through them;
+//! - the inputs it is not differentiable in
+//!   ([`NO_GRAD`](StructuredOp::NO_GRAD): indices, targets, an input read
+//!   for its shape only): nothing flows through them;
 //! - its tangents (forward mode): none to write for an input the op is
 //!   linear in ([`LINEAR`](StructuredOp::LINEAR): the tangent is the op
 //!   applied to the input's tangent), one [`tangent`](StructuredOp::tangent)
@@ -94,9 +95,10 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     /// through each is the op applied with that input replaced by its
     /// tangent, so no [`tangent`](Self::tangent) is written for them.
     const LINEAR: &'static [usize] = &[];
-    /// The inputs read for their shape only (not their values): no
-    /// gradient and no tangent flows through them.
-    const SHAPE_ONLY: &'static [usize] = &[];
+    /// The inputs the op is not differentiable in (indices, targets, an
+    /// input read for its shape only): no gradient and no tangent flows
+    /// through them, whether or not they require grad.
+    const NO_GRAD: &'static [usize] = &[];
 
     /// The name of this instance, for ops whose name depends on a setting
     /// (`conv1d` and `conv2d`); [`NAME`](Self::NAME) otherwise.
@@ -133,9 +135,9 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
 
     /// Every input's gradient (`None` for no gradient). The default asks
     /// [`grad`](Self::grad) for each input that requires grad and is not
-    /// [`SHAPE_ONLY`](Self::SHAPE_ONLY).
+    /// in [`NO_GRAD`](Self::NO_GRAD).
     fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        let flows = |i: usize, x: &Var<'g>| x.requires_grad() && !Self::SHAPE_ONLY.contains(&i);
+        let flows = |i: usize, x: &Var<'g>| x.requires_grad() && !Self::NO_GRAD.contains(&i);
         let wanted = |(i, x): (usize, &Var<'g>)| flows(i, x).then(|| self.grad(i, g, n));
         n.inputs
             .iter()
@@ -231,7 +233,7 @@ impl<O: StructuredOp> Differentiable for O {
             t.graph().record(self.clone(), &args)
         };
         let present = tangents.iter().enumerate();
-        let present = present.filter(|(i, _)| !Self::SHAPE_ONLY.contains(i));
+        let present = present.filter(|(i, _)| !Self::NO_GRAD.contains(i));
         let terms = present.map(|(i, t)| t.as_ref().map(|t| through((i, t))));
         sum_tangents(output.shape(), terms)
     }

@@ -111,6 +111,7 @@ impl CrossEntropy {
 impl StructuredOp for CrossEntropy {
     const NAME: &'static str = "cross_entropy";
     const INPUTS: &'static [&'static str] = &["input", "target"];
+    const NO_GRAD: &'static [usize] = &[1];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }

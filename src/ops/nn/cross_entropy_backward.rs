@@ -64,6 +64,7 @@ impl StructuredOp for CrossEntropyBackward {
     const NAME: &'static str = "cross_entropy_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
     const LINEAR: &'static [usize] = &[0];
+    const NO_GRAD: &'static [usize] = &[2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }

@@ -174,6 +174,7 @@ impl IndexSpec {
 impl StructuredOp for Embedding {
     const NAME: &'static str = "embedding";
     const INPUTS: &'static [&'static str] = &["weight", "indices"];
+    const NO_GRAD: &'static [usize] = &[1];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
@@ -208,8 +209,8 @@ impl StructuredOp for EmbeddingDenseBackward {
     const NAME: &'static str = "embedding_dense_backward";
     const INPUTS: &'static [&'static str] = &["grad", "weight", "indices"];
     const LINEAR: &'static [usize] = &[0];
-    /// The weight gives the table's shape.
-    const SHAPE_ONLY: &'static [usize] = &[1];
+    /// The weight gives the table's shape; the indices are indices.
+    const NO_GRAD: &'static [usize] = &[1, 2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }

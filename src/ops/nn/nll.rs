@@ -110,6 +110,7 @@ impl NllLoss {
 impl StructuredOp for NllLoss {
     const NAME: &'static str = "nll_loss";
     const INPUTS: &'static [&'static str] = &["input", "target"];
+    const NO_GRAD: &'static [usize] = &[1];
     const LINEAR: &'static [usize] = &[0];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
@@ -136,7 +137,7 @@ impl StructuredOp for NllLossBackward {
     const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
     const LINEAR: &'static [usize] = &[0];
     /// The output does not depend on the values of the log-probabilities.
-    const SHAPE_ONLY: &'static [usize] = &[1];
+    const NO_GRAD: &'static [usize] = &[1, 2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
