@@ -66,7 +66,7 @@ pub use crate::core::{Differentiable, GradInputs};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
-pub use structured::{Node, StructuredOp};
+pub use structured::{grads_per_input, Node, StructuredOp};
 
 use crate::error::Result;
 use crate::graph::Var;

@@ -137,14 +137,7 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     /// [`grad`](Self::grad) for each input that requires grad and is not
     /// in [`NO_GRAD`](Self::NO_GRAD).
     fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        let flows = |i: usize, x: &Var<'g>| x.requires_grad() && !Self::NO_GRAD.contains(&i);
-        let wanted = |(i, x): (usize, &Var<'g>)| flows(i, x).then(|| self.grad(i, g, n));
-        n.inputs
-            .iter()
-            .enumerate()
-            .map(wanted)
-            .map(Option::transpose)
-            .collect()
+        grads_per_input(self, g, n)
     }
 
     /// The output's tangent through input `i` (not in
@@ -180,6 +173,24 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     fn facts(&self) -> OpFacts {
         OpFacts::opaque(StructuredOp::arity(self))
     }
+}
+
+/// [`StructuredOp::grads`]'s default, for ops whose `grads` takes another
+/// way in some cases only: [`grad`](StructuredOp::grad) for each input that
+/// requires grad and is not in [`NO_GRAD`](StructuredOp::NO_GRAD).
+pub fn grads_per_input<'g, O: StructuredOp>(
+    op: &O,
+    g: &Var<'g>,
+    n: Node<'_, 'g>,
+) -> Result<GradInputs<'g>> {
+    let flows = |i: usize, x: &Var<'g>| x.requires_grad() && !O::NO_GRAD.contains(&i);
+    let wanted = |(i, x): (usize, &Var<'g>)| flows(i, x).then(|| op.grad(i, g, n));
+    n.inputs
+        .iter()
+        .enumerate()
+        .map(wanted)
+        .map(Option::transpose)
+        .collect()
 }
 
 impl<O: StructuredOp> Differentiable for O {

@@ -7,6 +7,7 @@
 use crate::fallible::fallible;
 
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
+use super::normalization::check_eps;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
@@ -75,15 +76,6 @@ pub(super) fn check_param(op: &'static str, p: &Tensor, shape: &[usize], x: &Ten
         return Err(Error::shape_mismatch(op, shape, p.shape()));
     }
     Ok(())
-}
-
-/// Checks `eps` (finite, not negative).
-pub(super) fn check_eps(op: &'static str, eps: f64) -> Result<()> {
-    if eps >= 0.0 && eps.is_finite() {
-        Ok(())
-    } else {
-        Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")))
-    }
 }
 
 /// The normalised shape an op was given, or `x`'s last dim (the

@@ -11,6 +11,7 @@ mod attention_tests;
 mod batch_norm_tests;
 mod class_targets;
 mod conv_spec;
+mod normalization;
 pub mod pool;
 pub mod spatial;
 pub mod support;

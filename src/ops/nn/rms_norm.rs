@@ -14,7 +14,8 @@
 use std::sync::Arc;
 
 use super::batch_norm::sample;
-use super::layer_norm::{check_eps, check_param, row_len, shape_or_last};
+use super::layer_norm::{check_param, row_len, shape_or_last};
+use super::normalization::check_eps;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
