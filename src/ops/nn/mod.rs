@@ -10,6 +10,7 @@ mod attention_tests;
 #[cfg(test)]
 mod batch_norm_tests;
 mod class_targets;
+mod conv_products;
 mod conv_spec;
 mod normalization;
 pub mod pool;
