@@ -150,6 +150,15 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         })
     }
 
+    /// The output's tangent given every input's (`None` for none), for ops
+    /// whose inputs' tangents share work. The default sums
+    /// [`tangent`](Self::tangent) (or the derived one, for
+    /// [`LINEAR`](Self::LINEAR) inputs) over the inputs with a tangent that
+    /// are not in [`NO_GRAD`](Self::NO_GRAD).
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        tangents_per_input(self, t, n)
+    }
+
     /// [`Differentiable::backward_fast`]: a first-order path on plain
     /// tensors where building `Var`s would cost more than the arithmetic.
     fn backward_fast(
@@ -193,6 +202,27 @@ pub fn grads_per_input<'g, O: StructuredOp>(
         .collect()
 }
 
+/// [`StructuredOp::tangents`]'s default: the tangent through each input,
+/// summed.
+pub fn tangents_per_input<'g, O: StructuredOp>(
+    op: &O,
+    tangents: &[Option<Var<'g>>],
+    n: Node<'_, 'g>,
+) -> Result<Option<Var<'g>>> {
+    let through = |(i, t): (usize, &Var<'g>)| {
+        if !O::LINEAR.contains(&i) {
+            return op.tangent(i, t, n);
+        }
+        let mut args: Vec<&Var<'g>> = n.inputs.iter().collect();
+        args[i] = t;
+        t.graph().record(op.clone(), &args)
+    };
+    let present = tangents.iter().enumerate();
+    let present = present.filter(|(i, _)| !O::NO_GRAD.contains(i));
+    let terms = present.map(|(i, t)| t.as_ref().map(|t| through((i, t))));
+    sum_tangents(n.output.shape(), terms)
+}
+
 impl<O: StructuredOp> Differentiable for O {
     fn name(&self) -> &str {
         StructuredOp::name(self)
@@ -234,19 +264,7 @@ impl<O: StructuredOp> Differentiable for O {
         inputs: &[Var<'g>],
         output: &Var<'g>,
     ) -> Result<Option<Var<'g>>> {
-        let n = Node { inputs, output };
-        let through = |(i, t): (usize, &Var<'g>)| {
-            if !Self::LINEAR.contains(&i) {
-                return self.tangent(i, t, n);
-            }
-            let mut args: Vec<&Var<'g>> = inputs.iter().collect();
-            args[i] = t;
-            t.graph().record(self.clone(), &args)
-        };
-        let present = tangents.iter().enumerate();
-        let present = present.filter(|(i, _)| !Self::NO_GRAD.contains(i));
-        let terms = present.map(|(i, t)| t.as_ref().map(|t| through((i, t))));
-        sum_tangents(output.shape(), terms)
+        self.tangents(tangents, Node { inputs, output })
     }
     fn facts(&self) -> OpFacts {
         StructuredOp::facts(self)
