@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// The layer folders under `src/`, lowest first.
-const LAYERS: &str = "base tensor kernels core autograd ops data nn optim io distributed viz expr";
+const LAYERS: &str =
+    "base tensor kernels core autograd ops data nn optim io distributed viz runlog expr";
 
 /// Imports that may run up, as `(file, path)`: at most two, each named and
 /// justified in ARCHITECTURE.md ("Layers"). None today.
