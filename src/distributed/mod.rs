@@ -12,6 +12,17 @@
 //!   runs over MPI (OpenMPI through the `mpi` crate), and `run` starts MPI,
 //!   runs a training function and turns an error or panic on any rank into
 //!   an `MPI_Abort` of the whole job, so no rank waits for a dead one.
+//!
+//! Where things are: data-parallel training over MPI: `DataParallel`
+//! (`data_parallel.rs`: replica check on gathered descriptions, rank 0's
+//! parameters and buffers broadcast, bucketed gradient all-reduce started
+//! from `backward_notifying`, `no_sync`, buffers follow rank 0, checkpoints
+//! written by rank 0 and loaded by all with an agreed outcome), the bucket
+//! plan (`buckets.rs`: reverse parameter order, one dtype per bucket, 25
+//! MiB with a 1 MiB first bucket), `Communicator`/`BucketSink`/`FlatBuf`
+//! and `SingleProcess` (`comm.rs`), the MPI backend `MpiCommunicator` and
+//! `run` (`over_mpi.rs`, feature `mpi`), `DistributedSampler`
+//! (`sampler.rs`), tensor bytes for broadcasts (`wire.rs`).
 
 mod buckets;
 mod comm;
