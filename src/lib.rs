@@ -48,6 +48,7 @@ pub mod prelude;
 pub mod tensor;
 #[cfg(test)]
 mod test_util;
+pub mod train;
 pub mod viz;
 
 pub use autograd::{

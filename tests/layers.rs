@@ -59,6 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("optim", &["src/optim/"]),
     ("io", &["src/io/"]),
     ("distributed", &["src/distributed/"]),
+    ("train", &["src/train/"]),
     ("viz", &["src/viz/"]),
     ("expr", &["src/expr/"]),
     ("root", &["src/lib.rs", "src/prelude.rs"]),

@@ -1,11 +1,18 @@
-//! Files: named tensors in the safetensors format, and training checkpoints
-//! (model parameters plus optimizer state) built on it.
+//! Files: named tensors in the safetensors format, and checkpoints (model
+//! parameters and buffers plus optimizer state, with a checksum) built on
+//! it. Training states (`retrograd::train`) are checkpoints with more
+//! metadata.
 
 mod checkpoint;
+mod checksum;
 mod safetensors;
 
 pub use checkpoint::{
     checkpoint_metadata, load_checkpoint, load_checkpoint_with_metadata, save_checkpoint,
     save_checkpoint_with_metadata, OPTIMIZER_PREFIX,
+};
+pub(crate) use checkpoint::{
+    checkpoint_contents, load_contents, read_checkpoint, user_metadata, write_checkpoint,
+    TRAINING_STATE_KEY,
 };
 pub use safetensors::{load_tensors, save_tensors, TensorFile};
