@@ -7,11 +7,15 @@
 //! cargo run --release --example train_digits
 //! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
 //! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_digits -- --resume   # continue an interrupted run
 //! ```
 
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/resume.rs"]
+mod resume;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -20,13 +24,20 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::data::{digits, Batches, Dataset};
+use retrograd::data::{digits, Dataset};
+use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
     Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
 };
+use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+
+use resume::{EpochSums, Stopped};
+
+/// Steps between training states unless `--checkpoint-every` says otherwise.
+const CHECKPOINT_EVERY: u64 = 500;
 
 const USAGE: &str = "\
 usage: train_digits [options]
@@ -47,7 +58,8 @@ options:
   --out FILE          checkpoint path (default target/train_digits.safetensors)
   --graph-svg FILE    write a picture of the first training step's graph
   --quiet             no progress bar
-  -h, --help          this text";
+  -h, --help          this text
+  (--checkpoint-every is 500 by default)";
 
 #[derive(Clone, Copy, PartialEq)]
 enum OptimizerKind {
@@ -71,6 +83,33 @@ struct Args {
     out: PathBuf,
     graph_svg: Option<PathBuf>,
     quiet: bool,
+    checkpoints: resume::Flags,
+}
+
+/// What a resumed run must share with the run it continues.
+fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
+    let optimizer = match args.optimizer {
+        OptimizerKind::Sgd => "sgd",
+        OptimizerKind::Adam => "adam",
+        OptimizerKind::AdamW => "adamw",
+    };
+    [
+        ("hidden", format!("{:?}", args.hidden)),
+        ("activation", args.activation.to_string()),
+        ("dropout", args.dropout.to_string()),
+        ("epochs", args.epochs.to_string()),
+        ("batch-size", args.batch_size.to_string()),
+        ("optimizer", optimizer.to_string()),
+        ("lr", args.lr.to_string()),
+        ("momentum", args.momentum.to_string()),
+        ("weight-decay", format!("{:?}", args.weight_decay)),
+        ("test-fraction", args.test_fraction.to_string()),
+        ("seed", args.seed.to_string()),
+        ("data", format!("{} images, crc32 {:08x}", train.len(), train.checksum())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -90,6 +129,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         out: PathBuf::from("target/train_digits.safetensors"),
         graph_svg: None,
         quiet: false,
+        checkpoints: resume::Flags::new("train_digits", CHECKPOINT_EVERY),
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -144,6 +184,10 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("out") => args.out = parser.value().map_err(err)?.into(),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
+            Long(name) if resume::Flags::owns(name) => {
+                let name = name.to_string();
+                args.checkpoints.parse(&name, &mut parser)?;
+            }
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -189,30 +233,71 @@ fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
     })
 }
 
-/// What changes during training: the model, its optimizer, the schedule and
-/// the shuffling generator.
+/// What changes during training: the model, its optimizer, the schedule,
+/// the shuffling generator (and a copy as the epoch began), where the run
+/// is and the epoch's sums: all of it in each training state.
 struct Trainer {
     model: Mlp,
     optimizer: Box<dyn Optimizer>,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
+    epoch_start: ChaCha8Rng,
+    at: Progress,
+    sums: EpochSums,
 }
 
 impl Trainer {
-    /// One epoch; returns the mean training loss and the training accuracy.
+    fn capture(&self) -> Result<TrainingState> {
+        let mine = RankState::new()
+            .with_generator("shuffle", &self.rng)
+            .with_generator("epoch_start", &self.epoch_start);
+        TrainingState::capture(
+            &self.model,
+            Some(self.optimizer.as_ref()),
+            Some(&self.scheduler),
+            self.at,
+            self.sums.save(mine),
+        )
+    }
+
+    fn restore(&mut self, state: &TrainingState) -> Result<()> {
+        let mine = state.restore(
+            &self.model,
+            Some(self.optimizer.as_mut()),
+            Some(&mut self.scheduler),
+        )?;
+        self.rng = mine.generator("shuffle")?;
+        self.epoch_start = mine.generator("epoch_start")?;
+        self.sums = EpochSums::restore(&mine)?;
+        self.at = state.progress();
+        Ok(())
+    }
+
+    /// The rest of the current epoch; `Some` if the run must stop (a
+    /// training state was saved).
     fn epoch(
         &mut self,
         args: &Args,
         train: &Dataset,
         progress: &ProgressBar,
-        epoch: usize,
-    ) -> Result<(f64, f64)> {
-        let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
-        for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
+        session: &mut resume::Session<SingleProcess>,
+    ) -> Result<Option<Stopped>> {
+        if self.at.batch == 0 {
+            self.sums = EpochSums::starting(self.optimizer.lr());
+        }
+        let epoch = self.at.epoch + 1;
+        let batches = resume::shuffled_epoch(
+            train,
+            args.batch_size,
+            &mut self.rng,
+            &mut self.epoch_start,
+            self.at.batch,
+        )?;
+        for batch in batches {
             let n = batch.labels.len();
             let grads = {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && epoch == 1 && seen == 0;
+                let picture = args.graph_svg.is_some() && self.at.step == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
                     for (name, p) in self.model.parameters() {
@@ -228,26 +313,31 @@ impl Trainer {
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                loss_sum += loss.value().try_item()? * n as f64;
-                correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                self.sums.loss += loss.value().try_item()? * n as f64;
+                self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
                 grads
             };
             self.optimizer.step(&grads)?;
             self.scheduler.step(self.optimizer.as_mut());
-            seen += n;
+            self.sums.seen += n as f64;
+            self.at.step += 1;
+            self.at.batch += 1;
             progress.inc(1);
             progress.set_message(format!(
                 "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
                 args.epochs,
-                loss_sum / seen as f64,
-                100.0 * correct / seen as f64
+                self.sums.loss / self.sums.seen,
+                100.0 * self.sums.correct / self.sums.seen
             ));
+            if let Some(stopped) = session.after_step(self.at, || self.capture())? {
+                return Ok(Some(stopped));
+            }
         }
-        Ok((loss_sum / seen as f64, correct / seen as f64))
+        Ok(None)
     }
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args) -> Result<Option<Stopped>> {
     let start = Instant::now();
     let data = digits::load_bundled()?;
     let (train, test) = data.stratified_split(args.test_fraction, args.seed)?;
@@ -287,11 +377,32 @@ fn run(args: &Args) -> Result<()> {
         args.epochs
     );
 
+    let (mut session, resumed) = resume::Session::start(
+        "train_digits",
+        SingleProcess,
+        &args.checkpoints,
+        settings(args, &train),
+    )?;
+    let rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut trainer = Trainer {
+        model,
+        optimizer,
+        scheduler,
+        epoch_start: rng.clone(),
+        rng,
+        at: Progress::default(),
+        sums: EpochSums::default(),
+    };
+    if let Some(state) = &resumed {
+        trainer.restore(state)?;
+    }
+
     let progress = if args.quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total_steps as u64)
     };
+    progress.set_position(trainer.at.step);
     progress.set_style(
         ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
             .expect("a valid template")
@@ -303,28 +414,37 @@ fn run(args: &Args) -> Result<()> {
     );
     progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
 
-    let mut trainer = Trainer {
-        model,
-        optimizer,
-        scheduler,
-        rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
-    };
-    for epoch in 1..=args.epochs {
-        let lr = trainer.optimizer.lr();
+    while trainer.at.epoch < args.epochs as u64 {
+        let epoch = trainer.at.epoch + 1;
         trainer.model.set_training(true);
-        let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
+        if let Some(stopped) = trainer.epoch(args, &train, &progress, &mut session)? {
+            progress.finish_and_clear();
+            return Ok(Some(stopped));
+        }
+        let EpochSums {
+            lr,
+            loss,
+            correct,
+            seen,
+        } = trainer.sums;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
-                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
-                100.0 * train_acc,
+                "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
+                loss / seen,
+                100.0 * correct / seen,
                 100.0 * test_acc
             )
         });
+        trainer.at.epoch += 1;
+        trainer.at.batch = 0;
     }
     progress.finish_and_clear();
+    if let Some(line) = session.summary() {
+        println!("{line}");
+    }
     let Trainer {
         mut model,
         optimizer,
@@ -349,26 +469,20 @@ fn run(args: &Args) -> Result<()> {
         println!("graph of one training step: {}", path.display());
     }
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
-    Ok(())
+    Ok(None)
 }
 
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
+            eprintln!("error: {e}\n\n{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::from(2);
         }
     };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    resume::exit(run(&args), true)
 }

@@ -1,0 +1,304 @@
+//! Checkpoints, resuming and preemption, shared by the three training jobs:
+//! the flags (`--checkpoint-dir`, `--checkpoint-every`, `--keep`,
+//! `--resume [FILE]`, `--stop-after`), what is printed, and how a stopped
+//! run exits. The work itself is `retrograd::train::Checkpointing`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rand_chacha::ChaCha8Rng;
+use retrograd::data::{Batches, Dataset};
+use retrograd::distributed::Communicator;
+use retrograd::train::{
+    CheckpointOptions, Checkpointing, Progress, RankState, ResumeFrom, StopReason, TrainingState,
+};
+use lexopt::ValueExt;
+use retrograd::{DType, Error, Result};
+
+/// The flags' help text.
+pub const USAGE: &str = "\
+checkpoints (training states that a run resumes from, bit for bit):
+  --checkpoint-dir DIR    where they go (default target/<job>.checkpoints)
+  --checkpoint-every N    save one every N steps (0 = only when stopping; default below)
+  --keep N                keep the newest N (default 3)
+  --resume [FILE]         continue from FILE, or from the newest good one in the directory
+  --stop-after N          save one and stop once N steps are done
+  SIGTERM or SIGINT (Ctrl-C) finishes the step, saves one and exits (a second one exits at once)";
+
+/// The flags' values.
+#[derive(Clone, Debug)]
+pub struct Flags {
+    job: &'static str,
+    pub dir: Option<PathBuf>,
+    pub every: u64,
+    pub keep: usize,
+    pub resume: Option<ResumeFrom>,
+    pub stop_after: Option<u64>,
+}
+
+impl Flags {
+    /// The flags of `job`, checkpointing every `default_every` steps unless told.
+    pub fn new(job: &'static str, default_every: u64) -> Self {
+        Flags {
+            job,
+            dir: None,
+            every: default_every,
+            keep: 3,
+            resume: None,
+            stop_after: None,
+        }
+    }
+
+    /// Whether `name` (a long flag without its dashes) is one of these.
+    pub fn owns(name: &str) -> bool {
+        ["checkpoint-dir", "checkpoint-every", "keep", "resume", "stop-after"].contains(&name)
+    }
+
+    /// Reads the value of flag `name` (one that [`owns`](Self::owns)).
+    pub fn parse(
+        &mut self,
+        name: &str,
+        parser: &mut lexopt::Parser,
+    ) -> std::result::Result<(), String> {
+        let err = |e: lexopt::Error| format!("--{name}: {e}");
+        match name {
+            "checkpoint-dir" => self.dir = Some(parser.value().map_err(err)?.into()),
+            "checkpoint-every" => self.every = parser.value().map_err(err)?.parse().map_err(err)?,
+            "keep" => {
+                self.keep = parser.value().map_err(err)?.parse().map_err(err)?;
+                if self.keep == 0 {
+                    return Err("--keep must be at least 1".into());
+                }
+            }
+            "stop-after" => self.stop_after = Some(parser.value().map_err(err)?.parse().map_err(err)?),
+            "resume" => {
+                // `--resume=FILE`, `--resume FILE`, or `--resume` alone.
+                let file = match parser.optional_value() {
+                    Some(v) => Some(PathBuf::from(v)),
+                    None => {
+                        let mut raw = parser.raw_args().map_err(err)?;
+                        let next_is_value = raw
+                            .peek()
+                            .and_then(|a| a.to_str())
+                            .is_some_and(|a| !a.starts_with('-'));
+                        if next_is_value {
+                            raw.next().map(PathBuf::from)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                self.resume = Some(file.map_or(ResumeFrom::Newest, ResumeFrom::File));
+            }
+            other => return Err(format!("--{other} is not a checkpoint flag")),
+        }
+        Ok(())
+    }
+
+    /// The checkpoint directory.
+    pub fn dir(&self) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("target/{}.checkpoints", self.job)))
+    }
+}
+
+/// A run that stopped before its end, with a state to resume from.
+pub struct Stopped {
+    job: &'static str,
+    reason: StopReason,
+    step: u64,
+    path: PathBuf,
+}
+
+impl Stopped {
+    /// What to print.
+    pub fn message(&self) -> String {
+        let how = match self.reason {
+            StopReason::Signal(s) => format!("received {}: stopped", s.name()),
+            StopReason::StepLimit(n) => format!("stopped as asked (--stop-after {n})"),
+        };
+        format!(
+            "{}: {how} after step {}; training state saved to {}\ncontinue with the same flags and --resume",
+            self.job,
+            self.step,
+            self.path.display()
+        )
+    }
+
+    /// How the process exits: as a signal would have ended it (143 for
+    /// SIGTERM, 130 for SIGINT), or 0 for `--stop-after`.
+    pub fn exit_code(&self) -> ExitCode {
+        match self.reason {
+            StopReason::Signal(s) => ExitCode::from(s.exit_code()),
+            StopReason::StepLimit(_) => ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// Ends a job: its error, the message of a stopped run, or success.
+pub fn exit(result: Result<Option<Stopped>>, lead: bool) -> ExitCode {
+    match result {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(stopped)) => {
+            if lead {
+                println!("{}", stopped.message());
+            }
+            stopped.exit_code()
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The checkpointing of one run (on one rank of it under `--ddp`).
+pub struct Session<C: Communicator> {
+    job: &'static str,
+    inner: Checkpointing<C>,
+    lead: bool,
+}
+
+impl<C: Communicator> Session<C> {
+    /// Starts checkpointing `job` on `comm` with `settings` (what must be
+    /// the same on every rank and in the state resumed from); returns the
+    /// state to resume from, if `--resume` found one. Rank 0 prints where
+    /// it resumes from and any newer state it had to pass over.
+    pub fn start(
+        job: &'static str,
+        comm: C,
+        flags: &Flags,
+        settings: BTreeMap<String, String>,
+    ) -> Result<(Self, Option<TrainingState>)> {
+        let lead = comm.rank() == 0;
+        let mut options = CheckpointOptions::new(flags.dir(), (flags.every > 0).then_some(flags.every));
+        options.keep = flags.keep;
+        options.stop_after = flags.stop_after;
+        let inner = Checkpointing::new(comm, options, settings)?;
+        let resumed = match &flags.resume {
+            None => None,
+            Some(from) => inner.resume(from)?,
+        };
+        if lead {
+            if let Some(r) = &resumed {
+                for (path, e) in &r.skipped {
+                    eprintln!("warning: cannot resume from {}: {e}", path.display());
+                }
+                let p = r.state.progress();
+                println!(
+                    "resuming from {}: step {}, epoch {}, batch {} of it",
+                    r.path.display(),
+                    p.step,
+                    p.epoch + 1,
+                    p.batch
+                );
+            } else if flags.resume.is_some() {
+                println!(
+                    "--resume: no training state in {}; starting from the beginning",
+                    inner.dir().display()
+                );
+            }
+        }
+        Ok((Session { job, inner, lead }, resumed.map(|r| r.state)))
+    }
+
+    /// After each optimizer step: saves a state when due, and tells the
+    /// job to stop (after saving) when a signal came or `--stop-after`
+    /// steps are done.
+    pub fn after_step(
+        &mut self,
+        at: Progress,
+        capture: impl FnOnce() -> Result<TrainingState>,
+    ) -> Result<Option<Stopped>> {
+        let after = self.inner.after_step(at, capture)?;
+        Ok(after.stop.map(|reason| Stopped {
+            job: self.job,
+            reason,
+            step: at.step,
+            path: after.saved.unwrap_or_default(),
+        }))
+    }
+
+    /// A line on the states written, for the end of a run (rank 0 only).
+    pub fn summary(&self) -> Option<String> {
+        let (count, time) = self.inner.save_stats();
+        (self.lead && count > 0).then(|| {
+            format!(
+                "training states: {count} saved in {} ({:.1} ms each)",
+                self.inner.dir().display(),
+                1e3 * time.as_secs_f64() / count as f64
+            )
+        })
+    }
+}
+
+/// An epoch's running sums (and the rate it began with), kept in a
+/// training state so that a run resumed inside an epoch prints the row the
+/// uninterrupted run prints.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EpochSums {
+    pub lr: f64,
+    pub loss: f64,
+    pub correct: f64,
+    pub seen: f64,
+}
+
+impl EpochSums {
+    /// Fresh sums of an epoch that begins at rate `lr`.
+    pub fn starting(lr: f64) -> Self {
+        EpochSums {
+            lr,
+            ..Self::default()
+        }
+    }
+
+    /// Adds the sums to a rank's state.
+    pub fn save(&self, rank: RankState) -> RankState {
+        rank.with_value("epoch_lr", self.lr)
+            .with_value("epoch_loss_sum", self.loss)
+            .with_value("epoch_correct", self.correct)
+            .with_value("epoch_seen", self.seen)
+    }
+
+    /// The sums saved in a rank's state.
+    pub fn restore(rank: &RankState) -> Result<Self> {
+        Ok(EpochSums {
+            lr: rank.value("epoch_lr")?,
+            loss: rank.value("epoch_loss_sum")?,
+            correct: rank.value("epoch_correct")?,
+            seen: rank.value("epoch_seen")?,
+        })
+    }
+}
+
+/// The batches of an epoch of `train` in the order `rng` draws, the first
+/// `done` skipped. At an epoch's start (`done == 0`) `epoch_start` becomes
+/// a copy of `rng`, the order is drawn from it and `rng` moves past the
+/// draw, as `Batches::shuffled(train, .., rng)` moves it; inside an epoch
+/// (a resumed run) the order is drawn again from `epoch_start` and `rng`
+/// is left where it is.
+pub fn shuffled_epoch<'a>(
+    train: &'a Dataset,
+    batch_size: usize,
+    rng: &mut ChaCha8Rng,
+    epoch_start: &mut ChaCha8Rng,
+    done: u64,
+) -> Result<Batches<'a>> {
+    if done == 0 {
+        *epoch_start = rng.clone();
+    }
+    let mut order = epoch_start.clone();
+    let batches = Batches::shuffled(train, batch_size, DType::F32, &mut order)?;
+    if done == 0 {
+        *rng = order;
+    }
+    let done = usize::try_from(done).map_err(|_| {
+        Error::InvalidArgument {
+            op: "resume",
+            reason: format!("batch {done} of an epoch"),
+        }
+    })?;
+    Ok(batches.skip_batches(done))
+}
