@@ -12,6 +12,8 @@
 
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/epochs.rs"]
+mod epochs;
 #[path = "support/resume.rs"]
 mod resume;
 
@@ -34,7 +36,8 @@ use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
 
-use resume::{EpochSums, Stopped};
+use epochs::EpochSums;
+use resume::Stopped;
 
 /// Steps between training states unless `--checkpoint-every` says otherwise.
 const CHECKPOINT_EVERY: u64 = 500;
@@ -286,7 +289,7 @@ impl Trainer {
             self.sums = EpochSums::starting(self.optimizer.lr());
         }
         let epoch = self.at.epoch + 1;
-        let batches = resume::shuffled_epoch(
+        let batches = epochs::shuffled_epoch(
             train,
             args.batch_size,
             &mut self.rng,
