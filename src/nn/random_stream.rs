@@ -28,48 +28,61 @@ use std::sync::Arc;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RandomStream {
-    seed: u64,
-    position: Arc<AtomicU64>,
+    state: Arc<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    seed: AtomicU64,
+    position: AtomicU64,
 }
 
 impl RandomStream {
     /// A stream at position 0.
     pub fn new(seed: u64) -> Self {
         RandomStream {
-            seed,
-            position: Arc::new(AtomicU64::new(0)),
+            state: Arc::new(State {
+                seed: AtomicU64::new(seed),
+                position: AtomicU64::new(0),
+            }),
         }
     }
 
     /// A separate stream with this one's seed and position (not a handle
     /// to the same one, as `clone` is).
     pub fn fork(&self) -> Self {
-        RandomStream {
-            seed: self.seed,
-            position: Arc::new(AtomicU64::new(self.position())),
-        }
+        let s = RandomStream::new(self.seed());
+        s.set_position(self.position());
+        s
     }
 
     /// The seed.
     pub fn seed(&self) -> u64 {
-        self.seed
+        self.state.seed.load(Ordering::Relaxed)
     }
 
     /// How many draws were taken.
     pub fn position(&self) -> u64 {
-        self.position.load(Ordering::Relaxed)
+        self.state.position.load(Ordering::Relaxed)
     }
 
-    /// Moves the stream to `position` (resuming from a training state).
+    /// Moves the stream to `position` of the same seed.
     pub fn set_position(&self, position: u64) {
-        self.position.store(position, Ordering::Relaxed)
+        self.state.position.store(position, Ordering::Relaxed)
+    }
+
+    /// Makes the stream the one of `seed` at `position` (resuming from a
+    /// training state, whatever seed the layer was built with).
+    pub fn set_state(&self, seed: u64, position: u64) {
+        self.state.seed.store(seed, Ordering::Relaxed);
+        self.state.position.store(position, Ordering::Relaxed);
     }
 
     /// The next draw: 64 well-mixed bits from `(seed, position)`; advances
     /// the position.
     pub fn next_seed(&self) -> u64 {
-        let k = self.position.fetch_add(1, Ordering::Relaxed);
-        mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+        let k = self.state.position.fetch_add(1, Ordering::Relaxed);
+        mix(self.seed() ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15)))
     }
 }
 

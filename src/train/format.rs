@@ -171,6 +171,11 @@ impl TrainingState {
                 )))
             }
         }
+        // Every training state carries a checksum, which `read_checkpoint`
+        // verified; without one a damaged key could pass unchecked.
+        if !file.metadata.contains_key("checksum") {
+            return Err(bad("no checksum (every training state has one)".to_string()));
+        }
         let prefix = format!("{TRAINING_STATE_KEY}.");
         let entries: BTreeMap<String, String> = file
             .metadata
