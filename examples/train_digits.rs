@@ -487,5 +487,5 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    resume::exit(run(&args), true)
+    resume::exit(run(&args))
 }

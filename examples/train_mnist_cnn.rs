@@ -520,16 +520,9 @@ fn main() -> ExitCode {
     };
     #[cfg(feature = "mpi")]
     if args.ddp {
-        let mut stopped = None;
-        let mut lead = false;
-        let result = retrograd::distributed::run(|comm| {
-            lead = retrograd::distributed::Communicator::rank(comm) == 0;
-            stopped = ddp::run(&args, comm)?;
-            Ok(())
-        });
-        return resume::exit(result.map(|()| stopped), lead);
+        return resume::ddp_main(|comm| ddp::run(&args, comm));
     }
-    resume::exit(run(&args), true)
+    resume::exit(run(&args))
 }
 
 /// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.

@@ -583,20 +583,13 @@ fn main() -> ExitCode {
             println!("{}", sample(&model, &tokenizer, &args)?);
             Ok(None)
         });
-        return resume::exit(sampled, true);
+        return resume::exit(sampled);
     }
     #[cfg(feature = "mpi")]
     if args.ddp {
-        let mut stopped = None;
-        let mut lead = false;
-        let result = retrograd::distributed::run(|comm| {
-            lead = retrograd::distributed::Communicator::rank(comm) == 0;
-            stopped = ddp::train(&mut args, comm)?;
-            Ok(())
-        });
-        return resume::exit(result.map(|()| stopped), lead);
+        return resume::ddp_main(|comm| ddp::train(&mut args, comm));
     }
-    resume::exit(train(&mut args), true)
+    resume::exit(train(&mut args))
 }
 
 /// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.

@@ -429,6 +429,80 @@ fn a_second_signal_ends_the_process_at_once() {
     }
 }
 
+/// The child half of the kill test: writes a 4 MiB state every step, for ever.
+fn writer_child(dir: &str) {
+    let big = retrograd::nn::Linear::builder(1024, 1024)
+        .dtype(DType::F32)
+        .build()
+        .unwrap();
+    let dir = CheckpointDir::open(dir, 2).unwrap();
+    for step in 1.. {
+        let at = Progress {
+            step,
+            ..Progress::default()
+        };
+        let state = TrainingState::capture(&big, None, None, at, RankState::new()).unwrap();
+        dir.save(&state).unwrap();
+    }
+}
+
+#[test]
+#[cfg(unix)]
+fn a_process_killed_while_writing_leaves_only_good_states() {
+    if let Ok(dir) = std::env::var("RETROGRAD_WRITER_CHILD") {
+        writer_child(&dir);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let me = std::env::current_exe().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let mut cut_short = 0;
+    for round in 0..3 {
+        let dir = tmp.path().join(format!("round{round}"));
+        let mut child = std::process::Command::new(&me)
+            .args([
+                "--exact",
+                "a_process_killed_while_writing_leaves_only_good_states",
+            ])
+            .env("RETROGRAD_WRITER_CHILD", &dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Once the first state is complete, wait a random while, then kill
+        // it as soon as a write is under way (a temporary file is there).
+        while !dir.join("step-000000001.safetensors").exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let delay = rng.random_range(0..100);
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let writing = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+        };
+        let started = std::time::Instant::now();
+        while !writing() && started.elapsed() < std::time::Duration::from_secs(2) {}
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let temporaries = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
+        cut_short += temporaries;
+        let opened = CheckpointDir::open(&dir, 2).unwrap();
+        let states = opened.list().unwrap();
+        assert!(!states.is_empty() && states.len() <= 3, "{states:?}");
+        for (_, path) in &states {
+            TrainingState::load(path).unwrap();
+        }
+        println!(
+            "killed {delay} ms after the first state: {} states, all load; {temporaries} write(s) cut short",
+            states.len()
+        );
+    }
+    println!("{cut_short} of 3 kills landed inside a write");
+}
+
 #[test]
 fn gathering_on_one_process_keeps_its_own_state() {
     let _one_at_a_time = exclusive();

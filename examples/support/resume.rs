@@ -135,16 +135,43 @@ impl Stopped {
     }
 }
 
-/// Ends a job: its error, the message of a stopped run, or success.
-pub fn exit(result: Result<Option<Stopped>>, lead: bool) -> ExitCode {
+/// Ends a one-process job: its error, the message of a stopped run, or success.
+pub fn exit(result: Result<Option<Stopped>>) -> ExitCode {
     match result {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(stopped)) => {
-            if lead {
-                println!("{}", stopped.message());
-            }
+            println!("{}", stopped.message());
             stopped.exit_code()
         }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a job's `--ddp` training under `mpirun` (`retrograd::distributed::run`:
+/// an error on any rank ends every rank) and ends the process: if the run
+/// stopped, rank 0 says why before any rank exits (a rank that exits
+/// non-zero makes `mpirun` end the others), then every rank exits with the
+/// stop's code.
+#[cfg(feature = "mpi")]
+pub fn ddp_main(
+    train: impl FnOnce(&retrograd::distributed::MpiCommunicator) -> Result<Option<Stopped>>,
+) -> ExitCode {
+    let mut stopped = None;
+    let result = retrograd::distributed::run(|comm| {
+        stopped = train(comm)?;
+        if let Some(s) = &stopped
+            && comm.rank() == 0
+        {
+            println!("{}", s.message());
+        }
+        comm.barrier();
+        Ok(())
+    });
+    match result {
+        Ok(()) => stopped.map_or(ExitCode::SUCCESS, |s| s.exit_code()),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

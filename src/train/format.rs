@@ -8,11 +8,11 @@
 //! | `training_state` | the layout version, `1` |
 //! | `training_state.step`, `.epoch`, `.batch` | the [`Progress`] counters |
 //! | `training_state.schedule.steps`, `.schedule.base_lr` | the schedule's position and base rate, if any |
-//! | `training_state.stream.<name>` | a model random stream: `<seed>:<position>` |
 //! | `training_state.ranks` | how many ranks wrote it |
 //! | `training_state.rank.<r>.generator.<name>` | `chacha8:<seed hex>:<stream>:<word position>` |
 //! | `training_state.rank.<r>.default_generator` | the same, for the default generator |
 //! | `training_state.rank.<r>.value.<name>` | a number, printed to round-trip exactly |
+//! | `training_state.rank.<r>.stream.<name>` | a model random stream: `<seed>:<position>` |
 //! | `training_state.config.<key>` | a setting of the run |
 //!
 //! and the checksum that covers all of it. A file without
@@ -60,6 +60,9 @@ fn rank_entries(rank: &RankState) -> Result<Vec<(String, String)>> {
     if let Some(rng) = &rank.default_generator {
         out.push(("default_generator".to_string(), generator::encode(rng)));
     }
+    for (name, (seed, position)) in &rank.streams {
+        out.push((format!("stream.{name}"), format!("{seed}:{position}")));
+    }
     Ok(out)
 }
 
@@ -75,6 +78,12 @@ fn put_rank_entry(rank: &mut RankState, entry: &str, value: &str) -> std::result
         rank.values.insert(name.to_string(), v);
     } else if entry == "default_generator" {
         rank.default_generator = Some(generator::decode(value)?);
+    } else if let Some(name) = entry.strip_prefix("stream.") {
+        let stream = value
+            .split_once(':')
+            .and_then(|(s, p)| Some((s.parse().ok()?, p.parse().ok()?)))
+            .ok_or_else(|| format!("stream `{name}` is {value:?}, not <seed>:<position>"))?;
+        rank.streams.insert(name.to_string(), stream);
     } else {
         return Err(format!("unknown rank entry `{entry}`"));
     }
@@ -117,9 +126,6 @@ impl TrainingState {
         if let Some(s) = self.schedule {
             meta.insert(key("schedule.steps"), s.steps.to_string());
             meta.insert(key("schedule.base_lr"), format!("{:?}", s.base_lr));
-        }
-        for (name, (seed, position)) in &self.streams {
-            meta.insert(key(&format!("stream.{name}")), format!("{seed}:{position}"));
         }
         meta.insert(key("ranks"), self.ranks.len().to_string());
         for (r, rank) in self.ranks.iter().enumerate() {
@@ -214,7 +220,6 @@ impl TrainingState {
             contents: file,
             progress,
             schedule,
-            streams: BTreeMap::new(),
             ranks: vec![RankState::default(); ranks],
             config: BTreeMap::new(),
         };
@@ -223,13 +228,7 @@ impl TrainingState {
             if known.contains(&entry.as_str()) {
                 continue;
             }
-            if let Some(name) = entry.strip_prefix("stream.") {
-                let (seed, position) = value
-                    .split_once(':')
-                    .and_then(|(s, p)| Some((s.parse().ok()?, p.parse().ok()?)))
-                    .ok_or_else(|| bad(format!("stream `{name}` is {value:?}, not <seed>:<position>")))?;
-                state.streams.insert(name.to_string(), (seed, position));
-            } else if let Some(name) = entry.strip_prefix("config.") {
+            if let Some(name) = entry.strip_prefix("config.") {
                 state.config.insert(name.to_string(), value.clone());
             } else if let Some(rest) = entry.strip_prefix("rank.") {
                 let (r, rank_entry) = rest

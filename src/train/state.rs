@@ -28,8 +28,10 @@ pub struct Progress {
 
 /// What belongs to one process of a run: its named generators (data
 /// order, augmentation: any [`ChaCha8Rng`]), its named numbers (running
-/// sums of an epoch's loss, a best validation loss) and the process's
-/// [default generator](crate::nn::default_generator_state). Under
+/// sums of an epoch's loss, a best validation loss), the process's
+/// [default generator](crate::nn::default_generator_state) and its model's
+/// [random streams](crate::nn::RandomStream) (the last two added by
+/// [`TrainingState::capture`]). Under
 /// data-parallel training each rank has its own, and a training state
 /// holds every rank's.
 ///
@@ -49,6 +51,9 @@ pub struct RankState {
     pub(crate) generators: BTreeMap<String, ChaCha8Rng>,
     pub(crate) values: BTreeMap<String, f64>,
     pub(crate) default_generator: Option<ChaCha8Rng>,
+    /// The rank's model's random streams (dropout masks may be seeded per
+    /// rank): name -> (seed, position).
+    pub(crate) streams: BTreeMap<String, (u64, u64)>,
 }
 
 impl RankState {
@@ -164,8 +169,6 @@ pub struct TrainingState {
     pub(crate) contents: TensorFile,
     pub(crate) progress: Progress,
     pub(crate) schedule: Option<ScheduleState>,
-    /// The model's random streams: name -> (seed, position).
-    pub(crate) streams: BTreeMap<String, (u64, u64)>,
     pub(crate) ranks: Vec<RankState>,
     pub(crate) config: BTreeMap<String, String>,
 }
@@ -185,7 +188,7 @@ impl TrainingState {
         let contents = checkpoint_contents(model, optimizer, &BTreeMap::new())?;
         rank.default_generator
             .get_or_insert_with(default_generator_state);
-        let streams = model
+        rank.streams = model
             .named_random_streams()
             .into_iter()
             .map(|(name, s)| (name, (s.seed(), s.position())))
@@ -197,7 +200,6 @@ impl TrainingState {
                 steps: s.steps() as u64,
                 base_lr: s.base_lr(),
             }),
-            streams,
             ranks: vec![rank],
             config: BTreeMap::new(),
         })
@@ -328,7 +330,7 @@ impl TrainingState {
         }
         let mine = self.rank(rank)?.clone();
         let streams = model.named_random_streams();
-        self.check_streams(&streams)?;
+        check_streams(&mine, &streams)?;
         let steps = match (&self.schedule, &scheduler, &optimizer) {
             (_, None, _) => None,
             (None, Some(_), _) => {
@@ -367,7 +369,7 @@ impl TrainingState {
             None => load_contents(source, &self.contents, model, None)?,
         }
         for (name, s) in &streams {
-            let (seed, position) = self.streams[name];
+            let (seed, position) = mine.streams[name];
             s.set_state(seed, position);
         }
         if let (Some(steps), Some(scheduler), Some(opt)) = (steps, scheduler, optimizer) {
@@ -377,28 +379,6 @@ impl TrainingState {
             set_default_generator_state(g.clone());
         }
         Ok(mine)
-    }
-
-    /// The model's streams must be the saved ones, by name.
-    fn check_streams(&self, streams: &[(String, crate::nn::RandomStream)]) -> Result<()> {
-        let mismatch = |name: &str, problem| Error::TensorMismatch {
-            context: "TrainingState::restore (random streams)".to_string(),
-            name: name.to_string(),
-            problem,
-        };
-        for (name, _) in streams {
-            if !self.streams.contains_key(name) {
-                return Err(mismatch(name, TensorProblem::Missing));
-            }
-        }
-        if let Some(extra) = self
-            .streams
-            .keys()
-            .find(|k| !streams.iter().any(|(n, _)| n == *k))
-        {
-            return Err(mismatch(extra, TensorProblem::Unexpected));
-        }
-        Ok(())
     }
 
     /// Replaces this one-rank state's rank list by every rank's (each
@@ -430,4 +410,26 @@ impl TrainingState {
             .collect::<Result<_>>()?;
         Ok(self)
     }
+}
+
+/// The model's streams must be the rank's saved ones, by name.
+fn check_streams(mine: &RankState, streams: &[(String, crate::nn::RandomStream)]) -> Result<()> {
+    let mismatch = |name: &str, problem| Error::TensorMismatch {
+        context: "TrainingState::restore (random streams)".to_string(),
+        name: name.to_string(),
+        problem,
+    };
+    for (name, _) in streams {
+        if !mine.streams.contains_key(name) {
+            return Err(mismatch(name, TensorProblem::Missing));
+        }
+    }
+    if let Some(extra) = mine
+        .streams
+        .keys()
+        .find(|k| !streams.iter().any(|(n, _)| n == *k))
+    {
+        return Err(mismatch(extra, TensorProblem::Unexpected));
+    }
+    Ok(())
 }
