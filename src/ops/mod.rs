@@ -20,7 +20,6 @@ macro_rules! op_families {
 }
 
 mod apply;
-mod differentiable;
 
 op_families! {
     /// Registers every built-in op (`OpRegistry::with_builtins`).
@@ -58,14 +57,14 @@ mod operators;
 pub mod reduce_view;
 mod registry;
 pub mod rule;
-pub mod scalar_lane;
 #[cfg(test)]
 mod testing;
 
-pub use differentiable::{Differentiable, GradInputs};
+pub use crate::core::scalar_lane;
+pub use crate::core::{Differentiable, GradInputs};
+pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
-pub use scalar_lane::{ScalarArgs, ScalarBackward};
 
 use crate::error::Result;
 use crate::graph::Var;
