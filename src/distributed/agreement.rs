@@ -4,7 +4,7 @@
 //! resumes from) as rank 0 does. Each is one all-gather of a few bytes.
 
 use super::comm::Communicator;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// Whether `mine` is true on any rank. Collective.
 ///

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::safetensors::{tensor_bytes, TensorFile};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The metadata key of the checksum.
 pub(crate) const CHECKSUM_KEY: &str = "checksum";

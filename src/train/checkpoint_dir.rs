@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::format::{step_file, step_of};
 use super::state::TrainingState;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// A directory of training states written every so many steps,
 /// `step-000000120.safetensors` and so on.

@@ -10,7 +10,7 @@ use super::checkpoint_dir::CheckpointDir;
 use super::state::{Progress, TrainingState};
 use super::stop_signal::{Signal, StopSignal};
 use crate::distributed::{all_succeeded, same_on_every_rank, Communicator};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// Where a run continues from.
 #[derive(Clone, Debug, PartialEq, Eq)]

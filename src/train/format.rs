@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::generator;
 use super::state::{Progress, RankState, ScheduleState, TrainingState};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 use crate::io::{read_checkpoint, write_checkpoint, TensorFile, TRAINING_STATE_KEY};
 
 /// The layout version this build writes and reads.

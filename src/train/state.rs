@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rand_chacha::ChaCha8Rng;
 
 use crate::distributed::Communicator;
-use crate::error::{Error, Result, TensorProblem};
+use crate::{Error, Result, TensorProblem};
 use crate::io::{checkpoint_contents, load_contents, TensorFile};
 use crate::nn::{default_generator_state, set_default_generator_state, NamedTensors};
 use crate::optim::{LrScheduler, Optimizer};

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// What a preempted run received: SIGTERM (a scheduler's notice, `kill`)
 /// or SIGINT (Ctrl-C).
