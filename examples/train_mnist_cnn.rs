@@ -17,6 +17,9 @@
 
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[cfg(feature = "mpi")]
+#[path = "support/ddp_epochs.rs"]
+mod ddp_epochs;
 #[path = "support/epochs.rs"]
 mod epochs;
 #[path = "support/resume.rs"]
@@ -525,166 +528,69 @@ fn main() -> ExitCode {
     resume::exit(run(&args))
 }
 
-/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.
-/// Rank 0's initial weights go to every rank; each rank takes its
-/// `DistributedSampler` shard of every epoch in steps of `batch-size / N`
-/// images (batch norm's statistics are per rank, its running buffers follow
-/// rank 0); the averaged gradients keep the replicas identical. Rank 0
-/// prints the table (losses and accuracies over all ranks' images) and
-/// writes the checkpoint.
+/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`
+/// (`support/ddp_epochs.rs`); rank 0 writes the checkpoint.
 #[cfg(feature = "mpi")]
 mod ddp {
     use super::*;
-    use retrograd::distributed::{Communicator, DataParallel, DistributedSampler, MpiCommunicator};
-
-    /// Sums `values` over ranks (a few numbers: gathered as bytes).
-    fn sum_over_ranks(comm: &MpiCommunicator, values: &[f64]) -> Result<Vec<f64>> {
-        let mine: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut total = vec![0.0; values.len()];
-        for theirs in comm.all_gather_bytes(&mine)? {
-            for (t, chunk) in total.iter_mut().zip(theirs.chunks_exact(8)) {
-                *t += f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-            }
-        }
-        Ok(total)
-    }
+    use retrograd::distributed::{Communicator, MpiCommunicator};
 
     pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let start = Instant::now();
-        let (rank, size) = (comm.rank(), comm.size());
-        let lead = rank == 0;
-        if !args.batch_size.is_multiple_of(size) {
-            return Err(retrograd::Error::InvalidArgument {
-                op: "train_mnist_cnn --ddp",
-                reason: format!(
-                    "--batch-size {} is not a multiple of {size} ranks",
-                    args.batch_size
-                ),
-            });
-        }
-        let per_rank = args.batch_size / size;
         let (train, test) = load_data(args)?;
-        let mut ddp = DataParallel::new(build_model(args, args.seed)?, comm)?;
-        let mut optimizer = build_optimizer(args, ddp.module())?;
-        let mut sampler = DistributedSampler::new(train.len(), size, rank)?.seed(args.seed);
-        let steps_per_epoch = sampler.num_samples().div_ceil(per_rank);
-        let total_steps = steps_per_epoch * args.epochs;
-        let mut scheduler =
-            LrScheduler::new(CosineAnnealingLr::new(total_steps, 0.0)?, &mut optimizer);
-        // Each rank shifts its own images differently.
-        let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed ^ ((rank as u64) << 32));
-        let (mut session, resumed) = resume::Session::start(
-            "train_mnist_cnn",
-            comm,
-            &args.checkpoints,
-            settings(args, &train),
-        )?;
-        let (mut at, mut sums) = (Progress::default(), EpochSums::default());
-        if let Some(state) = &resumed {
-            let mine = state.restore_rank(
-                ddp.module(),
-                Some(&mut optimizer),
-                Some(&mut scheduler),
-                rank,
-                size,
-            )?;
-            rng = mine.generator("shift")?;
-            sums = EpochSums::restore(&mine)?;
-            at = state.progress();
-        }
-        if lead {
-            println!(
-                "data-parallel: {size} ranks x {per_rank} images = global batch {}; {} parameters (f32), {} gradient buckets, {:.2} MiB all-reduced per step",
-                args.batch_size,
-                ddp.module().num_parameters(),
-                ddp.bucket_count(),
-                ddp.bytes_per_step() as f64 / (1 << 20) as f64
-            );
-            println!(
-                "training: Adam lr {} (cosine to 0 over {total_steps} steps), {} epochs, shifts up to {} px\n",
+        let describe = |steps: usize| {
+            format!(
+                "training: Adam lr {} (cosine to 0 over {steps} steps), {} epochs, shifts up to {} px",
                 args.lr, args.epochs, args.shift
-            );
-            let header = format!(
-                "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
-                "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
-            );
-            println!("{header}\n{}", "-".repeat(header.len()));
-        }
+            )
+        };
+        let job = ddp_epochs::Job {
+            name: "train_mnist_cnn",
+            epochs: args.epochs,
+            batch_size: args.batch_size,
+            seed: args.seed,
+            train: &train,
+            test: &test,
+            eval_batch: 500,
+            checkpoints: &args.checkpoints,
+            settings: settings(args, &train),
+            describe: &describe,
+        };
         let background = -mnist::MEAN / mnist::STD;
-        let mut test_acc = 0.0;
-        while at.epoch < args.epochs as u64 {
-            let epoch = at.epoch + 1;
-            if at.batch == 0 {
-                sums = EpochSums::starting(optimizer.lr());
+        let shift = |images: retrograd::Tensor, rng: &mut ChaCha8Rng| {
+            if args.shift > 0 {
+                random_shift(&images, args.shift, background, rng)
+            } else {
+                Ok(images)
             }
-            sampler.set_epoch(epoch);
-            ddp.module_mut().set_training(true);
-            let done = usize::try_from(at.batch).unwrap_or(usize::MAX);
-            for batch in sampler.batches(&train, per_rank, DType::F32)?.skip_batches(done) {
-                let n = batch.labels.len() as f64;
-                let images = if args.shift > 0 {
-                    random_shift(&batch.features, args.shift, background, &mut rng)?
-                } else {
-                    batch.features
-                };
-                let grads = {
-                    let graph = Graph::new();
-                    let logits = ddp.forward(&graph.constant(images))?;
-                    let loss = logits.try_cross_entropy(&batch.labels)?;
-                    sums.loss += loss.value().try_item()? * n;
-                    sums.correct += accuracy(logits.value(), &batch.labels)? * n;
-                    sums.seen += n;
-                    ddp.backward(&loss)?
-                };
-                optimizer.step(&grads)?;
-                scheduler.step(&mut optimizer);
-                at.step += 1;
-                at.batch += 1;
-                let capture = || {
-                    let mine = RankState::new().with_generator("shift", &rng);
-                    TrainingState::capture(
-                        ddp.module(),
-                        Some(&optimizer),
-                        Some(&scheduler),
-                        at,
-                        sums.save(mine),
-                    )
-                };
-                if let Some(stopped) = session.after_step(at, capture)? {
-                    return Ok(Some(stopped));
-                }
-            }
-            let totals = sum_over_ranks(comm, &[sums.loss, sums.correct, sums.seen])?;
-            ddp.module_mut().set_training(false);
-            if lead {
-                test_acc = evaluate_accuracy(ddp.module(), &test, 500, DType::F32)?;
-                println!(
-                    "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {:>9.2e} | {:>6.2}s",
-                    totals[0] / totals[2],
-                    100.0 * totals[1] / totals[2],
-                    100.0 * test_acc,
-                    sums.lr,
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            at.epoch += 1;
-            at.batch = 0;
+        };
+        let trained = ddp_epochs::train(
+            job,
+            comm,
+            build_model(args, args.seed)?,
+            |m| Ok(Box::new(build_optimizer(args, m)?) as Box<dyn Optimizer>),
+            shift,
+        )?;
+        if trained.stopped.is_some() {
+            return Ok(trained.stopped);
         }
         let meta =
             std::collections::BTreeMap::from([("epochs".to_string(), args.epochs.to_string())]);
-        ddp.save_checkpoint(&args.out, Some(&optimizer), &meta)?;
-        if lead {
-            if let Some(line) = session.summary() {
-                println!("{line}");
-            }
+        trained
+            .ddp
+            .save_checkpoint(&args.out, Some(trained.optimizer.as_ref()), &meta)?;
+        if comm.rank() == 0 {
             println!("checkpoint (written by rank 0): {}", args.out.display());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
             if let Some(min) = args.min_accuracy
-                && test_acc < min
+                && trained.test_acc < min
             {
                 return Err(retrograd::Error::InvalidArgument {
                     op: "train_mnist_cnn",
-                    reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+                    reason: format!(
+                        "test accuracy {} is below --min-accuracy {min}",
+                        trained.test_acc
+                    ),
                 });
             }
         }

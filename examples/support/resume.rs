@@ -12,7 +12,7 @@ use retrograd::distributed::Communicator;
 use retrograd::train::{
     CheckpointOptions, Checkpointing, Progress, ResumeFrom, StopReason, TrainingState,
 };
-use retrograd::Result;
+use retrograd::{Error, Result};
 
 /// The flags' help text.
 pub const USAGE: &str = "\
@@ -202,9 +202,19 @@ impl<C: Communicator> Session<C> {
         options.keep = flags.keep;
         options.stop_after = flags.stop_after;
         let inner = Checkpointing::new(comm, options, settings)?;
+        let dir = inner.dir().display().to_string();
         let resumed = match &flags.resume {
             None => None,
-            Some(from) => inner.resume(from)?,
+            Some(from) => inner.resume(from).map_err(|e| match e {
+                // Settings that differ: say how to start afresh instead.
+                Error::InvalidArgument { op: "resume", reason } => Error::InvalidArgument {
+                    op: "resume",
+                    reason: format!(
+                        "{reason} (to start afresh, remove {dir} or pass another --checkpoint-dir)"
+                    ),
+                },
+                other => other,
+            })?,
         };
         if lead {
             if let Some(r) = &resumed {
@@ -220,9 +230,10 @@ impl<C: Communicator> Session<C> {
                     p.batch
                 );
             } else if flags.resume.is_some() {
+                println!("--resume: no training state in {dir}; starting from the beginning");
+            } else if let Some(last) = inner.saved_steps()?.last() {
                 println!(
-                    "--resume: no training state in {}; starting from the beginning",
-                    inner.dir().display()
+                    "note: {dir} holds training states up to step {last}; this run starts from the beginning (--resume continues one)"
                 );
             }
         }

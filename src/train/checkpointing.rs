@@ -187,6 +187,15 @@ impl<C: Communicator> Checkpointing<C> {
         self.dir.dir()
     }
 
+    /// The steps of the states in the directory, oldest first (for a
+    /// warning when a run starts afresh beside them).
+    pub fn saved_steps(&self) -> Result<Vec<u64>> {
+        if !self.dir.dir().exists() {
+            return Ok(Vec::new());
+        }
+        Ok(self.dir.list()?.into_iter().map(|(s, _)| s).collect())
+    }
+
     /// How many states this process saved (rank 0) or took part in saving,
     /// and the time it spent in them.
     pub fn save_stats(&self) -> (usize, Duration) {
@@ -292,7 +301,9 @@ impl<C: Communicator> Checkpointing<C> {
     /// Why the run must stop after `step`, agreed by every rank.
     fn stop_requested(&self, step: u64) -> Result<Option<StopReason>> {
         let mine = self.signal.and_then(|s| s.received());
-        let signal = if self.comm.size() == 1 {
+        // Without handlers (the same choice on every rank) no rank can be
+        // signalled, and no collective is needed.
+        let signal = if self.comm.size() == 1 || self.signal.is_none() {
             mine
         } else {
             let byte = mine.map_or(0, |s| s.number() as u8);
