@@ -13,13 +13,13 @@
 //! mpirun -n 2 target/release/examples/train_digits --ddp
 //! ```
 
-#[path = "support/reload_check.rs"]
-mod reload_check;
 #[cfg(feature = "mpi")]
 #[path = "support/ddp_epochs.rs"]
 mod ddp_epochs;
 #[path = "support/epochs.rs"]
 mod epochs;
+#[path = "support/reload_check.rs"]
+mod reload_check;
 #[path = "support/resume.rs"]
 mod resume;
 
@@ -118,7 +118,10 @@ fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
         ("test-fraction", args.test_fraction.to_string()),
         ("seed", args.seed.to_string()),
         ("ddp", args.ddp.to_string()),
-        ("data", format!("{} images, crc32 {:08x}", train.len(), train.checksum())),
+        (
+            "data",
+            format!("{} images, crc32 {:08x}", train.len(), train.checksum()),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -518,7 +521,8 @@ mod ddp {
 
     pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let start = Instant::now();
-        let (train, test) = digits::load_bundled()?.stratified_split(args.test_fraction, args.seed)?;
+        let (train, test) =
+            digits::load_bundled()?.stratified_split(args.test_fraction, args.seed)?;
         let describe = |steps: usize| {
             format!(
                 "training: lr {} (cosine to 0 over {steps} steps), batch {}, {} epochs",

@@ -15,13 +15,13 @@
 //! cargo run --release --example train_mnist_cnn -- --resume
 //! ```
 
-#[path = "support/reload_check.rs"]
-mod reload_check;
 #[cfg(feature = "mpi")]
 #[path = "support/ddp_epochs.rs"]
 mod ddp_epochs;
 #[path = "support/epochs.rs"]
 mod epochs;
+#[path = "support/reload_check.rs"]
+mod reload_check;
 #[path = "support/resume.rs"]
 mod resume;
 
@@ -113,7 +113,10 @@ fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
         ("weight-decay", args.weight_decay.to_string()),
         ("seed", args.seed.to_string()),
         ("ddp", args.ddp.to_string()),
-        ("data", format!("{} images, crc32 {:08x}", train.len(), train.checksum())),
+        (
+            "data",
+            format!("{} images, crc32 {:08x}", train.len(), train.checksum()),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -122,7 +122,14 @@ fn settings(args: &Args, ids: &[i64]) -> BTreeMap<String, String> {
         ("eval-iters", args.eval_iters.to_string()),
         ("seed", args.seed.to_string()),
         ("ddp", args.ddp.to_string()),
-        ("data", format!("{} tokens, crc32 {:08x}", ids.len(), crc32fast::hash(&bytes))),
+        (
+            "data",
+            format!(
+                "{} tokens, crc32 {:08x}",
+                ids.len(),
+                crc32fast::hash(&bytes)
+            ),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -631,8 +638,12 @@ mod ddp {
                 ddp.bytes_per_step() as f64 / (1 << 20) as f64
             );
         }
-        let (mut session, resumed) =
-            resume::Session::start("train_shakespeare", comm, &args.checkpoints, settings(args, &ids))?;
+        let (mut session, resumed) = resume::Session::start(
+            "train_shakespeare",
+            comm,
+            &args.checkpoints,
+            settings(args, &ids),
+        )?;
         let mut state = Loop::new(args.seed ^ ((rank as u64) << 32), args.seed ^ 0xe7a1);
         let mut first = 0;
         if let Some(saved) = &resumed {
@@ -662,7 +673,12 @@ mod ddp {
                 break;
             }
             optimizer.set_lr(schedule.lr_at(args.lr, it));
-            let (x, y) = batch(train, per_rank, args.config.block_size, &mut state.batch_rng)?;
+            let (x, y) = batch(
+                train,
+                per_rank,
+                args.config.block_size,
+                &mut state.batch_rng,
+            )?;
             let mut grads = {
                 let graph = Graph::new();
                 let loss = ddp.module().loss(&graph.constant(x), &y)?;

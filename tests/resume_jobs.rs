@@ -130,7 +130,12 @@ fn content(path: &Path) -> (Vec<(String, Vec<u64>)>, Vec<(String, String)>) {
     let TensorFile { tensors, metadata } = load_tensors(path).unwrap();
     let tensors = tensors
         .iter()
-        .map(|(k, t)| (k.clone(), t.to_f64_vec().iter().map(|v| v.to_bits()).collect()))
+        .map(|(k, t)| {
+            (
+                k.clone(),
+                t.to_f64_vec().iter().map(|v| v.to_bits()).collect(),
+            )
+        })
         .collect();
     let metadata = metadata
         .into_iter()
@@ -168,12 +173,21 @@ fn resumes_exactly(job: &Job, ks: &[u64], end_state: bool) {
     };
     let straight = job.run("straight", &[]);
     let want = printed_losses(&straight);
-    assert!(!want.is_empty(), "{}: no losses printed:\n{straight}", job.name);
+    assert!(
+        !want.is_empty(),
+        "{}: no losses printed:\n{straight}",
+        job.name
+    );
     let want_file = content(&final_file("straight"));
     for &k in ks {
         let tag = format!("k{k}");
         let first = job.run(&tag, &flags(&["--stop-after", &k.to_string()]));
-        assert!(first.contains(&format!("stopped as asked (--stop-after {k}) after step {k}")), "{first}");
+        assert!(
+            first.contains(&format!(
+                "stopped as asked (--stop-after {k}) after step {k}"
+            )),
+            "{first}"
+        );
         let second = job.run(&tag, &flags(&["--resume"]));
         assert!(second.contains(&format!("resuming from ")), "{second}");
         let mut got = printed_losses(&first);
@@ -192,7 +206,15 @@ fn train_digits_resumes_exactly() {
     // 1438 training images in batches of 32: 45 steps an epoch, 135 in all.
     let Some(job) = Job::new(
         "train_digits",
-        &["--epochs", "3", "--hidden", "16", "--dropout", "0.1", "--quiet"],
+        &[
+            "--epochs",
+            "3",
+            "--hidden",
+            "16",
+            "--dropout",
+            "0.1",
+            "--quiet",
+        ],
     ) else {
         return;
     };
@@ -211,8 +233,14 @@ fn train_digits_resumes_exactly() {
 
     // `--resume FILE` names the state; `--resume` in an empty directory starts afresh.
     let state = job.newest_state("k45");
-    let named = job.run("named", &[String::from("--resume"), state.display().to_string()]);
-    assert!(named.contains("resuming from") && named.contains("step 45"), "{named}");
+    let named = job.run(
+        "named",
+        &[String::from("--resume"), state.display().to_string()],
+    );
+    assert!(
+        named.contains("resuming from") && named.contains("step 45"),
+        "{named}"
+    );
     assert!(content(&job.out("named")) == content(&job.out("straight")));
     let fresh = job.run("fresh", &flags(&["--resume"]));
     assert!(fresh.contains("no training state in"), "{fresh}");
@@ -222,7 +250,15 @@ fn train_digits_resumes_exactly() {
 fn train_digits_resumes_after_sigterm() {
     let Some(job) = Job::new(
         "train_digits",
-        &["--epochs", "12", "--hidden", "16", "--dropout", "0.1", "--quiet"],
+        &[
+            "--epochs",
+            "12",
+            "--hidden",
+            "16",
+            "--dropout",
+            "0.1",
+            "--quiet",
+        ],
     ) else {
         return;
     };
@@ -254,14 +290,20 @@ fn train_digits_resumes_after_sigterm() {
     std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
     printed.push_str(&rest);
     let status = child.wait().unwrap();
-    println!("train_digits: SIGTERM {} ms after training began", delay.as_millis());
+    println!(
+        "train_digits: SIGTERM {} ms after training began",
+        delay.as_millis()
+    );
     if status.success() {
         // The run ended before the signal came: nothing to resume.
         println!("skipped: the run finished before the signal (machine faster than expected)");
         return;
     }
     assert_eq!(status.code(), Some(143), "{printed}");
-    assert!(printed.contains("received SIGTERM: stopped after step"), "{printed}");
+    assert!(
+        printed.contains("received SIGTERM: stopped after step"),
+        "{printed}"
+    );
     let resumed = job.run("signal", &flags(&["--resume"]));
     let mut got = printed_losses(&printed);
     got.extend(printed_losses(&resumed));
@@ -277,8 +319,19 @@ fn train_mnist_cnn_resumes_exactly() {
     let Some(job) = Job::new(
         "train_mnist_cnn",
         &[
-            "--epochs", "2", "--channels", "4,8", "--hidden", "16", "--train-images", "256",
-            "--test-images", "100", "--batch-size", "32", "--quiet",
+            "--epochs",
+            "2",
+            "--channels",
+            "4,8",
+            "--hidden",
+            "16",
+            "--train-images",
+            "256",
+            "--test-images",
+            "100",
+            "--batch-size",
+            "32",
+            "--quiet",
         ],
     ) else {
         return;
@@ -295,9 +348,27 @@ fn train_shakespeare_resumes_exactly() {
     let Some(job) = Job::new(
         "train_shakespeare",
         &[
-            "--iters", "24", "--layers", "1", "--heads", "2", "--embd", "32", "--block-size",
-            "16", "--batch-size", "4", "--eval-interval", "8", "--eval-iters", "2", "--dropout",
-            "0.1", "--quiet", "--stop-after", "24",
+            "--iters",
+            "24",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--embd",
+            "32",
+            "--block-size",
+            "16",
+            "--batch-size",
+            "4",
+            "--eval-interval",
+            "8",
+            "--eval-iters",
+            "2",
+            "--dropout",
+            "0.1",
+            "--quiet",
+            "--stop-after",
+            "24",
         ],
     ) else {
         return;

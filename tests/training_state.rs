@@ -34,7 +34,9 @@ fn exclusive() -> std::sync::MutexGuard<'static, ()> {
 
 fn dataset() -> Dataset {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let features = (0..EXAMPLES * 4).map(|_| rng.random::<f64>() - 0.5).collect();
+    let features = (0..EXAMPLES * 4)
+        .map(|_| rng.random::<f64>() - 0.5)
+        .collect();
     let labels = (0..EXAMPLES).map(|i| i % 3).collect();
     Dataset::new(features, 4, labels, 3).unwrap()
 }
@@ -93,14 +95,9 @@ impl Run {
                 let grads = {
                     let g = Graph::new();
                     let x = g.constant(batch.features);
-                    let loss = self
-                        .model
-                        .forward(&x)
-                        .unwrap()
-                        .cross_entropy(&batch.labels)
+                    let loss = self.model.forward(&x).unwrap().cross_entropy(&batch.labels)
                         * (1.0 + 0.1 * noise);
-                    self.losses
-                        .push((loss.value().item() as f32).to_bits());
+                    self.losses.push((loss.value().item() as f32).to_bits());
                     loss.backward().unwrap()
                 };
                 self.opt.step(&grads).unwrap();
@@ -150,7 +147,12 @@ impl Run {
 
 fn bits(d: &StateDict) -> Vec<(String, Vec<u64>)> {
     d.iter()
-        .map(|(k, t)| (k.clone(), t.to_f64_vec().iter().map(|v| v.to_bits()).collect()))
+        .map(|(k, t)| {
+            (
+                k.clone(),
+                t.to_f64_vec().iter().map(|v| v.to_bits()).collect(),
+            )
+        })
         .collect()
 }
 
@@ -172,15 +174,25 @@ fn a_run_stopped_after_any_step_and_resumed_is_the_same_run() {
         // Scramble the process-wide default generator, as a new process would have it.
         manual_seed(12345);
         let mut resumed = Run::new(2);
-        resumed.restore(&TrainingState::load(&path).unwrap()).unwrap();
+        resumed
+            .restore(&TrainingState::load(&path).unwrap())
+            .unwrap();
         assert_eq!(resumed.at.step, k);
         resumed.train(&data, None);
         let mut losses = first.losses.clone();
         losses.extend(&resumed.losses);
         assert_eq!(losses, straight.losses, "losses after stopping at step {k}");
         let (p, o, l) = resumed.end();
-        assert_eq!(bits(&p), bits(&params), "parameters after stopping at step {k}");
-        assert_eq!(bits(&o), bits(&opt_state), "Adam state after stopping at step {k}");
+        assert_eq!(
+            bits(&p),
+            bits(&params),
+            "parameters after stopping at step {k}"
+        );
+        assert_eq!(
+            bits(&o),
+            bits(&opt_state),
+            "Adam state after stopping at step {k}"
+        );
         assert_eq!(l, lr, "learning rate after stopping at step {k}");
     }
 }
@@ -217,7 +229,11 @@ fn restoring_into_the_wrong_objects_is_an_error_that_changes_nothing() {
     let state = run.capture().unwrap();
 
     // Another width: a typed error naming the tensor; nothing changed.
-    let other = Mlp::builder(&[4, 9, 3]).dropout(0.3).seed(1).build().unwrap();
+    let other = Mlp::builder(&[4, 9, 3])
+        .dropout(0.3)
+        .seed(1)
+        .build()
+        .unwrap();
     let mut opt = Adam::new(other.parameters(), AdamConfig::default()).unwrap();
     let before = (bits(&other.state_dict()), opt.state_dict(), opt.lr());
     let stream = other.random_streams()[0].1.position();
@@ -246,7 +262,10 @@ fn restoring_into_the_wrong_objects_is_an_error_that_changes_nothing() {
 
     // A generator the state does not hold is named.
     let e = state.rank(0).unwrap().generator("augment").unwrap_err();
-    assert!(e.to_string().contains("augment") && e.to_string().contains("shuffle"), "{e}");
+    assert!(
+        e.to_string().contains("augment") && e.to_string().contains("shuffle"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -263,13 +282,20 @@ fn settings_and_layouts_are_checked() {
     let e = loaded
         .check_config(&BTreeMap::from([("lr".to_string(), "0.1".to_string())]))
         .unwrap_err();
-    assert!(e.to_string().contains("lr is 0.05 in the checkpoint, 0.1 in this run"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("lr is 0.05 in the checkpoint, 0.1 in this run"),
+        "{e}"
+    );
 
     // A model checkpoint is not a training state.
     let model_only = dir.path().join("model.safetensors");
     save_checkpoint(&model_only, &run.model, Some(&run.opt)).unwrap();
     let e = TrainingState::load(&model_only).unwrap_err();
-    assert!(matches!(&e, Error::Format { reason, .. } if reason.contains("without a training state")), "{e}");
+    assert!(
+        matches!(&e, Error::Format { reason, .. } if reason.contains("without a training state")),
+        "{e}"
+    );
 
     // Another layout version, rewritten with a valid checksum.
     let mut file = load_tensors(&path).unwrap();
@@ -277,7 +303,10 @@ fn settings_and_layouts_are_checked() {
     let other = dir.path().join("v2.safetensors");
     rewrite(&other, file);
     let e = TrainingState::load(&other).unwrap_err();
-    assert!(matches!(&e, Error::Format { reason, .. } if reason.contains("version \"2\"")), "{e}");
+    assert!(
+        matches!(&e, Error::Format { reason, .. } if reason.contains("version \"2\"")),
+        "{e}"
+    );
 
     // A training state still loads as a model checkpoint.
     retrograd::io::load_checkpoint(&path, &run.model, None).unwrap();
@@ -338,7 +367,10 @@ fn truncated_and_flipped_files_load_as_typed_errors() {
         flipped[at] ^= rng.random_range(1..=255u8);
         check(format!("byte {at} flipped"), &flipped);
     }
-    println!("{} bytes: {errors} damaged copies refused, {harmless} loaded the same state", bytes.len());
+    println!(
+        "{} bytes: {errors} damaged copies refused, {harmless} loaded the same state",
+        bytes.len()
+    );
     assert!(errors >= 590, "{errors} of 600 refused");
 }
 
@@ -359,7 +391,10 @@ fn the_directory_keeps_the_newest_and_falls_back_past_damage() {
     // Truncate the newest, flip a byte of the next: the oldest is used.
     let newest = dir.path_for(10);
     let len = std::fs::metadata(&newest).unwrap().len();
-    let f = std::fs::OpenOptions::new().write(true).open(&newest).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap();
     f.set_len(len / 2).unwrap();
     let middle = dir.path_for(8);
     let mut bytes = std::fs::read(&middle).unwrap();
@@ -372,12 +407,18 @@ fn the_directory_keeps_the_newest_and_falls_back_past_damage() {
     assert_eq!(skipped, [newest.as_path(), middle.as_path()]);
     assert!(found.skipped[1].1.to_string().contains("checksum mismatch"));
     // A write cut short leaves a temporary file, which opening removes.
-    std::fs::write(dir.dir().join(".step-000000012.safetensors.abc123.tmp"), b"half").unwrap();
+    std::fs::write(
+        dir.dir().join(".step-000000012.safetensors.abc123.tmp"),
+        b"half",
+    )
+    .unwrap();
     let again = CheckpointDir::open(dir.dir(), 3).unwrap();
     assert_eq!(again.list().unwrap().len(), 3);
-    assert!(std::fs::read_dir(dir.dir())
+    assert!(std::fs::read_dir(dir.dir()).unwrap().all(|e| !e
         .unwrap()
-        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".tmp")));
     assert!(CheckpointDir::open(tmp.path().join("d"), 0).is_err());
 }
 
@@ -418,14 +459,25 @@ fn a_second_signal_ends_the_process_at_once() {
         ("INT,INT", 130, "SIGINT"),
     ] {
         let out = std::process::Command::new(&me)
-            .args(["--exact", "a_second_signal_ends_the_process_at_once", "--nocapture"])
+            .args([
+                "--exact",
+                "a_second_signal_ends_the_process_at_once",
+                "--nocapture",
+            ])
             .env("RETROGRAD_SIGNAL_CHILD", plan)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(code), "{plan}: {stdout}");
-        assert!(stdout.contains(&format!("first signal: {first}")), "{plan}: {stdout}");
-        assert_eq!(stdout.contains("still running"), code == 0, "{plan}: {stdout}");
+        assert!(
+            stdout.contains(&format!("first signal: {first}")),
+            "{plan}: {stdout}"
+        );
+        assert_eq!(
+            stdout.contains("still running"),
+            code == 0,
+            "{plan}: {stdout}"
+        );
     }
 }
 
@@ -486,7 +538,13 @@ fn a_process_killed_while_writing_leaves_only_good_states() {
         child.wait().unwrap();
         let temporaries = std::fs::read_dir(&dir)
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".tmp")
+            })
             .count();
         cut_short += temporaries;
         let opened = CheckpointDir::open(&dir, 2).unwrap();

@@ -67,11 +67,9 @@ pub fn shuffled_epoch<'a>(
     if done == 0 {
         *rng = order;
     }
-    let done = usize::try_from(done).map_err(|_| {
-        Error::InvalidArgument {
-            op: "resume",
-            reason: format!("batch {done} of an epoch"),
-        }
+    let done = usize::try_from(done).map_err(|_| Error::InvalidArgument {
+        op: "resume",
+        reason: format!("batch {done} of an epoch"),
     })?;
     Ok(batches.skip_batches(done))
 }

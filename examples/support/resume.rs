@@ -50,7 +50,14 @@ impl Flags {
 
     /// Whether `name` (a long flag without its dashes) is one of these.
     pub fn owns(name: &str) -> bool {
-        ["checkpoint-dir", "checkpoint-every", "keep", "resume", "stop-after"].contains(&name)
+        [
+            "checkpoint-dir",
+            "checkpoint-every",
+            "keep",
+            "resume",
+            "stop-after",
+        ]
+        .contains(&name)
     }
 
     /// Reads the value of flag `name` (one that [`owns`](Self::owns)).
@@ -69,7 +76,9 @@ impl Flags {
                     return Err("--keep must be at least 1".into());
                 }
             }
-            "stop-after" => self.stop_after = Some(parser.value().map_err(err)?.parse().map_err(err)?),
+            "stop-after" => {
+                self.stop_after = Some(parser.value().map_err(err)?.parse().map_err(err)?)
+            }
             "resume" => {
                 // `--resume=FILE`, `--resume FILE`, or `--resume` alone.
                 let file = match parser.optional_value() {
@@ -198,7 +207,8 @@ impl<C: Communicator> Session<C> {
         settings: BTreeMap<String, String>,
     ) -> Result<(Self, Option<TrainingState>)> {
         let lead = comm.rank() == 0;
-        let mut options = CheckpointOptions::new(flags.dir(), (flags.every > 0).then_some(flags.every));
+        let mut options =
+            CheckpointOptions::new(flags.dir(), (flags.every > 0).then_some(flags.every));
         options.keep = flags.keep;
         options.stop_after = flags.stop_after;
         let inner = Checkpointing::new(comm, options, settings)?;
@@ -207,7 +217,10 @@ impl<C: Communicator> Session<C> {
             None => None,
             Some(from) => inner.resume(from).map_err(|e| match e {
                 // Settings that differ: say how to start afresh instead.
-                Error::InvalidArgument { op: "resume", reason } => Error::InvalidArgument {
+                Error::InvalidArgument {
+                    op: "resume",
+                    reason,
+                } => Error::InvalidArgument {
                     op: "resume",
                     reason: format!(
                         "{reason} (to start afresh, remove {dir} or pass another --checkpoint-dir)"
@@ -269,4 +282,3 @@ impl<C: Communicator> Session<C> {
         })
     }
 }
-

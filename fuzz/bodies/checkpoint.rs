@@ -98,9 +98,20 @@ fn training_state(path: &std::path::Path) {
             "restore gave an unexpected error kind: {e:?}"
         );
         let after: Vec<Tensor> = params.iter().map(|(_, p)| p.value()).collect();
-        assert_eq!(bits_of_all(&before), bits_of_all(&after), "a failed restore changed a parameter: {e}");
-        assert!(opt.state_dict().is_empty(), "a failed restore changed the optimizer: {e}");
-        assert_eq!(opt.lr(), 0.25, "a failed restore changed the learning rate: {e}");
+        assert_eq!(
+            bits_of_all(&before),
+            bits_of_all(&after),
+            "a failed restore changed a parameter: {e}"
+        );
+        assert!(
+            opt.state_dict().is_empty(),
+            "a failed restore changed the optimizer: {e}"
+        );
+        assert_eq!(
+            opt.lr(),
+            0.25,
+            "a failed restore changed the learning rate: {e}"
+        );
     }
 }
 

@@ -7,12 +7,12 @@ mod checkpoint;
 mod checksum;
 mod safetensors;
 
-pub use checkpoint::{
-    checkpoint_metadata, load_checkpoint, load_checkpoint_with_metadata, save_checkpoint,
-    save_checkpoint_with_metadata, OPTIMIZER_PREFIX,
-};
 pub(crate) use checkpoint::{
     checkpoint_contents, load_contents, read_checkpoint, user_metadata, write_checkpoint,
     TRAINING_STATE_KEY,
+};
+pub use checkpoint::{
+    checkpoint_metadata, load_checkpoint, load_checkpoint_with_metadata, save_checkpoint,
+    save_checkpoint_with_metadata, OPTIMIZER_PREFIX,
 };
 pub use safetensors::{load_tensors, save_tensors, TensorFile};

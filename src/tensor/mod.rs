@@ -19,6 +19,7 @@ mod fill;
 pub(crate) mod math;
 mod random;
 pub mod recycle;
+pub(crate) mod refused;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;

@@ -143,7 +143,11 @@ impl<C: Communicator> Checkpointing<C> {
     /// by an interrupted save), checks every rank has the same `config`
     /// (an [`Error::ReplicaMismatch`] naming the first setting that
     /// differs), and installs the signal handlers if asked. Collective.
-    pub fn new(comm: C, options: CheckpointOptions, config: BTreeMap<String, String>) -> Result<Self> {
+    pub fn new(
+        comm: C,
+        options: CheckpointOptions,
+        config: BTreeMap<String, String>,
+    ) -> Result<Self> {
         if options.every == Some(0) {
             return Err(Error::invalid(
                 "Checkpointing::new",

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 
 use super::generator;
 use super::state::{Progress, RankState, ScheduleState, TrainingState};
-use crate::{Error, Result};
 use crate::io::{read_checkpoint, write_checkpoint, TensorFile, TRAINING_STATE_KEY};
+use crate::{Error, Result};
 
 /// The layout version this build writes and reads.
 pub const TRAINING_STATE_VERSION: u32 = 1;
@@ -67,7 +67,11 @@ fn rank_entries(rank: &RankState) -> Result<Vec<(String, String)>> {
 }
 
 /// Adds one entry to a rank's state; `Err` says why it is not one.
-fn put_rank_entry(rank: &mut RankState, entry: &str, value: &str) -> std::result::Result<(), String> {
+fn put_rank_entry(
+    rank: &mut RankState,
+    entry: &str,
+    value: &str,
+) -> std::result::Result<(), String> {
     if let Some(name) = entry.strip_prefix("generator.") {
         rank.generators
             .insert(name.to_string(), generator::decode(value)?);
@@ -186,7 +190,10 @@ impl TrainingState {
         let entries: BTreeMap<String, String> = file
             .metadata
             .iter()
-            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_string(), v.clone())))
+            .filter_map(|(k, v)| {
+                k.strip_prefix(&prefix)
+                    .map(|rest| (rest.to_string(), v.clone()))
+            })
             .collect();
         file.metadata.retain(|k, _| !k.starts_with(&prefix));
 
@@ -206,7 +213,10 @@ impl TrainingState {
             .ok()
             .filter(|&n| (1..=1 << 20).contains(&n))
             .ok_or_else(|| bad(format!("`{}` is not a rank count", key("ranks"))))?;
-        let schedule = match (entries.get("schedule.steps"), entries.get("schedule.base_lr")) {
+        let schedule = match (
+            entries.get("schedule.steps"),
+            entries.get("schedule.base_lr"),
+        ) {
             (None, None) => None,
             (Some(_), Some(lr)) => Some(ScheduleState {
                 steps: number("schedule.steps")?,
@@ -214,7 +224,11 @@ impl TrainingState {
                     .parse()
                     .map_err(|_| bad(format!("schedule base rate {lr:?} is not a number")))?,
             }),
-            _ => return Err(bad("half a schedule position (steps and base_lr go together)".into())),
+            _ => {
+                return Err(bad(
+                    "half a schedule position (steps and base_lr go together)".into(),
+                ))
+            }
         };
         let mut state = TrainingState {
             contents: file,
@@ -224,7 +238,14 @@ impl TrainingState {
             config: BTreeMap::new(),
         };
         for (entry, value) in &entries {
-            let known = ["step", "epoch", "batch", "ranks", "schedule.steps", "schedule.base_lr"];
+            let known = [
+                "step",
+                "epoch",
+                "batch",
+                "ranks",
+                "schedule.steps",
+                "schedule.base_lr",
+            ];
             if known.contains(&entry.as_str()) {
                 continue;
             }
@@ -236,7 +257,9 @@ impl TrainingState {
                     .and_then(|(r, e)| Some((r.parse::<usize>().ok()?, e)))
                     .ok_or_else(|| bad(format!("malformed entry `{}`", key(entry))))?;
                 let rank = state.ranks.get_mut(r).ok_or_else(|| {
-                    bad(format!("an entry of rank {r} in a state from {ranks} rank(s)"))
+                    bad(format!(
+                        "an entry of rank {r} in a state from {ranks} rank(s)"
+                    ))
                 })?;
                 put_rank_entry(rank, rank_entry, value)
                     .map_err(|reason| bad(format!("rank {r}: {reason}")))?;

@@ -10,21 +10,17 @@ const PREFIX: &str = "chacha8:";
 
 /// The text form of `rng`'s state.
 pub(crate) fn encode(rng: &ChaCha8Rng) -> String {
-    let seed: String = rng
-        .get_seed()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!(
-        "{PREFIX}{seed}:{}:{}",
-        rng.get_stream(),
-        rng.get_word_pos()
-    )
+    let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{PREFIX}{seed}:{}:{}", rng.get_stream(), rng.get_word_pos())
 }
 
 /// The generator `text` describes, or why it describes none.
 pub(crate) fn decode(text: &str) -> std::result::Result<ChaCha8Rng, String> {
-    let bad = || format!("{text:?} is not a generator state ({PREFIX}<64 hex digits>:<stream>:<word position>)");
+    let bad = || {
+        format!(
+            "{text:?} is not a generator state ({PREFIX}<64 hex digits>:<stream>:<word position>)"
+        )
+    };
     let rest = text.strip_prefix(PREFIX).ok_or_else(bad)?;
     let mut parts = rest.split(':');
     let (Some(hex), Some(stream), Some(pos), None) =

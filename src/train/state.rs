@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use rand_chacha::ChaCha8Rng;
 
 use crate::distributed::Communicator;
-use crate::{Error, Result, TensorProblem};
 use crate::io::{checkpoint_contents, load_contents, TensorFile};
 use crate::nn::{default_generator_state, set_default_generator_state, NamedTensors};
 use crate::optim::{LrScheduler, Optimizer};
+use crate::{Error, Result, TensorProblem};
 
 /// Where a run is: optimizer steps taken in all, the epoch in progress
 /// (0-based) and how many of its batches are done. A state captured right
@@ -357,7 +357,10 @@ impl TrainingState {
                     ));
                 }
                 Some(usize::try_from(saved.steps).map_err(|_| {
-                    Error::invalid(op, format!("schedule position {} is too large", saved.steps))
+                    Error::invalid(
+                        op,
+                        format!("schedule position {} is too large", saved.steps),
+                    )
                 })?)
             }
         };
@@ -391,7 +394,10 @@ impl TrainingState {
         let [mine] = &self.ranks[..] else {
             return Err(Error::invalid(
                 "TrainingState::gather",
-                format!("expected this rank's state alone, found {} ranks", self.ranks.len()),
+                format!(
+                    "expected this rank's state alone, found {} ranks",
+                    self.ranks.len()
+                ),
             ));
         };
         let bytes = super::format::encode_rank(mine)?.into_bytes();

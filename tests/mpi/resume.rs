@@ -28,8 +28,7 @@ use retrograd::io::load_tensors;
 use retrograd::nn::{Activation, Dropout, Linear, Module, Sequential};
 use retrograd::optim::{Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::train::{
-    CheckpointDir, CheckpointOptions, Checkpointing, Progress, RankState, ResumeFrom,
-    TrainingState,
+    CheckpointDir, CheckpointOptions, Checkpointing, Progress, RankState, ResumeFrom, TrainingState,
 };
 use retrograd::{DType, Error, Graph, Result, Tensor};
 
@@ -42,17 +41,27 @@ const PER_RANK_BATCH: usize = 6;
 
 fn dataset() -> Result<Dataset> {
     let mut rng = ChaCha8Rng::seed_from_u64(21);
-    let features = (0..EXAMPLES * 6).map(|_| rng.random::<f64>() - 0.5).collect();
+    let features = (0..EXAMPLES * 6)
+        .map(|_| rng.random::<f64>() - 0.5)
+        .collect();
     Dataset::new(features, 6, (0..EXAMPLES).map(|i| i % 3).collect(), 3)
 }
 
 fn model(seed: u64) -> Result<Sequential> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     Ok(Sequential::new()
-        .with(Linear::builder(6, 12).dtype(DType::F32).build_with(&mut rng)?)
+        .with(
+            Linear::builder(6, 12)
+                .dtype(DType::F32)
+                .build_with(&mut rng)?,
+        )
         .with(Activation::Tanh)
         .with(Dropout::new(0.2, seed)?)
-        .with(Linear::builder(12, 3).dtype(DType::F32).build_with(&mut rng)?))
+        .with(
+            Linear::builder(12, 3)
+                .dtype(DType::F32)
+                .build_with(&mut rng)?,
+        ))
 }
 
 /// One data-parallel run: straight through, or stopped after `stop_after`
@@ -119,14 +128,24 @@ fn run(
                 TrainingState::capture(ddp.module(), Some(&opt), Some(&sched), at, mine)
             };
             if ckpt.after_step(at, capture)?.stop.is_some() {
-                let params = ddp.module().parameters().iter().map(|(_, p)| p.value()).collect();
+                let params = ddp
+                    .module()
+                    .parameters()
+                    .iter()
+                    .map(|(_, p)| p.value())
+                    .collect();
                 return Ok((losses, params, true));
             }
         }
         at.epoch += 1;
         at.batch = 0;
     }
-    let params = ddp.module().parameters().iter().map(|(_, p)| p.value()).collect();
+    let params = ddp
+        .module()
+        .parameters()
+        .iter()
+        .map(|(_, p)| p.value())
+        .collect();
     Ok((losses, params, false))
 }
 
@@ -171,9 +190,9 @@ pub fn differ(comm: &MpiCommunicator, dir: &str) -> Result<()> {
         if rank == 1 { "0.02" } else { "0.01" }.to_string(),
     )]);
     match Checkpointing::new(comm, options.clone(), config) {
-        Err(Error::ReplicaMismatch { rank: 1, detail, .. })
-            if detail.contains("lr = 0.01") && detail.contains("lr = 0.02") =>
-        {
+        Err(Error::ReplicaMismatch {
+            rank: 1, detail, ..
+        }) if detail.contains("lr = 0.01") && detail.contains("lr = 0.02") => {
             println!("differ: rank {rank}: other settings refused: {detail}")
         }
         other => return Err(fail(format!("other settings gave {:?}", other.err()))),
@@ -191,7 +210,9 @@ pub fn differ(comm: &MpiCommunicator, dir: &str) -> Result<()> {
         .gather(&retrograd::distributed::SingleProcess)?
         .save(&own)?;
     match ckpt.resume(&ResumeFrom::File(own.clone())) {
-        Err(Error::ReplicaMismatch { rank: 1, detail, .. }) if detail.contains("own-1") => {
+        Err(Error::ReplicaMismatch {
+            rank: 1, detail, ..
+        }) if detail.contains("own-1") => {
             println!("differ: rank {rank}: other checkpoint files refused: {detail}")
         }
         other => return Err(fail(format!("other files gave {:?}", other.err()))),
@@ -354,7 +375,12 @@ pub fn same_content(a: &str, b: &str) -> Result<()> {
         let tensors = f
             .tensors
             .iter()
-            .map(|(k, t)| (k.clone(), t.to_f64_vec().iter().map(|v| v.to_bits()).collect()))
+            .map(|(k, t)| {
+                (
+                    k.clone(),
+                    t.to_f64_vec().iter().map(|v| v.to_bits()).collect(),
+                )
+            })
             .collect();
         let metadata = f
             .metadata
