@@ -36,7 +36,8 @@ use retrograd::data::{digits, Dataset};
 use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
-    Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
+    optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer, OptimizerKind,
+    OptimizerSettings,
 };
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
@@ -48,6 +49,17 @@ use resume::Stopped;
 /// Steps between training states unless `--checkpoint-every` says otherwise.
 const CHECKPOINT_EVERY: u64 = 500;
 
+/// The usage text, with the registered optimizers.
+fn usage() -> String {
+    let mut text = USAGE.to_string();
+    text.push_str("\n\noptimizers (--optimizer):");
+    for kind in optimizer_kinds() {
+        text.push_str(&format!("\n  {:<10}{}", kind.name, kind.summary));
+    }
+    text.push_str(&format!("\n\n{}", resume::USAGE));
+    text
+}
+
 const USAGE: &str = "\
 usage: train_digits [options]
 
@@ -58,9 +70,9 @@ options:
   --dropout P         dropout after each hidden layer (default 0)
   --epochs N          passes over the training set (default 30)
   --batch-size N      examples per step (default 32)
-  --optimizer NAME    sgd, adam or adamw (default adam)
+  --optimizer NAME    any registered optimizer, listed below (default adam)
   --lr RATE           peak learning rate (default 0.002; cosine-annealed to 0)
-  --momentum M        SGD momentum (default 0.9)
+  --momentum M        momentum of sgd and rmsprop (default 0.9)
   --weight-decay WD   weight decay (default 0; 0.01 for adamw)
   --test-fraction F   share of each class held out for testing (default 0.2)
   --seed N            seed of the split, the weights and the shuffling (default 0)
@@ -72,20 +84,13 @@ options:
   -h, --help          this text
   (--checkpoint-every is 500 by default)";
 
-#[derive(Clone, Copy, PartialEq)]
-enum OptimizerKind {
-    Sgd,
-    Adam,
-    AdamW,
-}
-
 struct Args {
     hidden: Vec<usize>,
     activation: Activation,
     dropout: f64,
     epochs: usize,
     batch_size: usize,
-    optimizer: OptimizerKind,
+    optimizer: &'static OptimizerKind,
     lr: f64,
     momentum: f64,
     weight_decay: Option<f64>,
@@ -100,18 +105,13 @@ struct Args {
 
 /// What a resumed run must share with the run it continues.
 fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
-    let optimizer = match args.optimizer {
-        OptimizerKind::Sgd => "sgd",
-        OptimizerKind::Adam => "adam",
-        OptimizerKind::AdamW => "adamw",
-    };
     [
         ("hidden", format!("{:?}", args.hidden)),
         ("activation", args.activation.to_string()),
         ("dropout", args.dropout.to_string()),
         ("epochs", args.epochs.to_string()),
         ("batch-size", args.batch_size.to_string()),
-        ("optimizer", optimizer.to_string()),
+        ("optimizer", args.optimizer.name.to_string()),
         ("lr", args.lr.to_string()),
         ("momentum", args.momentum.to_string()),
         ("weight-decay", format!("{:?}", args.weight_decay)),
@@ -136,7 +136,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         dropout: 0.0,
         epochs: 30,
         batch_size: 32,
-        optimizer: OptimizerKind::Adam,
+        optimizer: optimizer_kind("adam").map_err(|e| e.to_string())?,
         lr: 0.002,
         momentum: 0.9,
         weight_decay: None,
@@ -178,14 +178,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("optimizer") => {
                 let v: String = parser.value().map_err(err)?.string().map_err(err)?;
-                args.optimizer = match v.to_ascii_lowercase().as_str() {
-                    "sgd" => OptimizerKind::Sgd,
-                    "adam" => OptimizerKind::Adam,
-                    "adamw" => OptimizerKind::AdamW,
-                    other => {
-                        return Err(format!("--optimizer: unknown `{other}` (sgd, adam, adamw)"))
-                    }
-                };
+                args.optimizer = optimizer_kind(&v).map_err(|e| format!("--optimizer: {e}"))?;
             }
             Long("lr") => args.lr = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("momentum") => {
@@ -231,27 +224,12 @@ fn build_model(args: &Args, seed: u64) -> Result<Mlp> {
 }
 
 fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
-    let params = model.parameters();
-    Ok(match args.optimizer {
-        OptimizerKind::Sgd => Box::new(Sgd::new(
-            params,
-            SgdConfig::new(args.lr)
-                .momentum(args.momentum)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::Adam => Box::new(Adam::new(
-            params,
-            AdamConfig::default()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::AdamW => Box::new(Adam::new(
-            params,
-            AdamConfig::adamw()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.01)),
-        )?),
-    })
+    let settings = OptimizerSettings {
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        momentum: Some(args.momentum),
+    };
+    args.optimizer.build(model.parameters(), &settings)
 }
 
 /// What changes during training: the model, its optimizer, the schedule,
@@ -316,17 +294,21 @@ impl Trainer {
         )?;
         for batch in batches {
             let n = batch.labels.len();
-            let grads = {
+            let model = &self.model;
+            // The closure form: L-BFGS evaluates it several times a step;
+            // the statistics and the picture come from the first evaluation.
+            let mut first = true;
+            self.optimizer.step_with_closure(&mut || {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && self.at.step == 0;
+                let picture = first && args.graph_svg.is_some() && self.at.step == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
-                    for (name, p) in self.model.parameters() {
+                    for (name, p) in model.parameters() {
                         graph.param(&p).named(&name);
                     }
                 }
-                let x = graph.constant(batch.features).named("images");
-                let logits = self.model.forward(&x)?;
+                let x = graph.constant(batch.features.clone()).named("images");
+                let logits = model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
@@ -334,11 +316,14 @@ impl Trainer {
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                self.sums.loss += loss.value().try_item()? * n as f64;
-                self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                grads
-            };
-            self.optimizer.step(&grads)?;
+                let loss_value = loss.value().try_item()?;
+                if first {
+                    self.sums.loss += loss_value * n as f64;
+                    self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                    first = false;
+                }
+                Ok((loss_value, grads))
+            })?;
             self.scheduler.step(self.optimizer.as_mut());
             self.sums.seen += n as f64;
             self.at.step += 1;
@@ -497,11 +482,11 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}\n\n{}", resume::USAGE);
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}\n\n{}", resume::USAGE);
+            eprintln!("error: {e}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
