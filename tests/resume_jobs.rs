@@ -126,7 +126,10 @@ fn printed_losses(stdout: &str) -> Vec<String> {
 /// A file's tensors (as bits) and metadata, without what may differ
 /// between equal runs: the checksum over it all, where the file was
 /// written, and the training time.
-fn content(path: &Path) -> (Vec<(String, Vec<u64>)>, Vec<(String, String)>) {
+/// Named tensors as bits, and named metadata.
+type Content = (Vec<(String, Vec<u64>)>, Vec<(String, String)>);
+
+fn content(path: &Path) -> Content {
     let TensorFile { tensors, metadata } = load_tensors(path).unwrap();
     let tensors = tensors
         .iter()
@@ -189,7 +192,7 @@ fn resumes_exactly(job: &Job, ks: &[u64], end_state: bool) {
             "{first}"
         );
         let second = job.run(&tag, &flags(&["--resume"]));
-        assert!(second.contains(&format!("resuming from ")), "{second}");
+        assert!(second.contains("resuming from "), "{second}");
         let mut got = printed_losses(&first);
         got.extend(printed_losses(&second));
         assert_eq!(got, want, "{}: losses after stopping at step {k}", job.name);

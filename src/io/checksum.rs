@@ -106,7 +106,8 @@ mod tests {
         let (k, v) = checksum_entry(&f);
         f.metadata.insert(k, v);
         verify_checksum("t", path, &f).unwrap();
-        let variants: Vec<Box<dyn Fn(&mut TensorFile)>> = vec![
+        type Damage = Box<dyn Fn(&mut TensorFile)>;
+        let variants: Vec<Damage> = vec![
             Box::new(|f| {
                 f.tensors.insert(
                     "w".into(),

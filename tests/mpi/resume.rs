@@ -370,7 +370,8 @@ pub fn states_load(dir: &str) -> Result<()> {
 
 /// The case `same-content A B` (one process).
 pub fn same_content(a: &str, b: &str) -> Result<()> {
-    let read = |p: &str| -> Result<(Vec<(String, Vec<u64>)>, Vec<(String, String)>)> {
+    type Content = (Vec<(String, Vec<u64>)>, Vec<(String, String)>);
+    let read = |p: &str| -> Result<Content> {
         let f = load_tensors(p)?;
         let tensors = f
             .tensors
