@@ -142,7 +142,8 @@ pub(crate) struct ScheduleState {
 /// let step = |model: &Linear, opt: &mut Adam, rng: &mut rand_chacha::ChaCha8Rng| -> retrograd::Result<()> {
 ///     let g = Graph::new();
 ///     let x = g.constant(Tensor::from_vec(vec![rng.random::<f32>(), 1.0], &[1, 2])?);
-///     let loss = retrograd::nn::Forward::forward(model, &x)?.square().sum();
+///     let y = retrograd::nn::Forward::forward(model, &x)?;
+///     let loss = (&y * &y).sum();
 ///     opt.step(&loss.backward()?)
 /// };
 /// step(&model, &mut opt, &mut data_rng)?;
