@@ -11,6 +11,7 @@
 //! # data-parallel over 2 processes (global batch 32 = 2 x 16)
 //! cargo build --release --features mpi --example train_digits
 //! mpirun -n 2 target/release/examples/train_digits --ddp
+//! cargo run --release --example train_digits -- --plot target/digits_curves --graph-html step.html
 //! ```
 
 #[cfg(feature = "mpi")]
@@ -22,6 +23,8 @@ mod epochs;
 mod reload_check;
 #[path = "support/resume.rs"]
 mod resume;
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,12 +39,13 @@ use retrograd::data::{digits, Dataset};
 use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
-    optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer, OptimizerKind,
-    OptimizerSettings,
+    grad_norm, optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer,
+    OptimizerKind, OptimizerSettings,
 };
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+use run_outputs::{RunOutputs, StepFigures};
 
 use epochs::EpochSums;
 use resume::Stopped;
@@ -76,8 +80,11 @@ options:
   --weight-decay WD   weight decay (default 0; 0.01 for adamw)
   --test-fraction F   share of each class held out for testing (default 0.2)
   --seed N            seed of the split, the weights and the shuffling (default 0)
-  --out FILE          checkpoint path (default target/train_digits.safetensors)
+  --out FILE          checkpoint path (default target/train_digits.safetensors);
+                      the run's log goes next to it (train_digits.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR after every epoch
   --graph-svg FILE    write a picture of the first training step's graph
+  --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
@@ -97,7 +104,9 @@ struct Args {
     test_fraction: f64,
     seed: u64,
     out: PathBuf,
+    plot: Option<PathBuf>,
     graph_svg: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     quiet: bool,
     ddp: bool,
     checkpoints: resume::Flags,
@@ -143,7 +152,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         test_fraction: 0.2,
         seed: 0,
         out: PathBuf::from("target/train_digits.safetensors"),
+        plot: None,
         graph_svg: None,
+        graph_html: None,
         quiet: false,
         ddp: false,
         checkpoints: resume::Flags::new("train_digits", CHECKPOINT_EVERY),
@@ -192,7 +203,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
@@ -234,7 +247,8 @@ fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
 
 /// What changes during training: the model, its optimizer, the schedule,
 /// the shuffling generator (and a copy as the epoch began), where the run
-/// is and the epoch's sums: all of it in each training state.
+/// is and the epoch's sums: all of it in each training state; and the run's
+/// log.
 struct Trainer {
     model: Mlp,
     optimizer: Box<dyn Optimizer>,
@@ -243,6 +257,7 @@ struct Trainer {
     epoch_start: ChaCha8Rng,
     at: Progress,
     sums: EpochSums,
+    outputs: RunOutputs,
 }
 
 impl Trainer {
@@ -294,37 +309,56 @@ impl Trainer {
         )?;
         for batch in batches {
             let n = batch.labels.len();
+            let started = Instant::now();
+            let lr = self.optimizer.lr();
             let model = &self.model;
             // The closure form: L-BFGS evaluates it several times a step;
-            // the statistics and the picture come from the first evaluation.
+            // the statistics, the logged figures and the picture come from
+            // the first evaluation.
             let mut first = true;
+            let mut first_figures = (0.0, 0.0); // (loss, gradient norm)
             self.optimizer.step_with_closure(&mut || {
                 let graph = Graph::new();
-                let picture = first && args.graph_svg.is_some() && self.at.step == 0;
+                let picture = first
+                    && (args.graph_svg.is_some() || args.graph_html.is_some())
+                    && self.at.step == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
-                    for (name, p) in model.parameters() {
-                        graph.param(&p).named(&name);
-                    }
+                    run_outputs::name_parameters(&graph, model);
                 }
                 let x = graph.constant(batch.features.clone()).named("images");
                 let logits = model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
+                let title = "one training step: MLP forward, cross-entropy, gradients";
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let title = "one training step: MLP forward, cross-entropy, gradients";
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
+                }
+                if let (true, Some(path)) = (picture, &args.graph_html) {
+                    run_outputs::write_step_page(&graph, &loss, path, title)?;
                 }
                 let loss_value = loss.value().try_item()?;
                 if first {
                     self.sums.loss += loss_value * n as f64;
                     self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                    first_figures = (loss_value, grad_norm(&grads, 2.0)?);
                     first = false;
                 }
                 Ok((loss_value, grads))
             })?;
             self.scheduler.step(self.optimizer.as_mut());
+            let millis = 1e3 * started.elapsed().as_secs_f64();
+            let (loss, norm) = first_figures;
+            self.outputs.log_step(
+                self.at.step as usize,
+                StepFigures {
+                    loss,
+                    lr,
+                    grad_norm: norm,
+                    millis: Some(millis),
+                },
+            )?;
             self.sums.seen += n as f64;
             self.at.step += 1;
             self.at.batch += 1;
@@ -398,6 +432,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         rng,
         at: Progress::default(),
         sums: EpochSums::default(),
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
     };
     if let Some(state) = &resumed {
         trainer.restore(state)?;
@@ -435,6 +470,12 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         } = trainer.sums;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
+        let accuracies = [
+            ("train/accuracy", correct / seen),
+            ("test/accuracy", test_acc),
+        ];
+        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
+        trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
@@ -454,6 +495,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     let Trainer {
         mut model,
         optimizer,
+        outputs,
         ..
     } = trainer;
 
@@ -474,6 +516,10 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     if let Some(path) = &args.graph_svg {
         println!("graph of one training step: {}", path.display());
     }
+    if let Some(path) = &args.graph_html {
+        println!("its backward sweep, step by step: {}", path.display());
+    }
+    println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
     Ok(None)
 }
@@ -502,7 +548,7 @@ fn main() -> ExitCode {
 #[cfg(feature = "mpi")]
 mod ddp {
     use super::*;
-    use retrograd::distributed::{Communicator, MpiCommunicator};
+    use retrograd::distributed::MpiCommunicator;
 
     pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let start = Instant::now();
@@ -525,6 +571,8 @@ mod ddp {
             checkpoints: &args.checkpoints,
             settings: settings(args, &train),
             describe: &describe,
+            out: &args.out,
+            plot: args.plot.clone(),
         };
         let trained = ddp_epochs::train(
             job,
@@ -540,12 +588,13 @@ mod ddp {
         trained
             .ddp
             .save_checkpoint(&args.out, Some(trained.optimizer.as_ref()), &meta)?;
-        if comm.rank() == 0 {
+        if let Some(outputs) = &trained.outputs {
             println!(
                 "final test accuracy: {:.2}%; checkpoint (written by rank 0): {}",
                 100.0 * trained.test_acc,
                 args.out.display()
             );
+            println!("{}", outputs.describe());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
         }
         Ok(None)

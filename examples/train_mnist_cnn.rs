@@ -8,6 +8,7 @@
 //! cargo run --release --example train_mnist_cnn
 //! cargo run --release --example train_mnist_cnn -- --epochs 5 --no-batch-norm --shift 0
 //! cargo run --release --example train_mnist_cnn -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_mnist_cnn -- --plot target/mnist_curves --graph-html step.html
 //! # data-parallel over 2 processes (global batch 64 = 2 x 32; README, "Training on several processes")
 //! cargo build --release --features mpi --example train_mnist_cnn
 //! mpirun -n 2 target/release/examples/train_mnist_cnn --ddp
@@ -24,6 +25,8 @@ mod epochs;
 mod reload_check;
 #[path = "support/resume.rs"]
 mod resume;
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,10 +44,11 @@ use retrograd::nn::{
     Linear, MaxPool2d, Module, Sequential,
 };
 use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
-use retrograd::optim::{Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
+use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+use run_outputs::{RunOutputs, StepFigures};
 
 use epochs::EpochSums;
 use resume::Stopped;
@@ -69,8 +73,11 @@ options:
   --train-images N    train on the first N training images only (quick trials)
   --test-images N     test on the first N test images only
   --min-accuracy A    exit with an error below this test accuracy, e.g. 0.98
-  --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors)
+  --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors);
+                      the run's log goes next to it (train_mnist_cnn.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR after every epoch
   --graph-svg FILE    write a picture of the first training step's graph
+  --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
@@ -92,7 +99,9 @@ struct Args {
     test_images: Option<usize>,
     min_accuracy: Option<f64>,
     out: PathBuf,
+    plot: Option<PathBuf>,
     graph_svg: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     quiet: bool,
     ddp: bool,
     checkpoints: resume::Flags,
@@ -140,7 +149,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         test_images: None,
         min_accuracy: None,
         out: PathBuf::from("target/train_mnist_cnn.safetensors"),
+        plot: None,
         graph_svg: None,
+        graph_html: None,
         quiet: false,
         ddp: false,
         checkpoints: resume::Flags::new("train_mnist_cnn", CHECKPOINT_EVERY),
@@ -185,7 +196,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                 args.min_accuracy = Some(parser.value().map_err(err)?.parse().map_err(err)?)
             }
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
@@ -273,7 +286,8 @@ fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {
 
 /// What changes during training: the model, its optimizer, the schedule,
 /// the generator of shuffles and shifts (and a copy as the epoch began),
-/// where the run is and the epoch's sums: all of it in each training state.
+/// where the run is and the epoch's sums: all of it in each training state;
+/// and the run's log.
 struct Trainer {
     model: Sequential,
     optimizer: Adam,
@@ -282,6 +296,7 @@ struct Trainer {
     epoch_start: ChaCha8Rng,
     at: Progress,
     sums: EpochSums,
+    outputs: RunOutputs,
 }
 
 impl Trainer {
@@ -339,29 +354,44 @@ impl Trainer {
             } else {
                 batch.features
             };
-            let grads = {
+            let started = Instant::now();
+            let (loss, grads) = {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && self.at.step == 0;
+                let picture =
+                    (args.graph_svg.is_some() || args.graph_html.is_some()) && self.at.step == 0;
                 if picture {
-                    for (name, p) in self.model.parameters() {
-                        graph.param(&p).named(&name);
-                    }
+                    run_outputs::name_parameters(&graph, &self.model);
                 }
                 let x = graph.constant(images).named("images");
                 let logits = self.model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
+                let title = "one training step: CNN forward, cross-entropy, gradients";
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let title = "one training step: CNN forward, cross-entropy, gradients";
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                self.sums.loss += loss.value().try_item()? * n as f64;
+                if let (true, Some(path)) = (picture, &args.graph_html) {
+                    run_outputs::write_step_page(&graph, &loss, path, title)?;
+                }
+                let loss_value = loss.value().try_item()?;
+                self.sums.loss += loss_value * n as f64;
                 self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                grads
+                (loss_value, grads)
             };
+            let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
             self.optimizer.step(&grads)?;
             self.scheduler.step(&mut self.optimizer);
+            let millis = 1e3 * started.elapsed().as_secs_f64();
+            self.outputs.log_step(
+                self.at.step as usize,
+                StepFigures {
+                    loss,
+                    lr,
+                    grad_norm: norm,
+                    millis: Some(millis),
+                },
+            )?;
             self.sums.seen += n as f64;
             self.at.step += 1;
             self.at.batch += 1;
@@ -424,6 +454,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         rng,
         at: Progress::default(),
         sums: EpochSums::default(),
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
     };
     if let Some(state) = &resumed {
         trainer.restore(state)?;
@@ -461,6 +492,12 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         } = trainer.sums;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 500, DType::F32)?;
+        let accuracies = [
+            ("train/accuracy", correct / seen),
+            ("test/accuracy", test_acc),
+        ];
+        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
+        trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
@@ -480,6 +517,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     let Trainer {
         mut model,
         optimizer,
+        outputs,
         ..
     } = trainer;
 
@@ -500,6 +538,10 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     if let Some(path) = &args.graph_svg {
         println!("graph of one training step: {}", path.display());
     }
+    if let Some(path) = &args.graph_html {
+        println!("its backward sweep, step by step: {}", path.display());
+    }
+    println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
     if let Some(min) = args.min_accuracy
         && test_acc < min
@@ -536,7 +578,7 @@ fn main() -> ExitCode {
 #[cfg(feature = "mpi")]
 mod ddp {
     use super::*;
-    use retrograd::distributed::{Communicator, MpiCommunicator};
+    use retrograd::distributed::MpiCommunicator;
 
     pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let start = Instant::now();
@@ -558,6 +600,8 @@ mod ddp {
             checkpoints: &args.checkpoints,
             settings: settings(args, &train),
             describe: &describe,
+            out: &args.out,
+            plot: args.plot.clone(),
         };
         let background = -mnist::MEAN / mnist::STD;
         let shift = |images: retrograd::Tensor, rng: &mut ChaCha8Rng| {
@@ -582,8 +626,9 @@ mod ddp {
         trained
             .ddp
             .save_checkpoint(&args.out, Some(trained.optimizer.as_ref()), &meta)?;
-        if comm.rank() == 0 {
+        if let Some(outputs) = &trained.outputs {
             println!("checkpoint (written by rank 0): {}", args.out.display());
+            println!("{}", outputs.describe());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
             if let Some(min) = args.min_accuracy
                 && trained.test_acc < min

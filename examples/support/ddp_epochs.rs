@@ -7,9 +7,11 @@
 //! gradients keep the replicas identical. Rank 0 prints the table (losses
 //! and accuracies over all ranks' examples). Training states are saved and
 //! resumed on every rank together (`--checkpoint-every`, `--resume`, a
-//! signal to any rank).
+//! signal to any rank). Rank 0 keeps the run's log (its own shard's loss
+//! per step, the accuracies per epoch) and, with `--plot`, its curves.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -23,6 +25,7 @@ use retrograd::{DType, Error, Graph, Result, Tensor};
 
 use super::epochs::EpochSums;
 use super::resume::{self, Stopped};
+use super::run_outputs::RunOutputs;
 
 /// What a job hands the data-parallel loop.
 pub struct Job<'a> {
@@ -42,6 +45,10 @@ pub struct Job<'a> {
     /// Printed by rank 0 under the data-parallel line, given the number of
     /// steps: the optimizer, the schedule.
     pub describe: &'a dyn Fn(usize) -> String,
+    /// The checkpoint path; the run's log goes next to it.
+    pub out: &'a Path,
+    /// `--plot DIR`: where rank 0 redraws the curves every epoch.
+    pub plot: Option<PathBuf>,
 }
 
 /// The trained replica and its optimizer, the last test accuracy (rank 0),
@@ -51,6 +58,8 @@ pub struct Trained<M: Forward, C: Communicator> {
     pub optimizer: Box<dyn Optimizer>,
     pub test_acc: f64,
     pub stopped: Option<Stopped>,
+    /// Rank 0's run log.
+    pub outputs: Option<RunOutputs>,
 }
 
 /// Sums `values` over ranks (a few numbers: gathered as bytes).
@@ -129,6 +138,14 @@ pub fn train<'c, M: Forward>(
         println!("{header}\n{}", "-".repeat(header.len()));
     }
     let mut test_acc = 0.0;
+    let mut outputs = match lead {
+        true => Some(RunOutputs::start(
+            job.out,
+            job.plot.clone(),
+            resumed.is_some(),
+        )?),
+        false => None,
+    };
     while at.epoch < job.epochs as u64 {
         let epoch = at.epoch + 1;
         if at.batch == 0 {
@@ -147,7 +164,14 @@ pub fn train<'c, M: Forward>(
                 let graph = Graph::new();
                 let logits = ddp.forward(&graph.constant(examples))?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
-                sums.loss += loss.value().try_item()? * n;
+                let value = loss.value().try_item()?;
+                if let Some(outputs) = &mut outputs {
+                    outputs.log(
+                        at.step as usize,
+                        &[("train/loss", value), ("lr", optimizer.lr())],
+                    )?;
+                }
+                sums.loss += value * n;
                 sums.correct += accuracy(logits.value(), &batch.labels)? * n;
                 sums.seen += n;
                 ddp.backward(&loss)?
@@ -172,13 +196,20 @@ pub fn train<'c, M: Forward>(
                     optimizer,
                     test_acc,
                     stopped: Some(stopped),
+                    outputs,
                 });
             }
         }
         let totals = sum_over_ranks(comm, &[sums.loss, sums.correct, sums.seen])?;
         ddp.module_mut().set_training(false);
-        if lead {
+        if let Some(outputs) = &mut outputs {
             test_acc = evaluate_accuracy(ddp.module(), job.test, job.eval_batch, DType::F32)?;
+            let accuracies = [
+                ("train/accuracy", totals[1] / totals[2]),
+                ("test/accuracy", test_acc),
+            ];
+            outputs.log(at.step as usize, &accuracies)?;
+            outputs.evaluated()?;
             println!(
                 "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {:>9.2e} | {:>6.2}s",
                 totals[0] / totals[2],
@@ -199,5 +230,6 @@ pub fn train<'c, M: Forward>(
         optimizer,
         test_acc,
         stopped: None,
+        outputs,
     })
 }

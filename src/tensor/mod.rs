@@ -23,6 +23,7 @@ pub(crate) mod refused;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
+mod summary;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod view;
@@ -36,6 +37,7 @@ pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
+pub use summary::TensorSummary;
 pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
 
