@@ -46,6 +46,7 @@ pub mod optim;
 pub mod prelude;
 pub mod runlog;
 pub mod tensor;
+pub mod train;
 pub mod viz;
 
 pub use self::core::{

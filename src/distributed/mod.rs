@@ -7,6 +7,8 @@
 //!   rank 0's weights to everyone, bucketed gradient all-reduce overlapped
 //!   with backward, `no_sync` accumulation, checkpoints written by rank 0.
 //! - [`DistributedSampler`]: each rank's shard of a dataset, per epoch.
+//! - [`any_rank`], [`all_succeeded`], [`same_on_every_rank`]: decisions
+//!   every rank takes together (stop, success, matching settings).
 //! - [`Communicator`]: the collectives used, behind a trait.
 //!   [`SingleProcess`] is one rank; with feature `mpi`, `MpiCommunicator`
 //!   runs over MPI (OpenMPI through the `mpi` crate), and `run` starts MPI,
@@ -22,8 +24,11 @@
 //! MiB with a 1 MiB first bucket), `Communicator`/`BucketSink`/`FlatBuf`
 //! and `SingleProcess` (`comm.rs`), the MPI backend `MpiCommunicator` and
 //! `run` (`over_mpi.rs`, feature `mpi`), `DistributedSampler`
-//! (`sampler.rs`), tensor bytes for broadcasts (`wire.rs`).
+//! (`sampler.rs`), tensor bytes for broadcasts (`wire.rs`), decisions
+//! every rank takes together: `any_rank`, `all_succeeded`,
+//! `same_on_every_rank` (`agreement.rs`).
 
+mod agreement;
 mod buckets;
 mod comm;
 mod data_parallel;
@@ -32,6 +37,7 @@ mod over_mpi;
 mod sampler;
 mod wire;
 
+pub use agreement::{all_succeeded, any_rank, same_on_every_rank};
 pub use buckets::{DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES};
 pub use comm::{BucketSink, Communicator, FlatBuf, SingleProcess};
 pub use data_parallel::DataParallel;

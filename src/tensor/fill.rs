@@ -102,6 +102,7 @@ impl Tensor {
                 Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
             };
         }
+        super::refused::ensure_obtainable::<T>(&shape, len);
         Self::from_buffer(shape, storage::build(len, fill))
     }
 

@@ -30,7 +30,10 @@
 //! the copy that packs a view (`strided_copy.rs`: coalesced dimensions,
 //! tiled 2-d transposes), kernel outputs built in uninitialised storage
 //! (`fill.rs`: `Tensor::build`, the `Filled` proof, `from_exact_iter`), the
-//! per-thread pool of small dense tensors (`recycle.rs`), a 0-d value's
+//! per-thread pool of small dense tensors (`recycle.rs`), a buffer the
+//! allocator refuses turned into `Error::OutOfMemory` at the op or backward
+//! that asked for it instead of an abort (`refused.rs`: large buffers are
+//! asked for fallibly first; `Graph::record` and `backward` catch), a 0-d value's
 //! 8-byte word (`word.rs`; an f16/bf16 in its low 16 bits), `Display`,
 //! seeded random tensors, `TensorSummary` (`summary.rs`: norm, extremes,
 //! mean, non-finite count and, when few, the elements).
@@ -41,6 +44,7 @@ mod fill;
 pub(crate) mod math;
 mod random;
 pub mod recycle;
+pub(crate) mod refused;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
