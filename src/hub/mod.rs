@@ -22,6 +22,32 @@
 //! println!("cosine similarity: {cosine:.3}");
 //! # Ok::<(), retrograd::Error>(())
 //! ```
+//!
+//! Where things are (DESIGN.md decision 17): `Weights` (`weights.rs`: a
+//! `model.safetensors` or the shards of `model.safetensors.index.json`,
+//! memory-mapped (`memmap2`), headers checked up front, each tensor decoded
+//! straight from the mapping into its own storage and converted
+//! (f16/bf16/f64 to the model's float dtype), its pages handed back with
+//! `MADV_DONTNEED` so loading never holds the file and the model at once;
+//! errors name the file and the tensor), `ModelConfig` (`config.rs`:
+//! `config.json` to `BertConfig`/`GptConfig`, typed errors naming the
+//! field; GPT-2's `config.json` written back), `NameMap` and `Loader`
+//! (`name_map.rs`: how checkpoint names map onto a module's (prefixes such
+//! as `bert.`/`transformer.`, tensors to ignore, optional parameters such
+//! as a new head, renames, tensors stored transposed), all-or-nothing loads
+//! that fail on a missing, unexpected or misshapen tensor, and saving under
+//! the checkpoint's names), `BertModel::from_pretrained` and the
+//! classifier's `from_pretrained`/`save_pretrained` (`bert.rs`: the model
+//! is built straight from the checkpoint through `BertModel::from_source`,
+//! no random initialisation to overwrite),
+//! `Gpt::from_pretrained`/`save_pretrained` (`gpt2.rs`: GPT-2's names,
+//! `Conv1D` weights transposed, the tied head checked), and behind the
+//! feature `tokenizers` (on by default) `Tokenizer` (`tokenizer.rs`:
+//! Hugging Face's `tokenizers` crate reading `tokenizer.json`; truncation,
+//! padding, batches as i64 tensors with attention masks) and
+//! `SentenceTransformer` (`sentence.rs`: `modules.json`'s Transformer,
+//! Pooling (mean, CLS, max, mean-sqrt-len) and Normalize; `encode` sorts by
+//! length and pads per batch as sentence-transformers does)
 
 mod bert;
 mod config;
