@@ -39,6 +39,7 @@ pub mod data;
 pub mod distributed;
 #[cfg(feature = "expr")]
 pub mod expr;
+pub mod hub;
 pub mod io;
 pub mod kernels;
 pub mod nn;
@@ -47,10 +48,11 @@ pub mod optim;
 pub mod prelude;
 pub mod runlog;
 pub mod tensor;
+pub mod train;
 pub mod viz;
 
 pub use self::core::{
-    Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpFacts, Var,
+    Attr, Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpFacts, Var,
 };
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,

@@ -50,7 +50,11 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         w2c_step,
         "the W2 step compiled (captured in the warm-up run, replayed), batch 16",
     ),
-    ("w2_128", w2_128_step, "one W2 MLP training step (SGD), batch 128"),
+    (
+        "w2_128",
+        w2_128_step,
+        "one W2 MLP training step (SGD), batch 128",
+    ),
     (
         "w2c_128",
         w2c_128_step,

@@ -200,6 +200,10 @@ fn an_op_that_does_not_declare_is_refused() {
             assert_eq!(op, "twice");
             assert!(reason.contains("does not declare"), "{reason}");
         }
-        other => panic!("{:?}", other.map(|o| o.loss())),
+        other => panic!(
+            "{:?}\n{}",
+            other.map(|o| o.loss()),
+            step.capture().map(|c| c.explain()).unwrap_or_default()
+        ),
     }
 }

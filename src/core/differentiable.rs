@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::attr::Attributes;
 use super::facts::OpFacts;
 use super::graph::Var;
 use super::holds::Holds;
@@ -228,6 +229,14 @@ pub trait Differentiable: Send + Sync + 'static {
     fn facts(&self) -> OpFacts {
         OpFacts::opaque(self.arity())
     }
+
+    /// The op's settings by name, in a fixed order (a reduction's axes and
+    /// `keepdim`, a normalisation's `eps`, a convolution's stride, padding,
+    /// dilation and groups): what an exporter or a printed graph reads
+    /// without knowing the op's type. The default lists none.
+    fn attributes(&self) -> Attributes {
+        Attributes::new()
+    }
 }
 
 /// A shared op is an op: the registry's entries and [`OpFacts::example`]
@@ -303,5 +312,8 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
         (**self).forward_seeded(inputs, seed)
+    }
+    fn attributes(&self) -> Attributes {
+        (**self).attributes()
     }
 }

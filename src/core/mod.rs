@@ -6,7 +6,7 @@
 //! - [`graph`]: [`Graph`], [`Var`], the node records, `record`, both
 //!   backward orders, the inference graph.
 //! - `differentiable.rs`: [`Differentiable`], the op trait, and
-//!   [`GradInputs`].
+//!   [`GradInputs`]; `attr.rs`: [`Attr`], an op's settings by name.
 //! - `facts.rs`: [`OpFacts`], what the registry knows of each op
 //!   (`Differentiable::facts` returns it).
 //! - `holds.rs`: [`Holds`], what an op keeps besides its inputs, which a
@@ -25,7 +25,18 @@
 //! sweeps (`autograd`) and the concrete ops (`ops`) build on this layer.
 //! The older paths `crate::graph`, `crate::ops::Differentiable` and
 //! `crate::autograd::ScalarNode` are re-exports of these items.
+//!
+//! Where things are: the core layer (`mod.rs`): the op trait
+//! `Differentiable` and `GradInputs` (`differentiable.rs`), `OpFacts`, what
+//! the registry knows of each op (`facts.rs`), the scalar lane's call
+//! `ScalarBackward` and the `scalar_rule!` macro for hand-written ops
+//! (`scalar_lane.rs`), one scalar node run inside its op's monomorphised
+//! `scalar_node`, and `LaneElement`, which tags a scalar call with its
+//! dtype (`scalar_node.rs`), gradient slots by value id and the first-order
+//! `TensorStore` (`store.rs`), and the graph (`graph/`, still
+//! `crate::graph` and `retrograd::graph`).
 
+mod attr;
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
@@ -35,6 +46,7 @@ pub mod scalar_lane;
 pub(crate) mod scalar_node;
 pub(crate) mod store;
 
+pub use attr::{Attr, Attributes};
 pub use differentiable::{Differentiable, GradInputs};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse::keeps;
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
 const OP: &str = "scaled_dot_product_attention_backward";
@@ -165,16 +165,19 @@ impl<'g> Unfused<'g> {
     }
 }
 
-impl Differentiable for SdpaBackward {
-    fn name(&self) -> &str {
-        OP
+impl StructuredOp for SdpaBackward {
+    const NAME: &'static str = OP;
+    const INPUTS: &'static [&'static str] = &["query", "key", "value", "attn_mask", "grad_output"];
+    /// `q`, `k`, `v`, the mask if given, then the output's gradient.
+    fn arity(&self) -> Option<usize> {
+        None
     }
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn without_saved(&self) -> Option<std::sync::Arc<dyn Differentiable>> {
+    fn without_saved(&self) -> Option<std::sync::Arc<dyn crate::Differentiable>> {
         self.saved.as_ref().map(|_| {
-            std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn Differentiable>
+            std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn crate::Differentiable>
         })
     }
     fn seed(&self) -> Option<u64> {
@@ -196,8 +199,9 @@ impl Differentiable for SdpaBackward {
             Tensor::from_vec(all, &[n])
         })
     }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (q, k, v, m, d_o) = split(inputs)?;
+    /// The inputs' gradients share the recomputed probabilities and `dS`.
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (q, k, v, m, d_o) = split(n.inputs)?;
         let u = unfused(&self.cfg, q, k, m)?;
         let scale = u.scale;
         let (nq, nk, nv) = (q.value().numel(), k.value().numel(), v.value().numel());
@@ -253,10 +257,12 @@ impl Differentiable for SdpaBackward {
         grads.push(do_bar);
         Ok(grads)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+    /// The inputs' tangents share the recomputed probabilities and `dS`.
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         if t.iter().all(Option::is_none) {
             return Ok(None);
         }
+        let (inputs, out) = (n.inputs, n.output);
         let (q, k, v, m, d_o) = split(inputs)?;
         let zero = |x: &Var<'g>| x.graph().constant(x.value().zeros_like());
         let tan = |i: usize, x: &Var<'g>| t.get(i).cloned().flatten().unwrap_or_else(|| zero(x));

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::support::{check_indices, indices_from_tensor, Reduction};
+use crate::core::{Attr, Attributes};
 use crate::error::{Error, Result};
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
@@ -167,6 +168,26 @@ impl ClassLossSpec {
             lane_shape,
             targets,
         })
+    }
+
+    /// The settings by name: the reduction, `ignore_index` and
+    /// `label_smoothing` when set, the class weights and stored targets if
+    /// any.
+    pub(crate) fn attributes(&self) -> Attributes {
+        let mut a: Attributes = vec![("reduction", self.reduction.into())];
+        if let Some(i) = self.ignore_index {
+            a.push(("ignore_index", i.into()));
+        }
+        if self.label_smoothing != 0.0 {
+            a.push(("label_smoothing", self.label_smoothing.into()));
+        }
+        if let Some(w) = &self.weight {
+            a.push(("weight", w.clone().into()));
+        }
+        if let Some(t) = &self.targets {
+            a.push(("targets", Attr::Ints(t.to_vec())));
+        }
+        a
     }
 
     /// The same options with the targets stored.

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
 
+use crate::core::{Attr, Attributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
-use crate::ops::{expect_inputs, Differentiable, GradInputs};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::{Dims, Tensor};
 
@@ -26,6 +26,16 @@ pub enum Reduction {
     Mean,
     /// The sum.
     Sum,
+}
+
+impl From<Reduction> for Attr {
+    fn from(r: Reduction) -> Self {
+        Attr::Str(match r {
+            Reduction::None => "none",
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        })
+    }
 }
 
 /// An integer type class targets and embedding indices can be given in.
@@ -192,45 +202,24 @@ pub(crate) struct SumAxis {
     pub(crate) keepdim: bool,
 }
 
-impl Differentiable for SumAxis {
-    fn name(&self) -> &str {
-        "sum"
-    }
+impl StructuredOp for SumAxis {
+    const NAME: &'static str = "sum";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+    const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> Attributes {
+        vec![("axis", self.axis.into()), ("keepdim", self.keepdim.into())]
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sum", inputs, 1)?;
-        let x = inputs[0];
-        if x.rank() == 0 {
-            return Ok(x.clone());
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        if x[0].rank() == 0 {
+            return Ok(x[0].clone());
         }
-        kernels::sum_axes("sum", x, &[self.axis as isize], self.keepdim)
+        kernels::sum_axes("sum", x[0], &[self.axis as isize], self.keepdim)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(expand_axis(
-            g,
-            self.axis,
-            inputs[0].shape()
-        )?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        expand_axis(g, self.axis, n.x(0).shape())
     }
 }
 
@@ -241,43 +230,25 @@ pub(crate) struct ExpandAxis {
     pub(crate) shape: Dims,
 }
 
-impl Differentiable for ExpandAxis {
-    fn name(&self) -> &str {
-        "expand"
-    }
+impl StructuredOp for ExpandAxis {
+    const NAME: &'static str = "expand";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+    const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> Attributes {
+        vec![("axis", self.axis.into()), ("shape", self.shape[..].into())]
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("expand", inputs, 1)?;
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let mut kept = self.shape.clone();
         if !kept.is_empty() {
             kept[self.axis] = 1;
         }
-        let x = inputs[0].reshape(&kept)?;
-        kernels::broadcast_to("expand", &x, &self.shape)
+        kernels::broadcast_to("expand", &x[0].reshape(&kept)?, &self.shape)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let keepdim = inputs[0].shape().len() == self.shape.len();
-        Ok(smallvec![Some(sum_axis(g, self.axis, keepdim)?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(self.clone(), &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        sum_axis(g, self.axis, n.x(0).shape().len() == self.shape.len())
     }
 }
 
