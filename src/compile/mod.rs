@@ -64,6 +64,19 @@
 //! `x[1].value()`) take them as an input of the node while capturing, so
 //! every run reads its own; given a list, they are refused.
 //!
+//! **Where things are.** `capture.rs` traces the function once on a
+//! capturing graph and records its backward into the same graph (each
+//! op's own `Var` formula; the seed a traced leaf, so no formula folds to
+//! a constant); `lower.rs` keeps what the outputs need, refuses ops that
+//! hold data, runs a non-elementwise op's backward by its fast rule where
+//! its formula's nodes stay internal, and binds leaves to inputs,
+//! parameters, registered state or constants; `fuse.rs` groups
+//! elementwise nodes of one shape and runs of 0-d nodes into scalar
+//! programs; `kernel.rs` is the chunked interpreter over the rules'
+//! `Pointwise` kernels; `plan.rs` the liveness-based memory plan;
+//! `replay.rs` one run; `explain.rs` `Capture::explain`, `optimized` and
+//! `clusters`.
+//!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again
 //! and both are kept, up to [`CompileOptions::cache_size`] signatures
