@@ -46,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "src/graph/",
             "src/ops/differentiable.rs",
+            "src/ops/attributes.rs",
             "src/ops/rule/facts.rs",
             "src/ops/scalar_lane.rs",
             "src/autograd/scalar_node.rs",
@@ -61,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("distributed", &["src/distributed/"]),
     ("viz", &["src/viz/"]),
     ("expr", &["src/expr/"]),
+    ("onnx", &["src/onnx/"]),
     ("root", &["src/lib.rs", "src/prelude.rs"]),
 ];
 

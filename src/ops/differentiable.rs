@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::attributes::OpAttributes;
 use super::rule::OpFacts;
 use super::scalar_lane::ScalarBackward;
 use crate::autograd::{LaneOutcome, ScalarNode};
@@ -183,6 +184,14 @@ pub trait Differentiable: Send + Sync + 'static {
     fn facts(&self) -> OpFacts {
         OpFacts::opaque(self.arity())
     }
+
+    /// The settings this op was built with (axes, eps, strides, a shape),
+    /// by name, for code that reads a recorded graph without knowing op
+    /// types: the ONNX exporter, traces. The default lists none, which is
+    /// right for an op without settings (`add`, `relu`).
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
+    }
 }
 
 /// A shared op is an op: the registry's entries and [`OpFacts::example`]
@@ -243,5 +252,8 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn facts(&self) -> OpFacts {
         (**self).facts()
+    }
+    fn attributes(&self) -> OpAttributes {
+        (**self).attributes()
     }
 }

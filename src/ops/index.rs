@@ -9,6 +9,7 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -78,6 +79,9 @@ pub struct IndexSelect {
 }
 
 impl Differentiable for IndexSelect {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "index_select"
     }
@@ -126,6 +130,9 @@ pub struct IndexAdd {
 }
 
 impl Differentiable for IndexAdd {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "index_add"
     }
@@ -191,6 +198,9 @@ pub struct Gather {
 }
 
 impl Differentiable for Gather {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "gather"
     }
@@ -238,6 +248,9 @@ pub struct ScatterAdd {
 }
 
 impl Differentiable for ScatterAdd {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "scatter_add"
     }

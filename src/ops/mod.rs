@@ -20,6 +20,7 @@ macro_rules! op_families {
 }
 
 mod apply;
+pub mod attributes;
 mod differentiable;
 
 op_families! {
@@ -62,6 +63,7 @@ pub mod scalar_lane;
 #[cfg(test)]
 mod testing;
 
+pub use attributes::{AttrValue, OpAttributes};
 pub use differentiable::{Differentiable, GradInputs};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;

@@ -7,6 +7,7 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
@@ -36,6 +37,9 @@ pub struct SumDim {
 }
 
 impl Differentiable for SumDim {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+    }
     fn name(&self) -> &str {
         "sum_dim"
     }
@@ -80,6 +84,9 @@ pub struct MeanDim {
 }
 
 impl Differentiable for MeanDim {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+    }
     fn name(&self) -> &str {
         "mean_dim"
     }
@@ -150,6 +157,9 @@ impl Variance {
 }
 
 impl Differentiable for Variance {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
+    }
     fn name(&self) -> &str {
         "var"
     }
@@ -211,6 +221,9 @@ impl LogSumExp {
 }
 
 impl Differentiable for LogSumExp {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+    }
     fn name(&self) -> &str {
         "logsumexp"
     }

@@ -8,6 +8,7 @@
 //! size 0 is an error. `argmax`/`argmin` return indices as constants (no
 //! gradient), the first occurrence winning a tie.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -67,6 +68,10 @@ macro_rules! extremum_op {
             fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
                 (axes_of(None, rank), false)
             }
+
+            fn settings(&self) -> OpAttributes {
+                OpAttributes::new()
+            }
         }
 
         extremum_op!(@impl $op, $name, $kernel);
@@ -85,6 +90,10 @@ macro_rules! extremum_op {
             fn axes_keepdim(&self, _rank: usize) -> (Axes, bool) {
                 (self.axes.clone(), self.keepdim)
             }
+
+            fn settings(&self) -> OpAttributes {
+                OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+            }
         }
 
         extremum_op!(@impl $op, $name, $kernel);
@@ -93,6 +102,9 @@ macro_rules! extremum_op {
         impl Differentiable for $op {
             fn name(&self) -> &str {
                 $name
+            }
+            fn attributes(&self) -> OpAttributes {
+                self.settings()
             }
             fn arity(&self) -> Option<usize> {
                 Some(1)
@@ -159,6 +171,9 @@ macro_rules! arg_op {
         impl Differentiable for $op {
             fn name(&self) -> &str {
                 $name
+            }
+            fn attributes(&self) -> OpAttributes {
+                OpAttributes::new().int_opt("axis", self.axis).bool("keepdim", self.keepdim)
             }
             fn arity(&self) -> Option<usize> {
                 Some(1)

@@ -18,6 +18,7 @@ use smallvec::smallvec;
 use std::borrow::Cow;
 
 use super::attention::{additive_mask, fused_backward, fused_forward, sample, Config};
+use crate::ops::OpAttributes;
 use crate::kernels::mask::{compare, Comparison};
 use crate::kernels::reduce_minmax::amax;
 use crate::error::{Error, Result};
@@ -166,6 +167,9 @@ impl<'g> Unfused<'g> {
 }
 
 impl Differentiable for SdpaBackward {
+    fn attributes(&self) -> OpAttributes {
+        self.cfg.attributes()
+    }
     fn name(&self) -> &str {
         OP
     }

@@ -13,6 +13,7 @@ use smallvec::smallvec;
 
 use super::pool::{adaptive, smooth, AvgPool2dOptions, Geometry, SAMPLE_SHAPE};
 use super::spatial::Spatial;
+use crate::ops::OpAttributes;
 use crate::error::Result;
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -31,6 +32,13 @@ enum Windows {
 }
 
 impl Windows {
+    /// The options of fixed windows, or the `output_size` of adaptive ones.
+    fn attributes(&self) -> OpAttributes {
+        match self {
+            Windows::Fixed(o) => o.attributes(),
+            Windows::Adaptive(out) => OpAttributes::new().ints("output_size", out),
+        }
+    }
     fn name(&self) -> &'static str {
         match self {
             Windows::Fixed(_) => "avg_pool2d",
@@ -137,6 +145,9 @@ fn example_out_shape(windows: &Windows) -> Dims {
 }
 
 impl Differentiable for AvgPool2d {
+    fn attributes(&self) -> OpAttributes {
+        self.windows.attributes()
+    }
     fn name(&self) -> &str {
         self.windows.name()
     }
@@ -186,6 +197,9 @@ impl Differentiable for AvgPool2d {
 }
 
 impl Differentiable for AvgPool2dBackward {
+    fn attributes(&self) -> OpAttributes {
+        self.windows.attributes()
+    }
     fn name(&self) -> &str {
         self.windows.backward_name()
     }

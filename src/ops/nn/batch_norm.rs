@@ -13,6 +13,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -37,6 +38,15 @@ pub(super) enum Affine {
 }
 
 impl Affine {
+    /// `attrs` with `weight` and `bias` listed when they were given (an op
+    /// that infers them from its input count lists neither).
+    pub(super) fn attributes(self, attrs: OpAttributes) -> OpAttributes {
+        match self {
+            Affine::FromInputs => attrs,
+            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
+        }
+    }
+
     /// `(has_weight, has_bias)` for `n_params` inputs after the fixed ones.
     pub(super) fn resolve(self, op: &str, fixed: usize, n_inputs: usize) -> Result<(bool, bool)> {
         let extra = n_inputs.saturating_sub(fixed);
@@ -288,6 +298,9 @@ impl BatchNorm {
 }
 
 impl Differentiable for BatchNorm {
+    fn attributes(&self) -> OpAttributes {
+        self.affine.attributes(OpAttributes::new().bool("training", self.training).float("eps", self.eps))
+    }
     fn name(&self) -> &str {
         "batch_norm"
     }

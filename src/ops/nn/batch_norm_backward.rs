@@ -17,6 +17,7 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::batch_norm::{check_channel_param, check_eps, planes, sample, BatchNorm};
+use crate::ops::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm as kernel;
@@ -145,6 +146,9 @@ fn check_grad(op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
 }
 
 impl Differentiable for BatchNormBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("eps", self.eps).bool("weight", self.has_weight)
+    }
     fn name(&self) -> &str {
         "batch_norm_backward"
     }
@@ -240,6 +244,9 @@ impl Differentiable for BatchNormBackward {
 }
 
 impl Differentiable for BatchNormWeightBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("eps", self.eps)
+    }
     fn name(&self) -> &str {
         "batch_norm_weight_backward"
     }

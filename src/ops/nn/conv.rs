@@ -10,6 +10,7 @@ use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec
 use super::conv_transpose::ConvTranspose;
 use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -214,6 +215,9 @@ pub(super) fn bias_view<'g>(b: &Var<'g>, spatial: usize) -> Result<Var<'g>> {
 }
 
 impl Differentiable for Conv {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
     fn name(&self) -> &str {
         self.name_str()
     }

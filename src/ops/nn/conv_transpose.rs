@@ -10,6 +10,7 @@ use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
 use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
 use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -180,6 +181,9 @@ impl ConvTranspose {
 }
 
 impl Differentiable for ConvTranspose {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
     fn name(&self) -> &str {
         self.name_str()
     }

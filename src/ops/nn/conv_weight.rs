@@ -10,6 +10,7 @@ use super::conv::Conv;
 use super::conv_spec::{sample, ConvSpec};
 use super::conv_transpose::ConvTranspose;
 use super::spatial::check_same_dtype;
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::conv::{conv2d_weight_grad, ConvGeometry};
@@ -72,6 +73,9 @@ impl ConvWeight {
 }
 
 impl Differentiable for ConvWeight {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes().ints("kernel", &self.kernel)
+    }
     fn name(&self) -> &str {
         self.name_str()
     }

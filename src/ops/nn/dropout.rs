@@ -5,6 +5,7 @@
 //! applied to the gradient or tangent: nothing is stored, and gradients of
 //! gradients come for free.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -42,6 +43,9 @@ fn check_p(p: f64) -> Result<()> {
 }
 
 impl Differentiable for Dropout {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("p", self.p).int("seed", self.seed)
+    }
     fn name(&self) -> &str {
         "dropout"
     }

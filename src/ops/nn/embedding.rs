@@ -14,6 +14,7 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::support::{check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
@@ -44,6 +45,18 @@ struct Resolved {
 }
 
 impl IndexSpec {
+    /// `padding_idx` when set, and the stored `indices` with their
+    /// `index_shape` when the op holds them (rather than taking an input).
+    fn attributes(&self) -> OpAttributes {
+        let attrs = match &self.stored {
+            Some(s) => OpAttributes::new()
+                .ints("indices", &s.values)
+                .ints("index_shape", &s.shape),
+            None => OpAttributes::new(),
+        };
+        attrs.int_opt("padding_idx", self.padding_idx)
+    }
+
     fn arity(&self, leading: usize) -> usize {
         leading + usize::from(self.stored.is_none())
     }
@@ -152,6 +165,9 @@ pub struct EmbeddingDenseBackward {
 }
 
 impl Differentiable for Embedding {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
     fn name(&self) -> &str {
         "embedding"
     }
@@ -208,6 +224,9 @@ impl Differentiable for Embedding {
 }
 
 impl Differentiable for EmbeddingDenseBackward {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
     fn name(&self) -> &str {
         "embedding_dense_backward"
     }

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -98,6 +99,9 @@ fn signed(shape: &[usize]) -> Vec<isize> {
 }
 
 impl Differentiable for GroupNorm {
+    fn attributes(&self) -> OpAttributes {
+        self.affine.attributes(OpAttributes::new().int("num_groups", self.num_groups).float("eps", self.eps))
+    }
     fn name(&self) -> &str {
         "group_norm"
     }

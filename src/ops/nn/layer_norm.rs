@@ -4,6 +4,7 @@
 //! `sum_to_size` (bias). Its tangent rule reuses the input-gradient op,
 //! since `d x̂ / d x = σ P` is symmetric.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -113,6 +114,17 @@ impl LayerNorm {
 }
 
 impl Differentiable for LayerNorm {
+    fn attributes(&self) -> OpAttributes {
+        let attrs = match &self.normalized_shape {
+            Some(shape) => OpAttributes::new().ints("normalized_shape", shape),
+            None => OpAttributes::new(),
+        };
+        let attrs = attrs.float("eps", self.eps);
+        match self.affine {
+            Affine::FromInputs => attrs,
+            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
+        }
+    }
     fn name(&self) -> &str {
         "layer_norm"
     }

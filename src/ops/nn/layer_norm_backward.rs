@@ -13,6 +13,7 @@ use smallvec::smallvec;
 
 use super::layer_norm::{check_param, row_len, LayerNorm};
 use super::support::sum_axis;
+use crate::ops::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
@@ -122,6 +123,9 @@ fn shape_or_last(shape: &Dims, x: &Tensor) -> Dims {
 }
 
 impl Differentiable for LayerNormBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float("eps", self.eps).bool("weight", self.has_weight)
+    }
     fn name(&self) -> &str {
         "layer_norm_backward"
     }
@@ -218,6 +222,9 @@ impl Differentiable for LayerNormBackward {
 }
 
 impl Differentiable for LayerNormWeightBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float("eps", self.eps)
+    }
     fn name(&self) -> &str {
         "layer_norm_weight_backward"
     }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use smallvec::smallvec;
 
 use super::pool::{distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -123,6 +124,9 @@ fn facts(example: Arc<dyn Differentiable>, arity: usize, sample: fn(u64) -> Vec<
 }
 
 impl Differentiable for MaxPool2d {
+    fn attributes(&self) -> OpAttributes {
+        self.opts.attributes()
+    }
     fn name(&self) -> &str {
         "max_pool2d"
     }
@@ -296,6 +300,9 @@ impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
 }
 
 impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
+    fn attributes(&self) -> OpAttributes {
+        self.opts.attributes()
+    }
     fn name(&self) -> &str {
         Self::NAME
     }

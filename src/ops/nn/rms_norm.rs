@@ -17,6 +17,7 @@ use smallvec::smallvec;
 
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -107,6 +108,9 @@ fn curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, shape: &Dims, eps: O
 }
 
 impl Differentiable for RmsNorm {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float_opt("eps", self.eps)
+    }
     fn name(&self) -> &str {
         "rms_norm"
     }
@@ -187,6 +191,9 @@ impl Differentiable for RmsNorm {
 }
 
 impl Differentiable for RmsNormBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float_opt("eps", self.eps).bool("weight", self.has_weight)
+    }
     fn name(&self) -> &str {
         "rms_norm_backward"
     }

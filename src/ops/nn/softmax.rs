@@ -8,6 +8,7 @@
 //! `log_softmax`: `g - e^y Σ g`. The softmax Jacobian is symmetric, so its
 //! tangent rule is its backward applied to the tangent.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -89,6 +90,9 @@ fn pair<'a>(op: &'static str, inputs: &[&'a Tensor]) -> Result<(&'a Tensor, &'a 
 }
 
 impl Differentiable for Softmax {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
+    }
     fn name(&self) -> &str {
         "softmax"
     }
@@ -118,6 +122,9 @@ impl Differentiable for Softmax {
 }
 
 impl Differentiable for LogSoftmax {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
+    }
     fn name(&self) -> &str {
         "log_softmax"
     }
@@ -148,6 +155,9 @@ impl Differentiable for LogSoftmax {
 }
 
 impl Differentiable for SoftmaxBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
+    }
     fn name(&self) -> &str {
         "softmax_backward"
     }
@@ -206,6 +216,9 @@ impl Differentiable for SoftmaxBackward {
 }
 
 impl Differentiable for LogSoftmaxBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
+    }
     fn name(&self) -> &str {
         "log_softmax_backward"
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
@@ -162,6 +163,9 @@ pub(crate) struct SumAxis {
 }
 
 impl Differentiable for SumAxis {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
+    }
     fn name(&self) -> &str {
         "sum"
     }
@@ -208,6 +212,9 @@ pub(crate) struct ExpandAxis {
 }
 
 impl Differentiable for ExpandAxis {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape)
+    }
     fn name(&self) -> &str {
         "expand"
     }

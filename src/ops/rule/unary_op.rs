@@ -10,7 +10,9 @@ use super::{Lane, Num, OpFacts, Traced};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::ops::{expect_inputs, Differentiable, GradInputs, ScalarArgs, ScalarBackward};
+use crate::ops::{
+    expect_inputs, Differentiable, GradInputs, OpAttributes, ScalarArgs, ScalarBackward,
+};
 use crate::tensor::{Element, Tensor};
 
 /// Which value a unary rule writes its derivative in: the input `x`, or
@@ -76,6 +78,12 @@ pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
     /// every op (see [`OpFacts::example`]).
     fn example() -> Self {
         Self::default()
+    }
+
+    /// The rule's parameters by name (a slope, bounds), which the op's
+    /// [`Differentiable::attributes`] lists. The default lists none.
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new()
     }
 }
 
@@ -188,6 +196,9 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
             .as_ref()
             .map(|t| self.0.grad(&Traced::of(t), &Traced::of(u)).into_result())
             .transpose()
+    }
+    fn attributes(&self) -> OpAttributes {
+        self.0.attributes()
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
