@@ -42,6 +42,8 @@ pub mod graph;
 pub mod io;
 pub mod kernels;
 pub mod nn;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
@@ -55,7 +57,7 @@ pub use autograd::{
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
     JacobianMode,
 };
-pub use error::{Error, Result, TensorProblem};
+pub use error::{Error, OnnxProblem, Result, TensorProblem};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{

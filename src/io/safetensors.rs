@@ -169,7 +169,7 @@ pub fn save_tensors(
 }
 
 /// Writes `bytes` to `path` through a synced temporary file and a rename.
-fn write_atomically(op: &'static str, path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(op: &'static str, path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

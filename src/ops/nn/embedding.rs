@@ -346,6 +346,29 @@ impl<'g> Var<'g> {
         crate::error::or_panic(self.try_embedding(indices, index_shape))
     }
 
+    /// Looks up rows of this `[V, D]` weight at the ids `indices` holds (an
+    /// integer value of the graph, any shape), like
+    /// [`try_embedding`](Self::try_embedding), but with the ids as an input
+    /// of the recorded node rather than a list stored in it: the node
+    /// depends on the ids' value, so an exported graph takes them as its
+    /// input (see `retrograd::onnx`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
+    /// let ids = g.constant(Tensor::from_vec(vec![2i64, 0], &[1, 2])?);
+    /// let e = w.try_embedding_from(&ids)?;
+    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1.]);
+    /// assert_eq!(g.node(0).unwrap().inputs().len(), 2);
+    /// assert_eq!(e.sum().backward()?.wrt(&w).to_f64_vec(), vec![1., 1., 0., 0., 1., 1.]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_embedding_from(&self, indices: &Var<'g>) -> Result<Var<'g>> {
+        self.graph().record(Embedding::default(), &[self, indices])
+    }
+
     /// Embedding lookup with a `padding_idx` (negative counts from the end):
     /// that row is looked up as usual but receives no gradient.
     ///
