@@ -83,7 +83,7 @@ fn attention(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
         "Softmax",
         &[&scores],
         &tmp("probs"),
-        vec![super::attr_int("axis", -1)],
+        vec![super::attr_int("axis", rank as i64 - 1)],
     );
     if maskable {
         let nan = e.op("IsNaN", &[&probs], &tmp("empty_rows"), vec![]);

@@ -35,9 +35,39 @@ use super::proto::{
 };
 use super::tensor::onnx_type;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Var, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
 use crate::nn::{Forward, Module};
 use crate::tensor::Tensor;
+
+/// A value the export computes: a recorded node, or a constant computed
+/// while tracing (by value id).
+enum Computation {
+    Node(usize),
+    Traced(u32),
+}
+
+/// Whether value `id` is a constant that depends on no input, variable or
+/// node: a literal, or computed while tracing from such constants only.
+fn is_fixed(
+    st: &GraphState,
+    id: u32,
+    inputs: &HashMap<u32, String>,
+    memo: &mut HashMap<u32, bool>,
+) -> bool {
+    if let Some(&f) = memo.get(&id) {
+        return f;
+    }
+    let f = !inputs.contains_key(&id)
+        && st.producers()[id as usize] == LEAF_CONSTANT
+        && st.traced_of(id).is_none_or(|t| {
+            t.inputs
+                .clone()
+                .iter()
+                .all(|&i| is_fixed(st, i, inputs, memo))
+        });
+    memo.insert(id, f);
+    f
+}
 
 /// The ONNX opset the exporter writes (the default domain).
 pub const EXPORT_OPSET: i64 = 17;
@@ -70,9 +100,13 @@ pub fn can_export(op: &str) -> bool {
 /// dynamic batch axis, then [`save`](Self::save) or
 /// [`to_bytes`](Self::to_bytes).
 ///
-/// Record the graph in inference form: a float input made with
-/// [`Graph::variable`] (so every op on it records), an integer input
-/// (token ids) with [`Graph::constant`], the model in eval mode.
+/// Record the graph with tracing on ([`Graph::set_tracing`]), so that
+/// values computed from the inputs without a node (a comparison's mask,
+/// arithmetic on token ids) are exported as the ops that computed them; a
+/// float input made with [`Graph::variable`] (so every op on it records),
+/// an integer input (token ids) with [`Graph::constant`], the model in
+/// eval mode. Values a model computes outside the graph (from an input's
+/// `value()`) are constants to the exporter, as to backward.
 ///
 /// ```
 /// use retrograd::nn::{Forward, Linear, Module};
@@ -81,6 +115,7 @@ pub fn can_export(op: &str) -> bool {
 ///
 /// let model = Linear::new(3, 2)?;
 /// let graph = Graph::new();
+/// graph.set_tracing(true);
 /// let x = graph.variable(Tensor::ones(&[4, 3], DType::F32)?);
 /// let y = model.forward(&x)?.tanh();
 /// let bytes = Exporter::new(&graph)
@@ -203,6 +238,14 @@ impl<'g> Exporter<'g> {
         if self.outputs.is_empty() {
             return Err(Error::invalid("onnx export", "name at least one output"));
         }
+        if !self.graph.is_tracing() {
+            return Err(Error::invalid(
+                "onnx export",
+                "record the graph with tracing on (graph.set_tracing(true) before the forward \
+                 pass), so that values computed from the inputs without a node (masks, \
+                 comparisons, integer arithmetic) are exported as ops rather than baked in",
+            ));
+        }
         for (name, v) in self.inputs.iter().chain(&self.outputs) {
             self.graph.check_same("onnx export", v)?;
             if v.value_id().is_none() {
@@ -242,7 +285,6 @@ impl<'g> Exporter<'g> {
 
     fn write_graph(&self) -> Result<GraphProto> {
         let st = self.graph.state();
-        let producers = st.producers();
         let mut emit = Emit::new(self.dynamic_batch.is_some());
         // ONNX names of values already written, by value id.
         let mut names: HashMap<u32, String> = HashMap::new();
@@ -266,43 +308,53 @@ impl<'g> Exporter<'g> {
             }
             output_of.entry(v.slot()).or_insert_with(|| name.clone());
         }
-        let needed = self.needed_nodes(&st, &names)?;
         let mut used_inputs = vec![false; self.inputs.len()];
-        for &n in &needed {
-            let rec = st.nodes()[n];
+        for c in self.needed(&st, &names) {
+            let (op_id, input_ids, out_id, index) = match c {
+                Computation::Node(n) => (
+                    st.nodes()[n].op,
+                    st.inputs_of(n).to_vec(),
+                    st.nodes()[n].output,
+                    n,
+                ),
+                Computation::Traced(id) => {
+                    let t = st.traced_of(id).expect("a traced value");
+                    (t.op, t.inputs.to_vec(), id, st.nodes().len())
+                }
+            };
             let mut inputs = Vec::new();
             let mut values = Vec::new();
-            for &id in st.inputs_of(n) {
+            for &id in &input_ids {
                 inputs.push(self.leaf_name(&st, id, &mut names, &mut emit)?);
                 values.push(st.values()[id as usize].clone());
                 if let Some(i) = self.inputs.iter().position(|(_, v)| v.slot() == id) {
                     used_inputs[i] = true;
                 }
             }
-            let op = st.op(rec.op);
-            let op_name = st.op_name(rec.op).to_string();
-            let out = match output_of.get(&rec.output) {
+            let op = st.op(op_id);
+            let op_name = st.op_name(op_id).to_string();
+            let out = match output_of.get(&out_id) {
                 Some(name) => name.clone(),
                 None => emit.fresh(
-                    st.name_of(rec.output)
-                        .map_or_else(|| format!("{op_name}_{n}"), str::to_string)
+                    st.name_of(out_id)
+                        .map_or_else(|| format!("{op_name}_{}", out_id), str::to_string)
                         .as_str(),
                 ),
             };
             let ctx = NodeCtx {
-                index: n,
+                index,
                 op: &op_name,
                 attrs: op.attributes(),
                 inputs,
                 values,
-                output: st.values()[rec.output as usize].clone(),
+                output: st.values()[out_id as usize].clone(),
                 out: out.clone(),
             };
             let map = mapper(&op_name).ok_or_else(|| {
                 ctx.unsupported("this op has no ONNX form in the exporter".to_string())
             })?;
             map(&mut emit, &ctx)?;
-            names.insert(rec.output, out);
+            names.insert(out_id, out);
         }
         for (i, (name, _)) in self.inputs.iter().enumerate() {
             let is_output = self
@@ -323,8 +375,7 @@ impl<'g> Exporter<'g> {
         // An output that is a leaf, or another output's value, is copied.
         for (name, v) in &self.outputs {
             let id = v.slot();
-            let written =
-                producers[id as usize] < LEAF_CONSTANT && output_of.get(&id) == Some(name);
+            let written = names.get(&id) == Some(name);
             if !written {
                 let src = self.leaf_name(&st, id, &mut names, &mut emit)?;
                 if src != *name {
@@ -351,28 +402,39 @@ impl<'g> Exporter<'g> {
         })
     }
 
-    /// The nodes the outputs depend on, in append order, stopping at the
-    /// named inputs.
-    fn needed_nodes(
-        &self,
-        st: &crate::graph::GraphState,
-        inputs: &HashMap<u32, String>,
-    ) -> Result<Vec<usize>> {
+    /// What the outputs depend on, in execution order, stopping at the
+    /// named inputs: recorded nodes, and constants computed while tracing
+    /// from values that are not constant leaves (a mask compared from the
+    /// token ids).
+    fn needed(&self, st: &GraphState, inputs: &HashMap<u32, String>) -> Vec<Computation> {
         let producers = st.producers();
-        let mut needed = vec![false; st.nodes().len()];
+        let mut fixed: HashMap<u32, bool> = HashMap::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
         let mut stack: Vec<u32> = self.outputs.iter().map(|(_, v)| v.slot()).collect();
         while let Some(id) = stack.pop() {
-            if inputs.contains_key(&id) {
+            if inputs.contains_key(&id) || !seen.insert(id) {
                 continue;
             }
-            let p = producers[id as usize];
-            if p >= LEAF_CONSTANT || needed[p as usize] {
-                continue;
+            match producers[id as usize] {
+                LEAF_VARIABLE => {}
+                LEAF_CONSTANT => {
+                    if let Some(t) = st
+                        .traced_of(id)
+                        .filter(|_| !is_fixed(st, id, inputs, &mut fixed))
+                    {
+                        out.push((id, Computation::Traced(id)));
+                        stack.extend_from_slice(&t.inputs);
+                    }
+                }
+                n => {
+                    out.push((id, Computation::Node(n as usize)));
+                    stack.extend_from_slice(st.inputs_of(n as usize));
+                }
             }
-            needed[p as usize] = true;
-            stack.extend_from_slice(st.inputs_of(p as usize));
         }
-        Ok((0..needed.len()).filter(|&n| needed[n]).collect())
+        out.sort_by_key(|(id, _)| *id);
+        out.into_iter().map(|(_, c)| c).collect()
     }
 
     /// The ONNX name of value `id`, writing it first if it is a leaf not
@@ -380,7 +442,7 @@ impl<'g> Exporter<'g> {
     /// `Constant` node for any other constant.
     fn leaf_name(
         &self,
-        st: &crate::graph::GraphState,
+        st: &GraphState,
         id: u32,
         names: &mut HashMap<u32, String>,
         emit: &mut Emit,
@@ -474,6 +536,7 @@ pub fn export_forward(
     dynamic_batch: bool,
 ) -> Result<()> {
     let graph = Graph::new();
+    graph.try_set_tracing(true)?;
     let x = if example.is_float() {
         graph.try_variable(example.clone())?
     } else {

@@ -67,6 +67,7 @@ pub(crate) struct Step {
 /// // A model written by the exporter (or by torch.onnx.export).
 /// let linear = Linear::new(2, 1)?;
 /// let graph = Graph::new();
+/// graph.set_tracing(true);
 /// let x = graph.variable(Tensor::ones(&[3, 2], DType::F32)?);
 /// let bytes = Exporter::new(&graph).input("x", &x).output("y", &linear.forward(&x)?)
 ///     .parameters_of(&linear).dynamic_batch("batch").to_bytes()?;

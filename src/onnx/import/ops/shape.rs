@@ -317,9 +317,6 @@ pub(super) fn slice<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> 
         }
         let len = y.shape()[axis] as i64;
         let (s, e) = slice_bounds(starts[i], ends[i], len);
-        if s == 0 && e == len && steps[i] == 1 {
-            continue;
-        }
         y = y.try_slice(axis as isize, s as isize, e as isize, steps[i] as usize)?;
     }
     one(y)
@@ -333,12 +330,19 @@ pub(super) fn gather<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     let axis = c.axis(c.attrs.int("axis", 0)?, rank)?;
     let size = x.shape()[axis] as i64;
     let fix = |i: i64| if i < 0 { i + size } else { i };
-    let ids: Vec<i64> = c.ints(idx)?.into_iter().map(fix).collect();
-    let index = Tensor::from_vec(ids.clone(), idx.shape())?;
+    let raw = c.ints(idx)?;
+    let negative = raw.iter().any(|&i| i < 0);
+    let ids: Vec<i64> = raw.into_iter().map(fix).collect();
     if axis == 0 && rank == 2 && x.value().is_float() {
-        let index = c.constant(index);
+        // The ids stay the node's input (a graph input stays one on re-export).
+        let index = if negative {
+            c.constant(Tensor::from_vec(ids, idx.shape())?)
+        } else {
+            idx.clone()
+        };
         return one(x.try_embedding_from(&index)?);
     }
+    let index = Tensor::from_vec(ids.clone(), idx.shape())?;
     if idx.shape().is_empty() {
         let i = usize::try_from(ids[0])
             .map_err(|_| c.error(format!("index {} out of range", ids[0])))?;
