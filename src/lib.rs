@@ -32,13 +32,12 @@ struct ReadmeDoctests;
 extern crate self as retrograd;
 
 pub mod autograd;
+mod base;
+pub mod core;
 pub mod data;
 pub mod distributed;
-mod error;
 #[cfg(feature = "expr")]
 pub mod expr;
-mod fallible;
-pub mod graph;
 pub mod io;
 pub mod kernels;
 pub mod nn;
@@ -48,25 +47,31 @@ pub mod ops;
 pub mod optim;
 pub mod prelude;
 pub mod tensor;
-#[cfg(test)]
-mod test_util;
 pub mod viz;
 
+pub use self::core::{Differentiable, GradInputs, Graph, GraphNode, NoGradGuard, OpFacts, Var};
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
     JacobianMode,
 };
-pub use error::{Error, OnnxProblem, Result, TensorProblem};
-pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use base::{DType, Error, OnnxProblem, Result, TensorProblem};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{
     AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,
     SdpaOptions,
 };
 pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
-pub use ops::{Differentiable, GradInputs, OpFacts, OpRegistry};
-pub use tensor::{DType, DataType, Element, Tensor};
+pub use ops::OpRegistry;
+pub use tensor::{DataType, Element, Tensor};
+
+/// The graph, `Var` and the node types: the [`core`](mod@self::core)
+/// layer's [`graph`](self::core::graph) module, under its first name.
+pub use self::core::graph;
+// Short crate-internal paths for the base layer's modules.
+use base::{error, fallible};
+#[cfg(test)]
+use tensor::test_util;
 
 /// The `half` crate, whose `f16` and `bf16` are the element types of
 /// `DType::F16` and `DType::BF16` (`to_vec::<half::bf16>()`).

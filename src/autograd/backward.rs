@@ -10,10 +10,10 @@ use smallvec::SmallVec;
 
 use super::fast::{run_fast, Walk};
 use super::gradients::Gradients;
-use super::store::{GradSlot, TensorStore};
+use crate::core::store::{GradSlot, TensorStore};
+use crate::core::Differentiable;
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, OpEntry, Var, NO_SLOT};
-use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
 /// Which order the backward sweep visits nodes in. Every valid order gives

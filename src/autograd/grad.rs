@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::backward::{run, seed_for, GradStore, VarStore};
-use super::store::{GradSlot, TensorStore};
+use crate::core::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::{order, Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;

@@ -4,7 +4,7 @@
 use crate::fallible::fallible;
 use std::collections::HashMap;
 
-use super::store::GradSlot;
+use crate::core::store::GradSlot;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;

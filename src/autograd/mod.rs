@@ -12,9 +12,9 @@ mod gradients;
 pub(crate) mod hooks;
 mod notify;
 mod pool;
-mod scalar_node;
-mod store;
 
+#[doc(hidden)]
+pub use crate::core::{LaneOutcome, ScalarNode};
 pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
@@ -22,5 +22,3 @@ pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, J
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
-#[doc(hidden)]
-pub use scalar_node::{LaneOutcome, ScalarNode};

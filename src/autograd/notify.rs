@@ -11,7 +11,7 @@
 use super::backward::{seed_for, BackwardOptions};
 use super::fast::run_fast_notify;
 use super::gradients::Gradients;
-use super::store::{GradSlot, TensorStore};
+use crate::core::store::{GradSlot, TensorStore};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;

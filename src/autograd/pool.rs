@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use super::store::GradSlot;
+use crate::core::store::GradSlot;
 use crate::graph::pool::{self as arena_pool, MAX_SPARE_BYTES};
 use crate::graph::Graph;
 

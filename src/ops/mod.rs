@@ -20,8 +20,6 @@ macro_rules! op_families {
 }
 
 mod apply;
-pub mod attributes;
-mod differentiable;
 
 op_families! {
     /// Registers every built-in op (`OpRegistry::with_builtins`).
@@ -59,15 +57,15 @@ mod operators;
 pub mod reduce_view;
 mod registry;
 pub mod rule;
-pub mod scalar_lane;
 #[cfg(test)]
 mod testing;
 
-pub use attributes::{AttrValue, OpAttributes};
-pub use differentiable::{Differentiable, GradInputs};
+pub use crate::core::scalar_lane;
+pub use crate::core::{attributes, AttrValue, OpAttributes};
+pub use crate::core::{Differentiable, GradInputs};
+pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
-pub use scalar_lane::{ScalarArgs, ScalarBackward};
 
 use crate::error::Result;
 use crate::graph::Var;

@@ -4,10 +4,10 @@
 
 use std::fmt;
 
-use super::dtype::DType;
 use super::math::{exp_f32, tanh_f32, tanh_f64};
 use super::storage::Buffer;
 use super::{Repr, Tensor, Word};
+use crate::base::DType;
 use std::sync::Arc;
 
 /// Any element type a tensor can store: `f32`, `f64`, `i64`, `bool`,

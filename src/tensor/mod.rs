@@ -14,7 +14,6 @@
 //! 0-d form and a dense form.
 
 mod display;
-mod dtype;
 mod element;
 mod fill;
 pub(crate) mod math;
@@ -23,13 +22,15 @@ pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
+#[cfg(test)]
+pub(crate) mod test_util;
 mod view;
 mod word;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-pub use dtype::DType;
+pub use crate::base::DType;
 pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;

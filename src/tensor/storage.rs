@@ -9,9 +9,9 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::dtype::DType;
 use super::element::DataType;
 use super::fill::Filled;
+use crate::base::DType;
 use crate::error::{Error, Result};
 
 /// `Arc::get_mut` without its atomic read-modify-write.

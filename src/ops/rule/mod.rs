@@ -23,13 +23,12 @@
 //! method a doctest (ARCHITECTURE.md, "How to add an op").
 
 mod binary_op;
-mod facts;
 mod num;
 mod select_op;
 mod unary_op;
 
+pub use crate::core::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use binary_op::{Binary, BinaryRule};
-pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use num::{Cmp, Lane, Num, Plain, Traced};
 pub use select_op::SelectWhere;
 pub use unary_op::{SlopeOf, Unary, UnaryRule};

@@ -1,6 +1,6 @@
 //! The [`DType`] tag: which element type a tensor holds. A plain enum with
 //! no dependencies, so that [`Error`](crate::Error) can name dtypes: it sits
-//! with `error.rs` in the lowest layer (ARCHITECTURE.md, "Layers").
+//! with `error.rs` in the base layer (ARCHITECTURE.md, "Layers").
 
 use std::fmt;
 

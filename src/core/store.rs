@@ -1,12 +1,11 @@
 //! Gradient slots by value id, and the first-order store that accumulates
 //! plain tensors into them.
 //!
-//! This file and `scalar_node.rs` sit in the core layer, below the rest of
-//! `autograd` (ARCHITECTURE.md, "Layers"): an op's hidden
+//! It sits in the core layer, below `autograd` (ARCHITECTURE.md,
+//! "Layers"): an op's hidden
 //! [`Differentiable::scalar_node`](crate::Differentiable) is handed a
 //! [`ScalarNode`](super::ScalarNode) that writes its input gradients here,
-//! so the op trait has to see both. They import nothing from the rest of
-//! `autograd`.
+//! so the op trait has to see both.
 
 use crate::error::Result;
 use crate::kernels::{elementwise::zip_assign, functors};

@@ -76,9 +76,9 @@ impl ScalarBackward<'_> {
 macro_rules! scalar_rule {
     (arity $n:literal, |$g:ident, $x:ident, $y:ident, $d:ident| $body:expr) => {
         #[inline]
-        fn backward_scalar(&self, call: &mut $crate::ops::ScalarBackward<'_>) -> bool {
+        fn backward_scalar(&self, call: &mut $crate::core::ScalarBackward<'_>) -> bool {
             match call {
-                $crate::ops::ScalarBackward::F32(a) => {
+                $crate::core::ScalarBackward::F32(a) => {
                     if a.inputs.len() != $n {
                         return false;
                     }
@@ -86,7 +86,7 @@ macro_rules! scalar_rule {
                     let _ = (&$x, &$y);
                     $body;
                 }
-                $crate::ops::ScalarBackward::F64(a) => {
+                $crate::core::ScalarBackward::F64(a) => {
                     if a.inputs.len() != $n {
                         return false;
                     }

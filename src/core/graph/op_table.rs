@@ -13,7 +13,7 @@ use std::any::TypeId;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::ops::Differentiable;
+use crate::core::Differentiable;
 
 /// Where a node's op is in its graph's [`OpTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,8 +33,8 @@ pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub(crate) use op_table::{OpEntry, OpId, OpTable};
 pub use var::Var;
 
+use crate::core::Differentiable;
 use crate::error::{Error, Result};
-use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
 /// Producer tag of a leaf that requires grad (`graph.variable`).

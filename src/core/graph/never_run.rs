@@ -1,9 +1,9 @@
 //! [`NeverRun`]: stateless ops for the graph's own tests, which sit below
 //! the concrete ops: records and op tables point at them, nothing runs them.
 
+use crate::core::{Differentiable, GradInputs};
 use crate::error::Result;
 use crate::graph::Var;
-use crate::ops::{Differentiable, GradInputs};
 use crate::tensor::Tensor;
 
 /// A zero-sized op; each `K` is a type of its own, named "first" (0) or

@@ -5,7 +5,7 @@
 //! message is enough to find the bug without a debugger. Operator sugar
 //! (`&x * &y`) panics with exactly the same message.
 
-use crate::tensor::DType;
+use super::dtype::DType;
 
 /// `Result` with retrograd's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -8,15 +8,14 @@
 //! rule alone, with gathering and accumulating on the sweep's side, cost
 //! about a sixth more instructions per node on W1.)
 //!
-//! With `store.rs`, this file sits in the core layer with the op trait,
-//! below the rest of `autograd` (ARCHITECTURE.md, "Layers"): the trait's
-//! default `scalar_node` body names [`ScalarNode`], so it must be concrete
-//! and visible there. It imports nothing from the rest of `autograd`.
+//! It sits in the core layer with the op trait, below `autograd`
+//! (ARCHITECTURE.md, "Layers"): the trait's default `scalar_node` body
+//! names [`ScalarNode`], so it must be concrete and visible there.
 
+use super::graph::{GraphState, NodeRecord};
+use super::scalar_lane::{ScalarArgs, ScalarBackward};
 use super::store::TensorStore;
 use crate::error::{Error, Result};
-use crate::graph::{GraphState, NodeRecord};
-use crate::ops::{ScalarArgs, ScalarBackward};
 use crate::tensor::Element;
 
 /// The dtypes the scalar lane runs in. Tags a scalar backward call with its

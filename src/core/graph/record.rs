@@ -7,8 +7,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::{Graph, GraphState, InlineInputs, NodeRecord, OpId, OpTable, Var, NO_SLOT};
+use crate::core::Differentiable;
 use crate::error::{Error, Result};
-use crate::ops::Differentiable;
 use crate::tensor::Tensor;
 
 impl Graph {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::ops::Differentiable;
+use super::differentiable::Differentiable;
 
 /// How far random inputs keep from a kink, a tie or a domain edge, so that
 /// finite differences and f32 rounding never straddle one.

@@ -2,7 +2,7 @@
 //! textbook-style trace line.
 
 use super::{Graph, GraphState, Var};
-use crate::ops::OpAttributes;
+use crate::core::attributes::OpAttributes;
 
 /// One recorded op invocation (the textbook chapter's `GraphNode`): the op's name, the
 /// inputs it was called with (sharing their storage, not copies), its output,

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::attributes::OpAttributes;
-use super::rule::OpFacts;
+use super::facts::OpFacts;
+use super::graph::Var;
 use super::scalar_lane::ScalarBackward;
-use crate::autograd::{LaneOutcome, ScalarNode};
+use super::scalar_node::{LaneOutcome, ScalarNode};
 use crate::error::Result;
-use crate::graph::Var;
 use crate::tensor::Tensor;
 
 /// One optional gradient per input, returned by [`Differentiable::backward`];
@@ -152,7 +152,7 @@ pub trait Differentiable: Send + Sync + 'static {
     /// Runs one scalar node of the first-order sweep through
     /// [`backward_scalar`](Self::backward_scalar): the sweep's one dynamic
     /// call per scalar node, with the rule inlined into this op's copy of
-    /// the body (see `autograd/scalar_node.rs`). Not meant to be overridden:
+    /// the body (see `core/scalar_node.rs`). Not meant to be overridden:
     /// only the engine can build a [`LaneOutcome`].
     #[doc(hidden)]
     #[inline]

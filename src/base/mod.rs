@@ -1,0 +1,15 @@
+//! The base layer: what every other layer may use and which uses nothing
+//! of the crate. The one [`Error`] enum and [`Result`] (`error.rs`), the
+//! `fallible!` macro that writes each `try_x`/`x` method pair
+//! (`fallible.rs`), and the [`DType`] tag (`dtype.rs`), which sits here
+//! because errors name dtypes.
+//!
+//! The crate root keeps the short paths: `crate::error`, `crate::fallible`
+//! and `crate::{Error, Result, DType}`.
+
+pub(crate) mod dtype;
+pub(crate) mod error;
+pub(crate) mod fallible;
+
+pub use dtype::DType;
+pub use error::{Error, OnnxProblem, Result, TensorProblem};

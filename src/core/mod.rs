@@ -1,0 +1,41 @@
+//! The core layer: the computational graph and the op trait, which need
+//! each other by nature (`Differentiable`'s methods take [`Var`]s, and
+//! `Graph::record` keeps an op per node), with what the trait's signatures
+//! name.
+//!
+//! - [`graph`]: [`Graph`], [`Var`], the node records, `record`, both
+//!   backward orders, the inference graph.
+//! - `differentiable.rs`: [`Differentiable`], the op trait, and
+//!   [`GradInputs`].
+//! - `attributes.rs`: [`OpAttributes`], an op's settings by name
+//!   (`Differentiable::attributes` returns them).
+//! - `facts.rs`: [`OpFacts`], what the registry knows of each op
+//!   (`Differentiable::facts` returns it).
+//! - `scalar_lane.rs`: the scalar lane's call ([`ScalarBackward`]) and the
+//!   `scalar_rule!` macro.
+//! - `scalar_node.rs`: one scalar node of the first-order sweep, run inside
+//!   its op's monomorphised `Differentiable::scalar_node` (the rule inlines:
+//!   W1's hot path), so it must be a concrete type the trait can name.
+//! - `store.rs`: gradient slots by value id and the first-order
+//!   `TensorStore` that `ScalarNode` writes into.
+//!
+//! Nothing here imports from `autograd`, `ops` or anything above: the
+//! sweeps (`autograd`) and the concrete ops (`ops`) build on this layer.
+//! The older paths `crate::graph`, `crate::ops::Differentiable` and
+//! `crate::autograd::ScalarNode` are re-exports of these items.
+
+pub mod attributes;
+pub(crate) mod differentiable;
+pub(crate) mod facts;
+pub mod graph;
+pub mod scalar_lane;
+pub(crate) mod scalar_node;
+pub(crate) mod store;
+
+pub use attributes::{AttrValue, OpAttributes};
+pub use differentiable::{Differentiable, GradInputs};
+pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
+pub use graph::{Graph, GraphNode, NoGradGuard, Var};
+pub use scalar_lane::{ScalarArgs, ScalarBackward};
+#[doc(hidden)]
+pub use scalar_node::{LaneOutcome, ScalarNode};
