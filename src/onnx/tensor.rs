@@ -2,6 +2,8 @@
 //! as little-endian `raw_data` (written) or any of the typed fields
 //! (read: `float_data`, `int64_data`, `int32_data`, `double_data`).
 
+use std::path::Path;
+
 use half::{bf16, f16};
 
 use super::proto::tensor_proto::{DataLocation, DataType as OnnxType};
@@ -80,15 +82,29 @@ fn le_bytes<T: Copy, const N: usize>(values: &[T], f: impl Fn(T) -> [u8; N]) -> 
 /// a length that does not fit the dims, an unknown type, or data stored
 /// outside the file is [`OnnxProblem::BadTensor`] naming the tensor.
 pub(crate) fn from_proto(p: &TensorProto) -> Result<Tensor> {
+    from_proto_in(p, None)
+}
+
+/// [`from_proto`], reading data stored in an external file from `dir`
+/// (the model file's directory) when given.
+pub(crate) fn from_proto_in(p: &TensorProto, dir: Option<&Path>) -> Result<Tensor> {
     let name = p.name();
     let bad = |reason: String| Error::OnnxInvalid {
         problem: OnnxProblem::BadTensor,
         detail: format!("tensor `{name}`: {reason}"),
     };
     if p.data_location() == DataLocation::External || !p.external_data.is_empty() {
-        return Err(bad(
-            "its data is stored in an external file, which this importer does not read".into(),
-        ));
+        let Some(dir) = dir else {
+            return Err(bad(
+                "its data is stored in an external file: load the model from its path (OnnxModel::load)".into(),
+            ));
+        };
+        let raw = external_bytes(p, dir).map_err(bad)?;
+        let mut inline = p.clone();
+        inline.external_data.clear();
+        inline.data_location = None;
+        inline.raw_data = Some(raw);
+        return from_proto_in(&inline, None);
     }
     if p.segment.is_some() {
         return Err(bad("segmented tensors are not supported".into()));
@@ -188,6 +204,55 @@ pub(crate) fn from_proto(p: &TensorProto) -> Result<Tensor> {
     };
     debug_assert!(t.as_ref().is_ok_and(|t| t.dtype() == dtype));
     t
+}
+
+/// The bytes of an external tensor: `location` (a file beside the model,
+/// never outside its directory), from `offset`, `length` bytes or to the end.
+fn external_bytes(p: &TensorProto, dir: &Path) -> std::result::Result<Vec<u8>, String> {
+    let entry = |key: &str| {
+        p.external_data
+            .iter()
+            .find(|e| e.key() == key)
+            .map(|e| e.value().to_string())
+    };
+    let location = entry("location").ok_or("external data without a location")?;
+    let relative = Path::new(&location);
+    let inside = relative.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    });
+    if !inside {
+        return Err(format!(
+            "external location {location:?} is not a path inside the model's directory"
+        ));
+    }
+    let number = |key: &str| -> std::result::Result<Option<u64>, String> {
+        entry(key)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("external {key} {v:?} is not a number"))
+            })
+            .transpose()
+    };
+    let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
+    let path = dir.join(relative);
+    let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::io::{Read, Seek, SeekFrom};
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    let length = length.unwrap_or(size.saturating_sub(offset));
+    if offset.checked_add(length).is_none_or(|end| end > size) {
+        return Err(format!(
+            "{}: bytes {offset}..+{length} lie past its end ({size} bytes)",
+            path.display()
+        ));
+    }
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| e.to_string())?;
+    let mut bytes = vec![0u8; length as usize];
+    file.read_exact(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 /// Bytes per element in `raw_data`.

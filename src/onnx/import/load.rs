@@ -4,6 +4,7 @@
 //! constant folding, and a dry run that catches shapes that do not fit.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use prost::Message;
 
@@ -39,14 +40,15 @@ fn label(node: &NodeProto, index: usize) -> String {
     }
 }
 
-/// Decodes and checks `bytes` into a model.
-pub(super) fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
+/// Decodes and checks `bytes` into a model; external tensor data is read
+/// from `dir` (the model file's directory) when given.
+pub(super) fn from_bytes(bytes: &[u8], dir: Option<&Path>) -> Result<OnnxModel> {
     let model =
         ModelProto::decode(bytes).map_err(|e| invalid(OnnxProblem::Decode, e.to_string()))?;
-    from_proto(&model)
+    from_proto(&model, dir)
 }
 
-pub(super) fn from_proto(model: &ModelProto) -> Result<OnnxModel> {
+pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxModel> {
     let graph = model
         .graph
         .as_ref()
@@ -83,7 +85,7 @@ pub(super) fn from_proto(model: &ModelProto) -> Result<OnnxModel> {
     }
     let opset = opset.unwrap_or(MAX_OPSET);
     let mut b = Builder::default();
-    b.read_values(graph)?;
+    b.read_values(graph, dir)?;
     let order = topological_order(graph, &b.slots)?;
     for i in order {
         let node = &graph.node[i];
@@ -186,9 +188,9 @@ impl Builder {
     }
 
     /// Initializers, then graph inputs that no initializer overrides.
-    fn read_values(&mut self, graph: &GraphProto) -> Result<()> {
+    fn read_values(&mut self, graph: &GraphProto, dir: Option<&Path>) -> Result<()> {
         for t in &graph.initializer {
-            let value = tensor::from_proto(t)?;
+            let value = tensor::from_proto_in(t, dir)?;
             let slot = self.define(t.name())?;
             self.initializers.push((slot, t.name().to_string(), value));
         }

@@ -96,7 +96,8 @@ pub struct OnnxModel {
 }
 
 impl OnnxModel {
-    /// Reads and checks an `.onnx` file.
+    /// Reads and checks an `.onnx` file (and the files beside it that hold
+    /// tensor data stored outside it, as exporters write large models).
     ///
     /// Errors: [`Error::Io`] if it cannot be read; [`Error::OnnxInvalid`]
     /// if it does not decode or its graph is malformed (a cycle, a value
@@ -110,17 +111,18 @@ impl OnnxModel {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Self::from_bytes(&bytes)
+        load::from_bytes(&bytes, Some(path.parent().unwrap_or(Path::new("."))))
     }
 
     /// Reads and checks a model from the bytes of an `.onnx` file (see [`load`](Self::load)).
+    /// Tensor data stored in external files needs [`load`](Self::load).
     pub fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
-        load::from_bytes(bytes)
+        load::from_bytes(bytes, None)
     }
 
     /// Reads and checks a decoded model (see [`load`](Self::load)).
     pub fn from_proto(model: &crate::onnx::proto::ModelProto) -> Result<OnnxModel> {
-        load::from_proto(model)
+        load::from_proto(model, None)
     }
 
     /// The graph inputs, in order.

@@ -119,21 +119,16 @@ pub(super) fn range<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> 
     one(c.constant(Tensor::arange(s, l, d, start.dtype())?))
 }
 
-pub(super) fn check_reshape(a: &Attrs, _: i64) -> Checked {
-    match a.int("allowzero", 0) {
-        Ok(0) => Ok(()),
-        _ => Err("allowzero = 1".into()),
-    }
-}
-
-/// ONNX's reshape: `0` copies the input's size at that position, `-1` is inferred.
+/// ONNX's reshape: `0` copies the input's size at that position (unless
+/// `allowzero`, when it is a size 0), `-1` is inferred.
 pub(super) fn reshape<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let x = c.input(ins, 0)?;
     let spec = c.ints(c.input(ins, 1)?)?;
+    let copy_zero = c.attrs.int("allowzero", 0)? == 0;
     let mut shape = Vec::with_capacity(spec.len());
     for (i, &d) in spec.iter().enumerate() {
         shape.push(match d {
-            0 => *x
+            0 if copy_zero => *x
                 .shape()
                 .get(i)
                 .ok_or_else(|| c.error(format!("shape {spec:?}: no size {i} to copy")))?
