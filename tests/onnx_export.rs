@@ -10,6 +10,8 @@
 //! there with its inputs and outputs, for `tests/reference/onnx_export_check.py`
 //! to run in onnxruntime (`.ci/run` does).
 
+#![cfg(feature = "onnx")]
+
 #[path = "support/registry_ops.rs"]
 mod registry_ops;
 

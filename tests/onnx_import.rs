@@ -5,6 +5,8 @@
 //! for three steps with the usual optimizers, match the same steps in
 //! PyTorch (losses and every parameter) within 1e-4.
 
+#![cfg(feature = "onnx")]
+
 use std::path::PathBuf;
 
 use retrograd::io::load_tensors;

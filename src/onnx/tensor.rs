@@ -104,7 +104,21 @@ pub(crate) fn from_proto_in(p: &TensorProto, dir: Option<&Path>) -> Result<Tenso
         inline.external_data.clear();
         inline.data_location = None;
         inline.raw_data = Some(raw);
-        return from_proto_in(&inline, None);
+        let location = p
+            .external_data
+            .iter()
+            .find(|e| e.key() == "location")
+            .map(|e| e.value().to_string());
+        return from_proto_in(&inline, None).map_err(|e| match e {
+            Error::OnnxInvalid { problem, detail } => Error::OnnxInvalid {
+                problem,
+                detail: format!(
+                    "{detail} (read from external file {:?})",
+                    location.unwrap_or_default()
+                ),
+            },
+            other => other,
+        });
     }
     if p.segment.is_some() {
         return Err(bad("segmented tensors are not supported".into()));

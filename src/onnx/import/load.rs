@@ -376,34 +376,49 @@ fn last_uses(m: &OnnxModel) -> Vec<usize> {
     last
 }
 
-/// Runs the model once on zeros of the declared input shapes (size 1
-/// for a free dimension) so that weights and shapes that do not fit are
-/// reported at load, naming the node. Skipped when an input's dtype or
-/// shape is not declared; a failure with free dimensions is not reported
-/// (size 1 may not be a size the model takes).
+/// Runs the model once on zeros of the declared input shapes so that
+/// weights and shapes that do not fit are reported at load, naming the
+/// node. A free dimension is tried at size 1, then 2 (a model may need
+/// more than one of something); only a model that runs at neither fails.
+/// Skipped when an input's dtype or shape is not declared, or the inputs
+/// would be large.
 fn dry_run(m: &OnnxModel) -> Result<()> {
-    let mut inputs = Vec::new();
-    let mut all_static = true;
-    for spec in &m.inputs {
-        let (Some(dtype), Some(dims)) = (spec.dtype, &spec.dims) else {
-            return Ok(());
-        };
-        all_static &= dims.iter().all(Option::is_some);
-        let shape: Vec<usize> = dims.iter().map(|d| d.unwrap_or(1)).collect();
-        let value = match dtype {
-            DType::F16 | DType::BF16 => return Ok(()),
-            d => Tensor::zeros(&shape, d)?,
-        };
-        inputs.push(value);
+    let mut first_error = None;
+    for free in [1, 2] {
+        let mut inputs = Vec::new();
+        for spec in &m.inputs {
+            let (Some(dtype), Some(dims)) = (spec.dtype, &spec.dims) else {
+                return Ok(());
+            };
+            let shape: Vec<usize> = dims.iter().map(|d| d.unwrap_or(free)).collect();
+            if matches!(dtype, DType::F16 | DType::BF16)
+                || shape
+                    .iter()
+                    .try_fold(1usize, |a, &d| a.checked_mul(d))
+                    .is_none_or(|n| n > 1 << 24)
+            {
+                return Ok(());
+            }
+            inputs.push(Tensor::zeros(&shape, dtype)?);
+        }
+        match m.infer(&inputs) {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                let all_static = m
+                    .inputs
+                    .iter()
+                    .all(|s| s.dims.iter().flatten().all(Option::is_some));
+                first_error.get_or_insert(e);
+                if all_static {
+                    break;
+                }
+            }
+        }
     }
-    match m.infer(&inputs) {
-        Ok(_) => Ok(()),
-        Err(e) if all_static => Err(match e {
-            Error::OnnxInvalid { .. } | Error::OnnxUnsupported { .. } => e,
-            other => invalid(OnnxProblem::ShapeMismatch, other.to_string()),
-        }),
-        Err(_) => Ok(()),
-    }
+    Err(match first_error.expect("a failed run") {
+        e @ (Error::OnnxInvalid { .. } | Error::OnnxUnsupported { .. }) => e,
+        other => invalid(OnnxProblem::ShapeMismatch, other.to_string()),
+    })
 }
 
 impl Step {

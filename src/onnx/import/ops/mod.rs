@@ -17,6 +17,9 @@ use crate::error::Result;
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
+/// The most elements an op may make from sizes the model gives ([`Ctx::check_size`]).
+const MAX_MADE_ELEMENTS: usize = 1 << 28;
+
 /// What a converter sees of its node.
 pub(crate) struct Ctx<'a, 'g> {
     /// The graph the model runs on.
@@ -180,6 +183,19 @@ impl<'g> Ctx<'_, 'g> {
     /// An error naming the node.
     pub fn error(&self, reason: impl std::fmt::Display) -> crate::Error {
         bad(&self.attrs.label, reason)
+    }
+
+    /// Checks that a tensor of `shape`, sized by the model's data (a
+    /// `ConstantOfShape`, a `Range`, an `Expand`), stays under 2^28
+    /// elements: a corrupt size must be an error, not an allocation that
+    /// aborts the process.
+    pub fn check_size(&self, shape: &[usize]) -> Result<()> {
+        match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
+            Some(n) if n <= MAX_MADE_ELEMENTS => Ok(()),
+            _ => Err(self.error(format!(
+                "a tensor of shape {shape:?} is too large to make (over 2^28 elements)"
+            ))),
+        }
     }
 
     /// `axis` (negative counts from the end) as an index into rank `rank`.

@@ -106,16 +106,22 @@ pub(super) fn constant_of_shape<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Ve
         None => Tensor::scalar(0.0f32),
     };
     let value = fill.to_f64_vec().first().copied().unwrap_or(0.0);
+    c.check_size(&dims)?;
     one(c.constant(Tensor::full(&dims, value, fill.dtype())?))
 }
 
 pub(super) fn range<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (start, limit, delta) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    let (s, l, d) = (c.scalar(start)?, c.scalar(limit)?, c.scalar(delta)?);
+    let count = ((l - s) / d).ceil();
+    if !count.is_finite() {
+        return Err(c.error(format!("Range({s}, {l}, {d})")));
+    }
+    c.check_size(&[count.max(0.0) as usize])?;
     if start.dtype() == DType::I64 {
         let (s, l, d) = (c.ints(start)?[0], c.ints(limit)?[0], c.ints(delta)?[0]);
         return one(c.constant(Tensor::arange_i64(s, l, d)?));
     }
-    let (s, l, d) = (c.scalar(start)?, c.scalar(limit)?, c.scalar(delta)?);
     one(c.constant(Tensor::arange(s, l, d, start.dtype())?))
 }
 
@@ -232,6 +238,7 @@ pub(super) fn expand<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     if out == xs {
         return one(x.clone());
     }
+    c.check_size(&out)?;
     one(x.try_expand(&out)?)
 }
 
@@ -408,6 +415,19 @@ pub(super) fn pad<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         torch[2 * (rank - 1 - a)] = pads[k] as isize;
         torch[2 * (rank - 1 - a) + 1] = pads[k + axes.len()] as isize;
     }
+    let padded: Vec<usize> = x
+        .shape()
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| {
+            let (before, after) = (torch[2 * (rank - 1 - d)], torch[2 * (rank - 1 - d) + 1]);
+            (n as isize)
+                .saturating_add(before)
+                .saturating_add(after)
+                .max(0) as usize
+        })
+        .collect();
+    c.check_size(&padded)?;
     // PyTorch's list may stop at the last padded dimension.
     while torch.len() > 2 && torch[torch.len() - 2..] == [0, 0] {
         torch.truncate(torch.len() - 2);
