@@ -105,6 +105,20 @@ fn cnn_with_batch_norm_nodes_matches_pytorch() {
 #[test]
 fn gpt_from_the_torchscript_exporter_matches_pytorch() {
     check("gpt");
+    fused(&["gpt", "gpt_dynamo", "bert"]);
+}
+
+/// Each fixture's attention (one per layer) and GELU run as retrograd's
+/// fused ops: no `Softmax` or `Erf` node is left.
+fn fused(names: &[&str]) {
+    for name in names {
+        let model = OnnxModel::load(fixture(&format!("{name}.onnx"))).unwrap();
+        let ops = model.op_types();
+        let count = |op: &str| ops.iter().filter(|o| **o == op).count();
+        assert!(count("Attention (fused)") >= 2, "{name}: {ops:?}");
+        assert_eq!(count("Softmax") + count("Erf"), 0, "{name}: {ops:?}");
+        assert!(count("Gelu") >= 2, "{name}: {ops:?}");
+    }
 }
 
 #[test]

@@ -6,12 +6,19 @@
 //! - GELU: `x · (1 + erf(x / √2)) / 2`, as this crate's exporter and
 //!   PyTorch's write it (`Div` or `Mul` by `1/√2`, `Erf`, `Add 1`, two
 //!   `Mul`s in either order), becomes one `Gelu`.
+//! - Attention: `MatMul(softmax(MatMul(q, kᵀ) · scale + mask), v)`, with
+//!   the scale on the scores or on `q`, an optional additive mask (a
+//!   constant causal mask becomes `is_causal`), and the `Where(IsNaN(p),
+//!   0, p)` that this crate's exporter adds for fully masked rows, becomes
+//!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory).
 
 use std::collections::HashMap;
 
 use super::attrs::Attrs;
-use super::ops::lookup;
+use super::ops::{fused_attention, lookup, Convert};
 use super::{OnnxModel, Step};
+use crate::onnx::proto::attribute_proto::AttributeType;
+use crate::onnx::proto::AttributeProto;
 use crate::tensor::Tensor;
 
 /// The model's steps with their readers and constants, for matching.
@@ -95,15 +102,23 @@ pub(super) fn fuse(m: &mut OnnxModel, initializers: &[(usize, String, Tensor)]) 
     {
         let v = View::new(m, initializers);
         for (i, step) in m.steps.iter().enumerate() {
-            if step.op_type == "Erf"
-                && let Some((last, x, covered)) = gelu(&v, i)
+            let found = match step.op_type.as_str() {
+                "Erf" => gelu(&v, i).map(|(last, x, covered)| {
+                    (last, fused("Gelu", &m.steps[last], vec![Some(x)]), covered)
+                }),
+                "Softmax" => {
+                    attention(&v, i).map(|a| (a.last, a.step(&m.steps[a.last]), a.covered))
+                }
+                _ => None,
+            };
+            if let Some((last, step, covered)) = found
                 && covered.iter().all(|&s| !remove[s])
             {
                 for s in covered {
                     remove[s] = true;
                 }
                 remove[last] = false;
-                replace.insert(last, fused("Gelu", &m.steps[last], vec![Some(x)]));
+                replace.insert(last, step);
             }
         }
     }
@@ -174,4 +189,208 @@ fn find_reader(v: &View<'_>, slot: usize, op_type: &str) -> Option<usize> {
     v.steps
         .iter()
         .position(|s| s.op_type == op_type && s.inputs.contains(&Some(slot)))
+}
+
+/// A matched attention: the fused step's inputs and settings.
+struct Attention {
+    q: usize,
+    /// `k`, or `kᵀ` as the first product reads it when no transpose of
+    /// the last two axes writes it (`k_transposed`).
+    k: usize,
+    k_transposed: bool,
+    v: usize,
+    mask: Option<usize>,
+    scale: f64,
+    causal: bool,
+    /// The softmax's axis, checked against the scores' rank when run.
+    axis: i64,
+    last: usize,
+    covered: Vec<usize>,
+}
+
+impl Attention {
+    fn step(&self, like: &Step) -> Step {
+        let float = |name: &str, f: f64| AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Float as i32),
+            f: Some(f as f32),
+            ..Default::default()
+        };
+        let int = |name: &str, i: i64| AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(i),
+            ..Default::default()
+        };
+        let attrs = [
+            float("scale", self.scale),
+            int("causal", i64::from(self.causal)),
+            int("k_transposed", i64::from(self.k_transposed)),
+            int("axis", self.axis),
+        ];
+        let label = format!("{} fused as attention", like.attrs.label);
+        Step {
+            convert: fused_attention as Convert,
+            attrs: Attrs::decode(label, &attrs).expect("plain attributes"),
+            op_type: "Attention (fused)".to_string(),
+            inputs: vec![Some(self.q), Some(self.k), Some(self.v), self.mask],
+            outputs: like.outputs.clone(),
+        }
+    }
+}
+
+/// The scalar constant a binary step multiplies by (`Mul` by `c`: `c`;
+/// `Div` by `c`: `1/c`), and its other operand.
+fn scaling(v: &View<'_>, step: usize) -> Option<(usize, f64)> {
+    let (a, b) = v.operands(step)?;
+    let value = |slot: usize| {
+        v.constants
+            .get(&slot)
+            .filter(|t| t.numel() == 1 && t.dtype().is_float())
+            .and_then(|t| t.try_item().ok())
+    };
+    match v.steps[step].op_type.as_str() {
+        "Mul" => value(b)
+            .map(|c| (a, c))
+            .or_else(|| value(a).map(|c| (b, c))),
+        "Div" => value(b).filter(|&c| c != 0.0).map(|c| (a, 1.0 / c)),
+        _ => None,
+    }
+}
+
+/// Whether `slot` is a constant `[L, L]` causal mask: 0 on and below the
+/// diagonal, -inf above.
+fn is_causal_mask(v: &View<'_>, slot: usize) -> bool {
+    v.constants.get(&slot).is_some_and(|t| {
+        let [l, s] = t.shape()[..] else { return false };
+        l == s
+            && t.dtype().is_float()
+            && t.to_f64_vec().iter().enumerate().all(|(i, &x)| {
+                if i % s > i / s {
+                    x == f64::NEG_INFINITY
+                } else {
+                    x == 0.0
+                }
+            })
+    })
+}
+
+/// The scores `MatMul(q, kᵀ)` behind `x`, through an optional scale on
+/// `x` or on `q`: `(product, q, kᵀ, scale, covered)`.
+fn scaled_scores(v: &View<'_>, mut x: usize) -> Option<(usize, usize, usize, f64, Vec<usize>)> {
+    let mut covered = Vec::new();
+    let mut scale = 1.0;
+    for op in ["Mul", "Div"] {
+        if let Some(step) = v.only_use(x, op)
+            && let Some((inner, c)) = scaling(v, step)
+        {
+            scale *= c;
+            covered.push(step);
+            x = inner;
+            break;
+        }
+    }
+    let product = v.only_use(x, "MatMul")?;
+    covered.push(product);
+    let (mut q, kt) = v.operands(product)?;
+    if let Some(step) = v.only_use(q, "Mul")
+        && let Some((inner, c)) = scaling(v, step)
+    {
+        scale *= c;
+        covered.push(step);
+        q = inner;
+    }
+    Some((product, q, kt, scale, covered))
+}
+
+/// Whether step `t` is a `Transpose` swapping the last two of its axes.
+fn swaps_last_two(v: &View<'_>, t: usize) -> bool {
+    let Ok(Some(perm)) = v.steps[t].attrs.ints("perm") else {
+        return false;
+    };
+    let n = perm.len();
+    n >= 2
+        && perm.iter().enumerate().all(|(i, &p)| {
+            p as usize
+                == if i + 2 == n {
+                    n - 1
+                } else if i + 1 == n {
+                    n - 2
+                } else {
+                    i
+                }
+        })
+}
+
+/// Matches attention around the `Softmax` step `softmax`.
+fn attention(v: &View<'_>, softmax: usize) -> Option<Attention> {
+    let s = v.steps;
+    let axis = s[softmax].attrs.int("axis", -1).ok()?;
+    let mut covered = vec![softmax];
+    // The softmax reads the scores, maybe plus a mask (either operand).
+    let x = s[softmax].inputs.first().copied().flatten()?;
+    let (mut mask, mut causal) = (None, false);
+    let (_, q, kt, scale, more) = match v.only_use(x, "Add") {
+        Some(add) => {
+            let (a, b) = v.operands(add)?;
+            let (found, m) = match scaled_scores(v, a) {
+                Some(found) => (found, b),
+                None => (scaled_scores(v, b)?, a),
+            };
+            if is_causal_mask(v, m) {
+                causal = true;
+            } else {
+                mask = Some(m);
+            }
+            covered.push(add);
+            found
+        }
+        None => scaled_scores(v, x)?,
+    };
+    covered.extend(more);
+    // kᵀ written by a transpose read only here: fuse that too.
+    let (k, k_transposed) = match v.only_use(kt, "Transpose") {
+        Some(t) if swaps_last_two(v, t) => {
+            covered.push(t);
+            (s[t].inputs.first().copied().flatten()?, false)
+        }
+        _ => (kt, true),
+    };
+    // The weights: straight into the second product, or through the
+    // exporter's Where(IsNaN(p), 0, p).
+    let p = s[softmax].outputs[0];
+    let mut weights = p;
+    if v.readers.get(&p) == Some(&2) {
+        let is_nan = v
+            .steps
+            .iter()
+            .position(|st| st.op_type == "IsNaN" && st.inputs.first() == Some(&Some(p)))?;
+        let nan = s[is_nan].outputs[0];
+        let select = find_reader(v, nan, "Where")?;
+        if s[select].inputs[..] != [Some(nan), s[select].inputs[1], Some(p)]
+            || !v.is_scalar(s[select].inputs[1]?, 0.0)
+        {
+            return None;
+        }
+        covered.extend([is_nan, select]);
+        weights = s[select].outputs[0];
+    }
+    let last = find_reader(v, weights, "MatMul")?;
+    let (pw, value) = v.operands(last)?;
+    if pw != weights {
+        return None;
+    }
+    covered.push(last);
+    Some(Attention {
+        q,
+        k,
+        k_transposed,
+        v: value,
+        mask,
+        scale,
+        causal,
+        axis,
+        last,
+        covered,
+    })
 }

@@ -12,6 +12,8 @@ mod nn;
 mod reduce;
 mod shape;
 
+pub(crate) use nn::fused_attention;
+
 use super::attrs::{bad, Attrs};
 use crate::error::Result;
 use crate::graph::{Graph, Var};

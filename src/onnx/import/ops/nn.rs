@@ -288,3 +288,57 @@ pub(super) fn log_softmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<
         .input(ins, 0)?
         .try_log_softmax(c.attrs.int("axis", -1)? as isize)?)
 }
+
+/// The attention `fuse.rs` matched: inputs `q`, `k` (or `kᵀ` when
+/// `k_transposed`), `v` and an optional additive mask; settings `scale`,
+/// `causal` and the softmax's `axis`. Runs retrograd's fused
+/// `scaled_dot_product_attention` where its contract holds (softmax over
+/// the last axis, `q`, `k`, `v` of one rank with equal leading dims);
+/// otherwise the nodes' own composition, so the result never changes.
+pub(crate) fn fused_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    use crate::ops::nn::{AttnMask, SdpaOptions};
+    let (q, k, v) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    let k = if c.attrs.int("k_transposed", 0)? != 0 {
+        k.try_transpose(-2, -1)?
+    } else {
+        k.clone()
+    };
+    let scale = c.attrs.float("scale", 1.0)?;
+    let causal = c.attrs.int("causal", 0)? != 0;
+    let mask = c.opt(ins, 3);
+    let rank = q.shape().len();
+    let axis = c.attrs.int("axis", -1)?;
+    let lead =
+        |x: &Var<'g>| x.shape().len() == rank && x.shape()[..rank - 2] == q.shape()[..rank - 2];
+    let fits = rank >= 2
+        && (axis == -1 || axis == rank as i64 - 1)
+        && lead(&k)
+        && lead(v)
+        && k.shape()[rank - 1] == q.shape()[rank - 1]
+        && v.shape()[rank - 2] == k.shape()[rank - 2]
+        && mask.is_none_or(|m| m.dtype() == q.dtype())
+        && !(causal && q.shape()[rank - 2] != k.shape()[rank - 2]);
+    if fits {
+        let mut options = SdpaOptions::new().scale(Some(scale)).is_causal(causal);
+        if let Some(m) = mask {
+            options = options.attn_mask(AttnMask::Additive(m));
+        }
+        return one(q.try_scaled_dot_product_attention(&k, v, &options)?);
+    }
+    let scale = c.constant(Tensor::scalar_of(scale, q.dtype()));
+    let mut scores = q.try_matmul(&k.try_transpose(-2, -1)?)?.try_mul(&scale)?;
+    if causal {
+        let n = q.shape()[rank - 2];
+        let mut m = vec![0.0; n * n];
+        for i in 0..n {
+            for j in i + 1..n {
+                m[i * n + j] = f64::NEG_INFINITY;
+            }
+        }
+        scores = scores.try_add(&c.constant(Tensor::from_f64_slice(&m, &[n, n], q.dtype())?))?;
+    }
+    if let Some(m) = mask {
+        scores = scores.try_add(m)?;
+    }
+    one(scores.try_softmax(axis as isize)?.try_matmul(v)?)
+}
