@@ -9,7 +9,7 @@ was recorded at and another one, through the free batch axis) and compares
 with retrograd's outputs: the largest absolute difference must be at most
 --tol (default 1e-5).
 
-    python3 tests/reference/onnx_export_check.py target/onnx/*.onnx
+    python3 tests/reference/onnx_export_check.py [--quiet] [--tol T] target/onnx/*.onnx
 
 Needs onnx, onnxruntime, numpy (pip; no torch).
 """
@@ -42,7 +42,7 @@ def read_safetensors(path):
     return out
 
 
-def check(path, tol):
+def check(path, tol, quiet):
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
     io = read_safetensors(path[: -len(".onnx")] + ".io.safetensors")
@@ -63,10 +63,12 @@ def check(path, tol):
             diff = float(np.max(np.abs(value.astype(np.float64) - expected.astype(np.float64)), initial=0.0))
             worst = max(worst, diff)
             shapes = ", ".join(str(list(feed[n].shape)) for n in inputs)
-            print(f"{path}: case {k}, inputs {shapes}: `{name}` max |onnxruntime - retrograd| = {diff:.3g}")
+            if not quiet:
+                print(f"{path}: case {k}, inputs {shapes}: `{name}` max |onnxruntime - retrograd| = {diff:.3g}")
         k += 1
     ops = sorted({n.op_type for n in model.graph.node})
-    print(f"{path}: opset {model.opset_import[0].version}, {len(model.graph.node)} nodes ({', '.join(ops)})")
+    if not quiet:
+        print(f"{path}: opset {model.opset_import[0].version}, {len(model.graph.node)} nodes ({', '.join(ops)})")
     if k == 0 or worst > tol:
         raise SystemExit(f"{path}: worst difference {worst:.3g} exceeds {tol}" if k else f"{path}: no cases")
     return worst
@@ -76,8 +78,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--quiet", action="store_true", help="print only the summary (and failures)")
     args = ap.parse_args()
-    worst = max(check(p, args.tol) for p in args.models)
+    worst = max(check(p, args.tol, args.quiet) for p in args.models)
     print(f"all {len(args.models)} models match onnxruntime (worst {worst:.3g}, tolerance {args.tol})")
 
 
