@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example trace -- "x*y + x" x=3 y=4
 //! cargo run --example trace -- "x*y + x" x=3 y=4 --svg w.svg --dot w.dot
+//! cargo run --example trace -- "x*y + x" x=3 y=4 --html w.html   # step through backward
 //! cargo run --example trace -- "tanh(y*2) * x" x=3 y=4 --frozen y   # y*2, tanh fold away
 //! ```
 //!
@@ -27,9 +28,10 @@ options:
   --frozen NAMES    inputs that do not require grad (comma-separated; repeatable)
   --dot FILE        write the graph as Graphviz DOT
   --svg FILE        write the graph as SVG
+  --html FILE       write a page that steps through the backward sweep
   --renderer WHO    auto (Graphviz if installed, else built-in), builtin, graphviz
   --max-nodes N     draw at most N op nodes (the rest become one node)
-  --collapse        draw repeated chains of ops as one node
+  --collapse        draw repeated chains and repeated blocks of ops as one node
   --left-right      data flows left to right (default: top down)
   --title TEXT      a caption above the picture
   -h, --help        this text";
@@ -40,6 +42,7 @@ struct Args {
     frozen: Vec<String>,
     dot: Option<String>,
     svg: Option<String>,
+    html: Option<String>,
     renderer: Renderer,
     max_nodes: Option<usize>,
     collapse: bool,
@@ -64,6 +67,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         frozen: Vec::new(),
         dot: None,
         svg: None,
+        html: None,
         renderer: Renderer::Auto,
         max_nodes: None,
         collapse: false,
@@ -80,6 +84,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             }
             Long("dot") => args.dot = Some(value(&mut parser)?),
             Long("svg") => args.svg = Some(value(&mut parser)?),
+            Long("html") => args.html = Some(value(&mut parser)?),
             Long("renderer") => {
                 args.renderer = match value(&mut parser)?.as_str() {
                     "auto" => Renderer::Auto,
@@ -154,12 +159,13 @@ fn main() -> ExitCode {
     if let Some(title) = &args.title {
         options = options.title(title);
     }
-    let written = [(&args.dot, "DOT"), (&args.svg, "SVG")];
+    let written = [(&args.dot, "DOT"), (&args.svg, "SVG"), (&args.html, "HTML")];
     for (path, kind) in written {
         let Some(path) = path else { continue };
         let result = match kind {
             "DOT" => graph.write_dot(path, &options),
-            _ => graph.write_svg(path, &options),
+            "SVG" => graph.write_svg(path, &options),
+            _ => graph.write_html(path, &options),
         };
         match result {
             Ok(()) => println!("wrote {kind} to {path}"),

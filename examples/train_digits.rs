@@ -7,10 +7,13 @@
 //! cargo run --release --example train_digits
 //! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
 //! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_digits -- --plot target/digits_curves --graph-html step.html
 //! ```
 
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,10 +26,22 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::data::{digits, Batches, Dataset};
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
-    Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer, Sgd, SgdConfig,
+    grad_norm, optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer,
+    OptimizerKind, OptimizerSettings,
 };
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+use run_outputs::{RunOutputs, StepFigures};
+
+/// The usage text, with the registered optimizers.
+fn usage() -> String {
+    let mut text = USAGE.to_string();
+    text.push_str("\n\noptimizers (--optimizer):");
+    for kind in optimizer_kinds() {
+        text.push_str(&format!("\n  {:<10}{}", kind.name, kind.summary));
+    }
+    text
+}
 
 const USAGE: &str = "\
 usage: train_digits [options]
@@ -38,23 +53,19 @@ options:
   --dropout P         dropout after each hidden layer (default 0)
   --epochs N          passes over the training set (default 30)
   --batch-size N      examples per step (default 32)
-  --optimizer NAME    sgd, adam or adamw (default adam)
+  --optimizer NAME    any registered optimizer, listed below (default adam)
   --lr RATE           peak learning rate (default 0.002; cosine-annealed to 0)
-  --momentum M        SGD momentum (default 0.9)
+  --momentum M        momentum of sgd and rmsprop (default 0.9)
   --weight-decay WD   weight decay (default 0; 0.01 for adamw)
   --test-fraction F   share of each class held out for testing (default 0.2)
   --seed N            seed of the split, the weights and the shuffling (default 0)
-  --out FILE          checkpoint path (default target/train_digits.safetensors)
+  --out FILE          checkpoint path (default target/train_digits.safetensors);
+                      the run's log goes next to it (train_digits.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR after every epoch
   --graph-svg FILE    write a picture of the first training step's graph
+  --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   -h, --help          this text";
-
-#[derive(Clone, Copy, PartialEq)]
-enum OptimizerKind {
-    Sgd,
-    Adam,
-    AdamW,
-}
 
 struct Args {
     hidden: Vec<usize>,
@@ -62,14 +73,16 @@ struct Args {
     dropout: f64,
     epochs: usize,
     batch_size: usize,
-    optimizer: OptimizerKind,
+    optimizer: &'static OptimizerKind,
     lr: f64,
     momentum: f64,
     weight_decay: Option<f64>,
     test_fraction: f64,
     seed: u64,
     out: PathBuf,
+    plot: Option<PathBuf>,
     graph_svg: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     quiet: bool,
 }
 
@@ -81,14 +94,16 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         dropout: 0.0,
         epochs: 30,
         batch_size: 32,
-        optimizer: OptimizerKind::Adam,
+        optimizer: optimizer_kind("adam").map_err(|e| e.to_string())?,
         lr: 0.002,
         momentum: 0.9,
         weight_decay: None,
         test_fraction: 0.2,
         seed: 0,
         out: PathBuf::from("target/train_digits.safetensors"),
+        plot: None,
         graph_svg: None,
+        graph_html: None,
         quiet: false,
     };
     let mut parser = lexopt::Parser::from_env();
@@ -121,14 +136,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("optimizer") => {
                 let v: String = parser.value().map_err(err)?.string().map_err(err)?;
-                args.optimizer = match v.to_ascii_lowercase().as_str() {
-                    "sgd" => OptimizerKind::Sgd,
-                    "adam" => OptimizerKind::Adam,
-                    "adamw" => OptimizerKind::AdamW,
-                    other => {
-                        return Err(format!("--optimizer: unknown `{other}` (sgd, adam, adamw)"))
-                    }
-                };
+                args.optimizer = optimizer_kind(&v).map_err(|e| format!("--optimizer: {e}"))?;
             }
             Long("lr") => args.lr = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("momentum") => {
@@ -142,7 +150,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             _ => return Err(arg.unexpected().to_string()),
         }
@@ -166,36 +176,23 @@ fn build_model(args: &Args, seed: u64) -> Result<Mlp> {
 }
 
 fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
-    let params = model.parameters();
-    Ok(match args.optimizer {
-        OptimizerKind::Sgd => Box::new(Sgd::new(
-            params,
-            SgdConfig::new(args.lr)
-                .momentum(args.momentum)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::Adam => Box::new(Adam::new(
-            params,
-            AdamConfig::default()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.0)),
-        )?),
-        OptimizerKind::AdamW => Box::new(Adam::new(
-            params,
-            AdamConfig::adamw()
-                .lr(args.lr)
-                .weight_decay(args.weight_decay.unwrap_or(0.01)),
-        )?),
-    })
+    let settings = OptimizerSettings {
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        momentum: Some(args.momentum),
+    };
+    args.optimizer.build(model.parameters(), &settings)
 }
 
-/// What changes during training: the model, its optimizer, the schedule and
-/// the shuffling generator.
+/// What changes during training: the model, its optimizer, the schedule,
+/// the shuffling generator and the steps taken; and the run's log.
 struct Trainer {
     model: Mlp,
     optimizer: Box<dyn Optimizer>,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
+    step: usize,
+    outputs: RunOutputs,
 }
 
 impl Trainer {
@@ -210,30 +207,58 @@ impl Trainer {
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
         for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
             let n = batch.labels.len();
-            let grads = {
+            let started = Instant::now();
+            let lr = self.optimizer.lr();
+            let model = &self.model;
+            // The closure form: L-BFGS evaluates it several times a step;
+            // the statistics, the logged figures and the picture come from
+            // the first evaluation.
+            let mut first = true;
+            let mut first_figures = (0.0, 0.0); // (loss, gradient norm)
+            self.optimizer.step_with_closure(&mut || {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && epoch == 1 && seen == 0;
+                let picture = first
+                    && (args.graph_svg.is_some() || args.graph_html.is_some())
+                    && epoch == 1
+                    && seen == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
-                    for (name, p) in self.model.parameters() {
-                        graph.param(&p).named(&name);
-                    }
+                    run_outputs::name_parameters(&graph, model);
                 }
-                let x = graph.constant(batch.features).named("images");
-                let logits = self.model.forward(&x)?;
+                let x = graph.constant(batch.features.clone()).named("images");
+                let logits = model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
+                let title = "one training step: MLP forward, cross-entropy, gradients";
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let title = "one training step: MLP forward, cross-entropy, gradients";
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                loss_sum += loss.value().try_item()? * n as f64;
-                correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                grads
-            };
-            self.optimizer.step(&grads)?;
+                if let (true, Some(path)) = (picture, &args.graph_html) {
+                    run_outputs::write_step_page(&graph, &loss, path, title)?;
+                }
+                let loss_value = loss.value().try_item()?;
+                if first {
+                    loss_sum += loss_value * n as f64;
+                    correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                    first_figures = (loss_value, grad_norm(&grads, 2.0)?);
+                    first = false;
+                }
+                Ok((loss_value, grads))
+            })?;
             self.scheduler.step(self.optimizer.as_mut());
+            let millis = 1e3 * started.elapsed().as_secs_f64();
+            let (loss, norm) = first_figures;
+            self.outputs.log_step(
+                self.step,
+                StepFigures {
+                    loss,
+                    lr,
+                    grad_norm: norm,
+                    millis: Some(millis),
+                },
+            )?;
+            self.step += 1;
             seen += n;
             progress.inc(1);
             progress.set_message(format!(
@@ -308,6 +333,8 @@ fn run(args: &Args) -> Result<()> {
         optimizer,
         scheduler,
         rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
+        step: 0,
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), false)?,
     };
     for epoch in 1..=args.epochs {
         let lr = trainer.optimizer.lr();
@@ -315,6 +342,9 @@ fn run(args: &Args) -> Result<()> {
         let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
+        let accuracies = [("train/accuracy", train_acc), ("test/accuracy", test_acc)];
+        trainer.outputs.log(trainer.step, &accuracies)?;
+        trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
@@ -328,6 +358,7 @@ fn run(args: &Args) -> Result<()> {
     let Trainer {
         mut model,
         optimizer,
+        outputs,
         ..
     } = trainer;
 
@@ -348,6 +379,10 @@ fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.graph_svg {
         println!("graph of one training step: {}", path.display());
     }
+    if let Some(path) = &args.graph_html {
+        println!("its backward sweep, step by step: {}", path.display());
+    }
+    println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
     Ok(())
 }
@@ -356,11 +391,11 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
+            eprintln!("error: {e}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };

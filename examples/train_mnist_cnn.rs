@@ -8,6 +8,7 @@
 //! cargo run --release --example train_mnist_cnn
 //! cargo run --release --example train_mnist_cnn -- --epochs 5 --no-batch-norm --shift 0
 //! cargo run --release --example train_mnist_cnn -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_mnist_cnn -- --plot target/mnist_curves --graph-html step.html
 //! # data-parallel over 2 processes (global batch 64 = 2 x 32; README, "Training on several processes")
 //! cargo build --release --features mpi --example train_mnist_cnn
 //! mpirun -n 2 target/release/examples/train_mnist_cnn --ddp
@@ -17,6 +18,8 @@
 mod mnist_cnn;
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,9 +31,10 @@ use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{mnist, random_shift, Batches, Dataset};
 use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module, Sequential};
-use retrograd::optim::{Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
+use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
+use run_outputs::{RunOutputs, StepFigures};
 
 const USAGE: &str = "\
 usage: train_mnist_cnn [options]
@@ -47,8 +51,11 @@ options:
   --weight-decay WD   Adam L2 weight decay (default 0)
   --seed N            seed of the split, the weights, shuffling and shifts (default 0)
   --min-accuracy A    exit with an error below this test accuracy, e.g. 0.98
-  --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors)
+  --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors);
+                      the run's log goes next to it (train_mnist_cnn.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR after every epoch
   --graph-svg FILE    write a picture of the first training step's graph
+  --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
@@ -67,7 +74,9 @@ struct Args {
     seed: u64,
     min_accuracy: Option<f64>,
     out: PathBuf,
+    plot: Option<PathBuf>,
     graph_svg: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     quiet: bool,
     ddp: bool,
 }
@@ -87,7 +96,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         seed: 0,
         min_accuracy: None,
         out: PathBuf::from("target/train_mnist_cnn.safetensors"),
+        plot: None,
         graph_svg: None,
+        graph_html: None,
         quiet: false,
         ddp: false,
     };
@@ -125,7 +136,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                 args.min_accuracy = Some(parser.value().map_err(err)?.parse().map_err(err)?)
             }
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
@@ -160,13 +173,15 @@ fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {
     )
 }
 
-/// What changes during training: the model, its optimizer, the schedule and
-/// the generator of shuffles and shifts.
+/// What changes during training: the model, its optimizer, the schedule,
+/// the generator of shuffles and shifts and the steps taken; and the run's log.
 struct Trainer {
     model: Sequential,
     optimizer: Adam,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
+    step: usize,
+    outputs: RunOutputs,
 }
 
 impl Trainer {
@@ -189,29 +204,45 @@ impl Trainer {
             } else {
                 batch.features
             };
-            let grads = {
+            let started = Instant::now();
+            let (loss, grads) = {
                 let graph = Graph::new();
-                let picture = args.graph_svg.is_some() && epoch == 1 && seen == 0;
+                let picture = (args.graph_svg.is_some() || args.graph_html.is_some())
+                    && epoch == 1
+                    && seen == 0;
                 if picture {
-                    for (name, p) in self.model.parameters() {
-                        graph.param(&p).named(&name);
-                    }
+                    run_outputs::name_parameters(&graph, &self.model);
                 }
                 let x = graph.constant(images).named("images");
                 let logits = self.model.forward(&x)?;
                 let loss = logits.try_cross_entropy(&batch.labels)?;
                 let grads = loss.backward()?;
+                let title = "one training step: CNN forward, cross-entropy, gradients";
                 if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let title = "one training step: CNN forward, cross-entropy, gradients";
                     let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
                     graph.write_svg(path, &options)?;
                 }
-                loss_sum += loss.value().try_item()? * n as f64;
+                if let (true, Some(path)) = (picture, &args.graph_html) {
+                    run_outputs::write_step_page(&graph, &loss, path, title)?;
+                }
                 correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                grads
+                (loss.value().try_item()?, grads)
             };
+            loss_sum += loss * n as f64;
+            let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
             self.optimizer.step(&grads)?;
             self.scheduler.step(&mut self.optimizer);
+            let millis = 1e3 * started.elapsed().as_secs_f64();
+            self.outputs.log_step(
+                self.step,
+                StepFigures {
+                    loss,
+                    lr,
+                    grad_norm: norm,
+                    millis: Some(millis),
+                },
+            )?;
+            self.step += 1;
             seen += n;
             progress.inc(1);
             progress.set_message(format!(
@@ -279,6 +310,8 @@ fn run(args: &Args) -> Result<()> {
         optimizer,
         scheduler,
         rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
+        step: 0,
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), false)?,
     };
     for epoch in 1..=args.epochs {
         let lr = trainer.optimizer.lr();
@@ -286,6 +319,9 @@ fn run(args: &Args) -> Result<()> {
         let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 500, DType::F32)?;
+        let accuracies = [("train/accuracy", train_acc), ("test/accuracy", test_acc)];
+        trainer.outputs.log(trainer.step, &accuracies)?;
+        trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
@@ -299,6 +335,7 @@ fn run(args: &Args) -> Result<()> {
     let Trainer {
         mut model,
         optimizer,
+        outputs,
         ..
     } = trainer;
 
@@ -319,6 +356,10 @@ fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.graph_svg {
         println!("graph of one training step: {}", path.display());
     }
+    if let Some(path) = &args.graph_html {
+        println!("its backward sweep, step by step: {}", path.display());
+    }
+    println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
     if let Some(min) = args.min_accuracy
         && test_acc < min
@@ -434,6 +475,12 @@ mod ddp {
         }
         let background = -mnist::MEAN / mnist::STD;
         let mut test_acc = 0.0;
+        // Rank 0 logs: its own shard's loss per step, accuracies per epoch.
+        let mut outputs = match lead {
+            true => Some(RunOutputs::start(&args.out, args.plot.clone(), false)?),
+            false => None,
+        };
+        let mut step = 0;
         for epoch in 1..=args.epochs {
             let lr = optimizer.lr();
             sampler.set_epoch(epoch as u64);
@@ -447,22 +494,33 @@ mod ddp {
                 } else {
                     batch.features
                 };
-                let grads = {
+                let (loss, grads) = {
                     let graph = Graph::new();
                     let logits = ddp.forward(&graph.constant(images))?;
                     let loss = logits.try_cross_entropy(&batch.labels)?;
-                    loss_sum += loss.value().try_item()? * n;
+                    let value = loss.value().try_item()?;
+                    loss_sum += value * n;
                     correct += accuracy(logits.value(), &batch.labels)? * n;
                     seen += n;
-                    ddp.backward(&loss)?
+                    (value, ddp.backward(&loss)?)
                 };
+                if let Some(outputs) = &mut outputs {
+                    outputs.log(step, &[("train/loss", loss), ("lr", optimizer.lr())])?;
+                }
+                step += 1;
                 optimizer.step(&grads)?;
                 scheduler.step(&mut optimizer);
             }
             let totals = sum_over_ranks(comm, &[loss_sum, correct, seen])?;
             ddp.module_mut().set_training(false);
-            if lead {
+            if let Some(outputs) = &mut outputs {
                 test_acc = evaluate_accuracy(ddp.module(), &test, 500, DType::F32)?;
+                let train_acc = totals[1] / totals[2];
+                outputs.log(
+                    step,
+                    &[("train/accuracy", train_acc), ("test/accuracy", test_acc)],
+                )?;
+                outputs.evaluated()?;
                 println!(
                     "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {:>6.2}s",
                     totals[0] / totals[2],
@@ -475,8 +533,9 @@ mod ddp {
         let meta =
             std::collections::BTreeMap::from([("epochs".to_string(), args.epochs.to_string())]);
         ddp.save_checkpoint(&args.out, Some(&optimizer), &meta)?;
-        if lead {
+        if let Some(outputs) = &outputs {
             println!("checkpoint (written by rank 0): {}", args.out.display());
+            println!("{}", outputs.describe());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
             if let Some(min) = args.min_accuracy
                 && test_acc < min

@@ -11,10 +11,14 @@
 //! ```sh
 //! cargo run --release --example train_shakespeare
 //! cargo run --release --example train_shakespeare -- --iters 500 --quiet
+//! cargo run --release --example train_shakespeare -- --plot target/gpt_curves --graph-html step.html
 //! cargo run --release --example train_shakespeare -- --sample --checkpoint target/train_shakespeare.safetensors
 //! cargo build --release --features mpi --example train_shakespeare
 //! mpirun -n 2 target/release/examples/train_shakespeare --ddp
 //! ```
+
+#[path = "support/run_outputs.rs"]
+mod run_outputs;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,9 +33,11 @@ use retrograd::data::{shakespeare, train_val_split, CharTokenizer};
 use retrograd::io::{checkpoint_metadata, load_checkpoint, save_checkpoint_with_metadata};
 use retrograd::nn::{manual_seed, Gpt, GptConfig, Module};
 use retrograd::optim::{
-    clip_grad_norm, decay_groups, Adam, AdamConfig, LrSchedule, Optimizer, WarmupCosineLr,
+    clip_grad_norm, decay_groups, grad_norm, Adam, AdamConfig, LrSchedule, Optimizer,
+    WarmupCosineLr,
 };
 use retrograd::{Error, Graph, Result, Tensor, Var};
+use run_outputs::{RunOutputs, StepFigures};
 
 const USAGE: &str = "\
 usage: train_shakespeare [options]
@@ -52,7 +58,11 @@ training (nanoGPT's shakespeare_char CPU run by default):
   --eval-interval N   evaluate every N iterations (default 250)
   --eval-iters N      batches per loss estimate (default 20)
   --max-val-loss L    exit with an error if the final validation loss is above L
-  --out FILE          checkpoint path (default target/train_shakespeare.safetensors)
+  --out FILE          checkpoint path (default target/train_shakespeare.safetensors);
+                      the run's log goes next to it (train_shakespeare.log.jsonl)
+  --plot DIR          draw the training curves as SVG in DIR at every evaluation
+  --graph-html FILE   write a page stepping through the first iteration's backward
+                      sweep (repeated transformer blocks collapsed into one node)
 
 sampling:
   --sample            sample from --checkpoint without training
@@ -81,6 +91,8 @@ struct Args {
     eval_iters: usize,
     max_val_loss: Option<f64>,
     out: PathBuf,
+    plot: Option<PathBuf>,
+    graph_html: Option<PathBuf>,
     sample_only: bool,
     checkpoint: Option<PathBuf>,
     chars: usize,
@@ -107,6 +119,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         eval_iters: 20,
         max_val_loss: None,
         out: PathBuf::from("target/train_shakespeare.safetensors"),
+        plot: None,
+        graph_html: None,
         sample_only: false,
         checkpoint: None,
         chars: 500,
@@ -143,6 +157,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("eval-iters") => args.eval_iters = value!(),
             Long("max-val-loss") => args.max_val_loss = Some(value!()),
             Long("out") => args.out = parser.value().map_err(err)?.into(),
+            Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
+            Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("sample") => args.sample_only = true,
             Long("checkpoint") => args.checkpoint = Some(parser.value().map_err(err)?.into()),
             Long("chars") => args.chars = value!(),
@@ -350,10 +366,14 @@ fn train(args: &mut Args) -> Result<()> {
     let (mut best_val, mut last_val) = (f64::INFINITY, f64::INFINITY);
     let started = Instant::now();
     let mut train_time = 0.0;
+    let mut outputs = RunOutputs::start(&args.out, args.plot.clone(), false)?;
     for it in 0..=args.iters {
         if it % args.eval_interval == 0 || it == args.iters {
             let train_loss = estimate_loss(&model, train, args, &mut eval_rng)?;
             last_val = estimate_loss(&model, val, args, &mut eval_rng)?;
+            let estimates = [("train_estimate/loss", train_loss), ("val/loss", last_val)];
+            outputs.log(it, &estimates)?;
+            outputs.evaluated()?;
             let mut line =
                 format!("step {it:>5}: train loss {train_loss:.4}, val loss {last_val:.4}");
             if last_val < best_val {
@@ -376,15 +396,34 @@ fn train(args: &mut Args) -> Result<()> {
         )?;
         let (loss, mut grads) = {
             let graph = Graph::new();
+            let page = args.graph_html.as_ref().filter(|_| it == 0);
+            if page.is_some() {
+                run_outputs::name_parameters(&graph, &model);
+            }
             let loss = model.loss(&graph.constant(x), &y)?;
             let grads = loss.backward()?;
+            if let Some(path) = page {
+                let title =
+                    "one GPT training step: embeddings, 4 transformer blocks, cross-entropy";
+                run_outputs::write_step_page(&graph, &loss, path, title)?;
+            }
             (loss.value().try_item()?, grads)
         };
-        if args.grad_clip > 0.0 {
-            clip_grad_norm(&mut grads, args.grad_clip, 2.0)?;
-        }
+        let norm = if args.grad_clip > 0.0 {
+            clip_grad_norm(&mut grads, args.grad_clip, 2.0)?
+        } else {
+            grad_norm(&grads, 2.0)?
+        };
         optimizer.step(&grads)?;
-        train_time += step_started.elapsed().as_secs_f64();
+        let seconds = step_started.elapsed().as_secs_f64();
+        train_time += seconds;
+        let figures = StepFigures {
+            loss,
+            lr: optimizer.lr(),
+            grad_norm: norm,
+            millis: Some(1e3 * seconds),
+        };
+        outputs.log_step(it, figures)?;
         progress.inc(1);
         progress.set_message(format!("loss {loss:.4}  lr {:.2e}", optimizer.lr()));
     }
@@ -417,6 +456,13 @@ fn train(args: &mut Args) -> Result<()> {
         }
     }
     println!("{line}");
+    if let Some(path) = &args.graph_html {
+        println!(
+            "the first iteration's backward sweep, step by step: {}",
+            path.display()
+        );
+    }
+    println!("{}", outputs.describe());
 
     // The checkpoint must give back the kept model, tokenizer and sizes included.
     let (restored, restored_tokenizer) = load_model(&args.out)?;
@@ -523,10 +569,20 @@ mod ddp {
         let mut eval_rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xe7a1);
         let mut best_val = f64::INFINITY;
         let started = Instant::now();
+        // Rank 0 logs: its own windows' loss per iteration, the estimates.
+        let mut outputs = match lead {
+            true => Some(RunOutputs::start(&args.out, args.plot.clone(), false)?),
+            false => None,
+        };
         for it in 0..=args.iters {
             if it % args.eval_interval == 0 || it == args.iters {
                 let train_loss = estimate_loss(ddp.module(), train, args, &mut eval_rng)?;
                 let val_loss = estimate_loss(ddp.module(), val, args, &mut eval_rng)?;
+                if let Some(outputs) = &mut outputs {
+                    let estimates = [("train_estimate/loss", train_loss), ("val/loss", val_loss)];
+                    outputs.log(it, &estimates)?;
+                    outputs.evaluated()?;
+                }
                 let improved = val_loss < best_val;
                 if improved {
                     best_val = val_loss;
@@ -545,17 +601,29 @@ mod ddp {
             }
             optimizer.set_lr(schedule.lr_at(args.lr, it));
             let (x, y) = batch(train, per_rank, args.config.block_size, &mut batch_rng)?;
-            let mut grads = {
+            let (loss, mut grads) = {
                 let graph = Graph::new();
                 let loss = ddp.module().loss(&graph.constant(x), &y)?;
-                ddp.backward(&loss)?
+                (loss.value().try_item()?, ddp.backward(&loss)?)
             };
-            if args.grad_clip > 0.0 {
-                clip_grad_norm(&mut grads, args.grad_clip, 2.0)?;
-            }
+            let norm = if args.grad_clip > 0.0 {
+                clip_grad_norm(&mut grads, args.grad_clip, 2.0)?
+            } else {
+                grad_norm(&grads, 2.0)?
+            };
             optimizer.step(&grads)?;
+            if let Some(outputs) = &mut outputs {
+                let figures = StepFigures {
+                    loss,
+                    lr: optimizer.lr(),
+                    grad_norm: norm,
+                    millis: None,
+                };
+                outputs.log_step(it, figures)?;
+            }
         }
-        if lead {
+        if let Some(outputs) = &outputs {
+            println!("{}", outputs.describe());
             let (restored, restored_tokenizer) = load_model(&args.out)?;
             println!(
                 "best validation estimate {best_val:.4}, kept in {}: validation loss {:.4} over the whole split",

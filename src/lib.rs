@@ -46,6 +46,7 @@ pub mod onnx;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
+pub mod runlog;
 pub mod tensor;
 pub mod viz;
 
@@ -63,7 +64,7 @@ pub use ops::nn::{
 };
 pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::OpRegistry;
-pub use tensor::{DataType, Element, Tensor};
+pub use tensor::{DataType, Element, Tensor, TensorSummary};
 
 /// The graph, `Var` and the node types: the [`core`](mod@self::core)
 /// layer's [`graph`](self::core::graph) module, under its first name.

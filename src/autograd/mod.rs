@@ -12,6 +12,7 @@ mod gradients;
 pub(crate) mod hooks;
 mod notify;
 mod pool;
+mod sweep_record;
 
 #[doc(hidden)]
 pub use crate::core::{LaneOutcome, ScalarNode};
@@ -22,3 +23,4 @@ pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, J
 pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
+pub use sweep_record::{Contribution, StepKind, SweepRecord, SweepStep};

@@ -1,30 +1,12 @@
-//! Adam and AdamW with PyTorch's update rules (`torch.optim.Adam`,
-//! `torch.optim.AdamW`), per parameter, at step `t`:
-//!
-//! ```text
-//! d = grad (negated if maximize)
-//! AdamW: p = p * (1 - lr * weight_decay)          (decoupled decay, first)
-//! Adam:  d = d + weight_decay * p                  (L2 penalty)
-//! m = lerp(m, d, 1 - beta1)                        (= beta1 m + (1 - beta1) d)
-//! v = beta2 v + (1 - beta2) d^2
-//! v_hat = max(v_hat, v) with amsgrad, else v
-//! p = p - (lr / (1 - beta1^t)) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
-//! ```
-//!
-//! `eps` is added after the bias correction of the second moment, exactly
-//! where PyTorch adds it. Scalar coefficients are computed in f64 and
-//! rounded to the parameter's dtype, as PyTorch does with Python floats.
+//! Adam and AdamW as an [`UpdateRule`] (`torch.optim.Adam`,
+//! `torch.optim.AdamW`); the rule is written out on [`Adam`], the element
+//! loops are in `adam_update.rs`.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
-use super::{
-    check_non_negative, collect_named, grad_of, read_step, state_presence, update_chunks,
-    NamedParameter, Optimizer, StateDict,
-};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
-use crate::nn::{check_like, Parameter};
-use crate::tensor::Tensor;
-use crate::Gradients;
+use crate::tensor::Element;
 
 /// Hyperparameters of [`Adam`], with PyTorch's defaults:
 /// [`AdamConfig::default`] is `torch.optim.Adam()` (lr 1e-3, betas (0.9,
@@ -83,10 +65,9 @@ impl AdamConfig {
         }
     }
 
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
     }
 
     /// Sets the moment decay rates.
@@ -96,62 +77,16 @@ impl AdamConfig {
         self
     }
 
-    /// Sets epsilon.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
+    setters! {
+        /// Sets epsilon.
+        eps: f64;
+        /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
+        weight_decay: f64;
+        /// Turns AMSGrad on or off.
+        amsgrad: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
-
-    /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Turns AMSGrad on or off.
-    pub fn amsgrad(mut self, amsgrad: bool) -> Self {
-        self.amsgrad = amsgrad;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
-    }
-
-    fn validate(&self) -> Result<()> {
-        check_non_negative("Adam", "lr", self.lr)?;
-        check_non_negative("Adam", "eps", self.eps)?;
-        check_non_negative("Adam", "weight_decay", self.weight_decay)?;
-        for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
-            if !(0.0..1.0).contains(&b) {
-                return Err(Error::invalid(
-                    "Adam",
-                    format!("{what} must be in [0, 1), got {b}"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn state_fields(&self) -> &'static [&'static str] {
-        if self.amsgrad {
-            &["step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
-        } else {
-            &["step", "exp_avg", "exp_avg_sq"]
-        }
-    }
-}
-
-/// One parameter's Adam state.
-#[derive(Clone)]
-struct AdamState {
-    step: u64,
-    exp_avg: Tensor,
-    exp_avg_sq: Tensor,
-    /// Only with AMSGrad.
-    max_exp_avg_sq: Option<Tensor>,
 }
 
 /// Adam, or AdamW with [`AdamConfig::adamw`], with PyTorch's update rules (`torch.optim.Adam`,
@@ -171,7 +106,6 @@ struct AdamState {
 /// where PyTorch adds it. Scalar coefficients are computed in f64 and
 /// rounded to the parameter's dtype, as PyTorch does with Python floats.
 ///
-///
 /// ```
 /// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Adam, AdamConfig, Optimizer}};
 /// let w = Parameter::new(Tensor::scalar(1.0));
@@ -182,236 +116,94 @@ struct AdamState {
 /// assert!((w.value().try_item()? - 0.9).abs() < 1e-8);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub struct Adam {
-    params: Vec<(String, Parameter)>,
-    config: AdamConfig,
-    state: Vec<Option<AdamState>>,
-    /// Per parameter, the index of its group in `groups`.
-    group_of: Vec<usize>,
-    /// Per group, its weight decay and learning-rate scale.
-    groups: Vec<GroupSettings>,
-}
+pub type Adam = RuleOptimizer<AdamConfig>;
 
-impl Adam {
-    /// An Adam (or AdamW) optimizer over `params` (bare parameters or
-    /// `(name, parameter)` pairs); errors on invalid hyperparameters or a
-    /// parameter listed twice.
-    pub fn new<P: NamedParameter>(
-        params: impl IntoIterator<Item = P>,
-        config: AdamConfig,
-    ) -> Result<Self> {
-        config.validate()?;
-        let params = collect_named("Adam", params)?;
-        let state = vec![None; params.len()];
-        Ok(Adam {
-            group_of: vec![0; params.len()],
-            groups: vec![GroupSettings {
-                weight_decay: config.weight_decay,
-                lr_scale: 1.0,
-            }],
-            params,
-            config,
-            state,
-        })
+/// The registered kinds: Adam, and AdamW (its decoupled weight decay).
+pub(super) const KINDS: &[OptimizerKind] = &[
+    OptimizerKind {
+        name: "adam",
+        summary: "Adam with L2 weight decay and AMSGrad (torch.optim.Adam)",
+        build: |params, s| {
+            let config = AdamConfig::default()
+                .lr(s.lr)
+                .weight_decay(s.weight_decay.unwrap_or(0.0));
+            Ok(Box::new(Adam::new(params, config)?))
+        },
+    },
+    OptimizerKind {
+        name: "adamw",
+        summary: "Adam with decoupled weight decay, default 0.01 (torch.optim.AdamW)",
+        build: |params, s| {
+            let config = AdamConfig::adamw()
+                .lr(s.lr)
+                .weight_decay(s.weight_decay.unwrap_or(0.01));
+            Ok(Box::new(Adam::new(params, config)?))
+        },
+    },
+];
+
+impl UpdateRule for AdamConfig {
+    rule_basics!("Adam");
+
+    fn kind(&self) -> &'static str {
+        KINDS[usize::from(self.decoupled_weight_decay)].name
     }
 
-    /// An Adam (or AdamW) optimizer over parameter groups, PyTorch's
-    /// `AdamW([{'params': decay, 'weight_decay': 0.1}, {'params': no_decay,
-    /// 'weight_decay': 0.0}], ...)`: each group's [`ParamGroup`] settings
-    /// override `config`'s weight decay and scale its learning rate. The
-    /// state dict names state per parameter, so it is the same as with
-    /// [`Adam::new`] over the same named parameters. Errors on invalid
-    /// hyperparameters or a parameter (or name) listed twice, in one group
-    /// or across groups.
-    ///
-    /// ```
-    /// use retrograd::{DType, Graph, Tensor, nn::Parameter};
-    /// use retrograd::optim::{Adam, AdamConfig, Optimizer, ParamGroup};
-    /// let w = Parameter::new(Tensor::from_vec(vec![2.0f64, -4.0], &[1, 2])?);
-    /// let b = Parameter::new(Tensor::from_vec(vec![2.0f64], &[1])?);
-    /// let mut opt = Adam::with_groups(
-    ///     [
-    ///         ParamGroup::new([("w", w.clone())]).weight_decay(0.5),
-    ///         ParamGroup::new([("b", b.clone())]).weight_decay(0.0).lr_scale(2.0),
-    ///     ],
-    ///     AdamConfig::adamw().lr(0.1),
-    /// )?;
-    /// let grads = {
-    ///     let g = Graph::new();
-    ///     ((g.param(&w) * 0.0).sum() + (g.param(&b) * 0.0).sum()).backward()?
-    /// };
-    /// opt.step(&grads)?;   // zero gradients: only the decay moves w, nothing moves b
-    /// assert_eq!(w.value().to_f64_vec(), [2.0 * 0.95, -4.0 * 0.95]);
-    /// assert_eq!(b.value().to_f64_vec(), [2.0]);
-    /// assert_eq!(opt.lr_of("b"), Some(0.2));
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    pub fn with_groups(
-        groups: impl IntoIterator<Item = ParamGroup>,
-        config: AdamConfig,
-    ) -> Result<Self> {
-        config.validate()?;
-        let Flattened {
-            params,
-            group_of,
-            groups,
-        } = flatten_groups("Adam::with_groups", groups, config.weight_decay)?;
-        let state = vec![None; params.len()];
-        Ok(Adam {
-            params,
-            config,
-            state,
-            group_of,
-            groups,
-        })
-    }
-
-    /// The hyperparameters (a group's weight decay and learning-rate scale
-    /// override these; see [`weight_decay_of`](Self::weight_decay_of) and
-    /// [`lr_of`](Self::lr_of)).
-    pub fn config(&self) -> &AdamConfig {
-        &self.config
-    }
-
-    fn group_settings(&self, name: &str) -> Option<GroupSettings> {
-        let i = self.params.iter().position(|(n, _)| n == name)?;
-        Some(self.groups[self.group_of[i]])
-    }
-
-    /// The weight decay applied to the parameter named `name`, from its
-    /// group (`None` if there is no such parameter).
-    pub fn weight_decay_of(&self, name: &str) -> Option<f64> {
-        self.group_settings(name).map(|g| g.weight_decay)
-    }
-
-    /// The learning rate the next step applies to the parameter named
-    /// `name`: the optimizer's rate times its group's scale.
-    pub fn lr_of(&self, name: &str) -> Option<f64> {
-        self.group_settings(name)
-            .map(|g| self.config.lr * g.lr_scale)
-    }
-}
-
-impl Optimizer for Adam {
-    fn step(&mut self, grads: &Gradients) -> Result<()> {
-        let c = self.config.clone();
-        let groups = self.params.iter().zip(&mut self.state).zip(&self.group_of);
-        for (((name, p), slot), &group) in groups {
-            let GroupSettings {
-                weight_decay,
-                lr_scale,
-            } = self.groups[group];
-            let lr = c.lr * lr_scale;
-            p.update(|value| -> Result<()> {
-                let Some(g) = grad_of("Adam::step", name, p, value, grads)? else {
-                    return Ok(());
-                };
-                let st = slot.get_or_insert_with(|| AdamState {
-                    step: 0,
-                    exp_avg: value.zeros_like(),
-                    exp_avg_sq: value.zeros_like(),
-                    max_exp_avg_sq: c.amsgrad.then(|| value.zeros_like()),
-                });
-                st.step += 1;
-                let t = st.step as f64;
-                let k = Coefficients {
-                    lr,
-                    decay: weight_decay,
-                    decoupled: c.decoupled_weight_decay,
-                    beta1: c.beta1,
-                    beta2: c.beta2,
-                    eps: c.eps,
-                    step_size: lr / (1.0 - c.beta1.powf(t)),
-                    bias_correction2_sqrt: (1.0 - c.beta2.powf(t)).sqrt(),
-                    maximize: c.maximize,
-                };
-                crate::with_dtype!("adam", value.dtype(), T => {
-                    let g = g.as_slice_of::<T>();
-                    let p = value.make_mut::<T>()?;
-                    let m = st.exp_avg.make_mut::<T>()?;
-                    let v = st.exp_avg_sq.make_mut::<T>()?;
-                    match st.max_exp_avg_sq.as_mut() {
-                        Some(vmax) => {
-                            let vmax = vmax.make_mut::<T>()?;
-                            update_chunks(p, g, [m, v, vmax], |p, g, [m, v, vmax]| {
-                                adam_amsgrad_kernel(p, g, m, v, vmax, k)
-                            });
-                        }
-                        None => update_chunks(p, g, [m, v], |p, g, [m, v]| {
-                            adam_kernel(p, g, m, v, k)
-                        }),
-                    }
-                });
-                Ok(())
-            })?;
+    fn validate(&self) -> Result<()> {
+        check_non_negative("Adam", "lr", self.lr)?;
+        check_non_negative("Adam", "eps", self.eps)?;
+        check_non_negative("Adam", "weight_decay", self.weight_decay)?;
+        for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(Error::invalid(
+                    "Adam",
+                    format!("{what} must be in [0, 1), got {b}"),
+                ));
+            }
         }
         Ok(())
     }
 
-    fn lr(&self) -> f64 {
-        self.config.lr
+    fn state_fields(&self) -> Vec<StateField> {
+        let mut fields = vec![
+            StateField::Step,
+            StateField::zeros("exp_avg"),
+            StateField::zeros("exp_avg_sq"),
+        ];
+        if self.amsgrad {
+            fields.push(StateField::zeros("max_exp_avg_sq"));
+        }
+        fields
     }
 
-    fn set_lr(&mut self, lr: f64) {
-        self.config.lr = lr;
-    }
-
-    fn parameters(&self) -> &[(String, Parameter)] {
-        &self.params
-    }
-
-    fn kind(&self) -> &'static str {
-        if self.config.decoupled_weight_decay {
-            "adamw"
+    fn update<T: Element>(
+        &self,
+        ctx: &UpdateContext,
+        p: &mut [T],
+        g: &[T],
+        state: &mut ParamState,
+    ) -> Result<()> {
+        let t = ctx.step as f64;
+        let k = Coefficients {
+            lr: ctx.lr,
+            decay: ctx.weight_decay,
+            decoupled: self.decoupled_weight_decay,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            step_size: ctx.lr / (1.0 - self.beta1.powf(t)),
+            bias_correction2_sqrt: (1.0 - self.beta2.powf(t)).sqrt(),
+            maximize: self.maximize,
+        };
+        if self.amsgrad {
+            let [m, v, vmax] = state.slices::<T, 3>()?;
+            update_chunks(p, g, [m, v, vmax], |p, g, [m, v, vmax]| {
+                adam_amsgrad_kernel(p, g, m, v, vmax, k)
+            });
         } else {
-            "adam"
+            let [m, v] = state.slices::<T, 2>()?;
+            update_chunks(p, g, [m, v], |p, g, [m, v]| adam_kernel(p, g, m, v, k));
         }
-    }
-
-    fn state_dict(&self) -> StateDict {
-        let mut out = StateDict::new();
-        for ((name, _), st) in self.params.iter().zip(&self.state) {
-            let Some(st) = st else { continue };
-            out.insert(format!("{name}.step"), Tensor::scalar(st.step as f64));
-            out.insert(format!("{name}.exp_avg"), st.exp_avg.clone());
-            out.insert(format!("{name}.exp_avg_sq"), st.exp_avg_sq.clone());
-            if let Some(vmax) = &st.max_exp_avg_sq {
-                out.insert(format!("{name}.max_exp_avg_sq"), vmax.clone());
-            }
-        }
-        out
-    }
-
-    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
-        const CONTEXT: &str = "Adam::load_state_dict";
-        let fields = self.config.state_fields();
-        let present = state_presence(CONTEXT, &self.params, fields, state)?;
-        let mut loaded = Vec::with_capacity(self.params.len());
-        for ((name, p), has) in self.params.iter().zip(present) {
-            if !has {
-                loaded.push(None);
-                continue;
-            }
-            let value = p.value();
-            let tensor = |field: &str| -> Result<Tensor> {
-                let key = format!("{name}.{field}");
-                let t = &state[&key];
-                check_like(CONTEXT, &key, t, &value)?;
-                Ok(t.clone())
-            };
-            let step_key = format!("{name}.step");
-            loaded.push(Some(AdamState {
-                step: read_step(CONTEXT, &step_key, &state[&step_key])?,
-                exp_avg: tensor("exp_avg")?,
-                exp_avg_sq: tensor("exp_avg_sq")?,
-                max_exp_avg_sq: if self.config.amsgrad {
-                    Some(tensor("max_exp_avg_sq")?)
-                } else {
-                    None
-                },
-            }));
-        }
-        self.state = loaded;
         Ok(())
     }
 }
@@ -419,7 +211,9 @@ impl Optimizer for Adam {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DType, Graph, TensorProblem};
+    use crate::nn::Parameter;
+    use crate::optim::{Optimizer, ParamGroup};
+    use crate::{DType, Gradients, Graph, Tensor, TensorProblem};
 
     fn grads_of_sum_sq(w: &Parameter) -> Gradients {
         let g = Graph::new();

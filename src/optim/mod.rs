@@ -48,30 +48,91 @@
 //!
 //! Updates are in place: once the step's graph is gone the optimizer is the
 //! only owner of the parameter's storage and writes into it directly; if a
-//! graph still holds the old value, [`Tensor::make_mut`] copies first, so that
+//! graph still holds the old value, [`Tensor::make_mut`](crate::Tensor::make_mut) copies first, so that
 //! graph is never changed.
+//!
+//! # The shape: optimizers as rules
+//!
+//! - [`Optimizer`] (`mod.rs`) is what the rest of the crate uses: `step`,
+//!   [`step_with_closure`](Optimizer::step_with_closure) (PyTorch's
+//!   `step(closure)`), the learning rate, `kind`, `state_dict` and
+//!   `load_state_dict`.
+//! - A per-parameter optimizer is an [`UpdateRule`] on its config (one file:
+//!   `sgd.rs`, `adam.rs`, `rmsprop.rs`, `adagrad.rs`): the state one
+//!   parameter keeps ([`StateField`]s: PyTorch's names, a step count, tensors
+//!   shaped like the parameter) and the update of one parameter from its
+//!   gradient. [`RuleOptimizer`] (`rule.rs`) does the rest once for all of
+//!   them: the parameter loop, the gradient lookup, lazy state, the step
+//!   count, parameter groups ([`ParamGroup`], `group.rs`), and state dicts
+//!   keyed `"{parameter}.{field}"` with strict, typed loading (`state.rs`).
+//!   `Adam` is `RuleOptimizer<AdamConfig>`, and so on.
+//! - A whole-vector optimizer implements [`Optimizer`] itself with the same
+//!   parameter list and state reading: [`LBFGS`] (`lbfgs.rs`, its memory in
+//!   `lbfgs_memory.rs`, the strong-Wolfe line search in `line_search.rs`).
+//! - The registry (`registry.rs`, and the `optimizers!` list below) names
+//!   every kind: what [`Optimizer::kind`] returns and checkpoints record (a
+//!   checkpoint refuses to load into another kind), what the training
+//!   examples' `--optimizer` takes ([`optimizer_kind`], built from
+//!   [`OptimizerSettings`]), and what `tests/optimizer_kinds.rs` iterates.
+//!
+//! # How to add an optimizer (followed for RMSprop)
+//!
+//! 1. `src/optim/<name>.rs`: its config struct with PyTorch's defaults and
+//!    builder methods; `impl UpdateRule for <Name>Config` (`NAMES`,
+//!    `validate` with one typed error per setting, `state_fields` with
+//!    PyTorch's state names, `update` over slices, `update_chunks` for large
+//!    parameters); `pub type <Name> = RuleOptimizer<<Name>Config>;` with the
+//!    rule written out in its docs; `pub(super) const KINDS` (its name,
+//!    summary, and how [`OptimizerSettings`] map onto its config).
+//! 2. One line in the `optimizers!` list below: `<name>::{<Name>, <Name>Config}`.
+//! 3. Its cases in `tests/reference/optim_reference.py` (rerun it) and their
+//!    configs in `tests/optim_reference.rs`. The registry-driven tests
+//!    (`tests/optimizer_kinds.rs`) pick it up by themselves.
 
-mod adam;
+/// Declares each optimizer file, re-exports its types and lists its kinds
+/// (each file's `KINDS`): the one registration.
+macro_rules! optimizers {
+    ($(#[$doc:meta])* static $list:ident; $($file:ident :: { $($item:ident),* $(,)? }),* $(,)?) => {
+        $(mod $file; pub use $file::{$($item),*};)*
+
+        $(#[$doc])*
+        static $list: &[&[OptimizerKind]] = &[$($file::KINDS),*];
+    };
+}
+
 mod adam_update;
 mod clip;
 mod group;
+mod lbfgs_memory;
+mod line_search;
+mod registry;
+mod rule;
 mod schedule;
-mod sgd;
+mod state;
+
+optimizers! {
+    /// The kinds of every optimizer file, in order ([`optimizer_kinds`]).
+    static REGISTERED;
+    sgd::{Sgd, SgdConfig},
+    adam::{Adam, AdamConfig},
+    rmsprop::{RMSprop, RMSpropConfig},
+    adagrad::{Adagrad, AdagradConfig},
+    lbfgs::{LineSearch, LBFGS, LBFGSConfig},
+}
 
 use std::collections::HashSet;
 
-pub use adam::{Adam, AdamConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
+pub use registry::{optimizer_kind, optimizer_kinds, OptimizerKind, OptimizerSettings};
+pub use rule::{ParamState, RuleNames, RuleOptimizer, StateField, UpdateContext, UpdateRule};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
     WarmupCosineLr, WarmupLr,
 };
-pub use sgd::{Sgd, SgdConfig};
 
-use crate::error::{Error, Result, TensorProblem};
-use crate::nn::{check_like, Parameter};
-use crate::tensor::Tensor;
+use crate::error::{Error, Result};
+use crate::nn::Parameter;
 use crate::Gradients;
 
 pub use crate::nn::StateDict;
@@ -83,6 +144,31 @@ pub trait Optimizer: Send {
     /// Applies one update from `grads` to every parameter that has a gradient.
     fn step(&mut self, grads: &Gradients) -> Result<()>;
 
+    /// One step in the closure form of PyTorch's `optimizer.step(closure)`:
+    /// `closure` builds a graph from the current parameters, runs backward
+    /// and returns the loss and the [`Gradients`]. Returns the loss of the
+    /// first evaluation. Most optimizers evaluate it once and [`step`](Self::step);
+    /// [`LBFGS`] evaluates it as often as its iterations and line search need.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Optimizer, Sgd, SgdConfig}};
+    /// let w = Parameter::new(Tensor::scalar(3.0));
+    /// let mut opt = Sgd::new([&w], SgdConfig::new(0.25))?;
+    /// let loss = opt.step_with_closure(&mut || {
+    ///     let g = Graph::new();
+    ///     let x = g.param(&w);
+    ///     let loss = &x * &x;
+    ///     Ok((loss.value().try_item()?, loss.backward()?))
+    /// })?;
+    /// assert_eq!((loss, w.value().try_item()?), (9.0, 1.5));
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    fn step_with_closure(&mut self, closure: &mut Closure<'_>) -> Result<f64> {
+        let (loss, grads) = closure()?;
+        self.step(&grads)?;
+        Ok(loss)
+    }
+
     /// The current learning rate.
     fn lr(&self) -> f64;
 
@@ -92,8 +178,9 @@ pub trait Optimizer: Send {
     /// The parameters this optimizer updates, with their names.
     fn parameters(&self) -> &[(String, Parameter)];
 
-    /// A short name of the algorithm (`"sgd"`, `"adam"`, `"adamw"`), stored in
-    /// checkpoints so state is never loaded into the wrong kind of optimizer.
+    /// The registered name of the algorithm (`"sgd"`, `"adam"`, `"adamw"`,
+    /// ...: [`optimizer_kinds`]), stored in checkpoints so state is never
+    /// loaded into the wrong kind of optimizer.
     fn kind(&self) -> &'static str;
 
     /// The optimizer's state, one tensor per `"{parameter name}.{field}"`
@@ -107,6 +194,10 @@ pub trait Optimizer: Send {
     /// error nothing is changed.
     fn load_state_dict(&mut self, state: &StateDict) -> Result<()>;
 }
+
+/// What [`Optimizer::step_with_closure`] calls: it evaluates the loss at the
+/// current parameters and returns it with its gradients.
+pub type Closure<'a> = dyn FnMut() -> Result<(f64, Gradients)> + 'a;
 
 /// Something an optimizer can take a parameter from: a bare [`Parameter`]
 /// (named by its position, `"0"`, `"1"`, ... as in PyTorch's optimizer
@@ -202,75 +293,6 @@ pub(crate) fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result
             format!("{what} must be finite and >= 0, got {v}"),
         ))
     }
-}
-
-/// The gradient of `p` in `grads`, checked to match its shape and dtype.
-pub(crate) fn grad_of<'a>(
-    op: &'static str,
-    name: &str,
-    p: &Parameter,
-    value: &Tensor,
-    grads: &'a Gradients,
-) -> Result<Option<&'a Tensor>> {
-    let Some(g) = grads.get_param(p) else {
-        return Ok(None);
-    };
-    check_like(op, name, g, value)?;
-    Ok(Some(g))
-}
-
-/// Which state fields each parameter has, read from a state dict: checks that
-/// every key belongs to a known `"{param}.{field}"`, and that a parameter's
-/// fields are all there or all absent. Returns, per parameter, whether it has state.
-pub(crate) fn state_presence(
-    context: &str,
-    params: &[(String, Parameter)],
-    fields: &[&str],
-    state: &StateDict,
-) -> Result<Vec<bool>> {
-    let mut known = HashSet::new();
-    let mut present = Vec::with_capacity(params.len());
-    for (name, _) in params {
-        let keys: Vec<String> = fields.iter().map(|f| format!("{name}.{f}")).collect();
-        let count = keys.iter().filter(|k| state.contains_key(*k)).count();
-        if count != 0 && count != keys.len() {
-            let missing = keys.iter().find(|k| !state.contains_key(*k)).cloned();
-            return Err(Error::TensorMismatch {
-                context: context.to_string(),
-                name: missing.unwrap_or_default(),
-                problem: TensorProblem::Missing,
-            });
-        }
-        present.push(count != 0);
-        known.extend(keys);
-    }
-    if let Some(extra) = state.keys().find(|k| !known.contains(*k)) {
-        return Err(Error::TensorMismatch {
-            context: context.to_string(),
-            name: extra.clone(),
-            problem: TensorProblem::Unexpected,
-        });
-    }
-    Ok(present)
-}
-
-/// Reads a step counter saved as a 0-d tensor.
-pub(crate) fn read_step(context: &str, name: &str, t: &Tensor) -> Result<u64> {
-    let bad = |why: String| Error::TensorMismatch {
-        context: context.to_string(),
-        name: name.to_string(),
-        problem: TensorProblem::Value(why),
-    };
-    let v = t.try_item().map_err(|_| {
-        bad(format!(
-            "expected a 0-d step count, found shape {:?}",
-            t.shape()
-        ))
-    })?;
-    if !(v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53)) {
-        return Err(bad(format!("step count {v} is not a whole number >= 0")));
-    }
-    Ok(v as u64)
 }
 
 /// Elements per parallel chunk of an update loop, and the size from which

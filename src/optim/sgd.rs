@@ -1,22 +1,10 @@
-//! Stochastic gradient descent with momentum, dampening, Nesterov momentum
-//! and (L2) weight decay, with PyTorch's update rule (`torch.optim.SGD`):
-//!
-//! ```text
-//! d = grad (negated if maximize) + weight_decay * p
-//! b = d                                  on the first step
-//! b = momentum * b + (1 - dampening) * d on later steps
-//! d = d + momentum * b   (Nesterov)   or   d = b
-//! p = p - lr * d
-//! ```
+//! Stochastic gradient descent as an [`UpdateRule`] (`torch.optim.SGD`);
+//! the rule is written out on [`Sgd`].
 
-use super::{
-    check_non_negative, collect_named, grad_of, state_presence, update_chunks, NamedParameter,
-    Optimizer, StateDict,
-};
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
-use crate::nn::{check_like, Parameter};
-use crate::tensor::{Element, Tensor};
-use crate::Gradients;
+use crate::tensor::Element;
 
 /// Hyperparameters of [`Sgd`]; PyTorch's defaults apart from the learning
 /// rate, which is always given.
@@ -55,48 +43,17 @@ impl SgdConfig {
         }
     }
 
-    /// Sets the momentum factor.
-    pub fn momentum(mut self, momentum: f64) -> Self {
-        self.momentum = momentum;
-        self
-    }
-
-    /// Sets the dampening.
-    pub fn dampening(mut self, dampening: f64) -> Self {
-        self.dampening = dampening;
-        self
-    }
-
-    /// Sets the L2 weight decay.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Turns Nesterov momentum on or off.
-    pub fn nesterov(mut self, nesterov: bool) -> Self {
-        self.nesterov = nesterov;
-        self
-    }
-
-    /// Maximise instead of minimise.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
-    }
-
-    fn validate(&self) -> Result<()> {
-        check_non_negative("Sgd", "lr", self.lr)?;
-        check_non_negative("Sgd", "momentum", self.momentum)?;
-        check_non_negative("Sgd", "dampening", self.dampening)?;
-        check_non_negative("Sgd", "weight_decay", self.weight_decay)?;
-        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
-            return Err(Error::invalid(
-                "Sgd",
-                "Nesterov momentum requires a momentum > 0 and zero dampening",
-            ));
-        }
-        Ok(())
+    setters! {
+        /// Sets the momentum factor.
+        momentum: f64;
+        /// Sets the dampening.
+        dampening: f64;
+        /// Sets the L2 weight decay.
+        weight_decay: f64;
+        /// Turns Nesterov momentum on or off.
+        nesterov: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
     }
 }
 
@@ -122,103 +79,70 @@ impl SgdConfig {
 /// assert!((w.value().try_item()? - 0.42).abs() < 1e-12);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub struct Sgd {
-    params: Vec<(String, Parameter)>,
-    config: SgdConfig,
-    /// Momentum buffer per parameter (allocated on its first step).
-    buffers: Vec<Option<Tensor>>,
-}
+pub type Sgd = RuleOptimizer<SgdConfig>;
 
-impl Sgd {
-    /// An SGD optimizer over `params` (bare parameters or `(name, parameter)`
-    /// pairs); errors on invalid hyperparameters or a parameter listed twice.
-    pub fn new<P: NamedParameter>(
-        params: impl IntoIterator<Item = P>,
-        config: SgdConfig,
-    ) -> Result<Self> {
-        config.validate()?;
-        let params = collect_named("Sgd", params)?;
-        let buffers = vec![None; params.len()];
-        Ok(Sgd {
-            params,
-            config,
-            buffers,
-        })
+/// The registered kind.
+pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
+    name: "sgd",
+    summary: "SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD)",
+    build: |params, s| {
+        let config = SgdConfig::new(s.lr)
+            .momentum(s.momentum.unwrap_or(0.0))
+            .weight_decay(s.weight_decay.unwrap_or(0.0));
+        Ok(Box::new(Sgd::new(params, config)?))
+    },
+}];
+
+impl UpdateRule for SgdConfig {
+    rule_basics!("Sgd");
+
+    fn kind(&self) -> &'static str {
+        KINDS[0].name
     }
 
-    /// The hyperparameters.
-    pub fn config(&self) -> &SgdConfig {
-        &self.config
-    }
-}
-
-impl Optimizer for Sgd {
-    fn step(&mut self, grads: &Gradients) -> Result<()> {
-        let c = self.config.clone();
-        for ((name, p), buffer) in self.params.iter().zip(&mut self.buffers) {
-            p.update(|value| -> Result<()> {
-                let Some(g) = grad_of("Sgd::step", name, p, value, grads)? else {
-                    return Ok(());
-                };
-                crate::with_dtype!("sgd", value.dtype(), T => {
-                    let g = g.as_slice_of::<T>();
-                    if c.momentum == 0.0 {
-                        sgd_plain::<T>(value.make_mut::<T>()?, g, &c);
-                    } else {
-                        let first = buffer.is_none();
-                        let buf = buffer.get_or_insert_with(|| value.zeros_like());
-                        sgd_momentum::<T>(value.make_mut::<T>()?, g, buf.make_mut::<T>()?, first, &c);
-                    }
-                });
-                Ok(())
-            })?;
+    fn validate(&self) -> Result<()> {
+        check_non_negative("Sgd", "lr", self.lr)?;
+        check_non_negative("Sgd", "momentum", self.momentum)?;
+        check_non_negative("Sgd", "dampening", self.dampening)?;
+        check_non_negative("Sgd", "weight_decay", self.weight_decay)?;
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::invalid(
+                "Sgd",
+                "Nesterov momentum requires a momentum > 0 and zero dampening",
+            ));
         }
         Ok(())
     }
 
-    fn lr(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.config.lr = lr;
-    }
-
-    fn parameters(&self) -> &[(String, Parameter)] {
-        &self.params
-    }
-
-    fn kind(&self) -> &'static str {
-        "sgd"
-    }
-
-    fn state_dict(&self) -> StateDict {
-        self.params
-            .iter()
-            .zip(&self.buffers)
-            .filter_map(|((name, _), b)| {
-                b.as_ref()
-                    .map(|b| (format!("{name}.momentum_buffer"), b.clone()))
-            })
-            .collect()
-    }
-
-    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
-        const CONTEXT: &str = "Sgd::load_state_dict";
-        let present = state_presence(CONTEXT, &self.params, &["momentum_buffer"], state)?;
-        let mut loaded = Vec::with_capacity(self.params.len());
-        for ((name, p), has) in self.params.iter().zip(present) {
-            let buf = if has {
-                let key = format!("{name}.momentum_buffer");
-                let t = &state[&key];
-                check_like(CONTEXT, &key, t, &p.value())?;
-                Some(t.clone())
-            } else {
-                None
-            };
-            loaded.push(buf);
+    fn state_fields(&self) -> Vec<StateField> {
+        if self.momentum == 0.0 {
+            Vec::new()
+        } else {
+            vec![StateField::zeros("momentum_buffer")]
         }
-        self.buffers = loaded;
+    }
+
+    fn update<T: Element>(
+        &self,
+        ctx: &UpdateContext,
+        p: &mut [T],
+        g: &[T],
+        state: &mut ParamState,
+    ) -> Result<()> {
+        let s = Scalars::<T>::new(self, ctx);
+        if self.momentum == 0.0 {
+            let decay = ctx.weight_decay != 0.0;
+            update_chunks(p, g, [], |p, g, []| {
+                if decay {
+                    plain_loop::<T, true>(p, g, &s)
+                } else {
+                    plain_loop::<T, false>(p, g, &s)
+                }
+            });
+        } else {
+            let [b] = state.slices::<T, 1>()?;
+            sgd_momentum(p, g, b, ctx, self.nesterov, &s);
+        }
         Ok(())
     }
 }
@@ -233,28 +157,16 @@ struct Scalars<T> {
 }
 
 impl<T: Element> Scalars<T> {
-    fn new(c: &SgdConfig) -> Self {
+    fn new(c: &SgdConfig, ctx: &UpdateContext) -> Self {
         Scalars {
             // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
             sign: if c.maximize { -T::one() } else { T::one() },
-            neg_lr: T::from_f64(-c.lr),
-            decay: T::from_f64(c.weight_decay),
+            neg_lr: T::from_f64(-ctx.lr),
+            decay: T::from_f64(ctx.weight_decay),
             momentum: T::from_f64(c.momentum),
             keep: T::from_f64(1.0 - c.dampening),
         }
     }
-}
-
-/// `p -= lr * (g + wd p)` (plain SGD).
-fn sgd_plain<T: Element>(p: &mut [T], g: &[T], c: &SgdConfig) {
-    let s = Scalars::<T>::new(c);
-    update_chunks(p, g, [], |p, g, []| {
-        if c.weight_decay != 0.0 {
-            plain_loop::<T, true>(p, g, &s)
-        } else {
-            plain_loop::<T, false>(p, g, &s)
-        }
-    });
 }
 
 // The loops are separate, non-inlined functions with their options as const
@@ -272,18 +184,24 @@ fn plain_loop<T: Element, const DECAY: bool>(p: &mut [T], g: &[T], s: &Scalars<T
 }
 
 /// SGD with a momentum buffer `b` (see the module docs for the rule).
-fn sgd_momentum<T: Element>(p: &mut [T], g: &[T], b: &mut [T], first: bool, c: &SgdConfig) {
-    let s = Scalars::<T>::new(c);
-    let (decay, nesterov) = (c.weight_decay != 0.0, c.nesterov);
+fn sgd_momentum<T: Element>(
+    p: &mut [T],
+    g: &[T],
+    b: &mut [T],
+    ctx: &UpdateContext,
+    nesterov: bool,
+    s: &Scalars<T>,
+) {
+    let (decay, first) = (ctx.weight_decay != 0.0, ctx.first);
     update_chunks(p, g, [b], |p, g, [b]| match (decay, first, nesterov) {
-        (false, false, false) => momentum_loop::<T, false, false, false>(p, g, b, &s),
-        (false, false, true) => momentum_loop::<T, false, false, true>(p, g, b, &s),
-        (false, true, false) => momentum_loop::<T, false, true, false>(p, g, b, &s),
-        (false, true, true) => momentum_loop::<T, false, true, true>(p, g, b, &s),
-        (true, false, false) => momentum_loop::<T, true, false, false>(p, g, b, &s),
-        (true, false, true) => momentum_loop::<T, true, false, true>(p, g, b, &s),
-        (true, true, false) => momentum_loop::<T, true, true, false>(p, g, b, &s),
-        (true, true, true) => momentum_loop::<T, true, true, true>(p, g, b, &s),
+        (false, false, false) => momentum_loop::<T, false, false, false>(p, g, b, s),
+        (false, false, true) => momentum_loop::<T, false, false, true>(p, g, b, s),
+        (false, true, false) => momentum_loop::<T, false, true, false>(p, g, b, s),
+        (false, true, true) => momentum_loop::<T, false, true, true>(p, g, b, s),
+        (true, false, false) => momentum_loop::<T, true, false, false>(p, g, b, s),
+        (true, false, true) => momentum_loop::<T, true, false, true>(p, g, b, s),
+        (true, true, false) => momentum_loop::<T, true, true, false>(p, g, b, s),
+        (true, true, true) => momentum_loop::<T, true, true, true>(p, g, b, s),
     });
 }
 
@@ -312,7 +230,9 @@ fn momentum_loop<T: Element, const DECAY: bool, const FIRST: bool, const NESTERO
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Graph;
+    use crate::nn::Parameter;
+    use crate::optim::{Optimizer, StateDict};
+    use crate::{Gradients, Graph, Tensor};
 
     fn quadratic_grads(w: &Parameter) -> Gradients {
         let g = Graph::new();

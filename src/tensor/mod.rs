@@ -22,6 +22,7 @@ pub mod recycle;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
+mod summary;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod view;
@@ -35,6 +36,7 @@ pub use element::{DataType, Element};
 pub(crate) use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
+pub use summary::TensorSummary;
 pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
 

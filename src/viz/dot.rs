@@ -32,18 +32,24 @@ pub(crate) fn write(picture: &Picture) -> String {
     for node in &picture.nodes {
         let _ = writeln!(out, "  {} [{}];", node.id, node_attributes(node));
     }
-    for edge in &picture.edges {
+    for (k, edge) in picture.edges.iter().enumerate() {
         let color = if edge.dead { DEAD_EDGE } else { LIVE_EDGE };
         let _ = writeln!(
             out,
-            "  {} -> {} [color={}];",
+            "  {} -> {} [color={}, id={}];",
             picture.nodes[edge.from].id,
             picture.nodes[edge.to].id,
-            quote(color)
+            quote(color),
+            quote(&edge_id(k))
         );
     }
     out.push_str("}\n");
     out
+}
+
+/// The id of the `k`-th edge, in DOT and in both renderers' SVG.
+pub(crate) fn edge_id(k: usize) -> String {
+    format!("e{k}")
 }
 
 fn node_attributes(node: &PicNode) -> String {
@@ -67,6 +73,7 @@ fn node_attributes(node: &PicNode) -> String {
         format!("color={}", quote(look.line)),
         format!("fontcolor={}", quote(look.text)),
         format!("class={}", quote(&node.class())),
+        format!("id={}", quote(&node.id)),
     ];
     if look.pen_width != 1.0 {
         attrs.push(format!("penwidth={}", look.pen_width));

@@ -1,6 +1,6 @@
 //! The text in a picture's nodes: short numbers, small tensors, shapes.
 
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorSummary};
 
 /// Significant digits shown for a number that is not an integer.
 const SIGNIFICANT_DIGITS: usize = 4;
@@ -63,6 +63,48 @@ fn nested(out: &mut String, shape: &[usize], values: &[f64]) {
     out.push(']');
 }
 
+/// A summarised tensor in a few characters: its elements when listed
+/// (`5`, `[1, 2]`), else its L2 norm (`‖·‖ 1.234`).
+pub(crate) fn summary_short(s: &TensorSummary) -> String {
+    match &s.values {
+        Some(values) => {
+            let mut out = String::new();
+            nested(&mut out, &s.shape, values);
+            out
+        }
+        None => format!("‖·‖ {}", number(s.norm)),
+    }
+}
+
+/// A summarised tensor in one number: its value when it has one element,
+/// else its L2 norm (`‖·‖ 0.5`): what fits beside a node or on an edge.
+pub(crate) fn summary_tiny(s: &TensorSummary) -> String {
+    match &s.values {
+        Some(values) if values.len() == 1 => number(values[0]),
+        _ => format!("‖·‖ {}", number(s.norm)),
+    }
+}
+
+/// A summarised tensor with its dtype and shape, and for a tensor not
+/// listed, norm, extremes and mean (`f32 [12, 64]: ‖·‖ 3.2, min -0.5, ...`).
+pub(crate) fn summary_long(s: &TensorSummary) -> String {
+    let head = format!("{} {:?}", s.dtype, s.shape);
+    let mut out = match &s.values {
+        Some(_) => format!("{head} = {}", summary_short(s)),
+        None => format!(
+            "{head}: ‖·‖ {}, min {}, max {}, mean {}",
+            number(s.norm),
+            number(s.min),
+            number(s.max),
+            number(s.mean)
+        ),
+    };
+    if s.non_finite > 0 {
+        out.push_str(&format!(" ({} not finite)", s.non_finite));
+    }
+    out
+}
+
 /// `f64 []`, `f32 [2, 3]`.
 pub(crate) fn dtype_and_shape(t: &Tensor) -> String {
     format!("{} {:?}", t.dtype(), t.shape())
@@ -99,5 +141,24 @@ mod tests {
         assert_eq!(dtype_and_shape(&m), "f64 [2, 2]");
         assert_eq!(dtype_and_shape(&Tensor::scalar(1.0f32)), "f32 []");
         assert_eq!(l2_norm(&Tensor::vector(&[3.0, 4.0])), 5.0);
+    }
+
+    #[test]
+    fn summaries_list_small_tensors_and_describe_large_ones() {
+        let m = Tensor::from_vec(vec![1.0f32, 2.5, 3.0, -4.0], &[2, 2]).unwrap();
+        assert_eq!(summary_short(&m.summary(4)), "[[1, 2.5], [3, -4]]");
+        assert_eq!(
+            summary_long(&m.summary(4)),
+            "f32 [2, 2] = [[1, 2.5], [3, -4]]"
+        );
+        assert_eq!(summary_short(&m.summary(2)), "‖·‖ 5.679");
+        assert_eq!(summary_tiny(&m.summary(4)), "‖·‖ 5.679");
+        assert_eq!(summary_tiny(&Tensor::scalar(-0.5).summary(4)), "-0.5");
+        assert_eq!(
+            summary_long(&m.summary(2)),
+            "f32 [2, 2]: ‖·‖ 5.679, min -4, max 3, mean 0.625"
+        );
+        let bad = Tensor::vector(&[f64::NAN, 1.0]).summary(0);
+        assert!(summary_long(&bad).ends_with("(1 not finite)"));
     }
 }

@@ -27,11 +27,17 @@
 //! Large graphs stay readable with [`VizOptions::max_nodes`] (keep the nodes
 //! nearest the root, summarise the rest in one node) and
 //! [`VizOptions::collapse_repeated`] (a chain that repeats the same ops, such
-//! as a thousand `tanh`s or twelve `mul → add → tanh` layers, becomes one node).
+//! as a thousand `tanh`s or twelve `mul → add → tanh` layers, or a block
+//! repeated with the same wiring, such as a transformer's layers, becomes
+//! one node).
+//!
+//! [`Graph::to_html`] writes a page that steps through the backward sweep
+//! node by node on the same picture.
 
 mod collapse;
 mod dot;
-mod label;
+mod html;
+pub(crate) mod label;
 mod model;
 mod svg;
 
@@ -140,8 +146,13 @@ impl<'a> VizOptions<'a> {
         self
     }
 
-    /// Collapses chains that repeat the same sequence of ops (at least three
-    /// times) into one node labelled with the sequence and the count.
+    /// Collapses repeated structure into one node labelled with what
+    /// repeats and the count: chains that repeat the same short sequence
+    /// of ops at least three times (`(mul → add → tanh) × 12`), then blocks
+    /// of at least four consecutive nodes repeated at least twice with the
+    /// same ops wired the same way, fan-outs allowed (a transformer's
+    /// layers: `[layer_norm … add] (28 ops) × 4`), whose leaves are drawn
+    /// as one summary node.
     pub fn collapse_repeated(mut self, on: bool) -> Self {
         self.collapse_repeated = on;
         self
@@ -197,6 +208,47 @@ impl Graph {
     pub fn write_svg(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
         write_atomically(path.as_ref(), self.to_svg(options)?.as_bytes())
     }
+
+    /// One self-contained HTML page (no network needed to view it): the
+    /// picture [`to_svg`](Self::to_svg) draws, and buttons and arrow keys
+    /// that step through the backward sweep from `options`' root, one node
+    /// of `backward_order(root)` at a time. Each step highlights the node
+    /// running, the gradient arriving on each of its input edges and the
+    /// accumulation where a value is used twice, and shows every value's
+    /// gradient so far; hovering over a node shows its value and shape,
+    /// and greyed-out nodes say why the sweep never visits them.
+    ///
+    /// The steps are the engine's: the page runs
+    /// [`Var::backward_recorded`] from the root (a one-element value), so
+    /// its gradients are those of a real sweep. Tensors with more than
+    /// [`max_values`](VizOptions::max_values) elements are shown as shape,
+    /// norm, extremes and mean. Without a root the page has the picture and
+    /// the hover text only. `options`' gradients are not used.
+    ///
+    /// ```
+    /// use retrograd::viz::VizOptions;
+    /// use retrograd::{Graph, Tensor};
+    ///
+    /// let graph = Graph::new();
+    /// let x = graph.named_variable("x", Tensor::scalar(3.0));
+    /// let y = graph.named_variable("y", Tensor::scalar(4.0));
+    /// let w = (&x * &y + &x).named("w");
+    /// let html = graph.to_html(&VizOptions::new().root(&w))?;
+    /// assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+    /// assert!(!html.contains("src=\"http"));   // nothing to fetch: one file
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    ///
+    /// Errors: those of [`to_svg`](Self::to_svg), and those of backward
+    /// from the root ([`Error::NonScalarRoot`] for a root of several elements).
+    pub fn to_html(&self, options: &VizOptions<'_>) -> Result<String> {
+        html::page(self, options)
+    }
+
+    /// Writes [`to_html`](Self::to_html) to `path` (atomically).
+    pub fn write_html(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
+        write_atomically(path.as_ref(), self.to_html(options)?.as_bytes())
+    }
 }
 
 /// Whether Graphviz's `dot` can be run.
@@ -204,9 +256,9 @@ pub fn graphviz_available() -> bool {
     svg::graphviz_available()
 }
 
-/// Writes `bytes` to a temporary file next to `path`, then renames it over
-/// `path`: a reader never sees a half-written picture.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to a temporary file next to `path`, syncs it, then
+/// renames it over `path`: a reader never sees a half-written picture.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let io_error = |e: std::io::Error| Error::Io {
         op: "write picture",
         path: path.display().to_string(),
@@ -221,7 +273,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp_name.push(file_name);
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    std::fs::write(&tmp, bytes).map_err(io_error)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut file| {
+        std::io::Write::write_all(&mut file, bytes)?;
+        file.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_error(e));
+    }
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_error(e)

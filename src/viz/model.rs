@@ -145,6 +145,10 @@ pub(crate) struct PicEdge {
     pub(crate) from: usize,
     pub(crate) to: usize,
     pub(crate) dead: bool,
+    /// The op node and input position the edge was drawn for (the first
+    /// one, where a collapsed group merges several).
+    pub(crate) node: usize,
+    pub(crate) input: usize,
 }
 
 /// A graph ready to be written: nodes and edges, both in a stable order.
@@ -154,6 +158,11 @@ pub(crate) struct Picture {
     pub(crate) edges: Vec<PicEdge>,
     pub(crate) direction: Direction,
     pub(crate) title: Option<String>,
+    /// The picture node each op node is drawn in (itself, its group, or the
+    /// elided node).
+    pub(crate) node_units: Vec<usize>,
+    /// The picture node of each drawn leaf, by value id.
+    pub(crate) leaf_units: HashMap<u32, usize>,
 }
 
 /// Where an op node went in the picture.
@@ -276,7 +285,7 @@ impl<'a> Builder<'a> {
             }
         }
         let mut leaf_unit: HashMap<u32, usize> = HashMap::new();
-        let summaries = self.leaf_summaries(&consumers, &group_of, &kept);
+        let summaries = self.leaf_summaries(&consumers, &groups, &group_of, &kept);
         let mut summary_unit: HashMap<usize, usize> = HashMap::new();
         for id in 0..st.values().len() as u32 {
             if st.producers()[id as usize] < LEAF_CONSTANT {
@@ -304,7 +313,7 @@ impl<'a> Builder<'a> {
                 continue;
             };
             let collapsed = self.nodes[to].kind == Kind::Group;
-            for &id in st.inputs_of(i) {
+            for (input, &id) in st.inputs_of(i).iter().enumerate() {
                 let p = st.producers()[id as usize];
                 let from = if p < LEAF_CONSTANT {
                     match placement[p as usize] {
@@ -322,14 +331,25 @@ impl<'a> Builder<'a> {
                     from,
                     to,
                     dead: self.nodes[to].dead,
+                    node: i,
+                    input,
                 });
             }
         }
+        let node_units = placement
+            .iter()
+            .map(|p| match p {
+                Placement::Drawn(u) => *u,
+                Placement::Elided => elided_unit.expect("an elided node"),
+            })
+            .collect();
         Ok(Picture {
             nodes: self.nodes,
             edges: self.edges,
             direction: self.options.direction,
             title: self.options.title.clone(),
+            node_units,
+            leaf_units: leaf_unit,
         })
     }
 
@@ -475,16 +495,19 @@ impl<'a> Builder<'a> {
     fn leaf_summaries(
         &self,
         consumers: &HashMap<u32, Vec<usize>>,
+        groups: &[Group],
         group_of: &[usize],
         kept: &[bool],
     ) -> HashMap<u32, usize> {
         let mut by_group: HashMap<usize, Vec<u32>> = HashMap::new();
         for (&id, users) in consumers {
-            if self.st.name_of(id).is_some() {
-                continue; // named leaves are what a reader looks for: always drawn
-            }
             let g = group_of[users[0]];
-            if g != usize::MAX && users.iter().all(|&u| group_of[u] == g && kept[u]) {
+            // Named leaves are what a reader looks for: drawn, unless they
+            // are the many parameters of a repeated block.
+            if g == usize::MAX || (self.st.name_of(id).is_some() && !groups[g].block) {
+                continue;
+            }
+            if users.iter().all(|&u| group_of[u] == g && kept[u]) {
                 by_group.entry(g).or_default().push(id);
             }
         }

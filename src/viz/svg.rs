@@ -96,15 +96,16 @@ fn render_builtin(picture: &Picture) -> String {
             .iter()
             .map(|node| vg.add_node(element(node, orientation)))
             .collect();
-        for edge in &picture.edges {
+        for (k, edge) in picture.edges.iter().enumerate() {
             let color = if edge.dead { DEAD_EDGE } else { LIVE_EDGE };
             let look = StyleAttr::new(Color::fast(color), 1, None, 0, FONT_SIZE);
-            let arrow = Arrow::new(
+            let arrow = Arrow::with_properties(
                 LineEndKind::None,
                 LineEndKind::Arrow,
                 LineStyleKind::Normal,
                 "",
                 &look,
+                format!("class=\"edge\" id=\"{}\"", dot::edge_id(k)),
                 &None,
                 &None,
             );
@@ -201,7 +202,7 @@ impl SvgCanvas {
         for color in &self.arrow_colors {
             let _ = writeln!(
                 out,
-                "<marker id=\"arrow-{}\" markerWidth=\"8\" markerHeight=\"6\" refX=\"8\" refY=\"3\" orient=\"auto\"><polygon points=\"0 0, 8 3, 0 6\" fill=\"{color}\"/></marker>",
+                "<marker id=\"arrow-{}\" markerWidth=\"8\" markerHeight=\"6\" refX=\"8\" refY=\"3\" orient=\"auto\" markerUnits=\"userSpaceOnUse\"><polygon points=\"0 0, 8 3, 0 6\" fill=\"{color}\"/></marker>",
                 &color[1..]
             );
         }

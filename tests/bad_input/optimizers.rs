@@ -4,8 +4,9 @@
 
 use retrograd::nn::Parameter;
 use retrograd::optim::{
-    clip_grad_norm, grad_norm, Adam, AdamConfig, CosineAnnealingLr, ExponentialLr, MultiStepLr,
-    Optimizer, ParamGroup, Sgd, SgdConfig, StepLr, WarmupLr,
+    clip_grad_norm, grad_norm, optimizer_kind, Adagrad, AdagradConfig, Adam, AdamConfig,
+    CosineAnnealingLr, ExponentialLr, LBFGSConfig, MultiStepLr, Optimizer, ParamGroup, RMSprop,
+    RMSpropConfig, Sgd, SgdConfig, StepLr, WarmupLr, LBFGS,
 };
 use retrograd::{Error, Graph, Tensor};
 
@@ -206,6 +207,89 @@ pub fn cases(t: &mut Table) {
             })
         },
     );
+    for (what, config) in [
+        ("alpha", RMSpropConfig::default().alpha(1.01)),
+        ("momentum", RMSpropConfig::default().momentum(-0.5)),
+        ("eps", RMSpropConfig::default().eps(f64::NAN)),
+    ] {
+        t.add(format!("RMSprop: bad {what}"), move || {
+            expect_err!(
+                RMSprop::new([&param()], config.clone()),
+                Error::InvalidArgument { op: "RMSprop", .. },
+                ["RMSprop", what]
+            )
+        });
+    }
+    for (what, config) in [
+        ("lr_decay", AdagradConfig::default().lr_decay(-0.1)),
+        (
+            "initial_accumulator_value",
+            AdagradConfig::default().initial_accumulator_value(f64::NAN),
+        ),
+    ] {
+        t.add(format!("Adagrad: bad {what}"), move || {
+            expect_err!(
+                Adagrad::new([&param()], config.clone()),
+                Error::InvalidArgument { op: "Adagrad", .. },
+                ["Adagrad", what]
+            )
+        });
+    }
+    t.add(
+        "RMSprop::with_groups: a negative group weight decay",
+        || {
+            let groups = [ParamGroup::new([param()]).weight_decay(-1.0)];
+            expect_err!(
+                RMSprop::with_groups(groups, RMSpropConfig::default()),
+                Error::InvalidArgument {
+                    op: "RMSprop::with_groups",
+                    ..
+                },
+                ["RMSprop::with_groups", "group 0", "weight_decay"]
+            )
+        },
+    );
+    for (what, config) in [
+        ("history_size", LBFGSConfig::default().history_size(0)),
+        ("max_iter", LBFGSConfig::default().max_iter(0)),
+        ("max_eval", LBFGSConfig::default().max_eval(0)),
+        (
+            "tolerance_grad",
+            LBFGSConfig::default().tolerance_grad(-1.0),
+        ),
+    ] {
+        t.add(format!("LBFGS: bad {what}"), move || {
+            expect_err!(
+                LBFGS::new([&param()], config.clone()),
+                Error::InvalidArgument { op: "LBFGS", .. },
+                ["LBFGS", what]
+            )
+        });
+    }
+    t.add("LBFGS: step without a closure", || {
+        let p = param();
+        let mut opt = setup(LBFGS::new([&p], LBFGSConfig::default()))?;
+        let g = Graph::new();
+        let grads = setup((g.param(&p) * 2.0).sum().backward())?;
+        expect_err!(
+            opt.step(&grads),
+            Error::InvalidArgument {
+                op: "LBFGS::step",
+                ..
+            },
+            ["LBFGS", "step_with_closure"]
+        )
+    });
+    t.add("optimizer_kind: an unknown name", || {
+        expect_err!(
+            optimizer_kind("adamax"),
+            Error::InvalidArgument {
+                op: "optimizer_kind",
+                ..
+            },
+            ["adamax", "sgd", "rmsprop", "lbfgs"]
+        )
+    });
     t.add("StepLr: step size 0", || {
         expect_err!(
             StepLr::new(0, 0.1),

@@ -1,0 +1,305 @@
+//! RMSprop as an [`UpdateRule`] (`torch.optim.RMSprop`); the rule is
+//! written out on [`RMSprop`].
+
+use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
+use crate::error::{Error, Result};
+use crate::tensor::Element;
+
+/// Hyperparameters of [`RMSprop`], with PyTorch's defaults (lr 1e-2,
+/// alpha 0.99, eps 1e-8, no weight decay, no momentum, not centered).
+///
+/// ```
+/// use retrograd::optim::RMSpropConfig;
+/// let c = RMSpropConfig::default().alpha(0.9).momentum(0.9).centered(true);
+/// assert_eq!((c.lr, c.alpha, c.centered), (0.01, 0.9, true));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct RMSpropConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Smoothing constant of the squared-gradient average, in [0, 1].
+    pub alpha: f64,
+    /// Added to the denominator for stability.
+    pub eps: f64,
+    /// L2 penalty added to the gradient: `d += weight_decay * p`.
+    pub weight_decay: f64,
+    /// Momentum factor (0: none).
+    pub momentum: f64,
+    /// Normalise by the variance of the gradient (its centered second
+    /// moment) instead of its uncentered second moment.
+    pub centered: bool,
+    /// Maximise the objective instead of minimising it.
+    pub maximize: bool,
+}
+
+impl Default for RMSpropConfig {
+    fn default() -> Self {
+        RMSpropConfig {
+            lr: 1e-2,
+            alpha: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            momentum: 0.0,
+            centered: false,
+            maximize: false,
+        }
+    }
+}
+
+impl RMSpropConfig {
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
+        /// Sets the smoothing constant.
+        alpha: f64;
+        /// Sets epsilon.
+        eps: f64;
+        /// Sets the L2 weight decay.
+        weight_decay: f64;
+        /// Sets the momentum factor.
+        momentum: f64;
+        /// Turns centering on or off.
+        centered: bool;
+        /// Maximise instead of minimise.
+        maximize: bool;
+    }
+}
+
+/// RMSprop with PyTorch's update rule (`torch.optim.RMSprop`), per parameter:
+///
+/// ```text
+/// d = grad (negated if maximize) + weight_decay * p
+/// v = alpha v + (1 - alpha) d^2
+/// centered:  a = lerp(a, d, 1 - alpha);  s = sqrt(v - a^2) + eps
+/// otherwise: s = sqrt(v) + eps
+/// momentum:  b = momentum b + d / s;     p = p - lr * b
+/// otherwise: p = p - lr * d / s
+/// ```
+///
+/// Its state per parameter: `step`, `square_avg` (v), and with momentum
+/// `momentum_buffer` (b), when centered `grad_avg` (a), PyTorch's names.
+///
+/// ```
+/// use retrograd::{Graph, Tensor, nn::Parameter, optim::{Optimizer, RMSprop, RMSpropConfig}};
+/// let w = Parameter::new(Tensor::scalar(1.0));
+/// let mut opt = RMSprop::new([&w], RMSpropConfig::default().alpha(0.75))?;
+/// let g = Graph::new();
+/// opt.step(&(g.param(&w) * 2.0).backward()?)?;   // gradient 2: v = 0.25 * 4 = 1
+/// assert!((w.value().try_item()? - (1.0 - 0.01 * 2.0 / (1.0 + 1e-8))).abs() < 1e-15);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub type RMSprop = RuleOptimizer<RMSpropConfig>;
+
+/// The registered kind.
+pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
+    name: "rmsprop",
+    summary: "RMSprop with momentum, centering and L2 weight decay (torch.optim.RMSprop)",
+    build: |params, s| {
+        let config = RMSpropConfig::default()
+            .lr(s.lr)
+            .momentum(s.momentum.unwrap_or(0.0))
+            .weight_decay(s.weight_decay.unwrap_or(0.0));
+        Ok(Box::new(RMSprop::new(params, config)?))
+    },
+}];
+
+impl UpdateRule for RMSpropConfig {
+    rule_basics!("RMSprop");
+
+    fn kind(&self) -> &'static str {
+        KINDS[0].name
+    }
+
+    fn validate(&self) -> Result<()> {
+        check_non_negative("RMSprop", "lr", self.lr)?;
+        check_non_negative("RMSprop", "eps", self.eps)?;
+        check_non_negative("RMSprop", "weight_decay", self.weight_decay)?;
+        check_non_negative("RMSprop", "momentum", self.momentum)?;
+        if !(0.0..=1.0).contains(&self.alpha) {
+            let alpha = self.alpha;
+            return Err(Error::invalid(
+                "RMSprop",
+                format!("alpha must be in [0, 1], got {alpha}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn state_fields(&self) -> Vec<StateField> {
+        let mut fields = vec![StateField::Step, StateField::zeros("square_avg")];
+        if self.momentum > 0.0 {
+            fields.push(StateField::zeros("momentum_buffer"));
+        }
+        if self.centered {
+            fields.push(StateField::zeros("grad_avg"));
+        }
+        fields
+    }
+
+    fn update<T: Element>(
+        &self,
+        ctx: &UpdateContext,
+        p: &mut [T],
+        g: &[T],
+        state: &mut ParamState,
+    ) -> Result<()> {
+        let s = Scalars::new(self, ctx);
+        let s = &s;
+        match (self.momentum > 0.0, self.centered) {
+            (false, false) => {
+                let [v] = state.slices::<T, 1>()?;
+                update_chunks(p, g, [v], |p, g, [v]| {
+                    for ((p, &g), v) in p.iter_mut().zip(g).zip(v) {
+                        let d = s.direction(*p, g);
+                        let denom = s.average(v, d).sqrt() + s.eps;
+                        *p += s.neg_lr * d / denom;
+                    }
+                });
+            }
+            (true, false) => {
+                let [v, b] = state.slices::<T, 2>()?;
+                update_chunks(p, g, [v, b], |p, g, [v, b]| {
+                    for (((p, &g), v), b) in p.iter_mut().zip(g).zip(v).zip(b) {
+                        let d = s.direction(*p, g);
+                        let denom = s.average(v, d).sqrt() + s.eps;
+                        *b = *b * s.momentum + d / denom;
+                        *p += s.neg_lr * *b;
+                    }
+                });
+            }
+            (false, true) => {
+                let [v, a] = state.slices::<T, 2>()?;
+                update_chunks(p, g, [v, a], |p, g, [v, a]| {
+                    for (((p, &g), v), a) in p.iter_mut().zip(g).zip(v).zip(a) {
+                        let d = s.direction(*p, g);
+                        let denom = s.centered(v, a, d);
+                        *p += s.neg_lr * d / denom;
+                    }
+                });
+            }
+            (true, true) => {
+                let [v, b, a] = state.slices::<T, 3>()?;
+                update_chunks(p, g, [v, b, a], |p, g, [v, b, a]| {
+                    for ((((p, &g), v), b), a) in p.iter_mut().zip(g).zip(v).zip(b).zip(a) {
+                        let d = s.direction(*p, g);
+                        let denom = s.centered(v, a, d);
+                        *b = *b * s.momentum + d / denom;
+                        *p += s.neg_lr * *b;
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rounded scalars of one update, in the element type, and the steps
+/// the four variants share, in PyTorch's order of operations.
+struct Scalars<T> {
+    sign: T,
+    has_decay: bool,
+    decay: T,
+    alpha: T,
+    one_minus_alpha: T,
+    lerp_complement: T,
+    eps: T,
+    momentum: T,
+    neg_lr: T,
+}
+
+impl<T: Element> Scalars<T> {
+    fn new(c: &RMSpropConfig, ctx: &UpdateContext) -> Self {
+        Scalars {
+            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
+            sign: if c.maximize { -T::one() } else { T::one() },
+            has_decay: ctx.weight_decay != 0.0,
+            decay: T::from_f64(ctx.weight_decay),
+            alpha: T::from_f64(c.alpha),
+            one_minus_alpha: T::from_f64(1.0 - c.alpha),
+            lerp_complement: T::one() - T::from_f64(1.0 - c.alpha),
+            eps: T::from_f64(c.eps),
+            momentum: T::from_f64(c.momentum),
+            neg_lr: T::from_f64(-ctx.lr),
+        }
+    }
+
+    /// The gradient with its sign and the L2 penalty.
+    #[inline(always)]
+    fn direction(&self, p: T, g: T) -> T {
+        if self.has_decay {
+            g * self.sign + self.decay * p
+        } else {
+            g * self.sign
+        }
+    }
+
+    /// Moves the squared-gradient average and returns it.
+    #[inline(always)]
+    fn average(&self, v: &mut T, d: T) -> T {
+        *v = *v * self.alpha + self.one_minus_alpha * d * d;
+        *v
+    }
+
+    /// The centered denominator: moves both averages, then
+    /// `sqrt(v - a^2) + eps`. `a` moves toward `d` as PyTorch's CPU `lerp`
+    /// computes it (see `adam_update.rs`).
+    #[inline(always)]
+    fn centered(&self, v: &mut T, a: &mut T, d: T) -> T {
+        let v = self.average(v, d);
+        let w = self.one_minus_alpha;
+        *a = if w.abs() < T::from_f64(0.5) {
+            *a + w * (d - *a)
+        } else {
+            d - (d - *a) * self.lerp_complement
+        };
+        (v - *a * *a).sqrt() + self.eps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::Parameter;
+    use crate::optim::Optimizer;
+    use crate::{Graph, Tensor};
+
+    #[test]
+    fn state_fields_follow_the_options() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0, -2.0], &[2]).unwrap());
+        let config = RMSpropConfig::default().momentum(0.5).centered(true);
+        let mut opt = RMSprop::new([("w", w.clone())], config).unwrap();
+        let g = Graph::new();
+        opt.step(&(g.param(&w) * 3.0).sum().backward().unwrap())
+            .unwrap();
+        let keys: Vec<String> = opt.state_dict().into_keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "w.grad_avg",
+                "w.momentum_buffer",
+                "w.square_avg",
+                "w.step"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_errors_naming_them() {
+        let w = Parameter::new(Tensor::scalar(1.0));
+        for (config, what) in [
+            (RMSpropConfig::default().alpha(1.5), "alpha"),
+            (RMSpropConfig::default().alpha(f64::NAN), "alpha"),
+            (RMSpropConfig::default().lr(-1.0), "lr"),
+            (RMSpropConfig::default().eps(-1.0), "eps"),
+            (RMSpropConfig::default().momentum(-0.1), "momentum"),
+            (RMSpropConfig::default().weight_decay(f64::NAN), "weight_decay"),
+        ] {
+            let e = RMSprop::new([&w], config).err().unwrap();
+            assert!(
+                matches!(&e, Error::InvalidArgument { op: "RMSprop", reason } if reason.starts_with(what)),
+                "{e}"
+            );
+        }
+    }
+}
