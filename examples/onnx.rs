@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use retrograd::data::{digits, mnist};
 use retrograd::io::{checkpoint_metadata, load_checkpoint, load_tensors, save_tensors};
 use retrograd::nn::{Activation, Forward, Gpt, GptConfig, Mlp, Module};
-use retrograd::onnx::{Exporter, OnnxModel};
+use retrograd::onnx::{export_input, Exporter, OnnxModel};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result, Tensor, Var};
 
@@ -135,11 +135,14 @@ fn main() -> ExitCode {
 
 type Outcome = std::result::Result<(), Box<dyn std::error::Error>>;
 
+/// Makes a model's example input at a batch size.
+type MakeExample = dyn Fn(usize, &mut ChaCha8Rng) -> Result<Tensor>;
+
 /// A README model, rebuilt to load its checkpoint (or with fresh weights).
 struct Loaded {
     model: Box<dyn Forward>,
     /// An example input at a batch size.
-    example: Box<dyn Fn(usize, &mut ChaCha8Rng) -> Result<Tensor>>,
+    example: Box<MakeExample>,
 }
 
 fn export(a: &Args) -> Outcome {
@@ -158,11 +161,7 @@ fn export(a: &Args) -> Outcome {
     let example = (model.example)(a.batch, &mut rng)?;
     let graph = Graph::new();
     graph.try_set_tracing(true)?;
-    let x = if example.is_float() {
-        graph.try_variable(example.clone())?
-    } else {
-        graph.constant(example.clone())
-    };
+    let x = export_input(&graph, &example)?;
     let y = model.model.forward(&x)?;
     let mut exporter = Exporter::new(&graph)
         .input("input", &x)
@@ -271,7 +270,7 @@ fn load_model(kind: &str, checkpoint: Option<&PathBuf>, a: &Args) -> Result<Load
                     dtype: DType::F32,
                 },
             };
-            let model = Gpt::with_rng(config.clone(), &mut ChaCha8Rng::seed_from_u64(seed))?;
+            let model = Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(seed))?;
             if let Some(c) = checkpoint {
                 load_checkpoint(c, &model, None)?;
             }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use retrograd::io::load_tensors;
-use retrograd::onnx::{Exporter, OnnxModel};
+use retrograd::onnx::{export_input, Exporter, OnnxModel};
 use retrograd::{Graph, Result, Tensor, Var};
 
 use crate::report::{emit, time, Value};
@@ -83,16 +83,10 @@ fn export(model: &OnnxModel, inputs: &[Tensor]) -> Result<(Vec<u8>, f64, f64)> {
     let start = Instant::now();
     let graph = Graph::new();
     graph.set_tracing(true);
-    let vars: Vec<Var<'_>> = inputs
+    let vars = inputs
         .iter()
-        .map(|t| {
-            if t.is_float() {
-                graph.variable(t.clone())
-            } else {
-                graph.constant(t.clone())
-            }
-        })
-        .collect();
+        .map(|t| export_input(&graph, t))
+        .collect::<Result<Vec<Var<'_>>>>()?;
     let refs: Vec<&Var<'_>> = vars.iter().collect();
     let outputs = model.forward(&graph, &refs)?;
     let record_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -7,7 +7,7 @@
 //! Checked: nothing panics; a failure to load is `OnnxInvalid` or
 //! `OnnxUnsupported`; a run returns one value per declared output.
 
-use retrograd::onnx::OnnxModel;
+use retrograd::onnx::{export_input, OnnxModel};
 use retrograd::{DType, Error, Graph, Tensor, Var};
 
 pub fn run(data: &[u8]) {
@@ -49,13 +49,7 @@ pub fn run(data: &[u8]) {
     let graph = Graph::new();
     let vars: Vec<Var<'_>> = inputs
         .iter()
-        .map(|t| {
-            if t.is_float() {
-                graph.variable(t.clone())
-            } else {
-                graph.constant(t.clone())
-            }
-        })
+        .map(|t| export_input(&graph, t).expect("a fresh graph takes any input"))
         .collect();
     let refs: Vec<&Var<'_>> = vars.iter().collect();
     if let Ok(outputs) = model.forward(&graph, &refs) {

@@ -23,5 +23,5 @@ mod import;
 pub mod proto;
 mod tensor;
 
-pub use export::{can_export, export_forward, Exporter, EXPORT_OPSET};
+pub use export::{can_export, export_forward, export_input, Exporter, EXPORT_OPSET};
 pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSET};

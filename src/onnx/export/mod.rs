@@ -510,6 +510,26 @@ fn value_info(name: &str, value: &Tensor, batch: Option<&str>) -> ValueInfoProto
     }
 }
 
+/// A graph input for an export: a float value as a variable (so every op
+/// on it records), an integer or bool value (token ids, a mask) as a
+/// constant, whose uses tracing records ([`Graph::set_tracing`]).
+///
+/// ```
+/// use retrograd::{DType, Graph, Tensor};
+/// let graph = Graph::new();
+/// let x = retrograd::onnx::export_input(&graph, &Tensor::ones(&[2, 3], DType::F32)?)?;
+/// let ids = retrograd::onnx::export_input(&graph, &Tensor::from_vec(vec![1i64, 2], &[2])?)?;
+/// assert!(x.requires_grad() && !ids.requires_grad());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn export_input<'g>(graph: &'g Graph, value: &Tensor) -> Result<Var<'g>> {
+    if value.is_float() {
+        graph.try_variable(value.clone())
+    } else {
+        Ok(graph.constant(value.clone()))
+    }
+}
+
 /// Records `model`'s forward pass on `example` (a float input becomes a
 /// variable, so every op on it is recorded; an integer input a constant)
 /// and writes it to `path` with input `"input"`, output `"output"`, the
@@ -537,11 +557,7 @@ pub fn export_forward(
 ) -> Result<()> {
     let graph = Graph::new();
     graph.try_set_tracing(true)?;
-    let x = if example.is_float() {
-        graph.try_variable(example.clone())?
-    } else {
-        graph.constant(example.clone())
-    };
+    let x = export_input(&graph, example)?;
     let y = model.forward(&x)?;
     let mut export = Exporter::new(&graph)
         .input("input", &x)
