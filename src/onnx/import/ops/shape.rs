@@ -168,17 +168,22 @@ fn axes_of<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, i: usize) -> Result<Option<Vec<i6
     }
 }
 
-pub(super) fn squeeze<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let x = c.input(ins, 0)?;
-    let Some(axes) = axes_of(c, ins, 1)? else {
-        return one(x.squeeze());
-    };
-    let rank = x.shape().len();
+/// ONNX axes (negative from the end) of a rank-`rank` value, in order.
+fn sorted_axes(c: &Ctx<'_, '_>, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
     let mut axes = axes
         .iter()
         .map(|&a| c.axis(a, rank))
         .collect::<Result<Vec<_>>>()?;
     axes.sort_unstable();
+    Ok(axes)
+}
+
+pub(super) fn squeeze<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let Some(axes) = axes_of(c, ins, 1)? else {
+        return one(x.squeeze());
+    };
+    let axes = sorted_axes(c, &axes, x.shape().len())?;
     let mut y = x.clone();
     for &a in axes.iter().rev() {
         if x.shape()[a] != 1 {
@@ -192,12 +197,7 @@ pub(super) fn squeeze<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>
 pub(super) fn unsqueeze<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let x = c.input(ins, 0)?;
     let axes = axes_of(c, ins, 1)?.ok_or_else(|| c.error("no axes"))?;
-    let rank = x.shape().len() + axes.len();
-    let mut axes = axes
-        .iter()
-        .map(|&a| c.axis(a, rank))
-        .collect::<Result<Vec<_>>>()?;
-    axes.sort_unstable();
+    let axes = sorted_axes(c, &axes, x.shape().len() + axes.len())?;
     let mut y = x.clone();
     for a in axes {
         y = y.try_unsqueeze(a as isize)?;
