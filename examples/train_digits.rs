@@ -7,14 +7,26 @@
 //! cargo run --release --example train_digits
 //! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
 //! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
+//! cargo run --release --example train_digits -- --resume   # continue an interrupted run
+//! # data-parallel over 2 processes (global batch 32 = 2 x 16)
+//! cargo build --release --features mpi --example train_digits
+//! mpirun -n 2 target/release/examples/train_digits --ddp
 //! cargo run --release --example train_digits -- --plot target/digits_curves --graph-html step.html
 //! ```
 
+#[cfg(feature = "mpi")]
+#[path = "support/ddp_epochs.rs"]
+mod ddp_epochs;
+#[path = "support/epochs.rs"]
+mod epochs;
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/resume.rs"]
+mod resume;
 #[path = "support/run_outputs.rs"]
 mod run_outputs;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -23,15 +35,23 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::data::{digits, Batches, Dataset};
+use retrograd::data::{digits, Dataset};
+use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
 use retrograd::optim::{
     grad_norm, optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer,
     OptimizerKind, OptimizerSettings,
 };
+use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
 use run_outputs::{RunOutputs, StepFigures};
+
+use epochs::EpochSums;
+use resume::Stopped;
+
+/// Steps between training states unless `--checkpoint-every` says otherwise.
+const CHECKPOINT_EVERY: u64 = 500;
 
 /// The usage text, with the registered optimizers.
 fn usage() -> String {
@@ -40,6 +60,7 @@ fn usage() -> String {
     for kind in optimizer_kinds() {
         text.push_str(&format!("\n  {:<10}{}", kind.name, kind.summary));
     }
+    text.push_str(&format!("\n\n{}", resume::USAGE));
     text
 }
 
@@ -65,7 +86,10 @@ options:
   --graph-svg FILE    write a picture of the first training step's graph
   --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
-  -h, --help          this text";
+  --ddp               data-parallel training under mpirun (feature mpi): each of the
+                      N ranks takes batch-size / N images of each step, rank 0 prints
+  -h, --help          this text
+  (--checkpoint-every is 500 by default)";
 
 struct Args {
     hidden: Vec<usize>,
@@ -84,6 +108,33 @@ struct Args {
     graph_svg: Option<PathBuf>,
     graph_html: Option<PathBuf>,
     quiet: bool,
+    ddp: bool,
+    checkpoints: resume::Flags,
+}
+
+/// What a resumed run must share with the run it continues.
+fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
+    [
+        ("hidden", format!("{:?}", args.hidden)),
+        ("activation", args.activation.to_string()),
+        ("dropout", args.dropout.to_string()),
+        ("epochs", args.epochs.to_string()),
+        ("batch-size", args.batch_size.to_string()),
+        ("optimizer", args.optimizer.name.to_string()),
+        ("lr", args.lr.to_string()),
+        ("momentum", args.momentum.to_string()),
+        ("weight-decay", format!("{:?}", args.weight_decay)),
+        ("test-fraction", args.test_fraction.to_string()),
+        ("seed", args.seed.to_string()),
+        ("ddp", args.ddp.to_string()),
+        (
+            "data",
+            format!("{} images, crc32 {:08x}", train.len(), train.checksum()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -105,6 +156,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         graph_svg: None,
         graph_html: None,
         quiet: false,
+        ddp: false,
+        checkpoints: resume::Flags::new("train_digits", CHECKPOINT_EVERY),
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -154,6 +207,14 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
             Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
+            Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
+            Long("ddp") => {
+                return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_digits".into())
+            }
+            Long(name) if resume::Flags::owns(name) => {
+                let name = name.to_string();
+                args.checkpoints.parse(&name, &mut parser)?;
+            }
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -185,27 +246,68 @@ fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
 }
 
 /// What changes during training: the model, its optimizer, the schedule,
-/// the shuffling generator and the steps taken; and the run's log.
+/// the shuffling generator (and a copy as the epoch began), where the run
+/// is and the epoch's sums: all of it in each training state; and the run's
+/// log.
 struct Trainer {
     model: Mlp,
     optimizer: Box<dyn Optimizer>,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
-    step: usize,
+    epoch_start: ChaCha8Rng,
+    at: Progress,
+    sums: EpochSums,
     outputs: RunOutputs,
 }
 
 impl Trainer {
-    /// One epoch; returns the mean training loss and the training accuracy.
+    fn capture(&self) -> Result<TrainingState> {
+        let mine = RankState::new()
+            .with_generator("shuffle", &self.rng)
+            .with_generator("epoch_start", &self.epoch_start);
+        TrainingState::capture(
+            &self.model,
+            Some(self.optimizer.as_ref()),
+            Some(&self.scheduler),
+            self.at,
+            self.sums.save(mine),
+        )
+    }
+
+    fn restore(&mut self, state: &TrainingState) -> Result<()> {
+        let mine = state.restore(
+            &self.model,
+            Some(self.optimizer.as_mut()),
+            Some(&mut self.scheduler),
+        )?;
+        self.rng = mine.generator("shuffle")?;
+        self.epoch_start = mine.generator("epoch_start")?;
+        self.sums = EpochSums::restore(&mine)?;
+        self.at = state.progress();
+        Ok(())
+    }
+
+    /// The rest of the current epoch; `Some` if the run must stop (a
+    /// training state was saved).
     fn epoch(
         &mut self,
         args: &Args,
         train: &Dataset,
         progress: &ProgressBar,
-        epoch: usize,
-    ) -> Result<(f64, f64)> {
-        let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
-        for batch in Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)? {
+        session: &mut resume::Session<SingleProcess>,
+    ) -> Result<Option<Stopped>> {
+        if self.at.batch == 0 {
+            self.sums = EpochSums::starting(self.optimizer.lr());
+        }
+        let epoch = self.at.epoch + 1;
+        let batches = epochs::shuffled_epoch(
+            train,
+            args.batch_size,
+            &mut self.rng,
+            &mut self.epoch_start,
+            self.at.batch,
+        )?;
+        for batch in batches {
             let n = batch.labels.len();
             let started = Instant::now();
             let lr = self.optimizer.lr();
@@ -219,8 +321,7 @@ impl Trainer {
                 let graph = Graph::new();
                 let picture = first
                     && (args.graph_svg.is_some() || args.graph_html.is_some())
-                    && epoch == 1
-                    && seen == 0;
+                    && self.at.step == 0;
                 if picture {
                     // Name the parameter leaves so the picture shows "0.weight", ...
                     run_outputs::name_parameters(&graph, model);
@@ -239,8 +340,8 @@ impl Trainer {
                 }
                 let loss_value = loss.value().try_item()?;
                 if first {
-                    loss_sum += loss_value * n as f64;
-                    correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                    self.sums.loss += loss_value * n as f64;
+                    self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
                     first_figures = (loss_value, grad_norm(&grads, 2.0)?);
                     first = false;
                 }
@@ -250,7 +351,7 @@ impl Trainer {
             let millis = 1e3 * started.elapsed().as_secs_f64();
             let (loss, norm) = first_figures;
             self.outputs.log_step(
-                self.step,
+                self.at.step as usize,
                 StepFigures {
                     loss,
                     lr,
@@ -258,21 +359,25 @@ impl Trainer {
                     millis: Some(millis),
                 },
             )?;
-            self.step += 1;
-            seen += n;
+            self.sums.seen += n as f64;
+            self.at.step += 1;
+            self.at.batch += 1;
             progress.inc(1);
             progress.set_message(format!(
                 "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
                 args.epochs,
-                loss_sum / seen as f64,
-                100.0 * correct / seen as f64
+                self.sums.loss / self.sums.seen,
+                100.0 * self.sums.correct / self.sums.seen
             ));
+            if let Some(stopped) = session.after_step(self.at, || self.capture())? {
+                return Ok(Some(stopped));
+            }
         }
-        Ok((loss_sum / seen as f64, correct / seen as f64))
+        Ok(None)
     }
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args) -> Result<Option<Stopped>> {
     let start = Instant::now();
     let data = digits::load_bundled()?;
     let (train, test) = data.stratified_split(args.test_fraction, args.seed)?;
@@ -312,11 +417,33 @@ fn run(args: &Args) -> Result<()> {
         args.epochs
     );
 
+    let (mut session, resumed) = resume::Session::start(
+        "train_digits",
+        SingleProcess,
+        &args.checkpoints,
+        settings(args, &train),
+    )?;
+    let rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut trainer = Trainer {
+        model,
+        optimizer,
+        scheduler,
+        epoch_start: rng.clone(),
+        rng,
+        at: Progress::default(),
+        sums: EpochSums::default(),
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
+    };
+    if let Some(state) = &resumed {
+        trainer.restore(state)?;
+    }
+
     let progress = if args.quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total_steps as u64)
     };
+    progress.set_position(trainer.at.step);
     progress.set_style(
         ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
             .expect("a valid template")
@@ -328,33 +455,43 @@ fn run(args: &Args) -> Result<()> {
     );
     progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
 
-    let mut trainer = Trainer {
-        model,
-        optimizer,
-        scheduler,
-        rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
-        step: 0,
-        outputs: RunOutputs::start(&args.out, args.plot.clone(), false)?,
-    };
-    for epoch in 1..=args.epochs {
-        let lr = trainer.optimizer.lr();
+    while trainer.at.epoch < args.epochs as u64 {
+        let epoch = trainer.at.epoch + 1;
         trainer.model.set_training(true);
-        let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
+        if let Some(stopped) = trainer.epoch(args, &train, &progress, &mut session)? {
+            progress.finish_and_clear();
+            return Ok(Some(stopped));
+        }
+        let EpochSums {
+            lr,
+            loss,
+            correct,
+            seen,
+        } = trainer.sums;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
-        let accuracies = [("train/accuracy", train_acc), ("test/accuracy", test_acc)];
-        trainer.outputs.log(trainer.step, &accuracies)?;
+        let accuracies = [
+            ("train/accuracy", correct / seen),
+            ("test/accuracy", test_acc),
+        ];
+        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
         trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
-                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
-                100.0 * train_acc,
+                "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
+                loss / seen,
+                100.0 * correct / seen,
                 100.0 * test_acc
             )
         });
+        trainer.at.epoch += 1;
+        trainer.at.batch = 0;
     }
     progress.finish_and_clear();
+    if let Some(line) = session.summary() {
+        println!("{line}");
+    }
     let Trainer {
         mut model,
         optimizer,
@@ -384,7 +521,7 @@ fn run(args: &Args) -> Result<()> {
     }
     println!("{}", outputs.describe());
     println!("total time: {:.2} s", start.elapsed().as_secs_f64());
-    Ok(())
+    Ok(None)
 }
 
 fn main() -> ExitCode {
@@ -399,11 +536,67 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+    #[cfg(feature = "mpi")]
+    if args.ddp {
+        return resume::ddp_main(|comm| ddp::run(&args, comm));
+    }
+    resume::exit(run(&args))
+}
+
+/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`
+/// (`support/ddp_epochs.rs`); rank 0 writes the checkpoint.
+#[cfg(feature = "mpi")]
+mod ddp {
+    use super::*;
+    use retrograd::distributed::MpiCommunicator;
+
+    pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
+        let start = Instant::now();
+        let (train, test) =
+            digits::load_bundled()?.stratified_split(args.test_fraction, args.seed)?;
+        let describe = |steps: usize| {
+            format!(
+                "training: lr {} (cosine to 0 over {steps} steps), batch {}, {} epochs",
+                args.lr, args.batch_size, args.epochs
+            )
+        };
+        let job = ddp_epochs::Job {
+            name: "train_digits",
+            epochs: args.epochs,
+            batch_size: args.batch_size,
+            seed: args.seed,
+            train: &train,
+            test: &test,
+            eval_batch: 512,
+            checkpoints: &args.checkpoints,
+            settings: settings(args, &train),
+            describe: &describe,
+            out: &args.out,
+            plot: args.plot.clone(),
+        };
+        let trained = ddp_epochs::train(
+            job,
+            comm,
+            build_model(args, args.seed)?,
+            |m| build_optimizer(args, m),
+            |x, _| Ok(x),
+        )?;
+        if trained.stopped.is_some() {
+            return Ok(trained.stopped);
         }
+        let meta = BTreeMap::from([("epochs".to_string(), args.epochs.to_string())]);
+        trained
+            .ddp
+            .save_checkpoint(&args.out, Some(trained.optimizer.as_ref()), &meta)?;
+        if let Some(outputs) = &trained.outputs {
+            println!(
+                "final test accuracy: {:.2}%; checkpoint (written by rank 0): {}",
+                100.0 * trained.test_acc,
+                args.out.display()
+            );
+            println!("{}", outputs.describe());
+            println!("total time: {:.2} s", start.elapsed().as_secs_f64());
+        }
+        Ok(None)
     }
 }

@@ -12,15 +12,25 @@
 //! # data-parallel over 2 processes (global batch 64 = 2 x 32; README, "Training on several processes")
 //! cargo build --release --features mpi --example train_mnist_cnn
 //! mpirun -n 2 target/release/examples/train_mnist_cnn --ddp
+//! # continue an interrupted run (alone, or under mpirun with --ddp)
+//! cargo run --release --example train_mnist_cnn -- --resume
 //! ```
 
+#[cfg(feature = "mpi")]
+#[path = "support/ddp_epochs.rs"]
+mod ddp_epochs;
+#[path = "support/epochs.rs"]
+mod epochs;
 #[path = "support/mnist_cnn.rs"]
 mod mnist_cnn;
 #[path = "support/reload_check.rs"]
 mod reload_check;
+#[path = "support/resume.rs"]
+mod resume;
 #[path = "support/run_outputs.rs"]
 mod run_outputs;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -29,12 +39,20 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::data::{mnist, random_shift, Batches, Dataset};
+use retrograd::data::{mnist, random_shift, Dataset};
+use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module, Sequential};
 use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
+use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result};
 use run_outputs::{RunOutputs, StepFigures};
+
+use epochs::EpochSums;
+use resume::Stopped;
+
+/// Steps between training states unless `--checkpoint-every` says otherwise.
+const CHECKPOINT_EVERY: u64 = 100;
 
 const USAGE: &str = "\
 usage: train_mnist_cnn [options]
@@ -50,6 +68,8 @@ options:
   --lr RATE           peak Adam learning rate (default 0.002; cosine-annealed to 0)
   --weight-decay WD   Adam L2 weight decay (default 0)
   --seed N            seed of the split, the weights, shuffling and shifts (default 0)
+  --train-images N    train on the first N training images only (quick trials)
+  --test-images N     test on the first N test images only
   --min-accuracy A    exit with an error below this test accuracy, e.g. 0.98
   --out FILE          checkpoint path (default target/train_mnist_cnn.safetensors);
                       the run's log goes next to it (train_mnist_cnn.log.jsonl)
@@ -59,7 +79,8 @@ options:
   --quiet             no progress bar
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
-  -h, --help          this text";
+  -h, --help          this text
+  (--checkpoint-every is 100 by default)";
 
 struct Args {
     channels: [usize; 2],
@@ -72,6 +93,8 @@ struct Args {
     lr: f64,
     weight_decay: f64,
     seed: u64,
+    train_images: Option<usize>,
+    test_images: Option<usize>,
     min_accuracy: Option<f64>,
     out: PathBuf,
     plot: Option<PathBuf>,
@@ -79,6 +102,32 @@ struct Args {
     graph_html: Option<PathBuf>,
     quiet: bool,
     ddp: bool,
+    checkpoints: resume::Flags,
+}
+
+/// What a resumed run must share with the run it continues (and every
+/// rank with rank 0).
+fn settings(args: &Args, train: &Dataset) -> BTreeMap<String, String> {
+    [
+        ("channels", format!("{:?}", args.channels)),
+        ("hidden", args.hidden.to_string()),
+        ("batch-norm", args.batch_norm.to_string()),
+        ("dropout", args.dropout.to_string()),
+        ("shift", args.shift.to_string()),
+        ("epochs", args.epochs.to_string()),
+        ("batch-size", args.batch_size.to_string()),
+        ("lr", args.lr.to_string()),
+        ("weight-decay", args.weight_decay.to_string()),
+        ("seed", args.seed.to_string()),
+        ("ddp", args.ddp.to_string()),
+        (
+            "data",
+            format!("{} images, crc32 {:08x}", train.len(), train.checksum()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -94,6 +143,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         lr: 0.002,
         weight_decay: 0.0,
         seed: 0,
+        train_images: None,
+        test_images: None,
         min_accuracy: None,
         out: PathBuf::from("target/train_mnist_cnn.safetensors"),
         plot: None,
@@ -101,6 +152,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         graph_html: None,
         quiet: false,
         ddp: false,
+        checkpoints: resume::Flags::new("train_mnist_cnn", CHECKPOINT_EVERY),
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -132,6 +184,12 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                 args.weight_decay = parser.value().map_err(err)?.parse().map_err(err)?
             }
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("train-images") => {
+                args.train_images = Some(parser.value().map_err(err)?.parse().map_err(err)?)
+            }
+            Long("test-images") => {
+                args.test_images = Some(parser.value().map_err(err)?.parse().map_err(err)?)
+            }
             Long("min-accuracy") => {
                 args.min_accuracy = Some(parser.value().map_err(err)?.parse().map_err(err)?)
             }
@@ -144,6 +202,10 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_mnist_cnn".into())
             }
+            Long(name) if resume::Flags::owns(name) => {
+                let name = name.to_string();
+                args.checkpoints.parse(&name, &mut parser)?;
+            }
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -151,6 +213,19 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         return Err("--epochs, --batch-size and --hidden must be > 0".into());
     }
     Ok(Some(args))
+}
+
+/// The bundled split, normalised, cut to `--train-images` and `--test-images`.
+fn load_data(args: &Args) -> Result<(Dataset, Dataset)> {
+    let (train, test) = mnist::load_bundled_split(args.seed)?;
+    let first = |ds: Dataset, n: Option<usize>| match n {
+        Some(n) if n < ds.len() => ds.subset(&(0..n).collect::<Vec<_>>()),
+        _ => Ok(ds),
+    };
+    Ok((
+        first(train, args.train_images)?.normalized(mnist::MEAN, mnist::STD)?,
+        first(test, args.test_images)?.normalized(mnist::MEAN, mnist::STD)?,
+    ))
 }
 
 /// The CNN of `support/mnist_cnn.rs` with this run's sizes.
@@ -174,29 +249,68 @@ fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {
 }
 
 /// What changes during training: the model, its optimizer, the schedule,
-/// the generator of shuffles and shifts and the steps taken; and the run's log.
+/// the generator of shuffles and shifts (and a copy as the epoch began),
+/// where the run is and the epoch's sums: all of it in each training state;
+/// and the run's log.
 struct Trainer {
     model: Sequential,
     optimizer: Adam,
     scheduler: LrScheduler,
     rng: ChaCha8Rng,
-    step: usize,
+    epoch_start: ChaCha8Rng,
+    at: Progress,
+    sums: EpochSums,
     outputs: RunOutputs,
 }
 
 impl Trainer {
-    /// One epoch; returns the mean training loss and the training accuracy.
+    fn capture(&self) -> Result<TrainingState> {
+        let mine = RankState::new()
+            .with_generator("shuffle_and_shift", &self.rng)
+            .with_generator("epoch_start", &self.epoch_start);
+        TrainingState::capture(
+            &self.model,
+            Some(&self.optimizer),
+            Some(&self.scheduler),
+            self.at,
+            self.sums.save(mine),
+        )
+    }
+
+    fn restore(&mut self, state: &TrainingState) -> Result<()> {
+        let mine = state.restore(
+            &self.model,
+            Some(&mut self.optimizer),
+            Some(&mut self.scheduler),
+        )?;
+        self.rng = mine.generator("shuffle_and_shift")?;
+        self.epoch_start = mine.generator("epoch_start")?;
+        self.sums = EpochSums::restore(&mine)?;
+        self.at = state.progress();
+        Ok(())
+    }
+
+    /// The rest of the current epoch; `Some` if the run must stop (a
+    /// training state was saved).
     fn epoch(
         &mut self,
         args: &Args,
         train: &Dataset,
         progress: &ProgressBar,
-        epoch: usize,
-    ) -> Result<(f64, f64)> {
-        let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0usize);
+        session: &mut resume::Session<SingleProcess>,
+    ) -> Result<Option<Stopped>> {
+        if self.at.batch == 0 {
+            self.sums = EpochSums::starting(self.optimizer.lr());
+        }
+        let epoch = self.at.epoch + 1;
         let background = -mnist::MEAN / mnist::STD;
-        let batches: Vec<_> =
-            Batches::shuffled(train, args.batch_size, DType::F32, &mut self.rng)?.collect();
+        let batches = epochs::shuffled_epoch(
+            train,
+            args.batch_size,
+            &mut self.rng,
+            &mut self.epoch_start,
+            self.at.batch,
+        )?;
         for batch in batches {
             let n = batch.labels.len();
             let images = if args.shift > 0 {
@@ -207,9 +321,8 @@ impl Trainer {
             let started = Instant::now();
             let (loss, grads) = {
                 let graph = Graph::new();
-                let picture = (args.graph_svg.is_some() || args.graph_html.is_some())
-                    && epoch == 1
-                    && seen == 0;
+                let picture =
+                    (args.graph_svg.is_some() || args.graph_html.is_some()) && self.at.step == 0;
                 if picture {
                     run_outputs::name_parameters(&graph, &self.model);
                 }
@@ -225,16 +338,17 @@ impl Trainer {
                 if let (true, Some(path)) = (picture, &args.graph_html) {
                     run_outputs::write_step_page(&graph, &loss, path, title)?;
                 }
-                correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                (loss.value().try_item()?, grads)
+                let loss_value = loss.value().try_item()?;
+                self.sums.loss += loss_value * n as f64;
+                self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
+                (loss_value, grads)
             };
-            loss_sum += loss * n as f64;
             let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
             self.optimizer.step(&grads)?;
             self.scheduler.step(&mut self.optimizer);
             let millis = 1e3 * started.elapsed().as_secs_f64();
             self.outputs.log_step(
-                self.step,
+                self.at.step as usize,
                 StepFigures {
                     loss,
                     lr,
@@ -242,27 +356,27 @@ impl Trainer {
                     millis: Some(millis),
                 },
             )?;
-            self.step += 1;
-            seen += n;
+            self.sums.seen += n as f64;
+            self.at.step += 1;
+            self.at.batch += 1;
             progress.inc(1);
             progress.set_message(format!(
                 "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
                 args.epochs,
-                loss_sum / seen as f64,
-                100.0 * correct / seen as f64
+                self.sums.loss / self.sums.seen,
+                100.0 * self.sums.correct / self.sums.seen
             ));
+            if let Some(stopped) = session.after_step(self.at, || self.capture())? {
+                return Ok(Some(stopped));
+            }
         }
-        Ok((loss_sum / seen as f64, correct / seen as f64))
+        Ok(None)
     }
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args) -> Result<Option<Stopped>> {
     let start = Instant::now();
-    let (train, test) = mnist::load_bundled_split(args.seed)?;
-    let (train, test) = (
-        train.normalized(mnist::MEAN, mnist::STD)?,
-        test.normalized(mnist::MEAN, mnist::STD)?,
-    );
+    let (train, test) = load_data(args)?;
     println!(
         "mnist: {} images, {} train / {} test (seeded shuffle, seed {})",
         train.len() + test.len(),
@@ -289,11 +403,33 @@ fn run(args: &Args) -> Result<()> {
         args.lr, args.batch_size, args.epochs, args.shift
     );
 
+    let (mut session, resumed) = resume::Session::start(
+        "train_mnist_cnn",
+        SingleProcess,
+        &args.checkpoints,
+        settings(args, &train),
+    )?;
+    let rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut trainer = Trainer {
+        model,
+        optimizer,
+        scheduler,
+        epoch_start: rng.clone(),
+        rng,
+        at: Progress::default(),
+        sums: EpochSums::default(),
+        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
+    };
+    if let Some(state) = &resumed {
+        trainer.restore(state)?;
+    }
+
     let progress = if args.quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total_steps as u64)
     };
+    progress.set_position(trainer.at.step);
     progress.set_style(
         ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
             .expect("a valid template")
@@ -305,33 +441,43 @@ fn run(args: &Args) -> Result<()> {
     );
     progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
 
-    let mut trainer = Trainer {
-        model,
-        optimizer,
-        scheduler,
-        rng: ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed),
-        step: 0,
-        outputs: RunOutputs::start(&args.out, args.plot.clone(), false)?,
-    };
-    for epoch in 1..=args.epochs {
-        let lr = trainer.optimizer.lr();
+    while trainer.at.epoch < args.epochs as u64 {
+        let epoch = trainer.at.epoch + 1;
         trainer.model.set_training(true);
-        let (loss, train_acc) = trainer.epoch(args, &train, &progress, epoch)?;
+        if let Some(stopped) = trainer.epoch(args, &train, &progress, &mut session)? {
+            progress.finish_and_clear();
+            return Ok(Some(stopped));
+        }
+        let EpochSums {
+            lr,
+            loss,
+            correct,
+            seen,
+        } = trainer.sums;
         trainer.model.set_training(false);
         let test_acc = evaluate_accuracy(&trainer.model, &test, 500, DType::F32)?;
-        let accuracies = [("train/accuracy", train_acc), ("test/accuracy", test_acc)];
-        trainer.outputs.log(trainer.step, &accuracies)?;
+        let accuracies = [
+            ("train/accuracy", correct / seen),
+            ("test/accuracy", test_acc),
+        ];
+        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
         trainer.outputs.evaluated()?;
         let elapsed = start.elapsed().as_secs_f64();
         progress.suspend(|| {
             println!(
-                "{epoch:>5} | {loss:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
-                100.0 * train_acc,
+                "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
+                loss / seen,
+                100.0 * correct / seen,
                 100.0 * test_acc
             )
         });
+        trainer.at.epoch += 1;
+        trainer.at.batch = 0;
     }
     progress.finish_and_clear();
+    if let Some(line) = session.summary() {
+        println!("{line}");
+    }
     let Trainer {
         mut model,
         optimizer,
@@ -369,183 +515,97 @@ fn run(args: &Args) -> Result<()> {
             reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
         });
     }
-    Ok(())
+    Ok(None)
 }
 
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
+            eprintln!("error: {e}\n\n{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::from(2);
         }
     };
     #[cfg(feature = "mpi")]
     if args.ddp {
-        return match retrograd::distributed::run(|comm| ddp::run(&args, comm)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return resume::ddp_main(|comm| ddp::run(&args, comm));
     }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    resume::exit(run(&args))
 }
 
-/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.
-/// Rank 0's initial weights go to every rank; each rank takes its
-/// `DistributedSampler` shard of every epoch in steps of `batch-size / N`
-/// images (batch norm's statistics are per rank, its running buffers follow
-/// rank 0); the averaged gradients keep the replicas identical. Rank 0
-/// prints the table (losses and accuracies over all ranks' images) and
-/// writes the checkpoint.
+/// `--ddp`: the same training, data-parallel over the ranks of `mpirun`
+/// (`support/ddp_epochs.rs`); rank 0 writes the checkpoint.
 #[cfg(feature = "mpi")]
 mod ddp {
     use super::*;
-    use retrograd::distributed::{Communicator, DataParallel, DistributedSampler, MpiCommunicator};
+    use retrograd::distributed::MpiCommunicator;
 
-    /// Sums `values` over ranks (a few numbers: gathered as bytes).
-    fn sum_over_ranks(comm: &MpiCommunicator, values: &[f64]) -> Result<Vec<f64>> {
-        let mine: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut total = vec![0.0; values.len()];
-        for theirs in comm.all_gather_bytes(&mine)? {
-            for (t, chunk) in total.iter_mut().zip(theirs.chunks_exact(8)) {
-                *t += f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-            }
-        }
-        Ok(total)
-    }
-
-    pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<()> {
+    pub fn run(args: &Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let start = Instant::now();
-        let (rank, size) = (comm.rank(), comm.size());
-        let lead = rank == 0;
-        if !args.batch_size.is_multiple_of(size) {
-            return Err(retrograd::Error::InvalidArgument {
-                op: "train_mnist_cnn --ddp",
-                reason: format!(
-                    "--batch-size {} is not a multiple of {size} ranks",
-                    args.batch_size
-                ),
-            });
-        }
-        let per_rank = args.batch_size / size;
-        let (train, test) = mnist::load_bundled_split(args.seed)?;
-        let (train, test) = (
-            train.normalized(mnist::MEAN, mnist::STD)?,
-            test.normalized(mnist::MEAN, mnist::STD)?,
-        );
-        let mut ddp = DataParallel::new(build_model(args, args.seed)?, comm)?;
-        let mut optimizer = build_optimizer(args, ddp.module())?;
-        let mut sampler = DistributedSampler::new(train.len(), size, rank)?.seed(args.seed);
-        let steps_per_epoch = sampler.num_samples().div_ceil(per_rank);
-        let total_steps = steps_per_epoch * args.epochs;
-        let mut scheduler =
-            LrScheduler::new(CosineAnnealingLr::new(total_steps, 0.0)?, &mut optimizer);
-        // Each rank shifts its own images differently.
-        let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed ^ ((rank as u64) << 32));
-        if lead {
-            println!(
-                "data-parallel: {size} ranks x {per_rank} images = global batch {}; {} parameters (f32), {} gradient buckets, {:.2} MiB all-reduced per step",
-                args.batch_size,
-                ddp.module().num_parameters(),
-                ddp.bucket_count(),
-                ddp.bytes_per_step() as f64 / (1 << 20) as f64
-            );
-            println!(
-                "training: Adam lr {} (cosine to 0 over {total_steps} steps), {} epochs, shifts up to {} px\n",
+        let (train, test) = load_data(args)?;
+        let describe = |steps: usize| {
+            format!(
+                "training: Adam lr {} (cosine to 0 over {steps} steps), {} epochs, shifts up to {} px",
                 args.lr, args.epochs, args.shift
-            );
-            let header = format!(
-                "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
-                "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
-            );
-            println!("{header}\n{}", "-".repeat(header.len()));
-        }
-        let background = -mnist::MEAN / mnist::STD;
-        let mut test_acc = 0.0;
-        // Rank 0 logs: its own shard's loss per step, accuracies per epoch.
-        let mut outputs = match lead {
-            true => Some(RunOutputs::start(&args.out, args.plot.clone(), false)?),
-            false => None,
+            )
         };
-        let mut step = 0;
-        for epoch in 1..=args.epochs {
-            let lr = optimizer.lr();
-            sampler.set_epoch(epoch as u64);
-            ddp.module_mut().set_training(true);
-            let (mut loss_sum, mut correct, mut seen) = (0.0, 0.0, 0.0);
-            let batches: Vec<_> = sampler.batches(&train, per_rank, DType::F32)?.collect();
-            for batch in batches {
-                let n = batch.labels.len() as f64;
-                let images = if args.shift > 0 {
-                    random_shift(&batch.features, args.shift, background, &mut rng)?
-                } else {
-                    batch.features
-                };
-                let (loss, grads) = {
-                    let graph = Graph::new();
-                    let logits = ddp.forward(&graph.constant(images))?;
-                    let loss = logits.try_cross_entropy(&batch.labels)?;
-                    let value = loss.value().try_item()?;
-                    loss_sum += value * n;
-                    correct += accuracy(logits.value(), &batch.labels)? * n;
-                    seen += n;
-                    (value, ddp.backward(&loss)?)
-                };
-                if let Some(outputs) = &mut outputs {
-                    outputs.log(step, &[("train/loss", loss), ("lr", optimizer.lr())])?;
-                }
-                step += 1;
-                optimizer.step(&grads)?;
-                scheduler.step(&mut optimizer);
+        let job = ddp_epochs::Job {
+            name: "train_mnist_cnn",
+            epochs: args.epochs,
+            batch_size: args.batch_size,
+            seed: args.seed,
+            train: &train,
+            test: &test,
+            eval_batch: 500,
+            checkpoints: &args.checkpoints,
+            settings: settings(args, &train),
+            describe: &describe,
+            out: &args.out,
+            plot: args.plot.clone(),
+        };
+        let background = -mnist::MEAN / mnist::STD;
+        let shift = |images: retrograd::Tensor, rng: &mut ChaCha8Rng| {
+            if args.shift > 0 {
+                random_shift(&images, args.shift, background, rng)
+            } else {
+                Ok(images)
             }
-            let totals = sum_over_ranks(comm, &[loss_sum, correct, seen])?;
-            ddp.module_mut().set_training(false);
-            if let Some(outputs) = &mut outputs {
-                test_acc = evaluate_accuracy(ddp.module(), &test, 500, DType::F32)?;
-                let train_acc = totals[1] / totals[2];
-                outputs.log(
-                    step,
-                    &[("train/accuracy", train_acc), ("test/accuracy", test_acc)],
-                )?;
-                outputs.evaluated()?;
-                println!(
-                    "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {:>6.2}s",
-                    totals[0] / totals[2],
-                    100.0 * totals[1] / totals[2],
-                    100.0 * test_acc,
-                    start.elapsed().as_secs_f64()
-                );
-            }
+        };
+        let trained = ddp_epochs::train(
+            job,
+            comm,
+            build_model(args, args.seed)?,
+            |m| Ok(Box::new(build_optimizer(args, m)?) as Box<dyn Optimizer>),
+            shift,
+        )?;
+        if trained.stopped.is_some() {
+            return Ok(trained.stopped);
         }
         let meta =
             std::collections::BTreeMap::from([("epochs".to_string(), args.epochs.to_string())]);
-        ddp.save_checkpoint(&args.out, Some(&optimizer), &meta)?;
-        if let Some(outputs) = &outputs {
+        trained
+            .ddp
+            .save_checkpoint(&args.out, Some(trained.optimizer.as_ref()), &meta)?;
+        if let Some(outputs) = &trained.outputs {
             println!("checkpoint (written by rank 0): {}", args.out.display());
             println!("{}", outputs.describe());
             println!("total time: {:.2} s", start.elapsed().as_secs_f64());
             if let Some(min) = args.min_accuracy
-                && test_acc < min
+                && trained.test_acc < min
             {
                 return Err(retrograd::Error::InvalidArgument {
                     op: "train_mnist_cnn",
-                    reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+                    reason: format!(
+                        "test accuracy {} is below --min-accuracy {min}",
+                        trained.test_acc
+                    ),
                 });
             }
         }
-        Ok(())
+        Ok(None)
     }
 }

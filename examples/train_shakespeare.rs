@@ -15,8 +15,11 @@
 //! cargo run --release --example train_shakespeare -- --sample --checkpoint target/train_shakespeare.safetensors
 //! cargo build --release --features mpi --example train_shakespeare
 //! mpirun -n 2 target/release/examples/train_shakespeare --ddp
+//! cargo run --release --example train_shakespeare -- --resume   # continue an interrupted run
 //! ```
 
+#[path = "support/resume.rs"]
+mod resume;
 #[path = "support/run_outputs.rs"]
 mod run_outputs;
 
@@ -30,14 +33,21 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{shakespeare, train_val_split, CharTokenizer};
+use retrograd::distributed::SingleProcess;
 use retrograd::io::{checkpoint_metadata, load_checkpoint, save_checkpoint_with_metadata};
 use retrograd::nn::{manual_seed, Gpt, GptConfig, Module};
 use retrograd::optim::{
     clip_grad_norm, decay_groups, grad_norm, Adam, AdamConfig, LrSchedule, Optimizer,
     WarmupCosineLr,
 };
+use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::{Error, Graph, Result, Tensor, Var};
 use run_outputs::{RunOutputs, StepFigures};
+
+use resume::Stopped;
+
+/// Iterations between training states unless `--checkpoint-every` says otherwise.
+const CHECKPOINT_EVERY: u64 = 250;
 
 const USAGE: &str = "\
 usage: train_shakespeare [options]
@@ -76,7 +86,8 @@ sampling:
                       N ranks draws batch-size / N windows per iteration
   --seed N            seed of the weights, batches and sampling (default 1337)
   --quiet             no progress bar
-  -h, --help          this text";
+  -h, --help          this text
+  (--checkpoint-every is 250 by default)";
 
 struct Args {
     iters: usize,
@@ -102,6 +113,38 @@ struct Args {
     seed: u64,
     quiet: bool,
     ddp: bool,
+    checkpoints: resume::Flags,
+}
+
+/// What a resumed run must share with the run it continues (and every
+/// rank with rank 0).
+fn settings(args: &Args, ids: &[i64]) -> BTreeMap<String, String> {
+    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    [
+        ("iters", args.iters.to_string()),
+        ("batch-size", args.batch_size.to_string()),
+        ("model", args.config.to_metadata()),
+        ("lr", args.lr.to_string()),
+        ("min-lr", args.min_lr.to_string()),
+        ("warmup", args.warmup.to_string()),
+        ("weight-decay", args.weight_decay.to_string()),
+        ("grad-clip", args.grad_clip.to_string()),
+        ("eval-interval", args.eval_interval.to_string()),
+        ("eval-iters", args.eval_iters.to_string()),
+        ("seed", args.seed.to_string()),
+        ("ddp", args.ddp.to_string()),
+        (
+            "data",
+            format!(
+                "{} tokens, crc32 {:08x}",
+                ids.len(),
+                crc32fast::hash(&bytes)
+            ),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -130,6 +173,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         seed: 1337,
         quiet: false,
         ddp: false,
+        checkpoints: resume::Flags::new("train_shakespeare", CHECKPOINT_EVERY),
     };
     let mut parser = lexopt::Parser::from_env();
     let err = |e: lexopt::Error| e.to_string();
@@ -170,6 +214,10 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_shakespeare".into())
+            }
+            Long(name) if resume::Flags::owns(name) => {
+                let name = name.to_string();
+                args.checkpoints.parse(&name, &mut parser)?;
             }
             _ => return Err(arg.unexpected().to_string()),
         }
@@ -324,7 +372,58 @@ fn adamw(args: &Args, model: &Gpt) -> Result<Adam> {
     Adam::with_groups(decay_groups(model.parameters(), args.weight_decay), config)
 }
 
-fn train(args: &mut Args) -> Result<()> {
+/// The generators and numbers of a rank of `train_shakespeare`: its batch
+/// draws, the evaluation's draws, the best and last validation estimates
+/// and the training time so far.
+struct Loop {
+    batch_rng: ChaCha8Rng,
+    eval_rng: ChaCha8Rng,
+    best_val: f64,
+    last_val: f64,
+    train_time: f64,
+}
+
+impl Loop {
+    fn new(batch_seed: u64, eval_seed: u64) -> Self {
+        Loop {
+            batch_rng: ChaCha8Rng::seed_from_u64(batch_seed),
+            eval_rng: ChaCha8Rng::seed_from_u64(eval_seed),
+            best_val: f64::INFINITY,
+            last_val: f64::INFINITY,
+            train_time: 0.0,
+        }
+    }
+
+    fn save(&self) -> RankState {
+        RankState::new()
+            .with_generator("batches", &self.batch_rng)
+            .with_generator("eval", &self.eval_rng)
+            .with_value("best_val", self.best_val)
+            .with_value("last_val", self.last_val)
+            .with_value("train_time", self.train_time)
+    }
+
+    fn restore(mine: &RankState) -> Result<Self> {
+        Ok(Loop {
+            batch_rng: mine.generator("batches")?,
+            eval_rng: mine.generator("eval")?,
+            best_val: mine.value("best_val")?,
+            last_val: mine.value("last_val")?,
+            train_time: mine.value("train_time")?,
+        })
+    }
+}
+
+/// The position of a run of iterations after `done` of them.
+fn progress_after(done: usize) -> Progress {
+    Progress {
+        step: done as u64,
+        epoch: 0,
+        batch: done as u64,
+    }
+}
+
+fn train(args: &mut Args) -> Result<Option<Stopped>> {
     let Setup {
         tokenizer,
         ids,
@@ -351,6 +450,18 @@ fn train(args: &mut Args) -> Result<()> {
     );
     let mut optimizer = adamw(args, &model)?;
     let schedule = schedule(args)?;
+    let (mut session, resumed) = resume::Session::start(
+        "train_shakespeare",
+        SingleProcess,
+        &args.checkpoints,
+        settings(args, &ids),
+    )?;
+    let mut state = Loop::new(args.seed, args.seed ^ 0xe7a1);
+    let mut first = 0;
+    if let Some(saved) = &resumed {
+        state = Loop::restore(&saved.restore(&model, Some(&mut optimizer), None)?)?;
+        first = saved.progress().step as usize;
+    }
 
     let progress = if args.quiet {
         ProgressBar::hidden()
@@ -361,23 +472,25 @@ fn train(args: &mut Args) -> Result<()> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed} < {eta}]")
             .expect("a valid template"),
     );
-    let mut batch_rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let mut eval_rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xe7a1);
-    let (mut best_val, mut last_val) = (f64::INFINITY, f64::INFINITY);
+    progress.set_position(first as u64);
     let started = Instant::now();
-    let mut train_time = 0.0;
-    let mut outputs = RunOutputs::start(&args.out, args.plot.clone(), false)?;
-    for it in 0..=args.iters {
+    let mut outputs = RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?;
+    for it in first..=args.iters {
         if it % args.eval_interval == 0 || it == args.iters {
-            let train_loss = estimate_loss(&model, train, args, &mut eval_rng)?;
-            last_val = estimate_loss(&model, val, args, &mut eval_rng)?;
-            let estimates = [("train_estimate/loss", train_loss), ("val/loss", last_val)];
+            let train_loss = estimate_loss(&model, train, args, &mut state.eval_rng)?;
+            state.last_val = estimate_loss(&model, val, args, &mut state.eval_rng)?;
+            let estimates = [
+                ("train_estimate/loss", train_loss),
+                ("val/loss", state.last_val),
+            ];
             outputs.log(it, &estimates)?;
             outputs.evaluated()?;
-            let mut line =
-                format!("step {it:>5}: train loss {train_loss:.4}, val loss {last_val:.4}");
-            if last_val < best_val {
-                best_val = last_val;
+            let mut line = format!(
+                "step {it:>5}: train loss {train_loss:.4}, val loss {:.4}",
+                state.last_val
+            );
+            if state.last_val < state.best_val {
+                state.best_val = state.last_val;
                 save_checkpoint_with_metadata(&args.out, &model, Some(&optimizer), &metadata)?;
                 line.push_str(&format!("  (saved {})", args.out.display()));
             }
@@ -392,7 +505,7 @@ fn train(args: &mut Args) -> Result<()> {
             train,
             args.batch_size,
             args.config.block_size,
-            &mut batch_rng,
+            &mut state.batch_rng,
         )?;
         let (loss, mut grads) = {
             let graph = Graph::new();
@@ -416,7 +529,7 @@ fn train(args: &mut Args) -> Result<()> {
         };
         optimizer.step(&grads)?;
         let seconds = step_started.elapsed().as_secs_f64();
-        train_time += seconds;
+        state.train_time += seconds;
         let figures = StepFigures {
             loss,
             lr: optimizer.lr(),
@@ -426,8 +539,26 @@ fn train(args: &mut Args) -> Result<()> {
         outputs.log_step(it, figures)?;
         progress.inc(1);
         progress.set_message(format!("loss {loss:.4}  lr {:.2e}", optimizer.lr()));
+        let at = progress_after(it + 1);
+        let capture = || {
+            TrainingState::capture(&model, Some(&optimizer), None, at, state.save())?
+                .with_metadata(&metadata)
+        };
+        if let Some(stopped) = session.after_step(at, capture)? {
+            progress.finish_and_clear();
+            return Ok(Some(stopped));
+        }
     }
     progress.finish_and_clear();
+    if let Some(line) = session.summary() {
+        println!("{line}");
+    }
+    let Loop {
+        best_val,
+        last_val,
+        train_time,
+        ..
+    } = state;
     println!(
         "\ntrained {} iterations in {:.1} s ({:.1} ms per iteration, evaluation excluded; {:.1} s in all)",
         args.iters,
@@ -486,44 +617,34 @@ fn train(args: &mut Args) -> Result<()> {
                 ),
             });
     }
-    Ok(())
+    Ok(None)
 }
 
 fn main() -> ExitCode {
     let mut args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
+            eprintln!("error: {message}\n\n{USAGE}\n\n{}", resume::USAGE);
             return ExitCode::FAILURE;
         }
     };
-    let result = if args.sample_only {
+    if args.sample_only {
         let path = args.checkpoint.clone().expect("checked in parse_args");
-        load_model(&path).and_then(|(model, tokenizer)| {
+        let sampled = load_model(&path).and_then(|(model, tokenizer)| {
             println!("{}", sample(&model, &tokenizer, &args)?);
-            Ok(())
-        })
-    } else {
-        #[cfg(feature = "mpi")]
-        if args.ddp {
-            retrograd::distributed::run(|comm| ddp::train(&mut args, comm))
-        } else {
-            train(&mut args)
-        }
-        #[cfg(not(feature = "mpi"))]
-        train(&mut args)
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+            Ok(None)
+        });
+        return resume::exit(sampled);
     }
+    #[cfg(feature = "mpi")]
+    if args.ddp {
+        return resume::ddp_main(|comm| ddp::train(&mut args, comm));
+    }
+    resume::exit(train(&mut args))
 }
 
 /// `--ddp`: the same training, data-parallel over the ranks of `mpirun`.
@@ -537,7 +658,7 @@ mod ddp {
     use super::*;
     use retrograd::distributed::{Communicator, DataParallel, MpiCommunicator};
 
-    pub fn train(args: &mut Args, comm: &MpiCommunicator) -> Result<()> {
+    pub fn train(args: &mut Args, comm: &MpiCommunicator) -> Result<Option<Stopped>> {
         let (rank, size) = (comm.rank(), comm.size());
         let lead = rank == 0;
         if !args.batch_size.is_multiple_of(size) {
@@ -565,27 +686,41 @@ mod ddp {
                 ddp.bytes_per_step() as f64 / (1 << 20) as f64
             );
         }
-        let mut batch_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((rank as u64) << 32));
-        let mut eval_rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xe7a1);
-        let mut best_val = f64::INFINITY;
+        let (mut session, resumed) = resume::Session::start(
+            "train_shakespeare",
+            comm,
+            &args.checkpoints,
+            settings(args, &ids),
+        )?;
+        let mut state = Loop::new(args.seed ^ ((rank as u64) << 32), args.seed ^ 0xe7a1);
+        let mut first = 0;
+        if let Some(saved) = &resumed {
+            let mine = saved.restore_rank(ddp.module(), Some(&mut optimizer), None, rank, size)?;
+            state = Loop::restore(&mine)?;
+            first = saved.progress().step as usize;
+        }
         let started = Instant::now();
         // Rank 0 logs: its own windows' loss per iteration, the estimates.
         let mut outputs = match lead {
-            true => Some(RunOutputs::start(&args.out, args.plot.clone(), false)?),
+            true => Some(RunOutputs::start(
+                &args.out,
+                args.plot.clone(),
+                resumed.is_some(),
+            )?),
             false => None,
         };
-        for it in 0..=args.iters {
+        for it in first..=args.iters {
             if it % args.eval_interval == 0 || it == args.iters {
-                let train_loss = estimate_loss(ddp.module(), train, args, &mut eval_rng)?;
-                let val_loss = estimate_loss(ddp.module(), val, args, &mut eval_rng)?;
+                let train_loss = estimate_loss(ddp.module(), train, args, &mut state.eval_rng)?;
+                let val_loss = estimate_loss(ddp.module(), val, args, &mut state.eval_rng)?;
                 if let Some(outputs) = &mut outputs {
                     let estimates = [("train_estimate/loss", train_loss), ("val/loss", val_loss)];
                     outputs.log(it, &estimates)?;
                     outputs.evaluated()?;
                 }
-                let improved = val_loss < best_val;
+                let improved = val_loss < state.best_val;
                 if improved {
-                    best_val = val_loss;
+                    state.best_val = val_loss;
                     ddp.save_checkpoint(&args.out, Some(&optimizer), &metadata)?;
                 }
                 if lead {
@@ -600,7 +735,12 @@ mod ddp {
                 break;
             }
             optimizer.set_lr(schedule.lr_at(args.lr, it));
-            let (x, y) = batch(train, per_rank, args.config.block_size, &mut batch_rng)?;
+            let (x, y) = batch(
+                train,
+                per_rank,
+                args.config.block_size,
+                &mut state.batch_rng,
+            )?;
             let (loss, mut grads) = {
                 let graph = Graph::new();
                 let loss = ddp.module().loss(&graph.constant(x), &y)?;
@@ -621,17 +761,29 @@ mod ddp {
                 };
                 outputs.log_step(it, figures)?;
             }
+            let at = progress_after(it + 1);
+            let capture = || {
+                TrainingState::capture(ddp.module(), Some(&optimizer), None, at, state.save())?
+                    .with_metadata(&metadata)
+            };
+            if let Some(stopped) = session.after_step(at, capture)? {
+                return Ok(Some(stopped));
+            }
         }
         if let Some(outputs) = &outputs {
+            if let Some(line) = session.summary() {
+                println!("{line}");
+            }
             println!("{}", outputs.describe());
             let (restored, restored_tokenizer) = load_model(&args.out)?;
             println!(
-                "best validation estimate {best_val:.4}, kept in {}: validation loss {:.4} over the whole split",
+                "best validation estimate {:.4}, kept in {}: validation loss {:.4} over the whole split",
+                state.best_val,
                 args.out.display(),
                 split_loss(&restored, val, args.batch_size)?
             );
             println!("{}", sample(&restored, &restored_tokenizer, args)?);
         }
-        Ok(())
+        Ok(None)
     }
 }

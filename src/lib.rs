@@ -48,9 +48,13 @@ pub mod optim;
 pub mod prelude;
 pub mod runlog;
 pub mod tensor;
+pub mod train;
 pub mod viz;
 
-pub use self::core::{Differentiable, GradInputs, Graph, GraphNode, NoGradGuard, OpFacts, Var};
+pub use self::core::{
+    AttrValue, Differentiable, GradInputs, Graph, GraphNode, NoGradGuard, OpAttributes, OpFacts,
+    Var,
+};
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,

@@ -63,6 +63,40 @@ fn checkpoint_corpus() {
     replay("checkpoint", checkpoint::run);
 }
 
+/// Every committed checkpoint seed, damaged: truncated at seeded random
+/// offsets and with seeded random bytes flipped, through the same body
+/// (so each damaged copy must load as a typed error, or as what it still
+/// is, and never panic).
+#[test]
+fn checkpoint_corpus_damaged() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2026);
+    let mut tried = 0;
+    for path in inputs("checkpoint") {
+        let data = std::fs::read(&path).expect("read a corpus file");
+        if data.is_empty() {
+            continue;
+        }
+        for i in 0..60 {
+            let mut damaged = data.clone();
+            let at = rng.random_range(0..data.len());
+            if i % 3 == 0 {
+                damaged.truncate(at);
+            } else {
+                damaged[at] ^= rng.random_range(1..=255u8);
+            }
+            let outcome = std::panic::catch_unwind(|| checkpoint::run(&damaged));
+            assert!(
+                outcome.is_ok(),
+                "fuzz target `checkpoint` panicked on {} damaged at byte {at}",
+                path.display()
+            );
+            tried += 1;
+        }
+    }
+    println!("{tried} damaged copies of the checkpoint seeds");
+}
+
 #[test]
 fn expr_corpus() {
     replay("expr", expr::run);

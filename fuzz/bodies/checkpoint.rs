@@ -1,11 +1,13 @@
 //! Body of the `checkpoint` fuzz target: arbitrary bytes as a safetensors
-//! file, read by `load_tensors` and by `load_checkpoint` into a small model
-//! with an Adam optimizer.
+//! file, read by `load_tensors`, by `load_checkpoint` into a small model
+//! with an Adam optimizer, and as a training state (`TrainingState::load`,
+//! then `restore` into the same model).
 //!
 //! Checked: loading never panics; a failure is `Error::Format`, `Error::Io`
 //! or `Error::TensorMismatch`; a file that loads saves and loads back to the
-//! same bits; a failed `load_checkpoint` leaves the parameters and the
-//! optimizer state exactly as they were (all-or-nothing).
+//! same bits; a failed `load_checkpoint` or `restore` leaves the parameters
+//! and the optimizer state exactly as they were (all-or-nothing); a
+//! training state that loads saves and loads back.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use std::path::PathBuf;
 use retrograd::io::{load_checkpoint, load_tensors, save_tensors};
 use retrograd::nn::{Parameter, StateDict};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
+use retrograd::train::TrainingState;
 use retrograd::{DType, Error, Tensor};
 
 pub fn run(data: &[u8]) {
@@ -54,9 +57,61 @@ pub fn run(data: &[u8]) {
             "a failed load changed the learning rate: {e}"
         );
     }
+    training_state(&path);
     let _ = std::fs::remove_file(&path);
     if let Some(dir) = path.parent() {
         let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// The file as a training state: loads or is a file error; what loads
+/// saves and loads back, and restores into the model all or nothing.
+fn training_state(path: &std::path::Path) {
+    let state = match TrainingState::load(path) {
+        Ok(state) => state,
+        Err(e) => {
+            assert!(
+                matches!(e, Error::Format { .. } | Error::Io { .. }),
+                "TrainingState::load gave an unexpected error kind: {e:?}"
+            );
+            return;
+        }
+    };
+    let again = scratch_path("state.safetensors");
+    state.save(&again).expect("saving a state that loaded");
+    let back = TrainingState::load(&again).expect("loading a state just saved");
+    assert_eq!(back.progress(), state.progress());
+    assert_eq!(back.config(), state.config());
+    assert_eq!(back.num_ranks(), state.num_ranks());
+    let _ = std::fs::remove_file(&again);
+
+    let params = model();
+    let mut opt =
+        Adam::new(&params, AdamConfig::default().lr(0.25)).expect("Adam on a fixed model");
+    let before: Vec<Tensor> = params.iter().map(|(_, p)| p.value()).collect();
+    if let Err(e) = state.restore(&params, Some(&mut opt), None) {
+        assert!(
+            matches!(
+                e,
+                Error::Format { .. } | Error::TensorMismatch { .. } | Error::InvalidArgument { .. }
+            ),
+            "restore gave an unexpected error kind: {e:?}"
+        );
+        let after: Vec<Tensor> = params.iter().map(|(_, p)| p.value()).collect();
+        assert_eq!(
+            bits_of_all(&before),
+            bits_of_all(&after),
+            "a failed restore changed a parameter: {e}"
+        );
+        assert!(
+            opt.state_dict().is_empty(),
+            "a failed restore changed the optimizer: {e}"
+        );
+        assert_eq!(
+            opt.lr(),
+            0.25,
+            "a failed restore changed the learning rate: {e}"
+        );
     }
 }
 

@@ -94,6 +94,15 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                     &self.#access, &::retrograd::nn::join_name(prefix, #names), f); )*
                 let _ = (prefix, f);
             }
+            fn visit_random_streams(
+                &self,
+                prefix: &str,
+                f: &mut dyn FnMut(&str, &::retrograd::nn::RandomStream),
+            ) {
+                #( ::retrograd::nn::Visit::visit_random_streams(
+                    &self.#access, &::retrograd::nn::join_name(prefix, #names), f); )*
+                let _ = (prefix, f);
+            }
             fn set_training(&mut self, training: bool) {
                 #( ::retrograd::nn::Visit::set_training(&mut self.#access, training); )*
                 let _ = training;

@@ -112,6 +112,11 @@ impl<'g> Var<'g> {
 
     /// Backpropagates with explicit options.
     pub fn backward_with_options(&self, opts: &BackwardOptions) -> Result<Gradients> {
+        // A gradient the allocator refuses is an error, not an abort.
+        crate::tensor::refused::catching(|| "backward".to_string(), || self.backward_run(opts))
+    }
+
+    fn backward_run(&self, opts: &BackwardOptions) -> Result<Gradients> {
         let graph = self.graph();
         let seed = seed_for(self, opts.grad_output.as_ref())?;
         let (slot_count, params) = {

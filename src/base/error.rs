@@ -43,6 +43,17 @@ pub enum Error {
         /// The offending shape.
         shape: Vec<usize>,
     },
+    /// A result whose bytes are more memory than can be had: the allocator
+    /// refused its buffer (an op's output, a gradient).
+    #[error("{op}: a result of shape {shape:?} needs {bytes} bytes, more memory than can be had")]
+    OutOfMemory {
+        /// The op (or API) that needed it.
+        op: String,
+        /// The shape of the result.
+        shape: Vec<usize>,
+        /// The bytes its buffer needs.
+        bytes: usize,
+    },
     /// Operands of different dtypes were combined. retrograd never promotes
     /// silently: convert one side with `Tensor::to_dtype` first.
     #[error("{op}: dtype mismatch, {lhs} and {rhs} (convert one side with to_dtype)")]

@@ -6,6 +6,12 @@
 //!
 //! The crate root keeps the short paths: `crate::error`, `crate::fallible`
 //! and `crate::{Error, Result, DType}`.
+//!
+//! Where things are: the base layer: the one `Error` enum (thiserror) and
+//! `Result`; `or_panic`, the panicking form of every `try_` method and of
+//! operator sugar (`error.rs`); `fallible!`, which writes each `try_x`/`x`
+//! method pair from one body (`fallible.rs`); the `DType` tag (`dtype.rs`).
+//! The crate root keeps the paths `crate::error`, `crate::fallible`.
 
 pub(crate) mod dtype;
 pub(crate) mod error;

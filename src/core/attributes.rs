@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 
 /// One attribute value.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +22,10 @@ pub enum AttrValue {
     Bool(bool),
     /// A dtype (the target of a cast).
     DType(DType),
+    /// A word from a fixed set (a loss's reduction).
+    Str(&'static str),
+    /// A tensor the op holds (class weights, `pos_weight`).
+    Tensor(Tensor),
 }
 
 impl fmt::Display for AttrValue {
@@ -32,6 +36,8 @@ impl fmt::Display for AttrValue {
             AttrValue::Float(v) => write!(f, "{v}"),
             AttrValue::Bool(v) => write!(f, "{v}"),
             AttrValue::DType(d) => write!(f, "{d}"),
+            AttrValue::Str(v) => f.write_str(v),
+            AttrValue::Tensor(t) => write!(f, "tensor{:?}", t.shape()),
         }
     }
 }
@@ -51,6 +57,9 @@ impl fmt::Display for AttrValue {
 /// let built = OpAttributes::new().int("dim", 1).float("eps", 1e-5).bool("keepdim", true);
 /// assert_eq!(built.get_int("dim"), Some(1));
 /// assert_eq!(built.to_string(), "dim=1, eps=0.00001, keepdim=true");
+/// let loss = OpAttributes::new().str("reduction", "mean");
+/// assert_eq!(loss.get_str("reduction"), Some("mean"));
+/// assert_eq!(loss.to_string(), "reduction=mean");
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpAttributes {
@@ -111,6 +120,24 @@ impl OpAttributes {
         self.with(name, AttrValue::Bool(value))
     }
 
+    /// Adds a word from a fixed set.
+    pub fn str(self, name: &'static str, value: &'static str) -> Self {
+        self.with(name, AttrValue::Str(value))
+    }
+
+    /// Adds a tensor the op holds.
+    pub fn tensor(self, name: &'static str, value: Tensor) -> Self {
+        self.with(name, AttrValue::Tensor(value))
+    }
+
+    /// Adds a tensor if there is one.
+    pub fn tensor_opt(self, name: &'static str, value: Option<&Tensor>) -> Self {
+        match value {
+            Some(t) => self.tensor(name, t.clone()),
+            None => self,
+        }
+    }
+
     /// Adds a dtype.
     pub fn dtype(self, name: &'static str, value: DType) -> Self {
         self.with(name, AttrValue::DType(value))
@@ -160,6 +187,22 @@ impl OpAttributes {
     pub fn get_dtype(&self, name: &str) -> Option<DType> {
         match self.get(name) {
             Some(AttrValue::DType(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The word named `name`, if listed as one.
+    pub fn get_str(&self, name: &str) -> Option<&'static str> {
+        match self.get(name) {
+            Some(AttrValue::Str(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The tensor named `name`, if listed as one.
+    pub fn get_tensor(&self, name: &str) -> Option<&Tensor> {
+        match self.get(name) {
+            Some(AttrValue::Tensor(v)) => Some(v),
             _ => None,
         }
     }

@@ -23,6 +23,17 @@
 //! sweeps (`autograd`) and the concrete ops (`ops`) build on this layer.
 //! The older paths `crate::graph`, `crate::ops::Differentiable` and
 //! `crate::autograd::ScalarNode` are re-exports of these items.
+//!
+//! Where things are: the core layer (`mod.rs`): the op trait
+//! `Differentiable` and `GradInputs` (`differentiable.rs`), `OpAttributes`,
+//! an op's settings by name (`attributes.rs`), `OpFacts`, what
+//! the registry knows of each op (`facts.rs`), the scalar lane's call
+//! `ScalarBackward` and the `scalar_rule!` macro for hand-written ops
+//! (`scalar_lane.rs`), one scalar node run inside its op's monomorphised
+//! `scalar_node`, and `LaneElement`, which tags a scalar call with its
+//! dtype (`scalar_node.rs`), gradient slots by value id and the first-order
+//! `TensorStore` (`store.rs`), and the graph (`graph/`, still
+//! `crate::graph` and `retrograd::graph`).
 
 pub mod attributes;
 pub(crate) mod differentiable;

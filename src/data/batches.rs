@@ -111,6 +111,25 @@ impl<'a> Batches<'a> {
         self
     }
 
+    /// Skips the first `n` batches without building them: where a run
+    /// resumed inside an epoch continues (the order drawn again from the
+    /// generator as the epoch began, then the batches already trained on
+    /// passed over).
+    ///
+    /// ```
+    /// use retrograd::{DType, data::{Batches, Dataset}};
+    /// let ds = Dataset::new((0..5).map(|v| v as f64).collect(), 1, vec![0; 5], 1)?;
+    /// let rest: Vec<_> = Batches::sequential(&ds, 2, DType::F64)?.skip_batches(2).collect();
+    /// assert_eq!(rest.len(), 1);
+    /// assert_eq!(rest[0].features.to_f64_vec(), vec![4.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn skip_batches(mut self, n: usize) -> Self {
+        let skipped = n.saturating_mul(self.batch_size);
+        self.next = self.next.saturating_add(skipped).min(self.order.len());
+        self
+    }
+
     /// How many batches this epoch has in all.
     pub fn num_batches(&self) -> usize {
         let n = self.order.len();
@@ -148,7 +167,9 @@ impl Iterator for Batches<'_> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.num_batches() - self.next.div_ceil(self.batch_size);
+        let left = self
+            .num_batches()
+            .saturating_sub(self.next.div_ceil(self.batch_size));
         (left, Some(left))
     }
 }

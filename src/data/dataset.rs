@@ -152,6 +152,33 @@ impl Dataset {
         &self.labels
     }
 
+    /// A CRC-32 of the examples (features, labels, feature shape, number
+    /// of classes): ranks of a data-parallel run compare it to be sure they
+    /// train on the same data, and a resumed run to be sure it resumes on it.
+    ///
+    /// ```
+    /// use retrograd::data::Dataset;
+    /// let a = Dataset::new(vec![1.0, 2.0], 1, vec![0, 1], 2)?;
+    /// let b = Dataset::new(vec![1.0, 2.5], 1, vec![0, 1], 2)?;
+    /// assert_eq!(a.checksum(), a.clone().checksum());
+    /// assert_ne!(a.checksum(), b.checksum());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn checksum(&self) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        for v in &self.features {
+            h.update(&v.to_bits().to_le_bytes());
+        }
+        for &l in &self.labels {
+            h.update(&(l as u64).to_le_bytes());
+        }
+        for &d in &self.feature_shape {
+            h.update(&(d as u64).to_le_bytes());
+        }
+        h.update(&(self.num_classes as u64).to_le_bytes());
+        h.finalize()
+    }
+
     /// Every feature value, row-major.
     pub fn features(&self) -> &[f64] {
         &self.features

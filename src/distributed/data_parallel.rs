@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::agreement::{all_succeeded, same_on_every_rank};
 use super::buckets::{BucketPlan, DEFAULT_BUCKET_BYTES};
 use super::comm::{BucketSink, Communicator, FlatBuf};
 use super::wire;
@@ -246,7 +247,7 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         } else {
             Ok(())
         };
-        agree(&self.comm, "DataParallel::save_checkpoint", saved)
+        all_succeeded(&self.comm, "DataParallel::save_checkpoint", saved)
     }
 
     /// Every rank loads the model (and `optimizer`'s state) from `path`
@@ -260,7 +261,7 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         optimizer: Option<&mut dyn Optimizer>,
     ) -> Result<BTreeMap<String, String>> {
         let loaded = load_checkpoint_with_metadata(path, &self.module, optimizer);
-        agree(&self.comm, "DataParallel::load_checkpoint", loaded)
+        all_succeeded(&self.comm, "DataParallel::load_checkpoint", loaded)
     }
 }
 
@@ -357,35 +358,7 @@ fn check_replicas<C: Communicator + ?Sized>(
     params: &[(String, Parameter)],
     buffers: &[(String, Buffer)],
 ) -> Result<()> {
-    let mine = describe(params, buffers).join("\n");
-    let all = comm.all_gather_bytes(mine.as_bytes())?;
-    let lines: Vec<Vec<String>> = all
-        .iter()
-        .map(|b| {
-            String::from_utf8_lossy(b)
-                .lines()
-                .map(str::to_string)
-                .collect()
-        })
-        .collect();
-    let reference = &lines[0];
-    for (rank, theirs) in lines.iter().enumerate().skip(1) {
-        let n = reference.len().max(theirs.len());
-        if let Some(k) = (0..n).find(|&k| reference.get(k) != theirs.get(k)) {
-            let show =
-                |l: Option<&String>| l.cloned().unwrap_or_else(|| "nothing more".to_string());
-            return Err(Error::ReplicaMismatch {
-                op: "DataParallel::new",
-                rank,
-                detail: format!(
-                    "entry {k}: rank 0 has {}, rank {rank} has {}",
-                    show(reference.get(k)),
-                    show(theirs.get(k))
-                ),
-            });
-        }
-    }
-    Ok(())
+    same_on_every_rank(comm, "DataParallel::new", &describe(params, buffers))
 }
 
 /// Copies rank 0's parameters (if `with_params`) and buffers to every rank.
@@ -421,25 +394,6 @@ fn broadcast_from_rank0<C: Communicator + ?Sized>(
         }
     }
     Ok(())
-}
-
-/// Shares every rank's outcome: `Ok` everywhere only if every rank
-/// succeeded; otherwise this rank's own error, or an
-/// [`Error::Communication`] naming the first rank that failed and why.
-fn agree<C: Communicator + ?Sized, T>(comm: &C, op: &'static str, local: Result<T>) -> Result<T> {
-    let mine = match &local {
-        Ok(_) => Vec::new(),
-        Err(e) => e.to_string().into_bytes(),
-    };
-    let all = comm.all_gather_bytes(&mine)?;
-    let value = local?;
-    match all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
-        Some((rank, message)) => Err(Error::Communication {
-            op,
-            detail: format!("rank {rank} failed: {}", String::from_utf8_lossy(message)),
-        }),
-        None => Ok(value),
-    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,11 @@
 //! ));
 //! # Ok::<(), retrograd::expr::ExprError>(())
 //! ```
+//!
+//! Where things are: feature `expr`: expression AST with spans (`mod.rs`),
+//! chumsky grammar (`parse.rs`), building through `graph.apply`
+//! (`build.rs`), `ExprError` with carets (`error.rs`), the `trace` report
+//! (`trace.rs`).
 
 mod build;
 mod error;

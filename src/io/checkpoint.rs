@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::checksum::{checksum_entry, verify_checksum, CHECKSUM_KEY};
 use super::safetensors::{load_tensors, save_tensors, TensorFile};
 use crate::error::{Error, Result};
 use crate::nn::{NamedTensors, StateDict};
@@ -33,6 +34,9 @@ const FORMAT_KEY: &str = "format";
 const FORMAT: &str = "retrograd.checkpoint.v1";
 const OPTIMIZER_KEY: &str = "optimizer";
 const LR_KEY: &str = "optimizer.lr";
+/// Metadata of a training state (`retrograd::train`): `training_state`
+/// and every key under `training_state.`.
+pub(crate) const TRAINING_STATE_KEY: &str = "training_state";
 
 /// Saves `model`'s parameters and buffers (and `optimizer`'s state, if
 /// given) to `path`, atomically. `model` is a [`Module`](crate::nn::Module)
@@ -65,16 +69,25 @@ pub fn save_checkpoint<M: NamedTensors + ?Sized>(
 }
 
 /// Whether a metadata key is retrograd's own (the format, the optimizer's
-/// kind and learning rate), which a program's metadata may not use.
+/// kind and learning rate, the checksum, a training state's entries), which
+/// a program's metadata may not use.
 fn is_reserved(key: &str) -> bool {
-    key == FORMAT_KEY || key == OPTIMIZER_KEY || key.starts_with(OPTIMIZER_PREFIX)
+    key == FORMAT_KEY
+        || key == OPTIMIZER_KEY
+        || key.starts_with(OPTIMIZER_PREFIX)
+        || key == CHECKSUM_KEY
+        || key == TRAINING_STATE_KEY
+        || key
+            .strip_prefix(TRAINING_STATE_KEY)
+            .is_some_and(|rest| rest.starts_with('.'))
 }
 
 /// [`save_checkpoint`], with `metadata` of the program's own (string keys
 /// and values, kept in the safetensors header) saved alongside: what is
 /// needed to rebuild the model, such as a tokenizer's vocabulary. The keys
 /// `format`, `optimizer` and `optimizer.*` are retrograd's own; using one is
-/// an [`Error::InvalidArgument`] and nothing is written.
+/// an [`Error::InvalidArgument`] and nothing is written (so are
+/// `checksum` and `training_state*`).
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -99,12 +112,24 @@ pub fn save_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
     optimizer: Option<&dyn Optimizer>,
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
-    let path = path.as_ref();
+    let file = checkpoint_contents(model, optimizer, metadata)?;
+    write_checkpoint(path.as_ref(), file)
+}
+
+/// What a checkpoint of `model` (and `optimizer`) holds, with the program's
+/// `metadata`: its tensors (sharing the live values' storage) and header
+/// metadata, before the checksum. An error for reserved metadata keys and
+/// for names a checkpoint cannot hold.
+pub(crate) fn checkpoint_contents<M: NamedTensors + ?Sized>(
+    model: &M,
+    optimizer: Option<&dyn Optimizer>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<TensorFile> {
     if let Some(key) = metadata.keys().find(|k| is_reserved(k)) {
         return Err(Error::invalid(
             "save_checkpoint_with_metadata",
             format!(
-                "metadata key `{key}` is reserved (`{FORMAT_KEY}`, `{OPTIMIZER_KEY}` and `{OPTIMIZER_PREFIX}*` are retrograd's)"
+                "metadata key `{key}` is reserved (`{FORMAT_KEY}`, `{OPTIMIZER_KEY}`, `{OPTIMIZER_PREFIX}*`, `{CHECKSUM_KEY}` and `{TRAINING_STATE_KEY}*` are retrograd's)"
             ),
         ));
     }
@@ -142,7 +167,16 @@ pub fn save_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
             tensors.insert(format!("{OPTIMIZER_PREFIX}{name}"), t);
         }
     }
-    save_tensors(path, &tensors, &metadata)
+    Ok(TensorFile { tensors, metadata })
+}
+
+/// Writes checkpoint contents to `path` atomically, with the checksum of
+/// everything else added to the metadata.
+pub(crate) fn write_checkpoint(path: &Path, mut file: TensorFile) -> Result<()> {
+    file.metadata.remove(CHECKSUM_KEY);
+    let (key, value) = checksum_entry(&file);
+    file.metadata.insert(key, value);
+    save_tensors(path, &file.tensors, &file.metadata)
 }
 
 /// Loads a checkpoint written by [`save_checkpoint`] into `model`'s
@@ -159,11 +193,16 @@ pub fn load_checkpoint<M: NamedTensors + ?Sized>(
     load_checkpoint_with_metadata(path, model, optimizer).map(drop)
 }
 
-/// Reads a safetensors file and checks it is a retrograd checkpoint.
-fn read_checkpoint(op: &'static str, path: &Path) -> Result<TensorFile> {
+/// Reads a safetensors file and checks it is a retrograd checkpoint whose
+/// content matches its checksum (files written before checkpoints carried
+/// one have none, and load as they did).
+pub(crate) fn read_checkpoint(op: &'static str, path: &Path) -> Result<TensorFile> {
     let file = load_tensors(path)?;
     match file.metadata.get(FORMAT_KEY).map(String::as_str) {
-        Some(FORMAT) => Ok(file),
+        Some(FORMAT) => {
+            verify_checksum(op, path, &file)?;
+            Ok(file)
+        }
         other => Err(Error::Format {
             op,
             path: path.display().to_string(),
@@ -182,7 +221,7 @@ pub fn checkpoint_metadata(path: impl AsRef<Path>) -> Result<BTreeMap<String, St
     Ok(user_metadata(file.metadata))
 }
 
-fn user_metadata(metadata: BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn user_metadata(metadata: BTreeMap<String, String>) -> BTreeMap<String, String> {
     metadata
         .into_iter()
         .filter(|(k, _)| !is_reserved(k))
@@ -196,10 +235,22 @@ pub fn load_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
     model: &M,
     optimizer: Option<&mut dyn Optimizer>,
 ) -> Result<BTreeMap<String, String>> {
-    let (params, buffers) = (model.named_parameters(), model.named_buffers());
     let path = path.as_ref();
-    let context = format!("load_checkpoint({})", path.display());
     let file = read_checkpoint("load_checkpoint", path)?;
+    load_contents(path, &file, model, optimizer)?;
+    Ok(user_metadata(file.metadata))
+}
+
+/// Loads checkpoint contents read from `path` (for messages) into `model`
+/// and `optimizer`: all or nothing.
+pub(crate) fn load_contents<M: NamedTensors + ?Sized>(
+    path: &Path,
+    file: &TensorFile,
+    model: &M,
+    optimizer: Option<&mut dyn Optimizer>,
+) -> Result<()> {
+    let (params, buffers) = (model.named_parameters(), model.named_buffers());
+    let context = format!("load_checkpoint({})", path.display());
     let format_error = |reason: String| Error::Format {
         op: "load_checkpoint",
         path: path.display().to_string(),
@@ -207,10 +258,10 @@ pub fn load_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
     };
 
     let (mut tensors, mut optim) = (StateDict::new(), StateDict::new());
-    for (name, t) in file.tensors {
+    for (name, t) in &file.tensors {
         match name.strip_prefix(OPTIMIZER_PREFIX) {
-            Some(rest) => optim.insert(rest.to_string(), t),
-            None => tensors.insert(name, t),
+            Some(rest) => optim.insert(rest.to_string(), t.clone()),
+            None => tensors.insert(name.clone(), t.clone()),
         };
     }
     let (values, buffer_values) =
@@ -246,7 +297,7 @@ pub fn load_checkpoint_with_metadata<M: NamedTensors + ?Sized>(
     for ((_, b), value) in buffers.iter().zip(buffer_values) {
         b.set(value)?;
     }
-    Ok(user_metadata(file.metadata))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -54,12 +54,18 @@ impl View for TensorBytes<'_> {
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        crate::with_any_dtype!(self.0.dtype(), T => le_bytes(self.0.as_slice_of::<T>()))
+        tensor_bytes(self.0)
     }
 
     fn data_len(&self) -> usize {
         self.0.numel() * self.0.dtype().size_in_bytes()
     }
+}
+
+/// The little-endian bytes of a tensor's elements, as a file holds them
+/// (borrowed on little-endian machines).
+pub(crate) fn tensor_bytes(t: &Tensor) -> Cow<'_, [u8]> {
+    crate::with_any_dtype!(t.dtype(), T => le_bytes(t.as_slice_of::<T>()))
 }
 
 /// The little-endian bytes of `values`: borrowed on little-endian machines.

@@ -9,6 +9,29 @@
 //! Float kernels dispatch with `with_dtype!`, which turns an i64 or bool
 //! tensor into `Error::NotFloat` naming the op; kernels that only move or
 //! compare elements (layout copies, gathers, [`mask`]) take all four dtypes.
+//!
+//! Where things are: the loops: `elementwise.rs` (map, zip with
+//! broadcasting), `reduce.rs` (pairwise sums, axis sums, `sum_to_shape`),
+//! `functors.rs` (the `UnaryFn`/`BinaryFn` traits), `parallel.rs` (rayon
+//! threshold), `matmul.rs` (PyTorch `matmul` rules on `gemm`; each operand
+//! read at its own strides, so transposed flags and strided views cost no
+//! copy; batch broadcast, threading by size: a large product is cut into
+//! one part per pool thread along C's rows or columns, each a
+//! single-threaded gemm call, which beat gemm's own threading on the
+//! bake-off shapes), `layout.rs` (cat, the scatter of a slice's gradient,
+//! pad), `index.rs` (index tensors, gather/scatter loops), `mask.rs` (the
+//! registry ops `Compare` (eq/ne/lt/le/gt/ge, bool output), `MaskedFill`,
+//! `Triangle` (tril/triu), `Cast` (to_dtype), `Topk` (values; its
+//! derivative is `Gather`'s), each derivative the op itself, and their
+//! `Var` methods), `simd.rs` (`wide`: runs a slice loop compiled for
+//! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
+//! results), `tanh.rs` (the public path of the branch-free tanh, which
+//! lives in `tensor/math.rs`), `ternary.rs` (`zip3`: three operands,
+//! broadcasting), `power.rs` (pow functors and fixed-exponent fast paths),
+//! `reduce_lanes.rs` (one accumulator per output for any axis set, fed in
+//! memory order, parallel), `reduce_minmax.rs` (extrema, arg-extrema, tie
+//! weights), `reduce_stats.rs` (max-shifted logsumexp, two-pass var; f64
+//! accumulation).
 
 pub mod elementwise;
 pub mod functors;

@@ -32,6 +32,29 @@ pub fn manual_seed(seed: u64) {
     *lock() = Some(ChaCha8Rng::seed_from_u64(seed));
 }
 
+/// A copy of the default generator as it is now (PyTorch's
+/// `torch.get_rng_state`): what a training state saves, so that a resumed
+/// run draws what the uninterrupted one would have.
+///
+/// ```
+/// use retrograd::nn::{default_generator_state, set_default_generator_state, Linear};
+/// let saved = default_generator_state();
+/// let a = Linear::new(3, 2)?;
+/// set_default_generator_state(saved);
+/// let b = Linear::new(3, 2)?;
+/// assert_eq!(a.weight().value().to_f64_vec(), b.weight().value().to_f64_vec());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn default_generator_state() -> ChaCha8Rng {
+    with_default_generator(|rng| rng.clone())
+}
+
+/// Puts the default generator where `state` is (PyTorch's
+/// `torch.set_rng_state`; see [`default_generator_state`]).
+pub fn set_default_generator_state(state: ChaCha8Rng) {
+    *lock() = Some(state);
+}
+
 /// Runs `f` with the default generator.
 pub fn with_default_generator<T>(f: impl FnOnce(&mut ChaCha8Rng) -> T) -> T {
     let mut guard = lock();

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{Buffer, Parameter, StateDict};
+use crate::nn::{Buffer, Parameter, RandomStream, StateDict};
 
 /// A layer or a model: named parameters and buffers, and a training mode.
 /// Its parameters outlive any graph: each forward pass brings them into the
@@ -72,6 +72,14 @@ pub trait Module: Send + Sync {
         let _ = (prefix, f);
     }
 
+    /// Calls `f` with each [`RandomStream`] inside (a dropout layer's
+    /// masks) and its full name, in a fixed order: state that decides the
+    /// next step without being a tensor, which a training state saves and
+    /// state dicts leave out. The default visits nothing.
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        let _ = (prefix, f);
+    }
+
     /// Switches training behaviour (dropout, batch norm) on or off, in this module and
     /// every module inside it. Modules without such behaviour ignore it.
     fn set_training(&mut self, training: bool) {
@@ -89,6 +97,21 @@ pub trait Module: Send + Sync {
     fn buffers(&self) -> Vec<(String, Buffer)> {
         let mut out = Vec::new();
         self.visit_buffers("", &mut |name, b| out.push((name.to_string(), b.clone())));
+        out
+    }
+
+    /// Every random stream with its name, in visiting order.
+    ///
+    /// ```
+    /// use retrograd::nn::{Mlp, Module};
+    /// let mlp = Mlp::builder(&[4, 8, 2]).dropout(0.1).build()?;
+    /// let names: Vec<String> = mlp.random_streams().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["2"]); // the dropout after the first activation
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    fn random_streams(&self) -> Vec<(String, RandomStream)> {
+        let mut out = Vec::new();
+        self.visit_random_streams("", &mut |name, s| out.push((name.to_string(), s.clone())));
         out
     }
 
@@ -167,6 +190,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
         (**self).visit_buffers(prefix, f)
+    }
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        (**self).visit_random_streams(prefix, f)
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result, TensorProblem};
-use crate::nn::{Buffer, Module, Parameter};
+use crate::nn::{Buffer, Module, Parameter, RandomStream};
 use crate::tensor::Tensor;
 
 /// Tensors by name (parameters, optimizer state): what is saved and loaded.
@@ -21,6 +21,11 @@ pub trait NamedTensors {
     fn named_buffers(&self) -> Vec<(String, Buffer)> {
         Vec::new()
     }
+    /// The random streams with their names, in a fixed order (none by
+    /// default): saved by training states, not by state dicts.
+    fn named_random_streams(&self) -> Vec<(String, RandomStream)> {
+        Vec::new()
+    }
 }
 
 impl<M: Module + ?Sized> NamedTensors for M {
@@ -29,6 +34,9 @@ impl<M: Module + ?Sized> NamedTensors for M {
     }
     fn named_buffers(&self) -> Vec<(String, Buffer)> {
         self.buffers()
+    }
+    fn named_random_streams(&self) -> Vec<(String, RandomStream)> {
+        self.random_streams()
     }
 }
 

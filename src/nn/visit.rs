@@ -1,13 +1,13 @@
 //! [`Visit`]: how `#[derive(Module)]` walks a model's fields.
 
-use crate::nn::{join_name, Buffer, Module, Parameter};
+use crate::nn::{join_name, Buffer, Module, Parameter, RandomStream};
 use crate::tensor::DType;
 
 /// A field of a module: what `#[derive(Module)]` calls for each field, with
 /// the field's full name as `prefix`.
 ///
 /// Implemented for every [`Module`] (the field is visited as a sub-module),
-/// for [`Parameter`] and [`Buffer`] (the field itself, under its name), for
+/// for [`Parameter`], [`Buffer`] and [`RandomStream`] (the field itself, under its name), for
 /// `Option<T>` (nothing when `None`), `Vec<T>` and arrays (element `i` under
 /// `prefix.i`, as PyTorch's `ModuleList` names them), `Box<T>`, and for plain
 /// settings (numbers, `bool`, `String`, [`DType`]), which visit nothing. Mark
@@ -18,6 +18,11 @@ pub trait Visit {
 
     /// Calls `f` with each buffer inside, named under `prefix`.
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
+        let _ = (prefix, f);
+    }
+
+    /// Calls `f` with each random stream inside, named under `prefix`.
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
         let _ = (prefix, f);
     }
 
@@ -33,6 +38,9 @@ impl<M: Module + ?Sized> Visit for M {
     }
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
         Module::visit_buffers(self, prefix, f)
+    }
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        Module::visit_random_streams(self, prefix, f)
     }
     fn set_training(&mut self, training: bool) {
         Module::set_training(self, training)
@@ -52,6 +60,13 @@ impl Visit for Buffer {
     }
 }
 
+impl Visit for RandomStream {
+    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        f(prefix, self)
+    }
+}
+
 impl<T: Visit> Visit for Option<T> {
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
         if let Some(inner) = self {
@@ -61,6 +76,11 @@ impl<T: Visit> Visit for Option<T> {
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
         if let Some(inner) = self {
             inner.visit_buffers(prefix, f)
+        }
+    }
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        if let Some(inner) = self {
+            inner.visit_random_streams(prefix, f)
         }
     }
     fn set_training(&mut self, training: bool) {
@@ -81,6 +101,11 @@ impl<T: Visit> Visit for [T] {
             item.visit_buffers(&join_name(prefix, &i.to_string()), f)
         }
     }
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        for (i, item) in self.iter().enumerate() {
+            item.visit_random_streams(&join_name(prefix, &i.to_string()), f)
+        }
+    }
     fn set_training(&mut self, training: bool) {
         self.iter_mut().for_each(|item| item.set_training(training))
     }
@@ -95,6 +120,9 @@ macro_rules! visit_as_slice {
             }
             fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
                 self[..].visit_buffers(prefix, f)
+            }
+            fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+                self[..].visit_random_streams(prefix, f)
             }
             fn set_training(&mut self, training: bool) {
                 self[..].set_training(training)

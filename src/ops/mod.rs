@@ -4,6 +4,44 @@
 //! Each family file holds its op structs (forward through `kernels`,
 //! backward written with `Var` operations), the `Var` methods that record
 //! them, and a `register` function that adds them to the default registry.
+//!
+//! Where things are: helpers for op writers (`unbroadcast`, `sum_tangents`,
+//! `expect_inputs`; `Differentiable` is re-exported from `core`),
+//! `StructuredOp`, the one shape of a non-elementwise op (`structured.rs`:
+//! inputs, forward, one `grad` per input or a shared `grads`, derived
+//! tangents for `LINEAR` inputs), and `op_families!`, the one list of op
+//! families whose `register` functions `OpRegistry::with_builtins` calls
+//! (`mod.rs`), `OpRegistry` (`registry.rs`), a graph's registry and
+//! `Graph::with_registry`/`registry`/`apply` (`apply.rs`), operator sugar
+//! (`operators.rs`), one rule per elementwise op (`rule/`:
+//! `UnaryRule`/`BinaryRule` and the ops `Unary`/`Binary` that derive every
+//! path from a rule (`unary_op.rs`, `binary_op.rs`), `Num` with its
+//! instantiations `Lane`, `Traced`, `Plain` (`num.rs`), the `select_where`
+//! op behind a rule's kinks (`select_op.rs`)), and one file per op family:
+//! `arith.rs` (add, sub, mul, div, neg), `unary.rs` (exp, log, tanh, relu,
+//! sigmoid), `elementwise.rs` (abs, sin, cos, clamp), `activation.rs`
+//! (leaky_relu, silu), `gelu.rs` (exact and tanh GELU, two rules: `gelu`,
+//! `gelu_tanh`), `erfc.rs`, `softplus.rs`, `elu.rs`, `hardtanh.rs`,
+//! `log1p.rs`, `expm1.rs`, `rsqrt.rs`, `compare.rs` (maximum, minimum,
+//! where), `mask.rs` (comparisons eq/ne/lt/le/gt/ge returning bool,
+//! masked_fill, tril/triu, to_dtype casts, topk), `pow.rs` (pow and powf,
+//! hand-written for their scalar-exponent fast paths; sqrt), `reduce.rs`,
+//! `broadcast.rs`, `linalg.rs` (matmul and its transposed-operand variants;
+//! a batch of rows times one matrix is folded into one `[rows, K]` product,
+//! as PyTorch does, so a linear layer's weight gradient is one product),
+//! `transpose.rs` (transpose, permute, t: views), `shape.rs` (reshape,
+//! flatten, squeeze, unsqueeze: storage-sharing views), `slice.rs`
+//! (slice/narrow: views; slice_backward, constant_pad_nd), `concat.rs`
+//! (cat, stack), `index.rs` (index_select, index_add, gather, scatter_add;
+//! index tensors), `reduce_axes.rs` (sum_dim, mean_dim, var, logsumexp over
+//! axes, with keepdim), `reduce_minmax.rs` (max/min, amax/amin,
+//! argmax/argmin), `reduce_view.rs` (`broadcastable`: a reduced value
+//! viewed, via `reshape`, to broadcast against its input), `testing.rs`
+//! (test helpers: `t`, `close`, second derivatives through `create_graph`
+//! vs finite differences; `backward_fast` vs `backward`). Ties:
+//! maximum/minimum and every extremum reduction split the gradient evenly
+//! among tied elements (PyTorch's rule); argmax/argmin pick the first
+//! occurrence.
 
 /// Declares op families, one module each, and a function that registers
 /// every family's ops: [`register_builtins`] here, `nn::register` for the
@@ -57,6 +95,7 @@ mod operators;
 pub mod reduce_view;
 mod registry;
 pub mod rule;
+mod structured;
 #[cfg(test)]
 mod testing;
 
@@ -66,6 +105,7 @@ pub use crate::core::{Differentiable, GradInputs};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
+pub use structured::{grads_per_input, Node, StructuredOp};
 
 use crate::error::Result;
 use crate::graph::Var;

@@ -1,8 +1,6 @@
 //! Reductions over every element: `sum` and `mean`.
 
-use smallvec::smallvec;
-
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -12,32 +10,15 @@ use crate::tensor::Tensor;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sum;
 
-impl Differentiable for Sum {
-    fn name(&self) -> &str {
-        "sum"
+impl StructuredOp for Sum {
+    const NAME: &'static str = "sum";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernels::sum_all(x[0])
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sum", inputs, 1)?;
-        kernels::sum_all(inputs[0])
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        Ok(t[0].as_ref().map(|t| t.sum()))
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.try_expand(n.x(0).shape())
     }
 }
 
@@ -45,38 +26,19 @@ impl Differentiable for Sum {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mean;
 
-impl Differentiable for Mean {
-    fn name(&self) -> &str {
-        "mean"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("mean", inputs, 1)?;
-        let x = inputs[0];
+impl StructuredOp for Mean {
+    const NAME: &'static str = "mean";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let x = x[0];
         let s = kernels::sum_all(x)?.try_item()?;
         Ok(Tensor::scalar_of(s / x.numel() as f64, x.dtype()))
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let n = x.value().numel() as f64;
-        Ok(smallvec![Some(
-            g.mul_scalar(1.0 / n).try_expand(x.shape())?
-        )])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        Ok(t[0].as_ref().map(|t| t.mean()))
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let count = x.value().numel() as f64;
+        g.mul_scalar(1.0 / count).try_expand(x.shape())
     }
 }
 

@@ -9,10 +9,10 @@
 
 use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 use super::reduce_view::broadcastable;
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -36,40 +36,20 @@ pub struct SumDim {
     pub keepdim: bool,
 }
 
-impl Differentiable for SumDim {
+impl StructuredOp for SumDim {
+    const NAME: &'static str = "sum_dim";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
     }
-    fn name(&self) -> &str {
-        "sum_dim"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sum_dim", inputs, 1)?;
-        kernels::sum_axes("sum_dim", inputs[0], &self.axes, self.keepdim)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let axes = normalize_axes("sum_dim", &self.axes, x.value().rank())?;
-        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?;
-        Ok(smallvec![Some(g.try_expand(x.shape())?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.try_sum_axes(&self.axes, self.keepdim))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
+        broadcastable(g, x.shape(), &axes, self.keepdim)?.try_expand(x.shape())
     }
 }
 
@@ -83,42 +63,23 @@ pub struct MeanDim {
     pub keepdim: bool,
 }
 
-impl Differentiable for MeanDim {
+impl StructuredOp for MeanDim {
+    const NAME: &'static str = "mean_dim";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
     }
-    fn name(&self) -> &str {
-        "mean_dim"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("mean_dim", inputs, 1)?;
-        kernels::mean_axes("mean_dim", inputs[0], &self.axes, self.keepdim)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let axes = normalize_axes("mean_dim", &self.axes, x.value().rank())?;
-        let n = lane_len(x.shape(), &axes);
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
+        let count = lane_len(x.shape(), &axes);
         // Scale the small reduced gradient, then broadcast it.
-        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / n);
-        Ok(smallvec![Some(g.try_expand(x.shape())?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.try_mean_axes(&self.axes, self.keepdim))
-            .transpose()
+        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / count);
+        g.try_expand(x.shape())
     }
 }
 
@@ -156,48 +117,26 @@ impl Variance {
     }
 }
 
-impl Differentiable for Variance {
+impl StructuredOp for Variance {
+    const NAME: &'static str = "var";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
     }
-    fn name(&self) -> &str {
-        "var"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernels::reduce_stats::var(Self::NAME, x[0], &self.axes, self.correction, self.keepdim)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("var", inputs, 1)?;
-        kernels::reduce_stats::var("var", inputs[0], &self.axes, self.correction, self.keepdim)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let axes = normalize_axes("var", &self.axes, x.value().rank())?;
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
         let g = broadcastable(g, x.shape(), &axes, self.keepdim)?;
-        Ok(smallvec![Some(
-            self.centered_scaled(x, &axes)?.try_mul(&g)?
-        )])
+        self.centered_scaled(x, &axes)?.try_mul(&g)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        let axes = normalize_axes("var", &self.axes, x.value().rank())?;
-        t[0].as_ref()
-            .map(|t| {
-                self.centered_scaled(x, &axes)?
-                    .try_mul(t)?
-                    .try_sum_axes(&self.axes, self.keepdim)
-            })
-            .transpose()
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
+        let scaled = self.centered_scaled(x, &axes)?.try_mul(t)?;
+        scaled.try_sum_axes(&self.axes, self.keepdim)
     }
 }
 
@@ -220,44 +159,24 @@ impl LogSumExp {
     }
 }
 
-impl Differentiable for LogSumExp {
+impl StructuredOp for LogSumExp {
+    const NAME: &'static str = "logsumexp";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
     }
-    fn name(&self) -> &str {
-        "logsumexp"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("logsumexp", inputs, 1)?;
-        kernels::reduce_stats::logsumexp("logsumexp", inputs[0], &self.axes, self.keepdim)
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let axes = normalize_axes("logsumexp", &self.axes, x.value().rank())?;
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
         let g = broadcastable(g, x.shape(), &axes, self.keepdim)?;
-        Ok(smallvec![Some(self.softmax(x, out)?.try_mul(&g)?)])
+        self.softmax(x, n.output)?.try_mul(&g)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| {
-                self.softmax(&inputs[0], out)?
-                    .try_mul(t)?
-                    .try_sum_axes(&self.axes, self.keepdim)
-            })
-            .transpose()
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let weighted = self.softmax(n.x(0), n.output)?.try_mul(t)?;
+        weighted.try_sum_axes(&self.axes, self.keepdim)
     }
 }
 

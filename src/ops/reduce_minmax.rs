@@ -10,11 +10,10 @@
 
 use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
 use super::reduce_axes::Axes;
 use super::reduce_view::broadcastable;
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::reduce_minmax;
@@ -99,42 +98,25 @@ macro_rules! extremum_op {
         extremum_op!(@impl $op, $name, $kernel);
     };
     (@impl $op:ident, $name:literal, $kernel:path) => {
-        impl Differentiable for $op {
-            fn name(&self) -> &str {
-                $name
-            }
+        impl StructuredOp for $op {
+            const NAME: &'static str = $name;
+            const INPUTS: &'static [&'static str] = &["input"];
             fn attributes(&self) -> OpAttributes {
                 self.settings()
             }
-            fn arity(&self) -> Option<usize> {
-                Some(1)
+            fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+                let (axes, keepdim) = self.axes_keepdim(x[0].rank());
+                $kernel($name, x[0], &axes, keepdim)
             }
-            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-                expect_inputs($name, inputs, 1)?;
-                let (axes, keepdim) = self.axes_keepdim(inputs[0].rank());
-                $kernel($name, inputs[0], &axes, keepdim)
-            }
-            fn backward<'g>(
-                &self,
-                g: &Var<'g>,
-                inputs: &[Var<'g>],
-                out: &Var<'g>,
-            ) -> Result<GradInputs<'g>> {
-                let x = &inputs[0];
+            fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+                let x = n.x(0);
                 let (axes, keepdim) = self.axes_keepdim(x.value().rank());
-                Ok(smallvec![Some(spread($name, g, x, out, &axes, keepdim)?)])
+                spread($name, g, x, n.output, &axes, keepdim)
             }
-            fn jvp<'g>(
-                &self,
-                t: &[Option<Var<'g>>],
-                inputs: &[Var<'g>],
-                out: &Var<'g>,
-            ) -> Result<Option<Var<'g>>> {
-                let x = &inputs[0];
+            fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+                let x = n.x(0);
                 let (axes, keepdim) = self.axes_keepdim(x.value().rank());
-                t[0].as_ref()
-                    .map(|t| gather($name, t, x, out, &axes, keepdim))
-                    .transpose()
+                gather($name, t, x, n.output, &axes, keepdim)
             }
         }
     };
@@ -168,39 +150,19 @@ macro_rules! arg_op {
             pub keepdim: bool,
         }
 
-        impl Differentiable for $op {
-            fn name(&self) -> &str {
-                $name
-            }
+        impl StructuredOp for $op {
+            const NAME: &'static str = $name;
+            const INPUTS: &'static [&'static str] = &["input"];
+            /// Indices are piecewise constant: no gradient, no tangent.
+            const NO_GRAD: &'static [usize] = &[0];
             fn attributes(&self) -> OpAttributes {
                 OpAttributes::new().int_opt("axis", self.axis).bool("keepdim", self.keepdim)
             }
-            fn arity(&self) -> Option<usize> {
-                Some(1)
-            }
-            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-                expect_inputs($name, inputs, 1)?;
-                $kernel($name, inputs[0], self.axis, self.keepdim)
+            fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+                $kernel($name, x[0], self.axis, self.keepdim)
             }
             fn non_float_output(&self) -> bool {
                 true
-            }
-            fn backward<'g>(
-                &self,
-                _g: &Var<'g>,
-                _inputs: &[Var<'g>],
-                _out: &Var<'g>,
-            ) -> Result<GradInputs<'g>> {
-                // Indices are piecewise constant: no gradient.
-                Ok(smallvec![None])
-            }
-            fn jvp<'g>(
-                &self,
-                _t: &[Option<Var<'g>>],
-                _inputs: &[Var<'g>],
-                _out: &Var<'g>,
-            ) -> Result<Option<Var<'g>>> {
-                Ok(None)
             }
         }
     };

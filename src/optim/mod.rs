@@ -88,6 +88,22 @@
 //! 3. Its cases in `tests/reference/optim_reference.py` (rerun it) and their
 //!    configs in `tests/optim_reference.rs`. The registry-driven tests
 //!    (`tests/optimizer_kinds.rs`) pick it up by themselves.
+//!
+//! Where things are: optimizers as rules (the module's `//!` docs have the
+//! shape and the recipe "how to add an optimizer"): the `Optimizer` trait
+//! and the `optimizers!` registration list (`mod.rs`); `rule.rs`:
+//! `UpdateRule` (a per-parameter update over declared `StateField`s) and
+//! `RuleOptimizer`, which does the parameter loop, gradient lookup, lazy
+//! state, step counts, groups and state dicts for every rule; the rules
+//! `sgd.rs`, `adam.rs` (Adam and AdamW, element loops in `adam_update.rs`),
+//! `rmsprop.rs`, `adagrad.rs`; `lbfgs.rs` (closure form, memory in
+//! `lbfgs_memory.rs`, strong-Wolfe search in `line_search.rs`);
+//! `registry.rs` (`optimizer_kinds`, `optimizer_kind`, `OptimizerSettings`:
+//! what `--optimizer` takes); `state.rs` (strict state-dict reading);
+//! `group.rs` (`ParamGroup`, `split_by_rank`/`decay_groups`); `clip.rs`;
+//! `schedule.rs` (LR schedules, `LrScheduler`); every rule matches
+//! `torch.optim` (`tests/optim_reference.rs`) and every kind resumes from a
+//! checkpoint bit for bit (`tests/optimizer_kinds.rs`).
 
 /// Declares each optimizer file, re-exports its types and lists its kinds
 /// (each file's `KINDS`): the one registration.

@@ -25,6 +25,22 @@
 //! assert_eq!(files.iter().map(|f| f.file_name().unwrap()).collect::<Vec<_>>(), ["loss.svg", "lr.svg"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Where things are: training curves: `RunLog` (`writer.rs`: one JSON
+//! object per line, `step` and `time` first, each record one `write` to an
+//! `O_APPEND` file, `create` for a fresh run, `append` for a resumed one,
+//! which first ends a line torn by a crash), `read_log`, `Run`, `Series`
+//! (`reader.rs`: an unfinished last line is left for later, a step lower
+//! than one already read is a restart and drops the later points of every
+//! series, the same step twice keeps the later value), charts (`plot.rs`,
+//! the `plotters` crate with its SVG backend only: `split/metric` series on
+//! the chart `metric`, dense noisy series (changing direction at more than
+//! a tenth of their points, as a loss per batch does) drawn faint and
+//! smoothed with TensorBoard's debiased moving average, dense smooth ones
+//! (a learning-rate schedule) drawn as logged, sparse ones with a marker
+//! per point, a log axis when values span two decades, colours by split for
+//! one run and by run for several, `write_plots` writes each chart
+//! atomically through `viz::write_atomically`).
 
 mod plot;
 mod reader;

@@ -28,8 +28,10 @@ use std::mem::MaybeUninit;
 use super::{element_count, recycle, storage, DataType, Dims, Repr, Tensor};
 
 /// Proof that every element of the slice borrowed for `'a` was written.
+/// Kernels that fill an output slice return one; only this crate can make
+/// one, so holding it says nothing outside `Tensor::build`.
 #[must_use = "a fill closure returns its `Filled` to `Tensor::build`"]
-pub(crate) struct Filled<'a> {
+pub struct Filled<'a> {
     /// Invariant in `'a`: a proof for one borrow is never one for another.
     brand: PhantomData<fn(&'a ()) -> &'a ()>,
 }
@@ -100,6 +102,7 @@ impl Tensor {
                 Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
             };
         }
+        super::refused::ensure_obtainable::<T>(&shape, len);
         Self::from_buffer(shape, storage::build(len, fill))
     }
 

@@ -12,6 +12,31 @@
 //! differentiate in), `i64` and `bool` (indices and masks), and the
 //! storage-only `f16` and `bf16` (any [`DataType`]). All six have an inline
 //! 0-d form and a dense form.
+//!
+//! Where things are: `Tensor` (`mod.rs`; `DType` is re-exported from
+//! `base`), (`element.rs` also implements `DataType` for
+//! `half::f16`/`bf16`, storage only: f64 and i64 round once to them,
+//! through f32 rounded to odd, because `half`'s `from_f64` drops the low 32
+//! bits before it rounds), the `Element` trait (`element.rs`), branch-free
+//! scalar `exp`/`tanh` for f32/f64 (`math.rs`: Cephes, within 2 ulp; behind
+//! `Element::tanh_vectorisable`/`exp_vectorisable` (the `exp` op's f32
+//! rule) and the vectorised exp and tanh loops) and a branch-free f32
+//! `erfc` (within 6 ulp; the exact GELU), shapes and broadcasting rules
+//! (`shape.rs`), `Arc<[T]>` storage and `unique_mut` (`storage.rs`),
+//! strided views (`view.rs`: `transpose`/`permute`, `narrow`/stepped
+//! slices, `select`, `expand` and reshapes that PyTorch's view rule allows
+//! share storage; `strides`, `storage_offset`, `is_contiguous`,
+//! `contiguous`, and `Tensor::strided` for kernels that read strides) and
+//! the copy that packs a view (`strided_copy.rs`: coalesced dimensions,
+//! tiled 2-d transposes), kernel outputs built in uninitialised storage
+//! (`fill.rs`: `Tensor::build`, the `Filled` proof, `from_exact_iter`), the
+//! per-thread pool of small dense tensors (`recycle.rs`), a buffer the
+//! allocator refuses turned into `Error::OutOfMemory` at the op or backward
+//! that asked for it instead of an abort (`refused.rs`: large buffers are
+//! asked for fallibly first; `Graph::record` and `backward` catch), a 0-d value's
+//! 8-byte word (`word.rs`; an f16/bf16 in its low 16 bits), `Display`,
+//! seeded random tensors, `TensorSummary` (`summary.rs`: norm, extremes,
+//! mean, non-finite count and, when few, the elements).
 
 mod display;
 mod element;
@@ -19,6 +44,7 @@ mod fill;
 pub(crate) mod math;
 mod random;
 pub mod recycle;
+pub(crate) mod refused;
 pub mod shape;
 pub(crate) mod storage;
 mod strided_copy;
@@ -33,7 +59,7 @@ use std::sync::Arc;
 
 pub use crate::base::DType;
 pub use element::{DataType, Element};
-pub(crate) use fill::Filled;
+pub use fill::Filled;
 pub use shape::Dims;
 use storage::Buffer;
 pub use summary::TensorSummary;

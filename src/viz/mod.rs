@@ -33,6 +33,21 @@
 //!
 //! [`Graph::to_html`] writes a page that steps through the backward sweep
 //! node by node on the same picture.
+//!
+//! Where things are: pictures: `VizOptions` and
+//! `Graph::to_dot`/`to_svg`/`to_html`/`write_*` (`mod.rs`), what a picture
+//! shows (`model.rs`: nodes, edges, dead marking, `max_nodes`, which
+//! picture node each op node and leaf went to), repeated structure
+//! (`collapse.rs`: chains repeating a short run of ops, then blocks, runs
+//! of consecutive nodes with the same ops wired alike, fan-outs allowed,
+//! such as a transformer's layers), label text and tensor summaries
+//! (`label.rs`), DOT writer (`dot.rs`; node and edge ids, which Graphviz
+//! copies into its SVG), SVG via layout-rs or Graphviz (`svg.rs`); the
+//! backward-sweep page (`html.rs`: runs `Var::backward_recorded` from the
+//! root, reserves a gradient line in each node's label, and fills
+//! `page/page.html` with the SVG, `page/page.css`, the step data as JSON
+//! and `page/page.js`, a hand-written script of about 250 lines that
+//! replays the recorded steps and computes nothing).
 
 mod collapse;
 mod dot;

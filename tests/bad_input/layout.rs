@@ -18,6 +18,7 @@ fn empty(shape: &[usize]) -> Tensor {
 }
 
 pub fn cases(t: &mut Table) {
+    results_beyond_memory(t);
     let reshapes: [(&[isize], &str); 6] = [
         (&[4, 2], "[4, 2]"),
         (&[7], "[7]"),
@@ -277,4 +278,35 @@ pub fn cases(t: &mut Table) {
             ensure(y.shape() == [0], || format!("shape {:?}", y.shape()))
         },
     );
+}
+
+/// Ops on 64 MiB operands whose result (2^48 f32 elements, 2^50 bytes:
+/// beyond any address space) the allocator refuses: a typed error naming
+/// the op, not an abort. The graph stays usable afterwards.
+fn results_beyond_memory(t: &mut Table) {
+    type Op = for<'g> fn(&Var<'g>, &Var<'g>) -> retrograd::Result<Var<'g>>;
+    let ops: [(&str, Op); 3] = [
+        ("add", |a, b| a.try_add(b)),
+        ("mul", |a, b| a.try_mul(b)),
+        ("matmul", |a, b| a.try_matmul(b)),
+    ];
+    for (name, op) in ops {
+        for requires_grad in [false, true] {
+            t.add(
+                format!("{name}: a [2^24, 2^24] f32 result (grad {requires_grad}) is more memory than can be had"),
+                move || {
+                    let g = Graph::new();
+                    let leaf = |shape: &[usize]| {
+                        let zeros = Tensor::zeros(shape, DType::F32).unwrap();
+                        if requires_grad { g.variable(zeros) } else { g.constant(zeros) }
+                    };
+                    let (col, row) = (leaf(&[1 << 24, 1]), leaf(&[1, 1 << 24]));
+                    expect_err!(op(&col, &row), Error::OutOfMemory { .. }, [name, "16777216"])?;
+                    let small = leaf(&[1]);
+                    let sum = setup(small.try_add(&small))?;
+                    ensure(sum.value().to_f64_vec() == vec![0.0], || "graph unusable".into())
+                },
+            );
+        }
+    }
 }

@@ -14,8 +14,13 @@
 //!   within 30 s); `fails`: rank 1 returns an error mid-training (the same,
 //!   and `run`'s message names it).
 //!
+//! - `resume`, `differ`, `kill-in-allreduce`, `kill-while-saving`,
+//!   `states-load`, `same-content`: training states (`resume.rs`).
+//!
 //! Without an argument (as `cargo test --features mpi` runs it, one
 //! process) it runs `gradients`, `train`, `checkpoint` and `split` on one rank.
+
+mod resume;
 
 use std::collections::BTreeMap;
 
@@ -407,12 +412,24 @@ fn main() {
         Some("split") => split(comm),
         Some("dies") => dies(comm, false),
         Some("fails") => dies(comm, true),
+        Some("resume") => resume::resume(comm, args.get(1).map(String::as_str).unwrap_or(".")),
+        Some("differ") => resume::differ(comm, args.get(1).map(String::as_str).unwrap_or(".")),
+        Some("kill-in-allreduce") => resume::kill_in_allreduce(comm),
+        Some("kill-while-saving") => {
+            resume::kill_while_saving(comm, args.get(1).map(String::as_str).unwrap_or("."))
+        }
+        Some("states-load") => resume::states_load(args.get(1).map(String::as_str).unwrap_or(".")),
+        Some("same-content") => resume::same_content(
+            args.get(1).map(String::as_str).unwrap_or(""),
+            args.get(2).map(String::as_str).unwrap_or(""),
+        ),
         Some(other) => Err(fail(format!("unknown case {other}"))),
         None => {
             let dir = tempfile::tempdir().map_err(|e| fail(e.to_string()))?;
             gradients(comm)?;
             train(comm)?;
             checkpoint(comm, &dir.path().display().to_string())?;
+            resume::resume(comm, &dir.path().display().to_string())?;
             split(comm)
         }
     });

@@ -7,6 +7,16 @@
 //! every node is a 20-byte record: its op's id in the graph's [`OpTable`],
 //! its output's value id and, for one or two inputs, their ids (more go to
 //! the flat `node_inputs` list).
+//!
+//! Where things are: `Graph` and its state (`mod.rs`), the per-thread
+//! inference graph (`inference.rs`: `Graph::inference()`, which never
+//! records and keeps no values, and `Var::from(tensor)`, so evaluation code
+//! needs no graph), the 20-byte node record with inline inputs
+//! (`node_record.rs`), the op table its records index (`op_table.rs`),
+//! `record` (`record.rs`), `Var` (`var.rs`), `GraphNode` and the trace line
+//! (`node.rs`), both backward orders (`order.rs`), the spare arena kept per
+//! thread for the next graph (`pool.rs`); `GraphState`'s fields are private
+//! to `graph`, read by the layers above through `#[inline]` methods.
 
 mod inference;
 #[cfg(test)]

@@ -144,7 +144,8 @@ impl Graph {
         }
         // Fixed-size arrays for the common arities keep this allocation-free
         // and let a statically known op's forward inline.
-        let output = match inputs {
+        // A result the allocator refuses is an error naming the op.
+        let forward = || match inputs {
             [a] => op.forward(&[a.value()]),
             [a, b] => op.forward(&[a.value(), b.value()]),
             [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
@@ -152,7 +153,8 @@ impl Graph {
                 let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
                 op.forward(&tensors)
             }
-        }?;
+        };
+        let output = crate::tensor::refused::catching(|| op.name().to_string(), forward)?;
         if self.anomaly_detection() && !output.all_finite() {
             return Err(self.forward_anomaly(op.name()));
         }

@@ -32,6 +32,7 @@ use super::sparse::keeps;
 use super::NnFloat;
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, MatView};
 use crate::kernels::simd::wide;
+use crate::tensor::Filled;
 
 /// Query rows per block (and per forward task).
 pub const BLOCK_ROWS: usize = 64;
@@ -320,7 +321,23 @@ fn apply_dropout<T: NnFloat>(
 /// (`[batch, L]`; `-inf` for a fully masked row). `q` is `[batch, L, E]`,
 /// `k` `[batch, S, E]`, `v` `[batch, S, Ev]`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward<T: NnFloat>(
+pub fn forward<'o, 'l, T: NnFloat>(
+    g: &Geometry,
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
+    mask: Option<&MaskView<'_, T>>,
+    out: &'o mut [MaybeUninit<T>],
+    lse: &'l mut [MaybeUninit<T>],
+) -> (Filled<'o>, Filled<'l>) {
+    forward_into(g, q, k, v, mask, out, lse);
+    // SAFETY: `forward_into` writes every element of both outputs (the doc
+    // above; their lengths are asserted).
+    unsafe { (Filled::assume(out), Filled::assume(lse)) }
+}
+
+/// [`forward`]'s body.
+fn forward_into<T: NnFloat>(
     g: &Geometry,
     q: &Rows<'_, T>,
     k: &Rows<'_, T>,
@@ -438,7 +455,38 @@ fn forward_block<T: NnFloat>(
 /// row-major) given the output `o` (row-major), its gradient `d_o` (both
 /// `[batch, L, Ev]`) and the forward's logsumexp `lse` (`[batch, L]`).
 #[allow(clippy::too_many_arguments)]
-pub fn backward<T: NnFloat>(
+pub fn backward<'q, 'k, 'v, T: NnFloat>(
+    g: &Geometry,
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
+    mask: Option<&MaskView<'_, T>>,
+    o: &[T],
+    d_o: &Rows<'_, T>,
+    lse: &[T],
+    dq: &'q mut [MaybeUninit<T>],
+    dk: &'k mut [MaybeUninit<T>],
+    dv: &'v mut [MaybeUninit<T>],
+) -> (Filled<'q>, Filled<'k>, Filled<'v>) {
+    backward_into(
+        g,
+        q,
+        k,
+        v,
+        mask,
+        o,
+        d_o,
+        lse,
+        [&mut *dq, &mut *dk, &mut *dv],
+    );
+    // SAFETY: `backward_into` writes every element of its three outputs
+    // (the doc above).
+    unsafe { (Filled::assume(dq), Filled::assume(dk), Filled::assume(dv)) }
+}
+
+/// [`backward`]'s body.
+#[allow(clippy::too_many_arguments)]
+fn backward_into<T: NnFloat>(
     g: &Geometry,
     q: &Rows<'_, T>,
     k: &Rows<'_, T>,

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::norm::sum2;
 use crate::kernels::parallel::should_parallelize;
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// Elements per parallel write task (whole planes).
 const TASK_ELEMS: usize = 1 << 14;
@@ -135,15 +135,15 @@ fn for_planes<T: Element>(
 /// `(mean, rstd) = stats[stat_of(sample, channel)]`. Writes every element of
 /// `out` (which must have `p.len()` elements): each plane in full, from an
 /// `s`-element plane of `x` (it panics if `x` is short).
-pub fn normalize<T: Element>(
+pub fn normalize<'o, T: Element>(
     x: &[T],
     p: Planes,
     stats: &[(f64, f64)],
     stat_of: impl Fn(usize, usize) -> usize + Sync + Send,
     w: Option<&[T]>,
     b: Option<&[T]>,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     assert_eq!(out.len(), p.len(), "normalize: output length");
     let (w, b) = (w.map(|w| &w[..p.c]), b.map(|b| &b[..p.c]));
     for_planes(out, p.s, |first, chunk| {
@@ -159,19 +159,22 @@ pub fn normalize<T: Element>(
             }
         }
     });
+    // SAFETY: `out` is `p.len()` elements (asserted), every plane of it
+    // written in full above.
+    unsafe { Filled::assume(out) }
 }
 
 /// Batch norm's input gradient in training mode, per channel of `M = n s`
 /// elements: `rstd w (g - Σg/M - x̂ Σ(g x̂)/M)`, computed in f64. Writes
 /// every element of `out` (`p.len()` elements), plane by plane.
-pub fn batch_norm_backward<T: Element>(
+pub fn batch_norm_backward<'o, T: Element>(
     g: &[T],
     x: &[T],
     p: Planes,
     stats: &[(f64, f64)],
     w: Option<&[T]>,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     assert_eq!(out.len(), p.len(), "batch_norm_backward: output length");
     let w = w.map(|w| &w[..p.c]);
     let sums = channel_grad_sums(g, x, p, stats);
@@ -190,6 +193,8 @@ pub fn batch_norm_backward<T: Element>(
             }
         }
     });
+    // SAFETY: as in `normalize`: every plane of `out` in full.
+    unsafe { Filled::assume(out) }
 }
 
 /// Batch norm's weight gradient in training mode: `Σ g x̂` per channel.
@@ -234,9 +239,12 @@ pub fn row_stats_all<T: Element>(x: &[T], row: usize, eps: f64) -> Vec<(f64, f64
 mod tests {
     use super::*;
 
-    fn run<T: Element>(f: impl FnOnce(&mut [MaybeUninit<T>]), n: usize) -> Vec<f64> {
+    fn run<T: Element>(
+        f: impl for<'o> FnOnce(&'o mut [MaybeUninit<T>]) -> Filled<'o>,
+        n: usize,
+    ) -> Vec<f64> {
         let mut out = vec![MaybeUninit::<T>::uninit(); n];
-        f(&mut out);
+        let _filled = f(&mut out);
         // SAFETY: every kernel under test writes all of its output.
         out.iter()
             .map(|v| unsafe { v.assume_init() }.to_f64())

@@ -98,10 +98,7 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
                 }
                 losses[j] = loss;
             }
-        });
-        // SAFETY: `for_each_block` writes every element of its output (zeroed,
-        // then handed to the closure as initialised blocks).
-        unsafe { Filled::assume(out) }
+        })
     })
 }
 
@@ -110,14 +107,14 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
 /// `B_c = (1-ε) w_t [c = t] + ε/C w_c` and `coef = g(lane) * scale`. `g` holds
 /// one value (a reduced loss) or one per lane; ignored lanes get zeros.
 /// Writes every element of `out` (through [`for_each_block`]).
-pub fn cross_entropy_backward_lanes<T: NnFloat>(
+pub fn cross_entropy_backward_lanes<'o, T: NnFloat>(
     g: &[T],
     x: &[T],
     lanes: AxisLanes,
     targets: &Targets<T>,
     scale: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let c = lanes.len;
     let eps = T::from_f64(targets.label_smoothing);
     let keep = T::one() - eps;
@@ -151,7 +148,7 @@ pub fn cross_entropy_backward_lanes<T: NnFloat>(
             }
             orow[t] -= keep * w_t * coef;
         }
-    });
+    })
 }
 
 /// Per-lane negative log-likelihood `-w_t x[t]` of log-probabilities `x`
@@ -167,19 +164,21 @@ pub fn nll_lanes<T: Element>(x: &[T], lanes: AxisLanes, targets: &Targets<T>) ->
 /// The gradient of the negative log-likelihood: zeros except
 /// `-g(lane) * w_t * scale` at each lane's target (`g` one value or one per
 /// lane). Writes every element of `out` (zeroed first).
-pub fn nll_backward_lanes<T: Element>(
+pub fn nll_backward_lanes<'o, T: Element>(
     g: &[T],
     lanes: AxisLanes,
     targets: &Targets<T>,
     scale: f64,
-    out: &mut [MaybeUninit<T>],
-) {
-    let out = init(out);
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    let zeros = init(out);
     let scale = T::from_f64(scale);
     for lane in 0..lanes.count() {
         if let Some(t) = targets.class(lane) {
             let gv = if g.len() == 1 { g[0] } else { g[lane] };
-            out[lanes.index(lane, t)] = -gv * targets.weight_of(t) * scale;
+            zeros[lanes.index(lane, t)] = -gv * targets.weight_of(t) * scale;
         }
     }
+    // SAFETY: `init` wrote every element.
+    unsafe { Filled::assume(out) }
 }

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use super::conv_direct;
 use super::im2col::{col2im, im2col, workspace_len};
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// The most memory the im2col buffers of one kernel call take together.
 pub const WORKSPACE_BYTES: usize = 64 << 20;
@@ -210,7 +210,20 @@ fn blocks<T: Element>(geo: &ConvGeometry, col: &mut Vec<T>) -> Vec<(usize, usize
 
 /// `y = conv(x, w) + bias`: `x` is `[N, C_in, H, W]`, `w` `[C_out, C_in/g, kh, kw]`,
 /// `bias` `[C_out]`; writes every element of `out` (`[N, C_out, OH, OW]`).
-pub fn conv2d_forward<T: Element>(
+pub fn conv2d_forward<'o, T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    conv2d_forward_into(geo, x, w, bias, out);
+    // SAFETY: `conv2d_forward_into` writes every element of `out` (its doc).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`conv2d_forward`]'s body.
+fn conv2d_forward_into<T: Element>(
     geo: &ConvGeometry,
     x: &[T],
     w: &[T],
@@ -269,7 +282,20 @@ pub fn conv2d_forward<T: Element>(
 /// transposed convolution of `gy` `[N, C_out, OH, OW]` with `w` (plus
 /// `bias` `[C_in]`, for `conv_transpose2d`): writes every element of `out`
 /// (`[N, C_in, H, W]`).
-pub fn conv2d_input_grad<T: Element>(
+pub fn conv2d_input_grad<'o, T: Element>(
+    geo: &ConvGeometry,
+    gy: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    conv2d_input_grad_into(geo, gy, w, bias, out);
+    // SAFETY: `conv2d_input_grad_into` writes every element of `out` (its doc).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`conv2d_input_grad`]'s body.
+fn conv2d_input_grad_into<T: Element>(
     geo: &ConvGeometry,
     gy: &[T],
     w: &[T],
@@ -328,7 +354,19 @@ pub fn weight_grad_parts(batch: usize) -> usize {
 
 /// The gradient of [`conv2d_forward`] with respect to `w`, from `x` and
 /// `gy`: writes every element of `out` (`[C_out, C_in/g, kh, kw]`).
-pub fn conv2d_weight_grad<T: Element>(
+pub fn conv2d_weight_grad<'o, T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    gy: &[T],
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    conv2d_weight_grad_into(geo, x, gy, out);
+    // SAFETY: `conv2d_weight_grad_into` writes every element of `out` (its doc).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`conv2d_weight_grad`]'s body.
+fn conv2d_weight_grad_into<T: Element>(
     geo: &ConvGeometry,
     x: &[T],
     gy: &[T],
@@ -455,9 +493,12 @@ mod tests {
         (0..n).map(|i| (a * i as f64 + b).sin()).collect()
     }
 
-    fn run<F: Fn(&mut [MaybeUninit<f64>])>(len: usize, f: F) -> Vec<f64> {
+    fn run<F>(len: usize, f: F) -> Vec<f64>
+    where
+        F: for<'o> Fn(&'o mut [MaybeUninit<f64>]) -> Filled<'o>,
+    {
         let mut out = vec![MaybeUninit::uninit(); len];
-        f(&mut out);
+        let _filled = f(&mut out);
         // SAFETY: the kernels under test write every element.
         out.into_iter()
             .map(|v| unsafe { v.assume_init() })

@@ -665,9 +665,12 @@ mod tests {
         (0..n).map(|i| (a * i as f64 + b).sin()).collect()
     }
 
-    fn run<T: Element>(len: usize, f: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<f64> {
+    fn run<T: Element>(
+        len: usize,
+        f: impl for<'o> FnOnce(&'o mut [MaybeUninit<T>]) -> crate::tensor::Filled<'o>,
+    ) -> Vec<f64> {
         let mut out = vec![MaybeUninit::uninit(); len];
-        f(&mut out);
+        let _filled = f(&mut out);
         // SAFETY: the kernels under test write every element.
         out.into_iter()
             .map(|v| unsafe { v.assume_init() }.to_f64())

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::NnFloat;
 use crate::kernels::parallel::should_parallelize;
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// Elements per block handed to a kernel.
 pub const BLOCK: usize = 4096;
@@ -91,13 +91,13 @@ pub fn init<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [T] {
 /// element of `out`: each chunk is zeroed by [`init`] before `f` sees it, or
 /// (the axis not last) written from `f`'s output block for every lane and
 /// element of it.
-pub fn for_each_block<T: Element, const K: usize>(
+pub fn for_each_block<'o, T: Element, const K: usize>(
     lanes: AxisLanes,
     inputs: [&[T]; K],
-    out: &mut [MaybeUninit<T>],
+    out: &'o mut [MaybeUninit<T>],
     out_per_lane: usize,
     f: impl Fn(usize, [&[T]; K], &mut [T]) + Sync + Send,
-) {
+) -> Filled<'o> {
     let AxisLanes { len, inner, .. } = lanes;
     // The copy-back loops below cover `out` only with these sizes.
     assert!(out_per_lane == len || out_per_lane == 1);
@@ -105,7 +105,8 @@ pub fn for_each_block<T: Element, const K: usize>(
     assert_eq!(out.len(), lanes.count() * out_per_lane);
     if lanes.count() == 0 || len == 0 {
         init(out);
-        return;
+        // SAFETY: `init` wrote every element.
+        return unsafe { Filled::assume(out) };
     }
     let parallel = should_parallelize(lanes.numel());
     let per_block = (BLOCK / len).max(1);
@@ -126,7 +127,8 @@ pub fn for_each_block<T: Element, const K: usize>(
                 .enumerate()
                 .for_each(|(b, c)| run(b, c));
         }
-        return;
+        // SAFETY: every chunk of `out` went through `init`.
+        return unsafe { Filled::assume(out) };
     }
     // The axis is not the last: gather tiles of `width` lanes into rows.
     let width = per_block.min(inner);
@@ -174,6 +176,9 @@ pub fn for_each_block<T: Element, const K: usize>(
             .enumerate()
             .for_each(|(o, c)| run(o, c));
     }
+    // SAFETY: each chunk of `out` is one outer index's `len * inner` (or
+    // `inner`) outputs, and `run` writes every lane of every tile of it.
+    unsafe { Filled::assume(out) }
 }
 
 /// For a block of rows (`rows`, `[n, len]`): writes `e^(x - max)` into `e`
@@ -269,7 +274,7 @@ mod tests {
         let lanes = AxisLanes::new(shape, axis);
         let x: Vec<f64> = (0..lanes.numel()).map(|i| i as f64).collect();
         let mut out = vec![MaybeUninit::uninit(); lanes.numel()];
-        for_each_block(lanes, [&x[..]], &mut out, lanes.len, |_, [rows], o| {
+        let _ = for_each_block(lanes, [&x[..]], &mut out, lanes.len, |_, [rows], o| {
             for (r, orow) in rows.chunks(lanes.len).zip(o.chunks_mut(lanes.len)) {
                 for (k, v) in orow.iter_mut().enumerate() {
                     *v = r[lanes.len - 1 - k];
@@ -288,7 +293,7 @@ mod tests {
         }
         // One output per lane: the lane's first element, in lane order.
         let mut firsts = vec![MaybeUninit::uninit(); lanes.count()];
-        for_each_block(lanes, [&x[..]], &mut firsts, 1, |first, [rows], o| {
+        let _ = for_each_block(lanes, [&x[..]], &mut firsts, 1, |first, [rows], o| {
             for (j, v) in o.iter_mut().enumerate() {
                 assert_eq!(rows[j * lanes.len], x[lanes.index(first + j, 0)]);
                 *v = rows[j * lanes.len];

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use crate::kernels::parallel::should_parallelize;
 use crate::kernels::simd::wide;
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
@@ -87,14 +87,14 @@ pub(crate) fn for_rows<T: Element>(
 /// `y = (x - mean) * rstd * w + b` per row of `m` elements. Writes every
 /// element of `out`: each row in full, from `m`-element slices of `x`, `w`
 /// and `b` (it panics if one is short).
-pub fn layer_norm<T: Element>(
+pub fn layer_norm<'o, T: Element>(
     x: &[T],
     m: usize,
     w: Option<&[T]>,
     b: Option<&[T]>,
     eps: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let (w, b) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]));
     for_rows(out, m, |first, chunk| {
         wide(
@@ -130,20 +130,23 @@ pub fn layer_norm<T: Element>(
             },
         )
     });
+    // SAFETY: every row of `out` is written in full above (`for_rows` hands
+    // out each row exactly once).
+    unsafe { Filled::assume(out) }
 }
 
 /// The gradient with respect to the input: per row,
 /// `rstd * (a - mean(a) - x̂ mean(a x̂))` with `a = g w` (or `g`). Writes
 /// every element of `out`: each row in full, zipped with `m`-element `a`
 /// and row of `x`.
-pub fn layer_norm_backward<T: Element>(
+pub fn layer_norm_backward<'o, T: Element>(
     g: &[T],
     x: &[T],
     m: usize,
     w: Option<&[T]>,
     eps: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     for_rows(out, m, |first, chunk| {
         wide(
             #[inline(always)]
@@ -156,6 +159,9 @@ pub fn layer_norm_backward<T: Element>(
             },
         )
     });
+    // SAFETY: every row of `out` is written in full above (`for_rows` hands
+    // out each row exactly once).
+    unsafe { Filled::assume(out) }
 }
 
 /// One row of [`layer_norm_backward`] (`a` is scratch of `m` elements);
@@ -255,17 +261,18 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
 /// row arithmetic, the weight's partial sums over the same blocks merged
 /// in the same order). Writes every element of `out`; returns the weight's
 /// gradient.
-pub fn layer_norm_backward_with_weight<T: Element>(
+pub fn layer_norm_backward_with_weight<'o, T: Element>(
     g: &[T],
     x: &[T],
     m: usize,
     w: &[T],
     eps: f64,
-    out: &mut [MaybeUninit<T>],
-) -> Vec<T> {
+    out: &'o mut [MaybeUninit<T>],
+) -> (Filled<'o>, Vec<T>) {
     if m == 0 {
         assert!(out.is_empty(), "rows of no elements cannot cover an output");
-        return Vec::new();
+        // SAFETY: `out` is empty.
+        return (unsafe { Filled::assume(out) }, Vec::new());
     }
     let rows = x.len() / m;
     let (tasks, per_task) = weight_blocks(x.len(), rows);
@@ -290,7 +297,7 @@ pub fn layer_norm_backward_with_weight<T: Element>(
     // is empty and still contributes its zeros, as in the weight's own kernel.
     let parts = if tasks > 1 {
         let mut blocks: Vec<&mut [MaybeUninit<T>]> = Vec::with_capacity(tasks);
-        let mut rest = out;
+        let mut rest = &mut *out;
         for _ in 0..tasks {
             let take = (per_task * m).min(rest.len());
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
@@ -303,7 +310,9 @@ pub fn layer_norm_backward_with_weight<T: Element>(
             .map(|(t, o)| block(t, o))
             .collect()
     } else {
-        vec![block(0, out)]
+        vec![block(0, &mut *out)]
     };
-    merge_partials(parts, m)
+    // SAFETY: the blocks cover `out` row by row, and each writes every row
+    // it owns in full (`input_grad_row`).
+    (unsafe { Filled::assume(out) }, merge_partials(parts, m))
 }

@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 
 use super::NnFloat;
 use crate::kernels::parallel::{for_each_chunk, ordered_reduce, should_parallelize, CHUNK};
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// Elements per scratch block.
 const SUB: usize = 1024;
@@ -42,13 +42,13 @@ pub fn squared_error_sum<T: Element>(a: &[T], b: &[T]) -> f64 {
 /// gradient of the squared error (with `scale = 2` or `2 / n`) with respect to `a`.
 /// Writes every element of `out`: each chunk from operands sliced to its
 /// length (panicking if one is short).
-pub fn squared_error_backward<T: Element>(
+pub fn squared_error_backward<'o, T: Element>(
     g: &[T],
     a: &[T],
     b: &[T],
     scale: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let k = T::from_f64(scale);
     for_each_chunk(out, |off, chunk| {
         let n = chunk.len();
@@ -64,6 +64,9 @@ pub fn squared_error_backward<T: Element>(
             }
         }
     });
+    // SAFETY: `for_each_chunk` hands out every chunk of `out`, and each is
+    // written in full above.
+    unsafe { Filled::assume(out) }
 }
 
 /// Reads element `i` of an optional per-element `pos_weight`.
@@ -75,7 +78,12 @@ fn pw_at<T: Element>(pw: Option<&[T]>, i: usize) -> T {
 /// Elementwise binary cross-entropy with logits `x`, targets `y` and an
 /// optional `pos_weight` already broadcast to `x`'s length. Writes every
 /// element of `out`: each block in full, from `x` and `y` sliced to its length.
-pub fn bce_with_logits<T: NnFloat>(x: &[T], y: &[T], pw: Option<&[T]>, out: &mut [MaybeUninit<T>]) {
+pub fn bce_with_logits<'o, T: NnFloat>(
+    x: &[T],
+    y: &[T],
+    pw: Option<&[T]>,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     for_each_chunk(out, |off, chunk| {
         let mut e = [T::zero(); SUB];
         for (b, ob) in chunk.chunks_mut(SUB).enumerate() {
@@ -94,19 +102,21 @@ pub fn bce_with_logits<T: NnFloat>(x: &[T], y: &[T], pw: Option<&[T]>, out: &mut
             }
         }
     });
+    // SAFETY: every chunk of `out`, every block of it, every element of it.
+    unsafe { Filled::assume(out) }
 }
 
 /// The gradient of BCE with logits with respect to `x`:
 /// `scale * g * (L σ(x) - pos_weight y)`, `g` one value or one per element.
 /// Writes every element of `out`, as [`bce_with_logits`] does.
-pub fn bce_with_logits_backward<T: NnFloat>(
+pub fn bce_with_logits_backward<'o, T: NnFloat>(
     g: &[T],
     x: &[T],
     y: &[T],
     pw: Option<&[T]>,
     scale: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let k = T::from_f64(scale);
     for_each_chunk(out, |off, chunk| {
         let mut e = [T::zero(); SUB];
@@ -133,20 +143,20 @@ pub fn bce_with_logits_backward<T: NnFloat>(
             }
         }
     });
+    // SAFETY: every chunk of `out`, every block of it, every element of it.
+    unsafe { Filled::assume(out) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run<T: NnFloat>(f: impl FnOnce(&mut [MaybeUninit<T>]), n: usize) -> Vec<T> {
-        let mut out = vec![MaybeUninit::uninit(); n];
-        f(&mut out);
-        out.into_iter()
-            // SAFETY: the kernels under test write every element of `out`
-            // (what these tests check; Miri runs them).
-            .map(|v| unsafe { v.assume_init() })
-            .collect()
+    fn run<T: NnFloat>(
+        f: impl for<'o> FnOnce(&'o mut [MaybeUninit<T>]) -> Filled<'o>,
+        n: usize,
+    ) -> Vec<T> {
+        let out = crate::tensor::Tensor::build::<T>(crate::tensor::Dims::from_slice(&[n]), f);
+        out.to_vec().unwrap()
     }
 
     #[test]

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::lanes::init;
 use crate::kernels::parallel::{should_parallelize, CHUNK};
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// The argmax index of a window with no input position in it (possible
 /// only with dilation reaching past the padding); its output is `-inf`, and
@@ -309,7 +309,20 @@ fn max_plane<T: Element>(x: &[T], plan: &Plan2d, mut put: impl FnMut(usize, T, u
 /// their positions in the plane ([`NO_INDEX`] for an empty window). Panics
 /// if a length does not match the plan, or if a plane has `u32::MAX` or more
 /// elements.
-pub fn max_pool2d<T: Element>(
+pub fn max_pool2d<'o, T: Element>(
+    x: &[T],
+    planes: usize,
+    plan: &Plan2d,
+    out: &'o mut [MaybeUninit<T>],
+    indices: &mut [u32],
+) -> Filled<'o> {
+    max_pool2d_into(x, planes, plan, out, indices);
+    // SAFETY: `max_pool2d_into` writes every element of `out` (the doc above).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`max_pool2d`]'s body.
+fn max_pool2d_into<T: Element>(
     x: &[T],
     planes: usize,
     plan: &Plan2d,
@@ -366,7 +379,20 @@ pub fn max_pool2d_indices<T: Element>(x: &[T], planes: usize, plan: &Plan2d) -> 
 /// `t` (input-shaped) at the argmax positions. Writes every element of
 /// `out` (`planes * plan.out_plane()`); panics on a length mismatch or an
 /// index outside the plane.
-pub fn gather<T: Element>(
+pub fn gather<'o, T: Element>(
+    t: &[T],
+    indices: &[u32],
+    planes: usize,
+    plan: &Plan2d,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    gather_into(t, indices, planes, plan, out);
+    // SAFETY: `gather_into` writes every element of `out` (the doc above).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`gather`]'s body.
+fn gather_into<T: Element>(
     t: &[T],
     indices: &[u32],
     planes: usize,
@@ -396,7 +422,20 @@ pub fn gather<T: Element>(
 /// elements, in output order: the gradient of max pooling. Writes every
 /// element of `out` (zeroed first); panics on a length mismatch or an
 /// index outside the plane.
-pub fn scatter<T: Element>(
+pub fn scatter<'o, T: Element>(
+    g: &[T],
+    indices: &[u32],
+    planes: usize,
+    plan: &Plan2d,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    scatter_into(g, indices, planes, plan, out);
+    // SAFETY: `scatter_into` writes every element of `out` (the doc above).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`scatter`]'s body.
+fn scatter_into<T: Element>(
     g: &[T],
     indices: &[u32],
     planes: usize,
@@ -425,7 +464,20 @@ pub fn scatter<T: Element>(
 /// row-major order, from zero) divided as `divisor` says; an empty window
 /// gives zero. Writes every element of `out` (`planes * plan.out_plane()`);
 /// panics on a length mismatch.
-pub fn avg_pool2d<T: Element>(
+pub fn avg_pool2d<'o, T: Element>(
+    x: &[T],
+    planes: usize,
+    plan: &Plan2d,
+    divisor: Divisor,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    avg_pool2d_into(x, planes, plan, divisor, out);
+    // SAFETY: `avg_pool2d_into` writes every element of `out` (the doc above).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`avg_pool2d`]'s body.
+fn avg_pool2d_into<T: Element>(
     x: &[T],
     planes: usize,
     plan: &Plan2d,
@@ -477,7 +529,20 @@ pub fn avg_pool2d<T: Element>(
 /// forward divides, added to every input position of its window (windows
 /// in output order). Writes every element of `out` (`planes *
 /// plan.in_plane()`, zeroed first); panics on a length mismatch.
-pub fn avg_pool2d_backward<T: Element>(
+pub fn avg_pool2d_backward<'o, T: Element>(
+    g: &[T],
+    planes: usize,
+    plan: &Plan2d,
+    divisor: Divisor,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    avg_pool2d_backward_into(g, planes, plan, divisor, out);
+    // SAFETY: `avg_pool2d_backward_into` writes every element of `out` (the doc above).
+    unsafe { Filled::assume(out) }
+}
+
+/// [`avg_pool2d_backward`]'s body.
+fn avg_pool2d_backward_into<T: Element>(
     g: &[T],
     planes: usize,
     plan: &Plan2d,
@@ -581,11 +646,11 @@ mod tests {
         let run = |p: &Plan2d| {
             let mut out = uninit::<f64>(24);
             let mut idx = vec![0u32; 24];
-            max_pool2d(&x, 2, p, &mut out, &mut idx);
+            max_pool2d_into(&x, 2, p, &mut out, &mut idx);
             let mut avg = uninit::<f64>(24);
-            avg_pool2d(&x, 2, p, Divisor::Fixed(4), &mut avg);
+            avg_pool2d_into(&x, 2, p, Divisor::Fixed(4), &mut avg);
             let mut back = uninit::<f64>(x.len());
-            avg_pool2d_backward(&x[..24], 2, p, Divisor::Fixed(4), &mut back);
+            avg_pool2d_backward_into(&x[..24], 2, p, Divisor::Fixed(4), &mut back);
             (collect(out), idx, collect(avg), collect(back))
         };
         let (v, i, a, b) = run(&fast);
@@ -618,10 +683,10 @@ mod tests {
         let p = plan(2, 2, 2, 2, 0, 1, [1, 1]);
         let mut out = uninit::<f32>(1);
         let mut idx = vec![0u32; 1];
-        max_pool2d(&[1.0f32, 3.0, 3.0, 2.0], 1, &p, &mut out, &mut idx);
+        max_pool2d_into(&[1.0f32, 3.0, 3.0, 2.0], 1, &p, &mut out, &mut idx);
         assert_eq!((collect(out)[0], idx[0]), (3.0, 1));
         let mut out = uninit::<f32>(1);
-        max_pool2d(&[1.0f32, f32::NAN, 3.0, 2.0], 1, &p, &mut out, &mut idx);
+        max_pool2d_into(&[1.0f32, f32::NAN, 3.0, 2.0], 1, &p, &mut out, &mut idx);
         assert!(collect(out)[0].is_nan());
         assert_eq!(idx[0], 1);
     }
@@ -638,26 +703,26 @@ mod tests {
         let idx = max_pool2d_indices(&x, planes, &p);
         let mut out = uninit::<f64>(planes * o * o);
         let mut idx2 = vec![0u32; planes * o * o];
-        max_pool2d(&x, planes, &p, &mut out, &mut idx2);
+        max_pool2d_into(&x, planes, &p, &mut out, &mut idx2);
         assert_eq!(idx, idx2);
         let g: Vec<f64> = (0..planes * o * o)
             .map(|i| (i as f64 * 0.11).cos())
             .collect();
         let mut s = uninit::<f64>(x.len());
-        scatter(&g, &idx, planes, &p, &mut s);
+        scatter_into(&g, &idx, planes, &p, &mut s);
         let s = collect(s);
         let mut gt = uninit::<f64>(g.len());
-        gather(&x, &idx, planes, &p, &mut gt);
+        gather_into(&x, &idx, planes, &p, &mut gt);
         let gt = collect(gt);
         let lhs: f64 = s.iter().zip(&x).map(|(a, b)| a * b).sum();
         let rhs: f64 = gt.iter().zip(&g).map(|(a, b)| a * b).sum();
         assert!((lhs - rhs).abs() < 1e-9 * lhs.abs().max(1.0));
         // Average pooling and its adjoint.
         let mut a = uninit::<f64>(g.len());
-        avg_pool2d(&x, planes, &p, Divisor::Window, &mut a);
+        avg_pool2d_into(&x, planes, &p, Divisor::Window, &mut a);
         let a = collect(a);
         let mut b = uninit::<f64>(x.len());
-        avg_pool2d_backward(&g, planes, &p, Divisor::Window, &mut b);
+        avg_pool2d_backward_into(&g, planes, &p, Divisor::Window, &mut b);
         let b = collect(b);
         let lhs: f64 = a.iter().zip(&g).map(|(a, b)| a * b).sum();
         let rhs: f64 = b.iter().zip(&x).map(|(a, b)| a * b).sum();
@@ -669,7 +734,7 @@ mod tests {
             .unwrap();
         let b1 = pool.install(|| {
             let mut b = uninit::<f64>(x.len());
-            avg_pool2d_backward(&g, planes, &p, Divisor::Window, &mut b);
+            avg_pool2d_backward_into(&g, planes, &p, Divisor::Window, &mut b);
             collect(b)
         });
         assert_eq!(b, b1);

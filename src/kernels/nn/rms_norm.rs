@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 
 use super::norm::{for_rows, sum2, weighted_grad};
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// `1 / sqrt(mean(x²) + eps)` of a row.
 #[inline]
@@ -18,13 +18,13 @@ pub fn row_rstd<T: Element>(row: &[T], eps: f64) -> f64 {
 /// `y = x * rstd * w` per row of `m` elements. Writes every element of
 /// `out`: each row in full, from `m`-element slices of `x` and `w` (it
 /// panics if one is short).
-pub fn rms_norm<T: Element>(
+pub fn rms_norm<'o, T: Element>(
     x: &[T],
     m: usize,
     w: Option<&[T]>,
     eps: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let w = w.map(|w| &w[..m]);
     for_rows(out, m, |first, chunk| {
         for (r, o) in chunk.chunks_mut(m).enumerate() {
@@ -40,19 +40,22 @@ pub fn rms_norm<T: Element>(
             }
         }
     });
+    // SAFETY: every row of `out` is written in full above (`for_rows` hands
+    // out each row exactly once).
+    unsafe { Filled::assume(out) }
 }
 
 /// The gradient with respect to the input: per row,
 /// `rstd * (a - x̂ mean(a x̂))` with `a = g w` (or `g`), `x̂ = x rstd`.
 /// Writes every element of `out`: each row in full.
-pub fn rms_norm_backward<T: Element>(
+pub fn rms_norm_backward<'o, T: Element>(
     g: &[T],
     x: &[T],
     m: usize,
     w: Option<&[T]>,
     eps: f64,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     for_rows(out, m, |first, chunk| {
         let mut a = vec![T::zero(); m];
         for (r, o) in chunk.chunks_mut(m).enumerate() {
@@ -67,4 +70,7 @@ pub fn rms_norm_backward<T: Element>(
             }
         }
     });
+    // SAFETY: every row of `out` is written in full above (`for_rows` hands
+    // out each row exactly once).
+    unsafe { Filled::assume(out) }
 }

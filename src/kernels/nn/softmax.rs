@@ -8,7 +8,7 @@
 use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
 use super::NnFloat;
 use crate::error::Result;
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::tensor::{Dims, Tensor};
 
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for
 /// `x`'s rank; 0 for a 0-d tensor).
@@ -27,9 +27,7 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             for_each_block(lanes, [src], out, lanes.len, |_, [rows], o| {
                 softmax_rows(rows, o, lanes.len, log)
-            });
-            // SAFETY: `for_each_block` writes every element of its output.
-            unsafe { Filled::assume(out) }
+            })
         })
     }))
 }
@@ -75,9 +73,7 @@ pub fn softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tensor> {
                         *d = yv * (gv - s);
                     }
                 }
-            });
-            // SAFETY: `for_each_block` writes every element of its output.
-            unsafe { Filled::assume(out) }
+            })
         })
     }))
 }
@@ -99,9 +95,7 @@ pub fn log_softmax_backward(g: &Tensor, y: &Tensor, axis: usize) -> Result<Tenso
                         *d = gv - *d * s;
                     }
                 }
-            });
-            // SAFETY: `for_each_block` writes every element of its output.
-            unsafe { Filled::assume(out) }
+            })
         })
     }))
 }

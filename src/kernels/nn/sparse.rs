@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::lanes::init;
 use crate::kernels::parallel::{for_each_chunk, should_parallelize};
-use crate::tensor::Element;
+use crate::tensor::{Element, Filled};
 
 /// Output `i` of the SplitMix64 sequence seeded with `seed`: uniform over `u64`.
 #[inline(always)]
@@ -46,7 +46,13 @@ pub fn keeps(seed: u64, p: f64, index: u64) -> bool {
 /// `out[i] = x[i] * scale` where element `i` is kept, else 0 (drop
 /// probability `p` in `[0, 1)`). Writes every element of `out` (and panics
 /// if `x` is shorter).
-pub fn dropout<T: Element>(x: &[T], p: f64, seed: u64, scale: T, out: &mut [MaybeUninit<T>]) {
+pub fn dropout<'o, T: Element>(
+    x: &[T],
+    p: f64,
+    seed: u64,
+    scale: T,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     let threshold = drop_threshold(p);
     for_each_chunk(out, |off, chunk| {
         let x = &x[off..off + chunk.len()];
@@ -55,22 +61,25 @@ pub fn dropout<T: Element>(x: &[T], p: f64, seed: u64, scale: T, out: &mut [Mayb
             o.write(if kept { v * scale } else { T::zero() });
         }
     });
+    // SAFETY: every chunk of `out` is written in full above.
+    unsafe { Filled::assume(out) }
 }
 
 /// `out[k] = weight[indices[k]]` row by row (`d` columns); zero rows where
 /// `zero_row` says so (the padding rows of a masked gather). Writes every
 /// element of `out`, which must hold `indices.len()` rows: each row is
 /// zeroed or copied from a `d`-element slice of `weight`.
-pub fn gather_rows<T: Element>(
+pub fn gather_rows<'o, T: Element>(
     weight: &[T],
     d: usize,
     indices: &[usize],
     zero_row: Option<usize>,
-    out: &mut [MaybeUninit<T>],
-) {
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
     assert_eq!(out.len(), indices.len() * d, "one output row per index");
     if d == 0 {
-        return;
+        // SAFETY: `out` is empty.
+        return unsafe { Filled::assume(out) };
     }
     let copy = |(o, &idx): (&mut [MaybeUninit<T>], &usize)| {
         if Some(idx) == zero_row {
@@ -88,6 +97,9 @@ pub fn gather_rows<T: Element>(
     } else {
         out.chunks_mut(d).zip(indices).for_each(copy);
     }
+    // SAFETY: `out` is `indices.len()` rows of `d`, and each is zeroed or
+    // copied in full.
+    unsafe { Filled::assume(out) }
 }
 
 /// Scatter-add: `out[indices[k]] += g[k]` row by row into a zero `[rows, d]`,
@@ -95,18 +107,31 @@ pub fn gather_rows<T: Element>(
 /// split among threads, each scanning every index for the rows it owns, so
 /// every row is summed in index order whatever the thread count. Writes
 /// every element of `out` (zeroed first).
-pub fn scatter_add_rows<T: Element>(
+pub fn scatter_add_rows<'o, T: Element>(
     g: &[T],
     d: usize,
     indices: &[usize],
     rows: usize,
     skip_row: Option<usize>,
-    out: &mut [MaybeUninit<T>],
-) {
-    let out = init(out);
-    if d == 0 || rows == 0 {
-        return;
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    let zeros = init(out);
+    if d != 0 && rows != 0 {
+        add_rows(g, d, indices, rows, skip_row, zeros);
     }
+    // SAFETY: `init` wrote every element.
+    unsafe { Filled::assume(out) }
+}
+
+/// The adds of [`scatter_add_rows`] into its zeroed output.
+fn add_rows<T: Element>(
+    g: &[T],
+    d: usize,
+    indices: &[usize],
+    rows: usize,
+    skip_row: Option<usize>,
+    out: &mut [T],
+) {
     let add = |first_row: usize, part: &mut [T]| {
         let owned = first_row..first_row + part.len() / d;
         for (k, &idx) in indices.iter().enumerate() {
@@ -147,7 +172,7 @@ mod tests {
         let x = vec![1.0f32; n];
         let run = |seed| {
             let mut out = vec![MaybeUninit::uninit(); n];
-            dropout(&x, 0.25, seed, 1.0 / 0.75, &mut out);
+            let _ = dropout(&x, 0.25, seed, 1.0 / 0.75, &mut out);
             collect(out)
         };
         let (a, b, c) = (run(3), run(3), run(4));
@@ -168,14 +193,14 @@ mod tests {
         let w: Vec<f64> = (0..12).map(f64::from).collect(); // [4, 3]
         let idx = [2usize, 0, 2, 3];
         let mut out = vec![MaybeUninit::uninit(); 12];
-        gather_rows(&w, 3, &idx, None, &mut out);
+        let _ = gather_rows(&w, 3, &idx, None, &mut out);
         assert_eq!(
             collect(out),
             vec![6., 7., 8., 0., 1., 2., 6., 7., 8., 9., 10., 11.]
         );
         let g: Vec<f64> = (0..12).map(|v| v as f64 * 0.5).collect();
         let mut s = vec![MaybeUninit::uninit(); 12];
-        scatter_add_rows(&g, 3, &idx, 4, Some(3), &mut s);
+        let _ = scatter_add_rows(&g, 3, &idx, 4, Some(3), &mut s);
         // Row 2 gets rows 0 and 2 of g; row 3 (padding) is skipped.
         assert_eq!(
             collect(s),
@@ -189,7 +214,7 @@ mod tests {
         let idx: Vec<usize> = (0..n).map(|k| (k * 7919) % rows).collect();
         let g: Vec<f64> = (0..n * d).map(|v| (v % 13) as f64).collect();
         let mut out = vec![MaybeUninit::uninit(); rows * d];
-        scatter_add_rows(&g, d, &idx, rows, None, &mut out);
+        let _ = scatter_add_rows(&g, d, &idx, rows, None, &mut out);
         let out = collect(out);
         let mut expect = vec![0.0; rows * d];
         for (k, &i) in idx.iter().enumerate() {

@@ -1,17 +1,17 @@
 //! [`Dropout`]: zeroes elements at random while training.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{Forward, Module, Parameter};
+use crate::nn::{Forward, Module, Parameter, RandomStream};
 
 /// Zeroes each element with probability `p` and scales the rest by
 /// `1 / (1 - p)` in training mode; the identity in evaluation mode
 /// (`set_training(false)`). Starts in training mode, as in PyTorch.
 ///
 /// Masks are reproducible: the `k`-th forward pass uses a mask seeded from
-/// `(seed, k)`, so a run with the same seed drops the same elements.
+/// `(seed, k)` (the layer's [`RandomStream`], which a training state saves),
+/// so a run with the same seed drops the same elements, and so does a run
+/// resumed from a checkpoint.
 ///
 /// ```
 /// use retrograd::{DType, Graph, Tensor, nn::{Dropout, Forward, Module}};
@@ -27,8 +27,7 @@ use crate::nn::{Forward, Module, Parameter};
 #[derive(Debug)]
 pub struct Dropout {
     p: f64,
-    seed: u64,
-    calls: AtomicU64,
+    stream: RandomStream,
     training: bool,
 }
 
@@ -43,8 +42,7 @@ impl Dropout {
         }
         Ok(Dropout {
             p,
-            seed,
-            calls: AtomicU64::new(0),
+            stream: RandomStream::new(seed),
             training: true,
         })
     }
@@ -66,31 +64,27 @@ impl Dropout {
         if !self.training || self.p == 0.0 {
             return None;
         }
-        let k = self.calls.fetch_add(1, Ordering::Relaxed);
-        Some(mix(self.seed ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15))))
+        Some(self.stream.next_seed())
     }
 }
 
+/// A clone draws its own masks, starting where this layer's stream is.
 impl Clone for Dropout {
     fn clone(&self) -> Self {
         Dropout {
             p: self.p,
-            seed: self.seed,
-            calls: AtomicU64::new(self.calls.load(Ordering::Relaxed)),
+            stream: self.stream.fork(),
             training: self.training,
         }
     }
 }
 
-/// SplitMix64's finaliser: spreads consecutive inputs over all 64 bits.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 impl Module for Dropout {
     fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Parameter)) {}
+
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        f(prefix, &self.stream)
+    }
 
     fn set_training(&mut self, training: bool) {
         self.training = training;

@@ -134,6 +134,14 @@ impl Module for Mlp {
         self.net.visit_buffers(prefix, f)
     }
 
+    fn visit_random_streams(
+        &self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &crate::nn::RandomStream),
+    ) {
+        self.net.visit_random_streams(prefix, f)
+    }
+
     fn set_training(&mut self, training: bool) {
         self.net.set_training(training)
     }

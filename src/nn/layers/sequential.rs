@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
+use crate::nn::{join_name, Buffer, Forward, Module, Parameter, RandomStream};
 
 /// Modules applied in order, the output of each the input of the next.
 /// Parameters are named by position, as in PyTorch (`"0.weight"`, ...).
@@ -69,6 +69,12 @@ impl Module for Sequential {
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
         for (i, layer) in self.layers.iter().enumerate() {
             layer.visit_buffers(&join_name(prefix, &i.to_string()), f);
+        }
+    }
+
+    fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
+        for (i, layer) in self.layers.iter().enumerate() {
+            layer.visit_random_streams(&join_name(prefix, &i.to_string()), f);
         }
     }
 

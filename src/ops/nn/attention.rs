@@ -38,8 +38,8 @@ use crate::graph::Var;
 use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{DType, Dims, Element, Filled, Tensor};
+use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
+use crate::tensor::{DType, Dims, Element, Tensor};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -291,15 +291,18 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
     crate::with_dtype!("scaled_dot_product_attention", q.dtype(), T => {
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
         let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
+        let (qs, ks, vs, mv) = (&qs, &ks, &vs, mv.as_ref());
         let mut lse = None;
         let out = Tensor::build::<T>(Dims::from_slice(&out_shape), |o| {
-            lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), |ls| {
-                kernel::forward(&g, &qs, &ks, &vs, mv.as_ref(), &mut *o, &mut *ls);
-                // SAFETY: `forward` writes every element of both outputs.
-                unsafe { Filled::assume(ls) }
+            // The inner build hands back the proof for `o` it made with its own.
+            let mut filled_o = None;
+            let slot = &mut filled_o;
+            lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), move |ls| {
+                let (fo, fl) = kernel::forward(&g, qs, ks, vs, mv, o, ls);
+                *slot = Some(fo);
+                fl
             }));
-            // SAFETY: as above; `o` was written inside the inner build.
-            unsafe { Filled::assume(o) }
+            filled_o.expect("the inner build ran")
         });
         Ok((out, lse.expect("the inner build ran")))
     })
@@ -322,21 +325,26 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
         let mv = mask.map(|m| mask_view::<T>(m, &plan)).transpose()?;
         let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
         let (os, dos, ls) = (o.as_slice_of::<T>(), rows_of::<T>(d_o), lse.as_slice_of::<T>());
-        let (mut dk, mut dv) = (None, None);
+        let (qs, ks, vs, mv, dos) = (&qs, &ks, &vs, mv.as_ref(), &dos);
+        let (mut dk_t, mut dv_t) = (None, None);
+        let dv_t_slot = &mut dv_t;
         let dq = Tensor::build::<T>(Dims::from_slice(q.shape()), |dq| {
-            dk = Some(Tensor::build::<T>(Dims::from_slice(k.shape()), |dk| {
-                dv = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), |dv| {
-                    kernel::backward(&g, &qs, &ks, &vs, mv.as_ref(), os, &dos, ls, [&mut *dq, &mut *dk, &mut *dv]);
-                    // SAFETY: `backward` writes every element of its three outputs.
-                    unsafe { Filled::assume(dv) }
+            // Each inner build hands back the proofs for the outer outputs.
+            let mut filled_dq = None;
+            let slot_dq = &mut filled_dq;
+            dk_t = Some(Tensor::build::<T>(Dims::from_slice(k.shape()), move |dk| {
+                let mut filled_dk = None;
+                let slot_dk = &mut filled_dk;
+                *dv_t_slot = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), move |dv| {
+                    let (fq, fk, fv) = kernel::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv);
+                    (*slot_dq, *slot_dk) = (Some(fq), Some(fk));
+                    fv
                 }));
-                // SAFETY: as above; `dk` was written inside the inner build.
-                unsafe { Filled::assume(dk) }
+                filled_dk.expect("the inner build ran")
             }));
-            // SAFETY: as above; `dq` was written inside the inner builds.
-            unsafe { Filled::assume(dq) }
+            filled_dq.expect("the inner build ran")
         });
-        Ok((dq, dk.expect("the inner build ran"), dv.expect("the inner build ran")))
+        Ok((dq, dk_t.expect("the inner build ran"), dv_t.expect("the inner build ran")))
     })
 }
 
@@ -381,12 +389,15 @@ impl ScaledDotProductAttention {
     }
 }
 
-impl Differentiable for ScaledDotProductAttention {
+impl StructuredOp for ScaledDotProductAttention {
+    const NAME: &'static str = OP;
+    const INPUTS: &'static [&'static str] = &["query", "key", "value", "attn_mask"];
     fn attributes(&self) -> OpAttributes {
         self.cfg.attributes()
     }
-    fn name(&self) -> &str {
-        OP
+    /// `q`, `k`, `v`, then the mask if given.
+    fn arity(&self) -> Option<usize> {
+        None
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m) = split(OP, inputs)?;
@@ -396,7 +407,9 @@ impl Differentiable for ScaledDotProductAttention {
         }
         Ok(out)
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
+    /// One fused op computes the three gradients, packed.
+    fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (inputs, out) = (n.inputs, n.output);
         let (q, k, v, m) = split(OP, inputs)?;
         let plain: Vec<&Tensor> = inputs.iter().map(Var::value).collect();
         let lse = self.lse(&plain, out.value())?;
@@ -442,7 +455,9 @@ impl Differentiable for ScaledDotProductAttention {
         }
         Ok(true)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+    /// `q`, `k` and the mask move the scores together: one score tangent.
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        let (inputs, out) = (n.inputs, n.output);
         let (q, k, v, m) = split(OP, inputs)?;
         let (tq, tk, tv, tm) = split(OP, t)?;
         let u = unfused(&self.cfg, q, k, m)?;

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse::keeps;
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
 const OP: &str = "scaled_dot_product_attention_backward";
@@ -166,12 +166,15 @@ impl<'g> Unfused<'g> {
     }
 }
 
-impl Differentiable for SdpaBackward {
+impl StructuredOp for SdpaBackward {
+    const NAME: &'static str = OP;
+    const INPUTS: &'static [&'static str] = &["query", "key", "value", "attn_mask", "grad_output"];
     fn attributes(&self) -> OpAttributes {
         self.cfg.attributes()
     }
-    fn name(&self) -> &str {
-        OP
+    /// `q`, `k`, `v`, the mask if given, then the output's gradient.
+    fn arity(&self) -> Option<usize> {
+        None
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m, d_o) = split(inputs)?;
@@ -189,8 +192,9 @@ impl Differentiable for SdpaBackward {
             Tensor::from_vec(all, &[n])
         })
     }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (q, k, v, m, d_o) = split(inputs)?;
+    /// The inputs' gradients share the recomputed probabilities and `dS`.
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (q, k, v, m, d_o) = split(n.inputs)?;
         let u = unfused(&self.cfg, q, k, m)?;
         let scale = u.scale;
         let (nq, nk, nv) = (q.value().numel(), k.value().numel(), v.value().numel());
@@ -246,10 +250,12 @@ impl Differentiable for SdpaBackward {
         grads.push(do_bar);
         Ok(grads)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
+    /// The inputs' tangents share the recomputed probabilities and `dS`.
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         if t.iter().all(Option::is_none) {
             return Ok(None);
         }
+        let (inputs, out) = (n.inputs, n.output);
         let (q, k, v, m, d_o) = split(inputs)?;
         let zero = |x: &Var<'g>| x.graph().constant(x.value().zeros_like());
         let tan = |i: usize, x: &Var<'g>| t.get(i).cloned().flatten().unwrap_or_else(|| zero(x));

@@ -9,9 +9,7 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
-use super::pool::{adaptive, smooth, AvgPool2dOptions, Geometry, SAMPLE_SHAPE};
+use super::pool::{facts, adaptive, smooth, AvgPool2dOptions, Geometry, SAMPLE_SHAPE};
 use super::spatial::Spatial;
 use crate::ops::OpAttributes;
 use crate::error::Result;
@@ -19,8 +17,8 @@ use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, Divisor};
 use crate::ops::rule::OpFacts;
-use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Which windows an average pooling uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,11 +99,8 @@ fn pool(windows: &Windows, x: &Tensor) -> Result<Tensor> {
     let geo = windows.geometry(op, x)?;
     let divisor = windows.divisor();
     Ok(crate::with_dtype!(op, x.dtype(), T => {
-        Tensor::build::<T>(geo.out_shape.clone(), |out| {
-            kernel::avg_pool2d(x.as_slice_of::<T>(), geo.planes, &geo.plan, divisor, out);
-            // SAFETY: `avg_pool2d` writes every element of its output.
-            unsafe { Filled::assume(out) }
-        })
+        let xs = x.as_slice_of::<T>();
+        Tensor::build::<T>(geo.out_shape.clone(), |out| kernel::avg_pool2d(xs, geo.planes, &geo.plan, divisor, out))
     }))
 }
 
@@ -116,22 +111,9 @@ fn spread(windows: &Windows, g: &Tensor, x: &Tensor) -> Result<Tensor> {
     geo.check_output_like(op, g, x)?;
     let divisor = windows.divisor();
     Ok(crate::with_dtype!(op, x.dtype(), T => {
-        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-            kernel::avg_pool2d_backward(g.as_slice_of::<T>(), geo.planes, &geo.plan, divisor, out);
-            // SAFETY: `avg_pool2d_backward` writes every element of its output (zeroed first).
-            unsafe { Filled::assume(out) }
-        })
+        let gs = g.as_slice_of::<T>();
+        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::avg_pool2d_backward(gs, geo.planes, &geo.plan, divisor, out))
     }))
-}
-
-fn facts(example: Arc<dyn Differentiable>, arity: usize, sample: fn(u64) -> Vec<Tensor>) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(example),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(Some(arity))
-    }
 }
 
 /// The output shape of an example instance on the sample shape.
@@ -144,49 +126,37 @@ fn example_out_shape(windows: &Windows) -> Dims {
         .out_shape
 }
 
-impl Differentiable for AvgPool2d {
+impl StructuredOp for AvgPool2d {
+    const NAME: &'static str = "avg_pool2d";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         self.windows.attributes()
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         self.windows.name()
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        pool(&self.windows, x[0])
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs(self.windows.name(), inputs, 1)?;
-        pool(&self.windows, inputs[0])
-    }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let dx = x
-            .requires_grad()
-            .then(|| {
-                let op = AvgPool2dBackward {
-                    windows: self.windows.clone(),
-                };
-                g.graph().record(op, &[g, x])
-            })
-            .transpose()?;
-        Ok(smallvec![dx])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let op = AvgPool2dBackward {
+            windows: self.windows.clone(),
+        };
+        g.graph().record(op, &[g, n.x(0)])
     }
     fn backward_fast(
         &self,
         g: &Tensor,
-        inputs: &[&Tensor],
+        x: &[&Tensor],
         _: &Tensor,
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
         if needs[0] {
-            grads[0] = Some(spread(&self.windows, g, inputs[0])?);
+            grads[0] = Some(spread(&self.windows, g, x[0])?);
         }
         Ok(true)
-    }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], _: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(tx) = &t[0] else { return Ok(None) };
-        Ok(Some(tx.graph().record(self.clone(), &[tx])?))
     }
     fn facts(&self) -> OpFacts {
         let example = Arc::new(AvgPool2d {
@@ -196,31 +166,26 @@ impl Differentiable for AvgPool2d {
     }
 }
 
-impl Differentiable for AvgPool2dBackward {
+impl StructuredOp for AvgPool2dBackward {
+    const NAME: &'static str = "avg_pool2d_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input"];
+    const LINEAR: &'static [usize] = &[0];
+    /// `x` is read for its shape only.
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
         self.windows.attributes()
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         self.windows.backward_name()
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        spread(&self.windows, x[0], x[1])
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs(self.windows.backward_name(), inputs, 2)?;
-        spread(&self.windows, inputs[0], inputs[1])
-    }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let dg = inputs[0]
-            .requires_grad()
-            .then(|| {
-                let op = AvgPool2d {
-                    windows: self.windows.clone(),
-                };
-                g2.graph().record(op, &[g2])
-            })
-            .transpose()?;
-        Ok(smallvec![dg, None])
+    fn grad<'g>(&self, _: usize, g2: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        let op = AvgPool2d {
+            windows: self.windows.clone(),
+        };
+        g2.graph().record(op, &[g2])
     }
     fn backward_fast(
         &self,
@@ -234,10 +199,6 @@ impl Differentiable for AvgPool2dBackward {
             grads[0] = Some(pool(&self.windows, g2)?);
         }
         Ok(true)
-    }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(tg) = &t[0] else { return Ok(None) };
-        Ok(Some(tg.graph().record(self.clone(), &[tg, &inputs[1]])?))
     }
     fn facts(&self) -> OpFacts {
         let windows = self.windows.example();

@@ -13,10 +13,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
+use super::normalization::{check_eps, Affine, Role};
 use super::batch_norm_backward::{
     channel_sum, channel_view, project, BatchNormBackward, BatchNormWeightBackward,
 };
@@ -24,47 +24,9 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
-
-/// Which affine parameters follow the input (and, in eval mode, the running statistics).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) enum Affine {
-    /// Inferred from the input count: none, weight, weight and bias.
-    #[default]
-    FromInputs,
-    /// As given.
-    Given { weight: bool, bias: bool },
-}
-
-impl Affine {
-    /// `attrs` with `weight` and `bias` listed when they were given (an op
-    /// that infers them from its input count lists neither).
-    pub(super) fn attributes(self, attrs: OpAttributes) -> OpAttributes {
-        match self {
-            Affine::FromInputs => attrs,
-            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
-        }
-    }
-
-    /// `(has_weight, has_bias)` for `n_params` inputs after the fixed ones.
-    pub(super) fn resolve(self, op: &str, fixed: usize, n_inputs: usize) -> Result<(bool, bool)> {
-        let extra = n_inputs.saturating_sub(fixed);
-        let (w, b) = match self {
-            Affine::FromInputs => (extra >= 1, extra == 2),
-            Affine::Given { weight, bias } => (weight, bias),
-        };
-        let expected = fixed + usize::from(w) + usize::from(b);
-        if n_inputs != expected || (self == Affine::FromInputs && extra > 2) {
-            return Err(Error::Arity {
-                op: op.to_string(),
-                expected: expected.min(fixed + 2),
-                got: n_inputs,
-            });
-        }
-        Ok((w, b))
-    }
-}
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{grads_per_input, Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Per channel `(mean, Σ (x - mean)²)` of a training forward, handed back
 /// to [`Var::try_batch_norm`] (a side output of the one fused pass).
@@ -141,18 +103,6 @@ pub(super) fn check_channel_param(
     Ok(())
 }
 
-/// `eps` must be finite and >= 0.
-pub(super) fn check_eps(op: &'static str, eps: f64) -> Result<()> {
-    if eps.is_finite() && eps >= 0.0 {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            op,
-            format!("eps must be finite and >= 0, got {eps}"),
-        ))
-    }
-}
-
 impl BatchNorm {
     /// Training mode without affine parameters: `x̂` itself.
     pub(super) fn plain(eps: f64) -> Self {
@@ -187,18 +137,24 @@ impl BatchNorm {
         }
     }
 
-    fn resolve(&self, n_inputs: usize) -> Result<(bool, bool)> {
-        self.affine.resolve("batch_norm", self.fixed(), n_inputs)
-    }
-
     /// The weight and bias among `inputs` (whatever their type).
     fn affine_of<'a, V>(&self, inputs: &'a [V]) -> Result<(Option<&'a V>, Option<&'a V>)> {
-        let (has_w, has_b) = self.resolve(inputs.len())?;
-        let k = self.fixed();
-        Ok((
-            has_w.then(|| &inputs[k]),
-            has_b.then(|| &inputs[inputs.len() - 1]),
-        ))
+        self.affine.split("batch_norm", self.fixed(), inputs)
+    }
+
+    /// What input `i` of a node is.
+    fn role(&self, i: usize, n: Node<'_, '_>) -> Result<Role> {
+        self.affine.role("batch_norm", self.fixed(), n.inputs.len(), i)
+    }
+
+    /// `rstd` and `rstd w` (or `rstd`) per channel, from the running variance.
+    fn eval_scale<'g>(&self, n: Node<'_, 'g>) -> Result<(Var<'g>, Var<'g>)> {
+        let rstd = n.x(2).add_scalar(self.eps).rsqrt();
+        let scale = match self.affine_of(n.inputs)?.0 {
+            Some(w) => rstd.try_mul(w)?,
+            None => rstd.clone(),
+        };
+        Ok((rstd, scale))
     }
 
     fn eval_backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>]) -> Result<GradInputs<'g>> {
@@ -247,62 +203,40 @@ impl BatchNorm {
         Ok(grads)
     }
 
-    fn eval_jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (x, rm, rv) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (w, _) = self.affine_of(inputs)?;
-        let (tw, tb) = self.affine_of(t)?;
-        let (tw, tb) = (tw.and_then(Option::as_ref), tb.and_then(Option::as_ref));
-        let rank = x.shape().len();
-        let rstd = rv.add_scalar(self.eps).rsqrt();
-        let scale = match w {
-            Some(w) => rstd.try_mul(w)?,
-            None => rstd.clone(),
-        };
-        let scale_v = channel_view(&scale, rank)?;
-        // y = (x - rm) * rstd * w + b, so
-        // ty = (tx - trm) * scale + (x - rm) * (tw rstd + w d rstd) + tb, d rstd = -rstd³ trv / 2.
-        let dscale = sum_tangents(
-            &[x.shape()[1]],
-            [
-                tw.map(|tw| tw.try_mul(&rstd)),
-                t[2].as_ref().map(|trv| {
-                    let d = trv
-                        .try_mul(&rstd.try_mul(&rstd)?.try_mul(&rstd)?)?
-                        .mul_scalar(-0.5);
-                    match w {
-                        Some(w) => d.try_mul(w),
-                        None => Ok(d),
-                    }
-                }),
-            ],
-        )?;
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| tx.try_mul(&scale_v)),
-                t[1].as_ref()
-                    .map(|trm| Ok(-(channel_view(trm, rank)?.try_mul(&scale_v)?))),
-                dscale.map(|d| {
-                    x.try_sub(&channel_view(rm, rank)?)?
-                        .try_mul(&channel_view(&d, rank)?)
-                }),
-                tb.map(|tb| channel_view(tb, rank)),
-            ],
-        )
+    /// Eval mode: `y = (x - rm) rstd w + b`, so `ty` per input is `tx
+    /// scale`, `-trm scale`, `(x - rm) w d rstd` with `d rstd = -rstd³ trv
+    /// / 2`, `(x - rm) rstd tw`, `tb`.
+    fn eval_tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, rm, rank) = (n.x(0), n.x(1), n.x(0).shape().len());
+        let (rstd, scale) = self.eval_scale(n)?;
+        let centred = || x.try_sub(&channel_view(rm, rank)?);
+        match (i, self.role(i, n)?) {
+            (_, Role::Input) => t.try_mul(&channel_view(&scale, rank)?),
+            (1, _) => Ok(-(channel_view(t, rank)?.try_mul(&channel_view(&scale, rank)?)?)),
+            (_, Role::Stat) => {
+                let d = t.try_mul(&rstd.try_mul(&rstd)?.try_mul(&rstd)?)?.mul_scalar(-0.5);
+                let d = match self.affine_of(n.inputs)?.0 {
+                    Some(w) => d.try_mul(w)?,
+                    None => d,
+                };
+                centred()?.try_mul(&channel_view(&d, rank)?)
+            }
+            (_, Role::Weight) => centred()?.try_mul(&channel_view(&t.try_mul(&rstd)?, rank)?),
+            (_, Role::Bias) => channel_view(t, rank),
+        }
     }
 }
 
-impl Differentiable for BatchNorm {
+impl StructuredOp for BatchNorm {
+    const NAME: &'static str = "batch_norm";
+    const INPUTS: &'static [&'static str] = &["input", "running_mean", "running_var", "weight", "bias"];
+    /// Training mode: the input, then the weight and/or bias; eval mode:
+    /// the input, the running mean and variance, then the weight and/or bias.
+    fn arity(&self) -> Option<usize> {
+        None
+    }
     fn attributes(&self) -> OpAttributes {
         self.affine.attributes(OpAttributes::new().bool("training", self.training).float("eps", self.eps))
-    }
-    fn name(&self) -> &str {
-        "batch_norm"
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "batch_norm";
@@ -347,78 +281,49 @@ impl Differentiable for BatchNorm {
                 rm.iter().zip(&rv).map(|(&m, &v)| (m, 1.0 / (v + self.eps).sqrt())).collect()
             };
             let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::normalize(xs, p, &stats, |_, c| c, ws, bs, out);
-                // SAFETY: `normalize` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::normalize(xs, p, &stats, |_, c| c, ws, bs, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        if !self.training {
-            return self.eval_backward(g, inputs);
+    fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        if self.training {
+            grads_per_input(self, g, n)
+        } else {
+            self.eval_backward(g, n.inputs)
         }
-        let x = &inputs[0];
-        let (w, b) = self.affine_of(inputs)?;
-        let dx = x
-            .requires_grad()
-            .then(|| {
-                let op = BatchNormBackward {
-                    eps: self.eps,
-                    has_weight: w.is_some(),
-                };
-                let mut args = vec![g, x];
-                args.extend(w);
-                g.graph().record(op, &args)
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dx];
-        if let Some(w) = w {
-            grads.push(
-                w.requires_grad()
-                    .then(|| {
-                        let op = BatchNormWeightBackward { eps: self.eps };
-                        g.graph().record(op, &[g, x])
-                    })
-                    .transpose()?,
-            );
-        }
-        if let Some(b) = b {
-            grads.push(b.requires_grad().then(|| channel_sum(g)).transpose()?);
-        }
-        Ok(grads)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        if !self.training {
-            return self.eval_jvp(t, inputs, out);
+    /// Training mode (eval mode's gradients share their sums: `grads`).
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let (w, _) = self.affine_of(n.inputs)?;
+        match self.role(i, n)? {
+            Role::Input => {
+                let op = BatchNormBackward { eps: self.eps, has_weight: w.is_some() };
+                let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
+                g.graph().record(op, &args)
+            }
+            Role::Weight => g.graph().record(BatchNormWeightBackward { eps: self.eps }, &[g, x]),
+            Role::Bias | Role::Stat => channel_sum(g),
         }
-        let x = &inputs[0];
-        let rank = x.shape().len();
-        let (w, _) = self.affine_of(inputs)?;
-        let (tw, tb) = self.affine_of(t)?;
-        let (tw, tb) = (tw.and_then(Option::as_ref), tb.and_then(Option::as_ref));
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| {
-                    let d = project(tx, x, self.eps)?;
-                    match w {
-                        Some(w) => d.try_mul(&channel_view(w, rank)?),
-                        None => Ok(d),
-                    }
-                }),
-                tw.map(|tw| {
-                    let xhat = x.graph().record(BatchNorm::plain(self.eps), &[x])?;
-                    xhat.try_mul(&channel_view(tw, rank)?)
-                }),
-                tb.map(|tb| channel_view(tb, rank)),
-            ],
-        )
+    }
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        if !self.training {
+            return self.eval_tangent(i, t, n);
+        }
+        let (x, rank) = (n.x(0), n.x(0).shape().len());
+        match self.role(i, n)? {
+            Role::Input => {
+                let d = project(t, x, self.eps)?;
+                match self.affine_of(n.inputs)?.0 {
+                    Some(w) => d.try_mul(&channel_view(w, rank)?),
+                    None => Ok(d),
+                }
+            }
+            Role::Weight => {
+                let xhat = x.graph().record(BatchNorm::plain(self.eps), &[x])?;
+                xhat.try_mul(&channel_view(t, rank)?)
+            }
+            Role::Bias | Role::Stat => channel_view(t, rank),
+        }
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -14,16 +14,15 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
-use super::batch_norm::{check_channel_param, check_eps, planes, sample, BatchNorm};
-use crate::ops::OpAttributes;
+use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
+use super::normalization::check_eps;
 use crate::error::Result;
 use crate::graph::Var;
-use crate::kernels::nn::batch_norm as kernel;
+use crate::core::{GradInputs, OpAttributes};
+use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// `w σ P g` per channel: the gradient of training-mode [`BatchNorm`] with
 /// respect to its input. Inputs: `g`, `x`, and the weight if present.
@@ -136,92 +135,58 @@ fn weigh<'g>(v: &Var<'g>, w: Option<&Var<'g>>) -> Result<Var<'g>> {
     }
 }
 
-/// Checks `g` against `x` (same shape and dtype) for the backward ops.
-fn check_grad(op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
+/// Checks `eps`, `x` and `g` against it (same shape and dtype) for the
+/// backward ops; `x`'s layout.
+fn check(op: &'static str, eps: f64, g: &Tensor, x: &Tensor) -> Result<Planes> {
+    check_eps(op, eps)?;
+    let p = planes(op, x)?;
     super::spatial::check_same_dtype(op, x, g)?;
     if g.shape() != x.shape() {
         return Err(crate::Error::shape_mismatch(op, x.shape(), g.shape()));
     }
-    Ok(())
+    Ok(p)
 }
 
-impl Differentiable for BatchNormBackward {
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("eps", self.eps).bool("weight", self.has_weight)
-    }
-    fn name(&self) -> &str {
-        "batch_norm_backward"
-    }
+impl StructuredOp for BatchNormBackward {
+    const NAME: &'static str = "batch_norm_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
+    /// `w σ P g`: linear in `g` and in `w`.
+    const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "batch_norm_backward";
-        expect_inputs(OP, inputs, 2 + usize::from(self.has_weight))?;
-        let (g, x) = (inputs[0], inputs[1]);
-        check_eps(OP, self.eps)?;
-        let p = planes(OP, x)?;
-        check_grad(OP, g, x)?;
-        let w = self.has_weight.then(|| inputs[2]);
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("eps", self.eps).bool("weight", self.has_weight)
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, w) = (x[0], x[1], x.get(2).copied());
+        let p = check(Self::NAME, self.eps, g, x)?;
         if let Some(w) = w {
-            check_channel_param(OP, "weight", w, x)?;
+            check_channel_param(Self::NAME, "weight", w, x)?;
         }
-        crate::with_dtype!(OP, x.dtype(), T => {
-            let xs = x.as_slice_of::<T>();
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
+            let (gs, xs, ws) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), w.map(|t| t.as_slice_of::<T>()));
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
-            let ws = w.map(|t| t.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::batch_norm_backward(g.as_slice_of::<T>(), xs, p, &stats, ws, out);
-                // SAFETY: `batch_norm_backward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::batch_norm_backward(gs, xs, p, &stats, ws, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = w σ P g (w per channel, so σ P (g w)): linear in g with a
         // symmetric map, so d/dg = w σ P g2; d/dw = Σ_channel (σ P g2) g.
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
         let q = project(g2, x, self.eps)?;
         let dg = g.requires_grad().then(|| weigh(&q, w)).transpose()?;
         let dx = x
             .requires_grad()
             .then(|| input_curvature(g2, &weigh(g, w)?, x, self.eps))
             .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, dx];
-        if let Some(w) = w {
-            grads.push(
-                w.requires_grad()
-                    .then(|| channel_sum(&q.try_mul(g)?))
-                    .transpose()?,
-            );
-        }
-        Ok(grads)
+        let dw = w.filter(|w| w.requires_grad());
+        let dw = dw.map(|_| channel_sum(&q.try_mul(g)?)).transpose()?;
+        Ok(n.grads([dg, dx, dw]))
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
-        let tw = if self.has_weight { t[2].as_ref() } else { None };
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref()
-                    .map(|tg| project(&weigh(tg, w)?, x, self.eps)),
-                t[1].as_ref()
-                    .map(|tx| input_curvature(tx, &weigh(g, w)?, x, self.eps)),
-                tw.map(|tw| project(&weigh(g, Some(tw))?, x, self.eps)),
-            ],
-        )
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
+        input_curvature(tx, &weigh(g, w)?, x, self.eps)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -243,63 +208,34 @@ impl Differentiable for BatchNormBackward {
     }
 }
 
-impl Differentiable for BatchNormWeightBackward {
+impl StructuredOp for BatchNormWeightBackward {
+    const NAME: &'static str = "batch_norm_weight_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().float("eps", self.eps)
     }
-    fn name(&self) -> &str {
-        "batch_norm_weight_backward"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "batch_norm_weight_backward";
-        expect_inputs(OP, inputs, 2)?;
-        let (g, x) = (inputs[0], inputs[1]);
-        check_eps(OP, self.eps)?;
-        let p = planes(OP, x)?;
-        check_grad(OP, g, x)?;
-        crate::with_dtype!(OP, x.dtype(), T => {
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x) = (x[0], x[1]);
+        let p = check(Self::NAME, self.eps, g, x)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
             Tensor::from_vec(kernel::batch_norm_weight_backward(g.as_slice_of::<T>(), xs, p, &stats), &[p.c])
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // out = Σ_channel g x̂: d/dg = x̂ g2 (per channel); d/dx = σ P (g g2).
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let dg = g
-            .requires_grad()
-            .then(|| weigh(&xhat(x, self.eps)?, Some(g2)))
-            .transpose()?;
-        let dx = x
-            .requires_grad()
-            .then(|| project(&weigh(g, Some(g2))?, x, self.eps))
-            .transpose()?;
-        Ok(smallvec![dg, dx])
+        let (g, x) = (n.x(0), n.x(1));
+        if i == 0 {
+            weigh(&xhat(x, self.eps)?, Some(g2))
+        } else {
+            project(&weigh(g, Some(g2))?, x, self.eps)
+        }
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref()
-                    .map(|tg| tg.graph().record(self.clone(), &[tg, x])),
-                t[1].as_ref()
-                    .map(|tx| channel_sum(&g.try_mul(&project(tx, x, self.eps)?)?)),
-            ],
-        )
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x) = (n.x(0), n.x(1));
+        channel_sum(&g.try_mul(&project(tx, x, self.eps)?)?)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

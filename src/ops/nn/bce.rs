@@ -15,8 +15,9 @@ use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Binary cross-entropy of logits `x` against targets `y` in `[0, 1]`:
 /// `-(pos_weight y log σ(x) + (1 - y) log(1 - σ(x)))`, computed stably, reduced.
@@ -72,24 +73,20 @@ fn pos_terms<'g>(pw: &Option<Tensor>, y: &Var<'g>) -> Result<Option<(Var<'g>, Va
         .transpose()
 }
 
-impl Differentiable for BinaryCrossEntropyWithLogits {
-    fn name(&self) -> &str {
-        BCE
+impl StructuredOp for BinaryCrossEntropyWithLogits {
+    const NAME: &'static str = BCE;
+    const INPUTS: &'static [&'static str] = &["input", "target"];
+    fn attributes(&self) -> OpAttributes {
+        attributes(self.reduction, &self.pos_weight)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs(BCE, inputs, 2)?;
-        let (x, y) = (inputs[0], inputs[1]);
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (x, y) = (x[0], x[1]);
         check_same(BCE, x, y)?;
         let pw = broadcast_pos_weight(BCE, &self.pos_weight, x)?;
-        crate::with_dtype!("binary_cross_entropy_with_logits", x.dtype(), T => {
-            let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::bce_with_logits(x.as_slice_of::<T>(), y.as_slice_of::<T>(), pw.as_ref().map(|p| p.as_slice_of::<T>()), out);
-                // SAFETY: `bce_with_logits` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            });
+        crate::with_dtype!(BCE, x.dtype(), T => {
+            let pws = pw.as_ref().map(|p| p.as_slice_of::<T>());
+            let (xs, ys) = (x.as_slice_of::<T>(), y.as_slice_of::<T>());
+            let per = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::bce_with_logits(xs, ys, pws, out));
             Ok(match self.reduction {
                 Reduction::None => per,
                 r => {
@@ -99,48 +96,33 @@ impl Differentiable for BinaryCrossEntropyWithLogits {
             })
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (x, y) = (&inputs[0], &inputs[1]);
-        let op = BinaryCrossEntropyWithLogitsBackward {
-            reduction: self.reduction,
-            pos_weight: self.pos_weight.clone(),
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, y) = (n.x(0), n.x(1));
+        if i == 0 {
+            let op = self.backward_op(self.reduction);
+            return g.graph().record(op, &[g, x, y]);
+        }
+        let k = reduction_scale(self.reduction, x.value().numel());
+        Ok(self.target_grad(x)?.try_mul(g)?.mul_scalar(k))
+    }
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, y) = (n.x(0), n.x(1));
+        let per_element = if i == 0 {
+            let one = x.scalar_like(1.0);
+            let unit = self.backward_op(Reduction::None);
+            x.graph().record(unit, &[&one, x, y])?.try_mul(t)?
+        } else {
+            self.target_grad(x)?.try_mul(t)?
         };
-        let dx = x
-            .requires_grad()
-            .then(|| g.graph().record(op, &[g, x, y]))
-            .transpose()?;
-        let dy = y
-            .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let k = reduction_scale(self.reduction, x.value().numel());
-                Ok(self.target_grad(x)?.try_mul(g)?.mul_scalar(k))
-            })
-            .transpose()?;
-        Ok(smallvec![dx, dy])
+        Ok(reduce(per_element, self.reduction))
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (x, y) = (&inputs[0], &inputs[1]);
-        let per_element = sum_tangents(
-            x.shape(),
-            [
-                t[0].as_ref().map(|tx| {
-                    let unit = BinaryCrossEntropyWithLogitsBackward {
-                        reduction: Reduction::None,
-                        pos_weight: self.pos_weight.clone(),
-                    };
-                    let one = x.scalar_like(1.0);
-                    x.graph().record(unit, &[&one, x, y])?.try_mul(tx)
-                }),
-                t[1].as_ref().map(|ty| self.target_grad(x)?.try_mul(ty)),
-            ],
-        )?;
-        Ok(per_element.map(|v| reduce(v, self.reduction)))
-    }
+}
+
+/// The settings of either op: the reduction, and `pos_weight` if any.
+fn attributes(reduction: Reduction, pos_weight: &Option<Tensor>) -> OpAttributes {
+    OpAttributes::new()
+        .str("reduction", reduction.as_str())
+        .tensor_opt("pos_weight", pos_weight.as_ref())
 }
 
 impl BinaryCrossEntropyWithLogits {
@@ -163,104 +145,77 @@ impl BinaryCrossEntropyWithLogits {
             pos_weight: None,
         }
     }
+
+    /// The gradient op with respect to `x`, for `reduction`.
+    fn backward_op(&self, reduction: Reduction) -> BinaryCrossEntropyWithLogitsBackward {
+        BinaryCrossEntropyWithLogitsBackward {
+            reduction,
+            pos_weight: self.pos_weight.clone(),
+        }
+    }
 }
 
-impl Differentiable for BinaryCrossEntropyWithLogitsBackward {
-    fn name(&self) -> &str {
-        "binary_cross_entropy_with_logits_backward"
+impl StructuredOp for BinaryCrossEntropyWithLogitsBackward {
+    const NAME: &'static str = "binary_cross_entropy_with_logits_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
+    const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> OpAttributes {
+        attributes(self.reduction, &self.pos_weight)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "binary_cross_entropy_with_logits_backward";
-        expect_inputs(OP, inputs, 3)?;
-        let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
-        check_same(OP, x, y)?;
-        check_grad(OP, g, x)?;
-        let pw = broadcast_pos_weight(OP, &self.pos_weight, x)?;
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, y) = (x[0], x[1], x[2]);
+        check_same(Self::NAME, x, y)?;
+        check_grad(Self::NAME, g, x)?;
+        let pw = broadcast_pos_weight(Self::NAME, &self.pos_weight, x)?;
         let scale = reduction_scale(self.reduction, x.numel());
-        crate::with_dtype!(OP, x.dtype(), T => {
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let (gs, xs, ys) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), y.as_slice_of::<T>());
             let pws = pw.as_ref().map(|p| p.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::bce_with_logits_backward(gs, xs, ys, pws, scale, out);
-                // SAFETY: `bce_with_logits_backward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::bce_with_logits_backward(gs, xs, ys, pws, scale, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = k g (L σ(x) - p y): linear in g; d/dx = k g L σ'(x); d/dy = k g ((p - 1) σ(x) - p).
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (g, x, y) = (n.x(0), n.x(1), n.x(2));
         let k = reduction_scale(self.reduction, x.value().numel());
         let dg = g
             .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let full = x.graph().record(self.clone(), &[g2, x, y])?;
-                grad_of_g(full, g)
-            })
+            .then(|| grad_of_g(x.graph().record(self.clone(), &[g2, x, y])?, g))
             .transpose()?;
         let kg = g2.try_mul(g)?.mul_scalar(k);
         let terms = pos_terms(&self.pos_weight, y)?;
         let dx = x
             .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let h = match &terms {
-                    Some((l, _)) => kg.try_mul(l)?,
-                    None => kg.clone(),
-                };
-                sigmoid_backward(&h, &x.sigmoid())
+            .then(|| match &terms {
+                Some((l, _)) => sigmoid_backward(&kg.try_mul(l)?, &x.sigmoid()),
+                None => sigmoid_backward(&kg, &x.sigmoid()),
             })
             .transpose()?;
         let dy = y
             .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                match &terms {
-                    Some((_, p)) => {
-                        kg.try_mul(&p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?)
-                    }
-                    None => Ok(-&kg),
-                }
+            .then(|| match &terms {
+                Some((_, p)) => kg.try_mul(&p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?),
+                None => Ok(-&kg),
             })
             .transpose()?;
         Ok(smallvec![dg, dx, dy])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, y) = (n.x(0), n.x(1), n.x(2));
         let k = reduction_scale(self.reduction, x.value().numel());
         let terms = pos_terms(&self.pos_weight, y)?;
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref()
-                    .map(|tg| x.graph().record(self.clone(), &[tg, x, y])),
-                t[1].as_ref().map(|tx| {
-                    let h = match &terms {
-                        Some((l, _)) => g.try_mul(l)?.try_mul(tx)?,
-                        None => g.try_mul(tx)?,
-                    };
-                    Ok(sigmoid_backward(&h, &x.sigmoid())?.mul_scalar(k))
-                }),
-                t[2].as_ref().map(|ty| {
-                    let d = match &terms {
-                        Some((_, p)) => p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?,
-                        None => ty.scalar_like(-1.0),
-                    };
-                    Ok(g.try_mul(&d)?.try_mul(ty)?.mul_scalar(k))
-                }),
-            ],
-        )
+        if i == 1 {
+            let h = match &terms {
+                Some((l, _)) => g.try_mul(l)?.try_mul(t)?,
+                None => g.try_mul(t)?,
+            };
+            return Ok(sigmoid_backward(&h, &x.sigmoid())?.mul_scalar(k));
+        }
+        let d = match &terms {
+            Some((_, p)) => p.sub_scalar(1.0).try_mul(&x.sigmoid())?.try_sub(p)?,
+            None => t.scalar_like(-1.0),
+        };
+        Ok(g.try_mul(&d)?.try_mul(t)?.mul_scalar(k))
     }
 }
 

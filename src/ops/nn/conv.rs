@@ -1,22 +1,20 @@
 //! `conv1d` and `conv2d` (PyTorch's `F.conv1d`/`F.conv2d`: NCHW, stride,
 //! padding as numbers or `"same"`/`"valid"`, dilation, groups, optional
 //! bias), as the op [`Conv`] on the GEMM kernels of `kernels::nn::conv`.
-//! Its input gradient is a [`ConvTranspose`], its weight gradient a
-//! [`ConvWeight`] (see `conv_spec.rs`), and its bias gradient a sum.
+//! Its input gradient is a `ConvTranspose`, its weight gradient a
+//! `ConvWeight` (the rule shared by the three: `conv_products.rs`), and
+//! its bias gradient a sum.
 
-use smallvec::smallvec;
-
+use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
-use super::conv_transpose::ConvTranspose;
-use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::conv::conv2d_forward;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpFacts, OpRegistry};
-use crate::tensor::{Filled, Tensor};
+use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::tensor::Tensor;
 
 /// A convolution's padding, PyTorch's `padding` argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,89 +212,49 @@ pub(super) fn bias_view<'g>(b: &Var<'g>, spatial: usize) -> Result<Var<'g>> {
     b.try_reshape(&shape)
 }
 
-impl Differentiable for Conv {
+impl ConvProduct for Conv {
+    const MAKES: Slot = Slot::Y;
+    fn spec(&self) -> &ConvSpec {
+        &self.spec
+    }
+}
+
+impl StructuredOp for Conv {
+    const NAME: &'static str = "conv2d";
+    const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
     fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         self.name_str()
+    }
+    /// The input and the weight, then the bias if given.
+    fn arity(&self) -> Option<usize> {
+        None
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(x, w, b)?;
         crate::with_dtype!("conv", x.dtype(), T => {
-            let bias = b.map(|b| b.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(shape, |out| {
-                conv2d_forward(&geo, x.as_slice_of::<T>(), w.as_slice_of::<T>(), bias, out);
-                // SAFETY: `conv2d_forward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            let (xs, ws, bias) = (x.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(shape, |out| conv2d_forward(&geo, xs, ws, bias, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (x, w) = (&inputs[0], &inputs[1]);
-        let graph = g.graph();
-        let input = self.spec.spatial_of(self.name_str(), "the input", x.value())?;
-        let kernel = self.spec.kernel_of(w.value());
-        let fitted = self.spec.fitted_to(input, kernel);
-        let gx = x
-            .requires_grad()
-            .then(|| graph.record(ConvTranspose { spec: fitted.clone() }, &[g, w]))
-            .transpose()?;
-        let gw = w
-            .requires_grad()
-            .then(|| graph.record(ConvWeight { spec: fitted, kernel }, &[x, g]))
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![gx, gw];
-        if let Some(b) = inputs.get(2) {
-            let gb = b
-                .requires_grad()
-                .then(|| bias_grad(g, w.shape()[0], self.spec.spatial))
-                .transpose()?;
-            grads.push(gb);
-        }
-        Ok(grads)
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        products::grad(self, i, g, n)
     }
     fn backward_fast(
         &self,
         g: &Tensor,
-        inputs: &[&Tensor],
+        x: &[&Tensor],
         _: &Tensor,
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
-        let (x, w) = (inputs[0], inputs[1]);
-        let input = self.spec.spatial_of(self.name_str(), "the input", x)?;
-        let kernel = self.spec.kernel_of(w);
-        let fitted = self.spec.fitted_to(input, kernel);
-        if needs[0] {
-            grads[0] = Some(ConvTranspose { spec: fitted.clone() }.forward(&[g, w])?);
-        }
-        if needs[1] {
-            grads[1] = Some(ConvWeight { spec: fitted, kernel }.forward(&[x, g])?);
-        }
-        if needs.get(2) == Some(&true) {
-            grads[2] = Some(bias_grad_plain(g, w.shape()[0], self.spec.spatial)?);
-        }
-        Ok(true)
+        products::backward_fast(self, g, x, needs, grads)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (x, w) = (&inputs[0], &inputs[1]);
-        let graph = x.graph();
-        let tb = t.get(2).and_then(Option::as_ref);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| graph.record(self.clone(), &[tx, w])),
-                t[1].as_ref().map(|tw| graph.record(self.clone(), &[x, tw])),
-                tb.map(|tb| bias_view(tb, self.spec.spatial)),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        products::tangent(self, i, t, n)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;

@@ -84,20 +84,16 @@ impl ConvSpec {
                 ),
             ));
         }
-        Ok(if self.spatial == 1 {
-            [1, s[2]]
-        } else {
-            [s[2], s[3]]
-        })
+        Ok(self.hw(s))
     }
 
-    /// The kernel size of a weight `[_, _, kernel...]` as (height, width).
-    pub fn kernel_of(&self, w: &Tensor) -> [usize; 2] {
-        let s = w.shape();
+    /// The spatial size (height, width) of a shape `[_, _, spatial...]` of
+    /// this spatial rank: an input's, an output's, or a weight's kernel.
+    pub fn hw(&self, shape: &[usize]) -> [usize; 2] {
         if self.spatial == 1 {
-            [1, s[2]]
+            [1, shape[2]]
         } else {
-            [s[2], s[3]]
+            [shape[2], shape[3]]
         }
     }
 

@@ -1,22 +1,19 @@
 //! The transposed convolution, PyTorch's `F.conv_transpose1d`/`conv_transpose2d`
 //! (stride, padding, output_padding, dilation, groups, optional bias), as
 //! the op [`ConvTranspose`]: the gradient of a convolution with respect to
-//! its input, which is also how [`Conv`](super::conv::Conv)'s backward uses it.
-//! Its derivatives are a [`Conv`] (input) and a [`ConvWeight`] (weight).
+//! its input, which is also how `Conv`'s backward uses it. Its derivatives
+//! are a `Conv` (input) and a `ConvWeight` (weight): `conv_products.rs`.
 
-use smallvec::smallvec;
-
-use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
+use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
-use super::conv_weight::ConvWeight;
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::conv::{conv2d_input_grad, ConvGeometry};
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpFacts, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Options of [`conv_transpose1d`](Var::try_conv_transpose1d) and
 /// [`conv_transpose2d`](Var::try_conv_transpose2d), with PyTorch's defaults:
@@ -180,96 +177,49 @@ impl ConvTranspose {
     }
 }
 
-impl Differentiable for ConvTranspose {
+impl ConvProduct for ConvTranspose {
+    const MAKES: Slot = Slot::X;
+    fn spec(&self) -> &ConvSpec {
+        &self.spec
+    }
+}
+
+impl StructuredOp for ConvTranspose {
+    const NAME: &'static str = "conv_transpose2d";
+    const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
     fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         self.name_str()
+    }
+    /// The input and the weight, then the bias if given.
+    fn arity(&self) -> Option<usize> {
+        None
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (z, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(z, w, b)?;
         crate::with_dtype!("conv_transpose", z.dtype(), T => {
-            let bias = b.map(|b| b.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(shape, |out| {
-                conv2d_input_grad(&geo, z.as_slice_of::<T>(), w.as_slice_of::<T>(), bias, out);
-                // SAFETY: `conv2d_input_grad` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            let (zs, ws, bias) = (z.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(shape, |out| conv2d_input_grad(&geo, zs, ws, bias, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (z, w) = (&inputs[0], &inputs[1]);
-        let graph = g.graph();
-        let kernel = self.spec.kernel_of(w.value());
-        let gz = z
-            .requires_grad()
-            .then(|| graph.record(Conv { spec: self.spec.clone() }, &[g, w]))
-            .transpose()?;
-        let gw = w
-            .requires_grad()
-            .then(|| {
-                let op = ConvWeight {
-                    spec: self.spec.clone(),
-                    kernel,
-                };
-                graph.record(op, &[g, z])
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![gz, gw];
-        if let Some(b) = inputs.get(2) {
-            let channels = w.shape()[1] * self.spec.groups;
-            let gb = b
-                .requires_grad()
-                .then(|| bias_grad(g, channels, self.spec.spatial))
-                .transpose()?;
-            grads.push(gb);
-        }
-        Ok(grads)
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        products::grad(self, i, g, n)
     }
     fn backward_fast(
         &self,
         g: &Tensor,
-        inputs: &[&Tensor],
+        x: &[&Tensor],
         _: &Tensor,
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
-        let (z, w) = (inputs[0], inputs[1]);
-        if needs[0] {
-            grads[0] = Some(Conv { spec: self.spec.clone() }.forward(&[g, w])?);
-        }
-        if needs[1] {
-            let op = ConvWeight {
-                spec: self.spec.clone(),
-                kernel: self.spec.kernel_of(w),
-            };
-            grads[1] = Some(op.forward(&[g, z])?);
-        }
-        if needs.get(2) == Some(&true) {
-            let channels = w.shape()[1] * self.spec.groups;
-            grads[2] = Some(bias_grad_plain(g, channels, self.spec.spatial)?);
-        }
-        Ok(true)
+        products::backward_fast(self, g, x, needs, grads)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (z, w) = (&inputs[0], &inputs[1]);
-        let graph = z.graph();
-        let tb = t.get(2).and_then(Option::as_ref);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tz| graph.record(self.clone(), &[tz, w])),
-                t[1].as_ref().map(|tw| graph.record(self.clone(), &[z, tw])),
-                tb.map(|tb| bias_view(tb, self.spec.spatial)),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        products::tangent(self, i, t, n)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;

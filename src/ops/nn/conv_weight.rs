@@ -1,21 +1,18 @@
 //! The gradient of a convolution with respect to its weight, as an op of
 //! its own ([`ConvWeight`], PyTorch's `torch.nn.grad.conv2d_weight`), so the
 //! weight gradient is differentiable again: its derivatives are a
-//! [`ConvTranspose`] (with respect to the input) and a [`Conv`] (with
-//! respect to the output gradient).
+//! `ConvTranspose` (with respect to the input) and a `Conv` (with respect
+//! to the output gradient): `conv_products.rs`.
 
-use smallvec::smallvec;
-
-use super::conv::Conv;
+use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{sample, ConvSpec};
-use super::conv_transpose::ConvTranspose;
 use super::spatial::check_same_dtype;
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::conv::{conv2d_weight_grad, ConvGeometry};
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpFacts, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// `gw = conv_weight(x, gy)`: the weight gradient of the convolution `spec`
 /// with input `x` `[N, C_in, spatial...]` and output gradient `gy`
@@ -72,82 +69,44 @@ impl ConvWeight {
     }
 }
 
-impl Differentiable for ConvWeight {
+impl ConvProduct for ConvWeight {
+    const MAKES: Slot = Slot::W;
+    fn spec(&self) -> &ConvSpec {
+        &self.spec
+    }
+}
+
+impl StructuredOp for ConvWeight {
+    const NAME: &'static str = "conv2d_weight";
+    const INPUTS: &'static [&'static str] = &["input", "grad_output"];
+    /// Bilinear, with no bias: the tangents are derived.
+    const LINEAR: &'static [usize] = &[0, 1];
     fn attributes(&self) -> OpAttributes {
         self.spec.attributes().ints("kernel", &self.kernel)
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         self.name_str()
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let [x, gy] = inputs else {
-            return Err(Error::Arity {
-                op: self.name_str().to_string(),
-                expected: 2,
-                got: inputs.len(),
-            });
-        };
+        let (x, gy) = (inputs[0], inputs[1]);
         let (shape, geo) = self.plan(x, gy)?;
         crate::with_dtype!("conv_weight", x.dtype(), T => {
-            Ok(Tensor::build::<T>(shape, |out| {
-                conv2d_weight_grad(&geo, x.as_slice_of::<T>(), gy.as_slice_of::<T>(), out);
-                // SAFETY: `conv2d_weight_grad` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            let (xs, gys) = (x.as_slice_of::<T>(), gy.as_slice_of::<T>());
+            Ok(Tensor::build::<T>(shape, |out| conv2d_weight_grad(&geo, xs, gys, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (x, gy) = (&inputs[0], &inputs[1]);
-        let graph = g.graph();
-        let input = self.spec.spatial_of(self.name_str(), "the input", x.value())?;
-        let spec = self.spec.fitted_to(input, self.kernel);
-        let gx = x
-            .requires_grad()
-            .then(|| graph.record(ConvTranspose { spec: spec.clone() }, &[gy, g]))
-            .transpose()?;
-        let ggy = gy
-            .requires_grad()
-            .then(|| graph.record(Conv { spec }, &[x, g]))
-            .transpose()?;
-        Ok(smallvec![gx, ggy])
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        products::grad(self, i, g, n)
     }
     fn backward_fast(
         &self,
         g: &Tensor,
-        inputs: &[&Tensor],
+        x: &[&Tensor],
         _: &Tensor,
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
-        let (x, gy) = (inputs[0], inputs[1]);
-        let input = self.spec.spatial_of(self.name_str(), "the input", x)?;
-        let spec = self.spec.fitted_to(input, self.kernel);
-        if needs[0] {
-            grads[0] = Some(ConvTranspose { spec: spec.clone() }.forward(&[gy, g])?);
-        }
-        if needs[1] {
-            grads[1] = Some(Conv { spec }.forward(&[x, g])?);
-        }
-        Ok(true)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (x, gy) = (&inputs[0], &inputs[1]);
-        let graph = x.graph();
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| graph.record(self.clone(), &[tx, gy])),
-                t[1].as_ref().map(|tg| graph.record(self.clone(), &[x, tg])),
-            ],
-        )
+        products::backward_fast(self, g, x, needs, grads)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;

@@ -10,15 +10,14 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
 use super::class_targets::ClassLossSpec;
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
 use super::support::{reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{Differentiable, GradInputs, OpRegistry};
+use crate::core::OpAttributes;
+use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
 /// The options of [`Var::try_cross_entropy_with`], PyTorch's keyword arguments.
@@ -109,52 +108,39 @@ impl CrossEntropy {
     }
 }
 
-impl Differentiable for CrossEntropy {
-    fn name(&self) -> &str {
-        "cross_entropy"
-    }
+impl StructuredOp for CrossEntropy {
+    const NAME: &'static str = "cross_entropy";
+    const INPUTS: &'static [&'static str] = &["input", "target"];
+    const NO_GRAD: &'static [usize] = &[1];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        crate::ops::expect_inputs("cross_entropy", inputs, self.spec.arity(1))?;
-        let x = inputs[0];
-        let r = self
-            .spec
-            .resolve("cross_entropy", x, inputs.get(1).copied())?;
-        crate::with_dtype!("cross_entropy", x.dtype(), T => {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
+        crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
-            let per_lane = kernel::cross_entropy_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
+            let per_lane = kernel::cross_entropy_lanes(x[0].as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let (_, spec) = targets_of(&self.spec, x.value(), inputs.get(1))?;
-        let dx = g.graph().record(CrossEntropyBackward { spec }, &[g, x])?;
-        let mut grads: GradInputs<'g> = smallvec![Some(dx)];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (_, spec) = targets_of(&self.spec, n.x(0).value(), n.inputs.get(1))?;
+        g.graph().record(CrossEntropyBackward { spec }, &[g, n.x(0)])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(tx) = &t[0] else { return Ok(None) };
-        let x = &inputs[0];
-        let (r, spec) = targets_of(&self.spec, x.value(), inputs.get(1))?;
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(1))?;
         // Each lane's loss changes by <its gradient, tx>.
-        let ones = x.graph().constant(Tensor::ones(out.shape(), x.dtype())?);
-        let grad = x
-            .graph()
-            .record(CrossEntropyBackward { spec }, &[&ones, x])?;
+        let ones = x.graph().constant(Tensor::ones(n.output.shape(), x.dtype())?);
+        let grad = x.graph().record(CrossEntropyBackward { spec }, &[&ones, x])?;
         let per_lane = sum_axis(&grad.try_mul(tx)?, r.axis, false)?;
-        Ok(Some(match self.spec.reduction {
+        Ok(match self.spec.reduction {
             Reduction::None => per_lane,
             _ => per_lane.sum(),
-        }))
+        })
     }
 }
 

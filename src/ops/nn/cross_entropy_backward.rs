@@ -3,16 +3,15 @@
 //! own derivatives, so gradients of gradients work: linear in `g`, and in
 //! the logits only through the softmax, whose Jacobian is symmetric.
 
-use smallvec::smallvec;
-
 use super::class_targets::{ClassLossSpec, Resolved};
 use super::softmax::{Softmax, SoftmaxBackward};
 use super::support::{expand_axis, sum_axis, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// The gradient of [`CrossEntropy`](super::cross_entropy::CrossEntropy) with respect to the logits, from the
 /// loss's gradient `g`. Inputs: `g`, the logits, and the targets unless
@@ -61,41 +60,33 @@ fn softmax_share(spec: &ClassLossSpec, x: &Tensor, r: &Resolved) -> Result<Tenso
     })
 }
 
-impl Differentiable for CrossEntropyBackward {
-    fn name(&self) -> &str {
-        "cross_entropy_backward"
-    }
+impl StructuredOp for CrossEntropyBackward {
+    const NAME: &'static str = "cross_entropy_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
+    const LINEAR: &'static [usize] = &[0];
+    const NO_GRAD: &'static [usize] = &[2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "cross_entropy_backward";
-        crate::ops::expect_inputs(OP, inputs, self.spec.arity(2))?;
-        let (g, x) = (inputs[0], inputs[1]);
-        let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
-        self.spec.check_grad(OP, g, x, &r)?;
-        crate::with_dtype!(OP, x.dtype(), T => {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, target) = (x[0], x[1], x.get(2).copied());
+        let r = self.spec.resolve(Self::NAME, x, target)?;
+        self.spec.check_grad(Self::NAME, g, x, &r)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
             let scale = self.spec.scale(&targets);
             let (gs, xs) = (g.as_slice_of::<T>(), x.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::cross_entropy_backward_lanes(gs, xs, r.lanes, &targets, scale, out);
-                // SAFETY: `cross_entropy_backward_lanes` writes every element of
-                // its output (through `for_each_block`).
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::cross_entropy_backward_lanes(gs, xs, r.lanes, &targets, scale, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = g * scale * (A p - B), per lane. Linear in g; in x only
         // through p = softmax(x), whose Jacobian is symmetric.
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let (r, spec) = targets_of(&self.spec, x.value(), inputs.get(2))?;
+        let (g, x) = (n.x(0), n.x(1));
+        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(2))?;
         let dg = g
             .requires_grad()
             .then(|| -> Result<Var<'g>> {
@@ -112,60 +103,27 @@ impl Differentiable for CrossEntropyBackward {
             .transpose()?;
         let dx = x
             .requires_grad()
-            .then(|| -> Result<Var<'g>> {
+            .then(|| {
                 let factor = lane_factor(&spec, g, x, &r)?;
-                let p = x.graph().record(
-                    Softmax {
-                        axis: r.axis as isize,
-                    },
-                    &[x],
-                )?;
-                x.graph().record(
-                    SoftmaxBackward {
-                        axis: r.axis as isize,
-                    },
-                    &[&g2.try_mul(&factor)?, &p],
-                )
+                softmax_backward(&g2.try_mul(&factor)?, x, r.axis)
             })
             .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, dx];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
+        Ok(n.grads([dg, dx]))
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let (r, spec) = targets_of(&self.spec, x.value(), inputs.get(2))?;
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| {
-                    tg.graph()
-                        .record(CrossEntropyBackward { spec: spec.clone() }, &[tg, x])
-                }),
-                t[1].as_ref().map(|tx| {
-                    let factor = lane_factor(&spec, g, x, &r)?;
-                    let p = x.graph().record(
-                        Softmax {
-                            axis: r.axis as isize,
-                        },
-                        &[x],
-                    )?;
-                    let dp = x.graph().record(
-                        SoftmaxBackward {
-                            axis: r.axis as isize,
-                        },
-                        &[tx, &p],
-                    )?;
-                    dp.try_mul(&factor)
-                }),
-            ],
-        )
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x) = (n.x(0), n.x(1));
+        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(2))?;
+        let factor = lane_factor(&spec, g, x, &r)?;
+        softmax_backward(tx, x, r.axis)?.try_mul(&factor)
     }
+}
+
+/// `softmax_backward(t, softmax(x))` along `axis`: the softmax's
+/// (symmetric) Jacobian at `x` applied to `t`.
+fn softmax_backward<'g>(t: &Var<'g>, x: &Var<'g>, axis: usize) -> Result<Var<'g>> {
+    let axis = axis as isize;
+    let p = x.graph().record(Softmax { axis }, &[x])?;
+    x.graph().record(SoftmaxBackward { axis }, &[t, &p])
 }
 
 /// `g * softmax_share`, broadcast against the logits.

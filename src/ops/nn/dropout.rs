@@ -5,15 +5,14 @@
 //! applied to the gradient or tangent: nothing is stored, and gradients of
 //! gradients come for free.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::OpAttributes;
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Training-mode dropout with drop probability `p` and mask seed `seed`.
 /// The registry holds it with `p = 0.5`, `seed = 0`.
@@ -42,48 +41,31 @@ fn check_p(p: f64) -> Result<()> {
     }
 }
 
-impl Differentiable for Dropout {
+impl StructuredOp for Dropout {
+    const NAME: &'static str = "dropout";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().float("p", self.p).int("seed", self.seed)
     }
-    fn name(&self) -> &str {
-        "dropout"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("dropout", inputs, 1)?;
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         check_p(self.p)?;
-        let x = inputs[0];
+        let x = x[0];
         if self.p == 0.0 {
             return Ok(x.clone());
         }
         if self.p == 1.0 {
             return Ok(x.zeros_like());
         }
-        crate::with_dtype!("dropout", x.dtype(), T => {
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let scale = <T as crate::Element>::from_f64(1.0 / (1.0 - self.p));
             let src = x.as_slice_of::<T>();
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                sparse::dropout(src, self.p, self.seed, scale, out);
-                // SAFETY: `dropout` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| sparse::dropout(src, self.p, self.seed, scale, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.graph().record(*self, &[g])?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        // A fixed mask: the backward is the same dropout.
+        g.graph().record(*self, &[g])
     }
 }
 

@@ -11,15 +11,13 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
 use super::support::{check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex};
-use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::OpAttributes;
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Indices stored in an op, with the shape they are laid out in.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,140 +162,86 @@ pub struct EmbeddingDenseBackward {
     spec: IndexSpec,
 }
 
-impl Differentiable for Embedding {
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
-    fn name(&self) -> &str {
-        "embedding"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(self.spec.arity(1))
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("embedding", inputs, self.spec.arity(1))?;
-        let w = inputs[0];
-        let (v, d) = table_dims("embedding", w)?;
-        let r = self.spec.resolve("embedding", v, inputs.get(1).copied())?;
-        let mut shape = r.shape.clone();
-        shape.push(d);
-        let zero_row = r.padding.filter(|_| self.zero_padding);
-        crate::with_dtype!("embedding", w.dtype(), T => {
-            let src = w.as_slice_of::<T>();
-            Ok(Tensor::build::<T>(shape, |out| {
-                sparse::gather_rows(src, d, &r.values, zero_row, out);
-                // SAFETY: `gather_rows` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
-        })
-    }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let w = &inputs[0];
-        let (v, _) = table_dims("embedding", w.value())?;
-        let r = self
-            .spec
-            .resolve("embedding", v, inputs.get(1).map(|t| t.value()))?;
-        let dw = g
-            .graph()
-            .record(EmbeddingDenseBackward { spec: r.stored }, &[g, w])?;
-        let mut grads: GradInputs<'g> = smallvec![Some(dw)];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(tw) = &t[0] else { return Ok(None) };
-        let (v, _) = table_dims("embedding", inputs[0].value())?;
-        let r = self
-            .spec
-            .resolve("embedding", v, inputs.get(1).map(|t| t.value()))?;
-        let op = Embedding {
-            spec: r.stored,
-            zero_padding: true,
-        };
-        Ok(Some(tw.graph().record(op, &[tw])?))
+impl IndexSpec {
+    /// [`resolve`](Self::resolve) for a node's table and optional index input.
+    fn of_node(&self, op: &'static str, n: Node<'_, '_>, table: usize) -> Result<Resolved> {
+        let (v, _) = table_dims(op, n.x(table).value())?;
+        self.resolve(op, v, n.inputs.get(table + 1).map(|t| t.value()))
     }
 }
 
-impl Differentiable for EmbeddingDenseBackward {
+impl StructuredOp for Embedding {
+    const NAME: &'static str = "embedding";
+    const INPUTS: &'static [&'static str] = &["weight", "indices"];
+    const NO_GRAD: &'static [usize] = &[1];
+    fn arity(&self) -> Option<usize> {
+        Some(self.spec.arity(1))
+    }
     fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
-    fn name(&self) -> &str {
-        "embedding_dense_backward"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let w = x[0];
+        let (v, d) = table_dims(Self::NAME, w)?;
+        let r = self.spec.resolve(Self::NAME, v, x.get(1).copied())?;
+        let mut shape = r.shape.clone();
+        shape.push(d);
+        let zero_row = r.padding.filter(|_| self.zero_padding);
+        crate::with_dtype!(Self::NAME, w.dtype(), T => {
+            let src = w.as_slice_of::<T>();
+            Ok(Tensor::build::<T>(shape, |out| sparse::gather_rows(src, d, &r.values, zero_row, out)))
+        })
     }
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let spec = self.spec.of_node(Self::NAME, n, 0)?.stored;
+        g.graph().record(EmbeddingDenseBackward { spec }, &[g, n.x(0)])
+    }
+    fn tangent<'g>(&self, _: usize, tw: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        // Linear in the weight, but padding rows stay constant.
+        let spec = self.spec.of_node(Self::NAME, n, 0)?.stored;
+        let zero_padding = true;
+        tw.graph().record(Embedding { spec, zero_padding }, &[tw])
+    }
+}
+
+impl StructuredOp for EmbeddingDenseBackward {
+    const NAME: &'static str = "embedding_dense_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "weight", "indices"];
+    const LINEAR: &'static [usize] = &[0];
+    /// The weight gives the table's shape; the indices are indices.
+    const NO_GRAD: &'static [usize] = &[1, 2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "embedding_dense_backward";
-        expect_inputs(OP, inputs, self.spec.arity(2))?;
-        let (g, w) = (inputs[0], inputs[1]);
-        let (v, d) = table_dims(OP, w)?;
-        let r = self.spec.resolve(OP, v, inputs.get(2).copied())?;
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, w) = (x[0], x[1]);
+        let (v, d) = table_dims(Self::NAME, w)?;
+        let r = self.spec.resolve(Self::NAME, v, x.get(2).copied())?;
         let mut expect = r.shape.clone();
         expect.push(d);
         if g.shape() != expect.as_slice() {
-            return Err(Error::shape_mismatch(OP, &expect, g.shape()));
+            return Err(Error::shape_mismatch(Self::NAME, &expect, g.shape()));
         }
         if g.dtype() != w.dtype() {
             return Err(Error::DTypeMismatch {
-                op: OP,
+                op: Self::NAME,
                 lhs: g.dtype(),
                 rhs: w.dtype(),
             });
         }
-        crate::with_dtype!(OP, g.dtype(), T => {
+        crate::with_dtype!(Self::NAME, g.dtype(), T => {
             let src = g.as_slice_of::<T>();
-            Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| {
-                sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out);
-                // SAFETY: `scatter_add_rows` zeroes its whole output before adding into it.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, _: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // The transpose of a scatter-add skipping padding is a gather with zeros there.
-        let (g, w) = (&inputs[0], &inputs[1]);
-        let (v, _) = table_dims("embedding_dense_backward", w.value())?;
-        let r = self.spec.resolve(
-            "embedding_dense_backward",
-            v,
-            inputs.get(2).map(|t| t.value()),
-        )?;
-        let dg = g
-            .requires_grad()
-            .then(|| {
-                let op = Embedding {
-                    spec: r.stored,
-                    zero_padding: true,
-                };
-                g2.graph().record(op, &[g2])
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, None];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(tg) = &t[0] else { return Ok(None) };
-        let mut args: Vec<&Var<'g>> = vec![tg];
-        args.extend(&inputs[1..]);
-        Ok(Some(tg.graph().record(self.clone(), &args)?))
+        let spec = self.spec.of_node(Self::NAME, n, 1)?.stored;
+        let zero_padding = true;
+        g2.graph().record(Embedding { spec, zero_padding }, &[g2])
     }
 }
 

@@ -12,20 +12,20 @@
 
 use std::sync::Arc;
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
-use super::batch_norm::{check_channel_param, check_eps, planes, sample, Affine};
+use super::batch_norm::{check_channel_param, planes, sample};
+use super::normalization::{check_eps, Affine, Role};
 use super::batch_norm_backward::{channel_sum, channel_view};
 use super::layer_norm::LayerNorm;
 use super::layer_norm_backward::project;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
+use crate::core::OpAttributes;
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Group normalisation, PyTorch's `F.group_norm(x, num_groups, weight,
 /// bias, eps)`. Inputs: `x` (`[N, C, *]`), then the weight and/or bias if
@@ -66,8 +66,7 @@ fn layout(op: &'static str, x: &Tensor, num_groups: usize) -> Result<(Planes, us
 
 impl GroupNorm {
     fn affine_of<'a, V>(&self, inputs: &'a [V]) -> Result<(Option<&'a V>, Option<&'a V>)> {
-        let (w, b) = self.affine.resolve("group_norm", 1, inputs.len())?;
-        Ok((w.then(|| &inputs[1]), b.then(|| &inputs[inputs.len() - 1])))
+        self.affine.split("group_norm", 1, inputs)
     }
 
     /// `v` viewed as `[N, G, C/G · S]`, and the layer norm over its last dim.
@@ -98,12 +97,15 @@ fn signed(shape: &[usize]) -> Vec<isize> {
     shape.iter().map(|&d| d as isize).collect()
 }
 
-impl Differentiable for GroupNorm {
+impl StructuredOp for GroupNorm {
+    const NAME: &'static str = "group_norm";
+    const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
+    /// The input, then the weight and/or bias.
+    fn arity(&self) -> Option<usize> {
+        None
+    }
     fn attributes(&self) -> OpAttributes {
         self.affine.attributes(OpAttributes::new().int("num_groups", self.num_groups).float("eps", self.eps))
-    }
-    fn name(&self) -> &str {
-        "group_norm"
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "group_norm";
@@ -126,65 +128,37 @@ impl Differentiable for GroupNorm {
             let xs = x.as_slice_of::<T>();
             let stats = kernel::row_stats_all(xs, row, self.eps);
             let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::normalize(xs, p, &stats, |n, c| n * groups + c / per_group, ws, bs, out);
-                // SAFETY: `normalize` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            let stat_of = |n, c| n * groups + c / per_group;
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::normalize(xs, p, &stats, stat_of, ws, bs, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let rank = x.shape().len();
-        let (w, b) = self.affine_of(inputs)?;
-        let dx = x
-            .requires_grad()
-            .then(|| {
-                let a = match w {
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, rank) = (n.x(0), n.x(0).shape().len());
+        match self.affine.role(Self::NAME, 1, n.inputs.len(), i)? {
+            Role::Input => {
+                let a = match self.affine_of(n.inputs)?.0 {
                     Some(w) => g.try_mul(&channel_view(w, rank)?)?,
                     None => g.clone(),
                 };
                 self.project(&a, x)
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dx];
-        if let Some(w) = w {
-            grads.push(
-                w.requires_grad()
-                    .then(|| channel_sum(&g.try_mul(&self.xhat(x)?)?))
-                    .transpose()?,
-            );
+            }
+            Role::Weight => channel_sum(&g.try_mul(&self.xhat(x)?)?),
+            Role::Bias | Role::Stat => channel_sum(g),
         }
-        if let Some(b) = b {
-            grads.push(b.requires_grad().then(|| channel_sum(g)).transpose()?);
-        }
-        Ok(grads)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        let rank = x.shape().len();
-        let (w, _) = self.affine_of(inputs)?;
-        let (tw, tb) = self.affine_of(t)?;
-        let (tw, tb) = (tw.and_then(Option::as_ref), tb.and_then(Option::as_ref));
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| {
-                    let d = self.project(tx, x)?;
-                    match w {
-                        Some(w) => d.try_mul(&channel_view(w, rank)?),
-                        None => Ok(d),
-                    }
-                }),
-                tw.map(|tw| self.xhat(x)?.try_mul(&channel_view(tw, rank)?)),
-                tb.map(|tb| channel_view(tb, rank)),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, rank) = (n.x(0), n.x(0).shape().len());
+        match self.affine.role(Self::NAME, 1, n.inputs.len(), i)? {
+            Role::Input => {
+                let d = self.project(t, x)?;
+                match self.affine_of(n.inputs)?.0 {
+                    Some(w) => d.try_mul(&channel_view(w, rank)?),
+                    None => Ok(d),
+                }
+            }
+            Role::Weight => self.xhat(x)?.try_mul(&channel_view(t, rank)?),
+            Role::Bias | Role::Stat => channel_view(t, rank),
+        }
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -4,17 +4,17 @@
 //! `sum_to_size` (bias). Its tangent rule reuses the input-gradient op,
 //! since `d x̂ / d x = σ P` is symmetric.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
+use super::normalization::check_eps;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::OpAttributes;
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Which affine parameters follow the input.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,6 +78,16 @@ pub(super) fn check_param(op: &'static str, p: &Tensor, shape: &[usize], x: &Ten
     Ok(())
 }
 
+/// The normalised shape an op was given, or `x`'s last dim (the
+/// registry's instances).
+pub(super) fn shape_or_last(shape: &[usize], x: &Tensor) -> Dims {
+    if shape.is_empty() {
+        Dims::from_slice(&x.shape()[x.rank().saturating_sub(1)..])
+    } else {
+        Dims::from_slice(shape)
+    }
+}
+
 impl LayerNorm {
     /// A layer norm over `shape` without affine parameters (`x̂` itself).
     pub(super) fn plain(shape: &[usize], eps: f64) -> Self {
@@ -95,7 +105,7 @@ impl LayerNorm {
     fn resolve(&self, x: &Tensor, n_inputs: usize) -> Result<(Dims, bool, bool)> {
         let shape = match &self.normalized_shape {
             Some(s) => s.clone(),
-            None => Dims::from_slice(&x.shape()[x.rank().saturating_sub(1)..]),
+            None => shape_or_last(&[], x),
         };
         let (weight, bias) = match self.affine {
             Affine::FromInputs => (n_inputs >= 2, n_inputs == 3),
@@ -111,9 +121,34 @@ impl LayerNorm {
         }
         Ok((shape, weight, bias))
     }
+
+    /// The normalised shape, the weight if the node has one, and which
+    /// input `i` is.
+    fn param<'a, 'g>(&self, i: usize, n: Node<'a, 'g>) -> Result<(Dims, Option<&'a Var<'g>>, Param)> {
+        let (shape, has_w, _) = self.resolve(n.x(0).value(), n.inputs.len())?;
+        let param = match i {
+            0 => Param::Input,
+            1 if has_w => Param::Weight,
+            _ => Param::Bias,
+        };
+        Ok((shape, has_w.then(|| &n.inputs[1]), param))
+    }
 }
 
-impl Differentiable for LayerNorm {
+/// The inputs of a layer norm.
+enum Param {
+    Input,
+    Weight,
+    Bias,
+}
+
+impl StructuredOp for LayerNorm {
+    const NAME: &'static str = "layer_norm";
+    const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
+    /// One to three inputs, checked against the affine parameters.
+    fn arity(&self) -> Option<usize> {
+        None
+    }
     fn attributes(&self) -> OpAttributes {
         let attrs = match &self.normalized_shape {
             Some(shape) => OpAttributes::new().ints("normalized_shape", shape),
@@ -125,9 +160,6 @@ impl Differentiable for LayerNorm {
             Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
         }
     }
-    fn name(&self) -> &str {
-        "layer_norm"
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs.first().ok_or(Error::Arity {
             op: "layer_norm".to_string(),
@@ -135,67 +167,34 @@ impl Differentiable for LayerNorm {
             got: 0,
         })?;
         let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
-        let m = row_len("layer_norm", x, &shape)?;
-        if !(self.eps >= 0.0 && self.eps.is_finite()) {
-            return Err(Error::invalid(
-                "layer_norm",
-                format!("eps must be finite and >= 0, got {}", self.eps),
-            ));
-        }
+        let m = row_len(Self::NAME, x, &shape)?;
+        check_eps(Self::NAME, self.eps)?;
         let w = has_w.then(|| inputs[1]);
         let b = has_b.then(|| inputs[inputs.len() - 1]);
         for p in w.iter().chain(b.iter()) {
-            check_param("layer_norm", p, &shape, x)?;
+            check_param(Self::NAME, p, &shape, x)?;
         }
-        crate::with_dtype!("layer_norm", x.dtype(), T => {
-            let (ws, bs) = (w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::layer_norm(x.as_slice_of::<T>(), m, ws, bs, self.eps, out);
-                // SAFETY: `layer_norm` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
+            let (xs, ws, bs) = (x.as_slice_of::<T>(), w.map(|t| t.as_slice_of::<T>()), b.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::layer_norm(xs, m, ws, bs, self.eps, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let (shape, has_w, has_b) = self.resolve(x.value(), inputs.len())?;
-        let w = has_w.then(|| &inputs[1]);
-        let b = has_b.then(|| &inputs[inputs.len() - 1]);
-        let dx = x
-            .requires_grad()
-            .then(|| {
-                let op = LayerNormBackward {
-                    normalized_shape: shape.clone(),
-                    eps: self.eps,
-                    has_weight: has_w,
-                };
-                let mut args = vec![g, x];
-                args.extend(w);
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (shape, w, param) = self.param(i, n)?;
+        let x = n.x(0);
+        match param {
+            Param::Input => {
+                let has_weight = w.is_some();
+                let op = LayerNormBackward { normalized_shape: shape, eps: self.eps, has_weight };
+                let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
                 g.graph().record(op, &args)
-            })
-            .transpose()?;
-        let dw = w
-            .filter(|w| w.requires_grad())
-            .map(|_| {
-                let op = LayerNormWeightBackward {
-                    normalized_shape: shape.clone(),
-                    eps: self.eps,
-                };
+            }
+            Param::Weight => {
+                let op = LayerNormWeightBackward { normalized_shape: shape, eps: self.eps };
                 g.graph().record(op, &[g, x])
-            })
-            .transpose()?;
-        let db = b
-            .filter(|b| b.requires_grad())
-            .map(|_| g.sum_to_size(&shape))
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dx];
-        if has_w {
-            grads.push(dw);
+            }
+            Param::Bias => g.sum_to_size(&shape),
         }
-        if has_b {
-            grads.push(db);
-        }
-        Ok(grads)
     }
     // The input's and the weight's gradients in one sweep over the rows
     // when both are needed (each row's statistics computed once); any other
@@ -220,17 +219,11 @@ impl Differentiable for LayerNorm {
         check_param(OP, w, &shape, x)?;
         let (dx, dw) = crate::with_dtype!(OP, x.dtype(), T => {
             let mut dw = Vec::new();
+            let (gs, xs, ws) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), w.as_slice_of::<T>());
             let dx = Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                dw = kernel::layer_norm_backward_with_weight(
-                    g.as_slice_of::<T>(),
-                    x.as_slice_of::<T>(),
-                    m,
-                    w.as_slice_of::<T>(),
-                    self.eps,
-                    out,
-                );
-                // SAFETY: the kernel writes every element of its output.
-                unsafe { Filled::assume(out) }
+                let filled;
+                (filled, dw) = kernel::layer_norm_backward_with_weight(gs, xs, m, ws, self.eps, out);
+                filled
             });
             (dx, Tensor::from_vec(dw, &shape)?)
         });
@@ -241,38 +234,23 @@ impl Differentiable for LayerNorm {
         }
         Ok(true)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        let (shape, has_w, has_b) = self.resolve(x.value(), inputs.len())?;
-        let w = has_w.then(|| &inputs[1]);
-        let tw = if has_w { t[1].as_ref() } else { None };
-        let tb = if has_b {
-            t[inputs.len() - 1].as_ref()
-        } else {
-            None
-        };
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| {
-                    let d = project(tx, x, &shape, self.eps)?;
-                    match w {
-                        Some(w) => d.try_mul(w),
-                        None => Ok(d),
-                    }
-                }),
-                tw.map(|tw| {
-                    let plain = LayerNorm::plain(&shape, self.eps);
-                    x.graph().record(plain, &[x])?.try_mul(tw)
-                }),
-                tb.map(|tb| Ok(tb.clone())),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (shape, w, param) = self.param(i, n)?;
+        let x = n.x(0);
+        match param {
+            Param::Input => {
+                let d = project(t, x, &shape, self.eps)?;
+                match w {
+                    Some(w) => d.try_mul(w),
+                    None => Ok(d),
+                }
+            }
+            Param::Weight => {
+                let plain = LayerNorm::plain(&shape, self.eps);
+                x.graph().record(plain, &[x])?.try_mul(t)
+            }
+            Param::Bias => Ok(t.clone()),
+        }
     }
 }
 

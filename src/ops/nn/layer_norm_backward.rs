@@ -9,16 +9,14 @@
 //! The Jacobian of `dx` with respect to `x` is symmetric:
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
-use smallvec::smallvec;
-
-use super::layer_norm::{check_param, row_len, LayerNorm};
+use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
 use super::support::sum_axis;
-use crate::ops::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// `σ P (g w)` per row: the gradient of [`LayerNorm`] with respect to its
 /// input. Inputs: `g`, `x`, and the weight if present.
@@ -113,55 +111,34 @@ fn input_curvature<'g>(
     Ok(-(outer.try_add(&proj)?))
 }
 
-/// The normalised shape an op was given, or the input's last dim (registry defaults).
-fn shape_or_last(shape: &Dims, x: &Tensor) -> Dims {
-    if shape.is_empty() {
-        Dims::from_slice(&x.shape()[x.rank().saturating_sub(1)..])
-    } else {
-        shape.clone()
-    }
-}
-
-impl Differentiable for LayerNormBackward {
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float("eps", self.eps).bool("weight", self.has_weight)
-    }
-    fn name(&self) -> &str {
-        "layer_norm_backward"
-    }
+impl StructuredOp for LayerNormBackward {
+    const NAME: &'static str = "layer_norm_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
+    /// `σ P (g w)`: linear in `g` and in `w`.
+    const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "layer_norm_backward";
-        expect_inputs(OP, inputs, 2 + usize::from(self.has_weight))?;
-        let (g, x) = (inputs[0], inputs[1]);
+    fn attributes(&self) -> OpAttributes {
+        norm_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, w) = (x[0], x[1], x.get(2).copied());
         let shape = shape_or_last(&self.normalized_shape, x);
-        let m = row_len(OP, x, &shape)?;
-        check_param(OP, g, x.shape(), x)?;
-        let w = self.has_weight.then(|| inputs[2]);
+        let m = row_len(Self::NAME, x, &shape)?;
+        check_param(Self::NAME, g, x.shape(), x)?;
         if let Some(w) = w {
-            check_param(OP, w, &shape, x)?;
+            check_param(Self::NAME, w, &shape, x)?;
         }
-        crate::with_dtype!(OP, x.dtype(), T => {
-            let ws = w.map(|t| t.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::layer_norm_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, ws, self.eps, out);
-                // SAFETY: `layer_norm_backward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
+            let (gs, xs, ws) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), w.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::layer_norm_backward(gs, xs, m, ws, self.eps, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = σ P a, a = g w: linear in a with a symmetric map, so
         // d/da = σ P g2 = q; d/dg = q w; d/dw = Σ_rows q g.
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
         let shape = &shape_or_last(&self.normalized_shape, x.value());
         let q = project(g2, x, shape, self.eps)?;
         let dg = g
@@ -179,112 +156,59 @@ impl Differentiable for LayerNormBackward {
             .requires_grad()
             .then(|| input_curvature(g2, &a, x, shape, self.eps))
             .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, dx];
-        if let Some(w) = w {
-            grads.push(
-                w.requires_grad()
-                    .then(|| q.try_mul(g)?.sum_to_size(shape))
-                    .transpose()?,
-            );
-        }
-        Ok(grads)
+        let dw = w.filter(|w| w.requires_grad());
+        let dw = dw.map(|_| q.try_mul(g)?.sum_to_size(shape)).transpose()?;
+        Ok(n.grads([dg, dx, dw]))
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
-        let shape = &shape_or_last(&self.normalized_shape, x.value());
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
         let a = match w {
             Some(w) => g.try_mul(w)?,
             None => g.clone(),
         };
-        let tw = if self.has_weight { t[2].as_ref() } else { None };
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| {
-                    let ta = match w {
-                        Some(w) => tg.try_mul(w)?,
-                        None => tg.clone(),
-                    };
-                    project(&ta, x, shape, self.eps)
-                }),
-                t[1].as_ref()
-                    .map(|tx| input_curvature(tx, &a, x, shape, self.eps)),
-                tw.map(|tw| project(&g.try_mul(tw)?, x, shape, self.eps)),
-            ],
-        )
+        let shape = &shape_or_last(&self.normalized_shape, x.value());
+        input_curvature(tx, &a, x, shape, self.eps)
     }
 }
 
-impl Differentiable for LayerNormWeightBackward {
+impl StructuredOp for LayerNormWeightBackward {
+    const NAME: &'static str = "layer_norm_weight_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float("eps", self.eps)
+        norm_attributes(&self.normalized_shape, self.eps)
     }
-    fn name(&self) -> &str {
-        "layer_norm_weight_backward"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "layer_norm_weight_backward";
-        expect_inputs(OP, inputs, 2)?;
-        let (g, x) = (inputs[0], inputs[1]);
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x) = (x[0], x[1]);
         let shape = shape_or_last(&self.normalized_shape, x);
-        let m = row_len(OP, x, &shape)?;
-        check_param(OP, g, x.shape(), x)?;
-        crate::with_dtype!(OP, x.dtype(), T => {
+        let m = row_len(Self::NAME, x, &shape)?;
+        check_param(Self::NAME, g, x.shape(), x)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let sums = kernel::layer_norm_weight_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, self.eps);
             Tensor::from_vec(sums, &shape)
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // out = Σ_rows g x̂: d/dg = x̂ g2 (broadcast over rows); d/dx = σ P' (g g2) per row.
-        let (g, x) = (&inputs[0], &inputs[1]);
+        let (g, x) = (n.x(0), n.x(1));
         let shape = &shape_or_last(&self.normalized_shape, x.value());
-        let dg = g
-            .requires_grad()
-            .then(|| {
-                let plain = LayerNorm::plain(shape, self.eps);
-                x.graph().record(plain, &[x])?.try_mul(g2)
-            })
-            .transpose()?;
-        let dx = x
-            .requires_grad()
-            .then(|| project(&g.try_mul(g2)?, x, shape, self.eps))
-            .transpose()?;
-        Ok(smallvec![dg, dx])
+        if i == 0 {
+            let plain = LayerNorm::plain(shape, self.eps);
+            return x.graph().record(plain, &[x])?.try_mul(g2);
+        }
+        project(&g.try_mul(g2)?, x, shape, self.eps)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x) = (n.x(0), n.x(1));
         let shape = &shape_or_last(&self.normalized_shape, x.value());
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref()
-                    .map(|tg| tg.graph().record(self.clone(), &[tg, x])),
-                t[1].as_ref().map(|tx| {
-                    g.try_mul(&project(tx, x, shape, self.eps)?)?
-                        .sum_to_size(shape)
-                }),
-            ],
-        )
+        g.try_mul(&project(tx, x, shape, self.eps)?)?.sum_to_size(shape)
     }
+}
+
+/// The settings of the layer-norm backward ops: the normalised shape
+/// (empty: the last dim) and `eps`.
+fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
+    OpAttributes::new().ints("normalized_shape", shape).float("eps", eps)
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

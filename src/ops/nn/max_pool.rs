@@ -18,17 +18,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use smallvec::smallvec;
-
-use super::pool::{distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
-use crate::ops::OpAttributes;
+use super::pool::{facts, distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, NO_INDEX};
 use crate::ops::rule::OpFacts;
-use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Argmax positions, one per output element (flat within its plane).
 type Indices = Arc<Vec<u32>>;
@@ -112,39 +110,20 @@ fn example_out_shape() -> Dims {
         .out_shape
 }
 
-/// Facts shared by the three ops: two-input ops differ only in samples.
-fn facts(example: Arc<dyn Differentiable>, arity: usize, sample: fn(u64) -> Vec<Tensor>) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(example),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(Some(arity))
-    }
-}
-
-impl Differentiable for MaxPool2d {
+impl StructuredOp for MaxPool2d {
+    const NAME: &'static str = "max_pool2d";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }
-    fn name(&self) -> &str {
-        "max_pool2d"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "max_pool2d";
-        expect_inputs(OP, inputs, 1)?;
         let x = inputs[0];
         let geo = self.opts.geometry(OP, x)?;
         let mut idx = vec![NO_INDEX; geo.planes * geo.plan.out_plane()];
         let out = crate::with_dtype!(OP, x.dtype(), T => {
-            Tensor::build::<T>(geo.out_shape.clone(), |out| {
-                kernel::max_pool2d(x.as_slice_of::<T>(), geo.planes, &geo.plan, out, &mut idx);
-                // SAFETY: `max_pool2d` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            })
+            let xs = x.as_slice_of::<T>();
+            Tensor::build::<T>(geo.out_shape.clone(), |out| kernel::max_pool2d(xs, geo.planes, &geo.plan, out, &mut idx))
         });
         if let Some(tag) = buffer_tag(&out) {
             *self.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(Saved {
@@ -154,16 +133,13 @@ impl Differentiable for MaxPool2d {
         }
         Ok(out)
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        if !x.requires_grad() {
-            return Ok(smallvec![None]);
-        }
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
         let op = MaxPool2dBackward {
             opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), out.value())?),
+            indices: Some(self.indices_for(x.value(), n.output.value())?),
         };
-        Ok(smallvec![Some(g.graph().record(op, &[g, x])?)])
+        g.graph().record(op, &[g, x])
     }
     fn backward_fast(
         &self,
@@ -179,14 +155,13 @@ impl Differentiable for MaxPool2d {
         }
         Ok(true)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(tx) = &t[0] else { return Ok(None) };
-        let x = &inputs[0];
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
         let op = MaxPool2dGather {
             opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), out.value())?),
+            indices: Some(self.indices_for(x.value(), n.output.value())?),
         };
-        Ok(Some(tx.graph().record(op, &[tx, x])?))
+        tx.graph().record(op, &[tx, x])
     }
     fn facts(&self) -> OpFacts {
         facts(Arc::new(MaxPool2d::new(example_options())), 1, |seed| {
@@ -240,11 +215,8 @@ fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Ind
     geo.check_output_like(OP, g, x)?;
     let idx = resolve(OP, &geo, x, indices)?;
     Ok(crate::with_dtype!(OP, x.dtype(), T => {
-        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-            kernel::scatter(g.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
-            // SAFETY: `scatter` writes every element of its output (zeroed first).
-            unsafe { Filled::assume(out) }
-        })
+        let gs = g.as_slice_of::<T>();
+        Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::scatter(gs, &idx, geo.planes, &geo.plan, out))
     }))
 }
 
@@ -258,21 +230,12 @@ fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indi
     }
     let idx = resolve(OP, &geo, x, indices)?;
     Ok(crate::with_dtype!(OP, x.dtype(), T => {
-        Tensor::build::<T>(geo.out_shape.clone(), |out| {
-            kernel::gather(t.as_slice_of::<T>(), &idx, geo.planes, &geo.plan, out);
-            // SAFETY: `gather` writes every element of its output.
-            unsafe { Filled::assume(out) }
-        })
+        let ts = t.as_slice_of::<T>();
+        Tensor::build::<T>(geo.out_shape.clone(), |out| kernel::gather(ts, &idx, geo.planes, &geo.plan, out))
     }))
 }
 
 impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
-    const NAME: &'static str = if SCATTER {
-        "max_pool2d_backward"
-    } else {
-        "max_pool2d_gather"
-    };
-
     /// Indices for `x`: the stored ones, or recomputed once so that the
     /// ops this one records need not recompute them again.
     fn indices(&self, x: &Tensor) -> Result<Indices> {
@@ -299,32 +262,29 @@ impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
     }
 }
 
-impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
+impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
+    const NAME: &'static str = if SCATTER {
+        "max_pool2d_backward"
+    } else {
+        "max_pool2d_gather"
+    };
+    const INPUTS: &'static [&'static str] = &["operand", "input"];
+    /// Both maps are piecewise constant in `x`: zero gradient.
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs(Self::NAME, inputs, 2)?;
         Self::apply(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
     }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (a, x) = (&inputs[0], &inputs[1]);
+    fn grad<'g>(&self, _: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(1);
         // The adjoint of scatter is gather and the other way round.
-        let da = if SCATTER {
-            a.requires_grad()
-                .then(|| g2.graph().record(self.at::<false>(x.value())?, &[g2, x]))
+        if SCATTER {
+            g2.graph().record(self.at::<false>(x.value())?, &[g2, x])
         } else {
-            a.requires_grad()
-                .then(|| g2.graph().record(self.at::<true>(x.value())?, &[g2, x]))
+            g2.graph().record(self.at::<true>(x.value())?, &[g2, x])
         }
-        .transpose()?;
-        Ok(smallvec![da, None])
     }
     fn backward_fast(
         &self,
@@ -345,10 +305,10 @@ impl<const SCATTER: bool> Differentiable for MaxPool2dAtArgmax<SCATTER> {
         }
         Ok(true)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let Some(ta) = &t[0] else { return Ok(None) };
-        let x = &inputs[1];
-        Ok(Some(ta.graph().record(self.at::<SCATTER>(x.value())?, &[ta, x])?))
+    /// Linear in its first input; the indices resolved once for the tangent.
+    fn tangent<'g>(&self, _: usize, ta: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(1);
+        ta.graph().record(self.at::<SCATTER>(x.value())?, &[ta, x])
     }
     fn facts(&self) -> OpFacts {
         let example = MaxPool2dAtArgmax::<SCATTER> {

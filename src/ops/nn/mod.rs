@@ -1,16 +1,53 @@
 //! Neural-net functions, under PyTorch's names: `softmax`, `log_softmax`,
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
-//! `embedding`, `batch_norm`, `group_norm`, `rms_norm`,
-//! `scaled_dot_product_attention`, and the fused backward ops that keep their gradients to one
-//! kernel pass while staying differentiable themselves.
+//! `embedding`, `batch_norm`, `group_norm`, `rms_norm`, convolutions,
+//! poolings, `scaled_dot_product_attention`, and the fused backward ops that
+//! keep their gradients to one kernel pass while staying differentiable
+//! themselves. Every op here is a [`StructuredOp`](crate::ops::StructuredOp).
+//!
+//! Where things are:
+//!
+//! - losses and softmax: `softmax.rs` (softmax, log_softmax),
+//!   `cross_entropy.rs` + `cross_entropy_backward.rs`, `nll.rs`, `mse.rs`,
+//!   `bce.rs` (binary_cross_entropy_with_logits), `embedding.rs`,
+//!   `dropout.rs`; target checks in `class_targets.rs`, `Reduction` and
+//!   `IntIndex` in `support.rs`;
+//! - normalisation: `layer_norm.rs` + `layer_norm_backward.rs` (first order
+//!   fuses the input's and the weight's gradients into one sweep, same bits
+//!   as the two ops), `rms_norm.rs`, `batch_norm.rs` (training and eval
+//!   mode; the running statistics returned updated in `BatchNormOutput`) +
+//!   `batch_norm_backward.rs`, `group_norm.rs` (gradients through the
+//!   layer-norm ops on an `[N, G, C/G·S]` view); what they share (optional
+//!   affine inputs, each input's role, the `eps` check): `normalization.rs`;
+//! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
+//!   `Padding::Same`/`Valid`), `conv_transpose.rs`, `conv_weight.rs` (the
+//!   weight gradient as an op); the settings the three share, resolved to
+//!   two spatial dims (`conv_spec.rs`), and the one derivative rule of the
+//!   three bilinear products, each the others' derivative
+//!   (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
+//!   `Window`, the output size of a sliding window, shared with pooling;
+//! - pooling: `pool.rs` (`MaxPool2dOptions`, `AvgPool2dOptions`, window
+//!   geometry and input checks, the ops' shared facts), `max_pool.rs`
+//!   (argmax saved in forward, tagged by its output buffer; the scatter
+//!   `max_pool2d_backward` and the gather `max_pool2d_gather`, each the
+//!   other's derivative), `avg_pool.rs` (fixed or adaptive windows, and the
+//!   linear `_backward` adjoint);
+//! - attention: `attention.rs` (`SdpaOptions`, `AttnMask`: additive float
+//!   or bool, read as the additive 0/-inf mask by `additive_mask`; fully
+//!   masked rows give 0 and no gradient, as PyTorch 2.5+; the per-node
+//!   logsumexp slot; `scaled_dot_product_attention_unfused`) and
+//!   `attention_backward.rs` (the fused backward op, whose own derivatives
+//!   use the unfused composition), tests in `attention_tests.rs`.
 
 #[cfg(test)]
 mod attention_tests;
 #[cfg(test)]
 mod batch_norm_tests;
 mod class_targets;
+mod conv_products;
 mod conv_spec;
+mod normalization;
 pub mod pool;
 pub mod spatial;
 pub mod support;

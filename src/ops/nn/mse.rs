@@ -9,11 +9,12 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -30,18 +31,16 @@ pub struct MseLossBackward {
     pub reduction: Reduction,
 }
 
-impl Differentiable for MseLoss {
-    fn name(&self) -> &str {
-        "mse_loss"
+impl StructuredOp for MseLoss {
+    const NAME: &'static str = "mse_loss";
+    const INPUTS: &'static [&'static str] = &["input", "target"];
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().str("reduction", self.reduction.as_str())
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("mse_loss", inputs, 2)?;
-        let (a, b) = (inputs[0], inputs[1]);
-        check_same("mse_loss", a, b)?;
-        crate::with_dtype!("mse_loss", a.dtype(), T => {
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (a, b) = (x[0], x[1]);
+        check_same(Self::NAME, a, b)?;
+        crate::with_dtype!(Self::NAME, a.dtype(), T => {
             let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
             Ok(match self.reduction {
                 Reduction::None => Tensor::from_exact_iter(
@@ -55,69 +54,41 @@ impl Differentiable for MseLoss {
             })
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        let da = g.graph().record(
-            MseLossBackward {
-                reduction: self.reduction,
-            },
-            &[g, a, b],
-        )?;
+    fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (a, b) = (n.x(0), n.x(1));
+        let op = MseLossBackward { reduction: self.reduction };
+        let da = g.graph().record(op, &[g, a, b])?;
         let db = b.requires_grad().then(|| -&da);
         Ok(smallvec![a.requires_grad().then_some(da), db])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        let Some(d) = sum_tangents(
-            a.shape(),
-            [t[0].clone().map(Ok), t[1].as_ref().map(|tb| Ok(-tb))],
-        )?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(reduce(
-            a.try_sub(b)?.try_mul(&d)?.mul_scalar(2.0),
-            self.reduction,
-        )))
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        // 2 (a - b) (t_a - t_b), reduced.
+        let d = if i == 0 { t.clone() } else { -t };
+        let diff = n.x(0).try_sub(n.x(1))?;
+        Ok(reduce(diff.try_mul(&d)?.mul_scalar(2.0), self.reduction))
     }
 }
 
-impl Differentiable for MseLossBackward {
-    fn name(&self) -> &str {
-        "mse_loss_backward"
+impl StructuredOp for MseLossBackward {
+    const NAME: &'static str = "mse_loss_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
+    const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().str("reduction", self.reduction.as_str())
     }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "mse_loss_backward";
-        expect_inputs(OP, inputs, 3)?;
-        let (g, a, b) = (inputs[0], inputs[1], inputs[2]);
-        check_same(OP, a, b)?;
-        check_grad(OP, g, a)?;
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, a, b) = (x[0], x[1], x[2]);
+        check_same(Self::NAME, a, b)?;
+        check_grad(Self::NAME, g, a)?;
         let scale = 2.0 * reduction_scale(self.reduction, a.numel());
-        crate::with_dtype!(OP, a.dtype(), T => {
+        crate::with_dtype!(Self::NAME, a.dtype(), T => {
             let (gs, xa, xb) = (g.as_slice_of::<T>(), a.as_slice_of::<T>(), b.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
-                kernel::squared_error_backward(gs, xa, xb, scale, out);
-                // SAFETY: `squared_error_backward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+            Ok(Tensor::build::<T>(Dims::from_slice(a.shape()), |out| kernel::squared_error_backward(gs, xa, xb, scale, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
-        let k = 2.0 * reduction_scale(self.reduction, a.value().numel());
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (g, a, b) = (n.x(0), n.x(1), n.x(2));
+        let k = self.scale(a);
         let dg = g
             .requires_grad()
             .then(|| grad_of_g(g2.try_mul(&a.try_sub(b)?)?.mul_scalar(k), g))
@@ -128,23 +99,16 @@ impl Differentiable for MseLossBackward {
         let db = b.requires_grad().then(|| da.as_ref().map(|d| -d)).flatten();
         Ok(smallvec![dg, da.filter(|_| a.requires_grad()), db])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
-        let k = 2.0 * reduction_scale(self.reduction, a.value().numel());
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref()
-                    .map(|tg| Ok(tg.try_mul(&a.try_sub(b)?)?.mul_scalar(k))),
-                t[1].as_ref().map(|ta| Ok(g.try_mul(ta)?.mul_scalar(k))),
-                t[2].as_ref().map(|tb| Ok(g.try_mul(tb)?.mul_scalar(-k))),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let k = self.scale(n.x(1));
+        Ok(n.x(0).try_mul(t)?.mul_scalar(if i == 1 { k } else { -k }))
+    }
+}
+
+impl MseLossBackward {
+    /// `2` (or `2 / n` for a mean): the factor on `g (a - b)`.
+    fn scale(&self, a: &Var<'_>) -> f64 {
+        2.0 * reduction_scale(self.reduction, a.value().numel())
     }
 }
 

@@ -4,15 +4,14 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
 use super::class_targets::ClassLossSpec;
 use super::support::{reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{Dims, Filled, Tensor};
+use crate::core::OpAttributes;
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{Dims, Tensor};
 
 /// The options of [`Var::try_nll_loss_with`], PyTorch's keyword arguments.
 ///
@@ -108,106 +107,60 @@ impl NllLoss {
     }
 }
 
-impl Differentiable for NllLoss {
-    fn name(&self) -> &str {
-        "nll_loss"
-    }
+impl StructuredOp for NllLoss {
+    const NAME: &'static str = "nll_loss";
+    const INPUTS: &'static [&'static str] = &["input", "target"];
+    const NO_GRAD: &'static [usize] = &[1];
+    const LINEAR: &'static [usize] = &[0];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("nll_loss", inputs, self.spec.arity(1))?;
-        let x = inputs[0];
-        let r = self.spec.resolve("nll_loss", x, inputs.get(1).copied())?;
-        crate::with_dtype!("nll_loss", x.dtype(), T => {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
+        crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
-            let per_lane = kernel::nll_lanes(x.as_slice_of::<T>(), r.lanes, &targets);
+            let per_lane = kernel::nll_lanes(x[0].as_slice_of::<T>(), r.lanes, &targets);
             reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let spec = self.stored(x.value(), inputs.get(1))?;
-        let mut grads: GradInputs<'g> =
-            smallvec![Some(g.graph().record(NllLossBackward { spec }, &[g, x])?)];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        // Linear in x: the tangent is the loss of the tangent.
-        let Some(tx) = &t[0] else { return Ok(None) };
-        let spec = self.stored(inputs[0].value(), inputs.get(1))?;
-        Ok(Some(tx.graph().record(NllLoss { spec }, &[tx])?))
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let spec = self.stored(n.x(0).value(), n.inputs.get(1))?;
+        g.graph().record(NllLossBackward { spec }, &[g, n.x(0)])
     }
 }
 
-impl Differentiable for NllLossBackward {
-    fn name(&self) -> &str {
-        "nll_loss_backward"
-    }
+impl StructuredOp for NllLossBackward {
+    const NAME: &'static str = "nll_loss_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
+    const LINEAR: &'static [usize] = &[0];
+    /// The output does not depend on the values of the log-probabilities.
+    const NO_GRAD: &'static [usize] = &[1, 2];
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "nll_loss_backward";
-        expect_inputs(OP, inputs, self.spec.arity(2))?;
-        let (g, x) = (inputs[0], inputs[1]);
-        let r = self.spec.resolve(OP, x, inputs.get(2).copied())?;
-        self.spec.check_grad(OP, g, x, &r)?;
-        crate::with_dtype!(OP, x.dtype(), T => {
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, target) = (x[0], x[1], x.get(2).copied());
+        let r = self.spec.resolve(Self::NAME, x, target)?;
+        self.spec.check_grad(Self::NAME, g, x, &r)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
             let targets = self.spec.kernel_targets::<T>(&r.targets);
-            let scale = self.spec.scale(&targets);
-            let gs = g.as_slice_of::<T>();
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::nll_backward_lanes(gs, r.lanes, &targets, scale, out);
-                // SAFETY: `nll_backward_lanes` zeroes its whole output before
-                // writing the targets' gradients.
-                unsafe { Filled::assume(out) }
-            }))
+            let (gs, scale) = (g.as_slice_of::<T>(), self.spec.scale(&targets));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::nll_backward_lanes(gs, r.lanes, &targets, scale, out)))
         })
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        // The scatter's transpose is the gather: nll_loss of g2. The
-        // output does not depend on the values of x.
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let r = self.spec.resolve(
-            "nll_loss_backward",
-            x.value(),
-            inputs.get(2).map(|v| v.value()),
-        )?;
+    fn grad<'g>(&self, _: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        // The scatter's transpose is the gather: nll_loss of g2.
+        let (g, x) = (n.x(0), n.x(1));
+        let target = n.inputs.get(2).map(|v| v.value());
+        let r = self.spec.resolve(Self::NAME, x.value(), target)?;
         let spec = self.spec.with_targets(r.targets);
-        let dg = g
-            .requires_grad()
-            .then(|| {
-                g2.graph()
-                    .record(NllLoss { spec }, &[g2])?
-                    .try_expand(g.shape())
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, None];
-        grads.resize(inputs.len(), None);
-        Ok(grads)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(tg) = &t[0] else { return Ok(None) };
-        let mut args: Vec<&Var<'g>> = vec![tg];
-        args.extend(&inputs[1..]);
-        Ok(Some(tg.graph().record(self.clone(), &args)?))
+        g2.graph().record(NllLoss { spec }, &[g2])?.try_expand(g.shape())
     }
 }
 

@@ -4,6 +4,8 @@
 //! the kernels (`kernels::nn::pool`). The ops live in `max_pool.rs` and
 //! `avg_pool.rs`.
 
+use std::sync::Arc;
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -12,6 +14,7 @@ use super::spatial::{check_rank, check_same_dtype, Spatial, Window};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::kernels::nn::pool::{Axis, Plan2d};
+use crate::ops::{Differentiable, OpFacts};
 use crate::tensor::shape::checked_numel;
 use crate::tensor::{Dims, Tensor};
 
@@ -358,6 +361,22 @@ pub(super) fn adaptive(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<
             cols: axis(1),
         },
     })
+}
+
+/// The facts of a pooling op: every one has tangents and second
+/// derivatives; they differ in their example and its sample inputs.
+pub(super) fn facts(
+    example: Arc<dyn Differentiable>,
+    arity: usize,
+    sample: fn(u64) -> Vec<Tensor>,
+) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example: Some(example),
+        sample_inputs: Some(sample),
+        ..OpFacts::opaque(Some(arity))
+    }
 }
 
 /// The shape of the structured suites' sample inputs.

@@ -13,18 +13,17 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
 use super::batch_norm::sample;
-use super::layer_norm::{check_param, row_len};
-use crate::ops::OpAttributes;
+use super::layer_norm::{check_param, row_len, shape_or_last};
+use super::normalization::check_eps;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
-use crate::tensor::{DType, Dims, Filled, Tensor};
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::tensor::{DType, Dims, Tensor};
 
 /// RMS normalisation over the trailing dims. Inputs: `x`, then the weight
 /// if present (of shape `normalized_shape`). The registry holds it over the
@@ -55,20 +54,26 @@ fn eps_of(eps: Option<f64>, dtype: DType) -> f64 {
     })
 }
 
-fn shape_of(shape: &Dims, x: &Tensor) -> Dims {
-    if shape.is_empty() {
-        Dims::from_slice(&x.shape()[x.rank().saturating_sub(1)..])
-    } else {
-        shape.clone()
+/// Checks an input (its normalised shape, the gradient `g` of a backward,
+/// `eps`, the weight): the row length and the `eps` to use.
+fn check(op: &'static str, x: &Tensor, shape: &[usize], g: Option<&Tensor>, eps: Option<f64>, w: Option<&Tensor>) -> Result<(usize, f64)> {
+    let shape = shape_or_last(shape, x);
+    let m = row_len(op, x, &shape)?;
+    if let Some(g) = g {
+        check_param(op, g, x.shape(), x)?;
     }
+    let eps = eps_of(eps, x.dtype());
+    check_eps(op, eps)?;
+    if let Some(w) = w {
+        check_param(op, w, &shape, x)?;
+    }
+    Ok((m, eps))
 }
 
-fn check_eps(op: &'static str, eps: f64) -> Result<()> {
-    if eps >= 0.0 && eps.is_finite() {
-        Ok(())
-    } else {
-        Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")))
-    }
+/// The settings by name: the normalised shape (empty: the last dim) and
+/// `eps` (unless the dtype's machine epsilon).
+fn rms_attributes(shape: &[usize], eps: Option<f64>) -> OpAttributes {
+    OpAttributes::new().ints("normalized_shape", shape).float_opt("eps", eps)
 }
 
 /// Per-row means over the trailing `k` dims, kept as size 1.
@@ -107,77 +112,48 @@ fn curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, shape: &Dims, eps: O
     Ok(-(inner.try_mul(&r.try_mul(&r)?)?))
 }
 
-impl Differentiable for RmsNorm {
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float_opt("eps", self.eps)
+impl StructuredOp for RmsNorm {
+    const NAME: &'static str = "rms_norm";
+    const INPUTS: &'static [&'static str] = &["input", "weight"];
+    /// One or two inputs (the weight is optional).
+    fn arity(&self) -> Option<usize> {
+        None
     }
-    fn name(&self) -> &str {
-        "rms_norm"
+    fn attributes(&self) -> OpAttributes {
+        rms_attributes(&self.normalized_shape, self.eps)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "rms_norm";
         if inputs.is_empty() || inputs.len() > 2 {
-            return Err(Error::Arity { op: OP.to_string(), expected: 2, got: inputs.len() });
+            return Err(Error::Arity { op: Self::NAME.to_string(), expected: 2, got: inputs.len() });
         }
-        let x = inputs[0];
-        let shape = shape_of(&self.normalized_shape, x);
-        let m = row_len(OP, x, &shape)?;
-        let eps = eps_of(self.eps, x.dtype());
-        check_eps(OP, eps)?;
-        let w = inputs.get(1).copied();
-        if let Some(w) = w {
-            check_param(OP, w, &shape, x)?;
-        }
-        crate::with_dtype!("rms_norm", x.dtype(), T => {
-            let ws = w.map(|t| t.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::rms_norm(x.as_slice_of::<T>(), m, ws, eps, out);
-                // SAFETY: `rms_norm` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+        let (x, w) = (inputs[0], inputs.get(1).copied());
+        let (m, eps) = check(Self::NAME, x, &self.normalized_shape, None, self.eps, w)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
+            let (xs, ws) = (x.as_slice_of::<T>(), w.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::rms_norm(xs, m, ws, eps, out)))
         })
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let shape = shape_of(&self.normalized_shape, x.value());
-        let w = inputs.get(1);
-        let dx = x
-            .requires_grad()
-            .then(|| {
-                let op = RmsNormBackward { normalized_shape: shape.clone(), eps: self.eps, has_weight: w.is_some() };
-                let mut args = vec![g, x];
-                args.extend(w);
-                g.graph().record(op, &args)
-            })
-            .transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dx];
-        if let Some(w) = w {
-            grads.push(
-                w.requires_grad()
-                    .then(|| plain(x, &shape, self.eps)?.try_mul(g)?.sum_to_size(&shape))
-                    .transpose()?,
-            );
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, w) = (n.x(0), n.inputs.get(1));
+        let shape = shape_or_last(&self.normalized_shape, x.value());
+        if i == 1 {
+            return plain(x, &shape, self.eps)?.try_mul(g)?.sum_to_size(&shape);
         }
-        Ok(grads)
+        let op = RmsNormBackward { normalized_shape: shape, eps: self.eps, has_weight: w.is_some() };
+        let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
+        g.graph().record(op, &args)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        let shape = shape_of(&self.normalized_shape, x.value());
-        let w = inputs.get(1);
-        let tw = t.get(1).and_then(Option::as_ref);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| {
-                    let d = project(tx, x, &shape, self.eps)?;
-                    match w {
-                        Some(w) => d.try_mul(w),
-                        None => Ok(d),
-                    }
-                }),
-                tw.map(|tw| plain(x, &shape, self.eps)?.try_mul(tw)),
-            ],
-        )
+    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, w) = (n.x(0), n.inputs.get(1));
+        let shape = shape_or_last(&self.normalized_shape, x.value());
+        if i == 1 {
+            return plain(x, &shape, self.eps)?.try_mul(t);
+        }
+        let d = project(t, x, &shape, self.eps)?;
+        match w {
+            Some(w) => d.try_mul(w),
+            None => Ok(d),
+        }
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -190,44 +166,30 @@ impl Differentiable for RmsNorm {
     }
 }
 
-impl Differentiable for RmsNormBackward {
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("normalized_shape", &self.normalized_shape).float_opt("eps", self.eps).bool("weight", self.has_weight)
-    }
-    fn name(&self) -> &str {
-        "rms_norm_backward"
-    }
+impl StructuredOp for RmsNormBackward {
+    const NAME: &'static str = "rms_norm_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
+    /// `J(x) (g w)`: linear in `g` and in `w`.
+    const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        const OP: &str = "rms_norm_backward";
-        expect_inputs(OP, inputs, 2 + usize::from(self.has_weight))?;
-        let (g, x) = (inputs[0], inputs[1]);
-        let shape = shape_of(&self.normalized_shape, x);
-        let m = row_len(OP, x, &shape)?;
-        check_param(OP, g, x.shape(), x)?;
-        let eps = eps_of(self.eps, x.dtype());
-        check_eps(OP, eps)?;
-        let w = self.has_weight.then(|| inputs[2]);
-        if let Some(w) = w {
-            check_param(OP, w, &shape, x)?;
-        }
-        crate::with_dtype!("rms_norm", x.dtype(), T => {
-            let ws = w.map(|t| t.as_slice_of::<T>());
-            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
-                kernel::rms_norm_backward(g.as_slice_of::<T>(), x.as_slice_of::<T>(), m, ws, eps, out);
-                // SAFETY: `rms_norm_backward` writes every element of its output.
-                unsafe { Filled::assume(out) }
-            }))
+    fn attributes(&self) -> OpAttributes {
+        rms_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
+    }
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, x, w) = (x[0], x[1], x.get(2).copied());
+        let (m, eps) = check(Self::NAME, x, &self.normalized_shape, Some(g), self.eps, w)?;
+        crate::with_dtype!(Self::NAME, x.dtype(), T => {
+            let (gs, xs, ws) = (g.as_slice_of::<T>(), x.as_slice_of::<T>(), w.map(|t| t.as_slice_of::<T>()));
+            Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::rms_norm_backward(gs, xs, m, ws, eps, out)))
         })
     }
-    fn backward<'g>(&self, g2: &Var<'g>, inputs: &[Var<'g>], _: &Var<'g>) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = J(x) a, a = g w, J symmetric: d/da = J g2 = q; d/dg = q w;
         // d/dw = Σ_rows q g; d/dx = the curvature applied to g2.
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
-        let shape = shape_of(&self.normalized_shape, x.value());
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
+        let shape = shape_or_last(&self.normalized_shape, x.value());
         let q = project(g2, x, &shape, self.eps)?;
         let dg = g
             .requires_grad()
@@ -241,35 +203,18 @@ impl Differentiable for RmsNormBackward {
             None => g.clone(),
         };
         let dx = x.requires_grad().then(|| curvature(g2, &a, x, &shape, self.eps)).transpose()?;
-        let mut grads: GradInputs<'g> = smallvec![dg, dx];
-        if let Some(w) = w {
-            grads.push(w.requires_grad().then(|| q.try_mul(g)?.sum_to_size(&shape)).transpose()?);
-        }
-        Ok(grads)
+        let dw = w.filter(|w| w.requires_grad());
+        let dw = dw.map(|_| q.try_mul(g)?.sum_to_size(&shape)).transpose()?;
+        Ok(n.grads([dg, dx, dw]))
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let w = self.has_weight.then(|| &inputs[2]);
-        let shape = shape_of(&self.normalized_shape, x.value());
+    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
+        let shape = shape_or_last(&self.normalized_shape, x.value());
         let a = match w {
             Some(w) => g.try_mul(w)?,
             None => g.clone(),
         };
-        let tw = if self.has_weight { t[2].as_ref() } else { None };
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| {
-                    let ta = match w {
-                        Some(w) => tg.try_mul(w)?,
-                        None => tg.clone(),
-                    };
-                    project(&ta, x, &shape, self.eps)
-                }),
-                t[1].as_ref().map(|tx| curvature(tx, &a, x, &shape, self.eps)),
-                tw.map(|tw| project(&g.try_mul(tw)?, x, &shape, self.eps)),
-            ],
-        )
+        curvature(tx, &a, x, &shape, self.eps)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -8,7 +8,6 @@
 //! `log_softmax`: `g - e^y Σ g`. The softmax Jacobian is symmetric, so its
 //! tangent rule is its backward applied to the tangent.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -16,7 +15,8 @@ use super::support::{expand_axis, resolve_axis, sum_axis};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::{expect_inputs, sum_tangents, Differentiable, GradInputs, OpRegistry};
+use crate::core::{GradInputs, OpAttributes};
+use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
 /// `softmax(x)` along `axis` (negative counts from the end). The registry
@@ -48,34 +48,20 @@ pub struct LogSoftmaxBackward {
     pub axis: isize,
 }
 
-impl Default for Softmax {
-    fn default() -> Self {
-        Softmax { axis: -1 }
-    }
+/// The registry's instances normalise over the last axis.
+macro_rules! last_axis_by_default {
+    ($($op:ident),*) => {$(
+        impl Default for $op {
+            fn default() -> Self {
+                $op { axis: -1 }
+            }
+        }
+    )*};
 }
+last_axis_by_default!(Softmax, LogSoftmax, SoftmaxBackward, LogSoftmaxBackward);
 
-impl Default for LogSoftmax {
-    fn default() -> Self {
-        LogSoftmax { axis: -1 }
-    }
-}
-
-impl Default for SoftmaxBackward {
-    fn default() -> Self {
-        SoftmaxBackward { axis: -1 }
-    }
-}
-
-impl Default for LogSoftmaxBackward {
-    fn default() -> Self {
-        LogSoftmaxBackward { axis: -1 }
-    }
-}
-
-/// The two same-shape, same-dtype inputs of a backward helper.
-fn pair<'a>(op: &'static str, inputs: &[&'a Tensor]) -> Result<(&'a Tensor, &'a Tensor)> {
-    expect_inputs(op, inputs, 2)?;
-    let (g, y) = (inputs[0], inputs[1]);
+/// The two same-shape, same-dtype inputs of a backward op.
+fn check_pair(op: &'static str, g: &Tensor, y: &Tensor) -> Result<()> {
     if g.dtype() != y.dtype() {
         return Err(Error::DTypeMismatch {
             op,
@@ -86,159 +72,98 @@ fn pair<'a>(op: &'static str, inputs: &[&'a Tensor]) -> Result<(&'a Tensor, &'a 
     if g.shape() != y.shape() {
         return Err(Error::shape_mismatch(op, g.shape(), y.shape()));
     }
-    Ok((g, y))
+    Ok(())
 }
 
-impl Differentiable for Softmax {
+impl StructuredOp for Softmax {
+    const NAME: &'static str = "softmax";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
-    fn name(&self) -> &str {
-        "softmax"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, false)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        self.tangent(0, g, n)
     }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("softmax", inputs, 1)?;
-        let axis = resolve_axis("softmax", self.axis, inputs[0].rank())?;
-        kernel::softmax(inputs[0], axis, false)
-    }
-    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        // The Jacobian is symmetric: the tangent is the backward applied to it.
         let op = SoftmaxBackward { axis: self.axis };
-        Ok(smallvec![Some(g.graph().record(op, &[g, y])?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _: &[Var<'g>],
-        y: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let op = SoftmaxBackward { axis: self.axis };
-        t[0].as_ref()
-            .map(|t| t.graph().record(op, &[t, y]))
-            .transpose()
+        t.graph().record(op, &[t, n.output])
     }
 }
 
-impl Differentiable for LogSoftmax {
+impl StructuredOp for LogSoftmax {
+    const NAME: &'static str = "log_softmax";
+    const INPUTS: &'static [&'static str] = &["input"];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
-    fn name(&self) -> &str {
-        "log_softmax"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, true)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("log_softmax", inputs, 1)?;
-        let axis = resolve_axis("log_softmax", self.axis, inputs[0].rank())?;
-        kernel::softmax(inputs[0], axis, true)
-    }
-    fn backward<'g>(&self, g: &Var<'g>, _: &[Var<'g>], y: &Var<'g>) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let op = LogSoftmaxBackward { axis: self.axis };
-        Ok(smallvec![Some(g.graph().record(op, &[g, y])?)])
+        g.graph().record(op, &[g, n.output])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _: &[Var<'g>],
-        y: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // J t = t - Σ softmax * t (J is not symmetric here).
-        let Some(t) = &t[0] else { return Ok(None) };
-        let axis = resolve_axis("log_softmax", self.axis, y.shape().len())?;
-        let dot = sum_axis(&y.exp().try_mul(t)?, axis, true)?;
-        Ok(Some(t.try_sub(&dot)?))
+        let y = n.output;
+        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+        t.try_sub(&sum_axis(&y.exp().try_mul(t)?, axis, true)?)
     }
 }
 
-impl Differentiable for SoftmaxBackward {
+impl StructuredOp for SoftmaxBackward {
+    const NAME: &'static str = "softmax_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "output"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
-    fn name(&self) -> &str {
-        "softmax_backward"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, y) = (x[0], x[1]);
+        check_pair(Self::NAME, g, y)?;
+        kernel::softmax_backward(g, y, resolve_axis(Self::NAME, self.axis, y.rank())?)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (g, y) = pair("softmax_backward", inputs)?;
-        let axis = resolve_axis("softmax_backward", self.axis, y.rank())?;
-        kernel::softmax_backward(g, y, axis)
-    }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // out = y g - y Σ(g y). d/dg: the same map applied to g2 (symmetric);
         // d/dy: g2 (g - Σ g y) - g Σ(g2 y).
-        let (g, y) = (&inputs[0], &inputs[1]);
-        let axis = resolve_axis("softmax_backward", self.axis, y.shape().len())?;
-        let dg = g
-            .requires_grad()
-            .then(|| g.graph().record(*self, &[g2, y]))
-            .transpose()?;
-        let dy = y
-            .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let s = sum_axis(&g.try_mul(y)?, axis, true)?;
-                let s2 = sum_axis(&g2.try_mul(y)?, axis, true)?;
-                g2.try_mul(&g.try_sub(&s)?)?.try_sub(&g.try_mul(&s2)?)
-            })
-            .transpose()?;
-        Ok(smallvec![dg, dy])
+        let (g, y) = (n.x(0), n.x(1));
+        if i == 0 {
+            return g.graph().record(*self, &[g2, y]);
+        }
+        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+        let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+        let s2 = sum_axis(&g2.try_mul(y)?, axis, true)?;
+        g2.try_mul(&g.try_sub(&s)?)?.try_sub(&g.try_mul(&s2)?)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, y) = (&inputs[0], &inputs[1]);
-        let axis = resolve_axis("softmax_backward", self.axis, y.shape().len())?;
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| tg.graph().record(*self, &[tg, y])),
-                t[1].as_ref().map(|ty| {
-                    let s = sum_axis(&g.try_mul(y)?, axis, true)?;
-                    let st = sum_axis(&g.try_mul(ty)?, axis, true)?;
-                    ty.try_mul(&g.try_sub(&s)?)?.try_sub(&y.try_mul(&st)?)
-                }),
-            ],
-        )
+    fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, y) = (n.x(0), n.x(1));
+        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+        let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+        let st = sum_axis(&g.try_mul(ty)?, axis, true)?;
+        ty.try_mul(&g.try_sub(&s)?)?.try_sub(&y.try_mul(&st)?)
     }
 }
 
-impl Differentiable for LogSoftmaxBackward {
+impl StructuredOp for LogSoftmaxBackward {
+    const NAME: &'static str = "log_softmax_backward";
+    const INPUTS: &'static [&'static str] = &["grad", "output"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
-    fn name(&self) -> &str {
-        "log_softmax_backward"
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        let (g, y) = (x[0], x[1]);
+        check_pair(Self::NAME, g, y)?;
+        kernel::log_softmax_backward(g, y, resolve_axis(Self::NAME, self.axis, y.rank())?)
     }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (g, y) = pair("log_softmax_backward", inputs)?;
-        let axis = resolve_axis("log_softmax_backward", self.axis, y.rank())?;
-        kernel::log_softmax_backward(g, y, axis)
-    }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = g - e^y Σ g. d/dg: g2 - Σ(g2 e^y); d/dy: -g2 e^y Σ g.
-        let (g, y) = (&inputs[0], &inputs[1]);
-        let axis = resolve_axis("log_softmax_backward", self.axis, y.shape().len())?;
+        let (g, y) = (n.x(0), n.x(1));
+        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
         let p = y.exp();
         let dg = g
             .requires_grad()
@@ -249,31 +174,14 @@ impl Differentiable for LogSoftmaxBackward {
             .transpose()?;
         let dy = y
             .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let s = sum_axis(g, axis, true)?;
-                Ok(-(g2.try_mul(&p)?.try_mul(&s)?))
-            })
+            .then(|| Ok::<_, Error>(-(g2.try_mul(&p)?.try_mul(&sum_axis(g, axis, true)?)?)))
             .transpose()?;
         Ok(smallvec![dg, dy])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, y) = (&inputs[0], &inputs[1]);
-        let axis = resolve_axis("log_softmax_backward", self.axis, y.shape().len())?;
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| tg.graph().record(*self, &[tg, y])),
-                t[1].as_ref().map(|ty| {
-                    let s = sum_axis(g, axis, true)?;
-                    Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
-                }),
-            ],
-        )
+    fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, y) = (n.x(0), n.x(1));
+        let s = sum_axis(g, resolve_axis(Self::NAME, self.axis, y.shape().len())?, true)?;
+        Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
     }
 }
 

@@ -5,13 +5,11 @@
 
 use std::sync::Arc;
 
-use smallvec::smallvec;
-
-use crate::ops::OpAttributes;
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
-use crate::ops::{expect_inputs, Differentiable, GradInputs};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::{Dims, Tensor};
 
@@ -27,6 +25,18 @@ pub enum Reduction {
     Mean,
     /// The sum.
     Sum,
+}
+
+impl Reduction {
+    /// PyTorch's word for it: `none`, `mean` or `sum` (a loss's
+    /// `reduction` attribute).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reduction::None => "none",
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        }
+    }
 }
 
 /// An integer type class targets and embedding indices can be given in.
@@ -162,45 +172,21 @@ pub(crate) struct SumAxis {
     pub(crate) keepdim: bool,
 }
 
-impl Differentiable for SumAxis {
+impl StructuredOp for SumAxis {
+    const NAME: &'static str = "sum";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
     }
-    fn name(&self) -> &str {
-        "sum"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sum", inputs, 1)?;
-        let x = inputs[0];
-        if x.rank() == 0 {
-            return Ok(x.clone());
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        if x[0].rank() == 0 {
+            return Ok(x[0].clone());
         }
-        kernels::sum_axes("sum", x, &[self.axis as isize], self.keepdim)
+        kernels::sum_axes("sum", x[0], &[self.axis as isize], self.keepdim)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(expand_axis(
-            g,
-            self.axis,
-            inputs[0].shape()
-        )?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        expand_axis(g, self.axis, n.x(0).shape())
     }
 }
 
@@ -211,43 +197,22 @@ pub(crate) struct ExpandAxis {
     pub(crate) shape: Dims,
 }
 
-impl Differentiable for ExpandAxis {
+impl StructuredOp for ExpandAxis {
+    const NAME: &'static str = "expand";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)
     }
-    fn name(&self) -> &str {
-        "expand"
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("expand", inputs, 1)?;
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let mut kept = self.shape.clone();
         if !kept.is_empty() {
             kept[self.axis] = 1;
         }
-        let x = inputs[0].reshape(&kept)?;
-        kernels::broadcast_to("expand", &x, &self.shape)
+        kernels::broadcast_to("expand", &x[0].reshape(&kept)?, &self.shape)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let keepdim = inputs[0].shape().len() == self.shape.len();
-        Ok(smallvec![Some(sum_axis(g, self.axis, keepdim)?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(self.clone(), &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        sum_axis(g, self.axis, n.x(0).shape().len() == self.shape.len())
     }
 }
 

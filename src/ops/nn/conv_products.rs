@@ -1,0 +1,149 @@
+//! How the three convolution ops differentiate, written once for all three.
+//!
+//! One convolution `y = conv(x, w)` relates three tensors ([`Slot`]): the
+//! input `x`, the weight `w` and the output `y`. Each op computes one slot
+//! from the other two and is bilinear in them: [`Conv`] makes `y` from
+//! `(x, w)`, [`ConvTranspose`] makes `x` from `(y, w)` (the input gradient),
+//! [`ConvWeight`] makes `w` from `(x, y)` (the weight gradient). The
+//! gradient of any of them with respect to an operand is the op that makes
+//! that operand's slot, fed the output gradient in the op's own slot and the
+//! other operand: so the three are closed under differentiation, and one
+//! rule ([`grad`], [`backward_fast`], [`tangent`]) serves all of them.
+
+use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
+use super::conv_spec::ConvSpec;
+use super::conv_transpose::ConvTranspose;
+use super::conv_weight::ConvWeight;
+use crate::error::Result;
+use crate::graph::Var;
+use crate::ops::{Node, StructuredOp};
+use crate::tensor::Tensor;
+
+/// One of the three tensors of a convolution `y = conv(x, w)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// The input `x`, `[N, C_in, spatial...]`.
+    X,
+    /// The weight `w`, `[C_out, C_in / groups, kernel...]`.
+    W,
+    /// The output `y`, `[N, C_out, spatial'...]`.
+    Y,
+}
+
+impl Slot {
+    /// The slots of the operands of the op that makes this one, in order.
+    pub(super) fn operands(self) -> [Slot; 2] {
+        match self {
+            Slot::Y => [Slot::X, Slot::W],
+            Slot::X => [Slot::Y, Slot::W],
+            Slot::W => [Slot::X, Slot::Y],
+        }
+    }
+}
+
+/// A convolution op: the slot it makes and its settings. Its first two
+/// inputs are the operands in [`Slot::operands`] order; [`Conv`] and
+/// [`ConvTranspose`] take an optional bias third.
+pub(super) trait ConvProduct: StructuredOp {
+    /// The slot the op makes.
+    const MAKES: Slot;
+    /// The convolution's settings.
+    fn spec(&self) -> &ConvSpec;
+}
+
+/// A value the products apply to: a recorded [`Var`] (backward, tangents)
+/// or a plain [`Tensor`] (the first-order fast path).
+trait Operand: Sized {
+    fn dims(&self) -> &[usize];
+    /// The op making `slot` with `spec` (and, for the weight, `kernel`)
+    /// applied to `args`.
+    fn product(slot: Slot, spec: ConvSpec, kernel: [usize; 2], args: [&Self; 2]) -> Result<Self>;
+}
+
+impl<'g> Operand for Var<'g> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn product(slot: Slot, spec: ConvSpec, kernel: [usize; 2], args: [&Self; 2]) -> Result<Self> {
+        let graph = args[0].graph();
+        match slot {
+            Slot::Y => graph.record(Conv { spec }, &args),
+            Slot::X => graph.record(ConvTranspose { spec }, &args),
+            Slot::W => graph.record(ConvWeight { spec, kernel }, &args),
+        }
+    }
+}
+
+impl Operand for Tensor {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn product(slot: Slot, spec: ConvSpec, kernel: [usize; 2], args: [&Self; 2]) -> Result<Self> {
+        match slot {
+            Slot::Y => StructuredOp::forward(&Conv { spec }, &args),
+            Slot::X => StructuredOp::forward(&ConvTranspose { spec }, &args),
+            Slot::W => StructuredOp::forward(&ConvWeight { spec, kernel }, &args),
+        }
+    }
+}
+
+/// The gradient, with respect to operand `i` (0 or 1) of `op` applied to
+/// `operands`, of a loss whose gradient at the op's output is `g`.
+fn operand_grad<O: ConvProduct, V: Operand>(op: &O, i: usize, g: &V, operands: [&V; 2]) -> Result<V> {
+    let from = O::MAKES.operands();
+    let at = |slot: Slot| {
+        if slot == O::MAKES {
+            g
+        } else {
+            operands[usize::from(slot == from[1])]
+        }
+    };
+    let spec = op.spec();
+    let (x, w) = (spec.hw(at(Slot::X).dims()), spec.hw(at(Slot::W).dims()));
+    // The windows of a strided convolution may stop short of the input's
+    // end: the gradient ops use the spec that ends at the last window, so
+    // their transposes give back exactly the input's size.
+    let fitted = spec.fitted_to(x, w);
+    let wanted = from[i];
+    let [a, b] = wanted.operands();
+    V::product(wanted, fitted, w, [at(a), at(b)])
+}
+
+/// [`StructuredOp::grad`] of a convolution op: a product for each operand,
+/// the output gradient summed per channel for the bias.
+pub(super) fn grad<'g, O: ConvProduct>(op: &O, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+    if i == 2 {
+        return bias_grad(g, g.shape()[1], op.spec().spatial);
+    }
+    operand_grad(op, i, g, [n.x(0), n.x(1)])
+}
+
+/// [`StructuredOp::backward_fast`] of a convolution op: [`grad`] on plain
+/// tensors.
+pub(super) fn backward_fast<O: ConvProduct>(
+    op: &O,
+    g: &Tensor,
+    x: &[&Tensor],
+    needs: &[bool],
+    grads: &mut [Option<Tensor>],
+) -> Result<bool> {
+    for i in (0..x.len()).filter(|&i| needs[i]) {
+        grads[i] = Some(match i {
+            2 => bias_grad_plain(g, g.shape()[1], op.spec().spatial)?,
+            _ => operand_grad(op, i, g, [x[0], x[1]])?,
+        });
+    }
+    Ok(true)
+}
+
+/// [`StructuredOp::tangent`] of a convolution op: bilinear in its operands
+/// (the op again, with the operand replaced by its tangent and no bias),
+/// the bias's tangent broadcast over the output.
+pub(super) fn tangent<'g, O: ConvProduct>(op: &O, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+    if i == 2 {
+        return bias_view(t, op.spec().spatial);
+    }
+    let mut args = [n.x(0), n.x(1)];
+    args[i] = t;
+    t.graph().record(op.clone(), &args)
+}
