@@ -4,7 +4,7 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn ddp)
+#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w3 w3_conv w4 w4_attn w6 matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
@@ -72,6 +72,18 @@ for w in "${workloads[@]}"; do
     mem_w2)
       ./target/release/examples/bench mem_w2 >>"$out"
       python3 bench/pytorch_reference.py mem_w2 --batch 4096 >>"$out" ;;
+    w6)
+      # all-MiniLM-L6-v2 (scripts/fetch_minilm.sh): encode 256 speeches at
+      # batch 32 (and onnxruntime on the torch.onnx.export'ed encoder as a
+      # reference row), a fine-tuning step at batch 16 x 128, and in fresh
+      # processes the time from folder to first embedding and the peak RSS.
+      ./target/release/examples/bench w6_embed --repeats 5 >>"$out"
+      python3 bench/pytorch_reference.py w6_embed --repeats 5 >>"$out"
+      python3 bench/pytorch_reference.py w6_onnx --repeats 5 >>"$out" 2>/dev/null
+      ./target/release/examples/bench w6_step --repeats 10 >>"$out"
+      python3 bench/pytorch_reference.py w6_step --steps 10 --warmup 2 >>"$out"
+      ./target/release/examples/bench w6_load >>"$out"
+      python3 bench/pytorch_reference.py w6_load >>"$out" ;;
     ddp)
       # Data-parallel W2 (feature mpi): 1 thread per rank, 1 and 2 ranks;
       # rows at global batch 1024 and at 512 examples per rank (scaling).
@@ -165,6 +177,13 @@ for fw in ("retrograd", "pytorch"):
             rng = f" (range {min(s):.2f}-{max(s):.2f}, runs {' / '.join(f'{v:.2f}' for v in s)})" if multi else ""
             print(f"scaling {fw} {model}: {ranks} ranks of {per} per rank against 1: "
                   f"{statistics.median(s):.2f}x{rng}")
+for i, rs in enumerate(runs):
+    for r in rs:
+        if r.get("framework") == "onnxruntime":
+            ours = side(rs, "retrograd").get(key(r))
+            rel = f", retrograd / onnxruntime {value(ours) / value(r):.3f}" if ours else ""
+            print(f"reference, run {i + 1}: onnxruntime {r['workload']} batch {r.get('batch')}: "
+                  f"{value(r):.4g} {r.get('unit')}{rel}")
 for r in rows:
     if r["workload"] == "w1" and r.get("chains") == 10:
         print(f"cross-check {r['framework']}: loss {r['loss']}, grad_sum {r['grad_sum']} "

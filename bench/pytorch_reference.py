@@ -14,6 +14,10 @@ and max over repeats plus cross-check values.
 Memory workloads run in a fresh subprocess each, so the peak RSS growth they
 report is not hidden by an earlier, larger peak of the same process.
 """
+import time as _time
+
+_START = _time.perf_counter()  # before `import torch`: W6's load row reports the import too
+
 import argparse
 import json
 import os
@@ -515,6 +519,140 @@ def bench_ddp(ranks, global_batch, steps, warmup, which="w2"):
          cpu_ms_per_rank=cpu, allreduce_bytes=nbytes)
 
 
+# ---------------------------------------------------------------- W6
+# all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); pairs with examples/bench/w6.rs.
+MINILM = os.environ.get("RETROGRAD_MINILM", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), ".cache/models/all-MiniLM-L6-v2"))
+
+
+def w6_speeches(n):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from finetune_speakers import speeches
+    return [t for _, t in speeches()[:n]]
+
+
+def bench_w6_embed(repeats):
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(MINILM, device="cpu")
+    texts = w6_speeches(256)
+    model.encode(texts, batch_size=32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        e = model.encode(texts, batch_size=32)
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([x * 1e3 for x in times])
+    emit(workload="w6_embed", dtype="f32", batch=32, texts=256, unit="ms_per_256_texts",
+         median=med, min=lo, max=hi, first_values_sum=float(e[0][:8].sum()))
+
+
+def bench_w6_onnx(repeats):
+    """onnxruntime on the encoder torch.onnx.export writes, with the same
+    tokenizer, length sorting, batches, mean pooling and normalisation."""
+    import tempfile
+    import numpy as np
+    import onnxruntime as ort
+    from transformers import AutoModel, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(MINILM)
+    model = AutoModel.from_pretrained(MINILM).eval()
+    path = os.path.join(tempfile.mkdtemp(), "minilm.onnx")
+    dummy = tok(["a text", "a longer text here"], padding=True, return_tensors="pt")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    axes["last_hidden_state"] = {0: "batch", 1: "seq"}
+    class Encoder(torch.nn.Module):
+        # By keyword: BertModel.forward's positional order changes between releases.
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
+
+    torch.onnx.export(Encoder(model), (dummy["input_ids"], dummy["attention_mask"], dummy["token_type_ids"]),
+                      path, input_names=names, output_names=["last_hidden_state"],
+                      dynamic_axes=axes, opset_version=17, dynamo=False)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    texts = w6_speeches(256)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+
+    def encode():
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        for s in range(0, len(order), 32):
+            idx = order[s:s + 32]
+            enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=256,
+                      return_tensors="np")
+            h = session.run(None, {n: enc[n].astype(np.int64) for n in names})[0]
+            m = enc["attention_mask"][..., None].astype(np.float32)
+            v = (h * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+            out[idx] = v / np.clip(np.linalg.norm(v, axis=1, keepdims=True), 1e-12, None)
+        return out
+
+    encode()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        encode()
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([x * 1e3 for x in times])
+    emit(workload="w6_embed", framework="onnxruntime", dtype="f32", batch=32, texts=256,
+         unit="ms_per_256_texts", median=med, min=lo, max=hi)
+
+
+def bench_w6_step(steps, warmup):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(MINILM, num_labels=10).train()
+    tok = AutoTokenizer.from_pretrained(MINILM)
+    texts = sorted(w6_speeches(16 * 40), key=len, reverse=True)[:16]
+    enc = tok(texts, padding="max_length", truncation=True, max_length=128, return_tensors="pt")
+    assert enc["input_ids"].shape == (16, 128)
+    labels = torch.arange(16) % 10
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-5, eps=1e-8)
+
+    def step():
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    med, lo, hi = stats([x * 1e3 for x in times])
+    emit(workload="w6_step", dtype="f32", batch=16, seq=128, unit="ms_per_step",
+         median=med, min=lo, max=hi)
+
+
+def w6_load():
+    """Fresh process: folder to first embedding (after `import torch`, as
+    retrograd's excludes nothing but process start), then the process's
+    peak RSS after embedding the 256 speeches."""
+    texts = w6_speeches(256)
+    imported = time.perf_counter()
+    from sentence_transformers import SentenceTransformer
+    t0 = time.perf_counter()
+    model = SentenceTransformer(MINILM, device="cpu")
+    model.encode(texts[:1], batch_size=1)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    emit(workload="w6_load", dtype="f32", unit="ms_folder_to_first_embedding", median=load_ms,
+         min=None, max=None, import_torch_ms=(imported - _START) * 1e3,
+         import_sentence_transformers_ms=(t0 - imported) * 1e3)
+    model.encode(texts, batch_size=32)
+    emit(workload="mem_w6", dtype="f32", unit="MiB_peak_rss_load_and_embed",
+         median=peak_rss_kib() / 1024, min=None, max=None)
+
+
 def run_isolated(args):
     """Runs this script again in a fresh process (for peak-RSS measurements)."""
     subprocess.run([sys.executable, os.path.abspath(__file__)] + args, check=True)
@@ -523,6 +661,7 @@ def run_isolated(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=["w1", "w1v", "w2", "w3", "w3_conv", "w4", "w4_attn", "matmul",
+                                         "w6_embed", "w6_onnx", "w6_step", "w6_load",
                                      "mem_w1", "mem_w2", "mem_w4_attn", "ddp", "all"])
     ap.add_argument("--ranks", type=int, default=2, help="processes of the ddp workload")
     ap.add_argument("--model", choices=["w2", "w4"], default="w2", help="model of the ddp workload")
@@ -557,6 +696,14 @@ def main():
         mem_w1(a.chains)
     elif a.workload == "mem_w2":
         mem_w2(a.batch, 5)
+    elif a.workload == "w6_embed":
+        bench_w6_embed(a.repeats)
+    elif a.workload == "w6_onnx":
+        bench_w6_onnx(a.repeats)
+    elif a.workload == "w6_step":
+        bench_w6_step(a.steps, a.warmup)
+    elif a.workload == "w6_load":
+        w6_load()
     elif a.workload == "ddp":
         bench_ddp(a.ranks, a.batch, a.steps, a.warmup, a.model)
     else:

@@ -267,6 +267,7 @@ fn load_model(kind: &str, checkpoint: Option<&PathBuf>, a: &Args) -> Result<Load
                     n_embd: 64,
                     dropout: 0.0,
                     bias: false,
+                    activation: Activation::Gelu,
                     dtype: DType::F32,
                 },
             };

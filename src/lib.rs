@@ -38,6 +38,7 @@ pub mod data;
 pub mod distributed;
 #[cfg(feature = "expr")]
 pub mod expr;
+pub mod hub;
 pub mod io;
 pub mod kernels;
 pub mod nn;

@@ -447,6 +447,7 @@ fn gpt() -> Gpt {
         n_embd: 16,
         dropout: 0.0,
         bias: true,
+        activation: retrograd::nn::Activation::Gelu,
         dtype: DType::F32,
     };
     Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(5)).unwrap()

@@ -29,6 +29,8 @@ mod w1;
 mod w2;
 mod w3;
 mod w4;
+#[cfg(feature = "tokenizers")]
+mod w6;
 
 use std::process::ExitCode;
 
@@ -84,6 +86,24 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "mem_w4_attn",
         w4::run_memory,
         "peak RSS growth of W4 attention (forward + backward) at T=1024 and 2048",
+    ),
+    #[cfg(feature = "tokenizers")]
+    (
+        "w6_embed",
+        w6::run_embed,
+        "all-MiniLM-L6-v2: encode 256 speeches at batch 32 (needs scripts/fetch_minilm.sh)",
+    ),
+    #[cfg(feature = "tokenizers")]
+    (
+        "w6_step",
+        w6::run_step,
+        "all-MiniLM-L6-v2 fine-tuning step: batch 16, sequence 128, AdamW",
+    ),
+    #[cfg(feature = "tokenizers")]
+    (
+        "w6_load",
+        w6::run_load,
+        "all-MiniLM-L6-v2: folder to first embedding, and peak RSS of load + embed (fresh process)",
     ),
     (
         "mem_w1",

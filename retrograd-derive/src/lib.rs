@@ -6,7 +6,9 @@
 //! `retrograd::nn::Visit` under its own name (`"blocks.0.attn.weight"`),
 //! in declaration order. Plain settings (numbers, flags, dtypes) visit
 //! nothing; any other field that is not a module is marked
-//! `#[module(skip)]`.
+//! `#[module(skip)]`. `#[module(rename = "self")]` visits a field under
+//! another name: a checkpoint's name that is a Rust keyword, or not
+//! snake case (Hugging Face's `attention.self`, `LayerNorm`).
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -24,6 +26,8 @@ use syn::{parse_macro_input, Data, DeriveInput, Fields, Index, LitStr};
 ///     gate: Option<Parameter>,
 ///     #[module(skip)]
 ///     cache: std::cell::Cell<usize>,
+///     #[module(rename = "LayerNorm")]
+///     layer_norm: LayerNorm,      // "LayerNorm.weight", ...
 /// }
 /// ```
 #[proc_macro_derive(Module, attributes(module))]
@@ -47,25 +51,30 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     match &data.fields {
         Fields::Named(named) => {
             for f in &named.named {
-                if skipped(&f.attrs)? {
+                let options = field_options(&f.attrs)?;
+                if options.skip {
                     continue;
                 }
                 let ident = f.ident.as_ref().expect("named field");
-                let name = ident.to_string();
-                let name = name.strip_prefix("r#").unwrap_or(&name).to_string();
+                let name = match options.rename {
+                    Some(name) => name,
+                    None => {
+                        let name = ident.to_string();
+                        name.strip_prefix("r#").unwrap_or(&name).to_string()
+                    }
+                };
                 fields.push((quote!(#ident), LitStr::new(&name, Span::call_site())));
             }
         }
         Fields::Unnamed(unnamed) => {
             for (i, f) in unnamed.unnamed.iter().enumerate() {
-                if skipped(&f.attrs)? {
+                let options = field_options(&f.attrs)?;
+                if options.skip {
                     continue;
                 }
                 let index = Index::from(i);
-                fields.push((
-                    quote!(#index),
-                    LitStr::new(&i.to_string(), Span::call_site()),
-                ));
+                let name = options.rename.unwrap_or_else(|| i.to_string());
+                fields.push((quote!(#index), LitStr::new(&name, Span::call_site())));
             }
         }
         Fields::Unit => {}
@@ -111,18 +120,37 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     })
 }
 
-/// Whether a field carries `#[module(skip)]`; any other `module(...)` is an error.
-fn skipped(attrs: &[syn::Attribute]) -> syn::Result<bool> {
-    let mut skip = false;
+/// A field's `#[module(...)]` options.
+#[derive(Default)]
+struct FieldOptions {
+    /// `skip`: the field is not visited.
+    skip: bool,
+    /// `rename = "name"`: the field is visited under this name.
+    rename: Option<String>,
+}
+
+/// Reads `#[module(skip)]` and `#[module(rename = "...")]`; any other
+/// option is an error.
+fn field_options(attrs: &[syn::Attribute]) -> syn::Result<FieldOptions> {
+    let mut options = FieldOptions::default();
     for attr in attrs.iter().filter(|a| a.path().is_ident("module")) {
         attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("skip") {
-                skip = true;
+                options.skip = true;
+                Ok(())
+            } else if meta.path.is_ident("rename") {
+                let name: LitStr = meta.value()?.parse()?;
+                if name.value().is_empty() || name.value().contains('.') {
+                    return Err(meta.error("a renamed field needs a non-empty name without dots"));
+                }
+                options.rename = Some(name.value());
                 Ok(())
             } else {
-                Err(meta.error("unknown #[module] option; the only one is `skip`"))
+                Err(meta.error(
+                    "unknown #[module] option; the options are `skip` and `rename = \"name\"`",
+                ))
             }
         })?;
     }
-    Ok(skip)
+    Ok(options)
 }

@@ -24,6 +24,7 @@ pub mod digits;
 mod image_csv;
 pub mod mnist;
 pub mod shakespeare;
+pub mod speakers;
 mod tokenizer;
 
 pub use augment::random_shift;

@@ -132,6 +132,44 @@ pub fn normal<R: Rng + ?Sized>(
         .to_dtype(dtype))
 }
 
+/// How a new parameter is filled: what a model's constructor asks of the
+/// source of its parameters (a generator, or a checkpoint that may lack
+/// some of them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// `N(0, std)`.
+    Normal(f64),
+    /// All zeros (biases).
+    Zeros,
+    /// All ones (layer-norm scales).
+    Ones,
+}
+
+impl Init {
+    /// A tensor of `shape` and `dtype` filled this way, drawn from `rng`.
+    ///
+    /// ```
+    /// use rand::SeedableRng;
+    /// use retrograd::{DType, nn::init::Init};
+    /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    /// assert_eq!(Init::Ones.tensor(&[2], DType::F32, &mut rng)?.to_vec::<f32>()?, vec![1.0, 1.0]);
+    /// assert_eq!(Init::Normal(0.02).tensor(&[3, 4], DType::F64, &mut rng)?.shape(), &[3, 4]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn tensor<R: Rng + ?Sized>(
+        self,
+        shape: &[usize],
+        dtype: DType,
+        rng: &mut R,
+    ) -> Result<Tensor> {
+        match self {
+            Init::Normal(std) => normal(shape, 0.0, std, dtype, rng),
+            Init::Zeros => Tensor::zeros(shape, dtype),
+            Init::Ones => Tensor::ones(shape, dtype),
+        }
+    }
+}
+
 /// Kaiming/He uniform: `U(-b, b)` with `b = gain * sqrt(3 / fan)`
 /// (PyTorch's `kaiming_uniform_`). `nn.Linear` uses
 /// `Nonlinearity::LeakyRelu(sqrt(5))` with `FanMode::FanIn`, which gives

@@ -50,6 +50,11 @@ pub use default_generator::{
     DEFAULT_SEED,
 };
 pub use layers::{
+    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
+    BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
+    BertResidual, BertSelfAttention, ParameterSource,
+};
+pub use layers::{
     Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
     ConvTranspose2d, Dropout, Embedding, EmbeddingBuilder, Flatten, GroupNorm, LayerNorm, Linear,
     LinearBuilder, Mlp, MlpBuilder, RMSNorm, Sequential,

@@ -143,8 +143,8 @@ pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use registry::{optimizer_kind, optimizer_kinds, OptimizerKind, OptimizerSettings};
 pub use rule::{ParamState, RuleNames, RuleOptimizer, StateField, UpdateContext, UpdateRule};
 pub use schedule::{
-    ConstantLr, CosineAnnealingLr, ExponentialLr, LrSchedule, LrScheduler, MultiStepLr, StepLr,
-    WarmupCosineLr, WarmupLr,
+    ConstantLr, CosineAnnealingLr, ExponentialLr, LinearLr, LrSchedule, LrScheduler, MultiStepLr,
+    StepLr, WarmupCosineLr, WarmupLr,
 };
 
 use crate::error::{Error, Result};

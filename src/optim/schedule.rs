@@ -278,6 +278,54 @@ impl<S: LrSchedule> LrSchedule for WarmupLr<S> {
     }
 }
 
+/// PyTorch's `LinearLR`: the factor of the base rate moves in a straight
+/// line from `start_factor` to `end_factor` over `total_iters` steps, then
+/// stays. After a warm-up ([`WarmupLr`], from 0) it is `transformers`'
+/// `get_linear_schedule_with_warmup`:
+///
+/// ```
+/// use retrograd::optim::{LinearLr, LrSchedule, WarmupLr};
+/// // 2 warm-up steps, then down to 0 at step 6 (6 steps in all).
+/// let s = WarmupLr::new(2, 0.0, LinearLr::new(1.0, 0.0, 4)?)?;
+/// let rates: Vec<f64> = (0..7).map(|t| s.lr_at(1.0, t)).collect();
+/// assert_eq!(rates, [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct LinearLr {
+    start_factor: f64,
+    end_factor: f64,
+    total_iters: usize,
+}
+
+impl LinearLr {
+    /// From `start_factor` to `end_factor` (both in `[0, 1]`) over `total_iters` steps.
+    pub fn new(start_factor: f64, end_factor: f64, total_iters: usize) -> Result<Self> {
+        if !(0.0..=1.0).contains(&start_factor) || !(0.0..=1.0).contains(&end_factor) {
+            return Err(Error::invalid(
+                "LinearLr",
+                format!("factors must be in [0, 1], got {start_factor} and {end_factor}"),
+            ));
+        }
+        Ok(LinearLr {
+            start_factor,
+            end_factor,
+            total_iters,
+        })
+    }
+}
+
+impl LrSchedule for LinearLr {
+    fn lr_at(&self, base_lr: f64, t: usize) -> f64 {
+        let frac = if self.total_iters == 0 {
+            1.0
+        } else {
+            t.min(self.total_iters) as f64 / self.total_iters as f64
+        };
+        base_lr * (self.start_factor + (self.end_factor - self.start_factor) * frac)
+    }
+}
+
 /// Drives an optimizer's learning rate along a schedule: remembers the base
 /// rate and the step count, and sets the rate on each [`step`](Self::step).
 pub struct LrScheduler {

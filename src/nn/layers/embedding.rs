@@ -52,6 +52,25 @@ impl Embedding {
         }
     }
 
+    /// A table around an existing `[num_embeddings, dim]` weight (no
+    /// padding row): how a loaded checkpoint becomes a layer.
+    pub fn from_weight(weight: Parameter) -> Result<Self> {
+        let shape = weight.shape();
+        if shape.len() != 2 || shape.contains(&0) || !weight.dtype().is_float() {
+            return Err(Error::invalid(
+                "Embedding",
+                format!(
+                    "the weight must be a non-empty float [num_embeddings, dim] table, got {shape:?} {}",
+                    weight.dtype()
+                ),
+            ));
+        }
+        Ok(Embedding {
+            weight,
+            padding_idx: None,
+        })
+    }
+
     /// The table, `[num_embeddings, dim]`.
     pub fn weight(&self) -> &Parameter {
         &self.weight

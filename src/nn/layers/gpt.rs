@@ -6,7 +6,9 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::nn::{with_default_generator, Block, Dropout, Embedding, Forward, LayerNorm, Module};
+use crate::nn::{
+    with_default_generator, Activation, Block, Dropout, Embedding, Forward, LayerNorm, Module,
+};
 use crate::tensor::{DType, Tensor};
 
 /// The sizes and settings of a [`Gpt`] (nanoGPT's `GPTConfig`).
@@ -27,6 +29,9 @@ pub struct GptConfig {
     pub dropout: f64,
     /// Whether linear layers and layer norms have biases.
     pub bias: bool,
+    /// The feed-forward activation: the exact GELU (nanoGPT's) or its tanh
+    /// form (GPT-2's `gelu_new`).
+    pub activation: Activation,
     /// The dtype of the parameters.
     pub dtype: DType,
 }
@@ -43,6 +48,7 @@ impl GptConfig {
             n_embd: 128,
             dropout: 0.0,
             bias: false,
+            activation: Activation::Gelu,
             dtype: DType::F32,
         }
     }
@@ -52,7 +58,8 @@ impl GptConfig {
     pub const METADATA_KEY: &'static str = "gpt_config";
 
     /// The configuration as a string for a checkpoint's metadata:
-    /// `vocab_size=65 block_size=64 ... dtype=f32`.
+    /// `vocab_size=65 block_size=64 ... dtype=f32` (`activation=gelu_tanh`
+    /// only when it is not the exact GELU, so older readers still read it).
     ///
     /// ```
     /// use retrograd::nn::GptConfig;
@@ -66,14 +73,19 @@ impl GptConfig {
             DType::F64 => "f64",
             _ => "f32",
         };
+        let activation = match self.activation {
+            Activation::Gelu => String::new(),
+            other => format!(" activation={other}"),
+        };
         format!(
-            "vocab_size={} block_size={} n_layer={} n_head={} n_embd={} dropout={} bias={} dtype={dtype}",
+            "vocab_size={} block_size={} n_layer={} n_head={} n_embd={} dropout={} bias={}{activation} dtype={dtype}",
             self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd, self.dropout, self.bias
         )
     }
 
     /// Reads [`to_metadata`](Self::to_metadata)'s string; a missing,
-    /// unknown or malformed entry is an [`Error::Format`] naming it.
+    /// unknown or malformed entry is an [`Error::Format`] naming it (a
+    /// missing `activation` is the exact GELU).
     pub fn from_metadata(metadata: &str) -> Result<Self> {
         let bad = |reason: String| Error::Format {
             op: "GptConfig::from_metadata",
@@ -87,6 +99,12 @@ impl GptConfig {
                 .ok_or_else(|| bad(format!("`{entry}` is not key=value")))?;
             fields.insert(k, v);
         }
+        let activation = match fields.remove("activation") {
+            None => Activation::Gelu,
+            Some(v) => v
+                .parse()
+                .map_err(|_| bad(format!("`activation={v}` is not an activation")))?,
+        };
         let mut take = |key: &str| fields.remove(key).ok_or_else(|| bad(format!("no `{key}`")));
         let size = |key: &str, v: &str| {
             v.parse::<usize>()
@@ -108,6 +126,7 @@ impl GptConfig {
                 v.parse()
                     .map_err(|_| bad(format!("`bias={v}` is not true or false")))?
             },
+            activation,
             dtype: match take("dtype")? {
                 "f32" => DType::F32,
                 "f64" => DType::F64,
@@ -189,6 +208,7 @@ impl Gpt {
             n_embd,
             dropout,
             bias,
+            activation,
             dtype,
         } = config;
         let embedding = |n: usize, rng: &mut R| {
@@ -205,6 +225,7 @@ impl Gpt {
                 Block::builder(n_embd, n_head)
                     .bias(bias)
                     .dropout(dropout, 0x6770_0000 + i as u64)
+                    .activation(activation)
                     .dtype(dtype)
                     .gpt2_init(residual_std)
                     .build_with(rng)
@@ -354,6 +375,7 @@ mod tests {
             n_embd: 8,
             dropout: 0.0,
             bias: true,
+            activation: Activation::Gelu,
             dtype,
         };
         Gpt::with_rng(config, &mut ChaCha8Rng::seed_from_u64(0)).unwrap()

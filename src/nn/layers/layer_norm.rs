@@ -73,6 +73,21 @@ impl LayerNorm {
         })
     }
 
+    /// Layer norm around existing parameters: `weight` and `bias` of the
+    /// normalised shape (a loaded checkpoint's), and `eps`.
+    pub fn from_parameters(weight: Parameter, bias: Option<Parameter>, eps: f64) -> Result<Self> {
+        let shape = weight.shape();
+        if let Some(b) = &bias
+            && (b.shape() != shape || b.dtype() != weight.dtype())
+        {
+            return Err(Error::shape_mismatch("LayerNorm", &shape, &b.shape()));
+        }
+        let mut norm = Self::with_options(&shape, eps, false, weight.dtype())?;
+        norm.weight = Some(weight);
+        norm.bias = bias;
+        Ok(norm)
+    }
+
     /// Keeps (`true`) or drops (`false`) the learnable bias: PyTorch's
     /// `nn.LayerNorm(..., bias=False)` is `LayerNorm::new(shape, dtype)?.with_bias(false)`
     /// (the weight stays). Without a weight (`elementwise_affine = false`)

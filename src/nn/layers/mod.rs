@@ -2,6 +2,8 @@
 
 mod activation;
 mod batch_norm;
+mod bert;
+mod bert_classifier;
 mod conv;
 mod dropout;
 mod embedding;
@@ -19,6 +21,12 @@ mod transformer_block;
 
 pub use activation::Activation;
 pub use batch_norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions};
+pub use bert::{
+    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
+    BertIntermediate, BertLayer, BertModel, BertPooler, BertResidual, BertSelfAttention,
+    ParameterSource,
+};
+pub use bert_classifier::BertForSequenceClassification;
 pub use conv::{Conv1d, Conv2d, ConvNd, ConvTranspose2d};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingBuilder};

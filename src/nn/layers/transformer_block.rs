@@ -6,23 +6,26 @@ use rand::Rng;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::nn::{
-    with_default_generator, Dropout, Forward, LayerNorm, Linear, Module, MultiheadAttention,
+    with_default_generator, Activation, Dropout, Forward, LayerNorm, Linear, Module,
+    MultiheadAttention,
 };
 use crate::tensor::DType;
 
-/// The position-wise network of a transformer block: `Linear(E, 4E)`, exact
-/// GELU, `Linear(4E, E)`, dropout. Parameter names follow nanoGPT
+/// The position-wise network of a transformer block: `Linear(E, 4E)`, an
+/// activation (the exact GELU unless [`BlockBuilder::activation`] says
+/// otherwise), `Linear(4E, E)`, dropout. Parameter names follow nanoGPT
 /// (`c_fc`, `c_proj`).
 #[derive(Clone, Debug, Module)]
 pub struct FeedForward {
     c_fc: Linear,
     c_proj: Linear,
     dropout: Dropout,
+    activation: Activation,
 }
 
 impl Forward for FeedForward {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let h = self.c_fc.forward(x)?.gelu();
+        let h = self.activation.apply(&self.c_fc.forward(x)?)?;
         self.dropout.forward(&self.c_proj.forward(&h)?)
     }
 }
@@ -59,6 +62,7 @@ pub struct BlockBuilder {
     seed: u64,
     dtype: DType,
     residual_std: Option<f64>,
+    activation: Activation,
 }
 
 impl Block {
@@ -78,6 +82,7 @@ impl Block {
             seed: 0,
             dtype: DType::F32,
             residual_std: None,
+            activation: Activation::Gelu,
         }
     }
 
@@ -112,6 +117,13 @@ impl BlockBuilder {
         self
     }
 
+    /// The feed-forward activation (default the exact GELU; GPT-2 uses
+    /// [`Activation::GeluTanh`]).
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
     /// The dtype of the parameters (default f32).
     pub fn dtype(mut self, dtype: DType) -> Self {
         self.dtype = dtype;
@@ -142,6 +154,7 @@ impl BlockBuilder {
             seed,
             dtype,
             residual_std,
+            activation,
         } = self;
         let norm = || LayerNorm::new(&[e], dtype).map(|n| n.with_bias(bias));
         let linear = |rng: &mut R, i: usize, o: usize, std: Option<f64>| -> Result<Linear> {
@@ -172,6 +185,7 @@ impl BlockBuilder {
                 c_fc,
                 c_proj,
                 dropout: Dropout::new(dropout, seed ^ 0x5eed)?,
+                activation,
             },
         })
     }
