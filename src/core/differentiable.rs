@@ -83,6 +83,16 @@ pub trait Differentiable: Send + Sync + 'static {
         false
     }
 
+    /// Whether the op's forward itself turns an output buffer the
+    /// allocator refuses into `Error::OutOfMemory` (the elementwise
+    /// kernels do: they know the output's size before they build it), so
+    /// that `record` runs it without
+    /// a boundary of its own (ARCHITECTURE.md, PERF, "The refused-buffer
+    /// boundary"). The default, `false`, is always safe.
+    fn catches_refused_buffers(&self) -> bool {
+        false
+    }
+
     /// Given the gradient of the output, returns one optional gradient per
     /// input, each with that input's shape.
     fn backward<'g>(
@@ -208,6 +218,9 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn non_float_output(&self) -> bool {
         (**self).non_float_output()
+    }
+    fn catches_refused_buffers(&self) -> bool {
+        (**self).catches_refused_buffers()
     }
     fn backward<'g>(
         &self,

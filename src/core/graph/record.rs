@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use super::{Graph, GraphState, InlineInputs, NodeRecord, OpId, OpTable, Var, NO_SLOT};
 use crate::core::Differentiable;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{refused, Tensor};
 
 impl Graph {
     /// Runs `op` forward on `inputs` and records a node if any input requires
@@ -142,19 +142,14 @@ impl Graph {
                 });
             }
         }
-        // Fixed-size arrays for the common arities keep this allocation-free
-        // and let a statically known op's forward inline.
-        // A result the allocator refuses is an error naming the op.
-        let forward = || match inputs {
-            [a] => op.forward(&[a.value()]),
-            [a, b] => op.forward(&[a.value(), b.value()]),
-            [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
-            _ => {
-                let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
-                op.forward(&tensors)
-            }
+        // A refused output buffer is an error naming the op; PERF: ops that
+        // catch it themselves run without this boundary (ARCHITECTURE.md,
+        // PERF, "The refused-buffer boundary").
+        let output = if op.catches_refused_buffers() {
+            run_forward(op, inputs)?
+        } else {
+            refused::catching(|| op.name().to_string(), || run_forward(op, inputs))?
         };
-        let output = crate::tensor::refused::catching(|| op.name().to_string(), forward)?;
         if self.anomaly_detection() && !output.all_finite() {
             return Err(self.forward_anomaly(op.name()));
         }
@@ -286,5 +281,21 @@ fn value_id_in(st: &mut GraphState, v: &Var<'_>) -> u32 {
         st.push_value(v.value().clone(), super::LEAF_CONSTANT)
     } else {
         v.slot()
+    }
+}
+
+/// Runs `op`'s forward on the inputs' values. Fixed-size arrays for the
+/// common arities keep this allocation-free and let a statically known op's
+/// forward inline.
+#[inline(always)]
+fn run_forward<O: Differentiable + ?Sized>(op: &O, inputs: &[&Var<'_>]) -> Result<Tensor> {
+    match inputs {
+        [a] => op.forward(&[a.value()]),
+        [a, b] => op.forward(&[a.value(), b.value()]),
+        [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
+        _ => {
+            let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
+            op.forward(&tensors)
+        }
     }
 }

@@ -145,6 +145,10 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
+    // `kernels::map_op` reports a refused output buffer itself.
+    fn catches_refused_buffers(&self) -> bool {
+        true
+    }
     // Inlined into `record`: a call takes the input's address, which keeps
     // the `Var` on the stack and copies it there by 16-byte loads of
     // smaller stores (see `tensor/word.rs`).
