@@ -21,6 +21,8 @@
 mod ddp_epochs;
 #[path = "support/epochs.rs"]
 mod epochs;
+#[path = "support/mnist_cnn.rs"]
+mod mnist_cnn;
 #[path = "support/reload_check.rs"]
 mod reload_check;
 #[path = "support/resume.rs"]
@@ -39,11 +41,7 @@ use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{mnist, random_shift, Dataset};
 use retrograd::distributed::SingleProcess;
-use retrograd::nn::{
-    accuracy, evaluate_accuracy, Activation, BatchNorm2d, Conv2d, Dropout, Flatten, Forward,
-    Linear, MaxPool2d, Module, Sequential,
-};
-use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
+use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module, Sequential};
 use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
@@ -230,49 +228,15 @@ fn load_data(args: &Args) -> Result<(Dataset, Dataset)> {
     ))
 }
 
-/// Two blocks of 3x3 convolution (+ batch norm) + ReLU + 2x2 max pooling,
-/// then a hidden linear layer with dropout and the 10-way output layer.
+/// The CNN of `support/mnist_cnn.rs` with this run's sizes.
 fn build_model(args: &Args, seed: u64) -> Result<Sequential> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let same = Conv2dOptions::new().padding(1);
-    let mut model = Sequential::new();
-    let mut channels = 1;
-    for &out in &args.channels {
-        // A convolution followed by batch norm needs no bias of its own.
-        let conv = Conv2d::with_bias(
-            channels,
-            out,
-            3,
-            same,
-            !args.batch_norm,
-            DType::F32,
-            &mut rng,
-        )?;
-        model.push(conv);
-        if args.batch_norm {
-            model.push(BatchNorm2d::new(out, DType::F32)?);
-        }
-        model.push(Activation::Relu);
-        model.push(MaxPool2d::new(MaxPool2dOptions::new(2)));
-        channels = out;
-    }
-    let side = mnist::SIDE / 4;
-    model.push(Flatten::new());
-    model.push(
-        Linear::builder(channels * side * side, args.hidden)
-            .dtype(DType::F32)
-            .build_with(&mut rng)?,
-    );
-    model.push(Activation::Relu);
-    if args.dropout > 0.0 {
-        model.push(Dropout::new(args.dropout, seed ^ 0xd0)?);
-    }
-    model.push(
-        Linear::builder(args.hidden, mnist::NUM_CLASSES)
-            .dtype(DType::F32)
-            .build_with(&mut rng)?,
-    );
-    Ok(model)
+    mnist_cnn::build(
+        &args.channels,
+        args.hidden,
+        args.batch_norm,
+        args.dropout,
+        seed,
+    )
 }
 
 fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {

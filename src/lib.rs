@@ -43,6 +43,8 @@ pub mod hub;
 pub mod io;
 pub mod kernels;
 pub mod nn;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
@@ -52,14 +54,15 @@ pub mod train;
 pub mod viz;
 
 pub use self::core::{
-    Attr, Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpFacts, Var,
+    AttrValue, Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpAttributes,
+    OpFacts, Var,
 };
 pub use autograd::{
     grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
     JacobianMode,
 };
-pub use base::{DType, Error, Result, TensorProblem};
+pub use base::{DType, Error, OnnxProblem, Result, TensorProblem};
 pub use compile::{compile, CompileOptions, Compiled, StepOutput};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::{

@@ -12,6 +12,9 @@ mod digits;
 mod expr;
 #[path = "../fuzz/bodies/mnist.rs"]
 mod mnist;
+#[cfg(feature = "onnx")]
+#[path = "../fuzz/bodies/onnx.rs"]
+mod onnx;
 #[path = "../fuzz/bodies/ops.rs"]
 mod ops;
 
@@ -112,4 +115,10 @@ fn mnist_corpus() {
 #[test]
 fn ops_corpus() {
     replay("ops", ops::run);
+}
+
+#[cfg(feature = "onnx")]
+#[test]
+fn onnx_corpus() {
+    replay("onnx", onnx::run);
 }

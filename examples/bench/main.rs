@@ -21,6 +21,8 @@ mod elementwise;
 mod gate;
 mod matmul;
 mod memory;
+#[cfg(feature = "onnx")]
+mod onnx;
 mod report;
 mod tape;
 mod w1;
@@ -138,6 +140,18 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "elementwise",
         elementwise::run,
         "add GB/s vs copy, parallel threshold sweep",
+    ),
+    #[cfg(feature = "onnx")]
+    (
+        "onnx_mnist_cnn",
+        onnx::run_mnist_cnn,
+        "inference of the CNN imported from torch.onnx.export, batch 64 (bench/onnx_models.py)",
+    ),
+    #[cfg(feature = "onnx")]
+    (
+        "onnx_minilm",
+        onnx::run_minilm,
+        "inference of all-MiniLM-L6-v2 imported from torch.onnx.export, batch 32 (bench/onnx_models.py)",
     ),
 ];
 

@@ -305,6 +305,58 @@ pub enum Error {
         /// Which input, and what was expected.
         detail: String,
     },
+    /// A recorded node has no ONNX form (or none with its settings), so the
+    /// graph cannot be exported as it is.
+    #[error("onnx export: node {node} ({op}): {reason}")]
+    OnnxExport {
+        /// The op of the node (`dropout`, `cross_entropy`...).
+        op: String,
+        /// The node's index in the graph.
+        node: usize,
+        /// Why it cannot be written.
+        reason: String,
+    },
+    /// An ONNX model uses ops, opsets or settings this importer does not
+    /// support; every unsupported node is listed at once.
+    #[error("onnx import: {} unsupported: {}", .items.len(), .items.join("; "))]
+    OnnxUnsupported {
+        /// One entry per unsupported node (`node "Conv_3" (LSTM)`) or opset.
+        items: Vec<String>,
+    },
+    /// An ONNX model that is malformed: it does not decode, its graph has a
+    /// cycle or uses a value nothing defines, a tensor's data does not fit
+    /// its shape, or shapes do not fit together.
+    #[error("onnx: {problem}: {detail}")]
+    OnnxInvalid {
+        /// Which kind of defect.
+        problem: OnnxProblem,
+        /// Where it is (the node or tensor named) and what it is.
+        detail: String,
+    },
+}
+
+/// The kind of defect of a malformed ONNX model ([`Error::OnnxInvalid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OnnxProblem {
+    /// The bytes are not an ONNX protobuf message (a truncated file).
+    #[error("not a valid ONNX protobuf")]
+    Decode,
+    /// The graph has a cycle.
+    #[error("cyclic graph")]
+    Cycle,
+    /// A node reads a value no input, initializer or node defines.
+    #[error("undefined value")]
+    UndefinedValue,
+    /// A tensor's data does not fit its declared shape or type.
+    #[error("bad tensor")]
+    BadTensor,
+    /// A node lacks a required attribute or input, or has an invalid one.
+    #[error("bad node")]
+    BadNode,
+    /// Shapes that do not fit together (an input, a weight, an op's operands).
+    #[error("shape mismatch")]
+    ShapeMismatch,
 }
 
 /// What is wrong with a named tensor ([`Error::TensorMismatch`]).

@@ -18,4 +18,4 @@ pub(crate) mod error;
 pub(crate) mod fallible;
 
 pub use dtype::DType;
-pub use error::{Error, Result, TensorProblem};
+pub use error::{Error, OnnxProblem, Result, TensorProblem};

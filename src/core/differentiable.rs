@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::attr::Attributes;
+use super::attributes::OpAttributes;
 use super::facts::OpFacts;
 use super::graph::Var;
 use super::holds::Holds;
@@ -82,6 +82,16 @@ pub trait Differentiable: Send + Sync + 'static {
     /// name through [`Graph::apply`](crate::Graph::apply) have their
     /// output's dtype checked whatever this says.)
     fn non_float_output(&self) -> bool {
+        false
+    }
+
+    /// Whether the op's forward itself turns an output buffer the
+    /// allocator refuses into `Error::OutOfMemory` (the elementwise
+    /// kernels do: they know the output's size before they build it), so
+    /// that `record` runs it without
+    /// a boundary of its own (ARCHITECTURE.md, PERF, "The refused-buffer
+    /// boundary"). The default, `false`, is always safe.
+    fn catches_refused_buffers(&self) -> bool {
         false
     }
 
@@ -230,12 +240,12 @@ pub trait Differentiable: Send + Sync + 'static {
         OpFacts::opaque(self.arity())
     }
 
-    /// The op's settings by name, in a fixed order (a reduction's axes and
-    /// `keepdim`, a normalisation's `eps`, a convolution's stride, padding,
-    /// dilation and groups): what an exporter or a printed graph reads
-    /// without knowing the op's type. The default lists none.
-    fn attributes(&self) -> Attributes {
-        Attributes::new()
+    /// The settings this op was built with (axes, eps, strides, a shape),
+    /// by name, for code that reads a recorded graph without knowing op
+    /// types: the ONNX exporter, traces. The default lists none, which is
+    /// right for an op without settings (`add`, `relu`).
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
     }
 }
 
@@ -253,6 +263,9 @@ impl Differentiable for Arc<dyn Differentiable> {
     }
     fn non_float_output(&self) -> bool {
         (**self).non_float_output()
+    }
+    fn catches_refused_buffers(&self) -> bool {
+        (**self).catches_refused_buffers()
     }
     fn backward<'g>(
         &self,
@@ -313,7 +326,7 @@ impl Differentiable for Arc<dyn Differentiable> {
     fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
         (**self).forward_seeded(inputs, seed)
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         (**self).attributes()
     }
 }

@@ -6,7 +6,9 @@
 //! - [`graph`]: [`Graph`], [`Var`], the node records, `record`, both
 //!   backward orders, the inference graph.
 //! - `differentiable.rs`: [`Differentiable`], the op trait, and
-//!   [`GradInputs`]; `attr.rs`: [`Attr`], an op's settings by name.
+//!   [`GradInputs`].
+//! - `attributes.rs`: [`OpAttributes`], an op's settings by name
+//!   (`Differentiable::attributes` returns them).
 //! - `facts.rs`: [`OpFacts`], what the registry knows of each op
 //!   (`Differentiable::facts` returns it).
 //! - `holds.rs`: [`Holds`], what an op keeps besides its inputs, which a
@@ -27,7 +29,8 @@
 //! `crate::autograd::ScalarNode` are re-exports of these items.
 //!
 //! Where things are: the core layer (`mod.rs`): the op trait
-//! `Differentiable` and `GradInputs` (`differentiable.rs`), `OpFacts`, what
+//! `Differentiable` and `GradInputs` (`differentiable.rs`), `OpAttributes`,
+//! an op's settings by name (`attributes.rs`), `OpFacts`, what
 //! the registry knows of each op (`facts.rs`), the scalar lane's call
 //! `ScalarBackward` and the `scalar_rule!` macro for hand-written ops
 //! (`scalar_lane.rs`), one scalar node run inside its op's monomorphised
@@ -36,7 +39,7 @@
 //! `TensorStore` (`store.rs`), and the graph (`graph/`, still
 //! `crate::graph` and `retrograd::graph`).
 
-mod attr;
+pub mod attributes;
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
@@ -46,7 +49,7 @@ pub mod scalar_lane;
 pub(crate) mod scalar_node;
 pub(crate) mod store;
 
-pub use attr::{Attr, Attributes};
+pub use attributes::{AttrValue, OpAttributes};
 pub use differentiable::{Differentiable, GradInputs};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

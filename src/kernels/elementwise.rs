@@ -15,7 +15,7 @@ use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
-use crate::tensor::{DType, Element, Filled, Repr, Tensor};
+use crate::tensor::{refused, DType, Element, Filled, Repr, Tensor};
 
 /// Applies `f` to every element of `x`.
 ///
@@ -48,6 +48,8 @@ pub fn map_op<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> 
 fn map_dense<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
     Ok(crate::with_dtype!(op, x.dtype(), T => {
         let src = x.as_slice_of::<T>();
+        // A refused output is an error naming the op (rule ops rely on it).
+        refused::obtainable::<T>(op, x.shape(), src.len())?;
         Tensor::build::<T>(Dims::from_slice(x.shape()), |out| {
             map_slice(src, out, f);
             // SAFETY: `map_slice` writes every element of its output.
@@ -114,7 +116,9 @@ fn zip_typed<T: Element, F: BinaryFn>(
 ) -> Result<Tensor> {
     let (sa, sb) = (a.shape(), b.shape());
     let (xa, xb) = (a.as_slice_of::<T>(), b.as_slice_of::<T>());
+    // A refused output is an error naming the op (rule ops rely on it).
     if crate::tensor::shape::same_dims(sa, sb) {
+        refused::obtainable::<T>(op, sa, xa.len())?;
         return Ok(Tensor::build::<T>(Dims::from_slice(sa), |out| {
             for_each_chunk(out, |off, chunk| {
                 let n = chunk.len();
@@ -137,9 +141,11 @@ fn zip_typed<T: Element, F: BinaryFn>(
     let shape = broadcast_shapes(op, sa, sb)?;
     // An empty result needs no plan (whose stride products could overflow
     // for huge zero-sized shapes); a huge one is an error, not an abort.
-    if checked_numel(op, &shape)? == 0 {
+    let len = checked_numel(op, &shape)?;
+    if len == 0 {
         return Ok(Tensor::from_exact_iter::<T>(shape, []));
     }
+    refused::obtainable::<T>(op, &shape, len)?;
     if xb.len() == 1 {
         let y = xb[0];
         return Ok(Tensor::build::<T>(shape, |out| {

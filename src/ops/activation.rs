@@ -3,7 +3,7 @@
 //! [`rule`](super::rule)).
 
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
-use super::OpRegistry;
+use super::{OpAttributes, OpRegistry};
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -24,6 +24,9 @@ impl Default for LeakyRelu {
 }
 
 impl UnaryRule for LeakyRelu {
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new().float("negative_slope", self.negative_slope)
+    }
     const NAME: &'static str = "leaky_relu";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     #[inline(always)]

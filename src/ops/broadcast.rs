@@ -3,6 +3,7 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -21,6 +22,9 @@ pub struct Expand {
 }
 
 impl Differentiable for Expand {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape)
+    }
     fn name(&self) -> &str {
         "expand"
     }
@@ -61,6 +65,9 @@ pub struct SumToSize {
 }
 
 impl Differentiable for SumToSize {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape)
+    }
     fn name(&self) -> &str {
         "sum_to_size"
     }

@@ -1,6 +1,7 @@
 //! Joining values: `cat` (along an existing dimension) and `stack` (along a
 //! new one). Each input's gradient is its slice of the output gradient.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
@@ -20,6 +21,9 @@ pub struct Cat {
 }
 
 impl Differentiable for Cat {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "cat"
     }
@@ -88,6 +92,9 @@ pub struct Stack {
 }
 
 impl Differentiable for Stack {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "stack"
     }

@@ -2,7 +2,7 @@
 //! rule (see [`rule`](super::rule)).
 
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
-use super::OpRegistry;
+use super::{OpAttributes, OpRegistry};
 use crate::error::or_panic;
 use crate::fallible::fallible;
 use crate::error::{Error, Result};
@@ -89,6 +89,9 @@ impl Clamp {
 }
 
 impl UnaryRule for Clamp {
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new().float_opt("min", self.min).float_opt("max", self.max)
+    }
     const NAME: &'static str = "clamp";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     fn check(self) -> Result<()> {

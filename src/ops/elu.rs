@@ -2,7 +2,7 @@
 
 use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
-use super::OpRegistry;
+use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -22,6 +22,9 @@ impl Default for Elu {
 }
 
 impl UnaryRule for Elu {
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new().float("alpha", self.alpha)
+    }
     const NAME: &'static str = "elu";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     fn check(self) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
-use super::OpRegistry;
+use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -29,6 +29,9 @@ impl Default for Hardtanh {
 }
 
 impl UnaryRule for Hardtanh {
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new().float("min_val", self.min_val).float("max_val", self.max_val)
+    }
     const NAME: &'static str = "hardtanh";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     fn check(self) -> Result<()> {

@@ -9,6 +9,7 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -78,6 +79,9 @@ pub struct IndexSelect {
 }
 
 impl Differentiable for IndexSelect {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "index_select"
     }
@@ -129,6 +133,9 @@ pub struct IndexAdd {
 }
 
 impl Differentiable for IndexAdd {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "index_add"
     }
@@ -197,6 +204,9 @@ pub struct Gather {
 }
 
 impl Differentiable for Gather {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "gather"
     }
@@ -247,6 +257,9 @@ pub struct ScatterAdd {
 }
 
 impl Differentiable for ScatterAdd {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "scatter_add"
     }

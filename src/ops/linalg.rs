@@ -8,6 +8,7 @@
 //! differentiated again. The four flag combinations are four zero-sized
 //! types: a recorded matmul costs no allocation for its op.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -29,6 +30,9 @@ pub struct MatMulOp<const TRANS_A: bool, const TRANS_B: bool>;
 pub type MatMul = MatMulOp<false, false>;
 
 impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().bool("transpose_a", TA).bool("transpose_b", TB)
+    }
     fn name(&self) -> &str {
         match (TA, TB) {
             (false, false) => "matmul",

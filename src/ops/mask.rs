@@ -20,6 +20,7 @@ use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
 use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -37,6 +38,9 @@ pub struct Cast {
 }
 
 impl Differentiable for Cast {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().dtype("to", self.to)
+    }
     fn name(&self) -> &str {
         "to_dtype"
     }
@@ -176,6 +180,9 @@ impl MaskedFill {
 }
 
 impl Differentiable for MaskedFill {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("value", self.value)
+    }
     fn name(&self) -> &str {
         "masked_fill"
     }
@@ -229,6 +236,9 @@ pub struct Triangle {
 }
 
 impl Differentiable for Triangle {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("diagonal", self.diagonal).bool("upper", self.upper)
+    }
     fn name(&self) -> &str {
         if self.upper {
             "triu"
@@ -290,6 +300,9 @@ impl Topk {
 }
 
 impl Differentiable for Topk {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("k", self.k).bool("largest", self.largest)
+    }
     fn name(&self) -> &str {
         "topk"
     }

@@ -7,6 +7,7 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
@@ -42,6 +43,9 @@ impl StructuredOp for SumDim {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+    }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
     }
@@ -69,6 +73,9 @@ impl StructuredOp for MeanDim {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+    }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
     }
@@ -122,6 +129,9 @@ impl StructuredOp for Variance {
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
+    }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::reduce_stats::var(Self::NAME, x[0], &self.axes, self.correction, self.keepdim)
     }
@@ -163,6 +173,9 @@ impl StructuredOp for LogSumExp {
     const INPUTS: &'static [&'static str] = &["input"];
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
+    }
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)

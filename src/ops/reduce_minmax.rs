@@ -8,6 +8,7 @@
 //! size 0 is an error. `argmax`/`argmin` return indices as constants (no
 //! gradient), the first occurrence winning a tie.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 
 use super::reduce_axes::Axes;
@@ -66,6 +67,10 @@ macro_rules! extremum_op {
             fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
                 (axes_of(None, rank), false)
             }
+
+            fn settings(&self) -> OpAttributes {
+                OpAttributes::new()
+            }
         }
 
         extremum_op!(@impl $op, $name, $kernel);
@@ -84,6 +89,10 @@ macro_rules! extremum_op {
             fn axes_keepdim(&self, _rank: usize) -> (Axes, bool) {
                 (self.axes.clone(), self.keepdim)
             }
+
+            fn settings(&self) -> OpAttributes {
+                OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+            }
         }
 
         extremum_op!(@impl $op, $name, $kernel);
@@ -94,6 +103,9 @@ macro_rules! extremum_op {
             const INPUTS: &'static [&'static str] = &["input"];
             fn holds(&self) -> crate::Holds {
                 crate::Holds::Settings
+            }
+            fn attributes(&self) -> OpAttributes {
+                self.settings()
             }
             fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
                 let (axes, keepdim) = self.axes_keepdim(x[0].rank());
@@ -149,6 +161,9 @@ macro_rules! arg_op {
             }
             /// Indices are piecewise constant: no gradient, no tangent.
             const NO_GRAD: &'static [usize] = &[0];
+            fn attributes(&self) -> OpAttributes {
+                OpAttributes::new().int_opt("axis", self.axis).bool("keepdim", self.keepdim)
+            }
             fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
                 $kernel($name, x[0], self.axis, self.keepdim)
             }

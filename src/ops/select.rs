@@ -2,6 +2,7 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -33,6 +34,9 @@ pub struct SelectBackward {
 }
 
 impl Differentiable for Select {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim).int("index", self.index)
+    }
     fn name(&self) -> &str {
         "select"
     }
@@ -74,6 +78,9 @@ impl Differentiable for Select {
 }
 
 impl Differentiable for SelectBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape).int("dim", self.dim).int("index", self.index)
+    }
     fn name(&self) -> &str {
         "select_backward"
     }

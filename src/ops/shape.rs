@@ -3,6 +3,7 @@
 //! each one's gradient is the output gradient reshaped back, and its tangent
 //! the input tangent reshaped forward.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -88,6 +89,9 @@ pub struct Reshape {
 }
 
 impl Differentiable for Reshape {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape)
+    }
     fn name(&self) -> &str {
         "reshape"
     }
@@ -139,6 +143,9 @@ impl Flatten {
 }
 
 impl Differentiable for Flatten {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("start", self.start).int("end", self.end)
+    }
     fn name(&self) -> &str {
         "flatten"
     }
@@ -182,6 +189,9 @@ impl Squeeze {
 }
 
 impl Differentiable for Squeeze {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int_opt("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "squeeze"
     }
@@ -212,6 +222,9 @@ impl Unsqueeze {
 }
 
 impl Differentiable for Unsqueeze {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim)
+    }
     fn name(&self) -> &str {
         "unsqueeze"
     }

@@ -4,6 +4,7 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
@@ -74,6 +75,9 @@ impl Slice {
 }
 
 impl Differentiable for Slice {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim", self.dim).int("start", self.start).int("end", self.end).int("step", self.step)
+    }
     fn name(&self) -> &str {
         "slice"
     }
@@ -156,6 +160,9 @@ pub struct SliceBackward {
 }
 
 impl Differentiable for SliceBackward {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape).int("dim", self.dim).int("start", self.start).int("step", self.step)
+    }
     fn name(&self) -> &str {
         "slice_backward"
     }
@@ -237,6 +244,9 @@ impl ConstantPad {
 }
 
 impl Differentiable for ConstantPad {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("pads", &self.pads).float("value", self.value)
+    }
     fn name(&self) -> &str {
         "constant_pad_nd"
     }

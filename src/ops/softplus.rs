@@ -3,7 +3,7 @@
 
 use crate::fallible::fallible;
 use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule};
-use super::OpRegistry;
+use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -29,6 +29,9 @@ impl Default for Softplus {
 }
 
 impl UnaryRule for Softplus {
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new().float("beta", self.beta).float("threshold", self.threshold)
+    }
     const NAME: &'static str = "softplus";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     fn check(self) -> Result<()> {

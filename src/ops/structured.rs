@@ -28,7 +28,7 @@
 //! come with it.
 
 use super::{expect_inputs, sum_tangents};
-use crate::core::{Attributes, Differentiable, GradInputs, OpFacts};
+use crate::core::{Differentiable, GradInputs, OpAttributes, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;
@@ -114,8 +114,8 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     }
 
     /// The op's settings by name ([`Differentiable::attributes`]).
-    fn attributes(&self) -> Attributes {
-        Attributes::new()
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
     }
 
     /// Checks the inputs (their count is checked already) and computes the
@@ -293,7 +293,7 @@ impl<O: StructuredOp> Differentiable for O {
     fn facts(&self) -> OpFacts {
         StructuredOp::facts(self)
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         StructuredOp::attributes(self)
     }
     fn holds(&self) -> crate::Holds {

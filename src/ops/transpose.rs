@@ -3,6 +3,7 @@
 //! rows packs it then. Each op's gradient is the inverse permutation of the
 //! gradient.
 
+use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::{smallvec, SmallVec};
 
@@ -43,6 +44,9 @@ impl Transpose {
 }
 
 impl Differentiable for Transpose {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("dim0", self.dim0).int("dim1", self.dim1)
+    }
     fn name(&self) -> &str {
         "transpose"
     }
@@ -98,6 +102,9 @@ impl Permute {
 }
 
 impl Differentiable for Permute {
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("dims", &self.dims)
+    }
     fn name(&self) -> &str {
         "permute"
     }

@@ -40,6 +40,31 @@ pub(crate) fn ensure_obtainable<T>(shape: &[usize], len: usize) {
     }
 }
 
+/// `Error::OutOfMemory` naming `op` if a buffer of `len` `T`s for `shape`
+/// cannot be had: for kernels that know their output's size before they
+/// build it, with no unwinding (the elementwise kernels).
+#[inline(always)]
+pub(crate) fn obtainable<T>(op: &str, shape: &[usize], len: usize) -> Result<()> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if bytes >= ASK_FIRST_BYTES {
+        return ask_first_fallibly::<T>(op, shape, len, bytes);
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn ask_first_fallibly<T>(op: &str, shape: &[usize], len: usize, bytes: usize) -> Result<()> {
+    match Vec::<T>::new().try_reserve_exact(len) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(Error::OutOfMemory {
+            op: op.to_string(),
+            shape: shape.to_vec(),
+            bytes,
+        }),
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn ask_first<T>(shape: &[usize], len: usize, bytes: usize) {

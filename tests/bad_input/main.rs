@@ -25,6 +25,8 @@ mod layout;
 mod mnist_csv;
 mod modules;
 mod nonfinite;
+#[cfg(feature = "onnx")]
+mod onnx;
 mod optimizers;
 mod reductions;
 mod registry_sweep;
@@ -54,6 +56,8 @@ fn every_bad_input_gives_a_typed_error_or_a_documented_result() {
     expressions::cases(&mut table);
     display::cases(&mut table);
     text::cases(&mut table);
+    #[cfg(feature = "onnx")]
+    onnx::cases(&mut table);
     let (n, failures) = table.run();
     assert!(
         failures.is_empty(),

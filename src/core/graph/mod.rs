@@ -38,6 +38,8 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) use node::trace_line;
+use smallvec::SmallVec;
+
 pub use node::GraphNode;
 pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub(crate) use op_table::{OpEntry, OpId, OpTable};
@@ -83,6 +85,19 @@ pub(crate) struct GraphState {
     params: HashMap<u64, u32>,
     /// What a capture notes (see `capture.rs`); `None` when not capturing.
     capture: Option<Box<capture::CaptureLog>>,
+    /// Where constants computed while tracing came from, by value id
+    /// (see [`Graph::set_tracing`]).
+    traced: HashMap<u32, TracedValue>,
+}
+
+/// The op and inputs of a constant computed while the graph traced (a
+/// comparison's mask, a value computed from constants), by value id.
+#[derive(Clone, Debug)]
+pub(crate) struct TracedValue {
+    /// The op that computed it.
+    pub(crate) op: OpId,
+    /// Its inputs' value ids.
+    pub(crate) inputs: SmallVec<[u32; 4]>,
 }
 
 impl GraphState {
@@ -189,6 +204,12 @@ impl GraphState {
         self.params.insert(param_id, id);
     }
 
+    /// Where constant `id` came from, if it was computed while tracing.
+    #[inline]
+    pub(crate) fn traced_of(&self, id: u32) -> Option<&TracedValue> {
+        self.traced.get(&id)
+    }
+
     /// The value ids of node `n`'s inputs.
     #[inline]
     pub(crate) fn inputs_of(&self, n: usize) -> &[u32] {
@@ -249,6 +270,9 @@ pub struct Graph {
     registry: Option<Box<dyn Any + Send + Sync>>,
     no_grad_depth: Cell<u32>,
     anomaly: Cell<bool>,
+    /// Whether constants computed by ops keep their op and inputs
+    /// ([`Graph::set_tracing`]).
+    tracing: Cell<bool>,
     /// This thread's inference graph ([`Graph::inference`]): records
     /// nothing and keeps no values.
     inference: bool,
@@ -284,6 +308,7 @@ impl Graph {
             registry,
             no_grad_depth: Cell::new(0),
             anomaly: Cell::new(false),
+            tracing: Cell::new(false),
             inference: false,
             capturing: Cell::new(false),
         }
@@ -447,6 +472,50 @@ impl Graph {
     /// Whether anomaly detection is on.
     pub fn anomaly_detection(&self) -> bool {
         self.anomaly.get()
+    }
+
+    /// Turns tracing on or off. While it is on, a value that an op
+    /// computes without recording a node, because its output is an index
+    /// or a mask (a comparison) or because no input requires grad, still
+    /// gets a slot and keeps its op and inputs when some input is a value
+    /// of the graph: the whole computation from the graph's inputs (token
+    /// ids included) can be read back, which exporters need. Backward is
+    /// unchanged: such values stay constants. Off by default, since it
+    /// keeps those values alive with the graph; the inference graph
+    /// ([`Graph::inference`]) keeps nothing and cannot trace
+    /// (`Error::InvalidArgument`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// g.try_set_tracing(true)?;
+    /// let ids = g.constant(Tensor::from_vec(vec![0i64, 3], &[2])?);
+    /// let mask = ids.try_ne_scalar(0.0)?;        // a bool constant...
+    /// assert!(!mask.requires_grad() && mask.value_id().is_some()); // ...that the graph remembers
+    /// assert_eq!(g.len(), 0);                     // and no node
+    /// assert!(Graph::inference().try_set_tracing(true).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn try_set_tracing(&self, on: bool) -> Result<()> {
+        if self.inference && on {
+            return Err(Error::invalid(
+                "set_tracing",
+                "the inference graph keeps no values, so it cannot trace: make a Graph::new()",
+            ));
+        }
+        self.tracing.set(on);
+        Ok(())
+    }
+
+    /// Like [`try_set_tracing`](Self::try_set_tracing), but panics with its error.
+    #[track_caller]
+    pub fn set_tracing(&self, on: bool) {
+        crate::error::or_panic(self.try_set_tracing(on))
+    }
+
+    /// Whether the graph traces (see [`try_set_tracing`](Self::try_set_tracing)).
+    pub fn is_tracing(&self) -> bool {
+        self.tracing.get()
     }
 
     /// A display label for value `id` (its name, `nodes[i]`, or its value).

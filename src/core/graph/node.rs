@@ -2,6 +2,7 @@
 //! textbook-style trace line.
 
 use super::{Graph, GraphState, Var};
+use crate::core::attributes::OpAttributes;
 
 /// One recorded op invocation (the textbook chapter's `GraphNode`): the op's name, the
 /// inputs it was called with (sharing their storage, not copies), its output,
@@ -11,6 +12,7 @@ use super::{Graph, GraphState, Var};
 pub struct GraphNode<'g> {
     index: usize,
     op_name: String,
+    attributes: OpAttributes,
     inputs: Vec<Var<'g>>,
     output: Var<'g>,
 }
@@ -29,6 +31,7 @@ impl<'g> GraphNode<'g> {
         GraphNode {
             index,
             op_name: st.op_name(rec.op).to_string(),
+            attributes: st.op(rec.op).attributes(),
             inputs: st.inputs_of(index).iter().map(|&id| var_of(id)).collect(),
             output: var_of(rec.output),
         }
@@ -42,6 +45,21 @@ impl<'g> GraphNode<'g> {
     /// The name of the op, as registered (`"mul"`, `"add"`, ...).
     pub fn op_name(&self) -> &str {
         &self.op_name
+    }
+
+    /// The op's settings (axes, eps, a shape), as
+    /// [`Differentiable::attributes`](crate::Differentiable::attributes) lists them.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::zeros(&[2, 3], retrograd::DType::F32)?);
+    /// let _y = x.try_reshape(&[3, -1])?;
+    /// assert_eq!(g.node(0).unwrap().attributes().to_string(), "shape=[3, 2]");
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn attributes(&self) -> &OpAttributes {
+        &self.attributes
     }
 
     /// The inputs the op was called with.

@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use super::{Graph, GraphState, InlineInputs, NodeRecord, OpId, OpTable, Var, NO_SLOT};
 use crate::core::Differentiable;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{refused, Tensor};
 
 impl Graph {
     /// Runs `op` forward on `inputs` and records a node if any input requires
@@ -61,9 +61,7 @@ impl Graph {
         inputs: &[&Var<'g>],
         output: Tensor,
     ) -> Var<'g> {
-        if !self.needs_node(inputs) || (op.non_float_output() && !output.is_float()) {
-            return Var::constant_in(self, output);
-        }
+        let constant = !self.needs_node(inputs) || (op.non_float_output() && !output.is_float());
         let op_id = |ops: &mut OpTable| {
             if std::mem::size_of::<O>() == 0 {
                 ops.intern(op)
@@ -71,7 +69,38 @@ impl Graph {
                 ops.own(None, Arc::new(op))
             }
         };
+        if constant {
+            if self.tracing.get() {
+                return self.trace_constant(op_id, inputs, output);
+            }
+            return Var::constant_in(self, output);
+        }
         self.push_node(op_id, inputs, output)
+    }
+
+    /// A constant computed by an op while the graph traces (see
+    /// [`Graph::set_tracing`]): when an input is a value of the graph, the
+    /// output gets a slot and the side table `traced` keeps its op and
+    /// inputs. A constant computed from literals alone stays a literal.
+    #[cold]
+    #[inline(never)]
+    fn trace_constant<'g>(
+        &'g self,
+        op: impl FnOnce(&mut OpTable) -> OpId,
+        inputs: &[&Var<'g>],
+        output: Tensor,
+    ) -> Var<'g> {
+        if inputs.iter().all(|v| v.slot() == NO_SLOT) {
+            return Var::constant_in(self, output);
+        }
+        let mut guard = self.state.borrow_mut();
+        let st: &mut GraphState = &mut guard;
+        let op = op(&mut st.ops);
+        let ids = inputs.iter().map(|v| value_id_in(st, v)).collect();
+        let id = st.push_value(output.clone(), super::LEAF_CONSTANT);
+        st.traced.insert(id, super::TracedValue { op, inputs: ids });
+        drop(guard);
+        Var::from_parts(self, output, id, false)
     }
 
     /// `record` for an op already behind an `Arc` (registry ops, user ops).
@@ -83,11 +112,15 @@ impl Graph {
         inputs: &[&Var<'g>],
     ) -> Result<Var<'g>> {
         let output = self.forward_checked(&*op, inputs)?;
+        let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);
+        let op_id = |ops: &mut OpTable| ops.own(name, op);
         if !self.needs_node(inputs) || !output.is_float() {
+            if self.tracing.get() {
+                return Ok(self.trace_constant(op_id, inputs, output));
+            }
             return Ok(Var::constant_in(self, output));
         }
-        let name = name.filter(|n| *n != op.name()).map(Arc::<str>::from);
-        Ok(self.push_node(|ops: &mut OpTable| ops.own(name, op), inputs, output))
+        Ok(self.push_node(op_id, inputs, output))
     }
 
     #[inline(always)]
@@ -109,19 +142,14 @@ impl Graph {
                 });
             }
         }
-        // Fixed-size arrays for the common arities keep this allocation-free
-        // and let a statically known op's forward inline.
-        // A result the allocator refuses is an error naming the op.
-        let forward = || match inputs {
-            [a] => op.forward(&[a.value()]),
-            [a, b] => op.forward(&[a.value(), b.value()]),
-            [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
-            _ => {
-                let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
-                op.forward(&tensors)
-            }
+        // A refused output buffer is an error naming the op; PERF: ops that
+        // catch it themselves run without this boundary (ARCHITECTURE.md,
+        // PERF, "The refused-buffer boundary").
+        let output = if op.catches_refused_buffers() {
+            run_forward(op, inputs)?
+        } else {
+            refused::catching(|| op.name().to_string(), || run_forward(op, inputs))?
         };
-        let output = crate::tensor::refused::catching(|| op.name().to_string(), forward)?;
         if self.anomaly_detection() && !output.all_finite() {
             return Err(self.forward_anomaly(op.name()));
         }
@@ -253,5 +281,21 @@ fn value_id_in(st: &mut GraphState, v: &Var<'_>) -> u32 {
         st.push_value(v.value().clone(), super::LEAF_CONSTANT)
     } else {
         v.slot()
+    }
+}
+
+/// Runs `op`'s forward on the inputs' values. Fixed-size arrays for the
+/// common arities keep this allocation-free and let a statically known op's
+/// forward inline.
+#[inline(always)]
+fn run_forward<O: Differentiable + ?Sized>(op: &O, inputs: &[&Var<'_>]) -> Result<Tensor> {
+    match inputs {
+        [a] => op.forward(&[a.value()]),
+        [a, b] => op.forward(&[a.value(), b.value()]),
+        [a, b, c] => op.forward(&[a.value(), b.value(), c.value()]),
+        _ => {
+            let tensors: SmallVec<[&Tensor; 8]> = inputs.iter().map(|v| v.value()).collect();
+            op.forward(&tensors)
+        }
     }
 }

@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use smallvec::smallvec;
 
 use super::attention_backward::{pack_len, unfused, SdpaBackward, Unfused};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -145,6 +146,18 @@ pub(super) struct Plan {
 }
 
 impl Config {
+    /// The settings by name: `causal`, and `scale`, `dropout_p` and
+    /// `dropout_seed` when set.
+    pub(super) fn attributes(&self) -> OpAttributes {
+        let attrs = OpAttributes::new()
+            .bool("causal", self.causal)
+            .float_opt("scale", self.scale);
+        match self.dropout {
+            Some((p, seed)) => attrs.float("dropout_p", p).int("dropout_seed", seed),
+            None => attrs,
+        }
+    }
+
     /// Checks `q`, `k`, `v` and the mask (if any) and returns the sizes.
     pub(super) fn plan(&self, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Plan> {
         for t in [k, v].into_iter().chain(mask) {
@@ -379,6 +392,9 @@ impl ScaledDotProductAttention {
 impl StructuredOp for ScaledDotProductAttention {
     const NAME: &'static str = OP;
     const INPUTS: &'static [&'static str] = &["query", "key", "value", "attn_mask"];
+    fn attributes(&self) -> OpAttributes {
+        self.cfg.attributes()
+    }
     /// `q`, `k`, `v`, then the mask if given.
     fn arity(&self) -> Option<usize> {
         None

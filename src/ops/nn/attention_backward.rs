@@ -18,6 +18,7 @@ use smallvec::smallvec;
 use std::borrow::Cow;
 
 use super::attention::{additive_mask, fused_backward, fused_forward, sample, Config};
+use crate::ops::OpAttributes;
 use crate::kernels::mask::{compare, Comparison};
 use crate::kernels::reduce_minmax::amax;
 use crate::error::{Error, Result};
@@ -168,6 +169,9 @@ impl<'g> Unfused<'g> {
 impl StructuredOp for SdpaBackward {
     const NAME: &'static str = OP;
     const INPUTS: &'static [&'static str] = &["query", "key", "value", "attn_mask", "grad_output"];
+    fn attributes(&self) -> OpAttributes {
+        self.cfg.attributes()
+    }
     /// `q`, `k`, `v`, the mask if given, then the output's gradient.
     fn arity(&self) -> Option<usize> {
         None

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::pool::{facts, adaptive, smooth, AvgPool2dOptions, Geometry, SAMPLE_SHAPE};
 use super::spatial::Spatial;
+use crate::ops::OpAttributes;
 use crate::error::Result;
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -29,6 +30,13 @@ enum Windows {
 }
 
 impl Windows {
+    /// The options of fixed windows, or the `output_size` of adaptive ones.
+    fn attributes(&self) -> OpAttributes {
+        match self {
+            Windows::Fixed(o) => o.attributes(),
+            Windows::Adaptive(out) => OpAttributes::new().ints("output_size", out),
+        }
+    }
     fn name(&self) -> &'static str {
         match self {
             Windows::Fixed(_) => "avg_pool2d",
@@ -125,6 +133,9 @@ impl StructuredOp for AvgPool2d {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
+    fn attributes(&self) -> OpAttributes {
+        self.windows.attributes()
+    }
     fn name(&self) -> &'static str {
         self.windows.name()
     }
@@ -167,6 +178,9 @@ impl StructuredOp for AvgPool2dBackward {
     const LINEAR: &'static [usize] = &[0];
     /// `x` is read for its shape only.
     const NO_GRAD: &'static [usize] = &[1];
+    fn attributes(&self) -> OpAttributes {
+        self.windows.attributes()
+    }
     fn name(&self) -> &'static str {
         self.windows.backward_name()
     }

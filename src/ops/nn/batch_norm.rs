@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{grads_per_input, Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -235,8 +235,8 @@ impl StructuredOp for BatchNorm {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn attributes(&self) -> Attributes {
-        vec![("training", self.training.into()), ("eps", self.eps.into())]
+    fn attributes(&self) -> OpAttributes {
+        self.affine.attributes(OpAttributes::new().bool("training", self.training).float("eps", self.eps))
     }
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings

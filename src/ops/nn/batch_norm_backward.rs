@@ -18,7 +18,7 @@ use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
 use super::normalization::check_eps;
 use crate::error::Result;
 use crate::graph::Var;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
@@ -158,8 +158,8 @@ impl StructuredOp for BatchNormBackward {
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn attributes(&self) -> Attributes {
-        vec![("eps", self.eps.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("eps", self.eps).bool("weight", self.has_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, w) = (x[0], x[1], x.get(2).copied());
@@ -218,8 +218,8 @@ impl StructuredOp for BatchNormWeightBackward {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("eps", self.eps.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("eps", self.eps)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x) = (x[0], x[1]);

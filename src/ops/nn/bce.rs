@@ -15,7 +15,7 @@ use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -90,7 +90,7 @@ impl StructuredOp for BinaryCrossEntropyWithLogits {
     fn holds(&self) -> crate::Holds {
         pos_weight_holds(&self.pos_weight)
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         attributes(self.reduction, &self.pos_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -133,9 +133,10 @@ impl StructuredOp for BinaryCrossEntropyWithLogits {
 }
 
 /// The settings of either op: the reduction, and `pos_weight` if any.
-fn attributes(reduction: Reduction, pos_weight: &Option<Tensor>) -> Attributes {
-    let pw = pos_weight.iter().map(|p| ("pos_weight", p.clone().into()));
-    std::iter::once(("reduction", reduction.into())).chain(pw).collect()
+fn attributes(reduction: Reduction, pos_weight: &Option<Tensor>) -> OpAttributes {
+    OpAttributes::new()
+        .str("reduction", reduction.as_str())
+        .tensor_opt("pos_weight", pos_weight.as_ref())
 }
 
 impl BinaryCrossEntropyWithLogits {
@@ -175,7 +176,7 @@ impl StructuredOp for BinaryCrossEntropyWithLogitsBackward {
         pos_weight_holds(&self.pos_weight)
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         attributes(self.reduction, &self.pos_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::support::{check_indices, indices_from_tensor, Reduction};
-use crate::core::{Attr, Attributes};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
@@ -173,21 +173,20 @@ impl ClassLossSpec {
     /// The settings by name: the reduction, `ignore_index` and
     /// `label_smoothing` when set, the class weights and stored targets if
     /// any.
-    pub(crate) fn attributes(&self) -> Attributes {
-        let mut a: Attributes = vec![("reduction", self.reduction.into())];
-        if let Some(i) = self.ignore_index {
-            a.push(("ignore_index", i.into()));
+    pub(crate) fn attributes(&self) -> OpAttributes {
+        let a = OpAttributes::new()
+            .str("reduction", self.reduction.as_str())
+            .int_opt("ignore_index", self.ignore_index);
+        let a = if self.label_smoothing == 0.0 {
+            a
+        } else {
+            a.float("label_smoothing", self.label_smoothing)
+        };
+        let a = a.tensor_opt("weight", self.weight.as_ref());
+        match &self.targets {
+            Some(t) => a.ints("targets", t),
+            None => a,
         }
-        if self.label_smoothing != 0.0 {
-            a.push(("label_smoothing", self.label_smoothing.into()));
-        }
-        if let Some(w) = &self.weight {
-            a.push(("weight", w.clone().into()));
-        }
-        if let Some(t) = &self.targets {
-            a.push(("targets", Attr::Ints(t.to_vec())));
-        }
-        a
     }
 
     /// The same options with the targets stored.

@@ -11,6 +11,7 @@
 //! derivatives of each are the other two, so the three together are closed
 //! under differentiation: every order of derivative exists.
 
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
@@ -36,6 +37,18 @@ pub struct ConvSpec {
 }
 
 impl ConvSpec {
+    /// The settings by name: `spatial` (1 or 2), `stride`, `pad_before`,
+    /// `pad_after`, `dilation`, `groups`.
+    pub fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
+            .int("spatial", self.spatial)
+            .ints("stride", &self.stride)
+            .ints("pad_before", &self.pad_before)
+            .ints("pad_after", &self.pad_after)
+            .ints("dilation", &self.dilation)
+            .int("groups", self.groups)
+    }
+
     /// The op's name for this spatial rank: `{stem}1d` or `{stem}2d`.
     pub fn name(&self, one: &'static str, two: &'static str) -> &'static str {
         if self.spatial == 1 {

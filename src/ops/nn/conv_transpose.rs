@@ -7,6 +7,7 @@
 use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -188,6 +189,9 @@ impl StructuredOp for ConvTranspose {
     const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
+    }
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes()
     }
     fn name(&self) -> &'static str {
         self.name_str()

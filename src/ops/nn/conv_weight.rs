@@ -7,6 +7,7 @@
 use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{sample, ConvSpec};
 use super::spatial::check_same_dtype;
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::conv::{conv2d_weight_grad, ConvGeometry};
@@ -83,6 +84,9 @@ impl StructuredOp for ConvWeight {
     }
     /// Bilinear, with no bias: the tangents are derived.
     const LINEAR: &'static [usize] = &[0, 1];
+    fn attributes(&self) -> OpAttributes {
+        self.spec.attributes().ints("kernel", &self.kernel)
+    }
     fn name(&self) -> &'static str {
         self.name_str()
     }

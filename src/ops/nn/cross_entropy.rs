@@ -18,7 +18,7 @@ use super::support::{
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::Attributes;
+use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
@@ -120,7 +120,7 @@ impl StructuredOp for CrossEntropy {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {

@@ -9,7 +9,7 @@ use super::support::{expand_axis, sum_axis, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -71,7 +71,7 @@ impl StructuredOp for CrossEntropyBackward {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {

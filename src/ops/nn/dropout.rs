@@ -10,7 +10,7 @@ use crate::fallible::fallible;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::core::{Attr, Attributes};
+use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -55,8 +55,8 @@ impl StructuredOp for Dropout {
         crate::Differentiable::forward(&op, x).map(Some)
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("p", self.p.into()), ("seed", Attr::Int(self.seed as i64))]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().float("p", self.p).int("seed", self.seed)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         check_p(self.p)?;

@@ -17,7 +17,7 @@ use super::support::{
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::core::{Attr, Attributes};
+use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -54,6 +54,18 @@ impl IndexSpec {
             ),
             None => crate::Holds::Settings,
         }
+    }
+
+    /// `padding_idx` when set, and the stored `indices` with their
+    /// `index_shape` when the op holds them (rather than taking an input).
+    fn attributes(&self) -> OpAttributes {
+        let attrs = match &self.stored {
+            Some(s) => OpAttributes::new()
+                .ints("indices", &s.values)
+                .ints("index_shape", &s.shape),
+            None => OpAttributes::new(),
+        };
+        attrs.int_opt("padding_idx", self.padding_idx)
     }
 
     fn arity(&self, leading: usize) -> usize {
@@ -164,19 +176,6 @@ pub struct EmbeddingDenseBackward {
 }
 
 impl IndexSpec {
-    /// The settings by name: `padding_idx` if set, the stored indices if any.
-    fn attributes(&self) -> Attributes {
-        let mut a = Attributes::new();
-        if let Some(p) = self.padding_idx {
-            a.push(("padding_idx", p.into()));
-        }
-        if let Some(s) = &self.stored {
-            a.push(("indices", Attr::Ints(s.values.to_vec())));
-            a.push(("index_shape", s.shape[..].into()));
-        }
-        a
-    }
-
     /// [`resolve`](Self::resolve) for a node's table and optional index input.
     fn of_node(&self, op: &'static str, n: Node<'_, '_>, table: usize) -> Result<Resolved> {
         let (v, _) = table_dims(op, n.x(table).value())?;
@@ -194,7 +193,7 @@ impl StructuredOp for Embedding {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -239,7 +238,7 @@ impl StructuredOp for EmbeddingDenseBackward {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -318,6 +317,29 @@ impl<'g> Var<'g> {
     #[track_caller]
     pub fn embedding<T: Indices + ?Sized>(&self, indices: &T, index_shape: &[usize]) -> Var<'g> {
         crate::error::or_panic(self.try_embedding(indices, index_shape))
+    }
+
+    /// Looks up rows of this `[V, D]` weight at the ids `indices` holds (an
+    /// integer value of the graph, any shape), like
+    /// [`try_embedding`](Self::try_embedding), but with the ids as an input
+    /// of the recorded node rather than a list stored in it: the node
+    /// depends on the ids' value, so an exported graph takes them as its
+    /// input (see `retrograd::onnx`).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
+    /// let ids = g.constant(Tensor::from_vec(vec![2i64, 0], &[1, 2])?);
+    /// let e = w.try_embedding_from(&ids)?;
+    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1.]);
+    /// assert_eq!(g.node(0).unwrap().inputs().len(), 2);
+    /// assert_eq!(e.sum().backward()?.wrt(&w).to_f64_vec(), vec![1., 1., 0., 0., 1., 1.]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn try_embedding_from(&self, indices: &Var<'g>) -> Result<Var<'g>> {
+        self.graph().record(Embedding::default(), &[self, indices])
     }
 
     /// Embedding lookup with a `padding_idx` (negative counts from the end):

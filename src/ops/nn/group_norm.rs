@@ -22,7 +22,7 @@ use super::layer_norm_backward::project;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
-use crate::core::Attributes;
+use crate::core::OpAttributes;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
@@ -104,8 +104,8 @@ impl StructuredOp for GroupNorm {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn attributes(&self) -> Attributes {
-        vec![("num_groups", self.num_groups.into()), ("eps", self.eps.into())]
+    fn attributes(&self) -> OpAttributes {
+        self.affine.attributes(OpAttributes::new().int("num_groups", self.num_groups).float("eps", self.eps))
     }
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings

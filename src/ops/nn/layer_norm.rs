@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
-use crate::core::Attributes;
+use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -149,9 +149,16 @@ impl StructuredOp for LayerNorm {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn attributes(&self) -> Attributes {
-        let shape = self.normalized_shape.iter().map(|s| ("normalized_shape", s[..].into()));
-        shape.chain([("eps", self.eps.into())]).collect()
+    fn attributes(&self) -> OpAttributes {
+        let attrs = match &self.normalized_shape {
+            Some(shape) => OpAttributes::new().ints("normalized_shape", shape),
+            None => OpAttributes::new(),
+        };
+        let attrs = attrs.float("eps", self.eps);
+        match self.affine {
+            Affine::FromInputs => attrs,
+            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
+        }
     }
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings

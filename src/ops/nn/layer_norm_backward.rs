@@ -14,7 +14,7 @@ use super::support::sum_axis;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -122,8 +122,8 @@ impl StructuredOp for LayerNormBackward {
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn attributes(&self) -> Attributes {
-        norm_attributes(&self.normalized_shape, self.eps)
+    fn attributes(&self) -> OpAttributes {
+        norm_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, w) = (x[0], x[1], x.get(2).copied());
@@ -181,7 +181,7 @@ impl StructuredOp for LayerNormWeightBackward {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -211,11 +211,10 @@ impl StructuredOp for LayerNormWeightBackward {
     }
 }
 
-/// The settings of the normalisation ops: the normalised shape (when not
-/// the registry's last dim) and `eps`.
-pub(super) fn norm_attributes(shape: &[usize], eps: f64) -> Attributes {
-    let shape = (!shape.is_empty()).then(|| ("normalized_shape", shape.into()));
-    shape.into_iter().chain([("eps", eps.into())]).collect()
+/// The settings of the layer-norm backward ops: the normalised shape
+/// (empty: the last dim) and `eps`.
+fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
+    OpAttributes::new().ints("normalized_shape", shape).float("eps", eps)
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

@@ -19,6 +19,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::pool::{facts, distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -114,6 +115,9 @@ impl StructuredOp for MaxPool2d {
     const INPUTS: &'static [&'static str] = &["input"];
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
+    }
+    fn attributes(&self) -> OpAttributes {
+        self.opts.attributes()
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "max_pool2d";
@@ -285,6 +289,9 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
     }
     /// Both maps are piecewise constant in `x`: zero gradient.
     const NO_GRAD: &'static [usize] = &[1];
+    fn attributes(&self) -> OpAttributes {
+        self.opts.attributes()
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Self::apply(&self.opts, inputs[0], inputs[1], self.indices.as_ref())
     }

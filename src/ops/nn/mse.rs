@@ -9,7 +9,7 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
@@ -37,8 +37,8 @@ impl StructuredOp for MseLoss {
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn attributes(&self) -> Attributes {
-        vec![("reduction", self.reduction.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().str("reduction", self.reduction.as_str())
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (a, b) = (x[0], x[1]);
@@ -79,8 +79,8 @@ impl StructuredOp for MseLossBackward {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("reduction", self.reduction.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().str("reduction", self.reduction.as_str())
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, a, b) = (x[0], x[1], x[2]);

@@ -9,7 +9,7 @@ use super::support::{captured_indices, reduce_lanes, to_i64_list, IntIndex, Indi
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::Attributes;
+use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -118,7 +118,7 @@ impl StructuredOp for NllLoss {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(1))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -152,7 +152,7 @@ impl StructuredOp for NllLossBackward {
     fn arity(&self) -> Option<usize> {
         Some(self.spec.arity(2))
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         self.spec.attributes()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {

@@ -2,6 +2,7 @@
 //! share: the optional affine inputs that follow the input and any fixed
 //! statistics ([`Affine`], each input's [`Role`]), and the `eps` check.
 
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 
 /// Which affine parameters follow the input (and, in eval-mode batch norm,
@@ -29,6 +30,15 @@ pub(crate) enum Role {
 }
 
 impl Affine {
+    /// `attrs` with `weight` and `bias` listed when they were given (an op
+    /// that infers them from its input count lists neither).
+    pub(crate) fn attributes(self, attrs: OpAttributes) -> OpAttributes {
+        match self {
+            Affine::FromInputs => attrs,
+            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
+        }
+    }
+
     /// `(has_weight, has_bias)` for `n_inputs` inputs, `fixed` of them
     /// before the affine ones.
     pub(crate) fn resolve(self, op: &str, fixed: usize, n_inputs: usize) -> Result<(bool, bool)> {

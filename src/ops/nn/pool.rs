@@ -11,6 +11,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::spatial::{check_rank, check_same_dtype, Spatial, Window};
+use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::kernels::nn::pool::{Axis, Plan2d};
 use crate::ops::{Differentiable, OpFacts};
@@ -40,6 +41,16 @@ pub struct MaxPool2dOptions {
 }
 
 impl MaxPool2dOptions {
+    /// The settings by name: `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`.
+    pub fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
+            .ints("kernel", &self.kernel)
+            .ints("stride", &self.stride_size())
+            .ints("padding", &self.padding)
+            .ints("dilation", &self.dilation)
+            .bool("ceil_mode", self.ceil_mode)
+    }
+
     /// A `kernel` window with PyTorch's defaults for the rest.
     pub fn new(kernel: impl Spatial<2>) -> Self {
         MaxPool2dOptions {
@@ -118,6 +129,18 @@ pub struct AvgPool2dOptions {
 }
 
 impl AvgPool2dOptions {
+    /// The settings by name: `kernel`, `stride`, `padding`, `ceil_mode`,
+    /// `count_include_pad` and `divisor_override` when set.
+    pub fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
+            .ints("kernel", &self.kernel)
+            .ints("stride", &self.stride_size())
+            .ints("padding", &self.padding)
+            .bool("ceil_mode", self.ceil_mode)
+            .bool("count_include_pad", self.count_include_pad)
+            .int_opt("divisor_override", self.divisor_override)
+    }
+
     /// A `kernel` window with PyTorch's defaults for the rest.
     pub fn new(kernel: impl Spatial<2>) -> Self {
         AvgPool2dOptions {

@@ -21,7 +21,7 @@ use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Tensor};
 
@@ -70,11 +70,10 @@ fn check(op: &'static str, x: &Tensor, shape: &[usize], g: Option<&Tensor>, eps:
     Ok((m, eps))
 }
 
-/// The settings by name: the normalised shape (unless the registry's last
-/// dim) and `eps` (unless the dtype's machine epsilon).
-fn rms_attributes(shape: &[usize], eps: Option<f64>) -> Attributes {
-    let shape = (!shape.is_empty()).then(|| ("normalized_shape", shape.into()));
-    shape.into_iter().chain(eps.map(|e| ("eps", e.into()))).collect()
+/// The settings by name: the normalised shape (empty: the last dim) and
+/// `eps` (unless the dtype's machine epsilon).
+fn rms_attributes(shape: &[usize], eps: Option<f64>) -> OpAttributes {
+    OpAttributes::new().ints("normalized_shape", shape).float_opt("eps", eps)
 }
 
 /// Per-row means over the trailing `k` dims, kept as size 1.
@@ -123,7 +122,7 @@ impl StructuredOp for RmsNorm {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self) -> OpAttributes {
         rms_attributes(&self.normalized_shape, self.eps)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
@@ -181,8 +180,8 @@ impl StructuredOp for RmsNormBackward {
     fn arity(&self) -> Option<usize> {
         Some(2 + usize::from(self.has_weight))
     }
-    fn attributes(&self) -> Attributes {
-        rms_attributes(&self.normalized_shape, self.eps)
+    fn attributes(&self) -> OpAttributes {
+        rms_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, w) = (x[0], x[1], x.get(2).copied());

@@ -15,7 +15,7 @@ use super::support::{expand_axis, resolve_axis, sum_axis};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::core::{Attributes, GradInputs};
+use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
@@ -81,8 +81,8 @@ impl StructuredOp for Softmax {
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, false)
@@ -103,8 +103,8 @@ impl StructuredOp for LogSoftmax {
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, true)
@@ -128,8 +128,8 @@ impl StructuredOp for SoftmaxBackward {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, y) = (x[0], x[1]);
@@ -164,8 +164,8 @@ impl StructuredOp for LogSoftmaxBackward {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, y) = (x[0], x[1]);

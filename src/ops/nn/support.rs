@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-
-use crate::core::{Attr, Attributes};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
@@ -28,13 +27,15 @@ pub enum Reduction {
     Sum,
 }
 
-impl From<Reduction> for Attr {
-    fn from(r: Reduction) -> Self {
-        Attr::Str(match r {
+impl Reduction {
+    /// PyTorch's word for it: `none`, `mean` or `sum` (a loss's
+    /// `reduction` attribute).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
             Reduction::None => "none",
             Reduction::Mean => "mean",
             Reduction::Sum => "sum",
-        })
+        }
     }
 }
 
@@ -209,8 +210,8 @@ impl StructuredOp for SumAxis {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into()), ("keepdim", self.keepdim.into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         if x[0].rank() == 0 {
@@ -237,8 +238,8 @@ impl StructuredOp for ExpandAxis {
         crate::Holds::Settings
     }
     const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> Attributes {
-        vec![("axis", self.axis.into()), ("shape", self.shape[..].into())]
+    fn attributes(&self) -> OpAttributes {
+        OpAttributes::new().ints("shape", &self.shape)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let mut kept = self.shape.clone();

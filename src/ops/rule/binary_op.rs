@@ -113,6 +113,10 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn arity(&self) -> Option<usize> {
         Some(2)
     }
+    // `kernels::zip` reports a refused output buffer itself.
+    fn catches_refused_buffers(&self) -> bool {
+        true
+    }
     #[inline(always)]
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs(R::NAME, inputs, 2)?;

@@ -12,7 +12,9 @@ use crate::core::{Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
-use crate::ops::{expect_inputs, Differentiable, GradInputs, ScalarArgs, ScalarBackward};
+use crate::ops::{
+    expect_inputs, Differentiable, GradInputs, OpAttributes, ScalarArgs, ScalarBackward,
+};
 use crate::tensor::{Element, Tensor};
 
 /// Which value a unary rule writes its derivative in: the input `x`, or
@@ -82,6 +84,12 @@ pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
     fn example() -> Self {
         Self::default()
     }
+
+    /// The rule's parameters by name (a slope, bounds), which the op's
+    /// [`Differentiable::attributes`] lists. The default lists none.
+    fn attributes(self) -> OpAttributes {
+        OpAttributes::new()
+    }
 }
 
 /// The op of a [`UnaryRule`].
@@ -145,6 +153,10 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn arity(&self) -> Option<usize> {
         Some(1)
     }
+    // `kernels::map_op` reports a refused output buffer itself.
+    fn catches_refused_buffers(&self) -> bool {
+        true
+    }
     // Inlined into `record`: a call takes the input's address, which keeps
     // the `Var` on the stack and copies it there by 16-byte loads of
     // smaller stores (see `tensor/word.rs`).
@@ -199,6 +211,9 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     }
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(UnaryKernel(self.0)))
+    }
+    fn attributes(&self) -> OpAttributes {
+        self.0.attributes()
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Inference of imported ONNX models: retrograd (`bench onnx_<model>`) and
+# onnxruntime (bench/onnx_reference.py) on the same .onnx file and inputs,
+# back to back, RUNS times; prints each run's medians and their ratio, and
+# the median ratio. Needs `pip install onnxruntime numpy`; the models come
+# from `python3 bench/onnx_models.py` (torch, transformers), which writes
+# target/bench-onnx/.
+#
+#   bench/onnx_compare.sh                       # mnist_cnn and minilm
+#   RUNS=5 bench/onnx_compare.sh mnist_cnn      # one model, 5 runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+models=("$@")
+[ ${#models[@]} -eq 0 ] && models=(mnist_cnn minilm)
+runs=${RUNS:-3}
+repeats=${REPEATS:-20}
+cargo build --release --quiet --example bench
+
+for m in "${models[@]}"; do
+  if [ ! -f "target/bench-onnx/$m.onnx" ]; then
+    echo "skipped $m: no target/bench-onnx/$m.onnx (run python3 bench/onnx_models.py)" >&2
+    continue
+  fi
+  ratios=()
+  for run in $(seq 1 "$runs"); do
+    ours=$(./target/release/examples/bench "onnx_$m" --repeats "$repeats")
+    ort=$(python3 bench/onnx_reference.py "$m" --repeats "$repeats")
+    line=$(python3 - "$ours" "$ort" <<'PY'
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(f'{a["median_ms"]} {b["median_ms"]} {a["median_ms"] / b["median_ms"]} {a["load_ms"]}')
+PY
+)
+    read -r ms_ours ms_ort ratio load <<<"$line"
+    printf '%s run %d: retrograd %.2f ms, onnxruntime %.2f ms, ratio %.3f (retrograd load %.1f ms)\n' \
+      "$m" "$run" "$ms_ours" "$ms_ort" "$ratio" "$load"
+    ratios+=("$ratio")
+  done
+  python3 -c 'import sys, statistics as s; r = [float(x) for x in sys.argv[2:]]; print(f"{sys.argv[1]}: median ratio {s.median(r):.3f} (range {min(r):.3f}-{max(r):.3f}, {len(r)} runs)")' "$m" "${ratios[@]}"
+done

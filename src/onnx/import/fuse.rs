@@ -1,0 +1,396 @@
+//! Fusion at import: ONNX node patterns that spell out one retrograd op
+//! run as that op, which is faster and differentiates through one
+//! backward formula. The result is the same function; a pattern matches
+//! only when its intermediate values feed nothing else.
+//!
+//! - GELU: `x · (1 + erf(x / √2)) / 2`, as this crate's exporter and
+//!   PyTorch's write it (`Div` or `Mul` by `1/√2`, `Erf`, `Add 1`, two
+//!   `Mul`s in either order), becomes one `Gelu`.
+//! - Attention: `MatMul(softmax(MatMul(q, kᵀ) · scale + mask), v)`, with
+//!   the scale on the scores or on `q`, an optional additive mask (a
+//!   constant causal mask becomes `is_causal`), and the `Where(IsNaN(p),
+//!   0, p)` that this crate's exporter adds for fully masked rows, becomes
+//!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory).
+
+use std::collections::HashMap;
+
+use super::attrs::Attrs;
+use super::ops::{fused_attention, lookup, Convert};
+use super::{OnnxModel, Step};
+use crate::onnx::proto::attribute_proto::AttributeType;
+use crate::onnx::proto::AttributeProto;
+use crate::tensor::Tensor;
+
+/// The model's steps with their readers and constants, for matching.
+struct View<'a> {
+    steps: &'a [Step],
+    /// The step writing each slot.
+    producer: HashMap<usize, usize>,
+    /// How many step inputs (and graph outputs) read each slot.
+    readers: HashMap<usize, usize>,
+    /// Known constant values by slot.
+    constants: HashMap<usize, &'a Tensor>,
+}
+
+impl<'a> View<'a> {
+    fn new(m: &'a OnnxModel, initializers: &'a [(usize, String, Tensor)]) -> Self {
+        let mut producer = HashMap::new();
+        let mut readers: HashMap<usize, usize> = HashMap::new();
+        for (i, s) in m.steps.iter().enumerate() {
+            for &o in &s.outputs {
+                producer.insert(o, i);
+            }
+            for &slot in s.inputs.iter().flatten() {
+                *readers.entry(slot).or_default() += 1;
+            }
+        }
+        for (_, slot) in &m.outputs {
+            *readers.entry(*slot).or_default() += 1;
+        }
+        let constants = m
+            .constants
+            .iter()
+            .map(|(s, t)| (*s, t))
+            .chain(initializers.iter().map(|(s, _, t)| (*s, t)))
+            .collect();
+        View {
+            steps: &m.steps,
+            producer,
+            readers,
+            constants,
+        }
+    }
+
+    /// The step writing `slot`, if it is `op_type` and its output is read once.
+    fn only_use(&self, slot: usize, op_type: &str) -> Option<usize> {
+        let i = *self.producer.get(&slot)?;
+        (self.steps[i].op_type == op_type && self.readers.get(&slot) == Some(&1)).then_some(i)
+    }
+
+    /// Whether `slot` holds a scalar constant within 1e-6 of `value`.
+    fn is_scalar(&self, slot: usize, value: f64) -> bool {
+        self.constants.get(&slot).is_some_and(|t| {
+            t.numel() == 1
+                && t.try_item()
+                    .is_ok_and(|v| (v - value).abs() <= 1e-6 * value.abs().max(1.0))
+        })
+    }
+
+    /// For a binary step, the operand that is not a scalar constant equal
+    /// to `value` (either order).
+    fn other_than(&self, step: usize, value: f64) -> Option<usize> {
+        match self.steps[step].inputs[..] {
+            [Some(a), Some(b)] if self.is_scalar(b, value) => Some(a),
+            [Some(a), Some(b)] if self.is_scalar(a, value) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The operands of a binary step.
+    fn operands(&self, step: usize) -> Option<(usize, usize)> {
+        match self.steps[step].inputs[..] {
+            [Some(a), Some(b)] => Some((a, b)),
+            _ => None,
+        }
+    }
+}
+
+/// Rewrites known patterns among `m`'s steps.
+pub(super) fn fuse(m: &mut OnnxModel, initializers: &[(usize, String, Tensor)]) {
+    let mut replace: HashMap<usize, Step> = HashMap::new();
+    let mut remove = vec![false; m.steps.len()];
+    {
+        let v = View::new(m, initializers);
+        for (i, step) in m.steps.iter().enumerate() {
+            let found = match step.op_type.as_str() {
+                "Erf" => gelu(&v, i).map(|(last, x, covered)| {
+                    (last, fused("Gelu", &m.steps[last], vec![Some(x)]), covered)
+                }),
+                "Softmax" => {
+                    attention(&v, i).map(|a| (a.last, a.step(&m.steps[a.last]), a.covered))
+                }
+                _ => None,
+            };
+            if let Some((last, step, covered)) = found
+                && covered.iter().all(|&s| !remove[s])
+            {
+                for s in covered {
+                    remove[s] = true;
+                }
+                remove[last] = false;
+                replace.insert(last, step);
+            }
+        }
+    }
+    let steps = std::mem::take(&mut m.steps);
+    m.steps = steps
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !remove[*i])
+        .map(|(i, s)| replace.remove(&i).unwrap_or(s))
+        .collect();
+}
+
+/// A step running `op_type` (from the op table, default settings) on
+/// `inputs`, writing `like`'s outputs and named after it.
+fn fused(op_type: &str, like: &Step, inputs: Vec<Option<usize>>) -> Step {
+    let (convert, _) = lookup(op_type).expect("fused ops are in the table");
+    let label = format!("{} fused as {op_type}", like.attrs.label);
+    Step {
+        convert,
+        attrs: Attrs::decode(label, &[]).expect("no attributes to decode"),
+        op_type: op_type.to_string(),
+        inputs,
+        outputs: like.outputs.clone(),
+    }
+}
+
+/// Matches GELU around the `Erf` step `erf`: returns the last step, the
+/// input `x` and every step of the pattern.
+fn gelu(v: &View<'_>, erf: usize) -> Option<(usize, usize, Vec<usize>)> {
+    let s = v.steps;
+    let t = s[erf].inputs.first().copied().flatten()?;
+    // t = x / √2, or x · (1/√2).
+    let scale = v.only_use(t, "Div").or_else(|| v.only_use(t, "Mul"))?;
+    let x = match s[scale].op_type.as_str() {
+        "Div" => match s[scale].inputs[..] {
+            [Some(x), Some(c)] if v.is_scalar(c, std::f64::consts::SQRT_2) => x,
+            _ => return None,
+        },
+        _ => v.other_than(scale, std::f64::consts::FRAC_1_SQRT_2)?,
+    };
+    // p = erf + 1, read by one Mul.
+    let e = s[erf].outputs[0];
+    let add = find_reader(v, e, "Add")?;
+    v.other_than(add, 1.0).filter(|&o| o == e)?;
+    let p = s[add].outputs[0];
+    let m1 = find_reader(v, p, "Mul")?;
+    let (a, b) = v.operands(m1)?;
+    let other = if a == p { b } else { a };
+    let m1_out = s[m1].outputs[0];
+    if other == x {
+        // (x · p) · 0.5
+        let m2 = find_reader(v, m1_out, "Mul")?;
+        v.other_than(m2, 0.5).filter(|&o| o == m1_out)?;
+        Some((m2, x, vec![scale, erf, add, m1, m2]))
+    } else {
+        // (x · 0.5) · p
+        let half = v.only_use(other, "Mul")?;
+        v.other_than(half, 0.5).filter(|&o| o == x)?;
+        Some((m1, x, vec![scale, erf, add, half, m1]))
+    }
+}
+
+/// The one step reading `slot`, if it is `op_type` and nothing else reads it.
+fn find_reader(v: &View<'_>, slot: usize, op_type: &str) -> Option<usize> {
+    if v.readers.get(&slot) != Some(&1) {
+        return None;
+    }
+    v.steps
+        .iter()
+        .position(|s| s.op_type == op_type && s.inputs.contains(&Some(slot)))
+}
+
+/// A matched attention: the fused step's inputs and settings.
+struct Attention {
+    q: usize,
+    /// `k`, or `kᵀ` as the first product reads it when no transpose of
+    /// the last two axes writes it (`k_transposed`).
+    k: usize,
+    k_transposed: bool,
+    v: usize,
+    mask: Option<usize>,
+    scale: f64,
+    causal: bool,
+    /// The softmax's axis, checked against the scores' rank when run.
+    axis: i64,
+    last: usize,
+    covered: Vec<usize>,
+}
+
+impl Attention {
+    fn step(&self, like: &Step) -> Step {
+        let float = |name: &str, f: f64| AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Float as i32),
+            f: Some(f as f32),
+            ..Default::default()
+        };
+        let int = |name: &str, i: i64| AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(i),
+            ..Default::default()
+        };
+        let attrs = [
+            float("scale", self.scale),
+            int("causal", i64::from(self.causal)),
+            int("k_transposed", i64::from(self.k_transposed)),
+            int("axis", self.axis),
+        ];
+        let label = format!("{} fused as attention", like.attrs.label);
+        Step {
+            convert: fused_attention as Convert,
+            attrs: Attrs::decode(label, &attrs).expect("plain attributes"),
+            op_type: "Attention (fused)".to_string(),
+            inputs: vec![Some(self.q), Some(self.k), Some(self.v), self.mask],
+            outputs: like.outputs.clone(),
+        }
+    }
+}
+
+/// The scalar constant a binary step multiplies by (`Mul` by `c`: `c`;
+/// `Div` by `c`: `1/c`), and its other operand.
+fn scaling(v: &View<'_>, step: usize) -> Option<(usize, f64)> {
+    let (a, b) = v.operands(step)?;
+    let value = |slot: usize| {
+        v.constants
+            .get(&slot)
+            .filter(|t| t.numel() == 1 && t.dtype().is_float())
+            .and_then(|t| t.try_item().ok())
+    };
+    match v.steps[step].op_type.as_str() {
+        "Mul" => value(b)
+            .map(|c| (a, c))
+            .or_else(|| value(a).map(|c| (b, c))),
+        "Div" => value(b).filter(|&c| c != 0.0).map(|c| (a, 1.0 / c)),
+        _ => None,
+    }
+}
+
+/// Whether `slot` is a constant `[L, L]` causal mask: 0 on and below the
+/// diagonal, -inf above.
+fn is_causal_mask(v: &View<'_>, slot: usize) -> bool {
+    v.constants.get(&slot).is_some_and(|t| {
+        let [l, s] = t.shape()[..] else { return false };
+        l == s
+            && t.dtype().is_float()
+            && t.to_f64_vec().iter().enumerate().all(|(i, &x)| {
+                if i % s > i / s {
+                    x == f64::NEG_INFINITY
+                } else {
+                    x == 0.0
+                }
+            })
+    })
+}
+
+/// The scores `MatMul(q, kᵀ)` behind `x`, through an optional scale on
+/// `x` or on `q`: `(product, q, kᵀ, scale, covered)`.
+fn scaled_scores(v: &View<'_>, mut x: usize) -> Option<(usize, usize, usize, f64, Vec<usize>)> {
+    let mut covered = Vec::new();
+    let mut scale = 1.0;
+    for op in ["Mul", "Div"] {
+        if let Some(step) = v.only_use(x, op)
+            && let Some((inner, c)) = scaling(v, step)
+        {
+            scale *= c;
+            covered.push(step);
+            x = inner;
+            break;
+        }
+    }
+    let product = v.only_use(x, "MatMul")?;
+    covered.push(product);
+    let (mut q, kt) = v.operands(product)?;
+    if let Some(step) = v.only_use(q, "Mul")
+        && let Some((inner, c)) = scaling(v, step)
+    {
+        scale *= c;
+        covered.push(step);
+        q = inner;
+    }
+    Some((product, q, kt, scale, covered))
+}
+
+/// Whether step `t` is a `Transpose` swapping the last two of its axes.
+fn swaps_last_two(v: &View<'_>, t: usize) -> bool {
+    let Ok(Some(perm)) = v.steps[t].attrs.ints("perm") else {
+        return false;
+    };
+    let n = perm.len();
+    n >= 2
+        && perm.iter().enumerate().all(|(i, &p)| {
+            p as usize
+                == if i + 2 == n {
+                    n - 1
+                } else if i + 1 == n {
+                    n - 2
+                } else {
+                    i
+                }
+        })
+}
+
+/// Matches attention around the `Softmax` step `softmax`.
+fn attention(v: &View<'_>, softmax: usize) -> Option<Attention> {
+    let s = v.steps;
+    let axis = s[softmax].attrs.int("axis", -1).ok()?;
+    let mut covered = vec![softmax];
+    // The softmax reads the scores, maybe plus a mask (either operand).
+    let x = s[softmax].inputs.first().copied().flatten()?;
+    let (mut mask, mut causal) = (None, false);
+    let (_, q, kt, scale, more) = match v.only_use(x, "Add") {
+        Some(add) => {
+            let (a, b) = v.operands(add)?;
+            let (found, m) = match scaled_scores(v, a) {
+                Some(found) => (found, b),
+                None => (scaled_scores(v, b)?, a),
+            };
+            if is_causal_mask(v, m) {
+                causal = true;
+            } else {
+                mask = Some(m);
+            }
+            covered.push(add);
+            found
+        }
+        None => scaled_scores(v, x)?,
+    };
+    covered.extend(more);
+    // kᵀ written by a transpose read only here: fuse that too.
+    let (k, k_transposed) = match v.only_use(kt, "Transpose") {
+        Some(t) if swaps_last_two(v, t) => {
+            covered.push(t);
+            (s[t].inputs.first().copied().flatten()?, false)
+        }
+        _ => (kt, true),
+    };
+    // The weights: straight into the second product, or through the
+    // exporter's Where(IsNaN(p), 0, p).
+    let p = s[softmax].outputs[0];
+    let mut weights = p;
+    if v.readers.get(&p) == Some(&2) {
+        let is_nan = v
+            .steps
+            .iter()
+            .position(|st| st.op_type == "IsNaN" && st.inputs.first() == Some(&Some(p)))?;
+        let nan = s[is_nan].outputs[0];
+        let select = find_reader(v, nan, "Where")?;
+        if s[select].inputs[..] != [Some(nan), s[select].inputs[1], Some(p)]
+            || !v.is_scalar(s[select].inputs[1]?, 0.0)
+        {
+            return None;
+        }
+        covered.extend([is_nan, select]);
+        weights = s[select].outputs[0];
+    }
+    let last = find_reader(v, weights, "MatMul")?;
+    let (pw, value) = v.operands(last)?;
+    if pw != weights {
+        return None;
+    }
+    covered.push(last);
+    Some(Attention {
+        q,
+        k,
+        k_transposed,
+        v: value,
+        mask,
+        scale,
+        causal,
+        axis,
+        last,
+        covered,
+    })
+}

@@ -1,0 +1,269 @@
+//! Elementwise ONNX ops as retrograd's elementwise ops. Stateless ones go
+//! through the op registry by name (`graph.apply("relu", ...)`); those
+//! with settings through the `Var` methods that build them.
+
+use super::host::{bool_binary, int_binary, is_int};
+use super::{one, Ctx};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::onnx::import::attrs::Attrs;
+use crate::onnx::tensor::dtype_of;
+use crate::ops::activation::LeakyRelu;
+use crate::ops::rule::Unary;
+use crate::tensor::{DType, Tensor};
+
+type Ins<'g> = [Option<Var<'g>>];
+
+/// The op registered as `name` on inputs 0..n.
+fn apply<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str, n: usize) -> Result<Vec<Var<'g>>> {
+    let args = (0..n)
+        .map(|i| c.input(ins, i))
+        .collect::<Result<Vec<_>>>()?;
+    one(c.graph.apply(name, &args)?)
+}
+
+/// A binary registry op on floats, or on integers through the host.
+fn arith<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if is_int(a) && is_int(b) {
+        return one(int_binary(a, b, |x, y| x.graph().apply(name, &[x, y]))?);
+    }
+    one(c.graph.apply(name, &[a, b])?)
+}
+
+pub(super) fn add<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arith(c, ins, "add")
+}
+pub(super) fn sub<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arith(c, ins, "sub")
+}
+pub(super) fn mul<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arith(c, ins, "mul")
+}
+pub(super) fn div<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arith(c, ins, "div")
+}
+pub(super) fn pow<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if is_int(a) {
+        return arith(c, ins, "pow");
+    }
+    // ONNX lets the exponent have its own type; retrograd's pow takes the base's.
+    let b = if b.dtype() == a.dtype() {
+        b.clone()
+    } else {
+        b.try_to_dtype(a.dtype())?
+    };
+    one(a.try_pow(&b)?)
+}
+pub(super) fn neg<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    if is_int(x) {
+        let zero = c.constant(Tensor::scalar(0i64));
+        return one(int_binary(&zero, x, |a, b| a.try_sub(b))?);
+    }
+    apply(c, ins, "neg", 1)
+}
+pub(super) fn abs<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "abs", 1)
+}
+pub(super) fn exp<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "exp", 1)
+}
+pub(super) fn log<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "log", 1)
+}
+pub(super) fn sqrt<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "sqrt", 1)
+}
+pub(super) fn tanh<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "tanh", 1)
+}
+pub(super) fn sigmoid<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "sigmoid", 1)
+}
+pub(super) fn relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "relu", 1)
+}
+pub(super) fn sin<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "sin", 1)
+}
+pub(super) fn cos<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    apply(c, ins, "cos", 1)
+}
+
+pub(super) fn reciprocal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let one_ = c.constant(Tensor::scalar_of(1.0, x.dtype()));
+    one(one_.try_div(x)?)
+}
+
+pub(super) fn leaky_relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let slope = c.attrs.float("alpha", 0.01)?;
+    let x = c.input(ins, 0)?;
+    one(c.graph.record(
+        Unary(LeakyRelu {
+            negative_slope: slope,
+        }),
+        &[x],
+    )?)
+}
+
+pub(super) fn elu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let alpha = c.attrs.float("alpha", 1.0)?;
+    one(c.input(ins, 0)?.try_elu_with(alpha)?)
+}
+
+/// ONNX's `log(1 + exp(x))`: PyTorch's softplus with beta 1 and a
+/// threshold past which `exp` overflows f64 (so it changes nothing).
+pub(super) fn softplus<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    one(c.input(ins, 0)?.try_softplus_with(1.0, 700.0)?)
+}
+
+/// `erf(x) = 1 - erfc(x)`.
+pub(super) fn erf<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let one_ = c.constant(Tensor::scalar_of(1.0, x.dtype()));
+    one(one_.try_sub(&c.graph.apply("erfc", &[x])?)?)
+}
+
+pub(super) fn check_gelu(a: &Attrs, _: i64) -> std::result::Result<(), String> {
+    match a
+        .string("approximate", "none")
+        .map_err(|e| e.to_string())?
+        .as_str()
+    {
+        "none" | "tanh" => Ok(()),
+        other => Err(format!("approximate = {other:?}")),
+    }
+}
+
+pub(super) fn gelu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let name = match c.attrs.string("approximate", "none")?.as_str() {
+        "tanh" => "gelu_tanh",
+        _ => "gelu",
+    };
+    apply(c, ins, name, 1)
+}
+
+/// Bounds given as optional scalar inputs (opset 11 and later).
+pub(super) fn clip<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let lo = c.opt(ins, 1).map(|v| c.scalar(v)).transpose()?;
+    let hi = c.opt(ins, 2).map(|v| c.scalar(v)).transpose()?;
+    let x = c.input(ins, 0)?;
+    if lo.is_none() && hi.is_none() {
+        return one(x.clone());
+    }
+    one(x.try_clamp(lo, hi)?)
+}
+
+/// A variadic op folded pairwise.
+fn fold<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>> {
+    let mut acc = c.input(ins, 0)?.clone();
+    for i in 1..ins.len() {
+        let next = c.input(ins, i)?;
+        acc = if is_int(&acc) && is_int(next) {
+            int_binary(&acc, next, |x, y| x.graph().apply(name, &[x, y]))?
+        } else {
+            c.graph.apply(name, &[&acc, next])?
+        };
+    }
+    one(acc)
+}
+
+pub(super) fn max<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    fold(c, ins, "maximum")
+}
+pub(super) fn min<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    fold(c, ins, "minimum")
+}
+pub(super) fn sum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    fold(c, ins, "add")
+}
+
+/// A comparison (a bool constant), with the operands' dtypes made one
+/// if they differ only in width (an i64 shape against an f32 value).
+fn compare<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    one(c.graph.apply(name, &[a, b])?)
+}
+
+pub(super) fn equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    compare(c, ins, "eq")
+}
+pub(super) fn less<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    compare(c, ins, "lt")
+}
+pub(super) fn less_or_equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    compare(c, ins, "le")
+}
+pub(super) fn greater<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    compare(c, ins, "gt")
+}
+pub(super) fn greater_or_equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    compare(c, ins, "ge")
+}
+
+pub(super) fn not<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    one(c.input(ins, 0)?.try_eq_scalar(0.0)?)
+}
+
+pub(super) fn and<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    one(bool_binary(a, b, |x, y| x.try_mul(y)?.try_ne_scalar(0.0))?)
+}
+pub(super) fn or<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    one(bool_binary(a, b, |x, y| x.try_add(y)?.try_ne_scalar(0.0))?)
+}
+pub(super) fn xor<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    one(bool_binary(a, b, |x, y| x.try_ne(y))?)
+}
+
+pub(super) fn is_nan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    one(x.try_ne(x)?)
+}
+
+/// `where(cond, x, y)`; integer branches through the host.
+pub(super) fn select<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (cond, x, y) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    if is_int(x) && is_int(y) {
+        let dtype = x.dtype();
+        let r = x
+            .try_to_dtype(DType::F64)?
+            .try_where(cond, &y.try_to_dtype(DType::F64)?)?;
+        return one(c.constant(r.value().to_dtype(dtype)));
+    }
+    one(x.try_where(cond, y)?)
+}
+
+pub(super) fn check_cast(a: &Attrs, _: i64) -> std::result::Result<(), String> {
+    let to = a.int("to", 0).map_err(|e| e.to_string())?;
+    match dtype_of(to as i32) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "cast to {}",
+            crate::onnx::tensor::type_name(to as i32)
+        )),
+    }
+}
+
+pub(super) fn cast<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let to = c.attrs.int("to", 0)?;
+    let dtype = dtype_of(to as i32).ok_or_else(|| c.error(format!("cast to type {to}")))?;
+    let x = c.input(ins, 0)?;
+    if x.dtype() == dtype {
+        return one(x.clone());
+    }
+    one(x.try_to_dtype(dtype)?)
+}
+
+pub(super) fn cast_like<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, like) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if x.dtype() == like.dtype() {
+        return one(x.clone());
+    }
+    one(x.try_to_dtype(like.dtype())?)
+}

@@ -1,0 +1,218 @@
+//! The ONNX ops the importer runs, each as retrograd ops on [`Var`]s (so
+//! an imported model is differentiable through the existing backward
+//! formulas): one table, [`OPS`], of op type, converter and a check of the
+//! node's settings at load.
+//!
+//! Integer and bool values (shapes, indices, masks) flow as constants; the
+//! few ops that compute on them do it on the host (`host.rs`).
+
+mod elementwise;
+mod host;
+mod nn;
+mod reduce;
+mod shape;
+
+pub(crate) use nn::fused_attention;
+
+use super::attrs::{bad, Attrs};
+use crate::error::Result;
+use crate::graph::{Graph, Var};
+use crate::tensor::{DType, Tensor};
+
+/// The most elements an op may make from sizes the model gives ([`Ctx::check_size`]).
+const MAX_MADE_ELEMENTS: usize = 1 << 28;
+
+/// What a converter sees of its node.
+pub(crate) struct Ctx<'a, 'g> {
+    /// The graph the model runs on.
+    pub graph: &'g Graph,
+    /// The node's attributes (and its label for messages).
+    pub attrs: &'a Attrs,
+    /// The model's default-domain opset.
+    pub opset: i64,
+    /// How many outputs the node names.
+    pub n_outputs: usize,
+}
+
+/// Computes a node's outputs from its inputs (`None`: an omitted optional input).
+pub(crate) type Convert = for<'a, 'g> fn(&Ctx<'a, 'g>, &[Option<Var<'g>>]) -> Result<Vec<Var<'g>>>;
+
+/// Checks a node's attributes at load: `Err(reason)` when a setting is
+/// not supported (collected with the unsupported ops).
+pub(crate) type Check = fn(&Attrs, i64) -> std::result::Result<(), String>;
+
+/// Every supported op: type, converter, settings check.
+pub(crate) const OPS: &[(&str, Convert, Check)] = &[
+    // Elementwise.
+    ("Add", elementwise::add, ok),
+    ("Sub", elementwise::sub, ok),
+    ("Mul", elementwise::mul, ok),
+    ("Div", elementwise::div, ok),
+    ("Pow", elementwise::pow, ok),
+    ("Neg", elementwise::neg, ok),
+    ("Abs", elementwise::abs, ok),
+    ("Exp", elementwise::exp, ok),
+    ("Log", elementwise::log, ok),
+    ("Sqrt", elementwise::sqrt, ok),
+    ("Reciprocal", elementwise::reciprocal, ok),
+    ("Tanh", elementwise::tanh, ok),
+    ("Sigmoid", elementwise::sigmoid, ok),
+    ("Relu", elementwise::relu, ok),
+    ("LeakyRelu", elementwise::leaky_relu, ok),
+    ("Elu", elementwise::elu, ok),
+    ("Softplus", elementwise::softplus, ok),
+    ("Sin", elementwise::sin, ok),
+    ("Cos", elementwise::cos, ok),
+    ("Erf", elementwise::erf, ok),
+    ("Gelu", elementwise::gelu, elementwise::check_gelu),
+    ("Clip", elementwise::clip, ok),
+    ("Max", elementwise::max, ok),
+    ("Min", elementwise::min, ok),
+    ("Sum", elementwise::sum, ok),
+    ("Equal", elementwise::equal, ok),
+    ("Less", elementwise::less, ok),
+    ("LessOrEqual", elementwise::less_or_equal, ok),
+    ("Greater", elementwise::greater, ok),
+    ("GreaterOrEqual", elementwise::greater_or_equal, ok),
+    ("Not", elementwise::not, ok),
+    ("And", elementwise::and, ok),
+    ("Or", elementwise::or, ok),
+    ("Xor", elementwise::xor, ok),
+    ("IsNaN", elementwise::is_nan, ok),
+    ("Where", elementwise::select, ok),
+    ("Cast", elementwise::cast, elementwise::check_cast),
+    ("CastLike", elementwise::cast_like, ok),
+    // Shapes and layout.
+    ("Identity", shape::identity, ok),
+    ("Dropout", shape::dropout, shape::check_dropout),
+    ("Constant", shape::constant, shape::check_constant),
+    ("Shape", shape::shape, ok),
+    ("Size", shape::size, ok),
+    ("ConstantOfShape", shape::constant_of_shape, ok),
+    ("Range", shape::range, ok),
+    ("Reshape", shape::reshape, ok),
+    ("Flatten", shape::flatten, ok),
+    ("Squeeze", shape::squeeze, ok),
+    ("Unsqueeze", shape::unsqueeze, ok),
+    ("Transpose", shape::transpose, ok),
+    ("Expand", shape::expand, ok),
+    ("Concat", shape::concat, ok),
+    ("Split", shape::split, ok),
+    ("Slice", shape::slice, ok),
+    ("Gather", shape::gather, ok),
+    ("GatherElements", shape::gather_elements, ok),
+    ("Pad", shape::pad, shape::check_pad),
+    ("Trilu", shape::trilu, ok),
+    // Neural-net ops.
+    ("MatMul", nn::matmul, ok),
+    ("Gemm", nn::gemm, ok),
+    ("Conv", nn::conv, nn::check_conv),
+    (
+        "ConvTranspose",
+        nn::conv_transpose,
+        nn::check_conv_transpose,
+    ),
+    ("MaxPool", nn::max_pool, nn::check_pool),
+    ("AveragePool", nn::average_pool, nn::check_pool),
+    ("GlobalAveragePool", nn::global_average_pool, ok),
+    ("BatchNormalization", nn::batch_norm, nn::check_batch_norm),
+    ("LayerNormalization", nn::layer_norm, ok),
+    ("Softmax", nn::softmax, ok),
+    ("LogSoftmax", nn::log_softmax, ok),
+    // Reductions.
+    ("ReduceSum", reduce::sum, ok),
+    ("ReduceMean", reduce::mean, ok),
+    ("ReduceMax", reduce::max, ok),
+    ("ReduceMin", reduce::min, ok),
+    ("ReduceLogSumExp", reduce::logsumexp, ok),
+    ("ArgMax", reduce::argmax, reduce::check_arg),
+    ("ArgMin", reduce::argmin, reduce::check_arg),
+];
+
+/// A check that accepts every setting.
+fn ok(_: &Attrs, _: i64) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+/// The entry of op type `op_type`.
+pub(crate) fn lookup(op_type: &str) -> Option<(Convert, Check)> {
+    OPS.iter()
+        .find(|(name, _, _)| *name == op_type)
+        .map(|&(_, c, k)| (c, k))
+}
+
+impl<'g> Ctx<'_, 'g> {
+    /// Required input `i`.
+    pub fn input<'v>(&self, inputs: &'v [Option<Var<'g>>], i: usize) -> Result<&'v Var<'g>> {
+        inputs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| bad(&self.attrs.label, format!("input {i} is required")))
+    }
+
+    /// Optional input `i`.
+    pub fn opt<'v>(&self, inputs: &'v [Option<Var<'g>>], i: usize) -> Option<&'v Var<'g>> {
+        inputs.get(i).and_then(Option::as_ref)
+    }
+
+    /// The integers an input holds (shapes, axes, pads).
+    pub fn ints(&self, v: &Var<'g>) -> Result<Vec<i64>> {
+        let t = v.value();
+        if t.dtype() != DType::I64 {
+            return Err(bad(
+                &self.attrs.label,
+                format!("expected an int64 input, found {}", t.dtype()),
+            ));
+        }
+        t.to_vec::<i64>()
+    }
+
+    /// The number an input holds (a scalar bound, a fill value).
+    pub fn scalar(&self, v: &Var<'g>) -> Result<f64> {
+        v.value().try_item().map_err(|_| {
+            bad(
+                &self.attrs.label,
+                format!("expected one value, found shape {:?}", v.shape()),
+            )
+        })
+    }
+
+    /// A constant on the node's graph.
+    pub fn constant(&self, t: Tensor) -> Var<'g> {
+        Var::constant_in(self.graph, t)
+    }
+
+    /// An error naming the node.
+    pub fn error(&self, reason: impl std::fmt::Display) -> crate::Error {
+        bad(&self.attrs.label, reason)
+    }
+
+    /// Checks that a tensor of `shape`, sized by the model's data (a
+    /// `ConstantOfShape`, a `Range`, an `Expand`), stays under 2^28
+    /// elements: a corrupt size must be an error, not an allocation that
+    /// aborts the process.
+    pub fn check_size(&self, shape: &[usize]) -> Result<()> {
+        match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
+            Some(n) if n <= MAX_MADE_ELEMENTS => Ok(()),
+            _ => Err(self.error(format!(
+                "a tensor of shape {shape:?} is too large to make (over 2^28 elements)"
+            ))),
+        }
+    }
+
+    /// `axis` (negative counts from the end) as an index into rank `rank`.
+    pub fn axis(&self, axis: i64, rank: usize) -> Result<usize> {
+        let r = rank as i64;
+        let a = if axis < 0 { axis + r } else { axis };
+        if (0..r.max(1)).contains(&a) {
+            Ok(a as usize)
+        } else {
+            Err(self.error(format!("axis {axis} is out of range for rank {rank}")))
+        }
+    }
+}
+
+/// One output.
+pub(crate) fn one<'g>(v: Var<'g>) -> Result<Vec<Var<'g>>> {
+    Ok(vec![v])
+}

@@ -1,0 +1,344 @@
+//! Neural-net ONNX ops: products, convolutions, pooling, normalisation,
+//! softmax, on retrograd's fused ops.
+
+use super::{one, Ctx};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::onnx::import::attrs::Attrs;
+use crate::ops::nn::{
+    AvgPool2dOptions, BatchNormArgs, Conv1dOptions, Conv2dOptions, ConvTransposeOptions,
+    MaxPool2dOptions,
+};
+use crate::tensor::Tensor;
+
+type Ins<'g> = [Option<Var<'g>>];
+type Checked = std::result::Result<(), String>;
+
+pub(super) fn matmul<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    one(c.input(ins, 0)?.try_matmul(c.input(ins, 1)?)?)
+}
+
+/// `alpha · A' B' + beta · C`, the transposes read in place.
+pub(super) fn gemm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let ta = c.attrs.int("transA", 0)? != 0;
+    let tb = c.attrs.int("transB", 0)? != 0;
+    let (alpha, beta) = (c.attrs.float("alpha", 1.0)?, c.attrs.float("beta", 1.0)?);
+    let mut y = a.try_matmul_transposed(b, ta, tb)?;
+    if alpha != 1.0 {
+        y = y.try_mul(&c.constant(Tensor::scalar_of(alpha, y.dtype())))?;
+    }
+    if let Some(bias) = c.opt(ins, 2) {
+        let bias = if beta == 1.0 {
+            bias.clone()
+        } else {
+            bias.try_mul(&c.constant(Tensor::scalar_of(beta, y.dtype())))?
+        };
+        y = y.try_add(&bias)?;
+    }
+    one(y)
+}
+
+/// `auto_pad` as explicit pads is not needed for the supported values:
+/// NOTSET (the `pads`) and VALID (none).
+pub(super) fn check_conv(a: &Attrs, _: i64) -> Checked {
+    match a.string("auto_pad", "NOTSET").as_deref() {
+        Ok("NOTSET") | Ok("VALID") => {}
+        Ok(other) => return Err(format!("auto_pad = {other:?}")),
+        Err(e) => return Err(e.to_string()),
+    }
+    match a.ints("kernel_shape") {
+        Ok(Some(k)) if k.len() > 2 => Err(format!("{}-d convolution", k.len())),
+        _ => Ok(()),
+    }
+}
+
+/// `(strides, dilations, pads_begin, pads_end)` for `dims` spatial axes.
+type Geometry = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>);
+
+fn geometry(c: &Ctx<'_, '_>, dims: usize) -> Result<Geometry> {
+    let list = |key: &str, default: i64| -> Result<Vec<usize>> {
+        let v = c.attrs.ints(key)?.unwrap_or_else(|| vec![default; dims]);
+        if v.len() != dims || v.iter().any(|&x| x < 0) {
+            return Err(c.error(format!("{key} {v:?} for {dims} spatial dims")));
+        }
+        Ok(v.into_iter().map(|x| x as usize).collect())
+    };
+    let pads = if c.attrs.string("auto_pad", "NOTSET")? == "VALID" {
+        vec![0; 2 * dims]
+    } else {
+        c.attrs.ints("pads")?.unwrap_or_else(|| vec![0; 2 * dims])
+    };
+    if pads.len() != 2 * dims || pads.iter().any(|&p| p < 0) {
+        return Err(c.error(format!("pads {pads:?} for {dims} spatial dims")));
+    }
+    let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
+    Ok((
+        list("strides", 1)?,
+        list("dilations", 1)?,
+        pads[..dims].to_vec(),
+        pads[dims..].to_vec(),
+    ))
+}
+
+/// Pads the spatial axes of `x` when the begin and end pads differ (a
+/// retrograd convolution pads both sides alike); returns the input and the
+/// symmetric padding left to the op.
+fn asymmetric<'g>(
+    x: &Var<'g>,
+    begin: &[usize],
+    end: &[usize],
+    value: f64,
+) -> Result<(Var<'g>, Vec<usize>)> {
+    if begin == end {
+        return Ok((x.clone(), begin.to_vec()));
+    }
+    let mut torch = Vec::new();
+    for d in (0..begin.len()).rev() {
+        torch.push(begin[d] as isize);
+        torch.push(end[d] as isize);
+    }
+    Ok((x.try_pad(&torch, value)?, vec![0; begin.len()]))
+}
+
+pub(super) fn conv<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, w) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let b = c.opt(ins, 2);
+    let dims = x.shape().len().saturating_sub(2);
+    let groups = c.attrs.int("group", 1)?.max(1) as usize;
+    let (strides, dilations, begin, end) = geometry(c, dims)?;
+    let (x, pad) = asymmetric(x, &begin, &end, 0.0)?;
+    match dims {
+        1 => {
+            let o = Conv1dOptions::new()
+                .stride(strides[0])
+                .dilation(dilations[0])
+                .padding(pad[0])
+                .groups(groups);
+            one(x.try_conv1d(w, b, &o)?)
+        }
+        2 => {
+            let o = Conv2dOptions::new()
+                .stride([strides[0], strides[1]])
+                .dilation([dilations[0], dilations[1]])
+                .padding([pad[0], pad[1]])
+                .groups(groups);
+            one(x.try_conv2d(w, b, &o)?)
+        }
+        _ => Err(c.error(format!(
+            "a {dims}-d convolution (1-d and 2-d are supported)"
+        ))),
+    }
+}
+
+pub(super) fn check_conv_transpose(a: &Attrs, opset: i64) -> Checked {
+    if a.has("output_shape") {
+        return Err("output_shape".into());
+    }
+    check_conv(a, opset)
+}
+
+pub(super) fn conv_transpose<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, w) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let b = c.opt(ins, 2);
+    let dims = x.shape().len().saturating_sub(2);
+    let groups = c.attrs.int("group", 1)?.max(1) as usize;
+    let (strides, dilations, begin, end) = geometry(c, dims)?;
+    if begin != end {
+        return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
+    }
+    let extra = c
+        .attrs
+        .ints("output_padding")?
+        .unwrap_or_else(|| vec![0; dims]);
+    let extra: Vec<usize> = extra.iter().map(|&e| e.max(0) as usize).collect();
+    match dims {
+        1 => {
+            let o = ConvTransposeOptions::<1>::new()
+                .stride(strides[0])
+                .padding(begin[0])
+                .output_padding(extra[0])
+                .dilation(dilations[0])
+                .groups(groups);
+            one(x.try_conv_transpose1d(w, b, &o)?)
+        }
+        2 => {
+            let o = ConvTransposeOptions::<2>::new()
+                .stride([strides[0], strides[1]])
+                .padding([begin[0], begin[1]])
+                .output_padding([extra[0], extra[1]])
+                .dilation([dilations[0], dilations[1]])
+                .groups(groups);
+            one(x.try_conv_transpose2d(w, b, &o)?)
+        }
+        _ => Err(c.error(format!("a {dims}-d transposed convolution"))),
+    }
+}
+
+pub(super) fn check_pool(a: &Attrs, _: i64) -> Checked {
+    match a.string("auto_pad", "NOTSET").as_deref() {
+        Ok("NOTSET") | Ok("VALID") => {}
+        Ok(other) => return Err(format!("auto_pad = {other:?}")),
+        Err(e) => return Err(e.to_string()),
+    }
+    if a.int("storage_order", 0) != Ok(0) {
+        return Err("storage_order = 1".into());
+    }
+    match a.ints("kernel_shape") {
+        Ok(Some(k)) if k.len() == 2 => Ok(()),
+        Ok(Some(k)) => Err(format!("{}-d pooling (2-d is supported)", k.len())),
+        _ => Err("no kernel_shape".into()),
+    }
+}
+
+fn kernel(c: &Ctx<'_, '_>) -> Result<[usize; 2]> {
+    let k = c.attrs.ints("kernel_shape")?.unwrap_or_default();
+    match k[..] {
+        [h, w] if h > 0 && w > 0 => Ok([h as usize, w as usize]),
+        _ => Err(c.error(format!("kernel_shape {k:?}"))),
+    }
+}
+
+pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    if c.n_outputs > 1 {
+        return Err(c.error("MaxPool's indices output is not supported"));
+    }
+    let (strides, dilations, begin, end) = geometry(c, 2)?;
+    let (x, pad) = asymmetric(c.input(ins, 0)?, &begin, &end, f64::NEG_INFINITY)?;
+    let o = MaxPool2dOptions::new(kernel(c)?)
+        .stride([strides[0], strides[1]])
+        .padding([pad[0], pad[1]])
+        .dilation([dilations[0], dilations[1]])
+        .ceil_mode(c.attrs.int("ceil_mode", 0)? != 0);
+    one(x.try_max_pool2d(&o)?)
+}
+
+pub(super) fn average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (strides, dilations, begin, end) = geometry(c, 2)?;
+    if dilations.iter().any(|&d| d != 1) {
+        return Err(c.error("dilated average pooling"));
+    }
+    if begin != end {
+        return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
+    }
+    let o = AvgPool2dOptions::new(kernel(c)?)
+        .stride([strides[0], strides[1]])
+        .padding([begin[0], begin[1]])
+        .ceil_mode(c.attrs.int("ceil_mode", 0)? != 0)
+        .count_include_pad(c.attrs.int("count_include_pad", 0)? != 0);
+    one(c.input(ins, 0)?.try_avg_pool2d(&o)?)
+}
+
+pub(super) fn global_average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    if x.shape().len() == 4 {
+        return one(x.try_adaptive_avg_pool2d(1)?);
+    }
+    let axes: Vec<isize> = (2..x.shape().len() as isize).collect();
+    one(x.try_mean_axes(&axes, true)?)
+}
+
+pub(super) fn check_batch_norm(a: &Attrs, _: i64) -> Checked {
+    match a.int("training_mode", 0) {
+        Ok(0) => Ok(()),
+        _ => Err("training_mode = 1".into()),
+    }
+}
+
+/// Inference batch norm with the running statistics (buffers).
+pub(super) fn batch_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    if c.n_outputs > 1 {
+        return Err(c.error("BatchNormalization's training outputs are not supported"));
+    }
+    let x = c.input(ins, 0)?;
+    let (scale, bias) = (c.input(ins, 1)?, c.input(ins, 2)?);
+    let (mean, var) = (c.input(ins, 3)?.value(), c.input(ins, 4)?.value());
+    let eps = c.attrs.float("epsilon", 1e-5)?;
+    let mut args = BatchNormArgs::new()
+        .eps(eps)
+        .running(mean, var)
+        .training(false);
+    args.weight = Some(scale);
+    args.bias = Some(bias);
+    one(x.try_batch_norm(&args)?.output)
+}
+
+pub(super) fn layer_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    if c.n_outputs > 1 {
+        return Err(
+            c.error("LayerNormalization's mean and inverse-deviation outputs are not supported")
+        );
+    }
+    let x = c.input(ins, 0)?;
+    let axis = c.axis(c.attrs.int("axis", -1)?, x.shape().len())?;
+    let shape = x.shape()[axis..].to_vec();
+    let eps = c.attrs.float("epsilon", 1e-5)?;
+    one(x.try_layer_norm(&shape, Some(c.input(ins, 1)?), c.opt(ins, 2), eps)?)
+}
+
+/// Opset 13+: along one axis.
+pub(super) fn softmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    one(c
+        .input(ins, 0)?
+        .try_softmax(c.attrs.int("axis", -1)? as isize)?)
+}
+
+pub(super) fn log_softmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    one(c
+        .input(ins, 0)?
+        .try_log_softmax(c.attrs.int("axis", -1)? as isize)?)
+}
+
+/// The attention `fuse.rs` matched: inputs `q`, `k` (or `kᵀ` when
+/// `k_transposed`), `v` and an optional additive mask; settings `scale`,
+/// `causal` and the softmax's `axis`. Runs retrograd's fused
+/// `scaled_dot_product_attention` where its contract holds (softmax over
+/// the last axis, `q`, `k`, `v` of one rank with equal leading dims);
+/// otherwise the nodes' own composition, so the result never changes.
+pub(crate) fn fused_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    use crate::ops::nn::{AttnMask, SdpaOptions};
+    let (q, k, v) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    let k = if c.attrs.int("k_transposed", 0)? != 0 {
+        k.try_transpose(-2, -1)?
+    } else {
+        k.clone()
+    };
+    let scale = c.attrs.float("scale", 1.0)?;
+    let causal = c.attrs.int("causal", 0)? != 0;
+    let mask = c.opt(ins, 3);
+    let rank = q.shape().len();
+    let axis = c.attrs.int("axis", -1)?;
+    let lead =
+        |x: &Var<'g>| x.shape().len() == rank && x.shape()[..rank - 2] == q.shape()[..rank - 2];
+    let fits = rank >= 2
+        && (axis == -1 || axis == rank as i64 - 1)
+        && lead(&k)
+        && lead(v)
+        && k.shape()[rank - 1] == q.shape()[rank - 1]
+        && v.shape()[rank - 2] == k.shape()[rank - 2]
+        && mask.is_none_or(|m| m.dtype() == q.dtype())
+        && !(causal && q.shape()[rank - 2] != k.shape()[rank - 2]);
+    if fits {
+        let mut options = SdpaOptions::new().scale(Some(scale)).is_causal(causal);
+        if let Some(m) = mask {
+            options = options.attn_mask(AttnMask::Additive(m));
+        }
+        return one(q.try_scaled_dot_product_attention(&k, v, &options)?);
+    }
+    let scale = c.constant(Tensor::scalar_of(scale, q.dtype()));
+    let mut scores = q.try_matmul(&k.try_transpose(-2, -1)?)?.try_mul(&scale)?;
+    if causal {
+        let n = q.shape()[rank - 2];
+        let mut m = vec![0.0; n * n];
+        for i in 0..n {
+            for j in i + 1..n {
+                m[i * n + j] = f64::NEG_INFINITY;
+            }
+        }
+        scores = scores.try_add(&c.constant(Tensor::from_f64_slice(&m, &[n, n], q.dtype())?))?;
+    }
+    if let Some(m) = mask {
+        scores = scores.try_add(m)?;
+    }
+    one(scores.try_softmax(axis as isize)?.try_matmul(v)?)
+}

@@ -1,0 +1,90 @@
+//! Reductions and arg-extrema. `ReduceSum`'s axes are an input from
+//! opset 13, the others' from opset 18 (an attribute before).
+
+use super::{one, Ctx};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::onnx::import::attrs::Attrs;
+
+type Ins<'g> = [Option<Var<'g>>];
+
+/// The axes to reduce (every axis when none are given, unless
+/// `noop_with_empty_axes`) and keepdims; `None` for a no-op.
+fn plan<'g>(
+    c: &Ctx<'_, 'g>,
+    ins: &Ins<'g>,
+    axes_input_from: i64,
+) -> Result<Option<(Vec<isize>, bool)>> {
+    let x = c.input(ins, 0)?;
+    let rank = x.shape().len();
+    let axes = if c.opset >= axes_input_from {
+        c.opt(ins, 1).map(|a| c.ints(a)).transpose()?
+    } else {
+        c.attrs.ints("axes")?
+    };
+    let keepdims = c.attrs.int("keepdims", 1)? != 0;
+    let axes = match axes {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .map(|&d| c.axis(d, rank).map(|d| d as isize))
+            .collect::<Result<Vec<_>>>()?,
+        _ if c.attrs.int("noop_with_empty_axes", 0)? != 0 => return Ok(None),
+        _ => (0..rank as isize).collect(),
+    };
+    Ok(Some((axes, keepdims)))
+}
+
+fn reduce<'g>(
+    c: &Ctx<'_, 'g>,
+    ins: &Ins<'g>,
+    axes_input_from: i64,
+    f: impl Fn(&Var<'g>, &[isize], bool) -> Result<Var<'g>>,
+) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    match plan(c, ins, axes_input_from)? {
+        None => one(x.clone()),
+        Some((axes, _)) if axes.is_empty() => one(x.clone()),
+        Some((axes, keep)) => one(f(x, &axes, keep)?),
+    }
+}
+
+pub(super) fn sum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 13, |x, a, k| x.try_sum_axes(a, k))
+}
+pub(super) fn mean<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_mean_axes(a, k))
+}
+pub(super) fn max<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_max_axes(a, k))
+}
+pub(super) fn min<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_min_axes(a, k))
+}
+pub(super) fn logsumexp<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_logsumexp(a, k))
+}
+
+pub(super) fn check_arg(a: &Attrs, _: i64) -> std::result::Result<(), String> {
+    match a.int("select_last_index", 0) {
+        Ok(0) => Ok(()),
+        _ => Err("select_last_index = 1".into()),
+    }
+}
+
+fn arg<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, max: bool) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let axis = c.axis(c.attrs.int("axis", 0)?, x.shape().len())? as isize;
+    let keep = c.attrs.int("keepdims", 1)? != 0;
+    if max {
+        one(x.try_argmax(Some(axis), keep)?)
+    } else {
+        one(x.try_argmin(Some(axis), keep)?)
+    }
+}
+
+pub(super) fn argmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arg(c, ins, true)
+}
+pub(super) fn argmin<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    arg(c, ins, false)
+}

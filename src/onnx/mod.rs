@@ -1,0 +1,48 @@
+//! ONNX in and out (feature `onnx`, on by default).
+//!
+//! - **Export** ([`Exporter`], [`export_forward`]): a recorded inference
+//!   graph as an ONNX model (opset 17): weights as initializers under
+//!   their parameter names, named inputs and outputs, optionally a free
+//!   batch axis. Every op of the README models, the CNN layers and the
+//!   transformers has an ONNX form (attention as its decomposition); an op
+//!   without one is [`Error::OnnxExport`](crate::Error::OnnxExport) naming
+//!   it, never a silently different graph.
+//! - **Import** ([`OnnxModel`]): an `.onnx` file (opsets 13 to 23) as a
+//!   retrograd model that runs each node as retrograd ops, so it records,
+//!   prints, draws and trains like any model; its float initializers are
+//!   trainable parameters under their ONNX names. Unsupported ops and
+//!   opsets are one [`Error::OnnxUnsupported`](crate::Error::OnnxUnsupported)
+//!   listing every one; a malformed file is
+//!   [`Error::OnnxInvalid`](crate::Error::OnnxInvalid).
+//!
+//! The protobuf messages ([`proto`]) are prost types generated once from
+//! ONNX's `onnx.proto` (see `tools/onnx-proto`).
+//!
+//! Where things are: `proto/` holds the prost messages generated once from
+//! ONNX's `onnx.proto` by `tools/onnx-proto` (committed, so the build needs
+//! no protoc); `tensor.rs`: `TensorProto` to and from `Tensor` (raw or
+//! typed data, external data files read only inside the model's folder,
+//! sizes from the file capped at 2^28 elements). `export/`: `Exporter`
+//! walks the traced nodes the outputs depend on and asks each op's mapper
+//! (one per retrograd op name, in the family files `elementwise.rs`,
+//! `shape_ops.rs`, `reduce_ops.rs`, `nn_ops.rs`, `attention.rs`: attention
+//! as its opset-17 decomposition with the `Where(IsNaN)` that keeps fully
+//! masked rows at 0) for ONNX nodes computed from the op's
+//! `Differentiable::attributes`; `emit.rs` writes nodes, constants and
+//! initializers; an op with no mapper is `Error::OnnxExport`. `import/`:
+//! `load.rs` decodes and checks a model (opsets 13-23, topological order,
+//! every value defined, a dry run at free size 1 then 2), `ops/` is the one
+//! table `OPS` of ONNX op type, converter (retrograd `Var` ops, so imported
+//! models differentiate) and settings check, integer shape arithmetic on
+//! the host (`host.rs`); `fuse.rs` rewrites GELU and attention subgraphs
+//! into the fused ops (attention falls back to the nodes' composition when
+//! `scaled_dot_product_attention`'s contract does not hold); `OnnxModel`
+//! (`mod.rs`) is a `Module` whose float initializers are parameters.
+
+mod export;
+mod import;
+pub mod proto;
+mod tensor;
+
+pub use export::{can_export, export_forward, export_input, Exporter, EXPORT_OPSET};
+pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSET};

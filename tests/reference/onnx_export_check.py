@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Checks retrograd's ONNX exports against onnxruntime.
+
+For each MODEL.onnx given (with MODEL.io.safetensors beside it, written by
+`cargo run --example onnx -- export ... --io`, or by `tests/onnx_export.rs`
+with RETROGRAD_ONNX_OPS_DIR set: one model per op), validates the model with
+onnx.checker, runs it in onnxruntime on every recorded case (the batch it
+was recorded at and another one, through the free batch axis) and compares
+with retrograd's outputs: the largest difference, absolute for values up to
+1 and relative above, must be at most --tol (default 1e-5).
+
+    python3 tests/reference/onnx_export_check.py [--quiet] [--tol T] target/onnx/*.onnx
+
+Needs onnx, onnxruntime, numpy (pip; no torch).
+"""
+import argparse
+import json
+import struct
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    """The tensors of a safetensors file, without the safetensors package."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    body = data[8 + n :]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        arr = np.frombuffer(body[start:end], dtype=DTYPES[info["dtype"]])
+        out[name] = arr.reshape(info["shape"])
+    return out
+
+
+def check(path, tol, quiet):
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    io = read_safetensors(path[: -len(".onnx")] + ".io.safetensors")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    worst = 0.0
+    k = 0
+    while f"case{k}.{inputs[0]}" in io:
+        feed = {name: io[f"case{k}.{name}"] for name in inputs}
+        got = session.run(outputs, feed)
+        for name, value in zip(outputs, got):
+            expected = io[f"case{k}.{name}"]
+            if value.shape != expected.shape:
+                raise SystemExit(f"{path} case {k}: `{name}` has shape {value.shape}, retrograd {expected.shape}")
+            # |difference| / max(1, |retrograd's value|): absolute for values up
+            # to 1, relative above (f32 logits of a trained model reach ~20).
+            exp64 = expected.astype(np.float64)
+            diff = float(np.max(np.abs(value.astype(np.float64) - exp64) / np.maximum(1.0, np.abs(exp64)), initial=0.0))
+            worst = max(worst, diff)
+            shapes = ", ".join(str(list(feed[n].shape)) for n in inputs)
+            if not quiet:
+                print(f"{path}: case {k}, inputs {shapes}: `{name}` max |onnxruntime - retrograd| / max(1, |retrograd|) = {diff:.3g}")
+        k += 1
+    ops = sorted({n.op_type for n in model.graph.node})
+    if not quiet:
+        print(f"{path}: opset {model.opset_import[0].version}, {len(model.graph.node)} nodes ({', '.join(ops)})")
+    if k == 0 or worst > tol:
+        raise SystemExit(f"{path}: worst difference {worst:.3g} exceeds {tol}" if k else f"{path}: no cases")
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--quiet", action="store_true", help="print only the summary (and failures)")
+    args = ap.parse_args()
+    worst = max(check(p, args.tol, args.quiet) for p in args.models)
+    print(f"all {len(args.models)} models match onnxruntime (worst {worst:.3g}, tolerance {args.tol})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
