@@ -281,26 +281,5 @@ fn run(args: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(message) = minilm_dir::missing_message(&args.model) {
-        eprintln!("{message}");
-        return ExitCode::from(2);
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    minilm_dir::main(USAGE, parse_args, |args| &args.model, run)
 }

@@ -2,6 +2,7 @@
 //! is not there.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// `.cache/models/all-MiniLM-L6-v2` in this repository, where
 /// `scripts/fetch_minilm.sh` puts the model.
@@ -23,4 +24,37 @@ pub fn missing_message(dir: &Path) -> Option<String> {
         "error: no model in {} (all-MiniLM-L6-v2 is fetched, 90 MB, with one command:\n\n    {command}\n\nthen run this again)",
         dir.display()
     ))
+}
+
+/// The `main` of an example that needs the model: its arguments parsed
+/// (`--help` prints `usage`; a bad one exits 2), a missing model named with
+/// the command that fetches it (exit 2), then `run` (exit 1 on an error).
+pub fn main<A>(
+    usage: &str,
+    parse: impl FnOnce() -> Result<Option<A>, String>,
+    model: impl FnOnce(&A) -> &Path,
+    run: impl FnOnce(&A) -> retrograd::Result<()>,
+) -> ExitCode {
+    let args = match parse() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{usage}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n\n{usage}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(message) = missing_message(model(&args)) {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
