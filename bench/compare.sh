@@ -4,7 +4,7 @@
 # prints a ratio table. Needs `pip install torch numpy` (not part of CI).
 #
 #   bench/compare.sh            # every workload
-#   bench/compare.sh w1 w2      # a subset (w1 w1v w2 w2c w3 w3_conv w4 w4_attn w6 matmul mem_w1 mem_w2 mem_w4_attn ddp)
+#   bench/compare.sh w1 w2      # a subset (w1 w1c w1v w1vc w2 w2c w3 w3c w3_conv w4 w4c w4_attn w6 matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
 #
@@ -13,6 +13,12 @@
 # and ("w3_conv", "", 32) on both sides; W4 attention's are ("w4_attn", "f32", T)
 # for T = 64, 256, 1024 and ("mem_w4_attn", "f32", T) for T = 1024, 2048. A row's figure is its "median"
 # (matmul: its "gflops"), else its "median_ms".
+#
+# Compiled steps (retrograd::compile; BENCHMARKS.md, "Compiled steps"): w1c, w1vc, w2c, w3c and w4c
+# time each compiled step alternately with the eager one in the same process. Their "*_compiled"
+# rows pair with PyTorch's torch.compile (Inductor) rows where there are any (w2c, w4c); the lines
+# after the table give each compiled row against PyTorch eager, the eager step of the same run and,
+# for W1, the hand-written tape.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +45,14 @@ for w in "${workloads[@]}"; do
         python3 bench/pytorch_reference.py w1 --dtype "$d" --chains 1000 --repeats 3 >>"$out"
         python3 bench/pytorch_reference.py w1 --dtype "$d" --chains 10000 --repeats 1 >>"$out"
       done ;;
+    w1c)
+      # W1 compiled beside eager W1 (same run), and the hand-written tape.
+      ./target/release/examples/bench w1c --repeats 5 >>"$out"
+      ./target/release/examples/bench w1_tape --repeats 5 >>"$out"
+      for c in 1000 10000; do python3 bench/pytorch_reference.py w1 --dtype f32 --chains "$c" --repeats 1 >>"$out"; done ;;
+    w1vc)
+      ./target/release/examples/bench w1vc --repeats 5 >>"$out"
+      python3 bench/pytorch_reference.py w1v --chains 1000 --repeats 3 >>"$out" ;;
     w1v)
       ./target/release/examples/bench w1v --repeats 5 >>"$out"
       python3 bench/pytorch_reference.py w1v --chains 1000 --repeats 3 >>"$out" ;;
@@ -48,7 +62,19 @@ for w in "${workloads[@]}"; do
     w2c)
       # The W2 step compiled, beside the eager step of the same run, then PyTorch eager.
       ./target/release/examples/bench w2c >>"$out"
-      for b in 128 1024; do python3 bench/pytorch_reference.py w2 --batch "$b" >>"$out"; done ;;
+      for b in 128 1024; do
+        python3 bench/pytorch_reference.py w2 --batch "$b" >>"$out"
+        python3 bench/pytorch_reference.py w2 --batch "$b" --compile >>"$out"
+      done ;;
+    w3c)
+      # The W3 step compiled beside the eager step of the same run, then PyTorch eager.
+      ./target/release/examples/bench w3c >>"$out"
+      for b in 64 256; do python3 bench/pytorch_reference.py w3 --batch "$b" >>"$out"; done ;;
+    w4c)
+      # The W4 iteration compiled beside eager, then PyTorch eager and torch.compile.
+      ./target/release/examples/bench w4c >>"$out"
+      python3 bench/pytorch_reference.py w4 --steps 30 --warmup 5 >>"$out"
+      python3 bench/pytorch_reference.py w4 --steps 30 --warmup 5 --compile >>"$out" ;;
     w3)
       ./target/release/examples/bench w3 >>"$out"
       for b in 64 256; do python3 bench/pytorch_reference.py w3 --batch "$b" >>"$out"; done ;;
@@ -188,6 +214,32 @@ for i, rs in enumerate(runs):
             rel = f", retrograd / onnxruntime {value(ours) / value(r):.3f}" if ours else ""
             print(f"reference, run {i + 1}: onnxruntime {r['workload']} batch {r.get('batch')}: "
                   f"{value(r):.4g} {r.get('unit')}{rel}")
+# Compiled rows: against PyTorch eager (the issue's targets), the eager step
+# of the same run, and the hand-written tape (W1): medians of per-run ratios.
+def ratio_line(label, pairs):
+    if pairs:
+        rng = f" (range {min(pairs):.3g}-{max(pairs):.3g})" if multi else ""
+        print(f"{label}: {statistics.median(pairs):.3g}{rng}")
+compiled_keys = sorted({k for ours, _ in per_run for k in ours if k[0].endswith("_compiled")}, key=order)
+for k in compiled_keys:
+    eager_key = (k[0][: -len("_compiled")],) + k[1:]
+    vs_torch, vs_eager, vs_tape = [], [], []
+    for i, (ours, theirs) in enumerate(per_run):
+        if k not in ours:
+            continue
+        c = value(ours[k])
+        if eager_key in theirs:
+            vs_torch.append(c / value(theirs[eager_key]))
+        same_run_eager = ours[k].get("eager_median") or (value(ours[eager_key]) if eager_key in ours else None)
+        if same_run_eager:
+            vs_eager.append(c / same_run_eager)
+        tape = side(runs[i], "hand_written_tape").get(eager_key)
+        if tape:
+            vs_tape.append(c / value(tape))
+    name = f"{k[0]} {k[1]} {k[2]}".replace("  ", " ")
+    ratio_line(f"{name}: compiled / pytorch eager", vs_torch)
+    ratio_line(f"{name}: compiled / retrograd eager (same run)", vs_eager)
+    ratio_line(f"{name}: compiled / hand-written tape", vs_tape)
 for r in rows:
     if r["workload"] == "w1" and r.get("chains") == 10:
         print(f"cross-check {r['framework']}: loss {r['loss']}, grad_sum {r['grad_sum']} "

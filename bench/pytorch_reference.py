@@ -9,6 +9,7 @@ and max over repeats plus cross-check values.
     python3 bench/pytorch_reference.py w1 --dtype f32 --chains 1000
     python3 bench/pytorch_reference.py w3 --batch 64
     python3 bench/pytorch_reference.py w3_conv
+    python3 bench/pytorch_reference.py w4 --compile   # torch.compile (Inductor)
     python3 bench/pytorch_reference.py all
 
 Memory workloads run in a fresh subprocess each, so the peak RSS growth they
@@ -120,14 +121,18 @@ def mlp_params(seed):
     return params
 
 
-def mlp_step(params, x, y, lr=0.01):
+def mlp_loss(params, x, y):
     h = x
     for layer in range(3):
         w, b = params[2 * layer], params[2 * layer + 1]
         h = h @ w + b
         if layer < 2:
             h = torch.relu(h)
-    loss = torch.nn.functional.cross_entropy(h, y)
+    return torch.nn.functional.cross_entropy(h, y)
+
+
+def mlp_step(params, x, y, lr=0.01, loss_fn=mlp_loss):
+    loss = loss_fn(params, x, y)
     for p in params:
         p.grad = None
     loss.backward()
@@ -137,6 +142,12 @@ def mlp_step(params, x, y, lr=0.01):
     return float(loss.detach())
 
 
+def compiled(fn):
+    """`torch.compile` (Inductor, its default backend) of `fn`: forward and
+    backward (AOTAutograd) compiled at the first call; the update stays eager."""
+    return torch.compile(fn)
+
+
 def mlp_data(batch, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, SIZES[0], generator=g)
@@ -144,21 +155,25 @@ def mlp_data(batch, seed):
     return x, y
 
 
-def bench_w2(batch, steps, warmup):
+def bench_w2(batch, steps, warmup, compile_step=False):
+    """W2; with `compile_step`, the loss under torch.compile (row "w2_compiled",
+    paired with retrograd's compiled step)."""
     params = mlp_params(0)
     x, y = mlp_data(batch, 1)
-    for _ in range(warmup):
-        mlp_step(params, x, y)
+    loss_fn = compiled(mlp_loss) if compile_step else mlp_loss
+    # The first call compiles (seconds): warm-up enough to be past it.
+    for _ in range(max(warmup, 3) if compile_step else warmup):
+        mlp_step(params, x, y, loss_fn=loss_fn)
     times = []
     loss = None
     for _ in range(steps):
         t0 = time.perf_counter()
-        loss = mlp_step(params, x, y)
+        loss = mlp_step(params, x, y, loss_fn=loss_fn)
         times.append(time.perf_counter() - t0)
     med, lo, hi = stats([t * 1e3 for t in times])
     flops = 6 * batch * sum(a * b for a, b in zip(SIZES[:-1], SIZES[1:]))
-    emit(workload="w2", batch=batch, unit="ms_per_step", median=med, min=lo, max=hi,
-         gflops=flops / (med * 1e-3) / 1e9, loss=loss)
+    emit(workload="w2_compiled" if compile_step else "w2", batch=batch, unit="ms_per_step",
+         median=med, min=lo, max=hi, gflops=flops / (med * 1e-3) / 1e9, loss=loss)
 
 
 # ---------------------------------------------------------------- W3
@@ -301,7 +316,9 @@ class Gpt(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def bench_w4(batch, steps, warmup):
+def bench_w4(batch, steps, warmup, compile_step=False):
+    """W4; with `compile_step`, the model's forward and loss under
+    torch.compile (row "w4_compiled"); clipping and AdamW stay eager."""
     torch.manual_seed(0)
     model = Gpt(**W4)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -312,15 +329,17 @@ def bench_w4(batch, steps, warmup):
     data = torch.randint(0, W4["vocab"], (batch, W4["block"] + 1), generator=g)
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
+    forward = compiled(model) if compile_step else model
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        loss = forward(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return float(loss.detach())
 
-    for _ in range(warmup):
+    for _ in range(max(warmup, 3) if compile_step else warmup):
         step()
     times = []
     loss = None
@@ -329,8 +348,8 @@ def bench_w4(batch, steps, warmup):
         loss = step()
         times.append(time.perf_counter() - t0)
     med, lo, hi = stats([t * 1e3 for t in times])
-    emit(workload="w4", dtype="f32", batch=batch, unit="ms_per_iter", median=med, min=lo, max=hi,
-         loss=loss)
+    emit(workload="w4_compiled" if compile_step else "w4", dtype="f32", batch=batch,
+         unit="ms_per_iter", median=med, min=lo, max=hi, loss=loss)
 
 
 # ---------------------------------------------------------------- W4 attention
@@ -673,19 +692,21 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true",
+                    help="w2 and w4: the step under torch.compile (Inductor), rows w2_compiled / w4_compiled")
     a = ap.parse_args()
     if a.workload == "w1":
         bench_w1(a.dtype, a.chains, 1, a.repeats)
     elif a.workload == "w1v":
         bench_w1("f32", a.chains, 64, a.repeats)
     elif a.workload == "w2":
-        bench_w2(a.batch, a.steps, a.warmup)
+        bench_w2(a.batch, a.steps, a.warmup, a.compile)
     elif a.workload == "w3":
         bench_w3(a.batch, a.steps, a.warmup)
     elif a.workload == "w3_conv":
         bench_w3_conv(a.steps, a.warmup)
     elif a.workload == "w4":
-        bench_w4(12, a.steps, a.warmup)
+        bench_w4(12, a.steps, a.warmup, a.compile)
     elif a.workload == "w4_attn":
         bench_w4_attn(a.t, a.steps, a.warmup)
     elif a.workload == "mem_w4_attn":

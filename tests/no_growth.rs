@@ -12,6 +12,17 @@
 //!   not grow);
 //! - the resident set (`VmRSS` from `/proc/self/status`, Linux only): from
 //!   step 1,000 to step 10,000 it grows by less than `RSS_GROWTH_BOUND`.
+//!
+//! And the compiled step's promise (issue 35): after its first runs, a
+//! replay makes no allocation of its own: every tensor, view header and
+//! scratch buffer comes from the memory plan made at capture (or the
+//! kernels' kept scratch). The one exception is the `gemm` crate, which
+//! allocates its packing scratch inside each product and frees it before
+//! returning (it takes no workspace from its caller): the test takes a
+//! backtrace of every allocation of one replay and fails on any that is
+//! not inside `gemm`, and checks that every later replay makes exactly as
+//! many. `NO_GROWTH_TRACE=1 cargo test --test no_growth -- --nocapture`
+//! prints those backtraces.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -29,13 +40,42 @@ thread_local! {
     // `const` and without a destructor: safe to touch from inside the allocator.
     static LIVE_BYTES: Cell<isize> = const { Cell::new(0) };
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    /// Keep a backtrace of every allocation, and whether one is being
+    /// taken (taking it allocates too).
+    static TRACING: Cell<bool> = const { Cell::new(false) };
+    static IN_TRACE: Cell<bool> = const { Cell::new(false) };
+    static TRACED: Cell<usize> = const { Cell::new(0) };
+    static OUTSIDE_GEMM: Cell<usize> = const { Cell::new(0) };
 }
 
 fn count(delta: isize) {
+    // What the tracing itself allocates is not the program's.
+    if IN_TRACE.try_with(Cell::get).unwrap_or(true) {
+        return;
+    }
     // `try_with`: a thread being torn down may still free memory.
     let _ = LIVE_BYTES.try_with(|live| live.set(live.get() + delta));
     if delta > 0 {
         let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        if TRACING.try_with(Cell::get).unwrap_or(false) {
+            IN_TRACE.with(|t| t.set(true));
+            let trace = format!(
+                "allocation of {delta} bytes at\n{}",
+                std::backtrace::Backtrace::force_capture()
+            );
+            let in_gemm = ["gemm_common", "gemm_f32", "gemm_f64"]
+                .iter()
+                .any(|g| trace.contains(g));
+            if !in_gemm || std::env::var_os("NO_GROWTH_TRACE").is_some() {
+                eprintln!("{trace}");
+            }
+            TRACED.with(|n| n.set(n.get() + 1));
+            if !in_gemm {
+                OUTSIDE_GEMM.with(|n| n.set(n.get() + 1));
+            }
+            drop(trace);
+            IN_TRACE.with(|t| t.set(false));
+        }
     }
 }
 
@@ -134,13 +174,40 @@ fn ten_thousand_training_steps_neither_leak_nor_grow() {
     );
     let targets: Vec<i64> = labels.iter().map(|&l| l as i64).collect();
     let inputs = [x.clone(), Tensor::from_vec(targets, &[16]).unwrap()];
+    let mut steps = 0;
+    let mut per_replay = Vec::with_capacity(STEPS);
     let compiled = run_steps("compiled", || {
+        steps += 1;
+        let before = allocations();
         let out = step.run(&inputs).unwrap();
+        if steps > HEAP_WARM_UP {
+            per_replay.push(allocations() - before);
+        }
         opt.step(out.grads()).unwrap();
         out.loss()
     });
     assert_eq!(step.capture_count(), 1);
-    eprintln!("heap allocations per step after warm-up: eager {eager:.1}, compiled {compiled:.1}");
+    // One more replay, each allocation's backtrace taken (after the
+    // counted steps: symbolizing keeps caches on the heap).
+    TRACING.with(|t| t.set(true));
+    let traced_replay = step.run(&inputs).map(|_| ());
+    TRACING.with(|t| t.set(false));
+    traced_replay.unwrap();
+    let (traced, outside) = (TRACED.with(Cell::get), OUTSIDE_GEMM.with(Cell::get));
+    eprintln!(
+        "heap allocations per step after warm-up: eager {eager:.1}, compiled {compiled:.1} \
+         (of which the replay's: {traced}, all inside gemm's products)"
+    );
+    assert_eq!(
+        outside, 0,
+        "a compiled replay allocated outside the GEMM crate (backtraces above)"
+    );
+    assert!(
+        per_replay.iter().all(|&n| n == traced),
+        "replays after warm-up made {}..={} allocations each, not always the {traced} of the traced one",
+        per_replay.iter().min().unwrap(),
+        per_replay.iter().max().unwrap(),
+    );
 }
 
 /// Runs `STEPS` training steps, checking the heap and the resident set;

@@ -43,6 +43,11 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         w1_chain,
         "W1 scalar chain, f32, C = 100 (30,099 nodes)",
     ),
+    (
+        "w1c",
+        w1c_chain,
+        "W1 compiled (captured in the warm-up run, replayed), f32, C = 100",
+    ),
     ("w1v", w1v_chain, "W1v, f32, width 64, C = 20 (6,020 nodes)"),
     ("w2", w2_step, "one W2 MLP training step (SGD), batch 16"),
     (
@@ -75,6 +80,11 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         w4_step,
         "one W4 GPT training iteration (nanoGPT's CPU model, AdamW), batch 2",
     ),
+    (
+        "w4c_step",
+        w4c_step,
+        "the W4 iteration compiled (captured in the warm-up run, replayed), batch 2",
+    ),
 ];
 
 /// The counted region: callgrind's `--toggle-collect` counts the
@@ -89,6 +99,14 @@ pub fn retrograd_gate_measured(iteration: &mut dyn FnMut() -> f64) -> f64 {
 fn w1_chain() -> Box<dyn FnMut() -> f64> {
     Box::new(|| {
         let (loss, grad_sum) = w1::run_once(100, 1, DType::F32);
+        loss + grad_sum
+    })
+}
+
+fn w1c_chain() -> Box<dyn FnMut() -> f64> {
+    let mut step = w1::compiled_chain(100, 1, DType::F32);
+    Box::new(move || {
+        let (loss, grad_sum) = step();
         loss + grad_sum
     })
 }
@@ -131,6 +149,11 @@ fn w3_step() -> Box<dyn FnMut() -> f64> {
 
 fn w4_step() -> Box<dyn FnMut() -> f64> {
     let mut step = w4::GptStep::new(2);
+    Box::new(move || step.step())
+}
+
+fn w4c_step() -> Box<dyn FnMut() -> f64> {
+    let mut step = w4::CompiledGptStep::new(2);
     Box::new(move || step.step())
 }
 

@@ -52,11 +52,21 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "scalar chain: ns per node, forward + backward",
     ),
     (
+        "w1c",
+        w1::run_compiled,
+        "W1 compiled (captured once, replayed) against eager W1 in the same run: ns per node",
+    ),
+    (
         "w1_tape",
         tape::run,
         "W1 on a hand-written tape without any framework (the floor)",
     ),
     ("w1v", w1::run_w1v, "length-64 vector chain: ns per node"),
+    (
+        "w1vc",
+        w1::run_compiled_w1v,
+        "W1v compiled against eager W1v in the same run: ns per node",
+    ),
     (
         "w2",
         w2::run,
@@ -73,6 +83,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "CNN training step (model C1, Adam), batch 64 and 256",
     ),
     (
+        "w3c",
+        w3::run_compiled,
+        "the W3 step compiled beside the eager step, batch 64 and 256",
+    ),
+    (
         "w3_conv",
         w3::run_conv,
         "3x3 conv2d 64->64, batch 32, 32x32: forward + backward",
@@ -81,6 +96,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w4",
         w4::run_step,
         "GPT training iteration (nanoGPT shakespeare_char CPU config, AdamW), batch 12",
+    ),
+    (
+        "w4c",
+        w4::run_step_compiled,
+        "the W4 iteration compiled beside the eager iteration, batch 12",
     ),
     (
         "w4_attn",

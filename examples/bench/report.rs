@@ -135,3 +135,70 @@ fn round(x: f64) -> f64 {
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
+
+/// Milliseconds per call of an eager step and its compiled form, run
+/// alternately in blocks of 10 calls after `warmup` calls of each (so load
+/// changes reach both); each step returns its loss, and the last losses
+/// come back too.
+pub struct Alternated {
+    pub eager_ms: Vec<f64>,
+    pub compiled_ms: Vec<f64>,
+    pub eager_loss: f64,
+    pub compiled_loss: f64,
+}
+
+pub fn alternate(
+    blocks: usize,
+    warmup: usize,
+    mut eager: impl FnMut() -> f64,
+    mut compiled: impl FnMut() -> f64,
+) -> Alternated {
+    for _ in 0..warmup {
+        eager();
+        compiled();
+    }
+    let mut out = Alternated {
+        eager_ms: Vec::new(),
+        compiled_ms: Vec::new(),
+        eager_loss: 0.0,
+        compiled_loss: 0.0,
+    };
+    for _ in 0..blocks {
+        for _ in 0..10 {
+            let t = Instant::now();
+            out.eager_loss = eager();
+            out.eager_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        for _ in 0..10 {
+            let t = Instant::now();
+            out.compiled_loss = compiled();
+            out.compiled_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    out
+}
+
+/// One row of per-step times: `workload`, `batch`, `unit`, the median,
+/// least and most of `times` (ms), `loss`, then `extra` fields.
+pub fn emit_times(
+    workload: &str,
+    batch: usize,
+    unit: &str,
+    mut times: Vec<f64>,
+    loss: f64,
+    extra: Vec<(&str, Value)>,
+) {
+    times.sort_by(f64::total_cmp);
+    let mut fields = vec![
+        ("framework", "retrograd".into()),
+        ("workload", workload.into()),
+        ("batch", batch.into()),
+        ("unit", unit.into()),
+        ("median", Value::Num(times[times.len() / 2])),
+        ("min", Value::Num(times[0])),
+        ("max", Value::Num(times[times.len() - 1])),
+        ("loss", Value::Exact(loss)),
+    ];
+    fields.extend(extra);
+    emit(fields, None);
+}

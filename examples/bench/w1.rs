@@ -7,10 +7,13 @@
 //! chain results. Backward from total; read every p gradient.
 //! W1v: the same with every p[k] and v a length-64 f32 vector
 //! (p[k][e] = ((64 k + e) mod 17 - 8) * 0.01), loss = sum(total).
+//! `w1c` / `w1vc`: the same loss compiled (`retrograd::compile`), the p
+//! parameters, replayed and timed alternately with the eager pass.
 
-use retrograd::{DType, Graph, Tensor, Var};
+use retrograd::nn::Parameter;
+use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
 
-use crate::report::{emit, time, Stats, Value};
+use crate::report::{emit, time, time_pair, Stats, Value};
 use crate::Options;
 
 const K: usize = 256;
@@ -39,6 +42,23 @@ pub fn run_once(chains: usize, width: usize, dtype: DType) -> (f64, f64) {
     let p: Vec<Var<'_>> = (0..K)
         .map(|k| graph.variable(param(k, width, dtype)))
         .collect();
+    let loss = chain_loss(&graph, &p, chains, width, dtype);
+    let grads = loss.backward().expect("scalar root");
+    let grad_sum: f64 = p
+        .iter()
+        .map(|x| grads.wrt(x).to_f64_vec().iter().sum::<f64>())
+        .sum();
+    (loss.value().item(), grad_sum)
+}
+
+/// The W1 (W1v) loss on the K parameters `p`: the chains and their sum.
+fn chain_loss<'g>(
+    graph: &'g Graph,
+    p: &[Var<'g>],
+    chains: usize,
+    width: usize,
+    dtype: DType,
+) -> Var<'g> {
     let mut total: Option<Var<'_>> = None;
     for c in 0..chains {
         let init = 0.5 + 0.001 * c as f64;
@@ -58,13 +78,40 @@ pub fn run_once(chains: usize, width: usize, dtype: DType) -> (f64, f64) {
         });
     }
     let total = total.expect("at least one chain");
-    let loss = if width == 1 { total } else { total.sum() };
-    let grads = loss.backward().expect("scalar root");
-    let grad_sum: f64 = p
-        .iter()
-        .map(|x| grads.wrt(x).to_f64_vec().iter().sum::<f64>())
-        .sum();
-    (loss.value().item(), grad_sum)
+    if width == 1 {
+        total
+    } else {
+        total.sum()
+    }
+}
+
+/// W1 (W1v) compiled: the K values are parameters, the chain is captured
+/// at the first call (forward and backward) and replayed after; each call
+/// returns (loss, sum of all parameter gradients) as `run_once` does.
+pub fn compiled_chain(
+    chains: usize,
+    width: usize,
+    dtype: DType,
+) -> impl FnMut() -> (f64, f64) + use<> {
+    let params: Vec<Parameter> = (0..K)
+        .map(|k| Parameter::new(param(k, width, dtype)))
+        .collect();
+    let in_graph = params.clone();
+    let mut step = compile(
+        move |g: &Graph, _: &[Var<'_>]| {
+            let p: Vec<Var<'_>> = in_graph.iter().map(|q| g.param(q)).collect();
+            Ok(chain_loss(g, &p, chains, width, dtype))
+        },
+        CompileOptions::new().params(&params),
+    );
+    move || {
+        let out = step.run(&[]).expect("a valid compiled W1 step");
+        let grad_sum: f64 = params
+            .iter()
+            .map(|p| out.grads().of(p).to_f64_vec().iter().sum::<f64>())
+            .sum();
+        (out.loss(), grad_sum)
+    }
 }
 
 fn report(workload: &str, chains: usize, width: usize, dtype: DType, repeats: usize) {
@@ -115,6 +162,72 @@ pub fn run_w1(opts: &Options) {
             report("w1", c, 1, dtype, repeats);
         }
     }
+}
+
+/// `w1c`: W1 compiled at C = 1000 and 10000 (f32), timed alternately
+/// with the eager W1 of the same run; `w1vc`: W1v the same way. Rows
+/// `w1_compiled` (`w1v_compiled`) carry ns per node of the replay, the
+/// eager figure of the same run (`eager_median`) and the capture's
+/// one-time cost (`capture_ms`: the first call, which captures and runs).
+pub fn run_compiled(opts: &Options) {
+    let sizes: &[usize] = if opts.quick { &[100] } else { &[1000, 10000] };
+    for &c in sizes {
+        let repeats = if c >= 10000 {
+            opts.repeats.min(5)
+        } else {
+            opts.repeats
+        };
+        report_compiled("w1", c, 1, DType::F32, repeats);
+    }
+}
+
+/// `w1vc`: see [`run_compiled`].
+pub fn run_compiled_w1v(opts: &Options) {
+    let c = if opts.quick { 50 } else { 1000 };
+    report_compiled("w1v", c, 64, DType::F32, opts.repeats.min(7));
+}
+
+fn report_compiled(workload: &str, chains: usize, width: usize, dtype: DType, repeats: usize) {
+    let mut step = compiled_chain(chains, width, dtype);
+    let t = std::time::Instant::now();
+    let first = step();
+    let capture_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (mut eager_check, mut check) = ((0.0, 0.0), (0.0, 0.0));
+    let (eager, compiled) = time_pair(
+        repeats,
+        || eager_check = run_once(chains, width, dtype),
+        || check = step(),
+    );
+    assert_eq!(first, check, "a replay gives the capture's values");
+    assert_eq!(
+        (eager_check.0.to_bits(), eager_check.1.to_bits()),
+        (check.0.to_bits(), check.1.to_bits()),
+        "compiled and eager W1 differ"
+    );
+    let n = nodes(chains, width);
+    let (eager, compiled) = (eager.per(n), compiled.per(n));
+    emit(
+        vec![
+            ("framework", "retrograd".into()),
+            ("workload", format!("{workload}_compiled").into()),
+            ("dtype", dtype.to_string().into()),
+            ("chains", chains.into()),
+            ("nodes", n.into()),
+            ("unit", "ns_per_node".into()),
+            ("median", Value::Num(compiled.median * 1e9)),
+            ("min", Value::Num(compiled.min * 1e9)),
+            ("max", Value::Num(compiled.max * 1e9)),
+            ("eager_median", Value::Num(eager.median * 1e9)),
+            (
+                "compiled_over_eager",
+                Value::Num(compiled.median / eager.median),
+            ),
+            ("capture_ms", Value::Num(capture_ms)),
+            ("loss", Value::Exact(check.0)),
+            ("grad_sum", Value::Exact(check.1)),
+        ],
+        None,
+    );
 }
 
 /// W1v at C = 1000, f32, width 64.

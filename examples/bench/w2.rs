@@ -13,7 +13,7 @@ use retrograd::nn::Parameter;
 use retrograd::ops::nn::CrossEntropyOptions;
 use retrograd::{compile, CompileOptions, DType, Graph, Result, Tensor, Var};
 
-use crate::report::{emit, Value};
+use crate::report::{alternate, emit, Value};
 use crate::Options;
 
 pub const SIZES: [usize; 4] = [784, 512, 512, 10];
@@ -131,32 +131,16 @@ pub fn run_compiled(opts: &Options) {
     for &batch in batches {
         let (eager_params, params) = (mlp_params(0), mlp_params(0));
         let (x, y) = mlp_data(batch, 1);
-        let mut compiled_step = compiled_stepper(params, x.clone(), &y);
-        for _ in 0..warmup {
-            step(&eager_params, &x, &y).expect("a valid step");
-            compiled_step();
-        }
-        let (mut eager_times, mut compiled_times) = (Vec::new(), Vec::new());
-        let (mut eager_loss, mut compiled_loss) = (0.0, 0.0);
-        for _ in 0..blocks {
-            for _ in 0..10 {
-                let t = std::time::Instant::now();
-                eager_loss = step(&eager_params, &x, &y).expect("a valid step");
-                eager_times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            for _ in 0..10 {
-                let t = std::time::Instant::now();
-                compiled_loss = compiled_step();
-                compiled_times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
+        let compiled_step = compiled_stepper(params, x.clone(), &y);
+        let eager_step = || step(&eager_params, &x, &y).expect("a valid step");
+        let run = alternate(blocks, warmup, eager_step, compiled_step);
         assert_eq!(
-            eager_loss.to_bits(),
-            compiled_loss.to_bits(),
+            run.eager_loss.to_bits(),
+            run.compiled_loss.to_bits(),
             "compiled and eager losses differ"
         );
-        emit_steps("w2", batch, eager_times, eager_loss);
-        emit_steps("w2_compiled", batch, compiled_times, compiled_loss);
+        emit_steps("w2", batch, run.eager_ms, run.eager_loss);
+        emit_steps("w2_compiled", batch, run.compiled_ms, run.compiled_loss);
     }
 }
 

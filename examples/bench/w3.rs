@@ -4,6 +4,10 @@
 //!   Conv2d(16,32,5,p2)-ReLU-MaxPool2 -> Flatten -> Linear(1568,128)-ReLU ->
 //!   Linear(128,10); cross-entropy; Adam lr 1e-3) at batch 64 and 256 on
 //!   fixed-seed normal inputs and labels. Median ms per step.
+//! - `w3c`: the same step compiled (`retrograd::compile`: forward, loss
+//!   and backward captured once and replayed; Adam after it), timed
+//!   alternately with the eager step of the same run (rows `w3` and
+//!   `w3_compiled`). C1 has no batch norm.
 //! - `w3_conv`: a 3x3 conv2d, 64 -> 64 channels, padding 1, batch 32, 32x32
 //!   images: forward and backward (gradients of the output's sum with
 //!   respect to input and weight). Median ms.
@@ -11,11 +15,12 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::nn::{Activation, Conv2d, Flatten, Forward, Linear, MaxPool2d, Module, Sequential};
+use retrograd::ops::nn::CrossEntropyOptions;
 use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
-use retrograd::{DType, Graph, Result, Tensor};
+use retrograd::{compile, CompileOptions, DType, Graph, Result, Tensor, Var};
 
-use crate::report::{emit, time, Value};
+use crate::report::{alternate, emit, emit_times, time, Value};
 use crate::Options;
 
 /// Model C1, PyTorch's default initialisation from `seed`.
@@ -86,6 +91,55 @@ pub fn run_step(opts: &Options) {
                 ("loss", Value::Exact(loss)),
             ],
             Some(stats),
+        );
+    }
+}
+
+/// `w3c`: the W3 step eager and compiled, alternately; see the module docs.
+pub fn run_compiled(opts: &Options) {
+    let (blocks, warmup) = if opts.quick { (1, 1) } else { (3, 3) };
+    let batches: &[usize] = if opts.quick { &[8] } else { &[64, 256] };
+    for &batch in batches {
+        let (x, y) = data(batch, 1);
+        let eager_model = c1(0).expect("model C1");
+        let adam = AdamConfig::default().lr(1e-3);
+        let mut eager_opt = Adam::new(eager_model.parameters(), adam.clone()).expect("Adam");
+        let model = c1(0).expect("model C1");
+        let mut opt = Adam::new(model.parameters(), adam).expect("Adam");
+        let ce = CrossEntropyOptions::default();
+        let mut compiled = compile(
+            |_: &Graph, v: &[Var<'_>]| model.forward(&v[0])?.try_cross_entropy_input(&v[1], &ce),
+            CompileOptions::new().params(model.parameters()),
+        );
+        let targets =
+            Tensor::from_vec(y.iter().map(|&c| c as i64).collect(), &[batch]).expect("valid shape");
+        let inputs = [x.clone(), targets];
+        let run = alternate(
+            blocks,
+            warmup,
+            || step(&eager_model, &mut eager_opt, &x, &y).expect("a valid step"),
+            || {
+                let out = compiled.run(&inputs).expect("a valid compiled step");
+                opt.step(out.grads()).expect("Adam");
+                out.loss()
+            },
+        );
+        let same = run.eager_loss.to_bits() == run.compiled_loss.to_bits();
+        emit_times(
+            "w3",
+            batch,
+            "ms_per_step",
+            run.eager_ms,
+            run.eager_loss,
+            vec![],
+        );
+        emit_times(
+            "w3_compiled",
+            batch,
+            "ms_per_step",
+            run.compiled_ms,
+            run.compiled_loss,
+            vec![("same_bits_as_eager", if same { "yes" } else { "no" }.into())],
         );
     }
 }

@@ -6,6 +6,10 @@
 //!   clipping to norm 1 and an AdamW step with nanoGPT's parameter groups,
 //!   on a fixed batch of seeded random tokens; median ms per iteration.
 //!
+//! - `w4c`: the same iteration compiled (`retrograd::compile`: forward,
+//!   loss and backward captured once, replayed; clipping and AdamW after),
+//!   timed alternately with the eager iteration of the same run.
+//!
 //! W4 attention: `scaled_dot_product_attention` alone, forward and
 //! backward (the gradients of the output's sum with respect to q, k and
 //! v), causal, at B = 12, H = 4, head dim 32 and T = 64, 256, 1024.
@@ -21,10 +25,10 @@ use rand_chacha::ChaCha8Rng;
 
 use retrograd::nn::{Gpt, GptConfig, Module};
 use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
-use retrograd::{DType, Graph, SdpaOptions, Tensor};
+use retrograd::{compile, CompileOptions, DType, Graph, SdpaOptions, Tensor, Var};
 
 use crate::memory::{delegated, peak_growth};
-use crate::report::{emit, time, Value};
+use crate::report::{alternate, emit, emit_times, time, Value};
 use crate::Options;
 
 const BATCH: usize = 12;
@@ -98,6 +102,74 @@ impl GptStep {
         self.optimizer.step(&grads).expect("step");
         loss.value().item()
     }
+}
+
+/// The W4 iteration compiled: the model's forward and loss captured once
+/// (with its backward) and replayed; clipping and AdamW after it, as in
+/// [`GptStep`].
+pub struct CompiledGptStep {
+    step: Box<dyn FnMut() -> f64>,
+}
+
+impl CompiledGptStep {
+    pub fn new(batch: usize) -> Self {
+        let GptStep {
+            model,
+            mut optimizer,
+            tokens,
+            targets,
+        } = GptStep::new(batch);
+        let in_graph = model.clone();
+        let mut compiled = compile(
+            move |_: &Graph, v: &[Var<'_>]| in_graph.loss(&v[0], v[1].value()),
+            CompileOptions::new().params(model.parameters()),
+        );
+        let inputs = [tokens, targets];
+        let step = move || {
+            let out = compiled.run(&inputs).expect("a valid compiled step");
+            clip_grad_norm(out.grads_mut(), 1.0, 2.0).expect("clip");
+            optimizer.step(out.grads()).expect("step");
+            out.loss()
+        };
+        CompiledGptStep {
+            step: Box::new(step),
+        }
+    }
+
+    /// One iteration; returns the loss.
+    pub fn step(&mut self) -> f64 {
+        (self.step)()
+    }
+}
+
+/// `w4c`: the W4 iteration eager and compiled, alternately (rows `w4` and
+/// `w4_compiled`).
+pub fn run_step_compiled(opts: &Options) {
+    let (blocks, warmup) = if opts.quick { (1, 1) } else { (3, 3) };
+    let mut eager = GptStep::new(STEP_BATCH);
+    let mut compiled = CompiledGptStep::new(STEP_BATCH);
+    let run = alternate(blocks, warmup, || eager.step(), || compiled.step());
+    let same = run.eager_loss.to_bits() == run.compiled_loss.to_bits();
+    let dtype = || ("dtype", Value::from("f32"));
+    emit_times(
+        "w4",
+        STEP_BATCH,
+        "ms_per_iter",
+        run.eager_ms,
+        run.eager_loss,
+        vec![dtype()],
+    );
+    emit_times(
+        "w4_compiled",
+        STEP_BATCH,
+        "ms_per_iter",
+        run.compiled_ms,
+        run.compiled_loss,
+        vec![
+            dtype(),
+            ("same_bits_as_eager", if same { "yes" } else { "no" }.into()),
+        ],
+    );
 }
 
 pub fn run_step(opts: &Options) {

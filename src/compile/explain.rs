@@ -194,7 +194,7 @@ impl Capture {
             .collect();
         let _ = writeln!(
             s,
-            "  {} buffers, {} in all; {} other values ({}) are made by their op each run, from the recycling pool",
+            "  {} buffers, {} in all; {} other values ({}) are views of another value's storage",
             p.buffers.len(),
             human(planned),
             others.len(),

@@ -9,8 +9,8 @@
 //! 3. Fusion (`fuse.rs`): elementwise nodes of one shape become one pass
 //!    over memory; consecutive 0-d elementwise nodes a flat scalar program.
 //! 4. Slots and liveness: a slot per value that crosses steps, released
-//!    after its last use; the memory plan (`plan.rs`) gives the values a
-//!    fused step writes their buffers.
+//!    after its last use; the memory plan (`plan.rs`) gives every value a
+//!    step makes (not views, not 0-d values) its buffer.
 
 use smallvec::SmallVec;
 

@@ -34,12 +34,32 @@
 //! the loss and the requested gradients depend on, runs a non-elementwise
 //! op's backward through its fast rule (`backward_fast`, the eager sweep's
 //! own path), fuses elementwise nodes into one pass over memory, and plans
-//! every slot's life and every fused output's buffer ([`Capture::explain`]).
+//! every slot's life and every buffer ([`Capture::explain`]).
 //!
 //! **Replay.** A run binds the inputs, reads the parameters and module
 //! state again, and runs the steps: no node is recorded, 0-d arithmetic
-//! runs as a flat program over numbers, fused steps write into the planned
-//! buffers (the same ones every run). Fusion never reorders floating-point
+//! runs as a flat program over numbers, and every value a step makes is
+//! written into its buffer of the memory plan (the same ones every run):
+//! after its first runs a replay allocates nothing (`tests/no_growth.rs`
+//! counts).
+//!
+//! **How an op writes into a planned buffer.** Fused steps own their
+//! kernels and write into their buffers directly. Every other op (matmul,
+//! the fused nn ops, the fast backward rules) builds its outputs through
+//! the kernel layer's one constructor, `Tensor::build`; before such a step
+//! the replay *lends* that step's planned buffers to the builds of its
+//! thread (`tensor::planned`), `build` takes a lent buffer of the right
+//! dtype and length before it asks the recycling pool or the allocator,
+//! and the replay takes back what was not used. We chose this over an
+//! `into` form of each op (`matmul_into(out, a, b)`) because it needs no
+//! change to any op, so the ~100 ops and every user op replay allocation-free
+//! as they are, and the eager path stays the one path that is tested and
+//! measured; it costs eager code one test of an empty list per build (in
+//! the pool's thread-local, which every build already touches). A buffer is
+//! lent only while nothing else holds it, so an op that builds a temporary
+//! of the same size first, or a caller who keeps last run's gradient,
+//! gets a correct fresh buffer (from the pool), never a shared one; the
+//! value a step returned becomes that slot's buffer for the next run. Fusion never reorders floating-point
 //! work, so a compiled step gives the bits of the eager step; only the
 //! random masks differ (dropout draws fresh ones every run from a seed
 //! derived from [`CompileOptions::seed`] and the run's count).
@@ -198,6 +218,18 @@ struct Signature {
 }
 
 impl Signature {
+    /// Whether `inputs` in mode `training` have this signature (compared
+    /// in place: a replay allocates nothing).
+    fn matches(&self, inputs: &[Tensor], training: bool) -> bool {
+        self.training == training
+            && self.inputs.len() == inputs.len()
+            && self
+                .inputs
+                .iter()
+                .zip(inputs)
+                .all(|((d, s), t)| *d == t.dtype() && s.as_slice() == t.shape())
+    }
+
     fn of(inputs: &[Tensor], training: bool) -> Self {
         Signature {
             inputs: inputs
@@ -347,11 +379,15 @@ where
                         .into(),
             });
         }
-        let signature = Signature::of(inputs, self.training);
-        let at = match self.cache.iter().position(|c| c.signature == signature) {
+        let training = self.training;
+        let at = match self
+            .cache
+            .iter()
+            .position(|c| c.signature.matches(inputs, training))
+        {
             Some(i) => i,
             None => {
-                let capture = self.capture_new(inputs, signature)?;
+                let capture = self.capture_new(inputs, Signature::of(inputs, training))?;
                 if self.cache.len() >= self.options.cache_size {
                     self.cache.remove(0);
                 }

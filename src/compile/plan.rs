@@ -1,8 +1,9 @@
 //! The memory plan, made once at capture: how long each slot lives (from
 //! the step that writes it, or the run's start for inputs and state, to
 //! its last reader; outputs to the run's end; a value that views another's
-//! storage keeps that one alive), and which buffer each value a fused step
-//! writes goes into. Buffers are reused by values of one dtype and length
+//! storage keeps that one alive), and which buffer each value a step makes
+//! goes into (fused steps write into theirs; an op or a fast backward rule
+//! is lent its buffers through `tensor::planned`, see `replay.rs`). Buffers are reused by values of one dtype and length
 //! whose lives do not overlap (greedy, in step order), and a run writes
 //! into the same buffers every time.
 
@@ -102,7 +103,14 @@ pub(crate) fn plan(program: &mut Program, st: &GraphState) {
             release[last as usize].push(s as Slot);
         }
     }
-    // Buffers for what fused steps write, reused once their value is released.
+    // Newest values first: a view goes before the value whose storage it
+    // views, so that one is its storage's only owner when it goes back to
+    // the plan.
+    for slots in &mut release {
+        slots
+            .sort_by_key(|&s| std::cmp::Reverse(lives[s as usize].def.map_or(0, |d| d as i64 + 1)));
+    }
+    // Buffers for what the steps make, reused once their value is released.
     let mut free: HashMap<(DType, usize), Vec<u32>> = HashMap::new();
     let mut buffers: Vec<BufferInfo> = Vec::new();
     for i in 0..steps {
@@ -114,10 +122,7 @@ pub(crate) fn plan(program: &mut Program, st: &GraphState) {
                 }
             }
         }
-        let Step::Fused(group) = &program.steps[i] else {
-            continue;
-        };
-        for &s in &group.outputs {
+        for s in planned_writes(program, st, i) {
             let slot = &mut program.slots[s as usize];
             let key = (slot.dtype, slot.shape.iter().product::<usize>());
             let b = match free.get_mut(&key).and_then(Vec::pop) {
@@ -145,6 +150,40 @@ pub(crate) fn plan(program: &mut Program, st: &GraphState) {
             .push(start..program.releases.len() as u32);
     }
     program.buffers = buffers;
+}
+
+/// The slots step `i` writes that get a buffer of the plan: every value
+/// with elements that the step makes, not one that views an input's
+/// storage (a reshape, a transpose) and not a 0-d value (held inline).
+fn planned_writes(program: &Program, st: &GraphState, i: usize) -> Vec<Slot> {
+    let has_elements = |s: &Slot| {
+        let info = &program.slots[*s as usize];
+        !info.shape.is_empty() && info.shape.iter().all(|&d| d > 0)
+    };
+    match &program.steps[i] {
+        Step::Fused(g) => g.outputs.clone(),
+        Step::Op(op) => {
+            let value = |s: Slot| &st.values()[program.slots[s as usize].value as usize];
+            let out = value(op.out);
+            let views_an_input = op
+                .inputs
+                .iter()
+                .any(|&s| value(s).rank() > 0 && out.shares_storage_with(value(s)));
+            if views_an_input || !has_elements(&op.out) {
+                Vec::new()
+            } else {
+                vec![op.out]
+            }
+        }
+        Step::Fast(f) => f
+            .outs
+            .iter()
+            .flatten()
+            .copied()
+            .filter(has_elements)
+            .collect(),
+        Step::Scalar(_) => Vec::new(),
+    }
 }
 
 /// The bytes alive after each step under the plan (inputs and state from

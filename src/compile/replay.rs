@@ -1,8 +1,9 @@
 //! One run of a [`Program`]: bind the inputs and state, run the steps,
 //! release each slot after its last reader, run the effects. Nothing is
-//! recorded; fused steps write into the planned buffers, which come back
-//! to the plan when their value dies, so a steady loop reuses the same
-//! memory every run.
+//! recorded; every step writes into its planned buffers (a fused step
+//! directly, an op or a fast backward rule through buffers lent to its
+//! builds, `tensor::planned`), which come back to the plan when their
+//! value dies, so a steady loop reuses the same memory every run.
 
 use smallvec::SmallVec;
 
@@ -11,6 +12,7 @@ use super::program::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, Sl
 use crate::core::graph::capture::{CaptureLog, SourceKind};
 use crate::core::Primitive;
 use crate::error::{Error, Result};
+use crate::tensor::planned::{Header, Lending};
 use crate::tensor::{DType, Tensor};
 
 /// What persists between runs of one program: the slot table, the
@@ -19,6 +21,9 @@ use crate::tensor::{DType, Tensor};
 pub(crate) struct Replay {
     pub(crate) values: Vec<Option<Tensor>>,
     buffers: Vec<Option<Tensor>>,
+    /// Per slot: the header of last run's value when it was a view, lent
+    /// to the op that makes it again.
+    headers: Vec<Option<Header>>,
     regs_f32: Vec<f32>,
     regs_f64: Vec<f64>,
 }
@@ -43,25 +48,38 @@ impl Replay {
         if self.values.len() != program.slots.len() {
             self.values = vec![None; program.slots.len()];
             self.buffers = vec![None; program.buffers.len()];
+            self.headers = (0..program.slots.len()).map(|_| None).collect();
         }
         // Last run's outputs go back to their buffers first.
         for s in std::iter::once(program.root).chain(program.grads.iter().filter_map(|&(_, s)| s)) {
             self.release(program, s);
         }
         for (s, binding) in &program.bindings {
-            let slot = &mut self.values[*s as usize];
-            *slot = Some(match binding {
+            let s = *s;
+            let value = match binding {
                 Binding::Input(k) => inputs[*k].clone(),
-                Binding::InputReshaped(k, shape) => inputs[*k].reshape(shape)?,
+                Binding::InputReshaped(k, shape) => {
+                    let lending = self.lend(program, &[s]);
+                    let view = inputs[*k].reshape(shape);
+                    self.take_back(program, lending, &[s]);
+                    view?
+                }
                 Binding::State(i) => read_state(log, *i, inputs),
-                Binding::StateReshaped(i, shape) => read_state(log, *i, inputs).reshape(shape)?,
+                Binding::StateReshaped(i, shape) => {
+                    let state = read_state(log, *i, inputs);
+                    let lending = self.lend(program, &[s]);
+                    let view = state.reshape(shape);
+                    self.take_back(program, lending, &[s]);
+                    view?
+                }
                 Binding::Constant(t) => {
-                    if slot.is_some() {
+                    if self.values[s as usize].is_some() {
                         continue;
                     }
                     t.clone()
                 }
-            });
+            };
+            self.values[s as usize] = Some(value);
         }
         for (i, step) in program.steps.iter().enumerate() {
             match step {
@@ -91,15 +109,76 @@ impl Replay {
             .expect("the plan keeps a slot filled until its last reader")
     }
 
-    /// Empties slot `s`; a planned buffer goes back to the plan.
+    /// Empties slot `s`; a planned buffer goes back to the plan (if
+    /// nothing else holds it: a caller may keep last run's gradient).
     fn release(&mut self, program: &Program, s: Slot) {
-        let value = self.values[s as usize].take();
-        if let Some(b) = program.slots[s as usize].buffer {
-            self.buffers[b as usize] = value;
+        let Some(t) = self.values[s as usize].take() else {
+            return;
+        };
+        match program.slots[s as usize].buffer {
+            Some(b) => {
+                if t.is_lendable() {
+                    self.buffers[b as usize] = Some(t);
+                }
+            }
+            // A view (or a value nothing planned): its header, if it was
+            // the only owner, for the next run's view.
+            None if t.rank() > 0 => {
+                if let Ok(header) = Header::keep(t) {
+                    self.headers[s as usize] = Some(header);
+                }
+            }
+            None => {}
         }
     }
 
+    /// Lends the planned buffers of `outs` to the builds of the step about
+    /// to run (`tensor::planned`): the op writes its outputs into them.
+    fn lend(&mut self, program: &Program, outs: &[Slot]) -> Lending {
+        let lending = Lending::start();
+        for &s in outs {
+            if let Some(header) = self.headers[s as usize].take() {
+                lending.lend_header(header);
+            }
+            let Some(b) = program.slots[s as usize].buffer else {
+                continue;
+            };
+            if let Some(t) = self.buffers[b as usize].take() {
+                // One that cannot be lent (still shared) is let go.
+                drop(lending.lend(t));
+            }
+        }
+        lending
+    }
+
+    /// Takes back the lent buffers the step did not use, each into an
+    /// empty planned buffer of its size among `outs`.
+    fn take_back(&mut self, program: &Program, lending: Lending, outs: &[Slot]) {
+        let (buffers, headers) = (&mut self.buffers, &mut self.headers);
+        lending.finish(
+            |t| {
+                for &s in outs {
+                    let Some(b) = program.slots[s as usize].buffer else {
+                        continue;
+                    };
+                    let info = &program.buffers[b as usize];
+                    let entry = &mut buffers[b as usize];
+                    if entry.is_none() && info.dtype == t.dtype() && info.numel == t.numel() {
+                        *entry = Some(t);
+                        return;
+                    }
+                }
+            },
+            |header| {
+                if let Some(&s) = outs.iter().find(|&&s| headers[s as usize].is_none()) {
+                    headers[s as usize] = Some(header);
+                }
+            },
+        );
+    }
+
     fn op(&mut self, program: &Program, step: &OpStep, seed: u64) -> Result<()> {
+        let lending = self.lend(program, std::slice::from_ref(&step.out));
         let out = {
             let inputs: SmallVec<[&Tensor; 4]> =
                 step.inputs.iter().map(|&s| self.value(s)).collect();
@@ -111,6 +190,7 @@ impl Replay {
                 None => op.forward(&inputs)?,
             }
         };
+        self.take_back(program, lending, std::slice::from_ref(&step.out));
         check_shape(program, step.out, &out, step.op.get().name(), step.node)?;
         self.values[step.out as usize] = Some(out);
         Ok(())
@@ -118,6 +198,8 @@ impl Replay {
 
     fn fast(&mut self, program: &Program, step: &FastStep) -> Result<()> {
         let op = step.op.get();
+        let outs: SmallVec<[Slot; 4]> = step.outs.iter().flatten().copied().collect();
+        let lending = self.lend(program, &outs);
         let mut grads: SmallVec<[Option<Tensor>; 4]> = smallvec::smallvec![None; step.inputs.len()];
         let took = {
             let inputs: SmallVec<[&Tensor; 4]> =
@@ -130,6 +212,7 @@ impl Replay {
                 &mut grads,
             )?
         };
+        self.take_back(program, lending, &outs);
         if !took {
             return Err(Error::NotReplayable {
                 op: op.name().to_string(),

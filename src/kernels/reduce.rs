@@ -8,6 +8,7 @@
 //! accumulate in f64 and round once at the end.
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::parallel::{ordered_reduce, should_parallelize};
 use crate::error::{Error, Result};
@@ -104,8 +105,9 @@ pub fn sum_normalized_axes(x: &Tensor, axes: &[usize], keepdim: bool) -> Result<
         });
     }
     Ok(crate::with_dtype!("sum_normalized_axes", x.dtype(), T => {
-        let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), axes));
-        Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v)))
+        sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), axes), |acc| {
+            Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v)))
+        })
     }))
 }
 
@@ -133,8 +135,9 @@ pub fn mean_axes(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) ->
         return mean.reshape(&out_shape);
     }
     Ok(crate::with_dtype!(op, x.dtype(), T => {
-        let acc = sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes));
-        Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v / n)))
+        sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes), |acc| {
+            Tensor::from_exact_iter(out_shape, acc.iter().map(|&v| T::from_f64(v / n)))
+        })
     }))
 }
 
@@ -159,8 +162,22 @@ pub fn sum_to_shape(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Ten
     let axes: Dims = (0..x.rank())
         .filter(|&i| i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
         .collect();
-    let summed = sum_normalized_axes(x, &axes, true)?;
-    summed.reshape(shape)
+    // Built in `shape` itself, not reshaped after: no second header.
+    let out = Dims::from_slice(shape);
+    if axes.len() == x.rank() && !shape.is_empty() {
+        let total = sum_all(x)?;
+        return Ok(crate::with_dtype!(op, x.dtype(), T => {
+            Tensor::from_exact_iter(out, [*total.as_slice_of::<T>().first().expect("one element")])
+        }));
+    }
+    if axes.is_empty() || axes.len() == x.rank() {
+        return sum_normalized_axes(x, &axes, true)?.reshape(shape);
+    }
+    Ok(crate::with_dtype!(op, x.dtype(), T => {
+        sum_groups(x.as_slice_of::<T>(), &groups_of(x.shape(), &axes), |acc| {
+            Tensor::from_exact_iter(out, acc.iter().map(|&v| T::from_f64(v)))
+        })
+    }))
 }
 
 /// A run of adjacent dimensions that are all reduced or all kept.
@@ -174,8 +191,8 @@ struct Group {
     out_stride: usize,
 }
 
-fn groups_of(shape: &[usize], axes: &[usize]) -> Vec<Group> {
-    let mut raw: Vec<(usize, bool)> = Vec::new();
+fn groups_of(shape: &[usize], axes: &[usize]) -> SmallVec<[Group; 6]> {
+    let mut raw: SmallVec<[(usize, bool); 6]> = SmallVec::new();
     for (i, &d) in shape.iter().enumerate() {
         if d == 1 {
             continue;
@@ -186,7 +203,7 @@ fn groups_of(shape: &[usize], axes: &[usize]) -> Vec<Group> {
             _ => raw.push((d, reduced)),
         }
     }
-    let mut groups = Vec::with_capacity(raw.len());
+    let mut groups = SmallVec::with_capacity(raw.len());
     let (mut in_stride, mut out_stride) = (1usize, 1usize);
     for &(size, reduced) in raw.iter().rev() {
         groups.push(Group {
@@ -205,19 +222,42 @@ fn groups_of(shape: &[usize], axes: &[usize]) -> Vec<Group> {
 }
 
 /// Sums `x` over the reduced groups into f64 accumulators (one per output element).
-fn sum_groups<T: Element>(x: &[T], groups: &[Group]) -> Vec<f64> {
+fn sum_groups<T: Element, R>(x: &[T], groups: &[Group], then: impl FnOnce(&[f64]) -> R) -> R {
+    thread_local! {
+        /// The accumulators, kept: a reduction allocates nothing once warm
+        /// (a compiled step's replay counts on it).
+        static ACC: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     let out_len: usize = groups
         .iter()
         .filter(|g| !g.reduced)
         .map(|g| g.size)
         .product();
-    let mut acc = vec![0.0f64; out_len];
+    ACC.with(|kept| match kept.try_borrow_mut() {
+        Ok(mut acc) => {
+            acc.clear();
+            acc.resize(out_len, 0.0);
+            sum_groups_into(x, groups, &mut acc);
+            then(&acc)
+        }
+        // Reentered (a reduction inside `then`): accumulators of its own.
+        Err(_) => {
+            let mut acc = vec![0.0f64; out_len];
+            sum_groups_into(x, groups, &mut acc);
+            then(&acc)
+        }
+    })
+}
+
+/// Sums `x` over `groups` into `acc` (zeros of the output's length).
+fn sum_groups_into<T: Element>(x: &[T], groups: &[Group], acc: &mut Vec<f64>) {
+    let out_len = acc.len();
     if x.is_empty() {
-        return acc;
+        return;
     }
     let Some((first, rest)) = groups.split_first() else {
         acc[0] = sum_slice(x).to_f64();
-        return acc;
+        return;
     };
     if should_parallelize(x.len()) && first.size > 1 {
         if first.reduced {
@@ -240,7 +280,7 @@ fn sum_groups<T: Element>(x: &[T], groups: &[Group]) -> Vec<f64> {
                 },
             );
             if let Some(p) = partial {
-                acc = p;
+                *acc = p;
             }
         } else {
             acc.par_chunks_mut(first.out_stride)
@@ -248,9 +288,8 @@ fn sum_groups<T: Element>(x: &[T], groups: &[Group]) -> Vec<f64> {
                 .for_each(|(i, out)| accumulate(&x[i * first.in_stride..], rest, out));
         }
     } else {
-        accumulate(x, groups, &mut acc);
+        accumulate(x, groups, acc);
     }
-    acc
 }
 
 /// Adds the sums of `x` over `groups` into `out` (recursing group by group).

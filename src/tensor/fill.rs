@@ -102,6 +102,9 @@ impl Tensor {
                 Err((shape, fill)) => Self::from_buffer(shape, storage::build(len, fill)),
             };
         }
+        if let Some(dense) = super::planned::take_large(T::DTYPE, len) {
+            return Self::from_repr(Repr::dense(recycle::fill_lent::<T, _>(dense, shape, fill)));
+        }
         super::refused::ensure_obtainable::<T>(&shape, len);
         Self::from_buffer(shape, storage::build(len, fill))
     }

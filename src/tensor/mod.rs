@@ -30,7 +30,8 @@
 //! the copy that packs a view (`strided_copy.rs`: coalesced dimensions,
 //! tiled 2-d transposes), kernel outputs built in uninitialised storage
 //! (`fill.rs`: `Tensor::build`, the `Filled` proof, `from_exact_iter`), the
-//! per-thread pool of small dense tensors (`recycle.rs`), a buffer the
+//! per-thread pool of small dense tensors (`recycle.rs`), buffers a
+//! compiled step's memory plan lends to the next builds (`planned.rs`), a buffer the
 //! allocator refuses turned into `Error::OutOfMemory` at the op or backward
 //! that asked for it instead of an abort (`refused.rs`: large buffers are
 //! asked for fallibly first; `Graph::record` and `backward` catch), a 0-d value's
@@ -42,6 +43,7 @@ mod display;
 mod element;
 mod fill;
 pub(crate) mod math;
+pub(crate) mod planned;
 mod random;
 pub mod recycle;
 pub(crate) mod refused;
@@ -697,11 +699,11 @@ impl Tensor {
         Ok(match &self.repr {
             Repr::Dense(d) if d.view.is_some() => self.reshape_view(shape),
             Repr::Dense(d) if !shape.is_empty() => Tensor {
-                repr: Repr::dense(Arc::new(Dense {
-                    shape: Dims::from_slice(shape),
-                    buf: d.buf.clone(),
-                    view: None,
-                })),
+                repr: Repr::dense(planned::new_dense(
+                    Dims::from_slice(shape),
+                    d.buf.clone(),
+                    None,
+                )),
             },
             Repr::Dense(d) => match &d.buf {
                 Buffer::F32(b) => Tensor::scalar(b[0]),

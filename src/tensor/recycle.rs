@@ -55,19 +55,25 @@ struct SizeClass {
     fresh: usize,
 }
 
-struct Pool {
+pub(super) struct Pool {
     classes: Vec<SizeClass>,
     bytes: usize,
     /// Where the next sweep for a class to replace starts.
     hand: usize,
+    /// Buffers lent to the next builds on this thread (`planned.rs`).
+    pub(super) lent: Vec<Arc<Dense>>,
+    /// Headers lent to the next views made on this thread (`planned.rs`).
+    pub(super) lent_headers: Vec<Arc<Dense>>,
 }
 
 thread_local! {
-    static POOL: RefCell<Pool> = const {
+    pub(super) static POOL: RefCell<Pool> = const {
         RefCell::new(Pool {
             classes: Vec::new(),
             bytes: 0,
             hand: 0,
+            lent: Vec::new(),
+            lent_headers: Vec::new(),
         })
     };
 }
@@ -126,6 +132,11 @@ where
         .try_with(|p| {
             let mut p = p.borrow_mut();
             let p = &mut *p;
+            if !p.lent.is_empty() {
+                if let Some(dense) = super::planned::take(&mut p.lent, T::DTYPE, len) {
+                    return Some(dense);
+                }
+            }
             let index = match p
                 .classes
                 .iter()
@@ -149,9 +160,19 @@ where
         })
         .ok()
         .flatten();
-    let Some(mut dense) = taken else {
+    let Some(dense) = taken else {
         return Err((shape, fill));
     };
+    Ok(fill_lent(dense, shape, fill))
+}
+
+/// `dense` (a pooled or lent tensor: one owner, a plain buffer of `T`
+/// of `shape`'s length) given `shape` and filled by `fill`.
+#[inline]
+pub(crate) fn fill_lent<T: DataType, F>(mut dense: Arc<Dense>, shape: Dims, fill: F) -> Arc<Dense>
+where
+    F: for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
+{
     let inner = unique_mut(&mut dense).expect("pooled tensors have one owner");
     inner.shape = shape;
     let elements = T::unwrap_buffer_mut(&mut inner.buf)
@@ -167,7 +188,7 @@ where
     // has no drop glue).
     let slots = unsafe { &mut *(elements as *mut [T] as *mut [MaybeUninit<T>]) };
     let _proof = fill(slots);
-    Ok(dense)
+    dense
 }
 
 /// Offers a dropped tensor's storage to the pool; returns it if the pool

@@ -37,6 +37,11 @@ impl View {
     pub(super) fn numel(&self) -> usize {
         self.numel
     }
+
+    /// Drops the packed copy, if one was made (a header kept for reuse).
+    pub(super) fn forget_packed(&mut self) {
+        drop(self.packed.take());
+    }
 }
 
 /// A tensor's elements as a strided kernel reads them: element `idx` is
@@ -278,19 +283,19 @@ impl Tensor {
         let view = if contiguous && offset == 0 && numel == d.buf.len() {
             None
         } else {
-            Some(Box::new(View {
+            Some(View {
                 strides,
                 offset,
                 numel,
                 contiguous,
                 packed: OnceLock::new(),
-            }))
+            })
         };
-        Tensor::from_repr(Repr::dense(Arc::new(Dense {
+        Tensor::from_repr(Repr::dense(super::planned::new_dense(
             shape,
-            buf: d.buf.clone(),
+            d.buf.clone(),
             view,
-        })))
+        )))
     }
 
     /// A view's elements under another shape of the same count: a view

@@ -19,7 +19,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::lanes::{exp_shifted_rows, for_each_block, init, AxisLanes};
+use super::lanes::{exp_shifted_rows, for_each_block, init, AxisLanes, BlockScratch, RowStats};
 use super::NnFloat;
 use crate::tensor::{Dims, Element, Filled, Tensor};
 
@@ -68,8 +68,8 @@ pub fn cross_entropy_lanes<T: NnFloat>(x: &[T], lanes: AxisLanes, targets: &Targ
     let smooth = eps / T::from_f64(c as f64);
     Tensor::build::<T>(Dims::from_slice(&[lanes.count()]), |out| {
         for_each_block(lanes, [x], out, 1, |first, [rows], losses| {
-            let mut e = vec![T::zero(); rows.len()];
-            let (mut maxes, mut sums) = (Vec::new(), Vec::new());
+            let mut e: BlockScratch<T> = smallvec::smallvec![T::zero(); rows.len()];
+            let (mut maxes, mut sums) = (RowStats::new(), RowStats::new());
             exp_shifted_rows(rows, c, &mut e, &mut maxes, &mut sums);
             for (j, (r, (&m, &s))) in rows
                 .chunks_exact(c)
@@ -124,7 +124,7 @@ pub fn cross_entropy_backward_lanes<'o, T: NnFloat>(
     });
     let scale = T::from_f64(scale);
     for_each_block(lanes, [x], out, c, |first, [rows], o| {
-        let (mut maxes, mut sums) = (Vec::new(), Vec::new());
+        let (mut maxes, mut sums) = (RowStats::new(), RowStats::new());
         exp_shifted_rows(rows, c, o, &mut maxes, &mut sums);
         for (j, (orow, &s)) in o.chunks_exact_mut(c).zip(&sums).enumerate() {
             let lane = first + j;

@@ -181,6 +181,14 @@ pub fn for_each_block<'o, T: Element, const K: usize>(
     unsafe { Filled::assume(out) }
 }
 
+/// Per-row statistics of a block (its rows' maxima, sums): on the stack
+/// for blocks of up to 512 rows (every block of rows of 8 or more), so a
+/// kernel allocates nothing for them.
+pub type RowStats<T> = smallvec::SmallVec<[T; 512]>;
+
+/// A block's scratch row values, on the stack up to a whole [`BLOCK`].
+pub type BlockScratch<T> = smallvec::SmallVec<[T; BLOCK]>;
+
 /// For a block of rows (`rows`, `[n, len]`): writes `e^(x - max)` into `e`
 /// (same layout) and each row's maximum and sum of `e` into `maxes` and
 /// `sums` (cleared first). The `exp` runs over the whole block at once, so
@@ -193,8 +201,8 @@ pub fn exp_shifted_rows<T: NnFloat>(
     rows: &[T],
     len: usize,
     e: &mut [T],
-    maxes: &mut Vec<T>,
-    sums: &mut Vec<T>,
+    maxes: &mut RowStats<T>,
+    sums: &mut RowStats<T>,
 ) {
     maxes.clear();
     sums.clear();

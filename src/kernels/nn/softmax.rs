@@ -5,7 +5,7 @@
 //! Each kernel is one pass per row in cache: shift, a vectorised `exp` over
 //! the whole block, a row sum, and a scale (or shift) pass.
 
-use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes};
+use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes, RowStats};
 use super::NnFloat;
 use crate::error::Result;
 use crate::tensor::{Dims, Tensor};
@@ -34,7 +34,7 @@ pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
 
 /// Softmax (or log-softmax) of each row of `x` (`[n, len]`) into `out`.
 pub fn softmax_rows<T: NnFloat>(x: &[T], out: &mut [T], len: usize, log: bool) {
-    let (mut maxes, mut sums) = (Vec::new(), Vec::new());
+    let (mut maxes, mut sums) = (RowStats::new(), RowStats::new());
     if log {
         let mut e = vec![T::zero(); x.len()];
         exp_shifted_rows(x, len, &mut e, &mut maxes, &mut sums);

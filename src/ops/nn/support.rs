@@ -148,7 +148,11 @@ pub(crate) fn to_i64_list<I: IntIndex>(indices: &[I]) -> Arc<[i64]> {
 /// a bool, f16 or bf16 tensor is `Error::WrongDType`.
 pub(crate) fn indices_from_tensor(op: &'static str, t: &Tensor) -> Result<Arc<[i64]>> {
     match t.dtype() {
-        crate::DType::I64 => return Ok(Arc::from(t.as_slice_of::<i64>())),
+        crate::DType::I64 => {
+            return Ok(t
+                .shared_elements::<i64>()
+                .unwrap_or_else(|| Arc::from(t.as_slice_of::<i64>())))
+        }
         found @ (crate::DType::Bool | crate::DType::F16 | crate::DType::BF16) => {
             return Err(Error::WrongDType {
                 op,
