@@ -141,7 +141,11 @@ for k in sorted(keys, key=order):
     vb_s = [value(t[k]) for _, t in per_run if k in t and value(t[k]) is not None]
     ratios = [value(o[k]) / value(t[k]) for o, t in per_run
               if k in o and k in t and value(o[k]) and value(t[k])]
-    unit = next((r[k] for pair in per_run for r in pair if k in r)).get("unit", "gflops")
+    # The unit from whichever side names it: rows emitted by report::emit
+    # carry only "median_ms".
+    rows_k = [r[k] for pair in per_run for r in pair if k in r]
+    unit = next((r["unit"] for r in rows_k if "unit" in r),
+                "ms" if any("median_ms" in r for r in rows_k) else "gflops")
     va = statistics.median(va_s) if va_s else None
     vb = statistics.median(vb_s) if vb_s else None
     # Four significant digits: W1's ratios are a few thousandths.
