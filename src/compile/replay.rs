@@ -116,11 +116,8 @@ impl Replay {
             return;
         };
         match program.slots[s as usize].buffer {
-            Some(b) => {
-                if t.is_lendable() {
-                    self.buffers[b as usize] = Some(t);
-                }
-            }
+            Some(b) if t.is_lendable() => self.buffers[b as usize] = Some(t),
+            Some(_) => {}
             // A view (or a value nothing planned): its header, if it was
             // the only owner, for the next run's view.
             None if t.rank() > 0 => {

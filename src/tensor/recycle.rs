@@ -132,10 +132,10 @@ where
         .try_with(|p| {
             let mut p = p.borrow_mut();
             let p = &mut *p;
-            if !p.lent.is_empty() {
-                if let Some(dense) = super::planned::take(&mut p.lent, T::DTYPE, len) {
-                    return Some(dense);
-                }
+            if !p.lent.is_empty()
+                && let Some(dense) = super::planned::take(&mut p.lent, T::DTYPE, len)
+            {
+                return Some(dense);
             }
             let index = match p
                 .classes
