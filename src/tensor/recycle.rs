@@ -168,7 +168,7 @@ where
 
 /// `dense` (a pooled or lent tensor: one owner, a plain buffer of `T`
 /// of `shape`'s length) given `shape` and filled by `fill`.
-#[inline]
+#[inline(always)]
 pub(crate) fn fill_lent<T: DataType, F>(mut dense: Arc<Dense>, shape: Dims, fill: F) -> Arc<Dense>
 where
     F: for<'a> FnOnce(&'a mut [MaybeUninit<T>]) -> Filled<'a>,
