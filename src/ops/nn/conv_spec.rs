@@ -233,6 +233,41 @@ impl ConvSpec {
     }
 }
 
+/// The builders the convolutions' options share (`ConvOptions`,
+/// `ConvTransposeOptions`, generic over `D` spatial dimensions, with
+/// `stride`, `dilation` and `groups` fields): `new`, `stride`, `dilation`,
+/// `groups`, `group_count`.
+macro_rules! conv_option_setters {
+    () => {
+        /// PyTorch's defaults.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// Step between windows: one number, or one per spatial dimension
+        /// (for a transposed convolution, that of the convolution it
+        /// transposes: the upsampling factor).
+        pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
+            self.stride = stride.spatial();
+            self
+        }
+        /// Step between kernel taps.
+        pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
+            self.dilation = dilation.spatial();
+            self
+        }
+        /// Channel groups (`groups = in_channels` is a depthwise convolution).
+        pub fn groups(mut self, groups: usize) -> Self {
+            self.groups = groups;
+            self
+        }
+        /// The number of channel groups.
+        pub fn group_count(&self) -> usize {
+            self.groups
+        }
+    };
+}
+pub(super) use conv_option_setters;
+
 /// A per-dimension setting of a `D`-d convolution over two spatial
 /// dimensions: a 1-d setting is the width's, with `fill` for the height.
 pub fn lift<const D: usize>(v: [usize; D], fill: usize) -> [usize; 2] {

@@ -1,8 +1,7 @@
-//! What the 2-d poolings share: their options ([`MaxPool2dOptions`],
-//! [`AvgPool2dOptions`], PyTorch's arguments and defaults), the checks of
-//! an `[N, C, H, W]` or `[C, H, W]` input, and the window plan handed to
-//! the kernels (`kernels::nn::pool`). The ops live in `max_pool.rs` and
-//! `avg_pool.rs`.
+//! What the 2-d poolings share: the checks of an `[N, C, H, W]` or
+//! `[C, H, W]` input, the sliding ([`Sliding`]) and adaptive windows, the
+//! window plan handed to the kernels (`kernels::nn::pool`), and the facts
+//! and sample inputs of the structured suites.
 
 use std::sync::Arc;
 
@@ -10,204 +9,13 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::spatial::{check_rank, check_same_dtype, Spatial, Window};
-use crate::ops::OpAttributes;
+use super::super::spatial::{check_rank, check_same_dtype, Spatial, Window};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::kernels::nn::pool::{Axis, Plan2d};
 use crate::ops::{Differentiable, OpFacts};
 use crate::tensor::shape::checked_numel;
 use crate::tensor::{Dims, Tensor};
-
-/// Options of [`Var::max_pool2d`](crate::Var::max_pool2d), PyTorch's
-/// `F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)`:
-/// the stride defaults to the kernel size, padding to 0 (padded positions
-/// are ignored, as if `-inf`; at most half the kernel), dilation to 1.
-/// Sizes take one number or `[h, w]`.
-///
-/// ```
-/// use retrograd::MaxPool2dOptions;
-/// let o = MaxPool2dOptions::new(3).stride(2).padding([1, 0]).ceil_mode(true);
-/// assert_eq!(o.kernel_size(), [3, 3]);
-/// assert_eq!(o.stride_size(), [2, 2]);
-/// assert_eq!(MaxPool2dOptions::new([2, 3]).stride_size(), [2, 3]);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MaxPool2dOptions {
-    kernel: [usize; 2],
-    stride: Option<[usize; 2]>,
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    ceil_mode: bool,
-}
-
-impl MaxPool2dOptions {
-    /// The settings by name: `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`.
-    pub fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .ints("kernel", &self.kernel)
-            .ints("stride", &self.stride_size())
-            .ints("padding", &self.padding)
-            .ints("dilation", &self.dilation)
-            .bool("ceil_mode", self.ceil_mode)
-    }
-
-    /// A `kernel` window with PyTorch's defaults for the rest.
-    pub fn new(kernel: impl Spatial<2>) -> Self {
-        MaxPool2dOptions {
-            kernel: kernel.spatial(),
-            stride: None,
-            padding: [0; 2],
-            dilation: [1; 2],
-            ceil_mode: false,
-        }
-    }
-    /// The step between windows (default: the kernel size).
-    pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
-        self.stride = Some(stride.spatial());
-        self
-    }
-    /// Ignored positions added on both sides (at most `kernel / 2`).
-    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
-        self.padding = padding.spatial();
-        self
-    }
-    /// The step between the taps of a window.
-    pub fn dilation(mut self, dilation: impl Spatial<2>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-    /// Whether a last, partial window is kept (output sizes rounded up).
-    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
-        self.ceil_mode = ceil_mode;
-        self
-    }
-    /// The kernel size.
-    pub fn kernel_size(&self) -> [usize; 2] {
-        self.kernel
-    }
-    /// The stride in effect.
-    pub fn stride_size(&self) -> [usize; 2] {
-        self.stride.unwrap_or(self.kernel)
-    }
-    /// The window plan for input `x`.
-    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
-        sliding(
-            op,
-            x,
-            Sliding {
-                kernel: self.kernel,
-                stride: self.stride_size(),
-                padding: self.padding,
-                dilation: self.dilation,
-                ceil_mode: self.ceil_mode,
-                count_include_pad: false,
-            },
-        )
-    }
-}
-
-/// Options of [`Var::avg_pool2d`](crate::Var::avg_pool2d), PyTorch's
-/// `F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
-/// count_include_pad, divisor_override)`: the stride defaults to the kernel
-/// size, padding (zeros, at most half the kernel) to 0; padded positions
-/// count in the divisor unless `count_include_pad(false)`; a
-/// `divisor_override` replaces the divisor.
-///
-/// ```
-/// use retrograd::AvgPool2dOptions;
-/// let o = AvgPool2dOptions::new(2).padding(1).count_include_pad(false);
-/// assert_eq!(o.stride_size(), [2, 2]);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AvgPool2dOptions {
-    kernel: [usize; 2],
-    stride: Option<[usize; 2]>,
-    padding: [usize; 2],
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: Option<usize>,
-}
-
-impl AvgPool2dOptions {
-    /// The settings by name: `kernel`, `stride`, `padding`, `ceil_mode`,
-    /// `count_include_pad` and `divisor_override` when set.
-    pub fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .ints("kernel", &self.kernel)
-            .ints("stride", &self.stride_size())
-            .ints("padding", &self.padding)
-            .bool("ceil_mode", self.ceil_mode)
-            .bool("count_include_pad", self.count_include_pad)
-            .int_opt("divisor_override", self.divisor_override)
-    }
-
-    /// A `kernel` window with PyTorch's defaults for the rest.
-    pub fn new(kernel: impl Spatial<2>) -> Self {
-        AvgPool2dOptions {
-            kernel: kernel.spatial(),
-            stride: None,
-            padding: [0; 2],
-            ceil_mode: false,
-            count_include_pad: true,
-            divisor_override: None,
-        }
-    }
-    /// The step between windows (default: the kernel size).
-    pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
-        self.stride = Some(stride.spatial());
-        self
-    }
-    /// Zeros added on both sides (at most `kernel / 2`).
-    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
-        self.padding = padding.spatial();
-        self
-    }
-    /// Whether a last, partial window is kept (output sizes rounded up).
-    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
-        self.ceil_mode = ceil_mode;
-        self
-    }
-    /// Whether padded positions count in the divisor (default `true`).
-    pub fn count_include_pad(mut self, count_include_pad: bool) -> Self {
-        self.count_include_pad = count_include_pad;
-        self
-    }
-    /// A fixed divisor for every window (must be > 0), or `None` (default).
-    pub fn divisor_override(mut self, divisor: Option<usize>) -> Self {
-        self.divisor_override = divisor;
-        self
-    }
-    /// The kernel size.
-    pub fn kernel_size(&self) -> [usize; 2] {
-        self.kernel
-    }
-    /// The stride in effect.
-    pub fn stride_size(&self) -> [usize; 2] {
-        self.stride.unwrap_or(self.kernel)
-    }
-    /// The divisor override, if any.
-    pub fn divisor(&self) -> Option<usize> {
-        self.divisor_override
-    }
-    /// The window plan for input `x`.
-    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
-        if self.divisor_override == Some(0) {
-            return Err(Error::invalid(op, "divisor_override must be > 0, got 0"));
-        }
-        sliding(
-            op,
-            x,
-            Sliding {
-                kernel: self.kernel,
-                stride: self.stride_size(),
-                padding: self.padding,
-                dilation: [1; 2],
-                ceil_mode: self.ceil_mode,
-                count_include_pad: self.count_include_pad,
-            },
-        )
-    }
-}
 
 /// Where a pooling's windows fall on an input.
 #[derive(Clone, Debug)]
@@ -265,17 +73,76 @@ fn out_shape(op: &'static str, prefix: &Dims, out: [usize; 2]) -> Result<Dims> {
     Ok(shape)
 }
 
-/// The arguments of a sliding-window pooling.
-struct Sliding {
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    ceil_mode: bool,
-    count_include_pad: bool,
+/// PyTorch's sliding windows: `kernel_size`, `stride` (default: the
+/// kernel size), `padding` (at most half the kernel), `dilation`,
+/// `ceil_mode`. Each sliding pooling's options hold one and add their own
+/// settings; [`sliding_window_setters!`] writes their shared builders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Sliding {
+    pub kernel: [usize; 2],
+    pub stride: Option<[usize; 2]>,
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub ceil_mode: bool,
 }
 
-fn sliding(op: &'static str, x: &Tensor, a: Sliding) -> Result<Geometry> {
+/// The builder methods every sliding pooling's options share, over their
+/// `window: Sliding` field: `stride`, `ceil_mode`, `kernel_size`,
+/// `stride_size`.
+macro_rules! sliding_window_setters {
+    () => {
+        /// The step between windows (default: the kernel size).
+        pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
+            self.window.stride = Some(stride.spatial());
+            self
+        }
+        /// Whether a last, partial window is kept (output sizes rounded up).
+        pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+            self.window.ceil_mode = ceil_mode;
+            self
+        }
+        /// The kernel size.
+        pub fn kernel_size(&self) -> [usize; 2] {
+            self.window.kernel
+        }
+        /// The stride in effect.
+        pub fn stride_size(&self) -> [usize; 2] {
+            self.window.stride_size()
+        }
+    };
+}
+pub(super) use sliding_window_setters;
+
+impl Sliding {
+    /// A `kernel` window with PyTorch's defaults for the rest.
+    pub fn new(kernel: impl Spatial<2>) -> Self {
+        Sliding {
+            kernel: kernel.spatial(),
+            stride: None,
+            padding: [0; 2],
+            dilation: [1; 2],
+            ceil_mode: false,
+        }
+    }
+
+    /// The stride in effect.
+    pub fn stride_size(&self) -> [usize; 2] {
+        self.stride.unwrap_or(self.kernel)
+    }
+
+    /// `kernel`, `stride` and `padding` by name, as every sliding
+    /// pooling's attributes begin.
+    pub fn attributes(&self) -> OpAttributes {
+        OpAttributes::new()
+            .ints("kernel", &self.kernel)
+            .ints("stride", &self.stride_size())
+            .ints("padding", &self.padding)
+    }
+
+    /// The window plan for input `x`; `count_include_pad`: whether a
+    /// window's divisor counts its padded positions (average pooling).
+    pub fn geometry(&self, op: &'static str, x: &Tensor, count_include_pad: bool) -> Result<Geometry> {
+        let (a, stride) = (self, self.stride_size());
     let (prefix, planes, hw) = planes_of(op, x)?;
     let mut out = [0; 2];
     for d in 0..2 {
@@ -308,7 +175,7 @@ fn sliding(op: &'static str, x: &Tensor, a: Sliding) -> Result<Geometry> {
         let window = Window {
             input: hw[d],
             kernel: k,
-            stride: a.stride[d],
+            stride: stride[d],
             pad_before: p,
             pad_after: p,
             dilation: dil,
@@ -322,11 +189,11 @@ fn sliding(op: &'static str, x: &Tensor, a: Sliding) -> Result<Geometry> {
         Axis::sliding(
             hw[d],
             a.kernel[d],
-            a.stride[d],
+            stride[d],
             a.padding[d],
             a.dilation[d],
             n,
-            a.count_include_pad,
+            count_include_pad,
         )
     };
     Ok(Geometry {
@@ -337,6 +204,7 @@ fn sliding(op: &'static str, x: &Tensor, a: Sliding) -> Result<Geometry> {
             cols: axis(1),
         },
     })
+}
 }
 
 /// The window plan of an adaptive average pooling to `out` on input `x`.
@@ -402,6 +270,7 @@ pub(super) fn smooth(shape: &[usize], seed: u64) -> Tensor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::options::{AvgPool2dOptions, MaxPool2dOptions};
     use super::*;
     use crate::DType;
 
