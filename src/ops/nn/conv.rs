@@ -6,7 +6,7 @@
 //! its bias gradient a sum.
 
 use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{batched, check_bias, conv_option_setters, lift, sample, split_inputs, ConvSpec};
+use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
@@ -264,11 +264,7 @@ pub(crate) fn record_conv<'g, const D: usize>(
     opts: &ConvOptions<D>,
 ) -> Result<Var<'g>> {
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
-    batched(x, D, |x| {
-        let mut inputs = vec![x, weight];
-        inputs.extend(bias);
-        x.graph().record(Conv { spec }, &inputs)
-    })
+    record_batched(Conv { spec }, x, weight, bias, D)
 }
 
 impl<'g> Var<'g> {

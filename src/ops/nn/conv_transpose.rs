@@ -5,7 +5,7 @@
 //! are a `Conv` (input) and a `ConvWeight` (weight): `conv_products.rs`.
 
 use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{batched, check_bias, conv_option_setters, lift, sample, split_inputs, ConvSpec};
+use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
@@ -236,11 +236,7 @@ fn record_transpose<'g, const D: usize>(
     opts: &ConvTransposeOptions<D>,
 ) -> Result<Var<'g>> {
     let spec = opts.spec(op)?;
-    batched(x, D, |x| {
-        let mut inputs = vec![x, weight];
-        inputs.extend(bias);
-        x.graph().record(ConvTranspose { spec }, &inputs)
-    })
+    record_batched(ConvTranspose { spec }, x, weight, bias, D)
 }
 
 impl<'g> Var<'g> {

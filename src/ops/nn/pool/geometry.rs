@@ -29,6 +29,19 @@ pub(super) struct Geometry {
 }
 
 impl Geometry {
+    /// The plan of `planes` planes whose windows along dim `d` (0: rows,
+    /// 1: columns) are `axis(d)`.
+    fn of(out_shape: Dims, planes: usize, axis: impl Fn(usize) -> Axis) -> Geometry {
+        Geometry {
+            out_shape,
+            planes,
+            plan: Plan2d {
+                rows: axis(0),
+                cols: axis(1),
+            },
+        }
+    }
+
     /// Checks that `g` is the gradient of this pooling's output: its shape
     /// and `x`'s dtype.
     pub(super) fn check_output_like(&self, op: &'static str, g: &Tensor, x: &Tensor) -> Result<()> {
@@ -143,68 +156,61 @@ impl Sliding {
     /// window's divisor counts its padded positions (average pooling).
     pub fn geometry(&self, op: &'static str, x: &Tensor, count_include_pad: bool) -> Result<Geometry> {
         let (a, stride) = (self, self.stride_size());
-    let (prefix, planes, hw) = planes_of(op, x)?;
-    let mut out = [0; 2];
-    for d in 0..2 {
-        let (k, p, dil) = (a.kernel[d], a.padding[d], a.dilation[d]);
-        if k > 0 && p > k / 2 {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "padding should be at most half of the kernel size, got padding {:?} for kernel {:?} (input shape {:?})",
-                    a.padding,
-                    a.kernel,
-                    x.shape()
-                ),
-            ));
+        let (prefix, planes, hw) = planes_of(op, x)?;
+        let mut out = [0; 2];
+        for d in 0..2 {
+            let (k, p, dil) = (a.kernel[d], a.padding[d], a.dilation[d]);
+            if k > 0 && p > k / 2 {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "padding should be at most half of the kernel size, got padding {:?} for kernel {:?} (input shape {:?})",
+                        a.padding,
+                        a.kernel,
+                        x.shape()
+                    ),
+                ));
+            }
+            let fits = dil.checked_mul(k.saturating_sub(1)).is_some_and(|s| s < usize::MAX)
+                && p.checked_mul(2).and_then(|p2| p2.checked_add(hw[d])).is_some();
+            if !fits {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "kernel {:?} with dilation {:?} and padding {:?} overflows (input shape {:?})",
+                        a.kernel,
+                        a.dilation,
+                        a.padding,
+                        x.shape()
+                    ),
+                ));
+            }
+            let window = Window {
+                input: hw[d],
+                kernel: k,
+                stride: stride[d],
+                pad_before: p,
+                pad_after: p,
+                dilation: dil,
+            };
+            out[d] = window.output_len(op, x.shape(), a.ceil_mode)?;
         }
-        let fits = dil.checked_mul(k.saturating_sub(1)).is_some_and(|s| s < usize::MAX)
-            && p.checked_mul(2).and_then(|p2| p2.checked_add(hw[d])).is_some();
-        if !fits {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "kernel {:?} with dilation {:?} and padding {:?} overflows (input shape {:?})",
-                    a.kernel,
-                    a.dilation,
-                    a.padding,
-                    x.shape()
-                ),
-            ));
-        }
-        let window = Window {
-            input: hw[d],
-            kernel: k,
-            stride: stride[d],
-            pad_before: p,
-            pad_after: p,
-            dilation: dil,
+        let out_shape = out_shape(op, &prefix, out)?;
+        let axis = |d: usize| {
+            // No planes: no windows to list (their count may be huge).
+            let n = if planes == 0 { 0 } else { out[d] };
+            Axis::sliding(
+                hw[d],
+                a.kernel[d],
+                stride[d],
+                a.padding[d],
+                a.dilation[d],
+                n,
+                count_include_pad,
+            )
         };
-        out[d] = window.output_len(op, x.shape(), a.ceil_mode)?;
+        Ok(Geometry::of(out_shape, planes, axis))
     }
-    let out_shape = out_shape(op, &prefix, out)?;
-    let axis = |d: usize| {
-        // No planes: no windows to list (their count may be huge).
-        let n = if planes == 0 { 0 } else { out[d] };
-        Axis::sliding(
-            hw[d],
-            a.kernel[d],
-            stride[d],
-            a.padding[d],
-            a.dilation[d],
-            n,
-            count_include_pad,
-        )
-    };
-    Ok(Geometry {
-        out_shape,
-        planes,
-        plan: Plan2d {
-            rows: axis(0),
-            cols: axis(1),
-        },
-    })
-}
 }
 
 /// The window plan of an adaptive average pooling to `out` on input `x`.
@@ -221,14 +227,7 @@ pub(super) fn adaptive(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<
     }
     let out_shape = out_shape(op, &prefix, out)?;
     let axis = |d: usize| Axis::adaptive(hw[d], if planes == 0 { 0 } else { out[d] });
-    Ok(Geometry {
-        out_shape,
-        planes,
-        plan: Plan2d {
-            rows: axis(0),
-            cols: axis(1),
-        },
-    })
+    Ok(Geometry::of(out_shape, planes, axis))
 }
 
 /// The facts of a pooling op: every one has tangents and second
