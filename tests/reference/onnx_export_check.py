@@ -9,7 +9,12 @@ was recorded at and another one, through the free axes) and compares with
 retrograd's outputs: the largest absolute difference, |onnxruntime -
 retrograd| over every element of every output, must be at most --tol
 (default 1e-5, the issue's f32 tolerance). Each model's line gives that
-worst difference beside the largest |value| it was measured on.
+worst difference beside the largest |value| it was measured on. A model
+with an `attention_mask` input is compared on its real tokens: an output
+per token (`[batch, sequence, ...]`) at padded positions holds states no
+one reads (pooling masks them), which are ill-conditioned (PyTorch's own
+f32 and f64 differ there by 1.5e-5 on all-MiniLM-L6-v2); their difference
+is printed, not checked.
 
     python3 tests/reference/onnx_export_check.py [--quiet] [--tol T] target/onnx/*.onnx
 
@@ -64,13 +69,20 @@ def check(path, tol, quiet):
             if value.shape != expected.shape:
                 raise SystemExit(f"{path} case {k}: `{name}` has shape {value.shape}, retrograd {expected.shape}")
             exp64 = expected.astype(np.float64)
-            diff = float(np.max(np.abs(value.astype(np.float64) - exp64), initial=0.0))
+            error = np.abs(value.astype(np.float64) - exp64)
+            mask = feed.get("attention_mask")
+            padded = ""
+            if mask is not None and error.shape[: mask.ndim] == mask.shape:
+                real = mask != 0
+                padded = f", padded positions (not checked) {float(np.max(error[~real], initial=0.0)):.3g}"
+                error, exp64 = error[real], exp64[real]
+            diff = float(np.max(error, initial=0.0))
             size = float(np.max(np.abs(exp64), initial=0.0))
             worst = max(worst, diff)
             magnitude = max(magnitude, size)
             shapes = ", ".join(str(list(feed[n].shape)) for n in inputs)
             if not quiet:
-                print(f"{path}: case {k}, inputs {shapes}: `{name}` max |onnxruntime - retrograd| = {diff:.3g} (max |value| {size:.3g})")
+                print(f"{path}: case {k}, inputs {shapes}: `{name}` max |onnxruntime - retrograd| = {diff:.3g} (max |value| {size:.3g}{padded})")
         k += 1
     ops = sorted({n.op_type for n in model.graph.node})
     if not quiet:
