@@ -155,16 +155,17 @@ struct Loaded {
 }
 
 fn export(a: &Args) -> Outcome {
-    if let [kind, dir, out] = a.positional.as_slice() {
-        if kind == "minilm" && !a.random {
-            let io = a.io.as_deref();
-            return Ok(onnx_minilm::export(
-                dir.as_ref(),
-                out.as_ref(),
-                io,
-                a.dynamic,
-            )?);
-        }
+    if let [kind, dir, out] = a.positional.as_slice()
+        && kind == "minilm"
+        && !a.random
+    {
+        let io = a.io.as_deref();
+        return Ok(onnx_minilm::export(
+            dir.as_ref(),
+            out.as_ref(),
+            io,
+            a.dynamic,
+        )?);
     }
     let (kind, checkpoint, out) = match a.positional.as_slice() {
         [kind, out] if a.random => (kind.as_str(), None, out),
