@@ -60,9 +60,10 @@
 //! ([`Differentiable::holds`](crate::Differentiable::holds)); capture
 //! refuses an op that holds data, or does not say, with
 //! `Error::NotReplayable` naming it and why. `embedding`, `nll_loss` and
-//! `cross_entropy` given their indices as a tensor (the step's input,
-//! `x[1].value()`) take them as an input of the node while capturing, so
-//! every run reads its own; given a list, they are refused.
+//! `cross_entropy` given their indices as the step's input `x[1]` (or its
+//! tensor `x[1].value()`) take them as an input of the node (one rule for
+//! every op with indices: `ops::nn::Indices`), so every run reads its
+//! own; given a list, they are refused.
 //!
 //! **Where things are.** `capture.rs` traces the function once on a
 //! capturing graph and records its backward into the same graph (each
