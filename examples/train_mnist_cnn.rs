@@ -281,7 +281,9 @@ fn epoch(
         };
         let started = Instant::now();
         let index = trainer.at.step;
-        let step = trainer.runner.step(index, images, &batch.labels, &settings)?;
+        let step = trainer
+            .runner
+            .step(index, images, &batch.labels, &settings)?;
         let (lr, norm) = (trainer.optimizer.lr(), grad_norm(&step.grads, 2.0)?);
         trainer.optimizer.step(&step.grads)?;
         trainer.scheduler.step(trainer.optimizer.as_mut());

@@ -433,7 +433,10 @@ fn compiled_step(model: &Gpt, seed: u64) -> Compiled<StepFn> {
     }
     let replica = model.clone();
     let f = boxed(move |_: &Graph, x: &[Var<'_>]| replica.loss(&x[0], x[1].value()));
-    compile(f, CompileOptions::new().params(model.parameters()).seed(seed))
+    compile(
+        f,
+        CompileOptions::new().params(model.parameters()).seed(seed),
+    )
 }
 
 /// One iteration's loss and gradients, eager or (`step`) compiled.

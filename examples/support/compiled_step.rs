@@ -13,9 +13,9 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use retrograd::Gradients;
 use retrograd::nn::{accuracy, Buffer, Forward, Module, Parameter, RandomStream};
 use retrograd::ops::nn::CrossEntropyOptions;
+use retrograd::Gradients;
 use retrograd::{compile, CompileOptions, Compiled, Graph, Result, Tensor, Var};
 
 /// A model behind a shared handle: clones are the same model (its
@@ -113,22 +113,20 @@ impl CompiledClassifier {
         // compiled run do not depend on when it captured.
         let positions: Vec<u64> = self.streams.iter().map(RandomStream::position).collect();
         let captures = self.step.capture_count();
-        let out = self.step.run(&[images, ids])?;
+        let result = {
+            let out = self.step.run(&[images, ids])?;
+            let logits = out.output("logits").expect("the step names its logits");
+            StepResult {
+                loss: out.loss(),
+                accuracy: accuracy(logits, labels)?,
+                grads: out.grads().clone(),
+            }
+        };
         if self.step.capture_count() != captures {
             for (s, &p) in self.streams.iter().zip(&positions) {
                 s.set_position(p);
             }
         }
-        let logits = out.output("logits").expect("the step names its logits");
-        Ok(StepResult {
-            loss: out.loss(),
-            accuracy: accuracy(logits, labels)?,
-            grads: out.grads().clone(),
-        })
-    }
-
-    /// The captures made so far (one per batch shape).
-    pub fn capture_count(&self) -> u64 {
-        self.step.capture_count()
+        Ok(result)
     }
 }

@@ -12,13 +12,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::Gradients;
 use retrograd::data::{Batches, Dataset};
 use retrograd::distributed::SingleProcess;
-use retrograd::nn::{accuracy, evaluate_accuracy, Forward};
+use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module};
 use retrograd::optim::{LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::viz::VizOptions;
+use retrograd::Gradients;
 use retrograd::{DType, Graph, Result, Tensor};
 
 use super::compiled_step::{CompiledClassifier, Shared, StepResult};
@@ -251,8 +251,7 @@ impl<M: Forward + 'static> StepRunner<M> {
             return compiled.run(index, images, labels);
         }
         let graph = Graph::new();
-        let picture = (settings.graph_svg.is_some() || settings.graph_html.is_some())
-            && index == 0;
+        let picture = (settings.graph_svg.is_some() || settings.graph_html.is_some()) && index == 0;
         let model = self.model.get();
         if picture {
             // Name the parameter leaves so the picture shows "0.weight", ...

@@ -315,7 +315,10 @@ impl StepOutput {
     /// [`Graph::capture_update`](crate::Graph::capture_update), as this run
     /// computed it.
     pub fn output(&self, name: &str) -> Option<&Tensor> {
-        self.outputs.iter().find(|(n, _)| &**n == name).map(|(_, t)| t)
+        self.outputs
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, t)| t)
     }
 
     fn clear(&mut self) {

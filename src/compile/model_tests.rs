@@ -8,8 +8,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::*;
 use crate::nn::{
-    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Buffer, Conv2d, Flatten, Forward,
-    Gpt, GptConfig, Linear, MaxPool2d, Module, Sequential,
+    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Buffer, Conv2d, Flatten, Forward, Gpt,
+    GptConfig, Linear, MaxPool2d, Module, Sequential,
 };
 use crate::ops::nn::{Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions};
 use crate::optim::{Adam, AdamConfig, Optimizer};
@@ -88,9 +88,17 @@ fn the_cnn_with_batch_norm_trains_to_the_eager_bits_and_running_statistics() {
         assert_eq!(bits(out.loss_value()), bits(&eager_loss), "batch {i}");
         assert_eq!(bits(out.output("logits").unwrap()), bits(&eager_logits));
         compiled_opt.step(out.grads()).unwrap();
-        assert_eq!(params_bits(&compiled_model), params_bits(&eager_model), "batch {i}");
+        assert_eq!(
+            params_bits(&compiled_model),
+            params_bits(&eager_model),
+            "batch {i}"
+        );
         // running_mean, running_var and num_batches_tracked, every step.
-        assert_eq!(buffers_bits(&compiled_model), buffers_bits(&eager_model), "batch {i}");
+        assert_eq!(
+            buffers_bits(&compiled_model),
+            buffers_bits(&eager_model),
+            "batch {i}"
+        );
     }
     assert_eq!(step.capture_count(), 2);
     let bn = &compiled_model.buffers()[0].1;
@@ -112,7 +120,12 @@ fn batch_norm_cumulative_average_replays_its_factor() {
     let make = || {
         let mut m = Sequential::new();
         let mut rng = ChaCha8Rng::seed_from_u64(9);
-        m.push(Linear::builder(3, 4).dtype(DType::F64).build_with(&mut rng).unwrap());
+        m.push(
+            Linear::builder(3, 4)
+                .dtype(DType::F64)
+                .build_with(&mut rng)
+                .unwrap(),
+        );
         m.push(BatchNorm1d::with_options(4, options, DType::F64).unwrap());
         m
     };
@@ -127,10 +140,16 @@ fn batch_norm_cumulative_average_replays_its_factor() {
         let eager = eager_model.forward(&g.constant(x.clone())).unwrap().sum();
         let out = step.run(&[x]).unwrap();
         assert_eq!(bits(out.loss_value()), bits(eager.value()));
-        assert_eq!(buffers_bits(&compiled_model), buffers_bits(&eager_model), "step {i}");
+        assert_eq!(
+            buffers_bits(&compiled_model),
+            buffers_bits(&eager_model),
+            "step {i}"
+        );
     }
     let buffers = compiled_model.buffers();
-    let tracked = buffers.iter().find(|(n, _)| n.ends_with("num_batches_tracked"));
+    let tracked = buffers
+        .iter()
+        .find(|(n, _)| n.ends_with("num_batches_tracked"));
     let tracked = tracked.unwrap().1.value().try_item().unwrap();
     assert_eq!(tracked, 4.0);
 }
@@ -170,10 +189,8 @@ fn tiny_gpt() -> GptConfig {
 /// compiled and eager from the same weights.
 #[test]
 fn a_gpt_trains_to_the_eager_bits() {
-    let (eager_model, compiled_model) = (
-        Gpt::new(tiny_gpt()).unwrap(),
-        Gpt::new(tiny_gpt()).unwrap(),
-    );
+    let (eager_model, compiled_model) =
+        (Gpt::new(tiny_gpt()).unwrap(), Gpt::new(tiny_gpt()).unwrap());
     for ((_, a), (_, b)) in eager_model
         .parameters()
         .iter()
@@ -182,7 +199,11 @@ fn a_gpt_trains_to_the_eager_bits() {
         b.set(a.value()).unwrap();
     }
     let adamw = |m: &Gpt| {
-        Adam::new(m.parameters(), AdamConfig::adamw().lr(1e-2).betas(0.9, 0.99)).unwrap()
+        Adam::new(
+            m.parameters(),
+            AdamConfig::adamw().lr(1e-2).betas(0.9, 0.99),
+        )
+        .unwrap()
     };
     let (mut eager_opt, mut compiled_opt) = (adamw(&eager_model), adamw(&compiled_model));
     let mut step = compile(
@@ -209,7 +230,11 @@ fn a_gpt_trains_to_the_eager_bits() {
         assert_eq!(bits(out.loss_value()), bits(&eager_loss), "step {i}");
         crate::optim::clip_grad_norm(out.grads_mut(), 1.0, 2.0).unwrap();
         compiled_opt.step(out.grads()).unwrap();
-        assert_eq!(params_bits(&compiled_model), params_bits(&eager_model), "step {i}");
+        assert_eq!(
+            params_bits(&compiled_model),
+            params_bits(&eager_model),
+            "step {i}"
+        );
     }
     assert_eq!(step.capture_count(), 1);
 }

@@ -46,7 +46,10 @@ impl Replay {
         }
         // Last run's outputs go back to their buffers first.
         let grads = program.grads.iter().filter_map(|&(_, s)| s);
-        for s in std::iter::once(program.root).chain(grads).chain(program.outputs.iter().copied()) {
+        for s in std::iter::once(program.root)
+            .chain(grads)
+            .chain(program.outputs.iter().copied())
+        {
             self.release(program, s);
         }
         for (s, binding) in &program.bindings {

@@ -239,10 +239,13 @@ impl BatchNormCore {
             },
         );
         let tracked = running.num_batches_tracked.clone();
-        graph.capture_effect(&format!("{} num_batches_tracked += 1", self.name), move || {
-            let next = tracked.value().try_item()? + 1.0;
-            tracked.set(Tensor::scalar(next))
-        });
+        graph.capture_effect(
+            &format!("{} num_batches_tracked += 1", self.name),
+            move || {
+                let next = tracked.value().try_item()? + 1.0;
+                tracked.set(Tensor::scalar(next))
+            },
+        );
         Ok(output)
     }
 
