@@ -151,30 +151,39 @@ fn embeddings_match_sentence_transformers_batched_with_padding() {
         return;
     };
     let r = reference();
-    let model = SentenceTransformer::from_pretrained(&dir).unwrap();
-    let dim = model.dim();
     let want = embeddings("batched");
     let picked = chosen(&r, 16, false);
     let texts: Vec<&str> = picked.iter().map(|&i| r.texts[i].as_str()).collect();
-    let mut batches = 0;
-    let e: Tensor = model.encode(&texts, 16, |_, _| batches += 1).unwrap();
-    assert_eq!(batches, texts.len().div_ceil(16));
-    let ours = e.to_vec::<f32>().unwrap();
-    let theirs: Vec<f32> = picked
-        .iter()
-        .flat_map(|&i| want[i * dim..(i + 1) * dim].iter().copied())
-        .collect();
-    let (worst, min_cos) = compare(&ours, &theirs, dim);
-    println!(
-        "batch 16, {} texts: worst |difference| {worst:.3e}, lowest cosine {min_cos:.9}",
-        picked.len()
-    );
-    assert!(worst <= 1e-5, "worst difference {worst}");
-    assert!(min_cos >= 0.99999, "lowest cosine {min_cos}");
-    // Normalised: unit rows.
-    for row in ours.chunks(dim) {
-        let n: f32 = row.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((n - 1.0).abs() < 1e-5);
+    // Both ways of running a batch: its real tokens packed (the default)
+    // and padded to its longest text, as sentence-transformers runs it.
+    for packed in [true, false] {
+        let model = SentenceTransformer::from_pretrained(&dir)
+            .unwrap()
+            .packed(packed);
+        let dim = model.dim();
+        let mut batches = 0;
+        let e: Tensor = model.encode(&texts, 16, |_, _| batches += 1).unwrap();
+        assert_eq!(batches, texts.len().div_ceil(16));
+        let ours = e.to_vec::<f32>().unwrap();
+        let theirs: Vec<f32> = picked
+            .iter()
+            .flat_map(|&i| want[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        let (worst, min_cos) = compare(&ours, &theirs, dim);
+        println!(
+            "batch 16, {} texts, packed {packed}: worst |difference| {worst:.3e}, lowest cosine {min_cos:.9}",
+            picked.len()
+        );
+        assert!(worst <= 1e-5, "packed {packed}: worst difference {worst}");
+        assert!(
+            min_cos >= 0.99999,
+            "packed {packed}: lowest cosine {min_cos}"
+        );
+        // Normalised: unit rows.
+        for row in ours.chunks(dim) {
+            let n: f32 = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((n - 1.0).abs() < 1e-5);
+        }
     }
 }
 

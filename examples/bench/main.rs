@@ -96,7 +96,13 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
     (
         "w6_embed",
         w6::run_embed,
-        "all-MiniLM-L6-v2: encode 256 speeches at batch 32 (needs scripts/fetch_minilm.sh)",
+        "all-MiniLM-L6-v2: encode 256 speeches at batch 32, real tokens packed (needs scripts/fetch_minilm.sh)",
+    ),
+    #[cfg(feature = "tokenizers")]
+    (
+        "w6_embed_padded",
+        w6::run_embed_padded,
+        "all-MiniLM-L6-v2: encode 256 speeches at batch 32, each batch padded to its longest",
     ),
     #[cfg(feature = "tokenizers")]
     (

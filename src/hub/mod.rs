@@ -47,7 +47,8 @@
 //! padding, batches as i64 tensors with attention masks) and
 //! `SentenceTransformer` (`sentence.rs`: `modules.json`'s Transformer,
 //! Pooling (mean, CLS, max, mean-sqrt-len) and Normalize; `encode` sorts by
-//! length and pads per batch as sentence-transformers does)
+//! length and batches as sentence-transformers does, then runs each batch's
+//! real tokens packed, `BertModel::forward_packed`, instead of padded)
 
 mod bert;
 mod config;

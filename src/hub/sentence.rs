@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::hub::{Padding, Tokenizer};
+use crate::hub::{Encoded, Padding, Tokenizer};
 use crate::nn::{l2_normalize, mean_pool, BertModel, Module};
 use crate::tensor::{DType, Tensor};
 
@@ -32,8 +32,9 @@ pub enum Pooling {
 /// `modules.json` (`Transformer`, `Pooling`, `Normalize`), the
 /// `max_seq_length` of `sentence_bert_config.json`, the folder's
 /// `tokenizer.json`. Runs on the inference graph (nothing recorded) in
-/// evaluation mode. Embeddings match `SentenceTransformer.encode` within
-/// 1e-5 (tests/hub_minilm.rs).
+/// evaluation mode, each batch's real tokens packed (see
+/// [`packed`](Self::packed)). Embeddings match `SentenceTransformer.encode`
+/// within 1e-5 (tests/hub_minilm.rs).
 ///
 /// ```no_run
 /// use retrograd::hub::SentenceTransformer;
@@ -50,6 +51,7 @@ pub struct SentenceTransformer {
     normalize: bool,
     max_seq_length: usize,
     dir: PathBuf,
+    packed: bool,
 }
 
 fn read_json(op: &'static str, path: &Path) -> Result<Value> {
@@ -127,6 +129,7 @@ impl SentenceTransformer {
             normalize,
             max_seq_length,
             dir: dir.to_path_buf(),
+            packed: true,
         })
     }
 
@@ -198,14 +201,64 @@ impl SentenceTransformer {
         self.model.config().hidden_size * self.pooling.len()
     }
 
-    /// The embeddings `[N, dim]` (f32) of `texts` as one padded batch.
+    /// Whether [`embed_batch`](Self::embed_batch) and
+    /// [`encode`](Self::encode) skip the padding positions (on by
+    /// default): the texts' real tokens run packed, one after another
+    /// ([`BertModel::forward_packed`]), and give the padded batch's
+    /// embeddings without computing its padding. Off, a batch runs padded
+    /// to its longest text, as sentence-transformers runs it.
+    pub fn packed(mut self, on: bool) -> Self {
+        self.packed = on;
+        self
+    }
+
+    /// The embeddings `[N, dim]` (f32) of `texts` as one batch.
     pub fn embed_batch(&self, texts: &[&str]) -> Result<Tensor> {
         let batch = self.tokenizer.encode_batch(texts)?;
+        let packed = if self.packed { pack(&batch)? } else { None };
+        if let Some((ids, types)) = packed {
+            let hidden = self.model.forward_packed(
+                &Var::from(ids),
+                &batch.lengths,
+                Some(&Var::from(types)),
+            )?;
+            return self.pool_packed(&hidden, &batch.lengths);
+        }
         let ids = Var::from(batch.input_ids);
         let mask = Var::from(batch.attention_mask.clone());
         let types = Var::from(batch.token_type_ids);
         let hidden = self.model.forward(&ids, Some(&mask), Some(&types))?;
         self.pool(&hidden, &batch.attention_mask)
+    }
+
+    /// [`pool`](Self::pool) for packed states `[N, E]` of sequences of
+    /// `lengths`: each mode over each sequence's own rows.
+    fn pool_packed(&self, hidden: &Var<'_>, lengths: &[usize]) -> Result<Tensor> {
+        let mut rows = Vec::with_capacity(lengths.len());
+        let mut start = 0;
+        for &n in lengths {
+            let states = hidden.try_narrow(0, start as isize, n)?;
+            let mut parts = Vec::with_capacity(self.pooling.len());
+            for mode in &self.pooling {
+                parts.push(match mode {
+                    Pooling::Cls => states.try_narrow(0, 0, 1)?,
+                    Pooling::Mean => states.try_mean_axes(&[0], true)?,
+                    Pooling::MeanSqrtLen => states
+                        .try_mean_axes(&[0], true)?
+                        .mul_scalar((n as f64).sqrt()),
+                    Pooling::Max => states.try_max_axes(&[0], true)?,
+                });
+            }
+            rows.push(Var::try_cat(&parts.iter().collect::<Vec<_>>(), -1)?);
+            start += n;
+        }
+        let pooled = Var::try_cat(&rows.iter().collect::<Vec<_>>(), 0)?;
+        let out = if self.normalize {
+            l2_normalize(&pooled)?
+        } else {
+            pooled
+        };
+        Ok(out.value().clone())
     }
 
     /// Pools `hidden` `[B, T, E]` over `attention_mask` `[B, T]` and
@@ -249,8 +302,9 @@ impl SentenceTransformer {
 
     /// The embeddings `[N, dim]` (f32) of `texts`, in their order, as
     /// sentence-transformers' `encode` computes them: texts sorted by
-    /// length (longest first), cut into batches of `batch_size`, each padded
-    /// to its longest. `progress(done, total)` is called after each batch.
+    /// length (longest first), cut into batches of `batch_size`, each run
+    /// packed (or padded to its longest text: [`packed`](Self::packed)).
+    /// `progress(done, total)` is called after each batch.
     pub fn encode(
         &self,
         texts: &[&str],
@@ -283,4 +337,34 @@ impl SentenceTransformer {
         }
         Tensor::from_vec(out, &[texts.len(), dim])
     }
+}
+
+/// The real tokens of a right-padded batch, one text after another: ids
+/// and token types `[N]`; `None` when some text is not padded on the right
+/// (then the batch runs padded).
+fn pack(batch: &Encoded) -> Result<Option<(Tensor, Tensor)>> {
+    let t = batch.input_ids.shape()[1];
+    let mask = batch.attention_mask.to_vec::<i64>()?;
+    let right_padded = batch.lengths.iter().enumerate().all(|(r, &n)| {
+        let row = &mask[r * t..(r + 1) * t];
+        n > 0 && row[..n].iter().all(|&m| m != 0) && row[n..].iter().all(|&m| m == 0)
+    });
+    if !right_padded {
+        return Ok(None);
+    }
+    let real = |m: &Tensor| -> Result<Tensor> {
+        let v = m.to_vec::<i64>()?;
+        let kept: Vec<i64> = batch
+            .lengths
+            .iter()
+            .enumerate()
+            .flat_map(|(r, &n)| v[r * t..r * t + n].iter().copied())
+            .collect();
+        let n = kept.len();
+        Tensor::from_vec(kept, &[n])
+    };
+    Ok(Some((
+        real(&batch.input_ids)?,
+        real(&batch.token_type_ids)?,
+    )))
 }

@@ -14,6 +14,8 @@ use crate::nn::{
 use crate::ops::nn::SdpaOptions;
 use crate::tensor::{DType, Tensor};
 
+mod packed;
+
 /// The sizes and settings of a [`BertModel`] (the fields of a BERT
 /// `config.json` that shape the model).
 #[derive(Clone, Copy, Debug, PartialEq)]
