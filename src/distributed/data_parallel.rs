@@ -239,7 +239,7 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
     /// gradients are in (plus the local sums of `no_sync` passes).
     fn reduce_as_final(
         &mut self,
-        produce: &mut dyn FnMut(&mut dyn FnMut(usize, Option<&Tensor>) -> Result<()>) -> Result<()>,
+        produce: &mut dyn FnMut(&mut OnFinal<'_>) -> Result<()>,
     ) -> Result<()> {
         let plan = &self.plan;
         let accumulated = &mut self.accumulated;
@@ -349,6 +349,9 @@ impl<M: Forward, C: Communicator> DataParallel<M, C> {
         self.module.forward(x)
     }
 }
+
+/// Told each parameter's gradient (by index) once it is final.
+type OnFinal<'a> = dyn FnMut(usize, Option<&Tensor>) -> Result<()> + 'a;
 
 /// Starts every bucket whose gradients are all final, in index order, as
 /// far as the next one that is not.
