@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::data::Dataset;
 use retrograd::distributed::{Communicator, DataParallel, DistributedSampler, MpiCommunicator};
-use retrograd::nn::{accuracy, evaluate_accuracy, Forward};
+use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module};
 use retrograd::optim::{CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::{DType, Error, Graph, Result, Tensor};
