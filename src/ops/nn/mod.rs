@@ -17,7 +17,8 @@
 //!   fuses the input's and the weight's gradients into one sweep, same bits
 //!   as the two ops), `rms_norm.rs`, `batch_norm.rs` (training and eval
 //!   mode; the running statistics returned updated in `BatchNormOutput`) +
-//!   `batch_norm_backward.rs`, `group_norm.rs` (gradients through the
+//!   `batch_norm_backward.rs` + `batch_norm_running.rs` (the running
+//!   statistics' update as a node, for a compiled step's state update), `group_norm.rs` (gradients through the
 //!   layer-norm ops on an `[N, G, C/G·S]` view); what they share (optional
 //!   affine inputs, each input's role, the `eps` check): `normalization.rs`;
 //! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
@@ -66,6 +67,7 @@ op_families! {
     attention_backward,
     batch_norm,
     batch_norm_backward,
+    batch_norm_running,
     bce,
     conv,
     conv_transpose,
@@ -119,6 +121,7 @@ mod tests {
             "batch_norm",
             "batch_norm_backward",
             "batch_norm_weight_backward",
+            "batch_norm_running_stats",
             "group_norm",
             "rms_norm",
             "rms_norm_backward",
