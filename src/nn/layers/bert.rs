@@ -621,7 +621,8 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    fn tiny(dtype: DType) -> BertModel {
+    /// A seeded 2-layer BERT of width 8 (also `packed.rs`'s tests).
+    pub(super) fn tiny(dtype: DType) -> BertModel {
         let config = BertConfig {
             vocab_size: 11,
             hidden_size: 8,
