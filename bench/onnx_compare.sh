@@ -8,6 +8,7 @@
 #
 #   bench/onnx_compare.sh                       # mnist_cnn and minilm
 #   RUNS=5 bench/onnx_compare.sh mnist_cnn      # one model, 5 runs
+#   TRACT=1 bench/onnx_compare.sh               # tract-onnx too (bench/tract, its own crate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,10 @@ models=("$@")
 runs=${RUNS:-3}
 repeats=${REPEATS:-20}
 cargo build --release --quiet --example bench
+tract=${TRACT:-0}
+if [ "$tract" = 1 ]; then
+  cargo build --release --quiet --manifest-path bench/tract/Cargo.toml
+fi
 
 for m in "${models[@]}"; do
   if [ ! -f "target/bench-onnx/$m.onnx" ]; then
@@ -35,6 +40,12 @@ PY
     read -r ms_ours ms_ort ratio load <<<"$line"
     printf '%s run %d: retrograd %.2f ms, onnxruntime %.2f ms, ratio %.3f (retrograd load %.1f ms)\n' \
       "$m" "$run" "$ms_ours" "$ms_ort" "$ratio" "$load"
+    if [ "$tract" = 1 ]; then
+      ms_tract=$(./bench/tract/target/release/tract-bench "$m" --repeats "$repeats" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["median_ms"])')
+      python3 -c 'import sys; t, o, r = map(float, sys.argv[1:]); print(f"  tract-onnx {t:.2f} ms: tract / onnxruntime {t / o:.3f}, retrograd / tract {r / t:.3f}")' \
+        "$ms_tract" "$ms_ort" "$ms_ours"
+    fi
     ratios+=("$ratio")
   done
   python3 -c 'import sys, statistics as s; r = [float(x) for x in sys.argv[2:]]; print(f"{sys.argv[1]}: median ratio {s.median(r):.3f} (range {min(r):.3f}-{max(r):.3f}, {len(r)} runs)")' "$m" "${ratios[@]}"

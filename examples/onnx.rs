@@ -8,10 +8,14 @@
 //! cargo run --release --example onnx -- inspect target/digits.onnx --svg target/digits.svg
 //! cargo run --release --example onnx -- run target/digits.onnx --batch 4
 //! cargo run --release --example onnx -- export mnist_cnn --random target/cnn.onnx   # fresh weights, no training
+//! scripts/fetch_minilm.sh                                            # all-MiniLM-L6-v2 into .cache/models
+//! cargo run --release --example onnx -- export minilm .cache/models/all-MiniLM-L6-v2 target/minilm.onnx
 //! ```
 
 #[path = "support/mnist_cnn.rs"]
 mod mnist_cnn;
+#[path = "support/onnx_minilm.rs"]
+mod onnx_minilm;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,11 +35,16 @@ const USAGE: &str = "\
 usage:
   onnx export MODEL (CHECKPOINT | --random) OUT.onnx [options]
       MODEL: digits (train_digits), mnist_cnn (train_mnist_cnn) or shakespeare (train_shakespeare)
+  onnx export minilm MODEL_DIR OUT.onnx [--io FILE] [--static]
+      a sentence-transformers folder (all-MiniLM-L6-v2, scripts/fetch_minilm.sh): inputs input_ids,
+      attention_mask, token_type_ids [batch, sequence] (i64), outputs sentence_embedding
+      [batch, dim] and last_hidden_state [batch, sequence, hidden], recorded on 3 padded texts;
+      --io writes those and 5 other texts with retrograd's outputs
       --random            fresh seeded weights instead of a checkpoint (train_digits' default sizes,
                           train_mnist_cnn's, a small GPT)
       --activation NAME   the MLP's activation, as trained (default relu)
       --batch N           batch size of the recorded example (default 8)
-      --static            a fixed batch size (default: a free `batch` axis)
+      --static            fixed sizes (default: a free `batch` axis; minilm's `sequence` too)
       --io FILE           also write example inputs and retrograd's outputs (safetensors:
                           case0.input, case0.output at --batch; case1.* at --batch + 3)
   onnx inspect FILE.onnx [--svg FILE] [--batch N] [--max-nodes N]
@@ -146,6 +155,18 @@ struct Loaded {
 }
 
 fn export(a: &Args) -> Outcome {
+    if let [kind, dir, out] = a.positional.as_slice()
+        && kind == "minilm"
+        && !a.random
+    {
+        let io = a.io.as_deref();
+        return Ok(onnx_minilm::export(
+            dir.as_ref(),
+            out.as_ref(),
+            io,
+            a.dynamic,
+        )?);
+    }
     let (kind, checkpoint, out) = match a.positional.as_slice() {
         [kind, out] if a.random => (kind.as_str(), None, out),
         [kind, ckpt, out] if !a.random => (kind.as_str(), Some(PathBuf::from(ckpt)), out),
@@ -287,7 +308,10 @@ fn load_model(kind: &str, checkpoint: Option<&PathBuf>, a: &Args) -> Result<Load
         }
         other => Err(retrograd::Error::InvalidArgument {
             op: "onnx export",
-            reason: format!("unknown model `{other}` (digits, mnist_cnn or shakespeare)"),
+            reason: format!(
+                "unknown model `{other}` (digits, mnist_cnn, shakespeare, or minilm with its \
+                 model folder)"
+            ),
         }),
     }
 }
@@ -473,12 +497,14 @@ fn inspect(a: &Args) -> Outcome {
 
 fn run(a: &Args) -> Outcome {
     let path = onnx_arg(a)?;
+    let start = std::time::Instant::now();
     let model = OnnxModel::load(path)?;
+    let load_ms = start.elapsed().as_secs_f64() * 1e3;
     let inputs = model_inputs(&model, a)?;
     let start = std::time::Instant::now();
     let outputs = model.infer(&inputs)?;
     println!(
-        "ran {path} in {:.2} ms",
+        "ran {path} in {:.2} ms (imported in {load_ms:.1} ms)",
         start.elapsed().as_secs_f64() * 1e3
     );
     let mut named = BTreeMap::new();

@@ -5,6 +5,7 @@
 //!
 //! ```sh
 //! cargo run --release --example train_digits
+//! cargo run --release --example train_digits -- --compile   # the step captured once, replayed
 //! cargo run --release --example train_digits -- --hidden 256,128 --optimizer sgd --lr 0.1
 //! cargo run --release --example train_digits -- --graph-svg step.svg   # picture of one step
 //! cargo run --release --example train_digits -- --resume   # continue an interrupted run
@@ -14,9 +15,13 @@
 //! cargo run --release --example train_digits -- --plot target/digits_curves --graph-html step.html
 //! ```
 
+#[path = "support/compiled_step.rs"]
+mod compiled_step;
 #[cfg(feature = "mpi")]
 #[path = "support/ddp_epochs.rs"]
 mod ddp_epochs;
+#[path = "support/epoch_trainer.rs"]
+mod epoch_trainer;
 #[path = "support/epochs.rs"]
 mod epochs;
 #[path = "support/reload_check.rs"]
@@ -31,23 +36,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use indicatif::ProgressBar;
 
 use retrograd::data::{digits, Dataset};
 use retrograd::distributed::SingleProcess;
-use retrograd::nn::{accuracy, evaluate_accuracy, Activation, Forward, Mlp, Module};
+use retrograd::nn::{Activation, Mlp, Module};
 use retrograd::optim::{
     grad_norm, optimizer_kind, optimizer_kinds, CosineAnnealingLr, LrScheduler, Optimizer,
     OptimizerKind, OptimizerSettings,
 };
-use retrograd::train::{Progress, RankState, TrainingState};
-use retrograd::viz::VizOptions;
-use retrograd::{DType, Graph, Result};
+use retrograd::{DType, Result};
 use run_outputs::{RunOutputs, StepFigures};
 
-use epochs::EpochSums;
+use epoch_trainer::{progress_and_header, StepSettings, Trainer};
 use resume::Stopped;
 
 /// Steps between training states unless `--checkpoint-every` says otherwise.
@@ -86,6 +87,8 @@ options:
   --graph-svg FILE    write a picture of the first training step's graph
   --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
+  --compile           capture the training step once per batch shape and replay it
+                      (retrograd::compile: fused, no graph recorded per step)
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
   -h, --help          this text
@@ -108,6 +111,7 @@ struct Args {
     graph_svg: Option<PathBuf>,
     graph_html: Option<PathBuf>,
     quiet: bool,
+    compile: bool,
     ddp: bool,
     checkpoints: resume::Flags,
 }
@@ -156,6 +160,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         graph_svg: None,
         graph_html: None,
         quiet: false,
+        compile: false,
         ddp: false,
         checkpoints: resume::Flags::new("train_digits", CHECKPOINT_EVERY),
     };
@@ -207,6 +212,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
             Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
+            Long("compile") => args.compile = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_digits".into())
@@ -220,6 +226,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     }
     if args.epochs == 0 || args.batch_size == 0 {
         return Err("--epochs and --batch-size must be > 0".into());
+    }
+    if args.compile && (args.graph_svg.is_some() || args.graph_html.is_some()) {
+        return Err("--graph-svg and --graph-html draw an eager step: leave out --compile".into());
     }
     Ok(Some(args))
 }
@@ -245,136 +254,52 @@ fn build_optimizer(args: &Args, model: &Mlp) -> Result<Box<dyn Optimizer>> {
     args.optimizer.build(model.parameters(), &settings)
 }
 
-/// What changes during training: the model, its optimizer, the schedule,
-/// the shuffling generator (and a copy as the epoch began), where the run
-/// is and the epoch's sums: all of it in each training state; and the run's
-/// log.
-struct Trainer {
-    model: Mlp,
-    optimizer: Box<dyn Optimizer>,
-    scheduler: LrScheduler,
-    rng: ChaCha8Rng,
-    epoch_start: ChaCha8Rng,
-    at: Progress,
-    sums: EpochSums,
-    outputs: RunOutputs,
-}
-
-impl Trainer {
-    fn capture(&self) -> Result<TrainingState> {
-        let mine = RankState::new()
-            .with_generator("shuffle", &self.rng)
-            .with_generator("epoch_start", &self.epoch_start);
-        TrainingState::capture(
-            &self.model,
-            Some(self.optimizer.as_ref()),
-            Some(&self.scheduler),
-            self.at,
-            self.sums.save(mine),
-        )
-    }
-
-    fn restore(&mut self, state: &TrainingState) -> Result<()> {
-        let mine = state.restore(
-            &self.model,
-            Some(self.optimizer.as_mut()),
-            Some(&mut self.scheduler),
-        )?;
-        self.rng = mine.generator("shuffle")?;
-        self.epoch_start = mine.generator("epoch_start")?;
-        self.sums = EpochSums::restore(&mine)?;
-        self.at = state.progress();
-        Ok(())
-    }
-
-    /// The rest of the current epoch; `Some` if the run must stop (a
-    /// training state was saved).
-    fn epoch(
-        &mut self,
-        args: &Args,
-        train: &Dataset,
-        progress: &ProgressBar,
-        session: &mut resume::Session<SingleProcess>,
-    ) -> Result<Option<Stopped>> {
-        if self.at.batch == 0 {
-            self.sums = EpochSums::starting(self.optimizer.lr());
-        }
-        let epoch = self.at.epoch + 1;
-        let batches = epochs::shuffled_epoch(
-            train,
-            args.batch_size,
-            &mut self.rng,
-            &mut self.epoch_start,
-            self.at.batch,
-        )?;
-        for batch in batches {
-            let n = batch.labels.len();
-            let started = Instant::now();
-            let lr = self.optimizer.lr();
-            let model = &self.model;
-            // The closure form: L-BFGS evaluates it several times a step;
-            // the statistics, the logged figures and the picture come from
-            // the first evaluation.
-            let mut first = true;
-            let mut first_figures = (0.0, 0.0); // (loss, gradient norm)
-            self.optimizer.step_with_closure(&mut || {
-                let graph = Graph::new();
-                let picture = first
-                    && (args.graph_svg.is_some() || args.graph_html.is_some())
-                    && self.at.step == 0;
-                if picture {
-                    // Name the parameter leaves so the picture shows "0.weight", ...
-                    run_outputs::name_parameters(&graph, model);
-                }
-                let x = graph.constant(batch.features.clone()).named("images");
-                let logits = model.forward(&x)?;
-                let loss = logits.try_cross_entropy(&batch.labels)?;
-                let grads = loss.backward()?;
-                let title = "one training step: MLP forward, cross-entropy, gradients";
-                if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
-                    graph.write_svg(path, &options)?;
-                }
-                if let (true, Some(path)) = (picture, &args.graph_html) {
-                    run_outputs::write_step_page(&graph, &loss, path, title)?;
-                }
-                let loss_value = loss.value().try_item()?;
-                if first {
-                    self.sums.loss += loss_value * n as f64;
-                    self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                    first_figures = (loss_value, grad_norm(&grads, 2.0)?);
-                    first = false;
-                }
-                Ok((loss_value, grads))
-            })?;
-            self.scheduler.step(self.optimizer.as_mut());
-            let millis = 1e3 * started.elapsed().as_secs_f64();
-            let (loss, norm) = first_figures;
-            self.outputs.log_step(
-                self.at.step as usize,
-                StepFigures {
-                    loss,
-                    lr,
-                    grad_norm: norm,
-                    millis: Some(millis),
-                },
-            )?;
-            self.sums.seen += n as f64;
-            self.at.step += 1;
-            self.at.batch += 1;
-            progress.inc(1);
-            progress.set_message(format!(
-                "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
-                args.epochs,
-                self.sums.loss / self.sums.seen,
-                100.0 * self.sums.correct / self.sums.seen
-            ));
-            if let Some(stopped) = session.after_step(self.at, || self.capture())? {
-                return Ok(Some(stopped));
+/// The rest of the current epoch; `Some` if the run must stop (a training
+/// state was saved).
+fn epoch(
+    trainer: &mut Trainer<Mlp>,
+    args: &Args,
+    train: &Dataset,
+    progress: &ProgressBar,
+    session: &mut resume::Session<SingleProcess>,
+) -> Result<Option<Stopped>> {
+    let settings = StepSettings {
+        graph_svg: args.graph_svg.as_deref(),
+        graph_html: args.graph_html.as_deref(),
+        title: "one training step: MLP forward, cross-entropy, gradients",
+    };
+    for batch in trainer.epoch_batches(train, args.batch_size)? {
+        let n = batch.labels.len();
+        let started = Instant::now();
+        let lr = trainer.optimizer.lr();
+        let index = trainer.at.step;
+        let runner = &mut trainer.runner;
+        // The closure form: L-BFGS evaluates it several times a step; the
+        // statistics and the logged figures come from the first evaluation.
+        let mut first = None; // (loss, accuracy, gradient norm)
+        trainer.optimizer.step_with_closure(&mut || {
+            let images = batch.features.clone();
+            let step = runner.step(index, images, &batch.labels, &settings)?;
+            if first.is_none() {
+                first = Some((step.loss, step.accuracy, grad_norm(&step.grads, 2.0)?));
             }
+            Ok((step.loss, step.grads))
+        })?;
+        trainer.scheduler.step(trainer.optimizer.as_mut());
+        let (loss, accuracy, norm) = first.expect("the optimizer evaluated the step");
+        let figures = StepFigures {
+            loss,
+            lr,
+            grad_norm: norm,
+            millis: Some(1e3 * started.elapsed().as_secs_f64()),
+        };
+        if let Some(stopped) =
+            trainer.after_step(figures, n, accuracy, args.epochs, progress, session)?
+        {
+            return Ok(Some(stopped));
         }
-        Ok(None)
     }
+    Ok(None)
 }
 
 fn run(args: &Args) -> Result<Option<Stopped>> {
@@ -423,72 +348,25 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         &args.checkpoints,
         settings(args, &train),
     )?;
-    let rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
-    let mut trainer = Trainer {
+    let outputs = RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?;
+    let mut trainer = Trainer::new(
         model,
         optimizer,
         scheduler,
-        epoch_start: rng.clone(),
-        rng,
-        at: Progress::default(),
-        sums: EpochSums::default(),
-        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
-    };
+        args.seed,
+        "shuffle",
+        outputs,
+        args.compile,
+    );
     if let Some(state) = &resumed {
         trainer.restore(state)?;
     }
-
-    let progress = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total_steps as u64)
-    };
-    progress.set_position(trainer.at.step);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    let header = format!(
-        "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
-        "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
-    );
-    progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
-
-    while trainer.at.epoch < args.epochs as u64 {
-        let epoch = trainer.at.epoch + 1;
-        trainer.model.set_training(true);
-        if let Some(stopped) = trainer.epoch(args, &train, &progress, &mut session)? {
-            progress.finish_and_clear();
-            return Ok(Some(stopped));
-        }
-        let EpochSums {
-            lr,
-            loss,
-            correct,
-            seen,
-        } = trainer.sums;
-        trainer.model.set_training(false);
-        let test_acc = evaluate_accuracy(&trainer.model, &test, 512, DType::F32)?;
-        let accuracies = [
-            ("train/accuracy", correct / seen),
-            ("test/accuracy", test_acc),
-        ];
-        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
-        trainer.outputs.evaluated()?;
-        let elapsed = start.elapsed().as_secs_f64();
-        progress.suspend(|| {
-            println!(
-                "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
-                loss / seen,
-                100.0 * correct / seen,
-                100.0 * test_acc
-            )
-        });
-        trainer.at.epoch += 1;
-        trainer.at.batch = 0;
+    let progress = progress_and_header(args.quiet, total_steps as u64, trainer.at.step);
+    if let Some(stopped) = trainer.run_epochs(args.epochs, &test, 512, start, &progress, |t| {
+        epoch(t, args, &train, &progress, &mut session)
+    })? {
+        return Ok(Some(stopped));
     }
-    progress.finish_and_clear();
     if let Some(line) = session.summary() {
         println!("{line}");
     }
@@ -500,6 +378,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     } = trainer;
 
     model.set_training(false);
+    let model = model.get();
     // A fresh model with other weights, restored from the file, must score the same.
     let mut restored = build_model(args, args.seed.wrapping_add(1))?;
     let mut restored_optimizer = build_optimizer(args, &restored)?;
@@ -507,7 +386,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     reload_check::checkpoint_and_reload(
         "train_digits",
         &args.out,
-        &model,
+        &*model,
         optimizer.as_ref(),
         &restored,
         restored_optimizer.as_mut(),
@@ -573,6 +452,7 @@ mod ddp {
             describe: &describe,
             out: &args.out,
             plot: args.plot.clone(),
+            compile: args.compile,
         };
         let trained = ddp_epochs::train(
             job,

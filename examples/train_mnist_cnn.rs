@@ -6,6 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release --example train_mnist_cnn
+//! cargo run --release --example train_mnist_cnn -- --compile   # the step captured once, replayed
 //! cargo run --release --example train_mnist_cnn -- --epochs 5 --no-batch-norm --shift 0
 //! cargo run --release --example train_mnist_cnn -- --graph-svg step.svg   # picture of one step
 //! cargo run --release --example train_mnist_cnn -- --plot target/mnist_curves --graph-html step.html
@@ -16,9 +17,13 @@
 //! cargo run --release --example train_mnist_cnn -- --resume
 //! ```
 
+#[path = "support/compiled_step.rs"]
+mod compiled_step;
 #[cfg(feature = "mpi")]
 #[path = "support/ddp_epochs.rs"]
 mod ddp_epochs;
+#[path = "support/epoch_trainer.rs"]
+mod epoch_trainer;
 #[path = "support/epochs.rs"]
 mod epochs;
 #[path = "support/mnist_cnn.rs"]
@@ -35,20 +40,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use rand::SeedableRng;
+use indicatif::ProgressBar;
+#[cfg(feature = "mpi")]
 use rand_chacha::ChaCha8Rng;
 
 use retrograd::data::{mnist, random_shift, Dataset};
 use retrograd::distributed::SingleProcess;
-use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module, Sequential};
+use retrograd::nn::{Module, Sequential};
 use retrograd::optim::{grad_norm, Adam, AdamConfig, CosineAnnealingLr, LrScheduler, Optimizer};
-use retrograd::train::{Progress, RankState, TrainingState};
-use retrograd::viz::VizOptions;
-use retrograd::{DType, Graph, Result};
+use retrograd::Result;
 use run_outputs::{RunOutputs, StepFigures};
 
-use epochs::EpochSums;
+use epoch_trainer::{progress_and_header, StepSettings, Trainer};
 use resume::Stopped;
 
 /// Steps between training states unless `--checkpoint-every` says otherwise.
@@ -77,6 +80,8 @@ options:
   --graph-svg FILE    write a picture of the first training step's graph
   --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
+  --compile           capture the training step once per batch shape and replay it
+                      (retrograd::compile: fused, no graph recorded per step)
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
   -h, --help          this text
@@ -101,6 +106,7 @@ struct Args {
     graph_svg: Option<PathBuf>,
     graph_html: Option<PathBuf>,
     quiet: bool,
+    compile: bool,
     ddp: bool,
     checkpoints: resume::Flags,
 }
@@ -151,6 +157,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         graph_svg: None,
         graph_html: None,
         quiet: false,
+        compile: false,
         ddp: false,
         checkpoints: resume::Flags::new("train_mnist_cnn", CHECKPOINT_EVERY),
     };
@@ -198,6 +205,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("graph-svg") => args.graph_svg = Some(parser.value().map_err(err)?.into()),
             Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
+            Long("compile") => args.compile = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_mnist_cnn".into())
@@ -211,6 +219,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     }
     if args.epochs == 0 || args.batch_size == 0 || args.hidden == 0 {
         return Err("--epochs, --batch-size and --hidden must be > 0".into());
+    }
+    if args.compile && (args.graph_svg.is_some() || args.graph_html.is_some()) {
+        return Err("--graph-svg and --graph-html draw an eager step: leave out --compile".into());
     }
     Ok(Some(args))
 }
@@ -239,139 +250,56 @@ fn build_model(args: &Args, seed: u64) -> Result<Sequential> {
     )
 }
 
-fn build_optimizer(args: &Args, model: &Sequential) -> Result<Adam> {
-    Adam::new(
-        model.parameters(),
-        AdamConfig::default()
-            .lr(args.lr)
-            .weight_decay(args.weight_decay),
-    )
+fn build_optimizer(args: &Args, model: &impl Module) -> Result<Box<dyn Optimizer>> {
+    let config = AdamConfig::default()
+        .lr(args.lr)
+        .weight_decay(args.weight_decay);
+    Ok(Box::new(Adam::new(model.parameters(), config)?))
 }
 
-/// What changes during training: the model, its optimizer, the schedule,
-/// the generator of shuffles and shifts (and a copy as the epoch began),
-/// where the run is and the epoch's sums: all of it in each training state;
-/// and the run's log.
-struct Trainer {
-    model: Sequential,
-    optimizer: Adam,
-    scheduler: LrScheduler,
-    rng: ChaCha8Rng,
-    epoch_start: ChaCha8Rng,
-    at: Progress,
-    sums: EpochSums,
-    outputs: RunOutputs,
-}
-
-impl Trainer {
-    fn capture(&self) -> Result<TrainingState> {
-        let mine = RankState::new()
-            .with_generator("shuffle_and_shift", &self.rng)
-            .with_generator("epoch_start", &self.epoch_start);
-        TrainingState::capture(
-            &self.model,
-            Some(&self.optimizer),
-            Some(&self.scheduler),
-            self.at,
-            self.sums.save(mine),
-        )
-    }
-
-    fn restore(&mut self, state: &TrainingState) -> Result<()> {
-        let mine = state.restore(
-            &self.model,
-            Some(&mut self.optimizer),
-            Some(&mut self.scheduler),
-        )?;
-        self.rng = mine.generator("shuffle_and_shift")?;
-        self.epoch_start = mine.generator("epoch_start")?;
-        self.sums = EpochSums::restore(&mine)?;
-        self.at = state.progress();
-        Ok(())
-    }
-
-    /// The rest of the current epoch; `Some` if the run must stop (a
-    /// training state was saved).
-    fn epoch(
-        &mut self,
-        args: &Args,
-        train: &Dataset,
-        progress: &ProgressBar,
-        session: &mut resume::Session<SingleProcess>,
-    ) -> Result<Option<Stopped>> {
-        if self.at.batch == 0 {
-            self.sums = EpochSums::starting(self.optimizer.lr());
+/// The rest of the current epoch; `Some` if the run must stop (a training
+/// state was saved).
+fn epoch(
+    trainer: &mut Trainer<Sequential>,
+    args: &Args,
+    train: &Dataset,
+    progress: &ProgressBar,
+    session: &mut resume::Session<SingleProcess>,
+) -> Result<Option<Stopped>> {
+    let settings = StepSettings {
+        graph_svg: args.graph_svg.as_deref(),
+        graph_html: args.graph_html.as_deref(),
+        title: "one training step: CNN forward, cross-entropy, gradients",
+    };
+    let background = -mnist::MEAN / mnist::STD;
+    for batch in trainer.epoch_batches(train, args.batch_size)? {
+        let n = batch.labels.len();
+        let images = if args.shift > 0 {
+            random_shift(&batch.features, args.shift, background, &mut trainer.rng)?
+        } else {
+            batch.features
+        };
+        let started = Instant::now();
+        let index = trainer.at.step;
+        let step = trainer
+            .runner
+            .step(index, images, &batch.labels, &settings)?;
+        let (lr, norm) = (trainer.optimizer.lr(), grad_norm(&step.grads, 2.0)?);
+        trainer.optimizer.step(&step.grads)?;
+        trainer.scheduler.step(trainer.optimizer.as_mut());
+        let figures = StepFigures {
+            loss: step.loss,
+            lr,
+            grad_norm: norm,
+            millis: Some(1e3 * started.elapsed().as_secs_f64()),
+        };
+        if let Some(stopped) =
+            trainer.after_step(figures, n, step.accuracy, args.epochs, progress, session)?
+        {
+            return Ok(Some(stopped));
         }
-        let epoch = self.at.epoch + 1;
-        let background = -mnist::MEAN / mnist::STD;
-        let batches = epochs::shuffled_epoch(
-            train,
-            args.batch_size,
-            &mut self.rng,
-            &mut self.epoch_start,
-            self.at.batch,
-        )?;
-        for batch in batches {
-            let n = batch.labels.len();
-            let images = if args.shift > 0 {
-                random_shift(&batch.features, args.shift, background, &mut self.rng)?
-            } else {
-                batch.features
-            };
-            let started = Instant::now();
-            let (loss, grads) = {
-                let graph = Graph::new();
-                let picture =
-                    (args.graph_svg.is_some() || args.graph_html.is_some()) && self.at.step == 0;
-                if picture {
-                    run_outputs::name_parameters(&graph, &self.model);
-                }
-                let x = graph.constant(images).named("images");
-                let logits = self.model.forward(&x)?;
-                let loss = logits.try_cross_entropy(&batch.labels)?;
-                let grads = loss.backward()?;
-                let title = "one training step: CNN forward, cross-entropy, gradients";
-                if let (true, Some(path)) = (picture, &args.graph_svg) {
-                    let options = VizOptions::new().root(&loss).gradients(&grads).title(title);
-                    graph.write_svg(path, &options)?;
-                }
-                if let (true, Some(path)) = (picture, &args.graph_html) {
-                    run_outputs::write_step_page(&graph, &loss, path, title)?;
-                }
-                let loss_value = loss.value().try_item()?;
-                self.sums.loss += loss_value * n as f64;
-                self.sums.correct += accuracy(logits.value(), &batch.labels)? * n as f64;
-                (loss_value, grads)
-            };
-            let (lr, norm) = (self.optimizer.lr(), grad_norm(&grads, 2.0)?);
-            self.optimizer.step(&grads)?;
-            self.scheduler.step(&mut self.optimizer);
-            let millis = 1e3 * started.elapsed().as_secs_f64();
-            self.outputs.log_step(
-                self.at.step as usize,
-                StepFigures {
-                    loss,
-                    lr,
-                    grad_norm: norm,
-                    millis: Some(millis),
-                },
-            )?;
-            self.sums.seen += n as f64;
-            self.at.step += 1;
-            self.at.batch += 1;
-            progress.inc(1);
-            progress.set_message(format!(
-                "epoch {epoch}/{}  loss {:.4}  acc {:.2}%",
-                args.epochs,
-                self.sums.loss / self.sums.seen,
-                100.0 * self.sums.correct / self.sums.seen
-            ));
-            if let Some(stopped) = session.after_step(self.at, || self.capture())? {
-                return Ok(Some(stopped));
-            }
-        }
-        Ok(None)
     }
+    Ok(None)
 }
 
 fn run(args: &Args) -> Result<Option<Stopped>> {
@@ -389,7 +317,10 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     let mut optimizer = build_optimizer(args, &model)?;
     let steps_per_epoch = train.len().div_ceil(args.batch_size);
     let total_steps = steps_per_epoch * args.epochs;
-    let scheduler = LrScheduler::new(CosineAnnealingLr::new(total_steps, 0.0)?, &mut optimizer);
+    let scheduler = LrScheduler::new(
+        CosineAnnealingLr::new(total_steps, 0.0)?,
+        optimizer.as_mut(),
+    );
     let [c1, c2] = args.channels;
     println!(
         "model: CNN conv3x3({c1}){bn}-relu-maxpool2 -> conv3x3({c2}){bn}-relu-maxpool2 -> linear({})-relu{} -> linear(10); {} parameters (f32)",
@@ -409,72 +340,25 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         &args.checkpoints,
         settings(args, &train),
     )?;
-    let rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
-    let mut trainer = Trainer {
+    let outputs = RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?;
+    let mut trainer = Trainer::new(
         model,
         optimizer,
         scheduler,
-        epoch_start: rng.clone(),
-        rng,
-        at: Progress::default(),
-        sums: EpochSums::default(),
-        outputs: RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?,
-    };
+        args.seed,
+        "shuffle_and_shift",
+        outputs,
+        args.compile,
+    );
     if let Some(state) = &resumed {
         trainer.restore(state)?;
     }
-
-    let progress = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total_steps as u64)
-    };
-    progress.set_position(trainer.at.step);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:32.cyan/blue} {pos:>5}/{len} {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    let header = format!(
-        "{:>5} | {:>10} | {:>9} | {:>8} | {:>9} | {:>7}",
-        "epoch", "train loss", "train acc", "test acc", "lr", "elapsed"
-    );
-    progress.suspend(|| println!("{header}\n{}", "-".repeat(header.len())));
-
-    while trainer.at.epoch < args.epochs as u64 {
-        let epoch = trainer.at.epoch + 1;
-        trainer.model.set_training(true);
-        if let Some(stopped) = trainer.epoch(args, &train, &progress, &mut session)? {
-            progress.finish_and_clear();
-            return Ok(Some(stopped));
-        }
-        let EpochSums {
-            lr,
-            loss,
-            correct,
-            seen,
-        } = trainer.sums;
-        trainer.model.set_training(false);
-        let test_acc = evaluate_accuracy(&trainer.model, &test, 500, DType::F32)?;
-        let accuracies = [
-            ("train/accuracy", correct / seen),
-            ("test/accuracy", test_acc),
-        ];
-        trainer.outputs.log(trainer.at.step as usize, &accuracies)?;
-        trainer.outputs.evaluated()?;
-        let elapsed = start.elapsed().as_secs_f64();
-        progress.suspend(|| {
-            println!(
-                "{epoch:>5} | {:>10.4} | {:>8.2}% | {:>7.2}% | {lr:>9.2e} | {elapsed:>6.2}s",
-                loss / seen,
-                100.0 * correct / seen,
-                100.0 * test_acc
-            )
-        });
-        trainer.at.epoch += 1;
-        trainer.at.batch = 0;
+    let progress = progress_and_header(args.quiet, total_steps as u64, trainer.at.step);
+    if let Some(stopped) = trainer.run_epochs(args.epochs, &test, 500, start, &progress, |t| {
+        epoch(t, args, &train, &progress, &mut session)
+    })? {
+        return Ok(Some(stopped));
     }
-    progress.finish_and_clear();
     if let Some(line) = session.summary() {
         println!("{line}");
     }
@@ -486,6 +370,7 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     } = trainer;
 
     model.set_training(false);
+    let model = model.get();
     // A fresh model with other weights, restored from the file, must score the same.
     let mut restored = build_model(args, args.seed.wrapping_add(1))?;
     let mut restored_optimizer = build_optimizer(args, &restored)?;
@@ -493,10 +378,10 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
     let test_acc = reload_check::checkpoint_and_reload(
         "train_mnist_cnn",
         &args.out,
-        &model,
-        &optimizer,
+        &*model,
+        optimizer.as_ref(),
         &restored,
-        &mut restored_optimizer,
+        restored_optimizer.as_mut(),
         &test,
     )?;
     if let Some(path) = &args.graph_svg {
@@ -566,6 +451,7 @@ mod ddp {
             describe: &describe,
             out: &args.out,
             plot: args.plot.clone(),
+            compile: args.compile,
         };
         let background = -mnist::MEAN / mnist::STD;
         let shift = |images: retrograd::Tensor, rng: &mut ChaCha8Rng| {
@@ -579,7 +465,7 @@ mod ddp {
             job,
             comm,
             build_model(args, args.seed)?,
-            |m| Ok(Box::new(build_optimizer(args, m)?) as Box<dyn Optimizer>),
+            |m| build_optimizer(args, m),
             shift,
         )?;
         if trained.stopped.is_some() {

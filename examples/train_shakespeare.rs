@@ -11,6 +11,7 @@
 //! ```sh
 //! cargo run --release --example train_shakespeare
 //! cargo run --release --example train_shakespeare -- --iters 500 --quiet
+//! cargo run --release --example train_shakespeare -- --compile   # the step captured once, replayed
 //! cargo run --release --example train_shakespeare -- --plot target/gpt_curves --graph-html step.html
 //! cargo run --release --example train_shakespeare -- --sample --checkpoint target/train_shakespeare.safetensors
 //! cargo build --release --features mpi --example train_shakespeare
@@ -41,7 +42,7 @@ use retrograd::optim::{
     WarmupCosineLr,
 };
 use retrograd::train::{Progress, RankState, TrainingState};
-use retrograd::{Error, Graph, Result, Tensor, Var};
+use retrograd::{compile, CompileOptions, Compiled, Error, Graph, Result, Tensor, Var};
 use run_outputs::{RunOutputs, StepFigures};
 
 use resume::Stopped;
@@ -82,6 +83,8 @@ sampling:
   --top-k K           sample among the K likeliest characters (default 200; 0 = all)
   --prompt TEXT       the text to continue (default a newline)
 
+  --compile           capture the training step once and replay it (retrograd::compile:
+                      fused, no graph recorded per iteration)
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks draws batch-size / N windows per iteration
   --seed N            seed of the weights, batches and sampling (default 1337)
@@ -112,6 +115,7 @@ struct Args {
     prompt: String,
     seed: u64,
     quiet: bool,
+    compile: bool,
     ddp: bool,
     checkpoints: resume::Flags,
 }
@@ -172,6 +176,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         prompt: "\n".to_string(),
         seed: 1337,
         quiet: false,
+        compile: false,
         ddp: false,
         checkpoints: resume::Flags::new("train_shakespeare", CHECKPOINT_EVERY),
     };
@@ -211,6 +216,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("prompt") => args.prompt = value!(),
             Long("seed") => args.seed = value!(),
             Long("quiet") => args.quiet = true,
+            Long("compile") => args.compile = true,
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_shakespeare".into())
@@ -414,6 +420,43 @@ impl Loop {
     }
 }
 
+/// The function of a compiled step.
+type StepFn = Box<dyn for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>>;
+
+/// `--compile`: the model's loss on a batch (the tokens and their targets,
+/// the step's two inputs) captured once and replayed every iteration; the
+/// step owns a clone of the model, which shares its parameters.
+/// Iteration `k` draws dropout's masks from `seed` and `k`.
+fn compiled_step(model: &Gpt, seed: u64) -> Compiled<StepFn> {
+    fn boxed(f: impl for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>> + 'static) -> StepFn {
+        Box::new(f)
+    }
+    let replica = model.clone();
+    let f = boxed(move |_: &Graph, x: &[Var<'_>]| replica.loss(&x[0], x[1].value()));
+    compile(
+        f,
+        CompileOptions::new().params(model.parameters()).seed(seed),
+    )
+}
+
+/// One iteration's loss and gradients, eager or (`step`) compiled.
+fn loss_and_grads(
+    model: &Gpt,
+    step: Option<&mut Compiled<StepFn>>,
+    it: usize,
+    x: Tensor,
+    y: Tensor,
+) -> Result<(f64, retrograd::Gradients)> {
+    let Some(step) = step else {
+        let graph = Graph::new();
+        let loss = model.loss(&graph.constant(x), &y)?;
+        return Ok((loss.value().try_item()?, loss.backward()?));
+    };
+    step.set_run_count(it as u64);
+    let out = step.run(&[x, y])?;
+    Ok((out.loss(), out.grads().clone()))
+}
+
 /// The position of a run of iterations after `done` of them.
 fn progress_after(done: usize) -> Progress {
     Progress {
@@ -475,6 +518,7 @@ fn train(args: &mut Args) -> Result<Option<Stopped>> {
     progress.set_position(first as u64);
     let started = Instant::now();
     let mut outputs = RunOutputs::start(&args.out, args.plot.clone(), resumed.is_some())?;
+    let mut compiled = args.compile.then(|| compiled_step(&model, args.seed));
     for it in first..=args.iters {
         if it % args.eval_interval == 0 || it == args.iters {
             let train_loss = estimate_loss(&model, train, args, &mut state.eval_rng)?;
@@ -507,20 +551,17 @@ fn train(args: &mut Args) -> Result<Option<Stopped>> {
             args.config.block_size,
             &mut state.batch_rng,
         )?;
-        let (loss, mut grads) = {
+        let page = args.graph_html.as_ref().filter(|_| it == 0);
+        let (loss, mut grads) = if let Some(path) = page {
             let graph = Graph::new();
-            let page = args.graph_html.as_ref().filter(|_| it == 0);
-            if page.is_some() {
-                run_outputs::name_parameters(&graph, &model);
-            }
+            run_outputs::name_parameters(&graph, &model);
             let loss = model.loss(&graph.constant(x), &y)?;
             let grads = loss.backward()?;
-            if let Some(path) = page {
-                let title =
-                    "one GPT training step: embeddings, 4 transformer blocks, cross-entropy";
-                run_outputs::write_step_page(&graph, &loss, path, title)?;
-            }
+            let title = "one GPT training step: embeddings, 4 transformer blocks, cross-entropy";
+            run_outputs::write_step_page(&graph, &loss, path, title)?;
             (loss.value().try_item()?, grads)
+        } else {
+            loss_and_grads(&model, compiled.as_mut(), it, x, y)?
         };
         let norm = if args.grad_clip > 0.0 {
             clip_grad_norm(&mut grads, args.grad_clip, 2.0)?
@@ -700,6 +741,8 @@ mod ddp {
             first = saved.progress().step as usize;
         }
         let started = Instant::now();
+        let seed = args.seed ^ ((rank as u64) << 32);
+        let mut compiled = args.compile.then(|| compiled_step(ddp.module(), seed));
         // Rank 0 logs: its own windows' loss per iteration, the estimates.
         let mut outputs = match lead {
             true => Some(RunOutputs::start(
@@ -741,10 +784,17 @@ mod ddp {
                 args.config.block_size,
                 &mut state.batch_rng,
             )?;
-            let (loss, mut grads) = {
-                let graph = Graph::new();
-                let loss = ddp.module().loss(&graph.constant(x), &y)?;
-                (loss.value().try_item()?, ddp.backward(&loss)?)
+            let (loss, mut grads) = match &mut compiled {
+                Some(step) => {
+                    let (loss, mut grads) = loss_and_grads(ddp.module(), Some(step), it, x, y)?;
+                    ddp.reduce_gradients(&mut grads)?;
+                    (loss, grads)
+                }
+                None => {
+                    let graph = Graph::new();
+                    let loss = ddp.module().loss(&graph.constant(x), &y)?;
+                    (loss.value().try_item()?, ddp.backward(&loss)?)
+                }
             };
             let norm = if args.grad_clip > 0.0 {
                 clip_grad_norm(&mut grads, args.grad_clip, 2.0)?

@@ -65,11 +65,11 @@ pub use autograd::{
 pub use base::{DType, Error, OnnxProblem, Result, TensorProblem};
 pub use compile::{compile, CompileOptions, Compiled, StepOutput};
 pub use ops::gelu::GeluApproximate;
+pub use ops::nn::pool::options::*;
 pub use ops::nn::{
     AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,
     SdpaOptions,
 };
-pub use ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::OpRegistry;
 pub use tensor::{DataType, Element, Tensor, TensorSummary};
 

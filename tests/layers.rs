@@ -194,13 +194,13 @@ fn uses_of(file: &str, code: &[char]) -> Vec<(usize, Vec<String>)> {
 /// `file:line: ...`, and how many paths landed in another folder at all.
 fn back_edges(sources: &BTreeMap<String, String>) -> (Vec<String>, usize) {
     let code: BTreeMap<&String, Vec<char>> = sources.iter().map(|(f, s)| (f, blank(s))).collect();
-    // What the crate root imports or re-exports, by name.
-    let mut root: HashMap<String, String> = HashMap::new();
-    let mut macros = HashMap::new();
+    // What the crate root imports or re-exports, by name (a glob names nothing).
+    let (mut root, mut macros) = (HashMap::<String, String>::new(), HashMap::new());
     for (f, c) in &code {
         if *f == "src/lib.rs" {
             let imports = uses_of(f, c).into_iter().filter(|(_, p)| p.len() > 1);
-            root.extend(imports.map(|(_, p)| (p.last().unwrap().clone(), p[0].clone())));
+            let named = imports.filter(|(_, p)| p.last().unwrap() != "*");
+            root.extend(named.map(|(_, p)| (p.last().unwrap().clone(), p[0].clone())));
         }
         macros.extend(macros_in(c).into_iter().map(|m| (m, layer_of(f))));
     }

@@ -229,7 +229,7 @@ fn other_cases() -> Vec<(&'static str, Vec<Tensor>, Apply)> {
         (
             "embedding",
             vec![randn(&[5, 3], 4), ids(&[4, 0, 2, 2], &[2, 2])],
-            Box::new(|v| v[0].try_embedding_from(&v[1])),
+            Box::new(|v| v[0].try_embedding(&v[1], v[1].shape())),
         ),
         (
             "matmul",
@@ -696,7 +696,7 @@ fn ops_without_an_onnx_form_are_refused_by_name() {
         .unwrap_err();
     assert!(err.to_string().contains("does not feed"), "{err}");
     // Through the ids as an input it exports.
-    let e = w.try_embedding_from(&ids).unwrap();
+    let e = w.try_embedding(&ids, ids.shape()).unwrap();
     assert!(Exporter::new(&g)
         .input("ids", &ids)
         .output("e", &e)

@@ -4,7 +4,8 @@
 //! bit, as the run that was never stopped. k is taken inside an epoch, at
 //! an epoch's last step and at the run's last step, plus seeded random
 //! steps (printed). `train_digits` is also stopped by a real SIGTERM at a
-//! seeded random moment, and stopped twice in one run.
+//! seeded random moment, and stopped twice in one run. The CNN and the
+//! GPT resume exactly with `--compile` too.
 //!
 //! The tests run the example binaries `cargo test` builds next to this
 //! test (`target/<profile>/examples/`). Run alone, build them first
@@ -379,4 +380,64 @@ fn train_shakespeare_resumes_exactly() {
     let ks = stops("train_shakespeare", &[8, 23], 1, 24, 36);
     // The resumed runs stop at 24 too; a later `--stop-after` wins.
     resumes_exactly(&job, &ks, true);
+}
+
+/// `--compile` resumes exactly too: the CNN's batch norm statistics (a
+/// state update of the capture) and dropout masks (drawn from the step's
+/// seed and count), and the GPT with dropout in attention.
+#[test]
+fn compiled_jobs_resume_exactly() {
+    let Some(cnn) = Job::new(
+        "train_mnist_cnn",
+        &[
+            "--epochs",
+            "2",
+            "--channels",
+            "4,8",
+            "--hidden",
+            "16",
+            "--train-images",
+            "256",
+            "--test-images",
+            "100",
+            "--batch-size",
+            "32",
+            "--quiet",
+            "--compile",
+        ],
+    ) else {
+        return;
+    };
+    let ks = stops("train_mnist_cnn --compile", &[5, 8], 1, 16, 37);
+    resumes_exactly(&cnn, &ks, false);
+    let Some(gpt) = Job::new(
+        "train_shakespeare",
+        &[
+            "--iters",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--embd",
+            "32",
+            "--block-size",
+            "16",
+            "--batch-size",
+            "4",
+            "--eval-interval",
+            "8",
+            "--eval-iters",
+            "2",
+            "--dropout",
+            "0.1",
+            "--quiet",
+            "--compile",
+            "--stop-after",
+            "16",
+        ],
+    ) else {
+        return;
+    };
+    resumes_exactly(&gpt, &[5], true);
 }

@@ -9,6 +9,10 @@
 //! resumed on every rank together (`--checkpoint-every`, `--resume`, a
 //! signal to any rank). Rank 0 keeps the run's log (its own shard's loss
 //! per step, the accuracies per epoch) and, with `--plot`, its curves.
+//! With `--compile` each rank replays its captured step and the gradients
+//! are all-reduced, in the same buckets, once the step is done
+//! (`DataParallel::reduce_gradients`): not yet overlapped with the backward
+//! pass, as the eager step's are.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,11 +22,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::data::Dataset;
 use retrograd::distributed::{Communicator, DataParallel, DistributedSampler, MpiCommunicator};
-use retrograd::nn::{accuracy, evaluate_accuracy, Forward};
+use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module};
 use retrograd::optim::{CosineAnnealingLr, LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::{DType, Error, Graph, Result, Tensor};
 
+use super::compiled_step::{CompiledClassifier, Shared};
 use super::epochs::EpochSums;
 use super::resume::{self, Stopped};
 use super::run_outputs::RunOutputs;
@@ -49,12 +54,15 @@ pub struct Job<'a> {
     pub out: &'a Path,
     /// `--plot DIR`: where rank 0 redraws the curves every epoch.
     pub plot: Option<PathBuf>,
+    /// `--compile`: the step captured once per batch shape and replayed;
+    /// its gradients are all-reduced once it is done.
+    pub compile: bool,
 }
 
 /// The trained replica and its optimizer, the last test accuracy (rank 0),
 /// and whether the run stopped early.
 pub struct Trained<M: Forward, C: Communicator> {
-    pub ddp: DataParallel<M, C>,
+    pub ddp: DataParallel<Shared<M>, C>,
     pub optimizer: Box<dyn Optimizer>,
     pub test_acc: f64,
     pub stopped: Option<Stopped>,
@@ -77,7 +85,7 @@ fn sum_over_ranks(comm: &MpiCommunicator, values: &[f64]) -> Result<Vec<f64>> {
 /// Trains `model` data-parallel with the optimizer `optimizer` makes and a
 /// cosine schedule, `augment`ing each rank's batches with that rank's
 /// generator.
-pub fn train<'c, M: Forward>(
+pub fn train<'c, M: Forward + 'static>(
     job: Job<'_>,
     comm: &'c MpiCommunicator,
     model: M,
@@ -97,8 +105,11 @@ pub fn train<'c, M: Forward>(
         });
     }
     let per_rank = job.batch_size / size;
-    let mut ddp = DataParallel::new(model, comm)?;
-    let mut optimizer = optimizer(ddp.module())?;
+    let mut ddp = DataParallel::new(Shared::new(model), comm)?;
+    let mut compiled = job
+        .compile
+        .then(|| CompiledClassifier::new(ddp.module(), job.seed ^ ((rank as u64) << 32)));
+    let mut optimizer = optimizer(&ddp.module().get())?;
     let mut sampler = DistributedSampler::new(job.train.len(), size, rank)?.seed(job.seed);
     let total_steps = sampler.num_samples().div_ceil(per_rank) * job.epochs;
     let mut scheduler = LrScheduler::new(
@@ -160,22 +171,29 @@ pub fn train<'c, M: Forward>(
         {
             let n = batch.labels.len() as f64;
             let examples = augment(batch.features, &mut rng)?;
-            let grads = {
-                let graph = Graph::new();
-                let logits = ddp.forward(&graph.constant(examples))?;
-                let loss = logits.try_cross_entropy(&batch.labels)?;
-                let value = loss.value().try_item()?;
-                if let Some(outputs) = &mut outputs {
-                    outputs.log(
-                        at.step as usize,
-                        &[("train/loss", value), ("lr", optimizer.lr())],
-                    )?;
+            let (value, share, grads) = match &mut compiled {
+                Some(step) => {
+                    let mut done = step.run(at.step, examples, &batch.labels)?;
+                    ddp.reduce_gradients(&mut done.grads)?;
+                    (done.loss, done.accuracy, done.grads)
                 }
-                sums.loss += value * n;
-                sums.correct += accuracy(logits.value(), &batch.labels)? * n;
-                sums.seen += n;
-                ddp.backward(&loss)?
+                None => {
+                    let graph = Graph::new();
+                    let logits = ddp.forward(&graph.constant(examples))?;
+                    let loss = logits.try_cross_entropy(&batch.labels)?;
+                    let share = accuracy(logits.value(), &batch.labels)?;
+                    (loss.value().try_item()?, share, ddp.backward(&loss)?)
+                }
             };
+            if let Some(outputs) = &mut outputs {
+                outputs.log(
+                    at.step as usize,
+                    &[("train/loss", value), ("lr", optimizer.lr())],
+                )?;
+            }
+            sums.loss += value * n;
+            sums.correct += share * n;
+            sums.seen += n;
             optimizer.step(&grads)?;
             scheduler.step(optimizer.as_mut());
             at.step += 1;

@@ -255,8 +255,18 @@ impl Captured {
         if tensor.rank() == 0 {
             return None;
         }
-        sources
-            .iter()
-            .position(|s| s.tensor.rank() > 0 && s.tensor.shares_storage_with(tensor))
+        let shares = |s: &&crate::core::graph::capture::Source| {
+            s.tensor.rank() > 0 && s.tensor.shares_storage_with(tensor)
+        };
+        // Two sources can share storage (rows of one tensor, as batch norm's
+        // running statistics after a state update): the one that is this
+        // view first.
+        let exact = sources.iter().position(|s| {
+            shares(&s)
+                && s.tensor.storage_offset() == tensor.storage_offset()
+                && s.tensor.shape() == tensor.shape()
+                && s.tensor.strides() == tensor.strides()
+        });
+        exact.or_else(|| sources.iter().position(|s| shares(&s)))
     }
 }

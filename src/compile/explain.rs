@@ -220,6 +220,13 @@ impl Capture {
             let at = slot.map_or_else(|| "zero (not reached)".to_string(), label);
             let _ = writeln!(s, "  gradient of {who}: {at}");
         }
+        for (named, &slot) in self.captured.log.outputs.iter().zip(&p.outputs) {
+            let line = match named.write {
+                Some(_) => format!("state update {} (written back after each run)", named.name),
+                None => format!("output {}", named.name),
+            };
+            let _ = writeln!(s, "  {line}: {}", label(slot));
+        }
         s
     }
 

@@ -98,6 +98,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
             )),
         });
     }
+    number_random_ops(&mut steps);
     let bindings = bind(cap, &st, &slots)?;
     let root = slot_of(cap.root);
     let grads = cap
@@ -105,6 +106,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         .iter()
         .map(|&(t, v)| (t, v.map(slot_of)))
         .collect();
+    let named_outputs = cap.log.outputs.iter().map(|o| slot_of(o.value)).collect();
     let dead_nodes = live.iter().filter(|&&l| !l).count();
     let mut program = Program {
         steps,
@@ -114,6 +116,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         bindings,
         root,
         grads,
+        outputs: named_outputs,
         buffers: Vec::new(),
         dead_nodes,
     };
@@ -150,6 +153,28 @@ fn refuse_held_data(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Result<(
     }
 }
 
+/// Replaces each random op's own seed (drawn when the function ran, so
+/// it depends on where the model's random streams were) by its place
+/// among the step's random ops, in graph order: a run's masks then depend
+/// on the step's seed, the run's count and the graph only, so a resumed
+/// loop draws the uninterrupted one's. Ops that shared a seed (a forward
+/// and its backward, which must draw one mask) share the place.
+fn number_random_ops(steps: &mut [Step]) {
+    let mut seen: Vec<u64> = Vec::new();
+    for step in steps {
+        let Step::Op(op) = step else { continue };
+        let Some(own) = op.seed else { continue };
+        let place = match seen.iter().position(|&s| s == own) {
+            Some(i) => i,
+            None => {
+                seen.push(own);
+                seen.len() - 1
+            }
+        };
+        op.seed = Some(place as u64);
+    }
+}
+
 /// Which nodes some output depends on.
 fn live_nodes(st: &GraphState, cap: &Captured) -> Vec<bool> {
     let mut live_value = vec![false; st.values().len()];
@@ -168,9 +193,12 @@ fn live_nodes(st: &GraphState, cap: &Captured) -> Vec<bool> {
     live
 }
 
+/// The values a run hands out: the loss, the gradients, the named outputs
+/// and state updates.
 fn program_outputs(cap: &Captured) -> Vec<u32> {
     let mut out = vec![cap.root];
     out.extend(cap.grads.iter().filter_map(|&(_, v)| v));
+    out.extend(cap.log.outputs.iter().map(|o| o.value));
     out
 }
 
@@ -216,7 +244,9 @@ fn fast_rules(
     let mut fast = Vec::new();
     for (gi, g) in cap.groups.iter().enumerate() {
         let op = st.op(st.nodes()[g.node as usize].op);
-        if g.nodes.is_empty() || leaky[gi] || op.pointwise().is_some() {
+        // A seeded op's fast rule would redraw the captured mask: its
+        // recorded formula replays with the run's seed instead.
+        if g.nodes.is_empty() || leaky[gi] || op.pointwise().is_some() || op.seed().is_some() {
             continue;
         }
         let produced_inside = |v: u32| {

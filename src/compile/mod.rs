@@ -61,16 +61,34 @@
 //! gets a correct fresh buffer (from the pool), never a shared one; the
 //! value a step returned becomes that slot's buffer for the next run. Fusion never reorders floating-point
 //! work, so a compiled step gives the bits of the eager step; only the
-//! random masks differ (dropout draws fresh ones every run from a seed
-//! derived from [`CompileOptions::seed`] and the run's count).
+//! random masks differ: dropout (plain, or inside attention) draws fresh
+//! ones every run from [`CompileOptions::seed`], the run's count
+//! ([`Compiled::set_run_count`] sets it, for a resumed loop) and the op's
+//! place among the step's random ops, the same mask in an op's forward
+//! and its backward. The seed an op was recorded with does not matter.
+//!
+//! **State.** What the function reads that changes between runs
+//! (parameters, module buffers registered with
+//! [`Graph::capture_state`](crate::Graph::capture_state)) is read again at
+//! every run. What it writes is a *state update*
+//! ([`Graph::capture_update`](crate::Graph::capture_update)): a value of
+//! the captured graph, computed at every run and handed to a closure that
+//! stores it once the run is done. Batch norm in training mode updates its
+//! running statistics so (the `batch_norm_running_stats` node, the eager
+//! update's bits) and counts `num_batches_tracked` with an effect
+//! ([`Graph::capture_effect`](crate::Graph::capture_effect)). Other values
+//! the caller wants back (logits, for an accuracy) are named outputs
+//! ([`Graph::capture_output`](crate::Graph::capture_output),
+//! [`StepOutput::output`]).
 //!
 //! **What is fixed at capture**, as in `jax.jit`: control flow (an `if` on
 //! a value runs once, at capture), every number and tensor the function
-//! reads that is not an input, a parameter or state registered with
-//! [`Graph::capture_state`](crate::Graph::capture_state) (module buffers
-//! are), and the shapes. A value-dependent shape, an op that cannot take
-//! a fresh seed, a backward pass inside the function and `create_graph`
-//! are [`Error::NotReplayable`](crate::Error::NotReplayable). Gradients of
+//! reads that is not an input, a parameter or registered state, the
+//! shapes, the training mode of every layer (batch norm's and dropout's
+//! behaviour), the momentum and eps of batch norm and the drop
+//! probabilities. A value-dependent shape, an op that cannot take a fresh
+//! seed, a backward pass inside the function and `create_graph` are
+//! [`Error::NotReplayable`](crate::Error::NotReplayable). Gradients of
 //! gradients stay eager.
 //!
 //! **Data held in ops.** A node replays on new input values, so an op
@@ -80,9 +98,10 @@
 //! ([`Differentiable::holds`](crate::Differentiable::holds)); capture
 //! refuses an op that holds data, or does not say, with
 //! `Error::NotReplayable` naming it and why. `embedding`, `nll_loss` and
-//! `cross_entropy` given their indices as a tensor (the step's input,
-//! `x[1].value()`) take them as an input of the node while capturing, so
-//! every run reads its own; given a list, they are refused.
+//! `cross_entropy` given their indices as the step's input `x[1]` (or its
+//! tensor `x[1].value()`) take them as an input of the node (one rule for
+//! every op with indices: `ops::nn::Indices`), so every run reads its
+//! own; given a list, they are refused.
 //!
 //! **Where things are.** `capture.rs` traces the function once on a
 //! capturing graph and records its backward into the same graph (each
@@ -109,6 +128,8 @@ mod fuse;
 mod held_data_tests;
 mod kernel;
 mod lower;
+#[cfg(test)]
+mod model_tests;
 mod plan;
 mod program;
 mod replay;
@@ -195,7 +216,8 @@ impl CompileOptions {
     }
 
     /// The seed random ops (dropout) draw this step's masks from, mixed with
-    /// the run's count so that every run draws fresh ones.
+    /// the run's count so that every run draws fresh ones (and with each
+    /// op's place among the step's random ops).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
@@ -287,6 +309,7 @@ pub struct StepOutput {
     loss: Tensor,
     grads: Gradients,
     input_grads: Vec<(usize, Tensor)>,
+    outputs: Vec<(std::sync::Arc<str>, Tensor)>,
 }
 
 impl StepOutput {
@@ -320,10 +343,22 @@ impl StepOutput {
             .map(|(_, t)| t)
     }
 
+    /// The value the function named with
+    /// [`Graph::capture_output`](crate::Graph::capture_output) or
+    /// [`Graph::capture_update`](crate::Graph::capture_update), as this run
+    /// computed it.
+    pub fn output(&self, name: &str) -> Option<&Tensor> {
+        self.outputs
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, t)| t)
+    }
+
     fn clear(&mut self) {
         self.loss = Tensor::scalar(0.0);
         self.grads.params_mut().clear();
         self.input_grads.clear();
+        self.outputs.clear();
     }
 }
 
@@ -357,6 +392,7 @@ where
             loss: Tensor::scalar(0.0),
             grads: Gradients::for_params(0),
             input_grads: Vec::new(),
+            outputs: Vec::new(),
         },
     }
 }
@@ -423,6 +459,15 @@ where
                 out.input_grads.push((k, inputs[k].zeros_like()));
             }
         }
+        // State updates write back after the whole step ran, as the eager
+        // layer's own update would have before the next step.
+        for (named, &slot) in c.captured.log.outputs.iter().zip(&c.program.outputs) {
+            let value = c.replay.value(slot).clone();
+            if let Some(write) = &named.write {
+                write(&value)?;
+            }
+            out.outputs.push((named.name.clone(), value));
+        }
         Ok(&mut self.output)
     }
 
@@ -472,6 +517,20 @@ where
     /// Every cached capture, least recently used first.
     pub fn captures(&self) -> &[Capture] {
         &self.cache
+    }
+
+    /// How many runs this step has made: run `k` draws its random masks
+    /// (dropout's) from the seed and `k`.
+    pub fn run_count(&self) -> u64 {
+        self.runs
+    }
+
+    /// Sets the count of runs made, so that the next run draws the masks
+    /// of run `runs + 1` whatever ran before: a training loop resumed
+    /// after `k` steps sets `k` and draws the masks the uninterrupted loop
+    /// would.
+    pub fn set_run_count(&mut self, runs: u64) {
+        self.runs = runs;
     }
 
     /// How many captures this step has made (a steady loop makes one per signature).

@@ -33,6 +33,9 @@ pub(crate) fn lives(program: &Program, st: &GraphState) -> Vec<Life> {
             forever[*s as usize] = true;
         }
     }
+    for &s in &program.outputs {
+        forever[s as usize] = true;
+    }
     for (s, b) in &program.bindings {
         if matches!(b, Binding::Constant(_)) {
             forever[*s as usize] = true;

@@ -196,6 +196,8 @@ pub(crate) struct Program {
     pub(crate) bindings: Vec<(Slot, Binding)>,
     pub(crate) root: Slot,
     pub(crate) grads: Vec<(GradTarget, Option<Slot>)>,
+    /// The named outputs and state updates, in the capture log's order.
+    pub(crate) outputs: Vec<Slot>,
     pub(crate) buffers: Vec<BufferInfo>,
     /// Nodes no output depends on (not run).
     pub(crate) dead_nodes: usize,

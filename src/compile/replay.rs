@@ -51,7 +51,11 @@ impl Replay {
             self.headers = (0..program.slots.len()).map(|_| None).collect();
         }
         // Last run's outputs go back to their buffers first.
-        for s in std::iter::once(program.root).chain(program.grads.iter().filter_map(|&(_, s)| s)) {
+        let grads = program.grads.iter().filter_map(|&(_, s)| s);
+        for s in std::iter::once(program.root)
+            .chain(grads)
+            .chain(program.outputs.iter().copied())
+        {
             self.release(program, s);
         }
         for (s, binding) in &program.bindings {

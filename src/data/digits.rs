@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::image_csv::ImageCsv;
 use super::Dataset;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Pixels per image (8 x 8).
 pub const NUM_PIXELS: usize = 64;
@@ -40,25 +40,20 @@ pub fn load_bundled() -> Result<Dataset> {
 
 /// Loads a digits file (plain or gzip-compressed CSV) from `path`.
 pub fn load(path: impl AsRef<Path>) -> Result<Dataset> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        op: "digits::load",
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    parse(&bytes, &path.display().to_string())
+    FORMAT.load(path.as_ref())
 }
 
 /// Parses the bytes of a digits file; `source` names it in errors.
 pub fn parse(bytes: &[u8], source: &str) -> Result<Dataset> {
-    let (features, labels) = FORMAT.parse(bytes, source)?;
-    Dataset::new(features, NUM_PIXELS, labels, NUM_CLASSES)
+    FORMAT.dataset(bytes, source)
 }
 
 /// The file format, shared with [`mnist`](super::mnist).
-const FORMAT: ImageCsv = ImageCsv {
+pub(super) const FORMAT: ImageCsv = ImageCsv {
     op: "digits::parse",
+    load_op: "digits::load",
     pixels: NUM_PIXELS,
+    shape: &[NUM_PIXELS],
     max_pixel: MAX_PIXEL,
     num_classes: NUM_CLASSES,
 };
@@ -66,20 +61,6 @@ const FORMAT: ImageCsv = ImageCsv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-
-    fn row(pixel: &str, label: &str) -> String {
-        let mut f = vec![pixel; NUM_PIXELS];
-        f.push(label);
-        f.join(",")
-    }
-
-    fn reason(e: Error) -> String {
-        match e {
-            Error::Format { reason, .. } => reason,
-            other => panic!("expected a format error, got {other}"),
-        }
-    }
 
     #[test]
     fn bundled_file_matches_its_description() {
@@ -90,47 +71,5 @@ mod tests {
         );
         assert!(d.features().iter().all(|&v| (0.0..=1.0).contains(&v)));
         assert_eq!(d.features().iter().cloned().fold(0.0, f64::max), 1.0);
-    }
-
-    #[test]
-    fn plain_and_gzip_parse_the_same() {
-        let text = format!("{}\n{}\n", row("16", "3"), row("0", "9"));
-        let plain = parse(text.as_bytes(), "t").unwrap();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(text.as_bytes()).unwrap();
-        let zipped = parse(&gz.finish().unwrap(), "t").unwrap();
-        assert_eq!(plain, zipped);
-        assert_eq!(plain.labels(), &[3, 9]);
-        assert_eq!(plain.features_of(0)[0], 1.0);
-    }
-
-    #[test]
-    fn malformed_rows_are_format_errors_with_the_line() {
-        let short = "1,2,3\n";
-        assert!(
-            reason(parse(short.as_bytes(), "t").unwrap_err()).starts_with("line 1: expected 65")
-        );
-        let text = format!("{}\n{}\n", row("1", "0"), row("x", "0"));
-        assert!(reason(parse(text.as_bytes(), "t").unwrap_err()).contains("line 2, column 1: `x`"));
-        let text = row("1", "10");
-        assert!(
-            reason(parse(text.as_bytes(), "t").unwrap_err()).contains("label 10 is out of range")
-        );
-        let text = row("17", "1");
-        assert!(reason(parse(text.as_bytes(), "t").unwrap_err()).contains("pixel 17"));
-        let text = row("-1", "1");
-        assert!(parse(text.as_bytes(), "t").is_err());
-        assert!(reason(parse(b"\n\n", "t").unwrap_err()).contains("no rows"));
-    }
-
-    #[test]
-    fn corrupt_gzip_is_a_format_error_and_missing_file_an_io_error() {
-        let mut bytes = BUNDLED[..200].to_vec();
-        bytes[150] ^= 0xff;
-        assert!(matches!(parse(&bytes, "t"), Err(Error::Format { .. })));
-        assert!(matches!(
-            load("/no/such/digits.csv.gz"),
-            Err(Error::Io { ref path, .. }) if path == "/no/such/digits.csv.gz"
-        ));
     }
 }

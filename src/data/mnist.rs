@@ -29,7 +29,7 @@ use std::path::Path;
 
 use super::image_csv::ImageCsv;
 use super::Dataset;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Image height and width.
 pub const SIDE: usize = 28;
@@ -80,26 +80,21 @@ pub fn load_bundled_split(seed: u64) -> Result<(Dataset, Dataset)> {
 
 /// Loads an MNIST CSV file (plain or gzip-compressed) from `path`.
 pub fn load(path: impl AsRef<Path>) -> Result<Dataset> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        op: "mnist::load",
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    parse(&bytes, &path.display().to_string())
+    FORMAT.load(path.as_ref())
 }
 
 /// Parses the bytes of an MNIST CSV file; `source` names it in errors.
 /// Any number of rows is accepted.
 pub fn parse(bytes: &[u8], source: &str) -> Result<Dataset> {
-    let (features, labels) = FORMAT.parse(bytes, source)?;
-    Dataset::new(features, NUM_PIXELS, labels, NUM_CLASSES)?.with_feature_shape(&IMAGE_SHAPE)
+    FORMAT.dataset(bytes, source)
 }
 
 /// The file format, shared with [`digits`](super::digits).
-const FORMAT: ImageCsv = ImageCsv {
+pub(super) const FORMAT: ImageCsv = ImageCsv {
     op: "mnist::parse",
+    load_op: "mnist::load",
     pixels: NUM_PIXELS,
+    shape: &IMAGE_SHAPE,
     max_pixel: MAX_PIXEL,
     num_classes: NUM_CLASSES,
 };
@@ -109,23 +104,6 @@ mod tests {
     use super::*;
     use crate::data::Batches;
     use crate::tensor::DType;
-    use std::io::Write;
-
-    fn row(pixel: &str, label: &str) -> String {
-        let mut f = vec![pixel; NUM_PIXELS];
-        f.push(label);
-        f.join(",")
-    }
-
-    fn reason(e: Error) -> String {
-        match e {
-            Error::Format { op, reason, .. } => {
-                assert_eq!(op, "mnist::parse");
-                reason
-            }
-            other => panic!("expected a format error, got {other}"),
-        }
-    }
 
     #[test]
     fn bundled_file_matches_its_description() {
@@ -183,52 +161,5 @@ mod tests {
         let mean = d.features().iter().sum::<f64>() / d.features().len() as f64;
         assert!(mean.abs() < 0.01, "{mean}");
         assert_eq!(d.features()[0], -MEAN / STD);
-    }
-
-    #[test]
-    fn plain_and_gzip_parse_the_same() {
-        let text = format!("{}\n{}\n", row("255", "3"), row("0", "9"));
-        let plain = parse(text.as_bytes(), "t").unwrap();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(text.as_bytes()).unwrap();
-        let zipped = parse(&gz.finish().unwrap(), "t").unwrap();
-        assert_eq!(plain, zipped);
-        assert_eq!(plain.labels(), &[3, 9]);
-        assert_eq!(plain.features_of(0)[0], 1.0);
-        assert_eq!(plain.features_of(1)[783], 0.0);
-        assert_eq!(plain.feature_shape(), &[1, 28, 28]);
-    }
-
-    #[test]
-    fn malformed_rows_are_format_errors_with_the_line() {
-        assert!(reason(parse(b"1,2,3\n", "t").unwrap_err())
-            .starts_with("line 1: expected 785 comma-separated values (784 pixels"));
-        // A digits row (64 pixels) is not an MNIST row.
-        let digits_row = format!("{},0", vec!["1"; 64].join(","));
-        assert!(reason(parse(digits_row.as_bytes(), "t").unwrap_err()).contains("found 65"));
-        let text = format!("{}\n{}\n", row("1", "0"), row("x", "0"));
-        assert!(reason(parse(text.as_bytes(), "t").unwrap_err()).contains("line 2, column 1: `x`"));
-        assert!(reason(parse(row("1", "10").as_bytes(), "t").unwrap_err())
-            .contains("line 1: label 10 is out of range 0..=9"));
-        assert!(reason(parse(row("256", "1").as_bytes(), "t").unwrap_err())
-            .contains("column 1: pixel 256 is out of range 0..=255"));
-        assert!(reason(parse(row("-1", "1").as_bytes(), "t").unwrap_err()).contains("`-1`"));
-        assert!(reason(parse(b"\n\n", "t").unwrap_err()).contains("no rows"));
-    }
-
-    #[test]
-    fn corrupt_gzip_is_a_format_error_and_missing_file_an_io_error() {
-        let mut bytes = BUNDLED[..2000].to_vec();
-        bytes[1500] ^= 0xff;
-        assert!(matches!(parse(&bytes, "t"), Err(Error::Format { .. })));
-        match load("/no/such/mnist.csv.gz") {
-            Err(Error::Io { op, path, .. }) => {
-                assert_eq!(
-                    (op, path.as_str()),
-                    ("mnist::load", "/no/such/mnist.csv.gz")
-                );
-            }
-            other => panic!("{other:?}"),
-        }
     }
 }

@@ -170,12 +170,82 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
             }
             return Ok(grads);
         }
+        let mut result = None;
+        self.reduce_as_final(&mut |on_final| {
+            result = Some(loss.backward_notifying(&leaves, on_final)?);
+            Ok(())
+        })?;
+        let mut grads = result.expect("produce succeeded, so backward ran");
+        self.write_averages(&mut grads, |i| leaves[i].value_id())?;
+        self.sync_buffers()?;
+        Ok(grads)
+    }
+
+    /// Averages gradients computed elsewhere (a [compiled
+    /// step](crate::compile)'s: `grads_mut()` of its output) over ranks in
+    /// place, through the same buckets as [`backward`](Self::backward),
+    /// then makes every rank's buffers rank 0's. The buckets start once the
+    /// step is done (a compiled step hands its gradients over at its end).
+    /// Collective, unless inside [`no_sync`](Self::no_sync), where the
+    /// gradients are added to the local sum and left as they are.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
+    /// use retrograd::distributed::{DataParallel, SingleProcess};
+    /// use retrograd::nn::{Forward, Linear, Module};
+    /// use rand::SeedableRng;
+    /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    /// let model = Linear::builder(2, 1).dtype(DType::F64).build_with(&mut rng)?;
+    /// let mut ddp = DataParallel::new(model, SingleProcess)?;
+    /// let replica = ddp.module().clone(); // shares the parameters
+    /// let mut step = compile(
+    ///     move |_: &Graph, x: &[Var<'_>]| replica.forward(&x[0])?.try_sum(),
+    ///     CompileOptions::new(),
+    /// );
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?;
+    /// let out = step.run(&[x])?;
+    /// ddp.reduce_gradients(out.grads_mut())?; // averaged over ranks (here one)
+    /// let w = &ddp.module().parameters()[0].1;
+    /// assert_eq!(out.grads().of(w).to_f64_vec(), vec![1.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn reduce_gradients(&mut self, grads: &mut Gradients) -> Result<()> {
+        if self.no_sync {
+            for (i, (_, p)) in self.params.iter().enumerate() {
+                if let Some(g) = grads.get_param(p) {
+                    self.accumulated[i] = Some(add(self.accumulated[i].take(), g)?);
+                }
+            }
+            return Ok(());
+        }
+        let ids: Vec<u64> = self.params.iter().map(|(_, p)| p.id()).collect();
+        {
+            let grads = &*grads;
+            // Parameters in reverse order, as a backward sweep finishes
+            // them, so the buckets start in their order.
+            self.reduce_as_final(&mut |on_final| {
+                for (i, id) in ids.iter().enumerate().rev() {
+                    on_final(i, grads.param_grad(*id))?;
+                }
+                Ok(())
+            })?;
+        }
+        self.write_averages(grads, |_| None)?;
+        self.sync_buffers()
+    }
+
+    /// Runs `produce`, which reports each parameter's gradient (by index)
+    /// once final; each bucket's all-reduce starts as soon as all its
+    /// gradients are in (plus the local sums of `no_sync` passes).
+    fn reduce_as_final(
+        &mut self,
+        produce: &mut dyn FnMut(&mut OnFinal<'_>) -> Result<()>,
+    ) -> Result<()> {
         let plan = &self.plan;
         let accumulated = &mut self.accumulated;
         let mut pending: Vec<Option<Tensor>> = vec![None; self.params.len()];
         let mut remaining: Vec<usize> = plan.buckets.iter().map(|b| b.members.len()).collect();
         let mut next = 0;
-        let mut result = None;
         self.comm
             .all_reduce_overlapped(&mut self.send, &mut self.recv, &mut |sink| {
                 let mut on_final = |i: usize, grad: Option<&Tensor>| -> Result<()> {
@@ -188,11 +258,19 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
                     sink.progress();
                     Ok(())
                 };
-                result = Some(loss.backward_notifying(&leaves, &mut on_final)?);
-                Ok(())
-            })?;
-        let mut grads = result.expect("produce succeeded, so backward ran");
-        let size = self.comm.size();
+                produce(&mut on_final)
+            })
+    }
+
+    /// Sets every parameter's gradient in `grads` to the all-reduced sum
+    /// over ranks divided by their number (`leaf`: the value id of the
+    /// parameter's leaf in a graph, if any).
+    fn write_averages(
+        &self,
+        grads: &mut Gradients,
+        leaf: impl Fn(usize) -> Option<usize>,
+    ) -> Result<()> {
+        let (plan, size) = (&self.plan, self.comm.size());
         for (i, (_, p)) in self.params.iter().enumerate() {
             let (b, off, n) = plan.place[i];
             // Written straight into (recycled) tensor storage: a fresh
@@ -218,10 +296,9 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
                     Tensor::from_exact_iter(shape, v[off..off + n].iter().map(|x| x / d))
                 }
             };
-            grads.set_param_grad(p.id(), leaves[i].value_id(), avg);
+            grads.set_param_grad(p.id(), leaf(i), avg);
         }
-        self.sync_buffers()?;
-        Ok(grads)
+        Ok(())
     }
 
     /// Makes every rank's buffers rank 0's (done after every synchronised
@@ -272,6 +349,9 @@ impl<M: Forward, C: Communicator> DataParallel<M, C> {
         self.module.forward(x)
     }
 }
+
+/// Told each parameter's gradient (by index) once it is final.
+type OnFinal<'a> = dyn FnMut(usize, Option<&Tensor>) -> Result<()> + 'a;
 
 /// Starts every bucket whose gradients are all final, in index order, as
 /// far as the next one that is not.

@@ -225,10 +225,26 @@ impl SentenceTransformer {
             return self.pool_packed(&hidden, &batch.lengths);
         }
         let ids = Var::from(batch.input_ids);
-        let mask = Var::from(batch.attention_mask.clone());
+        let mask = Var::from(batch.attention_mask);
         let types = Var::from(batch.token_type_ids);
-        let hidden = self.model.forward(&ids, Some(&mask), Some(&types))?;
-        self.pool(&hidden, &batch.attention_mask)
+        Ok(self.forward(&ids, &mask, Some(&types))?.value().clone())
+    }
+
+    /// The sentence embeddings `[B, dim]` of a tokenized batch (`input_ids`,
+    /// `attention_mask` and optionally `token_type_ids`, each `[B, T]`):
+    /// the encoder, then [`pool`](Self::pool). Every step reads the inputs
+    /// as graph values, so a recorded graph depends on them (what
+    /// `onnx export minilm` writes).
+    pub fn forward<'g>(
+        &self,
+        input_ids: &Var<'g>,
+        attention_mask: &Var<'g>,
+        token_type_ids: Option<&Var<'g>>,
+    ) -> Result<Var<'g>> {
+        let hidden = self
+            .model
+            .forward(input_ids, Some(attention_mask), token_type_ids)?;
+        self.pool(&hidden, attention_mask)
     }
 
     /// [`pool`](Self::pool) for packed states `[N, E]` of sequences of
@@ -261,16 +277,16 @@ impl SentenceTransformer {
         Ok(out.value().clone())
     }
 
-    /// Pools `hidden` `[B, T, E]` over `attention_mask` `[B, T]` and
-    /// normalises, as the folder's modules say.
-    pub fn pool<'g>(&self, hidden: &Var<'g>, attention_mask: &Tensor) -> Result<Tensor> {
+    /// Pools `hidden` `[B, T, E]` over `attention_mask` `[B, T]` (a value
+    /// of the same graph) and normalises, as the folder's modules say.
+    pub fn pool<'g>(&self, hidden: &Var<'g>, attention_mask: &Var<'g>) -> Result<Var<'g>> {
         let mut parts = Vec::with_capacity(self.pooling.len());
         for mode in &self.pooling {
             parts.push(match mode {
                 Pooling::Cls => hidden.try_select(1, 0)?,
                 Pooling::Mean => mean_pool(hidden, attention_mask)?,
                 Pooling::MeanSqrtLen => {
-                    let count = Var::from(attention_mask.clone())
+                    let count = attention_mask
                         .try_ne_scalar(0.0)?
                         .try_to_dtype(hidden.dtype())?
                         .try_sum_axes(&[1], true)?;
@@ -278,9 +294,7 @@ impl SentenceTransformer {
                 }
                 Pooling::Max => {
                     // sentence-transformers sets padded states to -1e9 first.
-                    let padded = Var::from(attention_mask.clone())
-                        .try_eq_scalar(0.0)?
-                        .try_unsqueeze(-1)?;
+                    let padded = attention_mask.try_eq_scalar(0.0)?.try_unsqueeze(-1)?;
                     hidden
                         .try_masked_fill(&padded, -1e9)?
                         .try_max_axes(&[1], false)?
@@ -292,12 +306,11 @@ impl SentenceTransformer {
         } else {
             Var::try_cat(&parts.iter().collect::<Vec<_>>(), -1)?
         };
-        let out = if self.normalize {
-            l2_normalize(&pooled)?
+        if self.normalize {
+            l2_normalize(&pooled)
         } else {
-            pooled
-        };
-        Ok(out.value().clone())
+            Ok(pooled)
+        }
     }
 
     /// The embeddings `[N, dim]` (f32) of `texts`, in their order, as

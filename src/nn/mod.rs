@@ -43,26 +43,13 @@ mod random_stream;
 mod state;
 mod visit;
 
-pub use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions};
+pub use crate::ops::nn::pool::options::*;
 pub use buffer::Buffer;
 pub use default_generator::{
     default_generator_state, manual_seed, set_default_generator_state, with_default_generator,
     DEFAULT_SEED,
 };
-pub use layers::{
-    l2_normalize, mean_pool, BertAttention, BertConfig, BertEmbeddings, BertEncoder,
-    BertForSequenceClassification, BertIntermediate, BertLayer, BertModel, BertPooler,
-    BertResidual, BertSelfAttention, ParameterSource,
-};
-pub use layers::{
-    Activation, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d, ConvNd,
-    ConvTranspose2d, Dropout, Embedding, EmbeddingBuilder, Flatten, GroupNorm, LayerNorm, Linear,
-    LinearBuilder, Mlp, MlpBuilder, RMSNorm, Sequential,
-};
-pub use layers::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
-pub use layers::{
-    Block, BlockBuilder, FeedForward, Gpt, GptConfig, MultiheadAttention, MultiheadAttentionBuilder,
-};
+pub use layers::*;
 pub use metrics::{accuracy, argmax_rows, evaluate_accuracy};
 pub use module::{join_name, Forward, Module};
 pub use parameter::Parameter;

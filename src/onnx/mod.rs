@@ -2,8 +2,8 @@
 //!
 //! - **Export** ([`Exporter`], [`export_forward`]): a recorded inference
 //!   graph as an ONNX model (opset 17): weights as initializers under
-//!   their parameter names, named inputs and outputs, optionally a free
-//!   batch axis. Every op of the README models, the CNN layers and the
+//!   their parameter names, named inputs and outputs, optionally free
+//!   axes (a batch, a sequence length). Every op of the README models, the CNN layers and the
 //!   transformers has an ONNX form (attention as its decomposition); an op
 //!   without one is [`Error::OnnxExport`](crate::Error::OnnxExport) naming
 //!   it, never a silently different graph.
@@ -29,7 +29,10 @@
 //! as its opset-17 decomposition with the `Where(IsNaN)` that keeps fully
 //! masked rows at 0) for ONNX nodes computed from the op's
 //! `Differentiable::attributes`; `emit.rs` writes nodes, constants and
-//! initializers; an op with no mapper is `Error::OnnxExport`. `import/`:
+//! initializers and keeps the inputs' free axes free (reshapes copy or
+//! infer them, a table cut to a free axis's recorded length ends at that
+//! axis's size: `Shape`); `forward.rs` is the one-call `export_forward`;
+//! an op with no mapper is `Error::OnnxExport`. `import/`:
 //! `load.rs` decodes and checks a model (opsets 13-23, topological order,
 //! every value defined, a dry run at free size 1 then 2), `ops/` is the one
 //! table `OPS` of ONNX op type, converter (retrograd `Var` ops, so imported

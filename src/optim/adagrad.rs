@@ -1,65 +1,37 @@
 //! Adagrad as an [`UpdateRule`] (`torch.optim.Adagrad`); the rule is
 //! written out on [`Adagrad`].
 
-use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::Result;
 use crate::tensor::Element;
 
-/// Hyperparameters of [`Adagrad`], with PyTorch's defaults (lr 1e-2, no
-/// learning-rate decay, no weight decay, accumulators starting at 0, eps
-/// 1e-10).
-///
-/// ```
-/// use retrograd::optim::AdagradConfig;
-/// let c = AdagradConfig::default().lr_decay(1e-3).initial_accumulator_value(0.1);
-/// assert_eq!((c.lr, c.eps, c.initial_accumulator_value), (0.01, 1e-10, 0.1));
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct AdagradConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Learning-rate decay: step `t` uses `lr / (1 + (t - 1) lr_decay)`.
-    pub lr_decay: f64,
-    /// L2 penalty added to the gradient: `d += weight_decay * p`.
-    pub weight_decay: f64,
-    /// The value the squared-gradient sums start from.
-    pub initial_accumulator_value: f64,
-    /// Added to the denominator for stability.
-    pub eps: f64,
-    /// Maximise the objective instead of minimising it.
-    pub maximize: bool,
-}
-
-impl Default for AdagradConfig {
-    fn default() -> Self {
-        AdagradConfig {
-            lr: 1e-2,
-            lr_decay: 0.0,
-            weight_decay: 0.0,
-            initial_accumulator_value: 0.0,
-            eps: 1e-10,
-            maximize: false,
-        }
+hyperparameters! {
+    /// Hyperparameters of [`Adagrad`], with PyTorch's defaults (lr 1e-2, no
+    /// learning-rate decay, no weight decay, accumulators starting at 0, eps
+    /// 1e-10).
+    ///
+    /// ```
+    /// use retrograd::optim::AdagradConfig;
+    /// let c = AdagradConfig::default().lr_decay(1e-3).initial_accumulator_value(0.1);
+    /// assert_eq!((c.lr, c.eps, c.initial_accumulator_value), (0.01, 1e-10, 0.1));
+    /// ```
+    pub struct AdagradConfig {
+        /// Learning rate.
+        lr: f64 = 1e-2, set "Sets the learning rate.";
+        /// Learning-rate decay: step `t` uses `lr / (1 + (t - 1) lr_decay)`.
+        lr_decay: f64 = 0.0, set "Sets the learning-rate decay.";
+        /// L2 penalty added to the gradient: `d += weight_decay * p`.
+        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        /// The value the squared-gradient sums start from.
+        initial_accumulator_value: f64 = 0.0, set "Sets the accumulators' starting value.";
+        /// Added to the denominator for stability.
+        eps: f64 = 1e-10, set "Sets epsilon.";
+        /// Maximise the objective instead of minimising it.
+        maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
 
-impl AdagradConfig {
-    setters! {
-        /// Sets the learning rate.
-        lr: f64;
-        /// Sets the learning-rate decay.
-        lr_decay: f64;
-        /// Sets the L2 weight decay.
-        weight_decay: f64;
-        /// Sets the accumulators' starting value.
-        initial_accumulator_value: f64;
-        /// Sets epsilon.
-        eps: f64;
-        /// Maximise instead of minimise.
-        maximize: bool;
-    }
-}
 
 /// Adagrad with PyTorch's update rule (`torch.optim.Adagrad`), per
 /// parameter, at step `t`:

@@ -3,57 +3,44 @@
 //! loops are in `adam_update.rs`.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
-/// Hyperparameters of [`Adam`], with PyTorch's defaults:
-/// [`AdamConfig::default`] is `torch.optim.Adam()` (lr 1e-3, betas (0.9,
-/// 0.999), eps 1e-8, no weight decay); [`AdamConfig::adamw`] is
-/// `torch.optim.AdamW()` (the same with decoupled weight decay 1e-2).
-///
-/// ```
-/// use retrograd::optim::AdamConfig;
-/// let c = AdamConfig::adamw().lr(3e-4).betas(0.9, 0.95);
-/// assert!(c.decoupled_weight_decay);
-/// assert_eq!(c.weight_decay, 0.01);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct AdamConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Decay rate of the first moment.
-    pub beta1: f64,
-    /// Decay rate of the second moment.
-    pub beta2: f64,
-    /// Added to the denominator for stability (after bias correction).
-    pub eps: f64,
-    /// Weight decay: an L2 penalty on the gradient (Adam), or a decoupled
-    /// shrinkage of the weights (AdamW).
-    pub weight_decay: f64,
-    /// Decoupled weight decay (AdamW, Loshchilov & Hutter).
-    pub decoupled_weight_decay: bool,
-    /// Use the maximum of past second moments (AMSGrad).
-    pub amsgrad: bool,
-    /// Maximise the objective instead of minimising it.
-    pub maximize: bool,
-}
-
-impl Default for AdamConfig {
-    fn default() -> Self {
-        AdamConfig {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decoupled_weight_decay: false,
-            amsgrad: false,
-            maximize: false,
-        }
+hyperparameters! {
+    /// Hyperparameters of [`Adam`], with PyTorch's defaults:
+    /// [`AdamConfig::default`] is `torch.optim.Adam()` (lr 1e-3, betas (0.9,
+    /// 0.999), eps 1e-8, no weight decay); [`AdamConfig::adamw`] is
+    /// `torch.optim.AdamW()` (the same with decoupled weight decay 1e-2).
+    ///
+    /// ```
+    /// use retrograd::optim::AdamConfig;
+    /// let c = AdamConfig::adamw().lr(3e-4).betas(0.9, 0.95);
+    /// assert!(c.decoupled_weight_decay);
+    /// assert_eq!(c.weight_decay, 0.01);
+    /// ```
+    pub struct AdamConfig {
+        /// Learning rate.
+        lr: f64 = 1e-3, set "Sets the learning rate.";
+        /// Decay rate of the first moment.
+        beta1: f64 = 0.9;
+        /// Decay rate of the second moment.
+        beta2: f64 = 0.999;
+        /// Added to the denominator for stability (after bias correction).
+        eps: f64 = 1e-8, set "Sets epsilon.";
+        /// Weight decay: an L2 penalty on the gradient (Adam), or a decoupled
+        /// shrinkage of the weights (AdamW).
+        weight_decay: f64 = 0.0, set "Sets the weight decay (its kind follows `decoupled_weight_decay`).";
+        /// Decoupled weight decay (AdamW, Loshchilov & Hutter).
+        decoupled_weight_decay: bool = false;
+        /// Use the maximum of past second moments (AMSGrad).
+        amsgrad: bool = false, set "Turns AMSGrad on or off.";
+        /// Maximise the objective instead of minimising it.
+        maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
+
 
 impl AdamConfig {
     /// PyTorch's `AdamW` defaults: Adam's, with decoupled weight decay 1e-2.
@@ -65,27 +52,11 @@ impl AdamConfig {
         }
     }
 
-    setters! {
-        /// Sets the learning rate.
-        lr: f64;
-    }
-
     /// Sets the moment decay rates.
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
         self.beta1 = beta1;
         self.beta2 = beta2;
         self
-    }
-
-    setters! {
-        /// Sets epsilon.
-        eps: f64;
-        /// Sets the weight decay (its kind follows `decoupled_weight_decay`).
-        weight_decay: f64;
-        /// Turns AMSGrad on or off.
-        amsgrad: bool;
-        /// Maximise instead of minimise.
-        maximize: bool;
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::lbfgs_memory::{dot, Memory, MEMORY_FIELDS};
 use super::line_search::{max_abs, strong_wolfe, Point, Wolfe};
-use super::rule::setters;
+use super::rule::hyperparameters;
 use super::state::{mismatch, read_step, StateReader};
 use super::{check_non_negative, collect_named, Closure, NamedParameter, Optimizer, OptimizerKind};
 use super::{NamedParameters, StateDict};
@@ -44,76 +44,43 @@ impl std::str::FromStr for LineSearch {
     }
 }
 
-/// Hyperparameters of [`LBFGS`], with PyTorch's defaults (lr 1, 20
-/// iterations and at most 1.25 times as many loss evaluations per step,
-/// tolerances 1e-7 on the gradient and 1e-9 on changes, a history of 100,
-/// no line search).
-///
-/// ```
-/// use retrograd::optim::{LBFGSConfig, LineSearch};
-/// let c = LBFGSConfig::default().history_size(10).line_search(LineSearch::StrongWolfe);
-/// assert_eq!((c.max_iter, c.eval_budget(), c.history_size), (20, 25, 10));
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct LBFGSConfig {
-    /// Learning rate: the step length (the line search's first trial).
-    pub lr: f64,
-    /// Iterations per [`step_with_closure`](Optimizer::step_with_closure).
-    pub max_iter: usize,
-    /// Loss evaluations per step (`None`: `max_iter * 5 / 4`).
-    pub max_eval: Option<usize>,
-    /// Stop when the largest gradient entry is at most this.
-    pub tolerance_grad: f64,
-    /// Stop when the loss or the step changes by less than this.
-    pub tolerance_change: f64,
-    /// Curvature pairs kept.
-    pub history_size: usize,
-    /// Fixed steps or the strong-Wolfe line search.
-    pub line_search: LineSearch,
-    /// Maximise the objective instead of minimising it.
-    pub maximize: bool,
-}
-
-impl Default for LBFGSConfig {
-    fn default() -> Self {
-        LBFGSConfig {
-            lr: 1.0,
-            max_iter: 20,
-            max_eval: None,
-            tolerance_grad: 1e-7,
-            tolerance_change: 1e-9,
-            history_size: 100,
-            line_search: LineSearch::None,
-            maximize: false,
-        }
+hyperparameters! {
+    /// Hyperparameters of [`LBFGS`], with PyTorch's defaults (lr 1, 20
+    /// iterations and at most 1.25 times as many loss evaluations per step,
+    /// tolerances 1e-7 on the gradient and 1e-9 on changes, a history of 100,
+    /// no line search).
+    ///
+    /// ```
+    /// use retrograd::optim::{LBFGSConfig, LineSearch};
+    /// let c = LBFGSConfig::default().history_size(10).line_search(LineSearch::StrongWolfe);
+    /// assert_eq!((c.max_iter, c.eval_budget(), c.history_size), (20, 25, 10));
+    /// ```
+    pub struct LBFGSConfig {
+        /// Learning rate: the step length (the line search's first trial).
+        lr: f64 = 1.0, set "Sets the learning rate.";
+        /// Iterations per [`step_with_closure`](Optimizer::step_with_closure).
+        max_iter: usize = 20, set "Sets the iterations per step.";
+        /// Loss evaluations per step (`None`: `max_iter * 5 / 4`).
+        max_eval: Option<usize> = None;
+        /// Stop when the largest gradient entry is at most this.
+        tolerance_grad: f64 = 1e-7, set "Sets the tolerance on the largest gradient entry.";
+        /// Stop when the loss or the step changes by less than this.
+        tolerance_change: f64 = 1e-9, set "Sets the tolerance on changes of the loss and the step.";
+        /// Curvature pairs kept.
+        history_size: usize = 100, set "Sets the number of curvature pairs kept.";
+        /// Fixed steps or the strong-Wolfe line search.
+        line_search: LineSearch = LineSearch::None, set "Sets the line search.";
+        /// Maximise the objective instead of minimising it.
+        maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
+
 
 impl LBFGSConfig {
-    setters! {
-        /// Sets the learning rate.
-        lr: f64;
-        /// Sets the iterations per step.
-        max_iter: usize;
-    }
-
     /// Sets the loss evaluations per step.
     pub fn max_eval(mut self, max_eval: usize) -> Self {
         self.max_eval = Some(max_eval);
         self
-    }
-
-    setters! {
-        /// Sets the tolerance on the largest gradient entry.
-        tolerance_grad: f64;
-        /// Sets the tolerance on changes of the loss and the step.
-        tolerance_change: f64;
-        /// Sets the number of curvature pairs kept.
-        history_size: usize;
-        /// Sets the line search.
-        line_search: LineSearch;
-        /// Maximise instead of minimise.
-        maximize: bool;
     }
 
     /// The loss evaluations allowed per step: `max_eval`, or by default

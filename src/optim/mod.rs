@@ -77,8 +77,9 @@
 //!
 //! # How to add an optimizer (followed for RMSprop)
 //!
-//! 1. `src/optim/<name>.rs`: its config struct with PyTorch's defaults and
-//!    builder methods; `impl UpdateRule for <Name>Config` (`NAMES`,
+//! 1. `src/optim/<name>.rs`: its config in one `hyperparameters!` list
+//!    (`rule.rs`: each field's doc, type, PyTorch's default and, with
+//!    `set "doc"`, its builder method); `impl UpdateRule for <Name>Config` (`NAMES`,
 //!    `validate` with one typed error per setting, `state_fields` with
 //!    PyTorch's state names, `update` over slices, `update_chunks` for large
 //!    parameters); `pub type <Name> = RuleOptimizer<<Name>Config>;` with the

@@ -1,70 +1,39 @@
 //! RMSprop as an [`UpdateRule`] (`torch.optim.RMSprop`); the rule is
 //! written out on [`RMSprop`].
 
-use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
-/// Hyperparameters of [`RMSprop`], with PyTorch's defaults (lr 1e-2,
-/// alpha 0.99, eps 1e-8, no weight decay, no momentum, not centered).
-///
-/// ```
-/// use retrograd::optim::RMSpropConfig;
-/// let c = RMSpropConfig::default().alpha(0.9).momentum(0.9).centered(true);
-/// assert_eq!((c.lr, c.alpha, c.centered), (0.01, 0.9, true));
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct RMSpropConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Smoothing constant of the squared-gradient average, in [0, 1].
-    pub alpha: f64,
-    /// Added to the denominator for stability.
-    pub eps: f64,
-    /// L2 penalty added to the gradient: `d += weight_decay * p`.
-    pub weight_decay: f64,
-    /// Momentum factor (0: none).
-    pub momentum: f64,
-    /// Normalise by the variance of the gradient (its centered second
-    /// moment) instead of its uncentered second moment.
-    pub centered: bool,
-    /// Maximise the objective instead of minimising it.
-    pub maximize: bool,
-}
-
-impl Default for RMSpropConfig {
-    fn default() -> Self {
-        RMSpropConfig {
-            lr: 1e-2,
-            alpha: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            momentum: 0.0,
-            centered: false,
-            maximize: false,
-        }
+hyperparameters! {
+    /// Hyperparameters of [`RMSprop`], with PyTorch's defaults (lr 1e-2,
+    /// alpha 0.99, eps 1e-8, no weight decay, no momentum, not centered).
+    ///
+    /// ```
+    /// use retrograd::optim::RMSpropConfig;
+    /// let c = RMSpropConfig::default().alpha(0.9).momentum(0.9).centered(true);
+    /// assert_eq!((c.lr, c.alpha, c.centered), (0.01, 0.9, true));
+    /// ```
+    pub struct RMSpropConfig {
+        /// Learning rate.
+        lr: f64 = 1e-2, set "Sets the learning rate.";
+        /// Smoothing constant of the squared-gradient average, in [0, 1].
+        alpha: f64 = 0.99, set "Sets the smoothing constant.";
+        /// Added to the denominator for stability.
+        eps: f64 = 1e-8, set "Sets epsilon.";
+        /// L2 penalty added to the gradient: `d += weight_decay * p`.
+        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        /// Momentum factor (0: none).
+        momentum: f64 = 0.0, set "Sets the momentum factor.";
+        /// Normalise by the variance of the gradient (its centered second
+        /// moment) instead of its uncentered second moment.
+        centered: bool = false, set "Turns centering on or off.";
+        /// Maximise the objective instead of minimising it.
+        maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
 
-impl RMSpropConfig {
-    setters! {
-        /// Sets the learning rate.
-        lr: f64;
-        /// Sets the smoothing constant.
-        alpha: f64;
-        /// Sets epsilon.
-        eps: f64;
-        /// Sets the L2 weight decay.
-        weight_decay: f64;
-        /// Sets the momentum factor.
-        momentum: f64;
-        /// Turns centering on or off.
-        centered: bool;
-        /// Maximise instead of minimise.
-        maximize: bool;
-    }
-}
 
 /// RMSprop with PyTorch's update rule (`torch.optim.RMSprop`), per parameter:
 ///

@@ -55,20 +55,54 @@ macro_rules! rule_basics {
 }
 pub(crate) use rule_basics;
 
-/// Builder methods of a config, one per field: `name: Type;` (with its
-/// doc comment) gives `pub fn name(mut self, name: Type) -> Self`.
-macro_rules! setters {
-    ($($(#[$doc:meta])* $field:ident: $ty:ty;)*) => {
-        $(
-            $(#[$doc])*
-            pub fn $field(mut self, $field: $ty) -> Self {
-                self.$field = $field;
-                self
+/// A config of hyperparameters from one list: the struct (public fields,
+/// each with its doc comment), `Default` (PyTorch's defaults, the values
+/// after `=`) and, for each field marked `set "doc"`, the builder method
+/// `pub fn field(mut self, field: Type) -> Self` with that doc:
+///
+/// ```text
+/// hyperparameters! {
+///     /// Hyperparameters of ...
+///     pub struct RMSpropConfig {
+///         /// Learning rate.
+///         lr: f64 = 1e-2, set "Sets the learning rate.";
+///         ...
+///     }
+/// }
+/// ```
+macro_rules! hyperparameters {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$doc:meta])* $field:ident: $ty:ty = $default:expr $(, set $set_doc:literal)?;)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    $($field: $default,)*
+                }
             }
-        )*
+        }
+
+        impl $name {
+            $($(
+                #[doc = $set_doc]
+                pub fn $field(mut self, $field: $ty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )?)*
+        }
     };
 }
-pub(crate) use setters;
+pub(crate) use hyperparameters;
 
 /// One entry of the state a rule keeps per parameter; its state-dict key is
 /// `"{parameter name}.{field name}"`.

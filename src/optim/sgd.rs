@@ -1,33 +1,36 @@
 //! Stochastic gradient descent as an [`UpdateRule`] (`torch.optim.SGD`);
 //! the rule is written out on [`Sgd`].
 
-use super::rule::{rule_basics, setters, ParamState, StateField, UpdateContext, UpdateRule};
+use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
-/// Hyperparameters of [`Sgd`]; PyTorch's defaults apart from the learning
-/// rate, which is always given.
-///
-/// ```
-/// use retrograd::optim::SgdConfig;
-/// let c = SgdConfig::new(0.1).momentum(0.9).nesterov(true).weight_decay(5e-4);
-/// assert_eq!(c.momentum, 0.9);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct SgdConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor (0: plain SGD).
-    pub momentum: f64,
-    /// Dampening of the gradient's contribution to the momentum buffer.
-    pub dampening: f64,
-    /// L2 penalty added to the gradient: `d += weight_decay * p`.
-    pub weight_decay: f64,
-    /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
-    pub nesterov: bool,
-    /// Maximise the objective instead of minimising it.
-    pub maximize: bool,
+hyperparameters! {
+    /// Hyperparameters of [`Sgd`], with PyTorch's defaults
+    /// (`torch.optim.SGD()`: lr 1e-3, no momentum, dampening or weight
+    /// decay); [`SgdConfig::new`] gives the learning rate, as most uses do.
+    ///
+    /// ```
+    /// use retrograd::optim::SgdConfig;
+    /// let c = SgdConfig::new(0.1).momentum(0.9).nesterov(true).weight_decay(5e-4);
+    /// assert_eq!(c.momentum, 0.9);
+    /// assert_eq!(SgdConfig::default().lr, 1e-3);
+    /// ```
+    pub struct SgdConfig {
+        /// Learning rate.
+        lr: f64 = 1e-3;
+        /// Momentum factor (0: plain SGD).
+        momentum: f64 = 0.0, set "Sets the momentum factor.";
+        /// Dampening of the gradient's contribution to the momentum buffer.
+        dampening: f64 = 0.0, set "Sets the dampening.";
+        /// L2 penalty added to the gradient: `d += weight_decay * p`.
+        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
+        nesterov: bool = false, set "Turns Nesterov momentum on or off.";
+        /// Maximise the objective instead of minimising it.
+        maximize: bool = false, set "Maximise instead of minimise.";
+    }
 }
 
 impl SgdConfig {
@@ -35,25 +38,8 @@ impl SgdConfig {
     pub fn new(lr: f64) -> Self {
         SgdConfig {
             lr,
-            momentum: 0.0,
-            dampening: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
-            maximize: false,
+            ..Self::default()
         }
-    }
-
-    setters! {
-        /// Sets the momentum factor.
-        momentum: f64;
-        /// Sets the dampening.
-        dampening: f64;
-        /// Sets the L2 weight decay.
-        weight_decay: f64;
-        /// Turns Nesterov momentum on or off.
-        nesterov: bool;
-        /// Maximise instead of minimise.
-        maximize: bool;
     }
 }
 

@@ -41,6 +41,12 @@ CASES = [
     ("adaptive_1", B, False, lambda x: F.adaptive_avg_pool2d(x, 1)),
     ("adaptive_unbatched_4x5", U, False, lambda x: F.adaptive_avg_pool2d(x, (4, 5))),
     ("adaptive_5x2", B, False, lambda x: F.adaptive_avg_pool2d(x, (5, 2))),
+    ("lp_p2_k2", B, False, lambda x: F.lp_pool2d(x, 2.0, 2)),
+    ("lp_p2_k3_s2_ceil", B, False, lambda x: F.lp_pool2d(x, 2.0, 3, stride=2, ceil_mode=True)),
+    ("lp_p1_k32_s21", B, False, lambda x: F.lp_pool2d(x, 1.0, (3, 2), stride=(2, 1))),
+    # x * x + 0.5 > 0, so a fractional or odd power is real.
+    ("lp_sq_p1.5_k2_s1", B, False, lambda x: F.lp_pool2d(x * x + 0.5, 1.5, 2, stride=1)),
+    ("lp_sq_p3_unbatched_k2_ceil", U, False, lambda x: F.lp_pool2d(x * x + 0.5, 3.0, 2, ceil_mode=True)),
 ]
 
 

@@ -4,10 +4,14 @@
 //! has besides its output (batch norm's running statistics). Everything
 //! else the function reads is a constant of the capture, as in `jax.jit`.
 //!
-//! Layers with state call [`Graph::capture_state`] and
-//! [`Graph::capture_effect`]; both do nothing on a graph that is not
-//! capturing, so a layer calls them unconditionally and applies its
-//! effect itself when [`Graph::is_capturing`] is false.
+//! Layers with state call [`Graph::capture_state`] (what they read) and
+//! [`Graph::capture_update`] (what they write back: a value of the graph,
+//! computed at every run, handed to a closure after the run) or
+//! [`Graph::capture_effect`] (a closure of no value); all do nothing on a
+//! graph that is not capturing, so a layer calls them unconditionally and
+//! applies its effect itself when [`Graph::is_capturing`] is false.
+//! [`Graph::capture_output`] names a value the step returns besides the
+//! loss (the logits, for an accuracy).
 
 use super::{Graph, Var, LEAF_VARIABLE};
 use crate::error::Result;
@@ -18,6 +22,9 @@ pub(crate) type StateRead = Box<dyn Fn() -> Tensor>;
 
 /// An effect replayed after every run.
 pub(crate) type StateEffect = Box<dyn Fn() -> Result<()>>;
+
+/// Where a state update writes the value its run computed.
+pub(crate) type StateWrite = Box<dyn Fn(&Tensor) -> Result<()>>;
 
 /// Where a value read by the captured function comes from at each run.
 pub(crate) enum SourceKind {
@@ -43,11 +50,21 @@ pub(crate) struct Effect {
     pub(crate) run: StateEffect,
 }
 
+/// A value of the graph every run hands out: by name in the step's
+/// output, and to `write` (a state update) when there is one.
+pub(crate) struct Output {
+    /// Shared with every run's output (no allocation per run).
+    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) value: u32,
+    pub(crate) write: Option<StateWrite>,
+}
+
 /// Everything a capture notes, taken by the compiler when the function returns.
 #[derive(Default)]
 pub(crate) struct CaptureLog {
     pub(crate) sources: Vec<Source>,
     pub(crate) effects: Vec<Effect>,
+    pub(crate) outputs: Vec<Output>,
 }
 
 impl Graph {
@@ -161,6 +178,84 @@ impl Graph {
             log.effects.push(Effect {
                 name: name.to_string(),
                 run: Box::new(effect),
+            });
+        }
+    }
+
+    /// While capturing: `value` is the new value of some state (batch
+    /// norm's running statistics, computed from the batch), so the step
+    /// computes it at every run, as an output of the captured graph, and
+    /// hands it to `write` after the run (which stores it: `Buffer::set`).
+    /// Its name shows in `explain` and in the step's outputs
+    /// ([`StepOutput::output`](crate::StepOutput::output)). Does nothing when the
+    /// graph is not capturing: the layer stores the value itself then.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, Graph, Tensor, Var};
+    /// use retrograd::nn::Buffer;
+    /// // A running sum of the inputs, kept in a buffer.
+    /// let total = Buffer::new(Tensor::zeros(&[2], retrograd::DType::F64)?);
+    /// let state = total.clone();
+    /// let mut step = compile(
+    ///     move |g: &Graph, x: &[Var<'_>]| {
+    ///         let now = state.value();
+    ///         let reader = state.clone();
+    ///         g.capture_state("total", &now, move || reader.value());
+    ///         let next = g.constant(now).try_add(&x[0])?;
+    ///         let writer = state.clone();
+    ///         g.capture_update("total", &next, move |t| writer.set(t.clone()));
+    ///         x[0].try_sum()
+    ///     },
+    ///     CompileOptions::new().grad_inputs(&[0]),
+    /// );
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[2])?;
+    /// step.run(&[x.clone()])?;
+    /// step.run(&[x])?;
+    /// assert_eq!(total.value().to_f64_vec(), vec![2.0, 4.0]); // updated at every run
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn capture_update(
+        &self,
+        name: &str,
+        value: &Var<'_>,
+        write: impl Fn(&Tensor) -> Result<()> + 'static,
+    ) {
+        self.note_output(name, value, Some(Box::new(write)));
+    }
+
+    /// While capturing: the step returns `value` at every run besides the
+    /// loss, as [`StepOutput::output`](crate::StepOutput::output)`(name)`
+    /// (the logits, to count correct predictions). Does nothing when the
+    /// graph is not capturing.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, Graph, Tensor, Var};
+    /// let mut step = compile(
+    ///     |g: &Graph, x: &[Var<'_>]| {
+    ///         let y = x[0].relu();
+    ///         g.capture_output("activations", &y);
+    ///         y.try_sum()
+    ///     },
+    ///     CompileOptions::new().grad_inputs(&[0]),
+    /// );
+    /// let out = step.run(&[Tensor::from_vec(vec![-1.0, 2.0], &[2])?])?;
+    /// assert_eq!(out.output("activations").unwrap().to_f64_vec(), vec![0.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn capture_output(&self, name: &str, value: &Var<'_>) {
+        self.note_output(name, value, None);
+    }
+
+    fn note_output(&self, name: &str, value: &Var<'_>, write: Option<StateWrite>) {
+        if !self.is_capturing() {
+            return;
+        }
+        let value = value.clone().ensure_slot().slot();
+        if let Some(log) = self.state_mut().capture.as_mut() {
+            log.outputs.push(Output {
+                name: name.into(),
+                value,
+                write,
             });
         }
     }

@@ -589,6 +589,50 @@ fn avg_pool2d_backward_into<T: Element>(
     });
 }
 
+/// A pooling's reduction of one window to one value, for
+/// [`reduce_windows`]: the whole of a new pooling's forward kernel.
+pub trait WindowReduction: Sync {
+    /// The value of one window from the input values it reads (row-major,
+    /// none for an empty window) and its taps along rows and columns
+    /// (whose `count`s give PyTorch's divisor).
+    fn reduce<T: Element>(&self, values: impl Iterator<Item = T>, rows: &Taps, cols: &Taps) -> T;
+}
+
+/// Each window of `planes` planes of `x` reduced by `reduction`. Writes
+/// every element of `out` (`planes * plan.out_plane()`); panics on a
+/// length mismatch.
+pub fn reduce_windows<'o, T: Element, R: WindowReduction>(
+    x: &[T],
+    planes: usize,
+    plan: &Plan2d,
+    reduction: &R,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    let (ip, op) = (plan.in_plane(), plan.out_plane());
+    assert_eq!(x.len(), planes * ip, "pool: input length");
+    let w = plan.cols.len;
+    for_planes(out, planes, op, ip, x.len(), |p, o| {
+        let x = &x[p * ip..(p + 1) * ip];
+        let windows = plan
+            .rows
+            .taps
+            .iter()
+            .flat_map(|r| plan.cols.taps.iter().map(move |c| (r, c)));
+        for (slot, (r, c)) in o.iter_mut().zip(windows) {
+            let rows = (r.start..r.end).step_by(plan.rows.step);
+            let values = rows.flat_map(|ih| {
+                (c.start..c.end)
+                    .step_by(plan.cols.step)
+                    .map(move |iw| x[ih * w + iw])
+            });
+            slot.write(reduction.reduce(values, r, c));
+        }
+    });
+    // SAFETY: `for_planes` hands every element of `out` to exactly one
+    // plane's closure, which writes each of its `op` elements (one per window).
+    unsafe { Filled::assume(out) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
+use crate::ops::nn::batch_norm_running::BatchNormRunningStats;
 use crate::ops::nn::BatchNormArgs;
 use crate::tensor::{DType, Tensor};
 
@@ -167,23 +168,16 @@ impl BatchNormCore {
         };
         let (mean, var) = (running.mean.value(), running.var.value());
         if graph.is_capturing() {
-            if self.training {
-                return Err(Error::NotReplayable {
-                    op: self.name.to_string(),
-                    node: graph.len(),
-                    reason: "training mode updates the running statistics outside the graph, which a \
-                             compiled step cannot replay yet; compile the step in eval mode, or without \
-                             running statistics, or run it eagerly"
-                        .into(),
-                });
-            }
-            // Eval mode reads the statistics again at every run, not as constants.
+            // Both modes read the statistics again at every run, not as constants.
             for (name, buffer, now) in [
                 ("running_mean", &running.mean, &mean),
                 ("running_var", &running.var, &var),
             ] {
                 let read = buffer.clone();
                 graph.capture_state(name, now, move || read.value());
+            }
+            if self.training {
+                return self.captured_training(x, &args, running, &mean, &var);
             }
         }
         if !self.training {
@@ -202,6 +196,57 @@ impl BatchNormCore {
         running.var.set(new_var)?;
         running.num_batches_tracked.set(Tensor::scalar(tracked))?;
         Ok(out.output)
+    }
+
+    /// Training mode in a compiled step: the running statistics' update is
+    /// a node of the captured graph (`batch_norm_running_stats`, the eager
+    /// update's bits), written back to the buffers after every run (a
+    /// state update), and `num_batches_tracked` counts up after every run.
+    fn captured_training<'g>(
+        &self,
+        x: &Var<'g>,
+        args: &BatchNormArgs<'_, 'g>,
+        running: &Running,
+        mean: &Tensor,
+        var: &Tensor,
+    ) -> Result<Var<'g>> {
+        let graph = x.graph();
+        let output = x.try_batch_norm(args)?.output;
+        let mut inputs = vec![
+            x.clone(),
+            graph.constant(mean.clone()),
+            graph.constant(var.clone()),
+        ];
+        if self.options.momentum.is_none() {
+            // The cumulative average's factor depends on the count, read at every run.
+            let tracked = running.num_batches_tracked.value().reshape(&[1])?;
+            let read = running.num_batches_tracked.clone();
+            graph.capture_state("num_batches_tracked", &tracked, move || {
+                let now = read.value();
+                now.reshape(&[1]).unwrap_or(now)
+            });
+            inputs.push(graph.constant(tracked));
+        }
+        let refs: Vec<&Var<'g>> = inputs.iter().collect();
+        let stats = graph.record(BatchNormRunningStats::new(self.options.momentum), &refs)?;
+        let (m, v) = (running.mean.clone(), running.var.clone());
+        graph.capture_update(
+            &format!("{} running statistics", self.name),
+            &stats,
+            move |t| {
+                m.set(t.select(0, 0)?.contiguous())?;
+                v.set(t.select(0, 1)?.contiguous())
+            },
+        );
+        let tracked = running.num_batches_tracked.clone();
+        graph.capture_effect(
+            &format!("{} num_batches_tracked += 1", self.name),
+            move || {
+                let next = tracked.value().try_item()? + 1.0;
+                tracked.set(Tensor::scalar(next))
+            },
+        );
+        Ok(output)
     }
 
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {

@@ -117,26 +117,26 @@ impl BertEmbeddings {
     }
 
     /// `input_ids` `[B, T]` (i64) and optional `token_type_ids` `[B, T]`
-    /// (zeros when absent) to `[B, T, hidden]`.
+    /// (zeros when absent) to `[B, T, hidden]`. The ids are the lookups'
+    /// inputs, so the recorded graph depends on them (an ONNX export takes
+    /// them as its inputs).
     fn forward<'g>(
         &self,
         input_ids: &Var<'g>,
         token_type_ids: Option<&Var<'g>>,
     ) -> Result<Var<'g>> {
-        let ids = input_ids.value();
-        let t = ids.shape()[1];
+        let t = input_ids.shape()[1];
         let graph = input_ids.graph();
         let words = graph
             .param(self.word_embeddings.weight())
-            .try_embedding(ids, ids.shape())?;
+            .try_embedding(input_ids, input_ids.shape())?;
         let types = graph.param(self.token_type_embeddings.weight());
         let types = match token_type_ids {
             Some(tt) => {
-                let tt = tt.value();
-                if tt.shape() != ids.shape() {
+                if tt.shape() != input_ids.shape() {
                     return Err(Error::shape_mismatch(
                         "BertModel: token_type_ids",
-                        ids.shape(),
+                        input_ids.shape(),
                         tt.shape(),
                     ));
                 }
@@ -454,7 +454,7 @@ impl BertModel {
         token_type_ids: Option<&Var<'g>>,
     ) -> Result<Var<'g>> {
         let shape = input_ids.shape().to_vec();
-        let [b, t] = shape[..] else {
+        let [_, t] = shape[..] else {
             return Err(Error::invalid(
                 "BertModel",
                 format!("input_ids must be [batch, length], got {shape:?}"),
@@ -483,7 +483,9 @@ impl BertModel {
                 } else {
                     mask.try_ne_scalar(0.0)?
                 };
-                Some(attend.try_reshape(&[b as isize, 1, 1, t as isize])?)
+                // [B, 1, 1, T] by unsqueezing: no size is written into the
+                // graph, so an export keeps the batch and length free.
+                Some(attend.try_unsqueeze(1)?.try_unsqueeze(1)?)
             }
             None => None,
         };
@@ -562,17 +564,18 @@ impl Source<'_> {
 /// The mean of each sequence's hidden states over its real tokens:
 /// `sum(h · mask) / max(sum(mask), 1e-9)`, sentence-transformers' mean
 /// pooling. `hidden` `[B, T, E]`, `attention_mask` `[B, T]` (nonzero: a
-/// real token), any dtype.
+/// real token, any dtype) a value of the same graph, so that the pooling
+/// depends on it (an export takes it as an input).
 ///
 /// ```
 /// use retrograd::{Graph, Tensor, nn::mean_pool};
 /// let g = Graph::new();
 /// let h = g.constant(Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 100.0, 100.0], &[1, 3, 2])?);
-/// let mask = Tensor::from_vec(vec![1i64, 1, 0], &[1, 3])?;
+/// let mask = g.constant(Tensor::from_vec(vec![1i64, 1, 0], &[1, 3])?);
 /// assert_eq!(mean_pool(&h, &mask)?.value().to_vec::<f32>()?, vec![2.0, 3.0]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub fn mean_pool<'g>(hidden: &Var<'g>, attention_mask: &Tensor) -> Result<Var<'g>> {
+pub fn mean_pool<'g>(hidden: &Var<'g>, attention_mask: &Var<'g>) -> Result<Var<'g>> {
     let shape = hidden.shape();
     if shape.len() != 3 || attention_mask.shape() != &shape[..2] {
         return Err(Error::shape_mismatch(
@@ -581,9 +584,7 @@ pub fn mean_pool<'g>(hidden: &Var<'g>, attention_mask: &Tensor) -> Result<Var<'g
             attention_mask.shape(),
         ));
     }
-    let graph = hidden.graph();
-    let weights = graph
-        .constant(attention_mask.clone())
+    let weights = attention_mask
         .try_ne_scalar(0.0)?
         .try_to_dtype(hidden.dtype())?
         .try_unsqueeze(-1)?;
@@ -620,7 +621,8 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    fn tiny(dtype: DType) -> BertModel {
+    /// A seeded 2-layer BERT of width 8 (also `packed.rs`'s tests).
+    pub(super) fn tiny(dtype: DType) -> BertModel {
         let config = BertConfig {
             vocab_size: 11,
             hidden_size: 8,
@@ -684,11 +686,10 @@ mod tests {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
         }
         // Mean pooling over the mask equals pooling the unpadded states.
-        let m = Tensor::from_vec(vec![1i64, 1, 1, 0, 0], &[1, 5]).unwrap();
         let h = bert.forward(&padded, Some(&mask), None).unwrap();
-        let pooled = mean_pool(&h, &m).unwrap().value().to_f64_vec();
+        let pooled = mean_pool(&h, &mask).unwrap().value().to_f64_vec();
         let h1 = bert.forward(&short, None, None).unwrap();
-        let ones = Tensor::from_vec(vec![1i64; 3], &[1, 3]).unwrap();
+        let ones = g.constant(Tensor::from_vec(vec![1i64; 3], &[1, 3]).unwrap());
         let pooled1 = mean_pool(&h1, &ones).unwrap().value().to_f64_vec();
         for (a, b) in pooled.iter().zip(&pooled1) {
             assert!((a - b).abs() < 1e-12);
@@ -724,7 +725,7 @@ mod tests {
                 for layer in &bert.encoder.layer {
                     x = layer.forward(&x, Some(&keys))?;
                 }
-                let pooled = mean_pool(&x, &mask)?;
+                let pooled = mean_pool(&x, &g.constant(mask.clone()))?;
                 Ok(l2_normalize(&pooled)?.try_mul(&pooled)?.sum())
             },
             &[w.value()],

@@ -348,7 +348,7 @@ impl Forward for Gpt {
         let graph = tokens.graph();
         let wte = graph.param(self.wte.weight());
         // The ids as the lookup's input, so the recorded graph reads them.
-        let tok = wte.try_embedding_from(tokens)?;
+        let tok = wte.try_embedding(tokens, tokens.shape())?;
         let pos = graph.param(self.wpe.weight()).try_narrow(0, 0, t)?;
         let mut x = self.drop.forward(&tok.try_add(&pos)?)?;
         for block in &self.h {

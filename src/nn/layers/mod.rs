@@ -37,7 +37,7 @@ pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearBuilder};
 pub use mlp::{Mlp, MlpBuilder};
 pub use multihead_attention::{MultiheadAttention, MultiheadAttentionBuilder};
-pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use pool::*;
 pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;
 pub use transformer_block::{Block, BlockBuilder, FeedForward};

@@ -1,127 +1,81 @@
-//! Pooling layers: [`MaxPool2d`], [`AvgPool2d`], [`AdaptiveAvgPool2d`]
-//! (no parameters), each a module around its `Var` method.
+//! Pooling layers: one [`Pool2d`] over any pooling's options, and under
+//! PyTorch's name for each pooling op (`MaxPool2d`, `AvgPool2d`,
+//! `AdaptiveAvgPool2d`, `LPPool2d`, ...): the names come from the ops'
+//! own list, `ops::nn::pool::with_poolings!`, so a new pooling op brings
+//! its layer with it.
 
 use crate::error::Result;
 use crate::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
-use crate::ops::nn::{AvgPool2dOptions, MaxPool2dOptions, Spatial};
+use crate::ops::nn::pool::options::*;
 
-/// PyTorch's `nn.MaxPool2d`: [`Var::max_pool2d`] with fixed options.
+/// A pooling layer (no parameters): [`Pooling2d::pool`] with fixed
+/// options. Each pooling op's layer is this under PyTorch's name.
 ///
 /// ```
-/// use retrograd::{Graph, MaxPool2dOptions, Tensor, nn::{MaxPool2d, Forward, Module}};
+/// use retrograd::{Graph, MaxPool2dOptions, Tensor, nn::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Forward, Module}};
 /// let pool = MaxPool2d::new(MaxPool2dOptions::new(2));
 /// let g = Graph::new();
 /// let x = g.constant(Tensor::from_vec((0..16).map(f64::from).collect(), &[1, 1, 4, 4])?);
 /// assert_eq!(pool.forward(&x)?.value().to_f64_vec(), vec![5.0, 7.0, 13.0, 15.0]);
 /// assert_eq!(pool.num_parameters(), 0);
+/// let avg = AvgPool2d::new(retrograd::AvgPool2dOptions::new(2));
+/// assert_eq!(avg.forward(&x)?.value().to_f64_vec(), vec![2.5, 4.5, 10.5, 12.5]);
+/// // Adaptive pooling takes its output size (one number or `[h, w]`).
+/// let global = AdaptiveAvgPool2d::new(1);
+/// assert_eq!(global.forward(&x)?.value().to_f64_vec(), vec![7.5]);
+/// assert_eq!(global.options().output_size(), [1, 1]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MaxPool2d {
-    options: MaxPool2dOptions,
+pub struct Pool2d<O> {
+    options: O,
 }
 
-impl MaxPool2d {
-    /// The layer for these options.
-    pub fn new(options: MaxPool2dOptions) -> Self {
-        MaxPool2d { options }
-    }
-
-    /// Its options.
-    pub fn options(&self) -> &MaxPool2dOptions {
-        &self.options
-    }
-}
-
-impl Module for MaxPool2d {
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
-}
-
-impl Forward for MaxPool2d {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        x.try_max_pool2d(&self.options)
-    }
-}
-
-/// PyTorch's `nn.AvgPool2d`: [`Var::avg_pool2d`] with fixed options.
-///
-/// ```
-/// use retrograd::{AvgPool2dOptions, Graph, Tensor, nn::{AvgPool2d, Forward, Module}};
-/// let pool = AvgPool2d::new(AvgPool2dOptions::new(2));
-/// let g = Graph::new();
-/// let x = g.constant(Tensor::from_vec((0..16).map(f64::from).collect(), &[1, 4, 4])?);
-/// assert_eq!(pool.forward(&x)?.value().to_f64_vec(), vec![2.5, 4.5, 10.5, 12.5]);
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AvgPool2d {
-    options: AvgPool2dOptions,
-}
-
-impl AvgPool2d {
-    /// The layer for these options.
-    pub fn new(options: AvgPool2dOptions) -> Self {
-        AvgPool2d { options }
-    }
-
-    /// Its options.
-    pub fn options(&self) -> &AvgPool2dOptions {
-        &self.options
-    }
-}
-
-impl Module for AvgPool2d {
-    fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
-}
-
-impl Forward for AvgPool2d {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        x.try_avg_pool2d(&self.options)
-    }
-}
-
-/// PyTorch's `nn.AdaptiveAvgPool2d`: [`Var::adaptive_avg_pool2d`] to a
-/// fixed output size (one number or `[h, w]`).
-///
-/// ```
-/// use retrograd::{Graph, Tensor, nn::{AdaptiveAvgPool2d, Forward, Module}};
-/// let pool = AdaptiveAvgPool2d::new(1);
-/// let g = Graph::new();
-/// let x = g.constant(Tensor::from_vec((0..8).map(f64::from).collect(), &[1, 2, 2, 2])?);
-/// let y = pool.forward(&x)?;
-/// assert_eq!(y.shape(), &[1, 2, 1, 1]);
-/// assert_eq!(y.value().to_f64_vec(), vec![1.5, 5.5]);
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdaptiveAvgPool2d {
-    output_size: [usize; 2],
-}
-
-impl AdaptiveAvgPool2d {
-    /// The layer pooling to `output_size`.
-    pub fn new(output_size: impl Spatial<2>) -> Self {
-        AdaptiveAvgPool2d {
-            output_size: output_size.spatial(),
+impl<O: Pooling2d> Pool2d<O> {
+    /// The layer for these options (or what converts into them).
+    pub fn new(options: impl Into<O>) -> Self {
+        Pool2d {
+            options: options.into(),
         }
     }
 
-    /// The output size.
-    pub fn output_size(&self) -> [usize; 2] {
-        self.output_size
+    /// Its options.
+    pub fn options(&self) -> &O {
+        &self.options
     }
 }
 
-impl Module for AdaptiveAvgPool2d {
+impl Pool2d<AdaptiveAvgPool2dOptions> {
+    /// The output size.
+    pub fn output_size(&self) -> [usize; 2] {
+        self.options.output_size()
+    }
+}
+
+impl<O: Pooling2d> Module for Pool2d<O> {
     fn visit_parameters(&self, _: &str, _: &mut dyn FnMut(&str, &Parameter)) {}
 }
 
-impl Forward for AdaptiveAvgPool2d {
+impl<O: Pooling2d> Forward for Pool2d<O> {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        x.try_adaptive_avg_pool2d(self.output_size)
+        self.options.pool(x)
     }
 }
+
+/// One `pub type Layer = Pool2d<Options>;` per line of the pooling list.
+macro_rules! pooling_layers {
+    ($($file:ident: $($options:ident => $layer:ident),+;)*) => {
+        $($(
+            #[doc = concat!(
+                "PyTorch's `nn.", stringify!($layer), "`: a [`Pool2d`] over [`",
+                stringify!($options), "`]."
+            )]
+            pub type $layer = Pool2d<$options>;
+        )+)*
+    };
+}
+crate::ops::nn::pool::with_poolings!(pooling_layers);
 
 #[cfg(test)]
 mod tests {
@@ -156,5 +110,10 @@ mod tests {
         let grad = y.sum().backward().unwrap().wrt(&x);
         assert_eq!(grad.shape(), &[1, 2, 5, 5]);
         assert!(AdaptiveAvgPool2d::new(0).forward(&x).is_err());
+        let lp = LpPool2dOptions::new(2.0, 2).ceil_mode(true);
+        assert_eq!(
+            LPPool2d::new(lp.clone()).forward(&x).unwrap().value(),
+            x.lp_pool2d(&lp).value()
+        );
     }
 }

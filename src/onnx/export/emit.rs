@@ -10,23 +10,85 @@ use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto};
 use crate::onnx::tensor::{onnx_type, to_proto};
 use crate::tensor::{DType, Tensor};
 
+/// A free axis of a graph input: its size when the graph was recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct FreeAxis {
+    /// The recorded size.
+    pub(crate) size: usize,
+    /// The ONNX name of the input.
+    pub(crate) input: String,
+    pub(crate) axis: usize,
+    /// The dimension's name (`batch`, `sequence`).
+    pub(crate) name: String,
+}
+
 /// The nodes and initializers written so far, and the names taken.
 #[derive(Default)]
 pub(crate) struct Emit {
     pub(crate) nodes: Vec<NodeProto>,
     pub(crate) initializers: Vec<TensorProto>,
     taken: HashSet<String>,
-    /// Whether reshapes and expands should leave the batch axis free.
-    pub(crate) dynamic_batch: bool,
+    /// The inputs' free axes: reshapes, expands and slices keep them free.
+    pub(crate) free: Vec<FreeAxis>,
+    /// `Shape` nodes already written, by (input, axis).
+    sizes: Vec<((String, usize), String)>,
 }
 
 impl Emit {
-    /// An empty graph; `dynamic_batch` keeps the batch axis free in reshapes.
-    pub(crate) fn new(dynamic_batch: bool) -> Self {
+    /// An empty graph whose inputs have the `free` axes.
+    pub(crate) fn new(free: Vec<FreeAxis>) -> Self {
         Emit {
-            dynamic_batch,
+            free,
             ..Emit::default()
         }
+    }
+
+    /// Whether any input axis is free (reshapes then copy kept sizes).
+    pub(crate) fn is_dynamic(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// The free axis whose recorded size is `size`, if one is: a size the
+    /// model took from its input (a table cut to the sequence length).
+    /// Two differently named free axes of that size are ambiguous: an error
+    /// saying to record at distinct sizes.
+    pub(crate) fn free_axis_of_size(
+        &self,
+        size: usize,
+    ) -> std::result::Result<Option<FreeAxis>, String> {
+        let mut found: Option<&FreeAxis> = None;
+        for f in self.free.iter().filter(|f| f.size == size && size > 1) {
+            match found {
+                Some(g) if g.name != f.name => {
+                    return Err(format!(
+                        "free axes `{}` and `{}` were both recorded at size {size}: record \
+                         the graph at distinct sizes",
+                        g.name, f.name
+                    ))
+                }
+                Some(_) => {}
+                None => found = Some(f),
+            }
+        }
+        Ok(found.cloned())
+    }
+
+    /// A 1-d i64 value holding the run-time size of `free` (a `Shape`
+    /// node over that axis of its input, written once).
+    pub(crate) fn size_of(&mut self, free: &FreeAxis) -> String {
+        let key = (free.input.clone(), free.axis);
+        if let Some((_, name)) = self.sizes.iter().find(|(k, _)| *k == key) {
+            return name.clone();
+        }
+        let axis = free.axis as i64;
+        let name = self.op(
+            "Shape",
+            &[&free.input],
+            &format!("{}_size", free.name),
+            vec![attr_int("start", axis), attr_int("end", axis + 1)],
+        );
+        self.sizes.push((key, name.clone()));
+        name
     }
 
     /// Claims `name` as it is (a user's input, output or parameter name);

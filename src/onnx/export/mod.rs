@@ -13,8 +13,11 @@
 //! [`attributes`]: crate::Differentiable::attributes
 
 mod attention;
+#[cfg(test)]
+mod bert_tests;
 mod elementwise;
 mod emit;
+mod forward;
 mod nn_ops;
 mod node;
 mod reduce_ops;
@@ -25,7 +28,8 @@ use std::path::Path;
 
 use prost::Message;
 
-pub(crate) use emit::{attr_int, Emit};
+pub(crate) use emit::{attr_int, Emit, FreeAxis};
+pub use forward::{export_forward, export_input};
 pub(crate) use node::{Mapper, NodeCtx};
 
 use super::proto::tensor_shape_proto::{dimension, Dimension};
@@ -36,7 +40,7 @@ use super::proto::{
 use super::tensor::onnx_type;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
-use crate::nn::{Forward, Module};
+use crate::nn::Module;
 use crate::tensor::Tensor;
 
 /// A value the export computes: a recorded node, or a constant computed
@@ -141,6 +145,8 @@ pub struct Exporter<'g> {
     /// Value ids of constant leaves that are module buffers (initializers).
     buffer_leaves: Vec<u32>,
     dynamic_batch: Option<String>,
+    /// Free axes asked for by value name: (value, axis, dimension name).
+    dynamic_axes: Vec<(String, usize, String)>,
     graph_name: String,
     /// Errors met while naming (reported by `to_model`).
     pending: Vec<Error>,
@@ -156,6 +162,7 @@ impl<'g> Exporter<'g> {
             leaf_names: HashMap::new(),
             buffer_leaves: Vec::new(),
             dynamic_batch: None,
+            dynamic_axes: Vec::new(),
             graph_name: "retrograd".to_string(),
             pending: Vec::new(),
         }
@@ -224,6 +231,59 @@ impl<'g> Exporter<'g> {
         self
     }
 
+    /// Makes axis `axis` of the input or output named `value` a named,
+    /// free size (`"sequence"`), as `torch.onnx.export`'s `dynamic_axes`.
+    /// Reshapes copy or infer it; a slice from 0 whose length equals a
+    /// free input axis's recorded size (a position table cut to the
+    /// sequence length, where the model read the length off its input)
+    /// ends at that axis's size when run. So record at sizes that no fixed
+    /// size of the model equals, and distinct for distinct free axes.
+    ///
+    /// ```
+    /// use retrograd::onnx::{Exporter, OnnxModel};
+    /// use retrograd::{DType, Graph, Tensor};
+    ///
+    /// let table = Tensor::from_vec((0..40).map(|i| i as f32).collect(), &[10, 4])?; // 10 positions
+    /// let graph = Graph::new();
+    /// graph.set_tracing(true);
+    /// let x = graph.variable(Tensor::ones(&[2, 3, 4], DType::F32)?); // batch 2, length 3
+    /// let positions = graph.variable(table).narrow(0, 0, 3);          // the length, read off x
+    /// let y = &x + &positions;
+    /// let bytes = Exporter::new(&graph)
+    ///     .input("x", &x)
+    ///     .output("y", &y)
+    ///     .dynamic_batch("batch")
+    ///     .dynamic_axis("x", 1, "sequence")
+    ///     .dynamic_axis("y", 1, "sequence")
+    ///     .to_bytes()?;
+    /// let model = OnnxModel::from_bytes(&bytes)?;
+    /// let out = model.infer(&[Tensor::zeros(&[5, 7, 4], DType::F32)?])?; // batch 5, length 7
+    /// assert_eq!(out[0].shape(), &[5, 7, 4]);
+    /// assert_eq!(out[0].to_f64_vec()[24..28], [24.0, 25.0, 26.0, 27.0]); // position 6
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn dynamic_axis(mut self, value: &str, axis: usize, dim_name: &str) -> Self {
+        self.dynamic_axes
+            .push((value.to_string(), axis, dim_name.to_string()));
+        self
+    }
+
+    /// The free axes of the input or output `name` of `value`: axis 0 with
+    /// a dynamic batch, and those asked for by name.
+    fn free_axes(&self, name: &str, value: &Tensor) -> Vec<(usize, String)> {
+        let mut axes: Vec<(usize, String)> = Vec::new();
+        if let Some(b) = self.dynamic_batch.as_ref().filter(|_| value.rank() > 0) {
+            axes.push((0, b.clone()));
+        }
+        for (v, axis, dim) in &self.dynamic_axes {
+            if v == name {
+                axes.retain(|(a, _)| a != axis);
+                axes.push((*axis, dim.clone()));
+            }
+        }
+        axes
+    }
+
     /// The ONNX graph's name (default `"retrograd"`).
     pub fn graph_name(mut self, name: &str) -> Self {
         self.graph_name = name.to_string();
@@ -245,6 +305,31 @@ impl<'g> Exporter<'g> {
                  pass), so that values computed from the inputs without a node (masks, \
                  comparisons, integer arithmetic) are exported as ops rather than baked in",
             ));
+        }
+        for (value, axis, dim) in &self.dynamic_axes {
+            let found = self
+                .inputs
+                .iter()
+                .chain(&self.outputs)
+                .find(|(n, _)| n == value);
+            match found {
+                None => {
+                    return Err(Error::invalid(
+                        "onnx export",
+                        format!("dynamic axis `{dim}`: no input or output is named `{value}`"),
+                    ))
+                }
+                Some((_, v)) if *axis >= v.value().rank() => {
+                    return Err(Error::invalid(
+                        "onnx export",
+                        format!(
+                            "dynamic axis `{dim}`: `{value}` has shape {:?}, no axis {axis}",
+                            v.value().shape()
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
         }
         for (name, v) in self.inputs.iter().chain(&self.outputs) {
             self.graph.check_same("onnx export", v)?;
@@ -285,7 +370,22 @@ impl<'g> Exporter<'g> {
 
     fn write_graph(&self) -> Result<GraphProto> {
         let st = self.graph.state();
-        let mut emit = Emit::new(self.dynamic_batch.is_some());
+        let free = self
+            .inputs
+            .iter()
+            .flat_map(|(name, v)| {
+                let value = v.value();
+                self.free_axes(name, value)
+                    .into_iter()
+                    .map(move |(axis, dim)| FreeAxis {
+                        size: value.shape()[axis],
+                        input: name.clone(),
+                        axis,
+                        name: dim,
+                    })
+            })
+            .collect();
+        let mut emit = Emit::new(free);
         // ONNX names of values already written, by value id.
         let mut names: HashMap<u32, String> = HashMap::new();
         for (name, v) in &self.inputs {
@@ -383,19 +483,12 @@ impl<'g> Exporter<'g> {
                 }
             }
         }
-        let batch = self.dynamic_batch.as_deref();
+        let info =
+            |(n, v): &(String, Var<'g>)| value_info(n, v.value(), &self.free_axes(n, v.value()));
         Ok(GraphProto {
             name: Some(self.graph_name.clone()),
-            input: self
-                .inputs
-                .iter()
-                .map(|(n, v)| value_info(n, v.value(), batch))
-                .collect(),
-            output: self
-                .outputs
-                .iter()
-                .map(|(n, v)| value_info(n, v.value(), batch))
-                .collect(),
+            input: self.inputs.iter().map(info).collect(),
+            output: self.outputs.iter().map(info).collect(),
             node: emit.nodes,
             initializer: emit.initializers,
             ..Default::default()
@@ -482,17 +575,17 @@ impl<'g> Exporter<'g> {
     }
 }
 
-/// The declared type and shape of a graph input or output: dimension 0
-/// named `batch` when a dynamic batch axis was asked for.
-fn value_info(name: &str, value: &Tensor, batch: Option<&str>) -> ValueInfoProto {
+/// The declared type and shape of a graph input or output: the `free`
+/// axes named (`batch`), the others their recorded sizes.
+fn value_info(name: &str, value: &Tensor, free: &[(usize, String)]) -> ValueInfoProto {
     let dim = value
         .shape()
         .iter()
         .enumerate()
         .map(|(i, &d)| Dimension {
-            value: Some(match batch {
-                Some(b) if i == 0 => dimension::Value::DimParam(b.to_string()),
-                _ => dimension::Value::DimValue(d as i64),
+            value: Some(match free.iter().find(|(a, _)| *a == i) {
+                Some((_, name)) => dimension::Value::DimParam(name.clone()),
+                None => dimension::Value::DimValue(d as i64),
             }),
             ..Default::default()
         })
@@ -508,63 +601,4 @@ fn value_info(name: &str, value: &Tensor, batch: Option<&str>) -> ValueInfoProto
         }),
         ..Default::default()
     }
-}
-
-/// A graph input for an export: a float value as a variable (so every op
-/// on it records), an integer or bool value (token ids, a mask) as a
-/// constant, whose uses tracing records ([`Graph::set_tracing`]).
-///
-/// ```
-/// use retrograd::{DType, Graph, Tensor};
-/// let graph = Graph::new();
-/// let x = retrograd::onnx::export_input(&graph, &Tensor::ones(&[2, 3], DType::F32)?)?;
-/// let ids = retrograd::onnx::export_input(&graph, &Tensor::from_vec(vec![1i64, 2], &[2])?)?;
-/// assert!(x.requires_grad() && !ids.requires_grad());
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-pub fn export_input<'g>(graph: &'g Graph, value: &Tensor) -> Result<Var<'g>> {
-    if value.is_float() {
-        graph.try_variable(value.clone())
-    } else {
-        Ok(graph.constant(value.clone()))
-    }
-}
-
-/// Records `model`'s forward pass on `example` (a float input becomes a
-/// variable, so every op on it is recorded; an integer input a constant)
-/// and writes it to `path` with input `"input"`, output `"output"`, the
-/// module's parameter names and, if `dynamic_batch`, a free batch axis.
-/// Put the model in eval mode first (`set_training(false)`).
-///
-/// ```
-/// use retrograd::nn::{Activation, Linear, Sequential};
-/// use retrograd::{DType, Tensor};
-/// let mut model = Sequential::new();
-/// model.push(Linear::new(4, 8)?);
-/// model.push(Activation::Relu);
-/// let path = std::env::temp_dir().join("retrograd_doc_export.onnx");
-/// retrograd::onnx::export_forward(&model, &Tensor::ones(&[2, 4], DType::F32)?, &path, true)?;
-/// let imported = retrograd::onnx::OnnxModel::load(&path)?;
-/// assert_eq!(imported.input_names(), ["input"]);
-/// # std::fs::remove_file(&path).ok();
-/// # Ok::<(), retrograd::Error>(())
-/// ```
-pub fn export_forward(
-    model: &dyn Forward,
-    example: &Tensor,
-    path: impl AsRef<Path>,
-    dynamic_batch: bool,
-) -> Result<()> {
-    let graph = Graph::new();
-    graph.try_set_tracing(true)?;
-    let x = export_input(&graph, example)?;
-    let y = model.forward(&x)?;
-    let mut export = Exporter::new(&graph)
-        .input("input", &x)
-        .output("output", &y)
-        .parameters_of(model);
-    if dynamic_batch {
-        export = export.dynamic_batch("batch");
-    }
-    export.save(path)
 }

@@ -26,29 +26,66 @@ pub(super) fn lookup(op: &str) -> Option<Mapper> {
     })
 }
 
-/// The target of a reshape from `from` to `to` as ONNX's `Reshape` shape.
-/// Static: the sizes themselves. With a dynamic batch axis, the leading
-/// sizes that stay put are copied (`0`) and, if the batch axis is merged
-/// or split, the first size that is not is inferred (`-1`), so the same
-/// graph reshapes any batch.
-pub(super) fn reshape_spec(e: &Emit, from: &[usize], to: &[usize]) -> Vec<i64> {
+/// The shape input of a reshape of node `n` from `from` to `to`. Static:
+/// the sizes themselves. With free axes (a dynamic batch or sequence), the
+/// leading sizes that stay put are copied (`0`); of the others, those equal
+/// to a free axis's recorded size follow it: one is inferred (`-1`), more
+/// are read off the inputs when run (`Shape` nodes concatenated with the
+/// fixed sizes: `[B * T, E]` back to `[B, T, E]`); with none and the batch
+/// axis merged or split, the first size is inferred. So the same graph
+/// reshapes any batch and length.
+fn reshape_shape(e: &mut Emit, n: &NodeCtx<'_>, from: &[usize], to: &[usize]) -> Result<String> {
+    let base = format!("{}/shape", n.out);
     let mut spec: Vec<i64> = to.iter().map(|&d| d as i64).collect();
-    if !e.dynamic_batch || from.is_empty() || to.is_empty() {
-        return spec;
+    if !e.is_dynamic() || from.is_empty() || to.is_empty() {
+        return e.ints(&base, &spec);
     }
     let kept = from.iter().zip(to).take_while(|(a, b)| a == b).count();
     for s in spec.iter_mut().take(kept) {
         *s = 0;
     }
-    if kept == 0 {
-        spec[0] = -1;
+    let mut follows = Vec::new();
+    for (i, &d) in to.iter().enumerate().skip(kept) {
+        if let Some(f) = e.free_axis_of_size(d).map_err(|r| n.unsupported(r))? {
+            follows.push((i, f));
+        }
     }
-    spec
+    match follows.as_slice() {
+        [] => {
+            if kept == 0 {
+                spec[0] = -1;
+            }
+            e.ints(&base, &spec)
+        }
+        [(i, _)] => {
+            spec[*i] = -1;
+            e.ints(&base, &spec)
+        }
+        _ => {
+            let mut parts = Vec::new();
+            let mut fixed = Vec::new();
+            for (i, &s) in spec.iter().enumerate() {
+                match follows.iter().find(|(j, _)| *j == i) {
+                    Some((_, f)) => {
+                        if !fixed.is_empty() {
+                            parts.push(e.ints(&base, &std::mem::take(&mut fixed))?);
+                        }
+                        parts.push(e.size_of(f));
+                    }
+                    None => fixed.push(s),
+                }
+            }
+            if !fixed.is_empty() {
+                parts.push(e.ints(&base, &fixed)?);
+            }
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            Ok(e.op("Concat", &parts, &base, vec![attr_int("axis", 0)]))
+        }
+    }
 }
 
 fn reshape_to(e: &mut Emit, n: &NodeCtx<'_>, to: &[usize]) -> Result<()> {
-    let spec = reshape_spec(e, n.shape(0), to);
-    let shape = e.ints(&format!("{}/shape", n.out), &spec)?;
+    let shape = reshape_shape(e, n, n.shape(0), to)?;
     e.node("Reshape", &[n.input(0), &shape], &[&n.out], vec![]);
     Ok(())
 }
@@ -121,7 +158,7 @@ fn expand(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
         .enumerate()
         .map(|(i, &d)| {
             let kept = i >= offset && from[i - offset] == d;
-            if e.dynamic_batch && kept {
+            if e.is_dynamic() && kept {
                 1
             } else {
                 d as i64
@@ -196,7 +233,18 @@ fn slice(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
     };
     let name = |what: &str| format!("{}/{what}", n.out);
     let starts = e.ints(&name("starts"), &[start])?;
-    let ends = e.ints(&name("ends"), &[end])?;
+    // A prefix as long as a free axis was recorded at (a position table cut
+    // to the sequence length) ends at that axis's size when run.
+    let follows = match (start, step, end) {
+        (0, 1, end) if end != i64::MAX => e
+            .free_axis_of_size(len as usize)
+            .map_err(|reason| n.unsupported(reason))?,
+        _ => None,
+    };
+    let ends = match follows {
+        Some(free) => e.size_of(&free),
+        None => e.ints(&name("ends"), &[end])?,
+    };
     let axes = e.ints(&name("axes"), &[dim])?;
     let steps = e.ints(&name("steps"), &[step])?;
     e.node(

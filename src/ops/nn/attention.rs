@@ -402,11 +402,15 @@ impl StructuredOp for ScaledDotProductAttention {
     fn holds(&self) -> crate::Holds {
         crate::Holds::Settings
     }
-    /// Its dropout seed: a compiled step cannot give it a fresh one yet
-    /// (its backward's fast rule would keep the old), so it refuses to
-    /// capture attention with dropout rather than repeat the mask.
+    /// Its dropout seed, replaced at every run of a compiled step; the
+    /// step's backward then runs the recorded `SdpaBackward` node with the
+    /// same fresh seed (lowering keeps a seeded op off its fast rule).
     fn seed(&self) -> Option<u64> {
         self.cfg.dropout.map(|(_, seed)| seed)
+    }
+    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+        let cfg = Config { dropout: self.cfg.dropout.map(|(p, _)| (p, seed)), ..self.cfg };
+        StructuredOp::forward(&ScaledDotProductAttention { cfg, saved: None }, inputs).map(Some)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m) = split(OP, inputs)?;

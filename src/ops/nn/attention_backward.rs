@@ -187,6 +187,11 @@ impl StructuredOp for SdpaBackward {
     fn seed(&self) -> Option<u64> {
         self.cfg.dropout.map(|(_, seed)| seed)
     }
+    /// With another dropout seed (a compiled step's run), recomputing the forward.
+    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+        let cfg = Config { dropout: self.cfg.dropout.map(|(p, _)| (p, seed)), ..self.cfg };
+        StructuredOp::forward(&SdpaBackward { cfg, saved: None }, inputs).map(Some)
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m, d_o) = split(inputs)?;
         let (o, lse) = match &self.saved {

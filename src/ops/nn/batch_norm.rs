@@ -463,13 +463,31 @@ pub struct BatchNormOutput<'g> {
 
 /// `momentum * batch + (1 - momentum) * running` per channel, in f64 (PyTorch's order).
 fn blend(running: &Tensor, batch: &[f64], momentum: f64) -> Result<Tensor> {
-    let v: Vec<f64> = running
+    let v = blended(running, batch, momentum);
+    Tensor::from_f64_slice(&v, running.shape(), running.dtype())
+}
+
+/// [`blend`]'s values, before rounding to the running statistic's dtype
+/// (shared with `batch_norm_running_stats`, so a compiled step's running
+/// statistics are the eager step's bits).
+pub(super) fn blended(running: &Tensor, batch: &[f64], momentum: f64) -> Vec<f64> {
+    running
         .to_f64_vec()
         .iter()
         .zip(batch)
         .map(|(&r, &b)| momentum * b + (1.0 - momentum) * r)
+        .collect()
+}
+
+/// The batch mean and the unbiased batch variance per channel, from the
+/// moments of `per_channel` values each.
+pub(super) fn batch_mean_var(moments: &[(f64, f64)], per_channel: usize) -> (Vec<f64>, Vec<f64>) {
+    let mean = moments.iter().map(|&(mean, _)| mean).collect();
+    let var = moments
+        .iter()
+        .map(|&(_, m2)| m2 / (per_channel as f64 - 1.0))
         .collect();
-    Tensor::from_f64_slice(&v, running.shape(), running.dtype())
+    (mean, var)
 }
 
 impl<'g> Var<'g> {
@@ -565,8 +583,7 @@ impl<'g> Var<'g> {
                 .take()
                 .unwrap_or_default();
             let m = planes(OP, x)?.per_channel();
-            let mean: Vec<f64> = moments.iter().map(|&(mean, _)| mean).collect();
-            let var: Vec<f64> = moments.iter().map(|&(_, m2)| m2 / (m as f64 - 1.0)).collect();
+            let (mean, var) = batch_mean_var(&moments, m);
             let c = [mean.len()];
             let (batch_mean, batch_var) = (
                 Tensor::from_f64_slice(&mean, &c, x.dtype())?,

@@ -6,7 +6,7 @@
 //! its bias gradient a sum.
 
 use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
+use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
@@ -75,35 +75,12 @@ impl<const D: usize> Default for ConvOptions<D> {
 }
 
 impl<const D: usize> ConvOptions<D> {
-    /// PyTorch's defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Step between windows: one number, or one per spatial dimension.
-    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
+    conv_option_setters!();
     /// Zeros around the input: a number, one per dimension, or
     /// [`Padding::Same`] / [`Padding::Valid`].
     pub fn padding(mut self, padding: impl Into<Padding<D>>) -> Self {
         self.padding = padding.into();
         self
-    }
-    /// Step between kernel taps.
-    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-    /// Channel groups (`groups = in_channels` is a depthwise convolution).
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
-    }
-
-    /// The number of channel groups.
-    pub fn group_count(&self) -> usize {
-        self.groups
     }
 
     /// The spec for a weight of spatial size `kernel` (needed by `"same"`).
@@ -222,19 +199,7 @@ impl ConvProduct for Conv {
 impl StructuredOp for Conv {
     const NAME: &'static str = "conv2d";
     const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
-    fn name(&self) -> &'static str {
-        self.name_str()
-    }
-    /// The input and the weight, then the bias if given.
-    fn arity(&self) -> Option<usize> {
-        None
-    }
+    products::conv_product_rules!(with_bias);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(x, w, b)?;
@@ -242,22 +207,6 @@ impl StructuredOp for Conv {
             let (xs, ws, bias) = (x.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
             Ok(Tensor::build::<T>(shape, |out| conv2d_forward(&geo, xs, ws, bias, out)))
         })
-    }
-    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        products::grad(self, i, g, n)
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        products::backward_fast(self, g, x, needs, grads)
-    }
-    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        products::tangent(self, i, t, n)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;
@@ -315,11 +264,7 @@ pub(crate) fn record_conv<'g, const D: usize>(
     opts: &ConvOptions<D>,
 ) -> Result<Var<'g>> {
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
-    batched(x, D, |x| {
-        let mut inputs = vec![x, weight];
-        inputs.extend(bias);
-        x.graph().record(Conv { spec }, &inputs)
-    })
+    record_batched(Conv { spec }, x, weight, bias, D)
 }
 
 impl<'g> Var<'g> {

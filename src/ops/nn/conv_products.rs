@@ -51,6 +51,50 @@ pub(super) trait ConvProduct: StructuredOp {
     fn spec(&self) -> &ConvSpec;
 }
 
+/// The [`StructuredOp`] methods every convolution op shares, inside its
+/// `impl StructuredOp`: settings held, its name per dimension
+/// (`name_str`), the derivative rule of this file ([`grad`],
+/// [`backward_fast`]); `with_bias` adds what [`Conv`] and
+/// [`ConvTranspose`] share: the spec's attributes, the optional bias
+/// input, [`tangent`].
+macro_rules! conv_product_rules {
+    () => {
+        fn holds(&self) -> crate::Holds {
+            crate::Holds::Settings
+        }
+        fn name(&self) -> &'static str {
+            self.name_str()
+        }
+        fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            products::grad(self, i, g, n)
+        }
+        fn backward_fast(
+            &self,
+            g: &Tensor,
+            x: &[&Tensor],
+            _: &Tensor,
+            needs: &[bool],
+            grads: &mut [Option<Tensor>],
+        ) -> Result<bool> {
+            products::backward_fast(self, g, x, needs, grads)
+        }
+    };
+    (with_bias) => {
+        $crate::ops::nn::conv_products::conv_product_rules!();
+        fn attributes(&self) -> OpAttributes {
+            self.spec.attributes()
+        }
+        /// The input and the weight, then the bias if given.
+        fn arity(&self) -> Option<usize> {
+            None
+        }
+        fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            products::tangent(self, i, t, n)
+        }
+    };
+}
+pub(super) use conv_product_rules;
+
 /// A value the products apply to: a recorded [`Var`] (backward, tangents)
 /// or a plain [`Tensor`] (the first-order fast path).
 trait Operand: Sized {

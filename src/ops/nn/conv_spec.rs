@@ -13,6 +13,7 @@
 
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
+use crate::core::Differentiable;
 use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
 use crate::ops::nn::spatial::Window;
@@ -233,6 +234,41 @@ impl ConvSpec {
     }
 }
 
+/// The builders the convolutions' options share (`ConvOptions`,
+/// `ConvTransposeOptions`, generic over `D` spatial dimensions, with
+/// `stride`, `dilation` and `groups` fields): `new`, `stride`, `dilation`,
+/// `groups`, `group_count`.
+macro_rules! conv_option_setters {
+    () => {
+        /// PyTorch's defaults.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// Step between windows: one number, or one per spatial dimension
+        /// (for a transposed convolution, that of the convolution it
+        /// transposes: the upsampling factor).
+        pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
+            self.stride = stride.spatial();
+            self
+        }
+        /// Step between kernel taps.
+        pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
+            self.dilation = dilation.spatial();
+            self
+        }
+        /// Channel groups (`groups = in_channels` is a depthwise convolution).
+        pub fn groups(mut self, groups: usize) -> Self {
+            self.groups = groups;
+            self
+        }
+        /// The number of channel groups.
+        pub fn group_count(&self) -> usize {
+            self.groups
+        }
+    };
+}
+pub(super) use conv_option_setters;
+
 /// A per-dimension setting of a `D`-d convolution over two spatial
 /// dimensions: a 1-d setting is the width's, with `fill` for the height.
 pub fn lift<const D: usize>(v: [usize; D], fill: usize) -> [usize; 2] {
@@ -243,18 +279,25 @@ pub fn lift<const D: usize>(v: [usize; D], fill: usize) -> [usize; 2] {
     }
 }
 
-/// Records `f` on `x` with a batch dim: an unbatched input (`[C, spatial...]`,
-/// rank `spatial + 1`) runs as a batch of one and its output loses that dim
-/// again, as PyTorch's convolutions accept.
-pub fn batched<'g>(
+/// Records the convolution op `op` on `x`, `weight` and, if given, `bias`,
+/// lifting an unbatched `x` (`[C, spatial...]`, `spatial` dims) to a batch
+/// of one and back, as PyTorch accepts.
+pub fn record_batched<'g>(
+    op: impl Differentiable,
     x: &Var<'g>,
+    weight: &Var<'g>,
+    bias: Option<&Var<'g>>,
     spatial: usize,
-    f: impl FnOnce(&Var<'g>) -> Result<Var<'g>>,
 ) -> Result<Var<'g>> {
+    let record = |x: &Var<'g>| {
+        let mut inputs = vec![x, weight];
+        inputs.extend(bias);
+        x.graph().record(op, &inputs)
+    };
     if x.shape().len() != spatial + 1 {
-        return f(x);
+        return record(x);
     }
-    f(&x.try_unsqueeze(0)?)?.try_squeeze_dim(0)
+    record(&x.try_unsqueeze(0)?)?.try_squeeze_dim(0)
 }
 
 /// Checks that an optional bias is `[channels]` of `x`'s dtype.

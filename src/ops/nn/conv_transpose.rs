@@ -5,7 +5,7 @@
 //! are a `Conv` (input) and a `ConvWeight` (weight): `conv_products.rs`.
 
 use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{batched, check_bias, lift, sample, split_inputs, ConvSpec};
+use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
@@ -45,15 +45,7 @@ impl<const D: usize> Default for ConvTransposeOptions<D> {
 }
 
 impl<const D: usize> ConvTransposeOptions<D> {
-    /// PyTorch's defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// The stride of the convolution this transposes (the upsampling factor).
-    pub fn stride(mut self, v: impl Spatial<D>) -> Self {
-        self.stride = v.spatial();
-        self
-    }
+    conv_option_setters!();
     /// The padding of the convolution this transposes: trims the output.
     pub fn padding(mut self, v: impl Spatial<D>) -> Self {
         self.padding = v.spatial();
@@ -65,21 +57,6 @@ impl<const D: usize> ConvTransposeOptions<D> {
     pub fn output_padding(mut self, v: impl Spatial<D>) -> Self {
         self.output_padding = v.spatial();
         self
-    }
-    /// Step between kernel taps.
-    pub fn dilation(mut self, v: impl Spatial<D>) -> Self {
-        self.dilation = v.spatial();
-        self
-    }
-    /// Channel groups.
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
-    }
-
-    /// The number of channel groups.
-    pub fn group_count(&self) -> usize {
-        self.groups
     }
 
     fn spec(&self, op: &'static str) -> Result<ConvSpec> {
@@ -187,19 +164,7 @@ impl ConvProduct for ConvTranspose {
 impl StructuredOp for ConvTranspose {
     const NAME: &'static str = "conv_transpose2d";
     const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
-    fn name(&self) -> &'static str {
-        self.name_str()
-    }
-    /// The input and the weight, then the bias if given.
-    fn arity(&self) -> Option<usize> {
-        None
-    }
+    products::conv_product_rules!(with_bias);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (z, w, b) = split_inputs(self.name_str(), inputs)?;
         let (shape, geo) = self.plan(z, w, b)?;
@@ -207,22 +172,6 @@ impl StructuredOp for ConvTranspose {
             let (zs, ws, bias) = (z.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
             Ok(Tensor::build::<T>(shape, |out| conv2d_input_grad(&geo, zs, ws, bias, out)))
         })
-    }
-    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        products::grad(self, i, g, n)
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        products::backward_fast(self, g, x, needs, grads)
-    }
-    fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        products::tangent(self, i, t, n)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;
@@ -287,11 +236,7 @@ fn record_transpose<'g, const D: usize>(
     opts: &ConvTransposeOptions<D>,
 ) -> Result<Var<'g>> {
     let spec = opts.spec(op)?;
-    batched(x, D, |x| {
-        let mut inputs = vec![x, weight];
-        inputs.extend(bias);
-        x.graph().record(ConvTranspose { spec }, &inputs)
-    })
+    record_batched(ConvTranspose { spec }, x, weight, bias, D)
 }
 
 impl<'g> Var<'g> {

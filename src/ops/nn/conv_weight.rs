@@ -79,16 +79,11 @@ impl ConvProduct for ConvWeight {
 impl StructuredOp for ConvWeight {
     const NAME: &'static str = "conv2d_weight";
     const INPUTS: &'static [&'static str] = &["input", "grad_output"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    products::conv_product_rules!();
     /// Bilinear, with no bias: the tangents are derived.
     const LINEAR: &'static [usize] = &[0, 1];
     fn attributes(&self) -> OpAttributes {
         self.spec.attributes().ints("kernel", &self.kernel)
-    }
-    fn name(&self) -> &'static str {
-        self.name_str()
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, gy) = (inputs[0], inputs[1]);
@@ -97,19 +92,6 @@ impl StructuredOp for ConvWeight {
             let (xs, gys) = (x.as_slice_of::<T>(), gy.as_slice_of::<T>());
             Ok(Tensor::build::<T>(shape, |out| conv2d_weight_grad(&geo, xs, gys, out)))
         })
-    }
-    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        products::grad(self, i, g, n)
-    }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        products::backward_fast(self, g, x, needs, grads)
     }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;

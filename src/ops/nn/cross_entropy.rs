@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::class_targets::{target_shape, ClassLossSpec};
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
 use super::support::{
-    captured_indices, reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction,
+    index_source, reduce_lanes, sum_axis, to_i64_list, IndexSource, IntIndex, Indices, Reduction,
 };
 use crate::error::Result;
 use crate::graph::Var;
@@ -181,13 +181,13 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_cross_entropy<T: Indices + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
+    pub fn try_cross_entropy<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
         self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
     }
 
     /// Like [`try_cross_entropy`](Self::try_cross_entropy), but panics with its error at the caller's line.
     #[track_caller]
-    pub fn cross_entropy<T: Indices + ?Sized>(&self, targets: &T) -> Var<'g> {
+    pub fn cross_entropy<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
         crate::error::or_panic(self.try_cross_entropy(targets))
     }
 
@@ -208,23 +208,28 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_cross_entropy_with<T: Indices + ?Sized>(
+    pub fn try_cross_entropy_with<T: Indices<'g> + ?Sized>(
         &self,
         targets: &T,
         options: &CrossEntropyOptions,
     ) -> Result<Var<'g>> {
         let lanes = target_shape(self.shape());
-        if let Some(t) = captured_indices(self.graph(), "cross_entropy", targets, &lanes)? {
-            return self.try_cross_entropy_input(&t, options);
+        match index_source(self.graph(), "cross_entropy", targets, &lanes)? {
+            IndexSource::Input(t) => {
+                self.graph().record(CrossEntropy::with_options(options), &[self, &t])
+            }
+            IndexSource::Stored(list) => {
+                self.graph().record(CrossEntropy::new(&list[..], options), &[self])
+            }
         }
-        self.graph()
-            .record(CrossEntropy::new(&targets.index_list("cross_entropy")?[..], options), &[self])
     }
 
     /// Cross-entropy against class targets held in a value of the graph (an
     /// integer or float tensor of class indices, one per sample) rather than
     /// stored in the op: the form a [compiled step](crate::compile) needs,
-    /// where the targets are an input that changes every run.
+    /// where the targets are an input that changes every run. The same as
+    /// [`try_cross_entropy_with`](Self::try_cross_entropy_with) given the
+    /// `Var` (one mechanism: see [`Indices`](crate::ops::nn::Indices)).
     ///
     /// ```
     /// use retrograd::{Graph, Tensor};
@@ -240,7 +245,7 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn try_cross_entropy_input(&self, targets: &Var<'g>, options: &CrossEntropyOptions) -> Result<Var<'g>> {
-        self.graph().record(CrossEntropy::with_options(options), &[self, targets])
+        self.try_cross_entropy_with(targets, options)
     }
 
     /// Like [`try_cross_entropy_input`](Self::try_cross_entropy_input), but panics with its error at the caller's line.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::support::{
-    captured_indices, check_indices, indices_from_tensor, to_i64_list, Indices, IntIndex,
+    check_indices, index_source, indices_from_tensor, to_i64_list, IndexSource, Indices, IntIndex,
 };
 use crate::error::{Error, Result};
 use crate::graph::Var;
@@ -302,10 +302,16 @@ impl<'g> Var<'g> {
     /// // Token ids as an i64 tensor, laid out in its own shape.
     /// let ids = Tensor::from_vec(vec![2i64, 0], &[1, 2])?;
     /// assert_eq!(w.try_embedding(&ids, ids.shape())?.value().to_f64_vec(), vec![20., 21., 0., 1.]);
+    /// // Token ids as a value of the graph: the node's input, so the node
+    /// // depends on them (an ONNX export takes them as its input).
+    /// let ids = g.constant(ids);
+    /// let e = w.try_embedding(&ids, ids.shape())?;
+    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1.]);
+    /// assert_eq!(g.node(g.len() - 1).unwrap().inputs().len(), 2);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_embedding<T: Indices + ?Sized>(
+    pub fn try_embedding<T: Indices<'g> + ?Sized>(
         &self,
         indices: &T,
         index_shape: &[usize],
@@ -315,31 +321,8 @@ impl<'g> Var<'g> {
 
     /// Like [`try_embedding`](Self::try_embedding), but panics with its error at the caller's line.
     #[track_caller]
-    pub fn embedding<T: Indices + ?Sized>(&self, indices: &T, index_shape: &[usize]) -> Var<'g> {
+    pub fn embedding<T: Indices<'g> + ?Sized>(&self, indices: &T, index_shape: &[usize]) -> Var<'g> {
         crate::error::or_panic(self.try_embedding(indices, index_shape))
-    }
-
-    /// Looks up rows of this `[V, D]` weight at the ids `indices` holds (an
-    /// integer value of the graph, any shape), like
-    /// [`try_embedding`](Self::try_embedding), but with the ids as an input
-    /// of the recorded node rather than a list stored in it: the node
-    /// depends on the ids' value, so an exported graph takes them as its
-    /// input (see `retrograd::onnx`).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let w = g.variable(Tensor::from_vec(vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?);
-    /// let ids = g.constant(Tensor::from_vec(vec![2i64, 0], &[1, 2])?);
-    /// let e = w.try_embedding_from(&ids)?;
-    /// assert_eq!(e.value().to_f64_vec(), vec![20., 21., 0., 1.]);
-    /// assert_eq!(g.node(0).unwrap().inputs().len(), 2);
-    /// assert_eq!(e.sum().backward()?.wrt(&w).to_f64_vec(), vec![1., 1., 0., 0., 1., 1.]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn try_embedding_from(&self, indices: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Embedding::default(), &[self, indices])
     }
 
     /// Embedding lookup with a `padding_idx` (negative counts from the end):
@@ -355,22 +338,22 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_embedding_with<T: Indices + ?Sized>(
+    pub fn try_embedding_with<T: Indices<'g> + ?Sized>(
         &self,
         indices: &T,
         index_shape: &[usize],
         padding_idx: Option<i64>,
     ) -> Result<Var<'g>> {
-        if let Some(ids) = captured_indices(self.graph(), "embedding", indices, index_shape)? {
-            let spec = IndexSpec { stored: None, padding_idx };
-            let op = Embedding { spec, zero_padding: false };
-            return self.graph().record(op, &[self, &ids]);
+        match index_source(self.graph(), "embedding", indices, index_shape)? {
+            IndexSource::Input(ids) => {
+                let spec = IndexSpec { stored: None, padding_idx };
+                let op = Embedding { spec, zero_padding: false };
+                self.graph().record(op, &[self, &ids])
+            }
+            IndexSource::Stored(list) => self
+                .graph()
+                .record(Embedding::new(&list[..], index_shape, padding_idx)?, &[self]),
         }
-        self.graph()
-            .record(
-                Embedding::new(&indices.index_list("embedding")?[..], index_shape, padding_idx)?,
-                &[self],
-            )
     }
 }
 

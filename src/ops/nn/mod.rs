@@ -17,7 +17,8 @@
 //!   fuses the input's and the weight's gradients into one sweep, same bits
 //!   as the two ops), `rms_norm.rs`, `batch_norm.rs` (training and eval
 //!   mode; the running statistics returned updated in `BatchNormOutput`) +
-//!   `batch_norm_backward.rs`, `group_norm.rs` (gradients through the
+//!   `batch_norm_backward.rs` + `batch_norm_running.rs` (the running
+//!   statistics' update as a node, for a compiled step's state update), `group_norm.rs` (gradients through the
 //!   layer-norm ops on an `[N, G, C/G·S]` view); what they share (optional
 //!   affine inputs, each input's role, the `eps` check): `normalization.rs`;
 //! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
@@ -27,12 +28,8 @@
 //!   three bilinear products, each the others' derivative
 //!   (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
 //!   `Window`, the output size of a sliding window, shared with pooling;
-//! - pooling: `pool.rs` (`MaxPool2dOptions`, `AvgPool2dOptions`, window
-//!   geometry and input checks, the ops' shared facts), `max_pool.rs`
-//!   (argmax saved in forward, tagged by its output buffer; the scatter
-//!   `max_pool2d_backward` and the gather `max_pool2d_gather`, each the
-//!   other's derivative), `avg_pool.rs` (fixed or adaptive windows, and the
-//!   linear `_backward` adjoint);
+//! - pooling: `pool/`, one file per op and one line per file in its
+//!   `with_poolings!` list (its module docs say what follows from it);
 //! - attention: `attention.rs` (`SdpaOptions`, `AttnMask`: additive float
 //!   or bool, read as the additive 0/-inf mask by `additive_mask`; fully
 //!   masked rows give 0 and no gradient, as PyTorch 2.5+; the per-node
@@ -48,7 +45,6 @@ mod class_targets;
 mod conv_products;
 mod conv_spec;
 mod normalization;
-pub mod pool;
 pub mod spatial;
 pub mod support;
 
@@ -58,7 +54,7 @@ pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
 pub use cross_entropy::CrossEntropyOptions;
 pub use nll::NllLossOptions;
-pub use pool::{AvgPool2dOptions, MaxPool2dOptions};
+pub use pool::options::*;
 pub use spatial::{Spatial, Window};
 pub use support::{Indices, IntIndex, Reduction};
 
@@ -69,9 +65,9 @@ op_families! {
     fn register;
     attention,
     attention_backward,
-    avg_pool,
     batch_norm,
     batch_norm_backward,
+    batch_norm_running,
     bce,
     conv,
     conv_transpose,
@@ -83,7 +79,7 @@ op_families! {
     group_norm,
     layer_norm,
     layer_norm_backward,
-    max_pool,
+    pool,
     mse,
     nll,
     rms_norm,
@@ -117,16 +113,15 @@ mod tests {
             "layer_norm",
             "layer_norm_backward",
             "layer_norm_weight_backward",
-            "max_pool2d",
+            // The poolings' companion ops (the poolings themselves: `pool/mod.rs`).
             "max_pool2d_backward",
             "max_pool2d_gather",
-            "avg_pool2d",
             "avg_pool2d_backward",
-            "adaptive_avg_pool2d",
             "adaptive_avg_pool2d_backward",
             "batch_norm",
             "batch_norm_backward",
             "batch_norm_weight_backward",
+            "batch_norm_running_stats",
             "group_norm",
             "rms_norm",
             "rms_norm_backward",

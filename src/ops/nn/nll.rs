@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::class_targets::{target_shape, ClassLossSpec};
-use super::support::{captured_indices, reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
+use super::support::{index_source, reduce_lanes, to_i64_list, IndexSource, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -201,13 +201,13 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_nll_loss<T: Indices + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
+    pub fn try_nll_loss<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
         self.try_nll_loss_with(targets, &NllLossOptions::default())
     }
 
     /// Like [`try_nll_loss`](Self::try_nll_loss), but panics with its error at the caller's line.
     #[track_caller]
-    pub fn nll_loss<T: Indices + ?Sized>(&self, targets: &T) -> Var<'g> {
+    pub fn nll_loss<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
         crate::error::or_panic(self.try_nll_loss(targets))
     }
 
@@ -226,22 +226,24 @@ impl<'g> Var<'g> {
     /// # Ok::<(), retrograd::Error>(())
     /// ```
     #[track_caller]
-    pub fn try_nll_loss_with<T: Indices + ?Sized>(
+    pub fn try_nll_loss_with<T: Indices<'g> + ?Sized>(
         &self,
         targets: &T,
         options: &NllLossOptions,
     ) -> Result<Var<'g>> {
         let lanes = target_shape(self.shape());
-        if let Some(t) = captured_indices(self.graph(), "nll_loss", targets, &lanes)? {
-            return self.graph().record(NllLoss::with_options(options), &[self, &t]);
+        match index_source(self.graph(), "nll_loss", targets, &lanes)? {
+            IndexSource::Input(t) => self.graph().record(NllLoss::with_options(options), &[self, &t]),
+            IndexSource::Stored(list) => self.graph().record(NllLoss::new(&list[..], options), &[self]),
         }
-        self.graph().record(NllLoss::new(&targets.index_list("nll_loss")?[..], options), &[self])
     }
 
     /// `nll_loss` against class targets held in a value of the graph (an
     /// integer or float tensor of class indices, one per sample) rather
     /// than stored in the op: the form a [compiled step](crate::compile)
-    /// replays on each run's targets.
+    /// replays on each run's targets. The same as
+    /// [`try_nll_loss_with`](Self::try_nll_loss_with) given the `Var` (one
+    /// mechanism: see [`Indices`](crate::ops::nn::Indices)).
     ///
     /// ```
     /// use retrograd::{Graph, Tensor};
@@ -256,7 +258,7 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn try_nll_loss_input(&self, targets: &Var<'g>, options: &NllLossOptions) -> Result<Var<'g>> {
-        self.graph().record(NllLoss::with_options(options), &[self, targets])
+        self.try_nll_loss_with(targets, options)
     }
 
     /// Like [`try_nll_loss_input`](Self::try_nll_loss_input), but panics with its error at the caller's line.

@@ -63,9 +63,17 @@ macro_rules! index_types {
 index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
 
 /// Class targets or embedding indices as the losses and `embedding` take
-/// them: a slice, array or `Vec` of any [`IntIndex`] type, or a [`Tensor`]
+/// them: a slice, array or `Vec` of any [`IntIndex`] type, a [`Tensor`]
 /// of dtype `i64` (or f32/f64 holding whole numbers), read in row-major
-/// order. A bool tensor is `Error::WrongDType`.
+/// order, or a value of the graph ([`Var`]) holding such a tensor. A bool
+/// tensor is `Error::WrongDType`.
+///
+/// Where the op finds them is one decision for every op that takes
+/// indices: a graph value (a `Var`, or a tensor while a
+/// [compiled step](crate::compile) captures) is an *input* of the recorded
+/// node, so the node depends on the value (an ONNX export takes it as the
+/// graph's input, a compiled step reads each run's); anything else is a
+/// list stored in the op.
 ///
 /// ```
 /// use retrograd::{Graph, Tensor};
@@ -74,42 +82,49 @@ index_types!(usize, u64, u32, u16, u8, i64, i32, i16, i8, isize);
 /// let ids = Tensor::from_vec(vec![0i64, 1], &[2])?;
 /// let a = logits.try_cross_entropy(&ids)?.value().try_item()?;
 /// let b = logits.try_cross_entropy(&[0usize, 1])?.value().try_item()?;
+/// let c = logits.try_cross_entropy(&g.constant(ids))?.value().try_item()?; // the node's input
 /// assert_eq!(a, b);
+/// assert_eq!(a, c);
 /// assert!(logits.try_cross_entropy(&Tensor::from_vec(vec![true, false], &[2])?).is_err());
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-pub trait Indices {
+pub trait Indices<'g> {
     /// The indices as `i64`s, row-major; errors name `op`.
     fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>>;
 
-    /// The indices as a tensor, when they are one: while a
-    /// [compiled step](crate::compile) captures, an op then takes them as
-    /// an input of its node (bound to the step's input they come from)
-    /// rather than storing them, so that every run reads its own.
+    /// The indices as a tensor, when they are one: while a compiled step
+    /// captures, an op takes them as an input of its node (bound to the
+    /// step's input they come from) rather than storing them.
     fn as_tensor(&self) -> Option<&Tensor> {
+        None
+    }
+
+    /// The graph value holding the indices, when they are one: always the
+    /// node's input.
+    fn as_value(&self) -> Option<&Var<'g>> {
         None
     }
 }
 
-impl<I: IntIndex> Indices for [I] {
+impl<I: IntIndex> Indices<'_> for [I] {
     fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
         Ok(to_i64_list(self))
     }
 }
 
-impl<I: IntIndex, const N: usize> Indices for [I; N] {
+impl<I: IntIndex, const N: usize> Indices<'_> for [I; N] {
     fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
         Ok(to_i64_list(self))
     }
 }
 
-impl<I: IntIndex> Indices for Vec<I> {
+impl<I: IntIndex> Indices<'_> for Vec<I> {
     fn index_list(&self, _op: &'static str) -> Result<Arc<[i64]>> {
         Ok(to_i64_list(self))
     }
 }
 
-impl Indices for Tensor {
+impl Indices<'_> for Tensor {
     fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>> {
         indices_from_tensor(op, self)
     }
@@ -118,24 +133,65 @@ impl Indices for Tensor {
     }
 }
 
-/// While `graph` captures a compiled step, indices given as a tensor
-/// become a value of the graph (bound at every run to the input they come
-/// from), laid out in `shape`; otherwise `None` and the op stores them.
-pub(crate) fn captured_indices<'g, T: Indices + ?Sized>(
+impl<'g> Indices<'g> for Var<'g> {
+    fn index_list(&self, op: &'static str) -> Result<Arc<[i64]>> {
+        indices_from_tensor(op, self.value())
+    }
+    fn as_tensor(&self) -> Option<&Tensor> {
+        Some(self.value())
+    }
+    fn as_value(&self) -> Option<&Var<'g>> {
+        Some(self)
+    }
+}
+
+/// Where an op's indices come from (see [`Indices`]).
+pub(crate) enum IndexSource<'g> {
+    /// A list the op stores.
+    Stored(Arc<[i64]>),
+    /// A value of the graph, laid out in the op's index shape: the node's
+    /// last input.
+    Input(Var<'g>),
+}
+
+/// Decides where `op` on `graph` finds `indices`, laid out in `shape`: a
+/// graph value (a `Var`; a tensor while `graph` captures a compiled step,
+/// bound at every run to the input it comes from) is the node's input,
+/// anything else a stored list. A `Var` of another graph is
+/// `Error::ForeignVariable`; one whose element count is not `shape`'s,
+/// `Error::ElementCount`.
+pub(crate) fn index_source<'g, T: Indices<'g> + ?Sized>(
     graph: &'g crate::Graph,
     op: &'static str,
     indices: &T,
     shape: &[usize],
-) -> Result<Option<crate::Var<'g>>> {
-    let Some(t) = indices.as_tensor().filter(|_| graph.is_capturing()) else {
-        return Ok(None);
+) -> Result<IndexSource<'g>> {
+    let n = crate::tensor::shape::checked_numel(op, shape)?;
+    let value = match (indices.as_value(), indices.as_tensor()) {
+        (Some(v), _) => {
+            graph.check_same(op, v)?;
+            if v.value().numel() != n {
+                return Err(Error::ElementCount {
+                    op,
+                    len: v.value().numel(),
+                    shape: shape.to_vec(),
+                });
+            }
+            v.clone()
+        }
+        // A captured tensor of the wrong count is stored, so that the op
+        // reports the count as the eager op does.
+        (None, Some(t)) if graph.is_capturing() && t.numel() == n => {
+            let laid_out = if t.shape() == shape { t.clone() } else { t.reshape(shape)? };
+            return Ok(IndexSource::Input(graph.constant(laid_out)));
+        }
+        _ => return Ok(IndexSource::Stored(indices.index_list(op)?)),
     };
-    if t.numel() != crate::tensor::shape::checked_numel(op, shape)? {
-        // The stored form reports the count, as the eager op does.
-        return Ok(None);
+    if value.shape() == shape {
+        return Ok(IndexSource::Input(value));
     }
-    let laid_out = if t.shape() == shape { t.clone() } else { t.reshape(shape)? };
-    Ok(Some(graph.constant(laid_out)))
+    let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+    Ok(IndexSource::Input(value.try_reshape(&dims)?))
 }
 
 /// Converts indices to a shared `i64` list.

@@ -342,7 +342,7 @@ pub(super) fn gather<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
         } else {
             idx.clone()
         };
-        return one(x.try_embedding_from(&index)?);
+        return one(x.try_embedding(&index, index.shape())?);
     }
     let index = Tensor::from_vec(ids.clone(), idx.shape())?;
     if idx.shape().is_empty() {

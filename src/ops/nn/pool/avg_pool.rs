@@ -9,16 +9,140 @@
 
 use std::sync::Arc;
 
-use super::pool::{facts, adaptive, smooth, AvgPool2dOptions, Geometry, SAMPLE_SHAPE};
-use super::spatial::Spatial;
+use super::geometry::{adaptive, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
+use super::Pooling2d;
+use crate::ops::nn::Spatial;
 use crate::ops::OpAttributes;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, Divisor};
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
+
+/// Options of [`Var::avg_pool2d`](crate::Var::avg_pool2d), PyTorch's
+/// `F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override)`: the stride defaults to the kernel
+/// size, padding (zeros, at most half the kernel) to 0; padded positions
+/// count in the divisor unless `count_include_pad(false)`; a
+/// `divisor_override` replaces the divisor.
+///
+/// ```
+/// use retrograd::AvgPool2dOptions;
+/// let o = AvgPool2dOptions::new(2).padding(1).count_include_pad(false);
+/// assert_eq!(o.stride_size(), [2, 2]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvgPool2dOptions {
+    window: Sliding,
+    count_include_pad: bool,
+    divisor_override: Option<usize>,
+}
+
+impl AvgPool2dOptions {
+    /// A `kernel` window with PyTorch's defaults for the rest.
+    pub fn new(kernel: impl Spatial<2>) -> Self {
+        AvgPool2dOptions {
+            window: Sliding::new(kernel),
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+    sliding_window_setters!();
+    /// Zeros added on both sides (at most `kernel / 2`).
+    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
+        self.window.padding = padding.spatial();
+        self
+    }
+    /// Whether padded positions count in the divisor (default `true`).
+    pub fn count_include_pad(mut self, count_include_pad: bool) -> Self {
+        self.count_include_pad = count_include_pad;
+        self
+    }
+    /// A fixed divisor for every window (must be > 0), or `None` (default).
+    pub fn divisor_override(mut self, divisor: Option<usize>) -> Self {
+        self.divisor_override = divisor;
+        self
+    }
+    /// The divisor override, if any.
+    pub fn divisor(&self) -> Option<usize> {
+        self.divisor_override
+    }
+    /// The settings by name: `kernel`, `stride`, `padding`, `ceil_mode`,
+    /// `count_include_pad` and `divisor_override` when set.
+    pub fn attributes(&self) -> OpAttributes {
+        self.window
+            .attributes()
+            .bool("ceil_mode", self.window.ceil_mode)
+            .bool("count_include_pad", self.count_include_pad)
+            .int_opt("divisor_override", self.divisor_override)
+    }
+    /// The window plan for input `x`.
+    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
+        if self.divisor_override == Some(0) {
+            return Err(Error::invalid(op, "divisor_override must be > 0, got 0"));
+        }
+        self.window.geometry(op, x, self.count_include_pad)
+    }
+}
+
+/// Options of [`Var::adaptive_avg_pool2d`](crate::Var::adaptive_avg_pool2d)
+/// (PyTorch's `F.adaptive_avg_pool2d(x, output_size)`): the output size,
+/// one number or `[h, w]`; any of them converts into it.
+///
+/// ```
+/// use retrograd::AdaptiveAvgPool2dOptions;
+/// assert_eq!(AdaptiveAvgPool2dOptions::new(1).output_size(), [1, 1]);
+/// assert_eq!(AdaptiveAvgPool2dOptions::from([2, 3]).output_size(), [2, 3]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveAvgPool2dOptions {
+    output_size: [usize; 2],
+}
+
+impl AdaptiveAvgPool2dOptions {
+    /// Pooling to `output_size`.
+    pub fn new(output_size: impl Spatial<2>) -> Self {
+        AdaptiveAvgPool2dOptions {
+            output_size: output_size.spatial(),
+        }
+    }
+    /// The output size.
+    pub fn output_size(&self) -> [usize; 2] {
+        self.output_size
+    }
+}
+
+impl<S: Spatial<2>> From<S> for AdaptiveAvgPool2dOptions {
+    fn from(output_size: S) -> Self {
+        AdaptiveAvgPool2dOptions::new(output_size)
+    }
+}
+
+impl Pooling2d for AvgPool2dOptions {
+    const NAME: &'static str = "avg_pool2d";
+    fn pool<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        x.try_avg_pool2d(self)
+    }
+}
+
+impl Pooling2d for AdaptiveAvgPool2dOptions {
+    const NAME: &'static str = "adaptive_avg_pool2d";
+    fn pool<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        x.try_adaptive_avg_pool2d(self.output_size)
+    }
+}
+
+/// `g` (shaped like `x` average-pooled with `options`) spread back over
+/// `x`'s windows: the recorded, differentiable adjoint of `avg_pool2d`,
+/// for poolings built on it (`lp_pool2d`).
+pub(super) fn avg_pool2d_adjoint<'g>(g: &Var<'g>, x: &Var<'g>, options: &AvgPool2dOptions) -> Result<Var<'g>> {
+    let op = AvgPool2dBackward {
+        windows: Windows::Fixed(options.clone()),
+    };
+    g.graph().record(op, &[g, x])
+}
 
 /// Which windows an average pooling uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,8 +424,7 @@ impl<'g> Var<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
-    use crate::{gradcheck, jvpcheck, DType, Graph};
+        use crate::{gradcheck, jvpcheck, DType, Graph};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

@@ -18,7 +18,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::pool::{facts, distinct, smooth, Geometry, MaxPool2dOptions, SAMPLE_SHAPE};
+use super::geometry::{distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
+use super::Pooling2d;
 use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
@@ -26,7 +27,64 @@ use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, NO_INDEX};
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::nn::Spatial;
 use crate::tensor::{Dims, Tensor};
+
+/// Options of [`Var::max_pool2d`](crate::Var::max_pool2d), PyTorch's
+/// `F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)`:
+/// the stride defaults to the kernel size, padding to 0 (padded positions
+/// are ignored, as if `-inf`; at most half the kernel), dilation to 1.
+/// Sizes take one number or `[h, w]`.
+///
+/// ```
+/// use retrograd::MaxPool2dOptions;
+/// let o = MaxPool2dOptions::new(3).stride(2).padding([1, 0]).ceil_mode(true);
+/// assert_eq!(o.kernel_size(), [3, 3]);
+/// assert_eq!(o.stride_size(), [2, 2]);
+/// assert_eq!(MaxPool2dOptions::new([2, 3]).stride_size(), [2, 3]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaxPool2dOptions {
+    window: Sliding,
+}
+
+impl MaxPool2dOptions {
+    /// A `kernel` window with PyTorch's defaults for the rest.
+    pub fn new(kernel: impl Spatial<2>) -> Self {
+        MaxPool2dOptions {
+            window: Sliding::new(kernel),
+        }
+    }
+    sliding_window_setters!();
+    /// Ignored positions added on both sides (at most `kernel / 2`).
+    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
+        self.window.padding = padding.spatial();
+        self
+    }
+    /// The step between the taps of a window.
+    pub fn dilation(mut self, dilation: impl Spatial<2>) -> Self {
+        self.window.dilation = dilation.spatial();
+        self
+    }
+    /// The settings by name: `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`.
+    pub fn attributes(&self) -> OpAttributes {
+        self.window
+            .attributes()
+            .ints("dilation", &self.window.dilation)
+            .bool("ceil_mode", self.window.ceil_mode)
+    }
+    /// The window plan for input `x`.
+    pub(super) fn geometry(&self, op: &'static str, x: &Tensor) -> Result<Geometry> {
+        self.window.geometry(op, x, false)
+    }
+}
+
+impl Pooling2d for MaxPool2dOptions {
+    const NAME: &'static str = "max_pool2d";
+    fn pool<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        x.try_max_pool2d(self)
+    }
+}
 
 /// Argmax positions, one per output element (flat within its plane).
 type Indices = Arc<Vec<u32>>;
@@ -227,7 +285,7 @@ fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Ind
 fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
     const OP: &str = "max_pool2d_gather";
     let geo = opts.geometry(OP, x)?;
-    super::spatial::check_same_dtype(OP, x, t)?;
+    crate::ops::nn::spatial::check_same_dtype(OP, x, t)?;
     if t.shape() != x.shape() {
         return Err(Error::shape_mismatch(OP, x.shape(), t.shape()));
     }
