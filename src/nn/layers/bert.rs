@@ -126,6 +126,28 @@ impl BertEmbeddings {
         token_type_ids: Option<&Var<'g>>,
     ) -> Result<Var<'g>> {
         let t = input_ids.shape()[1];
+        let positions = input_ids
+            .graph()
+            .param(self.position_embeddings.weight())
+            .try_narrow(0, 0, t)?;
+        self.embed(
+            "BertModel: token_type_ids",
+            input_ids,
+            token_type_ids,
+            &positions,
+        )
+    }
+
+    /// `(words + types) + positions` (transformers' order), then the layer
+    /// norm and dropout: what the padded and the packed forms share.
+    /// `positions` broadcasts against the ids' lookups.
+    fn embed<'g>(
+        &self,
+        op: &'static str,
+        input_ids: &Var<'g>,
+        token_type_ids: Option<&Var<'g>>,
+        positions: &Var<'g>,
+    ) -> Result<Var<'g>> {
         let graph = input_ids.graph();
         let words = graph
             .param(self.word_embeddings.weight())
@@ -134,22 +156,14 @@ impl BertEmbeddings {
         let types = match token_type_ids {
             Some(tt) => {
                 if tt.shape() != input_ids.shape() {
-                    return Err(Error::shape_mismatch(
-                        "BertModel: token_type_ids",
-                        input_ids.shape(),
-                        tt.shape(),
-                    ));
+                    return Err(Error::shape_mismatch(op, input_ids.shape(), tt.shape()));
                 }
                 types.try_embedding(tt, tt.shape())?
             }
             // Every token of type 0: row 0, broadcast.
             None => types.try_narrow(0, 0, 1)?,
         };
-        let positions = graph
-            .param(self.position_embeddings.weight())
-            .try_narrow(0, 0, t)?;
-        // transformers' order: (words + types) + positions.
-        let x = words.try_add(&types)?.try_add(&positions)?;
+        let x = words.try_add(&types)?.try_add(positions)?;
         self.dropout.forward(&self.layer_norm.forward(&x)?)
     }
 }

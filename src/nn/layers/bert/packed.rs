@@ -25,34 +25,18 @@ impl BertEmbeddings {
         lengths: &[usize],
         token_type_ids: Option<&Var<'g>>,
     ) -> Result<Var<'g>> {
-        let ids = input_ids.value();
-        let graph = input_ids.graph();
-        let words = graph
-            .param(self.word_embeddings.weight())
-            .try_embedding(ids, ids.shape())?;
-        let types = graph.param(self.token_type_embeddings.weight());
-        let types = match token_type_ids {
-            Some(tt) => {
-                let tt = tt.value();
-                if tt.shape() != ids.shape() {
-                    return Err(Error::shape_mismatch(
-                        "BertModel::forward_packed: token_type_ids",
-                        ids.shape(),
-                        tt.shape(),
-                    ));
-                }
-                types.try_embedding(tt, tt.shape())?
-            }
-            None => types.try_narrow(0, 0, 1)?,
-        };
         let positions: Vec<i64> = lengths.iter().flat_map(|&n| 0..n as i64).collect();
-        let positions = Tensor::from_vec(positions, &[ids.numel()])?;
-        let positions = graph
+        let positions = Tensor::from_vec(positions, &[input_ids.value().numel()])?;
+        let positions = input_ids
+            .graph()
             .param(self.position_embeddings.weight())
             .try_embedding(&positions, positions.shape())?;
-        // transformers' order: (words + types) + positions.
-        let x = words.try_add(&types)?.try_add(&positions)?;
-        self.dropout.forward(&self.layer_norm.forward(&x)?)
+        self.embed(
+            "BertModel::forward_packed: token_type_ids",
+            input_ids,
+            token_type_ids,
+            &positions,
+        )
     }
 }
 
