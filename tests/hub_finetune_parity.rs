@@ -5,7 +5,7 @@
 //! batches. Every step's loss stays within 1e-4 of `transformers`'.
 //!
 //! 50 training steps of a 22.7M-parameter model need a release build:
-//! `.ci/run` runs `cargo test --release --test hub_finetune_parity`; a
+//! `.ci/run` runs it in release (`tests/release_checks.rs`); a
 //! debug build prints one skip line, as does a machine without the model.
 
 #![cfg(feature = "tokenizers")]
@@ -33,7 +33,7 @@ fn fifty_steps_follow_pytorch_within_1e_4() {
     if cfg!(debug_assertions) {
         println!(
             "skipped: fifty_steps_follow_pytorch_within_1e_4: needs a release build \
-             (cargo test --release --test hub_finetune_parity; .ci/run runs it)"
+             (cargo test --release --test hub_finetune_parity; .ci/run runs it in tests/release_checks.rs)"
         );
         return;
     }

@@ -1,0 +1,17 @@
+//! The tests `.ci/run` runs again in a release build, as one binary:
+//! `cargo test --release --test release_checks`. The textbook chapter's
+//! self-check 4 must hold with debug assertions off; all 103 MiniLM texts
+//! and the 50 fine-tuning steps need optimised matrix products.
+//!
+//! One binary, not three: each release binary's thin-LTO link costs over a
+//! minute of one core. `cargo test` skips this target (`test = false` in
+//! Cargo.toml); it runs each file as its own binary instead.
+
+#[path = "seed_000_graph.rs"]
+mod seed_000_graph;
+
+#[path = "hub_minilm.rs"]
+mod hub_minilm;
+
+#[path = "hub_finetune_parity.rs"]
+mod hub_finetune_parity;
