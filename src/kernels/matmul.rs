@@ -254,16 +254,85 @@ pub fn matmul(
         )?;
         let (xa, xb) = (sa.data, sb.data);
         Tensor::build::<T>(plan.out_shape.clone(), |out| {
-            run(&plan, xa, xb, out);
+            run(&plan, xa, xb, out, false);
             // SAFETY: `run` writes every element of an output of the plan's shape.
             unsafe { Filled::assume(out) }
         })
     }))
 }
 
+/// `op(a) @ op(b) + bias`, a vector `bias` of the product's last size added
+/// to every row, in one pass: the output starts as the bias rows and gemm
+/// accumulates the product onto them, instead of writing the product and
+/// reading it again to add (ONNX `MatMul` + `Add` and `Gemm` at import,
+/// ARCHITECTURE.md, PERF). Each element is `bias + (a b)` with the product's
+/// terms added to the bias as gemm goes, so it may differ from
+/// [`matmul`]'s result plus the bias in the last bits. `b` must be a matrix
+/// (or a batch of them): the output has a last axis for the bias.
+///
+/// ```
+/// use retrograd::{kernels, Tensor};
+/// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let b = Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[2, 2])?;
+/// let bias = Tensor::from_vec(vec![10.0, 20.0], &[2])?;
+/// let y = kernels::matmul_bias("linear", &a, &b, &bias, false, true)?;
+/// assert_eq!(y.to_f64_vec(), vec![11.0, 22.0, 13.0, 24.0]);
+/// assert!(kernels::matmul_bias("linear", &a, &b, &Tensor::zeros(&[3], a.dtype())?, false, false).is_err());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn matmul_bias(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    bias: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Tensor> {
+    for other in [b, bias] {
+        if a.dtype() != other.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: a.dtype(),
+                rhs: other.dtype(),
+            });
+        }
+    }
+    let (a, b) = (readable(a), readable(b));
+    Ok(crate::with_dtype!(op, a.dtype(), T => {
+        let (sa, sb) = (strided::<T>(&a), strided::<T>(&b));
+        let plan = plan(
+            op,
+            Layout { shape: a.shape(), strides: &sa.strides },
+            Layout { shape: b.shape(), strides: &sb.strides },
+            trans_a,
+            trans_b,
+        )?;
+        if b.shape().len() < 2 || bias.shape() != [plan.n] {
+            return Err(Error::shape_mismatch(op, &plan.out_shape, bias.shape()));
+        }
+        let bias = bias.contiguous();
+        let bias = bias.as_slice_of::<T>();
+        let (xa, xb) = (sa.data, sb.data);
+        Tensor::build::<T>(plan.out_shape.clone(), |out| {
+            if plan.n > 0 {
+                for row in out.chunks_exact_mut(plan.n) {
+                    for (slot, &v) in row.iter_mut().zip(bias) {
+                        slot.write(v);
+                    }
+                }
+            }
+            run(&plan, xa, xb, out, true);
+            // SAFETY: every element holds its bias (written above), and `run`
+            // with `read_dst` only adds to them.
+            unsafe { Filled::assume(out) }
+        })
+    }))
+}
+
 /// Writes every element of `out` (`plan.count` row-major `[m, n]` blocks):
-/// zeros when `k == 0`, else one `gemm_into` per block.
-fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
+/// zeros when `k == 0`, else one `gemm_into` per block. With `read_dst`,
+/// `out` is initialised and the products are added to it instead.
+fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>], read_dst: bool) {
     let (m, n, k) = (plan.m, plan.n, plan.k);
     if out.is_empty() {
         return;
@@ -274,6 +343,9 @@ fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
         "an output of the plan's shape"
     );
     if k == 0 {
+        if read_dst {
+            return;
+        }
         out.iter_mut().for_each(|o| {
             o.write(T::zero());
         });
@@ -296,25 +368,26 @@ fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>]) {
         let threaded = pool && work >= PARALLEL_FLOPS;
         for (i, c) in out.chunks_mut(m * n).enumerate() {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, threaded);
+            gemm_into(plan, &a[oa..], &b[ob..], c, threaded, read_dst);
         }
     } else if work.saturating_mul(plan.count) >= PARALLEL_FLOPS {
         // Many small products: one per task, each single-threaded.
         out.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, false);
+            gemm_into(plan, &a[oa..], &b[ob..], c, false, read_dst);
         });
     } else {
         for (i, c) in out.chunks_mut(m * n).enumerate() {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, false);
+            gemm_into(plan, &a[oa..], &b[ob..], c, false, read_dst);
         }
     }
 }
 
 /// One `[m, k] x [k, n]` product into a row-major `[m, n]` block, every
 /// element of which gemm writes (with `read_dst = false` it stores
-/// `a b` without reading the destination).
+/// `a b` without reading the destination; with `read_dst`, `out` is
+/// initialised and gets `a b` added).
 #[inline]
 fn gemm_into<T: Element>(
     plan: &Plan,
@@ -322,6 +395,7 @@ fn gemm_into<T: Element>(
     b: &[T],
     out: &mut [MaybeUninit<T>],
     threaded: bool,
+    read_dst: bool,
 ) {
     let (m, n, k) = (plan.m, plan.n, plan.k);
     debug_assert_eq!(out.len(), m * n);
@@ -339,12 +413,12 @@ fn gemm_into<T: Element>(
     };
     // SAFETY: the views stay inside `a`, `b` and `out` (checked above and by
     // construction of the plan); with `read_dst = false` gemm only writes
-    // `out`, so it may be uninitialised.
+    // `out`, so it may be uninitialised (the caller's contract otherwise).
     unsafe {
         gemm_split(
             [m, n, k],
             dst,
-            false,
+            read_dst,
             RawMat {
                 ptr: a.as_ptr(),
                 strides: plan.a,

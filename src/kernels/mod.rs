@@ -52,6 +52,6 @@ pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
-pub use matmul::matmul;
+pub use matmul::{matmul, matmul_bias};
 pub use reduce::{mean_axes, sum_all, sum_axes, sum_to_shape};
 pub use ternary::{zip3, TernaryFn};

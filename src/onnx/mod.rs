@@ -39,7 +39,9 @@
 //! models differentiate) and settings check, integer shape arithmetic on
 //! the host (`host.rs`); `fuse.rs` rewrites GELU and attention subgraphs
 //! into the fused ops (attention falls back to the nodes' composition when
-//! `scaled_dot_product_attention`'s contract does not hold); `OnnxModel`
+//! `scaled_dot_product_attention`'s contract does not hold) and `MatMul` +
+//! `Add` of a 1-d bias into one step (one product onto the bias rows where
+//! nothing requires grad, `kernels::matmul_bias`); `OnnxModel`
 //! (`mod.rs`) is a `Module` whose float initializers are parameters.
 
 mod export;

@@ -28,11 +28,12 @@ use super::fill::Filled;
 use super::storage::unique_mut;
 use super::{DType, DataType, Dense, Dims};
 
-/// The largest tensor (in elements) that is recycled: 16 MiB of f32. Large
-/// outputs (a CNN's activations, megabytes each) are freed and made again
-/// every training step; from the allocator each is a fresh mapping that
-/// page-faults on first write (ARCHITECTURE.md, PERF).
-pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 22;
+/// The largest tensor (in elements) that is recycled: 64 MiB of f32. Large
+/// outputs (a CNN's activations, megabytes each; a BERT's feed-forward
+/// activations at batch 32, 25 MB each) are freed and made again every
+/// step; from the allocator each is a fresh mapping that page-faults on
+/// first write (ARCHITECTURE.md, PERF).
+pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 24;
 /// The most bytes of recycled tensors one thread keeps.
 pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
 /// The most distinct (dtype, length) classes one thread keeps. A CNN

@@ -363,6 +363,62 @@ fn max_pool2d_into<T: Element>(
     }
 }
 
+/// [`max_pool2d`]'s values without the argmax indices, for a forward
+/// that no backward will follow (nothing requires grad): the same bits,
+/// and the 2x2 stride-2 windows vectorised ([`max_row_pairs`]). Writes
+/// every element of `out` (`planes * plan.out_plane()`); panics if a
+/// length does not match the plan.
+pub fn max_pool2d_values<'o, T: Element>(
+    x: &[T],
+    planes: usize,
+    plan: &Plan2d,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    let (ip, op) = (plan.in_plane(), plan.out_plane());
+    assert_eq!(x.len(), planes * ip, "max_pool2d: input length");
+    for_planes(out, planes, op, ip, x.len(), |p, o| {
+        let plane = &x[p * ip..(p + 1) * ip];
+        if plan.pairs() {
+            let (w, ow) = (plan.cols.len, plan.cols.taps.len());
+            crate::kernels::simd::wide(
+                #[inline(always)]
+                || {
+                    for (oh, row) in o.chunks_exact_mut(ow).enumerate() {
+                        let top = &plane[2 * oh * w..][..2 * ow];
+                        let bottom = &plane[(2 * oh + 1) * w..][..2 * ow];
+                        max_row_pairs(top, bottom, row);
+                    }
+                },
+            );
+        } else {
+            max_plane(plane, plan, |j, v, _| {
+                o[j].write(v);
+            });
+        }
+    });
+    // SAFETY: every plane's slice of `out` is written above, each of its
+    // elements once (`max_row_pairs` writes every slot of its row,
+    // `max_plane` puts every output position).
+    unsafe { Filled::assume(out) }
+}
+
+/// One output row of 2x2 stride-2 windows over the input rows `top` and
+/// `bottom` (`2 * row.len()` elements each): [`max_plane_pairs`]'s
+/// tournament of selects without the indices, a loop over lanes that
+/// LLVM vectorises (ARCHITECTURE.md, PERF).
+#[inline(always)]
+fn max_row_pairs<T: Element>(top: &[T], bottom: &[T], row: &mut [MaybeUninit<T>]) {
+    let n = row.len();
+    let (top, bottom) = (&top[..2 * n], &bottom[..2 * n]);
+    for (o, slot) in row.iter_mut().enumerate() {
+        let (a, b) = (top[2 * o], top[2 * o + 1]);
+        let (c, d) = (bottom[2 * o], bottom[2 * o + 1]);
+        let m1 = if beats(b, a) { b } else { a };
+        let m2 = if beats(d, c) { d } else { c };
+        slot.write(if beats(m2, m1) { m2 } else { m1 });
+    }
+}
+
 /// The argmax indices of [`max_pool2d`] alone (recomputed from the input).
 pub fn max_pool2d_indices<T: Element>(x: &[T], planes: usize, plan: &Plan2d) -> Vec<u32> {
     let (ip, op) = (plan.in_plane(), plan.out_plane());

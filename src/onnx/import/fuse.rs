@@ -11,11 +11,17 @@
 //!   constant causal mask becomes `is_causal`), and the `Where(IsNaN(p),
 //!   0, p)` that this crate's exporter adds for fully masked rows, becomes
 //!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory).
+//! - Bias: `Add(MatMul(a, b), c)` (either operand order) with `c` a 1-d
+//!   float initializer or constant becomes one step that, where nothing
+//!   requires grad and nothing traces, runs one product accumulated onto
+//!   the bias rows (`kernels::matmul_bias`), else the two ops. Matched
+//!   after attention (whose score `Add` it leaves alone: a mask is never a
+//!   1-d constant there).
 
 use std::collections::HashMap;
 
 use super::attrs::Attrs;
-use super::ops::{fused_attention, lookup, Convert};
+use super::ops::{fused_attention, fused_matmul_add, lookup, Convert};
 use super::{OnnxModel, Step};
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::AttributeProto;
@@ -121,6 +127,19 @@ pub(super) fn fuse(m: &mut OnnxModel, initializers: &[(usize, String, Tensor)]) 
                 replace.insert(last, step);
             }
         }
+        // Biases last, on what the patterns above left.
+        for i in 0..m.steps.len() {
+            if m.steps[i].op_type == "Add"
+                && !remove[i]
+                && !replace.contains_key(&i)
+                && let Some((product, a, b, bias)) = matmul_bias(&v, i)
+                && !remove[product]
+                && !replace.contains_key(&product)
+            {
+                remove[product] = true;
+                replace.insert(i, matmul_add_step(&m.steps[i], [a, b, bias]));
+            }
+        }
     }
     let steps = std::mem::take(&mut m.steps);
     m.steps = steps
@@ -142,6 +161,36 @@ fn fused(op_type: &str, like: &Step, inputs: Vec<Option<usize>>) -> Step {
         op_type: op_type.to_string(),
         inputs,
         outputs: like.outputs.clone(),
+    }
+}
+
+/// `Add(MatMul(a, b), bias)` at the `Add` step `add`, the product read
+/// only there and `bias` a 1-d float constant: `(product step, a, b, bias)`.
+fn matmul_bias(v: &View<'_>, add: usize) -> Option<(usize, usize, usize, usize)> {
+    let (x, y) = v.operands(add)?;
+    let is_bias = |slot: usize| {
+        v.constants
+            .get(&slot)
+            .is_some_and(|t| t.shape().len() == 1 && t.dtype().is_float())
+    };
+    let (product, bias) = match (v.only_use(x, "MatMul"), v.only_use(y, "MatMul")) {
+        (Some(p), _) if is_bias(y) => (p, y),
+        (_, Some(p)) if is_bias(x) => (p, x),
+        _ => return None,
+    };
+    let (a, b) = v.operands(product)?;
+    Some((product, a, b, bias))
+}
+
+/// The step running `MatMul` + `Add` as one, writing `add`'s outputs.
+fn matmul_add_step(add: &Step, inputs: [usize; 3]) -> Step {
+    Step {
+        convert: fused_matmul_add as Convert,
+        attrs: Attrs::decode(format!("{} fused as MatMul+Add", add.attrs.label), &[])
+            .expect("no attributes to decode"),
+        op_type: "MatMul+Add (fused)".to_string(),
+        inputs: inputs.map(Some).to_vec(),
+        outputs: add.outputs.clone(),
     }
 }
 

@@ -12,7 +12,7 @@ mod nn;
 mod reduce;
 mod shape;
 
-pub(crate) use nn::fused_attention;
+pub(crate) use nn::{fused_attention, fused_matmul_add};
 
 use super::attrs::{bad, Attrs};
 use crate::error::Result;

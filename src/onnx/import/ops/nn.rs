@@ -18,12 +18,55 @@ pub(super) fn matmul<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     one(c.input(ins, 0)?.try_matmul(c.input(ins, 1)?)?)
 }
 
+/// `op(a) @ op(b) + bias` as one product onto the bias rows
+/// ([`kernels::matmul_bias`](crate::kernels::matmul_bias)) where that is
+/// the same function and nothing needs its nodes: a float bias of shape
+/// `[n]`, a matrix `b`, no input requiring grad (on a graph that trains,
+/// the nodes carry the backward) and no tracing (an export keeps the
+/// model's own ops). `None`: compose the ops instead.
+fn product_with_bias<'g>(
+    c: &Ctx<'_, 'g>,
+    [a, b, bias]: [&Var<'g>; 3],
+    ta: bool,
+    tb: bool,
+) -> Result<Option<Var<'g>>> {
+    let n = match b.shape() {
+        [.., k, n] => if tb { *k } else { *n },
+        _ => return Ok(None),
+    };
+    let plain = [a, b, bias].iter().all(|v| !v.requires_grad() && v.dtype().is_float());
+    if !plain || c.graph.is_tracing() || bias.shape() != [n] {
+        return Ok(None);
+    }
+    let y = crate::kernels::matmul_bias("onnx MatMul+Add", a.value(), b.value(), bias.value(), ta, tb)?;
+    Ok(Some(c.constant(y)))
+}
+
+/// `MatMul` then `Add` of a bias, fused at import (`fuse.rs`): inputs
+/// `a`, `b`, `bias`. One product onto the bias rows where
+/// [`product_with_bias`] allows, else the two ops.
+pub(crate) fn fused_matmul_add<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b, bias) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    if let Some(y) = product_with_bias(c, [a, b, bias], false, false)? {
+        return one(y);
+    }
+    one(a.try_matmul(b)?.try_add(bias)?)
+}
+
 /// `alpha · A' B' + beta · C`, the transposes read in place.
 pub(super) fn gemm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
     let ta = c.attrs.int("transA", 0)? != 0;
     let tb = c.attrs.int("transB", 0)? != 0;
     let (alpha, beta) = (c.attrs.float("alpha", 1.0)?, c.attrs.float("beta", 1.0)?);
+    if alpha == 1.0
+        && beta == 1.0
+        && let Some(bias) = c.opt(ins, 2)
+        && a.shape().len() == 2
+        && let Some(y) = product_with_bias(c, [a, b, bias], ta, tb)?
+    {
+        return one(y);
+    }
     let mut y = a.try_matmul_transposed(b, ta, tb)?;
     if alpha != 1.0 {
         y = y.try_mul(&c.constant(Tensor::scalar_of(alpha, y.dtype())))?;

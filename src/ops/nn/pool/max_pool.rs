@@ -111,12 +111,18 @@ fn buffer_tag(t: &Tensor) -> Option<(usize, usize)> {
 #[derive(Debug)]
 pub struct MaxPool2d {
     opts: MaxPool2dOptions,
+    /// Whether the forward finds and saves the argmax indices for the
+    /// backward (false where nothing requires grad: the values alone).
+    keep_indices: bool,
     saved: Mutex<Option<Saved>>,
 }
 
 impl Clone for MaxPool2d {
     fn clone(&self) -> Self {
-        MaxPool2d::new(self.opts.clone())
+        MaxPool2d {
+            keep_indices: self.keep_indices,
+            ..MaxPool2d::new(self.opts.clone())
+        }
     }
 }
 
@@ -125,7 +131,17 @@ impl MaxPool2d {
     pub fn new(opts: MaxPool2dOptions) -> Self {
         MaxPool2d {
             opts,
+            keep_indices: true,
             saved: Mutex::new(None),
+        }
+    }
+
+    /// The op for a forward that no backward follows: it computes the
+    /// window maxima only (a backward would recompute the indices).
+    fn values_only(opts: MaxPool2dOptions) -> Self {
+        MaxPool2d {
+            keep_indices: false,
+            ..MaxPool2d::new(opts)
         }
     }
 
@@ -181,6 +197,12 @@ impl StructuredOp for MaxPool2d {
         const OP: &str = "max_pool2d";
         let x = inputs[0];
         let geo = self.opts.geometry(OP, x)?;
+        if !self.keep_indices {
+            return Ok(crate::with_dtype!(OP, x.dtype(), T => {
+                let xs = x.as_slice_of::<T>();
+                Tensor::build::<T>(geo.out_shape.clone(), |out| kernel::max_pool2d_values(xs, geo.planes, &geo.plan, out))
+            }));
+        }
         let mut idx = vec![NO_INDEX; geo.planes * geo.plan.out_plane()];
         let out = crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
@@ -443,7 +465,13 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_max_pool2d / max_pool2d(&self, options: &MaxPool2dOptions) -> Var<'g> {
-            self.graph().record(MaxPool2d::new(options.clone()), &[self])
+            // Without a backward to come, the argmax indices are not needed.
+            let op = if self.requires_grad() && self.graph().is_recording() {
+                MaxPool2d::new(options.clone())
+            } else {
+                MaxPool2d::values_only(options.clone())
+            };
+            self.graph().record(op, &[self])
         }
     }
 }
@@ -504,6 +532,34 @@ mod tests {
             let x = distinct(&shape, rng.random());
             if opts.geometry("max_pool2d", &x).is_ok() {
                 return (opts, x);
+            }
+        }
+    }
+
+    /// Where nothing requires grad the forward skips the indices: the same
+    /// bits as the forward that keeps them, ties, signed zeros and NaNs
+    /// included, on the 2x2 fast path and on random configurations.
+    #[test]
+    fn the_values_only_forward_matches_the_indexed_one() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let special = [0.0, -0.0, 1.0, 1.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        let mut cases = vec![(MaxPool2dOptions::new(2), [2, 3, 6, 10]), (MaxPool2dOptions::new(2), [1, 2, 7, 33])];
+        for _ in 0..12 {
+            let (opts, x) = random_case(&mut rng);
+            cases.push((opts, [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]]));
+        }
+        for (opts, shape) in cases {
+            let n: usize = shape.iter().product();
+            let data: Vec<f64> = (0..n)
+                .map(|_| if rng.random_bool(0.5) { special[rng.random_range(0..special.len())] } else { rng.random_range(-2..3) as f64 })
+                .collect();
+            for dtype in [DType::F32, DType::F64] {
+                let x = Tensor::from_vec(data.clone(), &shape).unwrap().to_dtype(dtype);
+                let g = Graph::new();
+                let kept = g.variable(x.clone()).max_pool2d(&opts);
+                let plain = crate::Var::from(x).max_pool2d(&opts);
+                let bits = |t: &Tensor| t.to_f64_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(kept.value()), bits(plain.value()), "{opts:?} {shape:?} {dtype}");
             }
         }
     }
