@@ -39,8 +39,6 @@ use crate::w2::{mlp_data, mlp_params};
 use crate::w4::VOCAB;
 use crate::Options;
 
-const LR: f32 = 0.01;
-
 /// W2's MLP as a `Module` (weights stored `[in, out]`, as in `w2.rs`);
 /// clones share the parameters.
 #[derive(Clone)]
@@ -162,17 +160,7 @@ impl Step for W2Step<'_> {
                 .try_cross_entropy(&self.y)?;
             ddp.backward(&loss)?
         };
-        for (_, p) in ddp.module().parameters() {
-            let g = grads.of(&p);
-            let g = g.as_slice::<f32>()?;
-            p.update(|t| -> Result<()> {
-                for (w, &d) in t.make_mut::<f32>()?.iter_mut().zip(g) {
-                    *w -= LR * d;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        crate::w2::sgd(&ddp.module().params, |p| grads.of(p))
     }
 
     fn bytes_per_step(&self) -> usize {
@@ -213,17 +201,7 @@ impl<'c> W2Compiled<'c> {
 impl Step for W2Compiled<'_> {
     fn step(&mut self) -> Result<()> {
         let out = self.ddp.run_compiled(&mut self.step, &self.inputs)?;
-        for (_, p) in self.ddp.module().parameters() {
-            let g = out.grads().of(&p);
-            let g = g.as_slice::<f32>()?;
-            p.update(|t| -> Result<()> {
-                for (w, &d) in t.make_mut::<f32>()?.iter_mut().zip(g) {
-                    *w -= LR * d;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        crate::w2::sgd(&self.ddp.module().params, |p| out.grads().of(p))
     }
 
     fn bytes_per_step(&self) -> usize {
@@ -454,6 +432,32 @@ fn interleaved_compiled(
     Ok((rank == 0).then(|| (median(ratios), median(eagers), median(compileds))))
 }
 
+/// A row measured in alternating rounds within one job: the median ratio
+/// over rounds and the medians of both sides.
+struct Interleaved {
+    rounds: usize,
+    steps: usize,
+    ratio: f64,
+    sides: [(&'static str, f64); 2],
+}
+
+impl Interleaved {
+    fn emit(&self, workload: String, batch: (&str, usize), ranks: usize) {
+        let mut row = vec![
+            ("framework", "retrograd".into()),
+            ("workload", Value::Str(workload)),
+            (batch.0, batch.1.into()),
+            ("ranks", ranks.into()),
+            ("rounds", self.rounds.into()),
+            ("steps_per_round", self.steps.into()),
+            ("unit", "x".into()),
+            ("median", Value::Num(self.ratio)),
+        ];
+        row.extend(self.sides.iter().map(|&(k, v)| (k, Value::Num(v))));
+        emit(row, None);
+    }
+}
+
 pub fn run_w2(opts: &Options) {
     let (steps, warmup) = if opts.quick { (5, 1) } else { (30, 5) };
     let outcome = run(|comm| {
@@ -523,24 +527,9 @@ pub fn run_w2(opts: &Options) {
             else {
                 continue;
             };
-            emit(
-                vec![
-                    ("framework", "retrograd".into()),
-                    (
-                        "workload",
-                        Value::Str(format!("ddp_{model}_compiled_interleaved")),
-                    ),
-                    ("batch", global.into()),
-                    ("ranks", n.into()),
-                    ("rounds", rounds.into()),
-                    ("steps_per_round", steps.into()),
-                    ("unit", "x".into()),
-                    ("median", Value::Num(ratio)),
-                    ("eager_ms", Value::Num(eager)),
-                    ("compiled_ms", Value::Num(compiled)),
-                ],
-                None,
-            );
+            let sides = [("eager_ms", eager), ("compiled_ms", compiled)];
+            let row = Interleaved { rounds, steps, ratio, sides };
+            row.emit(format!("ddp_{model}_compiled_interleaved"), ("batch", global), n);
         }
         if n == 1 {
             return Ok(());
@@ -554,24 +543,9 @@ pub fn run_w2(opts: &Options) {
             else {
                 continue;
             };
-            emit(
-                vec![
-                    ("framework", "retrograd".into()),
-                    (
-                        "workload",
-                        Value::Str(format!("ddp_{model}_scaling_interleaved")),
-                    ),
-                    ("per_rank_batch", per_rank.into()),
-                    ("ranks", n.into()),
-                    ("rounds", rounds.into()),
-                    ("steps_per_round", steps.into()),
-                    ("unit", "x".into()),
-                    ("median", Value::Num(scaling)),
-                    ("alone_ms", Value::Num(alone)),
-                    ("together_ms", Value::Num(together)),
-                ],
-                None,
-            );
+            let sides = [("alone_ms", alone), ("together_ms", together)];
+            let row = Interleaved { rounds, steps, ratio: scaling, sides };
+            row.emit(format!("ddp_{model}_scaling_interleaved"), ("per_rank_batch", per_rank), n);
         }
         Ok(())
     });

@@ -65,10 +65,11 @@
 //! argument, `gemm-common`'s public `gemm_basic_generic` is the same
 //! function (the stack is made inside it), and no cargo feature changes
 //! this (`std`, `rayon`, `f16`, `x86-v4`, `wasm-simd128-enable`,
-//! `experimental-apple-amx`). So a replay allocates once per product
-//! (6 for `tests/no_growth.rs`'s two-layer MLP: 2 forward, 4 backward),
-//! short-lived and the same count every run; the test fails on any other.
-//! Removing them needs a fork of the crate (or products of our own).
+//! `experimental-apple-amx`). So a replay allocates inside its products,
+//! short-lived and the same count every run (6 for `tests/no_growth.rs`'s
+//! MLP: three products, each a packing buffer then the flag vector); the
+//! test fails on any other. Removing them needs a fork of the crate (or
+//! products of our own).
 //!
 //! **How an op writes into a planned buffer.** Fused steps own their
 //! kernels and write into their buffers directly. Every other op (matmul,

@@ -68,3 +68,61 @@ impl ReadySchedule {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::nn::{Activation, Forward, Mlp, Module};
+    use crate::{compile, CompileOptions, DType, Graph, Tensor, Var};
+
+    /// Fused or not, a run tells every requested gradient once, with the
+    /// value it returns, in the order of the schedule: the last layer's
+    /// first, each after a node of the backward before its last.
+    #[test]
+    fn gradients_are_told_once_final_in_schedule_order() {
+        let model = Mlp::builder(&[3, 5, 4, 2])
+            .activation(Activation::Tanh)
+            .dtype(DType::F64)
+            .seed(3)
+            .build()
+            .unwrap();
+        let params = model.parameters();
+        let x = Tensor::randn(&[6, 3], DType::F64, 4).unwrap();
+        for fuse in [true, false] {
+            let mut step = compile(
+                |_: &Graph, v: &[Var<'_>]| Ok(model.forward(&v[0])?.tanh().sum()),
+                CompileOptions::new().params(params.clone()).fuse(fuse),
+            );
+            for _ in 0..2 {
+                let mut told = Vec::new();
+                let out = step
+                    .run_notifying(std::slice::from_ref(&x), &mut |target, g| {
+                        told.push((target, g.cloned()));
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!(told.len(), params.len());
+                for (target, g) in &told {
+                    let super::GradTarget::Param(id) = *target else {
+                        panic!("no input gradient was asked for")
+                    };
+                    let (_, p) = params.iter().find(|(_, p)| p.id() == id).unwrap();
+                    // The value told is the one returned, bit for bit.
+                    assert_eq!(g.as_ref().unwrap(), &out.grads().of(p), "fuse {fuse}");
+                }
+                let capture = step.capture().unwrap();
+                let schedule = capture.gradient_schedule();
+                let order: Vec<_> = told.iter().map(|(t, _)| *t).collect();
+                assert_eq!(order, schedule.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+                let nodes: Vec<u32> = schedule.iter().map(|(_, n)| n.unwrap()).collect();
+                assert!(nodes.windows(2).all(|w| w[0] <= w[1]), "{nodes:?}");
+                assert!(nodes[0] >= capture.forward_len() as u32, "after the forward");
+                assert!(nodes[1] < nodes[params.len() - 1], "{nodes:?}");
+                // The last layer's weight and bias come first.
+                let last_layer = [params[4].1.id(), params[5].1.id()];
+                for (t, _) in &schedule[..2] {
+                    assert!(matches!(t, super::GradTarget::Param(id) if last_layer.contains(id)));
+                }
+            }
+        }
+    }
+}
