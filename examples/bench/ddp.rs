@@ -528,8 +528,17 @@ pub fn run_w2(opts: &Options) {
                 continue;
             };
             let sides = [("eager_ms", eager), ("compiled_ms", compiled)];
-            let row = Interleaved { rounds, steps, ratio, sides };
-            row.emit(format!("ddp_{model}_compiled_interleaved"), ("batch", global), n);
+            let row = Interleaved {
+                rounds,
+                steps,
+                ratio,
+                sides,
+            };
+            row.emit(
+                format!("ddp_{model}_compiled_interleaved"),
+                ("batch", global),
+                n,
+            );
         }
         if n == 1 {
             return Ok(());
@@ -544,8 +553,17 @@ pub fn run_w2(opts: &Options) {
                 continue;
             };
             let sides = [("alone_ms", alone), ("together_ms", together)];
-            let row = Interleaved { rounds, steps, ratio: scaling, sides };
-            row.emit(format!("ddp_{model}_scaling_interleaved"), ("per_rank_batch", per_rank), n);
+            let row = Interleaved {
+                rounds,
+                steps,
+                ratio: scaling,
+                sides,
+            };
+            row.emit(
+                format!("ddp_{model}_scaling_interleaved"),
+                ("per_rank_batch", per_rank),
+                n,
+            );
         }
         Ok(())
     });

@@ -17,6 +17,7 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+#[cfg(feature = "mpi")]
 use retrograd::distributed::{Communicator, DataParallel};
 use retrograd::nn::{accuracy, Buffer, Forward, Module, Parameter, RandomStream};
 use retrograd::ops::nn::CrossEntropyOptions;
@@ -116,6 +117,7 @@ impl CompiledClassifier {
     /// Runs step `index` on this rank's batch under `ddp`: the gradients
     /// come back averaged over ranks, each bucket's all-reduce started
     /// while the step's backward still runs (`DataParallel::run_compiled`).
+    #[cfg(feature = "mpi")]
     pub fn run_data_parallel<M: Module, C: Communicator>(
         &mut self,
         ddp: &mut DataParallel<M, C>,

@@ -404,6 +404,10 @@ impl StepOutput {
     }
 }
 
+/// What [`Compiled::run_notifying`] tells: a requested gradient, the
+/// moment it is final (`None`: nothing reached it, a zero).
+pub type OnGrad<'a> = dyn FnMut(GradTarget, Option<&Tensor>) -> Result<()> + 'a;
+
 /// A compiled function: captures per signature, replays otherwise. See the
 /// [module docs](self).
 pub struct Compiled<F> {
@@ -487,7 +491,7 @@ where
     pub fn run_notifying(
         &mut self,
         inputs: &[Tensor],
-        on_grad: &mut dyn FnMut(GradTarget, Option<&Tensor>) -> Result<()>,
+        on_grad: &mut OnGrad<'_>,
     ) -> Result<&mut StepOutput> {
         self.run_with(inputs, Some(on_grad))
     }
@@ -495,7 +499,7 @@ where
     fn run_with(
         &mut self,
         inputs: &[Tensor],
-        on_grad: Option<&mut dyn FnMut(GradTarget, Option<&Tensor>) -> Result<()>>,
+        on_grad: Option<&mut OnGrad<'_>>,
     ) -> Result<&mut StepOutput> {
         if self.options.create_graph {
             return Err(Error::NotReplayable {

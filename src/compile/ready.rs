@@ -115,7 +115,10 @@ mod tests {
                 assert_eq!(order, schedule.iter().map(|(t, _)| *t).collect::<Vec<_>>());
                 let nodes: Vec<u32> = schedule.iter().map(|(_, n)| n.unwrap()).collect();
                 assert!(nodes.windows(2).all(|w| w[0] <= w[1]), "{nodes:?}");
-                assert!(nodes[0] >= capture.forward_len() as u32, "after the forward");
+                assert!(
+                    nodes[0] >= capture.forward_len() as u32,
+                    "after the forward"
+                );
                 assert!(nodes[1] < nodes[params.len() - 1], "{nodes:?}");
                 // The last layer's weight and bias come first.
                 let last_layer = [params[4].1.id(), params[5].1.id()];

@@ -289,10 +289,10 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
             }
         };
         for (target, node) in capture.gradient_schedule() {
-            if let GradTarget::Param(id) = target {
-                if let Some(&i) = self.index.get(&id) {
-                    tell(i, node, &mut launches);
-                }
+            if let GradTarget::Param(id) = target
+                && let Some(&i) = self.index.get(&id)
+            {
+                tell(i, node, &mut launches);
             }
         }
         let last = (capture.graph().len() as u32).checked_sub(1);
