@@ -334,9 +334,9 @@ impl Capture {
         self.signature.training
     }
 
-    /// Each requested gradient (parameters', then inputs') with the node of
-    /// [`graph`](Self::graph) after which a run has it final, in the order
-    /// a run makes them final: what [`Compiled::run_notifying`] follows.
+    /// Each requested gradient (a parameter's or an input's) with the node
+    /// of [`graph`](Self::graph) after which a run has it final, in the
+    /// order a run makes them final: what [`Compiled::run_notifying`] follows.
     /// `None`: final before the first step (nothing reached it, or it is
     /// not computed). A parameter used only near the loss is final early,
     /// while the backward of the layers below still runs.
