@@ -214,6 +214,12 @@ for fw in ("retrograd", "pytorch"):
             rng = f" (range {min(s):.2f}-{max(s):.2f}, runs {' / '.join(f'{v:.2f}' for v in s)})" if multi else ""
             print(f"scaling {fw} {model}: {ranks} ranks of {per} per rank against 1: "
                   f"{statistics.median(s):.2f}x{rng}")
+# DDP compiled against eager, alternated within one job (same machine).
+for i, rs in enumerate(runs):
+    for r in rs:
+        if r["workload"].endswith("_compiled_interleaved"):
+            print(f"run {i + 1}: {r['workload']} ({r.get('ranks')} ranks, global batch {r.get('batch')}): "
+                  f"compiled / eager {value(r):.3f} ({r['compiled_ms']:.4g} / {r['eager_ms']:.4g} ms)")
 for i, rs in enumerate(runs):
     for r in rs:
         if r.get("framework") == "onnxruntime":

@@ -786,9 +786,10 @@ mod ddp {
             )?;
             let (loss, mut grads) = match &mut compiled {
                 Some(step) => {
-                    let (loss, mut grads) = loss_and_grads(ddp.module(), Some(step), it, x, y)?;
-                    ddp.reduce_gradients(&mut grads)?;
-                    (loss, grads)
+                    // Each bucket's all-reduce starts while the replay's backward runs.
+                    step.set_run_count(it as u64);
+                    let out = ddp.run_compiled(step, &[x, y])?;
+                    (out.loss(), out.grads().clone())
                 }
                 None => {
                     let graph = Graph::new();

@@ -17,6 +17,13 @@
 //! machine (separate `mpirun -n 1` and `-n 2` jobs a minute apart see a
 //! shared machine's load change in between). `DDP_ONLY=w2` (or `w4`) runs
 //! one model's rows.
+//!
+//! Compiled (`retrograd::compile`, `DataParallel::run_compiled`: each
+//! bucket's all-reduce started while the replay's backward runs): rows
+//! `ddp_w2c_rN` and `ddp_w4c_rN` at the global batches, and
+//! `ddp_{w2,w4}_compiled_interleaved`: the eager and the compiled step of
+//! one model alternated in rounds within the job, the median over rounds
+//! of compiled / eager (each the slowest rank's median ms of the round).
 
 use mpi::traits::CommunicatorCollectives as _;
 use rand::{Rng, SeedableRng};
@@ -25,16 +32,16 @@ use retrograd::distributed::{run, Communicator, DataParallel, MpiCommunicator};
 
 use retrograd::nn::{join_name, Forward, Gpt, GptConfig, Module, Parameter};
 use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
-use retrograd::{Graph, Result, Tensor, Var};
+use retrograd::{compile, CompileOptions, Compiled, Graph, Result, Tensor, Var};
 
 use crate::report::{emit, Value};
 use crate::w2::{mlp_data, mlp_params};
 use crate::w4::VOCAB;
 use crate::Options;
 
-const LR: f32 = 0.01;
-
-/// W2's MLP as a `Module` (weights stored `[in, out]`, as in `w2.rs`).
+/// W2's MLP as a `Module` (weights stored `[in, out]`, as in `w2.rs`);
+/// clones share the parameters.
+#[derive(Clone)]
 struct W2 {
     params: Vec<Parameter>,
 }
@@ -153,17 +160,48 @@ impl Step for W2Step<'_> {
                 .try_cross_entropy(&self.y)?;
             ddp.backward(&loss)?
         };
-        for (_, p) in ddp.module().parameters() {
-            let g = grads.of(&p);
-            let g = g.as_slice::<f32>()?;
-            p.update(|t| -> Result<()> {
-                for (w, &d) in t.make_mut::<f32>()?.iter_mut().zip(g) {
-                    *w -= LR * d;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        crate::w2::sgd(&ddp.module().params, |p| grads.of(p))
+    }
+
+    fn bytes_per_step(&self) -> usize {
+        self.ddp.bytes_per_step()
+    }
+}
+
+/// The function a compiled step replays.
+type StepFn = Box<dyn for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>>;
+
+/// W2's step compiled: the same model, data and SGD update, the forward
+/// and backward replayed (labels an input, as `i64`).
+struct W2Compiled<'c> {
+    ddp: DataParallel<W2, &'c MpiCommunicator>,
+    step: Compiled<StepFn>,
+    inputs: [Tensor; 2],
+}
+
+impl<'c> W2Compiled<'c> {
+    fn new(comm: &'c MpiCommunicator, per_rank: usize, shard: u64) -> Result<Self> {
+        let eager = W2Step::new(comm, per_rank, shard)?;
+        let replica = eager.ddp.module().clone();
+        let ce = retrograd::ops::nn::CrossEntropyOptions::default();
+        let f: StepFn = Box::new(move |_: &Graph, x: &[Var<'_>]| {
+            replica.forward(&x[0])?.try_cross_entropy_input(&x[1], &ce)
+        });
+        let labels: Vec<i64> = eager.y.iter().map(|&l| l as i64).collect();
+        let labels = Tensor::from_vec(labels, &[eager.y.len()])?;
+        let params = eager.ddp.module().parameters();
+        Ok(W2Compiled {
+            step: compile(f, CompileOptions::new().params(params)),
+            inputs: [eager.x, labels],
+            ddp: eager.ddp,
+        })
+    }
+}
+
+impl Step for W2Compiled<'_> {
+    fn step(&mut self) -> Result<()> {
+        let out = self.ddp.run_compiled(&mut self.step, &self.inputs)?;
+        crate::w2::sgd(&self.ddp.module().params, |p| out.grads().of(p))
     }
 
     fn bytes_per_step(&self) -> usize {
@@ -227,6 +265,40 @@ impl Step for GptStep<'_> {
     }
 }
 
+/// The W4 iteration compiled: the same model, batch, AdamW and clipping,
+/// the forward and backward replayed.
+struct GptCompiled<'c> {
+    eager: GptStep<'c>,
+    step: Compiled<StepFn>,
+}
+
+impl<'c> GptCompiled<'c> {
+    fn new(comm: &'c MpiCommunicator, per_rank: usize, shard: u64) -> Result<Self> {
+        let eager = GptStep::new(comm, per_rank, shard)?;
+        let replica = eager.ddp.module().clone();
+        let f: StepFn = Box::new(move |_: &Graph, x: &[Var<'_>]| replica.loss(&x[0], x[1].value()));
+        let params = eager.ddp.module().parameters();
+        Ok(GptCompiled {
+            step: compile(f, CompileOptions::new().params(params)),
+            eager,
+        })
+    }
+}
+
+impl Step for GptCompiled<'_> {
+    fn step(&mut self) -> Result<()> {
+        let e = &mut self.eager;
+        let inputs = [e.tokens.clone(), e.targets.clone()];
+        let out = e.ddp.run_compiled(&mut self.step, &inputs)?;
+        clip_grad_norm(out.grads_mut(), 1.0, 2.0)?;
+        e.optimizer.step(out.grads())
+    }
+
+    fn bytes_per_step(&self) -> usize {
+        self.eager.ddp.bytes_per_step()
+    }
+}
+
 /// `model`'s step on `comm` for shard `shard`.
 fn make_step<'c>(
     model: &str,
@@ -236,6 +308,8 @@ fn make_step<'c>(
 ) -> Result<Box<dyn Step + 'c>> {
     Ok(match model {
         "w2" => Box::new(W2Step::new(comm, per_rank, shard)?),
+        "w2c" => Box::new(W2Compiled::new(comm, per_rank, shard)?),
+        "w4c" => Box::new(GptCompiled::new(comm, per_rank, shard)?),
         _ => Box::new(GptStep::new(comm, per_rank, shard)?),
     })
 }
@@ -324,18 +398,85 @@ fn interleaved_scaling(
     Ok((rank == 0).then(|| (median(ratios), median(alones), median(togethers))))
 }
 
+/// The compiled step against the eager one at `per_rank` examples per
+/// rank, within one job: `steps` eager steps then `steps` compiled ones,
+/// alternating for `rounds` rounds after one to warm up (every rank runs
+/// both). On rank 0: the median over rounds of compiled / eager (each the
+/// slowest rank's median ms of the round), and the medians of both times.
+fn interleaved_compiled(
+    model: &str,
+    comm: &MpiCommunicator,
+    per_rank: usize,
+    rounds: usize,
+    steps: usize,
+) -> Result<Option<(f64, f64, f64)>> {
+    let rank = comm.rank();
+    let mut eager = make_step(model, comm, per_rank, rank as u64)?;
+    let mut compiled = make_step(&format!("{model}c"), comm, per_rank, rank as u64)?;
+    let (mut ratios, mut eagers, mut compileds) = (Vec::new(), Vec::new(), Vec::new());
+    let slowest = |ms: f64| -> Result<f64> {
+        Ok(gather(comm, &[ms])?
+            .iter()
+            .map(|v| v[0])
+            .fold(0.0, f64::max))
+    };
+    for round in 0..=rounds {
+        let e = slowest(timed(eager.as_mut(), steps)?)?;
+        let c = slowest(timed(compiled.as_mut(), steps)?)?;
+        if round > 0 {
+            ratios.push(c / e);
+            eagers.push(e);
+            compileds.push(c);
+        }
+    }
+    Ok((rank == 0).then(|| (median(ratios), median(eagers), median(compileds))))
+}
+
+/// A row measured in alternating rounds within one job: the median ratio
+/// over rounds and the medians of both sides.
+struct Interleaved {
+    rounds: usize,
+    steps: usize,
+    ratio: f64,
+    sides: [(&'static str, f64); 2],
+}
+
+impl Interleaved {
+    fn emit(&self, workload: String, batch: (&str, usize), ranks: usize) {
+        let mut row = vec![
+            ("framework", "retrograd".into()),
+            ("workload", Value::Str(workload)),
+            (batch.0, batch.1.into()),
+            ("ranks", ranks.into()),
+            ("rounds", self.rounds.into()),
+            ("steps_per_round", self.steps.into()),
+            ("unit", "x".into()),
+            ("median", Value::Num(self.ratio)),
+        ];
+        row.extend(self.sides.iter().map(|&(k, v)| (k, Value::Num(v))));
+        emit(row, None);
+    }
+}
+
 pub fn run_w2(opts: &Options) {
     let (steps, warmup) = if opts.quick { (5, 1) } else { (30, 5) };
     let outcome = run(|comm| {
         let n = comm.size();
         // (model, global batch): the fixed global batch split over the
         // ranks, then a fixed batch per rank.
-        let mut cases = vec![("w2", 1024), ("w2", 512 * n), ("w4", 24), ("w4", 12 * n)];
+        let mut cases = vec![
+            ("w2", 1024),
+            ("w2c", 1024),
+            ("w2", 512 * n),
+            ("w4", 24),
+            ("w4c", 24),
+            ("w4", 12 * n),
+        ];
         cases.dedup();
-        // DDP_ONLY=w2 (or w4): one model's rows only.
+        // DDP_ONLY=w2 (or w4): one model's rows only (eager and compiled).
         let only = std::env::var("DDP_ONLY").ok();
         if let Some(only) = &only {
-            cases.retain(|(m, _)| m == only);
+            cases.retain(|(m, _)| m.trim_end_matches('c') == only);
         }
         for (model, global) in cases {
             if global % n != 0 {
@@ -376,10 +517,32 @@ pub fn run_w2(opts: &Options) {
             let (keys, values): (Vec<String>, Vec<Value>) = row.into_iter().unzip();
             emit(keys.iter().map(String::as_str).zip(values).collect(), None);
         }
+        let (rounds, w2_steps, w4_steps) = if opts.quick { (2, 3, 2) } else { (7, 10, 6) };
+        for (model, global, steps) in [("w2", 1024, w2_steps), ("w4", 24, w4_steps)] {
+            if only.as_deref().is_some_and(|m| m != model) || global % n != 0 {
+                continue;
+            }
+            let Some((ratio, eager, compiled)) =
+                interleaved_compiled(model, comm, global / n, rounds, steps)?
+            else {
+                continue;
+            };
+            let sides = [("eager_ms", eager), ("compiled_ms", compiled)];
+            let row = Interleaved {
+                rounds,
+                steps,
+                ratio,
+                sides,
+            };
+            row.emit(
+                format!("ddp_{model}_compiled_interleaved"),
+                ("batch", global),
+                n,
+            );
+        }
         if n == 1 {
             return Ok(());
         }
-        let (rounds, w2_steps, w4_steps) = if opts.quick { (2, 3, 2) } else { (7, 10, 6) };
         for (model, per_rank, steps) in [("w2", 512, w2_steps), ("w4", 12, w4_steps)] {
             if only.as_deref().is_some_and(|m| m != model) {
                 continue;
@@ -389,23 +552,17 @@ pub fn run_w2(opts: &Options) {
             else {
                 continue;
             };
-            emit(
-                vec![
-                    ("framework", "retrograd".into()),
-                    (
-                        "workload",
-                        Value::Str(format!("ddp_{model}_scaling_interleaved")),
-                    ),
-                    ("per_rank_batch", per_rank.into()),
-                    ("ranks", n.into()),
-                    ("rounds", rounds.into()),
-                    ("steps_per_round", steps.into()),
-                    ("unit", "x".into()),
-                    ("median", Value::Num(scaling)),
-                    ("alone_ms", Value::Num(alone)),
-                    ("together_ms", Value::Num(together)),
-                ],
-                None,
+            let sides = [("alone_ms", alone), ("together_ms", together)];
+            let row = Interleaved {
+                rounds,
+                steps,
+                ratio: scaling,
+                sides,
+            };
+            row.emit(
+                format!("ddp_{model}_scaling_interleaved"),
+                ("per_rank_batch", per_rank),
+                n,
             );
         }
         Ok(())

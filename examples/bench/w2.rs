@@ -62,7 +62,7 @@ fn forward_loss<'g>(
 }
 
 /// Plain SGD on every parameter from its gradient.
-fn sgd(params: &[Parameter], grad_of: impl Fn(&Parameter) -> Tensor) -> Result<()> {
+pub fn sgd(params: &[Parameter], grad_of: impl Fn(&Parameter) -> Tensor) -> Result<()> {
     for p in params {
         let g = grad_of(p);
         let g = g.as_slice::<f32>()?;

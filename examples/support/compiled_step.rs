@@ -5,6 +5,10 @@
 //! without recording a node; the logits come back as a named output for
 //! the accuracy, batch norm's running statistics as a state update.
 //!
+//! Under `--ddp` the step runs through `DataParallel::run_compiled`: each
+//! gradient bucket's all-reduce starts as soon as the replay has its
+//! gradients final, while the backward still runs, as in the eager step.
+//!
 //! The compiled function owns a handle on the model ([`Shared`]), so the
 //! job keeps the model (switching it to eval mode for testing, saving it)
 //! while the step holds it too. Run `k` of the step draws dropout's masks
@@ -13,10 +17,12 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+#[cfg(feature = "mpi")]
+use retrograd::distributed::{Communicator, DataParallel};
 use retrograd::nn::{accuracy, Buffer, Forward, Module, Parameter, RandomStream};
 use retrograd::ops::nn::CrossEntropyOptions;
 use retrograd::Gradients;
-use retrograd::{compile, CompileOptions, Compiled, Graph, Result, Tensor, Var};
+use retrograd::{compile, CompileOptions, Compiled, Graph, Result, StepOutput, Tensor, Var};
 
 /// A model behind a shared handle: clones are the same model (its
 /// parameters, buffers, random streams and training mode).
@@ -105,6 +111,32 @@ impl CompiledClassifier {
 
     /// Runs step `index` of the run (counted from 0) on a batch.
     pub fn run(&mut self, index: u64, images: Tensor, labels: &[usize]) -> Result<StepResult> {
+        self.run_with(index, images, labels, |step, inputs| step.run(inputs))
+    }
+
+    /// Runs step `index` on this rank's batch under `ddp`: the gradients
+    /// come back averaged over ranks, each bucket's all-reduce started
+    /// while the step's backward still runs (`DataParallel::run_compiled`).
+    #[cfg(feature = "mpi")]
+    pub fn run_data_parallel<M: Module, C: Communicator>(
+        &mut self,
+        ddp: &mut DataParallel<M, C>,
+        index: u64,
+        images: Tensor,
+        labels: &[usize],
+    ) -> Result<StepResult> {
+        self.run_with(index, images, labels, |step, inputs| {
+            ddp.run_compiled(step, inputs)
+        })
+    }
+
+    fn run_with(
+        &mut self,
+        index: u64,
+        images: Tensor,
+        labels: &[usize],
+        run: impl for<'s> FnOnce(&'s mut Compiled<StepFn>, &[Tensor]) -> Result<&'s mut StepOutput>,
+    ) -> Result<StepResult> {
         let ids: Vec<i64> = labels.iter().map(|&l| l as i64).collect();
         let ids = Tensor::from_vec(ids, &[labels.len()])?;
         self.step.set_run_count(index);
@@ -114,7 +146,7 @@ impl CompiledClassifier {
         let positions: Vec<u64> = self.streams.iter().map(RandomStream::position).collect();
         let captures = self.step.capture_count();
         let result = {
-            let out = self.step.run(&[images, ids])?;
+            let out = run(&mut self.step, &[images, ids])?;
             let logits = out.output("logits").expect("the step names its logits");
             StepResult {
                 loss: out.loss(),

@@ -10,9 +10,9 @@
 //! signal to any rank). Rank 0 keeps the run's log (its own shard's loss
 //! per step, the accuracies per epoch) and, with `--plot`, its curves.
 //! With `--compile` each rank replays its captured step and the gradients
-//! are all-reduced, in the same buckets, once the step is done
-//! (`DataParallel::reduce_gradients`): not yet overlapped with the backward
-//! pass, as the eager step's are.
+//! are all-reduced in the same buckets, each started while the replay's
+//! backward still runs, once its gradients are final
+//! (`DataParallel::run_compiled`), as the eager step's are.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ pub struct Job<'a> {
     /// `--plot DIR`: where rank 0 redraws the curves every epoch.
     pub plot: Option<PathBuf>,
     /// `--compile`: the step captured once per batch shape and replayed;
-    /// its gradients are all-reduced once it is done.
+    /// its gradient buckets all-reduced while its backward runs.
     pub compile: bool,
 }
 
@@ -173,8 +173,8 @@ pub fn train<'c, M: Forward + 'static>(
             let examples = augment(batch.features, &mut rng)?;
             let (value, share, grads) = match &mut compiled {
                 Some(step) => {
-                    let mut done = step.run(at.step, examples, &batch.labels)?;
-                    ddp.reduce_gradients(&mut done.grads)?;
+                    let done =
+                        step.run_data_parallel(&mut ddp, at.step, examples, &batch.labels)?;
                     (done.loss, done.accuracy, done.grads)
                 }
                 None => {

@@ -40,8 +40,36 @@
 //! state again, and runs the steps: no node is recorded, 0-d arithmetic
 //! runs as a flat program over numbers, and every value a step makes is
 //! written into its buffer of the memory plan (the same ones every run):
-//! after its first runs a replay allocates nothing (`tests/no_growth.rs`
-//! counts).
+//! after its first runs a replay allocates nothing of its own
+//! (`tests/no_growth.rs` counts; the one exception, inside the `gemm`
+//! crate, is below).
+//!
+//! **Gradients as they are final.** Every slot is written once, so a
+//! requested gradient is final the moment the step writing its slot is
+//! done; the capture notes that step for each ([`Capture::gradient_schedule`]
+//! gives the node), and [`Compiled::run_notifying`] hands each gradient to
+//! a listener right there, while the rest of the backward runs. That is
+//! how data-parallel training starts a bucket's all-reduce during a
+//! compiled step's backward, as during an eager one
+//! ([`DataParallel::run_compiled`](crate::distributed::DataParallel::run_compiled)).
+//!
+//! **Allocations inside `gemm`.** A replay's matrix products run through
+//! the `gemm` crate (0.19.0, the newest release), which allocates inside
+//! every product and frees before returning: `gemm_common::gemm::gemm_basic_generic`
+//! makes a `vec![false; mc / MR]` (which lhs panels are packed) on every
+//! call, a `dyn_stack::MemBuffer` for the packed right-hand side (and a
+//! pre-packed left-hand side) whenever it packs them, and one more flag
+//! vector per extra rayon thread. Only the left-hand side's packing
+//! buffer comes from a reusable thread-local (`L2_SLAB`). The crate takes
+//! no workspace from its caller: `gemm::gemm` has no `MemStack`/`DynStack`
+//! argument, `gemm-common`'s public `gemm_basic_generic` is the same
+//! function (the stack is made inside it), and no cargo feature changes
+//! this (`std`, `rayon`, `f16`, `x86-v4`, `wasm-simd128-enable`,
+//! `experimental-apple-amx`). So a replay allocates inside its products,
+//! short-lived and the same count every run (6 for `tests/no_growth.rs`'s
+//! MLP: three products, each a packing buffer then the flag vector); the
+//! test fails on any other. Removing them needs a fork of the crate (or
+//! products of our own).
 //!
 //! **How an op writes into a planned buffer.** Fused steps own their
 //! kernels and write into their buffers directly. Every other op (matmul,
@@ -113,8 +141,9 @@
 //! elementwise nodes of one shape and runs of 0-d nodes into scalar
 //! programs; `kernel.rs` is the chunked interpreter over the rules'
 //! `Pointwise` kernels; `plan.rs` the liveness-based memory plan;
-//! `replay.rs` one run; `explain.rs` `Capture::explain`, `optimized` and
-//! `clusters`.
+//! `replay.rs` one run; `ready.rs` which step makes each requested
+//! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
+//! `optimized` and `clusters`.
 //!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again
@@ -132,6 +161,7 @@ mod lower;
 mod model_tests;
 mod plan;
 mod program;
+mod ready;
 mod replay;
 #[cfg(test)]
 mod tests;
@@ -148,6 +178,7 @@ use crate::optim::NamedParameter;
 use crate::tensor::{DType, Dims, Tensor};
 use capture::{Captured, Wanted};
 use program::Program;
+use ready::ReadySchedule;
 use replay::Replay;
 
 /// Options of [`compile`].
@@ -269,6 +300,7 @@ pub struct Capture {
     signature: Signature,
     captured: Captured,
     program: Program,
+    ready: ReadySchedule,
     replay: Replay,
     names: HashMap<u64, String>,
 }
@@ -300,6 +332,16 @@ impl Capture {
     /// The training mode it was captured in.
     pub fn training(&self) -> bool {
         self.signature.training
+    }
+
+    /// Each requested gradient (a parameter's or an input's) with the node
+    /// of [`graph`](Self::graph) after which a run has it final, in the
+    /// order a run makes them final: what [`Compiled::run_notifying`] follows.
+    /// `None`: final before the first step (nothing reached it, or it is
+    /// not computed). A parameter used only near the loss is final early,
+    /// while the backward of the layers below still runs.
+    pub fn gradient_schedule(&self) -> Vec<(GradTarget, Option<u32>)> {
+        self.ready.nodes(&self.program)
     }
 }
 
@@ -362,6 +404,10 @@ impl StepOutput {
     }
 }
 
+/// What [`Compiled::run_notifying`] tells: a requested gradient, the
+/// moment it is final (`None`: nothing reached it, a zero).
+pub type OnGrad<'a> = dyn FnMut(GradTarget, Option<&Tensor>) -> Result<()> + 'a;
+
 /// A compiled function: captures per signature, replays otherwise. See the
 /// [module docs](self).
 pub struct Compiled<F> {
@@ -405,6 +451,56 @@ where
     /// capture of this signature (captured first if there is none). The
     /// output borrows the step until the next run.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<&mut StepOutput> {
+        self.run_with(inputs, None)
+    }
+
+    /// Runs the step as [`run`](Self::run) does, and tells `on_grad` each
+    /// requested gradient (`None`: nothing reached it, a zero) the moment
+    /// the replay has it final, while the rest of the backward still runs
+    /// ([`Capture::gradient_schedule`] says after which node): each
+    /// gradient once, in that order. Data-parallel training starts a
+    /// bucket's all-reduce from here
+    /// ([`DataParallel::run_compiled`](crate::distributed::DataParallel::run_compiled)).
+    /// An error of `on_grad` ends the run with it.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, Graph, Tensor, Var};
+    /// use retrograd::compile::GradTarget;
+    /// use retrograd::nn::Parameter;
+    ///
+    /// let w1 = Parameter::new(Tensor::from_vec(vec![0.5f64, -1.0, 2.0, 1.0], &[2, 2])?);
+    /// let w2 = Parameter::new(Tensor::from_vec(vec![1.0f64, 3.0], &[2, 1])?);
+    /// // loss = sum(tanh(x @ w1) @ w2): the backward reaches w2 first.
+    /// let mut step = compile(
+    ///     |g: &Graph, x: &[Var<'_>]| {
+    ///         x[0].try_matmul(&g.param(&w1))?.tanh().try_matmul(&g.param(&w2))?.try_sum()
+    ///     },
+    ///     CompileOptions::new().params([&w1, &w2]),
+    /// );
+    /// let x = Tensor::from_vec(vec![1.0f64, 2.0], &[1, 2])?;
+    /// let mut told = Vec::new();
+    /// let out = step.run_notifying(&[x], &mut |target, grad| {
+    ///     told.push((target, grad.map(|g| g.to_f64_vec())));
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(told[0], (GradTarget::Param(w2.id()), Some(out.grads().of(&w2).to_f64_vec())));
+    /// assert_eq!(told[1], (GradTarget::Param(w1.id()), Some(out.grads().of(&w1).to_f64_vec())));
+    /// assert_eq!(told.len(), 2);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn run_notifying(
+        &mut self,
+        inputs: &[Tensor],
+        on_grad: &mut OnGrad<'_>,
+    ) -> Result<&mut StepOutput> {
+        self.run_with(inputs, Some(on_grad))
+    }
+
+    fn run_with(
+        &mut self,
+        inputs: &[Tensor],
+        on_grad: Option<&mut OnGrad<'_>>,
+    ) -> Result<&mut StepOutput> {
         if self.options.create_graph {
             return Err(Error::NotReplayable {
                 op: "compile".into(),
@@ -441,7 +537,18 @@ where
         // Last run's gradients give their buffers back before this run writes.
         self.output.clear();
         let c = self.cache.last_mut().expect("just made sure");
-        c.replay.run(&c.program, &c.captured.log, inputs, seed)?;
+        match on_grad {
+            None => c
+                .replay
+                .run(&c.program, &c.captured.log, inputs, seed, None)?,
+            Some(on_grad) => {
+                let grads = &c.program.grads;
+                let mut on_ready = |k: usize, g: Option<&Tensor>| on_grad(grads[k].0, g);
+                let notify = Some((&c.ready, &mut on_ready as &mut replay::OnReady<'_>));
+                c.replay
+                    .run(&c.program, &c.captured.log, inputs, seed, notify)?;
+            }
+        }
         let out = &mut self.output;
         out.loss = c.replay.value(c.program.root).clone();
         for &(target, slot) in &c.program.grads {
@@ -483,6 +590,7 @@ where
         };
         let captured = capture::capture(&self.f, inputs, &wanted)?;
         let program = lower::lower(&captured, self.options.fuse)?;
+        let ready = ReadySchedule::of(&program);
         let names = self
             .options
             .params
@@ -495,6 +603,7 @@ where
             signature,
             captured,
             program,
+            ready,
             replay: Replay::default(),
             names,
         };

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use super::kernel::{self, Lanes};
 use super::program::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, Slot, Step};
+use super::ready::ReadySchedule;
 use crate::core::graph::capture::{CaptureLog, SourceKind};
 use crate::core::Primitive;
 use crate::error::{Error, Result};
@@ -28,6 +29,13 @@ pub(crate) struct Replay {
     regs_f64: Vec<f64>,
 }
 
+/// Told each requested gradient (its index in `Program::grads`; `None`:
+/// nothing reached it) as soon as a run has it final.
+pub(crate) type OnReady<'a> = dyn FnMut(usize, Option<&Tensor>) -> Result<()> + 'a;
+
+/// A run's listener for final gradients, with the capture's schedule.
+pub(crate) type Notify<'s, 'f> = Option<(&'s ReadySchedule, &'s mut OnReady<'f>)>;
+
 /// A seed for this run's random ops: a mix of the run's and the op's own.
 fn mix(run: u64, own: u64) -> u64 {
     let mut z = run ^ own.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
@@ -37,13 +45,15 @@ fn mix(run: u64, own: u64) -> u64 {
 }
 
 impl Replay {
-    /// Runs `program` once on `inputs`.
+    /// Runs `program` once on `inputs`, telling `notify` each requested
+    /// gradient once it is final.
     pub(crate) fn run(
         &mut self,
         program: &Program,
         log: &CaptureLog,
         inputs: &[Tensor],
         seed: u64,
+        mut notify: Notify<'_, '_>,
     ) -> Result<()> {
         if self.values.len() != program.slots.len() {
             self.values = vec![None; program.slots.len()];
@@ -85,6 +95,7 @@ impl Replay {
             };
             self.values[s as usize] = Some(value);
         }
+        self.tell(program, 0, &mut notify)?;
         for (i, step) in program.steps.iter().enumerate() {
             match step {
                 Step::Op(s) => self.op(program, s, seed)?,
@@ -99,9 +110,23 @@ impl Replay {
             for &s in &program.releases[range.start as usize..range.end as usize] {
                 self.release(program, s);
             }
+            self.tell(program, i + 1, &mut notify)?;
         }
         for effect in &log.effects {
             (effect.run)()?;
+        }
+        Ok(())
+    }
+
+    /// Tells `notify` the gradients final at `point` of the run (0: before
+    /// the first step; `i + 1`: once step `i` is done).
+    fn tell(&self, program: &Program, point: usize, notify: &mut Notify<'_, '_>) -> Result<()> {
+        let Some((schedule, on_ready)) = notify else {
+            return Ok(());
+        };
+        for &k in schedule.final_at(point) {
+            let slot = program.grads[k as usize].1;
+            on_ready(k as usize, slot.map(|s| self.value(s)))?;
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! [`DataParallel`]: one model replica per rank, gradients averaged across
 //! ranks in buckets while backward runs (PyTorch's DistributedDataParallel).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use super::agreement::{all_succeeded, same_on_every_rank};
@@ -9,8 +9,9 @@ use super::buckets::{BucketPlan, DEFAULT_BUCKET_BYTES};
 use super::comm::{BucketSink, Communicator, FlatBuf};
 use super::wire;
 use crate::autograd::Gradients;
+use crate::compile::{Capture, Compiled, GradTarget, StepOutput};
 use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::graph::{Graph, Var};
 use crate::io::{load_checkpoint_with_metadata, save_checkpoint_with_metadata};
 use crate::nn::{Buffer, Forward, Module, Parameter};
 use crate::optim::Optimizer;
@@ -62,6 +63,8 @@ pub struct DataParallel<M: Module, C: Communicator> {
     module: M,
     comm: C,
     params: Vec<(String, Parameter)>,
+    /// Parameter index by id.
+    index: HashMap<u64, usize>,
     buffers: Vec<(String, Buffer)>,
     plan: BucketPlan,
     send: Vec<FlatBuf>,
@@ -94,6 +97,11 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         let recv = send.clone();
         Ok(DataParallel {
             accumulated: vec![None; params.len()],
+            index: params
+                .iter()
+                .enumerate()
+                .map(|(i, (_, p))| (p.id(), i))
+                .collect(),
             module,
             comm,
             params,
@@ -163,11 +171,7 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         let leaves: Vec<Var<'_>> = self.params.iter().map(|(_, p)| graph.param(p)).collect();
         if self.no_sync {
             let grads = loss.backward()?;
-            for (i, (_, p)) in self.params.iter().enumerate() {
-                if let Some(g) = grads.get_param(p) {
-                    self.accumulated[i] = Some(add(self.accumulated[i].take(), g)?);
-                }
-            }
+            self.accumulate(&grads)?;
             return Ok(grads);
         }
         let mut result = None;
@@ -181,13 +185,131 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         Ok(grads)
     }
 
-    /// Averages gradients computed elsewhere (a [compiled
-    /// step](crate::compile)'s: `grads_mut()` of its output) over ranks in
-    /// place, through the same buckets as [`backward`](Self::backward),
-    /// then makes every rank's buffers rank 0's. The buckets start once the
-    /// step is done (a compiled step hands its gradients over at its end).
-    /// Collective, unless inside [`no_sync`](Self::no_sync), where the
-    /// gradients are added to the local sum and left as they are.
+    /// Runs a [compiled step](crate::compile) on this rank's `inputs` and
+    /// returns its output with the parameters' gradients averaged over
+    /// ranks. As in [`backward`](Self::backward), each bucket's all-reduce
+    /// starts while the backward still runs: the replay tells each
+    /// gradient the moment it is final ([`Compiled::run_notifying`]; the
+    /// capture knows after which node, [`Capture::gradient_schedule`](crate::compile::Capture::gradient_schedule)),
+    /// and a bucket starts once all its gradients are in (and the buckets
+    /// before it started). It returns once every all-reduce is done, so an
+    /// optimizer update after it waits for them; then every rank's buffers
+    /// are made rank 0's. The averages are the bits
+    /// [`backward`](Self::backward) and
+    /// [`reduce_gradients`](Self::reduce_gradients) give. The step should
+    /// return the gradients of this model's parameters (its default, every
+    /// parameter it uses, or `CompileOptions::params(ddp.module().parameters())`);
+    /// a parameter it has no gradient for is averaged as zero, as an unused one.
+    /// Collective, unless inside [`no_sync`](Self::no_sync), where the step's
+    /// own gradients are added to the local sum and returned as they are.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
+    /// use retrograd::distributed::{DataParallel, SingleProcess};
+    /// use retrograd::nn::{Forward, Linear, Module};
+    /// use rand::SeedableRng;
+    /// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    /// let model = Linear::builder(2, 1).dtype(DType::F64).build_with(&mut rng)?;
+    /// let mut ddp = DataParallel::new(model, SingleProcess)?;
+    /// let replica = ddp.module().clone(); // shares the parameters
+    /// let mut step = compile(
+    ///     move |_: &Graph, x: &[Var<'_>]| replica.forward(&x[0])?.try_sum(),
+    ///     CompileOptions::new(),
+    /// );
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?;
+    /// let out = ddp.run_compiled(&mut step, &[x])?; // averaged over ranks (here one)
+    /// let w = &ddp.module().parameters()[0].1;
+    /// assert_eq!(out.grads().of(w).to_f64_vec(), vec![1.0, 2.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn run_compiled<'s, F>(
+        &mut self,
+        step: &'s mut Compiled<F>,
+        inputs: &[Tensor],
+    ) -> Result<&'s mut StepOutput>
+    where
+        F: for<'g> Fn(&'g Graph, &[Var<'g>]) -> Result<Var<'g>>,
+    {
+        if self.no_sync {
+            let out = step.run(inputs)?;
+            self.accumulate(out.grads())?;
+            return Ok(out);
+        }
+        let index = std::mem::take(&mut self.index);
+        let mut told = vec![false; self.params.len()];
+        let (mut step, mut out) = (Some(step), None);
+        let reduced = self.reduce_as_final(&mut |on_final| {
+            let step = step.take().expect("the communicator produces once");
+            let mut on_grad = |target: GradTarget, grad: Option<&Tensor>| match target {
+                GradTarget::Param(id) => match index.get(&id) {
+                    Some(&i) if !told[i] => {
+                        told[i] = true;
+                        on_final(i, grad)
+                    }
+                    _ => Ok(()),
+                },
+                GradTarget::Input(_) => Ok(()),
+            };
+            out = Some(step.run_notifying(inputs, &mut on_grad)?);
+            // Parameters the step has no gradient for: zero, as unused ones.
+            for (i, told) in told.iter_mut().enumerate() {
+                if !std::mem::replace(told, true) {
+                    on_final(i, None)?;
+                }
+            }
+            Ok(())
+        });
+        self.index = index;
+        reduced?;
+        let out = out.expect("produce succeeded, so the step ran");
+        self.write_averages(out.grads_mut(), |_| None)?;
+        self.sync_buffers()?;
+        Ok(out)
+    }
+
+    /// Where [`run_compiled`](Self::run_compiled) starts each bucket's
+    /// all-reduce in a run of `capture` (a capture of the step it runs:
+    /// `step.capture()`): by bucket, the node of the capture's graph after
+    /// which it starts (`None`: before the first step). A bucket starts
+    /// once the step has all its gradients final and the buckets before it
+    /// started; one with a parameter the step has no gradient for starts
+    /// after the step's last node.
+    pub fn bucket_launches(&self, capture: &Capture) -> Vec<Option<u32>> {
+        let plan = &self.plan;
+        let mut remaining: Vec<usize> = plan.buckets.iter().map(|b| b.members.len()).collect();
+        let mut told = vec![false; self.params.len()];
+        let mut launches = Vec::with_capacity(plan.buckets.len());
+        let mut tell = |i: usize, node: Option<u32>, launches: &mut Vec<Option<u32>>| {
+            if std::mem::replace(&mut told[i], true) {
+                return;
+            }
+            remaining[plan.place[i].0] -= 1;
+            while launches.len() < remaining.len() && remaining[launches.len()] == 0 {
+                launches.push(node);
+            }
+        };
+        for (target, node) in capture.gradient_schedule() {
+            if let GradTarget::Param(id) = target
+                && let Some(&i) = self.index.get(&id)
+            {
+                tell(i, node, &mut launches);
+            }
+        }
+        let last = (capture.graph().len() as u32).checked_sub(1);
+        for i in 0..self.params.len() {
+            tell(i, last, &mut launches);
+        }
+        launches
+    }
+
+    /// Averages gradients computed elsewhere over ranks in place, through
+    /// the same buckets as [`backward`](Self::backward), then makes every
+    /// rank's buffers rank 0's. The buckets start once all are given, after
+    /// the computation: a compiled step's go through
+    /// [`run_compiled`](Self::run_compiled) instead, which starts them while
+    /// its backward runs. Collective, unless inside
+    /// [`no_sync`](Self::no_sync), where the gradients are added to the
+    /// local sum and left as they are.
     ///
     /// ```
     /// use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
@@ -211,12 +333,7 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
     /// ```
     pub fn reduce_gradients(&mut self, grads: &mut Gradients) -> Result<()> {
         if self.no_sync {
-            for (i, (_, p)) in self.params.iter().enumerate() {
-                if let Some(g) = grads.get_param(p) {
-                    self.accumulated[i] = Some(add(self.accumulated[i].take(), g)?);
-                }
-            }
-            return Ok(());
+            return self.accumulate(grads);
         }
         let ids: Vec<u64> = self.params.iter().map(|(_, p)| p.id()).collect();
         {
@@ -232,6 +349,17 @@ impl<M: Module, C: Communicator> DataParallel<M, C> {
         }
         self.write_averages(grads, |_| None)?;
         self.sync_buffers()
+    }
+
+    /// Adds the parameters' gradients in `grads` to the local sums of
+    /// `no_sync` passes.
+    fn accumulate(&mut self, grads: &Gradients) -> Result<()> {
+        for (i, (_, p)) in self.params.iter().enumerate() {
+            if let Some(g) = grads.get_param(p) {
+                self.accumulated[i] = Some(add(self.accumulated[i].take(), g)?);
+            }
+        }
+        Ok(())
     }
 
     /// Runs `produce`, which reports each parameter's gradient (by index)
@@ -477,126 +605,4 @@ fn broadcast_from_rank0<C: Communicator + ?Sized>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::distributed::SingleProcess;
-    use crate::nn::{BatchNorm1d, Linear, Sequential};
-    use crate::{DType, Graph};
-
-    fn mlp() -> Sequential {
-        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(1);
-        Sequential::new()
-            .with(
-                Linear::builder(3, 4)
-                    .dtype(DType::F64)
-                    .build_with(&mut rng)
-                    .unwrap(),
-            )
-            .with(crate::nn::Activation::Tanh)
-            .with(
-                Linear::builder(4, 2)
-                    .dtype(DType::F64)
-                    .build_with(&mut rng)
-                    .unwrap(),
-            )
-    }
-
-    fn loss<'g>(m: &impl Forward, g: &'g Graph, seed: u64) -> Var<'g> {
-        let x = g.constant(Tensor::randn(&[5, 3], DType::F64, seed).unwrap());
-        m.forward(&x).unwrap().tanh().sum()
-    }
-
-    #[test]
-    fn one_rank_gives_the_plain_gradients_through_small_buckets() {
-        let m = mlp();
-        let plain = {
-            let g = Graph::new();
-            loss(&m, &g, 9).backward().unwrap()
-        };
-        let params = m.parameters();
-        // 40-byte buckets: one per parameter and then some.
-        let mut ddp = DataParallel::with_bucket_bytes(m, SingleProcess, 40).unwrap();
-        assert_eq!(ddp.bucket_count(), 4);
-        assert_eq!(ddp.bytes_per_step(), 8 * (12 + 4 + 8 + 2));
-        let g = Graph::new();
-        let grads = ddp.backward(&loss(ddp.module(), &g, 9)).unwrap();
-        for (_, p) in &params {
-            assert_eq!(grads.of(p), plain.of(p));
-        }
-    }
-
-    #[test]
-    fn no_sync_accumulates_into_the_next_synchronised_backward() {
-        let m = mlp();
-        let params = m.parameters();
-        let mut sum = {
-            let g = Graph::new();
-            loss(&m, &g, 1).backward().unwrap()
-        };
-        {
-            let g = Graph::new();
-            sum.accumulate(&loss(&m, &g, 2).backward().unwrap())
-                .unwrap();
-        }
-        let mut ddp = DataParallel::new(m, SingleProcess).unwrap();
-        ddp.no_sync(|ddp| {
-            let g = Graph::new();
-            ddp.backward(&loss(ddp.module(), &g, 1)).unwrap();
-        });
-        let g = Graph::new();
-        let grads = ddp.backward(&loss(ddp.module(), &g, 2)).unwrap();
-        for (_, p) in &params {
-            assert_eq!(grads.of(p), sum.of(p));
-        }
-        // The sum was used up: the next step is its own.
-        let g = Graph::new();
-        let next = ddp.backward(&loss(ddp.module(), &g, 2)).unwrap();
-        let g2 = Graph::new();
-        let alone = loss(ddp.module(), &g2, 2).backward().unwrap();
-        for (_, p) in &params {
-            assert_eq!(next.of(p), alone.of(p));
-        }
-    }
-
-    #[test]
-    fn unused_parameters_get_a_zero_gradient() {
-        let m = mlp();
-        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(3);
-        let extra = Linear::builder(2, 2)
-            .dtype(DType::F64)
-            .build_with(&mut rng)
-            .unwrap();
-        let model = Sequential::new().with(m).with(extra);
-        let params = model.parameters();
-        let mut ddp = DataParallel::new(model, SingleProcess).unwrap();
-        let g = Graph::new();
-        let x = g.constant(Tensor::randn(&[2, 3], DType::F64, 4).unwrap());
-        // Only the first Linear is used.
-        let first = &params[0].1;
-        let y = x.matmul(&g.param(first).t()).sum();
-        let grads = ddp.backward(&y).unwrap();
-        let last = &params[params.len() - 1].1;
-        assert_eq!(grads.get_param(last).unwrap().to_f64_vec(), vec![0.0; 2]);
-        assert!(grads.get_param(first).is_some());
-    }
-
-    #[test]
-    fn checkpoints_round_trip_through_the_wrapper() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ddp.safetensors");
-        let bn = BatchNorm1d::new(3, DType::F64).unwrap();
-        let ddp = DataParallel::new(bn, SingleProcess).unwrap();
-        let meta = BTreeMap::from([("step".to_string(), "7".to_string())]);
-        ddp.save_checkpoint(&path, None, &meta).unwrap();
-        assert_eq!(ddp.load_checkpoint(&path, None).unwrap(), meta);
-        assert!(ddp
-            .load_checkpoint(dir.path().join("missing"), None)
-            .is_err());
-    }
-
-    #[test]
-    fn replica_descriptions_name_the_first_difference() {
-        let a = describe(&mlp().parameters(), &[]);
-        assert_eq!(a[0], "parameter `0.weight` of shape [4, 3] (f64)");
-    }
-}
+mod tests;

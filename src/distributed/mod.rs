@@ -5,7 +5,8 @@
 //!
 //! - [`DataParallel`] wraps a [`Module`](crate::nn::Module): replica checks,
 //!   rank 0's weights to everyone, bucketed gradient all-reduce overlapped
-//!   with backward, `no_sync` accumulation, checkpoints written by rank 0.
+//!   with backward (an eager graph's, or a compiled step's replay:
+//!   `run_compiled`), `no_sync` accumulation, checkpoints written by rank 0.
 //! - [`DistributedSampler`]: each rank's shard of a dataset, per epoch.
 //! - [`any_rank`], [`all_succeeded`], [`same_on_every_rank`]: decisions
 //!   every rank takes together (stop, success, matching settings).
@@ -18,7 +19,8 @@
 //! Where things are: data-parallel training over MPI: `DataParallel`
 //! (`data_parallel.rs`: replica check on gathered descriptions, rank 0's
 //! parameters and buffers broadcast, bucketed gradient all-reduce started
-//! from `backward_notifying`, `no_sync`, buffers follow rank 0, checkpoints
+//! from `backward_notifying` (or, for a compiled step, from the replay as
+//! each gradient is final: `DataParallel::run_compiled`), `no_sync`, buffers follow rank 0, checkpoints
 //! written by rank 0 and loaded by all with an agreed outcome), the bucket
 //! plan (`buckets.rs`: reverse parameter order, one dtype per bucket, 25
 //! MiB with a 1 MiB first bucket), `Communicator`/`BucketSink`/`FlatBuf`

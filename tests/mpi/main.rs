@@ -14,12 +14,17 @@
 //!   within 30 s); `fails`: rank 1 returns an error mid-training (the same,
 //!   and `run`'s message names it).
 //!
+//! - `overlap`: a compiled step's buckets start while its backward runs
+//!   (the order of events), and it trains to the eager DDP step's bits
+//!   (`overlap.rs`);
 //! - `resume`, `differ`, `kill-in-allreduce`, `kill-while-saving`,
 //!   `states-load`, `same-content`: training states (`resume.rs`).
 //!
 //! Without an argument (as `cargo test --features mpi` runs it, one
-//! process) it runs `gradients`, `train`, `checkpoint` and `split` on one rank.
+//! process) it runs `gradients`, `train`, `checkpoint`, `resume`, `split`
+//! and `overlap` on one rank.
 
+mod overlap;
 mod resume;
 
 use std::collections::BTreeMap;
@@ -410,6 +415,7 @@ fn main() {
         Some("checkpoint") => checkpoint(comm, args.get(1).map(String::as_str).unwrap_or(".")),
         Some("mismatch") => mismatch(comm),
         Some("split") => split(comm),
+        Some("overlap") => overlap::overlap(comm),
         Some("dies") => dies(comm, false),
         Some("fails") => dies(comm, true),
         Some("resume") => resume::resume(comm, args.get(1).map(String::as_str).unwrap_or(".")),
@@ -430,7 +436,8 @@ fn main() {
             train(comm)?;
             checkpoint(comm, &dir.path().display().to_string())?;
             resume::resume(comm, &dir.path().display().to_string())?;
-            split(comm)
+            split(comm)?;
+            overlap::overlap(comm)
         }
     });
     if let Err(e) = outcome {
