@@ -19,6 +19,7 @@ mod checkpointing;
 mod ddp;
 mod elementwise;
 mod gate;
+mod jit;
 mod matmul;
 mod memory;
 #[cfg(feature = "onnx")]
@@ -166,6 +167,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "elementwise",
         elementwise::run,
         "add GB/s vs copy, parallel threshold sweep",
+    ),
+    (
+        "jit",
+        jit::run,
+        "bias + GELU forward and backward at W4's size: the compiled step's interpreter against hand-written fused loops",
     ),
     #[cfg(feature = "onnx")]
     (

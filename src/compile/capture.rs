@@ -176,6 +176,8 @@ fn joint_backward<'g>(
     let Some(top) = root.node_index() else {
         return Ok((acc, groups));
     };
+    // Each op's `grad_op` once: its nodes share one entry's op.
+    let mut grad_ops = super::fuse::IdKeyed::default();
     let anomaly = graph.anomaly_detection();
     graph.set_anomaly_detection(false);
     let result = (|| {
@@ -194,7 +196,20 @@ fn joint_backward<'g>(
                 .collect();
             let op = call.op.get();
             let start = graph.len() as u32;
-            let grads = op.backward(&g, &inputs, &call.output)?;
+            // A unary elementwise op's backward is one node of its fused
+            // gradient (the eager sweep's kernel), not its formula's nodes.
+            let op_id = graph.state().nodes()[n].op;
+            let grad_op = grad_ops
+                .entry(op_id)
+                .or_insert_with(|| op.grad_op())
+                .clone();
+            let grads = match grad_op {
+                Some(k) if inputs.len() == 1 => {
+                    let u = if k.of_output { &call.output } else { &inputs[0] };
+                    smallvec::smallvec![Some(graph.record_shared(None, k.op, &[&g, u])?)]
+                }
+                _ => op.backward(&g, &inputs, &call.output)?,
+            };
             if grads.len() != inputs.len() {
                 return Err(Error::BadGradient {
                     op: op.name().to_string(),

@@ -16,8 +16,11 @@
 //! Fusion never reorders floating-point work: each node computes its own
 //! op on its own operands, so a fused step gives the unfused bits.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::lower::FastRule;
 use super::program::{Arg, Code, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
@@ -45,6 +48,36 @@ pub(crate) struct GroupPlan {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// Hashes value and node ids (`u32`) with one multiply instead of SipHash:
+/// capturing W1 at C = 1000 (a scalar program of 600,000 nodes) spent a
+/// fifth of its time hashing ids.
+#[derive(Default, Clone, Copy)]
+pub(super) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(b as u32);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by ids that hash as one `u32` (op ids).
+pub(super) type IdKeyed<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
+
+/// The most members a fused group takes: its registers and outputs are
+/// numbered in `u16`, and a group this long already spends nearly all its
+/// time in its members' kernels.
+const MAX_MEMBERS: usize = 4096;
 
 /// Orders the live nodes into units: fast rules, fused groups, scalar
 /// programs and single nodes, each where its first node stood.
@@ -98,10 +131,12 @@ pub(crate) fn units(
             }
         };
         for &v in st.inputs_of(n) {
-            if group_of[v as usize] != g {
-                groups[g as usize]
-                    .outside
-                    .push(Dims::from_slice(st.values()[v as usize].shape()));
+            let shape = st.values()[v as usize].shape();
+            let outside = &mut groups[g as usize].outside;
+            // Only the distinct shapes matter to `split`: a long chain's
+            // group keeps a handful, not one per read.
+            if group_of[v as usize] != g && !outside.iter().any(|d| d.as_slice() == shape) {
+                outside.push(Dims::from_slice(shape));
             }
         }
         let group = &mut groups[g as usize];
@@ -188,10 +223,13 @@ fn may_join(
     pos: &[i64],
 ) -> bool {
     let out = &st.values()[st.nodes()[n].output as usize];
-    if out.shape() != group.shape.as_slice() || out.dtype() != group.dtype {
+    if group.nodes.len() >= MAX_MEMBERS
+        || out.shape() != group.shape.as_slice()
+        || out.dtype() != group.dtype
+    {
         return false;
     }
-    let mut outside = group.outside.clone();
+    let mut outside: SmallVec<[Dims; 8]> = group.outside.iter().cloned().collect();
     for &v in st.inputs_of(n) {
         if group_of[v as usize] == g {
             continue;
@@ -200,7 +238,10 @@ fn may_join(
         if !leaf && pos[v as usize] >= group.first as i64 {
             return false;
         }
-        outside.push(Dims::from_slice(st.values()[v as usize].shape()));
+        let shape = st.values()[v as usize].shape();
+        if !outside.iter().any(|d| d.as_slice() == shape) {
+            outside.push(Dims::from_slice(shape));
+        }
     }
     split(&group.shape, &outside).is_some()
 }
@@ -247,16 +288,31 @@ fn split(out: &[usize], inputs: &[Dims]) -> Option<(usize, Vec<Pattern>)> {
     })
 }
 
-/// The kernels of a program, one per op of the graph's table.
+/// The kernels of a program, one per op (entries of the graph's table
+/// that hold one op, such as a capture's backward kernels, share it).
 #[derive(Default)]
 struct Kernels {
     list: Vec<Arc<dyn Pointwise>>,
-    by_op: HashMap<OpId, u32>,
+    by_op: HashMap<KernelKey, u32>,
+}
+
+/// What names an op for [`Kernels`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum KernelKey {
+    Entry(OpId),
+    At(usize),
 }
 
 impl Kernels {
     fn of(&mut self, st: &GraphState, n: usize) -> u32 {
-        let op = st.nodes()[n].op;
+        let id = st.nodes()[n].op;
+        let op = st.op(id);
+        // An op with state is one allocation: its address names it. A
+        // zero-sized one has no address of its own, so its entry does.
+        let op = match std::mem::size_of_val(op) {
+            0 => KernelKey::Entry(id),
+            _ => KernelKey::At(op as *const dyn crate::Differentiable as *const () as usize),
+        };
         if let Some(&i) = self.by_op.get(&op) {
             return i;
         }
@@ -285,8 +341,8 @@ impl Registers {
 }
 
 /// The last member (index into `nodes`) reading each value.
-fn last_reads(st: &GraphState, nodes: &[u32]) -> HashMap<u32, usize> {
-    let mut last = HashMap::new();
+fn last_reads(st: &GraphState, nodes: &[u32]) -> IdMap<usize> {
+    let mut last = IdMap::with_capacity_and_hasher(nodes.len() * 2, Default::default());
     for (i, &n) in nodes.iter().enumerate() {
         for &v in st.inputs_of(n as usize) {
             last.insert(v, i);
@@ -316,7 +372,7 @@ pub(crate) fn fused_group(
     let row_len: usize = plan.shape[k..].iter().product();
     let mut regs = Registers::default();
     let mut broadcast_regs = Vec::new();
-    let mut arg_of: HashMap<u32, Arg> = HashMap::new();
+    let mut arg_of: IdMap<Arg> = IdMap::default();
     let mut inputs = Vec::with_capacity(reads.len());
     for (i, (&v, &p)) in reads.iter().zip(&patterns).enumerate() {
         inputs.push((slot_of(v), p));
@@ -334,6 +390,8 @@ pub(crate) fn fused_group(
         arg_of.insert(v, arg);
     }
     let last = last_reads(st, &plan.nodes);
+    let written: IdSet = writes.iter().copied().collect();
+    let read: IdSet = reads.iter().copied().collect();
     let mut kernels = Kernels::default();
     let mut ops = Vec::with_capacity(plan.nodes.len());
     let mut outputs = Vec::new();
@@ -344,12 +402,11 @@ pub(crate) fn fused_group(
         for (a, v) in args.iter_mut().zip(inputs_of) {
             *a = arg_of[v];
         }
-        let dest = match writes.iter().position(|&w| w == rec.output) {
-            Some(_) => {
-                outputs.push(slot_of(rec.output));
-                Arg::Out((outputs.len() - 1) as u16)
-            }
-            None => Arg::Reg(regs.take() as u16),
+        let dest = if written.contains(&rec.output) {
+            outputs.push(slot_of(rec.output));
+            Arg::Out((outputs.len() - 1) as u16)
+        } else {
+            Arg::Reg(regs.take() as u16)
         };
         let k = kernels.of(st, n as usize);
         ops.push(MicroOp {
@@ -364,7 +421,7 @@ pub(crate) fn fused_group(
         for (j, &v) in inputs_of.iter().enumerate() {
             if last.get(&v) == Some(&i)
                 && !inputs_of[..j].contains(&v)
-                && !reads.contains(&v)
+                && !read.contains(&v)
                 && let Some(Arg::Reg(r)) = arg_of.get(&v)
             {
                 regs.free.push(*r as u32);
@@ -400,7 +457,8 @@ pub(crate) fn scalar_program(
 ) -> ScalarProgram {
     let dtype = st.values()[st.nodes()[nodes[0] as usize].output as usize].dtype();
     let mut regs = Registers::default();
-    let mut reg_of: HashMap<u32, u32> = HashMap::with_capacity(nodes.len() + reads.len());
+    let mut reg_of: IdMap<u32> =
+        IdMap::with_capacity_and_hasher(nodes.len() + reads.len(), Default::default());
     let mut inputs = Vec::with_capacity(reads.len());
     for &v in reads {
         let r = regs.take();
@@ -408,7 +466,7 @@ pub(crate) fn scalar_program(
         inputs.push((slot_of(v), r));
     }
     let last = last_reads(st, nodes);
-    let written: std::collections::HashSet<u32> = writes.iter().copied().collect();
+    let written: IdSet = writes.iter().copied().collect();
     let mut kernels = Kernels::default();
     let mut ops = Vec::with_capacity(nodes.len());
     for (i, &n) in nodes.iter().enumerate() {
@@ -437,6 +495,13 @@ pub(crate) fn scalar_program(
         }
     }
     let outputs = writes.iter().map(|&v| (reg_of[&v], slot_of(v))).collect();
+    // The replay indexes registers unchecked (`replay::scalar`): every one
+    // named must be below the count.
+    assert!(
+        ops.iter()
+            .all(|op: &ScalarOp| op.out < regs.count && op.args.iter().all(|&r| r < regs.count.max(1))),
+        "a scalar program names a register past its count"
+    );
     ScalarProgram {
         dtype,
         inputs,

@@ -41,10 +41,14 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
     for &v in &outputs {
         used_elsewhere[v as usize] = true;
     }
+    // The last unit that listed each value: a unit's reads without a
+    // search per read (a scalar program of W1 reads thousands of values).
+    let mut listed_by = vec![NO; st.values().len()];
     for (u, unit) in units.iter().enumerate() {
         let mut external: Vec<u32> = Vec::new();
         for v in unit_inputs(&st, unit, &fast) {
-            if producer_unit[v as usize] != u as u32 && !external.contains(&v) {
+            if producer_unit[v as usize] != u as u32 && listed_by[v as usize] != u as u32 {
+                listed_by[v as usize] = u as u32;
                 external.push(v);
                 used_elsewhere[v as usize] = true;
             }

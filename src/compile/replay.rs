@@ -325,19 +325,27 @@ fn scalar<T: Lanes>(p: &ScalarProgram, values: &mut [Option<Tensor>], regs: &mut
             .expect("bound or written before");
         regs[r as usize] = t.as_slice_of::<T>()[0];
     }
+    let file = &mut regs[..p.regs];
+    // SAFETY: every register a program names is below `p.regs`, checked
+    // when the program was built (`fuse::scalar_program`), and `file` is
+    // `p.regs` long: the loop (W1's whole replay) skips a bounds check per
+    // operand.
+    let reg = |file: &[T], r: u32| unsafe { *file.get_unchecked(r as usize) };
     for op in &p.ops {
-        let [a, b, c, d] = op.args.map(|r| r as usize);
-        regs[op.out as usize] = match op.code {
-            Code::Prim(Primitive::Add) => regs[a] + regs[b],
-            Code::Prim(Primitive::Sub) => regs[a] - regs[b],
-            Code::Prim(Primitive::Mul) => regs[a] * regs[b],
-            Code::Prim(Primitive::Div) => regs[a] / regs[b],
-            Code::Prim(Primitive::Neg) => -regs[a],
+        let [a, b, c, d] = op.args;
+        let v = match op.code {
+            Code::Prim(Primitive::Add) => reg(file, a) + reg(file, b),
+            Code::Prim(Primitive::Sub) => reg(file, a) - reg(file, b),
+            Code::Prim(Primitive::Mul) => reg(file, a) * reg(file, b),
+            Code::Prim(Primitive::Div) => reg(file, a) / reg(file, b),
+            Code::Prim(Primitive::Neg) => -reg(file, a),
             Code::Kernel(k) => T::one_of(
                 &*p.kernels[k as usize],
-                [regs[a], regs[b], regs[c], regs[d]],
+                [reg(file, a), reg(file, b), reg(file, c), reg(file, d)],
             ),
         };
+        // SAFETY: as above.
+        unsafe { *file.get_unchecked_mut(op.out as usize) = v };
     }
     for &(r, s) in &p.outputs {
         values[s as usize] = Some(regs[r as usize].scalar_tensor());

@@ -407,3 +407,40 @@ fn a_capture_prints_and_lists_its_fused_groups() {
     );
     assert!(c.runs_node(1) && c.forward_len() == 8);
 }
+
+/// A unary op's backward is one `<rule>_backward` node of its fused
+/// gradient (the eager sweep's own kernel), not its formula's nodes, and
+/// gives the eager bits; GELU (derivative of the input) and tanh (of the
+/// output), with a bias broadcast, in both float dtypes.
+#[test]
+fn a_unary_ops_backward_is_one_node_with_the_eager_bits() {
+    fn f<'g>(_: &'g Graph, x: &[Var<'g>]) -> Result<Var<'g>> {
+        let h = (&x[0] + &x[1]).gelu();
+        Ok((h.tanh() * &x[2]).sum())
+    }
+    for dtype in [DType::F64, DType::F32] {
+        let x = vec![
+            Tensor::randn(&[6, 40], dtype, 1).unwrap(),
+            Tensor::randn(&[40], dtype, 2).unwrap(),
+            Tensor::randn(&[6, 40], dtype, 3).unwrap(),
+        ];
+        let eager = {
+            let g = Graph::new();
+            let v: Vec<Var<'_>> = x.iter().map(|t| g.variable(t.clone())).collect();
+            let loss = f(&g, &v).unwrap();
+            let grads = loss.backward().unwrap();
+            (loss.value().clone(), grads.wrt(&v[0]), grads.wrt(&v[1]))
+        };
+        let mut step = compile(f, CompileOptions::new().grad_inputs(&[0, 1]));
+        for _ in 0..2 {
+            let out = step.run(&x).unwrap();
+            assert_eq!(bits(out.loss_value()), bits(&eager.0), "{dtype}");
+            assert_eq!(bits(out.input_grad(0).unwrap()), bits(&eager.1), "{dtype}");
+            assert_eq!(bits(out.input_grad(1).unwrap()), bits(&eager.2), "{dtype}");
+        }
+        let printed = step.capture().unwrap().graph().to_string();
+        assert_eq!(printed.matches("gelu_backward(").count(), 1, "{printed}");
+        assert_eq!(printed.matches("tanh_backward(").count(), 1, "{printed}");
+        assert!(!printed.contains("erfc("), "{printed}");
+    }
+}

@@ -197,6 +197,15 @@ pub trait Differentiable: Send + Sync + 'static {
         None
     }
 
+    /// For a one-input elementwise op: its first-order backward as one
+    /// elementwise op of `(g, u)` (see [`GradOp`]), which a compiled step
+    /// records in place of the `Var` formula's nodes, so its replay runs
+    /// the eager sweep's fused kernel as one member of a fused pass.
+    /// `None` (the default): the compiled step records the formula.
+    fn grad_op(&self) -> Option<GradOp> {
+        None
+    }
+
     /// This op without values saved from the forward that recorded it
     /// (argmax positions, an output and its logsumexp), which it would
     /// otherwise use in place of recomputing them from its inputs. A
@@ -317,6 +326,9 @@ impl Differentiable for Arc<dyn Differentiable> {
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         (**self).pointwise()
     }
+    fn grad_op(&self) -> Option<GradOp> {
+        (**self).grad_op()
+    }
     fn without_saved(&self) -> Option<Arc<dyn Differentiable>> {
         (**self).without_saved()
     }
@@ -329,4 +341,15 @@ impl Differentiable for Arc<dyn Differentiable> {
     fn attributes(&self) -> OpAttributes {
         (**self).attributes()
     }
+}
+
+/// A one-input elementwise op's first-order backward as an op of two
+/// inputs, `(g, u) -> g f'(u)` ([`Differentiable::grad_op`]).
+#[derive(Clone)]
+pub struct GradOp {
+    /// The op: inputs the output's gradient `g` and `u`; output the input's gradient.
+    pub op: Arc<dyn Differentiable>,
+    /// Whether `u` is the forward op's output (`tanh`, `exp`: `f'` from
+    /// `f`) rather than its input.
+    pub of_output: bool,
 }

@@ -50,7 +50,7 @@ pub(crate) mod scalar_node;
 pub(crate) mod store;
 
 pub use attributes::{AttrValue, OpAttributes};
-pub use differentiable::{Differentiable, GradInputs};
+pub use differentiable::{Differentiable, GradInputs, GradOp};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use holds::Holds;

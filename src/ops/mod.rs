@@ -101,7 +101,7 @@ mod testing;
 
 pub use crate::core::scalar_lane;
 pub use crate::core::{attributes, AttrValue, OpAttributes};
-pub use crate::core::{Differentiable, GradInputs};
+pub use crate::core::{Differentiable, GradInputs, GradOp};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;

@@ -26,7 +26,7 @@
 //! composition alike.
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use smallvec::smallvec;
 
@@ -348,12 +348,28 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
     })
 }
 
-/// What a forward saves for its backward: its output (to recognise it)
-/// and the per-row logsumexp.
+/// What a forward saves for its backward: where its output lives and its
+/// shape (to recognise it), and the per-row logsumexp. The output is named
+/// by address, not held: a compiled step replays this node's forward and
+/// its fast backward every run, writing the output into the same planned
+/// buffer, which a held clone would keep from being reused (and the saved
+/// logsumexp is replaced by every forward, so the backward of a replay
+/// reads its own run's instead of recomputing the forward).
 #[derive(Debug)]
 struct Saved {
-    out: Tensor,
+    out_at: usize,
+    shape: Dims,
     lse: Tensor,
+}
+
+/// Where a tensor's first element lives; `None` for a non-float or a
+/// strided one.
+fn address(t: &Tensor) -> Option<usize> {
+    match t.dtype() {
+        DType::F32 => t.as_slice::<f32>().ok().map(|s| s.as_ptr() as usize),
+        DType::F64 => t.as_slice::<f64>().ok().map(|s| s.as_ptr() as usize),
+        _ => None,
+    }
 }
 
 /// Scaled dot-product attention. Inputs `q`, `k`, `v`, then a mask if
@@ -366,7 +382,7 @@ pub struct ScaledDotProductAttention {
     /// Where the forward leaves its logsumexp for this node's backward;
     /// `None` (the registered instance, shared between graphs): the
     /// backward recomputes it.
-    saved: Option<Arc<OnceLock<Saved>>>,
+    saved: Option<Arc<Mutex<Option<Saved>>>>,
 }
 
 fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a T, Option<&'a T>)> {
@@ -380,10 +396,13 @@ fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a 
 impl ScaledDotProductAttention {
     /// The logsumexp of the forward that produced `out`, saved or recomputed.
     fn lse(&self, inputs: &[&Tensor], out: &Tensor) -> Result<Tensor> {
-        if let Some(s) = self.saved.as_ref().and_then(|s| s.get())
-            && s.out.shares_storage_with(out) && s.out.shape() == out.shape() {
-                return Ok(s.lse.clone());
-            }
+        if let Some(slot) = &self.saved {
+            let saved = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = saved.as_ref()
+                && address(out) == Some(s.out_at) && s.shape.as_slice() == out.shape() {
+                    return Ok(s.lse.clone());
+                }
+        }
         let (q, k, v, m) = split(OP, inputs)?;
         Ok(fused_forward(&self.cfg, OP, q, k, v, m.copied())?.1)
     }
@@ -415,8 +434,11 @@ impl StructuredOp for ScaledDotProductAttention {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m) = split(OP, inputs)?;
         let (out, lse) = fused_forward(&self.cfg, OP, q, k, v, m.copied())?;
-        if let Some(slot) = &self.saved {
-            let _ = slot.set(Saved { out: out.clone(), lse });
+        if let Some(slot) = &self.saved
+            && let Some(out_at) = address(&out)
+        {
+            let saved = Saved { out_at, shape: Dims::from_slice(out.shape()), lse };
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
         }
         Ok(out)
     }
@@ -582,7 +604,7 @@ impl<'g> Var<'g> {
                     scale: options.scale,
                     dropout: options.dropout,
                 },
-                saved: Some(Arc::new(OnceLock::new())),
+                saved: Some(Arc::new(Mutex::new(None))),
             };
             let bool_mask;
             let mut inputs = vec![self, k, v];

@@ -26,6 +26,7 @@ mod binary_op;
 mod num;
 mod pointwise;
 mod select_op;
+mod unary_grad;
 mod unary_op;
 
 pub use crate::core::{Domain, OpFacts, SampleInputs, KINK_MARGIN};

@@ -24,7 +24,9 @@ pub(crate) struct SelectKernel(pub(crate) Cmp);
 #[inline(always)]
 fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     let x = &ins[0][..out.len()];
-    wide(|| {
+    wide(
+        #[inline(always)]
+        || {
         for (o, &a) in out.iter_mut().zip(x) {
             *o = rule.value(a);
         }
@@ -34,7 +36,9 @@ fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
 #[inline(always)]
 fn binary<T: Element, R: BinaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     let (a, b) = (&ins[0][..out.len()], &ins[1][..out.len()]);
-    wide(|| {
+    wide(
+        #[inline(always)]
+        || {
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             *o = rule.value(x, y);
         }
@@ -62,7 +66,9 @@ fn select_by<T: Element>(holds: impl Fn(T, T) -> bool, ins: &[&[T]], out: &mut [
     // Both branches' values are loaded before the choice: a load under a
     // condition cannot be vectorized (LLVM may not speculate it).
     let pairs = x.iter().zip(r).zip(a.iter().zip(b));
-    wide(|| {
+    wide(
+        #[inline(always)]
+        || {
         for (o, ((&x, &r), (&a, &b))) in out.iter_mut().zip(pairs) {
             *o = if holds(x, r) { a } else { b };
         }

@@ -134,7 +134,7 @@ impl<R: UnaryRule> UnaryFn for ValueFn<R> {
 /// The rule's gradient `(g, u) -> g f'` as a kernel functor: the whole
 /// first-order backward in one pass.
 #[derive(Clone, Copy, Debug)]
-struct GradFn<R>(R);
+pub(super) struct GradFn<R>(pub(super) R);
 
 impl<R: UnaryRule> BinaryFn for GradFn<R> {
     #[inline(always)]
@@ -211,6 +211,12 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     }
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(UnaryKernel(self.0)))
+    }
+    fn grad_op(&self) -> Option<crate::core::GradOp> {
+        Some(crate::core::GradOp {
+            op: Arc::new(super::unary_grad::UnaryGrad::new(self.0)),
+            of_output: R::SLOPE_OF == SlopeOf::Output,
+        })
     }
     fn attributes(&self) -> OpAttributes {
         self.0.attributes()
