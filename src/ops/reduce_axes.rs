@@ -39,9 +39,7 @@ pub struct SumDim {
 impl StructuredOp for SumDim {
     const NAME: &'static str = "sum_dim";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
@@ -69,9 +67,7 @@ pub struct MeanDim {
 impl StructuredOp for MeanDim {
     const NAME: &'static str = "mean_dim";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
@@ -126,9 +122,7 @@ impl Variance {
 impl StructuredOp for Variance {
     const NAME: &'static str = "var";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
     }
@@ -171,9 +165,7 @@ impl LogSumExp {
 impl StructuredOp for LogSumExp {
     const NAME: &'static str = "logsumexp";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
     }

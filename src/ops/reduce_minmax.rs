@@ -101,9 +101,7 @@ macro_rules! extremum_op {
         impl StructuredOp for $op {
             const NAME: &'static str = $name;
             const INPUTS: &'static [&'static str] = &["input"];
-            fn holds(&self) -> crate::Holds {
-                crate::Holds::Settings
-            }
+            const HOLDS: crate::Holds = crate::Holds::Settings;
             fn attributes(&self) -> OpAttributes {
                 self.settings()
             }
@@ -156,9 +154,7 @@ macro_rules! arg_op {
         impl StructuredOp for $op {
             const NAME: &'static str = $name;
             const INPUTS: &'static [&'static str] = &["input"];
-            fn holds(&self) -> crate::Holds {
-                crate::Holds::Settings
-            }
+            const HOLDS: crate::Holds = crate::Holds::Settings;
             /// Indices are piecewise constant: no gradient, no tangent.
             const NO_GRAD: &'static [usize] = &[0];
             fn attributes(&self) -> OpAttributes {

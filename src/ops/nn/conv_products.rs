@@ -59,9 +59,7 @@ pub(super) trait ConvProduct: StructuredOp {
 /// input, [`tangent`].
 macro_rules! conv_product_rules {
     () => {
-        fn holds(&self) -> crate::Holds {
-            crate::Holds::Settings
-        }
+        const HOLDS: crate::Holds = crate::Holds::Settings;
         fn name(&self) -> &'static str {
             self.name_str()
         }

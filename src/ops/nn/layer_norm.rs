@@ -160,9 +160,7 @@ impl StructuredOp for LayerNorm {
             Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
         }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs.first().ok_or(Error::Arity {
             op: "layer_norm".to_string(),

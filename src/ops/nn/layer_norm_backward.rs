@@ -114,9 +114,7 @@ fn input_curvature<'g>(
 impl StructuredOp for LayerNormBackward {
     const NAME: &'static str = "layer_norm_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// `σ P (g w)`: linear in `g` and in `w`.
     const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
@@ -177,9 +175,7 @@ impl StructuredOp for LayerNormBackward {
 impl StructuredOp for LayerNormWeightBackward {
     const NAME: &'static str = "layer_norm_weight_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps)
