@@ -306,19 +306,12 @@ axes_reduction_methods! {
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Result, Tensor, Var};
+    use crate::{gradcheck, DType, Error, Graph, Tensor};
 
-    /// A [2, 3, 4] input shared by the tests.
-    fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6,
-            2.2, -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
-    }
+    use crate::ops::testing::{check_axes_reductions, sample_2x3x4 as x, AxesReduction};
 
     /// Every reduction over axes, as `(input, axes, keepdim) -> output`.
-    const REDUCTIONS: [for<'a, 'g> fn(&'a Var<'g>, &[isize], bool) -> Result<Var<'g>>; 5] = [
+    const REDUCTIONS: [AxesReduction; 5] = [
         |x, axes, keepdim| x.try_sum_axes(axes, keepdim),
         |x, axes, keepdim| x.try_mean_axes(axes, keepdim),
         |x, axes, keepdim| x.try_var(axes, 1.0, keepdim),
@@ -379,19 +372,7 @@ mod tests {
     #[test]
     fn gradients_over_axes_and_keepdim() {
         let x = x();
-        for (axes, keepdim) in [
-            (&[0isize][..], false),
-            (&[1], false),
-            (&[-1], true),
-            (&[0, 2], false),
-            (&[0, 2], true),
-            (&[0, 1, 2], false),
-        ] {
-            for reduce in REDUCTIONS {
-                gradcheck(|v| reduce(&v[0], axes, keepdim), std::slice::from_ref(&x)).unwrap();
-                jvpcheck(|v| reduce(&v[0], axes, keepdim), std::slice::from_ref(&x)).unwrap();
-            }
-        }
+        check_axes_reductions(&REDUCTIONS);
         // Two consumers of one value, and reductions feeding broadcasting ops.
         gradcheck(
             |v| {

@@ -277,19 +277,12 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Result, Tensor, Var};
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
 
-    /// A [2, 3, 4] input with no ties.
-    fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6,
-            2.2, -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
-    }
+    use crate::ops::testing::{check_axes_reductions, sample_2x3x4 as x, AxesReduction};
 
     /// The extrema over axes, as `(input, axes, keepdim) -> output`.
-    const EXTREMA: [for<'a, 'g> fn(&'a Var<'g>, &[isize], bool) -> Result<Var<'g>>; 2] = [
+    const EXTREMA: [AxesReduction; 2] = [
         |x, axes, keepdim| x.try_max_axes(axes, keepdim),
         |x, axes, keepdim| x.try_min_axes(axes, keepdim),
     ];
@@ -332,18 +325,7 @@ mod tests {
         gradcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
         jvpcheck(|v| v[0].try_max(), std::slice::from_ref(&x)).unwrap();
         jvpcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
-        for (axes, keepdim) in [
-            (&[0isize][..], false),
-            (&[1], false),
-            (&[-1], true),
-            (&[0, 2], false),
-            (&[0, 2], true),
-        ] {
-            for reduce in EXTREMA {
-                gradcheck(|v| reduce(&v[0], axes, keepdim), std::slice::from_ref(&x)).unwrap();
-                jvpcheck(|v| reduce(&v[0], axes, keepdim), std::slice::from_ref(&x)).unwrap();
-            }
-        }
+        check_axes_reductions(&EXTREMA);
         // Two consumers: a max-shifted softmax-like expression.
         gradcheck(
             |v| Ok((&v[0] - &v[0].max_axes(&[2], true)).exp() * v[0].min()),

@@ -114,3 +114,37 @@ where
     hvpcheck(f, x).expect("second derivative against finite differences");
     fast_path_agrees(|v| f(&v[0]), inputs).expect("plain-tensor path against the Var formula");
 }
+
+/// A [2, 3, 4] input with no ties, for the reductions' tests.
+pub(crate) fn sample_2x3x4() -> Tensor {
+    let v = [
+        0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6, 2.2,
+        -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
+    ];
+    Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+}
+
+/// A reduction over axes under test, as `(input, axes, keepdim) -> output`.
+pub(crate) type AxesReduction = for<'a, 'g> fn(&'a Var<'g>, &[isize], bool) -> Result<Var<'g>>;
+
+/// Checks the gradient and the tangent of each reduction over
+/// [`sample_2x3x4`] for leading, middle, trailing, several and all axes,
+/// with and without `keepdim`.
+pub(crate) fn check_axes_reductions(reductions: &[AxesReduction]) {
+    let x = sample_2x3x4();
+    let cases: [(&[isize], bool); 6] = [
+        (&[0], false),
+        (&[1], false),
+        (&[-1], true),
+        (&[0, 2], false),
+        (&[0, 2], true),
+        (&[0, 1, 2], false),
+    ];
+    for (axes, keepdim) in cases {
+        for reduce in reductions {
+            let inputs = std::slice::from_ref(&x);
+            crate::gradcheck(|v| reduce(&v[0], axes, keepdim), inputs).unwrap();
+            crate::jvpcheck(|v| reduce(&v[0], axes, keepdim), inputs).unwrap();
+        }
+    }
+}
