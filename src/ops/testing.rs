@@ -31,11 +31,32 @@ pub(crate) fn hvpcheck<F>(f: F, x: &Tensor) -> Result<()>
 where
     F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
 {
+    scalar_hvpcheck(|x| weighted(&f, x), x)
+}
+
+/// [`hvpcheck`] for an `f` whose value is already a scalar, panicking
+/// with the element that disagrees.
+#[track_caller]
+pub(crate) fn check_hvp<F>(f: F, x: &Tensor)
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+{
+    if let Err(e) = scalar_hvpcheck(f, x) {
+        panic!("{e}");
+    }
+}
+
+/// Checks `H v` of the scalar `f(x)` against central differences of its
+/// gradient along a fixed direction `v`.
+fn scalar_hvpcheck<F>(f: F, x: &Tensor) -> Result<()>
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+{
     let v: Vec<f64> = (0..x.numel())
         .map(|i| ((i * 5 + 3) % 11) as f64 / 11.0 - 0.45)
         .collect();
     let v = Tensor::from_vec(v, x.shape())?;
-    let analytic = crate::hessian_vector_product(|x| weighted(&f, x), x, &v)?.to_f64_vec();
+    let analytic = crate::hessian_vector_product(&f, x, &v)?.to_f64_vec();
     let gradient_at = |shift: f64| -> Result<Vec<f64>> {
         let moved = Tensor::from_vec(
             x.to_f64_vec()
@@ -47,7 +68,7 @@ where
         )?;
         let g = Graph::new();
         let xv = g.variable(moved);
-        let y = weighted(&f, &xv)?;
+        let y = f(&xv)?;
         if !y.requires_grad() {
             return Ok(vec![0.0; x.numel()]);
         }

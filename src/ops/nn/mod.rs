@@ -151,7 +151,8 @@ mod tests {
 #[cfg(test)]
 mod second_order {
     use super::{CrossEntropyOptions, Reduction};
-    use crate::{hessian_vector_product, Graph, Result, Tensor, Var};
+    use crate::ops::testing::check_hvp;
+    use crate::{Result, Tensor, Var};
 
     use crate::test_util::tensor as t;
 
@@ -171,37 +172,6 @@ mod second_order {
         let c: Vec<f64> = (0..n).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.3).collect();
         let c = Tensor::from_f64_slice(&c, v.shape(), v.dtype())?;
         Ok(v.try_mul(&v.graph().constant(c))?.sum())
-    }
-
-    fn check_hvp<F>(f: F, x: &Tensor)
-    where
-        F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
-    {
-        let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-        let hv = hessian_vector_product(&f, x, &dir).unwrap().to_f64_vec();
-        let grad_at = |s: f64| -> Vec<f64> {
-            let shifted = Tensor::from_vec(
-                x.to_f64_vec()
-                    .iter()
-                    .zip(dir.to_f64_vec())
-                    .map(|(a, d)| a + s * d)
-                    .collect(),
-                x.shape(),
-            )
-            .unwrap();
-            let g = Graph::new();
-            let xv = g.variable(shifted);
-            f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
-        };
-        let eps = 1e-5;
-        let (plus, minus) = (grad_at(eps), grad_at(-eps));
-        for (i, ((p, m), a)) in plus.iter().zip(&minus).zip(&hv).enumerate() {
-            let numeric = (p - m) / (2.0 * eps);
-            assert!(
-                (a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(),
-                "element {i}: analytic {a} vs numeric {numeric}"
-            );
-        }
     }
 
     #[test]
