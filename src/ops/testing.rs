@@ -169,3 +169,19 @@ pub(crate) fn check_axes_reductions(reductions: &[AxesReduction]) {
         }
     }
 }
+
+/// 24 fixed values with no ties, the first `numel(shape)` of them (at most
+/// 24) shaped `shape`: the logits and inputs of the nn ops' tests.
+pub(crate) fn fixed(shape: &[usize]) -> Tensor {
+    const V: [f64; 24] = [
+        0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6, 0.2, 0.4, -0.3, 1.7, -0.8,
+        0.05, 1.2, -1.5, 0.75, 0.35, -0.25, 0.0,
+    ];
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(V[..n].to_vec(), shape).unwrap()
+}
+
+/// The normalisations' tests' affine weight over a last axis of 4.
+pub(crate) fn norm_weight() -> Tensor {
+    Tensor::from_vec(vec![1.0, 0.5, -1.5, 2.0], &[4]).unwrap()
+}

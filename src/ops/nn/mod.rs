@@ -151,18 +151,13 @@ mod tests {
 #[cfg(test)]
 mod second_order {
     use super::{CrossEntropyOptions, Reduction};
-    use crate::ops::testing::check_hvp;
+    use crate::ops::testing::{check_hvp, fixed};
     use crate::{Result, Tensor, Var};
 
     use crate::test_util::tensor as t;
 
     fn x34() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[3, 4],
-        )
+        fixed(&[3, 4])
     }
 
     /// Fixed weights that make a value a scalar without symmetric cancellations.

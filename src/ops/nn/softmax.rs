@@ -235,18 +235,14 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::testing::fixed;
     use super::*;
     use crate::{gradcheck, jvpcheck, Graph};
 
     use crate::test_util::tensor as t;
 
     fn sample() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[2, 3, 2],
-        )
+        fixed(&[2, 3, 2])
     }
 
     #[test]
