@@ -11,8 +11,9 @@
 //! - losses and softmax: `softmax.rs` (softmax, log_softmax),
 //!   `cross_entropy.rs` + `cross_entropy_backward.rs`, `nll.rs`, `mse.rs`,
 //!   `bce.rs` (binary_cross_entropy_with_logits), `embedding.rs`,
-//!   `dropout.rs`; target checks in `class_targets.rs`, `Reduction` and
-//!   `IntIndex` in `support.rs`;
+//!   `dropout.rs`; what `cross_entropy` and `nll_loss` share (target
+//!   checks, their `Var` methods, recording stored or input targets) in
+//!   `class_targets.rs`, `Reduction` and `IntIndex` in `support.rs`;
 //! - normalisation: `layer_norm.rs` + `layer_norm_backward.rs` (first order
 //!   fuses the input's and the weight's gradients into one sweep, same bits
 //!   as the two ops), `rms_norm.rs`, `batch_norm.rs` (training and eval
@@ -24,9 +25,9 @@
 //! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
 //!   `Padding::Same`/`Valid`), `conv_transpose.rs`, `conv_weight.rs` (the
 //!   weight gradient as an op); the settings the three share, resolved to
-//!   two spatial dims (`conv_spec.rs`), and the one derivative rule of the
-//!   three bilinear products, each the others' derivative
-//!   (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
+//!   two spatial dims, and their `Var` methods (`conv_spec.rs`), and the
+//!   one derivative rule and forward of the three bilinear products, each
+//!   the others' derivative (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
 //!   `Window`, the output size of a sliding window, shared with pooling;
 //! - pooling: `pool/`, one file per op and one line per file in its
 //!   `with_poolings!` list (its module docs say what follows from it);
