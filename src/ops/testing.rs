@@ -6,7 +6,8 @@
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
-use crate::BackwardOptions;
+use crate::autograd::gradcheck::matches_central_difference;
+use crate::{BackwardOptions, GradcheckOptions};
 
 pub(crate) use crate::test_util::{close, t};
 
@@ -74,20 +75,9 @@ where
         }
         Ok(y.backward()?.wrt(&xv).to_f64_vec())
     };
-    let eps = 1e-6;
-    let (plus, minus) = (gradient_at(eps)?, gradient_at(-eps)?);
-    for (i, a) in analytic.iter().enumerate() {
-        let numeric = (plus[i] - minus[i]) / (2.0 * eps);
-        if (a - numeric).abs() > 1e-5 + 1e-4 * numeric.abs() || a.is_nan() {
-            return Err(Error::GradCheck {
-                input: 0,
-                index: i,
-                analytic: *a,
-                numeric,
-            });
-        }
-    }
-    Ok(())
+    let opts = GradcheckOptions::default();
+    let (plus, minus) = (gradient_at(opts.eps)?, gradient_at(-opts.eps)?);
+    matches_central_difference(&analytic, &plus, &minus, &opts)
 }
 
 /// Checks that the gradients of `sum(w * f(inputs))` are the same with the
