@@ -3,10 +3,10 @@
 //! central differences of first-order gradients, and [`fast_path_agrees`],
 //! an op's tensor-level `backward_fast` against its `Var`-level `backward`.
 
+use crate::autograd::gradcheck::matches_central_difference;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
-use crate::autograd::gradcheck::matches_central_difference;
 use crate::{BackwardOptions, GradcheckOptions};
 
 pub(crate) use crate::test_util::{close, t};
