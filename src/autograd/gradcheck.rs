@@ -194,14 +194,21 @@ where
         Ok(f(&vs)?.value().clone())
     };
     let (plus, minus) = (shifted(1.0)?.to_f64_vec(), shifted(-1.0)?.to_f64_vec());
-    for (i, (a, (p, m))) in analytic
-        .to_f64_vec()
-        .iter()
-        .zip(plus.iter().zip(&minus))
-        .enumerate()
-    {
+    matches_central_difference(&analytic.to_f64_vec(), &plus, &minus, &opts)
+}
+
+/// Checks each `analytic` element against `(plus - minus) / 2 eps`, the
+/// central difference of values at `x ± eps v`: `Error::GradCheck` names
+/// the first element outside the tolerances.
+pub(crate) fn matches_central_difference(
+    analytic: &[f64],
+    plus: &[f64],
+    minus: &[f64],
+    opts: &GradcheckOptions,
+) -> Result<()> {
+    for (i, (a, (p, m))) in analytic.iter().zip(plus.iter().zip(minus)).enumerate() {
         let numeric = (p - m) / (2.0 * opts.eps);
-        if !within(*a, numeric, &opts) {
+        if !within(*a, numeric, opts) {
             return Err(Error::GradCheck {
                 input: 0,
                 index: i,

@@ -6,6 +6,7 @@
 //! (`&x * &y`) panics with exactly the same message.
 
 use super::dtype::DType;
+use std::path::Path;
 
 /// `Result` with retrograd's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -411,6 +412,26 @@ impl Error {
             lhs: lhs.to_vec(),
             rhs: rhs.to_vec(),
         }
+    }
+}
+
+/// `Error::Io` for `op` on `path`, with `e` (an `io::Error` or any other
+/// message) as its message.
+pub(crate) fn io_error(op: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        op,
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// `Error::Format` for `op` reading `path`: the file is not what it
+/// should be, for `reason`.
+pub(crate) fn format_error(op: &'static str, path: &Path, reason: impl Into<String>) -> Error {
+    Error::Format {
+        op,
+        path: path.display().to_string(),
+        reason: reason.into(),
     }
 }
 

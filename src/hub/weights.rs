@@ -2,6 +2,7 @@
 //! (one `model.safetensors`, or the shards a `model.safetensors.index.json`
 //! lists), read one tensor at a time and converted to the model's dtype.
 
+use crate::error::{format_error, io_error};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -63,22 +64,6 @@ impl std::fmt::Debug for Weights {
             .field("shards", &self.shards.len())
             .field("tensors", &self.location.len())
             .finish()
-    }
-}
-
-fn io_error(op: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Io {
-        op,
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
-fn format_error(op: &'static str, path: &Path, reason: impl Into<String>) -> Error {
-    Error::Format {
-        op,
-        path: path.display().to_string(),
-        reason: reason.into(),
     }
 }
 

@@ -14,6 +14,7 @@
 //!
 //! [safetensors]: https://huggingface.co/docs/safetensors
 
+use crate::error::{format_error, io_error};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -21,7 +22,7 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::nn::StateDict;
 use crate::tensor::{DType, Tensor};
 
@@ -122,22 +123,6 @@ impl LeBytes for half::bf16 {
 impl LeBytes for bool {
     fn to_le_vec(self) -> Vec<u8> {
         vec![u8::from(self)]
-    }
-}
-
-fn io_error(op: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Io {
-        op,
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
-fn format_error(op: &'static str, path: &Path, reason: impl Into<String>) -> Error {
-    Error::Format {
-        op,
-        path: path.display().to_string(),
-        reason: reason.into(),
     }
 }
 
@@ -288,6 +273,7 @@ fn decode<T, const N: usize>(data: &[u8], from_le: fn([u8; N]) -> T) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     fn sample() -> StateDict {
         let mut t = StateDict::new();

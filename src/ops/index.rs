@@ -11,9 +11,8 @@
 
 use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;
@@ -70,6 +69,35 @@ fn check_same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The `dim` setting every indexing op carries, by name.
+fn dim_attribute(dim: isize) -> OpAttributes {
+    OpAttributes::new().int("dim", dim)
+}
+
+/// The tangent of `index_add` and `scatter_add` (`x` plus `src` added at
+/// the index): the op applied to the tangents, zeros standing in for an
+/// `x` without one.
+fn add_at_tangent<'g, O: StructuredOp>(
+    op: &O,
+    t: &[Option<Var<'g>>],
+    n: Node<'_, 'g>,
+) -> Result<Option<Var<'g>>> {
+    let Some(ts) = &t[2] else {
+        return Ok(t[0].clone());
+    };
+    let base = t[0]
+        .clone()
+        .unwrap_or_else(|| Var::constant_in(ts.graph(), n.x(0).value().zeros_like()));
+    ts.graph().record(op.clone(), &[&base, n.x(1), ts]).map(Some)
+}
+
+/// `op` (an add-at op: `index_add` or `scatter_add`) of `g` into zeros
+/// shaped as `x`: the gradient of a read at the index.
+fn added_into_zeros<'g, O: StructuredOp>(op: O, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+    let zeros = Var::constant_in(g.graph(), n.x(0).value().zeros_like());
+    g.graph().record(op, &[&zeros, n.x(1), g])
+}
+
 /// The slices of `x` at `index` along `dim` (PyTorch's `index_select`).
 /// Inputs: `[x, index]`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -78,49 +106,24 @@ pub struct IndexSelect {
     pub dim: isize,
 }
 
-impl Differentiable for IndexSelect {
+impl StructuredOp for IndexSelect {
+    const NAME: &'static str = "index_select";
+    const INPUTS: &'static [&'static str] = &["input", "index"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn name(&self) -> &str {
-        "index_select"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+        dim_attribute(self.dim)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("index_select", inputs, 2)?;
         let (x, index) = (inputs[0], inputs[1]);
-        let dim = normalize_axis("index_select", self.dim, x.rank())?;
-        check_index_vector("index_select", index)?;
-        let idx = kernel::indices("index_select", index, x.shape()[dim])?;
+        let dim = normalize_axis(Self::NAME, self.dim, x.rank())?;
+        check_index_vector(Self::NAME, index)?;
+        let idx = kernel::indices(Self::NAME, index, x.shape()[dim])?;
         Ok(kernel::index_select(x, dim, &idx))
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (x, index) = (&inputs[0], &inputs[1]);
-        let zeros = Var::constant_in(g.graph(), x.value().zeros_like());
-        let grad = g
-            .graph()
-            .record(IndexAdd { dim: self.dim }, &[&zeros, index, g])?;
-        Ok(smallvec![Some(grad), None])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t, &inputs[1]]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        added_into_zeros(IndexAdd { dim: self.dim }, g, n)
     }
 }
 
@@ -132,22 +135,16 @@ pub struct IndexAdd {
     pub dim: isize,
 }
 
-impl Differentiable for IndexAdd {
+impl StructuredOp for IndexAdd {
+    const NAME: &'static str = "index_add";
+    const INPUTS: &'static [&'static str] = &["input", "index", "source"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn name(&self) -> &str {
-        "index_add"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
+        dim_attribute(self.dim)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "index_add";
-        expect_inputs(OP, inputs, 3)?;
         let (x, index, src) = (inputs[0], inputs[1], inputs[2]);
         check_same_dtype(OP, x, src)?;
         let dim = normalize_axis(OP, self.dim, x.rank())?;
@@ -161,36 +158,14 @@ impl Differentiable for IndexAdd {
         }
         kernel::index_add(x, dim, &idx, src)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (x, index, src) = (&inputs[0], &inputs[1], &inputs[2]);
-        let grad_src = src
-            .requires_grad()
-            .then(|| g.graph().record(IndexSelect { dim: self.dim }, &[g, index]))
-            .transpose()?;
-        Ok(smallvec![
-            x.requires_grad().then(|| g.clone()),
-            None,
-            grad_src
-        ])
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        match i {
+            0 => Ok(g.clone()),
+            _ => g.graph().record(IndexSelect { dim: self.dim }, &[g, n.x(1)]),
+        }
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(ts) = &t[2] else {
-            return Ok(t[0].clone());
-        };
-        let base = t[0]
-            .clone()
-            .unwrap_or_else(|| Var::constant_in(ts.graph(), inputs[0].value().zeros_like()));
-        ts.graph().record(*self, &[&base, &inputs[1], ts]).map(Some)
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        add_at_tangent(self, t, n)
     }
 }
 
@@ -203,46 +178,21 @@ pub struct Gather {
     pub dim: isize,
 }
 
-impl Differentiable for Gather {
+impl StructuredOp for Gather {
+    const NAME: &'static str = "gather";
+    const INPUTS: &'static [&'static str] = &["input", "index"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn name(&self) -> &str {
-        "gather"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
+        dim_attribute(self.dim)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("gather", inputs, 2)?;
-        let dim = normalize_axis("gather", self.dim, inputs[0].rank())?;
-        kernel::gather("gather", inputs[0], dim, inputs[1])
+        let dim = normalize_axis(Self::NAME, self.dim, inputs[0].rank())?;
+        kernel::gather(Self::NAME, inputs[0], dim, inputs[1])
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (x, index) = (&inputs[0], &inputs[1]);
-        let zeros = Var::constant_in(g.graph(), x.value().zeros_like());
-        let grad = g
-            .graph()
-            .record(ScatterAdd { dim: self.dim }, &[&zeros, index, g])?;
-        Ok(smallvec![Some(grad), None])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t, &inputs[1]]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        added_into_zeros(ScatterAdd { dim: self.dim }, g, n)
     }
 }
 
@@ -256,64 +206,36 @@ pub struct ScatterAdd {
     pub dim: isize,
 }
 
-impl Differentiable for ScatterAdd {
+impl StructuredOp for ScatterAdd {
+    const NAME: &'static str = "scatter_add";
+    const INPUTS: &'static [&'static str] = &["input", "index", "src"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn name(&self) -> &str {
-        "scatter_add"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
+        dim_attribute(self.dim)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("scatter_add", inputs, 3)?;
-        let dim = normalize_axis("scatter_add", self.dim, inputs[0].rank())?;
-        kernel::scatter_add("scatter_add", inputs[0], dim, inputs[1], inputs[2])
+        let dim = normalize_axis(Self::NAME, self.dim, inputs[0].rank())?;
+        kernel::scatter_add(Self::NAME, inputs[0], dim, inputs[1], inputs[2])
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (x, index, src) = (&inputs[0], &inputs[1], &inputs[2]);
-        let grad_src = if src.requires_grad() {
-            let taken = g.graph().record(Gather { dim: self.dim }, &[g, index])?;
-            // Elements of src outside the index's shape were not used: zero gradient.
-            let pads: Vec<isize> = src
-                .shape()
-                .iter()
-                .zip(index.shape())
-                .rev()
-                .flat_map(|(&s, &i)| [0, (s - i) as isize])
-                .collect();
-            Some(taken.try_pad(&pads, 0.0)?)
-        } else {
-            None
-        };
-        Ok(smallvec![
-            x.requires_grad().then(|| g.clone()),
-            None,
-            grad_src
-        ])
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        if i == 0 {
+            return Ok(g.clone());
+        }
+        let (index, src) = (n.x(1), n.x(2));
+        let taken = g.graph().record(Gather { dim: self.dim }, &[g, index])?;
+        // Elements of src outside the index's shape were not used: zero gradient.
+        let pads: Vec<isize> = src
+            .shape()
+            .iter()
+            .zip(index.shape())
+            .rev()
+            .flat_map(|(&s, &i)| [0, (s - i) as isize])
+            .collect();
+        taken.try_pad(&pads, 0.0)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let Some(ts) = &t[2] else {
-            return Ok(t[0].clone());
-        };
-        let base = t[0]
-            .clone()
-            .unwrap_or_else(|| Var::constant_in(ts.graph(), inputs[0].value().zeros_like()));
-        ts.graph().record(*self, &[&base, &inputs[1], ts]).map(Some)
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        add_at_tangent(self, t, n)
     }
 }
 

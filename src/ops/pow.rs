@@ -14,12 +14,8 @@
 //! and `y >= 0`, and NaN for a negative base (not differentiable in y).
 
 use crate::fallible::fallible;
-use smallvec::smallvec;
 
-use super::{
-    expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
-    OpRegistry,
-};
+use super::{unbroadcast, unbroadcast_tensor, Differentiable, Node, OpRegistry, StructuredOp};
 use super::rule::{Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use crate::error::or_panic;
 use crate::error::Result;
@@ -47,18 +43,38 @@ fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Pow;
 
-impl Differentiable for Pow {
-    fn name(&self) -> &str {
-        "pow"
+/// The [`StructuredOp`] methods of the three pow ops, from their
+/// `partial(i, v, n)`: `v` times the derivative in input `i`, elementwise.
+/// The backward is the partial of the output's gradient, summed back to the
+/// input's shape; the tangent is the partial of the input's tangent: one
+/// formula for both.
+macro_rules! partial_rules {
+    () => {
+        const HOLDS: crate::Holds = crate::Holds::Settings;
+        fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            unbroadcast(Self::partial(i, g, n)?, n.x(i))
+        }
+        fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            Self::partial(i, t, n)
+        }
+    };
+}
+
+impl Pow {
+    fn partial<'g>(i: usize, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (x, y) = (n.x(0), n.x(1));
+        match i {
+            0 => pow_backward_self(v, x, y),
+            _ => pow_backward_exponent(v, x, y),
+        }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
+}
+
+impl StructuredOp for Pow {
+    const NAME: &'static str = "pow";
+    const INPUTS: &'static [&'static str] = &["input", "exponent"];
+    partial_rules!();
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("pow", inputs, 2)?;
         let (x, y) = (inputs[0], inputs[1]);
         match scalar_value(y) {
             Some(e) => {
@@ -67,22 +83,6 @@ impl Differentiable for Pow {
             }
             None => kernels::zip("pow", x, y, PowFn),
         }
-    }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (x, y) = (&inputs[0], &inputs[1]);
-        Ok(smallvec![
-            x.requires_grad()
-                .then(|| unbroadcast(pow_backward_self(g, x, y)?, x))
-                .transpose()?,
-            y.requires_grad()
-                .then(|| unbroadcast(pow_backward_exponent(g, x, y)?, y))
-                .transpose()?,
-        ])
     }
     fn backward_fast(
         &self,
@@ -94,29 +94,14 @@ impl Differentiable for Pow {
     ) -> Result<bool> {
         let (x, y) = (inputs[0], inputs[1]);
         if needs[0] {
-            let d = PowBackwardSelf.forward(&[g, x, y])?;
+            let d = Differentiable::forward(&PowBackwardSelf, &[g, x, y])?;
             grads[0] = Some(unbroadcast_tensor(d, x)?);
         }
         if needs[1] {
-            let d = PowBackwardExponent.forward(&[g, x, y])?;
+            let d = Differentiable::forward(&PowBackwardExponent, &[g, x, y])?;
             grads[1] = Some(unbroadcast_tensor(d, y)?);
         }
         Ok(true)
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (x, y) = (&inputs[0], &inputs[1]);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tx| pow_backward_self(tx, x, y)),
-                t[1].as_ref().map(|ty| pow_backward_exponent(ty, x, y)),
-            ],
-        )
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -163,18 +148,23 @@ fn pow_exponent_second<'g>(h: &Var<'g>, x: &Var<'g>, y: &Var<'g>) -> Result<Var<
     pow_backward_exponent(&pow_backward_exponent(h, x, y)?, x, &x.scalar_like(0.0))
 }
 
-impl Differentiable for PowBackwardSelf {
-    fn name(&self) -> &str {
-        "pow_backward_self"
+impl PowBackwardSelf {
+    /// d/dg = y x^(y-1); d/dx = g y (y-1) x^(y-2); d/dy = g * mixed.
+    fn partial<'g>(i: usize, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, y) = (n.x(0), n.x(1), n.x(2));
+        match i {
+            0 => pow_backward_self(v, x, y),
+            1 => pow_backward_self(&v.try_mul(g)?.try_mul(y)?, x, &y.sub_scalar(1.0)),
+            _ => pow_mixed(&v.try_mul(g)?, x, y),
+        }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
-    }
+}
+
+impl StructuredOp for PowBackwardSelf {
+    const NAME: &'static str = "pow_backward_self";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "exponent"];
+    partial_rules!();
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("pow_backward_self", inputs, 3)?;
         let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
         match scalar_value(y) {
             Some(c) => {
@@ -189,107 +179,27 @@ impl Differentiable for PowBackwardSelf {
             None => kernels::zip3("pow_backward_self", g, x, y, PowBackwardSelfFn),
         }
     }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
-        // d/dg = y x^(y-1); d/dx = g y (y-1) x^(y-2); d/dy = g * mixed.
-        let g2g = || g2.try_mul(g);
-        Ok(smallvec![
-            g.requires_grad()
-                .then(|| unbroadcast(pow_backward_self(g2, x, y)?, g))
-                .transpose()?,
-            x.requires_grad()
-                .then(|| {
-                    let h = g2g()?.try_mul(y)?;
-                    unbroadcast(pow_backward_self(&h, x, &y.sub_scalar(1.0))?, x)
-                })
-                .transpose()?,
-            y.requires_grad()
-                .then(|| unbroadcast(pow_mixed(&g2g()?, x, y)?, y))
-                .transpose()?,
-        ])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| pow_backward_self(tg, x, y)),
-                t[1].as_ref().map(|tx| {
-                    pow_backward_self(&g.try_mul(y)?.try_mul(tx)?, x, &y.sub_scalar(1.0))
-                }),
-                t[2].as_ref().map(|ty| pow_mixed(&g.try_mul(ty)?, x, y)),
-            ],
-        )
+}
+
+impl PowBackwardExponent {
+    /// d/dg = x^y ln x; d/dx = g * mixed; d/dy = g x^y (ln x)^2.
+    fn partial<'g>(i: usize, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let (g, x, y) = (n.x(0), n.x(1), n.x(2));
+        match i {
+            0 => pow_backward_exponent(v, x, y),
+            1 => pow_mixed(&v.try_mul(g)?, x, y),
+            _ => pow_exponent_second(&v.try_mul(g)?, x, y),
+        }
     }
 }
 
-impl Differentiable for PowBackwardExponent {
-    fn name(&self) -> &str {
-        "pow_backward_exponent"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
-    }
+impl StructuredOp for PowBackwardExponent {
+    const NAME: &'static str = "pow_backward_exponent";
+    const INPUTS: &'static [&'static str] = &["grad", "input", "exponent"];
+    partial_rules!();
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("pow_backward_exponent", inputs, 3)?;
-        kernels::zip3(
-            "pow_backward_exponent",
-            inputs[0],
-            inputs[1],
-            inputs[2],
-            PowBackwardExponentFn,
-        )
-    }
-    fn backward<'g>(
-        &self,
-        g2: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
-        // d/dg = x^y ln x; d/dx = g * mixed; d/dy = g x^y (ln x)^2.
-        let g2g = || g2.try_mul(g);
-        Ok(smallvec![
-            g.requires_grad()
-                .then(|| unbroadcast(pow_backward_exponent(g2, x, y)?, g))
-                .transpose()?,
-            x.requires_grad()
-                .then(|| unbroadcast(pow_mixed(&g2g()?, x, y)?, x))
-                .transpose()?,
-            y.requires_grad()
-                .then(|| unbroadcast(pow_exponent_second(&g2g()?, x, y)?, y))
-                .transpose()?,
-        ])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let (g, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
-        sum_tangents(
-            out.shape(),
-            [
-                t[0].as_ref().map(|tg| pow_backward_exponent(tg, x, y)),
-                t[1].as_ref().map(|tx| pow_mixed(&g.try_mul(tx)?, x, y)),
-                t[2].as_ref()
-                    .map(|ty| pow_exponent_second(&g.try_mul(ty)?, x, y)),
-            ],
-        )
+        let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
+        kernels::zip3(Self::NAME, g, x, y, PowBackwardExponentFn)
     }
 }
 

@@ -13,9 +13,7 @@ pub struct Sum;
 impl StructuredOp for Sum {
     const NAME: &'static str = "sum";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_all(x[0])
@@ -32,9 +30,7 @@ pub struct Mean;
 impl StructuredOp for Mean {
     const NAME: &'static str = "mean";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let x = x[0];

@@ -11,7 +11,7 @@ use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
-use super::reduce_view::broadcastable;
+use super::reduce_view::{broadcastable, broadcastable_over};
 use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
@@ -27,54 +27,94 @@ fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
     axes.iter().map(|&a| shape[a]).product::<usize>() as f64
 }
 
-/// The sum over `axes` (PyTorch's `sum.dim_IntList`), accumulated in f64.
-#[derive(Clone, Debug, Default)]
-pub struct SumDim {
-    /// The axes to reduce.
-    pub axes: Axes,
-    /// Whether reduced axes stay as size 1.
-    pub keepdim: bool,
+/// Declares a reduction over a list of axes: its two settings (`axes`,
+/// `keepdim`), the constructor from a caller's axes and their attributes,
+/// written once for every such reduction (here and in `reduce_minmax.rs`).
+macro_rules! axes_reduction {
+    ($(#[$m:meta])* $op:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, Default)]
+        pub struct $op {
+            /// The axes to reduce (negative axes count from the end).
+            pub axes: Axes,
+            /// Whether reduced axes stay as size 1.
+            pub keepdim: bool,
+        }
+
+        impl $op {
+            /// The reduction over `axes`, keeping them as size 1 with `keepdim`.
+            pub fn over(axes: &[isize], keepdim: bool) -> Self {
+                $op {
+                    axes: Axes::from_slice(axes),
+                    keepdim,
+                }
+            }
+
+            fn settings(&self) -> OpAttributes {
+                OpAttributes::new()
+                    .ints("axes", &self.axes)
+                    .bool("keepdim", self.keepdim)
+            }
+        }
+    };
 }
+pub(crate) use axes_reduction;
+
+/// Declares `Var` methods that record a reduction over axes: each entry,
+/// `try_name / name => Op;` with its doc comment, gives the `fallible!`
+/// pair taking `(axes: &[isize], keepdim: bool)` and recording
+/// `Op::over(axes, keepdim)`.
+macro_rules! axes_reduction_methods {
+    ($($(#[$m:meta])* $try_name:ident / $name:ident => $op:ident;)*) => {
+        impl<'g> Var<'g> {
+            $(
+                fallible! {
+                    $(#[$m])*
+                    pub fn $try_name / $name(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
+                        self.graph().record($op::over(axes, keepdim), &[self])
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use axes_reduction_methods;
+
+axes_reduction!(
+    /// The sum over `axes` (PyTorch's `sum.dim_IntList`), accumulated in f64.
+    SumDim
+);
 
 impl StructuredOp for SumDim {
     const NAME: &'static str = "sum_dim";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+        self.settings()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(0);
-        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
-        broadcastable(g, x.shape(), &axes, self.keepdim)?.try_expand(x.shape())
+        broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?.try_expand(x.shape())
     }
 }
 
-/// The mean over `axes` (PyTorch's `mean.dim`), accumulated in f64; NaN
-/// for an empty reduction.
-#[derive(Clone, Debug, Default)]
-pub struct MeanDim {
-    /// The axes to reduce.
-    pub axes: Axes,
-    /// Whether reduced axes stay as size 1.
-    pub keepdim: bool,
-}
+axes_reduction!(
+    /// The mean over `axes` (PyTorch's `mean.dim`), accumulated in f64; NaN
+    /// for an empty reduction.
+    MeanDim
+);
 
 impl StructuredOp for MeanDim {
     const NAME: &'static str = "mean_dim";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+        self.settings()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
@@ -126,9 +166,7 @@ impl Variance {
 impl StructuredOp for Variance {
     const NAME: &'static str = "var";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
     }
@@ -149,21 +187,16 @@ impl StructuredOp for Variance {
     }
 }
 
-/// `log(sum(exp(x)))` over `axes`, shifted by the maximum so it never
-/// overflows (finite for inputs of ±1e4). Its gradient is the softmax.
-#[derive(Clone, Debug, Default)]
-pub struct LogSumExp {
-    /// The axes to reduce.
-    pub axes: Axes,
-    /// Whether reduced axes stay as size 1.
-    pub keepdim: bool,
-}
+axes_reduction!(
+    /// `log(sum(exp(x)))` over `axes`, shifted by the maximum so it never
+    /// overflows (finite for inputs of ±1e4). Its gradient is the softmax.
+    LogSumExp
+);
 
 impl LogSumExp {
     /// `exp(x - logsumexp(x))`, the softmax over the axes (at most 1: never overflows).
     fn softmax<'g>(&self, x: &Var<'g>, out: &Var<'g>) -> Result<Var<'g>> {
-        let axes = normalize_axes("logsumexp", &self.axes, x.value().rank())?;
-        let out = broadcastable(out, x.shape(), &axes, self.keepdim)?;
+        let out = broadcastable_over(Self::NAME, out, x, &self.axes, self.keepdim)?;
         Ok(x.try_sub(&out)?.exp())
     }
 }
@@ -171,19 +204,16 @@ impl LogSumExp {
 impl StructuredOp for LogSumExp {
     const NAME: &'static str = "logsumexp";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
+        self.settings()
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(0);
-        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
-        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?;
+        let g = broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?;
         self.softmax(x, n.output)?.try_mul(&g)
     }
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
@@ -200,54 +230,6 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    fallible! {
-        /// The sum over `axes` (negative axes count from the end; an empty list
-        /// reduces nothing), accumulated in f64. With `keepdim` the reduced axes
-        /// stay as size 1. Use [`sum`](Self::sum) for all elements.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-        /// assert_eq!(x.try_sum_axes(&[0], false)?.value().to_f64_vec(), vec![5.0, 7.0, 9.0]);
-        /// let rows = x.try_sum_axes(&[-1], true)?;
-        /// assert_eq!(rows.shape(), &[2, 1]);
-        /// assert_eq!(rows.value().to_f64_vec(), vec![6.0, 15.0]);
-        /// assert!(x.try_sum_axes(&[2], false).is_err());
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_sum_axes / sum_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-            let op = SumDim {
-                axes: Axes::from_slice(axes),
-                keepdim,
-            };
-            self.graph().record(op, &[self])
-        }
-    }
-
-    fallible! {
-        /// The mean over `axes` (see [`try_sum_axes`](Self::try_sum_axes) for
-        /// the axis rules); NaN for an empty reduction. Use [`mean`](Self::mean)
-        /// for all elements.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
-        /// let m = x.try_mean_axes(&[1], false)?;
-        /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0]);
-        /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![1.0 / 3.0; 6]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_mean_axes / mean_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-            let op = MeanDim {
-                axes: Axes::from_slice(axes),
-                keepdim,
-            };
-            self.graph().record(op, &[self])
-        }
-    }
-
     fallible! {
         /// The variance over `axes`, `sum((x - mean)^2) / max(0, n - correction)`:
         /// `correction = 1.0` is PyTorch's default (unbiased), `0.0` the
@@ -270,45 +252,72 @@ impl<'g> Var<'g> {
             self.graph().record(op, &[self])
         }
     }
+}
 
-    fallible! {
-        /// `log(sum(exp(self)))` over `axes`, computed stably (shifted by the
-        /// maximum): finite for inputs of ±1e4, -inf for an empty reduction.
-        /// Its gradient is the softmax over the axes.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1e4, 1e4, -1e4], &[3])?);
-        /// let y = x.try_logsumexp(&[0], false)?;
-        /// assert_eq!(y.value().try_item()?, 1e4 + 2f64.ln());
-        /// let softmax = y.backward()?.wrt(&x).to_f64_vec();
-        /// assert!((softmax[0] - 0.5).abs() < 1e-12 && softmax[2] == 0.0);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_logsumexp / logsumexp(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-            let op = LogSumExp {
-                axes: Axes::from_slice(axes),
-                keepdim,
-            };
-            self.graph().record(op, &[self])
-        }
-    }
+axes_reduction_methods! {
+    /// The sum over `axes` (negative axes count from the end; an empty list
+    /// reduces nothing), accumulated in f64. With `keepdim` the reduced axes
+    /// stay as size 1. Use [`sum`](Self::sum) for all elements.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+    /// assert_eq!(x.try_sum_axes(&[0], false)?.value().to_f64_vec(), vec![5.0, 7.0, 9.0]);
+    /// let rows = x.try_sum_axes(&[-1], true)?;
+    /// assert_eq!(rows.shape(), &[2, 1]);
+    /// assert_eq!(rows.value().to_f64_vec(), vec![6.0, 15.0]);
+    /// assert!(x.try_sum_axes(&[2], false).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_sum_axes / sum_axes => SumDim;
 
+    /// The mean over `axes` (see [`try_sum_axes`](Self::try_sum_axes) for
+    /// the axis rules); NaN for an empty reduction. Use [`mean`](Self::mean)
+    /// for all elements.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?);
+    /// let m = x.try_mean_axes(&[1], false)?;
+    /// assert_eq!(m.value().to_f64_vec(), vec![2.0, 5.0]);
+    /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![1.0 / 3.0; 6]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_mean_axes / mean_axes => MeanDim;
+
+    /// `log(sum(exp(self)))` over `axes`, computed stably (shifted by the
+    /// maximum): finite for inputs of ±1e4, -inf for an empty reduction.
+    /// Its gradient is the softmax over the axes.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1e4, 1e4, -1e4], &[3])?);
+    /// let y = x.try_logsumexp(&[0], false)?;
+    /// assert_eq!(y.value().try_item()?, 1e4 + 2f64.ln());
+    /// let softmax = y.backward()?.wrt(&x).to_f64_vec();
+    /// assert!((softmax[0] - 0.5).abs() < 1e-12 && softmax[2] == 0.0);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_logsumexp / logsumexp => LogSumExp;
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
+    use crate::{gradcheck, DType, Error, Graph, Tensor};
 
-    /// A [2, 3, 4] input shared by the tests.
-    fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6,
-            2.2, -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
-    }
+    use crate::ops::testing::{check_axes_reductions, sample_2x3x4 as x, AxesReduction};
+
+    /// Every reduction over axes, as `(input, axes, keepdim) -> output`.
+    const REDUCTIONS: [AxesReduction; 5] = [
+        |x, axes, keepdim| x.try_sum_axes(axes, keepdim),
+        |x, axes, keepdim| x.try_mean_axes(axes, keepdim),
+        |x, axes, keepdim| x.try_var(axes, 1.0, keepdim),
+        |x, axes, keepdim| x.try_var(axes, 0.0, keepdim),
+        |x, axes, keepdim| x.try_logsumexp(axes, keepdim),
+    ];
 
     fn close(a: &[f64], b: &[f64]) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-14)
@@ -363,55 +372,7 @@ mod tests {
     #[test]
     fn gradients_over_axes_and_keepdim() {
         let x = x();
-        for (axes, keepdim) in [
-            (&[0isize][..], false),
-            (&[1], false),
-            (&[-1], true),
-            (&[0, 2], false),
-            (&[0, 2], true),
-            (&[0, 1, 2], false),
-        ] {
-            gradcheck(
-                |v| v[0].try_sum_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            gradcheck(
-                |v| v[0].try_mean_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            gradcheck(
-                |v| v[0].try_var(axes, 1.0, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            gradcheck(
-                |v| v[0].try_logsumexp(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_sum_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_mean_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_var(axes, 0.0, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_logsumexp(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-        }
+        check_axes_reductions(&REDUCTIONS);
         // Two consumers of one value, and reductions feeding broadcasting ops.
         gradcheck(
             |v| {

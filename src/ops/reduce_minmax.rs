@@ -11,50 +11,44 @@
 use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 
-use super::reduce_axes::Axes;
-use super::reduce_view::broadcastable;
+use super::reduce_axes::{axes_reduction, axes_reduction_methods, Axes};
+use super::reduce_view::broadcastable_over;
 use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::reduce_minmax;
-use crate::tensor::shape::normalize_axes;
 use crate::tensor::Tensor;
 
-/// The extremum's axes, as given, for an input of rank `rank` (`None`: all).
-fn axes_of(axes: Option<&Axes>, rank: usize) -> Axes {
-    match axes {
-        Some(a) => a.clone(),
-        None => (0..rank as isize).collect(),
+/// An extremum node seen by its backward and tangent: the elements that
+/// attain the extremum share its gradient evenly.
+struct Extremum<'a, 'g> {
+    op: &'static str,
+    x: &'a Var<'g>,
+    axes: Axes,
+    keepdim: bool,
+    /// Each element's share: 1 / (the count of ties in its lane) where it
+    /// attains the extremum, 0 elsewhere (a constant).
+    weights: Var<'g>,
+}
+
+impl<'a, 'g> Extremum<'a, 'g> {
+    fn new(op: &'static str, n: Node<'a, 'g>, (axes, keepdim): (Axes, bool)) -> Result<Self> {
+        let x = &n.inputs[0];
+        let w = reduce_minmax::tie_weights(op, x.value(), n.output.value(), &axes)?;
+        let weights = Var::constant_in(x.graph(), w);
+        Ok(Extremum { op, x, axes, keepdim, weights })
     }
-}
 
-/// Backward and tangent of an extremum over `axes`: the gradient spread
-/// evenly over the elements that attain it (a constant weight tensor).
-fn spread<'g>(
-    op: &'static str,
-    g: &Var<'g>,
-    x: &Var<'g>,
-    out: &Var<'g>,
-    axes: &Axes,
-    keepdim: bool,
-) -> Result<Var<'g>> {
-    let w = reduce_minmax::tie_weights(op, x.value(), out.value(), axes)?;
-    let normalized = normalize_axes(op, axes, x.value().rank())?;
-    let g = broadcastable(g, x.shape(), &normalized, keepdim)?;
-    g.try_mul(&Var::constant_in(x.graph(), w))
-}
+    /// Backward: the gradient spread over the elements that attain it.
+    fn spread(&self, g: &Var<'g>) -> Result<Var<'g>> {
+        let g = broadcastable_over(self.op, g, self.x, &self.axes, self.keepdim)?;
+        g.try_mul(&self.weights)
+    }
 
-fn gather<'g>(
-    op: &'static str,
-    t: &Var<'g>,
-    x: &Var<'g>,
-    out: &Var<'g>,
-    axes: &Axes,
-    keepdim: bool,
-) -> Result<Var<'g>> {
-    let w = reduce_minmax::tie_weights(op, x.value(), out.value(), axes)?;
-    t.try_mul(&Var::constant_in(x.graph(), w))?
-        .try_sum_axes(axes, keepdim)
+    /// Tangent: the mean of the tangent over the elements that attain it.
+    fn gather(&self, t: &Var<'g>) -> Result<Var<'g>> {
+        t.try_mul(&self.weights)?.try_sum_axes(&self.axes, self.keepdim)
+    }
 }
 
 macro_rules! extremum_op {
@@ -65,7 +59,7 @@ macro_rules! extremum_op {
 
         impl $op {
             fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
-                (axes_of(None, rank), false)
+                ((0..rank as isize).collect(), false)
             }
 
             fn settings(&self) -> OpAttributes {
@@ -76,22 +70,11 @@ macro_rules! extremum_op {
         extremum_op!(@impl $op, $name, $kernel);
     };
     ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, axes) => {
-        $(#[$m])*
-        #[derive(Clone, Debug, Default)]
-        pub struct $op {
-            /// The axes to reduce (negative axes count from the end).
-            pub axes: Axes,
-            /// Whether reduced axes stay as size 1.
-            pub keepdim: bool,
-        }
+        axes_reduction!($(#[$m])* $op);
 
         impl $op {
             fn axes_keepdim(&self, _rank: usize) -> (Axes, bool) {
                 (self.axes.clone(), self.keepdim)
-            }
-
-            fn settings(&self) -> OpAttributes {
-                OpAttributes::new().ints("axes", &self.axes).bool("keepdim", self.keepdim)
             }
         }
 
@@ -101,9 +84,7 @@ macro_rules! extremum_op {
         impl StructuredOp for $op {
             const NAME: &'static str = $name;
             const INPUTS: &'static [&'static str] = &["input"];
-            fn holds(&self) -> crate::Holds {
-                crate::Holds::Settings
-            }
+            const HOLDS: crate::Holds = crate::Holds::Settings;
             fn attributes(&self) -> OpAttributes {
                 self.settings()
             }
@@ -112,14 +93,12 @@ macro_rules! extremum_op {
                 $kernel($name, x[0], &axes, keepdim)
             }
             fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-                let x = n.x(0);
-                let (axes, keepdim) = self.axes_keepdim(x.value().rank());
-                spread($name, g, x, n.output, &axes, keepdim)
+                let settings = self.axes_keepdim(n.x(0).value().rank());
+                Extremum::new($name, n, settings)?.spread(g)
             }
             fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-                let x = n.x(0);
-                let (axes, keepdim) = self.axes_keepdim(x.value().rank());
-                gather($name, t, x, n.output, &axes, keepdim)
+                let settings = self.axes_keepdim(n.x(0).value().rank());
+                Extremum::new($name, n, settings)?.gather(t)
             }
         }
     };
@@ -156,9 +135,7 @@ macro_rules! arg_op {
         impl StructuredOp for $op {
             const NAME: &'static str = $name;
             const INPUTS: &'static [&'static str] = &["input"];
-            fn holds(&self) -> crate::Holds {
-                crate::Holds::Settings
-            }
+            const HOLDS: crate::Holds = crate::Holds::Settings;
             /// Indices are piecewise constant: no gradient, no tangent.
             const NO_GRAD: &'static [usize] = &[0];
             fn attributes(&self) -> OpAttributes {
@@ -227,48 +204,37 @@ impl<'g> Var<'g> {
         }
     }
 
-    fallible! {
-        /// The maximum over `axes` (PyTorch's `amax`; negative axes count from
-        /// the end, an empty list reduces nothing), NaN-propagating. Tied maxima
-        /// share the gradient evenly. Errors on an axis of size 0.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
-        /// let m = x.try_max_axes(&[1], false)?;
-        /// assert_eq!(m.value().to_f64_vec(), vec![5.0, 7.0]);
-        /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.5, 0.0, 0.5]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_max_axes / max_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-            let op = Amax {
-                axes: Axes::from_slice(axes),
-                keepdim,
-            };
-            self.graph().record(op, &[self])
-        }
-    }
+}
 
-    fallible! {
-        /// The minimum over `axes` (PyTorch's `amin`; see [`try_max_axes`](Self::try_max_axes)).
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
-        /// assert_eq!(x.try_min_axes(&[0], true)?.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_min_axes / min_axes(&self, axes: &[isize], keepdim: bool) -> Var<'g> {
-            let op = Amin {
-                axes: Axes::from_slice(axes),
-                keepdim,
-            };
-            self.graph().record(op, &[self])
-        }
-    }
+axes_reduction_methods! {
+    /// The maximum over `axes` (PyTorch's `amax`; negative axes count from
+    /// the end, an empty list reduces nothing), NaN-propagating. Tied maxima
+    /// share the gradient evenly. Errors on an axis of size 0.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+    /// let m = x.try_max_axes(&[1], false)?;
+    /// assert_eq!(m.value().to_f64_vec(), vec![5.0, 7.0]);
+    /// assert_eq!(m.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.5, 0.0, 0.5]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_max_axes / max_axes => Amax;
 
+    /// The minimum over `axes` (PyTorch's `amin`; see [`try_max_axes`](Self::try_max_axes)).
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 5.0, 3.0, 7.0, 2.0, 7.0], &[2, 3])?);
+    /// assert_eq!(x.try_min_axes(&[0], true)?.value().to_f64_vec(), vec![1.0, 2.0, 3.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_min_axes / min_axes => Amin;
+}
+
+impl<'g> Var<'g> {
     fallible! {
         /// The index of the maximum along `axis` (`None`: of the flattened
         /// tensor), as an i64 constant (no gradient, no node). The first
@@ -313,14 +279,13 @@ impl<'g> Var<'g> {
 mod tests {
     use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
 
-    /// A [2, 3, 4] input with no ties.
-    fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6,
-            2.2, -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
-    }
+    use crate::ops::testing::{check_axes_reductions, sample_2x3x4 as x, AxesReduction};
+
+    /// The extrema over axes, as `(input, axes, keepdim) -> output`.
+    const EXTREMA: [AxesReduction; 2] = [
+        |x, axes, keepdim| x.try_max_axes(axes, keepdim),
+        |x, axes, keepdim| x.try_min_axes(axes, keepdim),
+    ];
 
     #[test]
     fn forward_values_match_numpy() {
@@ -360,34 +325,7 @@ mod tests {
         gradcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
         jvpcheck(|v| v[0].try_max(), std::slice::from_ref(&x)).unwrap();
         jvpcheck(|v| v[0].try_min(), std::slice::from_ref(&x)).unwrap();
-        for (axes, keepdim) in [
-            (&[0isize][..], false),
-            (&[1], false),
-            (&[-1], true),
-            (&[0, 2], false),
-            (&[0, 2], true),
-        ] {
-            gradcheck(
-                |v| v[0].try_max_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            gradcheck(
-                |v| v[0].try_min_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_max_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].try_min_axes(axes, keepdim),
-                std::slice::from_ref(&x),
-            )
-            .unwrap();
-        }
+        check_axes_reductions(&EXTREMA);
         // Two consumers: a max-shifted softmax-like expression.
         gradcheck(
             |v| Ok((&v[0] - &v[0].max_axes(&[2], true)).exp() * v[0].min()),

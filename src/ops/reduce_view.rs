@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::tensor::shape::reduced_shape;
+use crate::tensor::shape::{normalize_axes, reduced_shape};
 
 /// `v`, the output of a reduction over (normalised) `axes` of a value of
 /// shape `shape`, viewed so that it broadcasts against that value: its
@@ -22,6 +22,20 @@ pub(crate) fn broadcastable<'g>(
         return Ok(v.clone());
     }
     v.reshape_dims(&reduced_shape(shape, axes, true))
+}
+
+/// [`broadcastable`] for `v`, the output (or its gradient) of the
+/// reduction `op` of `x` over `axes` as the caller wrote them (negative
+/// axes count from the end).
+pub(crate) fn broadcastable_over<'g>(
+    op: &'static str,
+    v: &Var<'g>,
+    x: &Var<'g>,
+    axes: &[isize],
+    keepdim: bool,
+) -> Result<Var<'g>> {
+    let axes = normalize_axes(op, axes, x.value().rank())?;
+    broadcastable(v, x.shape(), &axes, keepdim)
 }
 
 #[cfg(test)]

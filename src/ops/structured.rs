@@ -183,11 +183,17 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         OpFacts::opaque(StructuredOp::arity(self))
     }
 
-    /// [`Differentiable::holds`]: what the op keeps besides its inputs, for
-    /// a compiled step. The default, `Undeclared`, makes a compiled step
-    /// refuse the op; every op says.
+    /// What every instance of the op keeps besides its inputs, for a
+    /// compiled step ([`holds`](Self::holds)'s answer): `Settings` for an
+    /// op whose fields are settings only. The default, `Undeclared`, makes
+    /// a compiled step refuse the op; every op says, here or in `holds`.
+    const HOLDS: crate::Holds = crate::Holds::Undeclared;
+
+    /// [`Differentiable::holds`]: what this instance keeps besides its
+    /// inputs; [`HOLDS`](Self::HOLDS) unless it depends on the instance
+    /// (targets stored in the op).
     fn holds(&self) -> crate::Holds {
-        crate::Holds::Undeclared
+        Self::HOLDS
     }
 
     /// [`Differentiable::without_saved`]: the op without values saved

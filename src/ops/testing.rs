@@ -3,10 +3,11 @@
 //! central differences of first-order gradients, and [`fast_path_agrees`],
 //! an op's tensor-level `backward_fast` against its `Var`-level `backward`.
 
+use crate::autograd::gradcheck::matches_central_difference;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
-use crate::BackwardOptions;
+use crate::{BackwardOptions, GradcheckOptions};
 
 pub(crate) use crate::test_util::{close, t};
 
@@ -31,11 +32,32 @@ pub(crate) fn hvpcheck<F>(f: F, x: &Tensor) -> Result<()>
 where
     F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
 {
+    scalar_hvpcheck(|x| weighted(&f, x), x)
+}
+
+/// [`hvpcheck`] for an `f` whose value is already a scalar, panicking
+/// with the element that disagrees.
+#[track_caller]
+pub(crate) fn check_hvp<F>(f: F, x: &Tensor)
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+{
+    if let Err(e) = scalar_hvpcheck(f, x) {
+        panic!("{e}");
+    }
+}
+
+/// Checks `H v` of the scalar `f(x)` against central differences of its
+/// gradient along a fixed direction `v`.
+fn scalar_hvpcheck<F>(f: F, x: &Tensor) -> Result<()>
+where
+    F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
+{
     let v: Vec<f64> = (0..x.numel())
         .map(|i| ((i * 5 + 3) % 11) as f64 / 11.0 - 0.45)
         .collect();
     let v = Tensor::from_vec(v, x.shape())?;
-    let analytic = crate::hessian_vector_product(|x| weighted(&f, x), x, &v)?.to_f64_vec();
+    let analytic = crate::hessian_vector_product(&f, x, &v)?.to_f64_vec();
     let gradient_at = |shift: f64| -> Result<Vec<f64>> {
         let moved = Tensor::from_vec(
             x.to_f64_vec()
@@ -47,26 +69,15 @@ where
         )?;
         let g = Graph::new();
         let xv = g.variable(moved);
-        let y = weighted(&f, &xv)?;
+        let y = f(&xv)?;
         if !y.requires_grad() {
             return Ok(vec![0.0; x.numel()]);
         }
         Ok(y.backward()?.wrt(&xv).to_f64_vec())
     };
-    let eps = 1e-6;
-    let (plus, minus) = (gradient_at(eps)?, gradient_at(-eps)?);
-    for (i, a) in analytic.iter().enumerate() {
-        let numeric = (plus[i] - minus[i]) / (2.0 * eps);
-        if (a - numeric).abs() > 1e-5 + 1e-4 * numeric.abs() || a.is_nan() {
-            return Err(Error::GradCheck {
-                input: 0,
-                index: i,
-                analytic: *a,
-                numeric,
-            });
-        }
-    }
-    Ok(())
+    let opts = GradcheckOptions::default();
+    let (plus, minus) = (gradient_at(opts.eps)?, gradient_at(-opts.eps)?);
+    matches_central_difference(&analytic, &plus, &minus, &opts)
 }
 
 /// Checks that the gradients of `sum(w * f(inputs))` are the same with the
@@ -113,4 +124,54 @@ where
     crate::jvpcheck(|v| f(&v[0]), inputs).expect("tangent against finite differences");
     hvpcheck(f, x).expect("second derivative against finite differences");
     fast_path_agrees(|v| f(&v[0]), inputs).expect("plain-tensor path against the Var formula");
+}
+
+/// A [2, 3, 4] input with no ties, for the reductions' tests.
+pub(crate) fn sample_2x3x4() -> Tensor {
+    let v = [
+        0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 1.1, 0.9, -0.2, 2.4, -1.6, 0.8, 0.05, 1.3, -0.4, 0.6, 2.2,
+        -0.9, 1.7, 0.2, -1.1, 0.4, 1.9, -0.3,
+    ];
+    Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+}
+
+/// A reduction over axes under test, as `(input, axes, keepdim) -> output`.
+pub(crate) type AxesReduction = for<'a, 'g> fn(&'a Var<'g>, &[isize], bool) -> Result<Var<'g>>;
+
+/// Checks the gradient and the tangent of each reduction over
+/// [`sample_2x3x4`] for leading, middle, trailing, several and all axes,
+/// with and without `keepdim`.
+pub(crate) fn check_axes_reductions(reductions: &[AxesReduction]) {
+    let x = sample_2x3x4();
+    let cases: [(&[isize], bool); 6] = [
+        (&[0], false),
+        (&[1], false),
+        (&[-1], true),
+        (&[0, 2], false),
+        (&[0, 2], true),
+        (&[0, 1, 2], false),
+    ];
+    for (axes, keepdim) in cases {
+        for reduce in reductions {
+            let inputs = std::slice::from_ref(&x);
+            crate::gradcheck(|v| reduce(&v[0], axes, keepdim), inputs).unwrap();
+            crate::jvpcheck(|v| reduce(&v[0], axes, keepdim), inputs).unwrap();
+        }
+    }
+}
+
+/// 24 fixed values with no ties, the first `numel(shape)` of them (at most
+/// 24) shaped `shape`: the logits and inputs of the nn ops' tests.
+pub(crate) fn fixed(shape: &[usize]) -> Tensor {
+    const V: [f64; 24] = [
+        0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6, 0.2, 0.4, -0.3, 1.7, -0.8,
+        0.05, 1.2, -1.5, 0.75, 0.35, -0.25, 0.0,
+    ];
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(V[..n].to_vec(), shape).unwrap()
+}
+
+/// The normalisations' tests' affine weight over a last axis of 4.
+pub(crate) fn norm_weight() -> Tensor {
+    Tensor::from_vec(vec![1.0, 0.5, -1.5, 2.0], &[4]).unwrap()
 }

@@ -1,5 +1,6 @@
 //! [`RunLog`]: named scalars appended per step to a JSON-lines file.
 
+pub(crate) use crate::error::io_error;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -153,12 +154,4 @@ fn ends_mid_line(file: &mut File) -> std::io::Result<bool> {
     let mut last = [0u8; 1];
     file.read_exact(&mut last)?;
     Ok(last[0] != b'\n')
-}
-
-pub(crate) fn io_error(op: &'static str, path: &Path, e: std::io::Error) -> Error {
-    Error::Io {
-        op,
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
 }

@@ -1,6 +1,7 @@
 //! [`CheckpointDir`]: a directory of periodic training states, the newest
 //! `keep` of them kept, and the newest one that loads found again.
 
+use crate::error::io_error;
 use std::path::{Path, PathBuf};
 
 use super::format::{step_file, step_of};
@@ -54,14 +55,6 @@ pub struct FoundState {
     pub state: TrainingState,
     /// Newer files that could not be used, newest first, with their errors.
     pub skipped: Vec<(PathBuf, Error)>,
-}
-
-fn io_error(op: &'static str, path: &Path, e: std::io::Error) -> Error {
-    Error::Io {
-        op,
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
 }
 
 impl CheckpointDir {

@@ -418,9 +418,7 @@ impl StructuredOp for ScaledDotProductAttention {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// Its dropout seed, replaced at every run of a compiled step; the
     /// step's backward then runs the recorded `SdpaBackward` node with the
     /// same fresh seed (lowering keeps a seeded op off its fast rule).

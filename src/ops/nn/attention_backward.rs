@@ -176,9 +176,7 @@ impl StructuredOp for SdpaBackward {
     fn arity(&self) -> Option<usize> {
         None
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn without_saved(&self) -> Option<std::sync::Arc<dyn crate::Differentiable>> {
         self.saved.as_ref().map(|_| {
             std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn crate::Differentiable>

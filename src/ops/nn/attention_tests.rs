@@ -3,6 +3,7 @@
 //! finite differences, tangents, second derivatives, f32, errors.
 
 use super::attention::sample;
+use crate::ops::testing::check_hvp;
 use super::{scaled_dot_product_attention_unfused as unfused, SdpaOptions};
 use crate::{gradcheck, jvpcheck, BackwardOptions, DType, Error, Graph, Result, Tensor, Var};
 
@@ -131,19 +132,7 @@ fn gradients_tangents_and_second_derivatives_against_finite_differences() {
             let y = c.run(&v, true)?;
             Ok(y.try_mul(&g.constant(weights(y.shape())))?.tanh().sum())
         });
-        let x = &xs[which];
-        let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-        let hv = crate::hessian_vector_product(f, x, &dir).unwrap().to_f64_vec();
-        let grad_at = |s: f64| -> Vec<f64> {
-            let shifted: Vec<f64> = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
-            let g = Graph::new();
-            let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
-            f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
-        };
-        let eps = 1e-5;
-        let (p, m) = (grad_at(eps), grad_at(-eps));
-        let numeric: Vec<f64> = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
-        close(&hv, &numeric, 1e-6, &format!("hvp of input {which}"));
+        check_hvp(f, &xs[which]);
     }
 }
 
@@ -300,20 +289,7 @@ fn bool_masks_have_gradients_tangents_and_second_derivatives() {
                 let y = bool_masked(&v, &keep, fused)?;
                 Ok(y.try_mul(&g.constant(weights(y.shape())))?.tanh().sum())
             });
-            let x = &xs[which];
-            let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-            let hv = crate::hessian_vector_product(f, x, &dir).unwrap().to_f64_vec();
-            let grad_at = |s: f64| -> Vec<f64> {
-                let shifted: Vec<f64> = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
-                let g = Graph::new();
-                let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
-                f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
-            };
-            let eps = 1e-5;
-            let (p, m) = (grad_at(eps), grad_at(-eps));
-            let numeric: Vec<f64> = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
-            assert!(hv.iter().all(|h| h.is_finite()));
-            close(&hv, &numeric, 1e-6, &format!("fused {fused}: hvp of input {which}"));
+            check_hvp(f, &xs[which]);
         }
     }
 }

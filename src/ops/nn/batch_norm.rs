@@ -238,9 +238,7 @@ impl StructuredOp for BatchNorm {
     fn attributes(&self) -> OpAttributes {
         self.affine.attributes(OpAttributes::new().bool("training", self.training).float("eps", self.eps))
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "batch_norm";
         let x = inputs.first().ok_or(Error::Arity {

@@ -150,9 +150,7 @@ fn check(op: &'static str, eps: f64, g: &Tensor, x: &Tensor) -> Result<Planes> {
 impl StructuredOp for BatchNormBackward {
     const NAME: &'static str = "batch_norm_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// `w σ P g`: linear in `g` and in `w`.
     const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
@@ -214,9 +212,7 @@ impl StructuredOp for BatchNormBackward {
 impl StructuredOp for BatchNormWeightBackward {
     const NAME: &'static str = "batch_norm_weight_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().float("eps", self.eps)

@@ -71,9 +71,7 @@ impl StructuredOp for BatchNormRunningStats {
             None => OpAttributes::new(),
         }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (x, rm, rv) = (inputs[0], inputs[1], inputs[2]);
         if !x.is_float() {

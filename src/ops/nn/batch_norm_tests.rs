@@ -5,7 +5,8 @@
 
 use super::batch_norm::sample;
 use super::BatchNormArgs;
-use crate::{gradcheck, hessian_vector_product, jvpcheck, DType, Error, Graph, Result, Tensor, Var};
+use crate::ops::testing::check_hvp;
+use crate::{gradcheck, jvpcheck, DType, Error, Graph, Result, Tensor, Var};
 
 fn rm(c: usize) -> Tensor {
     sample(&[c], 5, 0.0, 0.3)
@@ -56,32 +57,6 @@ fn eval_mode_differentiates_the_running_statistics_too() {
     }
     gradcheck(eval, &inputs).unwrap();
     jvpcheck(eval, &inputs).unwrap();
-}
-
-/// Hessian-vector products by reverse-over-reverse against central
-/// differences of first-order gradients.
-fn check_hvp(f: impl for<'g> Fn(&Var<'g>) -> Result<Var<'g>>, x: &Tensor) {
-    let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-    let hv = hessian_vector_product(&f, x, &dir).unwrap().to_f64_vec();
-    let grad_at = |s: f64| -> Vec<f64> {
-        let shifted = Tensor::from_vec(
-            x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect(),
-            x.shape(),
-        )
-        .unwrap();
-        let g = Graph::new();
-        let xv = g.variable(shifted);
-        f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
-    };
-    let eps = 1e-5;
-    let (plus, minus) = (grad_at(eps), grad_at(-eps));
-    for (i, ((p, m), a)) in plus.iter().zip(&minus).zip(&hv).enumerate() {
-        let numeric = (p - m) / (2.0 * eps);
-        assert!(
-            (a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(),
-            "element {i}: analytic {a} vs numeric {numeric}"
-        );
-    }
 }
 
 #[test]

@@ -6,12 +6,110 @@
 
 use std::sync::Arc;
 
-use super::support::{check_indices, indices_from_tensor, Reduction};
+use super::support::{check_indices, index_source, indices_from_tensor, IndexSource, Indices, Reduction};
 use crate::core::OpAttributes;
 use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::ops::StructuredOp;
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
 use crate::tensor::{Dims, Element, Tensor};
+
+/// The [`StructuredOp`] methods every class-loss op (`cross_entropy`,
+/// `nll_loss` and their backward ops) takes from its [`ClassLossSpec`],
+/// inside its `impl StructuredOp`: what it holds (its targets, when
+/// stored, under the loss's name), its arity (`leading` inputs, then the
+/// targets unless stored) and its attributes.
+macro_rules! class_loss_rules {
+    ($loss:literal, $leading:literal) => {
+        fn holds(&self) -> crate::Holds {
+            self.spec.holds($loss)
+        }
+        fn arity(&self) -> Option<usize> {
+            Some(self.spec.arity($leading))
+        }
+        fn attributes(&self) -> OpAttributes {
+            self.spec.attributes()
+        }
+    };
+}
+pub(crate) use class_loss_rules;
+
+/// Declares the `Var` methods of a class loss, written once for
+/// `cross_entropy` and `nll_loss`: `try_name / name` (default options),
+/// `try_name_with` (options; targets a list or a `Var`) and
+/// `try_name_input / name_input` (targets a `Var`), each with its doc
+/// comment, recording `Op { spec: options.spec(..) }`.
+macro_rules! class_loss_methods {
+    (
+        $op:ident, $loss:literal, $options:ty;
+        $(#[$doc:meta])* $try_name:ident / $name:ident;
+        $(#[$with_doc:meta])* $try_with:ident;
+        $(#[$input_doc:meta])* $try_input:ident / $input:ident;
+    ) => {
+        impl<'g> Var<'g> {
+            $(#[$doc])*
+            #[track_caller]
+            pub fn $try_name<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
+                self.$try_with(targets, &<$options>::default())
+            }
+
+            #[doc = concat!(
+                "Like [`", stringify!($try_name), "`](Self::", stringify!($try_name),
+                "), but panics with its error at the caller's line."
+            )]
+            #[track_caller]
+            pub fn $name<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
+                crate::error::or_panic(self.$try_name(targets))
+            }
+
+            $(#[$with_doc])*
+            #[track_caller]
+            pub fn $try_with<T: Indices<'g> + ?Sized>(
+                &self,
+                targets: &T,
+                options: &$options,
+            ) -> Result<Var<'g>> {
+                record_class_loss($loss, self, targets, |targets| $op {
+                    spec: options.spec(targets),
+                })
+            }
+
+            $(#[$input_doc])*
+            #[track_caller]
+            pub fn $try_input(&self, targets: &Var<'g>, options: &$options) -> Result<Var<'g>> {
+                self.$try_with(targets, options)
+            }
+
+            #[doc = concat!(
+                "Like [`", stringify!($try_input), "`](Self::", stringify!($try_input),
+                "), but panics with its error at the caller's line."
+            )]
+            #[track_caller]
+            pub fn $input(&self, targets: &Var<'g>, options: &$options) -> Var<'g> {
+                crate::error::or_panic(self.$try_input(targets, options))
+            }
+        }
+    };
+}
+pub(crate) use class_loss_methods;
+
+/// Records the class loss `op` (`cross_entropy`, `nll_loss`) of `x`
+/// against `targets`, the op made by `make` from where they are: stored in
+/// the op (`Some`) when they are a list, the node's second input (`None`)
+/// when they are a value of the graph.
+pub(crate) fn record_class_loss<'g, O: StructuredOp, T: Indices<'g> + ?Sized>(
+    op: &'static str,
+    x: &Var<'g>,
+    targets: &T,
+    make: impl Fn(Option<Arc<[i64]>>) -> O,
+) -> Result<Var<'g>> {
+    let lanes = target_shape(x.shape());
+    match index_source(x.graph(), op, targets, &lanes)? {
+        IndexSource::Input(t) => x.graph().record(make(None), &[x, &t]),
+        IndexSource::Stored(list) => x.graph().record(make(Some(list)), &[x]),
+    }
+}
 
 /// Options shared by the class losses (PyTorch's keyword arguments).
 #[derive(Clone, Debug, PartialEq)]

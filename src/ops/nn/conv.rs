@@ -5,16 +5,16 @@
 //! `ConvWeight` (the rule shared by the three: `conv_products.rs`), and
 //! its bias gradient a sum.
 
-use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
+use super::conv_products::{self as products, BiasedConv, ConvProduct, Slot};
+use super::conv_spec::{check_bias, conv_methods, conv_option_setters, lift, sample, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
-use crate::kernels::nn::conv::conv2d_forward;
+use crate::kernels::nn::conv::ConvGeometry;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
-use crate::tensor::Tensor;
+use crate::tensor::{Dims, Tensor};
 
 /// A convolution's padding, PyTorch's `padding` argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,27 +142,6 @@ impl Conv {
     fn name_str(&self) -> &'static str {
         self.spec.name("conv1d", "conv2d")
     }
-
-    /// Checks the inputs; returns the output shape and kernel geometry.
-    fn plan(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: Option<&Tensor>,
-    ) -> Result<(crate::tensor::Dims, crate::kernels::nn::conv::ConvGeometry)> {
-        let op = self.name_str();
-        let input = self.spec.spatial_of(op, "the input", x)?;
-        let kernel = self.spec.spatial_of(op, "the weight", w)?;
-        check_same_dtype(op, x, w)?;
-        self.spec.check_channels(op, x.shape(), w.shape())?;
-        let output = self.spec.output_of(op, x.shape(), input, kernel)?;
-        let (n, cout) = (x.shape()[0], w.shape()[0]);
-        check_bias(op, b, cout, x)?;
-        let geo = self
-            .spec
-            .geometry(n, [x.shape()[1], cout], input, output, kernel);
-        Ok((self.spec.shape(n, cout, output), geo))
-    }
 }
 
 /// `g` summed over everything but the channel dim: a bias gradient.
@@ -196,18 +175,28 @@ impl ConvProduct for Conv {
     }
 }
 
+impl BiasedConv for Conv {
+    fn plan(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Dims, ConvGeometry)> {
+        let op = self.name_str();
+        let input = self.spec.spatial_of(op, "the input", x)?;
+        let kernel = self.spec.spatial_of(op, "the weight", w)?;
+        check_same_dtype(op, x, w)?;
+        self.spec.check_channels(op, x.shape(), w.shape())?;
+        let output = self.spec.output_of(op, x.shape(), input, kernel)?;
+        let (n, cout) = (x.shape()[0], w.shape()[0]);
+        check_bias(op, b, cout, x)?;
+        let geo = self
+            .spec
+            .geometry(n, [x.shape()[1], cout], input, output, kernel);
+        Ok((self.spec.shape(n, cout, output), geo))
+    }
+
+}
+
 impl StructuredOp for Conv {
     const NAME: &'static str = "conv2d";
     const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
     products::conv_product_rules!(with_bias);
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (x, w, b) = split_inputs(self.name_str(), inputs)?;
-        let (shape, geo) = self.plan(x, w, b)?;
-        crate::with_dtype!("conv", x.dtype(), T => {
-            let (xs, ws, bias) = (x.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
-            Ok(Tensor::build::<T>(shape, |out| conv2d_forward(&geo, xs, ws, bias, out)))
-        })
-    }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;
         OpFacts {
@@ -267,71 +256,53 @@ pub(crate) fn record_conv<'g, const D: usize>(
     record_batched(Conv { spec }, x, weight, bias, D)
 }
 
-impl<'g> Var<'g> {
-    fallible! {
-        /// 1-d convolution, PyTorch's `F.conv1d(x, weight, bias, stride, padding,
-        /// dilation, groups)`: `x` is `[N, C_in, L]` (or `[C_in, L]`), `weight`
-        /// `[C_out, C_in / groups, k]`, `bias` `[C_out]`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor, ops::nn::Conv1dOptions};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 4])?);
-        /// let w = g.variable(Tensor::from_vec(vec![1.0, -1.0], &[1, 1, 2])?);
-        /// let y = x.try_conv1d(&w, None, &Conv1dOptions::new().padding(1))?;
-        /// // Cross-correlation: y[i] = x[i - 1] - x[i], zeros outside.
-        /// assert_eq!(y.value().to_f64_vec(), vec![-1.0, -1.0, -1.0, -1.0, 4.0]);
-        /// let grads = y.sum().backward()?;
-        /// assert_eq!(grads.wrt(&w).to_f64_vec(), vec![10.0, 10.0]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_conv1d / conv1d(
-            &self,
-            weight: &Var<'g>,
-            bias: Option<&Var<'g>>,
-            opts: &Conv1dOptions,
-        ) -> Var<'g> {
-            record_conv("conv1d", self, weight, bias, opts)
-        }
-    }
+conv_methods! {
+    /// 1-d convolution, PyTorch's `F.conv1d(x, weight, bias, stride, padding,
+    /// dilation, groups)`: `x` is `[N, C_in, L]` (or `[C_in, L]`), `weight`
+    /// `[C_out, C_in / groups, k]`, `bias` `[C_out]`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::Conv1dOptions};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 4])?);
+    /// let w = g.variable(Tensor::from_vec(vec![1.0, -1.0], &[1, 1, 2])?);
+    /// let y = x.try_conv1d(&w, None, &Conv1dOptions::new().padding(1))?;
+    /// // Cross-correlation: y[i] = x[i - 1] - x[i], zeros outside.
+    /// assert_eq!(y.value().to_f64_vec(), vec![-1.0, -1.0, -1.0, -1.0, 4.0]);
+    /// let grads = y.sum().backward()?;
+    /// assert_eq!(grads.wrt(&w).to_f64_vec(), vec![10.0, 10.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_conv1d / conv1d(Conv1dOptions) => record_conv;
 
-    fallible! {
-        /// 2-d convolution, PyTorch's `F.conv2d(x, weight, bias, stride, padding,
-        /// dilation, groups)`: `x` is `[N, C_in, H, W]` (or `[C_in, H, W]`),
-        /// `weight` `[C_out, C_in / groups, kh, kw]`, `bias` `[C_out]`. As in
-        /// PyTorch it is a cross-correlation (the kernel is not flipped).
-        ///
-        /// Errors name the op and the shapes: a wrong rank, channels that do
-        /// not match the weight or are not divisible by `groups`, a kernel
-        /// larger than the padded input, a zero stride or dilation, `"same"`
-        /// padding with a stride, a dtype mismatch.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor, ops::nn::{Conv2dOptions, Padding}};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec((1..=9).map(f64::from).collect(), &[1, 1, 3, 3])?);
-        /// let w = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[1, 1, 2, 2])?);
-        /// let b = g.variable(Tensor::from_vec(vec![0.5], &[1])?);
-        /// let y = x.try_conv2d(&w, Some(&b), &Conv2dOptions::new())?;
-        /// // Each output: top-left + bottom-right of a 2x2 window, plus the bias.
-        /// assert_eq!(y.value().to_f64_vec(), vec![6.5, 8.5, 12.5, 14.5]);
-        /// let same = x.try_conv2d(&w, None, &Conv2dOptions::new().padding(Padding::Same))?;
-        /// assert_eq!(same.shape(), &[1, 1, 3, 3]);
-        /// let grads = y.sum().backward()?;
-        /// assert_eq!(grads.wrt(&b).to_f64_vec(), vec![4.0]);
-        /// assert_eq!(grads.wrt(&w).to_f64_vec(), vec![12.0, 16.0, 24.0, 28.0]);
-        /// assert!(x.try_conv2d(&w, None, &Conv2dOptions::new().groups(2)).is_err());
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_conv2d / conv2d(
-            &self,
-            weight: &Var<'g>,
-            bias: Option<&Var<'g>>,
-            opts: &Conv2dOptions,
-        ) -> Var<'g> {
-            record_conv("conv2d", self, weight, bias, opts)
-        }
-    }
+    /// 2-d convolution, PyTorch's `F.conv2d(x, weight, bias, stride, padding,
+    /// dilation, groups)`: `x` is `[N, C_in, H, W]` (or `[C_in, H, W]`),
+    /// `weight` `[C_out, C_in / groups, kh, kw]`, `bias` `[C_out]`. As in
+    /// PyTorch it is a cross-correlation (the kernel is not flipped).
+    ///
+    /// Errors name the op and the shapes: a wrong rank, channels that do
+    /// not match the weight or are not divisible by `groups`, a kernel
+    /// larger than the padded input, a zero stride or dilation, `"same"`
+    /// padding with a stride, a dtype mismatch.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::{Conv2dOptions, Padding}};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec((1..=9).map(f64::from).collect(), &[1, 1, 3, 3])?);
+    /// let w = g.variable(Tensor::from_vec(vec![1.0, 0.0, 0.0, 1.0], &[1, 1, 2, 2])?);
+    /// let b = g.variable(Tensor::from_vec(vec![0.5], &[1])?);
+    /// let y = x.try_conv2d(&w, Some(&b), &Conv2dOptions::new())?;
+    /// // Each output: top-left + bottom-right of a 2x2 window, plus the bias.
+    /// assert_eq!(y.value().to_f64_vec(), vec![6.5, 8.5, 12.5, 14.5]);
+    /// let same = x.try_conv2d(&w, None, &Conv2dOptions::new().padding(Padding::Same))?;
+    /// assert_eq!(same.shape(), &[1, 1, 3, 3]);
+    /// let grads = y.sum().backward()?;
+    /// assert_eq!(grads.wrt(&b).to_f64_vec(), vec![4.0]);
+    /// assert_eq!(grads.wrt(&w).to_f64_vec(), vec![12.0, 16.0, 24.0, 28.0]);
+    /// assert!(x.try_conv2d(&w, None, &Conv2dOptions::new().groups(2)).is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_conv2d / conv2d(Conv2dOptions) => record_conv;
 }
 
 #[cfg(test)]
@@ -339,14 +310,7 @@ mod tests {
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
-    /// Pins a closure to the higher-ranked signature the checkers take.
-    fn hr<F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>>(f: F) -> F {
-        f
-    }
-
-    fn s(shape: &[usize], seed: u64) -> Tensor {
-        sample(shape, seed, 1.0)
-    }
+    use crate::ops::nn::conv_spec::testing::{hr, s};
 
     #[test]
     fn gradients_over_random_configurations() {

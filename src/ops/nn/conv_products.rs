@@ -11,13 +11,14 @@
 //! rule ([`grad`], [`backward_fast`], [`tangent`]) serves all of them.
 
 use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
-use super::conv_spec::ConvSpec;
+use super::conv_spec::{split_inputs, ConvSpec};
 use super::conv_transpose::ConvTranspose;
 use super::conv_weight::ConvWeight;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::ops::{Node, StructuredOp};
-use crate::tensor::Tensor;
+use crate::kernels::nn::conv::{conv2d_forward, conv2d_input_grad, ConvGeometry};
+use crate::tensor::{Dims, Tensor};
 
 /// One of the three tensors of a convolution `y = conv(x, w)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,9 +60,7 @@ pub(super) trait ConvProduct: StructuredOp {
 /// input, [`tangent`].
 macro_rules! conv_product_rules {
     () => {
-        fn holds(&self) -> crate::Holds {
-            crate::Holds::Settings
-        }
+        const HOLDS: crate::Holds = crate::Holds::Settings;
         fn name(&self) -> &'static str {
             self.name_str()
         }
@@ -91,9 +90,35 @@ macro_rules! conv_product_rules {
         fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
             products::tangent(self, i, t, n)
         }
+        fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+            products::forward(self, inputs)
+        }
     };
 }
 pub(super) use conv_product_rules;
+
+/// [`Conv`] and [`ConvTranspose`]: a convolution op with an optional bias
+/// whose forward is one kernel over a checked geometry.
+pub(super) trait BiasedConv: ConvProduct {
+    /// Checks the inputs; returns the output shape and kernel geometry.
+    fn plan(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Dims, ConvGeometry)>;
+}
+
+/// The forward of a [`BiasedConv`]: split the inputs, plan, run the kernel
+/// that makes the op's slot (the convolution for `y`, its input gradient
+/// for `x`).
+pub(super) fn forward<P: BiasedConv>(op: &P, inputs: &[&Tensor]) -> Result<Tensor> {
+    let (x, w, b) = split_inputs(op.name(), inputs)?;
+    let (shape, geo) = op.plan(x, w, b)?;
+    let kernel = if P::MAKES == Slot::X { "conv_transpose" } else { "conv" };
+    crate::with_dtype!(kernel, x.dtype(), T => {
+        let (xs, ws, bias) = (x.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
+        Ok(Tensor::build::<T>(shape, |out| match P::MAKES {
+            Slot::X => conv2d_input_grad(&geo, xs, ws, bias, out),
+            _ => conv2d_forward(&geo, xs, ws, bias, out),
+        }))
+    })
+}
 
 /// A value the products apply to: a recorded [`Var`] (backward, tangents)
 /// or a plain [`Tensor`] (the first-order fast path).

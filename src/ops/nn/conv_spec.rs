@@ -327,6 +327,31 @@ pub fn split_inputs<'a>(
     }
 }
 
+/// Declares the `Var` methods of a convolution op: each entry,
+/// `try_name / name(Options) => record;` with its doc comment, gives the
+/// `fallible!` pair taking `(weight, bias, opts)` and calling
+/// `record("name", self, weight, bias, opts)`.
+macro_rules! conv_methods {
+    ($($(#[$m:meta])* $try_name:ident / $name:ident($opts:ty) => $record:ident;)*) => {
+        impl<'g> Var<'g> {
+            $(
+                fallible! {
+                    $(#[$m])*
+                    pub fn $try_name / $name(
+                        &self,
+                        weight: &Var<'g>,
+                        bias: Option<&Var<'g>>,
+                        opts: &$opts,
+                    ) -> Var<'g> {
+                        $record(stringify!($name), self, weight, bias, opts)
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use conv_methods;
+
 /// The sample inputs of the convolution ops' [`OpFacts`](crate::OpFacts):
 /// a tensor of `shape` with values from `seed`.
 pub fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
@@ -335,4 +360,20 @@ pub fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
         .map(|i| ((i as f64 * 0.37 + seed as f64 * 1.3 + 0.1).sin()) * scale)
         .collect();
     Tensor::from_vec(v, shape).expect("a valid sample shape")
+}
+
+/// Test helpers of the convolution ops.
+#[cfg(test)]
+pub(super) mod testing {
+    use crate::{Result, Tensor, Var};
+
+    /// Pins a closure to the higher-ranked signature the checkers take.
+    pub(crate) fn hr<F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>>(f: F) -> F {
+        f
+    }
+
+    /// A sample tensor of `shape` (scale 1).
+    pub(crate) fn s(shape: &[usize], seed: u64) -> Tensor {
+        super::sample(shape, seed, 1.0)
+    }
 }

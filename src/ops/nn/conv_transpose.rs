@@ -4,14 +4,14 @@
 //! its input, which is also how `Conv`'s backward uses it. Its derivatives
 //! are a `Conv` (input) and a `ConvWeight` (weight): `conv_products.rs`.
 
-use super::conv_products::{self as products, ConvProduct, Slot};
-use super::conv_spec::{check_bias, conv_option_setters, lift, sample, split_inputs, record_batched, ConvSpec};
+use super::conv_products::{self as products, BiasedConv, ConvProduct, Slot};
+use super::conv_spec::{check_bias, conv_methods, conv_option_setters, lift, sample, record_batched, ConvSpec};
 use super::spatial::{check_same_dtype, Spatial};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
-use crate::kernels::nn::conv::{conv2d_input_grad, ConvGeometry};
+use crate::kernels::nn::conv::ConvGeometry;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -110,7 +110,16 @@ impl ConvTranspose {
     fn name_str(&self) -> &'static str {
         self.spec.name("conv_transpose1d", "conv_transpose2d")
     }
+}
 
+impl ConvProduct for ConvTranspose {
+    const MAKES: Slot = Slot::X;
+    fn spec(&self) -> &ConvSpec {
+        &self.spec
+    }
+}
+
+impl BiasedConv for ConvTranspose {
     fn plan(&self, z: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Dims, ConvGeometry)> {
         let op = self.name_str();
         let zin = self.spec.spatial_of(op, "the input", z)?;
@@ -152,27 +161,13 @@ impl ConvTranspose {
         let geo = self.spec.geometry(n, [cout, cin], output, zin, kernel);
         Ok((self.spec.shape(n, cout, output), geo))
     }
-}
 
-impl ConvProduct for ConvTranspose {
-    const MAKES: Slot = Slot::X;
-    fn spec(&self) -> &ConvSpec {
-        &self.spec
-    }
 }
 
 impl StructuredOp for ConvTranspose {
     const NAME: &'static str = "conv_transpose2d";
     const INPUTS: &'static [&'static str] = &["input", "weight", "bias"];
     products::conv_product_rules!(with_bias);
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (z, w, b) = split_inputs(self.name_str(), inputs)?;
-        let (shape, geo) = self.plan(z, w, b)?;
-        crate::with_dtype!("conv_transpose", z.dtype(), T => {
-            let (zs, ws, bias) = (z.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
-            Ok(Tensor::build::<T>(shape, |out| conv2d_input_grad(&geo, zs, ws, bias, out)))
-        })
-    }
     fn facts(&self) -> OpFacts {
         let spatial = self.spec.spatial;
         let example = ConvTransposeOptions::<2>::new()
@@ -239,60 +234,42 @@ fn record_transpose<'g, const D: usize>(
     record_batched(ConvTranspose { spec }, x, weight, bias, D)
 }
 
-impl<'g> Var<'g> {
-    fallible! {
-        /// 1-d transposed convolution, PyTorch's `F.conv_transpose1d(x, weight,
-        /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
-        /// `[N, C_in, L]`, `weight` `[C_in, C_out / groups, k]`, `bias` `[C_out]`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose1dOptions};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 1, 2])?);
-        /// let w = g.variable(Tensor::from_vec(vec![1.0, 10.0, 100.0], &[1, 1, 3])?);
-        /// // Stride 2: each input scatters the kernel, two positions apart.
-        /// let y = x.try_conv_transpose1d(&w, None, &ConvTranspose1dOptions::new().stride(2))?;
-        /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 10.0, 102.0, 20.0, 200.0]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_conv_transpose1d / conv_transpose1d(
-            &self,
-            weight: &Var<'g>,
-            bias: Option<&Var<'g>>,
-            opts: &ConvTranspose1dOptions,
-        ) -> Var<'g> {
-            record_transpose("conv_transpose1d", self, weight, bias, opts)
-        }
-    }
+conv_methods! {
+    /// 1-d transposed convolution, PyTorch's `F.conv_transpose1d(x, weight,
+    /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
+    /// `[N, C_in, L]`, `weight` `[C_in, C_out / groups, k]`, `bias` `[C_out]`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose1dOptions};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[1, 1, 2])?);
+    /// let w = g.variable(Tensor::from_vec(vec![1.0, 10.0, 100.0], &[1, 1, 3])?);
+    /// // Stride 2: each input scatters the kernel, two positions apart.
+    /// let y = x.try_conv_transpose1d(&w, None, &ConvTranspose1dOptions::new().stride(2))?;
+    /// assert_eq!(y.value().to_f64_vec(), vec![1.0, 10.0, 102.0, 20.0, 200.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_conv_transpose1d / conv_transpose1d(ConvTranspose1dOptions) => record_transpose;
 
-    fallible! {
-        /// 2-d transposed convolution, PyTorch's `F.conv_transpose2d(x, weight,
-        /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
-        /// `[N, C_in, H, W]` (or `[C_in, H, W]`), `weight` `[C_in, C_out / groups,
-        /// kh, kw]`, `bias` `[C_out]`; the output size is
-        /// `(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1`.
-        ///
-        /// ```
-        /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose2dOptions};
-        /// let g = Graph::new();
-        /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?);
-        /// let w = g.variable(Tensor::ones(&[1, 2, 2, 2], retrograd::DType::F64)?);
-        /// let opts = ConvTranspose2dOptions::new().stride(2).output_padding(1);
-        /// let y = x.try_conv_transpose2d(&w, None, &opts)?;
-        /// assert_eq!(y.shape(), &[1, 2, 5, 5]);
-        /// // Each input value fills its own 2x2 block; the extra row and column are 0.
-        /// assert_eq!(y.value().to_f64_vec()[..5], [1.0, 1.0, 2.0, 2.0, 0.0]);
-        /// # Ok::<(), retrograd::Error>(())
-        /// ```
-        pub fn try_conv_transpose2d / conv_transpose2d(
-            &self,
-            weight: &Var<'g>,
-            bias: Option<&Var<'g>>,
-            opts: &ConvTranspose2dOptions,
-        ) -> Var<'g> {
-            record_transpose("conv_transpose2d", self, weight, bias, opts)
-        }
-    }
+    /// 2-d transposed convolution, PyTorch's `F.conv_transpose2d(x, weight,
+    /// bias, stride, padding, output_padding, groups, dilation)`: `x` is
+    /// `[N, C_in, H, W]` (or `[C_in, H, W]`), `weight` `[C_in, C_out / groups,
+    /// kh, kw]`, `bias` `[C_out]`; the output size is
+    /// `(H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1`.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::nn::ConvTranspose2dOptions};
+    /// let g = Graph::new();
+    /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?);
+    /// let w = g.variable(Tensor::ones(&[1, 2, 2, 2], retrograd::DType::F64)?);
+    /// let opts = ConvTranspose2dOptions::new().stride(2).output_padding(1);
+    /// let y = x.try_conv_transpose2d(&w, None, &opts)?;
+    /// assert_eq!(y.shape(), &[1, 2, 5, 5]);
+    /// // Each input value fills its own 2x2 block; the extra row and column are 0.
+    /// assert_eq!(y.value().to_f64_vec()[..5], [1.0, 1.0, 2.0, 2.0, 0.0]);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    try_conv_transpose2d / conv_transpose2d(ConvTranspose2dOptions) => record_transpose;
 }
 
 #[cfg(test)]
@@ -301,14 +278,7 @@ mod tests {
     use crate::ops::nn::Conv2dOptions;
     use crate::{gradcheck, jvpcheck, Graph};
 
-    /// Pins a closure to the higher-ranked signature the checkers take.
-    fn hr<F: for<'g> Fn(&[Var<'g>]) -> Result<Var<'g>>>(f: F) -> F {
-        f
-    }
-
-    fn s(shape: &[usize], seed: u64) -> Tensor {
-        sample(shape, seed, 1.0)
-    }
+    use crate::ops::nn::conv_spec::testing::{hr, s};
 
     #[test]
     fn is_the_adjoint_of_conv2d() {

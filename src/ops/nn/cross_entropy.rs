@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
-use super::class_targets::{target_shape, ClassLossSpec};
+use super::class_targets::{class_loss_methods, class_loss_rules, record_class_loss, ClassLossSpec};
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
 use super::support::{
-    index_source, reduce_lanes, sum_axis, to_i64_list, IndexSource, IntIndex, Indices, Reduction,
+    reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction,
 };
 use crate::error::Result;
 use crate::graph::Var;
@@ -113,16 +113,8 @@ impl CrossEntropy {
 impl StructuredOp for CrossEntropy {
     const NAME: &'static str = "cross_entropy";
     const INPUTS: &'static [&'static str] = &["input", "target"];
-    fn holds(&self) -> crate::Holds {
-        self.spec.holds("cross_entropy")
-    }
     const NO_GRAD: &'static [usize] = &[1];
-    fn arity(&self) -> Option<usize> {
-        Some(self.spec.arity(1))
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
+    class_loss_rules!("cross_entropy", 1);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
         crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
@@ -159,7 +151,8 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     reg.add_builtin(CrossEntropy::default());
 }
 
-impl<'g> Var<'g> {
+class_loss_methods! {
+    CrossEntropy, "cross_entropy", CrossEntropyOptions;
     /// Cross-entropy of these logits (`[C]`, `[N, C]` or `[N, C, d...]`)
     /// against integer class `targets` (one per sample, in row-major order of
     /// the shape without the class axis), averaged: PyTorch's
@@ -180,16 +173,7 @@ impl<'g> Var<'g> {
     /// assert!(logits.try_cross_entropy(&[0usize, 3]).is_err());
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_cross_entropy<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
-        self.try_cross_entropy_with(targets, &CrossEntropyOptions::default())
-    }
-
-    /// Like [`try_cross_entropy`](Self::try_cross_entropy), but panics with its error at the caller's line.
-    #[track_caller]
-    pub fn cross_entropy<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
-        crate::error::or_panic(self.try_cross_entropy(targets))
-    }
+    try_cross_entropy / cross_entropy;
 
     /// Cross-entropy with explicit options: reduction, label smoothing,
     /// `ignore_index`, class weights.
@@ -207,22 +191,7 @@ impl<'g> Var<'g> {
     /// assert_eq!(v[1], 0.0); // ignored
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_cross_entropy_with<T: Indices<'g> + ?Sized>(
-        &self,
-        targets: &T,
-        options: &CrossEntropyOptions,
-    ) -> Result<Var<'g>> {
-        let lanes = target_shape(self.shape());
-        match index_source(self.graph(), "cross_entropy", targets, &lanes)? {
-            IndexSource::Input(t) => {
-                self.graph().record(CrossEntropy::with_options(options), &[self, &t])
-            }
-            IndexSource::Stored(list) => {
-                self.graph().record(CrossEntropy::new(&list[..], options), &[self])
-            }
-        }
-    }
+    try_cross_entropy_with;
 
     /// Cross-entropy against class targets held in a value of the graph (an
     /// integer or float tensor of class indices, one per sample) rather than
@@ -243,35 +212,23 @@ impl<'g> Var<'g> {
     /// assert_eq!(loss.value().try_item()?, (2f64.ln() + (1.0 + (-2f64).exp()).ln()) / 2.0);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_cross_entropy_input(&self, targets: &Var<'g>, options: &CrossEntropyOptions) -> Result<Var<'g>> {
-        self.try_cross_entropy_with(targets, options)
-    }
-
-    /// Like [`try_cross_entropy_input`](Self::try_cross_entropy_input), but panics with its error at the caller's line.
-    #[track_caller]
-    pub fn cross_entropy_input(&self, targets: &Var<'g>, options: &CrossEntropyOptions) -> Var<'g> {
-        crate::error::or_panic(self.try_cross_entropy_input(targets, options))
-    }
+    try_cross_entropy_input / cross_entropy_input;
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::ops::testing::fixed;
     use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
     use crate::test_util::tensor as t;
 
     fn logits() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[3, 4],
-        )
+        fixed(&[3, 4])
     }
 
-    fn weighted(reduction: Reduction) -> CrossEntropyOptions {
+    /// Options with every setting on: class weights, label smoothing.
+    pub(in crate::ops::nn) fn weighted(reduction: Reduction) -> CrossEntropyOptions {
         CrossEntropyOptions::default()
             .reduction(reduction)
             .label_smoothing(0.1)

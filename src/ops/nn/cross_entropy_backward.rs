@@ -3,7 +3,7 @@
 //! own derivatives, so gradients of gradients work: linear in `g`, and in
 //! the logits only through the softmax, whose Jacobian is symmetric.
 
-use super::class_targets::{ClassLossSpec, Resolved};
+use super::class_targets::{class_loss_rules, ClassLossSpec, Resolved};
 use super::softmax::{Softmax, SoftmaxBackward};
 use super::support::{expand_axis, sum_axis, Reduction};
 use crate::error::Result;
@@ -63,17 +63,9 @@ fn softmax_share(spec: &ClassLossSpec, x: &Tensor, r: &Resolved) -> Result<Tenso
 impl StructuredOp for CrossEntropyBackward {
     const NAME: &'static str = "cross_entropy_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
-    fn holds(&self) -> crate::Holds {
-        self.spec.holds("cross_entropy")
-    }
     const LINEAR: &'static [usize] = &[0];
     const NO_GRAD: &'static [usize] = &[2];
-    fn arity(&self) -> Option<usize> {
-        Some(self.spec.arity(2))
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
+    class_loss_rules!("cross_entropy", 2);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, target) = (x[0], x[1], x.get(2).copied());
         let r = self.spec.resolve(Self::NAME, x, target)?;
@@ -153,29 +145,19 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::nn::cross_entropy::tests::weighted;
+    use crate::ops::testing::fixed;
     use std::sync::Arc;
 
     use super::*;
-    use crate::ops::nn::CrossEntropyOptions;
     use crate::{gradcheck, jvpcheck};
 
     use crate::test_util::tensor as t;
 
     fn logits() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[3, 4],
-        )
+        fixed(&[3, 4])
     }
 
-    fn weighted(reduction: Reduction) -> CrossEntropyOptions {
-        CrossEntropyOptions::default()
-            .reduction(reduction)
-            .label_smoothing(0.1)
-            .weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]))
-    }
 
     // Expected values: a NumPy transcription of PyTorch's
     // cross_entropy (log_softmax, nll_loss with weights and ignore_index,

@@ -44,9 +44,7 @@ fn check_p(p: f64) -> Result<()> {
 impl StructuredOp for Dropout {
     const NAME: &'static str = "dropout";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn seed(&self) -> Option<u64> {
         Some(self.seed)
     }

@@ -107,9 +107,7 @@ impl StructuredOp for GroupNorm {
     fn attributes(&self) -> OpAttributes {
         self.affine.attributes(OpAttributes::new().int("num_groups", self.num_groups).float("eps", self.eps))
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "group_norm";
         let x = inputs.first().ok_or(Error::Arity {

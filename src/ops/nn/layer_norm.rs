@@ -160,9 +160,7 @@ impl StructuredOp for LayerNorm {
             Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
         }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs.first().ok_or(Error::Arity {
             op: "layer_norm".to_string(),
@@ -312,18 +310,15 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::testing::{fixed, norm_weight};
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
     fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6, 0.2, 0.4, -0.3, 1.7,
-            -0.8, 0.05, 1.2, -1.5, 0.75, 0.35, -0.25, 0.0,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+        fixed(&[2, 3, 4])
     }
     fn w() -> Tensor {
-        Tensor::from_vec(vec![1.0, 0.5, -1.5, 2.0], &[4]).unwrap()
+        norm_weight()
     }
     fn b() -> Tensor {
         Tensor::from_vec(vec![0.1, -0.2, 0.3, 0.0], &[4]).unwrap()

@@ -114,9 +114,7 @@ fn input_curvature<'g>(
 impl StructuredOp for LayerNormBackward {
     const NAME: &'static str = "layer_norm_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// `σ P (g w)`: linear in `g` and in `w`.
     const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {
@@ -177,9 +175,7 @@ impl StructuredOp for LayerNormBackward {
 impl StructuredOp for LayerNormWeightBackward {
     const NAME: &'static str = "layer_norm_weight_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps)
@@ -224,18 +220,15 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::testing::{fixed, norm_weight};
     use super::*;
     use crate::{gradcheck, jvpcheck};
 
     fn x() -> Tensor {
-        let v = [
-            0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6, 0.2, 0.4, -0.3, 1.7,
-            -0.8, 0.05, 1.2, -1.5, 0.75, 0.35, -0.25, 0.0,
-        ];
-        Tensor::from_vec(v.to_vec(), &[2, 3, 4]).unwrap()
+        fixed(&[2, 3, 4])
     }
     fn w() -> Tensor {
-        Tensor::from_vec(vec![1.0, 0.5, -1.5, 2.0], &[4]).unwrap()
+        norm_weight()
     }
 
     #[test]

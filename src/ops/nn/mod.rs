@@ -11,8 +11,9 @@
 //! - losses and softmax: `softmax.rs` (softmax, log_softmax),
 //!   `cross_entropy.rs` + `cross_entropy_backward.rs`, `nll.rs`, `mse.rs`,
 //!   `bce.rs` (binary_cross_entropy_with_logits), `embedding.rs`,
-//!   `dropout.rs`; target checks in `class_targets.rs`, `Reduction` and
-//!   `IntIndex` in `support.rs`;
+//!   `dropout.rs`; what `cross_entropy` and `nll_loss` share (target
+//!   checks, their `Var` methods, recording stored or input targets) in
+//!   `class_targets.rs`, `Reduction` and `IntIndex` in `support.rs`;
 //! - normalisation: `layer_norm.rs` + `layer_norm_backward.rs` (first order
 //!   fuses the input's and the weight's gradients into one sweep, same bits
 //!   as the two ops), `rms_norm.rs`, `batch_norm.rs` (training and eval
@@ -24,9 +25,9 @@
 //! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
 //!   `Padding::Same`/`Valid`), `conv_transpose.rs`, `conv_weight.rs` (the
 //!   weight gradient as an op); the settings the three share, resolved to
-//!   two spatial dims (`conv_spec.rs`), and the one derivative rule of the
-//!   three bilinear products, each the others' derivative
-//!   (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
+//!   two spatial dims, and their `Var` methods (`conv_spec.rs`), and the
+//!   one derivative rule and forward of the three bilinear products, each
+//!   the others' derivative (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
 //!   `Window`, the output size of a sliding window, shared with pooling;
 //! - pooling: `pool/`, one file per op and one line per file in its
 //!   `with_poolings!` list (its module docs say what follows from it);
@@ -151,17 +152,13 @@ mod tests {
 #[cfg(test)]
 mod second_order {
     use super::{CrossEntropyOptions, Reduction};
-    use crate::{hessian_vector_product, Graph, Result, Tensor, Var};
+    use crate::ops::testing::{check_hvp, fixed};
+    use crate::{Result, Tensor, Var};
 
     use crate::test_util::tensor as t;
 
     fn x34() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[3, 4],
-        )
+        fixed(&[3, 4])
     }
 
     /// Fixed weights that make a value a scalar without symmetric cancellations.
@@ -171,37 +168,6 @@ mod second_order {
         let c: Vec<f64> = (0..n).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.3).collect();
         let c = Tensor::from_f64_slice(&c, v.shape(), v.dtype())?;
         Ok(v.try_mul(&v.graph().constant(c))?.sum())
-    }
-
-    fn check_hvp<F>(f: F, x: &Tensor)
-    where
-        F: for<'g> Fn(&Var<'g>) -> Result<Var<'g>>,
-    {
-        let dir = x.map_f64(|a| (a * 7.3 + 0.4).sin());
-        let hv = hessian_vector_product(&f, x, &dir).unwrap().to_f64_vec();
-        let grad_at = |s: f64| -> Vec<f64> {
-            let shifted = Tensor::from_vec(
-                x.to_f64_vec()
-                    .iter()
-                    .zip(dir.to_f64_vec())
-                    .map(|(a, d)| a + s * d)
-                    .collect(),
-                x.shape(),
-            )
-            .unwrap();
-            let g = Graph::new();
-            let xv = g.variable(shifted);
-            f(&xv).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
-        };
-        let eps = 1e-5;
-        let (plus, minus) = (grad_at(eps), grad_at(-eps));
-        for (i, ((p, m), a)) in plus.iter().zip(&minus).zip(&hv).enumerate() {
-            let numeric = (p - m) / (2.0 * eps);
-            assert!(
-                (a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(),
-                "element {i}: analytic {a} vs numeric {numeric}"
-            );
-        }
     }
 
     #[test]

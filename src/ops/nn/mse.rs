@@ -34,9 +34,7 @@ pub struct MseLossBackward {
 impl StructuredOp for MseLoss {
     const NAME: &'static str = "mse_loss";
     const INPUTS: &'static [&'static str] = &["input", "target"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().str("reduction", self.reduction.as_str())
     }
@@ -75,9 +73,7 @@ impl StructuredOp for MseLoss {
 impl StructuredOp for MseLossBackward {
     const NAME: &'static str = "mse_loss_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().str("reduction", self.reduction.as_str())

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::class_targets::{target_shape, ClassLossSpec};
-use super::support::{index_source, reduce_lanes, to_i64_list, IndexSource, IntIndex, Indices, Reduction};
+use super::class_targets::{class_loss_methods, class_loss_rules, record_class_loss, ClassLossSpec};
+use super::support::{reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
@@ -110,17 +110,9 @@ impl NllLoss {
 impl StructuredOp for NllLoss {
     const NAME: &'static str = "nll_loss";
     const INPUTS: &'static [&'static str] = &["input", "target"];
-    fn holds(&self) -> crate::Holds {
-        self.spec.holds("nll_loss")
-    }
     const NO_GRAD: &'static [usize] = &[1];
     const LINEAR: &'static [usize] = &[0];
-    fn arity(&self) -> Option<usize> {
-        Some(self.spec.arity(1))
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
+    class_loss_rules!("nll_loss", 1);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
         crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
@@ -143,18 +135,10 @@ impl StructuredOp for NllLoss {
 impl StructuredOp for NllLossBackward {
     const NAME: &'static str = "nll_loss_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
-    fn holds(&self) -> crate::Holds {
-        self.spec.holds("nll_loss")
-    }
     const LINEAR: &'static [usize] = &[0];
     /// The output does not depend on the values of the log-probabilities.
     const NO_GRAD: &'static [usize] = &[1, 2];
-    fn arity(&self) -> Option<usize> {
-        Some(self.spec.arity(2))
-    }
-    fn attributes(&self) -> OpAttributes {
-        self.spec.attributes()
-    }
+    class_loss_rules!("nll_loss", 2);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, target) = (x[0], x[1], x.get(2).copied());
         let r = self.spec.resolve(Self::NAME, x, target)?;
@@ -183,7 +167,8 @@ pub(crate) fn register(reg: &mut OpRegistry) {
     reg.add_builtin(NllLossBackward::default());
 }
 
-impl<'g> Var<'g> {
+class_loss_methods! {
+    NllLoss, "nll_loss", NllLossOptions;
     /// Negative log-likelihood of these log-probabilities (`[C]`, `[N, C]`
     /// or `[N, C, d...]`, typically from [`log_softmax`](Self::log_softmax))
     /// at integer class `targets`, averaged: PyTorch's `F.nll_loss`.
@@ -200,16 +185,7 @@ impl<'g> Var<'g> {
     /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_nll_loss<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Result<Var<'g>> {
-        self.try_nll_loss_with(targets, &NllLossOptions::default())
-    }
-
-    /// Like [`try_nll_loss`](Self::try_nll_loss), but panics with its error at the caller's line.
-    #[track_caller]
-    pub fn nll_loss<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
-        crate::error::or_panic(self.try_nll_loss(targets))
-    }
+    try_nll_loss / nll_loss;
 
     /// `nll_loss` with explicit options: reduction, `ignore_index`, class weights.
     ///
@@ -225,18 +201,7 @@ impl<'g> Var<'g> {
     /// assert_eq!(logp.try_nll_loss_with(&[0usize, 1], &none)?.value().to_f64_vec(), vec![0.0, 0.75]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_nll_loss_with<T: Indices<'g> + ?Sized>(
-        &self,
-        targets: &T,
-        options: &NllLossOptions,
-    ) -> Result<Var<'g>> {
-        let lanes = target_shape(self.shape());
-        match index_source(self.graph(), "nll_loss", targets, &lanes)? {
-            IndexSource::Input(t) => self.graph().record(NllLoss::with_options(options), &[self, &t]),
-            IndexSource::Stored(list) => self.graph().record(NllLoss::new(&list[..], options), &[self]),
-        }
-    }
+    try_nll_loss_with;
 
     /// `nll_loss` against class targets held in a value of the graph (an
     /// integer or float tensor of class indices, one per sample) rather
@@ -256,32 +221,19 @@ impl<'g> Var<'g> {
     /// assert_eq!(loss.backward()?.wrt(&logp).to_f64_vec(), vec![-0.5, 0.0, 0.0, -0.5]);
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    #[track_caller]
-    pub fn try_nll_loss_input(&self, targets: &Var<'g>, options: &NllLossOptions) -> Result<Var<'g>> {
-        self.try_nll_loss_with(targets, options)
-    }
-
-    /// Like [`try_nll_loss_input`](Self::try_nll_loss_input), but panics with its error at the caller's line.
-    #[track_caller]
-    pub fn nll_loss_input(&self, targets: &Var<'g>, options: &NllLossOptions) -> Var<'g> {
-        crate::error::or_panic(self.try_nll_loss_input(targets, options))
-    }
+    try_nll_loss_input / nll_loss_input;
 }
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::testing::fixed;
     use super::*;
     use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
     use crate::test_util::tensor as t;
 
     fn logp() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[3, 4],
-        )
+        fixed(&[3, 4])
     }
 
     #[test]

@@ -115,9 +115,7 @@ fn curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, shape: &Dims, eps: O
 impl StructuredOp for RmsNorm {
     const NAME: &'static str = "rms_norm";
     const INPUTS: &'static [&'static str] = &["input", "weight"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// One or two inputs (the weight is optional).
     fn arity(&self) -> Option<usize> {
         None
@@ -172,9 +170,7 @@ impl StructuredOp for RmsNorm {
 impl StructuredOp for RmsNormBackward {
     const NAME: &'static str = "rms_norm_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     /// `J(x) (g w)`: linear in `g` and in `w`.
     const LINEAR: &'static [usize] = &[0, 2];
     fn arity(&self) -> Option<usize> {

@@ -78,9 +78,7 @@ fn check_pair(op: &'static str, g: &Tensor, y: &Tensor) -> Result<()> {
 impl StructuredOp for Softmax {
     const NAME: &'static str = "softmax";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
@@ -100,9 +98,7 @@ impl StructuredOp for Softmax {
 impl StructuredOp for LogSoftmax {
     const NAME: &'static str = "log_softmax";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
     }
@@ -124,9 +120,7 @@ impl StructuredOp for LogSoftmax {
 impl StructuredOp for SoftmaxBackward {
     const NAME: &'static str = "softmax_backward";
     const INPUTS: &'static [&'static str] = &["grad", "output"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
@@ -160,9 +154,7 @@ impl StructuredOp for SoftmaxBackward {
 impl StructuredOp for LogSoftmaxBackward {
     const NAME: &'static str = "log_softmax_backward";
     const INPUTS: &'static [&'static str] = &["grad", "output"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("axis", self.axis)
@@ -243,18 +235,14 @@ impl<'g> Var<'g> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::testing::fixed;
     use super::*;
     use crate::{gradcheck, jvpcheck, Graph};
 
     use crate::test_util::tensor as t;
 
     fn sample() -> Tensor {
-        t(
-            &[
-                0.5, -1.0, 2.0, 1.5, 0.3, -0.7, 0.1, 0.9, -0.4, 1.1, -2.0, 0.6,
-            ],
-            &[2, 3, 2],
-        )
+        fixed(&[2, 3, 2])
     }
 
     #[test]

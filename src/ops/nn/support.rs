@@ -266,9 +266,7 @@ pub(crate) struct SumAxis {
 impl StructuredOp for SumAxis {
     const NAME: &'static str = "sum";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
@@ -294,9 +292,7 @@ pub(crate) struct ExpandAxis {
 impl StructuredOp for ExpandAxis {
     const NAME: &'static str = "expand";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)

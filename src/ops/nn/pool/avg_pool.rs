@@ -253,9 +253,7 @@ fn example_out_shape(windows: &Windows) -> Dims {
 impl StructuredOp for AvgPool2d {
     const NAME: &'static str = "avg_pool2d";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         self.windows.attributes()
@@ -296,9 +294,7 @@ impl StructuredOp for AvgPool2d {
 impl StructuredOp for AvgPool2dBackward {
     const NAME: &'static str = "avg_pool2d_backward";
     const INPUTS: &'static [&'static str] = &["grad", "input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     const LINEAR: &'static [usize] = &[0];
     /// `x` is read for its shape only.
     const NO_GRAD: &'static [usize] = &[1];

@@ -117,9 +117,7 @@ pub struct LpPool2d {
 impl StructuredOp for LpPool2d {
     const NAME: &'static str = "lp_pool2d";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }

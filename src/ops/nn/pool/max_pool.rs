@@ -187,9 +187,7 @@ fn example_out_shape() -> Dims {
 impl StructuredOp for MaxPool2d {
     const NAME: &'static str = "max_pool2d";
     const INPUTS: &'static [&'static str] = &["input"];
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }
