@@ -50,17 +50,18 @@ fn jit_hand_iteration(hand: &mut Hand, x: &[f32], b: &[f32], w: &[f32]) -> (f64,
     wide(
         #[inline(always)]
         || {
-        for r in 0..rows {
-            let at = r * WIDTH;
-            let (x, w) = (&x[at..at + WIDTH], &w[at..at + WIDTH]);
-            let (h, p) = (&mut hand.h[at..at + WIDTH], &mut hand.p[at..at + WIDTH]);
-            for j in 0..WIDTH {
-                let v = x[j] + b[j];
-                h[j] = v;
-                p[j] = Gelu.value(v) * w[j];
+            for r in 0..rows {
+                let at = r * WIDTH;
+                let (x, w) = (&x[at..at + WIDTH], &w[at..at + WIDTH]);
+                let (h, p) = (&mut hand.h[at..at + WIDTH], &mut hand.p[at..at + WIDTH]);
+                for j in 0..WIDTH {
+                    let v = x[j] + b[j];
+                    h[j] = v;
+                    p[j] = Gelu.value(v) * w[j];
+                }
             }
-        }
-    });
+        },
+    );
     // The sum as the `sum` op computes it.
     let loss = kernels::reduce::sum_slice(&hand.p);
     // Pass 2: dx = gelu'(h) (seed * w), the seed 1 as the sum's backward
@@ -70,11 +71,13 @@ fn jit_hand_iteration(hand: &mut Hand, x: &[f32], b: &[f32], w: &[f32]) -> (f64,
     wide(
         #[inline(always)]
         || {
-        for ((d, &h), &w) in dx.iter_mut().zip(&hand.h).zip(w) {
-            *d = Gelu.grad(&Lane(seed * w), &Lane(h)).0;
-        }
-    });
-    let db = kernels::reduce::sum_to_shape("sum_to_size", &hand.dx, &[WIDTH]).expect("bias gradient");
+            for ((d, &h), &w) in dx.iter_mut().zip(&hand.h).zip(w) {
+                *d = Gelu.grad(&Lane(seed * w), &Lane(h)).0;
+            }
+        },
+    );
+    let db =
+        kernels::reduce::sum_to_shape("sum_to_size", &hand.dx, &[WIDTH]).expect("bias gradient");
     (loss as f64, db)
 }
 
@@ -114,7 +117,9 @@ pub fn run(opts: &Options) {
             std::hint::black_box(jit_interpreter_iteration(&mut step, &x));
         },
         || {
-            std::hint::black_box(jit_hand_iteration(&mut hand, &slices[0], &slices[1], &slices[2]));
+            std::hint::black_box(jit_hand_iteration(
+                &mut hand, &slices[0], &slices[1], &slices[2],
+            ));
         },
     );
     let (loss, db) = jit_hand_iteration(&mut hand, &slices[0], &slices[1], &slices[2]);
@@ -131,7 +136,10 @@ pub fn run(opts: &Options) {
                 ("rows", rows.into()),
                 ("unit", "ms_fwd_bwd".into()),
                 ("same_bits", if same { "yes" } else { "no" }.into()),
-                ("interpreter_over_hand", Value::Num(interp.median / written.median)),
+                (
+                    "interpreter_over_hand",
+                    Value::Num(interp.median / written.median),
+                ),
             ],
             Some(s),
         );

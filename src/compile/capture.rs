@@ -205,7 +205,11 @@ fn joint_backward<'g>(
                 .clone();
             let grads = match grad_op {
                 Some(k) if inputs.len() == 1 => {
-                    let u = if k.of_output { &call.output } else { &inputs[0] };
+                    let u = if k.of_output {
+                        &call.output
+                    } else {
+                        &inputs[0]
+                    };
                     smallvec::smallvec![Some(graph.record_shared(None, k.op, &[&g, u])?)]
                 }
                 _ => op.backward(&g, &inputs, &call.output)?,

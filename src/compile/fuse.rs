@@ -499,7 +499,8 @@ pub(crate) fn scalar_program(
     // named must be below the count.
     assert!(
         ops.iter()
-            .all(|op: &ScalarOp| op.out < regs.count && op.args.iter().all(|&r| r < regs.count.max(1))),
+            .all(|op: &ScalarOp| op.out < regs.count
+                && op.args.iter().all(|&r| r < regs.count.max(1))),
         "a scalar program names a register past its count"
     );
     ScalarProgram {

@@ -27,10 +27,11 @@ fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     wide(
         #[inline(always)]
         || {
-        for (o, &a) in out.iter_mut().zip(x) {
-            *o = rule.value(a);
-        }
-    })
+            for (o, &a) in out.iter_mut().zip(x) {
+                *o = rule.value(a);
+            }
+        },
+    )
 }
 
 #[inline(always)]
@@ -39,10 +40,11 @@ fn binary<T: Element, R: BinaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     wide(
         #[inline(always)]
         || {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = rule.value(x, y);
-        }
-    })
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = rule.value(x, y);
+            }
+        },
+    )
 }
 
 #[inline(always)]
@@ -69,10 +71,11 @@ fn select_by<T: Element>(holds: impl Fn(T, T) -> bool, ins: &[&[T]], out: &mut [
     wide(
         #[inline(always)]
         || {
-        for (o, ((&x, &r), (&a, &b))) in out.iter_mut().zip(pairs) {
-            *o = if holds(x, r) { a } else { b };
-        }
-    })
+            for (o, ((&x, &r), (&a, &b))) in out.iter_mut().zip(pairs) {
+                *o = if holds(x, r) { a } else { b };
+            }
+        },
+    )
 }
 
 impl<R: UnaryRule> Pointwise for UnaryKernel<R> {

@@ -82,10 +82,11 @@ fn grad<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     wide(
         #[inline(always)]
         || {
-        for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-            *o = rule.grad(&Lane(g), &Lane(u)).0;
-        }
-    })
+            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                *o = rule.grad(&Lane(g), &Lane(u)).0;
+            }
+        },
+    )
 }
 
 impl<R: UnaryRule> Pointwise for UnaryGradKernel<R> {

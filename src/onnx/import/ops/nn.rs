@@ -31,14 +31,29 @@ fn product_with_bias<'g>(
     tb: bool,
 ) -> Result<Option<Var<'g>>> {
     let n = match b.shape() {
-        [.., k, n] => if tb { *k } else { *n },
+        [.., k, n] => {
+            if tb {
+                *k
+            } else {
+                *n
+            }
+        }
         _ => return Ok(None),
     };
-    let plain = [a, b, bias].iter().all(|v| !v.requires_grad() && v.dtype().is_float());
+    let plain = [a, b, bias]
+        .iter()
+        .all(|v| !v.requires_grad() && v.dtype().is_float());
     if !plain || c.graph.is_tracing() || bias.shape() != [n] {
         return Ok(None);
     }
-    let y = crate::kernels::matmul_bias("onnx MatMul+Add", a.value(), b.value(), bias.value(), ta, tb)?;
+    let y = crate::kernels::matmul_bias(
+        "onnx MatMul+Add",
+        a.value(),
+        b.value(),
+        bias.value(),
+        ta,
+        tb,
+    )?;
     Ok(Some(c.constant(y)))
 }
 
