@@ -74,8 +74,7 @@ fn is_ident(ch: char) -> bool {
     ch.is_alphanumeric() || ch == '_' || ch == '$'
 }
 
-/// The `::`-separated path at `i` (a macro's last segment ends in `!`) and
-/// where it ends.
+/// The `::`-separated path at `i` and where it ends (a macro's last segment ends in `!`).
 fn read_path(code: &[char], mut i: usize) -> (Vec<String>, usize) {
     let skip_ws = |k: usize| (k..code.len()).find(|&j| !code[j].is_whitespace());
     let mut segs: Vec<String> = Vec::new();

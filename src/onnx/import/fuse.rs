@@ -12,11 +12,11 @@
 //!   0, p)` that this crate's exporter adds for fully masked rows, becomes
 //!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory).
 //! - Bias: `Add(MatMul(a, b), c)` (either operand order) with `c` a 1-d
-//!   float initializer or constant becomes one step that, where nothing
-//!   requires grad and nothing traces, runs one product accumulated onto
-//!   the bias rows (`kernels::matmul_bias`), else the two ops. Matched
-//!   after attention (whose score `Add` it leaves alone: a mask is never a
-//!   1-d constant there).
+//!   float initializer or constant (or an `Identity` of one) becomes one
+//!   step that, where nothing requires grad and nothing traces, runs one
+//!   product accumulated onto the bias rows (`kernels::matmul_bias`),
+//!   else the two ops. Matched after attention (whose score `Add` it
+//!   leaves alone: a mask is never a 1-d constant there).
 
 use std::collections::HashMap;
 
@@ -53,12 +53,22 @@ impl<'a> View<'a> {
         for (_, slot) in &m.outputs {
             *readers.entry(*slot).or_default() += 1;
         }
-        let constants = m
+        let mut constants: HashMap<usize, &Tensor> = m
             .constants
             .iter()
             .map(|(s, t)| (*s, t))
             .chain(initializers.iter().map(|(s, _, t)| (*s, t)))
             .collect();
+        // `torch.onnx.export` writes one initializer for equal weights
+        // (a BERT's zero biases) and an `Identity` of it for each use.
+        for s in &m.steps {
+            if let ("Identity", [Some(x)], [y]) =
+                (s.op_type.as_str(), &s.inputs[..], &s.outputs[..])
+                && let Some(&t) = constants.get(x)
+            {
+                constants.insert(*y, t);
+            }
+        }
         View {
             steps: &m.steps,
             producer,
