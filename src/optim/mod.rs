@@ -126,6 +126,8 @@ mod registry;
 mod rule;
 mod schedule;
 mod state;
+#[cfg(test)]
+mod testing;
 
 optimizers! {
     /// The kinds of every optimizer file, in order ([`optimizer_kinds`]).
@@ -309,6 +311,17 @@ pub(crate) fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result
             op,
             format!("{what} must be finite and >= 0, got {v}"),
         ))
+    }
+}
+
+/// The factor a rule multiplies each gradient by: -1 to maximise.
+/// Multiplying by -1 negates exactly, as PyTorch's `-grad`.
+#[inline]
+pub(crate) fn gradient_sign<T: crate::Element>(maximize: bool) -> T {
+    if maximize {
+        -T::one()
+    } else {
+        T::one()
     }
 }
 
