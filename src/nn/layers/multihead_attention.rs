@@ -3,10 +3,11 @@
 
 use rand::Rng;
 
+use super::setters::setters;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init;
-use crate::nn::{with_default_generator, Dropout, Forward, Linear, Module, Parameter};
+use crate::nn::{Dropout, Forward, Linear, Module, Parameter};
 use crate::ops::nn::{AttnMask, SdpaOptions};
 use crate::tensor::{DType, Tensor};
 
@@ -234,30 +235,22 @@ fn project<'g>(x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>>
     }
 }
 
-impl MultiheadAttentionBuilder {
-    /// Whether the projections add biases (default true).
-    pub fn bias(mut self, bias: bool) -> Self {
-        self.bias = bias;
-        self
+setters! {
+    impl MultiheadAttentionBuilder builds MultiheadAttention {
+        /// Whether the projections add biases (default true).
+        bias: bool;
+        /// The dtype of the parameters (default f32).
+        dtype: DType;
     }
+}
 
+impl MultiheadAttentionBuilder {
     /// Dropout of the attention weights while training (default 0), its
     /// masks seeded from `seed`.
     pub fn dropout(mut self, p: f64, seed: u64) -> Self {
         self.dropout = p;
         self.seed = seed;
         self
-    }
-
-    /// The dtype of the parameters (default f32).
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// The layer, initialised from the default generator.
-    pub fn build(self) -> Result<MultiheadAttention> {
-        with_default_generator(|rng| self.build_with(rng))
     }
 
     /// The layer, initialised as in PyTorch from `rng`.
