@@ -40,13 +40,13 @@ impl Default for BatchNormOptions {
 setters! {
     impl BatchNormOptions {
         /// Sets `eps`.
-        eps: f64;
+        eps(eps: f64);
         /// Sets `momentum` (`None`: cumulative moving average).
-        momentum: Option<f64>;
+        momentum(momentum: Option<f64>);
         /// Sets `affine`.
-        affine: bool;
+        affine(affine: bool);
         /// Sets `track_running_stats`.
-        track_running_stats: bool;
+        track_running_stats(track_running_stats: bool);
     }
 }
 

@@ -137,9 +137,9 @@ pub struct EmbeddingBuilder {
 setters! {
     impl EmbeddingBuilder builds Embedding {
         /// A row that is zero and never trained (PyTorch's `padding_idx`).
-        padding_idx: Option<usize>;
+        padding_idx(padding_idx: Option<usize>);
         /// The dtype of the table (default f32).
-        dtype: DType;
+        dtype(dtype: DType);
     }
 }
 

@@ -146,9 +146,9 @@ pub struct LinearBuilder {
 setters! {
     impl LinearBuilder builds Linear {
         /// Whether the layer adds a learnable bias (default true).
-        bias: bool;
+        bias(bias: bool);
         /// The dtype of the parameters (default f32).
-        dtype: DType;
+        dtype(dtype: DType);
     }
 }
 

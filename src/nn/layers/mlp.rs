@@ -70,13 +70,13 @@ impl Mlp {
 setters! {
     impl MlpBuilder {
         /// The activation after each hidden layer.
-        activation: Activation;
+        activation(activation: Activation);
         /// Dropout after each hidden activation (0 for none).
-        dropout: f64;
+        dropout(dropout: f64);
         /// The parameters' dtype.
-        dtype: DType;
+        dtype(dtype: DType);
         /// The seed of the initial weights and of the dropout masks.
-        seed: u64;
+        seed(seed: u64);
     }
 }
 

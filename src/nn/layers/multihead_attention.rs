@@ -238,21 +238,16 @@ fn project<'g>(x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>>
 setters! {
     impl MultiheadAttentionBuilder builds MultiheadAttention {
         /// Whether the projections add biases (default true).
-        bias: bool;
+        bias(bias: bool);
+        /// Dropout of the attention weights while training (default 0), its
+        /// masks seeded from `seed`.
+        dropout(dropout: f64, seed: u64);
         /// The dtype of the parameters (default f32).
-        dtype: DType;
+        dtype(dtype: DType);
     }
 }
 
 impl MultiheadAttentionBuilder {
-    /// Dropout of the attention weights while training (default 0), its
-    /// masks seeded from `seed`.
-    pub fn dropout(mut self, p: f64, seed: u64) -> Self {
-        self.dropout = p;
-        self.seed = seed;
-        self
-    }
-
     /// The layer, initialised as in PyTorch from `rng`.
     pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<MultiheadAttention> {
         let MultiheadAttentionBuilder {

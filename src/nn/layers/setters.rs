@@ -2,21 +2,28 @@
 //! `setters!` writes each one's method, and `build` where the builder has a
 //! `build_with(rng)`.
 
-/// For each `/// doc` and `field: Type;` in the list, the builder method
-/// `pub fn field(mut self, field: Type) -> Self` with that doc, which sets
-/// the field; with `builds Layer`, also `pub fn build(self) ->
-/// Result<Layer>`, the builder's own `build_with` over the default generator:
+/// For each `/// doc` and `name(field: Type, ...);` in the list, the
+/// builder method `pub fn name(mut self, field: Type, ...) -> Self` with
+/// that doc, which sets those fields; with `builds Layer`, also `pub fn
+/// build(self) -> Result<Layer>`, the builder's own `build_with` over the
+/// default generator:
 ///
 /// ```text
 /// setters! {
-///     impl LinearBuilder builds Linear {
-///         /// Whether the layer adds a learnable bias (default true).
-///         bias: bool;
+///     impl BlockBuilder builds Block {
+///         /// Whether linear layers and layer norms have biases (default true).
+///         bias(bias: bool);
+///         /// Dropout while training (default 0), masks seeded from `seed`.
+///         dropout(dropout: f64, seed: u64);
 ///     }
 /// }
 /// ```
 macro_rules! setters {
-    (impl $builder:ident $(builds $built:ident)? { $($(#[$doc:meta])* $field:ident: $ty:ty;)* }) => {
+    (
+        impl $builder:ident $(builds $built:ident)? {
+            $($(#[$doc:meta])* $name:ident($($field:ident: $ty:ty),+);)*
+        }
+    ) => {
         impl $builder {
             $(
                 /// Builds it from the default generator, as
@@ -28,8 +35,8 @@ macro_rules! setters {
 
             $(
                 $(#[$doc])*
-                pub fn $field(mut self, $field: $ty) -> Self {
-                    self.$field = $field;
+                pub fn $name(mut self, $($field: $ty),+) -> Self {
+                    $(self.$field = $field;)+
                     self
                 }
             )*

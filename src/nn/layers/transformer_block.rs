@@ -103,24 +103,19 @@ impl Forward for Block {
 setters! {
     impl BlockBuilder builds Block {
         /// Whether linear layers and layer norms have biases (default true).
-        bias: bool;
+        bias(bias: bool);
+        /// Dropout on the attention weights and on each branch's output while
+        /// training (default 0), masks seeded from `seed`.
+        dropout(dropout: f64, seed: u64);
         /// The feed-forward activation (default the exact GELU; GPT-2 uses
         /// [`Activation::GeluTanh`]).
-        activation: Activation;
+        activation(activation: Activation);
         /// The dtype of the parameters (default f32).
-        dtype: DType;
+        dtype(dtype: DType);
     }
 }
 
 impl BlockBuilder {
-    /// Dropout on the attention weights and on each branch's output while
-    /// training (default 0), masks seeded from `seed`.
-    pub fn dropout(mut self, p: f64, seed: u64) -> Self {
-        self.dropout = p;
-        self.seed = seed;
-        self
-    }
-
     /// GPT-2's initialisation instead of PyTorch's layer defaults: every
     /// weight `N(0, 0.02)`, biases zero, and the two projections back into
     /// the residual stream (`attn.out_proj`, `mlp.c_proj`) `N(0, residual_std)`;
