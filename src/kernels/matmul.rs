@@ -647,18 +647,10 @@ pub(crate) fn gemm_overwrite<T: Element>(
     bv: MatView,
     threaded: bool,
 ) {
-    check_views(dst.len(), d, a, av, b, bv);
-    if av.cols == 0 {
-        for i in 0..d.rows {
-            for j in 0..d.cols {
-                dst[i * d.row_stride + j * d.col_stride] = T::zero();
-            }
-        }
-        return;
-    }
-    // SAFETY: the views lie inside their slices (`check_views`); with
-    // `read_dst = false` gemm only writes `dst`'s view.
-    unsafe { gemm_raw(dst.as_mut_ptr(), d, a, av, b, bv, false, threaded) }
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and `gemm_write` only
+    // writes values of `T` (it never reads), so `dst` stays initialised.
+    let dst = unsafe { &mut *(dst as *mut [T] as *mut [MaybeUninit<T>]) };
+    gemm_write(dst, d, a, av, b, bv, threaded)
 }
 
 fn check_views<T>(dst_len: usize, d: MatView, a: &[T], av: MatView, b: &[T], bv: MatView) {

@@ -48,6 +48,8 @@ pub mod reduce_minmax;
 pub mod reduce_stats;
 pub mod simd;
 pub mod tanh;
+#[cfg(test)]
+mod testing;
 pub mod ternary;
 
 pub use elementwise::{broadcast_to, map, zip};
