@@ -40,6 +40,7 @@ mod metrics;
 mod module;
 mod parameter;
 mod random_stream;
+pub(crate) mod setters;
 mod state;
 mod visit;
 

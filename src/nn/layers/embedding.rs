@@ -2,9 +2,9 @@
 
 use rand::Rng;
 
-use super::setters::setters;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
+use crate::nn::setters::setters;
 use crate::nn::{init, Forward, Module, Parameter};
 use crate::tensor::DType;
 

@@ -2,10 +2,10 @@
 
 use rand::Rng;
 
-use super::setters::setters;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
+use crate::nn::setters::setters;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;
 

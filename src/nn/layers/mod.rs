@@ -17,7 +17,6 @@ mod multihead_attention;
 mod pool;
 mod rms_norm;
 mod sequential;
-mod setters;
 mod transformer_block;
 
 pub use activation::Activation;

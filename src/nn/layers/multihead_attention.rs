@@ -3,10 +3,10 @@
 
 use rand::Rng;
 
-use super::setters::setters;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init;
+use crate::nn::setters::setters;
 use crate::nn::{Dropout, Forward, Linear, Module, Parameter};
 use crate::ops::nn::{AttnMask, SdpaOptions};
 use crate::tensor::{DType, Tensor};
@@ -104,7 +104,7 @@ impl MultiheadAttention {
 
     /// Self-attention of `x` (`[B, T, E]` or `[T, E]`), causal or not.
     pub fn self_attention<'g>(&self, x: &Var<'g>, is_causal: bool) -> Result<Var<'g>> {
-        self.attend(x, x, x, None, is_causal, true)
+        self.attend([x, x, x], None, is_causal, true)
     }
 
     /// Attention of `query` (`[B, L, E]`) over `key` and `value`
@@ -124,15 +124,14 @@ impl MultiheadAttention {
         // from another by id: it takes the general path, same result.)
         let id = query.value_id();
         let shared = id.is_some() && id == key.value_id() && id == value.value_id();
-        self.attend(query, key, value, attn_mask, is_causal, shared)
+        self.attend([query, key, value], attn_mask, is_causal, shared)
     }
 
-    /// [`forward`](Self::forward), told whether the three inputs are one.
+    /// [`forward`](Self::forward) of `[query, key, value]`, told whether
+    /// the three are one.
     fn attend<'g>(
         &self,
-        query: &Var<'g>,
-        key: &Var<'g>,
-        value: &Var<'g>,
+        [query, key, value]: [&Var<'g>; 3],
         attn_mask: Option<AttnMask<'_, 'g>>,
         is_causal: bool,
         shared: bool,

@@ -3,9 +3,9 @@
 
 use rand::Rng;
 
-use super::setters::setters;
 use crate::error::Result;
 use crate::graph::Var;
+use crate::nn::setters::setters;
 use crate::nn::{Activation, Dropout, Forward, LayerNorm, Linear, Module, MultiheadAttention};
 use crate::tensor::DType;
 
