@@ -78,13 +78,17 @@
 //! # How to add an optimizer (followed for RMSprop)
 //!
 //! 1. `src/optim/<name>.rs`: its config in one `hyperparameters!` list
-//!    (`rule.rs`: each field's doc, type, PyTorch's default and, with
-//!    `set "doc"`, its builder method); `impl UpdateRule for <Name>Config` (`NAMES`,
-//!    `validate` with one typed error per setting, `state_fields` with
-//!    PyTorch's state names, `update` over slices, `update_chunks` for large
-//!    parameters); `pub type <Name> = RuleOptimizer<<Name>Config>;` with the
-//!    rule written out in its docs; `pub(super) const KINDS` (its name,
-//!    summary, and how [`OptimizerSettings`] map onto its config).
+//!    (`rule.rs`: each field's doc, type, PyTorch's default, with
+//!    `=> check_non_negative` its check, and with `set "doc"` its builder
+//!    method); `impl UpdateRule for <Name>Config` (`rule_basics!("<Name>",
+//!    kind = KINDS[0].name)` for `NAMES`, `kind` and the learning rate;
+//!    `validate`: `check_declared` and any check of its own, one typed
+//!    error per setting; `state_fields` with PyTorch's state names, `update`
+//!    over slices, `update_chunks` for large parameters);
+//!    `pub type <Name> = RuleOptimizer<<Name>Config>;` with the rule written
+//!    out in its docs; `pub(super) const KINDS` (its name, summary, and how
+//!    [`OptimizerSettings`] map onto its config, built with
+//!    `RuleOptimizer::boxed`).
 //! 2. One line in the `optimizers!` list below: `<name>::{<Name>, <Name>Config}`.
 //! 3. Its cases in `tests/reference/optim_reference.py` (rerun it) and their
 //!    configs in `tests/optim_reference.rs`. The registry-driven tests
