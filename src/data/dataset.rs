@@ -311,6 +311,17 @@ mod tests {
         Dataset::new(features, 2, labels, 3).unwrap()
     }
 
+    /// The first feature of every example of both sides of a split of
+    /// [`toy`] (a unique id), train first.
+    fn first_features(train: &Dataset, test: &Dataset) -> Vec<f64> {
+        train
+            .features()
+            .chunks(2)
+            .chain(test.features().chunks(2))
+            .map(|r| r[0])
+            .collect()
+    }
+
     #[test]
     fn split_is_stratified_disjoint_and_complete() {
         let ds = toy();
@@ -318,12 +329,7 @@ mod tests {
         assert_eq!(test.class_counts(), vec![6, 2, 2]);
         assert_eq!(train.class_counts(), vec![14, 3, 3]);
         // Every example lands in exactly one side (features are unique ids).
-        let mut firsts: Vec<f64> = train
-            .features()
-            .chunks(2)
-            .chain(test.features().chunks(2))
-            .map(|r| r[0])
-            .collect();
+        let mut firsts = first_features(&train, &test);
         firsts.sort_by(f64::total_cmp);
         assert_eq!(firsts, (0..30).map(|i| (2 * i) as f64).collect::<Vec<_>>());
         let (_, other) = ds.stratified_split(0.3, 2).unwrap();
@@ -346,12 +352,7 @@ mod tests {
         let ds = toy();
         let (train, test) = ds.shuffled_split(7, 3).unwrap();
         assert_eq!((train.len(), test.len()), (23, 7));
-        let mut firsts: Vec<f64> = train
-            .features()
-            .chunks(2)
-            .chain(test.features().chunks(2))
-            .map(|r| r[0])
-            .collect();
+        let mut firsts = first_features(&train, &test);
         assert_ne!(
             firsts[..7],
             [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0],

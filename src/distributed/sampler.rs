@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::data::{Batches, Dataset};
 use crate::error::{Error, Result};
+use crate::nn::setters::setters;
 use crate::tensor::DType;
 
 /// This rank's share of a dataset of `len` examples, epoch by epoch.
@@ -44,6 +45,17 @@ pub struct DistributedSampler {
     epoch: u64,
 }
 
+setters! {
+    impl DistributedSampler {
+        /// Whether each epoch draws a new order (default true).
+        shuffle(shuffle: bool);
+        /// The seed every rank shares (default 0).
+        seed(seed: u64);
+        /// Cut the order to a multiple of `num_replicas` instead of padding it.
+        drop_last(drop_last: bool);
+    }
+}
+
 impl DistributedSampler {
     /// A shuffling sampler (seed 0, no `drop_last`, epoch 0) of `len`
     /// examples for `rank` of `num_replicas`.
@@ -63,24 +75,6 @@ impl DistributedSampler {
             drop_last: false,
             epoch: 0,
         })
-    }
-
-    /// Whether each epoch draws a new order (default true).
-    pub fn shuffle(mut self, on: bool) -> Self {
-        self.shuffle = on;
-        self
-    }
-
-    /// The seed every rank shares (default 0).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// Cut the order to a multiple of `num_replicas` instead of padding it.
-    pub fn drop_last(mut self, on: bool) -> Self {
-        self.drop_last = on;
-        self
     }
 
     /// Sets the epoch (call it at the start of each; every rank with the

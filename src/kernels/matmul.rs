@@ -209,6 +209,44 @@ fn strided<T: Element>(x: &Tensor) -> Strided<'_, T> {
     x.strided::<T>().expect("dtype was checked by the caller")
 }
 
+/// Errors unless every one of `others` has `a`'s dtype.
+fn check_dtypes<const N: usize>(op: &'static str, a: &Tensor, others: [&Tensor; N]) -> Result<()> {
+    match others.iter().find(|o| o.dtype() != a.dtype()) {
+        Some(other) => Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: other.dtype(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The plan of `op(a) @ op(b)` (both of dtype `T`, read through their
+/// strides) and the two operands' elements.
+fn plan_views<'t, T: Element>(
+    op: &'static str,
+    a: &'t Tensor,
+    b: &'t Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<(Plan, &'t [T], &'t [T])> {
+    let (sa, sb) = (strided::<T>(a), strided::<T>(b));
+    let plan = plan(
+        op,
+        Layout {
+            shape: a.shape(),
+            strides: &sa.strides,
+        },
+        Layout {
+            shape: b.shape(),
+            strides: &sb.strides,
+        },
+        trans_a,
+        trans_b,
+    )?;
+    Ok((plan, sa.data, sb.data))
+}
+
 /// `op(a) @ op(b)` with PyTorch's `matmul` rules: 1-d x 1-d is a dot product;
 /// a 1-d left (right) operand gets a dimension prepended (appended) that is
 /// removed from the result; leading dimensions broadcast as batch
@@ -233,26 +271,12 @@ pub fn matmul(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Tensor> {
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a, [b])?;
     // Views are read in place through their strides, unless one repeats
     // elements within a matrix (stride 0), which gemm's packing does not take.
     let (a, b) = (readable(a), readable(b));
     Ok(crate::with_dtype!(op, a.dtype(), T => {
-        let (sa, sb) = (strided::<T>(&a), strided::<T>(&b));
-        let plan = plan(
-            op,
-            Layout { shape: a.shape(), strides: &sa.strides },
-            Layout { shape: b.shape(), strides: &sb.strides },
-            trans_a,
-            trans_b,
-        )?;
-        let (xa, xb) = (sa.data, sb.data);
+        let (plan, xa, xb) = plan_views::<T>(op, &a, &b, trans_a, trans_b)?;
         Tensor::build::<T>(plan.out_shape.clone(), |out| {
             run(&plan, xa, xb, out, false);
             // SAFETY: `run` writes every element of an output of the plan's shape.
@@ -288,31 +312,15 @@ pub fn matmul_bias(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Tensor> {
-    for other in [b, bias] {
-        if a.dtype() != other.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: a.dtype(),
-                rhs: other.dtype(),
-            });
-        }
-    }
+    check_dtypes(op, a, [b, bias])?;
     let (a, b) = (readable(a), readable(b));
     Ok(crate::with_dtype!(op, a.dtype(), T => {
-        let (sa, sb) = (strided::<T>(&a), strided::<T>(&b));
-        let plan = plan(
-            op,
-            Layout { shape: a.shape(), strides: &sa.strides },
-            Layout { shape: b.shape(), strides: &sb.strides },
-            trans_a,
-            trans_b,
-        )?;
+        let (plan, xa, xb) = plan_views::<T>(op, &a, &b, trans_a, trans_b)?;
         if b.shape().len() < 2 || bias.shape() != [plan.n] {
             return Err(Error::shape_mismatch(op, &plan.out_shape, bias.shape()));
         }
         let bias = bias.contiguous();
         let bias = bias.as_slice_of::<T>();
-        let (xa, xb) = (sa.data, sb.data);
         Tensor::build::<T>(plan.out_shape.clone(), |out| {
             if plan.n > 0 {
                 for row in out.chunks_exact_mut(plan.n) {
@@ -363,23 +371,19 @@ fn run<T: Element>(plan: &Plan, a: &[T], b: &[T], out: &mut [MaybeUninit<T>], re
         }
         (oa, ob)
     };
-    if plan.count == 1 || !pool || work >= PARALLEL_FLOPS {
-        // One product at a time, each split across the pool when large enough.
-        let threaded = pool && work >= PARALLEL_FLOPS;
-        for (i, c) in out.chunks_mut(m * n).enumerate() {
-            let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, threaded, read_dst);
-        }
-    } else if work.saturating_mul(plan.count) >= PARALLEL_FLOPS {
+    let many_small = plan.count > 1 && pool && work < PARALLEL_FLOPS;
+    if many_small && work.saturating_mul(plan.count) >= PARALLEL_FLOPS {
         // Many small products: one per task, each single-threaded.
         out.par_chunks_mut(m * n).enumerate().for_each(|(i, c)| {
             let (oa, ob) = offsets(i);
             gemm_into(plan, &a[oa..], &b[ob..], c, false, read_dst);
         });
     } else {
+        // One product at a time, each split across the pool when large enough.
+        let threaded = pool && work >= PARALLEL_FLOPS;
         for (i, c) in out.chunks_mut(m * n).enumerate() {
             let (oa, ob) = offsets(i);
-            gemm_into(plan, &a[oa..], &b[ob..], c, false, read_dst);
+            gemm_into(plan, &a[oa..], &b[ob..], c, threaded, read_dst);
         }
     }
 }
@@ -643,18 +647,10 @@ pub(crate) fn gemm_overwrite<T: Element>(
     bv: MatView,
     threaded: bool,
 ) {
-    check_views(dst.len(), d, a, av, b, bv);
-    if av.cols == 0 {
-        for i in 0..d.rows {
-            for j in 0..d.cols {
-                dst[i * d.row_stride + j * d.col_stride] = T::zero();
-            }
-        }
-        return;
-    }
-    // SAFETY: the views lie inside their slices (`check_views`); with
-    // `read_dst = false` gemm only writes `dst`'s view.
-    unsafe { gemm_raw(dst.as_mut_ptr(), d, a, av, b, bv, false, threaded) }
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and `gemm_write` only
+    // writes values of `T` (it never reads), so `dst` stays initialised.
+    let dst = unsafe { &mut *(dst as *mut [T] as *mut [MaybeUninit<T>]) };
+    gemm_write(dst, d, a, av, b, bv, threaded)
 }
 
 fn check_views<T>(dst_len: usize, d: MatView, a: &[T], av: MatView, b: &[T], bv: MatView) {

@@ -13,7 +13,8 @@
 //! Where things are: the loops: `elementwise.rs` (map, zip with
 //! broadcasting), `reduce.rs` (pairwise sums, axis sums, `sum_to_shape`),
 //! `functors.rs` (the `UnaryFn`/`BinaryFn` traits), `parallel.rs` (rayon
-//! threshold), `matmul.rs` (PyTorch `matmul` rules on `gemm`; each operand
+//! threshold, and `for_each_part`: an output split into parts on the pool),
+//! `matmul.rs` (PyTorch `matmul` rules on `gemm`; each operand
 //! read at its own strides, so transposed flags and strided views cost no
 //! copy; batch broadcast, threading by size: a large product is cut into
 //! one part per pool thread along C's rows or columns, each a
@@ -31,7 +32,8 @@
 //! `reduce_lanes.rs` (one accumulator per output for any axis set, fed in
 //! memory order, parallel), `reduce_minmax.rs` (extrema, arg-extrema, tie
 //! weights), `reduce_stats.rs` (max-shifted logsumexp, two-pass var; f64
-//! accumulation).
+//! accumulation); `testing.rs` (tests only: reading back a filled output,
+//! `conv_geometry`).
 
 pub mod elementwise;
 pub mod functors;
@@ -49,6 +51,8 @@ pub mod reduce_stats;
 pub mod simd;
 pub mod tanh;
 pub mod ternary;
+#[cfg(test)]
+mod testing;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};

@@ -44,22 +44,31 @@ pub fn for_each_chunk<T: Send>(
     out: &mut [MaybeUninit<T>],
     f: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
 ) {
-    if should_parallelize(out.len()) {
-        out.par_chunks_mut(CHUNK)
-            .enumerate()
-            .for_each(|(i, c)| f(i * CHUNK, c));
-    } else {
-        f(0, out);
-    }
+    for_each_chunk_init(out, f)
 }
 
 /// Runs `f(offset, chunk)` over chunks of an initialised `out`, in parallel when large.
 #[inline]
 pub fn for_each_chunk_init<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync + Send) {
-    if should_parallelize(out.len()) {
-        out.par_chunks_mut(CHUNK)
+    for_each_part(out, CHUNK, 1, should_parallelize(out.len()), f)
+}
+
+/// Runs `f(first, part)` over parts of `out` of `units` units of
+/// `unit_len` elements each (the last part may be shorter), `first` the
+/// index of the part's first unit, on the pool when `parallel`; otherwise
+/// once, `f(0, out)`.
+#[inline]
+pub(crate) fn for_each_part<T: Send>(
+    out: &mut [T],
+    units: usize,
+    unit_len: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if parallel {
+        out.par_chunks_mut(units * unit_len)
             .enumerate()
-            .for_each(|(i, c)| f(i * CHUNK, c));
+            .for_each(|(i, part)| f(i * units, part));
     } else {
         f(0, out);
     }

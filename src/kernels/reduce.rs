@@ -191,7 +191,9 @@ struct Group {
     out_stride: usize,
 }
 
-fn groups_of(shape: &[usize], axes: &[usize]) -> SmallVec<[Group; 6]> {
+/// The dimensions of `shape` as runs `(size, reduced)`: size-1 dimensions
+/// dropped, neighbours both reduced (in `axes`) or both kept merged.
+pub(crate) fn merged_runs(shape: &[usize], axes: &[usize]) -> SmallVec<[(usize, bool); 6]> {
     let mut raw: SmallVec<[(usize, bool); 6]> = SmallVec::new();
     for (i, &d) in shape.iter().enumerate() {
         if d == 1 {
@@ -203,6 +205,11 @@ fn groups_of(shape: &[usize], axes: &[usize]) -> SmallVec<[Group; 6]> {
             _ => raw.push((d, reduced)),
         }
     }
+    raw
+}
+
+fn groups_of(shape: &[usize], axes: &[usize]) -> SmallVec<[Group; 6]> {
+    let raw = merged_runs(shape, axes);
     let mut groups = SmallVec::with_capacity(raw.len());
     let (mut in_stride, mut out_stride) = (1usize, 1usize);
     for &(size, reduced) in raw.iter().rev() {

@@ -63,17 +63,7 @@ pub(crate) struct Lanes {
 
 impl Lanes {
     pub(crate) fn new(shape: &[usize], axes: &[usize]) -> Self {
-        let mut raw: Vec<(usize, bool)> = Vec::new();
-        for (i, &d) in shape.iter().enumerate() {
-            if d == 1 {
-                continue;
-            }
-            let reduced = axes.contains(&i);
-            match raw.last_mut() {
-                Some(last) if last.1 == reduced => last.0 *= d,
-                _ => raw.push((d, reduced)),
-            }
-        }
+        let raw = super::reduce::merged_runs(shape, axes);
         let mut runs = Vec::with_capacity(raw.len());
         let (mut in_stride, mut out_stride, mut red_stride) = (1usize, 1usize, 1usize);
         for &(size, reduced) in raw.iter().rev() {

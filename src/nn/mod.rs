@@ -11,7 +11,9 @@
 //! `Sequential` chains; a model with other inputs has an ordinary `forward`
 //! method), the process-wide seeded default generator behind the short
 //! constructors (`default_generator.rs`: `manual_seed`; `Linear::new(in,
-//! out)`, options through `LinearBuilder`, also `EmbeddingBuilder`),
+//! out)`, options through `LinearBuilder`, also `EmbeddingBuilder`; a
+//! builder's plain options and its `build` are written by `setters!`,
+//! `setters.rs`),
 //! initialisers (`init.rs`: Kaiming/Xavier as in `torch.nn.init`), state
 //! dicts with strict loading and `check_like`, shared with the optimizers
 //! (`state.rs`), metrics (`metrics.rs`), layers in `layers/` (`linear.rs`,
@@ -40,6 +42,7 @@ mod metrics;
 mod module;
 mod parameter;
 mod random_stream;
+pub(crate) mod setters;
 mod state;
 mod visit;
 

@@ -1,8 +1,10 @@
 //! Adagrad as an [`UpdateRule`] (`torch.optim.Adagrad`); the rule is
 //! written out on [`Adagrad`].
 
-use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
-use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
+use super::rule::{
+    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+};
+use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::Result;
 use crate::tensor::Element;
 
@@ -18,20 +20,19 @@ hyperparameters! {
     /// ```
     pub struct AdagradConfig {
         /// Learning rate.
-        lr: f64 = 1e-2, set "Sets the learning rate.";
+        lr: f64 = 1e-2 => check_non_negative, set "Sets the learning rate.";
         /// Learning-rate decay: step `t` uses `lr / (1 + (t - 1) lr_decay)`.
-        lr_decay: f64 = 0.0, set "Sets the learning-rate decay.";
+        lr_decay: f64 = 0.0 => check_non_negative, set "Sets the learning-rate decay.";
         /// L2 penalty added to the gradient: `d += weight_decay * p`.
-        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        weight_decay: f64 = 0.0 => check_non_negative, set "Sets the L2 weight decay.";
         /// The value the squared-gradient sums start from.
-        initial_accumulator_value: f64 = 0.0, set "Sets the accumulators' starting value.";
+        initial_accumulator_value: f64 = 0.0 => check_non_negative, set "Sets the accumulators' starting value.";
         /// Added to the denominator for stability.
-        eps: f64 = 1e-10, set "Sets epsilon.";
+        eps: f64 = 1e-10 => check_non_negative, set "Sets epsilon.";
         /// Maximise the objective instead of minimising it.
         maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
-
 
 /// Adagrad with PyTorch's update rule (`torch.optim.Adagrad`), per
 /// parameter, at step `t`:
@@ -66,30 +67,16 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
     name: "adagrad",
     summary: "Adagrad with learning-rate decay and L2 weight decay (torch.optim.Adagrad)",
     build: |params, s| {
-        let config = AdagradConfig::default()
-            .lr(s.lr)
-            .weight_decay(s.weight_decay.unwrap_or(0.0));
-        Ok(Box::new(Adagrad::new(params, config)?))
+        let config = AdagradConfig::default().lr(s.lr);
+        Adagrad::boxed(params, config.weight_decay(s.decay_or(0.0)))
     },
 }];
 
 impl UpdateRule for AdagradConfig {
-    rule_basics!("Adagrad");
-
-    fn kind(&self) -> &'static str {
-        KINDS[0].name
-    }
+    rule_basics!("Adagrad", kind = KINDS[0].name);
 
     fn validate(&self) -> Result<()> {
-        check_non_negative("Adagrad", "lr", self.lr)?;
-        check_non_negative("Adagrad", "lr_decay", self.lr_decay)?;
-        check_non_negative("Adagrad", "weight_decay", self.weight_decay)?;
-        check_non_negative(
-            "Adagrad",
-            "initial_accumulator_value",
-            self.initial_accumulator_value,
-        )?;
-        check_non_negative("Adagrad", "eps", self.eps)
+        self.check_declared(Self::NAMES.name)
     }
 
     fn state_fields(&self) -> Vec<StateField> {
@@ -110,8 +97,7 @@ impl UpdateRule for AdagradConfig {
         state: &mut ParamState,
     ) -> Result<()> {
         let clr = ctx.lr / (1.0 + (ctx.step - 1) as f64 * self.lr_decay);
-        // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
-        let sign = if self.maximize { -T::one() } else { T::one() };
+        let sign = gradient_sign::<T>(self.maximize);
         let (has_decay, decay) = (ctx.weight_decay != 0.0, T::from_f64(ctx.weight_decay));
         let (eps, neg_clr) = (T::from_f64(self.eps), T::from_f64(-clr));
         let [sum] = state.slices::<T, 1>()?;
@@ -133,8 +119,9 @@ impl UpdateRule for AdagradConfig {
 mod tests {
     use super::*;
     use crate::nn::Parameter;
+    use crate::optim::testing::assert_each_rejected;
     use crate::optim::Optimizer;
-    use crate::{Error, Graph, Tensor};
+    use crate::{Graph, Tensor};
 
     #[test]
     fn the_accumulator_starts_at_its_initial_value() {
@@ -152,8 +139,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_errors_naming_them() {
-        let w = Parameter::new(Tensor::scalar(1.0));
-        for (config, what) in [
+        assert_each_rejected([
             (AdagradConfig::default().lr(f64::NAN), "lr"),
             (AdagradConfig::default().lr_decay(-1.0), "lr_decay"),
             (AdagradConfig::default().weight_decay(-1.0), "weight_decay"),
@@ -162,12 +148,6 @@ mod tests {
                 "initial_accumulator_value",
             ),
             (AdagradConfig::default().eps(f64::INFINITY), "eps"),
-        ] {
-            let e = Adagrad::new([&w], config).err().unwrap();
-            assert!(
-                matches!(&e, Error::InvalidArgument { op: "Adagrad", reason } if reason.starts_with(what)),
-                "{e}"
-            );
-        }
+        ]);
     }
 }

@@ -3,7 +3,9 @@
 //! loops are in `adam_update.rs`.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
+use super::rule::{
+    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+};
 use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
@@ -22,16 +24,16 @@ hyperparameters! {
     /// ```
     pub struct AdamConfig {
         /// Learning rate.
-        lr: f64 = 1e-3, set "Sets the learning rate.";
+        lr: f64 = 1e-3 => check_non_negative, set "Sets the learning rate.";
         /// Decay rate of the first moment.
         beta1: f64 = 0.9;
         /// Decay rate of the second moment.
         beta2: f64 = 0.999;
         /// Added to the denominator for stability (after bias correction).
-        eps: f64 = 1e-8, set "Sets epsilon.";
+        eps: f64 = 1e-8 => check_non_negative, set "Sets epsilon.";
         /// Weight decay: an L2 penalty on the gradient (Adam), or a decoupled
         /// shrinkage of the weights (AdamW).
-        weight_decay: f64 = 0.0, set "Sets the weight decay (its kind follows `decoupled_weight_decay`).";
+        weight_decay: f64 = 0.0 => check_non_negative, set "Sets the weight decay (its kind follows `decoupled_weight_decay`).";
         /// Decoupled weight decay (AdamW, Loshchilov & Hutter).
         decoupled_weight_decay: bool = false;
         /// Use the maximum of past second moments (AMSGrad).
@@ -40,7 +42,6 @@ hyperparameters! {
         maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
-
 
 impl AdamConfig {
     /// PyTorch's `AdamW` defaults: Adam's, with decoupled weight decay 1e-2.
@@ -95,20 +96,16 @@ pub(super) const KINDS: &[OptimizerKind] = &[
         name: "adam",
         summary: "Adam with L2 weight decay and AMSGrad (torch.optim.Adam)",
         build: |params, s| {
-            let config = AdamConfig::default()
-                .lr(s.lr)
-                .weight_decay(s.weight_decay.unwrap_or(0.0));
-            Ok(Box::new(Adam::new(params, config)?))
+            let config = AdamConfig::default().lr(s.lr);
+            Adam::boxed(params, config.weight_decay(s.decay_or(0.0)))
         },
     },
     OptimizerKind {
         name: "adamw",
         summary: "Adam with decoupled weight decay, default 0.01 (torch.optim.AdamW)",
         build: |params, s| {
-            let config = AdamConfig::adamw()
-                .lr(s.lr)
-                .weight_decay(s.weight_decay.unwrap_or(0.01));
-            Ok(Box::new(Adam::new(params, config)?))
+            let config = AdamConfig::adamw().lr(s.lr);
+            Adam::boxed(params, config.weight_decay(s.decay_or(0.01)))
         },
     },
 ];
@@ -121,9 +118,7 @@ impl UpdateRule for AdamConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        check_non_negative("Adam", "lr", self.lr)?;
-        check_non_negative("Adam", "eps", self.eps)?;
-        check_non_negative("Adam", "weight_decay", self.weight_decay)?;
+        self.check_declared(Self::NAMES.name)?;
         for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
                 return Err(Error::invalid(
@@ -183,14 +178,9 @@ impl UpdateRule for AdamConfig {
 mod tests {
     use super::*;
     use crate::nn::Parameter;
+    use crate::optim::testing::grads_of_sum_sq;
     use crate::optim::{Optimizer, ParamGroup};
     use crate::{DType, Gradients, Graph, Tensor, TensorProblem};
-
-    fn grads_of_sum_sq(w: &Parameter) -> Gradients {
-        let g = Graph::new();
-        let x = g.param(w);
-        (&x * &x).sum().backward().unwrap()
-    }
 
     #[test]
     fn first_step_moves_each_weight_by_about_lr() {

@@ -42,8 +42,7 @@ impl Coefficients {
     fn scalars<T: Element>(&self) -> Scalars<T> {
         let w = T::from_f64(1.0 - self.beta1);
         Scalars {
-            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
-            sign: if self.maximize { -T::one() } else { T::one() },
+            sign: super::gradient_sign(self.maximize),
             shrink: T::from_f64(1.0 - self.lr * self.decay),
             decay: T::from_f64(self.decay),
             lerp_weight: w,

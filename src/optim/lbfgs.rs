@@ -57,15 +57,15 @@ hyperparameters! {
     /// ```
     pub struct LBFGSConfig {
         /// Learning rate: the step length (the line search's first trial).
-        lr: f64 = 1.0, set "Sets the learning rate.";
+        lr: f64 = 1.0 => check_non_negative, set "Sets the learning rate.";
         /// Iterations per [`step_with_closure`](Optimizer::step_with_closure).
         max_iter: usize = 20, set "Sets the iterations per step.";
         /// Loss evaluations per step (`None`: `max_iter * 5 / 4`).
         max_eval: Option<usize> = None;
         /// Stop when the largest gradient entry is at most this.
-        tolerance_grad: f64 = 1e-7, set "Sets the tolerance on the largest gradient entry.";
+        tolerance_grad: f64 = 1e-7 => check_non_negative, set "Sets the tolerance on the largest gradient entry.";
         /// Stop when the loss or the step changes by less than this.
-        tolerance_change: f64 = 1e-9, set "Sets the tolerance on changes of the loss and the step.";
+        tolerance_change: f64 = 1e-9 => check_non_negative, set "Sets the tolerance on changes of the loss and the step.";
         /// Curvature pairs kept.
         history_size: usize = 100, set "Sets the number of curvature pairs kept.";
         /// Fixed steps or the strong-Wolfe line search.
@@ -74,7 +74,6 @@ hyperparameters! {
         maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
-
 
 impl LBFGSConfig {
     /// Sets the loss evaluations per step.
@@ -90,16 +89,17 @@ impl LBFGSConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        check_non_negative("LBFGS", "lr", self.lr)?;
-        check_non_negative("LBFGS", "tolerance_grad", self.tolerance_grad)?;
-        check_non_negative("LBFGS", "tolerance_change", self.tolerance_change)?;
+        self.check_declared("LBFGS")?;
         for (what, n) in [
             ("max_iter", self.max_iter),
             ("max_eval", self.eval_budget()),
             ("history_size", self.history_size),
         ] {
             if n == 0 {
-                return Err(Error::invalid("LBFGS", format!("{what} must be >= 1, got 0")));
+                return Err(Error::invalid(
+                    "LBFGS",
+                    format!("{what} must be >= 1, got 0"),
+                ));
             }
         }
         Ok(())
@@ -460,7 +460,13 @@ impl Optimizer for LBFGS {
             None
         };
         let memory = if has_memory {
-            Some(Memory::read(CONTEXT, state, &key, self.numel(), self.config.history_size)?)
+            Some(Memory::read(
+                CONTEXT,
+                state,
+                &key,
+                self.numel(),
+                self.config.history_size,
+            )?)
         } else {
             None
         };
@@ -469,4 +475,3 @@ impl Optimizer for LBFGS {
         Ok(())
     }
 }
-

@@ -78,13 +78,17 @@
 //! # How to add an optimizer (followed for RMSprop)
 //!
 //! 1. `src/optim/<name>.rs`: its config in one `hyperparameters!` list
-//!    (`rule.rs`: each field's doc, type, PyTorch's default and, with
-//!    `set "doc"`, its builder method); `impl UpdateRule for <Name>Config` (`NAMES`,
-//!    `validate` with one typed error per setting, `state_fields` with
-//!    PyTorch's state names, `update` over slices, `update_chunks` for large
-//!    parameters); `pub type <Name> = RuleOptimizer<<Name>Config>;` with the
-//!    rule written out in its docs; `pub(super) const KINDS` (its name,
-//!    summary, and how [`OptimizerSettings`] map onto its config).
+//!    (`rule.rs`: each field's doc, type, PyTorch's default, with
+//!    `=> check_non_negative` its check, and with `set "doc"` its builder
+//!    method); `impl UpdateRule for <Name>Config` (`rule_basics!("<Name>",
+//!    kind = KINDS[0].name)` for `NAMES`, `kind` and the learning rate;
+//!    `validate`: `check_declared` and any check of its own, one typed
+//!    error per setting; `state_fields` with PyTorch's state names, `update`
+//!    over slices, `update_chunks` for large parameters);
+//!    `pub type <Name> = RuleOptimizer<<Name>Config>;` with the rule written
+//!    out in its docs; `pub(super) const KINDS` (its name, summary, and how
+//!    [`OptimizerSettings`] map onto its config, built with
+//!    `RuleOptimizer::boxed`).
 //! 2. One line in the `optimizers!` list below: `<name>::{<Name>, <Name>Config}`.
 //! 3. Its cases in `tests/reference/optim_reference.py` (rerun it) and their
 //!    configs in `tests/optim_reference.rs`. The registry-driven tests
@@ -126,6 +130,8 @@ mod registry;
 mod rule;
 mod schedule;
 mod state;
+#[cfg(test)]
+mod testing;
 
 optimizers! {
     /// The kinds of every optimizer file, in order ([`optimizer_kinds`]).
@@ -309,6 +315,17 @@ pub(crate) fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result
             op,
             format!("{what} must be finite and >= 0, got {v}"),
         ))
+    }
+}
+
+/// The factor a rule multiplies each gradient by: -1 to maximise.
+/// Multiplying by -1 negates exactly, as PyTorch's `-grad`.
+#[inline]
+pub(crate) fn gradient_sign<T: crate::Element>(maximize: bool) -> T {
+    if maximize {
+        -T::one()
+    } else {
+        T::one()
     }
 }
 

@@ -26,6 +26,16 @@ impl OptimizerSettings {
             momentum: None,
         }
     }
+
+    /// The weight decay, or the kind's `default` when unset.
+    pub(crate) fn decay_or(&self, default: f64) -> f64 {
+        self.weight_decay.unwrap_or(default)
+    }
+
+    /// The momentum, or the kind's `default` when unset.
+    pub(crate) fn momentum_or(&self, default: f64) -> f64 {
+        self.momentum.unwrap_or(default)
+    }
 }
 
 /// One registered optimizer kind (see [`optimizer_kinds`]).

@@ -1,8 +1,10 @@
 //! RMSprop as an [`UpdateRule`] (`torch.optim.RMSprop`); the rule is
 //! written out on [`RMSprop`].
 
-use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
-use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
+use super::rule::{
+    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+};
+use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
@@ -17,15 +19,15 @@ hyperparameters! {
     /// ```
     pub struct RMSpropConfig {
         /// Learning rate.
-        lr: f64 = 1e-2, set "Sets the learning rate.";
+        lr: f64 = 1e-2 => check_non_negative, set "Sets the learning rate.";
         /// Smoothing constant of the squared-gradient average, in [0, 1].
         alpha: f64 = 0.99, set "Sets the smoothing constant.";
         /// Added to the denominator for stability.
-        eps: f64 = 1e-8, set "Sets epsilon.";
+        eps: f64 = 1e-8 => check_non_negative, set "Sets epsilon.";
         /// L2 penalty added to the gradient: `d += weight_decay * p`.
-        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        weight_decay: f64 = 0.0 => check_non_negative, set "Sets the L2 weight decay.";
         /// Momentum factor (0: none).
-        momentum: f64 = 0.0, set "Sets the momentum factor.";
+        momentum: f64 = 0.0 => check_non_negative, set "Sets the momentum factor.";
         /// Normalise by the variance of the gradient (its centered second
         /// moment) instead of its uncentered second moment.
         centered: bool = false, set "Turns centering on or off.";
@@ -33,7 +35,6 @@ hyperparameters! {
         maximize: bool = false, set "Maximise instead of minimise.";
     }
 }
-
 
 /// RMSprop with PyTorch's update rule (`torch.optim.RMSprop`), per parameter:
 ///
@@ -67,24 +68,16 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
     build: |params, s| {
         let config = RMSpropConfig::default()
             .lr(s.lr)
-            .momentum(s.momentum.unwrap_or(0.0))
-            .weight_decay(s.weight_decay.unwrap_or(0.0));
-        Ok(Box::new(RMSprop::new(params, config)?))
+            .momentum(s.momentum_or(0.0));
+        RMSprop::boxed(params, config.weight_decay(s.decay_or(0.0)))
     },
 }];
 
 impl UpdateRule for RMSpropConfig {
-    rule_basics!("RMSprop");
-
-    fn kind(&self) -> &'static str {
-        KINDS[0].name
-    }
+    rule_basics!("RMSprop", kind = KINDS[0].name);
 
     fn validate(&self) -> Result<()> {
-        check_non_negative("RMSprop", "lr", self.lr)?;
-        check_non_negative("RMSprop", "eps", self.eps)?;
-        check_non_negative("RMSprop", "weight_decay", self.weight_decay)?;
-        check_non_negative("RMSprop", "momentum", self.momentum)?;
+        self.check_declared(Self::NAMES.name)?;
         if !(0.0..=1.0).contains(&self.alpha) {
             let alpha = self.alpha;
             return Err(Error::invalid(
@@ -180,8 +173,7 @@ struct Scalars<T> {
 impl<T: Element> Scalars<T> {
     fn new(c: &RMSpropConfig, ctx: &UpdateContext) -> Self {
         Scalars {
-            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
-            sign: if c.maximize { -T::one() } else { T::one() },
+            sign: gradient_sign(c.maximize),
             has_decay: ctx.weight_decay != 0.0,
             decay: T::from_f64(ctx.weight_decay),
             alpha: T::from_f64(c.alpha),
@@ -230,6 +222,7 @@ impl<T: Element> Scalars<T> {
 mod tests {
     use super::*;
     use crate::nn::Parameter;
+    use crate::optim::testing::assert_each_rejected;
     use crate::optim::Optimizer;
     use crate::{Graph, Tensor};
 
@@ -244,31 +237,22 @@ mod tests {
         let keys: Vec<String> = opt.state_dict().into_keys().collect();
         assert_eq!(
             keys,
-            [
-                "w.grad_avg",
-                "w.momentum_buffer",
-                "w.square_avg",
-                "w.step"
-            ]
+            ["w.grad_avg", "w.momentum_buffer", "w.square_avg", "w.step"]
         );
     }
 
     #[test]
     fn bad_settings_are_errors_naming_them() {
-        let w = Parameter::new(Tensor::scalar(1.0));
-        for (config, what) in [
+        assert_each_rejected([
             (RMSpropConfig::default().alpha(1.5), "alpha"),
             (RMSpropConfig::default().alpha(f64::NAN), "alpha"),
             (RMSpropConfig::default().lr(-1.0), "lr"),
             (RMSpropConfig::default().eps(-1.0), "eps"),
             (RMSpropConfig::default().momentum(-0.1), "momentum"),
-            (RMSpropConfig::default().weight_decay(f64::NAN), "weight_decay"),
-        ] {
-            let e = RMSprop::new([&w], config).err().unwrap();
-            assert!(
-                matches!(&e, Error::InvalidArgument { op: "RMSprop", reason } if reason.starts_with(what)),
-                "{e}"
-            );
-        }
+            (
+                RMSpropConfig::default().weight_decay(f64::NAN),
+                "weight_decay",
+            ),
+        ]);
     }
 }

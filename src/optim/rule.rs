@@ -13,7 +13,7 @@
 
 use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
 use super::state::{read_step, StateReader};
-use super::{NamedParameter, Optimizer, StateDict};
+use super::{NamedParameter, NamedParameters, Optimizer, StateDict};
 use crate::error::{Error, Result};
 use crate::nn::{check_like, Parameter};
 use crate::tensor::{Element, Tensor};
@@ -32,8 +32,16 @@ pub struct RuleNames {
 
 /// The `UpdateRule` items that every config with `lr` and `weight_decay`
 /// fields writes alike: `NAMES` from one literal, and `lr`, `set_lr`,
-/// `weight_decay`. `rule_basics!("Adam");` inside the impl.
+/// `weight_decay`; with `kind = expr`, `kind` too. `rule_basics!("Adam");`
+/// or `rule_basics!("Sgd", kind = KINDS[0].name);` inside the impl.
 macro_rules! rule_basics {
+    ($name:literal, kind = $kind:expr) => {
+        $crate::optim::rule::rule_basics!($name);
+
+        fn kind(&self) -> &'static str {
+            $kind
+        }
+    };
     ($name:literal) => {
         const NAMES: $crate::optim::RuleNames = $crate::optim::RuleNames {
             name: $name,
@@ -57,15 +65,17 @@ pub(crate) use rule_basics;
 
 /// A config of hyperparameters from one list: the struct (public fields,
 /// each with its doc comment), `Default` (PyTorch's defaults, the values
-/// after `=`) and, for each field marked `set "doc"`, the builder method
-/// `pub fn field(mut self, field: Type) -> Self` with that doc:
+/// after `=`), for each field marked `set "doc"` the builder method
+/// `pub fn field(mut self, field: Type) -> Self` with that doc, and
+/// `check_declared(op)`, which runs each field's check (`=> check`, called
+/// as `check(op, "field", value)`) in the declared order:
 ///
 /// ```text
 /// hyperparameters! {
 ///     /// Hyperparameters of ...
 ///     pub struct RMSpropConfig {
 ///         /// Learning rate.
-///         lr: f64 = 1e-2, set "Sets the learning rate.";
+///         lr: f64 = 1e-2 => check_non_negative, set "Sets the learning rate.";
 ///         ...
 ///     }
 /// }
@@ -74,7 +84,7 @@ macro_rules! hyperparameters {
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
-            $($(#[$doc:meta])* $field:ident: $ty:ty = $default:expr $(, set $set_doc:literal)?;)*
+            $($(#[$doc:meta])* $field:ident: $ty:ty = $default:expr $(=> $check:ident)? $(, set $set_doc:literal)?;)*
         }
     ) => {
         $(#[$meta])*
@@ -99,6 +109,13 @@ macro_rules! hyperparameters {
                     self
                 }
             )?)*
+
+            /// Runs the declared checks of the settings, in their order;
+            /// errors name `op` and the setting.
+            fn check_declared(&self, op: &'static str) -> $crate::error::Result<()> {
+                $($($check(op, stringify!($field), self.$field)?;)?)*
+                Ok(())
+            }
         }
     };
 }
@@ -335,6 +352,11 @@ impl<R: UpdateRule> RuleOptimizer<R> {
     /// ```
     pub fn with_groups(groups: impl IntoIterator<Item = ParamGroup>, config: R) -> Result<Self> {
         Self::build(R::NAMES.with_groups, groups, config)
+    }
+
+    /// [`new`](Self::new), boxed: how a registered kind builds it.
+    pub(crate) fn boxed(params: NamedParameters, config: R) -> Result<Box<dyn Optimizer>> {
+        Ok(Box::new(Self::new(params, config)?))
     }
 
     fn build(

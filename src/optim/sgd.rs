@@ -1,8 +1,10 @@
 //! Stochastic gradient descent as an [`UpdateRule`] (`torch.optim.SGD`);
 //! the rule is written out on [`Sgd`].
 
-use super::rule::{hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule};
-use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
+use super::rule::{
+    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+};
+use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
@@ -19,13 +21,13 @@ hyperparameters! {
     /// ```
     pub struct SgdConfig {
         /// Learning rate.
-        lr: f64 = 1e-3;
+        lr: f64 = 1e-3 => check_non_negative;
         /// Momentum factor (0: plain SGD).
-        momentum: f64 = 0.0, set "Sets the momentum factor.";
+        momentum: f64 = 0.0 => check_non_negative, set "Sets the momentum factor.";
         /// Dampening of the gradient's contribution to the momentum buffer.
-        dampening: f64 = 0.0, set "Sets the dampening.";
+        dampening: f64 = 0.0 => check_non_negative, set "Sets the dampening.";
         /// L2 penalty added to the gradient: `d += weight_decay * p`.
-        weight_decay: f64 = 0.0, set "Sets the L2 weight decay.";
+        weight_decay: f64 = 0.0 => check_non_negative, set "Sets the L2 weight decay.";
         /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
         nesterov: bool = false, set "Turns Nesterov momentum on or off.";
         /// Maximise the objective instead of minimising it.
@@ -72,25 +74,16 @@ pub(super) const KINDS: &[OptimizerKind] = &[OptimizerKind {
     name: "sgd",
     summary: "SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD)",
     build: |params, s| {
-        let config = SgdConfig::new(s.lr)
-            .momentum(s.momentum.unwrap_or(0.0))
-            .weight_decay(s.weight_decay.unwrap_or(0.0));
-        Ok(Box::new(Sgd::new(params, config)?))
+        let config = SgdConfig::new(s.lr).momentum(s.momentum_or(0.0));
+        Sgd::boxed(params, config.weight_decay(s.decay_or(0.0)))
     },
 }];
 
 impl UpdateRule for SgdConfig {
-    rule_basics!("Sgd");
-
-    fn kind(&self) -> &'static str {
-        KINDS[0].name
-    }
+    rule_basics!("Sgd", kind = KINDS[0].name);
 
     fn validate(&self) -> Result<()> {
-        check_non_negative("Sgd", "lr", self.lr)?;
-        check_non_negative("Sgd", "momentum", self.momentum)?;
-        check_non_negative("Sgd", "dampening", self.dampening)?;
-        check_non_negative("Sgd", "weight_decay", self.weight_decay)?;
+        self.check_declared(Self::NAMES.name)?;
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::invalid(
                 "Sgd",
@@ -145,8 +138,7 @@ struct Scalars<T> {
 impl<T: Element> Scalars<T> {
     fn new(c: &SgdConfig, ctx: &UpdateContext) -> Self {
         Scalars {
-            // Multiplying by -1 negates exactly, as PyTorch's `-grad`.
-            sign: if c.maximize { -T::one() } else { T::one() },
+            sign: gradient_sign(c.maximize),
             neg_lr: T::from_f64(-ctx.lr),
             decay: T::from_f64(ctx.weight_decay),
             momentum: T::from_f64(c.momentum),
@@ -217,14 +209,9 @@ fn momentum_loop<T: Element, const DECAY: bool, const FIRST: bool, const NESTERO
 mod tests {
     use super::*;
     use crate::nn::Parameter;
+    use crate::optim::testing::grads_of_sum_sq as quadratic_grads;
     use crate::optim::{Optimizer, StateDict};
-    use crate::{Gradients, Graph, Tensor};
-
-    fn quadratic_grads(w: &Parameter) -> Gradients {
-        let g = Graph::new();
-        let x = g.param(w);
-        (&x * &x).sum().backward().unwrap()
-    }
+    use crate::Tensor;
 
     #[test]
     fn plain_sgd_step_by_hand() {

@@ -330,24 +330,37 @@ pub fn forward<'o, 'l, T: NnFloat>(
     out: &'o mut [MaybeUninit<T>],
     lse: &'l mut [MaybeUninit<T>],
 ) -> (Filled<'o>, Filled<'l>) {
-    forward_into(g, q, k, v, mask, out, lse);
+    forward_into(g, Inputs { q, k, v, mask }, out, lse);
     // SAFETY: `forward_into` writes every element of both outputs (the doc
     // above; their lengths are asserted).
     unsafe { (Filled::assume(out), Filled::assume(lse)) }
 }
 
+/// The operands both passes read: queries, keys, values and the mask.
+struct Inputs<'r, 'a, T> {
+    q: &'r Rows<'a, T>,
+    k: &'r Rows<'a, T>,
+    v: &'r Rows<'a, T>,
+    mask: Option<&'r MaskView<'a, T>>,
+}
+
+// By hand: a derive would ask `T: Copy` of the references' targets.
+impl<T> Clone for Inputs<'_, '_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Inputs<'_, '_, T> {}
+
 /// [`forward`]'s body.
 fn forward_into<T: NnFloat>(
     g: &Geometry,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
+    ins: Inputs<'_, '_, T>,
     out: &mut [MaybeUninit<T>],
     lse: &mut [MaybeUninit<T>],
 ) {
     let (l, ev) = (g.l, g.ev);
-    for x in [q, k, v] {
+    for x in [ins.q, ins.k, ins.v] {
         assert_eq!(x.heads.len(), g.batch, "one offset per head");
     }
     assert!(out.len() == g.batch * l * ev && lse.len() == g.batch * l);
@@ -364,24 +377,19 @@ fn forward_into<T: NnFloat>(
                 .into_par_iter()
                 .zip(lse_head.par_chunks_mut(BLOCK_ROWS))
                 .enumerate()
-                .for_each(|(blk, (o, ls))| {
-                    forward_block(g, b, blk * BLOCK_ROWS, q, k, v, mask, o, ls)
-                });
+                .for_each(|(blk, (o, ls))| forward_block(g, b, blk * BLOCK_ROWS, ins, o, ls));
         });
 }
 
-#[allow(clippy::too_many_arguments)]
 fn forward_block<T: NnFloat>(
     g: &Geometry,
     b: usize,
     i0: usize,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
+    ins: Inputs<'_, '_, T>,
     out: &mut [MaybeUninit<T>],
     lse: &mut [MaybeUninit<T>],
 ) {
+    let Inputs { q, k, v, mask } = ins;
     let (l, ev) = (g.l, g.ev);
     let i1 = (i0 + BLOCK_ROWS).min(l);
     let br = i1 - i0;
@@ -468,30 +476,17 @@ pub fn backward<'q, 'k, 'v, T: NnFloat>(
     dk: &'k mut [MaybeUninit<T>],
     dv: &'v mut [MaybeUninit<T>],
 ) -> (Filled<'q>, Filled<'k>, Filled<'v>) {
-    backward_into(
-        g,
-        q,
-        k,
-        v,
-        mask,
-        o,
-        d_o,
-        lse,
-        [&mut *dq, &mut *dk, &mut *dv],
-    );
+    let ins = Inputs { q, k, v, mask };
+    backward_into(g, ins, o, d_o, lse, [&mut *dq, &mut *dk, &mut *dv]);
     // SAFETY: `backward_into` writes every element of its three outputs
     // (the doc above).
     unsafe { (Filled::assume(dq), Filled::assume(dk), Filled::assume(dv)) }
 }
 
 /// [`backward`]'s body.
-#[allow(clippy::too_many_arguments)]
 fn backward_into<T: NnFloat>(
     g: &Geometry,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
+    ins: Inputs<'_, '_, T>,
     o: &[T],
     d_o: &Rows<'_, T>,
     lse: &[T],
@@ -499,7 +494,7 @@ fn backward_into<T: NnFloat>(
 ) {
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     assert!(o.len() == g.batch * l * ev && lse.len() == g.batch * l);
-    for x in [q, k, v, d_o] {
+    for x in [ins.q, ins.k, ins.v, d_o] {
         assert_eq!(x.heads.len(), g.batch, "one offset per head");
     }
     assert!(
@@ -510,24 +505,19 @@ fn backward_into<T: NnFloat>(
         .zip(chunks_of(dk, s * e, g.batch))
         .zip(chunks_of(dv, s * ev, g.batch))
         .enumerate()
-        .for_each(|(b, ((dq, dk), dv))| {
-            backward_head(g, b, q, k, v, mask, o, d_o, lse, [dq, dk, dv])
-        });
+        .for_each(|(b, ((dq, dk), dv))| backward_head(g, b, ins, o, d_o, lse, [dq, dk, dv]));
 }
 
-#[allow(clippy::too_many_arguments)]
 fn backward_head<T: NnFloat>(
     g: &Geometry,
     b: usize,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
+    ins: Inputs<'_, '_, T>,
     o: &[T],
     d_o: &Rows<'_, T>,
     lse: &[T],
     [dq_out, dk_out, dv_out]: [&mut [MaybeUninit<T>]; 3],
 ) {
+    let Inputs { q, k, v, mask } = ins;
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     let scale = T::from_f64(g.scale);
     let qs = q.scaled(b, 0, l, e, scale);

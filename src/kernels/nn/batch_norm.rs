@@ -238,17 +238,13 @@ pub fn row_stats_all<T: Element>(x: &[T], row: usize, eps: f64) -> Vec<(f64, f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testing::filled;
 
     fn run<T: Element>(
         f: impl for<'o> FnOnce(&'o mut [MaybeUninit<T>]) -> Filled<'o>,
         n: usize,
     ) -> Vec<f64> {
-        let mut out = vec![MaybeUninit::<T>::uninit(); n];
-        let _filled = f(&mut out);
-        // SAFETY: every kernel under test writes all of its output.
-        out.iter()
-            .map(|v| unsafe { v.assume_init() }.to_f64())
-            .collect()
+        filled(n, f).into_iter().map(|v| v.to_f64()).collect()
     }
 
     #[test]

@@ -448,6 +448,7 @@ fn weight_grad_sample<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testing::{conv_geometry, filled};
 
     /// The definition, one multiply-add at a time.
     fn naive(geo: &ConvGeometry, x: &[f64], w: &[f64]) -> Vec<f64> {
@@ -497,18 +498,10 @@ mod tests {
     where
         F: for<'o> Fn(&'o mut [MaybeUninit<f64>]) -> Filled<'o>,
     {
-        let mut out = vec![MaybeUninit::uninit(); len];
-        let _filled = f(&mut out);
-        // SAFETY: the kernels under test write every element.
-        out.into_iter()
-            .map(|v| unsafe { v.assume_init() })
-            .collect()
+        filled(len, f)
     }
 
     fn geometries() -> Vec<ConvGeometry> {
-        let out = |i: usize, k: usize, s: usize, p: usize, d: usize| {
-            (i + 2 * p - d * (k - 1) - 1) / s + 1
-        };
         let mut all = Vec::new();
         for (batch, cin, cout, groups, hw, k, s, p, d) in [
             (2, 3, 4, 1, [5, 6], [3, 2], [1, 2], [1, 0], [1, 2]),
@@ -517,21 +510,7 @@ mod tests {
             (2, 3, 5, 1, [4, 3], [1, 1], [1, 1], [0, 0], [1, 1]),
             (1, 2, 3, 1, [1, 9], [1, 3], [1, 2], [0, 1], [1, 1]),
         ] {
-            all.push(ConvGeometry {
-                batch,
-                in_channels: cin,
-                out_channels: cout,
-                groups,
-                input: hw,
-                output: [
-                    out(hw[0], k[0], s[0], p[0], d[0]),
-                    out(hw[1], k[1], s[1], p[1], d[1]),
-                ],
-                kernel: k,
-                stride: s,
-                pad: p,
-                dilation: d,
-            });
+            all.push(conv_geometry(batch, [cin, cout, groups], hw, k, s, p, d));
         }
         all
     }
@@ -574,18 +553,7 @@ mod tests {
         // A geometry whose im2col would exceed a worker's budget runs in
         // blocks of rows; compare against one block by shrinking nothing but
         // checking the block count is > 1 for a tall image.
-        let geo = ConvGeometry {
-            batch: 1,
-            in_channels: 64,
-            out_channels: 2,
-            groups: 1,
-            input: [1200, 64],
-            output: [1200, 64],
-            kernel: [3, 3],
-            stride: [1, 1],
-            pad: [1, 1],
-            dilation: [1, 1],
-        };
+        let geo = conv_geometry(1, [64, 2, 1], [1200, 64], [3, 3], [1, 1], [1, 1], [1, 1]);
         let rows = geo.block_rows::<f64>(4);
         assert!(rows < 1200 && rows * geo.k_len() * 64 * 8 <= WORKSPACE_BYTES / 4);
         let x = seq(geo.input_len(), 0.37, 0.1);

@@ -660,6 +660,7 @@ unsafe fn weight_grad_tile<const TT: usize>(
 mod tests {
     use super::super::conv::{conv2d_forward, conv2d_input_grad, conv2d_weight_grad};
     use super::*;
+    use crate::kernels::testing::{conv_geometry, filled};
 
     fn seq(n: usize, a: f64, b: f64) -> Vec<f64> {
         (0..n).map(|i| (a * i as f64 + b).sin()).collect()
@@ -669,12 +670,7 @@ mod tests {
         len: usize,
         f: impl for<'o> FnOnce(&'o mut [MaybeUninit<T>]) -> crate::tensor::Filled<'o>,
     ) -> Vec<f64> {
-        let mut out = vec![MaybeUninit::uninit(); len];
-        let _filled = f(&mut out);
-        // SAFETY: the kernels under test write every element.
-        out.into_iter()
-            .map(|v| unsafe { v.assume_init() }.to_f64())
-            .collect()
+        filled(len, f).into_iter().map(|v| v.to_f64()).collect()
     }
 
     fn to_f32(v: &[f64]) -> Vec<f32> {
@@ -705,19 +701,15 @@ mod tests {
             (2, 4, 11, 1, [5, 17], [2, 4], [0, 3], [1, 2]),
             (1, 6, 4, 1, [1, 50], [1, 5], [0, 2], [1, 1]),
         ] {
-            let out = |i: usize, k: usize, p: usize, d: usize| i + 2 * p - d * (k - 1);
-            all.push(ConvGeometry {
+            all.push(conv_geometry(
                 batch,
-                in_channels: cin,
-                out_channels: cout,
-                groups,
-                input: hw,
-                output: [out(hw[0], k[0], p[0], d[0]), out(hw[1], k[1], p[1], d[1])],
-                kernel: k,
-                stride: [1, 1],
-                pad: p,
-                dilation: d,
-            });
+                [cin, cout, groups],
+                hw,
+                k,
+                [1, 1],
+                p,
+                d,
+            ));
         }
         all
     }
@@ -768,18 +760,7 @@ mod tests {
         if !has_avx512() {
             return;
         }
-        let geo = ConvGeometry {
-            batch: 1,
-            in_channels: 1,
-            out_channels: 1,
-            groups: 1,
-            input: [3, 20],
-            output: [3, 18],
-            kernel: [1, 3],
-            stride: [1, 1],
-            pad: [0, 0],
-            dilation: [1, 1],
-        };
+        let geo = conv_geometry(1, [1, 1, 1], [3, 20], [1, 3], [1, 1], [0, 0], [1, 1]);
         let mut x = vec![1.0f32; geo.input_len()];
         x[19] = f32::INFINITY; // read by output column 17 through tap 2 only
         let gy = vec![1.0f32; geo.output_len()];
@@ -791,18 +772,7 @@ mod tests {
     /// keeps the input gradient on the GEMM path; f64 always stays there.
     #[test]
     fn wide_padding_or_few_channels_leave_the_input_gradient_to_gemm() {
-        let geo = ConvGeometry {
-            batch: 1,
-            in_channels: 8,
-            out_channels: 1,
-            groups: 1,
-            input: [4, 4],
-            output: [8, 8],
-            kernel: [3, 3],
-            stride: [1, 1],
-            pad: [3, 3],
-            dilation: [1, 1],
-        };
+        let geo = conv_geometry(1, [8, 1, 1], [4, 4], [3, 3], [1, 1], [3, 3], [1, 1]);
         let few_channels = ConvGeometry {
             in_channels: 1,
             pad: [1, 1],

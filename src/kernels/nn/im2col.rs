@@ -425,6 +425,7 @@ fn zero_short<T: Element>(dst: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testing::conv_geometry;
 
     fn geometry(
         input: [usize; 2],
@@ -433,21 +434,7 @@ mod tests {
         dilation: [usize; 2],
         stride_y: usize,
     ) -> ConvGeometry {
-        let out = |i: usize| {
-            (input[i] + 2 * pad[i] - dilation[i] * (kernel[i] - 1) - 1) / [stride_y, 1][i] + 1
-        };
-        ConvGeometry {
-            batch: 1,
-            in_channels: 3,
-            out_channels: 2,
-            groups: 1,
-            input,
-            output: [out(0), out(1)],
-            kernel,
-            stride: [stride_y, 1],
-            pad,
-            dilation,
-        }
+        conv_geometry(1, [3, 2, 1], input, kernel, [stride_y, 1], pad, dilation)
     }
 
     /// Unit-width-stride geometries: odd and even kernels, padding wider

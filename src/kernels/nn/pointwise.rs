@@ -84,26 +84,17 @@ pub fn bce_with_logits<'o, T: NnFloat>(
     pw: Option<&[T]>,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
-    for_each_chunk(out, |off, chunk| {
-        let mut e = [T::zero(); SUB];
-        for (b, ob) in chunk.chunks_mut(SUB).enumerate() {
-            let start = off + b * SUB;
-            let n = ob.len();
-            let (xs, ys) = (&x[start..start + n], &y[start..start + n]);
-            for (ev, &v) in e.iter_mut().zip(xs) {
-                *ev = -v.abs();
-            }
-            T::exp_in_place(&mut e[..n]);
+    // SAFETY: the closure writes every element of its block.
+    unsafe {
+        for_each_block(x, y, out, |start, xs, ys, e, ob| {
             for (j, o) in ob.iter_mut().enumerate() {
                 let (v, t) = (xs[j], ys[j]);
                 let l = T::one() + (pw_at(pw, start + j) - T::one()) * t;
                 let softplus_neg = (-v).max(T::zero()) + e[j].ln_1p();
                 o.write((T::one() - t) * v + l * softplus_neg);
             }
-        }
-    });
-    // SAFETY: every chunk of `out`, every block of it, every element of it.
-    unsafe { Filled::assume(out) }
+        })
+    }
 }
 
 /// The gradient of BCE with logits with respect to `x`:
@@ -118,16 +109,9 @@ pub fn bce_with_logits_backward<'o, T: NnFloat>(
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
     let k = T::from_f64(scale);
-    for_each_chunk(out, |off, chunk| {
-        let mut e = [T::zero(); SUB];
-        for (b, ob) in chunk.chunks_mut(SUB).enumerate() {
-            let start = off + b * SUB;
-            let n = ob.len();
-            let (xs, ys) = (&x[start..start + n], &y[start..start + n]);
-            for (ev, &v) in e.iter_mut().zip(xs) {
-                *ev = -v.abs();
-            }
-            T::exp_in_place(&mut e[..n]);
+    // SAFETY: the closure writes every element of its block.
+    unsafe {
+        for_each_block(x, y, out, |start, xs, ys, e, ob| {
             for (j, o) in ob.iter_mut().enumerate() {
                 let (v, t, ev) = (xs[j], ys[j], e[j]);
                 // σ(x) from e^-|x|: never overflows.
@@ -141,9 +125,41 @@ pub fn bce_with_logits_backward<'o, T: NnFloat>(
                 let gv = if g.len() == 1 { g[0] } else { g[start + j] };
                 o.write(k * gv * (l * s - p * t));
             }
+        })
+    }
+}
+
+/// Runs `f(start, xs, ys, e, block)` over the blocks (at most [`SUB`]
+/// elements, from offset `start`) of `out`, in parallel chunks when large:
+/// `xs`, `ys` are `x`, `y` at the block and `e = e^-|xs|`, computed in one
+/// vectorised pass.
+///
+/// # Safety
+///
+/// `f` must write every element of its block: the result says `out` is
+/// filled.
+#[inline(always)]
+unsafe fn for_each_block<'o, T: NnFloat>(
+    x: &[T],
+    y: &[T],
+    out: &'o mut [MaybeUninit<T>],
+    f: impl Fn(usize, &[T], &[T], &[T], &mut [MaybeUninit<T>]) + Sync + Send,
+) -> Filled<'o> {
+    for_each_chunk(out, |off, chunk| {
+        let mut e = [T::zero(); SUB];
+        for (b, ob) in chunk.chunks_mut(SUB).enumerate() {
+            let start = off + b * SUB;
+            let n = ob.len();
+            let (xs, ys) = (&x[start..start + n], &y[start..start + n]);
+            for (ev, &v) in e.iter_mut().zip(xs) {
+                *ev = -v.abs();
+            }
+            T::exp_in_place(&mut e[..n]);
+            f(start, xs, ys, &e[..n], ob);
         }
     });
-    // SAFETY: every chunk of `out`, every block of it, every element of it.
+    // SAFETY: every chunk of `out`, every block of it, and (by the
+    // caller's contract on `f`) every element of it.
     unsafe { Filled::assume(out) }
 }
 

@@ -18,7 +18,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::lanes::init;
-use crate::kernels::parallel::{should_parallelize, CHUNK};
+use crate::kernels::parallel::{for_each_part, should_parallelize, CHUNK};
 use crate::tensor::{Element, Filled};
 
 /// The argmax index of a window with no input position in it (possible
@@ -196,13 +196,7 @@ fn for_planes<O: Send>(
         }
     };
     let per = planes_per_task(in_plane);
-    if should_parallelize(work) {
-        out.par_chunks_mut(per * per_plane)
-            .enumerate()
-            .for_each(|(t, part)| run(t * per, part));
-    } else {
-        run(0, out);
-    }
+    for_each_part(out, per, per_plane, should_parallelize(work), run);
 }
 
 /// Whether `v` replaces the running maximum `best`: larger, or NaN
@@ -692,13 +686,7 @@ pub fn reduce_windows<'o, T: Element, R: WindowReduction>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn collect<T: Element>(out: Vec<MaybeUninit<T>>) -> Vec<T> {
-        out.into_iter()
-            // SAFETY: the kernels under test write every element of `out`.
-            .map(|v| unsafe { v.assume_init() })
-            .collect()
-    }
+    use crate::kernels::testing::assume_filled as collect;
 
     fn uninit<T>(n: usize) -> Vec<MaybeUninit<T>> {
         (0..n).map(|_| MaybeUninit::uninit()).collect()

@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::lanes::init;
-use crate::kernels::parallel::{for_each_chunk, should_parallelize};
+use crate::kernels::parallel::{for_each_chunk, for_each_part, should_parallelize};
 use crate::tensor::{Element, Filled};
 
 /// Output `i` of the SplitMix64 sequence seeded with `seed`: uniform over `u64`.
@@ -144,27 +144,14 @@ fn add_rows<T: Element>(
         }
     };
     let threads = rayon::current_num_threads();
-    if should_parallelize(g.len()) && threads > 1 {
-        let per_part = rows.div_ceil(threads);
-        out.par_chunks_mut(per_part * d)
-            .enumerate()
-            .for_each(|(i, part)| add(i * per_part, part));
-    } else {
-        add(0, out);
-    }
+    let parallel = should_parallelize(g.len()) && threads > 1;
+    for_each_part(out, rows.div_ceil(threads), d, parallel, add);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn collect<T: Element>(out: Vec<MaybeUninit<T>>) -> Vec<T> {
-        out.into_iter()
-            // SAFETY: the kernels under test write every element of `out`
-            // (what these tests check; Miri runs them).
-            .map(|v| unsafe { v.assume_init() })
-            .collect()
-    }
+    use crate::kernels::testing::assume_filled as collect;
 
     #[test]
     fn dropout_is_reproducible_and_unbiased() {

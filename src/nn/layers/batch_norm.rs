@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::nn::setters::setters;
 use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
 use crate::ops::nn::batch_norm_running::BatchNormRunningStats;
 use crate::ops::nn::BatchNormArgs;
@@ -36,26 +37,16 @@ impl Default for BatchNormOptions {
     }
 }
 
-impl BatchNormOptions {
-    /// Sets `eps`.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
-    }
-    /// Sets `momentum` (`None`: cumulative moving average).
-    pub fn momentum(mut self, momentum: Option<f64>) -> Self {
-        self.momentum = momentum;
-        self
-    }
-    /// Sets `affine`.
-    pub fn affine(mut self, affine: bool) -> Self {
-        self.affine = affine;
-        self
-    }
-    /// Sets `track_running_stats`.
-    pub fn track_running_stats(mut self, track: bool) -> Self {
-        self.track_running_stats = track;
-        self
+setters! {
+    impl BatchNormOptions {
+        /// Sets `eps`.
+        eps(eps: f64);
+        /// Sets `momentum` (`None`: cumulative moving average).
+        momentum(momentum: Option<f64>);
+        /// Sets `affine`.
+        affine(affine: bool);
+        /// Sets `track_running_stats`.
+        track_running_stats(track_running_stats: bool);
     }
 }
 

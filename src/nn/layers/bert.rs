@@ -252,7 +252,14 @@ impl BertLayer {
     /// may be attended to (padding is `false`).
     pub fn forward<'g>(&self, x: &Var<'g>, keys: Option<&Var<'g>>) -> Result<Var<'g>> {
         let a = self.attention.self_attention.forward(x, keys)?;
-        let a = self.attention.output.forward(&a, x)?;
+        self.after_attention(&a, x)
+    }
+
+    /// The rest of the layer once its self-attention of `x` gave `a` (by
+    /// [`forward`](Self::forward) or on packed rows): the attention's
+    /// residual, then the feed-forward block and its residual.
+    fn after_attention<'g>(&self, a: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+        let a = self.attention.output.forward(a, x)?;
         let h = self
             .intermediate
             .activation

@@ -4,7 +4,8 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
-use crate::nn::{init, with_default_generator, Forward, Module, Parameter};
+use crate::nn::setters::setters;
+use crate::nn::{init, Forward, Module, Parameter};
 use crate::tensor::DType;
 
 /// PyTorch's `nn.Embedding`: row `i` of a `[num_embeddings, dim]` weight
@@ -133,24 +134,16 @@ pub struct EmbeddingBuilder {
     dtype: DType,
 }
 
+setters! {
+    impl EmbeddingBuilder builds Embedding {
+        /// A row that is zero and never trained (PyTorch's `padding_idx`).
+        padding_idx(padding_idx: Option<usize>);
+        /// The dtype of the table (default f32).
+        dtype(dtype: DType);
+    }
+}
+
 impl EmbeddingBuilder {
-    /// A row that is zero and never trained (PyTorch's `padding_idx`).
-    pub fn padding_idx(mut self, padding_idx: Option<usize>) -> Self {
-        self.padding_idx = padding_idx;
-        self
-    }
-
-    /// The dtype of the table (default f32).
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// The table, drawn from the default generator.
-    pub fn build(self) -> Result<Embedding> {
-        with_default_generator(|rng| self.build_with(rng))
-    }
-
     /// The table, drawn `N(0, 1)` from `rng`.
     pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<Embedding> {
         let EmbeddingBuilder {

@@ -45,12 +45,7 @@ impl LayerNorm {
         elementwise_affine: bool,
         dtype: DType,
     ) -> Result<Self> {
-        if normalized_shape.is_empty() || normalized_shape.contains(&0) {
-            return Err(Error::invalid(
-                "LayerNorm",
-                format!("normalized_shape must be non-empty with no zero dims, got {normalized_shape:?}"),
-            ));
-        }
+        check_normalized_shape("LayerNorm", normalized_shape)?;
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(Error::invalid(
                 "LayerNorm",
@@ -127,6 +122,19 @@ impl LayerNorm {
     pub fn bias(&self) -> Option<&Parameter> {
         self.bias.as_ref()
     }
+}
+
+/// Checks a norm's `normalized_shape`: non-empty, no zero sizes.
+pub(super) fn check_normalized_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
+    if normalized_shape.is_empty() || normalized_shape.contains(&0) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "normalized_shape must be non-empty with no zero dims, got {normalized_shape:?}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Forward for LayerNorm {

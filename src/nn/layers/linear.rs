@@ -5,7 +5,7 @@ use rand::Rng;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
-use crate::nn::with_default_generator;
+use crate::nn::setters::setters;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;
 
@@ -143,24 +143,16 @@ pub struct LinearBuilder {
     dtype: DType,
 }
 
+setters! {
+    impl LinearBuilder builds Linear {
+        /// Whether the layer adds a learnable bias (default true).
+        bias(bias: bool);
+        /// The dtype of the parameters (default f32).
+        dtype(dtype: DType);
+    }
+}
+
 impl LinearBuilder {
-    /// Whether the layer adds a learnable bias (default true).
-    pub fn bias(mut self, bias: bool) -> Self {
-        self.bias = bias;
-        self
-    }
-
-    /// The dtype of the parameters (default f32).
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// The layer, initialised from the default generator.
-    pub fn build(self) -> Result<Linear> {
-        with_default_generator(|rng| self.build_with(rng))
-    }
-
     /// The layer, initialised as in PyTorch from `rng`:
     /// `W ~ kaiming_uniform(a = sqrt(5))`, `b ~ U(-1/sqrt(in), 1/sqrt(in))`.
     pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<Linear> {

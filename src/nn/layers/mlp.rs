@@ -7,6 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{Activation, Dropout, Linear, Sequential};
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::nn::setters::setters;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;
 
@@ -66,31 +67,20 @@ impl Mlp {
     }
 }
 
+setters! {
+    impl MlpBuilder {
+        /// The activation after each hidden layer.
+        activation(activation: Activation);
+        /// Dropout after each hidden activation (0 for none).
+        dropout(dropout: f64);
+        /// The parameters' dtype.
+        dtype(dtype: DType);
+        /// The seed of the initial weights and of the dropout masks.
+        seed(seed: u64);
+    }
+}
+
 impl MlpBuilder {
-    /// The activation after each hidden layer.
-    pub fn activation(mut self, activation: Activation) -> Self {
-        self.activation = activation;
-        self
-    }
-
-    /// Dropout after each hidden activation (0 for none).
-    pub fn dropout(mut self, p: f64) -> Self {
-        self.dropout = p;
-        self
-    }
-
-    /// The parameters' dtype.
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// The seed of the initial weights and of the dropout masks.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
     /// Builds the MLP; at least an input and an output size are needed.
     pub fn build(self) -> Result<Mlp> {
         if self.sizes.len() < 2 {

@@ -6,7 +6,8 @@ use rand::Rng;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::init;
-use crate::nn::{with_default_generator, Dropout, Forward, Linear, Module, Parameter};
+use crate::nn::setters::setters;
+use crate::nn::{Dropout, Forward, Linear, Module, Parameter};
 use crate::ops::nn::{AttnMask, SdpaOptions};
 use crate::tensor::{DType, Tensor};
 
@@ -103,7 +104,7 @@ impl MultiheadAttention {
 
     /// Self-attention of `x` (`[B, T, E]` or `[T, E]`), causal or not.
     pub fn self_attention<'g>(&self, x: &Var<'g>, is_causal: bool) -> Result<Var<'g>> {
-        self.attend(x, x, x, None, is_causal, true)
+        self.attend([x, x, x], None, is_causal, true)
     }
 
     /// Attention of `query` (`[B, L, E]`) over `key` and `value`
@@ -123,15 +124,14 @@ impl MultiheadAttention {
         // from another by id: it takes the general path, same result.)
         let id = query.value_id();
         let shared = id.is_some() && id == key.value_id() && id == value.value_id();
-        self.attend(query, key, value, attn_mask, is_causal, shared)
+        self.attend([query, key, value], attn_mask, is_causal, shared)
     }
 
-    /// [`forward`](Self::forward), told whether the three inputs are one.
+    /// [`forward`](Self::forward) of `[query, key, value]`, told whether
+    /// the three are one.
     fn attend<'g>(
         &self,
-        query: &Var<'g>,
-        key: &Var<'g>,
-        value: &Var<'g>,
+        [query, key, value]: [&Var<'g>; 3],
         attn_mask: Option<AttnMask<'_, 'g>>,
         is_causal: bool,
         shared: bool,
@@ -234,32 +234,19 @@ fn project<'g>(x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>>
     }
 }
 
+setters! {
+    impl MultiheadAttentionBuilder builds MultiheadAttention {
+        /// Whether the projections add biases (default true).
+        bias(bias: bool);
+        /// Dropout of the attention weights while training (default 0), its
+        /// masks seeded from `seed`.
+        dropout(dropout: f64, seed: u64);
+        /// The dtype of the parameters (default f32).
+        dtype(dtype: DType);
+    }
+}
+
 impl MultiheadAttentionBuilder {
-    /// Whether the projections add biases (default true).
-    pub fn bias(mut self, bias: bool) -> Self {
-        self.bias = bias;
-        self
-    }
-
-    /// Dropout of the attention weights while training (default 0), its
-    /// masks seeded from `seed`.
-    pub fn dropout(mut self, p: f64, seed: u64) -> Self {
-        self.dropout = p;
-        self.seed = seed;
-        self
-    }
-
-    /// The dtype of the parameters (default f32).
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// The layer, initialised from the default generator.
-    pub fn build(self) -> Result<MultiheadAttention> {
-        with_default_generator(|rng| self.build_with(rng))
-    }
-
     /// The layer, initialised as in PyTorch from `rng`.
     pub fn build_with<R: Rng + ?Sized>(self, rng: &mut R) -> Result<MultiheadAttention> {
         let MultiheadAttentionBuilder {

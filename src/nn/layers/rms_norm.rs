@@ -1,6 +1,7 @@
 //! [`RMSNorm`]: root-mean-square normalisation over the trailing
 //! dimensions, with a learnable elementwise scale.
 
+use super::layer_norm::check_normalized_shape;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
@@ -44,12 +45,7 @@ impl RMSNorm {
         elementwise_affine: bool,
         dtype: DType,
     ) -> Result<Self> {
-        if normalized_shape.is_empty() || normalized_shape.contains(&0) {
-            return Err(Error::invalid(
-                "RMSNorm",
-                format!("normalized_shape must be non-empty with no zero dims, got {normalized_shape:?}"),
-            ));
-        }
+        check_normalized_shape("RMSNorm", normalized_shape)?;
         if let Some(e) = eps
             && !(e.is_finite() && e >= 0.0)
         {

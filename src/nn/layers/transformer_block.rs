@@ -5,10 +5,8 @@ use rand::Rng;
 
 use crate::error::Result;
 use crate::graph::Var;
-use crate::nn::{
-    with_default_generator, Activation, Dropout, Forward, LayerNorm, Linear, Module,
-    MultiheadAttention,
-};
+use crate::nn::setters::setters;
+use crate::nn::{Activation, Dropout, Forward, LayerNorm, Linear, Module, MultiheadAttention};
 use crate::tensor::DType;
 
 /// The position-wise network of a transformer block: `Linear(E, 4E)`, an
@@ -102,34 +100,22 @@ impl Forward for Block {
     }
 }
 
+setters! {
+    impl BlockBuilder builds Block {
+        /// Whether linear layers and layer norms have biases (default true).
+        bias(bias: bool);
+        /// Dropout on the attention weights and on each branch's output while
+        /// training (default 0), masks seeded from `seed`.
+        dropout(dropout: f64, seed: u64);
+        /// The feed-forward activation (default the exact GELU; GPT-2 uses
+        /// [`Activation::GeluTanh`]).
+        activation(activation: Activation);
+        /// The dtype of the parameters (default f32).
+        dtype(dtype: DType);
+    }
+}
+
 impl BlockBuilder {
-    /// Whether linear layers and layer norms have biases (default true).
-    pub fn bias(mut self, bias: bool) -> Self {
-        self.bias = bias;
-        self
-    }
-
-    /// Dropout on the attention weights and on each branch's output while
-    /// training (default 0), masks seeded from `seed`.
-    pub fn dropout(mut self, p: f64, seed: u64) -> Self {
-        self.dropout = p;
-        self.seed = seed;
-        self
-    }
-
-    /// The feed-forward activation (default the exact GELU; GPT-2 uses
-    /// [`Activation::GeluTanh`]).
-    pub fn activation(mut self, activation: Activation) -> Self {
-        self.activation = activation;
-        self
-    }
-
-    /// The dtype of the parameters (default f32).
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
     /// GPT-2's initialisation instead of PyTorch's layer defaults: every
     /// weight `N(0, 0.02)`, biases zero, and the two projections back into
     /// the residual stream (`attn.out_proj`, `mlp.c_proj`) `N(0, residual_std)`;
@@ -137,11 +123,6 @@ impl BlockBuilder {
     pub fn gpt2_init(mut self, residual_std: f64) -> Self {
         self.residual_std = Some(residual_std);
         self
-    }
-
-    /// The block, initialised from the default generator.
-    pub fn build(self) -> Result<Block> {
-        with_default_generator(|rng| self.build_with(rng))
     }
 
     /// The block, initialised from `rng`.

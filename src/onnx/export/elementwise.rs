@@ -42,8 +42,8 @@ pub(super) fn lookup(op: &str) -> Option<Mapper> {
         "gelu" => gelu,
         "gelu_tanh" => gelu_tanh,
         "silu" => silu,
-        "leaky_relu" => leaky_relu,
-        "elu" => elu,
+        "leaky_relu" => |e, n| with_float(e, n, "LeakyRelu", "negative_slope", "alpha"),
+        "elu" => |e, n| with_float(e, n, "Elu", "alpha", "alpha"),
         "softplus" => softplus,
         "hardtanh" => hardtanh,
         "clamp" => clamp,
@@ -151,24 +151,14 @@ fn silu(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
     Ok(())
 }
 
-fn leaky_relu(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
-    let alpha = n.float("negative_slope")?;
+/// ONNX's unary `op` with one float attribute `theirs`, our setting `ours`.
+fn with_float(e: &mut Emit, n: &NodeCtx<'_>, op: &str, ours: &str, theirs: &str) -> Result<()> {
+    let value = n.float(ours)?;
     e.node(
-        "LeakyRelu",
+        op,
         &[n.input(0)],
         &[&n.out],
-        vec![attr_float("alpha", alpha)],
-    );
-    Ok(())
-}
-
-fn elu(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
-    let alpha = n.float("alpha")?;
-    e.node(
-        "Elu",
-        &[n.input(0)],
-        &[&n.out],
-        vec![attr_float("alpha", alpha)],
+        vec![attr_float(theirs, value)],
     );
     Ok(())
 }

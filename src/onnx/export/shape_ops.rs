@@ -19,8 +19,8 @@ pub(super) fn lookup(op: &str) -> Option<Mapper> {
         "select" => select,
         "cat" => cat,
         "stack" => stack,
-        "index_select" => index_select,
-        "gather" => gather,
+        "index_select" => |e, n| along_dim(e, n, "Gather"),
+        "gather" => |e, n| along_dim(e, n, "GatherElements"),
         "constant_pad_nd" => pad,
         _ => return None,
     })
@@ -293,25 +293,11 @@ fn stack(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
     Ok(())
 }
 
-fn index_select(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
+/// ONNX's `op` over the input and its indices along our setting `dim`.
+fn along_dim(e: &mut Emit, n: &NodeCtx<'_>, op: &str) -> Result<()> {
     let axis = n.axis(n.int("dim")?, n.rank(0))?;
-    e.node(
-        "Gather",
-        &[n.input(0), n.input(1)],
-        &[&n.out],
-        vec![attr_int("axis", axis)],
-    );
-    Ok(())
-}
-
-fn gather(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
-    let axis = n.axis(n.int("dim")?, n.rank(0))?;
-    e.node(
-        "GatherElements",
-        &[n.input(0), n.input(1)],
-        &[&n.out],
-        vec![attr_int("axis", axis)],
-    );
+    let inputs = [n.input(0), n.input(1)];
+    e.node(op, &inputs, &[&n.out], vec![attr_int("axis", axis)]);
     Ok(())
 }
 

@@ -76,12 +76,7 @@ impl BertLayer {
     /// [`forward`](Self::forward) on packed rows `[N, E]`.
     fn forward_packed<'g>(&self, x: &Var<'g>, lengths: &[usize]) -> Result<Var<'g>> {
         let a = self.attention.self_attention.forward_packed(x, lengths)?;
-        let a = self.attention.output.forward(&a, x)?;
-        let h = self
-            .intermediate
-            .activation
-            .apply(&self.intermediate.dense.forward(&a)?)?;
-        self.output.forward(&h, &a)
+        self.after_attention(&a, x)
     }
 }
 

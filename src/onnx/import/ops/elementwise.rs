@@ -14,6 +14,56 @@ use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];
 
+/// Converters that hand the node on to one of this file's helpers with
+/// their own arguments (the registry's op name): `abs => apply("abs", 1);`
+/// is `fn abs(c, ins) { apply(c, ins, "abs", 1) }`.
+macro_rules! converters {
+    ($($f:ident => $helper:ident($($arg:expr),*);)*) => {
+        $(
+            pub(super) fn $f<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+                $helper(c, ins, $($arg),*)
+            }
+        )*
+    };
+}
+
+converters! {
+    add => arith("add");
+    sub => arith("sub");
+    mul => arith("mul");
+    div => arith("div");
+    abs => apply("abs", 1);
+    exp => apply("exp", 1);
+    log => apply("log", 1);
+    sqrt => apply("sqrt", 1);
+    tanh => apply("tanh", 1);
+    sigmoid => apply("sigmoid", 1);
+    relu => apply("relu", 1);
+    sin => apply("sin", 1);
+    cos => apply("cos", 1);
+    max => fold("maximum");
+    min => fold("minimum");
+    sum => fold("add");
+    equal => compare("eq");
+    less => compare("lt");
+    less_or_equal => compare("le");
+    greater => compare("gt");
+    greater_or_equal => compare("ge");
+    and => logical(|x, y| x.try_mul(y)?.try_ne_scalar(0.0));
+    or => logical(|x, y| x.try_add(y)?.try_ne_scalar(0.0));
+    xor => logical(|x, y| x.try_ne(y));
+}
+
+/// A logical op on two bool inputs, computed on the host by `f`.
+fn logical<'g>(
+    c: &Ctx<'_, 'g>,
+    ins: &Ins<'g>,
+    f: impl Fn(&Var<'g>, &Var<'g>) -> Result<Var<'g>>,
+) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    one(bool_binary(a, b, f)?)
+}
+
 /// The op registered as `name` on inputs 0..n.
 fn apply<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str, n: usize) -> Result<Vec<Var<'g>>> {
     let args = (0..n)
@@ -31,18 +81,6 @@ fn arith<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>>
     one(c.graph.apply(name, &[a, b])?)
 }
 
-pub(super) fn add<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    arith(c, ins, "add")
-}
-pub(super) fn sub<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    arith(c, ins, "sub")
-}
-pub(super) fn mul<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    arith(c, ins, "mul")
-}
-pub(super) fn div<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    arith(c, ins, "div")
-}
 pub(super) fn pow<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
     if is_int(a) {
@@ -63,33 +101,6 @@ pub(super) fn neg<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         return one(int_binary(&zero, x, |a, b| a.try_sub(b))?);
     }
     apply(c, ins, "neg", 1)
-}
-pub(super) fn abs<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "abs", 1)
-}
-pub(super) fn exp<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "exp", 1)
-}
-pub(super) fn log<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "log", 1)
-}
-pub(super) fn sqrt<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "sqrt", 1)
-}
-pub(super) fn tanh<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "tanh", 1)
-}
-pub(super) fn sigmoid<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "sigmoid", 1)
-}
-pub(super) fn relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "relu", 1)
-}
-pub(super) fn sin<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "sin", 1)
-}
-pub(super) fn cos<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    apply(c, ins, "cos", 1)
 }
 
 pub(super) fn reciprocal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
@@ -171,16 +182,6 @@ fn fold<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>> 
     one(acc)
 }
 
-pub(super) fn max<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    fold(c, ins, "maximum")
-}
-pub(super) fn min<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    fold(c, ins, "minimum")
-}
-pub(super) fn sum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    fold(c, ins, "add")
-}
-
 /// A comparison (a bool constant), with the operands' dtypes made one
 /// if they differ only in width (an i64 shape against an f32 value).
 fn compare<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>> {
@@ -188,37 +189,8 @@ fn compare<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>
     one(c.graph.apply(name, &[a, b])?)
 }
 
-pub(super) fn equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    compare(c, ins, "eq")
-}
-pub(super) fn less<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    compare(c, ins, "lt")
-}
-pub(super) fn less_or_equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    compare(c, ins, "le")
-}
-pub(super) fn greater<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    compare(c, ins, "gt")
-}
-pub(super) fn greater_or_equal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    compare(c, ins, "ge")
-}
-
 pub(super) fn not<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     one(c.input(ins, 0)?.try_eq_scalar(0.0)?)
-}
-
-pub(super) fn and<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
-    one(bool_binary(a, b, |x, y| x.try_mul(y)?.try_ne_scalar(0.0))?)
-}
-pub(super) fn or<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
-    one(bool_binary(a, b, |x, y| x.try_add(y)?.try_ne_scalar(0.0))?)
-}
-pub(super) fn xor<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
-    one(bool_binary(a, b, |x, y| x.try_ne(y))?)
 }
 
 pub(super) fn is_nan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
