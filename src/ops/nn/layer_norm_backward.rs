@@ -11,10 +11,10 @@
 
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
 use super::support::sum_axis;
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -203,14 +203,17 @@ impl StructuredOp for LayerNormWeightBackward {
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let (g, x) = (n.x(0), n.x(1));
         let shape = &shape_or_last(&self.normalized_shape, x.value());
-        g.try_mul(&project(tx, x, shape, self.eps)?)?.sum_to_size(shape)
+        g.try_mul(&project(tx, x, shape, self.eps)?)?
+            .sum_to_size(shape)
     }
 }
 
 /// The settings of the layer-norm backward ops: the normalised shape
 /// (empty: the last dim) and `eps`.
 fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
-    OpAttributes::new().ints("normalized_shape", shape).float("eps", eps)
+    OpAttributes::new()
+        .ints("normalized_shape", shape)
+        .float("eps", eps)
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
@@ -220,16 +223,9 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{fixed, norm_weight};
     use super::*;
+    use crate::ops::nn::layer_norm::tests::{w, x};
     use crate::{gradcheck, jvpcheck};
-
-    fn x() -> Tensor {
-        fixed(&[2, 3, 4])
-    }
-    fn w() -> Tensor {
-        norm_weight()
-    }
 
     #[test]
     fn backward_ops_are_differentiable() {
