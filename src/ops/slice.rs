@@ -478,32 +478,17 @@ mod tests {
     fn gradient_ops_are_differentiable() {
         // slice_backward and a cropping pad, each differentiated again.
         let g = vals(&[3, 2]);
-        gradcheck(
-            |v| {
-                let op = super::SliceBackward {
-                    shape: smallvec::smallvec![3, 5],
-                    dim: 1,
-                    start: 1,
-                    step: 3,
-                };
-                Ok(v[0].graph().record(op, &[&v[0]])?.tanh())
-            },
-            std::slice::from_ref(&g),
-        )
-        .unwrap();
-        jvpcheck(
-            |v| {
-                let op = super::SliceBackward {
-                    shape: smallvec::smallvec![3, 5],
-                    dim: 1,
-                    start: 1,
-                    step: 3,
-                };
-                v[0].graph().record(op, &[&v[0]])
-            },
-            std::slice::from_ref(&g),
-        )
-        .unwrap();
+        fn scatter<'g>(v: &[crate::Var<'g>]) -> crate::Result<crate::Var<'g>> {
+            let op = super::SliceBackward {
+                shape: smallvec::smallvec![3, 5],
+                dim: 1,
+                start: 1,
+                step: 3,
+            };
+            v[0].graph().record(op, &[&v[0]])
+        }
+        gradcheck(|v| Ok(scatter(v)?.tanh()), std::slice::from_ref(&g)).unwrap();
+        jvpcheck(scatter, std::slice::from_ref(&g)).unwrap();
         gradcheck(|v| Ok(v[0].try_pad(&[-1, 0], 0.0)?.exp()), &[g]).unwrap();
     }
 
