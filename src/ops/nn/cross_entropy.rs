@@ -208,7 +208,9 @@ pub(super) mod tests {
 
     use crate::test_util::tensor as t;
 
-    fn logits() -> Tensor {
+    /// The [3, 4] scores the class-loss tests share (logits here,
+    /// log-probabilities for `nll_loss`).
+    pub(in crate::ops::nn) fn logits() -> Tensor {
         fixed(&[3, 4])
     }
 
