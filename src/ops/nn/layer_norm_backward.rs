@@ -10,6 +10,7 @@
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
+use super::normalization::norm_backward_rules;
 use super::support::sum_axis;
 use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
@@ -113,13 +114,8 @@ fn input_curvature<'g>(
 
 impl StructuredOp for LayerNormBackward {
     const NAME: &'static str = "layer_norm_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    /// `σ P (g w)`: linear in `g` and in `w`.
-    const LINEAR: &'static [usize] = &[0, 2];
-    fn arity(&self) -> Option<usize> {
-        Some(2 + usize::from(self.has_weight))
-    }
+    // `σ P (g w)`: linear in `g` and in `w`.
+    norm_backward_rules!();
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
     }

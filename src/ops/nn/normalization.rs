@@ -85,6 +85,23 @@ impl Affine {
     }
 }
 
+/// What the normalisations' backward ops (`layer_norm_backward`,
+/// `rms_norm_backward`, `batch_norm_backward`) share, inside their `impl
+/// StructuredOp`: the inputs `g`, `x` and, when `has_weight`, the weight;
+/// settings only; the gradient is the weight times a map of `g`, linear in
+/// `g` and in the weight.
+macro_rules! norm_backward_rules {
+    () => {
+        const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
+        const HOLDS: crate::Holds = crate::Holds::Settings;
+        const LINEAR: &'static [usize] = &[0, 2];
+        fn arity(&self) -> Option<usize> {
+            Some(2 + usize::from(self.has_weight))
+        }
+    };
+}
+pub(crate) use norm_backward_rules;
+
 /// Records the normalisation `make` builds (given which affine inputs
 /// come) on `x`, followed by the weight and the bias that are given.
 pub(crate) fn record_affine<'g, O: StructuredOp>(
