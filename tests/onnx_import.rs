@@ -145,7 +145,7 @@ fn fused_inference_matches_the_composed_ops() {
         let vars: Vec<_> = inputs.iter().map(|t| g.constant(t.clone())).collect();
         let refs: Vec<_> = vars.iter().collect();
         let composed = model.forward(&g, &refs).unwrap();
-        assert!(g.len() > 0, "{name}: the parameters are variables, so nodes are recorded");
+        assert!(!g.is_empty(), "{name}: the parameters are variables, so nodes are recorded");
         for (a, b) in fast.iter().zip(&composed) {
             let scale = b.value().to_f64_vec().iter().fold(1.0f64, |m, v| m.max(v.abs()));
             let d = max_diff(a, b.value());
