@@ -2,7 +2,7 @@
 //! hardtanh have files of their own), each one rule (see
 //! [`rule`](super::rule)).
 
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -94,20 +94,18 @@ impl<'g> Var<'g> {
             .record_or_panic(Unary(LeakyRelu { negative_slope }), &[self])
     }
 
-    /// SiLU (swish), `x σ(x)`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.silu().value().try_item()?, 0.0);
-    /// assert_eq!(x.silu().backward()?.wrt(&x).try_item()?, 0.5);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn silu(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Silu), &[self])
+    unary_method! {
+        /// SiLU (swish), `x σ(x)`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(0.0));
+        /// assert_eq!(x.silu().value().try_item()?, 0.0);
+        /// assert_eq!(x.silu().backward()?.wrt(&x).try_item()?, 0.5);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        silu => Silu
     }
 }
 

@@ -1,10 +1,11 @@
 //! Arithmetic: `add`, `sub`, `mul`, `div`, `neg`, with NumPy broadcasting
 //! and scalar operands that never allocate a broadcast tensor.
 
-use super::rule::{Binary, BinaryRule, Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{
+    binary_methods, scalar_method, unary_method, Binary, BinaryRule, Num, SlopeOf, Unary, UnaryRule,
+};
 use super::OpRegistry;
 use crate::core::Primitive;
-use crate::error::Result;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -126,164 +127,116 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[allow(clippy::should_implement_trait)]
 impl<'g> Var<'g> {
-    /// `self + other`, broadcasting.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
-    /// let b = g.constant(Tensor::scalar(10.0));
-    /// assert_eq!(a.try_add(&b)?.value().to_f64_vec(), vec![11.0, 12.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_add(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Add), &[self, other])
+    binary_methods! {
+        /// `self + other`, broadcasting.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// let b = g.constant(Tensor::scalar(10.0));
+        /// assert_eq!(a.try_add(&b)?.value().to_f64_vec(), vec![11.0, 12.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        try_add /
+        /// `self + other`; panics with the error message on mismatched shapes
+        /// (use [`try_add`](Self::try_add) to get the error).
+        add => Add
     }
 
-    /// `self - other`, broadcasting.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::scalar(5.0));
-    /// assert_eq!(a.try_sub(&g.constant(Tensor::scalar(2.0)))?.value().try_item()?, 3.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_sub(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Sub), &[self, other])
+    binary_methods! {
+        /// `self - other`, broadcasting.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::scalar(5.0));
+        /// assert_eq!(a.try_sub(&g.constant(Tensor::scalar(2.0)))?.value().try_item()?, 3.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        try_sub /
+        /// `self - other`; panics on mismatched shapes (see [`try_sub`](Self::try_sub)).
+        sub => Sub
     }
 
-    /// `self * other`, broadcasting.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
-    /// assert_eq!(a.try_mul(&a)?.value().to_f64_vec(), vec![1.0, 4.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_mul(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Mul), &[self, other])
+    binary_methods! {
+        /// `self * other`, broadcasting.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::from_vec(vec![1.0, 2.0], &[2])?);
+        /// assert_eq!(a.try_mul(&a)?.value().to_f64_vec(), vec![1.0, 4.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        try_mul /
+        /// `self * other`; panics on mismatched shapes (see [`try_mul`](Self::try_mul)).
+        mul => Mul
     }
 
-    /// `self / other`, broadcasting.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let a = g.variable(Tensor::scalar(3.0));
-    /// assert_eq!(a.try_div(&g.constant(Tensor::scalar(4.0)))?.value().try_item()?, 0.75);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn try_div(&self, other: &Var<'g>) -> Result<Var<'g>> {
-        self.graph().record(Binary(Div), &[self, other])
+    binary_methods! {
+        /// `self / other`, broadcasting.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let a = g.variable(Tensor::scalar(3.0));
+        /// assert_eq!(a.try_div(&g.constant(Tensor::scalar(4.0)))?.value().try_item()?, 0.75);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        try_div /
+        /// `self / other`; panics on mismatched shapes (see [`try_div`](Self::try_div)).
+        div => Div
     }
 
-    /// `self + other`; panics with the error message on mismatched shapes
-    /// (use [`try_add`](Self::try_add) to get the error).
-    #[track_caller]
-    #[inline]
-    pub fn add(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Binary(Add), &[self, other])
+    unary_method! {
+        /// `-self`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// assert_eq!(g.variable(Tensor::scalar(2.0)).neg().value().try_item()?, -2.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        neg => Neg
     }
 
-    /// `self - other`; panics on mismatched shapes (see [`try_sub`](Self::try_sub)).
-    #[track_caller]
-    #[inline]
-    pub fn sub(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Binary(Sub), &[self, other])
+    scalar_method! {
+        /// `self + c` for a scalar `c` (in self's dtype; no broadcast tensor is allocated).
+        add_scalar => self Add c
     }
 
-    /// `self * other`; panics on mismatched shapes (see [`try_mul`](Self::try_mul)).
-    #[track_caller]
-    #[inline]
-    pub fn mul(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Binary(Mul), &[self, other])
+    scalar_method! {
+        /// `self - c` for a scalar `c`.
+        sub_scalar => self Sub c
     }
 
-    /// `self / other`; panics on mismatched shapes (see [`try_div`](Self::try_div)).
-    #[track_caller]
-    #[inline]
-    pub fn div(&self, other: &Var<'g>) -> Var<'g> {
-        self.graph().record_or_panic(Binary(Div), &[self, other])
+    scalar_method! {
+        /// `c - self` for a scalar `c`.
+        rsub_scalar => c Sub self
     }
 
-    /// `-self`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(2.0)).neg().value().try_item()?, -2.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn neg(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Neg), &[self])
+    scalar_method! {
+        /// `self * c` for a scalar `c`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0], &[2])?);
+        /// assert_eq!((&x * 2.0).value().to_vec::<f32>()?, vec![2.0, 4.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        mul_scalar => self Mul c
     }
 
-    /// `self + c` for a scalar `c` (in self's dtype; no broadcast tensor is allocated).
-    #[track_caller]
-    #[inline]
-    pub fn add_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Add), &[self, &self.scalar_like(c)])
+    scalar_method! {
+        /// `self / c` for a scalar `c`.
+        div_scalar => self Div c
     }
 
-    /// `self - c` for a scalar `c`.
-    #[track_caller]
-    #[inline]
-    pub fn sub_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Sub), &[self, &self.scalar_like(c)])
-    }
-
-    /// `c - self` for a scalar `c`.
-    #[track_caller]
-    #[inline]
-    pub fn rsub_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Sub), &[&self.scalar_like(c), self])
-    }
-
-    /// `self * c` for a scalar `c`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1.0f32, 2.0], &[2])?);
-    /// assert_eq!((&x * 2.0).value().to_vec::<f32>()?, vec![2.0, 4.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn mul_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Mul), &[self, &self.scalar_like(c)])
-    }
-
-    /// `self / c` for a scalar `c`.
-    #[track_caller]
-    #[inline]
-    pub fn div_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Div), &[self, &self.scalar_like(c)])
-    }
-
-    /// `c / self` for a scalar `c`.
-    #[track_caller]
-    #[inline]
-    pub fn rdiv_scalar(&self, c: f64) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Binary(Div), &[&self.scalar_like(c), self])
+    scalar_method! {
+        /// `c / self` for a scalar `c`.
+        rdiv_scalar => c Div self
     }
 }
 

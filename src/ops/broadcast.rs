@@ -3,11 +3,10 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
+use crate::ops::OpAttributes;
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -21,38 +20,21 @@ pub struct Expand {
     pub shape: Dims,
 }
 
-impl Differentiable for Expand {
+impl StructuredOp for Expand {
+    const NAME: &'static str = "expand";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)
     }
-    fn name(&self) -> &str {
-        "expand"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("expand", inputs, 1)?;
-        inputs[0].expand_to("expand", &self.shape)
+        inputs[0].expand_to(Self::NAME, &self.shape)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.sum_to_size(inputs[0].shape())?)])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.sum_to_size(n.x(0).shape())
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(|t| t.try_expand(&self.shape)).transpose()
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        t.try_expand(&self.shape)
     }
 }
 
@@ -64,40 +46,21 @@ pub struct SumToSize {
     pub shape: Dims,
 }
 
-impl Differentiable for SumToSize {
+impl StructuredOp for SumToSize {
+    const NAME: &'static str = "sum_to_size";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)
     }
-    fn name(&self) -> &str {
-        "sum_to_size"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("sum_to_size", inputs, 1)?;
-        kernels::sum_to_shape("sum_to_size", inputs[0], &self.shape)
+        kernels::sum_to_shape(Self::NAME, inputs[0], &self.shape)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.try_expand(inputs[0].shape())?)])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.try_expand(n.x(0).shape())
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.sum_to_size(&self.shape))
-            .transpose()
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        t.sum_to_size(&self.shape)
     }
 }
 

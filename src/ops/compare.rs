@@ -10,8 +10,7 @@ use smallvec::smallvec;
 
 use super::rule::{Binary, BinaryRule, Cmp, Num, KINK_MARGIN};
 use super::{
-    expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
-    OpRegistry,
+    sum_tangents, unbroadcast, unbroadcast_tensor, GradInputs, Node, OpRegistry, StructuredOp,
 };
 use crate::error::or_panic;
 use crate::error::Result;
@@ -112,30 +111,20 @@ impl TernaryFn for SelectFn {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Where;
 
-impl Differentiable for Where {
-    fn name(&self) -> &str {
-        "where"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(3)
-    }
+impl StructuredOp for Where {
+    const NAME: &'static str = "where";
+    const INPUTS: &'static [&'static str] = &["condition", "input", "other"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const NO_GRAD: &'static [usize] = &[0];
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("where", inputs, 3)?;
         let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
         kernels::elementwise::common_dtype("where", a, b)?;
         let c = c.to_dtype(a.dtype());
         kernels::zip3("where", &c, a, b, SelectFn)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+    // One zero shared by both operands' gradients.
+    fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+        let (c, a, b) = (n.x(0), n.x(1), n.x(2));
         let zero = g.scalar_like(0.0);
         Ok(smallvec![
             None,
@@ -165,20 +154,14 @@ impl Differentiable for Where {
         }
         Ok(true)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let c = &inputs[0];
-        let zero = out.scalar_like(0.0);
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        let zero = n.output.scalar_like(0.0);
         if t[1].is_none() && t[2].is_none() {
             return Ok(None);
         }
         let ta = t[1].as_ref().unwrap_or(&zero);
         let tb = t[2].as_ref().unwrap_or(&zero);
-        sum_tangents(out.shape(), [Some(select(c, ta, tb))])
+        sum_tangents(n.output.shape(), [Some(select(n.x(0), ta, tb))])
     }
 }
 

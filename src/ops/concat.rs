@@ -1,11 +1,11 @@
 //! Joining values: `cat` (along an existing dimension) and `stack` (along a
 //! new one). Each input's gradient is its slice of the output gradient.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
+use crate::ops::OpAttributes;
 use smallvec::SmallVec;
 
-use super::{Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -20,67 +20,60 @@ pub struct Cat {
     pub dim: isize,
 }
 
-impl Differentiable for Cat {
+impl StructuredOp for Cat {
+    const NAME: &'static str = "cat";
+    const INPUTS: &'static [&'static str] = &["tensors"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    fn arity(&self) -> Option<usize> {
+        None
+    }
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("dim", self.dim)
     }
-    fn name(&self) -> &str {
-        "cat"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let first = inputs
-            .first()
-            .ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
+        let first = first_of(Self::NAME, inputs)?;
         if first.rank() == 0 {
             return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
         }
         let dim = normalize_axis("cat", self.dim, first.rank())?;
         layout::cat("cat", inputs, dim)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let dim = normalize_axis("cat", self.dim, g.shape().len())?;
-        let mut at = 0;
-        let mut grads = GradInputs::new();
-        for x in inputs {
-            let len = x.shape()[dim];
-            grads.push(
-                x.requires_grad()
-                    .then(|| g.try_narrow(dim as isize, at as isize, len))
-                    .transpose()?,
-            );
-            at += len;
-        }
-        Ok(grads)
+        let at: usize = n.inputs[..i].iter().map(|x| x.shape()[dim]).sum();
+        g.try_narrow(dim as isize, at as isize, n.x(i).shape()[dim])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let tangents = dense_tangents(t, inputs);
-        let refs: Vec<&Var<'g>> = tangents.iter().collect();
-        Var::try_cat(&refs, self.dim).map(Some)
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        joined_tangents(t, n, self.dim, Var::try_cat)
     }
 }
 
-/// The tangents with zeros for the inputs that have none.
-fn dense_tangents<'g>(t: &[Option<Var<'g>>], inputs: &[Var<'g>]) -> Vec<Var<'g>> {
-    t.iter()
-        .zip(inputs)
+/// The first of a joining op's inputs, or an error for none.
+fn first_of<'t>(op: &'static str, inputs: &[&'t Tensor]) -> Result<&'t Tensor> {
+    inputs
+        .first()
+        .copied()
+        .ok_or_else(|| Error::invalid(op, "expected a non-empty list of tensors"))
+}
+
+/// The output's tangent: the inputs' tangents, zeros for those that have
+/// none, joined as the op joins its inputs (`join`, along `dim`).
+fn joined_tangents<'g>(
+    t: &[Option<Var<'g>>],
+    n: Node<'_, 'g>,
+    dim: isize,
+    join: fn(&[&Var<'g>], isize) -> Result<Var<'g>>,
+) -> Result<Option<Var<'g>>> {
+    let dense: Vec<Var<'g>> = t
+        .iter()
+        .zip(n.inputs)
         .map(|(t, x)| match t {
             Some(t) => t.clone(),
             None => Var::constant_in(x.graph(), x.value().zeros_like()),
         })
-        .collect()
+        .collect();
+    let refs: Vec<&Var<'g>> = dense.iter().collect();
+    join(&refs, dim).map(Some)
 }
 
 /// Stacks its inputs along a new dimension `dim` (PyTorch's `stack`): every
@@ -91,20 +84,18 @@ pub struct Stack {
     pub dim: isize,
 }
 
-impl Differentiable for Stack {
+impl StructuredOp for Stack {
+    const NAME: &'static str = "stack";
+    const INPUTS: &'static [&'static str] = &["tensors"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    fn arity(&self) -> Option<usize> {
+        None
+    }
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("dim", self.dim)
     }
-    fn name(&self) -> &str {
-        "stack"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let first = inputs
-            .first()
-            .ok_or_else(|| Error::invalid("stack", "expected a non-empty list of tensors"))?;
+        let first = first_of(Self::NAME, inputs)?;
         let dim = normalize_axis("stack", self.dim, first.rank() + 1)?;
         let mut shape: SmallVec<[usize; 4]> = SmallVec::from_slice(first.shape());
         shape.insert(dim, 1);
@@ -120,35 +111,13 @@ impl Differentiable for Stack {
         let refs: Vec<&Tensor> = views.iter().collect();
         layout::cat("stack", &refs, dim)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let dim = normalize_axis("stack", self.dim, g.shape().len())?;
-        let mut grads = GradInputs::new();
-        for (i, x) in inputs.iter().enumerate() {
-            grads.push(
-                x.requires_grad()
-                    .then(|| {
-                        g.try_narrow(dim as isize, i as isize, 1)?
-                            .reshape_dims(x.shape())
-                    })
-                    .transpose()?,
-            );
-        }
-        Ok(grads)
+        g.try_narrow(dim as isize, i as isize, 1)?
+            .reshape_dims(n.x(i).shape())
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let tangents = dense_tangents(t, inputs);
-        let refs: Vec<&Var<'g>> = tangents.iter().collect();
-        Var::try_stack(&refs, self.dim).map(Some)
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        joined_tangents(t, n, self.dim, Var::try_stack)
     }
 }
 
@@ -212,7 +181,6 @@ impl<'g> Var<'g> {
             graph_of("stack", vars)?.record(Stack { dim }, vars)
         }
     }
-
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! One-operand elementwise ops: `abs`, `sin`, `cos` and `clamp`, each one
 //! rule (see [`rule`](super::rule)).
 
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::error::or_panic;
-use crate::fallible::fallible;
 use crate::error::{Error, Result};
+use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -25,7 +25,12 @@ impl UnaryRule for Abs {
         let zero = x.lit(0.0);
         // `x * 0` where x is neither side of 0: 0 at 0, NaN at NaN.
         let neither = x.scale(0.0);
-        x.select(Cmp::Gt, &zero, g, &x.select(Cmp::Lt, &zero, &g.neg(), &neither))
+        x.select(
+            Cmp::Gt,
+            &zero,
+            g,
+            &x.select(Cmp::Lt, &zero, &g.neg(), &neither),
+        )
     }
     fn domain(x: f64) -> bool {
         x.abs() > KINK_MARGIN
@@ -90,7 +95,9 @@ impl Clamp {
 
 impl UnaryRule for Clamp {
     fn attributes(self) -> OpAttributes {
-        OpAttributes::new().float_opt("min", self.min).float_opt("max", self.max)
+        OpAttributes::new()
+            .float_opt("min", self.min)
+            .float_opt("max", self.max)
     }
     const NAME: &'static str = "clamp";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
@@ -144,53 +151,47 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `|self|` elementwise; the gradient is `sign(x)`, 0 at 0.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.0, 3.0], &[3])?);
-    /// let y = x.abs();
-    /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 0.0, 3.0]);
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-1.0, 0.0, 1.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn abs(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Abs), &[self])
+    unary_method! {
+        /// `|self|` elementwise; the gradient is `sign(x)`, 0 at 0.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.0, 3.0], &[3])?);
+        /// let y = x.abs();
+        /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 0.0, 3.0]);
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-1.0, 0.0, 1.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        abs => Abs
     }
 
-    /// Sine elementwise (radians).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.sin().value().try_item()?, 0.0);
-    /// assert_eq!(x.sin().backward()?.wrt(&x).try_item()?, 1.0); // cos 0
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn sin(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Sin), &[self])
+    unary_method! {
+        /// Sine elementwise (radians).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(0.0));
+        /// assert_eq!(x.sin().value().try_item()?, 0.0);
+        /// assert_eq!(x.sin().backward()?.wrt(&x).try_item()?, 1.0); // cos 0
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        sin => Sin
     }
 
-    /// Cosine elementwise (radians).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.cos().value().try_item()?, 1.0);
-    /// assert_eq!(x.cos().backward()?.wrt(&x).try_item()?, 0.0); // -sin 0
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn cos(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Cos), &[self])
+    unary_method! {
+        /// Cosine elementwise (radians).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(0.0));
+        /// assert_eq!(x.cos().value().try_item()?, 1.0);
+        /// assert_eq!(x.cos().backward()?.wrt(&x).try_item()?, 0.0); // -sin 0
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        cos => Cos
     }
 
     fallible! {

@@ -1,9 +1,9 @@
 //! `elu`, the exponential linear unit: one rule (see [`rule`](super::rule)).
 
-use crate::fallible::fallible;
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
+use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -62,23 +62,21 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// ELU with α = 1: `x` above 0, `e^x - 1` below.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, 1.5], &[2])?);
-    /// let y = x.elu();
-    /// assert!((y.value().to_f64_vec()[0] + 0.8646647167633873).abs() < 1e-15);
-    /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
-    /// assert!((d[0] - (-2f64).exp()).abs() < 1e-15);
-    /// assert_eq!(d[1], 1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn elu(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Elu::default()), &[self])
+    unary_method! {
+        /// ELU with α = 1: `x` above 0, `e^x - 1` below.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, 1.5], &[2])?);
+        /// let y = x.elu();
+        /// assert!((y.value().to_f64_vec()[0] + 0.8646647167633873).abs() < 1e-15);
+        /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
+        /// assert!((d[0] - (-2f64).exp()).abs() < 1e-15);
+        /// assert_eq!(d[1], 1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        elu => Elu::default()
     }
 
     fallible! {
@@ -97,7 +95,6 @@ impl<'g> Var<'g> {
             self.graph().record(Unary(Elu { alpha }), &[self])
         }
     }
-
 }
 
 #[cfg(test)]

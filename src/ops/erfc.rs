@@ -1,7 +1,7 @@
 //! `erfc`, the complementary error function: one rule (see
 //! [`rule`](super::rule)). The exact GELU's derivative is written with it.
 
-use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::math::erfc_f32;
@@ -43,25 +43,23 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// The complementary error function `1 - erf(x)` (PyTorch's `erfc`),
-    /// accurate where `1 - erf` would cancel.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![0.0, 1.0], &[2])?);
-    /// let y = x.erfc();
-    /// assert_eq!(y.value().to_f64_vec()[0], 1.0);
-    /// assert!((y.value().to_f64_vec()[1] - 0.15729920705028513).abs() < 1e-16);
-    /// // erfc'(0) = -2/√π
-    /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
-    /// assert!((d[0] + 1.1283791670955126).abs() < 1e-15);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn erfc(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Erfc), &[self])
+    unary_method! {
+        /// The complementary error function `1 - erf(x)` (PyTorch's `erfc`),
+        /// accurate where `1 - erf` would cancel.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![0.0, 1.0], &[2])?);
+        /// let y = x.erfc();
+        /// assert_eq!(y.value().to_f64_vec()[0], 1.0);
+        /// assert!((y.value().to_f64_vec()[1] - 0.15729920705028513).abs() < 1e-16);
+        /// // erfc'(0) = -2/√π
+        /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
+        /// assert!((d[0] + 1.1283791670955126).abs() < 1e-15);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        erfc => Erfc
     }
 }
 

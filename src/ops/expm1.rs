@@ -1,6 +1,6 @@
 //! `expm1`, `e^x - 1` accurate near 0: one rule (see [`rule`](super::rule)).
 
-use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -31,21 +31,19 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `e^self - 1`, accurate for small values.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1e-10, 0.0], &[2])?);
-    /// let y = x.expm1();
-    /// assert_eq!(y.value().to_f64_vec()[0], 1.00000000005e-10);
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn expm1(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Expm1), &[self])
+    unary_method! {
+        /// `e^self - 1`, accurate for small values.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1e-10, 0.0], &[2])?);
+        /// let y = x.expm1();
+        /// assert_eq!(y.value().to_f64_vec()[0], 1.00000000005e-10);
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        expm1 => Expm1
     }
 }
 
@@ -59,7 +57,12 @@ mod tests {
         let g = Graph::new();
         let x = g.variable(t(&[-2.0, -0.5, 0.3, 1.7]));
         // math.expm1(x)
-        let value = [-0.8646647167633873, -0.3934693402873666, 0.3498588075760031, 4.473947391727199];
+        let value = [
+            -0.8646647167633873,
+            -0.3934693402873666,
+            0.3498588075760031,
+            4.473947391727199,
+        ];
         assert!(close(&x.expm1().value().to_f64_vec(), &value, 1e-15));
     }
 

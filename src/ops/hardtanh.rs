@@ -1,10 +1,10 @@
 //! `hardtanh`, a clamp with PyTorch's activation semantics: one rule (see
 //! [`rule`](super::rule)).
 
-use crate::fallible::fallible;
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
+use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -30,7 +30,9 @@ impl Default for Hardtanh {
 
 impl UnaryRule for Hardtanh {
     fn attributes(self) -> OpAttributes {
-        OpAttributes::new().float("min_val", self.min_val).float("max_val", self.max_val)
+        OpAttributes::new()
+            .float("min_val", self.min_val)
+            .float("max_val", self.max_val)
     }
     const NAME: &'static str = "hardtanh";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
@@ -73,22 +75,19 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Hardtanh into [-1, 1].
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, -1.0, 0.5, 3.0], &[4])?);
-    /// let y = x.hardtanh();
-    /// assert_eq!(y.value().to_f64_vec(), vec![-1.0, -1.0, 0.5, 1.0]);
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.0, 1.0, 0.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn hardtanh(&self) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Unary(Hardtanh::default()), &[self])
+    unary_method! {
+        /// Hardtanh into [-1, 1].
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, -1.0, 0.5, 3.0], &[4])?);
+        /// let y = x.hardtanh();
+        /// assert_eq!(y.value().to_f64_vec(), vec![-1.0, -1.0, 0.5, 1.0]);
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.0, 1.0, 0.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        hardtanh => Hardtanh::default()
     }
 
     fallible! {
@@ -108,7 +107,6 @@ impl<'g> Var<'g> {
                 .record(Unary(Hardtanh { min_val, max_val }), &[self])
         }
     }
-
 }
 
 #[cfg(test)]

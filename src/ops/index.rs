@@ -9,8 +9,8 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
+use crate::ops::OpAttributes;
 
 use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
@@ -88,7 +88,9 @@ fn add_at_tangent<'g, O: StructuredOp>(
     let base = t[0]
         .clone()
         .unwrap_or_else(|| Var::constant_in(ts.graph(), n.x(0).value().zeros_like()));
-    ts.graph().record(op.clone(), &[&base, n.x(1), ts]).map(Some)
+    ts.graph()
+        .record(op.clone(), &[&base, n.x(1), ts])
+        .map(Some)
 }
 
 /// `op` (an add-at op: `index_add` or `scatter_add`) of `g` into zeros
@@ -161,7 +163,9 @@ impl StructuredOp for IndexAdd {
     fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         match i {
             0 => Ok(g.clone()),
-            _ => g.graph().record(IndexSelect { dim: self.dim }, &[g, n.x(1)]),
+            _ => g
+                .graph()
+                .record(IndexSelect { dim: self.dim }, &[g, n.x(1)]),
         }
     }
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
@@ -247,6 +251,22 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
+    /// Records the indexing op `op` on this value, `index` (a constant of
+    /// the graph: indices carry no gradient) and, for an op that adds at
+    /// the index, `src`.
+    fn record_at<O: StructuredOp>(
+        &self,
+        op: O,
+        index: &Tensor,
+        src: Option<&Var<'g>>,
+    ) -> Result<Var<'g>> {
+        let index = Var::constant_in(self.graph(), index.clone());
+        match src {
+            Some(src) => self.graph().record(op, &[self, &index, src]),
+            None => self.graph().record(op, &[self, &index]),
+        }
+    }
+
     fallible! {
         /// The slices at positions `index` (a 0-d or 1-d tensor of integer
         /// values) along `dim`: the result has `self`'s shape with `dim` of size
@@ -265,8 +285,7 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_index_select / index_select(&self, dim: isize, index: &Tensor) -> Var<'g> {
-            let index = Var::constant_in(self.graph(), index.clone());
-            self.graph().record(IndexSelect { dim }, &[self, &index])
+            self.record_at(IndexSelect { dim }, index, None)
         }
     }
 
@@ -285,9 +304,7 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_index_add / index_add(&self, dim: isize, index: &Tensor, source: &Var<'g>) -> Var<'g> {
-            let index = Var::constant_in(self.graph(), index.clone());
-            self.graph()
-                .record(IndexAdd { dim }, &[self, &index, source])
+            self.record_at(IndexAdd { dim }, index, Some(source))
         }
     }
 
@@ -306,8 +323,7 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_gather / gather(&self, dim: isize, index: &Tensor) -> Var<'g> {
-            let index = Var::constant_in(self.graph(), index.clone());
-            self.graph().record(Gather { dim }, &[self, &index])
+            self.record_at(Gather { dim }, index, None)
         }
     }
 
@@ -325,12 +341,9 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_scatter_add / scatter_add(&self, dim: isize, index: &Tensor, src: &Var<'g>) -> Var<'g> {
-            let index = Var::constant_in(self.graph(), index.clone());
-            self.graph()
-                .record(ScatterAdd { dim }, &[self, &index, src])
+            self.record_at(ScatterAdd { dim }, index, Some(src))
         }
     }
-
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `log1p`, `ln(1 + x)` accurate near 0: one rule (see [`rule`](super::rule)).
 
-use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -31,21 +31,19 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `ln(1 + self)`, accurate for small values (NaN below -1, -inf at -1).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![1e-10, 1.0], &[2])?);
-    /// let y = x.log1p();
-    /// assert_eq!(y.value().to_f64_vec()[0], 9.999999999500001e-11); // ln(1 + x) would give 1.000000082690371e-10
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 0.5);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn log1p(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Log1p), &[self])
+    unary_method! {
+        /// `ln(1 + self)`, accurate for small values (NaN below -1, -inf at -1).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![1e-10, 1.0], &[2])?);
+        /// let y = x.log1p();
+        /// assert_eq!(y.value().to_f64_vec()[0], 9.999999999500001e-11); // ln(1 + x) would give 1.000000082690371e-10
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 0.5);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        log1p => Log1p
     }
 }
 
@@ -59,7 +57,11 @@ mod tests {
         let g = Graph::new();
         let x = g.variable(t(&[-0.5, 0.3, 1.7]));
         // math.log1p(x)
-        let value = [-std::f64::consts::LN_2, 0.26236426446749106, 0.9932517730102834];
+        let value = [
+            -std::f64::consts::LN_2,
+            0.26236426446749106,
+            0.9932517730102834,
+        ];
         assert!(close(&x.log1p().value().to_f64_vec(), &value, 1e-15));
     }
 

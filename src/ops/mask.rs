@@ -14,17 +14,15 @@
 //! scattered back to the picked positions, and an f32<->f64 cast casts the
 //! gradient back.
 
-use smallvec::smallvec;
-
 use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
-use crate::ops::OpAttributes;
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::{self as kernel, Comparison};
+use crate::ops::OpAttributes;
 use crate::tensor::{DType, Tensor};
 
 /// A cast to another dtype ([`Tensor::to_dtype`]'s conversions). Between
@@ -37,36 +35,21 @@ pub struct Cast {
     pub to: DType,
 }
 
-impl Differentiable for Cast {
+impl StructuredOp for Cast {
+    const NAME: &'static str = "to_dtype";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().dtype("to", self.to)
     }
-    fn name(&self) -> &str {
-        "to_dtype"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("to_dtype", inputs, 1)?;
         Ok(inputs[0].to_dtype(self.to))
     }
     fn non_float_output(&self) -> bool {
         !self.to.is_float()
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        Ok(smallvec![(x.requires_grad() && x.dtype().is_float())
-            .then(|| g.try_to_dtype(x.dtype()))
-            .transpose()?])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.try_to_dtype(n.x(0).dtype())
     }
     fn backward_fast(
         &self,
@@ -81,12 +64,8 @@ impl Differentiable for Cast {
         }
         Ok(true)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
+    // A cast to a dtype that is not a float carries no tangent.
+    fn tangents<'g>(&self, t: &[Option<Var<'g>>], _: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         match &t[0] {
             Some(t) if self.to.is_float() => Ok(Some(t.try_to_dtype(self.to)?)),
             _ => Ok(None),
@@ -108,7 +87,9 @@ impl Differentiable for Cast {
 /// `scale · sin(0.37 i + 1.3 seed + 0.1)`: smooth, distinct sample values.
 fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
     let n: usize = shape.iter().product();
-    let v = (0..n).map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin()).collect();
+    let v = (0..n)
+        .map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin())
+        .collect();
     Tensor::from_vec(v, shape).expect("a valid shape")
 }
 
@@ -118,29 +99,20 @@ fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
 #[derive(Clone, Copy, Debug)]
 pub struct Compare(pub Comparison);
 
-impl Differentiable for Compare {
-    fn name(&self) -> &str {
+impl StructuredOp for Compare {
+    const NAME: &'static str = "eq";
+    const INPUTS: &'static [&'static str] = &["input", "other"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    // Piecewise constant: no gradient, no tangent (and never a node to run).
+    const NO_GRAD: &'static [usize] = &[0, 1];
+    fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs(self.0.name(), inputs, 2)?;
         kernel::compare(self.0, inputs[0], inputs[1])
     }
     fn non_float_output(&self) -> bool {
         true
-    }
-    fn backward<'g>(&self, _g: &Var<'g>, _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
-        // Piecewise constant: no gradient (and never a node to run).
-        Ok(smallvec![None, None])
-    }
-    fn jvp<'g>(&self, _t: &[Option<Var<'g>>], _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        Ok(None)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -150,7 +122,10 @@ impl Differentiable for Compare {
             // (where `eq`/`le`/`ge` differ from `ne`/`lt`/`gt`) occur.
             sample_inputs: Some(|seed| {
                 let grid = |t: Tensor| t.map_f64(|v| (v * 4.0).round() / 4.0);
-                vec![grid(sample(&[2, 3], seed, 1.0)), grid(sample(&[3], seed + 2, 1.0))]
+                vec![
+                    grid(sample(&[2, 3], seed, 1.0)),
+                    grid(sample(&[3], seed + 2, 1.0)),
+                ]
             }),
             ..OpFacts::opaque(Some(2))
         }
@@ -170,7 +145,11 @@ impl MaskedFill {
     fn run(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
         const OP: &str = "masked_fill";
         if mask.dtype() != DType::Bool {
-            return Err(Error::WrongDType { op: OP, expected: DType::Bool, found: mask.dtype() });
+            return Err(Error::WrongDType {
+                op: OP,
+                expected: DType::Bool,
+                found: mask.dtype(),
+            });
         }
         if !crate::tensor::shape::broadcastable_to(mask.shape(), x.shape()) {
             return Err(Error::shape_mismatch(OP, mask.shape(), x.shape()));
@@ -179,36 +158,35 @@ impl MaskedFill {
     }
 }
 
-impl Differentiable for MaskedFill {
+impl StructuredOp for MaskedFill {
+    const NAME: &'static str = "masked_fill";
+    const INPUTS: &'static [&'static str] = &["input", "mask"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().float("value", self.value)
     }
-    fn name(&self) -> &str {
-        "masked_fill"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("masked_fill", inputs, 2)?;
         self.run(inputs[0], inputs[1])
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
-        let (x, mask) = (&inputs[0], &inputs[1]);
-        let gx = x.requires_grad().then(|| g.graph().record(MaskedFill { value: 0.0 }, &[g, mask]));
-        Ok(smallvec![gx.transpose()?, None])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.graph().record(MaskedFill { value: 0.0 }, &[g, n.x(1)])
     }
-    fn backward_fast(&self, g: &Tensor, inputs: &[&Tensor], _out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
         if needs[0] {
             grads[0] = Some(MaskedFill { value: 0.0 }.run(g, inputs[1])?);
         }
         Ok(true)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(|t| t.graph().record(MaskedFill { value: 0.0 }, &[t, &inputs[1]])).transpose()
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        t.graph().record(MaskedFill { value: 0.0 }, &[t, n.x(1)])
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -217,7 +195,10 @@ impl Differentiable for MaskedFill {
             example: Some(std::sync::Arc::new(MaskedFill { value: -1.5 })),
             sample_inputs: Some(|seed| {
                 let keep: Vec<bool> = (0..4).map(|i| (i + seed) % 3 == 0).collect();
-                vec![sample(&[2, 3, 4], seed, 1.0), Tensor::from_vec(keep, &[1, 4]).expect("a shape")]
+                vec![
+                    sample(&[2, 3, 4], seed, 1.0),
+                    Tensor::from_vec(keep, &[1, 4]).expect("a shape"),
+                ]
             }),
             ..OpFacts::opaque(Some(2))
         }
@@ -235,45 +216,50 @@ pub struct Triangle {
     pub upper: bool,
 }
 
-impl Differentiable for Triangle {
+impl StructuredOp for Triangle {
+    const NAME: &'static str = "tril";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("diagonal", self.diagonal).bool("upper", self.upper)
+        OpAttributes::new()
+            .int("diagonal", self.diagonal)
+            .bool("upper", self.upper)
     }
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         if self.upper {
             "triu"
         } else {
             "tril"
         }
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let op = if self.upper { "triu" } else { "tril" };
-        expect_inputs(op, inputs, 1)?;
-        kernel::triangle(op, inputs[0], self.diagonal, self.upper)
+        kernel::triangle(self.name(), inputs[0], self.diagonal, self.upper)
     }
-    fn backward<'g>(&self, g: &Var<'g>, _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.graph().record(*self, &[g])?)])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.graph().record(*self, &[g])
     }
-    fn backward_fast(&self, g: &Tensor, _inputs: &[&Tensor], _out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+    fn backward_fast(
+        &self,
+        g: &Tensor,
+        _inputs: &[&Tensor],
+        _out: &Tensor,
+        needs: &[bool],
+        grads: &mut [Option<Tensor>],
+    ) -> Result<bool> {
         if needs[0] {
             grads[0] = Some(self.forward(&[g])?);
         }
         Ok(true)
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], _inputs: &[Var<'g>], _out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(|t| t.graph().record(*self, &[t])).transpose()
-    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
             second_derivative: true,
-            example: Some(std::sync::Arc::new(Triangle { diagonal: if self.upper { 1 } else { -1 }, upper: self.upper })),
+            example: Some(std::sync::Arc::new(Triangle {
+                diagonal: if self.upper { 1 } else { -1 },
+                upper: self.upper,
+            })),
             sample_inputs: Some(|seed| vec![sample(&[2, 3, 4], seed, 1.0)]),
             ..OpFacts::opaque(Some(1))
         }
@@ -299,39 +285,43 @@ impl Topk {
     }
 }
 
-impl Differentiable for Topk {
+impl StructuredOp for Topk {
+    const NAME: &'static str = "topk";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("k", self.k).bool("largest", self.largest)
-    }
-    fn name(&self) -> &str {
-        "topk"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .int("k", self.k)
+            .bool("largest", self.largest)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("topk", inputs, 1)?;
         let x = inputs[0];
         let idx = kernel::topk_indices("topk", x, self.k, self.largest)?;
         crate::kernels::index::gather("topk", x, x.rank() - 1, &idx)
     }
-    fn backward<'g>(&self, g: &Var<'g>, inputs: &[Var<'g>], out: &Var<'g>) -> Result<GradInputs<'g>> {
-        let x = &inputs[0];
-        let gathered = Gather { dim: -1 }.backward(g, &[x.clone(), self.positions(x)?], out)?;
-        Ok(smallvec![gathered.into_iter().next().flatten()])
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let inputs = [n.x(0).clone(), self.positions(n.x(0))?];
+        Gather { dim: -1 }.grad(
+            0,
+            g,
+            Node {
+                inputs: &inputs,
+                output: n.output,
+            },
+        )
     }
-    fn jvp<'g>(&self, t: &[Option<Var<'g>>], inputs: &[Var<'g>], out: &Var<'g>) -> Result<Option<Var<'g>>> {
-        let x = &inputs[0];
-        Gather { dim: -1 }.jvp(&[t[0].clone(), None], &[x.clone(), self.positions(x)?], out)
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        t.graph()
+            .record(Gather { dim: -1 }, &[t, &self.positions(n.x(0))?])
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
             second_derivative: true,
-            example: Some(std::sync::Arc::new(Topk { k: 2, largest: false })),
+            example: Some(std::sync::Arc::new(Topk {
+                k: 2,
+                largest: false,
+            })),
             sample_inputs: Some(|seed| vec![sample(&[2, 3, 5], seed, 1.0)]),
             ..OpFacts::opaque(Some(1))
         }
@@ -342,14 +332,30 @@ impl Differentiable for Topk {
 /// `triu` (main diagonal), `to_dtype` (to f32, PyTorch's default float)
 /// and `topk` (k = 1, largest): applied by name, each with those settings.
 pub(crate) fn register(reg: &mut OpRegistry) {
-    for cmp in [Comparison::Eq, Comparison::Ne, Comparison::Lt, Comparison::Le, Comparison::Gt, Comparison::Ge] {
+    for cmp in [
+        Comparison::Eq,
+        Comparison::Ne,
+        Comparison::Lt,
+        Comparison::Le,
+        Comparison::Gt,
+        Comparison::Ge,
+    ] {
         reg.add_builtin(Compare(cmp));
     }
     reg.add_builtin(MaskedFill::default());
-    reg.add_builtin(Triangle { diagonal: 0, upper: false });
-    reg.add_builtin(Triangle { diagonal: 0, upper: true });
+    reg.add_builtin(Triangle {
+        diagonal: 0,
+        upper: false,
+    });
+    reg.add_builtin(Triangle {
+        diagonal: 0,
+        upper: true,
+    });
     reg.add_builtin(Cast { to: DType::F32 });
-    reg.add_builtin(Topk { k: 1, largest: true });
+    reg.add_builtin(Topk {
+        k: 1,
+        largest: true,
+    });
 }
 
 /// `value` as a 0-d tensor of `dtype`, for comparing with a tensor of it; a
@@ -562,22 +568,44 @@ mod tests {
             x.ne(&y).value().to_vec::<bool>().unwrap(),
             vec![true, false, true, false, true, true]
         );
-        assert_eq!(x.ge_scalar(2.0).value().to_vec::<bool>().unwrap(), vec![false, true, false]);
-        assert_eq!(x.le_scalar(1.0).value().to_vec::<bool>().unwrap(), vec![true, false, false]);
-        assert_eq!(x.gt_scalar(1.0).value().to_vec::<bool>().unwrap(), vec![false, true, false]);
-        assert_eq!(x.eq_scalar(2.0).value().to_vec::<bool>().unwrap(), vec![false, true, false]);
+        assert_eq!(
+            x.ge_scalar(2.0).value().to_vec::<bool>().unwrap(),
+            vec![false, true, false]
+        );
+        assert_eq!(
+            x.le_scalar(1.0).value().to_vec::<bool>().unwrap(),
+            vec![true, false, false]
+        );
+        assert_eq!(
+            x.gt_scalar(1.0).value().to_vec::<bool>().unwrap(),
+            vec![false, true, false]
+        );
+        assert_eq!(
+            x.eq_scalar(2.0).value().to_vec::<bool>().unwrap(),
+            vec![false, true, false]
+        );
         assert!(!lt.requires_grad());
         assert_eq!(g.len(), before, "comparisons record no node");
         // i64 and bool compare too; a scalar must be a value of the dtype.
         let ids = g.constant(Tensor::from_vec(vec![3i64, 5], &[2]).unwrap());
-        assert_eq!(ids.eq_scalar(5.0).value().to_vec::<bool>().unwrap(), vec![false, true]);
+        assert_eq!(
+            ids.eq_scalar(5.0).value().to_vec::<bool>().unwrap(),
+            vec![false, true]
+        );
         assert!(ids.try_eq_scalar(2.5).is_err());
         assert!(matches!(
             x.try_eq(&ids),
-            Err(Error::DTypeMismatch { op: "eq", lhs: DType::F64, rhs: DType::I64 })
+            Err(Error::DTypeMismatch {
+                op: "eq",
+                lhs: DType::F64,
+                rhs: DType::I64
+            })
         ));
         let s = g.constant(Tensor::scalar(7i64));
-        assert_eq!(s.lt_scalar(8.0).value().to_vec::<bool>().unwrap(), vec![true]);
+        assert_eq!(
+            s.lt_scalar(8.0).value().to_vec::<bool>().unwrap(),
+            vec![true]
+        );
         assert!(s.lt_scalar(8.0).value().is_scalar());
     }
 
@@ -585,15 +613,26 @@ mod tests {
     fn masked_fill_where_and_triangles_have_gradients() {
         let x = Tensor::from_vec(vec![0.3, -1.2, 0.8, 2.0, -0.5, 1.1], &[2, 3]).unwrap();
         let mask = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
-        gradcheck(|v| Ok(v[0].try_masked_fill(&mask, 5.0)?.tanh()), &[x.clone()]).unwrap();
+        gradcheck(
+            |v| Ok(v[0].try_masked_fill(&mask, 5.0)?.tanh()),
+            &[x.clone()],
+        )
+        .unwrap();
         gradcheck(|v| Ok(v[0].try_tril(0)?.tanh()), &[x.clone()]).unwrap();
         gradcheck(|v| Ok(v[0].try_triu(-1)?.exp()), &[x.clone()]).unwrap();
-        gradcheck(|v| v[0].try_where(&mask, &v[1]), &[x.clone(), Tensor::scalar(0.5)]).unwrap();
+        gradcheck(
+            |v| v[0].try_where(&mask, &v[1]),
+            &[x.clone(), Tensor::scalar(0.5)],
+        )
+        .unwrap();
         let g = Graph::new();
         let xv = g.variable(x);
         // A mask that does not broadcast to x's shape is an error.
         let wide = Tensor::from_vec(vec![true; 4], &[4]).unwrap();
-        assert!(matches!(xv.try_masked_fill(&wide, 0.0), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(
+            xv.try_masked_fill(&wide, 0.0),
+            Err(Error::ShapeMismatch { .. })
+        ));
         // masked_fill of an i64 tensor is a constant.
         let ids = g.constant(Tensor::from_vec(vec![1i64, 2, 3], &[3]).unwrap());
         let filled = ids.masked_fill(&mask, -1.0);
@@ -606,7 +645,14 @@ mod tests {
     fn casts_between_every_dtype() {
         let g = Graph::new();
         let x = g.variable(Tensor::from_vec(vec![-1.5, 0.0, 2.7], &[3]).unwrap());
-        for dtype in [DType::F32, DType::F64, DType::I64, DType::Bool, DType::F16, DType::BF16] {
+        for dtype in [
+            DType::F32,
+            DType::F64,
+            DType::I64,
+            DType::Bool,
+            DType::F16,
+            DType::BF16,
+        ] {
             let y = x.to_dtype(dtype);
             assert_eq!(y.dtype(), dtype);
             assert_eq!(y.requires_grad(), dtype.is_float());
@@ -626,12 +672,32 @@ mod tests {
             }
         }
         // Through f32 and back: the gradient is cast back at each step.
-        let grad = (x.to_dtype(DType::F32) * 3.0).to_dtype(DType::F64).sum().backward().unwrap().wrt(&x);
-        assert_eq!((grad.dtype(), grad.to_f64_vec()), (DType::F64, vec![3.0; 3]));
+        let grad = (x.to_dtype(DType::F32) * 3.0)
+            .to_dtype(DType::F64)
+            .sum()
+            .backward()
+            .unwrap()
+            .wrt(&x);
+        assert_eq!(
+            (grad.dtype(), grad.to_f64_vec()),
+            (DType::F64, vec![3.0; 3])
+        );
         let grad = x.to_dtype(DType::I64).to_dtype(DType::F64).sum().backward();
         assert!(grad.is_err(), "a constant root has no gradient");
-        assert_eq!(Tensor::scalar(i64::MAX).to_dtype(DType::I64).to_vec::<i64>().unwrap(), vec![i64::MAX]);
-        assert_eq!(Tensor::scalar(f64::NAN).to_dtype(DType::I64).to_vec::<i64>().unwrap(), vec![0]);
+        assert_eq!(
+            Tensor::scalar(i64::MAX)
+                .to_dtype(DType::I64)
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![i64::MAX]
+        );
+        assert_eq!(
+            Tensor::scalar(f64::NAN)
+                .to_dtype(DType::I64)
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![0]
+        );
     }
 
     #[test]
@@ -646,10 +712,22 @@ mod tests {
         assert!(xv.try_topk(5, true).is_err());
         // NaN counts as the largest; ties keep the lower position first.
         let nan = g.constant(Tensor::from_vec(vec![1.0, f64::NAN, 3.0, 3.0], &[4]).unwrap());
-        assert_eq!(nan.topk(3, true).1.value().to_vec::<i64>().unwrap(), vec![1, 2, 3]);
-        assert_eq!(nan.topk(2, false).1.value().to_vec::<i64>().unwrap(), vec![0, 2]);
+        assert_eq!(
+            nan.topk(3, true).1.value().to_vec::<i64>().unwrap(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            nan.topk(2, false).1.value().to_vec::<i64>().unwrap(),
+            vec![0, 2]
+        );
         let ids = g.constant(Tensor::from_vec(vec![4i64, 9, 1], &[3]).unwrap());
         let (v, i) = ids.topk(1, true);
-        assert_eq!((v.value().to_vec::<i64>().unwrap(), i.value().to_vec::<i64>().unwrap()), (vec![9], vec![1]));
+        assert_eq!(
+            (
+                v.value().to_vec::<i64>().unwrap(),
+                i.value().to_vec::<i64>().unwrap()
+            ),
+            (vec![9], vec![1])
+        );
     }
 }

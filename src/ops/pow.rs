@@ -15,8 +15,8 @@
 
 use crate::fallible::fallible;
 
+use super::rule::{unary_method, Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use super::{unbroadcast, unbroadcast_tensor, Differentiable, Node, OpRegistry, StructuredOp};
-use super::rule::{Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
@@ -275,21 +275,19 @@ impl<'g> Var<'g> {
         )
     }
 
-    /// Square root elementwise.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![4.0, 9.0], &[2])?);
-    /// let y = x.sqrt();
-    /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 3.0]);
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.25, 1.0 / 6.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn sqrt(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Sqrt), &[self])
+    unary_method! {
+        /// Square root elementwise.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![4.0, 9.0], &[2])?);
+        /// let y = x.sqrt();
+        /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 3.0]);
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.25, 1.0 / 6.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        sqrt => Sqrt
     }
 }
 
@@ -465,15 +463,9 @@ mod tests {
         assert_eq!(dy[3], 2f64.ln());
         // A scalar exponent of 0 gives a zero gradient even at 0.
         let x0 = g.variable(Tensor::scalar(0.0));
-        assert_eq!(
-            x0.powf(0.0).backward().unwrap().wrt(&x0).item(),
-            0.0
-        );
+        assert_eq!(x0.powf(0.0).backward().unwrap().wrt(&x0).item(), 0.0);
         // sqrt: infinite slope at 0, NaN below.
-        assert_eq!(
-            x0.sqrt().backward().unwrap().wrt(&x0).item(),
-            f64::INFINITY
-        );
+        assert_eq!(x0.sqrt().backward().unwrap().wrt(&x0).item(), f64::INFINITY);
     }
 
     #[test]

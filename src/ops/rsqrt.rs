@@ -1,6 +1,6 @@
 //! `rsqrt`, `1 / sqrt(x)`: one rule (see [`rule`](super::rule)).
 
-use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -31,22 +31,20 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `1 / sqrt(self)` elementwise (NaN below 0, +inf at 0).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![0.25, 4.0], &[2])?);
-    /// let y = x.rsqrt();
-    /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 0.5]);
-    /// // -x^(-3/2) / 2
-    /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-4.0, -0.0625]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn rsqrt(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Rsqrt), &[self])
+    unary_method! {
+        /// `1 / sqrt(self)` elementwise (NaN below 0, +inf at 0).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![0.25, 4.0], &[2])?);
+        /// let y = x.rsqrt();
+        /// assert_eq!(y.value().to_f64_vec(), vec![2.0, 0.5]);
+        /// // -x^(-3/2) / 2
+        /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-4.0, -0.0625]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        rsqrt => Rsqrt
     }
 }
 

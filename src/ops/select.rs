@@ -2,11 +2,10 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::smallvec;
+use crate::ops::OpAttributes;
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -33,97 +32,60 @@ pub struct SelectBackward {
     pub index: usize,
 }
 
-impl Differentiable for Select {
+impl StructuredOp for Select {
+    const NAME: &'static str = "select";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim).int("index", self.index)
-    }
-    fn name(&self) -> &str {
-        "select"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .int("dim", self.dim)
+            .int("index", self.index)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("select", inputs, 1)?;
         let x = inputs[0];
-        check("select", x.shape(), self.dim, self.index)?;
+        check(Self::NAME, x.shape(), self.dim, self.index)?;
         Ok(x.select_dim(self.dim, self.index))
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let op = SelectBackward {
-            shape: Dims::from_slice(inputs[0].shape()),
+            shape: Dims::from_slice(n.x(0).shape()),
             dim: self.dim,
             index: self.index,
         };
-        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(self.clone(), &[t]))
-            .transpose()
+        g.graph().record(op, &[g])
     }
 }
 
-impl Differentiable for SelectBackward {
+impl StructuredOp for SelectBackward {
+    const NAME: &'static str = "select_backward";
+    const INPUTS: &'static [&'static str] = &["grad_output"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape).int("dim", self.dim).int("index", self.index)
-    }
-    fn name(&self) -> &str {
-        "select_backward"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .ints("shape", &self.shape)
+            .int("dim", self.dim)
+            .int("index", self.index)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("select_backward", inputs, 1)?;
         let g = inputs[0];
-        check("select_backward", &self.shape, self.dim, self.index)?;
+        check(Self::NAME, &self.shape, self.dim, self.index)?;
         let mut expect = self.shape.clone();
         expect.remove(self.dim);
         if g.shape() != expect.as_slice() {
-            return Err(Error::shape_mismatch("select_backward", g.shape(), &expect));
+            return Err(Error::shape_mismatch(Self::NAME, g.shape(), &expect));
         }
         let mut kept = self.shape.clone();
         kept[self.dim] = 1;
         layout::slice_backward(&g.reshape(&kept)?, &self.shape, self.dim, self.index, 1)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         let op = Select {
             dim: self.dim,
             index: self.index,
         };
-        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(self.clone(), &[t]))
-            .transpose()
+        g.graph().record(op, &[g])
     }
 }
 
@@ -169,7 +131,6 @@ impl<'g> Var<'g> {
             self.graph().record(Select { dim, index }, &[self])
         }
     }
-
 }
 
 #[cfg(test)]

@@ -3,11 +3,11 @@
 //! each one's gradient is the output gradient reshaped back, and its tangent
 //! the input tangent reshaped forward.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
+use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{checked_numel, normalize_axis, Dims};
@@ -54,29 +54,18 @@ pub fn infer_shape(op: &'static str, spec: &[isize], numel: usize) -> Result<Dim
     Ok(shape)
 }
 
-/// The gradient and tangent rules every view shares.
+/// What every view shares, inside its `impl StructuredOp`: one input, its
+/// settings the only thing held, the gradient reshaped back to the input's
+/// shape and the tangent reshaped forward to the output's.
 macro_rules! view_rules {
     () => {
-        fn arity(&self) -> Option<usize> {
-            Some(1)
+        const INPUTS: &'static [&'static str] = &["input"];
+        const HOLDS: crate::Holds = crate::Holds::Settings;
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            g.reshape_dims(n.x(0).shape())
         }
-        fn backward<'g>(
-            &self,
-            g: &Var<'g>,
-            inputs: &[Var<'g>],
-            _out: &Var<'g>,
-        ) -> Result<GradInputs<'g>> {
-            Ok(smallvec![Some(g.reshape_dims(inputs[0].shape())?)])
-        }
-        fn jvp<'g>(
-            &self,
-            t: &[Option<Var<'g>>],
-            _inputs: &[Var<'g>],
-            out: &Var<'g>,
-        ) -> Result<Option<Var<'g>>> {
-            t[0].as_ref()
-                .map(|t| t.reshape_dims(out.shape()))
-                .transpose()
+        fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            t.reshape_dims(n.output.shape())
         }
     };
 }
@@ -88,22 +77,16 @@ pub struct Reshape {
     pub shape: smallvec::SmallVec<[isize; 4]>,
 }
 
-impl Differentiable for Reshape {
+impl StructuredOp for Reshape {
+    const NAME: &'static str = "reshape";
+    view_rules!();
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)
     }
-    fn name(&self) -> &str {
-        "reshape"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("reshape", inputs, 1)?;
         let x = inputs[0];
         x.reshape(&infer_shape("reshape", &self.shape, x.numel())?)
     }
-    view_rules!();
 }
 
 /// Merges dimensions `start..=end` into one (PyTorch's `flatten`; a 0-d
@@ -142,21 +125,17 @@ impl Flatten {
     }
 }
 
-impl Differentiable for Flatten {
+impl StructuredOp for Flatten {
+    const NAME: &'static str = "flatten";
+    view_rules!();
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("start", self.start).int("end", self.end)
-    }
-    fn name(&self) -> &str {
-        "flatten"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
+        OpAttributes::new()
+            .int("start", self.start)
+            .int("end", self.end)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("flatten", inputs, 1)?;
         inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
     }
-    view_rules!();
 }
 
 /// Removes size-1 dimensions: all of them, or only `dim` (left alone if its
@@ -188,21 +167,15 @@ impl Squeeze {
     }
 }
 
-impl Differentiable for Squeeze {
+impl StructuredOp for Squeeze {
+    const NAME: &'static str = "squeeze";
+    view_rules!();
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int_opt("dim", self.dim)
     }
-    fn name(&self) -> &str {
-        "squeeze"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("squeeze", inputs, 1)?;
         inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
     }
-    view_rules!();
 }
 
 /// Inserts a size-1 dimension at `dim` (in `-rank-1..=rank`).
@@ -221,21 +194,15 @@ impl Unsqueeze {
     }
 }
 
-impl Differentiable for Unsqueeze {
+impl StructuredOp for Unsqueeze {
+    const NAME: &'static str = "unsqueeze";
+    view_rules!();
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("dim", self.dim)
     }
-    fn name(&self) -> &str {
-        "unsqueeze"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("unsqueeze", inputs, 1)?;
         inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
     }
-    view_rules!();
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
@@ -357,7 +324,6 @@ impl<'g> Var<'g> {
             self.graph().record(Unsqueeze { dim }, &[self])
         }
     }
-
 }
 
 #[cfg(test)]

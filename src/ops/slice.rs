@@ -4,11 +4,11 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
-use smallvec::{smallvec, SmallVec};
+use crate::ops::OpAttributes;
+use smallvec::SmallVec;
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -74,31 +74,24 @@ impl Slice {
     }
 }
 
-impl Differentiable for Slice {
+impl StructuredOp for Slice {
+    const NAME: &'static str = "slice";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim).int("start", self.start).int("end", self.end).int("step", self.step)
-    }
-    fn name(&self) -> &str {
-        "slice"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .int("dim", self.dim)
+            .int("start", self.start)
+            .int("end", self.end)
+            .int("step", self.step)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("slice", inputs, 1)?;
         let r = self.resolve(inputs[0].shape())?;
         Ok(inputs[0].slice_dim(r.dim, r.start, r.len, r.step))
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let shape = inputs[0].shape();
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let shape = n.x(0).shape();
         let r = self.resolve(shape)?;
         let op = SliceBackward {
             shape: Dims::from_slice(shape),
@@ -106,7 +99,7 @@ impl Differentiable for Slice {
             start: r.start,
             step: r.step,
         };
-        Ok(smallvec![Some(g.graph().record(op, &[g])?)])
+        g.graph().record(op, &[g])
     }
     // The first slice of a tensor to be reached scatters into zeros; the
     // next ones add into that buffer in place (`backward`'s sum, without a
@@ -133,16 +126,6 @@ impl Differentiable for Slice {
             }
         }
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(*self, &[t]))
-            .transpose()
-    }
 }
 
 /// The gradient of [`Slice`]: zeros of the sliced input's `shape` with the
@@ -159,40 +142,23 @@ pub struct SliceBackward {
     pub step: usize,
 }
 
-impl Differentiable for SliceBackward {
+impl StructuredOp for SliceBackward {
+    const NAME: &'static str = "slice_backward";
+    const INPUTS: &'static [&'static str] = &["grad_output"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape).int("dim", self.dim).int("start", self.start).int("step", self.step)
-    }
-    fn name(&self) -> &str {
-        "slice_backward"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .ints("shape", &self.shape)
+            .int("dim", self.dim)
+            .int("start", self.start)
+            .int("step", self.step)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("slice_backward", inputs, 1)?;
         layout::slice_backward(inputs[0], &self.shape, self.dim, self.start, self.step)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(self.take(g, inputs[0].shape())?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.graph().record(self.clone(), &[t]))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        self.take(g, n.x(0).shape())
     }
 }
 
@@ -243,42 +209,26 @@ impl ConstantPad {
     }
 }
 
-impl Differentiable for ConstantPad {
+impl StructuredOp for ConstantPad {
+    const NAME: &'static str = "constant_pad_nd";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("pads", &self.pads).float("value", self.value)
-    }
-    fn name(&self) -> &str {
-        "constant_pad_nd"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .ints("pads", &self.pads)
+            .float("value", self.value)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("constant_pad_nd", inputs, 1)?;
         let pairs = self.per_dim(inputs[0].rank())?;
-        layout::pad("constant_pad_nd", inputs[0], &pairs, self.value)
+        layout::pad(Self::NAME, inputs[0], &pairs, self.value)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         let crop: SmallVec<[isize; 8]> = self.pads.iter().map(|&p| -p).collect();
-        Ok(smallvec![Some(g.try_pad(&crop, 0.0)?)])
+        g.try_pad(&crop, 0.0)
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.try_pad(&self.pads, 0.0))
-            .transpose()
+    // Linear but for the constant: the tangent pads with zeros.
+    fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        t.try_pad(&self.pads, 0.0)
     }
 }
 
@@ -389,7 +339,6 @@ impl<'g> Var<'g> {
             self.graph().record(op, &[self])
         }
     }
-
 }
 
 #[cfg(test)]
@@ -503,7 +452,9 @@ mod tests {
         let qkv = vals(&[2, 3, 12]).to_dtype(DType::F32);
         fast_path_agrees(
             |v| {
-                let all = v[0].try_reshape(&[2, 3, 3, 2, 2])?.try_permute(&[2, 0, 3, 1, 4])?;
+                let all = v[0]
+                    .try_reshape(&[2, 3, 3, 2, 2])?
+                    .try_permute(&[2, 0, 3, 1, 4])?;
                 let pick = |i: isize| all.try_narrow(0, i, 1)?.try_squeeze_dim(0);
                 let (q, k, w) = (pick(0)?, pick(1)?, pick(2)?);
                 Ok(q.tanh() * k.exp() + w.sin())
@@ -527,32 +478,17 @@ mod tests {
     fn gradient_ops_are_differentiable() {
         // slice_backward and a cropping pad, each differentiated again.
         let g = vals(&[3, 2]);
-        gradcheck(
-            |v| {
-                let op = super::SliceBackward {
-                    shape: smallvec::smallvec![3, 5],
-                    dim: 1,
-                    start: 1,
-                    step: 3,
-                };
-                Ok(v[0].graph().record(op, &[&v[0]])?.tanh())
-            },
-            std::slice::from_ref(&g),
-        )
-        .unwrap();
-        jvpcheck(
-            |v| {
-                let op = super::SliceBackward {
-                    shape: smallvec::smallvec![3, 5],
-                    dim: 1,
-                    start: 1,
-                    step: 3,
-                };
-                v[0].graph().record(op, &[&v[0]])
-            },
-            std::slice::from_ref(&g),
-        )
-        .unwrap();
+        fn scatter<'g>(v: &[crate::Var<'g>]) -> crate::Result<crate::Var<'g>> {
+            let op = super::SliceBackward {
+                shape: smallvec::smallvec![3, 5],
+                dim: 1,
+                start: 1,
+                step: 3,
+            };
+            v[0].graph().record(op, &[&v[0]])
+        }
+        gradcheck(|v| Ok(scatter(v)?.tanh()), std::slice::from_ref(&g)).unwrap();
+        jvpcheck(scatter, std::slice::from_ref(&g)).unwrap();
         gradcheck(|v| Ok(v[0].try_pad(&[-1, 0], 0.0)?.exp()), &[g]).unwrap();
     }
 

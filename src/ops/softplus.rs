@@ -1,10 +1,10 @@
 //! `softplus`, a smooth ReLU, `ln(1 + e^(βx)) / β`: one rule (see
 //! [`rule`](super::rule)).
 
-use crate::fallible::fallible;
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
+use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -30,7 +30,9 @@ impl Default for Softplus {
 
 impl UnaryRule for Softplus {
     fn attributes(self) -> OpAttributes {
-        OpAttributes::new().float("beta", self.beta).float("threshold", self.threshold)
+        OpAttributes::new()
+            .float("beta", self.beta)
+            .float("threshold", self.threshold)
     }
     const NAME: &'static str = "softplus";
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
@@ -72,26 +74,23 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// Softplus with PyTorch's defaults (β = 1, threshold = 20):
-    /// `ln(1 + e^x)`, whose derivative is the sigmoid.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.3, 30.0], &[3])?);
-    /// let y = x.softplus();
-    /// let v = y.value().to_f64_vec();
-    /// assert!((v[0] - 0.1269280110429725).abs() < 1e-15);
-    /// assert_eq!(v[2], 30.0); // linear above the threshold
-    /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
-    /// assert!((d[1] - 0.574442516811659).abs() < 1e-15);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn softplus(&self) -> Var<'g> {
-        self.graph()
-            .record_or_panic(Unary(Softplus::default()), &[self])
+    unary_method! {
+        /// Softplus with PyTorch's defaults (β = 1, threshold = 20):
+        /// `ln(1 + e^x)`, whose derivative is the sigmoid.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-2.0, 0.3, 30.0], &[3])?);
+        /// let y = x.softplus();
+        /// let v = y.value().to_f64_vec();
+        /// assert!((v[0] - 0.1269280110429725).abs() < 1e-15);
+        /// assert_eq!(v[2], 30.0); // linear above the threshold
+        /// let d = y.sum().backward()?.wrt(&x).to_f64_vec();
+        /// assert!((d[1] - 0.574442516811659).abs() < 1e-15);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        softplus => Softplus::default()
     }
 
     fallible! {
@@ -112,7 +111,6 @@ impl<'g> Var<'g> {
                 .record(Unary(Softplus { beta, threshold }), &[self])
         }
     }
-
 }
 
 #[cfg(test)]
@@ -126,8 +124,18 @@ mod tests {
         let x = g.variable(t(&[-2.0, -0.5, 0.3, 1.7]));
         let y = x.softplus();
         // math.log1p(math.exp(x)) and 1 / (1 + math.exp(-x))
-        let value = [0.1269280110429725, 0.4740769841801067, 0.8543552444685272, 1.867786029386266];
-        let slope = [0.11920292202211755, 0.3775406687981454, 0.574442516811659, 0.8455347349164652];
+        let value = [
+            0.1269280110429725,
+            0.4740769841801067,
+            0.8543552444685272,
+            1.867786029386266,
+        ];
+        let slope = [
+            0.11920292202211755,
+            0.3775406687981454,
+            0.574442516811659,
+            0.8455347349164652,
+        ];
         assert!(close(&y.value().to_f64_vec(), &value, 1e-15));
         let d = y.sum().backward().unwrap().wrt(&x).to_f64_vec();
         assert!(close(&d, &slope, 1e-15));

@@ -1,6 +1,6 @@
 //! [`StructuredOp`]: the one shape of every op that is not elementwise (a
-//! loss, a normalisation, a convolution, a pooling, a reduction), written
-//! in one file the way tinygrad's `function.py` writes an op: the forward
+//! loss, a normalisation, a convolution, a pooling, a reduction, a view, a
+//! mask, a join), written in one file the way tinygrad's `function.py` writes an op: the forward
 //! and the backward side by side, a few lines each.
 //!
 //! An op says
@@ -173,6 +173,19 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         Ok(false)
     }
 
+    /// [`Differentiable::backward_accumulate`]: the one input's gradient
+    /// added into the buffer of the gradients already reached.
+    fn backward_accumulate(
+        &self,
+        g: &Tensor,
+        input: &Tensor,
+        output: &Tensor,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
+        let _ = (g, input, output, acc);
+        Ok(false)
+    }
+
     /// [`Differentiable::non_float_output`]: an index or mask result.
     fn non_float_output(&self) -> bool {
         false
@@ -287,6 +300,15 @@ impl<O: StructuredOp> Differentiable for O {
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
         StructuredOp::backward_fast(self, g, x, output, needs, grads)
+    }
+    fn backward_accumulate(
+        &self,
+        g: &Tensor,
+        input: &Tensor,
+        output: &Tensor,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
+        StructuredOp::backward_accumulate(self, g, input, output, acc)
     }
     fn jvp<'g>(
         &self,

@@ -3,11 +3,11 @@
 //! rows packs it then. Each op's gradient is the inverse permutation of the
 //! gradient.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
+use crate::ops::OpAttributes;
 use smallvec::{smallvec, SmallVec};
 
-use super::{expect_inputs, Differentiable, GradInputs, OpRegistry};
+use super::{Node, OpRegistry, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{normalize_axis, Dims};
@@ -43,41 +43,22 @@ impl Transpose {
     }
 }
 
-impl Differentiable for Transpose {
+impl StructuredOp for Transpose {
+    const NAME: &'static str = "transpose";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim0", self.dim0).int("dim1", self.dim1)
-    }
-    fn name(&self) -> &str {
-        "transpose"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
+        OpAttributes::new()
+            .int("dim0", self.dim0)
+            .int("dim1", self.dim1)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("transpose", inputs, 1)?;
         let perm = self.permutation(inputs[0].rank())?;
-        inputs[0].permute_dims("transpose", &perm)
+        inputs[0].permute_dims(Self::NAME, &perm)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.try_transpose(self.dim0, self.dim1)?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref()
-            .map(|t| t.try_transpose(self.dim0, self.dim1))
-            .transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.try_transpose(self.dim0, self.dim1)
     }
 }
 
@@ -101,44 +82,25 @@ impl Permute {
     }
 }
 
-impl Differentiable for Permute {
+impl StructuredOp for Permute {
+    const NAME: &'static str = "permute";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("dims", &self.dims)
     }
-    fn name(&self) -> &str {
-        "permute"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("permute", inputs, 1)?;
         let perm = self.permutation(inputs[0].rank())?;
-        inputs[0].permute_dims("permute", &perm)
+        inputs[0].permute_dims(Self::NAME, &perm)
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        let perm = self.permutation(inputs[0].shape().len())?;
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let perm = self.permutation(n.x(0).shape().len())?;
         let mut inverse: SmallVec<[isize; 4]> = smallvec![0; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
             inverse[p] = i as isize;
         }
-        Ok(smallvec![Some(g.try_permute(&inverse)?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(|t| t.try_permute(&self.dims)).transpose()
+        g.try_permute(&inverse)
     }
 }
 
@@ -147,18 +109,12 @@ impl Differentiable for Permute {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct T;
 
-impl Differentiable for T {
-    fn name(&self) -> &str {
-        "t"
-    }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
+impl StructuredOp for T {
+    const NAME: &'static str = "t";
+    const INPUTS: &'static [&'static str] = &["input"];
+    const HOLDS: crate::Holds = crate::Holds::Settings;
+    const LINEAR: &'static [usize] = &[0];
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        expect_inputs("t", inputs, 1)?;
         let x = inputs[0];
         match x.rank() {
             0 | 1 => Ok(x.clone()),
@@ -172,21 +128,8 @@ impl Differentiable for T {
             )),
         }
     }
-    fn backward<'g>(
-        &self,
-        g: &Var<'g>,
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        Ok(smallvec![Some(g.try_t()?)])
-    }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        _inputs: &[Var<'g>],
-        _out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        t[0].as_ref().map(Var::try_t).transpose()
+    fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
+        g.try_t()
     }
 }
 
@@ -264,7 +207,6 @@ impl<'g> Var<'g> {
             self.graph().record(T, &[self])
         }
     }
-
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Unary elementwise ops of the core: `exp`, `log`, `tanh`, `relu` and
 //! `sigmoid`, each one rule (see [`rule`](super::rule)).
 
-use super::rule::{Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -126,76 +126,66 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 }
 
 impl<'g> Var<'g> {
-    /// `e^self`.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::scalar(0.0));
-    /// assert_eq!(x.exp().value().try_item()?, 1.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn exp(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Exp), &[self])
+    unary_method! {
+        /// `e^self`.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::scalar(0.0));
+        /// assert_eq!(x.exp().value().try_item()?, 1.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        exp => Exp
     }
 
-    /// Natural logarithm (NaN for negative inputs, -inf at 0).
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(1.0)).log().value().try_item()?, 0.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn log(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Log), &[self])
+    unary_method! {
+        /// Natural logarithm (NaN for negative inputs, -inf at 0).
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// assert_eq!(g.variable(Tensor::scalar(1.0)).log().value().try_item()?, 0.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        log => Log
     }
 
-    /// Hyperbolic tangent.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(0.0)).tanh().value().try_item()?, 0.0);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn tanh(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Tanh), &[self])
+    unary_method! {
+        /// Hyperbolic tangent.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// assert_eq!(g.variable(Tensor::scalar(0.0)).tanh().value().try_item()?, 0.0);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        tanh => Tanh
     }
 
-    /// `max(self, 0)` elementwise.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// let x = g.variable(Tensor::from_vec(vec![-1.0, 2.0], &[2])?);
-    /// assert_eq!(x.relu().value().to_f64_vec(), vec![0.0, 2.0]);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn relu(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Relu), &[self])
+    unary_method! {
+        /// `max(self, 0)` elementwise.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// let x = g.variable(Tensor::from_vec(vec![-1.0, 2.0], &[2])?);
+        /// assert_eq!(x.relu().value().to_f64_vec(), vec![0.0, 2.0]);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        relu => Relu
     }
 
-    /// Logistic sigmoid.
-    ///
-    /// ```
-    /// use retrograd::{Graph, Tensor};
-    /// let g = Graph::new();
-    /// assert_eq!(g.variable(Tensor::scalar(0.0)).sigmoid().value().try_item()?, 0.5);
-    /// # Ok::<(), retrograd::Error>(())
-    /// ```
-    #[track_caller]
-    #[inline]
-    pub fn sigmoid(&self) -> Var<'g> {
-        self.graph().record_or_panic(Unary(Sigmoid), &[self])
+    unary_method! {
+        /// Logistic sigmoid.
+        ///
+        /// ```
+        /// use retrograd::{Graph, Tensor};
+        /// let g = Graph::new();
+        /// assert_eq!(g.variable(Tensor::scalar(0.0)).sigmoid().value().try_item()?, 0.5);
+        /// # Ok::<(), retrograd::Error>(())
+        /// ```
+        sigmoid => Sigmoid
     }
 }
 

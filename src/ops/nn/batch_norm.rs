@@ -16,15 +16,15 @@ use std::sync::{Arc, Mutex};
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::normalization::{check_eps, Affine, Role};
 use super::batch_norm_backward::{
     channel_sum, channel_view, project, BatchNormBackward, BatchNormWeightBackward,
 };
+use super::normalization::{check_eps, first_input, Affine, Role};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{grads_per_input, Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -76,6 +76,21 @@ pub(super) fn planes(op: &'static str, x: &Tensor) -> Result<Planes> {
 
 /// Checks a per-channel tensor (`what`: weight, bias, running_mean...)
 /// against `x`: its dtype, and shape `[C]`.
+/// [`check_channel_param`] for the weight and the bias that are given.
+pub(super) fn check_channel_affine(
+    op: &'static str,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+) -> Result<()> {
+    for (what, p) in [("weight", weight), ("bias", bias)] {
+        if let Some(p) = p {
+            check_channel_param(op, what, p, x)?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_channel_param(
     op: &'static str,
     what: &str,
@@ -144,7 +159,8 @@ impl BatchNorm {
 
     /// What input `i` of a node is.
     fn role(&self, i: usize, n: Node<'_, '_>) -> Result<Role> {
-        self.affine.role("batch_norm", self.fixed(), n.inputs.len(), i)
+        self.affine
+            .role("batch_norm", self.fixed(), n.inputs.len(), i)
     }
 
     /// `rstd` and `rstd w` (or `rstd`) per channel, from the running variance.
@@ -214,7 +230,9 @@ impl BatchNorm {
             (_, Role::Input) => t.try_mul(&channel_view(&scale, rank)?),
             (1, _) => Ok(-(channel_view(t, rank)?.try_mul(&channel_view(&scale, rank)?)?)),
             (_, Role::Stat) => {
-                let d = t.try_mul(&rstd.try_mul(&rstd)?.try_mul(&rstd)?)?.mul_scalar(-0.5);
+                let d = t
+                    .try_mul(&rstd.try_mul(&rstd)?.try_mul(&rstd)?)?
+                    .mul_scalar(-0.5);
                 let d = match self.affine_of(n.inputs)?.0 {
                     Some(w) => d.try_mul(w)?,
                     None => d,
@@ -229,23 +247,24 @@ impl BatchNorm {
 
 impl StructuredOp for BatchNorm {
     const NAME: &'static str = "batch_norm";
-    const INPUTS: &'static [&'static str] = &["input", "running_mean", "running_var", "weight", "bias"];
+    const INPUTS: &'static [&'static str] =
+        &["input", "running_mean", "running_var", "weight", "bias"];
     /// Training mode: the input, then the weight and/or bias; eval mode:
     /// the input, the running mean and variance, then the weight and/or bias.
     fn arity(&self) -> Option<usize> {
         None
     }
     fn attributes(&self) -> OpAttributes {
-        self.affine.attributes(OpAttributes::new().bool("training", self.training).float("eps", self.eps))
+        self.affine.attributes(
+            OpAttributes::new()
+                .bool("training", self.training)
+                .float("eps", self.eps),
+        )
     }
     const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "batch_norm";
-        let x = inputs.first().ok_or(Error::Arity {
-            op: OP.to_string(),
-            expected: 1,
-            got: 0,
-        })?;
+        let x = first_input(OP, inputs)?;
         let (w, b) = self.affine_of(inputs)?;
         check_eps(OP, self.eps)?;
         let p = planes(OP, x)?;
@@ -253,12 +272,7 @@ impl StructuredOp for BatchNorm {
             check_channel_param(OP, "running_mean", inputs[1], x)?;
             check_channel_param(OP, "running_var", inputs[2], x)?;
         }
-        if let Some(w) = w {
-            check_channel_param(OP, "weight", w, x)?;
-        }
-        if let Some(b) = b {
-            check_channel_param(OP, "bias", b, x)?;
-        }
+        check_channel_affine(OP, w.copied(), b.copied(), x)?;
         if self.training && p.per_channel() == 1 {
             return Err(Error::invalid(
                 OP,
@@ -298,11 +312,16 @@ impl StructuredOp for BatchNorm {
         let (w, _) = self.affine_of(n.inputs)?;
         match self.role(i, n)? {
             Role::Input => {
-                let op = BatchNormBackward { eps: self.eps, has_weight: w.is_some() };
+                let op = BatchNormBackward {
+                    eps: self.eps,
+                    has_weight: w.is_some(),
+                };
                 let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
                 g.graph().record(op, &args)
             }
-            Role::Weight => g.graph().record(BatchNormWeightBackward { eps: self.eps }, &[g, x]),
+            Role::Weight => g
+                .graph()
+                .record(BatchNormWeightBackward { eps: self.eps }, &[g, x]),
             Role::Bias | Role::Stat => channel_sum(g),
         }
     }

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
-use super::normalization::check_eps;
+use super::normalization::{check_eps, norm_backward_rules};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
-use crate::core::{GradInputs, OpAttributes};
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
@@ -81,8 +81,7 @@ pub(super) fn channel_sum<'g>(v: &Var<'g>) -> Result<Var<'g>> {
 fn channel_mean<'g>(v: &Var<'g>) -> Result<Var<'g>> {
     let shape = v.shape();
     let m: usize = shape[0] * shape[2..].iter().product::<usize>();
-    Ok(v
-        .sum_to_size(&view_shape(shape[1], shape.len()))?
+    Ok(v.sum_to_size(&view_shape(shape[1], shape.len()))?
         .mul_scalar(1.0 / m as f64))
 }
 
@@ -113,9 +112,7 @@ fn xhat<'g>(x: &Var<'g>, eps: f64) -> Result<Var<'g>> {
 fn input_curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, eps: f64) -> Result<Var<'g>> {
     let (sigma, xhat) = stats(x, eps)?;
     let c = channel_mean(&a.try_mul(&xhat)?)?;
-    let u = a
-        .try_sub(&channel_mean(a)?)?
-        .try_sub(&xhat.try_mul(&c)?)?;
+    let u = a.try_sub(&channel_mean(a)?)?.try_sub(&xhat.try_mul(&c)?)?;
     let sigma2 = sigma.try_mul(&sigma)?;
     let gu = channel_mean(&big_g.try_mul(&u)?)?;
     let gx = channel_mean(&big_g.try_mul(&xhat)?)?;
@@ -149,15 +146,12 @@ fn check(op: &'static str, eps: f64, g: &Tensor, x: &Tensor) -> Result<Planes> {
 
 impl StructuredOp for BatchNormBackward {
     const NAME: &'static str = "batch_norm_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    /// `w σ P g`: linear in `g` and in `w`.
-    const LINEAR: &'static [usize] = &[0, 2];
-    fn arity(&self) -> Option<usize> {
-        Some(2 + usize::from(self.has_weight))
-    }
+    // `w σ P g`: linear in `g` and in `w`.
+    norm_backward_rules!();
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("eps", self.eps).bool("weight", self.has_weight)
+        OpAttributes::new()
+            .float("eps", self.eps)
+            .bool("weight", self.has_weight)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, w) = (x[0], x[1], x.get(2).copied());

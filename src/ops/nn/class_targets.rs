@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
-use super::support::{check_indices, index_source, indices_from_tensor, IndexSource, Indices, Reduction};
+use super::support::{
+    check_indices, index_source, indices_from_tensor, reduce_lanes, IndexSource, Indices, Reduction,
+};
 use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::ops::StructuredOp;
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Element, Tensor};
 
 /// The [`StructuredOp`] methods every class-loss op (`cross_entropy`,
@@ -93,6 +95,46 @@ macro_rules! class_loss_methods {
     };
 }
 pub(crate) use class_loss_methods;
+
+/// The option setters both class losses' options share (inside their
+/// `impl`): reduction, ignored target value, class weights.
+macro_rules! class_loss_setters {
+    () => {
+        /// Sets the reduction.
+        pub fn reduction(mut self, reduction: Reduction) -> Self {
+            self.reduction = reduction;
+            self
+        }
+        /// Sets (or clears) the ignored target value.
+        pub fn ignore_index(mut self, index: Option<i64>) -> Self {
+            self.ignore_index = index;
+            self
+        }
+        /// Sets per-class weights.
+        pub fn weight(mut self, weight: Tensor) -> Self {
+            self.weight = Some(weight);
+            self
+        }
+    };
+}
+pub(crate) use class_loss_setters;
+
+/// Records the backward op `make` builds of a class loss's node `n`, given
+/// the loss's gradient `g`. Targets given as an input stay an input of the
+/// backward node (not read into it), so a compiled step replays it on each
+/// run's targets; otherwise `stored` gives the spec with them stored.
+pub(crate) fn record_class_backward<'g, O: StructuredOp>(
+    g: &Var<'g>,
+    n: Node<'_, 'g>,
+    spec: &ClassLossSpec,
+    stored: impl FnOnce() -> Result<ClassLossSpec>,
+    make: impl FnOnce(ClassLossSpec) -> O,
+) -> Result<Var<'g>> {
+    match n.inputs.get(1) {
+        Some(t) => g.graph().record(make(spec.clone()), &[g, n.x(0), t]),
+        None => g.graph().record(make(stored()?), &[g, n.x(0)]),
+    }
+}
 
 /// Records the class loss `op` (`cross_entropy`, `nll_loss`) of `x`
 /// against `targets`, the op made by `make` from where they are: stored in
@@ -303,6 +345,18 @@ impl ClassLossSpec {
             weight: self.weight.as_ref().map(|w| w.as_slice_of::<T>()),
             label_smoothing: self.label_smoothing,
         }
+    }
+
+    /// A class loss's output: its loss per lane (`per_lane`, the loss's
+    /// kernel given the targets), reduced as the spec says.
+    pub(crate) fn reduced<T: Element>(
+        &self,
+        r: &Resolved,
+        per_lane: impl FnOnce(&Targets<'_, T>) -> Tensor,
+    ) -> Result<Tensor> {
+        let targets = self.kernel_targets::<T>(&r.targets);
+        let losses = per_lane(&targets);
+        reduce_lanes(losses, &r.lane_shape, self.reduction, targets.denominator())
     }
 
     /// What the gradient of each lane's loss is multiplied by: `1 / D` for

@@ -10,15 +10,16 @@
 
 use std::sync::Arc;
 
-use super::class_targets::{class_loss_methods, class_loss_rules, record_class_loss, ClassLossSpec};
-use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
-use super::support::{
-    reduce_lanes, sum_axis, to_i64_list, IntIndex, Indices, Reduction,
+use super::class_targets::{
+    class_loss_methods, class_loss_rules, class_loss_setters, record_class_backward,
+    record_class_loss, ClassLossSpec,
 };
+use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
+use super::support::{sum_axis, to_i64_list, Indices, IntIndex, Reduction};
+use crate::core::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
@@ -53,24 +54,10 @@ impl Default for CrossEntropyOptions {
 }
 
 impl CrossEntropyOptions {
-    /// Sets the reduction.
-    pub fn reduction(mut self, reduction: Reduction) -> Self {
-        self.reduction = reduction;
-        self
-    }
+    class_loss_setters!();
     /// Sets the label smoothing.
     pub fn label_smoothing(mut self, epsilon: f64) -> Self {
         self.label_smoothing = epsilon;
-        self
-    }
-    /// Sets (or clears) the ignored target value.
-    pub fn ignore_index(mut self, index: Option<i64>) -> Self {
-        self.ignore_index = index;
-        self
-    }
-    /// Sets per-class weights.
-    pub fn weight(mut self, weight: Tensor) -> Self {
-        self.weight = Some(weight);
         self
     }
 
@@ -117,28 +104,26 @@ impl StructuredOp for CrossEntropy {
     class_loss_rules!("cross_entropy", 1);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
-        crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
-            let targets = self.spec.kernel_targets::<T>(&r.targets);
-            let per_lane = kernel::cross_entropy_lanes(x[0].as_slice_of::<T>(), r.lanes, &targets);
-            reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
-        })
+        crate::with_dtype!(Self::NAME, x[0].dtype(), T => self.spec.reduced::<T>(&r, |targets| {
+            kernel::cross_entropy_lanes(x[0].as_slice_of::<T>(), r.lanes, targets)
+        }))
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        // Targets given as an input stay an input of the backward node (not
-        // read into it), so a compiled step replays it on each run's targets.
-        if let Some(t) = n.inputs.get(1) {
-            let spec = self.spec.clone();
-            return g.graph().record(CrossEntropyBackward { spec }, &[g, n.x(0), t]);
-        }
-        let (_, spec) = targets_of(&self.spec, n.x(0).value(), None)?;
-        g.graph().record(CrossEntropyBackward { spec }, &[g, n.x(0)])
+        let stored = || Ok(targets_of(&self.spec, n.x(0).value(), None)?.1);
+        record_class_backward(g, n, &self.spec, stored, |spec| CrossEntropyBackward {
+            spec,
+        })
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(0);
         let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(1))?;
         // Each lane's loss changes by <its gradient, tx>.
-        let ones = x.graph().constant(Tensor::ones(n.output.shape(), x.dtype())?);
-        let grad = x.graph().record(CrossEntropyBackward { spec }, &[&ones, x])?;
+        let ones = x
+            .graph()
+            .constant(Tensor::ones(n.output.shape(), x.dtype())?);
+        let grad = x
+            .graph()
+            .record(CrossEntropyBackward { spec }, &[&ones, x])?;
         let per_lane = sum_axis(&grad.try_mul(tx)?, r.axis, false)?;
         Ok(match self.spec.reduction {
             Reduction::None => per_lane,
@@ -223,7 +208,9 @@ pub(super) mod tests {
 
     use crate::test_util::tensor as t;
 
-    fn logits() -> Tensor {
+    /// The [3, 4] scores the class-loss tests share (logits here,
+    /// log-probabilities for `nll_loss`).
+    pub(in crate::ops::nn) fn logits() -> Tensor {
         fixed(&[3, 4])
     }
 
@@ -242,12 +229,7 @@ pub(super) mod tests {
     fn forward_values_match_pytorch_formula() {
         let g = Graph::new();
         let x = g.variable(logits());
-        let close = |v: &Var, e: f64| {
-            assert!(
-                (v.value().item() - e).abs() < 1e-14,
-                "{v:?} vs {e}"
-            )
-        };
+        let close = |v: &Var, e: f64| assert!((v.value().item() - e).abs() < 1e-14, "{v:?} vs {e}");
         close(&x.cross_entropy(&[0usize, 3, 1]), 1.1826354273449233);
         let tg = [0i64, -100, 2];
         close(

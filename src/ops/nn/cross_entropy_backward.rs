@@ -6,10 +6,10 @@
 use super::class_targets::{class_loss_rules, ClassLossSpec, Resolved};
 use super::softmax::{Softmax, SoftmaxBackward};
 use super::support::{expand_axis, sum_axis, Reduction};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -145,22 +145,13 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::nn::cross_entropy::tests::weighted;
-    use crate::ops::testing::fixed;
+    use crate::ops::nn::cross_entropy::tests::{logits, weighted};
     use std::sync::Arc;
 
     use super::*;
     use crate::{gradcheck, jvpcheck};
 
     use crate::test_util::tensor as t;
-
-    fn logits() -> Tensor {
-        fixed(&[3, 4])
-    }
-
-
-    // Expected values: a NumPy transcription of PyTorch's
-    // cross_entropy (log_softmax, nll_loss with weights and ignore_index,
 
     #[test]
     fn backward_op_is_differentiable() {

@@ -14,15 +14,15 @@ use std::sync::Arc;
 
 use crate::fallible::fallible;
 
-use super::batch_norm::{check_channel_param, planes, sample};
-use super::normalization::{check_eps, Affine, Role};
+use super::batch_norm::{check_channel_affine, planes, sample};
 use super::batch_norm_backward::{channel_sum, channel_view};
 use super::layer_norm::LayerNorm;
 use super::layer_norm_backward::project;
+use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
-use crate::core::OpAttributes;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
@@ -105,25 +105,20 @@ impl StructuredOp for GroupNorm {
         None
     }
     fn attributes(&self) -> OpAttributes {
-        self.affine.attributes(OpAttributes::new().int("num_groups", self.num_groups).float("eps", self.eps))
+        self.affine.attributes(
+            OpAttributes::new()
+                .int("num_groups", self.num_groups)
+                .float("eps", self.eps),
+        )
     }
     const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         const OP: &str = "group_norm";
-        let x = inputs.first().ok_or(Error::Arity {
-            op: OP.to_string(),
-            expected: 1,
-            got: 0,
-        })?;
+        let x = first_input(OP, inputs)?;
         let (w, b) = self.affine_of(inputs)?;
         check_eps(OP, self.eps)?;
         let (p, row) = layout(OP, x, self.num_groups)?;
-        if let Some(w) = w {
-            check_channel_param(OP, "weight", w, x)?;
-        }
-        if let Some(b) = b {
-            check_channel_param(OP, "bias", b, x)?;
-        }
+        check_channel_affine(OP, w.copied(), b.copied(), x)?;
         let (groups, per_group) = (self.num_groups, p.c / self.num_groups);
         crate::with_dtype!(OP, x.dtype(), T => {
             let xs = x.as_slice_of::<T>();
@@ -222,18 +217,11 @@ impl<'g> Var<'g> {
         bias: Option<&Var<'g>>,
         eps: f64,
     ) -> Var<'g> {
-            let op = GroupNorm {
+            record_affine(self, weight, bias, |affine| GroupNorm {
                 num_groups,
                 eps,
-                affine: Affine::Given {
-                    weight: weight.is_some(),
-                    bias: bias.is_some(),
-                },
-            };
-            let mut inputs = vec![self];
-            inputs.extend(weight);
-            inputs.extend(bias);
-            self.graph().record(op, &inputs)
+                affine,
+            })
         }
     }
 }

@@ -7,24 +7,14 @@
 use crate::fallible::fallible;
 
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
-use super::normalization::check_eps;
+use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
+use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
-use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
-
-/// Which affine parameters follow the input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Affine {
-    /// Inferred from the input count: 1 none, 2 weight, 3 weight and bias.
-    #[default]
-    FromInputs,
-    /// As given.
-    Given { weight: bool, bias: bool },
-}
 
 /// Layer normalisation over the trailing dims: `(x - mean) / sqrt(var + eps) * weight + bias`,
 /// PyTorch's `F.layer_norm`. Inputs: `x`, then the weight and/or bias if
@@ -107,39 +97,21 @@ impl LayerNorm {
             Some(s) => s.clone(),
             None => shape_or_last(&[], x),
         };
-        let (weight, bias) = match self.affine {
-            Affine::FromInputs => (n_inputs >= 2, n_inputs == 3),
-            Affine::Given { weight, bias } => (weight, bias),
-        };
-        let expected = 1 + usize::from(weight) + usize::from(bias);
-        if n_inputs != expected {
-            return Err(Error::Arity {
-                op: "layer_norm".to_string(),
-                expected,
-                got: n_inputs,
-            });
-        }
+        let (weight, bias) = self.affine.resolve("layer_norm", 1, n_inputs)?;
         Ok((shape, weight, bias))
     }
 
     /// The normalised shape, the weight if the node has one, and which
     /// input `i` is.
-    fn param<'a, 'g>(&self, i: usize, n: Node<'a, 'g>) -> Result<(Dims, Option<&'a Var<'g>>, Param)> {
+    fn param<'a, 'g>(
+        &self,
+        i: usize,
+        n: Node<'a, 'g>,
+    ) -> Result<(Dims, Option<&'a Var<'g>>, Role)> {
         let (shape, has_w, _) = self.resolve(n.x(0).value(), n.inputs.len())?;
-        let param = match i {
-            0 => Param::Input,
-            1 if has_w => Param::Weight,
-            _ => Param::Bias,
-        };
-        Ok((shape, has_w.then(|| &n.inputs[1]), param))
+        let role = self.affine.role("layer_norm", 1, n.inputs.len(), i)?;
+        Ok((shape, has_w.then(|| &n.inputs[1]), role))
     }
-}
-
-/// The inputs of a layer norm.
-enum Param {
-    Input,
-    Weight,
-    Bias,
 }
 
 impl StructuredOp for LayerNorm {
@@ -154,19 +126,11 @@ impl StructuredOp for LayerNorm {
             Some(shape) => OpAttributes::new().ints("normalized_shape", shape),
             None => OpAttributes::new(),
         };
-        let attrs = attrs.float("eps", self.eps);
-        match self.affine {
-            Affine::FromInputs => attrs,
-            Affine::Given { weight, bias } => attrs.bool("weight", weight).bool("bias", bias),
-        }
+        self.affine.attributes(attrs.float("eps", self.eps))
     }
     const HOLDS: crate::Holds = crate::Holds::Settings;
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let x = inputs.first().ok_or(Error::Arity {
-            op: "layer_norm".to_string(),
-            expected: 1,
-            got: 0,
-        })?;
+        let x = first_input(Self::NAME, inputs)?;
         let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
         let m = row_len(Self::NAME, x, &shape)?;
         check_eps(Self::NAME, self.eps)?;
@@ -184,17 +148,24 @@ impl StructuredOp for LayerNorm {
         let (shape, w, param) = self.param(i, n)?;
         let x = n.x(0);
         match param {
-            Param::Input => {
+            Role::Input => {
                 let has_weight = w.is_some();
-                let op = LayerNormBackward { normalized_shape: shape, eps: self.eps, has_weight };
+                let op = LayerNormBackward {
+                    normalized_shape: shape,
+                    eps: self.eps,
+                    has_weight,
+                };
                 let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
                 g.graph().record(op, &args)
             }
-            Param::Weight => {
-                let op = LayerNormWeightBackward { normalized_shape: shape, eps: self.eps };
+            Role::Weight => {
+                let op = LayerNormWeightBackward {
+                    normalized_shape: shape,
+                    eps: self.eps,
+                };
                 g.graph().record(op, &[g, x])
             }
-            Param::Bias => g.sum_to_size(&shape),
+            Role::Bias | Role::Stat => g.sum_to_size(&shape),
         }
     }
     // The input's and the weight's gradients in one sweep over the rows
@@ -239,18 +210,18 @@ impl StructuredOp for LayerNorm {
         let (shape, w, param) = self.param(i, n)?;
         let x = n.x(0);
         match param {
-            Param::Input => {
+            Role::Input => {
                 let d = project(t, x, &shape, self.eps)?;
                 match w {
                     Some(w) => d.try_mul(w),
                     None => Ok(d),
                 }
             }
-            Param::Weight => {
+            Role::Weight => {
                 let plain = LayerNorm::plain(&shape, self.eps);
                 x.graph().record(plain, &[x])?.try_mul(t)
             }
-            Param::Bias => Ok(t.clone()),
+            Role::Bias | Role::Stat => Ok(t.clone()),
         }
     }
 }
@@ -291,33 +262,27 @@ impl<'g> Var<'g> {
         bias: Option<&Var<'g>>,
         eps: f64,
     ) -> Var<'g> {
-            let op = LayerNorm {
+            record_affine(self, weight, bias, |affine| LayerNorm {
                 normalized_shape: Some(Dims::from_slice(normalized_shape)),
                 eps,
-                affine: Affine::Given {
-                    weight: weight.is_some(),
-                    bias: bias.is_some(),
-                },
-            };
-            let mut inputs = vec![self];
-            inputs.extend(weight);
-            inputs.extend(bias);
-            self.graph().record(op, &inputs)
+                affine,
+            })
         }
     }
-
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::ops::testing::{fixed, norm_weight};
+pub(super) mod tests {
     use super::*;
+    use crate::ops::testing::{fixed, norm_weight};
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
-    fn x() -> Tensor {
+    /// The input the layer-norm tests (and the backward ops' tests) share.
+    pub(in crate::ops::nn) fn x() -> Tensor {
         fixed(&[2, 3, 4])
     }
-    fn w() -> Tensor {
+    /// The weight over its last dim.
+    pub(in crate::ops::nn) fn w() -> Tensor {
         norm_weight()
     }
     fn b() -> Tensor {
@@ -410,14 +375,19 @@ mod tests {
         .unwrap();
         fast_path_agrees(
             |v| v[0].try_layer_norm(&[3, 4], Some(&v[1]), None, 1e-3),
-            &[x(), Tensor::from_vec((0..12).map(|i| 0.3 * i as f64 - 1.0).collect(), &[3, 4]).unwrap()],
+            &[
+                x(),
+                Tensor::from_vec((0..12).map(|i| 0.3 * i as f64 - 1.0).collect(), &[3, 4]).unwrap(),
+            ],
         )
         .unwrap();
         // Bit for bit in f32, on rows enough to split the weight's sums
         // into blocks across two threads (and on one thread).
         let (rows, m) = (700, 128);
         let xs = Tensor::from_vec(
-            (0..rows * m).map(|i| (i as f64 * 0.37).sin() * 3.0 + 1.5).collect(),
+            (0..rows * m)
+                .map(|i| (i as f64 * 0.37).sin() * 3.0 + 1.5)
+                .collect(),
             &[rows, m],
         )
         .unwrap()
@@ -426,7 +396,10 @@ mod tests {
             .unwrap()
             .to_dtype(DType::F32);
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let (fast, slow) = pool.install(|| {
                 let run = |fast: bool| {
                     let g = Graph::new();

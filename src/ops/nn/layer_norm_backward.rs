@@ -10,11 +10,12 @@
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
+use super::normalization::norm_backward_rules;
 use super::support::sum_axis;
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -113,13 +114,8 @@ fn input_curvature<'g>(
 
 impl StructuredOp for LayerNormBackward {
     const NAME: &'static str = "layer_norm_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    /// `σ P (g w)`: linear in `g` and in `w`.
-    const LINEAR: &'static [usize] = &[0, 2];
-    fn arity(&self) -> Option<usize> {
-        Some(2 + usize::from(self.has_weight))
-    }
+    // `σ P (g w)`: linear in `g` and in `w`.
+    norm_backward_rules!();
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
     }
@@ -203,14 +199,17 @@ impl StructuredOp for LayerNormWeightBackward {
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let (g, x) = (n.x(0), n.x(1));
         let shape = &shape_or_last(&self.normalized_shape, x.value());
-        g.try_mul(&project(tx, x, shape, self.eps)?)?.sum_to_size(shape)
+        g.try_mul(&project(tx, x, shape, self.eps)?)?
+            .sum_to_size(shape)
     }
 }
 
 /// The settings of the layer-norm backward ops: the normalised shape
 /// (empty: the last dim) and `eps`.
 fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
-    OpAttributes::new().ints("normalized_shape", shape).float("eps", eps)
+    OpAttributes::new()
+        .ints("normalized_shape", shape)
+        .float("eps", eps)
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {
@@ -220,16 +219,9 @@ pub(crate) fn register(reg: &mut OpRegistry) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{fixed, norm_weight};
     use super::*;
+    use crate::ops::nn::layer_norm::tests::{w, x};
     use crate::{gradcheck, jvpcheck};
-
-    fn x() -> Tensor {
-        fixed(&[2, 3, 4])
-    }
-    fn w() -> Tensor {
-        norm_weight()
-    }
 
     #[test]
     fn backward_ops_are_differentiable() {

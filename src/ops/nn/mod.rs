@@ -12,7 +12,8 @@
 //!   `cross_entropy.rs` + `cross_entropy_backward.rs`, `nll.rs`, `mse.rs`,
 //!   `bce.rs` (binary_cross_entropy_with_logits), `embedding.rs`,
 //!   `dropout.rs`; what `cross_entropy` and `nll_loss` share (target
-//!   checks, their `Var` methods, recording stored or input targets) in
+//!   checks, option setters, the reduction of per-lane losses, their `Var`
+//!   methods, recording stored or input targets and their backward) in
 //!   `class_targets.rs`, `Reduction` and `IntIndex` in `support.rs`;
 //! - normalisation: `layer_norm.rs` + `layer_norm_backward.rs` (first order
 //!   fuses the input's and the weight's gradients into one sweep, same bits
@@ -21,7 +22,8 @@
 //!   `batch_norm_backward.rs` + `batch_norm_running.rs` (the running
 //!   statistics' update as a node, for a compiled step's state update), `group_norm.rs` (gradients through the
 //!   layer-norm ops on an `[N, G, C/G·S]` view); what they share (optional
-//!   affine inputs, each input's role, the `eps` check): `normalization.rs`;
+//!   affine inputs, each input's role, the `eps` check, the input and the
+//!   recording with the affine inputs given): `normalization.rs`;
 //! - convolution: `conv.rs` (`conv1d`, `conv2d`, `ConvOptions` with
 //!   `Padding::Same`/`Valid`), `conv_transpose.rs`, `conv_weight.rs` (the
 //!   weight gradient as an op); the settings the three share, resolved to
@@ -86,7 +88,6 @@ op_families! {
     rms_norm,
     softmax,
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -4,12 +4,15 @@
 
 use std::sync::Arc;
 
-use super::class_targets::{class_loss_methods, class_loss_rules, record_class_loss, ClassLossSpec};
-use super::support::{reduce_lanes, to_i64_list, IntIndex, Indices, Reduction};
+use super::class_targets::{
+    class_loss_methods, class_loss_rules, class_loss_setters, record_class_backward,
+    record_class_loss, ClassLossSpec,
+};
+use super::support::{to_i64_list, Indices, IntIndex, Reduction};
+use crate::core::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::core::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -41,21 +44,7 @@ impl Default for NllLossOptions {
 }
 
 impl NllLossOptions {
-    /// Sets the reduction.
-    pub fn reduction(mut self, reduction: Reduction) -> Self {
-        self.reduction = reduction;
-        self
-    }
-    /// Sets (or clears) the ignored target value.
-    pub fn ignore_index(mut self, index: Option<i64>) -> Self {
-        self.ignore_index = index;
-        self
-    }
-    /// Sets per-class weights.
-    pub fn weight(mut self, weight: Tensor) -> Self {
-        self.weight = Some(weight);
-        self
-    }
+    class_loss_setters!();
 
     fn spec(&self, targets: Option<Arc<[i64]>>) -> ClassLossSpec {
         ClassLossSpec {
@@ -115,20 +104,13 @@ impl StructuredOp for NllLoss {
     class_loss_rules!("nll_loss", 1);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let r = self.spec.resolve(Self::NAME, x[0], x.get(1).copied())?;
-        crate::with_dtype!(Self::NAME, x[0].dtype(), T => {
-            let targets = self.spec.kernel_targets::<T>(&r.targets);
-            let per_lane = kernel::nll_lanes(x[0].as_slice_of::<T>(), r.lanes, &targets);
-            reduce_lanes(per_lane, &r.lane_shape, self.spec.reduction, targets.denominator())
-        })
+        crate::with_dtype!(Self::NAME, x[0].dtype(), T => self.spec.reduced::<T>(&r, |targets| {
+            kernel::nll_lanes(x[0].as_slice_of::<T>(), r.lanes, targets)
+        }))
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        // Targets given as an input stay an input of the backward node.
-        if let Some(t) = n.inputs.get(1) {
-            let spec = self.spec.clone();
-            return g.graph().record(NllLossBackward { spec }, &[g, n.x(0), t]);
-        }
-        let spec = self.stored(n.x(0).value(), None)?;
-        g.graph().record(NllLossBackward { spec }, &[g, n.x(0)])
+        let stored = || self.stored(n.x(0).value(), None);
+        record_class_backward(g, n, &self.spec, stored, |spec| NllLossBackward { spec })
     }
 }
 
@@ -154,11 +136,16 @@ impl StructuredOp for NllLossBackward {
         let (g, x) = (n.x(0), n.x(1));
         if let Some(t) = n.inputs.get(2) {
             let spec = self.spec.clone();
-            return g2.graph().record(NllLoss { spec }, &[g2, t])?.try_expand(g.shape());
+            return g2
+                .graph()
+                .record(NllLoss { spec }, &[g2, t])?
+                .try_expand(g.shape());
         }
         let r = self.spec.resolve(Self::NAME, x.value(), None)?;
         let spec = self.spec.with_targets(r.targets);
-        g2.graph().record(NllLoss { spec }, &[g2])?.try_expand(g.shape())
+        g2.graph()
+            .record(NllLoss { spec }, &[g2])?
+            .try_expand(g.shape())
     }
 }
 
@@ -226,25 +213,18 @@ class_loss_methods! {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::fixed;
     use super::*;
+    use crate::ops::nn::cross_entropy::tests::logits as logp;
     use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
     use crate::test_util::tensor as t;
-
-    fn logp() -> Tensor {
-        fixed(&[3, 4])
-    }
 
     #[test]
     fn forward_values() {
         // NumPy: -mean(x[[0, 1, 2], [0, 3, 1]]); weighted: -(1 * 0.5 + 0.5 * -2.0) / 1.5.
         let g = Graph::new();
         let x = g.variable(logp());
-        assert!(
-            (x.nll_loss(&[0usize, 3, 1]).value().item() + 0.8333333333333334).abs()
-                < 1e-15
-        );
+        assert!((x.nll_loss(&[0usize, 3, 1]).value().item() + 0.8333333333333334).abs() < 1e-15);
         let opts = NllLossOptions::default().weight(t(&[1.0, 2.0, 0.5, 1.5], &[4]));
         let l = x.try_nll_loss_with(&[0i64, -100, 2], &opts).unwrap();
         assert!((l.value().item() - 0.3333333333333333).abs() < 1e-15);

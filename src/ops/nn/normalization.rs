@@ -4,6 +4,9 @@
 
 use crate::core::OpAttributes;
 use crate::error::{Error, Result};
+use crate::graph::Var;
+use crate::ops::StructuredOp;
+use crate::tensor::Tensor;
 
 /// Which affine parameters follow the input (and, in eval-mode batch norm,
 /// the running statistics).
@@ -82,6 +85,50 @@ impl Affine {
     }
 }
 
+/// What the normalisations' backward ops (`layer_norm_backward`,
+/// `rms_norm_backward`, `batch_norm_backward`) share, inside their `impl
+/// StructuredOp`: the inputs `g`, `x` and, when `has_weight`, the weight;
+/// settings only; the gradient is the weight times a map of `g`, linear in
+/// `g` and in the weight.
+macro_rules! norm_backward_rules {
+    () => {
+        const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
+        const HOLDS: crate::Holds = crate::Holds::Settings;
+        const LINEAR: &'static [usize] = &[0, 2];
+        fn arity(&self) -> Option<usize> {
+            Some(2 + usize::from(self.has_weight))
+        }
+    };
+}
+pub(crate) use norm_backward_rules;
+
+/// Records the normalisation `make` builds (given which affine inputs
+/// come) on `x`, followed by the weight and the bias that are given.
+pub(crate) fn record_affine<'g, O: StructuredOp>(
+    x: &Var<'g>,
+    weight: Option<&Var<'g>>,
+    bias: Option<&Var<'g>>,
+    make: impl FnOnce(Affine) -> O,
+) -> Result<Var<'g>> {
+    let op = make(Affine::Given {
+        weight: weight.is_some(),
+        bias: bias.is_some(),
+    });
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    x.graph().record(op, &inputs)
+}
+
+/// The input normalised: the first of `inputs` (an arity error for none).
+pub(crate) fn first_input<'a>(op: &str, inputs: &[&'a Tensor]) -> Result<&'a Tensor> {
+    inputs.first().copied().ok_or(Error::Arity {
+        op: op.to_string(),
+        expected: 1,
+        got: 0,
+    })
+}
+
 /// `eps` must be finite and >= 0.
 pub(crate) fn check_eps(op: &'static str, eps: f64) -> Result<()> {
     if eps.is_finite() && eps >= 0.0 {
@@ -106,8 +153,14 @@ mod tests {
         };
         assert_eq!(given.role("op", 1, 2, 1).unwrap(), Role::Bias);
         assert_eq!(Affine::FromInputs.role("op", 3, 5, 2).unwrap(), Role::Stat);
-        assert_eq!(Affine::FromInputs.role("op", 3, 5, 3).unwrap(), Role::Weight);
-        assert_eq!(Affine::FromInputs.role("op", 1, 2, 1).unwrap(), Role::Weight);
+        assert_eq!(
+            Affine::FromInputs.role("op", 3, 5, 3).unwrap(),
+            Role::Weight
+        );
+        assert_eq!(
+            Affine::FromInputs.role("op", 1, 2, 1).unwrap(),
+            Role::Weight
+        );
         assert!(Affine::FromInputs.role("op", 1, 4, 0).is_err());
         assert!(check_eps("op", f64::NAN).is_err() && check_eps("op", 0.0).is_ok());
     }

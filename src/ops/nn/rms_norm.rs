@@ -15,13 +15,13 @@ use std::sync::Arc;
 
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last};
-use super::normalization::check_eps;
+use super::normalization::{check_eps, norm_backward_rules};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Tensor};
 
@@ -56,7 +56,14 @@ fn eps_of(eps: Option<f64>, dtype: DType) -> f64 {
 
 /// Checks an input (its normalised shape, the gradient `g` of a backward,
 /// `eps`, the weight): the row length and the `eps` to use.
-fn check(op: &'static str, x: &Tensor, shape: &[usize], g: Option<&Tensor>, eps: Option<f64>, w: Option<&Tensor>) -> Result<(usize, f64)> {
+fn check(
+    op: &'static str,
+    x: &Tensor,
+    shape: &[usize],
+    g: Option<&Tensor>,
+    eps: Option<f64>,
+    w: Option<&Tensor>,
+) -> Result<(usize, f64)> {
     let shape = shape_or_last(shape, x);
     let m = row_len(op, x, &shape)?;
     if let Some(g) = g {
@@ -73,7 +80,9 @@ fn check(op: &'static str, x: &Tensor, shape: &[usize], g: Option<&Tensor>, eps:
 /// The settings by name: the normalised shape (empty: the last dim) and
 /// `eps` (unless the dtype's machine epsilon).
 fn rms_attributes(shape: &[usize], eps: Option<f64>) -> OpAttributes {
-    OpAttributes::new().ints("normalized_shape", shape).float_opt("eps", eps)
+    OpAttributes::new()
+        .ints("normalized_shape", shape)
+        .float_opt("eps", eps)
 }
 
 /// Per-row means over the trailing `k` dims, kept as size 1.
@@ -85,21 +94,41 @@ fn row_mean<'g>(v: &Var<'g>, k: usize) -> Result<Var<'g>> {
 
 /// `J t = r (t − x̂ mean(t x̂))`, through the fused op.
 fn project<'g>(t: &Var<'g>, x: &Var<'g>, shape: &Dims, eps: Option<f64>) -> Result<Var<'g>> {
-    let op = RmsNormBackward { normalized_shape: shape.clone(), eps, has_weight: false };
+    let op = RmsNormBackward {
+        normalized_shape: shape.clone(),
+        eps,
+        has_weight: false,
+    };
     t.graph().record(op, &[t, x])
 }
 
 /// `x̂ = x r` through the fused forward (no weight).
 fn plain<'g>(x: &Var<'g>, shape: &Dims, eps: Option<f64>) -> Result<Var<'g>> {
-    x.graph().record(RmsNorm { normalized_shape: shape.clone(), eps }, &[x])
+    x.graph().record(
+        RmsNorm {
+            normalized_shape: shape.clone(),
+            eps,
+        },
+        &[x],
+    )
 }
 
 /// `(d dx / d x) G` for `dx = r u`, `u = a − x̂ c`, `c = mean(a x̂)`:
 /// `−r² (ρ u + c G + x̂ (mean(a G) − 2 c ρ))` with `ρ = mean(x̂ G)`.
-fn curvature<'g>(big_g: &Var<'g>, a: &Var<'g>, x: &Var<'g>, shape: &Dims, eps: Option<f64>) -> Result<Var<'g>> {
+fn curvature<'g>(
+    big_g: &Var<'g>,
+    a: &Var<'g>,
+    x: &Var<'g>,
+    shape: &Dims,
+    eps: Option<f64>,
+) -> Result<Var<'g>> {
     let k = shape.len();
     let eps = eps_of(eps, x.dtype());
-    let r = row_mean(&x.try_mul(x)?, k)?.add_scalar(eps).log().mul_scalar(-0.5).exp();
+    let r = row_mean(&x.try_mul(x)?, k)?
+        .add_scalar(eps)
+        .log()
+        .mul_scalar(-0.5)
+        .exp();
     let xhat = x.try_mul(&r)?;
     let c = row_mean(&a.try_mul(&xhat)?, k)?;
     let u = a.try_sub(&xhat.try_mul(&c)?)?;
@@ -125,7 +154,11 @@ impl StructuredOp for RmsNorm {
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if inputs.is_empty() || inputs.len() > 2 {
-            return Err(Error::Arity { op: Self::NAME.to_string(), expected: 2, got: inputs.len() });
+            return Err(Error::Arity {
+                op: Self::NAME.to_string(),
+                expected: 2,
+                got: inputs.len(),
+            });
         }
         let (x, w) = (inputs[0], inputs.get(1).copied());
         let (m, eps) = check(Self::NAME, x, &self.normalized_shape, None, self.eps, w)?;
@@ -140,7 +173,11 @@ impl StructuredOp for RmsNorm {
         if i == 1 {
             return plain(x, &shape, self.eps)?.try_mul(g)?.sum_to_size(&shape);
         }
-        let op = RmsNormBackward { normalized_shape: shape, eps: self.eps, has_weight: w.is_some() };
+        let op = RmsNormBackward {
+            normalized_shape: shape,
+            eps: self.eps,
+            has_weight: w.is_some(),
+        };
         let args: Vec<&Var<'g>> = [g, x].into_iter().chain(w).collect();
         g.graph().record(op, &args)
     }
@@ -160,8 +197,16 @@ impl StructuredOp for RmsNorm {
         OpFacts {
             tangent: true,
             second_derivative: true,
-            example: Some(Arc::new(RmsNorm { normalized_shape: Dims::from_slice(&[2, 3]), eps: Some(1e-3) })),
-            sample_inputs: Some(|seed| vec![sample(&[2, 2, 3], seed, 0.3, 1.0), sample(&[2, 3], seed + 5, 1.0, 0.5)]),
+            example: Some(Arc::new(RmsNorm {
+                normalized_shape: Dims::from_slice(&[2, 3]),
+                eps: Some(1e-3),
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 2, 3], seed, 0.3, 1.0),
+                    sample(&[2, 3], seed + 5, 1.0, 0.5),
+                ]
+            }),
             ..OpFacts::opaque(None)
         }
     }
@@ -169,13 +214,8 @@ impl StructuredOp for RmsNorm {
 
 impl StructuredOp for RmsNormBackward {
     const NAME: &'static str = "rms_norm_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    /// `J(x) (g w)`: linear in `g` and in `w`.
-    const LINEAR: &'static [usize] = &[0, 2];
-    fn arity(&self) -> Option<usize> {
-        Some(2 + usize::from(self.has_weight))
-    }
+    // `J(x) (g w)`: linear in `g` and in `w`.
+    norm_backward_rules!();
     fn attributes(&self) -> OpAttributes {
         rms_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
     }
@@ -204,7 +244,10 @@ impl StructuredOp for RmsNormBackward {
             Some(w) => g.try_mul(w)?,
             None => g.clone(),
         };
-        let dx = x.requires_grad().then(|| curvature(g2, &a, x, &shape, self.eps)).transpose()?;
+        let dx = x
+            .requires_grad()
+            .then(|| curvature(g2, &a, x, &shape, self.eps))
+            .transpose()?;
         let dw = w.filter(|w| w.requires_grad());
         let dw = dw.map(|_| q.try_mul(g)?.sum_to_size(&shape)).transpose()?;
         Ok(n.grads([dg, dx, dw]))
@@ -305,7 +348,10 @@ mod tests {
     fn values_gradients_tangents() {
         let g = Graph::new();
         let (xv, wv) = (g.variable(x()), g.variable(w()));
-        let y = xv.rms_norm(&[4], Some(&wv), Some(1e-5)).value().to_f64_vec();
+        let y = xv
+            .rms_norm(&[4], Some(&wv), Some(1e-5))
+            .value()
+            .to_f64_vec();
         let xs = x().to_f64_vec();
         for (r, row) in xs.chunks(4).enumerate() {
             let rstd = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / 4.0 + 1e-5).sqrt();
@@ -316,32 +362,68 @@ mod tests {
         }
         for shape in [&[4][..], &[3, 4]] {
             let last = shape.len() == 1;
-            let ws = if last { w() } else { sample(&[3, 4], 4, 1.0, 0.5) };
-            gradcheck(|v| v[0].try_rms_norm(shape, Some(&v[1]), Some(1e-5)), &[x(), ws.clone()]).unwrap();
-            jvpcheck(|v| v[0].try_rms_norm(shape, Some(&v[1]), Some(1e-5)), &[x(), ws.clone()]).unwrap();
+            let ws = if last {
+                w()
+            } else {
+                sample(&[3, 4], 4, 1.0, 0.5)
+            };
+            gradcheck(
+                |v| v[0].try_rms_norm(shape, Some(&v[1]), Some(1e-5)),
+                &[x(), ws.clone()],
+            )
+            .unwrap();
+            jvpcheck(
+                |v| v[0].try_rms_norm(shape, Some(&v[1]), Some(1e-5)),
+                &[x(), ws.clone()],
+            )
+            .unwrap();
             gradcheck(|v| v[0].try_rms_norm(shape, None, None), &[x()]).unwrap();
             jvpcheck(|v| v[0].try_rms_norm(shape, None, None), &[x()]).unwrap();
         }
-        let op = RmsNormBackward { normalized_shape: Dims::from_slice(&[4]), eps: Some(1e-5), has_weight: true };
+        let op = RmsNormBackward {
+            normalized_shape: Dims::from_slice(&[4]),
+            eps: Some(1e-5),
+            has_weight: true,
+        };
         let gr = x().map_f64(|v| (3.0 * v).sin());
-        gradcheck(|v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]), &[gr.clone(), x(), w()]).unwrap();
-        jvpcheck(|v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]), &[gr, x(), w()]).unwrap();
+        gradcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
+            &[gr.clone(), x(), w()],
+        )
+        .unwrap();
+        jvpcheck(
+            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
+            &[gr, x(), w()],
+        )
+        .unwrap();
     }
 
     #[test]
     fn default_eps_f32_and_errors() {
         let g = Graph::new();
         let xs = x();
-        let a = g.variable(xs.to_dtype(DType::F32)).rms_norm(&[4], None, None);
-        let b = g.variable(xs.clone()).rms_norm(&[4], None, Some(f32::EPSILON as f64));
-        assert!(a.value().to_dtype(DType::F64).allclose(b.value(), 1e-6, 1e-6));
+        let a = g
+            .variable(xs.to_dtype(DType::F32))
+            .rms_norm(&[4], None, None);
+        let b = g
+            .variable(xs.clone())
+            .rms_norm(&[4], None, Some(f32::EPSILON as f64));
+        assert!(a
+            .value()
+            .to_dtype(DType::F64)
+            .allclose(b.value(), 1e-6, 1e-6));
         let x64 = g.variable(xs);
         assert!(x64.try_rms_norm(&[3], None, None).is_err());
         assert!(x64.try_rms_norm(&[], None, None).is_err());
         assert!(x64.try_rms_norm(&[4], None, Some(-1.0)).is_err());
         let w3 = g.variable(Tensor::ones(&[3], DType::F64).unwrap());
-        assert!(matches!(x64.try_rms_norm(&[4], Some(&w3), None), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(
+            x64.try_rms_norm(&[4], Some(&w3), None),
+            Err(Error::ShapeMismatch { .. })
+        ));
         let via = g.apply("rms_norm", &[&x64]).unwrap();
-        assert!(via.value().allclose(x64.rms_norm(&[4], None, None).value(), 0.0, 0.0));
+        assert!(via
+            .value()
+            .allclose(x64.rms_norm(&[4], None, None).value(), 0.0, 0.0));
     }
 }

@@ -12,10 +12,10 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::core::{GradInputs, OpAttributes};
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
@@ -60,8 +60,15 @@ macro_rules! last_axis_by_default {
 }
 last_axis_by_default!(Softmax, LogSoftmax, SoftmaxBackward, LogSoftmaxBackward);
 
-/// The two same-shape, same-dtype inputs of a backward op.
-fn check_pair(op: &'static str, g: &Tensor, y: &Tensor) -> Result<()> {
+/// A backward op's forward: its two inputs, the gradient `g` and the
+/// output `y` (one shape, one dtype), checked, then `kernel` along `axis`.
+fn backward_forward(
+    op: &'static str,
+    axis: isize,
+    x: &[&Tensor],
+    kernel: fn(&Tensor, &Tensor, usize) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let (g, y) = (x[0], x[1]);
     if g.dtype() != y.dtype() {
         return Err(Error::DTypeMismatch {
             op,
@@ -72,7 +79,7 @@ fn check_pair(op: &'static str, g: &Tensor, y: &Tensor) -> Result<()> {
     if g.shape() != y.shape() {
         return Err(Error::shape_mismatch(op, g.shape(), y.shape()));
     }
-    Ok(())
+    kernel(g, y, resolve_axis(op, axis, y.rank())?)
 }
 
 impl StructuredOp for Softmax {
@@ -83,7 +90,11 @@ impl StructuredOp for Softmax {
         OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, false)
+        kernel::softmax(
+            x[0],
+            resolve_axis(Self::NAME, self.axis, x[0].rank())?,
+            false,
+        )
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         self.tangent(0, g, n)
@@ -103,7 +114,11 @@ impl StructuredOp for LogSoftmax {
         OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, true)
+        kernel::softmax(
+            x[0],
+            resolve_axis(Self::NAME, self.axis, x[0].rank())?,
+            true,
+        )
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let op = LogSoftmaxBackward { axis: self.axis };
@@ -126,9 +141,7 @@ impl StructuredOp for SoftmaxBackward {
         OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        let (g, y) = (x[0], x[1]);
-        check_pair(Self::NAME, g, y)?;
-        kernel::softmax_backward(g, y, resolve_axis(Self::NAME, self.axis, y.rank())?)
+        backward_forward(Self::NAME, self.axis, x, kernel::softmax_backward)
     }
     fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // out = y g - y Σ(g y). d/dg: the same map applied to g2 (symmetric);
@@ -160,9 +173,7 @@ impl StructuredOp for LogSoftmaxBackward {
         OpAttributes::new().int("axis", self.axis)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        let (g, y) = (x[0], x[1]);
-        check_pair(Self::NAME, g, y)?;
-        kernel::log_softmax_backward(g, y, resolve_axis(Self::NAME, self.axis, y.rank())?)
+        backward_forward(Self::NAME, self.axis, x, kernel::log_softmax_backward)
     }
     fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = g - e^y Σ g. d/dg: g2 - Σ(g2 e^y); d/dy: -g2 e^y Σ g.
@@ -184,7 +195,11 @@ impl StructuredOp for LogSoftmaxBackward {
     }
     fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let (g, y) = (n.x(0), n.x(1));
-        let s = sum_axis(g, resolve_axis(Self::NAME, self.axis, y.shape().len())?, true)?;
+        let s = sum_axis(
+            g,
+            resolve_axis(Self::NAME, self.axis, y.shape().len())?,
+            true,
+        )?;
         Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
     }
 }
@@ -230,13 +245,12 @@ impl<'g> Var<'g> {
             self.graph().record(LogSoftmax { axis }, &[self])
         }
     }
-
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::fixed;
     use super::*;
+    use crate::ops::testing::fixed;
     use crate::{gradcheck, jvpcheck, Graph};
 
     use crate::test_util::tensor as t;

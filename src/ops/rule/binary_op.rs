@@ -205,3 +205,52 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
         }
     }
 }
+
+/// The `Var` methods of a binary rule, inside an `impl<'g> Var<'g>`: each
+/// with its doc comment, `try_name / name => rule`: `try_name(&self,
+/// other)` records `Binary(rule)` and returns its error (mismatched shapes
+/// or dtypes), `name` panics with it at the caller's line. Inlined as
+/// written by hand before (W1's scalar ops go through them).
+macro_rules! binary_methods {
+    ($(#[$try_doc:meta])* $try_name:ident / $(#[$doc:meta])* $name:ident => $rule:expr) => {
+        $(#[$try_doc])*
+        #[track_caller]
+        #[inline]
+        pub fn $try_name(&self, other: &Var<'g>) -> $crate::error::Result<Var<'g>> {
+            self.graph().record($crate::ops::rule::Binary($rule), &[self, other])
+        }
+
+        $(#[$doc])*
+        #[track_caller]
+        #[inline]
+        pub fn $name(&self, other: &Var<'g>) -> Var<'g> {
+            self.graph()
+                .record_or_panic($crate::ops::rule::Binary($rule), &[self, other])
+        }
+    };
+}
+pub(crate) use binary_methods;
+
+/// The `Var` method of a binary rule with a scalar `c` (in the value's
+/// dtype; no broadcast tensor is allocated) on one side, inside an
+/// `impl<'g> Var<'g>`: `name => self rule c` or `name => c rule self`.
+macro_rules! scalar_method {
+    ($(#[$doc:meta])* $name:ident => self $rule:ident c) => {
+        $crate::ops::rule::scalar_method!(@emit $(#[$doc])* $name, $rule, false);
+    };
+    ($(#[$doc:meta])* $name:ident => c $rule:ident self) => {
+        $crate::ops::rule::scalar_method!(@emit $(#[$doc])* $name, $rule, true);
+    };
+    (@emit $(#[$doc:meta])* $name:ident, $rule:ident, $scalar_first:literal) => {
+        $(#[$doc])*
+        #[track_caller]
+        #[inline]
+        pub fn $name(&self, c: f64) -> Var<'g> {
+            let c = self.scalar_like(c);
+            let inputs = if $scalar_first { [&c, self] } else { [self, &c] };
+            self.graph()
+                .record_or_panic($crate::ops::rule::Binary($rule), &inputs)
+        }
+    };
+}
+pub(crate) use scalar_method;

@@ -20,7 +20,10 @@
 //!
 //! Adding an elementwise op: write a rule in its own file under `src/ops/`,
 //! add its module to the one list in `ops/mod.rs`, and give its `Var`
-//! method a doctest (ARCHITECTURE.md, "How to add an op").
+//! method a doctest (ARCHITECTURE.md, "How to add an op"): the method is
+//! `unary_method!` (`unary_op.rs`), `binary_methods!` for a binary rule's
+//! `try_NAME`/`NAME` and `scalar_method!` for its scalar forms
+//! (`binary_op.rs`), each one body for every rule.
 
 mod binary_op;
 mod num;
@@ -30,7 +33,9 @@ mod unary_grad;
 mod unary_op;
 
 pub use crate::core::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
+pub(crate) use binary_op::{binary_methods, scalar_method};
 pub use binary_op::{Binary, BinaryRule};
 pub use num::{Cmp, Lane, Num, Plain, Traced};
 pub use select_op::SelectWhere;
+pub(crate) use unary_op::unary_method;
 pub use unary_op::{SlopeOf, Unary, UnaryRule};

@@ -233,3 +233,21 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
         }
     }
 }
+
+/// The `Var` method of a unary rule, inside an `impl<'g> Var<'g>`: its doc
+/// comment, then `name => rule` (a rule value): `pub fn name(&self) -> Var`
+/// records `Unary(rule)`, panicking at the caller's line on an error (a
+/// non-float input). One body for every rule's method, inlined as written
+/// by hand before (W1's scalar ops go through it).
+macro_rules! unary_method {
+    ($(#[$doc:meta])* $name:ident => $rule:expr) => {
+        $(#[$doc])*
+        #[track_caller]
+        #[inline]
+        pub fn $name(&self) -> Var<'g> {
+            self.graph()
+                .record_or_panic($crate::ops::rule::Unary($rule), &[self])
+        }
+    };
+}
+pub(crate) use unary_method;
