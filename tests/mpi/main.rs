@@ -24,6 +24,26 @@
 //! process) it runs `gradients`, `train`, `checkpoint`, `resume`, `split`
 //! and `overlap` on one rank.
 
+/// The `Communicator` methods a test's wrapper passes to its `inner`
+/// communicator unchanged: the wrappers differ only in
+/// `all_reduce_overlapped`.
+macro_rules! pass_through_to_inner {
+    () => {
+        fn rank(&self) -> usize {
+            self.inner.rank()
+        }
+        fn size(&self) -> usize {
+            self.inner.size()
+        }
+        fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+            self.inner.all_gather_bytes(mine)
+        }
+        fn broadcast_bytes(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
+            self.inner.broadcast_bytes(root, data)
+        }
+    };
+}
+
 mod overlap;
 mod resume;
 

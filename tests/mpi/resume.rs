@@ -229,18 +229,7 @@ struct KillInAllReduce<'a> {
 }
 
 impl Communicator for KillInAllReduce<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.inner.all_gather_bytes(mine)
-    }
-    fn broadcast_bytes(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
-        self.inner.broadcast_bytes(root, data)
-    }
+    pass_through_to_inner!();
     fn all_reduce_overlapped(
         &self,
         send: &mut [FlatBuf],
