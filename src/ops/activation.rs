@@ -94,6 +94,13 @@ impl<'g> Var<'g> {
             .record_or_panic(Unary(LeakyRelu { negative_slope }), &[self])
     }
 
+    /// [`leaky_relu`](Self::leaky_relu), returning the error (an input
+    /// that is not a float tensor) instead of panicking.
+    pub fn try_leaky_relu(&self, negative_slope: f64) -> crate::Result<Var<'g>> {
+        self.graph()
+            .record(Unary(LeakyRelu { negative_slope }), &[self])
+    }
+
     unary_method! {
         /// SiLU (swish), `x σ(x)`.
         ///
@@ -105,7 +112,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(x.silu().backward()?.wrt(&x).try_item()?, 0.5);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        silu => Silu
+        try_silu / silu => Silu
     }
 }
 

@@ -198,7 +198,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(g.variable(Tensor::scalar(2.0)).neg().value().try_item()?, -2.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        neg => Neg
+        try_neg / neg => Neg
     }
 
     scalar_method! {

@@ -163,7 +163,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-1.0, 0.0, 1.0]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        abs => Abs
+        try_abs / abs => Abs
     }
 
     unary_method! {
@@ -177,7 +177,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(x.sin().backward()?.wrt(&x).try_item()?, 1.0); // cos 0
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        sin => Sin
+        try_sin / sin => Sin
     }
 
     unary_method! {
@@ -191,7 +191,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(x.cos().backward()?.wrt(&x).try_item()?, 0.0); // -sin 0
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        cos => Cos
+        try_cos / cos => Cos
     }
 
     fallible! {

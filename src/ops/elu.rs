@@ -76,7 +76,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(d[1], 1.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        elu => Elu::default()
+        try_elu / elu => Elu::default()
     }
 
     fallible! {

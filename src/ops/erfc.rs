@@ -59,7 +59,7 @@ impl<'g> Var<'g> {
         /// assert!((d[0] + 1.1283791670955126).abs() < 1e-15);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        erfc => Erfc
+        try_erfc / erfc => Erfc
     }
 }
 

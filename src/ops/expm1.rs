@@ -43,7 +43,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 1.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        expm1 => Expm1
+        try_expm1 / expm1 => Expm1
     }
 }
 

@@ -117,9 +117,32 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Var<'g> {
+        crate::error::or_panic(self.try_gelu_with(approximate))
+    }
+
+    /// [`gelu`](Self::gelu), returning the error (an input that is not a
+    /// float tensor) instead of panicking.
+    #[inline]
+    pub fn try_gelu(&self) -> crate::Result<Var<'g>> {
+        self.try_gelu_with(GeluApproximate::None)
+    }
+
+    /// [`gelu_with`](Self::gelu_with), returning the error instead of
+    /// panicking.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor, ops::gelu::GeluApproximate};
+    /// let g = Graph::new();
+    /// assert!(g.constant(Tensor::vector(&[1i64])).try_gelu().is_err());
+    /// let x = g.variable(Tensor::scalar(1.0));
+    /// assert!(x.try_gelu_with(GeluApproximate::Tanh).is_ok());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    #[inline]
+    pub fn try_gelu_with(&self, approximate: GeluApproximate) -> crate::Result<Var<'g>> {
         match approximate {
-            GeluApproximate::None => self.graph().record_or_panic(Unary(Gelu), &[self]),
-            GeluApproximate::Tanh => self.graph().record_or_panic(Unary(GeluTanh), &[self]),
+            GeluApproximate::None => self.graph().record(Unary(Gelu), &[self]),
+            GeluApproximate::Tanh => self.graph().record(Unary(GeluTanh), &[self]),
         }
     }
 }

@@ -87,7 +87,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.0, 0.0, 1.0, 0.0]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        hardtanh => Hardtanh::default()
+        try_hardtanh / hardtanh => Hardtanh::default()
     }
 
     fallible! {

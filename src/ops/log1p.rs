@@ -43,7 +43,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec()[1], 0.5);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        log1p => Log1p
+        try_log1p / log1p => Log1p
     }
 }
 

@@ -287,7 +287,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![0.25, 1.0 / 6.0]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        sqrt => Sqrt
+        try_sqrt / sqrt => Sqrt
     }
 }
 

@@ -92,6 +92,20 @@ impl<'g> Var<'g> {
     pub fn mean(&self) -> Var<'g> {
         self.graph().record_or_panic(Mean, &[self])
     }
+
+    /// [`mean`](Self::mean), returning the error (an input that is not a
+    /// float tensor) instead of panicking.
+    ///
+    /// ```
+    /// use retrograd::{Graph, Tensor};
+    /// let g = Graph::new();
+    /// assert!(g.constant(Tensor::vector(&[1i64, 2])).try_mean().is_err());
+    /// assert_eq!(g.constant(Tensor::vector(&[1.0, 2.0])).try_mean()?.value().try_item()?, 1.5);
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn try_mean(&self) -> crate::Result<Var<'g>> {
+        self.graph().record(Mean, &[self])
+    }
 }
 
 #[cfg(test)]

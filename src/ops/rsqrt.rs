@@ -44,7 +44,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(y.sum().backward()?.wrt(&x).to_f64_vec(), vec![-4.0, -0.0625]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        rsqrt => Rsqrt
+        try_rsqrt / rsqrt => Rsqrt
     }
 }
 

@@ -90,7 +90,7 @@ impl<'g> Var<'g> {
         /// assert!((d[1] - 0.574442516811659).abs() < 1e-15);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        softplus => Softplus::default()
+        try_softplus / softplus => Softplus::default()
     }
 
     fallible! {

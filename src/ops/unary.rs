@@ -136,7 +136,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(x.exp().value().try_item()?, 1.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        exp => Exp
+        try_exp / exp => Exp
     }
 
     unary_method! {
@@ -148,7 +148,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(g.variable(Tensor::scalar(1.0)).log().value().try_item()?, 0.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        log => Log
+        try_log / log => Log
     }
 
     unary_method! {
@@ -160,7 +160,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(g.variable(Tensor::scalar(0.0)).tanh().value().try_item()?, 0.0);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        tanh => Tanh
+        try_tanh / tanh => Tanh
     }
 
     unary_method! {
@@ -173,7 +173,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(x.relu().value().to_f64_vec(), vec![0.0, 2.0]);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        relu => Relu
+        try_relu / relu => Relu
     }
 
     unary_method! {
@@ -185,7 +185,7 @@ impl<'g> Var<'g> {
         /// assert_eq!(g.variable(Tensor::scalar(0.0)).sigmoid().value().try_item()?, 0.5);
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        sigmoid => Sigmoid
+        try_sigmoid / sigmoid => Sigmoid
     }
 }
 
@@ -194,6 +194,37 @@ mod tests {
     use crate::{gradcheck, Graph};
 
     use crate::test_util::t;
+
+    /// Each `try_` form returns the error its plain form panics with, and
+    /// otherwise the same value.
+    #[test]
+    fn try_forms_return_the_error_instead_of_panicking() {
+        let g = Graph::new();
+        let ints = g.constant(crate::Tensor::vector(&[1i64, 2]));
+        let tried = [
+            ints.try_tanh(),
+            ints.try_exp(),
+            ints.try_log(),
+            ints.try_sigmoid(),
+            ints.try_sqrt(),
+            ints.try_silu(),
+            ints.try_gelu(),
+            ints.try_mean(),
+            ints.try_leaky_relu(0.1),
+        ];
+        for (i, r) in tried.into_iter().enumerate() {
+            assert!(r.is_err(), "try form {i} accepted an integer tensor");
+        }
+        let x = g.variable(t(&[0.5, -2.0]));
+        let same = |a: crate::Result<crate::Var<'_>>, b: crate::Var<'_>| {
+            assert_eq!(a.unwrap().value().to_f64_vec(), b.value().to_f64_vec());
+        };
+        same(x.try_tanh(), x.tanh());
+        same(x.try_relu(), x.relu());
+        same(x.try_gelu(), x.gelu());
+        same(x.try_mean(), x.mean());
+        same(x.try_leaky_relu(0.1), x.leaky_relu(0.1));
+    }
 
     #[test]
     fn forward_values() {

@@ -20,10 +20,10 @@
 //!
 //! Adding an elementwise op: write a rule in its own file under `src/ops/`,
 //! add its module to the one list in `ops/mod.rs`, and give its `Var`
-//! method a doctest (ARCHITECTURE.md, "How to add an op"): the method is
-//! `unary_method!` (`unary_op.rs`), `binary_methods!` for a binary rule's
-//! `try_NAME`/`NAME` and `scalar_method!` for its scalar forms
-//! (`binary_op.rs`), each one body for every rule.
+//! methods a doctest (ARCHITECTURE.md, "How to add an op"): the
+//! `try_NAME`/`NAME` pair is `unary_method!` (`unary_op.rs`) or
+//! `binary_methods!`, and `scalar_method!` writes a binary rule's scalar
+//! forms (`binary_op.rs`), each one body for every rule.
 
 mod binary_op;
 mod num;

@@ -234,13 +234,20 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     }
 }
 
-/// The `Var` method of a unary rule, inside an `impl<'g> Var<'g>`: its doc
-/// comment, then `name => rule` (a rule value): `pub fn name(&self) -> Var`
-/// records `Unary(rule)`, panicking at the caller's line on an error (a
-/// non-float input). One body for every rule's method, inlined as written
-/// by hand before (W1's scalar ops go through it).
+/// The `Var` methods of a unary rule, inside an `impl<'g> Var<'g>`: its
+/// doc comment, then `try_name / name => rule` (a rule value).
+/// `try_name(&self) -> Result<Var>` records `Unary(rule)` and returns the
+/// error (a non-float input); `name(&self) -> Var` panics with it at the
+/// caller's line. One body for every rule's methods, inlined as written by
+/// hand before (W1's scalar ops go through it).
 macro_rules! unary_method {
-    ($(#[$doc:meta])* $name:ident => $rule:expr) => {
+    ($(#[$doc:meta])* $try_name:ident / $name:ident => $rule:expr) => {
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), "), returning the error (an input that is not a float tensor) instead of panicking.")]
+        #[inline]
+        pub fn $try_name(&self) -> $crate::error::Result<Var<'g>> {
+            self.graph().record($crate::ops::rule::Unary($rule), &[self])
+        }
+
         $(#[$doc])*
         #[track_caller]
         #[inline]
