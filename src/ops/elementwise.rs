@@ -231,6 +231,13 @@ impl<'g> Var<'g> {
         or_panic(self.try_clamp(Some(min), None))
     }
 
+    /// [`clamp_min`](Self::clamp_min), returning the error (a NaN
+    /// bound, an input that is not a float tensor) instead of panicking.
+    #[inline]
+    pub fn try_clamp_min(&self, min: f64) -> Result<Var<'g>> {
+        self.try_clamp(Some(min), None)
+    }
+
     /// `min(self, max)` elementwise, with `clamp`'s gradient rule; panics if `max` is NaN.
     ///
     /// ```
@@ -244,6 +251,13 @@ impl<'g> Var<'g> {
     #[inline]
     pub fn clamp_max(&self, max: f64) -> Var<'g> {
         or_panic(self.try_clamp(None, Some(max)))
+    }
+
+    /// [`clamp_max`](Self::clamp_max), returning the error (a NaN
+    /// bound, an input that is not a float tensor) instead of panicking.
+    #[inline]
+    pub fn try_clamp_max(&self, max: f64) -> Result<Var<'g>> {
+        self.try_clamp(None, Some(max))
     }
 }
 

@@ -269,10 +269,15 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn powf(&self, exponent: f64) -> Var<'g> {
-        or_panic(
-            self.graph()
-                .record(Pow, &[self, &self.scalar_like(exponent)]),
-        )
+        or_panic(self.try_powf(exponent))
+    }
+
+    /// [`powf`](Self::powf), returning the error (an input that is not a
+    /// float tensor) instead of panicking.
+    #[inline]
+    pub fn try_powf(&self, exponent: f64) -> Result<Var<'g>> {
+        self.graph()
+            .record(Pow, &[self, &self.scalar_like(exponent)])
     }
 
     unary_method! {

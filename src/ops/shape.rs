@@ -8,7 +8,7 @@ use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
 use super::{Node, OpRegistry, StructuredOp};
-use crate::error::{Error, Result};
+use crate::error::{or_panic, Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{checked_numel, normalize_axis, Dims};
 use crate::tensor::Tensor;
@@ -280,10 +280,16 @@ impl<'g> Var<'g> {
     /// ```
     #[track_caller]
     pub fn squeeze(&self) -> Var<'g> {
+        or_panic(self.try_squeeze())
+    }
+
+    /// [`squeeze`](Self::squeeze) as a `Result`, for the one API
+    /// convention: it cannot fail today.
+    pub fn try_squeeze(&self) -> Result<Var<'g>> {
         if !self.shape().contains(&1) {
-            return self.clone();
+            return Ok(self.clone());
         }
-        self.graph().record_or_panic(Squeeze { dim: None }, &[self])
+        self.graph().record(Squeeze { dim: None }, &[self])
     }
 
     fallible! {

@@ -211,6 +211,7 @@ mod tests {
             ints.try_gelu(),
             ints.try_mean(),
             ints.try_leaky_relu(0.1),
+            ints.try_powf(2.0),
         ];
         for (i, r) in tried.into_iter().enumerate() {
             assert!(r.is_err(), "try form {i} accepted an integer tensor");
@@ -224,6 +225,9 @@ mod tests {
         same(x.try_gelu(), x.gelu());
         same(x.try_mean(), x.mean());
         same(x.try_leaky_relu(0.1), x.leaky_relu(0.1));
+        same(x.try_powf(2.0), x.powf(2.0));
+        same(x.try_clamp_min(0.0), x.clamp_min(0.0));
+        same(x.try_squeeze(), x.squeeze());
     }
 
     #[test]
