@@ -1,8 +1,8 @@
 //! Body of the `onnx` fuzz target: arbitrary bytes as an `.onnx` file,
 //! read by `OnnxModel::from_bytes` (decode, opset and op checks, structure
 //! checks, constant folding, a dry run); a model that loads is run on a
-//! recording graph with small inputs of its declared shapes, differentiated,
-//! and exported again.
+//! recording graph with small inputs of its declared shapes and
+//! differentiated.
 //!
 //! Checked: nothing panics; a failure to load is `OnnxInvalid` or
 //! `OnnxUnsupported`; a run returns one value per declared output.
