@@ -30,6 +30,7 @@ mod w1;
 mod w2;
 mod w3;
 mod w4;
+mod w4_gemms;
 #[cfg(feature = "tokenizers")]
 mod w6;
 
@@ -107,6 +108,16 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w4_attn",
         w4::run,
         "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",
+    ),
+    (
+        "w4_gemms",
+        w4_gemms::run,
+        "every matrix product of the W4 iteration outside attention, each shape alone: GFLOP/s, ms per iteration",
+    ),
+    (
+        "mem_w4",
+        w4::run_memory_step,
+        "peak RSS growth of the W4 iteration, eager and compiled, each in a fresh process",
     ),
     (
         "mem_w4_attn",

@@ -47,9 +47,14 @@ pub fn delegated(label: &str, opts: &Options) -> bool {
     true
 }
 
+/// Starts a new peak: from here `VmHWM` counts from the current RSS.
+pub fn reset_peak() -> Option<()> {
+    fs::write("/proc/self/clear_refs", "5").ok()
+}
+
 /// Peak RSS growth (bytes) while `f` runs.
 pub fn peak_growth(f: impl FnOnce()) -> Option<u64> {
-    fs::write("/proc/self/clear_refs", "5").ok()?;
+    reset_peak()?;
     let (base, _) = rss_and_peak()?;
     f();
     let (_, peak) = rss_and_peak()?;

@@ -27,7 +27,7 @@ use retrograd::nn::{Gpt, GptConfig, Module};
 use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
 use retrograd::{compile, CompileOptions, DType, Graph, SdpaOptions, Tensor, Var};
 
-use crate::memory::{delegated, peak_growth};
+use crate::memory::{delegated, peak_growth, reset_peak, rss_and_peak};
 use crate::report::{alternate, emit, emit_times, time, Value};
 use crate::Options;
 
@@ -109,6 +109,8 @@ impl GptStep {
 /// [`GptStep`].
 pub struct CompiledGptStep {
     step: Box<dyn FnMut() -> f64>,
+    /// The memory plan's totals from `explain`, once captured.
+    plan: std::rc::Rc<std::cell::RefCell<String>>,
 }
 
 impl CompiledGptStep {
@@ -125,15 +127,33 @@ impl CompiledGptStep {
             CompileOptions::new().params(model.parameters()),
         );
         let inputs = [tokens, targets];
+        let plan = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+        let plan_of_step = plan.clone();
         let step = move || {
             let out = compiled.run(&inputs).expect("a valid compiled step");
             clip_grad_norm(out.grads_mut(), 1.0, 2.0).expect("clip");
             optimizer.step(out.grads()).expect("step");
-            out.loss()
+            let loss = out.loss();
+            if plan_of_step.borrow().is_empty() {
+                let explained = compiled.capture().map(|c| c.explain()).unwrap_or_default();
+                *plan_of_step.borrow_mut() = explained
+                    .lines()
+                    .filter(|l| l.contains(" in all;") || l.contains("peak of live values"))
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
+            loss
         };
         CompiledGptStep {
             step: Box::new(step),
+            plan,
         }
+    }
+
+    /// The memory plan's buffer total and planned peak (from `explain`).
+    pub fn plan_summary(&self) -> String {
+        self.plan.borrow().clone()
     }
 
     /// One iteration; returns the loss.
@@ -239,5 +259,58 @@ pub fn run_memory(opts: &Options) {
             ),
             None => eprintln!("mem_w4_attn: /proc/self/status or clear_refs is not available here"),
         }
+    }
+}
+
+/// `mem_w4`: the W4 iteration's memory, eager and compiled, each in a
+/// fresh process, counted from the RSS before the model is made: the peak
+/// over making the model and the first two iterations (for the compiled
+/// step, the capture and the first replay), and the peak over the
+/// iterations after them (the steady state), with the compiled step's
+/// memory plan (`explain`'s totals).
+pub fn run_memory_step(opts: &Options) {
+    let steps = if opts.quick { 2 } else { 5 };
+    for variant in ["eager", "compiled"] {
+        if delegated(&format!("mem_w4:{variant}"), opts) {
+            continue;
+        }
+        let Some((base, _)) = reset_peak().and_then(|()| rss_and_peak()) else {
+            eprintln!("mem_w4: /proc/self/status or clear_refs is not available here");
+            continue;
+        };
+        let mut plan = None;
+        let mut step: Box<dyn FnMut() -> f64> = if variant == "eager" {
+            let mut s = GptStep::new(STEP_BATCH);
+            Box::new(move || s.step())
+        } else {
+            let s = std::rc::Rc::new(std::cell::RefCell::new(CompiledGptStep::new(STEP_BATCH)));
+            plan = Some(s.clone());
+            Box::new(move || s.borrow_mut().step())
+        };
+        step();
+        step();
+        let plan = plan.map_or_else(String::new, |s| s.borrow().plan_summary());
+        let first = rss_and_peak().map_or(0, |(_, peak)| peak.saturating_sub(base));
+        reset_peak();
+        for _ in 0..steps {
+            step();
+        }
+        let steady = rss_and_peak().map_or(0, |(_, peak)| peak.saturating_sub(base));
+        let mib = |bytes: u64| Value::Num(bytes as f64 / (1 << 20) as f64);
+        emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "mem_w4".into()),
+                ("variant", variant.into()),
+                ("dtype", "f32".into()),
+                ("batch", STEP_BATCH.into()),
+                ("steps", steps.into()),
+                ("unit", "MiB_peak_rss_growth".into()),
+                ("median", mib(steady)),
+                ("first_two_iterations_mib", mib(first)),
+                ("memory_plan", plan.into()),
+            ],
+            None,
+        );
     }
 }

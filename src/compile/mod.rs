@@ -512,6 +512,7 @@ where
             });
         }
         let training = self.training;
+        let mut captured_now = false;
         let at = match self
             .cache
             .iter()
@@ -524,6 +525,7 @@ where
                     self.cache.remove(0);
                 }
                 self.cache.push(capture);
+                captured_now = true;
                 self.cache.len() - 1
             }
         };
@@ -548,6 +550,16 @@ where
                 c.replay
                     .run(&c.program, &c.captured.log, inputs, seed, notify)?;
             }
+        }
+        if captured_now {
+            // The capture's values went to this thread's tensor pool when it
+            // dropped them; this first replay drew its planned buffers from
+            // there, and no replay will draw the rest again (the plan keeps
+            // its own), so they are freed rather than kept beside the plan
+            // (W4's steady-state peak RSS growth: 120.5 to 91 MiB; BENCHMARKS.md,
+            // "Compiled steps on a quiet Intel machine"). Eager code on this
+            // thread refills the pool in its next step.
+            crate::tensor::recycle::release();
         }
         let out = &mut self.output;
         out.loss = c.replay.value(c.program.root).clone();
