@@ -195,9 +195,9 @@ impl<T: Element> Step<'_, T> {
     }
 }
 
-/// The direction of a plain gradient step, `d = grad (negated if maximize)
-/// + weight_decay * p`, in the element type: how SGD, RMSprop and Adagrad
-/// all begin.
+/// The direction of a plain gradient step in the element type,
+/// `d = grad (negated if maximize) + weight_decay * p`: how SGD, RMSprop
+/// and Adagrad all begin.
 pub(super) struct Direction<T> {
     sign: T,
     /// Whether there is an L2 penalty (`decay` is not 0).
