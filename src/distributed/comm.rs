@@ -178,6 +178,19 @@ pub(crate) fn check_buffers(send: &[FlatBuf], recv: &[FlatBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `root` is a rank of a world of `size` ranks (the root of a
+/// broadcast).
+pub(crate) fn check_root(root: usize, size: usize) -> Result<()> {
+    if root >= size {
+        let ranks = if size == 1 { "rank" } else { "ranks" };
+        return Err(Error::Communication {
+            op: "broadcast_bytes",
+            detail: format!("root {root} of {size} {ranks}"),
+        });
+    }
+    Ok(())
+}
+
 /// The communicator of a single process: rank 0 of 1. Collectives are
 /// copies; data-parallel code runs unchanged without MPI.
 ///
@@ -205,13 +218,7 @@ impl Communicator for SingleProcess {
     }
 
     fn broadcast_bytes(&self, root: usize, _data: &mut Vec<u8>) -> Result<()> {
-        if root != 0 {
-            return Err(Error::Communication {
-                op: "broadcast_bytes",
-                detail: format!("root {root} of 1 rank"),
-            });
-        }
-        Ok(())
+        check_root(root, 1)
     }
 
     fn all_reduce_overlapped(

@@ -11,7 +11,7 @@ use mpi::topology::Communicator as _;
 use mpi::Count;
 
 use super::comm::{
-    check_all_started, check_buffers, check_start, BucketSink, Communicator, FlatBuf,
+    check_all_started, check_buffers, check_root, check_start, BucketSink, Communicator, FlatBuf,
 };
 use crate::error::{Error, Result};
 
@@ -103,12 +103,7 @@ impl Communicator for MpiCommunicator {
     }
 
     fn broadcast_bytes(&self, root: usize, data: &mut Vec<u8>) -> Result<()> {
-        if root >= self.size() {
-            return Err(Error::Communication {
-                op: "broadcast_bytes",
-                detail: format!("root {root} of {} ranks", self.size()),
-            });
-        }
+        check_root(root, self.size())?;
         let from = self.world.process_at_rank(root as i32);
         let mut len = data.len() as u64;
         from.broadcast_into(&mut len);

@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, RwLock};
 
-use crate::error::{Error, Result};
+use super::parameter::replace_same_layout;
+use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
 /// A tensor a module keeps and updates itself (batch norm's
@@ -51,23 +52,7 @@ impl Buffer {
 
     /// Replaces the value; the shape and dtype must stay the same.
     pub fn set(&self, value: Tensor) -> Result<()> {
-        let mut guard = self.value.write().unwrap_or_else(|p| p.into_inner());
-        if guard.shape() != value.shape() {
-            return Err(Error::shape_mismatch(
-                "Buffer::set",
-                guard.shape(),
-                value.shape(),
-            ));
-        }
-        if guard.dtype() != value.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "Buffer::set",
-                lhs: guard.dtype(),
-                rhs: value.dtype(),
-            });
-        }
-        *guard = value;
-        Ok(())
+        replace_same_layout("Buffer::set", &self.value, value)
     }
 
     /// Whether two handles are the same buffer.

@@ -23,7 +23,8 @@
 //! `num_batches_tracked`), visited by `Module::visit_buffers`; `state.rs`
 //! holds state dicts of parameters and buffers and `NamedTensors` (what
 //! checkpoints take: any `Module`, or a plain parameter list); layers
-//! `conv.rs` (`Conv1d`, `Conv2d`, `ConvTranspose2d`), `pool.rs`,
+//! `conv.rs` (`Conv1d`, `Conv2d`, `ConvTranspose2d`: one `ConvLayer` over
+//! the options' `ConvKind`), `pool.rs`,
 //! `batch_norm.rs` (`BatchNorm1d`/`2d`), `group_norm.rs`, `flatten.rs`,
 //! `rms_norm.rs` (`RMSNorm`); `LayerNorm` may have no bias; transformers:
 //! `multihead_attention.rs` (`MultiheadAttention`, PyTorch's names, one

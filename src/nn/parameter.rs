@@ -80,23 +80,7 @@ impl Parameter {
 
     /// Replaces the value; the shape and dtype must stay the same.
     pub fn set(&self, value: Tensor) -> Result<()> {
-        let mut guard = self.inner.value.write().unwrap_or_else(|p| p.into_inner());
-        if guard.shape() != value.shape() {
-            return Err(Error::shape_mismatch(
-                "Parameter::set",
-                guard.shape(),
-                value.shape(),
-            ));
-        }
-        if guard.dtype() != value.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "Parameter::set",
-                lhs: guard.dtype(),
-                rhs: value.dtype(),
-            });
-        }
-        *guard = value;
-        Ok(())
+        replace_same_layout("Parameter::set", &self.inner.value, value)
     }
 
     /// Runs `f` on the value with exclusive access: optimizers update
@@ -172,6 +156,29 @@ impl Graph {
             }
         }
     }
+}
+
+/// Replaces the tensor in `slot` with `value` if its shape and dtype stay
+/// the same (how [`Parameter::set`] and [`Buffer::set`](super::Buffer::set)
+/// replace values); errors name `op`.
+pub(crate) fn replace_same_layout(
+    op: &'static str,
+    slot: &RwLock<Tensor>,
+    value: Tensor,
+) -> Result<()> {
+    let mut guard = slot.write().unwrap_or_else(|p| p.into_inner());
+    if guard.shape() != value.shape() {
+        return Err(Error::shape_mismatch(op, guard.shape(), value.shape()));
+    }
+    if guard.dtype() != value.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: guard.dtype(),
+            rhs: value.dtype(),
+        });
+    }
+    *guard = value;
+    Ok(())
 }
 
 #[cfg(test)]

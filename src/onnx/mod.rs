@@ -18,9 +18,9 @@
 //! The protobuf messages ([`proto`]) are prost types generated once from
 //! ONNX's `onnx.proto` (see `tools/onnx-proto`).
 //!
-//! Where things are: `proto/` holds the prost messages generated once from
-//! ONNX's `onnx.proto` by `tools/onnx-proto` (committed, so the build needs
-//! no protoc); `tensor.rs`: `TensorProto` to and from `Tensor` (raw or
+//! Where things are: `proto/` includes the prost messages generated once
+//! from ONNX's `onnx.proto` (both in `tools/onnx-proto/`, committed, so the
+//! build needs no protoc); `tensor.rs`: `TensorProto` to and from `Tensor` (raw or
 //! typed data, external data files read only inside the model's folder,
 //! sizes from the file capped at 2^28 elements). `export/`: `Exporter`
 //! walks the traced nodes the outputs depend on and asks each op's mapper

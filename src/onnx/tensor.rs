@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use super::proto::tensor_proto::{DataLocation, DataType as OnnxType};
 use super::proto::TensorProto;
 use crate::error::{Error, OnnxProblem, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, DataType, Tensor};
 
 /// ONNX's element type code for a dtype.
 pub(crate) fn onnx_type(dtype: DType) -> i32 {
@@ -169,55 +169,37 @@ pub(crate) fn from_proto_in(p: &TensorProto, dir: Option<&Path>) -> Result<Tenso
         }
         return decode_raw(ty, raw, &shape);
     }
+    // Which typed field holds the values (the 16-bit floats and the small
+    // integers as int32s, as ONNX stores them).
+    let (len, what) = match ty {
+        T::Float => (p.float_data.len(), "floats"),
+        T::Double => (p.double_data.len(), "doubles"),
+        T::Int64 => (p.int64_data.len(), "int64 values"),
+        T::Uint32 | T::Uint64 => (p.uint64_data.len(), "uint64 values"),
+        _ => (p.int32_data.len(), "int32 values"),
+    };
+    count(len, what)?;
     let t = match ty {
-        T::Float => {
-            count(p.float_data.len(), "floats")?;
-            Tensor::from_slice(&p.float_data, &shape)
-        }
-        T::Double => {
-            count(p.double_data.len(), "doubles")?;
-            Tensor::from_slice(&p.double_data, &shape)
-        }
-        T::Int64 => {
-            count(p.int64_data.len(), "int64 values")?;
-            Tensor::from_slice(&p.int64_data, &shape)
-        }
-        T::Uint32 | T::Uint64 => {
-            count(p.uint64_data.len(), "uint64 values")?;
-            let v: Vec<i64> = p.uint64_data.iter().map(|&v| v as i64).collect();
-            Tensor::from_vec(v, &shape)
-        }
-        T::Bool => {
-            count(p.int32_data.len(), "int32 values")?;
-            let v: Vec<bool> = p.int32_data.iter().map(|&v| v != 0).collect();
-            Tensor::from_vec(v, &shape)
-        }
-        T::Float16 => {
-            count(p.int32_data.len(), "int32 values")?;
-            let v: Vec<f16> = p
-                .int32_data
-                .iter()
-                .map(|&v| f16::from_bits(v as u16))
-                .collect();
-            Tensor::from_vec(v, &shape)
-        }
-        T::Bfloat16 => {
-            count(p.int32_data.len(), "int32 values")?;
-            let v: Vec<bf16> = p
-                .int32_data
-                .iter()
-                .map(|&v| bf16::from_bits(v as u16))
-                .collect();
-            Tensor::from_vec(v, &shape)
-        }
-        _ => {
-            count(p.int32_data.len(), "int32 values")?;
-            let v: Vec<i64> = p.int32_data.iter().map(|&v| i64::from(v)).collect();
-            Tensor::from_vec(v, &shape)
-        }
+        T::Float => Tensor::from_slice(&p.float_data, &shape),
+        T::Double => Tensor::from_slice(&p.double_data, &shape),
+        T::Int64 => Tensor::from_slice(&p.int64_data, &shape),
+        T::Uint32 | T::Uint64 => converted(&p.uint64_data, &shape, |v| v as i64),
+        T::Bool => converted(&p.int32_data, &shape, |v| v != 0),
+        T::Float16 => converted(&p.int32_data, &shape, |v| f16::from_bits(v as u16)),
+        T::Bfloat16 => converted(&p.int32_data, &shape, |v| bf16::from_bits(v as u16)),
+        _ => converted(&p.int32_data, &shape, i64::from),
     };
     debug_assert!(t.as_ref().is_ok_and(|t| t.dtype() == dtype));
     t
+}
+
+/// A tensor of `shape` from a typed field's values, each converted by `f`.
+fn converted<S: Copy, D: DataType>(
+    data: &[S],
+    shape: &[usize],
+    f: impl Fn(S) -> D,
+) -> Result<Tensor> {
+    Tensor::from_vec(data.iter().map(|&v| f(v)).collect(), shape)
 }
 
 /// The bytes of an external tensor: `location` (a file beside the model,

@@ -1,10 +1,8 @@
 //! Adagrad as an [`UpdateRule`] (`torch.optim.Adagrad`); the rule is
 //! written out on [`Adagrad`].
 
-use super::rule::{
-    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
-};
-use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
+use super::rule::{hyperparameters, rule_basics, Direction, StateField, Step, UpdateRule};
+use super::{check_non_negative, OptimizerKind, RuleOptimizer};
 use crate::error::Result;
 use crate::tensor::Element;
 
@@ -89,29 +87,18 @@ impl UpdateRule for AdagradConfig {
         ]
     }
 
-    fn update<T: Element>(
-        &self,
-        ctx: &UpdateContext,
-        p: &mut [T],
-        g: &[T],
-        state: &mut ParamState,
-    ) -> Result<()> {
+    fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()> {
+        let ctx = &step.ctx;
         let clr = ctx.lr / (1.0 + (ctx.step - 1) as f64 * self.lr_decay);
-        let sign = gradient_sign::<T>(self.maximize);
-        let (has_decay, decay) = (ctx.weight_decay != 0.0, T::from_f64(ctx.weight_decay));
+        let dir = Direction::<T>::new(self.maximize, ctx);
         let (eps, neg_clr) = (T::from_f64(self.eps), T::from_f64(-clr));
-        let [sum] = state.slices::<T, 1>()?;
-        update_chunks(p, g, [sum], |p, g, [sum]| {
+        step.each_chunk(|p, g, [sum]| {
             for ((p, &g), sum) in p.iter_mut().zip(g).zip(sum) {
-                let mut d = g * sign;
-                if has_decay {
-                    d += decay * *p;
-                }
+                let d = dir.of(*p, g);
                 *sum += d * d;
                 *p += neg_clr * d / (sum.sqrt() + eps);
             }
-        });
-        Ok(())
+        })
     }
 }
 

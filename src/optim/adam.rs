@@ -3,10 +3,8 @@
 //! loops are in `adam_update.rs`.
 
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
-use super::rule::{
-    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
-};
-use super::{check_non_negative, update_chunks, OptimizerKind, RuleOptimizer};
+use super::rule::{hyperparameters, rule_basics, StateField, Step, UpdateRule};
+use super::{check_non_negative, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
@@ -142,35 +140,13 @@ impl UpdateRule for AdamConfig {
         fields
     }
 
-    fn update<T: Element>(
-        &self,
-        ctx: &UpdateContext,
-        p: &mut [T],
-        g: &[T],
-        state: &mut ParamState,
-    ) -> Result<()> {
-        let t = ctx.step as f64;
-        let k = Coefficients {
-            lr: ctx.lr,
-            decay: ctx.weight_decay,
-            decoupled: self.decoupled_weight_decay,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-            step_size: ctx.lr / (1.0 - self.beta1.powf(t)),
-            bias_correction2_sqrt: (1.0 - self.beta2.powf(t)).sqrt(),
-            maximize: self.maximize,
-        };
+    fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()> {
+        let k = Coefficients::new(self, &step.ctx);
         if self.amsgrad {
-            let [m, v, vmax] = state.slices::<T, 3>()?;
-            update_chunks(p, g, [m, v, vmax], |p, g, [m, v, vmax]| {
-                adam_amsgrad_kernel(p, g, m, v, vmax, k)
-            });
+            step.each_chunk(|p, g, [m, v, vmax]| adam_amsgrad_kernel(p, g, m, v, vmax, k))
         } else {
-            let [m, v] = state.slices::<T, 2>()?;
-            update_chunks(p, g, [m, v], |p, g, [m, v]| adam_kernel(p, g, m, v, k));
+            step.each_chunk(|p, g, [m, v]| adam_kernel(p, g, m, v, k))
         }
-        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! gradient and its moments, branch-free so it vectorises (the rule is in
 //! the docs of [`Adam`](super::Adam)).
 
+use super::{AdamConfig, UpdateContext};
 use crate::tensor::Element;
 
 /// The per-step scalars of the update, computed in f64.
@@ -39,6 +40,22 @@ struct Scalars<T> {
 }
 
 impl Coefficients {
+    /// The scalars of the update `ctx` describes under `config`.
+    pub(super) fn new(config: &AdamConfig, ctx: &UpdateContext) -> Self {
+        let t = ctx.step as f64;
+        Coefficients {
+            lr: ctx.lr,
+            decay: ctx.weight_decay,
+            decoupled: config.decoupled_weight_decay,
+            beta1: config.beta1,
+            beta2: config.beta2,
+            eps: config.eps,
+            step_size: ctx.lr / (1.0 - config.beta1.powf(t)),
+            bias_correction2_sqrt: (1.0 - config.beta2.powf(t)).sqrt(),
+            maximize: config.maximize,
+        }
+    }
+
     fn scalars<T: Element>(&self) -> Scalars<T> {
         let w = T::from_f64(1.0 - self.beta1);
         Scalars {

@@ -83,8 +83,11 @@
 //!    method); `impl UpdateRule for <Name>Config` (`rule_basics!("<Name>",
 //!    kind = KINDS[0].name)` for `NAMES`, `kind` and the learning rate;
 //!    `validate`: `check_declared` and any check of its own, one typed
-//!    error per setting; `state_fields` with PyTorch's state names, `update`
-//!    over slices, `update_chunks` for large parameters);
+//!    error per setting; `state_fields` with PyTorch's state names;
+//!    `update(&self, step: Step<'_, T>)`, its loop in `step.each_chunk`,
+//!    which hands it the parameter, gradient and state tensors as slices,
+//!    chunked in parallel for large parameters, and starting from
+//!    `Direction` where it begins with the gradient plus an L2 penalty);
 //!    `pub type <Name> = RuleOptimizer<<Name>Config>;` with the rule written
 //!    out in its docs; `pub(super) const KINDS` (its name, summary, and how
 //!    [`OptimizerSettings`] map onto its config, built with
@@ -148,7 +151,7 @@ use std::collections::HashSet;
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use group::{decay_groups, split_by_rank, NamedParameters, ParamGroup};
 pub use registry::{optimizer_kind, optimizer_kinds, OptimizerKind, OptimizerSettings};
-pub use rule::{ParamState, RuleNames, RuleOptimizer, StateField, UpdateContext, UpdateRule};
+pub use rule::{ParamState, RuleNames, RuleOptimizer, StateField, Step, UpdateContext, UpdateRule};
 pub use schedule::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LinearLr, LrSchedule, LrScheduler, MultiStepLr,
     StepLr, WarmupCosineLr, WarmupLr,

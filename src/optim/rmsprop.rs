@@ -2,9 +2,9 @@
 //! written out on [`RMSprop`].
 
 use super::rule::{
-    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+    hyperparameters, rule_basics, Direction, StateField, Step, UpdateContext, UpdateRule,
 };
-use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
+use super::{check_non_negative, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
@@ -99,69 +99,42 @@ impl UpdateRule for RMSpropConfig {
         fields
     }
 
-    fn update<T: Element>(
-        &self,
-        ctx: &UpdateContext,
-        p: &mut [T],
-        g: &[T],
-        state: &mut ParamState,
-    ) -> Result<()> {
-        let s = Scalars::new(self, ctx);
+    fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()> {
+        let s = Scalars::new(self, &step.ctx);
         let s = &s;
         match (self.momentum > 0.0, self.centered) {
-            (false, false) => {
-                let [v] = state.slices::<T, 1>()?;
-                update_chunks(p, g, [v], |p, g, [v]| {
-                    for ((p, &g), v) in p.iter_mut().zip(g).zip(v) {
-                        let d = s.direction(*p, g);
-                        let denom = s.average(v, d).sqrt() + s.eps;
-                        *p += s.neg_lr * d / denom;
-                    }
-                });
-            }
-            (true, false) => {
-                let [v, b] = state.slices::<T, 2>()?;
-                update_chunks(p, g, [v, b], |p, g, [v, b]| {
-                    for (((p, &g), v), b) in p.iter_mut().zip(g).zip(v).zip(b) {
-                        let d = s.direction(*p, g);
-                        let denom = s.average(v, d).sqrt() + s.eps;
-                        *b = *b * s.momentum + d / denom;
-                        *p += s.neg_lr * *b;
-                    }
-                });
-            }
-            (false, true) => {
-                let [v, a] = state.slices::<T, 2>()?;
-                update_chunks(p, g, [v, a], |p, g, [v, a]| {
-                    for (((p, &g), v), a) in p.iter_mut().zip(g).zip(v).zip(a) {
-                        let d = s.direction(*p, g);
-                        let denom = s.centered(v, a, d);
-                        *p += s.neg_lr * d / denom;
-                    }
-                });
-            }
-            (true, true) => {
-                let [v, b, a] = state.slices::<T, 3>()?;
-                update_chunks(p, g, [v, b, a], |p, g, [v, b, a]| {
-                    for ((((p, &g), v), b), a) in p.iter_mut().zip(g).zip(v).zip(b).zip(a) {
-                        let d = s.direction(*p, g);
-                        let denom = s.centered(v, a, d);
-                        *b = *b * s.momentum + d / denom;
-                        *p += s.neg_lr * *b;
-                    }
-                });
-            }
+            (false, false) => step.each_chunk(|p, g, [v]| {
+                for ((p, &g), v) in p.iter_mut().zip(g).zip(v) {
+                    let d = s.dir.of(*p, g);
+                    *p += s.neg_lr * d / s.plain(v, d);
+                }
+            }),
+            (true, false) => step.each_chunk(|p, g, [v, b]| {
+                for (((p, &g), v), b) in p.iter_mut().zip(g).zip(v).zip(b) {
+                    let d = s.dir.of(*p, g);
+                    s.momentum_step(p, b, d / s.plain(v, d));
+                }
+            }),
+            (false, true) => step.each_chunk(|p, g, [v, a]| {
+                for (((p, &g), v), a) in p.iter_mut().zip(g).zip(v).zip(a) {
+                    let d = s.dir.of(*p, g);
+                    *p += s.neg_lr * d / s.centered(v, a, d);
+                }
+            }),
+            (true, true) => step.each_chunk(|p, g, [v, b, a]| {
+                for ((((p, &g), v), b), a) in p.iter_mut().zip(g).zip(v).zip(b).zip(a) {
+                    let d = s.dir.of(*p, g);
+                    s.momentum_step(p, b, d / s.centered(v, a, d));
+                }
+            }),
         }
-        Ok(())
     }
 }
 
 /// The rounded scalars of one update, in the element type, and the steps
 /// the four variants share, in PyTorch's order of operations.
 struct Scalars<T> {
-    sign: T,
-    has_decay: bool,
-    decay: T,
+    dir: Direction<T>,
     alpha: T,
     one_minus_alpha: T,
     lerp_complement: T,
@@ -173,9 +146,7 @@ struct Scalars<T> {
 impl<T: Element> Scalars<T> {
     fn new(c: &RMSpropConfig, ctx: &UpdateContext) -> Self {
         Scalars {
-            sign: gradient_sign(c.maximize),
-            has_decay: ctx.weight_decay != 0.0,
-            decay: T::from_f64(ctx.weight_decay),
+            dir: Direction::new(c.maximize, ctx),
             alpha: T::from_f64(c.alpha),
             one_minus_alpha: T::from_f64(1.0 - c.alpha),
             lerp_complement: T::one() - T::from_f64(1.0 - c.alpha),
@@ -185,21 +156,17 @@ impl<T: Element> Scalars<T> {
         }
     }
 
-    /// The gradient with its sign and the L2 penalty.
-    #[inline(always)]
-    fn direction(&self, p: T, g: T) -> T {
-        if self.has_decay {
-            g * self.sign + self.decay * p
-        } else {
-            g * self.sign
-        }
-    }
-
     /// Moves the squared-gradient average and returns it.
     #[inline(always)]
     fn average(&self, v: &mut T, d: T) -> T {
         *v = *v * self.alpha + self.one_minus_alpha * d * d;
         *v
+    }
+
+    /// The uncentered denominator: moves the average, then `sqrt(v) + eps`.
+    #[inline(always)]
+    fn plain(&self, v: &mut T, d: T) -> T {
+        self.average(v, d).sqrt() + self.eps
     }
 
     /// The centered denominator: moves both averages, then
@@ -215,6 +182,13 @@ impl<T: Element> Scalars<T> {
             d - (d - *a) * self.lerp_complement
         };
         (v - *a * *a).sqrt() + self.eps
+    }
+
+    /// The momentum variant's move: `b = momentum b + scaled; p -= lr b`.
+    #[inline(always)]
+    fn momentum_step(&self, p: &mut T, b: &mut T, scaled: T) {
+        *b = *b * self.momentum + scaled;
+        *p += self.neg_lr * *b;
     }
 }
 

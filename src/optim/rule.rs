@@ -13,7 +13,7 @@
 
 use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
 use super::state::{read_step, StateReader};
-use super::{NamedParameter, NamedParameters, Optimizer, StateDict};
+use super::{gradient_sign, update_chunks, NamedParameter, NamedParameters, Optimizer, StateDict};
 use crate::error::{Error, Result};
 use crate::nn::{check_like, Parameter};
 use crate::tensor::{Element, Tensor};
@@ -168,6 +168,74 @@ pub struct UpdateContext {
     pub first: bool,
 }
 
+/// One update of one parameter: what [`UpdateRule::update`] is handed.
+pub struct Step<'a, T> {
+    /// The learning rate, weight decay and step number of this update.
+    pub ctx: UpdateContext,
+    /// The parameter's values, updated in place.
+    pub p: &'a mut [T],
+    /// Its gradient (the same length).
+    pub g: &'a [T],
+    /// Its state; the step count has already advanced.
+    pub state: &'a mut ParamState,
+}
+
+impl<T: Element> Step<'_, T> {
+    /// Runs `f` over matching chunks of the parameter, its gradient and its
+    /// `K` state tensors (in declared order), in parallel when they are
+    /// large. `f` sees plain slices, so its loop vectorises. Errors if the
+    /// rule declared another number of state tensors.
+    pub fn each_chunk<const K: usize>(
+        self,
+        f: impl Fn(&mut [T], &[T], [&mut [T]; K]) + Sync + Send,
+    ) -> Result<()> {
+        let state = self.state.slices::<T, K>()?;
+        update_chunks(self.p, self.g, state, f);
+        Ok(())
+    }
+}
+
+/// The direction of a plain gradient step in the element type,
+/// `d = grad (negated if maximize) + weight_decay * p`: how SGD, RMSprop
+/// and Adagrad all begin.
+pub(super) struct Direction<T> {
+    sign: T,
+    /// Whether there is an L2 penalty (`decay` is not 0).
+    pub(super) has_decay: bool,
+    decay: T,
+}
+
+impl<T: Element> Direction<T> {
+    pub(super) fn new(maximize: bool, ctx: &UpdateContext) -> Self {
+        Direction {
+            sign: gradient_sign(maximize),
+            has_decay: ctx.weight_decay != 0.0,
+            decay: T::from_f64(ctx.weight_decay),
+        }
+    }
+
+    /// `d` for a parameter value `p` and its gradient `g`; `DECAY` is
+    /// `has_decay` as a const parameter, for loops instantiated per option.
+    #[inline(always)]
+    pub(super) fn with<const DECAY: bool>(&self, p: T, g: T) -> T {
+        if DECAY {
+            g * self.sign + self.decay * p
+        } else {
+            g * self.sign
+        }
+    }
+
+    /// `d` for a parameter value `p` and its gradient `g`.
+    #[inline(always)]
+    pub(super) fn of(&self, p: T, g: T) -> T {
+        if self.has_decay {
+            self.with::<true>(p, g)
+        } else {
+            self.with::<false>(p, g)
+        }
+    }
+}
+
 /// One parameter's state: its tensor fields in declared order, and its step.
 #[derive(Clone, Debug)]
 pub struct ParamState {
@@ -223,7 +291,7 @@ impl ParamState {
 /// ```
 /// use retrograd::{Element, Graph, Result, Tensor, nn::Parameter};
 /// use retrograd::optim::{
-///     Optimizer, ParamState, RuleNames, RuleOptimizer, StateField, UpdateContext, UpdateRule,
+///     Optimizer, RuleNames, RuleOptimizer, StateField, Step, UpdateRule,
 /// };
 /// #[derive(Clone)]
 /// struct SignDescent { lr: f64 }
@@ -237,16 +305,14 @@ impl ParamState {
 ///     fn state_fields(&self) -> Vec<StateField> {
 ///         vec![StateField::Step, StateField::zeros("mean_abs")]
 ///     }
-///     fn update<T: Element>(
-///         &self, ctx: &UpdateContext, p: &mut [T], g: &[T], state: &mut ParamState,
-///     ) -> Result<()> {
-///         let [mean_abs] = state.slices::<T, 1>()?;
-///         let (lr, t) = (T::from_f64(ctx.lr), T::from_f64(ctx.step as f64));
-///         for ((p, &g), m) in p.iter_mut().zip(g).zip(mean_abs) {
-///             *m += (g.abs() - *m) / t;
-///             *p -= lr * g.signum();
-///         }
-///         Ok(())
+///     fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()> {
+///         let (lr, t) = (T::from_f64(step.ctx.lr), T::from_f64(step.ctx.step as f64));
+///         step.each_chunk(|p, g, [mean_abs]| {
+///             for ((p, &g), m) in p.iter_mut().zip(g).zip(mean_abs) {
+///                 *m += (g.abs() - *m) / t;
+///                 *p -= lr * g.signum();
+///             }
+///         })
 ///     }
 /// }
 /// let w = Parameter::new(Tensor::from_vec(vec![1.0, -1.0], &[2])?);
@@ -282,15 +348,9 @@ pub trait UpdateRule: Clone + Send + Sync + 'static {
     /// The state each parameter keeps with these hyperparameters.
     fn state_fields(&self) -> Vec<StateField>;
 
-    /// Updates one parameter `p` from its gradient `g` (same length) and its
-    /// state; `state`'s step has already advanced.
-    fn update<T: Element>(
-        &self,
-        ctx: &UpdateContext,
-        p: &mut [T],
-        g: &[T],
-        state: &mut ParamState,
-    ) -> Result<()>;
+    /// Updates one parameter `step.p` from its gradient `step.g` (same
+    /// length) and its state; the state's step has already advanced.
+    fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()>;
 }
 
 /// An optimizer that applies an [`UpdateRule`] to each of its parameters
@@ -445,7 +505,8 @@ impl<R: UpdateRule> Optimizer for RuleOptimizer<R> {
                     first: st.first,
                 };
                 crate::with_dtype!(rule.kind(), value.dtype(), T => {
-                    rule.update::<T>(&ctx, value.make_mut::<T>()?, g.as_slice_of::<T>(), st)?;
+                    let (p, g) = (value.make_mut::<T>()?, g.as_slice_of::<T>());
+                    rule.update::<T>(Step { ctx, p, g, state: st })?;
                 });
                 st.first = false;
                 Ok(())

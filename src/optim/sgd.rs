@@ -2,9 +2,9 @@
 //! the rule is written out on [`Sgd`].
 
 use super::rule::{
-    hyperparameters, rule_basics, ParamState, StateField, UpdateContext, UpdateRule,
+    hyperparameters, rule_basics, Direction, StateField, Step, UpdateContext, UpdateRule,
 };
-use super::{check_non_negative, gradient_sign, update_chunks, OptimizerKind, RuleOptimizer};
+use super::{check_non_negative, OptimizerKind, RuleOptimizer};
 use crate::error::{Error, Result};
 use crate::tensor::Element;
 
@@ -101,36 +101,28 @@ impl UpdateRule for SgdConfig {
         }
     }
 
-    fn update<T: Element>(
-        &self,
-        ctx: &UpdateContext,
-        p: &mut [T],
-        g: &[T],
-        state: &mut ParamState,
-    ) -> Result<()> {
-        let s = Scalars::<T>::new(self, ctx);
+    fn update<T: Element>(&self, step: Step<'_, T>) -> Result<()> {
+        let s = Scalars::<T>::new(self, &step.ctx);
+        let s = &s;
         if self.momentum == 0.0 {
-            let decay = ctx.weight_decay != 0.0;
-            update_chunks(p, g, [], |p, g, []| {
-                if decay {
-                    plain_loop::<T, true>(p, g, &s)
+            step.each_chunk(|p, g, []| {
+                if s.dir.has_decay {
+                    plain_loop::<T, true>(p, g, s)
                 } else {
-                    plain_loop::<T, false>(p, g, &s)
+                    plain_loop::<T, false>(p, g, s)
                 }
-            });
+            })
         } else {
-            let [b] = state.slices::<T, 1>()?;
-            sgd_momentum(p, g, b, ctx, self.nesterov, &s);
+            let (first, nesterov) = (step.ctx.first, self.nesterov);
+            step.each_chunk(|p, g, [b]| momentum_chunk(p, g, b, first, nesterov, s))
         }
-        Ok(())
     }
 }
 
 /// The rounded scalars of one update, in the element type.
 struct Scalars<T> {
-    sign: T,
+    dir: Direction<T>,
     neg_lr: T,
-    decay: T,
     momentum: T,
     keep: T,
 }
@@ -138,9 +130,8 @@ struct Scalars<T> {
 impl<T: Element> Scalars<T> {
     fn new(c: &SgdConfig, ctx: &UpdateContext) -> Self {
         Scalars {
-            sign: gradient_sign(c.maximize),
+            dir: Direction::new(c.maximize, ctx),
             neg_lr: T::from_f64(-ctx.lr),
-            decay: T::from_f64(ctx.weight_decay),
             momentum: T::from_f64(c.momentum),
             keep: T::from_f64(1.0 - c.dampening),
         }
@@ -153,25 +144,21 @@ impl<T: Element> Scalars<T> {
 #[inline(never)]
 fn plain_loop<T: Element, const DECAY: bool>(p: &mut [T], g: &[T], s: &Scalars<T>) {
     for (p, &g) in p.iter_mut().zip(g) {
-        let mut d = g * s.sign;
-        if DECAY {
-            d += s.decay * *p;
-        }
+        let d = s.dir.with::<DECAY>(*p, g);
         *p += s.neg_lr * d;
     }
 }
 
-/// SGD with a momentum buffer `b` (see the module docs for the rule).
-fn sgd_momentum<T: Element>(
+/// SGD with a momentum buffer `b` (see [`Sgd`] for the rule), over one chunk.
+fn momentum_chunk<T: Element>(
     p: &mut [T],
     g: &[T],
     b: &mut [T],
-    ctx: &UpdateContext,
+    first: bool,
     nesterov: bool,
     s: &Scalars<T>,
 ) {
-    let (decay, first) = (ctx.weight_decay != 0.0, ctx.first);
-    update_chunks(p, g, [b], |p, g, [b]| match (decay, first, nesterov) {
+    match (s.dir.has_decay, first, nesterov) {
         (false, false, false) => momentum_loop::<T, false, false, false>(p, g, b, s),
         (false, false, true) => momentum_loop::<T, false, false, true>(p, g, b, s),
         (false, true, false) => momentum_loop::<T, false, true, false>(p, g, b, s),
@@ -180,7 +167,7 @@ fn sgd_momentum<T: Element>(
         (true, false, true) => momentum_loop::<T, true, false, true>(p, g, b, s),
         (true, true, false) => momentum_loop::<T, true, true, false>(p, g, b, s),
         (true, true, true) => momentum_loop::<T, true, true, true>(p, g, b, s),
-    });
+    }
 }
 
 #[inline(never)]
@@ -191,10 +178,7 @@ fn momentum_loop<T: Element, const DECAY: bool, const FIRST: bool, const NESTERO
     s: &Scalars<T>,
 ) {
     for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
-        let mut d = g * s.sign;
-        if DECAY {
-            d += s.decay * *p;
-        }
+        let mut d = s.dir.with::<DECAY>(*p, g);
         *b = if FIRST {
             d
         } else {

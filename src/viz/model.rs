@@ -405,38 +405,44 @@ impl<'a> Builder<'a> {
 
     fn push_op(&mut self, i: usize) -> usize {
         let st = self.st;
-        let out = st.nodes()[i].output;
         let op = st.op_name(st.nodes()[i].op);
-        let header = match st.name_of(out) {
+        let header = match st.name_of(st.nodes()[i].output) {
             Some(name) => format!("{name} = {op}"),
             None => op.to_string(),
         };
-        let mut lines = vec![
-            header,
-            format!(
-                "#{i}  {}",
-                label::dtype_and_shape(&st.values()[out as usize])
-            ),
-        ];
-        self.value_lines(out, &mut lines);
-        let dead = !self.live[i];
-        if dead {
-            lines.push(format!("not in backward_order({})", self.root_label));
-        }
-        let unit = self.push(format!("n{i}"), Kind::Op, lines, dead);
-        self.nodes[unit].root = self.root_value == Some(out as usize);
-        unit
+        self.push_nodes(format!("n{i}"), Kind::Op, header, format!("#{i}"), i)
     }
 
     fn push_group(&mut self, g: usize, group: &Group) -> usize {
-        let st = self.st;
         let first = group.members[0];
         let last = *group.members.last().expect("a group has members");
+        let header = format!("{} × {}", group.pattern, group.repeats);
+        self.push_nodes(
+            format!("g{g}"),
+            Kind::Group,
+            header,
+            format!("#{first}..#{last}"),
+            last,
+        )
+    }
+
+    /// Pushes the unit `id` drawing the nodes `span` that end in node
+    /// `last`: the header, the span with the last output's dtype and shape,
+    /// its values, and whether it is dead or the root.
+    fn push_nodes(
+        &mut self,
+        id: String,
+        kind: Kind,
+        header: String,
+        span: String,
+        last: usize,
+    ) -> usize {
+        let st = self.st;
         let out = st.nodes()[last].output;
         let mut lines = vec![
-            format!("{} × {}", group.pattern, group.repeats),
+            header,
             format!(
-                "#{first}..#{last}  {}",
+                "{span}  {}",
                 label::dtype_and_shape(&st.values()[out as usize])
             ),
         ];
@@ -445,7 +451,7 @@ impl<'a> Builder<'a> {
         if dead {
             lines.push(format!("not in backward_order({})", self.root_label));
         }
-        let unit = self.push(format!("g{g}"), Kind::Group, lines, dead);
+        let unit = self.push(id, kind, lines, dead);
         self.nodes[unit].root = self.root_value == Some(out as usize);
         unit
     }

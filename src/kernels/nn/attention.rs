@@ -222,22 +222,29 @@ impl Geometry {
     }
 }
 
-/// Scores of query rows `i0..i0 + br` (already scaled, `qs`) against keys
-/// `j0..j0 + bc` of head `b` into `sblk` (`br × bc`), with the mask added
-/// and causal positions set to `-inf`.
-#[allow(clippy::too_many_arguments)]
-fn scores<T: NnFloat>(
-    g: &Geometry,
+/// One block of the score matrix of head `b`: query rows `i0..i0 + br`
+/// against keys `j0..j0 + bc`, what the blocked forward and backward walk.
+#[derive(Clone, Copy)]
+struct Tile {
     b: usize,
     i0: usize,
     br: usize,
     j0: usize,
     bc: usize,
+}
+
+/// Scores of the tile's query rows (already scaled, `qs`) against its keys
+/// into `sblk` (`br × bc`), with the mask added and causal positions set to
+/// `-inf`.
+fn scores<T: NnFloat>(
+    g: &Geometry,
+    tile: Tile,
     qs: &[T],
     k: &Rows<'_, T>,
     mask: Option<&MaskView<'_, T>>,
     sblk: &mut [T],
 ) {
+    let Tile { b, i0, br, j0, bc } = tile;
     let e = g.e;
     gemm_overwrite(
         sblk,
@@ -278,7 +285,8 @@ fn scores<T: NnFloat>(
 /// only each row's visible keys and write 0 for the rest: `exp` of `-inf`
 /// is far slower than of a finite number here, and half of such a block is
 /// hidden.
-fn exp_block<T: NnFloat>(g: &Geometry, i0: usize, br: usize, j0: usize, bc: usize, blk: &mut [T]) {
+fn exp_block<T: NnFloat>(g: &Geometry, tile: Tile, blk: &mut [T]) {
+    let Tile { i0, br, j0, bc, .. } = tile;
     if !g.causal || j0 + bc <= i0 + 1 {
         T::exp_in_place(blk);
         return;
@@ -293,15 +301,8 @@ fn exp_block<T: NnFloat>(g: &Geometry, i0: usize, br: usize, j0: usize, bc: usiz
 
 /// Multiplies a block of probabilities of head `b` by its dropout mask
 /// scaled by `1 / (1 - p)`.
-fn apply_dropout<T: NnFloat>(
-    g: &Geometry,
-    b: usize,
-    i0: usize,
-    br: usize,
-    j0: usize,
-    bc: usize,
-    blk: &mut [T],
-) {
+fn apply_dropout<T: NnFloat>(g: &Geometry, tile: Tile, blk: &mut [T]) {
+    let Tile { b, i0, br, j0, bc } = tile;
     let Some((p, seed)) = g.dropout else { return };
     let inv = T::from_f64(g.keep_scale());
     for r in 0..br {
@@ -403,8 +404,9 @@ fn forward_block<T: NnFloat>(
     let end = g.key_end(i1);
     for j0 in (0..end).step_by(BLOCK_COLS) {
         let bc = BLOCK_COLS.min(end - j0);
+        let tile = Tile { b, i0, br, j0, bc };
         let blk = &mut sblk[..br * bc];
-        scores(g, b, i0, br, j0, bc, &qs, k, mask, blk);
+        scores(g, tile, &qs, k, mask, blk);
         for r in 0..br {
             let row = &mut blk[r * bc..(r + 1) * bc];
             let top = row_max(row, m[r]);
@@ -417,7 +419,7 @@ fn forward_block<T: NnFloat>(
             alpha[r] = m[r] - shift;
             m[r] = top;
         }
-        exp_block(g, i0, br, j0, bc, blk);
+        exp_block(g, tile, blk);
         // The rescaling of what came before; 0 on a row's first block
         // (m was -inf), without calling exp on -inf.
         for a in alpha.iter_mut() {
@@ -434,7 +436,7 @@ fn forward_block<T: NnFloat>(
                 .iter_mut()
                 .for_each(|o| *o *= alpha[r]);
         }
-        apply_dropout(g, b, i0, br, j0, bc, blk);
+        apply_dropout(g, tile, blk);
         gemm_accumulate(
             &mut acc,
             MatView::rows(br, ev, ev),
@@ -553,8 +555,9 @@ fn backward_head<T: NnFloat>(
         for i0 in (first * BLOCK_ROWS..l).step_by(BLOCK_ROWS) {
             let i1 = (i0 + BLOCK_ROWS).min(l);
             let br = i1 - i0;
+            let tile = Tile { b, i0, br, j0, bc };
             let p = &mut pblk[..br * bc];
-            scores(g, b, i0, br, j0, bc, &qs[i0 * e..i1 * e], k, mask, p);
+            scores(g, tile, &qs[i0 * e..i1 * e], k, mask, p);
             for r in 0..br {
                 let ls = lse_head[i0 + r];
                 let row = &mut p[r * bc..(r + 1) * bc];
@@ -564,13 +567,13 @@ fn backward_head<T: NnFloat>(
                     row.iter_mut().for_each(|x| *x -= ls);
                 }
             }
-            exp_block(g, i0, br, j0, bc, p);
+            exp_block(g, tile, p);
             let do_blk = &do_head[i0 * ev..i1 * ev];
             // dV_j += P'ᵀ dO_i, P' the dropped-out probabilities.
             let pd: &[T] = if g.dropout.is_some() {
                 let pd = &mut pdrop[..br * bc];
                 pd.copy_from_slice(p);
-                apply_dropout(g, b, i0, br, j0, bc, pd);
+                apply_dropout(g, tile, pd);
                 pd
             } else {
                 p
@@ -595,7 +598,7 @@ fn backward_head<T: NnFloat>(
                 MatView::rows(bc, ev, v.row_stride).t(),
                 false,
             );
-            apply_dropout(g, b, i0, br, j0, bc, ds);
+            apply_dropout(g, tile, ds);
             let p = &pblk[..br * bc];
             for r in 0..br {
                 let dr = dsum[i0 + r];

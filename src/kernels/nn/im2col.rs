@@ -170,28 +170,70 @@ fn im2col_strided<T: Element>(
     oy1: usize,
     col: &mut [T],
 ) {
+    let (w, ow) = (geo.input[1], geo.output[1]);
+    for_each_strided_row(geo, oy0, oy1, |r| {
+        let dst = &mut col[r.col..r.col + ow];
+        let Some(iy) = r.iy else {
+            zero_short(dst);
+            return;
+        };
+        let src = &x_g[r.plane + iy * w..r.plane + (iy + 1) * w];
+        zero_short(&mut dst[..r.lo]);
+        zero_short(&mut dst[r.hi..]);
+        for (ox, d) in dst[r.lo..r.hi].iter_mut().enumerate() {
+            *d = src[((ox + r.lo) * geo.stride[1]).wrapping_add_signed(r.off)];
+        }
+    });
+}
+
+/// One row of output positions of one kernel tap, as the strided paths
+/// walk them (see [`for_each_strided_row`]).
+struct StridedRow {
+    /// Where the row starts in the matrix.
+    col: usize,
+    /// Where its input plane starts.
+    plane: usize,
+    /// The input row it reads, unless that is padding.
+    iy: Option<usize>,
+    /// The output columns `lo..hi` that read inside the input, at input
+    /// column `ox * stride + off` ([`column_range`]).
+    lo: usize,
+    hi: usize,
+    off: isize,
+}
+
+/// The walk [`im2col_strided`] and [`col2im_strided`] share: each input
+/// plane, kernel tap `(ky, kx)` (one matrix row each, in that order) and
+/// output row `oy0..oy1`, the matrix's `[k_len, (oy1 - oy0) * OW]` layout.
+#[inline(always)]
+fn for_each_strided_row(
+    geo: &ConvGeometry,
+    oy0: usize,
+    oy1: usize,
+    mut visit: impl FnMut(StridedRow),
+) {
     let [h, w] = geo.input;
     let [kh, kw] = geo.kernel;
     let ow = geo.output[1];
     let len = (oy1 - oy0) * ow;
-    let mut rows = col[..geo.k_len() * len].chunks_exact_mut(len);
-    for plane in x_g[..geo.cin_g() * h * w].chunks_exact(h * w) {
+    let mut col = 0;
+    for c in 0..geo.cin_g() {
         for ky in 0..kh {
             for kx in 0..kw {
-                let row = rows.next().expect("k_len rows");
                 let (lo, hi, off) = column_range(geo, kx, w, ow);
-                for (dst, oy) in row.chunks_exact_mut(ow).zip(oy0..oy1) {
-                    let Some(iy) = input_row(geo, oy, ky, h) else {
-                        zero_short(dst);
-                        continue;
-                    };
-                    let src = &plane[iy * w..(iy + 1) * w];
-                    zero_short(&mut dst[..lo]);
-                    zero_short(&mut dst[hi..]);
-                    for (ox, d) in dst[lo..hi].iter_mut().enumerate() {
-                        *d = src[((ox + lo) * geo.stride[1]).wrapping_add_signed(off)];
-                    }
+                for oy in oy0..oy1 {
+                    let iy = input_row(geo, oy, ky, h);
+                    let at = col + (oy - oy0) * ow;
+                    visit(StridedRow {
+                        col: at,
+                        plane: c * h * w,
+                        iy,
+                        lo,
+                        hi,
+                        off,
+                    });
                 }
+                col += len;
             }
         }
     }
@@ -340,28 +382,15 @@ fn col2im_strided<T: Element>(
     oy1: usize,
     gx_g: &mut [T],
 ) {
-    let [h, w] = geo.input;
-    let [kh, kw] = geo.kernel;
-    let ow = geo.output[1];
-    let len = (oy1 - oy0) * ow;
-    let mut rows = col[..geo.k_len() * len].chunks_exact(len);
-    for plane in gx_g[..geo.cin_g() * h * w].chunks_exact_mut(h * w) {
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row = rows.next().expect("k_len rows");
-                let (lo, hi, off) = column_range(geo, kx, w, ow);
-                for (src, oy) in row.chunks_exact(ow).zip(oy0..oy1) {
-                    let Some(iy) = input_row(geo, oy, ky, h) else {
-                        continue;
-                    };
-                    let dst = &mut plane[iy * w..(iy + 1) * w];
-                    for (ox, s) in src[lo..hi].iter().enumerate() {
-                        dst[((ox + lo) * geo.stride[1]).wrapping_add_signed(off)] += *s;
-                    }
-                }
-            }
+    let (w, ow) = (geo.input[1], geo.output[1]);
+    for_each_strided_row(geo, oy0, oy1, |r| {
+        let Some(iy) = r.iy else { return };
+        let src = &col[r.col..r.col + ow];
+        let dst = &mut gx_g[r.plane + iy * w..r.plane + (iy + 1) * w];
+        for (ox, s) in src[r.lo..r.hi].iter().enumerate() {
+            dst[((ox + r.lo) * geo.stride[1]).wrapping_add_signed(r.off)] += *s;
         }
-    }
+    });
 }
 
 /// The input row that output row `oy` reads through kernel row `ky`, if it

@@ -1,5 +1,6 @@
 //! Convolution layers: [`Conv1d`], [`Conv2d`] and [`ConvTranspose2d`], with
-//! PyTorch's weight layout, options and initialisation.
+//! PyTorch's weight layout, options and initialisation; one [`ConvLayer`]
+//! over the options' [`ConvKind`].
 
 use rand::Rng;
 
@@ -54,6 +55,63 @@ fn check_groups(op: &'static str, cin: usize, cout: usize, groups: usize) -> Res
     Ok(())
 }
 
+/// What a convolution layer's options say about the layer: its name, how
+/// its weight is laid out, its groups, and the op it applies. Implemented
+/// by [`ConvOptions`] (a convolution: weight `[out, in / groups,
+/// kernel...]`) and [`ConvTransposeOptions`] (a transposed convolution:
+/// weight `[in, out / groups, kernel...]`), so [`ConvLayer`] is written once
+/// for both.
+pub trait ConvKind<const D: usize>: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The layer's name in errors (`"Conv2d"`).
+    const NAME: &'static str;
+    /// Whether the weight's leading dimension is the input channels.
+    const TRANSPOSED: bool;
+
+    /// The number of channel groups.
+    fn groups(&self) -> usize;
+
+    /// The layer's op on input `x` with its weight `w` and bias `b`.
+    fn apply<'g>(&self, x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>>;
+}
+
+impl<const D: usize> ConvKind<D> for ConvOptions<D> {
+    const NAME: &'static str = if D == 1 { "Conv1d" } else { "Conv2d" };
+    const TRANSPOSED: bool = false;
+
+    fn groups(&self) -> usize {
+        self.group_count()
+    }
+
+    fn apply<'g>(&self, x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>> {
+        let op = if D == 1 { "conv1d" } else { "conv2d" };
+        record_conv(op, x, w, b, self)
+    }
+}
+
+impl ConvKind<2> for ConvTransposeOptions<2> {
+    const NAME: &'static str = "ConvTranspose2d";
+    const TRANSPOSED: bool = true;
+
+    fn groups(&self) -> usize {
+        self.group_count()
+    }
+
+    fn apply<'g>(&self, x: &Var<'g>, w: &Var<'g>, b: Option<&Var<'g>>) -> Result<Var<'g>> {
+        x.try_conv_transpose2d(w, b, self)
+    }
+}
+
+/// A convolution layer over `D` spatial dimensions with the options `O`
+/// (see [`ConvKind`]): [`Conv1d`], [`Conv2d`] and [`ConvTranspose2d`]. The
+/// weight is laid out as in PyTorch, so checkpoints carry over unchanged.
+#[derive(Clone, Debug, Module)]
+pub struct ConvLayer<const D: usize, O: ConvKind<D>> {
+    weight: Parameter,
+    bias: Option<Parameter>,
+    #[module(skip)]
+    options: O,
+}
+
 /// A convolution layer over `D` spatial dimensions: [`Conv1d`] (`D = 1`) or
 /// [`Conv2d`] (`D = 2`). The weight is `[out, in / groups, kernel...]` as in
 /// PyTorch, so checkpoints carry over unchanged.
@@ -69,88 +127,12 @@ fn check_groups(op: &'static str, cin: usize, cout: usize, groups: usize) -> Res
 /// assert_eq!(y.shape(), &[8, 16, 28, 28]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug, Module)]
-pub struct ConvNd<const D: usize> {
-    weight: Parameter,
-    bias: Option<Parameter>,
-    #[module(skip)]
-    options: ConvOptions<D>,
-}
+pub type ConvNd<const D: usize> = ConvLayer<D, ConvOptions<D>>;
 
 /// A 1-d convolution layer, PyTorch's `nn.Conv1d`.
 pub type Conv1d = ConvNd<1>;
 /// A 2-d convolution layer, PyTorch's `nn.Conv2d`.
 pub type Conv2d = ConvNd<2>;
-
-impl<const D: usize> ConvNd<D> {
-    fn op_name() -> &'static str {
-        if D == 1 {
-            "Conv1d"
-        } else {
-            "Conv2d"
-        }
-    }
-
-    /// A layer with a bias, initialised as PyTorch does from `rng`.
-    pub fn new<R: Rng + ?Sized>(
-        in_channels: usize,
-        out_channels: usize,
-        kernel: impl Spatial<D>,
-        options: ConvOptions<D>,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        Self::with_bias(in_channels, out_channels, kernel, options, true, dtype, rng)
-    }
-
-    /// A layer with or without a bias.
-    pub fn with_bias<R: Rng + ?Sized>(
-        in_channels: usize,
-        out_channels: usize,
-        kernel: impl Spatial<D>,
-        options: ConvOptions<D>,
-        bias: bool,
-        dtype: DType,
-        rng: &mut R,
-    ) -> Result<Self> {
-        let groups = options.group_count();
-        check_groups(Self::op_name(), in_channels, out_channels, groups)?;
-        let mut shape = vec![out_channels, in_channels / groups];
-        shape.extend(kernel.spatial());
-        let (weight, bias) = init_params(
-            Self::op_name(),
-            &shape,
-            bias.then_some(out_channels),
-            dtype,
-            rng,
-        )?;
-        Ok(ConvNd {
-            weight,
-            bias,
-            options,
-        })
-    }
-
-    /// The weight, `[out, in / groups, kernel...]`.
-    pub fn weight(&self) -> &Parameter {
-        &self.weight
-    }
-
-    /// The bias, `[out]`, if any.
-    pub fn bias(&self) -> Option<&Parameter> {
-        self.bias.as_ref()
-    }
-}
-
-impl<const D: usize> Forward for ConvNd<D> {
-    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let graph = x.graph();
-        let w = graph.param(&self.weight);
-        let b = self.bias.as_ref().map(|b| graph.param(b));
-        let op = if D == 1 { "conv1d" } else { "conv2d" };
-        record_conv(op, x, &w, b.as_ref(), &self.options)
-    }
-}
 
 /// A 2-d transposed convolution layer, PyTorch's `nn.ConvTranspose2d`: the
 /// weight is `[in, out / groups, kh, kw]`.
@@ -167,21 +149,15 @@ impl<const D: usize> Forward for ConvNd<D> {
 /// assert_eq!(y.shape(), &[2, 4, 14, 14]);
 /// # Ok::<(), retrograd::Error>(())
 /// ```
-#[derive(Clone, Debug, Module)]
-pub struct ConvTranspose2d {
-    weight: Parameter,
-    bias: Option<Parameter>,
-    #[module(skip)]
-    options: ConvTransposeOptions<2>,
-}
+pub type ConvTranspose2d = ConvLayer<2, ConvTransposeOptions<2>>;
 
-impl ConvTranspose2d {
+impl<const D: usize, O: ConvKind<D>> ConvLayer<D, O> {
     /// A layer with a bias, initialised as PyTorch does from `rng`.
     pub fn new<R: Rng + ?Sized>(
         in_channels: usize,
         out_channels: usize,
-        kernel: impl Spatial<2>,
-        options: ConvTransposeOptions<2>,
+        kernel: impl Spatial<D>,
+        options: O,
         dtype: DType,
         rng: &mut R,
     ) -> Result<Self> {
@@ -192,31 +168,31 @@ impl ConvTranspose2d {
     pub fn with_bias<R: Rng + ?Sized>(
         in_channels: usize,
         out_channels: usize,
-        kernel: impl Spatial<2>,
-        options: ConvTransposeOptions<2>,
+        kernel: impl Spatial<D>,
+        options: O,
         bias: bool,
         dtype: DType,
         rng: &mut R,
     ) -> Result<Self> {
-        let groups = options.group_count();
-        check_groups("ConvTranspose2d", in_channels, out_channels, groups)?;
-        let mut shape = vec![in_channels, out_channels / groups];
+        let groups = options.groups();
+        check_groups(O::NAME, in_channels, out_channels, groups)?;
+        let mut shape = if O::TRANSPOSED {
+            vec![in_channels, out_channels / groups]
+        } else {
+            vec![out_channels, in_channels / groups]
+        };
         shape.extend(kernel.spatial());
-        let (weight, bias) = init_params(
-            "ConvTranspose2d",
-            &shape,
-            bias.then_some(out_channels),
-            dtype,
-            rng,
-        )?;
-        Ok(ConvTranspose2d {
+        let (weight, bias) =
+            init_params(O::NAME, &shape, bias.then_some(out_channels), dtype, rng)?;
+        Ok(ConvLayer {
             weight,
             bias,
             options,
         })
     }
 
-    /// The weight, `[in, out / groups, kh, kw]`.
+    /// The weight: `[out, in / groups, kernel...]`, or `[in, out / groups,
+    /// kernel...]` for a transposed convolution.
     pub fn weight(&self) -> &Parameter {
         &self.weight
     }
@@ -227,12 +203,12 @@ impl ConvTranspose2d {
     }
 }
 
-impl Forward for ConvTranspose2d {
+impl<const D: usize, O: ConvKind<D>> Forward for ConvLayer<D, O> {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         let graph = x.graph();
         let w = graph.param(&self.weight);
         let b = self.bias.as_ref().map(|b| graph.param(b));
-        x.try_conv_transpose2d(&w, b.as_ref(), &self.options)
+        self.options.apply(x, &w, b.as_ref())
     }
 }
 

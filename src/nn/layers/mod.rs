@@ -27,7 +27,7 @@ pub use bert::{
     ParameterSource,
 };
 pub use bert_classifier::BertForSequenceClassification;
-pub use conv::{Conv1d, Conv2d, ConvNd, ConvTranspose2d};
+pub use conv::{Conv1d, Conv2d, ConvKind, ConvLayer, ConvNd, ConvTranspose2d};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingBuilder};
 pub use flatten::Flatten;
