@@ -136,23 +136,10 @@ impl StructuredOp for Where {
                 .transpose()?,
         ])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+    fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         let zero = Tensor::scalar_of(0.0, g.dtype());
-        if needs[1] {
-            grads[1] = Some(unbroadcast_tensor(self.forward(&[c, g, &zero])?, a)?);
-        }
-        if needs[2] {
-            grads[2] = Some(unbroadcast_tensor(self.forward(&[c, &zero, g])?, b)?);
-        }
-        Ok(true)
+        let chosen = if i == 1 { [x[0], g, &zero] } else { [x[0], &zero, g] };
+        Some(self.forward(&chosen).and_then(|d| unbroadcast_tensor(d, x[i])))
     }
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         let zero = n.output.scalar_like(0.0);

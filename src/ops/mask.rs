@@ -51,18 +51,8 @@ impl StructuredOp for Cast {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         g.try_to_dtype(n.x(0).dtype())
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] && inputs[0].is_float() {
-            grads[0] = Some(g.to_dtype(inputs[0].dtype()));
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(Ok(g.to_dtype(x[0].dtype())))
     }
     // A cast to a dtype that is not a float carries no tangent.
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], _: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
@@ -172,18 +162,8 @@ impl StructuredOp for MaskedFill {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         g.graph().record(MaskedFill { value: 0.0 }, &[g, n.x(1)])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(MaskedFill { value: 0.0 }.run(g, inputs[1])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(MaskedFill { value: 0.0 }.run(g, x[1]))
     }
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         t.graph().record(MaskedFill { value: 0.0 }, &[t, n.x(1)])
@@ -239,18 +219,8 @@ impl StructuredOp for Triangle {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         g.graph().record(*self, &[g])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        _inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(self.forward(&[g])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(self.forward(&[g]))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -270,18 +270,8 @@ impl StructuredOp for AvgPool2d {
         };
         g.graph().record(op, &[g, n.x(0)])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(spread(&self.windows, g, x[0])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(spread(&self.windows, g, x[0]))
     }
     fn facts(&self) -> OpFacts {
         let example = Arc::new(AvgPool2d {
@@ -313,18 +303,8 @@ impl StructuredOp for AvgPool2dBackward {
         };
         g2.graph().record(op, &[g2])
     }
-    fn backward_fast(
-        &self,
-        g2: &Tensor,
-        _: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(pool(&self.windows, g2)?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g2: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(pool(&self.windows, g2))
     }
     fn facts(&self) -> OpFacts {
         let windows = self.windows.example();

@@ -222,19 +222,9 @@ impl StructuredOp for MaxPool2d {
         };
         g.graph().record(op, &[g, x])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            let idx = self.indices_for(inputs[0], out)?;
-            grads[0] = Some(scatter(&self.opts, g, inputs[0], Some(&idx))?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], out: &Tensor) -> Option<Result<Tensor>> {
+        let idx = self.indices_for(x[0], out);
+        Some(idx.and_then(|idx| scatter(&self.opts, g, x[0], Some(&idx))))
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(0);
@@ -382,24 +372,14 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
             g2.graph().record(self.at::<true>(x.value())?, &[g2, x])
         }
     }
-    fn backward_fast(
-        &self,
-        g2: &Tensor,
-        inputs: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
-            // The adjoint: gather for the scatter, scatter for the gather.
-            grads[0] = Some(if SCATTER {
-                gather(opts, g2, x, indices)?
-            } else {
-                scatter(opts, g2, x, indices)?
-            });
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g2: &Tensor, inputs: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
+        // The adjoint: gather for the scatter, scatter for the gather.
+        Some(if SCATTER {
+            gather(opts, g2, x, indices)
+        } else {
+            scatter(opts, g2, x, indices)
+        })
     }
     /// Linear in its first input; the indices resolved once for the tangent.
     fn tangent<'g>(&self, _: usize, ta: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
