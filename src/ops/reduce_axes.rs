@@ -30,7 +30,23 @@ fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
 /// Declares a reduction over a list of axes: its two settings (`axes`,
 /// `keepdim`), the constructor from a caller's axes and their attributes,
 /// written once for every such reduction (here and in `reduce_minmax.rs`).
+/// `Op = "name" { .. }` also writes its [`StructuredOp`] impl: one input,
+/// settings only, named `name`, with the items in braces (`forward`,
+/// `grad`, ...).
 macro_rules! axes_reduction {
+    ($(#[$m:meta])* $op:ident = $name:literal { $($rules:tt)* }) => {
+        axes_reduction!($(#[$m])* $op);
+
+        impl StructuredOp for $op {
+            const NAME: &'static str = $name;
+            const INPUTS: &'static [&'static str] = &["input"];
+            const HOLDS: crate::Holds = crate::Holds::Settings;
+            fn attributes(&self) -> OpAttributes {
+                self.settings()
+            }
+            $($rules)*
+        }
+    };
     ($(#[$m:meta])* $op:ident) => {
         $(#[$m])*
         #[derive(Clone, Debug, Default)]
@@ -80,52 +96,36 @@ macro_rules! axes_reduction_methods {
 }
 pub(crate) use axes_reduction_methods;
 
-axes_reduction!(
+axes_reduction! {
     /// The sum over `axes` (PyTorch's `sum.dim_IntList`), accumulated in f64.
-    SumDim
-);
-
-impl StructuredOp for SumDim {
-    const NAME: &'static str = "sum_dim";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?.try_expand(x.shape())
+    SumDim = "sum_dim" {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?.try_expand(x.shape())
+        }
     }
 }
 
-axes_reduction!(
+axes_reduction! {
     /// The mean over `axes` (PyTorch's `mean.dim`), accumulated in f64; NaN
     /// for an empty reduction.
-    MeanDim
-);
-
-impl StructuredOp for MeanDim {
-    const NAME: &'static str = "mean_dim";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
-        let count = lane_len(x.shape(), &axes);
-        // Scale the small reduced gradient, then broadcast it.
-        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / count);
-        g.try_expand(x.shape())
+    MeanDim = "mean_dim" {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
+            let count = lane_len(x.shape(), &axes);
+            // Scale the small reduced gradient, then broadcast it.
+            let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / count);
+            g.try_expand(x.shape())
+        }
     }
 }
 
@@ -187,38 +187,30 @@ impl StructuredOp for Variance {
     }
 }
 
-axes_reduction!(
+axes_reduction! {
     /// `log(sum(exp(x)))` over `axes`, shifted by the maximum so it never
     /// overflows (finite for inputs of ±1e4). Its gradient is the softmax.
-    LogSumExp
-);
+    LogSumExp = "logsumexp" {
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            let g = broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?;
+            self.softmax(x, n.output)?.try_mul(&g)
+        }
+        fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let weighted = self.softmax(n.x(0), n.output)?.try_mul(t)?;
+            weighted.try_sum_axes(&self.axes, self.keepdim)
+        }
+    }
+}
 
 impl LogSumExp {
     /// `exp(x - logsumexp(x))`, the softmax over the axes (at most 1: never overflows).
     fn softmax<'g>(&self, x: &Var<'g>, out: &Var<'g>) -> Result<Var<'g>> {
         let out = broadcastable_over(Self::NAME, out, x, &self.axes, self.keepdim)?;
         Ok(x.try_sub(&out)?.exp())
-    }
-}
-
-impl StructuredOp for LogSumExp {
-    const NAME: &'static str = "logsumexp";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let g = broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?;
-        self.softmax(x, n.output)?.try_mul(&g)
-    }
-    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let weighted = self.softmax(n.x(0), n.output)?.try_mul(t)?;
-        weighted.try_sum_axes(&self.axes, self.keepdim)
     }
 }
 
