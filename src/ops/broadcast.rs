@@ -3,8 +3,8 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 
 use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
@@ -21,12 +21,7 @@ pub struct Expand {
 }
 
 impl StructuredOp for Expand {
-    const NAME: &'static str = "expand";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape)
-    }
+    declare_op!("expand"(input), settings(ints shape));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].expand_to(Self::NAME, &self.shape)
     }
@@ -47,12 +42,7 @@ pub struct SumToSize {
 }
 
 impl StructuredOp for SumToSize {
-    const NAME: &'static str = "sum_to_size";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape)
-    }
+    declare_op!("sum_to_size"(input), settings(ints shape));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_to_shape(Self::NAME, inputs[0], &self.shape)
     }

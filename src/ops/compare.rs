@@ -5,6 +5,7 @@
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -112,10 +113,7 @@ impl TernaryFn for SelectFn {
 pub struct Where;
 
 impl StructuredOp for Where {
-    const NAME: &'static str = "where";
-    const INPUTS: &'static [&'static str] = &["condition", "input", "other"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[0];
+    declare_op!("where"(condition, input, other), no_grad[0]);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
         kernels::elementwise::common_dtype("where", a, b)?;

@@ -14,6 +14,7 @@
 //! scattered back to the picked positions, and an f32<->f64 cast casts the
 //! gradient back.
 
+use crate::ops::declare_op;
 use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
@@ -22,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::{self as kernel, Comparison};
-use crate::ops::OpAttributes;
 use crate::tensor::{DType, Tensor};
 
 /// A cast to another dtype ([`Tensor::to_dtype`]'s conversions). Between
@@ -36,12 +36,7 @@ pub struct Cast {
 }
 
 impl StructuredOp for Cast {
-    const NAME: &'static str = "to_dtype";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().dtype("to", self.to)
-    }
+    declare_op!("to_dtype"(input), settings(dtype to));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].to_dtype(self.to))
     }
@@ -90,9 +85,7 @@ fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
 pub struct Compare(pub Comparison);
 
 impl StructuredOp for Compare {
-    const NAME: &'static str = "eq";
-    const INPUTS: &'static [&'static str] = &["input", "other"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("eq"(input, other));
     // Piecewise constant: no gradient, no tangent (and never a node to run).
     const NO_GRAD: &'static [usize] = &[0, 1];
     fn name(&self) -> &'static str {
@@ -149,13 +142,7 @@ impl MaskedFill {
 }
 
 impl StructuredOp for MaskedFill {
-    const NAME: &'static str = "masked_fill";
-    const INPUTS: &'static [&'static str] = &["input", "mask"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[1];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("value", self.value)
-    }
+    declare_op!("masked_fill"(input, mask), no_grad[1], settings(float value));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         self.run(inputs[0], inputs[1])
     }
@@ -197,15 +184,7 @@ pub struct Triangle {
 }
 
 impl StructuredOp for Triangle {
-    const NAME: &'static str = "tril";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("diagonal", self.diagonal)
-            .bool("upper", self.upper)
-    }
+    declare_op!("tril"(input), linear[0], settings(int diagonal, bool upper));
     fn name(&self) -> &'static str {
         if self.upper {
             "triu"
@@ -256,14 +235,7 @@ impl Topk {
 }
 
 impl StructuredOp for Topk {
-    const NAME: &'static str = "topk";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("k", self.k)
-            .bool("largest", self.largest)
-    }
+    declare_op!("topk"(input), settings(int k, bool largest));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs[0];
         let idx = kernel::topk_indices("topk", x, self.k, self.largest)?;

@@ -105,6 +105,7 @@ pub use crate::core::{Differentiable, GradInputs, GradOp};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
+pub(crate) use structured::declare_op;
 pub use structured::{grads_per_input, Node, StructuredOp};
 
 use crate::error::Result;

@@ -7,6 +7,7 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
+use crate::ops::declare_op;
 use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
@@ -164,12 +165,7 @@ impl Variance {
 }
 
 impl StructuredOp for Variance {
-    const NAME: &'static str = "var";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
-    }
+    declare_op!("var"(input), settings(ints axes, float correction, bool keepdim));
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::reduce_stats::var(Self::NAME, x[0], &self.axes, self.correction, self.keepdim)
     }

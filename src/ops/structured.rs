@@ -360,3 +360,35 @@ impl<O: StructuredOp> Differentiable for O {
         StructuredOp::forward_seeded(self, x, seed)
     }
 }
+
+/// The declarations a [`StructuredOp`] impl starts with, in one line inside
+/// it: `declare_op!("name"(input, other), linear[0], no_grad[1],
+/// settings(int dim, ints shape))` gives [`NAME`](StructuredOp::NAME),
+/// [`INPUTS`](StructuredOp::INPUTS) (the names as written),
+/// [`HOLDS`](StructuredOp::HOLDS) (settings only), `LINEAR` and `NO_GRAD`
+/// when given, and, when `settings` is given,
+/// [`attributes`](StructuredOp::attributes): each `kind field` is the
+/// field under its own name through `OpAttributes::kind`.
+macro_rules! declare_op {
+    (@value ints $value:expr) => { &$value };
+    (@value $kind:ident $value:expr) => { $value };
+    (
+        $name:literal ($($input:ident),*)
+        $(, linear[$($linear:literal),*])?
+        $(, no_grad[$($no_grad:literal),*])?
+        $(, settings($($kind:ident $field:ident),*))?
+    ) => {
+        const NAME: &'static str = $name;
+        const INPUTS: &'static [&'static str] = &[$(stringify!($input)),*];
+        const HOLDS: $crate::Holds = $crate::Holds::Settings;
+        $(const LINEAR: &'static [usize] = &[$($linear),*];)?
+        $(const NO_GRAD: &'static [usize] = &[$($no_grad),*];)?
+        $(
+            fn attributes(&self) -> $crate::core::OpAttributes {
+                $crate::core::OpAttributes::new()
+                    $(.$kind(stringify!($field), $crate::ops::declare_op!(@value $kind self.$field)))*
+            }
+        )?
+    };
+}
+pub(crate) use declare_op;

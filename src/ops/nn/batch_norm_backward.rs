@@ -12,6 +12,7 @@
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, is symmetric: it serves both the
 //! backward and the tangent.
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
@@ -204,13 +205,7 @@ impl StructuredOp for BatchNormBackward {
 }
 
 impl StructuredOp for BatchNormWeightBackward {
-    const NAME: &'static str = "batch_norm_weight_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("eps", self.eps)
-    }
+    declare_op!("batch_norm_weight_backward"(grad, input), linear[0], settings(float eps));
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x) = (x[0], x[1]);
         let p = check(Self::NAME, self.eps, g, x)?;

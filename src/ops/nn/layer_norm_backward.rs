@@ -9,6 +9,7 @@
 //! The Jacobian of `dx` with respect to `x` is symmetric:
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
+use crate::ops::declare_op;
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
 use super::normalization::norm_backward_rules;
 use super::support::sum_axis;
@@ -169,10 +170,7 @@ impl StructuredOp for LayerNormBackward {
 }
 
 impl StructuredOp for LayerNormWeightBackward {
-    const NAME: &'static str = "layer_norm_weight_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("layer_norm_weight_backward"(grad, input), linear[0]);
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps)
     }

@@ -11,6 +11,7 @@
 //! symmetric, written with `Var` ops ([`curvature`]). The tangent rule
 //! reuses the same op (`J` is symmetric).
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::batch_norm::sample;
@@ -142,9 +143,7 @@ fn curvature<'g>(
 }
 
 impl StructuredOp for RmsNorm {
-    const NAME: &'static str = "rms_norm";
-    const INPUTS: &'static [&'static str] = &["input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("rms_norm"(input, weight));
     /// One or two inputs (the weight is optional).
     fn arity(&self) -> Option<usize> {
         None

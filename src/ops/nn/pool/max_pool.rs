@@ -16,6 +16,7 @@
 //! they are recomputed from `x`. Ties go to the first position in row-major
 //! window order and a NaN propagates, as in PyTorch.
 
+use crate::ops::declare_op;
 use std::sync::{Arc, Mutex};
 
 use super::geometry::{distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
@@ -185,9 +186,7 @@ fn example_out_shape() -> Dims {
 }
 
 impl StructuredOp for MaxPool2d {
-    const NAME: &'static str = "max_pool2d";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("max_pool2d"(input));
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }
