@@ -2,7 +2,6 @@
 //! new one). Each input's gradient is its slice of the output gradient.
 
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 use smallvec::SmallVec;
 
 use super::{Node, OpRegistry, StructuredOp};
@@ -26,14 +25,9 @@ macro_rules! join_op {
         }
 
         impl StructuredOp for $op {
-            const NAME: &'static str = $name;
-            const INPUTS: &'static [&'static str] = &["tensors"];
-            const HOLDS: crate::Holds = crate::Holds::Settings;
+            crate::ops::declare_op!($name(tensors), settings(int dim));
             fn arity(&self) -> Option<usize> {
                 None
-            }
-            fn attributes(&self) -> OpAttributes {
-                OpAttributes::new().int("dim", self.dim)
             }
             fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
                 joined_tangents(t, n, self.dim, $join)

@@ -8,7 +8,6 @@
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
 use crate::ops::declare_op;
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
@@ -29,22 +28,17 @@ fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
 }
 
 /// Declares a reduction over a list of axes: its two settings (`axes`,
-/// `keepdim`), the constructor from a caller's axes and their attributes,
-/// written once for every such reduction (here and in `reduce_minmax.rs`).
-/// `Op = "name" { .. }` also writes its [`StructuredOp`] impl: one input,
-/// settings only, named `name`, with the items in braces (`forward`,
-/// `grad`, ...).
+/// `keepdim`) and the constructor from a caller's axes, written once for
+/// every such reduction (here and in `reduce_minmax.rs`). `Op = "name" {
+/// .. }` also writes its [`StructuredOp`] impl: one input, the two
+/// settings as its attributes (`declare_op!`), named `name`, with the
+/// items in braces (`forward`, `grad`, ...).
 macro_rules! axes_reduction {
     ($(#[$m:meta])* $op:ident = $name:literal { $($rules:tt)* }) => {
         axes_reduction!($(#[$m])* $op);
 
         impl StructuredOp for $op {
-            const NAME: &'static str = $name;
-            const INPUTS: &'static [&'static str] = &["input"];
-            const HOLDS: crate::Holds = crate::Holds::Settings;
-            fn attributes(&self) -> OpAttributes {
-                self.settings()
-            }
+            $crate::ops::declare_op!($name(input), settings(ints axes, bool keepdim));
             $($rules)*
         }
     };
@@ -65,12 +59,6 @@ macro_rules! axes_reduction {
                     axes: Axes::from_slice(axes),
                     keepdim,
                 }
-            }
-
-            fn settings(&self) -> OpAttributes {
-                OpAttributes::new()
-                    .ints("axes", &self.axes)
-                    .bool("keepdim", self.keepdim)
             }
         }
     };

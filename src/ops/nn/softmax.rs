@@ -12,7 +12,7 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::GradInputs;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
@@ -24,7 +24,7 @@ use crate::tensor::Tensor;
 /// last), and its [`StructuredOp`] impl with that one setting, the items
 /// in braces giving the rest.
 macro_rules! axis_op {
-    ($(#[$doc:meta])* $op:ident = $name:literal $inputs:expr, $(#[$axis_doc:meta])* { $($rules:tt)* }) => {
+    ($(#[$doc:meta])* $op:ident = $name:literal($($input:ident),*), $(#[$axis_doc:meta])* { $($rules:tt)* }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $op {
@@ -39,12 +39,7 @@ macro_rules! axis_op {
         }
 
         impl StructuredOp for $op {
-            const NAME: &'static str = $name;
-            const INPUTS: &'static [&'static str] = $inputs;
-            const HOLDS: crate::Holds = crate::Holds::Settings;
-            fn attributes(&self) -> OpAttributes {
-                OpAttributes::new().int("axis", self.axis)
-            }
+            crate::ops::declare_op!($name($($input),*), settings(int axis));
             $($rules)*
         }
     };
@@ -53,7 +48,7 @@ macro_rules! axis_op {
 axis_op! {
     /// `softmax(x)` along `axis` (negative counts from the end). The registry
     /// holds it with `axis = -1`.
-    Softmax = "softmax" &["input"],
+    Softmax = "softmax"(input),
     /// The axis the probabilities sum to 1 along.
     {
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -72,7 +67,7 @@ axis_op! {
 
 axis_op! {
     /// `log_softmax(x) = x - logsumexp(x)` along `axis`. The registry holds it with `axis = -1`.
-    LogSoftmax = "log_softmax" &["input"],
+    LogSoftmax = "log_softmax"(input),
     /// The axis normalised over.
     {
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -93,7 +88,7 @@ axis_op! {
 
 axis_op! {
     /// `y * (g - Σ_axis g y)`: the backward of softmax given its output `y`.
-    SoftmaxBackward = "softmax_backward" &["grad", "output"],
+    SoftmaxBackward = "softmax_backward"(grad, output),
     /// The softmax's axis.
     {
         const LINEAR: &'static [usize] = &[0];
@@ -124,7 +119,7 @@ axis_op! {
 
 axis_op! {
     /// `g - e^y Σ_axis g`: the backward of log-softmax given its output `y`.
-    LogSoftmaxBackward = "log_softmax_backward" &["grad", "output"],
+    LogSoftmaxBackward = "log_softmax_backward"(grad, output),
     /// The log-softmax's axis.
     {
         const LINEAR: &'static [usize] = &[0];
