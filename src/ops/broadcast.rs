@@ -6,7 +6,7 @@
 use crate::ops::declare_op;
 use crate::fallible::fallible;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -54,10 +54,7 @@ impl StructuredOp for SumToSize {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Expand::default());
-    reg.add_builtin(SumToSize::default());
-}
+register_defaults!(Expand, SumToSize);
 
 impl<'g> Var<'g> {
     fallible! {

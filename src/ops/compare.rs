@@ -32,61 +32,61 @@ fn winner_share<N: Num>(g: &N, w: &N, l: &N) -> N {
     w.select(Cmp::Gt, l, g, &w.select(Cmp::Lt, l, &zero, &tie_or_nan))
 }
 
-/// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
-/// gradient is split equally between the operands (as in PyTorch).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Maximum;
-
-impl BinaryRule for Maximum {
-    const NAME: &'static str = "maximum";
-    #[inline(always)]
-    fn value<T: Element>(self, a: T, b: T) -> T {
-        if a > b || a.is_nan() {
-            a
-        } else {
-            b
-        }
-    }
-    #[inline(always)]
-    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, a, b)
-    }
-    #[inline(always)]
-    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, b, a)
-    }
-    fn domain(a: f64, b: f64) -> bool {
-        (a - b).abs() > KINK_MARGIN
+/// The share of `g` that `x` gets in a maximum (`max`) or a minimum
+/// against `other`: in a minimum, `x` wins where `other` is greater.
+#[inline(always)]
+fn extremum_share<N: Num>(max: bool, g: &N, x: &N, other: &N) -> N {
+    if max {
+        winner_share(g, x, other)
+    } else {
+        winner_share(g, other, x)
     }
 }
 
-/// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
-/// gradient is split equally between the operands (as in PyTorch).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Minimum;
+/// `maximum` and `minimum`, one rule each: the value is `a` where `a` wins
+/// (`a $wins b`) or is NaN, else `b`; each operand's gradient is its
+/// [`extremum_share`]; random inputs stay away from ties.
+macro_rules! extremum_rule {
+    ($(#[$doc:meta])* $rule:ident = $name:literal, $wins:tt, max: $max:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $rule;
 
-impl BinaryRule for Minimum {
-    const NAME: &'static str = "minimum";
-    #[inline(always)]
-    fn value<T: Element>(self, a: T, b: T) -> T {
-        if a < b || a.is_nan() {
-            a
-        } else {
-            b
+        impl BinaryRule for $rule {
+            const NAME: &'static str = $name;
+            #[inline(always)]
+            fn value<T: Element>(self, a: T, b: T) -> T {
+                if a $wins b || a.is_nan() {
+                    a
+                } else {
+                    b
+                }
+            }
+            #[inline(always)]
+            fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+                extremum_share($max, g, a, b)
+            }
+            #[inline(always)]
+            fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+                extremum_share($max, g, b, a)
+            }
+            fn domain(a: f64, b: f64) -> bool {
+                (a - b).abs() > KINK_MARGIN
+            }
         }
-    }
-    // `a` wins min(a, b) where b > a.
-    #[inline(always)]
-    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, b, a)
-    }
-    #[inline(always)]
-    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, a, b)
-    }
-    fn domain(a: f64, b: f64) -> bool {
-        Maximum::domain(a, b)
-    }
+    };
+}
+
+extremum_rule! {
+    /// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
+    /// gradient is split equally between the operands (as in PyTorch).
+    Maximum = "maximum", >, max: true
+}
+
+extremum_rule! {
+    /// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
+    /// gradient is split equally between the operands (as in PyTorch).
+    Minimum = "minimum", <, max: false
 }
 
 /// `c != 0 ? a : b`
@@ -279,18 +279,9 @@ mod tests {
         assert_eq!(mn[5], 2.0);
         // NaN on either side wins.
         let n = g.constant(Tensor::scalar(f64::NAN));
-        assert!(b
-            .maximum(&n)
-            .value()
-            .to_f64_vec()
-            .iter()
-            .all(|v| v.is_nan()));
-        assert!(b
-            .minimum(&n)
-            .value()
-            .to_f64_vec()
-            .iter()
-            .all(|v| v.is_nan()));
+        for y in [b.maximum(&n), b.minimum(&n)] {
+            assert!(y.value().to_f64_vec().iter().all(|v| v.is_nan()));
+        }
     }
 
     #[test]

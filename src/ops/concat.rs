@@ -4,7 +4,7 @@
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -120,10 +120,7 @@ fn joined_tangents<'g>(
     join(&refs, dim).map(Some)
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Cat::default());
-    reg.add_builtin(Stack::default());
-}
+register_defaults!(Cat, Stack);
 
 /// The graph every value belongs to (the first one's), or an error for an empty list.
 fn graph_of<'g>(op: &'static str, vars: &[&Var<'g>]) -> Result<&'g crate::Graph> {

@@ -13,7 +13,7 @@ use crate::ops::declare_op;
 use crate::fallible::fallible;
 use crate::ops::OpAttributes;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;
@@ -230,12 +230,7 @@ impl StructuredOp for ScatterAdd {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(IndexSelect::default());
-    reg.add_builtin(IndexAdd::default());
-    reg.add_builtin(Gather::default());
-    reg.add_builtin(ScatterAdd::default());
-}
+register_defaults!(IndexSelect, IndexAdd, Gather, ScatterAdd);
 
 impl<'g> Var<'g> {
     /// Records the indexing op `op` on this value, `index` (a constant of

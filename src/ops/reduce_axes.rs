@@ -12,7 +12,7 @@ use crate::fallible::fallible;
 use smallvec::SmallVec;
 
 use super::reduce_view::{broadcastable, broadcastable_over};
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -198,12 +198,7 @@ impl LogSumExp {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(SumDim::default());
-    reg.add_builtin(MeanDim::default());
-    reg.add_builtin(Variance::default());
-    reg.add_builtin(LogSumExp::default());
-}
+register_defaults!(SumDim, MeanDim, Variance, LogSumExp);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -5,7 +5,7 @@
 use crate::ops::declare_op;
 use crate::fallible::fallible;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -90,10 +90,7 @@ fn check(op: &'static str, shape: &[usize], dim: usize, index: usize) -> Result<
     Ok(())
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Select::default());
-    reg.add_builtin(SelectBackward::default());
-}
+register_defaults!(Select, SelectBackward);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -8,7 +8,7 @@ use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -205,11 +205,7 @@ impl StructuredOp for ConstantPad {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Slice::default());
-    reg.add_builtin(SliceBackward::default());
-    reg.add_builtin(ConstantPad::default());
-}
+register_defaults!(Slice, SliceBackward, ConstantPad);
 
 impl<'g> Var<'g> {
     fallible! {

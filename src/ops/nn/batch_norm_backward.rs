@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// `w σ P g` per channel: the gradient of training-mode [`BatchNorm`] with
@@ -242,7 +242,4 @@ impl StructuredOp for BatchNormWeightBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(BatchNormBackward::default());
-    reg.add_builtin(BatchNormWeightBackward::default());
-}
+register_defaults!(BatchNormBackward, BatchNormWeightBackward);

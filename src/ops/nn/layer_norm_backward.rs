@@ -17,7 +17,7 @@ use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// `σ P (g w)` per row: the gradient of [`LayerNorm`] with respect to its
@@ -179,10 +179,7 @@ fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
         .float("eps", eps)
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(LayerNormBackward::default());
-    reg.add_builtin(LayerNormWeightBackward::default());
-}
+register_defaults!(LayerNormBackward, LayerNormWeightBackward);
 
 #[cfg(test)]
 mod tests {

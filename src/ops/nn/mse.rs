@@ -14,7 +14,7 @@ use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
@@ -110,10 +110,7 @@ impl MseLossBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(MseLoss::default());
-    reg.add_builtin(MseLossBackward::default());
-}
+register_defaults!(MseLoss, MseLossBackward);
 
 impl<'g> Var<'g> {
     fallible! {

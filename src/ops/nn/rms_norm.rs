@@ -23,7 +23,7 @@ use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{DType, Dims, Tensor};
 
 /// RMS normalisation over the trailing dims. Inputs: `x`, then the weight
@@ -250,10 +250,7 @@ impl StructuredOp for RmsNormBackward {
 // `out = J(x) a`, `a = g w`: `q = J g2`, the curvature `curvature`.
 trailing_norm_backward!(RmsNormBackward, project, curvature);
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(RmsNorm::default());
-    reg.add_builtin(RmsNormBackward::default());
-}
+register_defaults!(RmsNorm, RmsNormBackward);
 
 impl<'g> Var<'g> {
     fallible! {

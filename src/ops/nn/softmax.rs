@@ -16,7 +16,7 @@ use crate::core::GradInputs;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::Tensor;
 
 /// A softmax-family op: its struct, holding the `axis` it works along
@@ -178,12 +178,7 @@ fn backward_forward(
     kernel(g, y, resolve_axis(op, axis, y.rank())?)
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Softmax::default());
-    reg.add_builtin(LogSoftmax::default());
-    reg.add_builtin(SoftmaxBackward::default());
-    reg.add_builtin(LogSoftmaxBackward::default());
-}
+register_defaults!(Softmax, LogSoftmax, SoftmaxBackward, LogSoftmaxBackward);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -146,6 +146,18 @@ impl MaxPool2d {
         }
     }
 
+    /// `v` through the node's argmax positions: scattered back to the
+    /// input's shape (`SCATTER`: the gradient) or gathered from it (the
+    /// tangent).
+    fn record_at_argmax<'g, const SCATTER: bool>(&self, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let op = MaxPool2dAtArgmax::<SCATTER> {
+            opts: self.opts.clone(),
+            indices: Some(self.indices_for(x.value(), n.output.value())?),
+        };
+        v.graph().record(op, &[v, x])
+    }
+
     /// The argmax positions behind `out` (this op's output on `x`): saved
     /// by the forward that made `out`, or recomputed.
     fn indices_for(&self, x: &Tensor, out: &Tensor) -> Result<Indices> {
@@ -214,24 +226,14 @@ impl StructuredOp for MaxPool2d {
         Ok(out)
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let op = MaxPool2dBackward {
-            opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), n.output.value())?),
-        };
-        g.graph().record(op, &[g, x])
+        self.record_at_argmax::<true>(g, n)
     }
     fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], out: &Tensor) -> Option<Result<Tensor>> {
         let idx = self.indices_for(x[0], out);
         Some(idx.and_then(|idx| scatter(&self.opts, g, x[0], Some(&idx))))
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let op = MaxPool2dGather {
-            opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), n.output.value())?),
-        };
-        tx.graph().record(op, &[tx, x])
+        self.record_at_argmax::<false>(tx, n)
     }
     fn facts(&self) -> OpFacts {
         facts(Arc::new(MaxPool2d::new(example_options())), 1, |seed| {
