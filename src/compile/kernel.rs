@@ -34,45 +34,34 @@ thread_local! {
     static SCRATCH_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Lanes for f32 {
-    #[inline(always)]
-    fn run(k: &dyn Pointwise, ins: &[&[f32]], out: &mut [f32]) {
-        k.run_f32(ins, out)
-    }
-    #[inline(always)]
-    fn one_of(k: &dyn Pointwise, args: [f32; 4]) -> f32 {
-        k.one_f32(args)
-    }
-    fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-        SCRATCH_F32.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < len {
-                s.resize(len, 0.0);
+/// `Lanes` for one float type: its `Pointwise` entry points and its
+/// thread's scratch buffer.
+macro_rules! lanes {
+    ($t:ty, $run:ident, $one:ident, $scratch:ident) => {
+        impl Lanes for $t {
+            #[inline(always)]
+            fn run(k: &dyn Pointwise, ins: &[&[$t]], out: &mut [$t]) {
+                k.$run(ins, out)
             }
-            f(&mut s[..len])
-        })
-    }
+            #[inline(always)]
+            fn one_of(k: &dyn Pointwise, args: [$t; 4]) -> $t {
+                k.$one(args)
+            }
+            fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [$t]) -> R) -> R {
+                $scratch.with(|s| {
+                    let mut s = s.borrow_mut();
+                    if s.len() < len {
+                        s.resize(len, 0.0);
+                    }
+                    f(&mut s[..len])
+                })
+            }
+        }
+    };
 }
 
-impl Lanes for f64 {
-    #[inline(always)]
-    fn run(k: &dyn Pointwise, ins: &[&[f64]], out: &mut [f64]) {
-        k.run_f64(ins, out)
-    }
-    #[inline(always)]
-    fn one_of(k: &dyn Pointwise, args: [f64; 4]) -> f64 {
-        k.one_f64(args)
-    }
-    fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
-        SCRATCH_F64.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < len {
-                s.resize(len, 0.0);
-            }
-            f(&mut s[..len])
-        })
-    }
-}
+lanes!(f32, run_f32, one_f32, SCRATCH_F32);
+lanes!(f64, run_f64, one_f64, SCRATCH_F64);
 
 /// Where a group's operands live during one run.
 struct Operands<T> {

@@ -3,10 +3,10 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -21,12 +21,7 @@ pub struct Expand {
 }
 
 impl StructuredOp for Expand {
-    const NAME: &'static str = "expand";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape)
-    }
+    declare_op!("expand"(input), settings(ints shape));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].expand_to(Self::NAME, &self.shape)
     }
@@ -47,12 +42,7 @@ pub struct SumToSize {
 }
 
 impl StructuredOp for SumToSize {
-    const NAME: &'static str = "sum_to_size";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape)
-    }
+    declare_op!("sum_to_size"(input), settings(ints shape));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_to_shape(Self::NAME, inputs[0], &self.shape)
     }
@@ -64,10 +54,7 @@ impl StructuredOp for SumToSize {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Expand::default());
-    reg.add_builtin(SumToSize::default());
-}
+register_defaults!(Expand, SumToSize);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -5,6 +5,7 @@
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -31,61 +32,61 @@ fn winner_share<N: Num>(g: &N, w: &N, l: &N) -> N {
     w.select(Cmp::Gt, l, g, &w.select(Cmp::Lt, l, &zero, &tie_or_nan))
 }
 
-/// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
-/// gradient is split equally between the operands (as in PyTorch).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Maximum;
-
-impl BinaryRule for Maximum {
-    const NAME: &'static str = "maximum";
-    #[inline(always)]
-    fn value<T: Element>(self, a: T, b: T) -> T {
-        if a > b || a.is_nan() {
-            a
-        } else {
-            b
-        }
-    }
-    #[inline(always)]
-    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, a, b)
-    }
-    #[inline(always)]
-    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, b, a)
-    }
-    fn domain(a: f64, b: f64) -> bool {
-        (a - b).abs() > KINK_MARGIN
+/// The share of `g` that `x` gets in a maximum (`max`) or a minimum
+/// against `other`: in a minimum, `x` wins where `other` is greater.
+#[inline(always)]
+fn extremum_share<N: Num>(max: bool, g: &N, x: &N, other: &N) -> N {
+    if max {
+        winner_share(g, x, other)
+    } else {
+        winner_share(g, other, x)
     }
 }
 
-/// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
-/// gradient is split equally between the operands (as in PyTorch).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Minimum;
+/// `maximum` and `minimum`, one rule each: the value is `a` where `a` wins
+/// (`a $wins b`) or is NaN, else `b`; each operand's gradient is its
+/// [`extremum_share`]; random inputs stay away from ties.
+macro_rules! extremum_rule {
+    ($(#[$doc:meta])* $rule:ident = $name:literal, $wins:tt, max: $max:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $rule;
 
-impl BinaryRule for Minimum {
-    const NAME: &'static str = "minimum";
-    #[inline(always)]
-    fn value<T: Element>(self, a: T, b: T) -> T {
-        if a < b || a.is_nan() {
-            a
-        } else {
-            b
+        impl BinaryRule for $rule {
+            const NAME: &'static str = $name;
+            #[inline(always)]
+            fn value<T: Element>(self, a: T, b: T) -> T {
+                if a $wins b || a.is_nan() {
+                    a
+                } else {
+                    b
+                }
+            }
+            #[inline(always)]
+            fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+                extremum_share($max, g, a, b)
+            }
+            #[inline(always)]
+            fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
+                extremum_share($max, g, b, a)
+            }
+            fn domain(a: f64, b: f64) -> bool {
+                (a - b).abs() > KINK_MARGIN
+            }
         }
-    }
-    // `a` wins min(a, b) where b > a.
-    #[inline(always)]
-    fn grad_a<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, b, a)
-    }
-    #[inline(always)]
-    fn grad_b<N: Num>(self, g: &N, a: &N, b: &N, _y: &N) -> N {
-        winner_share(g, a, b)
-    }
-    fn domain(a: f64, b: f64) -> bool {
-        Maximum::domain(a, b)
-    }
+    };
+}
+
+extremum_rule! {
+    /// Elementwise maximum, broadcasting, NaN-propagating. At a tie the
+    /// gradient is split equally between the operands (as in PyTorch).
+    Maximum = "maximum", >, max: true
+}
+
+extremum_rule! {
+    /// Elementwise minimum, broadcasting, NaN-propagating. At a tie the
+    /// gradient is split equally between the operands (as in PyTorch).
+    Minimum = "minimum", <, max: false
 }
 
 /// `c != 0 ? a : b`
@@ -112,10 +113,7 @@ impl TernaryFn for SelectFn {
 pub struct Where;
 
 impl StructuredOp for Where {
-    const NAME: &'static str = "where";
-    const INPUTS: &'static [&'static str] = &["condition", "input", "other"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[0];
+    declare_op!("where"(condition, input, other), no_grad[0]);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
         kernels::elementwise::common_dtype("where", a, b)?;
@@ -136,23 +134,10 @@ impl StructuredOp for Where {
                 .transpose()?,
         ])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+    fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         let zero = Tensor::scalar_of(0.0, g.dtype());
-        if needs[1] {
-            grads[1] = Some(unbroadcast_tensor(self.forward(&[c, g, &zero])?, a)?);
-        }
-        if needs[2] {
-            grads[2] = Some(unbroadcast_tensor(self.forward(&[c, &zero, g])?, b)?);
-        }
-        Ok(true)
+        let chosen = if i == 1 { [x[0], g, &zero] } else { [x[0], &zero, g] };
+        Some(self.forward(&chosen).and_then(|d| unbroadcast_tensor(d, x[i])))
     }
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         let zero = n.output.scalar_like(0.0);
@@ -294,18 +279,9 @@ mod tests {
         assert_eq!(mn[5], 2.0);
         // NaN on either side wins.
         let n = g.constant(Tensor::scalar(f64::NAN));
-        assert!(b
-            .maximum(&n)
-            .value()
-            .to_f64_vec()
-            .iter()
-            .all(|v| v.is_nan()));
-        assert!(b
-            .minimum(&n)
-            .value()
-            .to_f64_vec()
-            .iter()
-            .all(|v| v.is_nan()));
+        for y in [b.maximum(&n), b.minimum(&n)] {
+            assert!(y.value().to_f64_vec().iter().all(|v| v.is_nan()));
+        }
     }
 
     #[test]

@@ -2,49 +2,93 @@
 //! new one). Each input's gradient is its slice of the output gradient.
 
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 use smallvec::SmallVec;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::Tensor;
 
-/// Concatenates its inputs along `dim` (PyTorch's `cat`): every input has
-/// the same rank (>= 1) and the same size in every other dimension.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Cat {
-    /// The dimension joined along (negative counts from the end).
-    pub dim: isize,
+/// A joining op: its struct, with the `dim` it joins along, and its
+/// [`StructuredOp`] impl, in which the two share everything but `forward`
+/// and `grad` (given in braces): any number of inputs, the `dim` setting,
+/// and tangents joined as the inputs are (`join`).
+macro_rules! join_op {
+    ($(#[$doc:meta])* $op:ident = $name:literal, $(#[$dim_doc:meta])* join: $join:path, { $($rules:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $op {
+            $(#[$dim_doc])*
+            pub dim: isize,
+        }
+
+        impl StructuredOp for $op {
+            crate::ops::declare_op!($name(tensors), settings(int dim));
+            fn arity(&self) -> Option<usize> {
+                None
+            }
+            fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+                joined_tangents(t, n, self.dim, $join)
+            }
+            $($rules)*
+        }
+    };
 }
 
-impl StructuredOp for Cat {
-    const NAME: &'static str = "cat";
-    const INPUTS: &'static [&'static str] = &["tensors"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn arity(&self) -> Option<usize> {
-        None
-    }
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let first = first_of(Self::NAME, inputs)?;
-        if first.rank() == 0 {
-            return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+join_op! {
+    /// Concatenates its inputs along `dim` (PyTorch's `cat`): every input has
+    /// the same rank (>= 1) and the same size in every other dimension.
+    Cat = "cat",
+    /// The dimension joined along (negative counts from the end).
+    join: Var::try_cat,
+    {
+        fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+            let first = first_of(Self::NAME, inputs)?;
+            if first.rank() == 0 {
+                return Err(Error::invalid("cat", "0-d tensors cannot be concatenated"));
+            }
+            let dim = normalize_axis("cat", self.dim, first.rank())?;
+            layout::cat("cat", inputs, dim)
         }
-        let dim = normalize_axis("cat", self.dim, first.rank())?;
-        layout::cat("cat", inputs, dim)
+        fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let dim = normalize_axis("cat", self.dim, g.shape().len())?;
+            let at: usize = n.inputs[..i].iter().map(|x| x.shape()[dim]).sum();
+            g.try_narrow(dim as isize, at as isize, n.x(i).shape()[dim])
+        }
     }
-    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let dim = normalize_axis("cat", self.dim, g.shape().len())?;
-        let at: usize = n.inputs[..i].iter().map(|x| x.shape()[dim]).sum();
-        g.try_narrow(dim as isize, at as isize, n.x(i).shape()[dim])
-    }
-    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
-        joined_tangents(t, n, self.dim, Var::try_cat)
+}
+
+join_op! {
+    /// Stacks its inputs along a new dimension `dim` (PyTorch's `stack`): every
+    /// input has the same shape.
+    Stack = "stack",
+    /// Where the new dimension goes in the output (in `-rank-1..=rank`).
+    join: Var::try_stack,
+    {
+        fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+            let first = first_of(Self::NAME, inputs)?;
+            let dim = normalize_axis("stack", self.dim, first.rank() + 1)?;
+            let mut shape: SmallVec<[usize; 4]> = SmallVec::from_slice(first.shape());
+            shape.insert(dim, 1);
+            let views = inputs
+                .iter()
+                .map(|x| {
+                    if x.shape() != first.shape() {
+                        return Err(Error::shape_mismatch("stack", first.shape(), x.shape()));
+                    }
+                    x.reshape(&shape)
+                })
+                .collect::<Result<Vec<Tensor>>>()?;
+            let refs: Vec<&Tensor> = views.iter().collect();
+            layout::cat("stack", &refs, dim)
+        }
+        fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let dim = normalize_axis("stack", self.dim, g.shape().len())?;
+            g.try_narrow(dim as isize, i as isize, 1)?
+                .reshape_dims(n.x(i).shape())
+        }
     }
 }
 
@@ -76,55 +120,7 @@ fn joined_tangents<'g>(
     join(&refs, dim).map(Some)
 }
 
-/// Stacks its inputs along a new dimension `dim` (PyTorch's `stack`): every
-/// input has the same shape.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Stack {
-    /// Where the new dimension goes in the output (in `-rank-1..=rank`).
-    pub dim: isize,
-}
-
-impl StructuredOp for Stack {
-    const NAME: &'static str = "stack";
-    const INPUTS: &'static [&'static str] = &["tensors"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn arity(&self) -> Option<usize> {
-        None
-    }
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("dim", self.dim)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let first = first_of(Self::NAME, inputs)?;
-        let dim = normalize_axis("stack", self.dim, first.rank() + 1)?;
-        let mut shape: SmallVec<[usize; 4]> = SmallVec::from_slice(first.shape());
-        shape.insert(dim, 1);
-        let views = inputs
-            .iter()
-            .map(|x| {
-                if x.shape() != first.shape() {
-                    return Err(Error::shape_mismatch("stack", first.shape(), x.shape()));
-                }
-                x.reshape(&shape)
-            })
-            .collect::<Result<Vec<Tensor>>>()?;
-        let refs: Vec<&Tensor> = views.iter().collect();
-        layout::cat("stack", &refs, dim)
-    }
-    fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let dim = normalize_axis("stack", self.dim, g.shape().len())?;
-        g.try_narrow(dim as isize, i as isize, 1)?
-            .reshape_dims(n.x(i).shape())
-    }
-    fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
-        joined_tangents(t, n, self.dim, Var::try_stack)
-    }
-}
-
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Cat::default());
-    reg.add_builtin(Stack::default());
-}
+register_defaults!(Cat, Stack);
 
 /// The graph every value belongs to (the first one's), or an error for an empty list.
 fn graph_of<'g>(op: &'static str, vars: &[&Var<'g>]) -> Result<&'g crate::Graph> {

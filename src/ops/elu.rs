@@ -3,7 +3,6 @@
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
-use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -79,7 +78,7 @@ impl<'g> Var<'g> {
         try_elu / elu => Elu::default()
     }
 
-    fallible! {
+    unary_method! {
         /// ELU with a chosen α; an error for an infinite or NaN α.
         ///
         /// ```
@@ -91,31 +90,27 @@ impl<'g> Var<'g> {
         /// assert!(x.try_elu_with(f64::NAN).is_err());
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        pub fn try_elu_with / elu_with(&self, alpha: f64) -> Var<'g> {
-            self.graph().record(Unary(Elu { alpha }), &[self])
-        }
+        try_elu_with / elu_with(alpha: f64) => Elu { alpha }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{all_paths_agree, close, t};
-    use crate::Graph;
+    use crate::ops::testing::{close, every_path_agrees_at, values_at};
 
     #[test]
     fn values_match_python() {
-        let g = Graph::new();
-        let x = g.variable(t(&[-2.0, -0.5, 0.3, 1.7]));
         // x if x > 0 else math.expm1(x)
         let value = [-0.8646647167633873, -0.3934693402873666, 0.3, 1.7];
-        assert!(close(&x.elu().value().to_f64_vec(), &value, 1e-15));
+        let got = values_at(|x| x.elu(), &[-2.0, -0.5, 0.3, 1.7]);
+        assert!(close(&got, &value, 1e-15));
     }
 
     #[test]
     fn every_derived_path_agrees() {
-        let x = t(&[-2.1, -0.3, 0.2, 0.9, 3.1]);
-        all_paths_agree(|x| Ok(x.elu()), &x);
-        all_paths_agree(|x| Ok(x.elu_with(0.4)), &x);
-        all_paths_agree(|x| Ok(x.elu_with(1.3)), &x);
+        every_path_agrees_at(
+            &[-2.1, -0.3, 0.2, 0.9, 3.1],
+            &[|x| Ok(x.elu()), |x| Ok(x.elu_with(0.4)), |x| Ok(x.elu_with(1.3))],
+        );
     }
 }

@@ -4,7 +4,6 @@
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
-use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -90,7 +89,7 @@ impl<'g> Var<'g> {
         try_hardtanh / hardtanh => Hardtanh::default()
     }
 
-    fallible! {
+    unary_method! {
         /// Hardtanh into `[min_val, max_val]`; an error for a NaN end or
         /// `min_val > max_val`.
         ///
@@ -102,22 +101,23 @@ impl<'g> Var<'g> {
         /// assert!(x.try_hardtanh_with(1.0, -1.0).is_err());
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        pub fn try_hardtanh_with / hardtanh_with(&self, min_val: f64, max_val: f64) -> Var<'g> {
-            self.graph()
-                .record(Unary(Hardtanh { min_val, max_val }), &[self])
-        }
+        try_hardtanh_with / hardtanh_with(min_val: f64, max_val: f64) => Hardtanh { min_val, max_val }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{all_paths_agree, t};
+    use crate::ops::testing::every_path_agrees_at;
 
     #[test]
     fn every_derived_path_agrees() {
-        let x = t(&[-2.1, -0.3, 0.2, 0.9, 3.1]);
-        all_paths_agree(|x| Ok(x.hardtanh()), &x);
-        all_paths_agree(|x| Ok(x.hardtanh_with(-0.5, 2.0)), &x);
-        all_paths_agree(|x| Ok(&x.hardtanh() * x), &x);
+        every_path_agrees_at(
+            &[-2.1, -0.3, 0.2, 0.9, 3.1],
+            &[
+                |x| Ok(x.hardtanh()),
+                |x| Ok(x.hardtanh_with(-0.5, 2.0)),
+                |x| Ok(&x.hardtanh() * x),
+            ],
+        );
     }
 }

@@ -9,10 +9,11 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 use crate::ops::OpAttributes;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;
@@ -109,11 +110,7 @@ pub struct IndexSelect {
 }
 
 impl StructuredOp for IndexSelect {
-    const NAME: &'static str = "index_select";
-    const INPUTS: &'static [&'static str] = &["input", "index"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    const NO_GRAD: &'static [usize] = &[1];
+    declare_op!("index_select"(input, index), linear[0], no_grad[1]);
     fn attributes(&self) -> OpAttributes {
         dim_attribute(self.dim)
     }
@@ -138,10 +135,7 @@ pub struct IndexAdd {
 }
 
 impl StructuredOp for IndexAdd {
-    const NAME: &'static str = "index_add";
-    const INPUTS: &'static [&'static str] = &["input", "index", "source"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[1];
+    declare_op!("index_add"(input, index, source), no_grad[1]);
     fn attributes(&self) -> OpAttributes {
         dim_attribute(self.dim)
     }
@@ -183,11 +177,7 @@ pub struct Gather {
 }
 
 impl StructuredOp for Gather {
-    const NAME: &'static str = "gather";
-    const INPUTS: &'static [&'static str] = &["input", "index"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    const NO_GRAD: &'static [usize] = &[1];
+    declare_op!("gather"(input, index), linear[0], no_grad[1]);
     fn attributes(&self) -> OpAttributes {
         dim_attribute(self.dim)
     }
@@ -211,10 +201,7 @@ pub struct ScatterAdd {
 }
 
 impl StructuredOp for ScatterAdd {
-    const NAME: &'static str = "scatter_add";
-    const INPUTS: &'static [&'static str] = &["input", "index", "src"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[1];
+    declare_op!("scatter_add"(input, index, src), no_grad[1]);
     fn attributes(&self) -> OpAttributes {
         dim_attribute(self.dim)
     }
@@ -243,12 +230,7 @@ impl StructuredOp for ScatterAdd {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(IndexSelect::default());
-    reg.add_builtin(IndexAdd::default());
-    reg.add_builtin(Gather::default());
-    reg.add_builtin(ScatterAdd::default());
-}
+register_defaults!(IndexSelect, IndexAdd, Gather, ScatterAdd);
 
 impl<'g> Var<'g> {
     /// Records the indexing op `op` on this value, `index` (a constant of

@@ -14,6 +14,7 @@
 //! scattered back to the picked positions, and an f32<->f64 cast casts the
 //! gradient back.
 
+use crate::ops::declare_op;
 use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
@@ -22,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::{self as kernel, Comparison};
-use crate::ops::OpAttributes;
 use crate::tensor::{DType, Tensor};
 
 /// A cast to another dtype ([`Tensor::to_dtype`]'s conversions). Between
@@ -36,12 +36,7 @@ pub struct Cast {
 }
 
 impl StructuredOp for Cast {
-    const NAME: &'static str = "to_dtype";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().dtype("to", self.to)
-    }
+    declare_op!("to_dtype"(input), settings(dtype to));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].to_dtype(self.to))
     }
@@ -51,18 +46,8 @@ impl StructuredOp for Cast {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         g.try_to_dtype(n.x(0).dtype())
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] && inputs[0].is_float() {
-            grads[0] = Some(g.to_dtype(inputs[0].dtype()));
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(Ok(g.to_dtype(x[0].dtype())))
     }
     // A cast to a dtype that is not a float carries no tangent.
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], _: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
@@ -100,9 +85,7 @@ fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
 pub struct Compare(pub Comparison);
 
 impl StructuredOp for Compare {
-    const NAME: &'static str = "eq";
-    const INPUTS: &'static [&'static str] = &["input", "other"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("eq"(input, other));
     // Piecewise constant: no gradient, no tangent (and never a node to run).
     const NO_GRAD: &'static [usize] = &[0, 1];
     fn name(&self) -> &'static str {
@@ -159,31 +142,15 @@ impl MaskedFill {
 }
 
 impl StructuredOp for MaskedFill {
-    const NAME: &'static str = "masked_fill";
-    const INPUTS: &'static [&'static str] = &["input", "mask"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const NO_GRAD: &'static [usize] = &[1];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("value", self.value)
-    }
+    declare_op!("masked_fill"(input, mask), no_grad[1], settings(float value));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         self.run(inputs[0], inputs[1])
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         g.graph().record(MaskedFill { value: 0.0 }, &[g, n.x(1)])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(MaskedFill { value: 0.0 }.run(g, inputs[1])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(MaskedFill { value: 0.0 }.run(g, x[1]))
     }
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         t.graph().record(MaskedFill { value: 0.0 }, &[t, n.x(1)])
@@ -217,15 +184,7 @@ pub struct Triangle {
 }
 
 impl StructuredOp for Triangle {
-    const NAME: &'static str = "tril";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("diagonal", self.diagonal)
-            .bool("upper", self.upper)
-    }
+    declare_op!("tril"(input), linear[0], settings(int diagonal, bool upper));
     fn name(&self) -> &'static str {
         if self.upper {
             "triu"
@@ -239,18 +198,8 @@ impl StructuredOp for Triangle {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         g.graph().record(*self, &[g])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        _inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(self.forward(&[g])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(self.forward(&[g]))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -286,14 +235,7 @@ impl Topk {
 }
 
 impl StructuredOp for Topk {
-    const NAME: &'static str = "topk";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("k", self.k)
-            .bool("largest", self.largest)
-    }
+    declare_op!("topk"(input), settings(int k, bool largest));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs[0];
         let idx = kernel::topk_indices("topk", x, self.k, self.largest)?;

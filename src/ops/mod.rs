@@ -57,6 +57,17 @@ macro_rules! op_families {
     };
 }
 
+/// A family's `register` (see [`op_families!`]) for ops whose registry
+/// instance is their `Default`: `register_defaults!(Cat, Stack);` adds
+/// each op's default instance under its name.
+macro_rules! register_defaults {
+    ($($op:ty),+ $(,)?) => {
+        pub(crate) fn register(reg: &mut $crate::ops::OpRegistry) {
+            $(reg.add_builtin(<$op>::default());)+
+        }
+    };
+}
+
 mod apply;
 
 op_families! {
@@ -105,6 +116,7 @@ pub use crate::core::{Differentiable, GradInputs, GradOp};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
+pub(crate) use structured::declare_op;
 pub use structured::{grads_per_input, Node, StructuredOp};
 
 use crate::error::Result;

@@ -84,24 +84,13 @@ impl StructuredOp for Pow {
             None => kernels::zip("pow", x, y, PowFn),
         }
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        let (x, y) = (inputs[0], inputs[1]);
-        if needs[0] {
-            let d = Differentiable::forward(&PowBackwardSelf, &[g, x, y])?;
-            grads[0] = Some(unbroadcast_tensor(d, x)?);
-        }
-        if needs[1] {
-            let d = Differentiable::forward(&PowBackwardExponent, &[g, x, y])?;
-            grads[1] = Some(unbroadcast_tensor(d, y)?);
-        }
-        Ok(true)
+    fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        let args = [g, x[0], x[1]];
+        let d = match i {
+            0 => Differentiable::forward(&PowBackwardSelf, &args),
+            _ => Differentiable::forward(&PowBackwardExponent, &args),
+        };
+        Some(d.and_then(|d| unbroadcast_tensor(d, x[i])))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

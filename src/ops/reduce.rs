@@ -1,5 +1,6 @@
 //! Reductions over every element: `sum` and `mean`.
 
+use crate::ops::declare_op;
 use super::{Node, OpRegistry, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
@@ -11,10 +12,7 @@ use crate::tensor::Tensor;
 pub struct Sum;
 
 impl StructuredOp for Sum {
-    const NAME: &'static str = "sum";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("sum"(input), linear[0]);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::sum_all(x[0])
     }
@@ -28,10 +26,7 @@ impl StructuredOp for Sum {
 pub struct Mean;
 
 impl StructuredOp for Mean {
-    const NAME: &'static str = "mean";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("mean"(input), linear[0]);
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let x = x[0];
         let s = kernels::sum_all(x)?.try_item()?;

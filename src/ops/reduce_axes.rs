@@ -7,12 +7,12 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
-use crate::ops::OpAttributes;
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
 use super::reduce_view::{broadcastable, broadcastable_over};
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -28,9 +28,20 @@ fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
 }
 
 /// Declares a reduction over a list of axes: its two settings (`axes`,
-/// `keepdim`), the constructor from a caller's axes and their attributes,
-/// written once for every such reduction (here and in `reduce_minmax.rs`).
+/// `keepdim`) and the constructor from a caller's axes, written once for
+/// every such reduction (here and in `reduce_minmax.rs`). `Op = "name" {
+/// .. }` also writes its [`StructuredOp`] impl: one input, the two
+/// settings as its attributes (`declare_op!`), named `name`, with the
+/// items in braces (`forward`, `grad`, ...).
 macro_rules! axes_reduction {
+    ($(#[$m:meta])* $op:ident = $name:literal { $($rules:tt)* }) => {
+        axes_reduction!($(#[$m])* $op);
+
+        impl StructuredOp for $op {
+            $crate::ops::declare_op!($name(input), settings(ints axes, bool keepdim));
+            $($rules)*
+        }
+    };
     ($(#[$m:meta])* $op:ident) => {
         $(#[$m])*
         #[derive(Clone, Debug, Default)]
@@ -48,12 +59,6 @@ macro_rules! axes_reduction {
                     axes: Axes::from_slice(axes),
                     keepdim,
                 }
-            }
-
-            fn settings(&self) -> OpAttributes {
-                OpAttributes::new()
-                    .ints("axes", &self.axes)
-                    .bool("keepdim", self.keepdim)
             }
         }
     };
@@ -80,52 +85,36 @@ macro_rules! axes_reduction_methods {
 }
 pub(crate) use axes_reduction_methods;
 
-axes_reduction!(
+axes_reduction! {
     /// The sum over `axes` (PyTorch's `sum.dim_IntList`), accumulated in f64.
-    SumDim
-);
-
-impl StructuredOp for SumDim {
-    const NAME: &'static str = "sum_dim";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?.try_expand(x.shape())
+    SumDim = "sum_dim" {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?.try_expand(x.shape())
+        }
     }
 }
 
-axes_reduction!(
+axes_reduction! {
     /// The mean over `axes` (PyTorch's `mean.dim`), accumulated in f64; NaN
     /// for an empty reduction.
-    MeanDim
-);
-
-impl StructuredOp for MeanDim {
-    const NAME: &'static str = "mean_dim";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
-        let count = lane_len(x.shape(), &axes);
-        // Scale the small reduced gradient, then broadcast it.
-        let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / count);
-        g.try_expand(x.shape())
+    MeanDim = "mean_dim" {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            let axes = normalize_axes(Self::NAME, &self.axes, x.value().rank())?;
+            let count = lane_len(x.shape(), &axes);
+            // Scale the small reduced gradient, then broadcast it.
+            let g = broadcastable(g, x.shape(), &axes, self.keepdim)?.mul_scalar(1.0 / count);
+            g.try_expand(x.shape())
+        }
     }
 }
 
@@ -164,12 +153,7 @@ impl Variance {
 }
 
 impl StructuredOp for Variance {
-    const NAME: &'static str = "var";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &self.axes).float("correction", self.correction).bool("keepdim", self.keepdim)
-    }
+    declare_op!("var"(input), settings(ints axes, float correction, bool keepdim));
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         kernels::reduce_stats::var(Self::NAME, x[0], &self.axes, self.correction, self.keepdim)
     }
@@ -187,11 +171,24 @@ impl StructuredOp for Variance {
     }
 }
 
-axes_reduction!(
+axes_reduction! {
     /// `log(sum(exp(x)))` over `axes`, shifted by the maximum so it never
     /// overflows (finite for inputs of ±1e4). Its gradient is the softmax.
-    LogSumExp
-);
+    LogSumExp = "logsumexp" {
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let x = n.x(0);
+            let g = broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?;
+            self.softmax(x, n.output)?.try_mul(&g)
+        }
+        fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let weighted = self.softmax(n.x(0), n.output)?.try_mul(t)?;
+            weighted.try_sum_axes(&self.axes, self.keepdim)
+        }
+    }
+}
 
 impl LogSumExp {
     /// `exp(x - logsumexp(x))`, the softmax over the axes (at most 1: never overflows).
@@ -201,33 +198,7 @@ impl LogSumExp {
     }
 }
 
-impl StructuredOp for LogSumExp {
-    const NAME: &'static str = "logsumexp";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        self.settings()
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let g = broadcastable_over(Self::NAME, g, x, &self.axes, self.keepdim)?;
-        self.softmax(x, n.output)?.try_mul(&g)
-    }
-    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let weighted = self.softmax(n.x(0), n.output)?.try_mul(t)?;
-        weighted.try_sum_axes(&self.axes, self.keepdim)
-    }
-}
-
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(SumDim::default());
-    reg.add_builtin(MeanDim::default());
-    reg.add_builtin(Variance::default());
-    reg.add_builtin(LogSumExp::default());
-}
+register_defaults!(SumDim, MeanDim, Variance, LogSumExp);
 
 impl<'g> Var<'g> {
     fallible! {

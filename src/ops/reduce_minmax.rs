@@ -61,13 +61,9 @@ macro_rules! extremum_op {
             fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
                 ((0..rank as isize).collect(), false)
             }
-
-            fn settings(&self) -> OpAttributes {
-                OpAttributes::new()
-            }
         }
 
-        extremum_op!(@impl $op, $name, $kernel);
+        extremum_op!(@impl $op, $name, $kernel, ());
     };
     ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, axes) => {
         axes_reduction!($(#[$m])* $op);
@@ -78,16 +74,11 @@ macro_rules! extremum_op {
             }
         }
 
-        extremum_op!(@impl $op, $name, $kernel);
+        extremum_op!(@impl $op, $name, $kernel, (, settings(ints axes, bool keepdim)));
     };
-    (@impl $op:ident, $name:literal, $kernel:path) => {
+    (@impl $op:ident, $name:literal, $kernel:path, ($($settings:tt)*)) => {
         impl StructuredOp for $op {
-            const NAME: &'static str = $name;
-            const INPUTS: &'static [&'static str] = &["input"];
-            const HOLDS: crate::Holds = crate::Holds::Settings;
-            fn attributes(&self) -> OpAttributes {
-                self.settings()
-            }
+            crate::ops::declare_op!($name(input) $($settings)*);
             fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
                 let (axes, keepdim) = self.axes_keepdim(x[0].rank());
                 $kernel($name, x[0], &axes, keepdim)

@@ -2,10 +2,10 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -33,15 +33,7 @@ pub struct SelectBackward {
 }
 
 impl StructuredOp for Select {
-    const NAME: &'static str = "select";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("dim", self.dim)
-            .int("index", self.index)
-    }
+    declare_op!("select"(input), linear[0], settings(int dim, int index));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs[0];
         check(Self::NAME, x.shape(), self.dim, self.index)?;
@@ -58,16 +50,7 @@ impl StructuredOp for Select {
 }
 
 impl StructuredOp for SelectBackward {
-    const NAME: &'static str = "select_backward";
-    const INPUTS: &'static [&'static str] = &["grad_output"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .ints("shape", &self.shape)
-            .int("dim", self.dim)
-            .int("index", self.index)
-    }
+    declare_op!("select_backward"(grad_output), linear[0], settings(ints shape, int dim, int index));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let g = inputs[0];
         check(Self::NAME, &self.shape, self.dim, self.index)?;
@@ -107,10 +90,7 @@ fn check(op: &'static str, shape: &[usize], dim: usize, index: usize) -> Result<
     Ok(())
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Select::default());
-    reg.add_builtin(SelectBackward::default());
-}
+register_defaults!(Select, SelectBackward);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -7,7 +7,7 @@ use crate::fallible::fallible;
 use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{or_panic, Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{checked_numel, normalize_axis, Dims};
@@ -205,12 +205,7 @@ impl StructuredOp for Unsqueeze {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Reshape::default());
-    reg.add_builtin(Flatten::default());
-    reg.add_builtin(Squeeze::default());
-    reg.add_builtin(Unsqueeze::default());
-}
+register_defaults!(Reshape, Flatten, Squeeze, Unsqueeze);
 
 impl<'g> Var<'g> {
     /// Reshapes to an exact shape (no `-1`), recording nothing if it is unchanged.

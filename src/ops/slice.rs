@@ -4,11 +4,11 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 use smallvec::SmallVec;
 
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -75,17 +75,7 @@ impl Slice {
 }
 
 impl StructuredOp for Slice {
-    const NAME: &'static str = "slice";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("dim", self.dim)
-            .int("start", self.start)
-            .int("end", self.end)
-            .int("step", self.step)
-    }
+    declare_op!("slice"(input), linear[0], settings(int dim, int start, int end, int step));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let r = self.resolve(inputs[0].shape())?;
         Ok(inputs[0].slice_dim(r.dim, r.start, r.len, r.step))
@@ -143,17 +133,7 @@ pub struct SliceBackward {
 }
 
 impl StructuredOp for SliceBackward {
-    const NAME: &'static str = "slice_backward";
-    const INPUTS: &'static [&'static str] = &["grad_output"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .ints("shape", &self.shape)
-            .int("dim", self.dim)
-            .int("start", self.start)
-            .int("step", self.step)
-    }
+    declare_op!("slice_backward"(grad_output), linear[0], settings(ints shape, int dim, int start, int step));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         layout::slice_backward(inputs[0], &self.shape, self.dim, self.start, self.step)
     }
@@ -210,14 +190,7 @@ impl ConstantPad {
 }
 
 impl StructuredOp for ConstantPad {
-    const NAME: &'static str = "constant_pad_nd";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .ints("pads", &self.pads)
-            .float("value", self.value)
-    }
+    declare_op!("constant_pad_nd"(input), settings(ints pads, float value));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let pairs = self.per_dim(inputs[0].rank())?;
         layout::pad(Self::NAME, inputs[0], &pairs, self.value)
@@ -232,11 +205,7 @@ impl StructuredOp for ConstantPad {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Slice::default());
-    reg.add_builtin(SliceBackward::default());
-    reg.add_builtin(ConstantPad::default());
-}
+register_defaults!(Slice, SliceBackward, ConstantPad);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -4,7 +4,6 @@
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule};
 use super::{OpAttributes, OpRegistry};
 use crate::error::{Error, Result};
-use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::tensor::Element;
 
@@ -93,7 +92,7 @@ impl<'g> Var<'g> {
         try_softplus / softplus => Softplus::default()
     }
 
-    fallible! {
+    unary_method! {
         /// Softplus with a chosen β and threshold; an error for β zero, infinite
         /// or NaN, or a NaN threshold.
         ///
@@ -106,16 +105,13 @@ impl<'g> Var<'g> {
         /// assert!(x.try_softplus_with(0.0, 20.0).is_err());
         /// # Ok::<(), retrograd::Error>(())
         /// ```
-        pub fn try_softplus_with / softplus_with(&self, beta: f64, threshold: f64) -> Var<'g> {
-            self.graph()
-                .record(Unary(Softplus { beta, threshold }), &[self])
-        }
+        try_softplus_with / softplus_with(beta: f64, threshold: f64) => Softplus { beta, threshold }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{all_paths_agree, close, t};
+    use crate::ops::testing::{close, every_path_agrees_at, t};
     use crate::Graph;
 
     #[test]
@@ -143,9 +139,13 @@ mod tests {
 
     #[test]
     fn every_derived_path_agrees() {
-        let x = t(&[-2.1, -0.3, 0.2, 0.9, 3.1]);
-        all_paths_agree(|x| Ok(x.softplus()), &x);
-        all_paths_agree(|x| Ok(x.softplus_with(1.5, 2.0)), &x);
-        all_paths_agree(|x| Ok(x.softplus_with(0.7, 20.0)), &x);
+        every_path_agrees_at(
+            &[-2.1, -0.3, 0.2, 0.9, 3.1],
+            &[
+                |x| Ok(x.softplus()),
+                |x| Ok(x.softplus_with(1.5, 2.0)),
+                |x| Ok(x.softplus_with(0.7, 20.0)),
+            ],
+        );
     }
 }

@@ -159,8 +159,26 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         tangents_per_input(self, t, n)
     }
 
-    /// [`Differentiable::backward_fast`]: a first-order path on plain
-    /// tensors where building `Var`s would cost more than the arithmetic.
+    /// [`grad`](Self::grad) on plain tensors, for a first-order backward
+    /// where building `Var`s would cost more than the arithmetic: the
+    /// gradient that flows to input `i` given the output's gradient `g`,
+    /// the inputs `x` and the output. `None` (the default): the op has no
+    /// such path and its backward runs [`grad`](Self::grad).
+    fn grad_fast(
+        &self,
+        i: usize,
+        g: &Tensor,
+        x: &[&Tensor],
+        output: &Tensor,
+    ) -> Option<Result<Tensor>> {
+        let _ = (i, g, x, output);
+        None
+    }
+
+    /// [`Differentiable::backward_fast`]: the default asks
+    /// [`grad_fast`](Self::grad_fast) for each input that needs a gradient
+    /// and is not in [`NO_GRAD`](Self::NO_GRAD); an op whose inputs'
+    /// gradients share work on plain tensors writes this instead.
     fn backward_fast(
         &self,
         g: &Tensor,
@@ -169,8 +187,13 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
-        let _ = (g, x, output, needs, grads);
-        Ok(false)
+        for i in (0..x.len()).filter(|&i| needs[i] && !Self::NO_GRAD.contains(&i)) {
+            match self.grad_fast(i, g, x, output) {
+                Some(grad) => grads[i] = Some(grad?),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// [`Differentiable::backward_accumulate`]: the one input's gradient
@@ -337,3 +360,35 @@ impl<O: StructuredOp> Differentiable for O {
         StructuredOp::forward_seeded(self, x, seed)
     }
 }
+
+/// The declarations a [`StructuredOp`] impl starts with, in one line inside
+/// it: `declare_op!("name"(input, other), linear[0], no_grad[1],
+/// settings(int dim, ints shape))` gives [`NAME`](StructuredOp::NAME),
+/// [`INPUTS`](StructuredOp::INPUTS) (the names as written),
+/// [`HOLDS`](StructuredOp::HOLDS) (settings only), `LINEAR` and `NO_GRAD`
+/// when given, and, when `settings` is given,
+/// [`attributes`](StructuredOp::attributes): each `kind field` is the
+/// field under its own name through `OpAttributes::kind`.
+macro_rules! declare_op {
+    (@value ints $value:expr) => { &$value };
+    (@value $kind:ident $value:expr) => { $value };
+    (
+        $name:literal ($($input:ident),*)
+        $(, linear[$($linear:literal),*])?
+        $(, no_grad[$($no_grad:literal),*])?
+        $(, settings($($kind:ident $field:ident),*))?
+    ) => {
+        const NAME: &'static str = $name;
+        const INPUTS: &'static [&'static str] = &[$(stringify!($input)),*];
+        const HOLDS: $crate::Holds = $crate::Holds::Settings;
+        $(const LINEAR: &'static [usize] = &[$($linear),*];)?
+        $(const NO_GRAD: &'static [usize] = &[$($no_grad),*];)?
+        $(
+            fn attributes(&self) -> $crate::core::OpAttributes {
+                $crate::core::OpAttributes::new()
+                    $(.$kind(stringify!($field), $crate::ops::declare_op!(@value $kind self.$field)))*
+            }
+        )?
+    };
+}
+pub(crate) use declare_op;

@@ -126,6 +126,21 @@ where
     fast_path_agrees(|v| f(&v[0]), inputs).expect("plain-tensor path against the Var formula");
 }
 
+/// [`all_paths_agree`] for each of `ops` at one 1-d input `at`: the one
+/// test every unary rule file runs.
+pub(crate) fn every_path_agrees_at(at: &[f64], ops: &[for<'g> fn(&Var<'g>) -> Result<Var<'g>>]) {
+    let x = t(at);
+    for &f in ops {
+        all_paths_agree(f, &x);
+    }
+}
+
+/// A one-input op's values at a 1-d input `at`.
+pub(crate) fn values_at(f: impl for<'g> Fn(&Var<'g>) -> Var<'g>, at: &[f64]) -> Vec<f64> {
+    let g = Graph::new();
+    f(&g.variable(t(at))).value().to_f64_vec()
+}
+
 /// A [2, 3, 4] input with no ties, for the reductions' tests.
 pub(crate) fn sample_2x3x4() -> Tensor {
     let v = [

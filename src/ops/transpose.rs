@@ -3,8 +3,8 @@
 //! rows packs it then. Each op's gradient is the inverse permutation of the
 //! gradient.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
-use crate::ops::OpAttributes;
 use smallvec::{smallvec, SmallVec};
 
 use super::{Node, OpRegistry, StructuredOp};
@@ -44,15 +44,7 @@ impl Transpose {
 }
 
 impl StructuredOp for Transpose {
-    const NAME: &'static str = "transpose";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new()
-            .int("dim0", self.dim0)
-            .int("dim1", self.dim1)
-    }
+    declare_op!("transpose"(input), linear[0], settings(int dim0, int dim1));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let perm = self.permutation(inputs[0].rank())?;
         inputs[0].permute_dims(Self::NAME, &perm)
@@ -83,13 +75,7 @@ impl Permute {
 }
 
 impl StructuredOp for Permute {
-    const NAME: &'static str = "permute";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("dims", &self.dims)
-    }
+    declare_op!("permute"(input), linear[0], settings(ints dims));
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let perm = self.permutation(inputs[0].rank())?;
         inputs[0].permute_dims(Self::NAME, &perm)
@@ -110,10 +96,7 @@ impl StructuredOp for Permute {
 pub struct T;
 
 impl StructuredOp for T {
-    const NAME: &'static str = "t";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("t"(input), linear[0]);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs[0];
         match x.rank() {

@@ -874,22 +874,14 @@ pub(crate) fn cast_to<S: DataType, D: DataType>(s: S) -> D {
 #[doc(hidden)]
 macro_rules! with_dtype {
     ($op:expr, $dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
+        $crate::match_dtype!($dtype, $T => $body; [F32: f32, F64: f64]
             found @ ($crate::DType::I64
             | $crate::DType::Bool
             | $crate::DType::F16
             | $crate::DType::BF16) => {
                 return ::core::result::Result::Err($crate::Error::NotFloat { op: $op, found })
             }
-        }
+        )
     };
 }
 
@@ -900,31 +892,30 @@ macro_rules! with_dtype {
 #[doc(hidden)]
 macro_rules! with_any_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::match_dtype!($dtype, $T => $body; [
+            F32: f32,
+            F64: f64,
+            I64: i64,
+            Bool: bool,
+            F16: ::half::f16,
+            BF16: ::half::bf16
+        ])
+    };
+}
+
+/// The match [`with_dtype!`] and [`with_any_dtype!`] share: for each listed
+/// `Variant: type`, an arm binding `$T` to the type around `$body`; the
+/// arms after the list (the dtypes left out) close it.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! match_dtype {
+    ($dtype:expr, $T:ident => $body:expr; [$($variant:ident: $ty:ty),*] $($rest:tt)*) => {
         match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
+            $($crate::DType::$variant => {
+                type $T = $ty;
                 $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::Bool => {
-                type $T = bool;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = ::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = ::half::bf16;
-                $body
-            }
+            })*
+            $($rest)*
         }
     };
 }

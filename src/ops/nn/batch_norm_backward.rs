@@ -12,16 +12,17 @@
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, is symmetric: it serves both the
 //! backward and the tangent.
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
-use super::normalization::{check_eps, norm_backward_rules};
+use super::normalization::{check_eps, norm_backward_rules, NormBackward};
 use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// `w σ P g` per channel: the gradient of training-mode [`BatchNorm`] with
@@ -144,6 +145,23 @@ fn check(op: &'static str, eps: f64, g: &Tensor, x: &Tensor) -> Result<Planes> {
     Ok(p)
 }
 
+// `out = w σ P g` (w per channel, so `σ P (g w)`): `q = σ P g2`, the
+// curvature `input_curvature`, the weight's gradient summed per channel.
+impl NormBackward for BatchNormBackward {
+    fn project<'g>(&self, t: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+        project(t, x, self.eps)
+    }
+    fn curvature<'g>(&self, t: &Var<'g>, a: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+        input_curvature(t, a, x, self.eps)
+    }
+    fn reduce<'g>(&self, v: &Var<'g>, _: &Var<'g>) -> Result<Var<'g>> {
+        channel_sum(v)
+    }
+    fn weigh<'g>(&self, v: &Var<'g>, w: &Var<'g>) -> Result<Var<'g>> {
+        weigh(v, Some(w))
+    }
+}
+
 impl StructuredOp for BatchNormBackward {
     const NAME: &'static str = "batch_norm_backward";
     // `w σ P g`: linear in `g` and in `w`.
@@ -164,24 +182,6 @@ impl StructuredOp for BatchNormBackward {
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::batch_norm_backward(gs, xs, p, &stats, ws, out)))
         })
-    }
-    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        // out = w σ P g (w per channel, so σ P (g w)): linear in g with a
-        // symmetric map, so d/dg = w σ P g2; d/dw = Σ_channel (σ P g2) g.
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        let q = project(g2, x, self.eps)?;
-        let dg = g.requires_grad().then(|| weigh(&q, w)).transpose()?;
-        let dx = x
-            .requires_grad()
-            .then(|| input_curvature(g2, &weigh(g, w)?, x, self.eps))
-            .transpose()?;
-        let dw = w.filter(|w| w.requires_grad());
-        let dw = dw.map(|_| channel_sum(&q.try_mul(g)?)).transpose()?;
-        Ok(n.grads([dg, dx, dw]))
-    }
-    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        input_curvature(tx, &weigh(g, w)?, x, self.eps)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -204,13 +204,7 @@ impl StructuredOp for BatchNormBackward {
 }
 
 impl StructuredOp for BatchNormWeightBackward {
-    const NAME: &'static str = "batch_norm_weight_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("eps", self.eps)
-    }
+    declare_op!("batch_norm_weight_backward"(grad, input), linear[0], settings(float eps));
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x) = (x[0], x[1]);
         let p = check(Self::NAME, self.eps, g, x)?;
@@ -248,7 +242,4 @@ impl StructuredOp for BatchNormWeightBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(BatchNormBackward::default());
-    reg.add_builtin(BatchNormWeightBackward::default());
-}
+register_defaults!(BatchNormBackward, BatchNormWeightBackward);

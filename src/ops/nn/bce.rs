@@ -16,7 +16,7 @@ use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
 use crate::core::{GradInputs, OpAttributes};
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Binary cross-entropy of logits `x` against targets `y` in `[0, 1]`:
@@ -236,10 +236,7 @@ impl StructuredOp for BinaryCrossEntropyWithLogitsBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(BinaryCrossEntropyWithLogits::default());
-    reg.add_builtin(BinaryCrossEntropyWithLogitsBackward::default());
-}
+register_defaults!(BinaryCrossEntropyWithLogits, BinaryCrossEntropyWithLogitsBackward);
 
 impl<'g> Var<'g> {
     fallible! {

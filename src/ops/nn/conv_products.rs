@@ -8,7 +8,7 @@
 //! gradient of any of them with respect to an operand is the op that makes
 //! that operand's slot, fed the output gradient in the op's own slot and the
 //! other operand: so the three are closed under differentiation, and one
-//! rule ([`grad`], [`backward_fast`], [`tangent`]) serves all of them.
+//! rule ([`grad`], [`grad_fast`], [`tangent`]) serves all of them.
 
 use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
 use super::conv_spec::{split_inputs, ConvSpec};
@@ -55,7 +55,7 @@ pub(super) trait ConvProduct: StructuredOp {
 /// The [`StructuredOp`] methods every convolution op shares, inside its
 /// `impl StructuredOp`: settings held, its name per dimension
 /// (`name_str`), the derivative rule of this file ([`grad`],
-/// [`backward_fast`]); `with_bias` adds what [`Conv`] and
+/// [`grad_fast`]); `with_bias` adds what [`Conv`] and
 /// [`ConvTranspose`] share: the spec's attributes, the optional bias
 /// input, [`tangent`].
 macro_rules! conv_product_rules {
@@ -67,15 +67,8 @@ macro_rules! conv_product_rules {
         fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
             products::grad(self, i, g, n)
         }
-        fn backward_fast(
-            &self,
-            g: &Tensor,
-            x: &[&Tensor],
-            _: &Tensor,
-            needs: &[bool],
-            grads: &mut [Option<Tensor>],
-        ) -> Result<bool> {
-            products::backward_fast(self, g, x, needs, grads)
+        fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+            Some(products::grad_fast(self, i, g, x))
         }
     };
     (with_bias) => {
@@ -187,22 +180,13 @@ pub(super) fn grad<'g, O: ConvProduct>(op: &O, i: usize, g: &Var<'g>, n: Node<'_
     operand_grad(op, i, g, [n.x(0), n.x(1)])
 }
 
-/// [`StructuredOp::backward_fast`] of a convolution op: [`grad`] on plain
+/// [`StructuredOp::grad_fast`] of a convolution op: [`grad`] on plain
 /// tensors.
-pub(super) fn backward_fast<O: ConvProduct>(
-    op: &O,
-    g: &Tensor,
-    x: &[&Tensor],
-    needs: &[bool],
-    grads: &mut [Option<Tensor>],
-) -> Result<bool> {
-    for i in (0..x.len()).filter(|&i| needs[i]) {
-        grads[i] = Some(match i {
-            2 => bias_grad_plain(g, g.shape()[1], op.spec().spatial)?,
-            _ => operand_grad(op, i, g, [x[0], x[1]])?,
-        });
+pub(super) fn grad_fast<O: ConvProduct>(op: &O, i: usize, g: &Tensor, x: &[&Tensor]) -> Result<Tensor> {
+    match i {
+        2 => bias_grad_plain(g, g.shape()[1], op.spec().spatial),
+        _ => operand_grad(op, i, g, [x[0], x[1]]),
     }
-    Ok(true)
 }
 
 /// [`StructuredOp::tangent`] of a convolution op: bilinear in its operands

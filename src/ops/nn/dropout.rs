@@ -5,6 +5,7 @@
 //! applied to the gradient or tangent: nothing is stored, and gradients of
 //! gradients come for free.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 
 use crate::error::{Error, Result};
@@ -42,9 +43,7 @@ fn check_p(p: f64) -> Result<()> {
 }
 
 impl StructuredOp for Dropout {
-    const NAME: &'static str = "dropout";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("dropout"(input));
     fn seed(&self) -> Option<u64> {
         Some(self.seed)
     }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
 use crate::core::OpAttributes;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Indices stored in an op, with the shape they are laid out in.
@@ -274,10 +274,7 @@ impl StructuredOp for EmbeddingDenseBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Embedding::default());
-    reg.add_builtin(EmbeddingDenseBackward::default());
-}
+register_defaults!(Embedding, EmbeddingDenseBackward);
 
 impl<'g> Var<'g> {
     /// Looks up rows of this `[V, D]` weight: `indices` (laid out in

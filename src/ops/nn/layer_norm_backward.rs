@@ -9,14 +9,15 @@
 //! The Jacobian of `dx` with respect to `x` is symmetric:
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
+use crate::ops::declare_op;
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
-use super::normalization::norm_backward_rules;
+use super::normalization::{norm_backward_rules, trailing_norm_backward};
 use super::support::sum_axis;
 use crate::core::{GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// `σ P (g w)` per row: the gradient of [`LayerNorm`] with respect to its
@@ -132,47 +133,13 @@ impl StructuredOp for LayerNormBackward {
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::layer_norm_backward(gs, xs, m, ws, self.eps, out)))
         })
     }
-    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        // out = σ P a, a = g w: linear in a with a symmetric map, so
-        // d/da = σ P g2 = q; d/dg = q w; d/dw = Σ_rows q g.
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        let shape = &shape_or_last(&self.normalized_shape, x.value());
-        let q = project(g2, x, shape, self.eps)?;
-        let dg = g
-            .requires_grad()
-            .then(|| match w {
-                Some(w) => q.try_mul(w),
-                None => Ok(q.clone()),
-            })
-            .transpose()?;
-        let a = match w {
-            Some(w) => g.try_mul(w)?,
-            None => g.clone(),
-        };
-        let dx = x
-            .requires_grad()
-            .then(|| input_curvature(g2, &a, x, shape, self.eps))
-            .transpose()?;
-        let dw = w.filter(|w| w.requires_grad());
-        let dw = dw.map(|_| q.try_mul(g)?.sum_to_size(shape)).transpose()?;
-        Ok(n.grads([dg, dx, dw]))
-    }
-    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        let a = match w {
-            Some(w) => g.try_mul(w)?,
-            None => g.clone(),
-        };
-        let shape = &shape_or_last(&self.normalized_shape, x.value());
-        input_curvature(tx, &a, x, shape, self.eps)
-    }
 }
 
+// `out = σ P a`, `a = g w`: `q = σ P g2`, the curvature `input_curvature`.
+trailing_norm_backward!(LayerNormBackward, project, input_curvature);
+
 impl StructuredOp for LayerNormWeightBackward {
-    const NAME: &'static str = "layer_norm_weight_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("layer_norm_weight_backward"(grad, input), linear[0]);
     fn attributes(&self) -> OpAttributes {
         norm_attributes(&self.normalized_shape, self.eps)
     }
@@ -212,10 +179,7 @@ fn norm_attributes(shape: &[usize], eps: f64) -> OpAttributes {
         .float("eps", eps)
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(LayerNormBackward::default());
-    reg.add_builtin(LayerNormWeightBackward::default());
-}
+register_defaults!(LayerNormBackward, LayerNormWeightBackward);
 
 #[cfg(test)]
 mod tests {

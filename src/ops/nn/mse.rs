@@ -5,6 +5,7 @@
 //! with a warning; a silent `[N, 1]` against `[N]` broadcast is a classic
 //! bug, so retrograd makes it an error). Both operands are differentiable.
 
+use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
@@ -13,7 +14,7 @@ use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
@@ -32,9 +33,7 @@ pub struct MseLossBackward {
 }
 
 impl StructuredOp for MseLoss {
-    const NAME: &'static str = "mse_loss";
-    const INPUTS: &'static [&'static str] = &["input", "target"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("mse_loss"(input, target));
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().str("reduction", self.reduction.as_str())
     }
@@ -71,10 +70,7 @@ impl StructuredOp for MseLoss {
 }
 
 impl StructuredOp for MseLossBackward {
-    const NAME: &'static str = "mse_loss_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input", "target"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("mse_loss_backward"(grad, input, target), linear[0]);
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().str("reduction", self.reduction.as_str())
     }
@@ -114,10 +110,7 @@ impl MseLossBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(MseLoss::default());
-    reg.add_builtin(MseLossBackward::default());
-}
+register_defaults!(MseLoss, MseLossBackward);
 
 impl<'g> Var<'g> {
     fallible! {

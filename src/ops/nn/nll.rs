@@ -13,7 +13,7 @@ use crate::core::OpAttributes;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// The options of [`Var::try_nll_loss_with`], PyTorch's keyword arguments.
@@ -149,10 +149,7 @@ impl StructuredOp for NllLossBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(NllLoss::default());
-    reg.add_builtin(NllLossBackward::default());
-}
+register_defaults!(NllLoss, NllLossBackward);
 
 class_loss_methods! {
     NllLoss, "nll_loss", NllLossOptions;

@@ -2,10 +2,10 @@
 //! share: the optional affine inputs that follow the input and any fixed
 //! statistics ([`Affine`], each input's [`Role`]), and the `eps` check.
 
-use crate::core::OpAttributes;
+use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::ops::StructuredOp;
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::Tensor;
 
 /// Which affine parameters follow the input (and, in eval-mode batch norm,
@@ -88,8 +88,9 @@ impl Affine {
 /// What the normalisations' backward ops (`layer_norm_backward`,
 /// `rms_norm_backward`, `batch_norm_backward`) share, inside their `impl
 /// StructuredOp`: the inputs `g`, `x` and, when `has_weight`, the weight;
-/// settings only; the gradient is the weight times a map of `g`, linear in
-/// `g` and in the weight.
+/// settings only; the output, `J(x) (g w)` with `J` symmetric, is linear
+/// in `g` and in the weight, so the gradients and the tangent through `x`
+/// follow from the op's [`NormBackward`] parts.
 macro_rules! norm_backward_rules {
     () => {
         const INPUTS: &'static [&'static str] = &["grad", "input", "weight"];
@@ -98,9 +99,91 @@ macro_rules! norm_backward_rules {
         fn arity(&self) -> Option<usize> {
             Some(2 + usize::from(self.has_weight))
         }
+        fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+            super::normalization::norm_backward_grads(self, g2, n)
+        }
+        fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            super::normalization::norm_backward_tangent(self, tx, n)
+        }
     };
 }
 pub(crate) use norm_backward_rules;
+
+/// The parts of a normalisation's backward op `out = J(x) (g w)` (inputs
+/// `g`, `x` and an optional weight `w`, `J` symmetric) from which
+/// [`norm_backward_rules!`] derives its gradients and tangent.
+pub(crate) trait NormBackward {
+    /// `J(x) t`: the op without a weight, applied to `t`.
+    fn project<'g>(&self, t: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>>;
+    /// The derivative of `J(x) a` in `x`, applied to `t`.
+    fn curvature<'g>(&self, t: &Var<'g>, a: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>>;
+    /// `v` summed to the weight's shape.
+    fn reduce<'g>(&self, v: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>>;
+    /// `v` times the weight `w`.
+    fn weigh<'g>(&self, v: &Var<'g>, w: &Var<'g>) -> Result<Var<'g>> {
+        v.try_mul(w)
+    }
+}
+
+/// [`NormBackward`] for a normalisation over the trailing
+/// `normalized_shape` (layer and RMS norm): `project(t, x, shape, eps)` and
+/// `curvature(t, a, x, shape, eps)` are the op file's; the weight's
+/// gradient sums to that shape.
+macro_rules! trailing_norm_backward {
+    ($op:ty, $project:path, $curvature:path) => {
+        impl super::normalization::NormBackward for $op {
+            fn project<'g>(&self, t: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+                $project(t, x, &shape_or_last(&self.normalized_shape, x.value()), self.eps)
+            }
+            fn curvature<'g>(&self, t: &Var<'g>, a: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+                let shape = shape_or_last(&self.normalized_shape, x.value());
+                $curvature(t, a, x, &shape, self.eps)
+            }
+            fn reduce<'g>(&self, v: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
+                v.sum_to_size(&shape_or_last(&self.normalized_shape, x.value()))
+            }
+        }
+    };
+}
+pub(crate) use trailing_norm_backward;
+
+/// `a = g w` for a backward op's node (`g` alone without a weight).
+fn weighted<'g, O: NormBackward>(op: &O, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+    match n.inputs.get(2) {
+        Some(w) => op.weigh(v, w),
+        None => Ok(v.clone()),
+    }
+}
+
+/// The gradients of a normalisation's backward op: with `q = J g2`,
+/// `d/dg = q w`, `d/dx` the curvature at `a = g w` applied to `g2`, and
+/// `d/dw = Σ q g` over the weight's shape.
+pub(crate) fn norm_backward_grads<'g, O: NormBackward>(
+    op: &O,
+    g2: &Var<'g>,
+    n: Node<'_, 'g>,
+) -> Result<GradInputs<'g>> {
+    let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
+    let q = op.project(g2, x)?;
+    let dg = g.requires_grad().then(|| weighted(op, &q, n)).transpose()?;
+    let dx = x
+        .requires_grad()
+        .then(|| op.curvature(g2, &weighted(op, g, n)?, x))
+        .transpose()?;
+    let dw = w.filter(|w| w.requires_grad());
+    let dw = dw.map(|_| op.reduce(&q.try_mul(g)?, x)).transpose()?;
+    Ok(n.grads([dg, dx, dw]))
+}
+
+/// The tangent of a normalisation's backward op through `x` (the others
+/// are linear): the curvature at `a = g w` applied to `tx`.
+pub(crate) fn norm_backward_tangent<'g, O: NormBackward>(
+    op: &O,
+    tx: &Var<'g>,
+    n: Node<'_, 'g>,
+) -> Result<Var<'g>> {
+    op.curvature(tx, &weighted(op, n.x(0), n)?, n.x(1))
+}
 
 /// Records the normalisation `make` builds (given which affine inputs
 /// come) on `x`, followed by the weight and the bias that are given.

@@ -11,18 +11,19 @@
 //! symmetric, written with `Var` ops ([`curvature`]). The tangent rule
 //! reuses the same op (`J` is symmetric).
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last};
-use super::normalization::{check_eps, norm_backward_rules};
+use super::normalization::{check_eps, norm_backward_rules, trailing_norm_backward};
 use crate::core::{GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::{DType, Dims, Tensor};
 
 /// RMS normalisation over the trailing dims. Inputs: `x`, then the weight
@@ -142,9 +143,7 @@ fn curvature<'g>(
 }
 
 impl StructuredOp for RmsNorm {
-    const NAME: &'static str = "rms_norm";
-    const INPUTS: &'static [&'static str] = &["input", "weight"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("rms_norm"(input, weight));
     /// One or two inputs (the weight is optional).
     fn arity(&self) -> Option<usize> {
         None
@@ -227,40 +226,6 @@ impl StructuredOp for RmsNormBackward {
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::rms_norm_backward(gs, xs, m, ws, eps, out)))
         })
     }
-    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        // out = J(x) a, a = g w, J symmetric: d/da = J g2 = q; d/dg = q w;
-        // d/dw = Σ_rows q g; d/dx = the curvature applied to g2.
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        let shape = shape_or_last(&self.normalized_shape, x.value());
-        let q = project(g2, x, &shape, self.eps)?;
-        let dg = g
-            .requires_grad()
-            .then(|| match w {
-                Some(w) => q.try_mul(w),
-                None => Ok(q.clone()),
-            })
-            .transpose()?;
-        let a = match w {
-            Some(w) => g.try_mul(w)?,
-            None => g.clone(),
-        };
-        let dx = x
-            .requires_grad()
-            .then(|| curvature(g2, &a, x, &shape, self.eps))
-            .transpose()?;
-        let dw = w.filter(|w| w.requires_grad());
-        let dw = dw.map(|_| q.try_mul(g)?.sum_to_size(&shape)).transpose()?;
-        Ok(n.grads([dg, dx, dw]))
-    }
-    fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let (g, x, w) = (n.x(0), n.x(1), n.inputs.get(2));
-        let shape = shape_or_last(&self.normalized_shape, x.value());
-        let a = match w {
-            Some(w) => g.try_mul(w)?,
-            None => g.clone(),
-        };
-        curvature(tx, &a, x, &shape, self.eps)
-    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
@@ -282,10 +247,10 @@ impl StructuredOp for RmsNormBackward {
     }
 }
 
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(RmsNorm::default());
-    reg.add_builtin(RmsNormBackward::default());
-}
+// `out = J(x) a`, `a = g w`: `q = J g2`, the curvature `curvature`.
+trailing_norm_backward!(RmsNormBackward, project, curvature);
+
+register_defaults!(RmsNorm, RmsNormBackward);
 
 impl<'g> Var<'g> {
     fallible! {

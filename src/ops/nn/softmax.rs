@@ -12,53 +12,149 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::GradInputs;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, StructuredOp};
 use crate::tensor::Tensor;
 
-/// `softmax(x)` along `axis` (negative counts from the end). The registry
-/// holds it with `axis = -1`.
-#[derive(Clone, Copy, Debug)]
-pub struct Softmax {
-    /// The axis the probabilities sum to 1 along.
-    pub axis: isize,
-}
+/// A softmax-family op: its struct, holding the `axis` it works along
+/// (negative counts from the end; the registry's instance uses -1, the
+/// last), and its [`StructuredOp`] impl with that one setting, the items
+/// in braces giving the rest.
+macro_rules! axis_op {
+    ($(#[$doc:meta])* $op:ident = $name:literal($($input:ident),*), $(#[$axis_doc:meta])* { $($rules:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $op {
+            $(#[$axis_doc])*
+            pub axis: isize,
+        }
 
-/// `log_softmax(x) = x - logsumexp(x)` along `axis`. The registry holds it with `axis = -1`.
-#[derive(Clone, Copy, Debug)]
-pub struct LogSoftmax {
-    /// The axis normalised over.
-    pub axis: isize,
-}
-
-/// `y * (g - Σ_axis g y)`: the backward of softmax given its output `y`.
-#[derive(Clone, Copy, Debug)]
-pub struct SoftmaxBackward {
-    /// The softmax's axis.
-    pub axis: isize,
-}
-
-/// `g - e^y Σ_axis g`: the backward of log-softmax given its output `y`.
-#[derive(Clone, Copy, Debug)]
-pub struct LogSoftmaxBackward {
-    /// The log-softmax's axis.
-    pub axis: isize,
-}
-
-/// The registry's instances normalise over the last axis.
-macro_rules! last_axis_by_default {
-    ($($op:ident),*) => {$(
         impl Default for $op {
             fn default() -> Self {
                 $op { axis: -1 }
             }
         }
-    )*};
+
+        impl StructuredOp for $op {
+            crate::ops::declare_op!($name($($input),*), settings(int axis));
+            $($rules)*
+        }
+    };
 }
-last_axis_by_default!(Softmax, LogSoftmax, SoftmaxBackward, LogSoftmaxBackward);
+
+axis_op! {
+    /// `softmax(x)` along `axis` (negative counts from the end). The registry
+    /// holds it with `axis = -1`.
+    Softmax = "softmax"(input),
+    /// The axis the probabilities sum to 1 along.
+    {
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, false)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            self.tangent(0, g, n)
+        }
+        fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            // The Jacobian is symmetric: the tangent is the backward applied to it.
+            let op = SoftmaxBackward { axis: self.axis };
+            t.graph().record(op, &[t, n.output])
+        }
+    }
+}
+
+axis_op! {
+    /// `log_softmax(x) = x - logsumexp(x)` along `axis`. The registry holds it with `axis = -1`.
+    LogSoftmax = "log_softmax"(input),
+    /// The axis normalised over.
+    {
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            kernel::softmax(x[0], resolve_axis(Self::NAME, self.axis, x[0].rank())?, true)
+        }
+        fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let op = LogSoftmaxBackward { axis: self.axis };
+            g.graph().record(op, &[g, n.output])
+        }
+        fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            // J t = t - Σ softmax * t (J is not symmetric here).
+            let y = n.output;
+            let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+            t.try_sub(&sum_axis(&y.exp().try_mul(t)?, axis, true)?)
+        }
+    }
+}
+
+axis_op! {
+    /// `y * (g - Σ_axis g y)`: the backward of softmax given its output `y`.
+    SoftmaxBackward = "softmax_backward"(grad, output),
+    /// The softmax's axis.
+    {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            backward_forward(Self::NAME, self.axis, x, kernel::softmax_backward)
+        }
+        fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            // out = y g - y Σ(g y). d/dg: the same map applied to g2 (symmetric);
+            // d/dy: g2 (g - Σ g y) - g Σ(g2 y).
+            let (g, y) = (n.x(0), n.x(1));
+            if i == 0 {
+                return g.graph().record(*self, &[g2, y]);
+            }
+            let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+            let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+            let s2 = sum_axis(&g2.try_mul(y)?, axis, true)?;
+            g2.try_mul(&g.try_sub(&s)?)?.try_sub(&g.try_mul(&s2)?)
+        }
+        fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let (g, y) = (n.x(0), n.x(1));
+            let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+            let s = sum_axis(&g.try_mul(y)?, axis, true)?;
+            let st = sum_axis(&g.try_mul(ty)?, axis, true)?;
+            ty.try_mul(&g.try_sub(&s)?)?.try_sub(&y.try_mul(&st)?)
+        }
+    }
+}
+
+axis_op! {
+    /// `g - e^y Σ_axis g`: the backward of log-softmax given its output `y`.
+    LogSoftmaxBackward = "log_softmax_backward"(grad, output),
+    /// The log-softmax's axis.
+    {
+        const LINEAR: &'static [usize] = &[0];
+        fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+            backward_forward(Self::NAME, self.axis, x, kernel::log_softmax_backward)
+        }
+        fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
+            // out = g - e^y Σ g. d/dg: g2 - Σ(g2 e^y); d/dy: -g2 e^y Σ g.
+            let (g, y) = (n.x(0), n.x(1));
+            let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
+            let p = y.exp();
+            let dg = g
+                .requires_grad()
+                .then(|| -> Result<Var<'g>> {
+                    let s = sum_axis(&g2.try_mul(&p)?, axis, true)?;
+                    g2.try_sub(&expand_axis(&s, axis, g2.shape())?)
+                })
+                .transpose()?;
+            let dy = y
+                .requires_grad()
+                .then(|| Ok::<_, Error>(-(g2.try_mul(&p)?.try_mul(&sum_axis(g, axis, true)?)?)))
+                .transpose()?;
+            Ok(smallvec![dg, dy])
+        }
+        fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+            let (g, y) = (n.x(0), n.x(1));
+            let s = sum_axis(
+                g,
+                resolve_axis(Self::NAME, self.axis, y.shape().len())?,
+                true,
+            )?;
+            Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
+        }
+    }
+}
 
 /// A backward op's forward: its two inputs, the gradient `g` and the
 /// output `y` (one shape, one dtype), checked, then `kernel` along `axis`.
@@ -82,134 +178,7 @@ fn backward_forward(
     kernel(g, y, resolve_axis(op, axis, y.rank())?)
 }
 
-impl StructuredOp for Softmax {
-    const NAME: &'static str = "softmax";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("axis", self.axis)
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernel::softmax(
-            x[0],
-            resolve_axis(Self::NAME, self.axis, x[0].rank())?,
-            false,
-        )
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        self.tangent(0, g, n)
-    }
-    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        // The Jacobian is symmetric: the tangent is the backward applied to it.
-        let op = SoftmaxBackward { axis: self.axis };
-        t.graph().record(op, &[t, n.output])
-    }
-}
-
-impl StructuredOp for LogSoftmax {
-    const NAME: &'static str = "log_softmax";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("axis", self.axis)
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        kernel::softmax(
-            x[0],
-            resolve_axis(Self::NAME, self.axis, x[0].rank())?,
-            true,
-        )
-    }
-    fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let op = LogSoftmaxBackward { axis: self.axis };
-        g.graph().record(op, &[g, n.output])
-    }
-    fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        // J t = t - Σ softmax * t (J is not symmetric here).
-        let y = n.output;
-        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
-        t.try_sub(&sum_axis(&y.exp().try_mul(t)?, axis, true)?)
-    }
-}
-
-impl StructuredOp for SoftmaxBackward {
-    const NAME: &'static str = "softmax_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "output"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("axis", self.axis)
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        backward_forward(Self::NAME, self.axis, x, kernel::softmax_backward)
-    }
-    fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        // out = y g - y Σ(g y). d/dg: the same map applied to g2 (symmetric);
-        // d/dy: g2 (g - Σ g y) - g Σ(g2 y).
-        let (g, y) = (n.x(0), n.x(1));
-        if i == 0 {
-            return g.graph().record(*self, &[g2, y]);
-        }
-        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
-        let s = sum_axis(&g.try_mul(y)?, axis, true)?;
-        let s2 = sum_axis(&g2.try_mul(y)?, axis, true)?;
-        g2.try_mul(&g.try_sub(&s)?)?.try_sub(&g.try_mul(&s2)?)
-    }
-    fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let (g, y) = (n.x(0), n.x(1));
-        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
-        let s = sum_axis(&g.try_mul(y)?, axis, true)?;
-        let st = sum_axis(&g.try_mul(ty)?, axis, true)?;
-        ty.try_mul(&g.try_sub(&s)?)?.try_sub(&y.try_mul(&st)?)
-    }
-}
-
-impl StructuredOp for LogSoftmaxBackward {
-    const NAME: &'static str = "log_softmax_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "output"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().int("axis", self.axis)
-    }
-    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
-        backward_forward(Self::NAME, self.axis, x, kernel::log_softmax_backward)
-    }
-    fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
-        // out = g - e^y Σ g. d/dg: g2 - Σ(g2 e^y); d/dy: -g2 e^y Σ g.
-        let (g, y) = (n.x(0), n.x(1));
-        let axis = resolve_axis(Self::NAME, self.axis, y.shape().len())?;
-        let p = y.exp();
-        let dg = g
-            .requires_grad()
-            .then(|| -> Result<Var<'g>> {
-                let s = sum_axis(&g2.try_mul(&p)?, axis, true)?;
-                g2.try_sub(&expand_axis(&s, axis, g2.shape())?)
-            })
-            .transpose()?;
-        let dy = y
-            .requires_grad()
-            .then(|| Ok::<_, Error>(-(g2.try_mul(&p)?.try_mul(&sum_axis(g, axis, true)?)?)))
-            .transpose()?;
-        Ok(smallvec![dg, dy])
-    }
-    fn tangent<'g>(&self, _: usize, ty: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let (g, y) = (n.x(0), n.x(1));
-        let s = sum_axis(
-            g,
-            resolve_axis(Self::NAME, self.axis, y.shape().len())?,
-            true,
-        )?;
-        Ok(-(y.exp().try_mul(ty)?.try_mul(&s)?))
-    }
-}
-
-pub(crate) fn register(reg: &mut OpRegistry) {
-    reg.add_builtin(Softmax::default());
-    reg.add_builtin(LogSoftmax::default());
-    reg.add_builtin(SoftmaxBackward::default());
-    reg.add_builtin(LogSoftmaxBackward::default());
-}
+register_defaults!(Softmax, LogSoftmax, SoftmaxBackward, LogSoftmaxBackward);
 
 impl<'g> Var<'g> {
     fallible! {

@@ -3,6 +3,7 @@
 //! validation, and a sum over one axis as a differentiable op (the fused
 //! backward ops' own derivatives need per-lane sums).
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use crate::core::OpAttributes;
@@ -264,10 +265,7 @@ pub(crate) struct SumAxis {
 }
 
 impl StructuredOp for SumAxis {
-    const NAME: &'static str = "sum";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("sum"(input), linear[0]);
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
     }
@@ -290,13 +288,7 @@ pub(crate) struct ExpandAxis {
 }
 
 impl StructuredOp for ExpandAxis {
-    const NAME: &'static str = "expand";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
-    fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("shape", &self.shape)
-    }
+    declare_op!("expand"(input), linear[0], settings(ints shape));
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let mut kept = self.shape.clone();
         if !kept.is_empty() {

@@ -240,7 +240,20 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
 /// error (a non-float input); `name(&self) -> Var` panics with it at the
 /// caller's line. One body for every rule's methods, inlined as written by
 /// hand before (W1's scalar ops go through it).
+///
+/// A rule with settings takes them as arguments:
+/// `try_name_with / name_with(alpha: f64) => Rule { alpha }` gives the
+/// pair through [`fallible!`](crate::fallible::fallible), so the rule's
+/// `check` error comes back from `try_name_with`.
 macro_rules! unary_method {
+    ($(#[$doc:meta])* $try_name:ident / $name:ident ($($arg:ident: $ty:ty),+) => $rule:expr) => {
+        $crate::fallible::fallible! {
+            $(#[$doc])*
+            pub fn $try_name / $name(&self, $($arg: $ty),+) -> Var<'g> {
+                self.graph().record($crate::ops::rule::Unary($rule), &[self])
+            }
+        }
+    };
     ($(#[$doc:meta])* $try_name:ident / $name:ident => $rule:expr) => {
         #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), "), returning the error (an input that is not a float tensor) instead of panicking.")]
         #[inline]

@@ -7,6 +7,7 @@
 //! every order of derivative exists; the tangent of a pooling is the
 //! pooling of the tangent.
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::geometry::{adaptive, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
@@ -251,10 +252,7 @@ fn example_out_shape(windows: &Windows) -> Dims {
 }
 
 impl StructuredOp for AvgPool2d {
-    const NAME: &'static str = "avg_pool2d";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("avg_pool2d"(input), linear[0]);
     fn attributes(&self) -> OpAttributes {
         self.windows.attributes()
     }
@@ -270,18 +268,8 @@ impl StructuredOp for AvgPool2d {
         };
         g.graph().record(op, &[g, n.x(0)])
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(spread(&self.windows, g, x[0])?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(spread(&self.windows, g, x[0]))
     }
     fn facts(&self) -> OpFacts {
         let example = Arc::new(AvgPool2d {
@@ -292,10 +280,7 @@ impl StructuredOp for AvgPool2d {
 }
 
 impl StructuredOp for AvgPool2dBackward {
-    const NAME: &'static str = "avg_pool2d_backward";
-    const INPUTS: &'static [&'static str] = &["grad", "input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
-    const LINEAR: &'static [usize] = &[0];
+    declare_op!("avg_pool2d_backward"(grad, input), linear[0]);
     /// `x` is read for its shape only.
     const NO_GRAD: &'static [usize] = &[1];
     fn attributes(&self) -> OpAttributes {
@@ -313,18 +298,8 @@ impl StructuredOp for AvgPool2dBackward {
         };
         g2.graph().record(op, &[g2])
     }
-    fn backward_fast(
-        &self,
-        g2: &Tensor,
-        _: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            grads[0] = Some(pool(&self.windows, g2)?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g2: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        Some(pool(&self.windows, g2))
     }
     fn facts(&self) -> OpFacts {
         let windows = self.windows.example();

@@ -9,6 +9,7 @@
 //! come with it: with `s = avg(x^p)` and `y = (K s)^(1/p)`,
 //! `∂y/∂x_i = K/c · x_i^(p-1) · y^(1-p)` for a window of divisor `c`.
 
+use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::avg_pool::{avg_pool2d_adjoint, AvgPool2dOptions};
@@ -115,9 +116,7 @@ pub struct LpPool2d {
 }
 
 impl StructuredOp for LpPool2d {
-    const NAME: &'static str = "lp_pool2d";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("lp_pool2d"(input));
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }

@@ -16,6 +16,7 @@
 //! they are recomputed from `x`. Ties go to the first position in row-major
 //! window order and a NaN propagates, as in PyTorch.
 
+use crate::ops::declare_op;
 use std::sync::{Arc, Mutex};
 
 use super::geometry::{distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
@@ -145,6 +146,18 @@ impl MaxPool2d {
         }
     }
 
+    /// `v` through the node's argmax positions: scattered back to the
+    /// input's shape (`SCATTER`: the gradient) or gathered from it (the
+    /// tangent).
+    fn record_at_argmax<'g, const SCATTER: bool>(&self, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+        let x = n.x(0);
+        let op = MaxPool2dAtArgmax::<SCATTER> {
+            opts: self.opts.clone(),
+            indices: Some(self.indices_for(x.value(), n.output.value())?),
+        };
+        v.graph().record(op, &[v, x])
+    }
+
     /// The argmax positions behind `out` (this op's output on `x`): saved
     /// by the forward that made `out`, or recomputed.
     fn indices_for(&self, x: &Tensor, out: &Tensor) -> Result<Indices> {
@@ -185,9 +198,7 @@ fn example_out_shape() -> Dims {
 }
 
 impl StructuredOp for MaxPool2d {
-    const NAME: &'static str = "max_pool2d";
-    const INPUTS: &'static [&'static str] = &["input"];
-    const HOLDS: crate::Holds = crate::Holds::Settings;
+    declare_op!("max_pool2d"(input));
     fn attributes(&self) -> OpAttributes {
         self.opts.attributes()
     }
@@ -215,34 +226,14 @@ impl StructuredOp for MaxPool2d {
         Ok(out)
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let op = MaxPool2dBackward {
-            opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), n.output.value())?),
-        };
-        g.graph().record(op, &[g, x])
+        self.record_at_argmax::<true>(g, n)
     }
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            let idx = self.indices_for(inputs[0], out)?;
-            grads[0] = Some(scatter(&self.opts, g, inputs[0], Some(&idx))?);
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], out: &Tensor) -> Option<Result<Tensor>> {
+        let idx = self.indices_for(x[0], out);
+        Some(idx.and_then(|idx| scatter(&self.opts, g, x[0], Some(&idx))))
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
-        let x = n.x(0);
-        let op = MaxPool2dGather {
-            opts: self.opts.clone(),
-            indices: Some(self.indices_for(x.value(), n.output.value())?),
-        };
-        tx.graph().record(op, &[tx, x])
+        self.record_at_argmax::<false>(tx, n)
     }
     fn facts(&self) -> OpFacts {
         facts(Arc::new(MaxPool2d::new(example_options())), 1, |seed| {
@@ -382,24 +373,14 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
             g2.graph().record(self.at::<true>(x.value())?, &[g2, x])
         }
     }
-    fn backward_fast(
-        &self,
-        g2: &Tensor,
-        inputs: &[&Tensor],
-        _: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        if needs[0] {
-            let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
-            // The adjoint: gather for the scatter, scatter for the gather.
-            grads[0] = Some(if SCATTER {
-                gather(opts, g2, x, indices)?
-            } else {
-                scatter(opts, g2, x, indices)?
-            });
-        }
-        Ok(true)
+    fn grad_fast(&self, _: usize, g2: &Tensor, inputs: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
+        // The adjoint: gather for the scatter, scatter for the gather.
+        Some(if SCATTER {
+            gather(opts, g2, x, indices)
+        } else {
+            scatter(opts, g2, x, indices)
+        })
     }
     /// Linear in its first input; the indices resolved once for the tangent.
     fn tangent<'g>(&self, _: usize, ta: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
