@@ -384,6 +384,7 @@ fn run_correlation(
 /// The CPU has AVX-512F; `x` holds `c.cin` padded planes, `w` the packing of
 /// [`pack`] for `c`, `taps` and `pixels` come from `c`.
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn correlate(
     c: &Correlation,
     x: &[f32],
