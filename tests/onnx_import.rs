@@ -84,6 +84,23 @@ fn cnn_with_batch_norm_folded_matches_pytorch() {
     check("cnn");
 }
 
+/// Each convolution block (`Conv`, `Relu`, 2x2 `MaxPool`) of the CNN runs
+/// as one fused step.
+#[test]
+fn cnn_convolution_blocks_run_fused() {
+    let model = OnnxModel::load(fixture("cnn.onnx")).unwrap();
+    let ops = model.op_types();
+    let fused = ops
+        .iter()
+        .filter(|o| **o == "Conv+Relu+MaxPool (fused)")
+        .count();
+    assert_eq!(fused, 2, "{ops:?}");
+    assert!(
+        !ops.contains(&"MaxPool") && !ops.contains(&"Conv"),
+        "{ops:?}"
+    );
+}
+
 #[test]
 fn cnn_with_batch_norm_nodes_matches_pytorch() {
     check("cnn_bn");

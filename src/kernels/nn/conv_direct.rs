@@ -26,6 +26,7 @@ use std::any::TypeId;
 use std::mem::MaybeUninit;
 
 use super::conv::{for_each_sample, weight_grad_parts, ConvGeometry};
+use super::conv_fused::ConvEpilogue;
 use crate::tensor::Element;
 
 /// f32 lanes in an AVX-512 vector.
@@ -244,6 +245,19 @@ pub(super) fn forward<T: Element>(
     bias: Option<&[T]>,
     out: &mut [MaybeUninit<T>],
 ) {
+    forward_fused(geo, x, w, bias, ConvEpilogue::default(), out);
+}
+
+/// `y = conv(x, w) + bias` with `epilogue` applied as each sample's output
+/// is written (see [`super::conv_fused::conv2d_forward_fused`]).
+pub(super) fn forward_fused<T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    epilogue: ConvEpilogue,
+    out: &mut [MaybeUninit<T>],
+) {
     let c = Correlation::forward(geo);
     run_correlation(
         geo,
@@ -252,6 +266,7 @@ pub(super) fn forward<T: Element>(
         as_f32(w),
         false,
         bias.map(as_f32),
+        epilogue,
         as_f32_out(out),
     );
 }
@@ -272,12 +287,16 @@ pub(super) fn input_grad<T: Element>(
         as_f32(w),
         true,
         bias.map(as_f32),
+        ConvEpilogue::default(),
         as_f32_out(out),
     );
 }
 
 /// Runs correlation `c` per sample and group over source `src`, with the
-/// convolution's weights `w` packed once per group ([`pack`]).
+/// convolution's weights `w` packed once per group ([`pack`]), then
+/// `epilogue`: a ReLU in the tiles' stores, a 2x2 max pool from the
+/// sample's output staged in the thread's workspace (in L2) to `out`.
+#[allow(clippy::too_many_arguments)]
 fn run_correlation(
     geo: &ConvGeometry,
     c: &Correlation,
@@ -285,6 +304,7 @@ fn run_correlation(
     w: &[f32],
     flipped: bool,
     bias: Option<&[f32]>,
+    epilogue: ConvEpilogue,
     out: &mut [MaybeUninit<f32>],
 ) {
     let packed: Vec<Vec<f32>> = w
@@ -293,33 +313,78 @@ fn run_correlation(
         .collect();
     let src_sample = geo.groups * c.cin * c.src[0] * c.src[1];
     let (src_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
+    let [ph, pw] = epilogue.output_plane(c.out);
+    let written_plane = ph * pw;
     let taps = c.tap_offsets();
     let pixels = c.pixel_vectors();
-    let out_sample = geo.groups * c.cout * out_plane;
-    for_each_sample(geo, out, out_sample, |n, y_n, padded, _threaded| {
-        let need = c.cin * c.padded_len() + LANES;
-        if padded.len() < need {
-            padded.resize(need, 0.0);
+    let out_sample = geo.groups * c.cout * written_plane;
+    for_each_sample(geo, out, out_sample, |n, y_n, workspace, _threaded| {
+        let padded_len = c.cin * c.padded_len() + LANES;
+        let staged_len = if epilogue.pool { c.cout * out_plane } else { 0 };
+        if workspace.len() < padded_len + staged_len {
+            workspace.resize(padded_len + staged_len, 0.0);
         }
+        let (padded, staged) = workspace.split_at_mut(padded_len);
         for g in 0..geo.groups {
             let s = &src[n * src_sample + g * c.cin * src_plane..][..c.cin * src_plane];
             c.pad(s, c.cin, padded);
-            let y_g = &mut y_n[g * c.cout * out_plane..][..c.cout * out_plane];
+            let y_g = &mut y_n[g * c.cout * written_plane..][..c.cout * written_plane];
             let bias_g = bias.map(|b| &b[g * c.cout..][..c.cout]);
-            // SAFETY: `applies` checked AVX-512F; the sizes are those the
-            // pointers are read and written with (see `correlate`).
-            unsafe { correlate(c, padded, &taps, &pixels, &packed[g], bias_g, y_g) };
+            if !epilogue.pool {
+                // SAFETY: `applies` checked AVX-512F; the sizes are those the
+                // pointers are read and written with (see `correlate`).
+                unsafe {
+                    correlate(
+                        c,
+                        padded,
+                        &taps,
+                        &pixels,
+                        &packed[g],
+                        bias_g,
+                        epilogue.relu,
+                        y_g,
+                    )
+                };
+                continue;
+            }
+            let staged = &mut staged[..c.cout * out_plane];
+            // SAFETY: `correlate` writes only initialised f32s (as below), so
+            // viewing the initialised `staged` as `MaybeUninit` is sound.
+            let staged_out = unsafe { &mut *(staged as *mut [f32] as *mut [MaybeUninit<f32>]) };
+            // SAFETY: as above, `correlate` into the staged planes, which it
+            // writes every element of; then `max_pool_2x2` reads those planes
+            // (`c.out`) and writes each pooled plane of `y_g` whole.
+            unsafe {
+                correlate(
+                    c,
+                    padded,
+                    &taps,
+                    &pixels,
+                    &packed[g],
+                    bias_g,
+                    epilogue.relu,
+                    staged_out,
+                );
+                for (plane, pooled) in staged
+                    .chunks_exact(out_plane)
+                    .zip(y_g.chunks_exact_mut(written_plane))
+                {
+                    max_pool_2x2(plane, c.out, pooled);
+                }
+            }
         }
     });
 }
 
 /// Writes every element of `y` (`c.cout` output planes) from the padded
-/// source planes `x` and the packed weights `w`.
+/// source planes `x` and the packed weights `w`, plus the bias, through a
+/// ReLU if `relu`.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` holds `c.cin` padded planes, `w` the packing of
 /// [`pack`] for `c`, `taps` and `pixels` come from `c`.
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn correlate(
     c: &Correlation,
     x: &[f32],
@@ -327,6 +392,7 @@ unsafe fn correlate(
     pixels: &[PixelVector],
     w: &[f32],
     bias: Option<&[f32]>,
+    relu: bool,
     y: &mut [MaybeUninit<f32>],
 ) {
     // SAFETY: the caller upholds the contract above.
@@ -350,13 +416,13 @@ unsafe fn correlate(
             for tile in pixels.chunks(PIX_TILE) {
                 match tile.len() {
                     3 => correlate_tile::<3>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
                     ),
                     2 => correlate_tile::<2>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
                     ),
                     _ => correlate_tile::<1>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, channels, out_plane, y_b,
+                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
                     ),
                 }
             }
@@ -365,8 +431,8 @@ unsafe fn correlate(
 }
 
 /// One register tile: `CO_TILE` channels by `PV` pixel vectors, summed over
-/// every input channel and tap, then stored (plus the bias) under each
-/// vector's mask.
+/// every input channel and tap, then stored (plus the bias, through a ReLU
+/// if `relu`) under each vector's mask.
 ///
 /// # Safety
 /// As [`correlate`]; `w` points at the tile's channel block, `y` at its
@@ -382,6 +448,7 @@ unsafe fn correlate_tile<const PV: usize>(
     tile: &[PixelVector],
     w: *const f32,
     bias: &[f32; CO_TILE],
+    relu: bool,
     channels: usize,
     out_plane: usize,
     y: *mut f32,
@@ -413,14 +480,92 @@ unsafe fn correlate_tile<const PV: usize>(
                 w = w.add(CO_TILE);
             }
         }
+        let zero = _mm512_setzero_ps();
         for j in 0..channels {
             let b = _mm512_set1_ps(bias[j]);
             for p in 0..PV {
                 let dst = y.add(j * out_plane + tile[p].out);
-                _mm512_mask_storeu_ps(dst, tile[p].mask, _mm512_add_ps(acc[j][p], b));
+                let mut v = _mm512_add_ps(acc[j][p], b);
+                if relu {
+                    // `Relu`'s rule, `x < 0 ? 0 : x`: NaN and -0 pass
+                    // (`max` would turn them into 0).
+                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero), zero);
+                }
+                _mm512_mask_storeu_ps(dst, tile[p].mask, v);
             }
         }
     }
+}
+
+/// 2x2 max pooling with stride 2 of one plane `x` of size `dims` into `y`
+/// (`dims / 2`, rounded down), 16 outputs a vector: the even and odd
+/// columns of two rows split apart by permutes, then max pooling's
+/// tournament of selects (`kernels::nn::pool`: the first maximum, or the
+/// last NaN), so the bits are the pooling op's.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn max_pool_2x2(x: &[f32], dims: [usize; 2], y: &mut [MaybeUninit<f32>]) {
+    use std::arch::x86_64::*;
+    let [h, w] = dims;
+    let (oh, ow) = (h / 2, w / 2);
+    assert!(x.len() >= h * w);
+    assert_eq!(y.len(), oh * ow);
+    for r in 0..oh {
+        let top = x[2 * r * w..].as_ptr();
+        let bottom = x[(2 * r + 1) * w..].as_ptr();
+        let out = y[r * ow..].as_mut_ptr().cast::<f32>();
+        for c0 in (0..ow).step_by(LANES) {
+            let lanes = (ow - c0).min(LANES);
+            // SAFETY: columns `2 * c0` to `2 * (c0 + lanes)` lie in both rows,
+            // and outputs `c0` to `c0 + lanes` in the output row.
+            unsafe {
+                let m1 = max_of_pairs(top.add(2 * c0), lanes);
+                let m2 = max_of_pairs(bottom.add(2 * c0), lanes);
+                let m = _mm512_mask_mov_ps(m1, beats(m2, m1), m2);
+                _mm512_mask_storeu_ps(out.add(c0), lane_mask(lanes), m);
+            }
+        }
+    }
+}
+
+/// The lanes where `v` replaces the running maximum `best`: larger, or NaN
+/// (`kernels::nn::pool`'s rule).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn beats(v: std::arch::x86_64::__m512, best: std::arch::x86_64::__m512) -> u16 {
+    use std::arch::x86_64::*;
+    _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, best) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v)
+}
+
+/// The larger of each pair of the `2 * lanes` elements from `row` (the
+/// second where it beats the first), in the first `lanes` lanes.
+///
+/// # Safety
+/// The CPU has AVX-512F; `row` holds `2 * lanes` elements, `lanes <= 16`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn max_of_pairs(row: *const f32, lanes: usize) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let n = 2 * lanes;
+    // SAFETY: the loads stay under masks of the `2 * lanes` elements.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_maskz_loadu_ps(lane_mask(n.min(LANES)), row),
+            _mm512_maskz_loadu_ps(lane_mask(n.saturating_sub(LANES)), row.wrapping_add(LANES)),
+        )
+    };
+    let a = _mm512_permutex2var_ps(lo, even, hi);
+    let b = _mm512_permutex2var_ps(lo, odd, hi);
+    _mm512_mask_mov_ps(a, beats(b, a), b)
+}
+
+/// The mask of the first `n` (at most 16) lanes.
+fn lane_mask(n: usize) -> u16 {
+    ((1u32 << n) - 1) as u16
 }
 
 /// The weight gradient (see [`super::conv::conv2d_weight_grad`]): the same

@@ -20,7 +20,10 @@
 //! or GEMM (register tiles reading taps straight from zero-padded planes;
 //! the input gradient as the correlation with the flipped kernel; the
 //! weight gradient with pixels in the lanes, summed in the same fixed parts
-//! of the batch), which `conv.rs` dispatches to when it applies; samples
+//! of the batch), which `conv.rs` dispatches to when it applies;
+//! `conv_fused.rs`: the forward with a ReLU and a 2x2 max pool in its
+//! output pass, for inference (the direct kernel's tiles store through the
+//! ReLU and each sample's output is pooled from L2); samples
 //! spread over rayon workers, the weight gradient summed over fixed groups
 //! of samples in order (same bits for any thread count); `pool.rs`: 2-d
 //! pooling, a `Plan2d` of per-axis window taps (padding, dilation,
@@ -47,6 +50,7 @@ pub mod classification;
 pub mod conv;
 #[cfg(target_arch = "x86_64")]
 mod conv_direct;
+pub mod conv_fused;
 mod im2col;
 pub mod lanes;
 pub mod norm;

@@ -401,7 +401,7 @@ pub fn max_pool2d_values<'o, T: Element>(
 /// tournament of selects without the indices, a loop over lanes that
 /// LLVM vectorises (ARCHITECTURE.md, PERF).
 #[inline(always)]
-fn max_row_pairs<T: Element>(top: &[T], bottom: &[T], row: &mut [MaybeUninit<T>]) {
+pub(super) fn max_row_pairs<T: Element>(top: &[T], bottom: &[T], row: &mut [MaybeUninit<T>]) {
     let n = row.len();
     let (top, bottom) = (&top[..2 * n], &bottom[..2 * n]);
     for (o, slot) in row.iter_mut().enumerate() {

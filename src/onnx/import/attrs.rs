@@ -78,6 +78,14 @@ impl Attrs {
         Ok(Attrs { values, label })
     }
 
+    /// These attributes under another `label`, with integer `name` set to
+    /// `value` (a fused step's setting beside its first node's).
+    pub(crate) fn relabelled_with_int(&self, label: String, name: &str, value: i64) -> Attrs {
+        let mut values = self.values.clone();
+        values.insert(name.to_string(), Attr::Int(value));
+        Attrs { values, label }
+    }
+
     /// Whether `name` is set.
     pub(crate) fn has(&self, name: &str) -> bool {
         self.values.contains_key(name)

@@ -17,11 +17,15 @@
 //!   product accumulated onto the bias rows (`kernels::matmul_bias`),
 //!   else the two ops. Matched after attention (whose score `Add` it
 //!   leaves alone: a mask is never a 1-d constant there).
+//! - Convolution: `Relu(Conv(x, w, b))`, and a 2x2 stride-2 `MaxPool` of
+//!   it, becomes one step that, where nothing requires grad and nothing
+//!   traces, runs the convolution with the ReLU and the pooling in its
+//!   output pass (`kernels::nn::conv_fused`), else the ops.
 
 use std::collections::HashMap;
 
 use super::attrs::Attrs;
-use super::ops::{fused_attention, fused_matmul_add, lookup, Convert};
+use super::ops::{fused_attention, fused_conv_relu, fused_matmul_add, lookup, Convert, FUSED_POOL};
 use super::{OnnxModel, Step};
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::AttributeProto;
@@ -125,6 +129,14 @@ pub(super) fn fuse(m: &mut OnnxModel, initializers: &[(usize, String, Tensor)]) 
                 "Softmax" => {
                     attention(&v, i).map(|a| (a.last, a.step(&m.steps[a.last]), a.covered))
                 }
+                "Relu" => conv_relu(&v, i).map(|(conv, last, covered)| {
+                    let pool = last != i;
+                    (
+                        last,
+                        conv_relu_step(&m.steps[conv], &m.steps[last], pool),
+                        covered,
+                    )
+                }),
                 _ => None,
             };
             if let Some((last, step, covered)) = found
@@ -201,6 +213,60 @@ fn matmul_add_step(add: &Step, inputs: [usize; 3]) -> Step {
         op_type: "MatMul+Add (fused)".to_string(),
         inputs: inputs.map(Some).to_vec(),
         outputs: add.outputs.clone(),
+    }
+}
+
+/// `Relu(Conv(..))` at the `Relu` step `relu`, the convolution read only
+/// there, and the 2x2 stride-2 `MaxPool` reading it if the ReLU's output
+/// goes nowhere else: `(conv step, last step, every step)`.
+fn conv_relu(v: &View<'_>, relu: usize) -> Option<(usize, usize, Vec<usize>)> {
+    let x = v.steps[relu].inputs.first().copied().flatten()?;
+    let conv = v.only_use(x, "Conv")?;
+    let y = *v.steps[relu].outputs.first()?;
+    match find_reader(v, y, "MaxPool") {
+        Some(pool) if is_max_pool_2x2(&v.steps[pool]) => Some((conv, pool, vec![conv, relu, pool])),
+        _ => Some((conv, relu, vec![conv, relu])),
+    }
+}
+
+/// Whether `step` is a `MaxPool` of 2x2 windows with stride 2, no padding
+/// or dilation, rounding down, and no indices output.
+fn is_max_pool_2x2(step: &Step) -> bool {
+    let a = &step.attrs;
+    let ints = |name: &str, want: &[i64]| {
+        a.ints(name)
+            .is_ok_and(|v| v.is_none_or(|v| v.iter().all(|x| want.contains(x))))
+    };
+    step.outputs.len() == 1
+        && a.ints("kernel_shape").is_ok_and(|k| k == Some(vec![2, 2]))
+        && a.ints("strides").is_ok_and(|s| s == Some(vec![2, 2]))
+        && ints("pads", &[0])
+        && ints("dilations", &[1])
+        && a.int("ceil_mode", 0) == Ok(0)
+        && a.int("storage_order", 0) == Ok(0)
+        && matches!(
+            a.string("auto_pad", "NOTSET").as_deref(),
+            Ok("NOTSET" | "VALID")
+        )
+}
+
+/// The step running `Conv` + `Relu` (+ `MaxPool` if `pool`) as one: the
+/// convolution's inputs and settings, `last`'s outputs.
+fn conv_relu_step(conv: &Step, last: &Step, pool: bool) -> Step {
+    let op_type = if pool {
+        "Conv+Relu+MaxPool (fused)"
+    } else {
+        "Conv+Relu (fused)"
+    };
+    let label = format!("{} fused as {op_type}", conv.attrs.label);
+    Step {
+        convert: fused_conv_relu as Convert,
+        attrs: conv
+            .attrs
+            .relabelled_with_int(label, FUSED_POOL, i64::from(pool)),
+        op_type: op_type.to_string(),
+        inputs: conv.inputs.clone(),
+        outputs: last.outputs.clone(),
     }
 }
 

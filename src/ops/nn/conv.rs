@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
+use crate::kernels::nn::conv_fused::{conv2d_forward_fused, ConvEpilogue};
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -254,6 +255,42 @@ pub(crate) fn record_conv<'g, const D: usize>(
 ) -> Result<Var<'g>> {
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
     record_batched(Conv { spec }, x, weight, bias, D)
+}
+
+/// `relu(conv2d(x, weight, bias))`, then 2x2 max pooling with stride 2
+/// if `pool`, on plain tensors in one pass over the output
+/// ([`conv2d_forward_fused`]): the same values as the three ops, for a
+/// forward no backward follows (an imported model's `Conv`, `Relu` and
+/// `MaxPool` at inference). `x` is `[N, C_in, H, W]`. Errors: as
+/// [`conv2d`](Var::try_conv2d)'s, and an output smaller than the pooling
+/// window.
+pub(crate) fn conv2d_relu_values(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    opts: &Conv2dOptions,
+    pool: bool,
+) -> Result<Tensor> {
+    let op = "conv2d";
+    let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
+    let (x, w, b) = (x.contiguous(), weight.contiguous(), bias.map(Tensor::contiguous));
+    let (_, geo) = Conv { spec }.plan(&x, &w, b.as_ref())?;
+    if pool && (geo.output[0] < 2 || geo.output[1] < 2) {
+        return Err(Error::invalid(
+            op,
+            format!("a 2x2 pooling window does not fit its output of size {:?}", geo.output),
+        ));
+    }
+    let epilogue = ConvEpilogue { relu: true, pool };
+    let [h, w_out] = epilogue.output_plane(geo.output);
+    let shape = [geo.batch, geo.out_channels, h, w_out];
+    crate::with_dtype!(op, x.dtype(), T => {
+        let (xs, ws) = (x.as_slice_of::<T>(), w.as_slice_of::<T>());
+        let bs = b.as_ref().map(|b| b.as_slice_of::<T>());
+        Ok(Tensor::build::<T>(Dims::from_slice(&shape), |out| {
+            conv2d_forward_fused(&geo, xs, ws, bs, epilogue, out)
+        }))
+    })
 }
 
 conv_methods! {

@@ -12,7 +12,7 @@ mod nn;
 mod reduce;
 mod shape;
 
-pub(crate) use nn::{fused_attention, fused_matmul_add};
+pub(crate) use nn::{fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL};
 
 use super::attrs::{bad, Attrs};
 use crate::error::Result;

@@ -189,6 +189,49 @@ pub(super) fn conv<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     }
 }
 
+/// The setting of a fused `Conv` + `Relu` step that says a 2x2, stride-2
+/// `MaxPool` follows too (`fuse.rs`).
+pub(crate) const FUSED_POOL: &str = "retrograd.fused_max_pool_2x2";
+
+/// `Conv` then `Relu`, then a 2x2 stride-2 `MaxPool` if [`FUSED_POOL`] is
+/// set, fused at import (`fuse.rs`): the convolution's inputs and
+/// settings. One pass over the output
+/// ([`conv2d_relu_values`](crate::ops::nn::conv::conv2d_relu_values)) where
+/// that is the same function and nothing needs the nodes: a 2-d
+/// convolution with even pads, no input requiring grad and no tracing (as
+/// [`product_with_bias`]); else the ops.
+pub(crate) fn fused_conv_relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let pool = c.attrs.int(FUSED_POOL, 0)? != 0;
+    let (x, w, b) = (c.input(ins, 0)?, c.input(ins, 1)?, c.opt(ins, 2));
+    let plain = [x, w]
+        .into_iter()
+        .chain(b)
+        .all(|v| !v.requires_grad() && v.dtype().is_float());
+    if plain && !c.graph.is_tracing() && x.shape().len() == 4 {
+        let (strides, dilations, begin, end) = geometry(c, 2)?;
+        if begin == end {
+            let o = Conv2dOptions::new()
+                .stride([strides[0], strides[1]])
+                .dilation([dilations[0], dilations[1]])
+                .padding([begin[0], begin[1]])
+                .groups(c.attrs.int("group", 1)?.max(1) as usize);
+            let y = crate::ops::nn::conv::conv2d_relu_values(
+                x.value(),
+                w.value(),
+                b.map(|b| b.value()),
+                &o,
+                pool,
+            )?;
+            return one(c.constant(y));
+        }
+    }
+    let y = conv(c, ins)?.swap_remove(0).try_relu()?;
+    if pool {
+        return one(y.try_max_pool2d(&MaxPool2dOptions::new([2, 2]).stride([2, 2]))?);
+    }
+    one(y)
+}
+
 pub(super) fn check_conv_transpose(a: &Attrs, opset: i64) -> Checked {
     if a.has("output_shape") {
         return Err("output_shape".into());

@@ -1,0 +1,215 @@
+//! A convolution's forward with what follows it at inference fused into
+//! its output pass: `relu(conv(x, w) + bias)`, then optionally 2x2 max
+//! pooling with stride 2, without writing the full-size activation out and
+//! reading it back once for the ReLU and once for the pooling
+//! (ARCHITECTURE.md, PERF: "Inference skips what only a backward needs").
+//!
+//! The bits are those of the ops one after another: the convolution's own
+//! kernel, `Relu`'s rule (`x < 0 ? 0 : x`, so NaN and -0 pass) and max
+//! pooling's tournament (the first maximum, or the last NaN). Where the
+//! direct kernel runs (`conv_direct.rs`: f32, stride one, AVX-512) the ReLU
+//! is in its tiles' stores and the pooling reads each sample's output while
+//! it is in L2; elsewhere the convolution runs whole and the rest follows.
+
+use std::mem::MaybeUninit;
+
+use super::conv::{conv2d_forward, ConvGeometry};
+#[cfg(target_arch = "x86_64")]
+use super::conv_direct;
+use super::pool::max_row_pairs;
+use crate::tensor::{Element, Filled};
+
+/// What a fused convolution does to its output, in this order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConvEpilogue {
+    /// A ReLU after the bias.
+    pub relu: bool,
+    /// 2x2 max pooling with stride 2, no padding, rounding the size down.
+    pub pool: bool,
+}
+
+impl ConvEpilogue {
+    /// The plane written for a convolution output plane `conv` (rows, columns).
+    pub fn output_plane(&self, conv: [usize; 2]) -> [usize; 2] {
+        if self.pool {
+            [conv[0] / 2, conv[1] / 2]
+        } else {
+            conv
+        }
+    }
+
+    /// Elements written for the convolution `geo`.
+    pub fn output_len(&self, geo: &ConvGeometry) -> usize {
+        let [h, w] = self.output_plane(geo.output);
+        geo.batch * geo.out_channels * h * w
+    }
+}
+
+/// `epilogue(conv(x, w) + bias)`, with `x`, `w`, `bias` as
+/// [`conv2d_forward`]'s; writes every element of `out`
+/// (`[N, C_out, OH', OW']`, [`ConvEpilogue::output_plane`]). Panics if
+/// `out` is not [`ConvEpilogue::output_len`] long.
+pub fn conv2d_forward_fused<'o, T: Element>(
+    geo: &ConvGeometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    epilogue: ConvEpilogue,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    assert_eq!(
+        out.len(),
+        epilogue.output_len(geo),
+        "fused conv2d output length"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if conv_direct::applies::<T>(geo) {
+        let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
+        conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
+        // SAFETY: `forward_fused` writes every element of `out`: each
+        // sample's planes whole, pooled or not.
+        return unsafe { Filled::assume(out) };
+    }
+    if !epilogue.pool {
+        // Its `Filled` vouches for `out`, viewed whole just below.
+        let _ = conv2d_forward(geo, x, w, bias, out);
+        // SAFETY: `conv2d_forward` wrote every element of `out` (its doc).
+        let y = unsafe { &mut *(out as *mut [MaybeUninit<T>] as *mut [T]) };
+        if epilogue.relu {
+            y.iter_mut().for_each(|v| *v = relu(*v));
+        }
+        // SAFETY: as above.
+        return unsafe { Filled::assume(out) };
+    }
+    let mut full = vec![MaybeUninit::<T>::uninit(); geo.output_len()];
+    let _ = conv2d_forward(geo, x, w, bias, &mut full);
+    // SAFETY: `conv2d_forward` wrote every element of `full` (its doc).
+    let full = unsafe { &mut *(full.as_mut_slice() as *mut [MaybeUninit<T>] as *mut [T]) };
+    if epilogue.relu {
+        full.iter_mut().for_each(|v| *v = relu(*v));
+    }
+    let [h, w] = geo.output;
+    let [oh, ow] = epilogue.output_plane(geo.output);
+    if oh * ow > 0 {
+        for (plane, pooled) in full.chunks_exact(h * w).zip(out.chunks_exact_mut(oh * ow)) {
+            for (r, row) in pooled.chunks_exact_mut(ow).enumerate() {
+                let top = &plane[2 * r * w..][..2 * ow];
+                let bottom = &plane[(2 * r + 1) * w..][..2 * ow];
+                max_row_pairs(top, bottom, row);
+            }
+        }
+    }
+    // SAFETY: each pooled plane's rows are written whole by `max_row_pairs`.
+    unsafe { Filled::assume(out) }
+}
+
+/// `Relu`'s rule (`ops::unary`): NaN and -0 pass.
+#[inline(always)]
+fn relu<T: Element>(x: T) -> T {
+    if x < T::zero() {
+        T::zero()
+    } else {
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::nn::pool::{max_pool2d_values, Axis, Plan2d};
+    use crate::kernels::testing::{conv_geometry, filled};
+
+    /// The convolution, the ReLU and the pooling one after another.
+    fn composed<T: Element>(
+        geo: &ConvGeometry,
+        x: &[T],
+        w: &[T],
+        b: &[T],
+        epilogue: ConvEpilogue,
+    ) -> Vec<T> {
+        let mut y = filled(geo.output_len(), |o| conv2d_forward(geo, x, w, Some(b), o));
+        if epilogue.relu {
+            y.iter_mut().for_each(|v| *v = relu(*v));
+        }
+        if !epilogue.pool {
+            return y;
+        }
+        let [h, w] = geo.output;
+        let plan = Plan2d {
+            rows: Axis::sliding(h, 2, 2, 0, 1, h / 2, false),
+            cols: Axis::sliding(w, 2, 2, 0, 1, w / 2, false),
+        };
+        let planes = geo.batch * geo.out_channels;
+        filled(epilogue.output_len(geo), |o| {
+            max_pool2d_values(&y, planes, &plan, o)
+        })
+    }
+
+    fn values<T: Element>(n: usize, a: f64, b: f64) -> Vec<T> {
+        (0..n)
+            .map(|i| T::from_f64((a * i as f64 + b).sin()))
+            .collect()
+    }
+
+    /// Every epilogue, on the direct kernel (f32 at stride one, on an
+    /// AVX-512 CPU) and on the others (f64, a stride): the same bits as
+    /// the ops one after another, with a NaN, -0 and ties in the input,
+    /// odd output sizes (the pooling drops the last row and column) and
+    /// rows of more than one vector of pooled outputs.
+    #[test]
+    fn fused_epilogues_give_the_composed_bits() {
+        let geometries = [
+            conv_geometry(3, [1, 32, 1], [28, 28], [3, 3], [1, 1], [1, 1], [1, 1]),
+            conv_geometry(2, [8, 12, 2], [13, 70], [3, 3], [1, 1], [1, 1], [1, 1]),
+            conv_geometry(2, [5, 9, 1], [9, 11], [2, 3], [1, 1], [0, 1], [1, 2]),
+            conv_geometry(2, [3, 4, 1], [12, 15], [3, 3], [2, 2], [1, 1], [1, 1]),
+        ];
+        for geo in geometries {
+            for (relu, pool) in [(true, true), (true, false), (false, true), (false, false)] {
+                let epilogue = ConvEpilogue { relu, pool };
+                let mut x: Vec<f32> = values(geo.input_len(), 0.37, 0.1);
+                x[5] = f32::NAN;
+                x[7] = -0.0;
+                x[8] = x[9];
+                let w: Vec<f32> = values(geo.weight_len(), 0.23, 0.3);
+                let b: Vec<f32> = values(geo.out_channels, 1.3, 0.2);
+                let want = composed(&geo, &x, &w, &b, epilogue);
+                let got = filled(epilogue.output_len(&geo), |o| {
+                    conv2d_forward_fused(&geo, &x, &w, Some(&b), epilogue, o)
+                });
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{epilogue:?} {geo:?}");
+                assert!(got.iter().any(|v| v.is_nan()) && got.iter().any(|&v| v > 0.0));
+                let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+                let w64: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
+                let b64: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+                let want = composed(&geo, &x64, &w64, &b64, epilogue);
+                let got = filled(epilogue.output_len(&geo), |o| {
+                    conv2d_forward_fused(&geo, &x64, &w64, Some(&b64), epilogue, o)
+                });
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "f64 {epilogue:?} {geo:?}");
+            }
+        }
+    }
+
+    /// A ReLU keeps NaN and -0 (as `Relu`'s rule), which `max(x, 0)` would not.
+    #[test]
+    fn relu_keeps_nan_and_negative_zero() {
+        let geo = conv_geometry(1, [1, 1, 1], [1, 20], [1, 1], [1, 1], [0, 0], [1, 1]);
+        let mut x = vec![-1.0f32; 20];
+        x[3] = f32::NAN;
+        x[4] = -0.0;
+        x[5] = 2.0;
+        let epilogue = ConvEpilogue {
+            relu: true,
+            pool: false,
+        };
+        let y = filled(20, |o| {
+            conv2d_forward_fused(&geo, &x, &[1.0], None, epilogue, o)
+        });
+        assert!(y[3].is_nan());
+        assert_eq!(y[4].to_bits(), (-0.0f32).to_bits());
+        assert_eq!((y[0], y[5]), (0.0, 2.0));
+    }
+}
