@@ -330,30 +330,19 @@ fn run_correlation(
             c.pad(s, c.cin, padded);
             let y_g = &mut y_n[g * c.cout * written_plane..][..c.cout * written_plane];
             let bias_g = bias.map(|b| &b[g * c.cout..][..c.cout]);
-            if !epilogue.pool {
-                // SAFETY: `applies` checked AVX-512F; the sizes are those the
-                // pointers are read and written with (see `correlate`).
-                unsafe {
-                    correlate(
-                        c,
-                        padded,
-                        &taps,
-                        &pixels,
-                        &packed[g],
-                        bias_g,
-                        epilogue.relu,
-                        y_g,
-                    )
-                };
-                continue;
-            }
-            let staged = &mut staged[..c.cout * out_plane];
-            // SAFETY: `correlate` writes only initialised f32s (as below), so
-            // viewing the initialised `staged` as `MaybeUninit` is sound.
-            let staged_out = unsafe { &mut *(staged as *mut [f32] as *mut [MaybeUninit<f32>]) };
-            // SAFETY: as above, `correlate` into the staged planes, which it
-            // writes every element of; then `max_pool_2x2` reads those planes
-            // (`c.out`) and writes each pooled plane of `y_g` whole.
+            // Pooled blocks correlate into the staged planes (still in L2)
+            // and pool from there; the others write their output directly.
+            let staged = &mut staged[..if epilogue.pool { c.cout * out_plane } else { 0 }];
+            let target: &mut [MaybeUninit<f32>] = if epilogue.pool {
+                // SAFETY: `correlate` writes only initialised f32s, so viewing
+                // the initialised `staged` as `MaybeUninit` is sound.
+                unsafe { &mut *(&mut *staged as *mut [f32] as *mut [MaybeUninit<f32>]) }
+            } else {
+                &mut *y_g
+            };
+            // SAFETY: `applies` checked AVX-512F; the sizes are those the
+            // pointers are read and written with (see `correlate`), which
+            // writes every element of `target`.
             unsafe {
                 correlate(
                     c,
@@ -363,13 +352,17 @@ fn run_correlation(
                     &packed[g],
                     bias_g,
                     epilogue.relu,
-                    staged_out,
-                );
+                    target,
+                )
+            };
+            if epilogue.pool {
                 for (plane, pooled) in staged
                     .chunks_exact(out_plane)
                     .zip(y_g.chunks_exact_mut(written_plane))
                 {
-                    max_pool_2x2(plane, c.out, pooled);
+                    // SAFETY: `max_pool_2x2` reads the staged planes (`c.out`)
+                    // and writes each pooled plane of `y_g` whole.
+                    unsafe { max_pool_2x2(plane, c.out, pooled) };
                 }
             }
         }
