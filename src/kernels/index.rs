@@ -286,9 +286,7 @@ pub fn scatter_add(
 mod tests {
     use super::*;
 
-    fn t(v: Vec<f64>, s: &[usize]) -> Tensor {
-        Tensor::from_vec(v, s).unwrap()
-    }
+    use crate::tensor::test_util::shaped as t;
 
     #[test]
     fn gather_middle_dim_with_smaller_index() {

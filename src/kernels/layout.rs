@@ -385,9 +385,7 @@ fn pad_rows<T: DataType>(
 mod tests {
     use super::*;
 
-    fn t(v: Vec<f64>, s: &[usize]) -> Tensor {
-        Tensor::from_vec(v, s).unwrap()
-    }
+    use crate::tensor::test_util::shaped as t;
 
     #[test]
     fn cat_and_slice_round_trip() {

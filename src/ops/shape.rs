@@ -331,9 +331,7 @@ impl<'g> Var<'g> {
 mod tests {
     use crate::{gradcheck, jvpcheck, DType, Error, Graph, Tensor};
 
-    fn t(v: Vec<f64>, s: &[usize]) -> Tensor {
-        Tensor::from_vec(v, s).unwrap()
-    }
+    use crate::tensor::test_util::shaped as t;
 
     #[test]
     fn views_share_storage_and_keep_order() {

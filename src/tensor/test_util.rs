@@ -12,6 +12,11 @@ pub(crate) fn tensor(v: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_vec(v.to_vec(), shape).expect("as many values as the shape holds")
 }
 
+/// An f64 tensor that takes `v` in `shape`, for tests that build the values.
+pub(crate) fn shaped(v: Vec<f64>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape).expect("as many values as the shape holds")
+}
+
 /// Whether `a` and `b` have the same length and agree within `tol` elementwise.
 pub(crate) fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol)

@@ -645,9 +645,7 @@ mod tests {
         assert!(x.narrow(1, 3, 0).is_ok());
     }
 
-    fn t(v: Vec<f64>, s: &[usize]) -> Tensor {
-        Tensor::from_vec(v, s).unwrap()
-    }
+    use crate::tensor::test_util::shaped as t;
 
     /// Reference permute by index arithmetic.
     fn naive_permute(x: &Tensor, perm: &[usize]) -> Vec<f64> {
