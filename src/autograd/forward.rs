@@ -94,7 +94,7 @@ pub(crate) fn push_tangents<'g>(
         if ts.iter().all(Option::is_none) {
             continue;
         }
-        let t = op.jvp(&ts, inputs, output)?;
+        let t = op.jvp(&ts, crate::core::Node { inputs, output })?;
         if let Some(t) = &t
             && t.shape() != output.shape()
         {

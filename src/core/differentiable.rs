@@ -20,6 +20,31 @@ use crate::tensor::Tensor;
 /// `None` means "no gradient flows to this input" (it is treated as zero).
 pub type GradInputs<'g> = SmallVec<[Option<Var<'g>>; 2]>;
 
+/// What a tangent rule ([`Differentiable::jvp`]) or a
+/// [`StructuredOp`](crate::ops::StructuredOp)'s backward sees of its node.
+#[derive(Clone, Copy)]
+pub struct Node<'a, 'g> {
+    /// The node's inputs, in order.
+    pub inputs: &'a [Var<'g>],
+    /// The node's output.
+    pub output: &'a Var<'g>,
+}
+
+impl<'g> Node<'_, 'g> {
+    /// Input `i`.
+    pub fn x(&self, i: usize) -> &Var<'g> {
+        &self.inputs[i]
+    }
+
+    /// The gradients of the leading inputs, `None` (no gradient) for the
+    /// rest (targets, indices).
+    pub fn grads(&self, leading: impl IntoIterator<Item = Option<Var<'g>>>) -> GradInputs<'g> {
+        let mut grads: GradInputs<'g> = leading.into_iter().collect();
+        grads.resize(self.inputs.len(), None);
+        grads
+    }
+}
+
 /// An op the graph can record: forward and backward together, so a graph can
 /// never hold a computation it does not know how to differentiate.
 ///
@@ -173,16 +198,12 @@ pub trait Differentiable: Send + Sync + 'static {
     }
 
     /// Forward mode: given one optional tangent per input (`None` is zero,
-    /// otherwise the input's shape), returns the output's tangent (`None` for
-    /// zero), written with `Var` operations like `backward`. The default
-    /// reports the op as unsupported by name.
-    fn jvp<'g>(
-        &self,
-        tangents: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        output: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let _ = (tangents, inputs, output);
+    /// otherwise the input's shape) and the node (its inputs and output),
+    /// returns the output's tangent (`None` for zero), written with `Var`
+    /// operations like `backward`. The default reports the op as
+    /// unsupported by name.
+    fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        let _ = (tangents, node);
         Err(crate::Error::Unsupported {
             op: self.name().to_string(),
             what: "forward mode (jvp)",
@@ -309,13 +330,8 @@ impl Differentiable for Arc<dyn Differentiable> {
     fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
         (**self).scalar_node(node)
     }
-    fn jvp<'g>(
-        &self,
-        tangents: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        output: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        (**self).jvp(tangents, inputs, output)
+    fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        (**self).jvp(tangents, node)
     }
     fn facts(&self) -> OpFacts {
         (**self).facts()

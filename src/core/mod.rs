@@ -5,8 +5,8 @@
 //!
 //! - [`graph`]: [`Graph`], [`Var`], the node records, `record`, both
 //!   backward orders, the inference graph.
-//! - `differentiable.rs`: [`Differentiable`], the op trait, and
-//!   [`GradInputs`].
+//! - `differentiable.rs`: [`Differentiable`], the op trait,
+//!   [`GradInputs`] and [`Node`] (what a rule sees of its node).
 //! - `attributes.rs`: [`OpAttributes`], an op's settings by name
 //!   (`Differentiable::attributes` returns them).
 //! - `facts.rs`: [`OpFacts`], what the registry knows of each op
@@ -50,7 +50,7 @@ pub(crate) mod scalar_node;
 pub(crate) mod store;
 
 pub use attributes::{AttrValue, OpAttributes};
-pub use differentiable::{Differentiable, GradInputs, GradOp};
+pub use differentiable::{Differentiable, GradInputs, GradOp, Node};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use holds::Holds;

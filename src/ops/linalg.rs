@@ -13,6 +13,7 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use crate::core::Node;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -59,16 +60,11 @@ impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
     ) -> Result<GradInputs<'g>> {
         matmul_backward(TA, TB, g, &inputs[0], &inputs[1])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         // d(op(a) op(b)) = op(da) op(b) + op(a) op(db).
-        let (a, b) = (&inputs[0], &inputs[1]);
+        let (a, b) = (node.x(0), node.x(1));
         super::sum_tangents(
-            out.shape(),
+            node.output.shape(),
             [
                 t[0].as_ref().map(|ta| record_matmul(ta, b, TA, TB)),
                 t[1].as_ref().map(|tb| record_matmul(a, tb, TA, TB)),

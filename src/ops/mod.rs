@@ -111,13 +111,14 @@ mod structured;
 mod testing;
 
 pub use crate::core::scalar_lane;
+pub use crate::core::Node;
 pub use crate::core::{attributes, AttrValue, OpAttributes};
 pub use crate::core::{Differentiable, GradInputs, GradOp};
 pub use crate::core::{ScalarArgs, ScalarBackward};
 pub use registry::OpRegistry;
 pub use rule::OpFacts;
 pub(crate) use structured::declare_op;
-pub use structured::{grads_per_input, Node, StructuredOp};
+pub use structured::{grads_per_input, FastBackward, StructuredOp};
 
 use crate::error::Result;
 use crate::graph::Var;

@@ -8,7 +8,7 @@ use crate::ops::declare_op;
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
-use super::{Node, StructuredOp};
+use super::{FastBackward, Node, StructuredOp};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -94,13 +94,8 @@ impl StructuredOp for Slice {
     // The first slice of a tensor to be reached scatters into zeros; the
     // next ones add into that buffer in place (`backward`'s sum, without a
     // zero-filled tensor per slice).
-    fn backward_accumulate(
-        &self,
-        g: &Tensor,
-        input: &Tensor,
-        _out: &Tensor,
-        acc: &mut Option<Tensor>,
-    ) -> Result<bool> {
+    fn backward_accumulate(&self, call: FastBackward<'_>, acc: &mut Option<Tensor>) -> Result<bool> {
+        let (g, input) = (call.g, call.x[0]);
         let r = self.resolve(input.shape())?;
         match acc {
             Some(acc) => layout::slice_backward_add(acc, g, r.dim, r.start, r.step),

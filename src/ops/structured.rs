@@ -28,33 +28,23 @@
 //! come with it.
 
 use super::{expect_inputs, sum_tangents};
-use crate::core::{Differentiable, GradInputs, OpAttributes, OpFacts};
+use crate::core::{Differentiable, GradInputs, Node, OpAttributes, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;
 
-/// What a backward or tangent rule sees of its node.
+/// What a [`StructuredOp::backward_fast`] sees of its node: the plain
+/// tensors of [`Differentiable::backward_fast`]'s call.
 #[derive(Clone, Copy)]
-pub struct Node<'a, 'g> {
-    /// The node's inputs, in order.
-    pub inputs: &'a [Var<'g>],
-    /// The node's output.
-    pub output: &'a Var<'g>,
-}
-
-impl<'g> Node<'_, 'g> {
-    /// Input `i`.
-    pub fn x(&self, i: usize) -> &Var<'g> {
-        &self.inputs[i]
-    }
-
-    /// The gradients of the leading inputs, `None` (no gradient) for the
-    /// rest (targets, indices).
-    pub fn grads(&self, leading: impl IntoIterator<Item = Option<Var<'g>>>) -> GradInputs<'g> {
-        let mut grads: GradInputs<'g> = leading.into_iter().collect();
-        grads.resize(self.inputs.len(), None);
-        grads
-    }
+pub struct FastBackward<'a> {
+    /// The output's gradient.
+    pub g: &'a Tensor,
+    /// The inputs' values, in order.
+    pub x: &'a [&'a Tensor],
+    /// The output's value.
+    pub output: &'a Tensor,
+    /// Whether each input needs a gradient.
+    pub needs: &'a [bool],
 }
 
 /// A non-elementwise op, declared: see the [module docs](self). Every
@@ -179,14 +169,13 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     /// [`grad_fast`](Self::grad_fast) for each input that needs a gradient
     /// and is not in [`NO_GRAD`](Self::NO_GRAD); an op whose inputs'
     /// gradients share work on plain tensors writes this instead.
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        x: &[&Tensor],
-        output: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
+    fn backward_fast(&self, call: FastBackward<'_>, grads: &mut [Option<Tensor>]) -> Result<bool> {
+        let FastBackward {
+            g,
+            x,
+            output,
+            needs,
+        } = call;
         for i in (0..x.len()).filter(|&i| needs[i] && !Self::NO_GRAD.contains(&i)) {
             match self.grad_fast(i, g, x, output) {
                 Some(grad) => grads[i] = Some(grad?),
@@ -197,15 +186,14 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
     }
 
     /// [`Differentiable::backward_accumulate`]: the one input's gradient
-    /// added into the buffer of the gradients already reached.
+    /// (`call.x` holds that input alone) added into the buffer of the
+    /// gradients already reached.
     fn backward_accumulate(
         &self,
-        g: &Tensor,
-        input: &Tensor,
-        output: &Tensor,
+        call: FastBackward<'_>,
         acc: &mut Option<Tensor>,
     ) -> Result<bool> {
-        let _ = (g, input, output, acc);
+        let _ = (call, acc);
         Ok(false)
     }
 
@@ -322,7 +310,13 @@ impl<O: StructuredOp> Differentiable for O {
         needs: &[bool],
         grads: &mut [Option<Tensor>],
     ) -> Result<bool> {
-        StructuredOp::backward_fast(self, g, x, output, needs, grads)
+        let call = FastBackward {
+            g,
+            x,
+            output,
+            needs,
+        };
+        StructuredOp::backward_fast(self, call, grads)
     }
     fn backward_accumulate(
         &self,
@@ -331,15 +325,16 @@ impl<O: StructuredOp> Differentiable for O {
         output: &Tensor,
         acc: &mut Option<Tensor>,
     ) -> Result<bool> {
-        StructuredOp::backward_accumulate(self, g, input, output, acc)
+        let call = FastBackward {
+            g,
+            x: &[input],
+            output,
+            needs: &[true],
+        };
+        StructuredOp::backward_accumulate(self, call, acc)
     }
-    fn jvp<'g>(
-        &self,
-        tangents: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        output: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        self.tangents(tangents, Node { inputs, output })
+    fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        self.tangents(tangents, node)
     }
     fn facts(&self) -> OpFacts {
         StructuredOp::facts(self)

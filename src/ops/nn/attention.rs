@@ -38,7 +38,7 @@ use crate::graph::Var;
 use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
 use crate::ops::rule::OpFacts;
-use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
+use crate::ops::{sum_tangents, FastBackward, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Element, Tensor};
 
 const OP: &str = "scaled_dot_product_attention";
@@ -474,7 +474,8 @@ impl StructuredOp for ScaledDotProductAttention {
         debug_assert_eq!(pack_len(q, k, v), packed.value().numel());
         Ok(grads)
     }
-    fn backward_fast(&self, g: &Tensor, inputs: &[&Tensor], out: &Tensor, needs: &[bool], grads: &mut [Option<Tensor>]) -> Result<bool> {
+    fn backward_fast(&self, call: FastBackward<'_>, grads: &mut [Option<Tensor>]) -> Result<bool> {
+        let FastBackward { g, x: inputs, output: out, needs } = call;
         let (q, k, v, m) = split(OP, inputs)?;
         if needs.get(3) == Some(&true) {
             return Ok(false); // the mask's gradient: the Var formula

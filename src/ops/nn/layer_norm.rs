@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{FastBackward, Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Layer normalisation over the trailing dims: `(x - mean) / sqrt(var + eps) * weight + bias`,
@@ -171,15 +171,9 @@ impl StructuredOp for LayerNorm {
     // The input's and the weight's gradients in one sweep over the rows
     // when both are needed (each row's statistics computed once); any other
     // case runs `backward`'s ops, one kernel each anyway.
-    fn backward_fast(
-        &self,
-        g: &Tensor,
-        inputs: &[&Tensor],
-        _out: &Tensor,
-        needs: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
+    fn backward_fast(&self, call: FastBackward<'_>, grads: &mut [Option<Tensor>]) -> Result<bool> {
         const OP: &str = "layer_norm_backward";
+        let FastBackward { g, x: inputs, needs, .. } = call;
         let x = inputs[0];
         let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
         if !(has_w && needs[0] && needs[1]) {

@@ -8,7 +8,7 @@ use smallvec::smallvec;
 
 use super::pointwise::BinaryKernel;
 use super::{Lane, Num, OpFacts, Plain, Traced};
-use crate::core::{Pointwise, Primitive};
+use crate::core::{Node, Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn};
@@ -169,19 +169,14 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     }
     // Each output element depends on one element of each input, so J t is
     // the sum of the two gradient formulas with the tangents for `g`.
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         let (a, b, y) = (
-            Traced::of(&inputs[0]),
-            Traced::of(&inputs[1]),
-            Traced::of(out),
+            Traced::of(node.x(0)),
+            Traced::of(node.x(1)),
+            Traced::of(node.output),
         );
         sum_tangents(
-            out.shape(),
+            node.output.shape(),
             [
                 t[0].as_ref()
                     .map(|ta| self.0.grad_a(&Traced::of(ta), &a, &b, &y).into_result()),

@@ -10,6 +10,7 @@ use smallvec::smallvec;
 
 use super::num::{MaskFn, PickFn};
 use super::Cmp;
+use crate::core::Node;
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -74,15 +75,11 @@ impl Differentiable for SelectWhere {
             .transpose()?;
         Ok(smallvec![None, None, d_then, d_otherwise])
     }
-    fn jvp<'g>(
-        &self,
-        t: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        out: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
+    fn jvp<'g>(&self, t: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         if t[2].is_none() && t[3].is_none() {
             return Ok(None);
         }
+        let (inputs, out) = (node.inputs, node.output);
         let zero = out.scalar_like(0.0);
         let (a, b) = (
             t[2].as_ref().unwrap_or(&zero),

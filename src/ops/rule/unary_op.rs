@@ -8,7 +8,7 @@ use smallvec::smallvec;
 
 use super::pointwise::UnaryKernel;
 use super::{Lane, Num, OpFacts, Traced};
-use crate::core::{Pointwise, Primitive};
+use crate::core::{Node, Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
@@ -197,13 +197,8 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     }
     // The Jacobian is diagonal, so J t is the gradient formula with the
     // tangent in place of `g`.
-    fn jvp<'g>(
-        &self,
-        tangents: &[Option<Var<'g>>],
-        inputs: &[Var<'g>],
-        output: &Var<'g>,
-    ) -> Result<Option<Var<'g>>> {
-        let u = Self::slope_value(&inputs[0], output);
+    fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
+        let u = Self::slope_value(node.x(0), node.output);
         tangents[0]
             .as_ref()
             .map(|t| self.0.grad(&Traced::of(t), &Traced::of(u)).into_result())
