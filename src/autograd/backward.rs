@@ -12,7 +12,7 @@ use super::fast::{run_fast, Walk};
 use super::gradients::Gradients;
 use crate::core::store::{GradSlot, TensorStore};
 use crate::core::Differentiable;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::{order, Graph, OpEntry, Var, NO_SLOT};
 use crate::tensor::Tensor;
 
@@ -178,13 +178,7 @@ pub(crate) fn seed_for(root: &Var<'_>, grad_output: Option<&Tensor>) -> Result<T
             if g.shape() != root.shape() {
                 return Err(Error::shape_mismatch("backward", root.shape(), g.shape()));
             }
-            if g.dtype() != root.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: "backward",
-                    lhs: root.dtype(),
-                    rhs: g.dtype(),
-                });
-            }
+            check_dtypes("backward", root.dtype(), g.dtype())?;
             Ok(g.clone())
         }
         None if root.value().numel() == 1 => Ok(root.value().ones_like()),

@@ -6,7 +6,7 @@
 //! which is why forward mode wins when there are fewer inputs than outputs.
 
 use super::gradcheck::central_difference_check;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::{Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;
 
@@ -39,13 +39,7 @@ where
         if p.shape() != t.shape() {
             return Err(Error::shape_mismatch("jvp", p.shape(), t.shape()));
         }
-        if p.dtype() != t.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "jvp",
-                lhs: p.dtype(),
-                rhs: t.dtype(),
-            });
-        }
+        check_dtypes("jvp", p.dtype(), t.dtype())?;
     }
     let graph = Graph::new();
     let vars: Vec<Var<'_>> = primals.iter().map(|p| graph.variable(p.clone())).collect();

@@ -3,7 +3,7 @@
 
 use super::forward::jvp;
 use super::grad::{grad, GradOptions};
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
@@ -31,13 +31,7 @@ where
             v.shape(),
         ));
     }
-    if x.dtype() != v.dtype() {
-        return Err(Error::DTypeMismatch {
-            op: "hessian_vector_product",
-            lhs: x.dtype(),
-            rhs: v.dtype(),
-        });
-    }
+    check_dtypes("hessian_vector_product", x.dtype(), v.dtype())?;
     let graph = Graph::new();
     let xv = graph.variable(x.clone());
     let y = scalar_output("hessian_vector_product", f(&xv)?)?;

@@ -413,6 +413,19 @@ impl Error {
             rhs: rhs.to_vec(),
         }
     }
+
+    pub(crate) fn dtype_mismatch(op: &'static str, lhs: DType, rhs: DType) -> Self {
+        Error::DTypeMismatch { op, lhs, rhs }
+    }
+}
+
+/// `Error::DTypeMismatch` for `op` unless the two dtypes are one.
+#[inline]
+pub(crate) fn check_dtypes(op: &'static str, lhs: DType, rhs: DType) -> Result<()> {
+    if lhs != rhs {
+        return Err(Error::dtype_mismatch(op, lhs, rhs));
+    }
+    Ok(())
 }
 
 /// `Error::Io` for `op` on `path`, with `e` (an `io::Error` or any other

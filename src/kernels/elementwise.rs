@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{refused, DType, Element, Filled, Repr, Tensor};
 
@@ -98,13 +98,7 @@ pub fn zip<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Resul
 
 #[inline(never)]
 fn zip_dense<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Result<Tensor> {
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a.dtype(), b.dtype())?;
     Ok(crate::with_dtype!(op, a.dtype(), T => zip_typed::<T, F>(op, a, b, f)?))
 }
 
@@ -417,11 +411,7 @@ pub fn common_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<DType> {
     if a.dtype() == b.dtype() {
         Ok(a.dtype())
     } else {
-        Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        })
+        Err(Error::dtype_mismatch(op, a.dtype(), b.dtype()))
     }
 }
 

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::layout::{for_each_row, outer_inner};
 use super::parallel::should_parallelize;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{contiguous_strides, Dims};
 use crate::tensor::{DType, Filled, Tensor};
 
@@ -253,13 +253,7 @@ pub fn scatter_add(
     index: &Tensor,
     src: &Tensor,
 ) -> Result<Tensor> {
-    if base.dtype() != src.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: base.dtype(),
-            rhs: src.dtype(),
-        });
-    }
+    check_dtypes(op, base.dtype(), src.dtype())?;
     check_gather_shapes(op, base.shape(), dim, index.shape(), Some(src.shape()))?;
     let idx = indices(op, index, base.shape()[dim])?;
     let strides = contiguous_strides(base.shape());

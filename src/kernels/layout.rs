@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::parallel::{should_parallelize, CHUNK};
 use super::simd::wide;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{checked_numel, Dims};
 use crate::tensor::{DataType, Filled, Tensor};
 
@@ -95,13 +95,7 @@ pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> 
     let mut out_shape = Dims::from_slice(first.shape());
     out_shape[dim] = 0;
     for t in tensors {
-        if t.dtype() != first.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: first.dtype(),
-                rhs: t.dtype(),
-            });
-        }
+        check_dtypes(op, first.dtype(), t.dtype())?;
         let same =
             t.rank() == rank && (0..rank).all(|d| d == dim || t.shape()[d] == first.shape()[d]);
         if !same {

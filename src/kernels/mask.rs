@@ -5,7 +5,7 @@
 
 use std::cmp::Ordering;
 
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{DataType, Tensor};
 
@@ -94,13 +94,7 @@ fn for_each_broadcast_offset(from: &[usize], to: &[usize], mut f: impl FnMut(usi
 /// ```
 pub fn compare(cmp: Comparison, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = cmp.name();
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a.dtype(), b.dtype())?;
     let shape = broadcast_shapes(op, a.shape(), b.shape())?;
     checked_numel(op, &shape)?;
     Ok(crate::with_any_dtype!(a.dtype(), T => {
@@ -165,13 +159,7 @@ pub fn select(op: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result
             found: cond.dtype(),
         });
     }
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a.dtype(), b.dtype())?;
     let shape = broadcast_shapes(
         op,
         &broadcast_shapes(op, cond.shape(), a.shape())?,

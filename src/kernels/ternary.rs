@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::parallel::{for_each_chunk, should_parallelize, CHUNK};
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
 use crate::tensor::{Element, Filled, Repr, Tensor};
 
@@ -55,13 +55,7 @@ pub fn zip3<F: TernaryFn>(
         _ => {}
     }
     for other in [b, c] {
-        if other.dtype() != a.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: a.dtype(),
-                rhs: other.dtype(),
-            });
-        }
+        check_dtypes(op, a.dtype(), other.dtype())?;
     }
     let ab = broadcast_shapes(op, a.shape(), b.shape())?;
     let shape = broadcast_shapes(op, &ab, c.shape())?;
@@ -281,7 +275,7 @@ fn inner_loop<T: Element, F: TernaryFn>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use crate::{DType, Error};
 
     #[derive(Clone, Copy)]
     struct Select;

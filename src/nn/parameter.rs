@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::autograd::Gradients;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
@@ -170,13 +170,7 @@ pub(crate) fn replace_same_layout(
     if guard.shape() != value.shape() {
         return Err(Error::shape_mismatch(op, guard.shape(), value.shape()));
     }
-    if guard.dtype() != value.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: guard.dtype(),
-            rhs: value.dtype(),
-        });
-    }
+    check_dtypes(op, guard.dtype(), value.dtype())?;
     *guard = value;
     Ok(())
 }

@@ -14,7 +14,7 @@ use crate::fallible::fallible;
 use crate::ops::OpAttributes;
 
 use super::{Node, StructuredOp};
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;
 use crate::tensor::shape::normalize_axis;
@@ -60,13 +60,7 @@ fn check_index_vector(op: &'static str, index: &Tensor) -> Result<()> {
 }
 
 fn check_same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a.dtype(), b.dtype())?;
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
 use crate::nn::setters::setters;
@@ -80,13 +80,7 @@ impl Linear {
             if b.shape() != [ws[0]] {
                 return Err(Error::shape_mismatch("Linear", &ws, &b.shape()));
             }
-            if b.dtype() != weight.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: "Linear",
-                    lhs: weight.dtype(),
-                    rhs: b.dtype(),
-                });
-            }
+            check_dtypes("Linear", weight.dtype(), b.dtype())?;
         }
         Ok(Linear { weight, bias })
     }

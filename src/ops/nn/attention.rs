@@ -32,7 +32,7 @@ use smallvec::smallvec;
 
 use super::attention_backward::{pack_len, unfused, SdpaBackward, Unfused};
 use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::select;
@@ -161,9 +161,7 @@ impl Config {
     /// Checks `q`, `k`, `v` and the mask (if any) and returns the sizes.
     pub(super) fn plan(&self, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Plan> {
         for t in [k, v].into_iter().chain(mask) {
-            if t.dtype() != q.dtype() {
-                return Err(Error::DTypeMismatch { op, lhs: q.dtype(), rhs: t.dtype() });
-            }
+            check_dtypes(op, q.dtype(), t.dtype())?;
         }
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
         let r = qs.len();
@@ -315,9 +313,7 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
     let mask = mask.as_deref();
     let plan = cfg.plan(op, q, k, v, mask)?;
     let g = plan.geo;
-    if d_o.dtype() != q.dtype() {
-        return Err(Error::DTypeMismatch { op, lhs: q.dtype(), rhs: d_o.dtype() });
-    }
+    check_dtypes(op, q.dtype(), d_o.dtype())?;
     if d_o.shape() != o.shape() {
         return Err(Error::shape_mismatch(op, o.shape(), d_o.shape()));
     }

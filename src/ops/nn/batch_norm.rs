@@ -21,7 +21,7 @@ use super::batch_norm_backward::{
 };
 use super::normalization::{check_eps, first_input, Affine, Role};
 use crate::core::{GradInputs, OpAttributes};
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
@@ -97,13 +97,7 @@ pub(super) fn check_channel_param(
     p: &Tensor,
     x: &Tensor,
 ) -> Result<()> {
-    if p.dtype() != x.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: x.dtype(),
-            rhs: p.dtype(),
-        });
-    }
+    check_dtypes(op, x.dtype(), p.dtype())?;
     let c = x.shape()[1];
     if p.shape() != [c] {
         return Err(Error::invalid(

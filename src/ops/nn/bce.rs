@@ -10,7 +10,7 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
@@ -62,13 +62,7 @@ fn broadcast_pos_weight(
 ) -> Result<Option<Tensor>> {
     pw.as_ref()
         .map(|p| {
-            if p.dtype() != x.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op,
-                    lhs: x.dtype(),
-                    rhs: p.dtype(),
-                });
-            }
+            check_dtypes(op, x.dtype(), p.dtype())?;
             crate::kernels::broadcast_to(op, p, x.shape())
         })
         .transpose()
@@ -301,7 +295,7 @@ fn sigmoid_backward<'g>(h: &Var<'g>, sigmoid: &Var<'g>) -> Result<Var<'g>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{gradcheck, jvpcheck, DType, Graph};
+    use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
     use crate::test_util::tensor as t;
     fn x() -> Tensor {

@@ -10,7 +10,7 @@ use super::support::{
     check_indices, index_source, indices_from_tensor, reduce_lanes, IndexSource, Indices, Reduction,
 };
 use crate::core::OpAttributes;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
@@ -285,13 +285,7 @@ impl ClassLossSpec {
             if w.shape() != [classes] {
                 return Err(Error::shape_mismatch(op, &[classes], w.shape()));
             }
-            if w.dtype() != x.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op,
-                    lhs: x.dtype(),
-                    rhs: w.dtype(),
-                });
-            }
+            check_dtypes(op, x.dtype(), w.dtype())?;
         }
         if !(0.0..=1.0).contains(&self.label_smoothing) {
             return Err(Error::invalid(
@@ -377,13 +371,7 @@ impl ClassLossSpec {
         x: &Tensor,
         r: &Resolved,
     ) -> Result<()> {
-        if g.dtype() != x.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: g.dtype(),
-                rhs: x.dtype(),
-            });
-        }
+        check_dtypes(op, g.dtype(), x.dtype())?;
         let ok = match self.reduction {
             Reduction::None => g.shape() == r.lane_shape.as_slice(),
             _ => g.numel() == 1,

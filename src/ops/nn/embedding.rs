@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::support::{
     check_indices, index_source, indices_from_tensor, to_i64_list, IndexSource, Indices, IntIndex,
 };
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
 use crate::core::OpAttributes;
@@ -250,13 +250,7 @@ impl StructuredOp for EmbeddingDenseBackward {
         if g.shape() != expect.as_slice() {
             return Err(Error::shape_mismatch(Self::NAME, &expect, g.shape()));
         }
-        if g.dtype() != w.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: Self::NAME,
-                lhs: g.dtype(),
-                rhs: w.dtype(),
-            });
-        }
+        check_dtypes(Self::NAME, g.dtype(), w.dtype())?;
         crate::with_dtype!(Self::NAME, g.dtype(), T => {
             let src = g.as_slice_of::<T>();
             Ok(Tensor::build::<T>(Dims::from_slice(&[v, d]), |out| sparse::scatter_add_rows(src, d, &r.values, v, r.padding, out)))

@@ -9,7 +9,7 @@ use crate::fallible::fallible;
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
 use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
 use crate::core::OpAttributes;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
@@ -55,13 +55,7 @@ pub(super) fn row_len(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<u
 
 /// Checks an affine parameter (or gradient) against the normalised shape and dtype.
 pub(super) fn check_param(op: &'static str, p: &Tensor, shape: &[usize], x: &Tensor) -> Result<()> {
-    if p.dtype() != x.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: x.dtype(),
-            rhs: p.dtype(),
-        });
-    }
+    check_dtypes(op, x.dtype(), p.dtype())?;
     if p.shape() != shape {
         return Err(Error::shape_mismatch(op, shape, p.shape()));
     }

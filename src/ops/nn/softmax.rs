@@ -13,7 +13,7 @@ use smallvec::smallvec;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
 use crate::core::GradInputs;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
 use crate::ops::{Node, StructuredOp};
@@ -165,13 +165,7 @@ fn backward_forward(
     kernel: fn(&Tensor, &Tensor, usize) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (g, y) = (x[0], x[1]);
-    if g.dtype() != y.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: g.dtype(),
-            rhs: y.dtype(),
-        });
-    }
+    check_dtypes(op, g.dtype(), y.dtype())?;
     if g.shape() != y.shape() {
         return Err(Error::shape_mismatch(op, g.shape(), y.shape()));
     }

@@ -2,7 +2,7 @@
 //! ([`Spatial`]), the output length of a sliding window, and the checks of
 //! an `[N, C, spatial...]` input, each a typed error naming the op.
 
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::Tensor;
 
 /// A per-dimension size given as one number for every spatial dimension or
@@ -123,13 +123,7 @@ pub fn check_rank(
 
 /// Checks that `p` has `x`'s dtype, naming the op.
 pub fn check_same_dtype(op: &'static str, x: &Tensor, p: &Tensor) -> Result<()> {
-    if p.dtype() != x.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: x.dtype(),
-            rhs: p.dtype(),
-        });
-    }
+    check_dtypes(op, x.dtype(), p.dtype())?;
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use crate::ops::declare_op;
 use std::sync::Arc;
 
 use crate::core::OpAttributes;
-use crate::error::{Error, Result};
+use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::ops::{Node, StructuredOp};
@@ -341,13 +341,7 @@ pub(crate) fn reduce_lanes(
 
 /// Checks two same-shape, same-dtype operands.
 pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
+    check_dtypes(op, a.dtype(), b.dtype())?;
     if a.shape() != b.shape() {
         return Err(Error::shape_mismatch(op, a.shape(), b.shape()));
     }
