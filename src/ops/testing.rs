@@ -7,7 +7,7 @@ use crate::autograd::gradcheck::matches_central_difference;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
-use crate::{BackwardOptions, GradcheckOptions};
+use crate::{gradcheck, jvpcheck, BackwardOptions, Differentiable, GradcheckOptions};
 
 pub(crate) use crate::test_util::{close, t};
 
@@ -110,6 +110,20 @@ where
         }
     }
     Ok(())
+}
+
+/// Checks `op`'s gradient and tangent at `inputs` (each a variable)
+/// against central differences.
+pub(crate) fn derivatives_agree<O: Differentiable + Clone>(
+    op: &O,
+    inputs: &[Tensor],
+) -> Result<()> {
+    fn record<'g, O: Differentiable + Clone>(op: &O, v: &[Var<'g>]) -> Result<Var<'g>> {
+        let args: Vec<&Var<'g>> = v.iter().collect();
+        v[0].graph().record(op.clone(), &args)
+    }
+    gradcheck(|v| record(op, v), inputs)?;
+    jvpcheck(|v| record(op, v), inputs)
 }
 
 /// Every path a one-input op derives, at `x`: the gradient and the tangent

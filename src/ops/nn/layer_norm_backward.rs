@@ -184,8 +184,8 @@ register_defaults!(LayerNormBackward, LayerNormWeightBackward);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::testing::derivatives_agree;
     use crate::ops::nn::layer_norm::tests::{w, x};
-    use crate::{gradcheck, jvpcheck};
 
     #[test]
     fn backward_ops_are_differentiable() {
@@ -196,44 +196,17 @@ mod tests {
             eps: 1e-5,
             has_weight: true,
         };
-        gradcheck(
-            |v| v[0].graph().record(with_w.clone(), &[&v[0], &v[1], &v[2]]),
-            &[g.clone(), x(), w()],
-        )
-        .unwrap();
-        jvpcheck(
-            |v| v[0].graph().record(with_w.clone(), &[&v[0], &v[1], &v[2]]),
-            &[g.clone(), x(), w()],
-        )
-        .unwrap();
+        derivatives_agree(&with_w, &[g.clone(), x(), w()]).unwrap();
         let two = LayerNormBackward {
             normalized_shape: Dims::from_slice(&[3, 4]),
             eps: 1e-3,
             has_weight: false,
         };
-        gradcheck(
-            |v| v[0].graph().record(two.clone(), &[&v[0], &v[1]]),
-            &[g.clone(), x()],
-        )
-        .unwrap();
-        jvpcheck(
-            |v| v[0].graph().record(two.clone(), &[&v[0], &v[1]]),
-            &[g.clone(), x()],
-        )
-        .unwrap();
+        derivatives_agree(&two, &[g.clone(), x()]).unwrap();
         let wb = LayerNormWeightBackward {
             normalized_shape: shape,
             eps: 1e-5,
         };
-        gradcheck(
-            |v| v[0].graph().record(wb.clone(), &[&v[0], &v[1]]),
-            &[g.clone(), x()],
-        )
-        .unwrap();
-        jvpcheck(
-            |v| v[0].graph().record(wb.clone(), &[&v[0], &v[1]]),
-            &[g, x()],
-        )
-        .unwrap();
+        derivatives_agree(&wb, &[g, x()]).unwrap();
     }
 }

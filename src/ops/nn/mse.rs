@@ -152,6 +152,7 @@ impl<'g> Var<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::testing::derivatives_agree;
     use crate::{gradcheck, jvpcheck, DType, Graph};
 
     use crate::test_util::tensor as t;
@@ -189,16 +190,7 @@ mod tests {
             } else {
                 Tensor::scalar(0.8)
             };
-            gradcheck(
-                |v| v[0].graph().record(op, &[&v[0], &v[1], &v[2]]),
-                &[gr.clone(), x(), y()],
-            )
-            .unwrap();
-            jvpcheck(
-                |v| v[0].graph().record(op, &[&v[0], &v[1], &v[2]]),
-                &[gr, x(), y()],
-            )
-            .unwrap();
+            derivatives_agree(&op, &[gr, x(), y()]).unwrap();
         }
         // Two consumers: the prediction is also its own target's source.
         gradcheck(|v| v[0].try_mse_loss(&(&v[0] * &v[0])), &[x()]).unwrap();

@@ -300,6 +300,7 @@ impl<'g> Var<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::testing::derivatives_agree;
     use crate::{gradcheck, jvpcheck, Graph};
 
     fn x() -> Tensor {
@@ -351,16 +352,7 @@ mod tests {
             has_weight: true,
         };
         let gr = x().map_f64(|v| (3.0 * v).sin());
-        gradcheck(
-            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
-            &[gr.clone(), x(), w()],
-        )
-        .unwrap();
-        jvpcheck(
-            |v| v[0].graph().record(op.clone(), &[&v[0], &v[1], &v[2]]),
-            &[gr, x(), w()],
-        )
-        .unwrap();
+        derivatives_agree(&op, &[gr, x(), w()]).unwrap();
     }
 
     #[test]
