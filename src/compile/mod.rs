@@ -153,12 +153,14 @@
 mod capture;
 mod explain;
 mod fuse;
+mod give_back;
 #[cfg(test)]
 mod held_data_tests;
 mod kernel;
 mod lower;
 #[cfg(test)]
 mod model_tests;
+mod passing;
 mod plan;
 mod program;
 mod ready;
@@ -526,6 +528,15 @@ where
                 }
                 self.cache.push(capture);
                 captured_now = true;
+                // The capture's values went to this thread's tensor pool as
+                // it let go of them. Its pool's classes are not the plan's
+                // buffers (a pooled buffer the first replay cannot draw stays
+                // beside the one it makes), so the pool goes to the
+                // allocator, whose free chunks the first replay reuses
+                // instead (W4's peak RSS over the capture: BENCHMARKS.md,
+                // "The compiled step's memory"). Eager code on this thread
+                // refills the pool in its next step.
+                crate::tensor::recycle::release();
                 self.cache.len() - 1
             }
         };
@@ -552,14 +563,12 @@ where
             }
         }
         if captured_now {
-            // The capture's values went to this thread's tensor pool when it
-            // dropped them; this first replay drew its planned buffers from
-            // there, and no replay will draw the rest again (the plan keeps
-            // its own), so they are freed rather than kept beside the plan
-            // (W4's steady-state peak RSS growth: 120.5 to 91 MiB; BENCHMARKS.md,
-            // "Compiled steps on a quiet Intel machine"). Eager code on this
-            // thread refills the pool in its next step.
+            // The plan now holds its buffers and a replay allocates nothing
+            // more: what the capture freed and the first replay did not
+            // reuse goes back to the system (glibc keeps it mapped), and
+            // so does what this replay left in the pool.
             crate::tensor::recycle::release();
+            give_back::give_back_freed_memory();
         }
         let out = &mut self.output;
         out.loss = c.replay.value(c.program.root).clone();
@@ -682,7 +691,7 @@ impl Capture {
 }
 
 /// A tensor of `t`'s shape and dtype that owns one element.
-fn shape_only(t: &Tensor) -> Tensor {
+pub(crate) fn shape_only(t: &Tensor) -> Tensor {
     Tensor::scalar_of(0.0, t.dtype())
         .expand(t.shape())
         .unwrap_or_else(|_| t.clone())
