@@ -134,7 +134,10 @@
 //! **Where things are.** `capture.rs` traces the function once on a
 //! capturing graph and records its backward into the same graph (each
 //! op's own `Var` formula; the seed a traced leaf, so no formula folds to
-//! a constant); `lower.rs` keeps what the outputs need, refuses ops that
+//! a constant); `passing.rs` lets the graph keep each value as its shape
+//! once the formulas that read it are recorded (noting first what lowering
+//! reads of it), so a capture's peak memory is the eager step's;
+//! `lower.rs` keeps what the outputs need, refuses ops that
 //! hold data, runs a non-elementwise op's backward by its fast rule where
 //! its formula's nodes stay internal, and binds leaves to inputs,
 //! parameters, registered state or constants; `fuse.rs` groups
@@ -143,7 +146,8 @@
 //! `Pointwise` kernels; `plan.rs` the liveness-based memory plan;
 //! `replay.rs` one run; `ready.rs` which step makes each requested
 //! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
-//! `optimized` and `clusters`.
+//! `optimized` and `clusters`; `give_back.rs` returns what a capture
+//! freed to the system after its first replay.
 //!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again

@@ -44,8 +44,11 @@ pub(crate) struct FastCheck {
 pub(crate) struct Passing {
     /// Per value: how many gradient accumulators hold it.
     held: Vec<u32>,
-    /// Values past their formulas that an accumulator still held.
-    pending: Vec<u32>,
+    /// Per value: whether the formulas that read it are recorded.
+    past: Vec<bool>,
+    /// Values past their formulas that the last accumulator let go of
+    /// since the last [`pass`](Self::pass): kept as shapes there, once noted.
+    ready: Vec<u32>,
     /// Nodes noted so far (`0..noted`).
     noted: usize,
     /// Per node: bit `k` set when its output shares input `k`'s storage.
@@ -66,9 +69,17 @@ impl Passing {
 
     /// An accumulator let go of value `v`.
     pub(crate) fn unhold(&mut self, v: u32) {
-        if let Some(h) = self.held.get_mut(v as usize) {
-            *h = h.saturating_sub(1);
+        let Some(h) = self.held.get_mut(v as usize) else {
+            return;
+        };
+        *h = h.saturating_sub(1);
+        if *h == 0 && self.past.get(v as usize).is_some_and(|&p| p) {
+            self.ready.push(v);
         }
+    }
+
+    fn is_held(&self, v: u32) -> bool {
+        self.held.get(v as usize).is_some_and(|&h| h > 0)
     }
 
     /// Notes what lowering reads of every node recorded since the last
@@ -107,26 +118,37 @@ impl Passing {
     }
 
     /// After a forward node's backward is recorded (and noted): keeps as
-    /// shapes the node's own output and every value recorded since
-    /// `first_new` that no accumulator holds; the held ones wait.
+    /// shapes the node's own output, every value recorded since
+    /// `first_new` and every value an accumulator let go of since the last
+    /// call, unless an accumulator holds it (it goes when let go of). Each
+    /// value is visited once or twice, so a capture stays linear in its
+    /// nodes.
     pub(crate) fn pass(&mut self, graph: &Graph, output: u32, first_new: u32) {
         let count = graph.value_count() as u32;
-        self.pending.push(output);
-        self.pending.extend(first_new..count);
+        if self.past.len() < count as usize {
+            self.past.resize(count as usize, false);
+        }
         let mut st = graph.state_mut();
-        let held = &self.held;
-        self.pending.retain(|&v| {
-            if held.get(v as usize).is_some_and(|&h| h > 0) {
-                return true;
-            }
+        let mut slim = |v: u32| {
             let t = &st.values()[v as usize];
             // Leaves (constants the formulas made) are bound at every run.
             if st.producers()[v as usize] < LEAF_CONSTANT && t.numel() > KEPT_WHOLE {
                 let shape_only = super::shape_only(t);
                 *st.value_mut(v) = shape_only;
             }
-            false
-        });
+        };
+        for v in std::iter::once(output).chain(first_new..count) {
+            if self.is_held(v) {
+                self.past[v as usize] = true;
+            } else {
+                slim(v);
+            }
+        }
+        for v in std::mem::take(&mut self.ready) {
+            if !self.is_held(v) {
+                slim(v);
+            }
+        }
     }
 }
 
