@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 
+use super::passing::{check_fast, FastCheck, Passing};
 use crate::autograd::backward::seed_for;
 use crate::core::graph::capture::CaptureLog;
 use crate::error::{Error, Result};
@@ -38,6 +39,9 @@ pub(crate) struct BackwardGroup {
     pub(crate) nodes: Range<u32>,
     /// Per input: the value its formula returned as that input's gradient.
     pub(crate) grads: SmallVec<[Option<u32>; 4]>,
+    /// Whether the op's fast rule took the captured values, for the
+    /// gradients the step wants (`None`: not a candidate for one).
+    pub(crate) fast: Option<FastCheck>,
 }
 
 /// A captured step: the joint graph and what lowering needs to know of it.
@@ -51,6 +55,11 @@ pub(crate) struct Captured {
     pub(crate) grads: Vec<(GradTarget, Option<u32>)>,
     pub(crate) groups: Vec<BackwardGroup>,
     pub(crate) log: CaptureLog,
+    /// Per node: bit `k` set when its output views input `k`'s storage,
+    /// noted before the values were kept as shapes (`passing.rs`).
+    pub(crate) views: Vec<u64>,
+    /// Random ops that cannot take a fresh seed.
+    pub(crate) refuses_seed: Vec<u32>,
 }
 
 /// What gradients the step asks for.
@@ -69,7 +78,7 @@ where
     graph.begin_capture();
     let traced = trace(&graph, f, inputs, wanted);
     let log = graph.end_capture();
-    let (root, forward_nodes, grads, groups) = traced?;
+    let (root, forward_nodes, grads, groups, passing) = traced?;
     Ok(Captured {
         graph,
         root,
@@ -77,10 +86,18 @@ where
         grads,
         groups,
         log,
+        views: passing.views,
+        refuses_seed: passing.refuses_seed,
     })
 }
 
-type Traced = (u32, u32, Vec<(GradTarget, Option<u32>)>, Vec<BackwardGroup>);
+type Traced = (
+    u32,
+    u32,
+    Vec<(GradTarget, Option<u32>)>,
+    Vec<BackwardGroup>,
+    Passing,
+);
 
 fn trace<F>(graph: &Graph, f: &F, inputs: &[Tensor], wanted: &Wanted<'_>) -> Result<Traced>
 where
@@ -144,7 +161,8 @@ where
             }
         }
     }
-    let (acc, groups) = joint_backward(graph, &root)?;
+    let wanted_leaves: Vec<u32> = targets.iter().map(|&(_, leaf)| leaf).collect();
+    let (acc, groups, passing) = joint_backward(graph, &root, &wanted_leaves)?;
     let grads = targets
         .into_iter()
         .map(|(t, leaf)| {
@@ -155,7 +173,25 @@ where
         })
         .collect();
     drop(vars);
-    Ok((root.slot(), forward_nodes, grads, groups))
+    Ok((root.slot(), forward_nodes, grads, groups, passing))
+}
+
+/// Which values of the forward depend on a wanted leaf: the inputs whose
+/// gradients lowering keeps.
+fn depends_on_wanted(graph: &Graph, wanted_leaves: &[u32]) -> Vec<bool> {
+    let st = graph.state();
+    let mut depends = vec![false; st.values().len()];
+    for &leaf in wanted_leaves {
+        if let Some(d) = depends.get_mut(leaf as usize) {
+            *d = true;
+        }
+    }
+    for n in 0..st.nodes().len() {
+        if st.inputs_of(n).iter().any(|&i| depends[i as usize]) {
+            depends[st.nodes()[n].output as usize] = true;
+        }
+    }
+    depends
 }
 
 /// Records the backward of every node under `root`, newest first (the
@@ -164,17 +200,22 @@ where
 fn joint_backward<'g>(
     graph: &'g Graph,
     root: &Var<'g>,
-) -> Result<(Vec<Option<Var<'g>>>, Vec<BackwardGroup>)> {
+    wanted_leaves: &[u32],
+) -> Result<(Vec<Option<Var<'g>>>, Vec<BackwardGroup>, Passing)> {
+    let depends = depends_on_wanted(graph, wanted_leaves);
+    let mut passing = Passing::default();
+    passing.note(graph)?;
     // The seed is a traced leaf (bound as a constant by lowering), so that
     // every formula records nodes: a formula of constants alone would be
     // folded at capture, and one that draws a mask (dropout's) must run at
     // every replay.
     let seed = graph.variable(seed_for(root, None)?);
     let mut acc: Vec<Option<Var<'g>>> = vec![None; graph.value_count()];
+    passing.hold(seed.slot());
     acc[root.slot() as usize] = Some(seed);
     let mut groups = Vec::new();
     let Some(top) = root.node_index() else {
-        return Ok((acc, groups));
+        return Ok((acc, groups, passing));
     };
     // Each op's `grad_op` once: its nodes share one entry's op.
     let mut grad_ops = super::fuse::IdKeyed::default();
@@ -184,7 +225,13 @@ fn joint_backward<'g>(
         for n in (0..=top).rev() {
             let call = crate::autograd::backward::node_call(graph, n);
             let out = call.output.slot() as usize;
-            let Some(g) = acc[out].take() else { continue };
+            let first_new = graph.value_count() as u32;
+            let Some(g) = acc[out].take() else {
+                drop(call);
+                passing.pass(graph, out as u32, first_new);
+                continue;
+            };
+            passing.unhold(g.slot());
             let inputs: SmallVec<[Var<'g>; 4]> = call
                 .inputs
                 .iter()
@@ -243,24 +290,70 @@ fn joint_backward<'g>(
                 returned.push(Some(g_in.slot()));
                 contributions.push((id as usize, g_in));
             }
+            // A candidate for a fast rule (lowering's test) is tried now,
+            // while the values are whole.
+            let candidate = start < end && op.pointwise().is_none() && op.seed().is_none();
+            let fast = if candidate {
+                let produced_inside = |v: u32| {
+                    let p = graph.state().producers()[v as usize];
+                    p < LEAF_CONSTANT && (start..end).contains(&p)
+                };
+                let needs: SmallVec<[bool; 4]> = returned
+                    .iter()
+                    .zip(&call.input_ids)
+                    .map(|(r, &id): (&Option<u32>, &u32)| {
+                        r.is_some_and(produced_inside) && depends[id as usize]
+                    })
+                    .collect();
+                let wanted: SmallVec<[Option<&crate::tensor::Tensor>; 4]> = returned
+                    .iter()
+                    .map(|r| {
+                        r.and_then(|v| contributions.iter().find(|(_, c)| c.slot() == v))
+                            .map(|(_, c)| c.value())
+                    })
+                    .collect();
+                let values: SmallVec<[&crate::tensor::Tensor; 4]> =
+                    inputs.iter().map(|v| v.value()).collect();
+                Some(check_fast(
+                    op,
+                    g.value(),
+                    &values,
+                    call.output.value(),
+                    needs,
+                    &wanted,
+                )?)
+            } else {
+                None
+            };
             groups.push(BackwardGroup {
                 node: n as u32,
                 grad: g.slot(),
                 nodes: start..end,
                 grads: returned,
+                fast,
             });
             for (id, g_in) in contributions {
+                passing.hold(g_in.slot());
                 acc[id] = Some(match acc[id].take() {
-                    Some(a) => a.try_add(&g_in)?.ensure_slot(),
+                    Some(a) => {
+                        passing.unhold(a.slot());
+                        passing.unhold(g_in.slot());
+                        let sum = a.try_add(&g_in)?.ensure_slot();
+                        passing.hold(sum.slot());
+                        sum
+                    }
                     None => g_in,
                 });
             }
+            drop((g, inputs, call));
+            passing.note(graph)?;
+            passing.pass(graph, out as u32, first_new);
         }
         Ok(())
     })();
     graph.set_anomaly_detection(anomaly);
     result?;
-    Ok((acc, groups))
+    Ok((acc, groups, passing))
 }
 
 impl Captured {

@@ -200,7 +200,7 @@ impl Capture {
             others.len(),
             human(others.iter().sum())
         );
-        let (per_step, peak) = plan::live_bytes(p, &st);
+        let (per_step, peak) = plan::live_bytes(p);
         let at = per_step.iter().position(|&b| b == peak).unwrap_or(0);
         let _ = writeln!(
             s,

@@ -22,7 +22,7 @@ use crate::autograd::backward::OpHolder;
 use crate::core::graph::capture::SourceKind;
 use crate::error::{Error, Result};
 use crate::graph::{GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::Dims;
 
 /// A slot number not given yet.
 const NO: Slot = Slot::MAX;
@@ -92,7 +92,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
     let mut steps = Vec::with_capacity(units.len());
     for (u, unit) in units.iter().enumerate() {
         steps.push(match unit {
-            Unit::Node(n) => Step::Op(op_step(&st, *n, &slot_of)?),
+            Unit::Node(n) => Step::Op(op_step(&st, cap, *n, &slot_of)?),
             Unit::Fast(i) => Step::Fast(fast_step(&st, &fast[*i], &slot_of)),
             Unit::Group(g) => {
                 Step::Fused(fuse::fused_group(&st, g, &reads[u], &writes[u], &slot_of)?)
@@ -124,7 +124,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         buffers: Vec::new(),
         dead_nodes,
     };
-    plan::plan(&mut program, &st);
+    plan::plan(&mut program);
     Ok(program)
 }
 
@@ -277,7 +277,7 @@ fn fast_rules(
         {
             continue;
         }
-        if !accepts_fast(st, g, &live_outs)? {
+        if !accepts_fast(g, &live_outs) {
             continue;
         }
         for n in g.nodes.clone() {
@@ -296,35 +296,16 @@ fn is_live_value(st: &GraphState, live: &[bool], v: u32) -> bool {
     p < LEAF_CONSTANT && live[p as usize]
 }
 
-/// Whether the op's fast rule takes the captured values (a decline is a
-/// property of shapes and options, so it holds at every run).
-fn accepts_fast(st: &GraphState, g: &BackwardGroup, outs: &[Option<u32>]) -> Result<bool> {
-    let rec = st.nodes()[g.node as usize];
-    let op = st.op(rec.op);
-    let values = st.values();
-    let inputs: SmallVec<[&Tensor; 4]> = st
-        .inputs_of(g.node as usize)
-        .iter()
-        .map(|&i| &values[i as usize])
-        .collect();
-    let needs: SmallVec<[bool; 4]> = outs.iter().map(Option::is_some).collect();
-    let mut grads: SmallVec<[Option<Tensor>; 4]> = smallvec::smallvec![None; inputs.len()];
-    let took = op.backward_fast(
-        &values[g.grad as usize],
-        &inputs,
-        &values[rec.output as usize],
-        &needs,
-        &mut grads,
-    )?;
-    if !took {
-        return Ok(false);
-    }
-    Ok(outs.iter().zip(&grads).all(|(o, t)| match (o, t) {
-        (Some(v), Some(t)) => {
-            t.same_shape(&values[*v as usize]) && t.dtype() == values[*v as usize].dtype()
-        }
-        _ => true,
-    }))
+/// Whether the op's fast rule took the captured values for exactly these
+/// gradients (tried at capture, while the values were whole: a decline is
+/// a property of shapes and options, so it holds at every run). Asked for
+/// other gradients than it was tried with, the formula's nodes run.
+fn accepts_fast(g: &BackwardGroup, outs: &[Option<u32>]) -> bool {
+    g.fast.as_ref().is_some_and(|check| {
+        check.accepted
+            && check.needs.len() == outs.len()
+            && check.needs.iter().zip(outs).all(|(&n, o)| n == o.is_some())
+    })
 }
 
 /// The unit that writes each value (`NO` for leaves and unrun nodes).
@@ -369,7 +350,12 @@ fn unit_inputs(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Vec<u32> {
     }
 }
 
-fn op_step(st: &GraphState, n: u32, slot_of: &impl Fn(u32) -> Slot) -> Result<OpStep> {
+fn op_step(
+    st: &GraphState,
+    cap: &Captured,
+    n: u32,
+    slot_of: &impl Fn(u32) -> Slot,
+) -> Result<OpStep> {
     let rec = st.nodes()[n as usize];
     // A node replays on new values: values its op saved at capture go.
     let op = match st.op(rec.op).without_saved() {
@@ -378,12 +364,8 @@ fn op_step(st: &GraphState, n: u32, slot_of: &impl Fn(u32) -> Slot) -> Result<Op
     };
     let seed = op.get().seed();
     if seed.is_some() {
-        let probe: SmallVec<[&Tensor; 4]> = st
-            .inputs_of(n as usize)
-            .iter()
-            .map(|&i| &st.values()[i as usize])
-            .collect();
-        if op.get().forward_seeded(&probe, 0)?.is_none() {
+        // Probed at capture, on the captured values (`passing.rs`).
+        if cap.refuses_seed.contains(&n) {
             return Err(Error::NotReplayable {
                 op: op.get().name().to_string(),
                 node: n as usize,
@@ -401,6 +383,7 @@ fn op_step(st: &GraphState, n: u32, slot_of: &impl Fn(u32) -> Slot) -> Result<Op
             .map(|&v| slot_of(v))
             .collect(),
         out: slot_of(rec.output),
+        views: cap.views.get(n as usize).copied().unwrap_or(0),
         op,
         seed,
     })

@@ -134,7 +134,10 @@
 //! **Where things are.** `capture.rs` traces the function once on a
 //! capturing graph and records its backward into the same graph (each
 //! op's own `Var` formula; the seed a traced leaf, so no formula folds to
-//! a constant); `lower.rs` keeps what the outputs need, refuses ops that
+//! a constant); `passing.rs` lets the graph keep each value as its shape
+//! once the formulas that read it are recorded (noting first what lowering
+//! reads of it), so a capture's peak memory is the eager step's;
+//! `lower.rs` keeps what the outputs need, refuses ops that
 //! hold data, runs a non-elementwise op's backward by its fast rule where
 //! its formula's nodes stay internal, and binds leaves to inputs,
 //! parameters, registered state or constants; `fuse.rs` groups
@@ -143,7 +146,8 @@
 //! `Pointwise` kernels; `plan.rs` the liveness-based memory plan;
 //! `replay.rs` one run; `ready.rs` which step makes each requested
 //! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
-//! `optimized` and `clusters`.
+//! `optimized` and `clusters`; `give_back.rs` returns what a capture
+//! freed to the system after its first replay.
 //!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again
@@ -153,12 +157,14 @@
 mod capture;
 mod explain;
 mod fuse;
+mod give_back;
 #[cfg(test)]
 mod held_data_tests;
 mod kernel;
 mod lower;
 #[cfg(test)]
 mod model_tests;
+mod passing;
 mod plan;
 mod program;
 mod ready;
@@ -526,6 +532,15 @@ where
                 }
                 self.cache.push(capture);
                 captured_now = true;
+                // The capture's values went to this thread's tensor pool as
+                // it let go of them. Its pool's classes are not the plan's
+                // buffers (a pooled buffer the first replay cannot draw stays
+                // beside the one it makes), so the pool goes to the
+                // allocator, whose free chunks the first replay reuses
+                // instead (W4's peak RSS over the capture: BENCHMARKS.md,
+                // "The compiled step's memory"). Eager code on this thread
+                // refills the pool in its next step.
+                crate::tensor::recycle::release();
                 self.cache.len() - 1
             }
         };
@@ -552,14 +567,12 @@ where
             }
         }
         if captured_now {
-            // The capture's values went to this thread's tensor pool when it
-            // dropped them; this first replay drew its planned buffers from
-            // there, and no replay will draw the rest again (the plan keeps
-            // its own), so they are freed rather than kept beside the plan
-            // (W4's steady-state peak RSS growth: 120.5 to 91 MiB; BENCHMARKS.md,
-            // "Compiled steps on a quiet Intel machine"). Eager code on this
-            // thread refills the pool in its next step.
+            // The plan now holds its buffers and a replay allocates nothing
+            // more: what the capture freed and the first replay did not
+            // reuse goes back to the system (glibc keeps it mapped), and
+            // so does what this replay left in the pool.
             crate::tensor::recycle::release();
+            give_back::give_back_freed_memory();
         }
         let out = &mut self.output;
         out.loss = c.replay.value(c.program.root).clone();
@@ -682,7 +695,7 @@ impl Capture {
 }
 
 /// A tensor of `t`'s shape and dtype that owns one element.
-fn shape_only(t: &Tensor) -> Tensor {
+pub(crate) fn shape_only(t: &Tensor) -> Tensor {
     Tensor::scalar_of(0.0, t.dtype())
         .expand(t.shape())
         .unwrap_or_else(|_| t.clone())

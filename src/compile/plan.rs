@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 
 use super::program::{Binding, BufferInfo, Program, Slot, Step};
-use crate::graph::GraphState;
 use crate::tensor::DType;
 
 /// A slot's life in step indices: written at `def` (`None`: at the start),
@@ -22,7 +21,7 @@ pub(crate) struct Life {
 }
 
 /// The steps that write and read each slot.
-pub(crate) fn lives(program: &Program, st: &GraphState) -> Vec<Life> {
+pub(crate) fn lives(program: &Program) -> Vec<Life> {
     let n = program.slots.len();
     let mut def = vec![None; n];
     let mut last: Vec<Option<u32>> = vec![None; n];
@@ -52,10 +51,8 @@ pub(crate) fn lives(program: &Program, st: &GraphState) -> Vec<Life> {
             def[s as usize] = Some(i);
         }
         if let Step::Op(op) = step {
-            let out = &st.values()[program.slots[op.out as usize].value as usize];
-            for &s in &op.inputs {
-                let input = &st.values()[program.slots[s as usize].value as usize];
-                if input.rank() > 0 && out.shares_storage_with(input) {
+            for (k, &s) in op.inputs.iter().enumerate() {
+                if op.views_input(k) {
                     views.push((i, op.out, s));
                 }
             }
@@ -97,8 +94,8 @@ pub(crate) fn step_slots(step: &Step) -> (Vec<Slot>, Vec<Slot>) {
 }
 
 /// Fills in the release lists and the buffers of `program`.
-pub(crate) fn plan(program: &mut Program, st: &GraphState) {
-    let lives = lives(program, st);
+pub(crate) fn plan(program: &mut Program) {
+    let lives = lives(program);
     let steps = program.steps.len();
     let mut release: Vec<Vec<Slot>> = vec![Vec::new(); steps];
     for (s, life) in lives.iter().enumerate() {
@@ -125,7 +122,7 @@ pub(crate) fn plan(program: &mut Program, st: &GraphState) {
                 }
             }
         }
-        for s in planned_writes(program, st, i) {
+        for s in planned_writes(program, i) {
             let slot = &mut program.slots[s as usize];
             let key = (slot.dtype, slot.shape.iter().product::<usize>());
             let b = match free.get_mut(&key).and_then(Vec::pop) {
@@ -158,7 +155,7 @@ pub(crate) fn plan(program: &mut Program, st: &GraphState) {
 /// The slots step `i` writes that get a buffer of the plan: every value
 /// with elements that the step makes, not one that views an input's
 /// storage (a reshape, a transpose) and not a 0-d value (held inline).
-fn planned_writes(program: &Program, st: &GraphState, i: usize) -> Vec<Slot> {
+fn planned_writes(program: &Program, i: usize) -> Vec<Slot> {
     let has_elements = |s: &Slot| {
         let info = &program.slots[*s as usize];
         !info.shape.is_empty() && info.shape.iter().all(|&d| d > 0)
@@ -166,13 +163,7 @@ fn planned_writes(program: &Program, st: &GraphState, i: usize) -> Vec<Slot> {
     match &program.steps[i] {
         Step::Fused(g) => g.outputs.clone(),
         Step::Op(op) => {
-            let value = |s: Slot| &st.values()[program.slots[s as usize].value as usize];
-            let out = value(op.out);
-            let views_an_input = op
-                .inputs
-                .iter()
-                .any(|&s| value(s).rank() > 0 && out.shares_storage_with(value(s)));
-            if views_an_input || !has_elements(&op.out) {
+            if op.views != 0 || !has_elements(&op.out) {
                 Vec::new()
             } else {
                 vec![op.out]
@@ -190,12 +181,24 @@ fn planned_writes(program: &Program, st: &GraphState, i: usize) -> Vec<Slot> {
 }
 
 /// The bytes alive after each step under the plan (inputs and state from
-/// the start), and the peak: what `explain` reports.
-pub(crate) fn live_bytes(program: &Program, st: &GraphState) -> (Vec<usize>, usize) {
-    let lives = lives(program, st);
+/// the start), and the peak: what `explain` reports. A view's bytes are
+/// its base's (which it keeps alive), so they count once.
+pub(crate) fn live_bytes(program: &Program) -> (Vec<usize>, usize) {
+    let lives = lives(program);
     let steps = program.steps.len();
+    let mut is_view = vec![false; program.slots.len()];
+    for step in &program.steps {
+        if let Step::Op(op) = step
+            && op.views != 0
+        {
+            is_view[op.out as usize] = true;
+        }
+    }
     let mut delta = vec![0isize; steps + 1];
     for (s, life) in lives.iter().enumerate() {
+        if is_view[s] {
+            continue;
+        }
         let bytes = program.slots[s].bytes() as isize;
         let start = life.def.map_or(0, |d| d as usize);
         delta[start] += bytes;

@@ -65,8 +65,18 @@ pub(crate) struct OpStep {
     pub(crate) op: OpHolder,
     pub(crate) inputs: SmallVec<[Slot; 4]>,
     pub(crate) out: Slot,
+    /// Bit `k` set when the output views input `k`'s storage (a reshape,
+    /// a transpose): it gets no planned buffer and keeps that input alive.
+    pub(crate) views: u64,
     /// The op's own seed, replaced at every run (dropout).
     pub(crate) seed: Option<u64>,
+}
+
+impl OpStep {
+    /// Whether the output views input `k`'s storage.
+    pub(crate) fn views_input(&self, k: usize) -> bool {
+        k < 64 && self.views & (1 << k) != 0
+    }
 }
 
 /// A forward node's fast backward rule, run in place of the nodes its
