@@ -395,12 +395,12 @@ mod tests {
             (Some(&w[..]), Some(&bias[..])),
         ] {
             let mut want = vec![MaybeUninit::uninit(); rows * m];
-            layer_norm(&sum, m, w, bias, 1e-5, &mut want);
+            let _ = layer_norm(&sum, m, w, bias, 1e-5, &mut want);
             let mut got = vec![MaybeUninit::uninit(); rows * m];
-            add_layer_norm(&a, &b, m, w, bias, 1e-5, &mut got);
-            // SAFETY: both kernels write every element.
+            let _ = add_layer_norm(&a, &b, m, w, bias, 1e-5, &mut got);
             let bits = |v: &[MaybeUninit<f32>]| {
                 v.iter()
+                    // SAFETY: both kernels write every element.
                     .map(|x| unsafe { x.assume_init() }.to_bits())
                     .collect::<Vec<_>>()
             };

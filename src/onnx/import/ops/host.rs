@@ -68,8 +68,9 @@ mod tests {
             and.to_vec::<bool>().unwrap(),
             recorded.value().to_vec::<bool>().unwrap()
         );
+        // [1, 4] against [2] does not broadcast.
         assert!(bool_binary_plain(
-            &a,
+            &b,
             &Tensor::from_vec(vec![true; 2], &[2]).unwrap(),
             |p, q| p || q
         )
