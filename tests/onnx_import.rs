@@ -137,6 +137,13 @@ fn fused(names: &[&str]) {
         assert!(count("Gelu") >= 2, "{name}: {ops:?}");
         // The linear layers' MatMul + Add of a bias: one step each.
         assert!(count("MatMul+Add (fused)") >= 4, "{name}: {ops:?}");
+        // A post-norm residual (BERT): `Add` then `LayerNormalization`, one step.
+        if *name == "bert" {
+            assert!(
+                count("Add+LayerNormalization (fused)") >= 4,
+                "{name}: {ops:?}"
+            );
+        }
     }
 }
 

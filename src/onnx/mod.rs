@@ -41,7 +41,8 @@
 //! into the fused ops (attention falls back to the nodes' composition when
 //! `scaled_dot_product_attention`'s contract does not hold) and `MatMul` +
 //! `Add` of a 1-d bias into one step (one product onto the bias rows where
-//! nothing requires grad, `kernels::matmul_bias`); `OnnxModel`
+//! nothing requires grad, `kernels::matmul_bias`), and `Add` then
+//! `LayerNormalization` into one pass per row; `OnnxModel`
 //! (`mod.rs`) is a `Module` whose float initializers are parameters.
 
 mod export;

@@ -236,6 +236,7 @@ struct Tile {
 /// Scores of the tile's query rows (already scaled, `qs`) against its keys
 /// into `sblk` (`br × bc`), with the mask added and causal positions set to
 /// `-inf`.
+#[inline(always)]
 fn scores<T: NnFloat>(
     g: &Geometry,
     tile: Tile,
@@ -382,7 +383,25 @@ fn forward_into<T: NnFloat>(
         });
 }
 
+/// One task of the forward: query rows `i0..` of head `b`. Its per-row
+/// passes (mask, maximum, shift, sums, rescaling) run inside `wide`, at
+/// the CPU's vector width (ARCHITECTURE.md, PERF).
 fn forward_block<T: NnFloat>(
+    g: &Geometry,
+    b: usize,
+    i0: usize,
+    ins: Inputs<'_, '_, T>,
+    out: &mut [MaybeUninit<T>],
+    lse: &mut [MaybeUninit<T>],
+) {
+    wide(
+        #[inline(always)]
+        || forward_block_body(g, b, i0, ins, out, lse),
+    )
+}
+
+#[inline(always)]
+fn forward_block_body<T: NnFloat>(
     g: &Geometry,
     b: usize,
     i0: usize,

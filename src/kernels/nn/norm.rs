@@ -135,6 +135,62 @@ pub fn layer_norm<'o, T: Element>(
     unsafe { Filled::assume(out) }
 }
 
+/// [`layer_norm`] of `a + b` (equal lengths, rows of `m`) without storing
+/// the sum: each row is added into its output row, then normalised there
+/// while it is in L1 (a residual connection and its post-norm, ONNX `Add`
+/// then `LayerNormalization`, at import). The sum rounds to `T` first, so
+/// the result has the bits of adding, then `layer_norm`.
+pub fn add_layer_norm<'o, T: Element>(
+    a: &[T],
+    b: &[T],
+    m: usize,
+    w: Option<&[T]>,
+    bias: Option<&[T]>,
+    eps: f64,
+    out: &'o mut [MaybeUninit<T>],
+) -> Filled<'o> {
+    assert!(
+        a.len() == out.len() && b.len() == out.len(),
+        "operands of the output's length"
+    );
+    let (w, bias) = (w.map(|w| &w[..m]), bias.map(|b| &b[..m]));
+    for_rows(out, m, |first, chunk| {
+        wide(
+            #[inline(always)]
+            || {
+                for (r, o) in chunk.chunks_mut(m).enumerate() {
+                    let at = (first + r) * m;
+                    for ((d, &x), &y) in o.iter_mut().zip(&a[at..at + m]).zip(&b[at..at + m]) {
+                        d.write(x + y);
+                    }
+                    // SAFETY: every element of the row was written just above.
+                    let row = unsafe { &mut *(o as *mut [MaybeUninit<T>] as *mut [T]) };
+                    let (mean, rstd) = row_stats(row, eps);
+                    let xhat = |v: T| T::from_f64((v.to_f64() - mean) * rstd);
+                    match (w, bias) {
+                        (None, None) => row.iter_mut().for_each(|v| *v = xhat(*v)),
+                        (Some(w), None) => row
+                            .iter_mut()
+                            .zip(w)
+                            .for_each(|(v, &wv)| *v = xhat(*v) * wv),
+                        (None, Some(b)) => row
+                            .iter_mut()
+                            .zip(b)
+                            .for_each(|(v, &bv)| *v = xhat(*v) + bv),
+                        (Some(w), Some(b)) => row
+                            .iter_mut()
+                            .zip(w.iter().zip(b))
+                            .for_each(|(v, (&wv, &bv))| *v = xhat(*v) * wv + bv),
+                    }
+                }
+            },
+        )
+    });
+    // SAFETY: every row of `out` is written in full above (`for_rows` hands
+    // out each row exactly once).
+    unsafe { Filled::assume(out) }
+}
+
 /// The gradient with respect to the input: per row,
 /// `rstd * (a - mean(a) - x̂ mean(a x̂))` with `a = g w` (or `g`). Writes
 /// every element of `out`: each row in full, zipped with `m`-element `a`
@@ -315,4 +371,46 @@ pub fn layer_norm_backward_with_weight<'o, T: Element>(
     // SAFETY: the blocks cover `out` row by row, and each writes every row
     // it owns in full (`input_grad_row`).
     (unsafe { Filled::assume(out) }, merge_partials(parts, m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Adding then normalising, and the fused pass, give the same bits
+    /// with and without the affine parts, over enough rows to go parallel.
+    #[test]
+    fn add_layer_norm_has_the_bits_of_add_then_layer_norm() {
+        let (rows, m) = (300, 37);
+        let wave = |i: usize, f: f32| ((i as f32 * f).sin() * 3.0) + (i % 7) as f32;
+        let a: Vec<f32> = (0..rows * m).map(|i| wave(i, 0.37)).collect();
+        let b: Vec<f32> = (0..rows * m).map(|i| wave(i, 1.91) * 0.5).collect();
+        let w: Vec<f32> = (0..m).map(|i| 0.5 + i as f32 / m as f32).collect();
+        let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
+        let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        for (w, bias) in [
+            (None, None),
+            (Some(&w[..]), None),
+            (None, Some(&bias[..])),
+            (Some(&w[..]), Some(&bias[..])),
+        ] {
+            let mut want = vec![MaybeUninit::uninit(); rows * m];
+            let _ = layer_norm(&sum, m, w, bias, 1e-5, &mut want);
+            let mut got = vec![MaybeUninit::uninit(); rows * m];
+            let _ = add_layer_norm(&a, &b, m, w, bias, 1e-5, &mut got);
+            let bits = |v: &[MaybeUninit<f32>]| {
+                v.iter()
+                    // SAFETY: both kernels write every element.
+                    .map(|x| unsafe { x.assume_init() }.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "w {}, bias {}",
+                w.is_some(),
+                bias.is_some()
+            );
+        }
+    }
 }

@@ -17,6 +17,11 @@
 //!   product accumulated onto the bias rows (`kernels::matmul_bias`),
 //!   else the two ops. Matched after attention (whose score `Add` it
 //!   leaves alone: a mask is never a 1-d constant there).
+//! - Residual and norm: `LayerNormalization(Add(a, b))` with neither
+//!   operand a constant (a bias is the product's, below) becomes one step
+//!   that, where nothing requires grad and nothing traces and `a`, `b`
+//!   have one shape, sums and normalises each row in one pass
+//!   (`kernels::nn::norm::add_layer_norm`), else the two ops.
 //! - Convolution: `Relu(Conv(x, w, b))`, and a 2x2 stride-2 `MaxPool` of
 //!   it, becomes one step that, where nothing requires grad and nothing
 //!   traces, runs the convolution with the ReLU and the pooling in its
@@ -25,7 +30,10 @@
 use std::collections::HashMap;
 
 use super::attrs::Attrs;
-use super::ops::{fused_attention, fused_conv_relu, fused_matmul_add, lookup, Convert, FUSED_POOL};
+use super::ops::{
+    fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, lookup, Convert,
+    FUSED_POOL,
+};
 use super::{OnnxModel, Step};
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::AttributeProto;
@@ -129,6 +137,8 @@ pub(super) fn fuse(m: &mut OnnxModel, initializers: &[(usize, String, Tensor)]) 
                 "Softmax" => {
                     attention(&v, i).map(|a| (a.last, a.step(&m.steps[a.last]), a.covered))
                 }
+                "LayerNormalization" => add_norm(&v, i)
+                    .map(|(add, inputs)| (i, add_norm_step(&m.steps[i], inputs), vec![add, i])),
                 "Relu" => conv_relu(&v, i).map(|(conv, last, covered)| {
                     let pool = last != i;
                     (
@@ -213,6 +223,42 @@ fn matmul_add_step(add: &Step, inputs: [usize; 3]) -> Step {
         op_type: "MatMul+Add (fused)".to_string(),
         inputs: inputs.map(Some).to_vec(),
         outputs: add.outputs.clone(),
+    }
+}
+
+/// `LayerNormalization(Add(a, b))` at the norm step `norm`, the sum read
+/// only there and neither operand a constant: `(add step, the fused
+/// step's inputs)`.
+fn add_norm(v: &View<'_>, norm: usize) -> Option<(usize, Vec<Option<usize>>)> {
+    let step = &v.steps[norm];
+    let x = step.inputs.first().copied().flatten()?;
+    if step.outputs.len() != 1 {
+        return None;
+    }
+    let add = v.only_use(x, "Add")?;
+    let (a, b) = v.operands(add)?;
+    if v.constants.contains_key(&a) || v.constants.contains_key(&b) {
+        return None;
+    }
+    let scale = step.inputs.get(1).copied().flatten()?;
+    let bias = step.inputs.get(2).copied().flatten();
+    Some((add, vec![Some(a), Some(b), Some(scale), bias]))
+}
+
+/// The step running `Add` + `LayerNormalization` as one: the norm's
+/// settings and outputs.
+fn add_norm_step(norm: &Step, inputs: Vec<Option<usize>>) -> Step {
+    let op_type = "Add+LayerNormalization (fused)";
+    Step {
+        convert: fused_add_layer_norm as Convert,
+        attrs: norm.attrs.relabelled_with_int(
+            format!("{} fused as {op_type}", norm.attrs.label),
+            "fused",
+            1,
+        ),
+        op_type: op_type.to_string(),
+        inputs,
+        outputs: norm.outputs.clone(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! through the op registry by name (`graph.apply("relu", ...)`); those
 //! with settings through the `Var` methods that build them.
 
-use super::host::{bool_binary, int_binary, is_int};
+use super::host::{bool_binary, bool_binary_plain, int_binary, is_int};
 use super::{one, Ctx};
 use crate::error::Result;
 use crate::graph::Var;
@@ -49,18 +49,24 @@ converters! {
     less_or_equal => compare("le");
     greater => compare("gt");
     greater_or_equal => compare("ge");
-    and => logical(|x, y| x.try_mul(y)?.try_ne_scalar(0.0));
-    or => logical(|x, y| x.try_add(y)?.try_ne_scalar(0.0));
-    xor => logical(|x, y| x.try_ne(y));
+    and => logical(|x, y| x.try_mul(y)?.try_ne_scalar(0.0), |p, q| p && q);
+    or => logical(|x, y| x.try_add(y)?.try_ne_scalar(0.0), |p, q| p || q);
+    xor => logical(|x, y| x.try_ne(y), |p, q| p != q);
 }
 
-/// A logical op on two bool inputs, computed on the host by `f`.
+/// A logical op on two bool inputs, computed on the host: by `plain` on
+/// the values where nothing traces, else by `f` (recorded, so an export
+/// keeps the op).
 fn logical<'g>(
     c: &Ctx<'_, 'g>,
     ins: &Ins<'g>,
     f: impl Fn(&Var<'g>, &Var<'g>) -> Result<Var<'g>>,
+    plain: fn(bool, bool) -> bool,
 ) -> Result<Vec<Var<'g>>> {
     let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if !c.graph.is_tracing() && a.dtype() == DType::Bool && b.dtype() == DType::Bool {
+        return one(c.constant(bool_binary_plain(a.value(), b.value(), plain)?));
+    }
     one(bool_binary(a, b, f)?)
 }
 

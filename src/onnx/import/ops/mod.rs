@@ -12,7 +12,9 @@ mod nn;
 mod reduce;
 mod shape;
 
-pub(crate) use nn::{fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL};
+pub(crate) use nn::{
+    fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
+};
 
 use super::attrs::{bad, Attrs};
 use crate::error::Result;

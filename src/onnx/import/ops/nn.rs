@@ -9,6 +9,7 @@ use crate::ops::nn::{
     AvgPool2dOptions, BatchNormArgs, Conv1dOptions, Conv2dOptions, ConvTransposeOptions,
     MaxPool2dOptions,
 };
+use crate::tensor::shape::Dims;
 use crate::tensor::Tensor;
 
 type Ins<'g> = [Option<Var<'g>>];
@@ -375,6 +376,59 @@ pub(super) fn layer_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'
     let shape = x.shape()[axis..].to_vec();
     let eps = c.attrs.float("epsilon", 1e-5)?;
     one(x.try_layer_norm(&shape, Some(c.input(ins, 1)?), c.opt(ins, 2), eps)?)
+}
+
+/// `Add` then `LayerNormalization` over the last axis, fused at import
+/// (`fuse.rs`): inputs `a`, `b`, the scale and the optional bias, the
+/// norm's settings. One pass per row (`kernels::nn::norm::add_layer_norm`)
+/// where nothing requires grad or traces and `a`, `b` have one shape, else
+/// the two ops.
+pub(crate) fn fused_add_layer_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b, w) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    let bias = c.opt(ins, 3);
+    let eps = c.attrs.float("epsilon", 1e-5)?;
+    let rank = a.shape().len();
+    let m = a.shape().last().copied().unwrap_or(0);
+    let plain = [a, b, w]
+        .into_iter()
+        .chain(bias)
+        .all(|v| !v.requires_grad() && v.dtype() == a.dtype() && v.dtype().is_float());
+    let last_axis = c.axis(c.attrs.int("axis", -1)?, rank.max(1))? + 1 == rank;
+    let fits = plain
+        && !c.graph.is_tracing()
+        && rank >= 1
+        && m > 0
+        && last_axis
+        && a.shape() == b.shape()
+        && w.shape() == [m]
+        && bias.is_none_or(|t| t.shape() == [m])
+        && eps.is_finite()
+        && eps >= 0.0;
+    if fits {
+        let (xa, xb, xw) = (
+            a.value().contiguous(),
+            b.value().contiguous(),
+            w.value().contiguous(),
+        );
+        let xbias = bias.map(|t| t.value().contiguous());
+        let y = crate::with_dtype!("onnx Add+LayerNormalization", a.dtype(), T => {
+            Tensor::build::<T>(Dims::from_slice(a.shape()), |out| {
+                crate::kernels::nn::norm::add_layer_norm(
+                    xa.as_slice_of::<T>(),
+                    xb.as_slice_of::<T>(),
+                    m,
+                    Some(xw.as_slice_of::<T>()),
+                    xbias.as_ref().map(|t| t.as_slice_of::<T>()),
+                    eps,
+                    out,
+                )
+            })
+        });
+        return one(c.constant(y));
+    }
+    let mut inputs = vec![Some(a.try_add(b)?), Some(w.clone())];
+    inputs.extend(bias.map(|t| Some(t.clone())));
+    layer_norm(c, &inputs)
 }
 
 /// Opset 13+: along one axis.
