@@ -112,6 +112,9 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         .collect();
     let named_outputs = cap.log.outputs.iter().map(|o| slot_of(o.value)).collect();
     let dead_nodes = live.iter().filter(|&&l| !l).count();
+    let parallel = slots
+        .iter()
+        .any(|s| s.shape.iter().product::<usize>() >= crate::kernels::parallel::PARALLEL_THRESHOLD);
     let mut program = Program {
         steps,
         release_at: Vec::new(),
@@ -123,6 +126,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         outputs: named_outputs,
         buffers: Vec::new(),
         dead_nodes,
+        parallel,
     };
     plan::plan(&mut program);
     Ok(program)

@@ -147,7 +147,8 @@
 //! `replay.rs` one run; `ready.rs` which step makes each requested
 //! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
 //! `optimized` and `clusters`; `give_back.rs` returns what a capture
-//! freed to the system after its first replay.
+//! freed to the system after its first replay; `on_pool.rs` runs later
+//! replays on a worker of rayon's pool.
 //!
 //! **Guards and cache.** A capture holds for its signature; another shape
 //! (the last, smaller batch of an epoch) or training mode captures again
@@ -164,6 +165,7 @@ mod kernel;
 mod lower;
 #[cfg(test)]
 mod model_tests;
+mod on_pool;
 mod passing;
 mod plan;
 mod program;
@@ -555,9 +557,20 @@ where
         self.output.clear();
         let c = self.cache.last_mut().expect("just made sure");
         match on_grad {
-            None => c
-                .replay
-                .run(&c.program, &c.captured.log, inputs, seed, None)?,
+            // The first replay draws the plan's buffers: on this thread, so
+            // that they come from the arena the capture freed into.
+            None if captured_now => {
+                c.replay
+                    .run(&c.program, &c.captured.log, inputs, seed, None)?
+            }
+            // Later replays allocate nothing; on a worker, their parallel
+            // kernels do not each wake the pool and sleep (on_pool.rs).
+            None => {
+                let (replay, program, log) = (&mut c.replay, &c.program, &c.captured.log);
+                on_pool::on_pool(program.parallel, || {
+                    replay.run(program, log, inputs, seed, None)
+                })?
+            }
             Some(on_grad) => {
                 let grads = &c.program.grads;
                 let mut on_ready = |k: usize, g: Option<&Tensor>| on_grad(grads[k].0, g);

@@ -211,4 +211,8 @@ pub(crate) struct Program {
     pub(crate) buffers: Vec<BufferInfo>,
     /// Nodes no output depends on (not run).
     pub(crate) dead_nodes: usize,
+    /// Whether some value is large enough for a kernel to split it across
+    /// threads (`kernels::parallel`); a replay of tiny values stays on the
+    /// calling thread rather than pay a hand-over to the pool.
+    pub(crate) parallel: bool,
 }

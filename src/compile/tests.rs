@@ -444,3 +444,43 @@ fn a_unary_ops_backward_is_one_node_with_the_eager_bits() {
         assert!(!printed.contains("erfc("), "{printed}");
     }
 }
+
+/// A step with values large enough for the kernels to split them replays
+/// on a worker of rayon's pool after its first run (`on_pool.rs`); the
+/// threads split each kernel's work as eagerly, so every run keeps the
+/// eager bits. A step of small values stays on the calling thread.
+#[test]
+fn a_replay_on_the_pool_keeps_the_eager_bits() {
+    fn squares<'g>(g: &'g Graph, x: &[Var<'g>], w: &Parameter) -> Result<Var<'g>> {
+        let h = x[0].try_matmul(&g.param(w))?.tanh();
+        (&h * &h).try_sum()
+    }
+    let w = Parameter::new(Tensor::randn(&[256, 512], DType::F32, 5).unwrap());
+    let mut step = compile(
+        |g: &Graph, x: &[Var<'_>]| squares(g, x, &w),
+        CompileOptions::new().params([&w]),
+    );
+    for round in 0..4 {
+        let x = Tensor::randn(&[512, 256], DType::F32, 100 + round).unwrap();
+        let (loss, grad) = {
+            let g = Graph::new();
+            let loss = squares(&g, &[g.constant(x.clone())], &w).unwrap();
+            let grads = loss.backward().unwrap();
+            (loss.value().clone(), grads.of(&w))
+        };
+        let out = step.run(&[x]).unwrap();
+        assert_eq!(bits(out.loss_value()), bits(&loss), "round {round}");
+        assert_eq!(bits(&out.grads().of(&w)), bits(&grad), "round {round}");
+    }
+    assert_eq!(step.capture_count(), 1);
+    assert!(step.cache[0].program.parallel);
+
+    let small = Parameter::new(Tensor::randn(&[8, 4], DType::F32, 6).unwrap());
+    let mut step = compile(
+        |g: &Graph, x: &[Var<'_>]| x[0].try_matmul(&g.param(&small))?.try_sum(),
+        CompileOptions::new().params([&small]),
+    );
+    step.run(&[Tensor::randn(&[2, 8], DType::F32, 7).unwrap()])
+        .unwrap();
+    assert!(!step.cache[0].program.parallel);
+}

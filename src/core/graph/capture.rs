@@ -11,20 +11,21 @@
 //! graph that is not capturing, so a layer calls them unconditionally and
 //! applies its effect itself when [`Graph::is_capturing`] is false.
 //! [`Graph::capture_output`] names a value the step returns besides the
-//! loss (the logits, for an accuracy).
+//! loss (the logits, for an accuracy). The closures are `Send + Sync`: a
+//! compiled step replays on one of rayon's workers (`compile/on_pool.rs`).
 
 use super::{Graph, Var, LEAF_VARIABLE};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
 /// Reads a value that changes between runs (a parameter, a buffer).
-pub(crate) type StateRead = Box<dyn Fn() -> Tensor>;
+pub(crate) type StateRead = Box<dyn Fn() -> Tensor + Send + Sync>;
 
 /// An effect replayed after every run.
-pub(crate) type StateEffect = Box<dyn Fn() -> Result<()>>;
+pub(crate) type StateEffect = Box<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// Where a state update writes the value its run computed.
-pub(crate) type StateWrite = Box<dyn Fn(&Tensor) -> Result<()>>;
+pub(crate) type StateWrite = Box<dyn Fn(&Tensor) -> Result<()> + Send + Sync>;
 
 /// Where a value read by the captured function comes from at each run.
 pub(crate) enum SourceKind {
@@ -150,7 +151,12 @@ impl Graph {
     /// assert_eq!(step.run(&[x])?.loss(), 9.0); // read again, not a constant
     /// # Ok::<(), retrograd::Error>(())
     /// ```
-    pub fn capture_state(&self, name: &str, current: &Tensor, read: impl Fn() -> Tensor + 'static) {
+    pub fn capture_state(
+        &self,
+        name: &str,
+        current: &Tensor,
+        read: impl Fn() -> Tensor + Send + Sync + 'static,
+    ) {
         if !self.is_capturing() {
             return;
         }
@@ -170,7 +176,11 @@ impl Graph {
     /// it during its forward (batch norm updating its running statistics).
     /// Does nothing when the graph is not capturing: the layer applies the
     /// effect itself then.
-    pub fn capture_effect(&self, name: &str, effect: impl Fn() -> Result<()> + 'static) {
+    pub fn capture_effect(
+        &self,
+        name: &str,
+        effect: impl Fn() -> Result<()> + Send + Sync + 'static,
+    ) {
         if !self.is_capturing() {
             return;
         }
@@ -218,7 +228,7 @@ impl Graph {
         &self,
         name: &str,
         value: &Var<'_>,
-        write: impl Fn(&Tensor) -> Result<()> + 'static,
+        write: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
     ) {
         self.note_output(name, value, Some(Box::new(write)));
     }
