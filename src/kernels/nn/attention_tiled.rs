@@ -446,10 +446,10 @@ unsafe fn pv_tile<const C: usize>(
             for (c, x) in vv.iter_mut().enumerate() {
                 *x = _mm512_maskz_loadu_ps(masks[c], v.add(j * v_stride + c * LANES));
             }
-            for r in 0..ROWS {
+            for (r, acc_r) in acc.iter_mut().enumerate() {
                 let pj = _mm512_set1_ps(*p.add(r * p_stride + j));
-                for c in 0..C {
-                    acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
+                for (a, &x) in acc_r.iter_mut().zip(&vv) {
+                    *a = _mm512_fmadd_ps(pj, x, *a);
                 }
             }
         }

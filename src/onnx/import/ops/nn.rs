@@ -473,7 +473,7 @@ pub(crate) fn fused_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<
         && v.shape()[rank - 2] == k.shape()[rank - 2]
         && mask.is_none_or(|m| m.dtype() == q.dtype())
         && !(causal && q.shape()[rank - 2] != k.shape()[rank - 2]);
-    let plain = [&q, &k, v]
+    let plain = [q, &k, v]
         .into_iter()
         .chain(mask)
         .all(|x| !x.requires_grad());
