@@ -14,6 +14,7 @@
 //! `bench gate <workload>` runs one workload at a small size for the
 //! instruction-count gate (`gate.rs`, `bench/callgrind/gate`).
 
+mod attention;
 mod checkpointing;
 #[cfg(feature = "mpi")]
 mod ddp;
@@ -108,6 +109,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w4_attn",
         w4::run,
         "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",
+    ),
+    (
+        "attention_minilm",
+        attention::run,
+        "one layer of MiniLM's attention (384 heads of 128 x 128, dim 32, a padding mask): the flash forward against the inference tiles",
     ),
     (
         "w4_gemms",

@@ -109,7 +109,7 @@ impl<'a, T: Copy> Rows<'a, T> {
     }
 
     /// Row `i` of head `b` (`width` elements).
-    fn row(&self, b: usize, i: usize, width: usize) -> &'a [T] {
+    pub(super) fn row(&self, b: usize, i: usize, width: usize) -> &'a [T] {
         &self.data[self.heads[b] + i * self.row_stride..][..width]
     }
 }

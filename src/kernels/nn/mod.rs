@@ -38,13 +38,16 @@
 //! over 64x64 blocks with an online softmax writing the output and the
 //! per-row logsumexp, a backward recomputing the probabilities block by
 //! block (`dS = P (dP - rowsum(dO O))`), one task per head, fixed-order
-//! sums, O(L + S) memory per head; `rms_norm.rs`: fused forward and
+//! sums, O(L + S) memory per head; `attention_tiled.rs`: the inference
+//! forward for small heads (dims up to 64, up to 1024 keys) on AVX-512
+//! register tiles, every key of a row in one pass; `rms_norm.rs`: fused forward and
 //! input-gradient kernels.
 
 pub mod exp;
 
 pub use exp::NnFloat;
 pub mod attention;
+pub mod attention_tiled;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;

@@ -10,7 +10,9 @@
 //!   the scale on the scores or on `q`, an optional additive mask (a
 //!   constant causal mask becomes `is_causal`), and the `Where(IsNaN(p),
 //!   0, p)` that this crate's exporter adds for fully masked rows, becomes
-//!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory).
+//!   one fused `scaled_dot_product_attention` (flash-style, O(L) memory);
+//!   where nothing requires grad and nothing traces, the output alone
+//!   (small f32 heads: `kernels::nn::attention_tiled`).
 //! - Bias: `Add(MatMul(a, b), c)` (either operand order) with `c` a 1-d
 //!   float initializer or constant (or an `Identity` of one) becomes one
 //!   step that, where nothing requires grad and nothing traces, runs one

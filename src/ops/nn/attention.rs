@@ -37,6 +37,7 @@ use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
+use crate::kernels::nn::attention_tiled as kernel_tiled;
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, FastBackward, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Element, Tensor};
@@ -303,6 +304,29 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
             filled_o.expect("the inner build ran")
         });
         Ok((out, lse.expect("the inner build ran")))
+    })
+}
+
+/// The attention's output alone, for inference where nothing requires grad
+/// or traces (the ONNX import): `kernels::nn::attention_tiled` where it
+/// applies (small f32 heads on AVX-512; its sums run in another order than
+/// the fused op's, whose backward recomputes the fused forward), else the
+/// fused forward, its logsumexp dropped.
+pub(crate) fn inference_forward(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: Option<f64>, causal: bool) -> Result<Tensor> {
+    let cfg = Config { causal, scale, dropout: None };
+    let additive = mask.map(|m| additive_mask(OP, m, q.dtype())).transpose()?;
+    let plan = cfg.plan(OP, q, k, v, additive.as_deref())?;
+    let g = plan.geo;
+    let tiled = crate::with_dtype!(OP, q.dtype(), T => kernel_tiled::applies::<T>(&g));
+    if !tiled {
+        return Ok(fused_forward(&cfg, OP, q, k, v, mask)?.0);
+    }
+    let mut out_shape = plan.batch_dims.clone();
+    out_shape.extend([g.l, g.ev]);
+    crate::with_dtype!(OP, q.dtype(), T => {
+        let mv = additive.as_deref().map(|m| mask_view::<T>(m, &plan)).transpose()?;
+        let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
+        Ok(Tensor::build::<T>(Dims::from_slice(&out_shape), |o| kernel_tiled::forward(&g, &qs, &ks, &vs, mv.as_ref(), o)))
     })
 }
 

@@ -52,6 +52,7 @@ pub mod spatial;
 pub mod support;
 
 pub use attention::{scaled_dot_product_attention_unfused, AttnMask, SdpaOptions};
+pub(crate) use attention::inference_forward as attention_inference;
 pub use batch_norm::{BatchNormArgs, BatchNormOutput};
 pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};
