@@ -49,6 +49,8 @@ pub mod batch_norm;
 pub mod classification;
 pub mod conv;
 #[cfg(target_arch = "x86_64")]
+mod conv_channel_lanes;
+#[cfg(target_arch = "x86_64")]
 mod conv_direct;
 pub mod conv_fused;
 mod im2col;
