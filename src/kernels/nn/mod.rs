@@ -23,8 +23,10 @@
 //! of the batch), which `conv.rs` dispatches to when it applies;
 //! `conv_fused.rs`: the forward with a ReLU and a 2x2 max pool in its
 //! output pass, for inference (the direct kernel's tiles store through the
-//! ReLU and each sample's output is pooled from L2); samples
-//! spread over rayon workers, the weight gradient summed over fixed groups
+//! ReLU and each sample's output is pooled from L2), and
+//! `conv_channel_lanes.rs` its tiles with the output channels in the lanes
+//! for convolutions 64 or more input channels times taps deep (the ReLU
+//! and the pooling on the registers); samples spread over rayon workers, the weight gradient summed over fixed groups
 //! of samples in order (same bits for any thread count); `pool.rs`: 2-d
 //! pooling, a `Plan2d` of per-axis window taps (padding, dilation,
 //! ceil_mode and adaptive windows resolved up front), max with argmax
