@@ -26,8 +26,8 @@
 //! ReLU and each sample's output is pooled from L2), and
 //! `conv_channel_lanes.rs` its tiles with the output channels in the lanes
 //! for convolutions 64 or more input channels times taps deep (the ReLU
-//! and the pooling on the registers); samples spread over rayon workers, the weight gradient summed over fixed groups
-//! of samples in order (same bits for any thread count); `pool.rs`: 2-d
+//! and the pooling on the registers); samples spread over rayon workers,
+//! the weight gradient summed over fixed groups of samples in order (same bits for any thread count); `pool.rs`: 2-d
 //! pooling, a `Plan2d` of per-axis window taps (padding, dilation,
 //! ceil_mode and adaptive windows resolved up front), max with argmax
 //! indices, scatter/gather at them, average (fixed or adaptive) and its
