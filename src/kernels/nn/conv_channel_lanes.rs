@@ -201,7 +201,11 @@ unsafe fn pad(p: &Plan, src: &[f32], dst: &mut [f32]) {
         for r in 0..hp {
             let d = dst[(ci * hp + r) * wp..].as_mut_ptr();
             let sy = r.wrapping_sub(top);
-            let s = src.as_ptr().wrapping_add((ci * sh + sy) * sw);
+            let s = if sy < rows {
+                src[(ci * sh + sy) * sw..].as_ptr()
+            } else {
+                src.as_ptr()
+            };
             for c0 in (0..wp).step_by(LANES) {
                 let n = (wp - c0).min(LANES);
                 // The lanes of padded columns `c0..c0 + n` that hold source

@@ -27,8 +27,8 @@
 //! `conv_channel_lanes.rs` its tiles with the output channels in the lanes
 //! for convolutions 64 or more input channels times taps deep (the ReLU
 //! and the pooling on the registers); samples spread over rayon workers,
-//! the weight gradient summed over fixed groups of samples in order (same bits for any thread count); `pool.rs`: 2-d
-//! pooling, a `Plan2d` of per-axis window taps (padding, dilation,
+//! the weight gradient summed over fixed groups of samples in order (same
+//! bits for any thread count); `pool.rs`: 2-d pooling, a `Plan2d` of per-axis window taps (padding, dilation,
 //! ceil_mode and adaptive windows resolved up front), max with argmax
 //! indices, scatter/gather at them, average (fixed or adaptive) and its
 //! adjoint, parallel by whole N·C planes, a 2x2/stride-2 fast path with the
