@@ -381,7 +381,7 @@ unsafe fn run_tile<const R: usize, const C: usize>(
     let mut n = 0;
     if out.epilogue.pool {
         for pc in 0..C / 2 {
-            for h in 0..2 {
+            for (h, dst) in staged[n].chunks_exact_mut(LANES).enumerate() {
                 // The pooling op's tournament (`conv_direct::max_pool_2x2`):
                 // each row's pair, then the rows.
                 let pair = |r: usize| {
@@ -393,8 +393,8 @@ unsafe fn run_tile<const R: usize, const C: usize>(
                 };
                 let (m1, m2) = (pair(0), pair(R - 1));
                 let m = _mm512_mask_mov_ps(m1, beats(m2, m1), m2);
-                // SAFETY: `staged[n]` holds BLOCK floats.
-                unsafe { _mm512_storeu_ps(staged[n].as_mut_ptr().add(h * LANES), m) };
+                // SAFETY: `dst` holds LANES floats.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), m) };
             }
             at[n] = (r0 / 2) * out.row + c0 / 2 + pc;
             n += 1;
@@ -402,26 +402,24 @@ unsafe fn run_tile<const R: usize, const C: usize>(
     } else {
         for (r, acc_r) in acc.iter().enumerate() {
             for (c, acc_rc) in acc_r.iter().enumerate() {
-                for h in 0..2 {
-                    // SAFETY: `staged[n]` holds BLOCK floats.
-                    unsafe {
-                        _mm512_storeu_ps(
-                            staged[n].as_mut_ptr().add(h * LANES),
-                            finish(acc_rc[h], h),
-                        )
-                    };
+                for (h, (&v, dst)) in acc_rc
+                    .iter()
+                    .zip(staged[n].chunks_exact_mut(LANES))
+                    .enumerate()
+                {
+                    // SAFETY: `dst` holds LANES floats.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), finish(v, h)) };
                 }
                 at[n] = (r0 + r) * out.row + c0 + c;
                 n += 1;
             }
         }
     }
-    for j in 0..out.channels {
-        let y_j = out.y.wrapping_add(j * out.plane);
-        for k in 0..n {
-            // SAFETY: channel `j` of the block exists and pixel `at[k]` lies
+    for (&at, pixel) in at.iter().zip(&staged).take(n) {
+        for (j, &v) in pixel.iter().take(out.channels).enumerate() {
+            // SAFETY: channel `j` of the block exists and pixel `at` lies
             // in its plane.
-            unsafe { *y_j.add(at[k]) = staged[k][j] };
+            unsafe { *out.y.add(j * out.plane + at) = v };
         }
     }
 }
