@@ -75,13 +75,13 @@ fn has_avx512() -> bool {
 }
 
 /// `s` as f32s; the callers checked `T` is f32 ([`applies`]).
-fn as_f32<T: Element>(s: &[T]) -> &[f32] {
+pub(super) fn as_f32<T: Element>(s: &[T]) -> &[f32] {
     assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
     // SAFETY: `T` is `f32` (asserted just above).
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
 }
 
-fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
+pub(super) fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
     assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
     // SAFETY: `T` is `f32` (asserted just above).
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }

@@ -14,9 +14,9 @@
 use std::mem::MaybeUninit;
 
 use super::conv::{conv2d_forward, ConvGeometry};
-#[cfg(target_arch = "x86_64")]
-use super::conv_direct;
 use super::pool::max_row_pairs;
+#[cfg(target_arch = "x86_64")]
+use super::{conv_channel_lanes, conv_direct};
 use crate::tensor::{Element, Filled};
 
 /// What a fused convolution does to its output, in this order.
@@ -65,7 +65,16 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     #[cfg(target_arch = "x86_64")]
     if conv_direct::applies::<T>(geo) {
         let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
-        conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
+        if conv_channel_lanes::applies(geo) {
+            let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
+            let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
+            // SAFETY: `conv_direct::applies` checked f32, stride one and
+            // AVX-512F; the lengths are `geo`'s and the epilogue's (asserted
+            // above).
+            unsafe { conv_channel_lanes::forward_fused(geo, x, w, bias, epilogue, y) };
+        } else {
+            conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
+        }
         // SAFETY: `forward_fused` writes every element of `out`: each
         // sample's planes whole, pooled or not.
         return unsafe { Filled::assume(out) };
@@ -151,8 +160,9 @@ mod tests {
             .collect()
     }
 
-    /// Every epilogue, on the direct kernel (f32 at stride one, on an
-    /// AVX-512 CPU) and on the others (f64, a stride): the same bits as
+    /// Every epilogue, on the direct kernels (f32 at stride one, on an
+    /// AVX-512 CPU: pixels or, 32 input channels deep, output channels in
+    /// the lanes) and on the others (f64, a stride): the same bits as
     /// the ops one after another, with a NaN, -0 and ties in the input,
     /// odd output sizes (the pooling drops the last row and column) and
     /// rows of more than one vector of pooled outputs.
@@ -160,6 +170,8 @@ mod tests {
     fn fused_epilogues_give_the_composed_bits() {
         let geometries = [
             conv_geometry(3, [1, 32, 1], [28, 28], [3, 3], [1, 1], [1, 1], [1, 1]),
+            // Deep enough for the channel-lane tiles (`conv_channel_lanes`).
+            conv_geometry(2, [32, 40, 1], [14, 15], [3, 3], [1, 1], [1, 1], [1, 1]),
             conv_geometry(2, [8, 12, 2], [13, 70], [3, 3], [1, 1], [1, 1], [1, 1]),
             conv_geometry(2, [5, 9, 1], [9, 11], [2, 3], [1, 1], [0, 1], [1, 2]),
             conv_geometry(2, [3, 4, 1], [12, 15], [3, 3], [2, 2], [1, 1], [1, 1]),

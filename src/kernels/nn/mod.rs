@@ -23,10 +23,12 @@
 //! of the batch), which `conv.rs` dispatches to when it applies;
 //! `conv_fused.rs`: the forward with a ReLU and a 2x2 max pool in its
 //! output pass, for inference (the direct kernel's tiles store through the
-//! ReLU and each sample's output is pooled from L2); samples
-//! spread over rayon workers, the weight gradient summed over fixed groups
-//! of samples in order (same bits for any thread count); `pool.rs`: 2-d
-//! pooling, a `Plan2d` of per-axis window taps (padding, dilation,
+//! ReLU and each sample's output is pooled from L2), and
+//! `conv_channel_lanes.rs` its tiles with the output channels in the lanes
+//! for convolutions 64 or more input channels times taps deep (the ReLU
+//! and the pooling on the registers); samples spread over rayon workers,
+//! the weight gradient summed over fixed groups of samples in order (same
+//! bits for any thread count); `pool.rs`: 2-d pooling, a `Plan2d` of per-axis window taps (padding, dilation,
 //! ceil_mode and adaptive windows resolved up front), max with argmax
 //! indices, scatter/gather at them, average (fixed or adaptive) and its
 //! adjoint, parallel by whole N·C planes, a 2x2/stride-2 fast path with the
@@ -51,6 +53,8 @@ pub mod attention_tiled;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;
+#[cfg(target_arch = "x86_64")]
+mod conv_channel_lanes;
 #[cfg(target_arch = "x86_64")]
 mod conv_direct;
 pub mod conv_fused;
