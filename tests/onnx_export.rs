@@ -527,6 +527,53 @@ fn readme_models_import_to_the_same_outputs_at_another_batch_size() {
     }
 }
 
+/// Three convolution blocks, 8 and 16 channels deep after the first:
+/// deep enough that the import's fused blocks sum by Winograd's F(2x2,
+/// 3x3) on an AVX-512 CPU (`ConvSummation::Winograd`), with a pooling that
+/// drops a row and a column (5x5 to 2x2) and an unpooled block.
+fn deep_cnn() -> Sequential {
+    use retrograd::nn::{Activation, Conv2d, Flatten, Linear, MaxPool2d};
+    use retrograd::ops::nn::{Conv2dOptions, MaxPool2dOptions};
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let same = Conv2dOptions::new().padding(1);
+    let mut m = Sequential::new();
+    for (i, (cin, cout)) in [(1, 8), (8, 16), (16, 16)].into_iter().enumerate() {
+        m.push(Conv2d::with_bias(cin, cout, 3, same, true, DType::F32, &mut rng).unwrap());
+        m.push(Activation::Relu);
+        if i < 2 {
+            m.push(MaxPool2d::new(MaxPool2dOptions::new(2)));
+        }
+    }
+    m.push(Flatten::new());
+    m.push(
+        Linear::builder(16 * 2 * 2, 10)
+            .dtype(DType::F32)
+            .build_with(&mut rng)
+            .unwrap(),
+    );
+    m
+}
+
+/// The imported deep CNN runs each block as one fused step and gives the
+/// eager model's outputs within 1e-5, as the Winograd sums allow.
+#[test]
+fn deep_convolution_blocks_import_fused_to_the_eager_outputs() {
+    let model = deep_cnn();
+    let x =
+        |batch: usize| Tensor::randn(&[batch, 1, 10, 10], DType::F32, 7 + batch as u64).unwrap();
+    let imported = OnnxModel::from_bytes(&export_model(&model, &x(2))).unwrap();
+    let ops = imported.op_types();
+    let count = |op: &str| ops.iter().filter(|o| **o == op).count();
+    assert_eq!(count("Conv+Relu+MaxPool (fused)"), 2, "{ops:?}");
+    assert_eq!(count("Conv+Relu (fused)"), 1, "{ops:?}");
+    for batch in [1, 4] {
+        let want = model.forward(&Var::from(x(batch))).unwrap().value().clone();
+        let got = imported.infer(&[x(batch)]).unwrap();
+        let diff = max_diff(&got[0], &want);
+        assert!(diff <= 1e-5, "batch {batch}: differs by {diff}");
+    }
+}
+
 /// A model's nodes with value names replaced by where they come from (a
 /// graph input, an initializer by name, the k-th output of the n-th node,
 /// a constant's value), so two exports compare whatever their names.

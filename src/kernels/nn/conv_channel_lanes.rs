@@ -24,6 +24,7 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
+use super::conv_direct::beats;
 use super::conv_fused::ConvEpilogue;
 
 /// f32 lanes in an AVX-512 vector.
@@ -422,15 +423,6 @@ unsafe fn run_tile<const R: usize, const C: usize>(
             unsafe { *out.y.add(j * out.plane + at) = v };
         }
     }
-}
-
-/// The lanes where `v` replaces the running maximum `best`: larger, or NaN
-/// (`kernels::nn::pool`'s rule).
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn beats(v: std::arch::x86_64::__m512, best: std::arch::x86_64::__m512) -> u16 {
-    use std::arch::x86_64::*;
-    _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, best) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v)
 }
 
 /// The sums of one tile: `R` rows by `C` columns of output pixels from `x`

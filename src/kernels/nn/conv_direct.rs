@@ -527,7 +527,7 @@ unsafe fn max_pool_2x2(x: &[f32], dims: [usize; 2], y: &mut [MaybeUninit<f32>]) 
 /// (`kernels::nn::pool`'s rule).
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn beats(v: std::arch::x86_64::__m512, best: std::arch::x86_64::__m512) -> u16 {
+pub(super) fn beats(v: std::arch::x86_64::__m512, best: std::arch::x86_64::__m512) -> u16 {
     use std::arch::x86_64::*;
     _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, best) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v)
 }

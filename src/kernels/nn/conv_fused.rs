@@ -4,19 +4,22 @@
 //! reading it back once for the ReLU and once for the pooling
 //! (ARCHITECTURE.md, PERF: "Inference skips what only a backward needs").
 //!
-//! The bits are those of the ops one after another: the convolution's own
-//! kernel, `Relu`'s rule (`x < 0 ? 0 : x`, so NaN and -0 pass) and max
-//! pooling's tournament (the first maximum, or the last NaN). Where the
-//! direct kernel runs (`conv_direct.rs`: f32, stride one, AVX-512) the ReLU
-//! is in its tiles' stores and the pooling reads each sample's output while
-//! it is in L2; elsewhere the convolution runs whole and the rest follows.
+//! With [`ConvSummation::Exact`] the bits are those of the ops one after
+//! another: the convolution's own kernel, `Relu`'s rule (`x < 0 ? 0 : x`,
+//! so NaN and -0 pass) and max pooling's tournament (the first maximum, or
+//! the last NaN). Where the direct kernel runs (`conv_direct.rs`: f32,
+//! stride one, AVX-512) the ReLU is in its tiles' stores and the pooling
+//! reads each sample's output while it is in L2; elsewhere the convolution
+//! runs whole and the rest follows. [`ConvSummation::Winograd`] lets a deep
+//! enough 3x3 layer sum by Winograd's F(2x2, 3x3) instead
+//! (`conv_winograd.rs`): the same ReLU and pooling, other roundings.
 
 use std::mem::MaybeUninit;
 
 use super::conv::{conv2d_forward, ConvGeometry};
 use super::pool::max_row_pairs;
 #[cfg(target_arch = "x86_64")]
-use super::{conv_channel_lanes, conv_direct};
+use super::{conv_channel_lanes, conv_direct, conv_winograd};
 use crate::tensor::{Element, Filled};
 
 /// What a fused convolution does to its output, in this order.
@@ -45,16 +48,33 @@ impl ConvEpilogue {
     }
 }
 
+/// How a fused convolution may sum its products.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvSummation {
+    /// The convolution op's own order: the bits of the ops one after
+    /// another.
+    #[default]
+    Exact,
+    /// Winograd's F(2x2, 3x3) where it applies (f32, a 3x3 kernel at
+    /// stride and dilation one, 8 or more input channels per group, on an
+    /// AVX-512 CPU; `conv_winograd.rs`), else [`Exact`](Self::Exact): 2.25x
+    /// fewer multiply-adds, outputs within a few f32 roundings of each
+    /// output's terms but not the same bits, and a NaN or infinity in the
+    /// input reaches the whole 2x2 block of outputs above it.
+    Winograd,
+}
+
 /// `epilogue(conv(x, w) + bias)`, with `x`, `w`, `bias` as
-/// [`conv2d_forward`]'s; writes every element of `out`
-/// (`[N, C_out, OH', OW']`, [`ConvEpilogue::output_plane`]). Panics if
-/// `out` is not [`ConvEpilogue::output_len`] long.
+/// [`conv2d_forward`]'s, summed as `summation` allows; writes every element
+/// of `out` (`[N, C_out, OH', OW']`, [`ConvEpilogue::output_plane`]).
+/// Panics if `out` is not [`ConvEpilogue::output_len`] long.
 pub fn conv2d_forward_fused<'o, T: Element>(
     geo: &ConvGeometry,
     x: &[T],
     w: &[T],
     bias: Option<&[T]>,
     epilogue: ConvEpilogue,
+    summation: ConvSummation,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
     assert_eq!(
@@ -65,7 +85,14 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     #[cfg(target_arch = "x86_64")]
     if conv_direct::applies::<T>(geo) {
         let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
-        if conv_channel_lanes::applies(geo) {
+        if summation == ConvSummation::Winograd && conv_winograd::applies(geo) {
+            let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
+            let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
+            // SAFETY: `conv_direct::applies` checked f32, stride one and
+            // AVX-512F; the lengths are `geo`'s and the epilogue's (asserted
+            // above).
+            unsafe { conv_winograd::forward_fused(geo, x, w, bias, epilogue, y) };
+        } else if conv_channel_lanes::applies(geo) {
             let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
             let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
             // SAFETY: `conv_direct::applies` checked f32, stride one and
@@ -187,7 +214,7 @@ mod tests {
                 let b: Vec<f32> = values(geo.out_channels, 1.3, 0.2);
                 let want = composed(&geo, &x, &w, &b, epilogue);
                 let got = filled(epilogue.output_len(&geo), |o| {
-                    conv2d_forward_fused(&geo, &x, &w, Some(&b), epilogue, o)
+                    conv2d_forward_fused(&geo, &x, &w, Some(&b), epilogue, ConvSummation::Exact, o)
                 });
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{epilogue:?} {geo:?}");
@@ -197,7 +224,15 @@ mod tests {
                 let b64: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
                 let want = composed(&geo, &x64, &w64, &b64, epilogue);
                 let got = filled(epilogue.output_len(&geo), |o| {
-                    conv2d_forward_fused(&geo, &x64, &w64, Some(&b64), epilogue, o)
+                    conv2d_forward_fused(
+                        &geo,
+                        &x64,
+                        &w64,
+                        Some(&b64),
+                        epilogue,
+                        ConvSummation::Exact,
+                        o,
+                    )
                 });
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "f64 {epilogue:?} {geo:?}");
@@ -218,7 +253,7 @@ mod tests {
             pool: false,
         };
         let y = filled(20, |o| {
-            conv2d_forward_fused(&geo, &x, &[1.0], None, epilogue, o)
+            conv2d_forward_fused(&geo, &x, &[1.0], None, epilogue, ConvSummation::Winograd, o)
         });
         assert!(y[3].is_nan());
         assert_eq!(y[4].to_bits(), (-0.0f32).to_bits());

@@ -58,6 +58,8 @@ mod conv_channel_lanes;
 #[cfg(target_arch = "x86_64")]
 mod conv_direct;
 pub mod conv_fused;
+#[cfg(target_arch = "x86_64")]
+mod conv_winograd;
 mod im2col;
 pub mod lanes;
 pub mod norm;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
-use crate::kernels::nn::conv_fused::{conv2d_forward_fused, ConvEpilogue};
+use crate::kernels::nn::conv_fused::{conv2d_forward_fused, ConvEpilogue, ConvSummation};
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -259,9 +259,10 @@ pub(crate) fn record_conv<'g, const D: usize>(
 
 /// `relu(conv2d(x, weight, bias))`, then 2x2 max pooling with stride 2
 /// if `pool`, on plain tensors in one pass over the output
-/// ([`conv2d_forward_fused`]): the same values as the three ops, for a
-/// forward no backward follows (an imported model's `Conv`, `Relu` and
-/// `MaxPool` at inference). `x` is `[N, C_in, H, W]`. Errors: as
+/// ([`conv2d_forward_fused`]), summed as `summation` allows (with
+/// [`ConvSummation::Exact`] the bits of the three ops), for a forward no
+/// backward follows (an imported model's `Conv`, `Relu` and `MaxPool` at
+/// inference). `x` is `[N, C_in, H, W]`. Errors: as
 /// [`conv2d`](Var::try_conv2d)'s, and an output smaller than the pooling
 /// window.
 pub(crate) fn conv2d_relu_values(
@@ -270,6 +271,7 @@ pub(crate) fn conv2d_relu_values(
     bias: Option<&Tensor>,
     opts: &Conv2dOptions,
     pool: bool,
+    summation: ConvSummation,
 ) -> Result<Tensor> {
     let op = "conv2d";
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
@@ -288,7 +290,7 @@ pub(crate) fn conv2d_relu_values(
         let (xs, ws) = (x.as_slice_of::<T>(), w.as_slice_of::<T>());
         let bs = b.as_ref().map(|b| b.as_slice_of::<T>());
         Ok(Tensor::build::<T>(Dims::from_slice(&shape), |out| {
-            conv2d_forward_fused(&geo, xs, ws, bs, epilogue, out)
+            conv2d_forward_fused(&geo, xs, ws, bs, epilogue, summation, out)
         }))
     })
 }
