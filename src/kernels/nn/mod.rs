@@ -26,7 +26,9 @@
 //! ReLU and each sample's output is pooled from L2), and
 //! `conv_channel_lanes.rs` its tiles with the output channels in the lanes
 //! for convolutions 64 or more input channels times taps deep (the ReLU
-//! and the pooling on the registers); samples spread over rayon workers,
+//! and the pooling on the registers), and `conv_winograd.rs` its 3x3
+//! layers by Winograd's F(2x2, 3x3) where the caller allows other
+//! roundings (the ONNX import at inference); samples spread over rayon workers,
 //! the weight gradient summed over fixed groups of samples in order (same
 //! bits for any thread count); `pool.rs`: 2-d pooling, a `Plan2d` of per-axis window taps (padding, dilation,
 //! ceil_mode and adaptive windows resolved up front), max with argmax
