@@ -1,9 +1,10 @@
 //! What the kernels' unit tests share: reading back an output a kernel
-//! filled.
+//! filled, convolution geometries and a fused convolution's f64 definition.
 
 use std::mem::MaybeUninit;
 
 use super::nn::conv::ConvGeometry;
+use super::nn::conv_fused::ConvEpilogue;
 use crate::tensor::{Element, Filled};
 
 /// The elements of `out`, which the kernel under test filled.
@@ -50,4 +51,70 @@ pub(crate) fn conv_geometry(
         pad,
         dilation,
     }
+}
+
+/// `epilogue(conv(x, w) + b)` in f64 from the definitions, and each
+/// output's sum of absolute terms (pooled: the largest of its window's),
+/// the scale of its rounding error.
+pub(crate) fn fused_conv_f64(
+    geo: &ConvGeometry,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    epilogue: ConvEpilogue,
+) -> (Vec<f64>, Vec<f64>) {
+    let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
+    let ([h, wd], [oh, ow], [kh, kw]) = (geo.input, geo.output, geo.kernel);
+    let mut y = vec![0.0f64; geo.batch * geo.out_channels * oh * ow];
+    let mut mag = vec![0.0f64; y.len()];
+    for n in 0..geo.batch {
+        for o in 0..geo.out_channels {
+            let g = o / cout;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut s, mut m) = (f64::from(b[o]), f64::from(b[o]).abs());
+                    for i in 0..cin {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let at = |d: usize, o: usize, k: usize| {
+                                    (o * geo.stride[d] + k * geo.dilation[d]) as isize
+                                        - geo.pad[d] as isize
+                                };
+                                let (sy, sx) = (at(0, oy, ky), at(1, ox, kx));
+                                if sy < 0 || sx < 0 || sy >= h as isize || sx >= wd as isize {
+                                    continue;
+                                }
+                                let xv = f64::from(
+                                    x[((n * geo.in_channels + g * cin + i) * h + sy as usize) * wd
+                                        + sx as usize],
+                                );
+                                let wv = f64::from(w[((o * cin + i) * kh + ky) * kw + kx]);
+                                s += xv * wv;
+                                m += (xv * wv).abs();
+                            }
+                        }
+                    }
+                    let at = ((n * geo.out_channels + o) * oh + oy) * ow + ox;
+                    y[at] = if epilogue.relu { s.max(0.0) } else { s };
+                    mag[at] = m;
+                }
+            }
+        }
+    }
+    if !epilogue.pool {
+        return (y, mag);
+    }
+    let (ph, pw) = (oh / 2, ow / 2);
+    let (mut pooled, mut pooled_mag) = (Vec::new(), Vec::new());
+    for (plane, plane_mag) in y.chunks_exact(oh * ow).zip(mag.chunks_exact(oh * ow)) {
+        for r in 0..ph {
+            for c in 0..pw {
+                let at = |dy: usize, dx: usize| (2 * r + dy) * ow + 2 * c + dx;
+                let window = [at(0, 0), at(0, 1), at(1, 0), at(1, 1)];
+                pooled.push(window.iter().map(|&i| plane[i]).fold(f64::MIN, f64::max));
+                pooled_mag.push(window.iter().map(|&i| plane_mag[i]).fold(0.0, f64::max));
+            }
+        }
+    }
+    (pooled, pooled_mag)
 }

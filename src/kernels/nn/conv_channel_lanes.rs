@@ -25,7 +25,7 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::ConvEpilogue;
+use super::conv_fused::{for_each_sample, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -134,7 +134,6 @@ pub(super) unsafe fn forward_fused(
     epilogue: ConvEpilogue,
     out: &mut [MaybeUninit<f32>],
 ) {
-    use rayon::prelude::*;
     let p = Plan::new(geo);
     let taps: Vec<usize> = (0..geo.kernel[0])
         .flat_map(|ky| {
@@ -170,14 +169,7 @@ pub(super) unsafe fn forward_fused(
             }
         })
     };
-    if geo.batch > 1 && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(out_sample)
-            .with_max_len(1)
-            .enumerate()
-            .for_each(sample);
-    } else {
-        out.chunks_mut(out_sample).enumerate().for_each(sample);
-    }
+    for_each_sample(out, out_sample, sample);
 }
 
 /// Copies the `cin` source planes of `src` into the zero-padded planes at
@@ -474,72 +466,10 @@ unsafe fn tile_sums<const R: usize, const C: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::conv_geometry;
+    use crate::kernels::testing::{conv_geometry, fused_conv_f64};
 
     fn values(n: usize, a: f64, b: f64) -> Vec<f32> {
         (0..n).map(|i| (a * i as f64 + b).sin() as f32).collect()
-    }
-
-    /// `epilogue(conv(x, w) + b)` in f64 from the definitions, and the
-    /// magnitude of each output's terms (for the tolerance).
-    fn reference(
-        geo: &ConvGeometry,
-        x: &[f32],
-        w: &[f32],
-        b: &[f32],
-        epilogue: ConvEpilogue,
-    ) -> (Vec<f64>, f64) {
-        let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
-        let ([h, wd], [oh, ow], [kh, kw]) = (geo.input, geo.output, geo.kernel);
-        let mut y = vec![0.0f64; geo.batch * geo.out_channels * oh * ow];
-        let mut scale = 1.0f64;
-        for n in 0..geo.batch {
-            for o in 0..geo.out_channels {
-                let g = o / cout;
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let (mut s, mut mag) = (f64::from(b[o]), f64::from(b[o]).abs());
-                        for i in 0..cin {
-                            for ky in 0..kh {
-                                for kx in 0..kw {
-                                    let sy =
-                                        (oy + ky * geo.dilation[0]) as isize - geo.pad[0] as isize;
-                                    let sx =
-                                        (ox + kx * geo.dilation[1]) as isize - geo.pad[1] as isize;
-                                    if sy < 0 || sx < 0 || sy >= h as isize || sx >= wd as isize {
-                                        continue;
-                                    }
-                                    let xv = x[((n * geo.in_channels + g * cin + i) * h
-                                        + sy as usize)
-                                        * wd
-                                        + sx as usize];
-                                    let wv = w[((o * cin + i) * kh + ky) * kw + kx];
-                                    s += f64::from(xv) * f64::from(wv);
-                                    mag += (f64::from(xv) * f64::from(wv)).abs();
-                                }
-                            }
-                        }
-                        scale = scale.max(mag);
-                        y[((n * geo.out_channels + o) * oh + oy) * ow + ox] =
-                            if epilogue.relu { s.max(0.0) } else { s };
-                    }
-                }
-            }
-        }
-        if !epilogue.pool {
-            return (y, scale);
-        }
-        let (ph, pw) = (oh / 2, ow / 2);
-        let mut pooled = Vec::with_capacity(geo.batch * geo.out_channels * ph * pw);
-        for plane in y.chunks_exact(oh * ow) {
-            for r in 0..ph {
-                for c in 0..pw {
-                    let at = |dy: usize, dx: usize| plane[(2 * r + dy) * ow + 2 * c + dx];
-                    pooled.push(at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1)));
-                }
-            }
-        }
-        (pooled, scale)
     }
 
     /// Odd channel counts (tiles part full, blocks past the last channel),
@@ -603,7 +533,8 @@ mod tests {
                     let x = values(geo.input_len(), 0.37, 0.1);
                     let w = values(geo.weight_len(), 0.23, 0.3);
                     let b = values(geo.out_channels, 1.3, 0.2);
-                    let (want, scale) = reference(geo, &x, &w, &b, epilogue);
+                    let (want, mags) = fused_conv_f64(geo, &x, &w, &b, epilogue);
+                    let scale = mags.iter().fold(1.0f64, |a, &m| a.max(m));
                     let mut out = vec![MaybeUninit::<f32>::uninit(); epilogue.output_len(geo)];
                     // SAFETY: AVX-512F checked above; the lengths are `geo`'s.
                     pool.install(|| unsafe {

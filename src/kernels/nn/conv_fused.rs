@@ -139,6 +139,27 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     unsafe { Filled::assume(out) }
 }
 
+/// Runs `sample(n, out_n)` on each sample's `out_sample` outputs of `out`,
+/// handed to rayon's workers one sample at a time (work stealing, so a
+/// descheduled worker holds up one sample, not a run of them); in order on
+/// this thread where there is one sample or one worker.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn for_each_sample<T: Send>(
+    out: &mut [T],
+    out_sample: usize,
+    sample: impl Fn((usize, &mut [T])) + Send + Sync,
+) {
+    use rayon::prelude::*;
+    if out.len() > out_sample && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(out_sample)
+            .with_max_len(1)
+            .enumerate()
+            .for_each(sample);
+    } else {
+        out.chunks_mut(out_sample).enumerate().for_each(sample);
+    }
+}
+
 /// `Relu`'s rule (`ops::unary`): NaN and -0 pass.
 #[inline(always)]
 fn relu<T: Element>(x: T) -> T {

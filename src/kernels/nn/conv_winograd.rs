@@ -34,7 +34,7 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::ConvEpilogue;
+use super::conv_fused::{for_each_sample, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -55,8 +55,9 @@ const MAX_WEIGHT_BYTES: usize = 512 * 1024;
 
 /// Whether `geo` runs here, beside `conv_direct::applies` (f32, stride one,
 /// AVX-512F, checked by the caller): a 3x3 kernel without dilation, at
-/// least [`MIN_INPUT_CHANNELS`] input channels per group and transformed
-/// weights of at most [`MAX_WEIGHT_BYTES`].
+/// least [`MIN_INPUT_CHANNELS`] input channels per group, transformed
+/// weights of at most [`MAX_WEIGHT_BYTES`] and planes a vector's i32
+/// offsets reach.
 pub(super) fn applies(geo: &ConvGeometry) -> bool {
     let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
     geo.kernel == [3, 3]
@@ -65,6 +66,9 @@ pub(super) fn applies(geo: &ConvGeometry) -> bool {
         && cin >= MIN_INPUT_CHANNELS
         && cout > 0
         && POSITIONS * cin * cout.next_multiple_of(LANES) * size_of::<f32>() <= MAX_WEIGHT_BYTES
+        // Gathers and scatters address a vector's channels by i32 offsets.
+        && cin.next_multiple_of(LANES) * geo.input[0] * geo.input[1] <= i32::MAX as usize
+        && LANES * geo.output[0] * geo.output[1] <= i32::MAX as usize
 }
 
 /// One group's geometry in tiles.
@@ -164,7 +168,6 @@ pub(super) unsafe fn forward_fused(
     epilogue: ConvEpilogue,
     out: &mut [MaybeUninit<f32>],
 ) {
-    use rayon::prelude::*;
     let p = Plan::new(geo, epilogue);
     let weights: Vec<Vec<f32>> = w
         .chunks_exact(p.cout * p.cin * 9)
@@ -206,14 +209,7 @@ pub(super) unsafe fn forward_fused(
             }
         })
     };
-    if geo.batch > 1 && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(out_sample)
-            .with_max_len(1)
-            .enumerate()
-            .for_each(sample);
-    } else {
-        out.chunks_mut(out_sample).enumerate().for_each(sample);
-    }
+    for_each_sample(out, out_sample, sample);
 }
 
 /// Copies the `cin` planes of `src` into `dst` channels-last and zero
@@ -231,10 +227,7 @@ unsafe fn pad_channels_last(p: &Plan, src: &[f32], dst: &mut [f32]) {
     let plane = sh * sw;
     assert!(src.len() >= p.cin * plane && dst.len() >= p.padded_len());
     assert!(p.cin_padded * plane <= i32::MAX as usize);
-    let lane_planes = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(plane as i32),
-    );
+    let lane_planes = lane_offsets(plane);
     let zero = _mm512_setzero_ps();
     let d = dst.as_mut_ptr();
     for y in 0..hp {
@@ -260,6 +253,17 @@ unsafe fn pad_channels_last(p: &Plan, src: &[f32], dst: &mut [f32]) {
             }
         }
     }
+}
+
+/// `lane * plane` in each lane: the offsets of one pixel in 16 consecutive
+/// planes, for gathers and scatters (`applies` keeps them within i32).
+#[target_feature(enable = "avx512f")]
+fn lane_offsets(plane: usize) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(plane as i32),
+    )
 }
 
 /// A sample's `tiles` cut into groups `(first tile, count)` of at most
@@ -497,13 +501,11 @@ unsafe fn finish_tiles(
     let [ph, pw] = out.plane;
     let plane = ph * pw;
     let [oh, ow] = out.plan.out;
+    assert!(LANES * plane <= i32::MAX as usize);
     let tiles_across = out.plan.tiles[1];
     let zero = _mm512_setzero_ps();
     // Lane j of a vector is channel j's plane.
-    let lane_planes = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(plane as i32),
-    );
+    let lane_planes = lane_offsets(plane);
     let y = y.as_mut_ptr().cast::<f32>();
     for k in 0..out.channels.div_ceil(LANES) {
         let live = (out.channels - k * LANES).min(LANES);
@@ -580,73 +582,10 @@ unsafe fn finish_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::conv_geometry;
+    use crate::kernels::testing::{conv_geometry, fused_conv_f64};
 
     fn values(n: usize, a: f64, b: f64) -> Vec<f32> {
         (0..n).map(|i| (a * i as f64 + b).sin() as f32).collect()
-    }
-
-    /// `epilogue(conv(x, w) + b)` in f64 from the definitions, and each
-    /// output's sum of absolute terms (for the tolerance).
-    fn reference(
-        geo: &ConvGeometry,
-        x: &[f32],
-        w: &[f32],
-        b: &[f32],
-        epilogue: ConvEpilogue,
-    ) -> (Vec<f64>, Vec<f64>) {
-        let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
-        let ([h, wd], [oh, ow]) = (geo.input, geo.output);
-        let mut y = vec![0.0f64; geo.batch * geo.out_channels * oh * ow];
-        let mut mag = vec![0.0f64; y.len()];
-        for n in 0..geo.batch {
-            for o in 0..geo.out_channels {
-                let g = o / cout;
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let (mut s, mut m) = (f64::from(b[o]), f64::from(b[o]).abs());
-                        for i in 0..cin {
-                            for ky in 0..3 {
-                                for kx in 0..3 {
-                                    let sy = (oy + ky) as isize - geo.pad[0] as isize;
-                                    let sx = (ox + kx) as isize - geo.pad[1] as isize;
-                                    if sy < 0 || sx < 0 || sy >= h as isize || sx >= wd as isize {
-                                        continue;
-                                    }
-                                    let xv = f64::from(
-                                        x[((n * geo.in_channels + g * cin + i) * h + sy as usize)
-                                            * wd
-                                            + sx as usize],
-                                    );
-                                    let wv = f64::from(w[((o * cin + i) * 3 + ky) * 3 + kx]);
-                                    s += xv * wv;
-                                    m += (xv * wv).abs();
-                                }
-                            }
-                        }
-                        let at = ((n * geo.out_channels + o) * oh + oy) * ow + ox;
-                        y[at] = if epilogue.relu { s.max(0.0) } else { s };
-                        mag[at] = m;
-                    }
-                }
-            }
-        }
-        if !epilogue.pool {
-            return (y, mag);
-        }
-        let (ph, pw) = (oh / 2, ow / 2);
-        let (mut pooled, mut pooled_mag) = (Vec::new(), Vec::new());
-        for (plane, plane_mag) in y.chunks_exact(oh * ow).zip(mag.chunks_exact(oh * ow)) {
-            for r in 0..ph {
-                for c in 0..pw {
-                    let at = |dy: usize, dx: usize| (2 * r + dy) * ow + 2 * c + dx;
-                    let window = [at(0, 0), at(0, 1), at(1, 0), at(1, 1)];
-                    pooled.push(window.iter().map(|&i| plane[i]).fold(f64::MIN, f64::max));
-                    pooled_mag.push(window.iter().map(|&i| plane_mag[i]).fold(0.0, f64::max));
-                }
-            }
-        }
-        (pooled, pooled_mag)
     }
 
     fn run(
@@ -713,7 +652,7 @@ mod tests {
                 let x = values(geo.input_len(), 0.37, 0.1);
                 let w = values(geo.weight_len(), 0.23, 0.3);
                 let b = values(geo.out_channels, 1.3, 0.2);
-                let (want, mag) = reference(geo, &x, &w, &b, epilogue);
+                let (want, mag) = fused_conv_f64(geo, &x, &w, &b, epilogue);
                 let mut per_thread = Vec::new();
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new()
