@@ -25,7 +25,7 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{for_each_sample, ConvEpilogue};
+use super::conv_fused::{even_parts, for_each_sample, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -300,22 +300,13 @@ unsafe fn correlate(
 }
 
 /// A row of `cols` output columns cut into tiles `(first column, width)` of
-/// at most [`MAX_COLS`], as even as the count allows (14 as 5, 5, 4 rather
-/// than 6, 6, 2: a narrow tile has too few accumulators to hide the FMA
-/// latency); even widths where they are pooled.
+/// at most [`MAX_COLS`] ([`even_parts`]), even widths where they are pooled.
 fn column_tiles(cols: usize, pool: bool) -> Vec<(usize, usize)> {
     let unit = if pool { 2 } else { 1 };
-    let units = cols / unit;
-    let per = MAX_COLS / unit;
-    let tiles = units.div_ceil(per);
-    let mut all = Vec::with_capacity(tiles);
-    let mut c0 = 0;
-    for t in 0..tiles {
-        let n = units / tiles + usize::from(t < units % tiles);
-        all.push((c0 * unit, n * unit));
-        c0 += n;
-    }
-    all
+    even_parts(cols / unit, MAX_COLS / unit)
+        .into_iter()
+        .map(|(first, count)| (first * unit, count * unit))
+        .collect()
 }
 
 /// Where and how a block's tiles write: `channels` output planes of `plane`

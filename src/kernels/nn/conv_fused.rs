@@ -85,20 +85,20 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     #[cfg(target_arch = "x86_64")]
     if conv_direct::applies::<T>(geo) {
         let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
-        if summation == ConvSummation::Winograd && conv_winograd::applies(geo) {
+        let winograd = summation == ConvSummation::Winograd && conv_winograd::applies(geo);
+        if winograd || conv_channel_lanes::applies(geo) {
             let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
             let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
             // SAFETY: `conv_direct::applies` checked f32, stride one and
-            // AVX-512F; the lengths are `geo`'s and the epilogue's (asserted
-            // above).
-            unsafe { conv_winograd::forward_fused(geo, x, w, bias, epilogue, y) };
-        } else if conv_channel_lanes::applies(geo) {
-            let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
-            let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
-            // SAFETY: `conv_direct::applies` checked f32, stride one and
-            // AVX-512F; the lengths are `geo`'s and the epilogue's (asserted
-            // above).
-            unsafe { conv_channel_lanes::forward_fused(geo, x, w, bias, epilogue, y) };
+            // AVX-512F, and the chosen kernel's `applies` holds; the lengths
+            // are `geo`'s and the epilogue's (asserted above).
+            unsafe {
+                if winograd {
+                    conv_winograd::forward_fused(geo, x, w, bias, epilogue, y)
+                } else {
+                    conv_channel_lanes::forward_fused(geo, x, w, bias, epilogue, y)
+                }
+            };
         } else {
             conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
         }
@@ -158,6 +158,22 @@ pub(super) fn for_each_sample<T: Send>(
     } else {
         out.chunks_mut(out_sample).enumerate().for_each(sample);
     }
+}
+
+/// `n` items cut into runs `(first, count)` of at most `max`, as even as
+/// the count allows (14 as 5, 5, 4 rather than 6, 6, 2: a narrow register
+/// tile has too few accumulators to hide the FMA latency).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn even_parts(n: usize, max: usize) -> Vec<(usize, usize)> {
+    let parts = n.div_ceil(max);
+    let mut all = Vec::with_capacity(parts);
+    let mut first = 0;
+    for k in 0..parts {
+        let count = n / parts + usize::from(k < n % parts);
+        all.push((first, count));
+        first += count;
+    }
+    all
 }
 
 /// `Relu`'s rule (`ops::unary`): NaN and -0 pass.

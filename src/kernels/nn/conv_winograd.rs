@@ -34,7 +34,7 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{for_each_sample, ConvEpilogue};
+use super::conv_fused::{even_parts, for_each_sample, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -266,21 +266,6 @@ fn lane_offsets(plane: usize) -> std::arch::x86_64::__m512i {
     )
 }
 
-/// A sample's `tiles` cut into groups `(first tile, count)` of at most
-/// [`MAX_TILES`], as even as the count allows (a narrow register tile has
-/// too few accumulators to hide the FMA latency).
-fn tile_groups(tiles: usize) -> Vec<(usize, usize)> {
-    let groups = tiles.div_ceil(MAX_TILES);
-    let mut all = Vec::with_capacity(groups);
-    let mut first = 0;
-    for g in 0..groups {
-        let n = tiles / groups + usize::from(g < tiles % groups);
-        all.push((first, n));
-        first += n;
-    }
-    all
-}
-
 /// Writes one group's output planes `y` (pooled if `epilogue.pool`) from
 /// its channels-last padded input `x` and transformed weights `u`, using
 /// `patches` for the transformed patches.
@@ -306,7 +291,7 @@ unsafe fn correlate(
     const SUMS: usize = MAX_TILES * MAX_VECTORS * LANES;
     let mut sums = [0.0f32; POSITIONS * SUMS];
     let blocks = p.cout_padded.div_ceil(MAX_VECTORS * LANES);
-    for (first, count) in tile_groups(p.tiles[0] * p.tiles[1]) {
+    for (first, count) in even_parts(p.tiles[0] * p.tiles[1], MAX_TILES) {
         // SAFETY: AVX-512F (this function's); `x` and `patches` hold the
         // plan's lengths (asserted).
         unsafe { transform_patches(p, x, first, count, patches) };
@@ -700,7 +685,7 @@ mod tests {
     #[test]
     fn tile_groups_are_even_and_cover_the_tiles() {
         assert_eq!(
-            tile_groups(49),
+            even_parts(49, MAX_TILES),
             [
                 (0, 6),
                 (6, 6),
@@ -713,9 +698,9 @@ mod tests {
                 (44, 5)
             ]
         );
-        assert_eq!(tile_groups(6), [(0, 6)]);
-        assert_eq!(tile_groups(7), [(0, 4), (4, 3)]);
-        assert!(tile_groups(0).is_empty());
+        assert_eq!(even_parts(6, MAX_TILES), [(0, 6)]);
+        assert_eq!(even_parts(7, MAX_TILES), [(0, 4), (4, 3)]);
+        assert!(even_parts(0, MAX_TILES).is_empty());
     }
 
     /// Layers beyond the transformed weights' budget, or too shallow, or
