@@ -1,12 +1,13 @@
 //! ONNX from the command line: export a README model's checkpoint, inspect
 //! an `.onnx` file (its graph as retrograd records it, in the trace format,
-//! and as SVG), run one on given inputs.
+//! and as SVG), run one on given inputs, profile its nodes.
 //!
 //! ```sh
 //! cargo run --release --example train_digits                       # writes target/train_digits.safetensors
 //! cargo run --release --example onnx -- export digits target/train_digits.safetensors target/digits.onnx
 //! cargo run --release --example onnx -- inspect target/digits.onnx --svg target/digits.svg
 //! cargo run --release --example onnx -- run target/digits.onnx --batch 4
+//! cargo run --release --example onnx -- profile target/digits.onnx --batch 64 --runs 50
 //! cargo run --release --example onnx -- export mnist_cnn --random target/cnn.onnx   # fresh weights, no training
 //! scripts/fetch_minilm.sh                                            # all-MiniLM-L6-v2 into .cache/models
 //! cargo run --release --example onnx -- export minilm .cache/models/all-MiniLM-L6-v2 target/minilm.onnx
@@ -53,6 +54,9 @@ usage:
   onnx run FILE.onnx [--inputs FILE.safetensors] [--batch N] [--seed S] [--out FILE.safetensors]
       runs the model on the named tensors of --inputs (default: seeded random inputs, free sizes
       set to --batch), prints each output, and writes them to --out
+  onnx profile FILE.onnx [--inputs FILE.safetensors] [--batch N] [--runs N] [--top N]
+      runs the model --runs times (default 20) on the inputs `run` takes and prints where the
+      time goes: per ONNX op type, then the --top slowest nodes (default 20)
 options for all: --seed S (default 0), -h/--help";
 
 #[derive(Default)]
@@ -69,6 +73,8 @@ struct Args {
     inputs: Option<PathBuf>,
     out: Option<PathBuf>,
     seed: u64,
+    runs: u32,
+    top: usize,
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -77,6 +83,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     let mut a = Args {
         batch: 8,
         dynamic: true,
+        runs: 20,
+        top: 20,
         ..Args::default()
     };
     let err = |e: lexopt::Error| e.to_string();
@@ -93,6 +101,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                 a.batch = text(&mut p)?.parse().map_err(|e| format!("--batch: {e}"))?
             }
             Long("seed") => a.seed = text(&mut p)?.parse().map_err(|e| format!("--seed: {e}"))?,
+            Long("runs") => a.runs = text(&mut p)?.parse().map_err(|e| format!("--runs: {e}"))?,
+            Long("top") => a.top = text(&mut p)?.parse().map_err(|e| format!("--top: {e}"))?,
             Long("max-nodes") => {
                 a.max_nodes = Some(
                     text(&mut p)?
@@ -111,6 +121,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     }
     if a.batch == 0 {
         return Err("--batch must be > 0".into());
+    }
+    if a.runs == 0 {
+        return Err("--runs must be > 0".into());
     }
     Ok(Some(a))
 }
@@ -131,6 +144,7 @@ fn main() -> ExitCode {
         "export" => export(&args),
         "inspect" => inspect(&args),
         "run" => run(&args),
+        "profile" => profile(&args),
         other => Err(format!("unknown command `{other}`\n\n{USAGE}").into()),
     };
     match outcome {
@@ -492,6 +506,17 @@ fn inspect(a: &Args) -> Outcome {
         graph.write_svg(svg, &options)?;
         println!("wrote {}", svg.display());
     }
+    Ok(())
+}
+
+fn profile(a: &Args) -> Outcome {
+    let path = onnx_arg(a)?;
+    let model = OnnxModel::load(path)?;
+    let inputs = model_inputs(&model, a)?;
+    let profile = model.profile(&inputs, a.runs)?;
+    let threads = rayon::current_num_threads();
+    println!("{path} on {threads} threads:");
+    print!("{}", profile.report(a.top));
     Ok(())
 }
 

@@ -62,7 +62,8 @@ pub use autograd::{
     jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
     JacobianMode,
 };
-pub use base::{DType, Error, OnnxProblem, Result, TensorProblem};
+pub use base::profile;
+pub use base::{DType, Error, OnnxProblem, Profile, Result, TensorProblem};
 pub use compile::{compile, CompileOptions, Compiled, StepOutput};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::pool::options::*;

@@ -101,6 +101,33 @@ fn cnn_convolution_blocks_run_fused() {
     );
 }
 
+/// `profile` times each node that runs, under its op type (a fused
+/// block's), and refuses zero runs.
+#[test]
+fn a_profile_has_a_part_per_node_that_runs() {
+    let model = OnnxModel::load(fixture("cnn.onnx")).unwrap();
+    let io = load_tensors(fixture("cnn.io.safetensors")).unwrap().tensors;
+    let input = io[&format!("case0.{}", model.input_names()[0])].clone();
+    let profile = model.profile(std::slice::from_ref(&input), 3).unwrap();
+    assert_eq!(profile.runs(), 3);
+    let kinds: Vec<&str> = profile.parts().iter().map(|p| p.kind.as_str()).collect();
+    assert_eq!(kinds, model.op_types());
+    let fused = profile
+        .by_kind()
+        .into_iter()
+        .find(|k| k.kind == "Conv+Relu+MaxPool (fused)")
+        .expect("the fused blocks are a kind");
+    assert_eq!(fused.parts, 2);
+    assert!(
+        profile.parts().iter().all(|p| p.label.starts_with("node ")),
+        "{profile}"
+    );
+    assert!(matches!(
+        model.profile(&[input], 0),
+        Err(retrograd::Error::InvalidArgument { op: "profile", .. })
+    ));
+}
+
 #[test]
 fn cnn_with_batch_norm_nodes_matches_pytorch() {
     check("cnn_bn");

@@ -106,6 +106,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "the W4 iteration compiled beside the eager iteration, batch 12",
     ),
     (
+        "w4_profile",
+        w4::run_profile,
+        "the compiled W4 step's replay, step by step (Compiled::profile): a JSON line per kind, the table on stderr",
+    ),
+    (
         "w4_attn",
         w4::run,
         "causal scaled_dot_product_attention, B=12 H=4 D=32, T=64/256/1024: forward + backward",

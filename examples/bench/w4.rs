@@ -192,6 +192,47 @@ pub fn run_step_compiled(opts: &Options) {
     );
 }
 
+/// `w4_profile`: where the compiled W4 step's replay spends its time
+/// (`Compiled::profile` over 30 runs after a warm-up; clipping and AdamW
+/// run outside the captured step and are not in it): one JSON line per
+/// kind of step, and the profile's table on stderr.
+pub fn run_profile(opts: &Options) {
+    let GptStep {
+        model,
+        tokens,
+        targets,
+        ..
+    } = GptStep::new(STEP_BATCH);
+    let in_graph = model.clone();
+    let mut compiled = compile(
+        move |_: &Graph, v: &[Var<'_>]| in_graph.loss(&v[0], v[1].value()),
+        CompileOptions::new().params(model.parameters()),
+    );
+    let inputs = [tokens, targets];
+    let runs = if opts.quick {
+        3
+    } else {
+        opts.repeats.max(30) as u32
+    };
+    let profile = compiled
+        .profile(&inputs, runs)
+        .expect("a valid compiled step");
+    eprint!("{}", profile.report(25));
+    for kind in profile.by_kind() {
+        emit(
+            vec![
+                ("framework", "retrograd".into()),
+                ("workload", "w4_profile".into()),
+                ("batch", STEP_BATCH.into()),
+                ("kind", kind.kind.as_str().into()),
+                ("steps", kind.parts.into()),
+                ("ms_per_run", (kind.per_run.as_secs_f64() * 1e3).into()),
+            ],
+            None,
+        );
+    }
+}
+
 pub fn run_step(opts: &Options) {
     let mut step = GptStep::new(STEP_BATCH);
     let mut loss = 0.0;

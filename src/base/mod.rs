@@ -10,12 +10,16 @@
 //! Where things are: the base layer: the one `Error` enum (thiserror) and
 //! `Result`; `or_panic`, the panicking form of every `try_` method and of
 //! operator sugar (`error.rs`); `fallible!`, which writes each `try_x`/`x`
-//! method pair from one body (`fallible.rs`); the `DType` tag (`dtype.rs`).
+//! method pair from one body (`fallible.rs`); the `DType` tag (`dtype.rs`);
+//! `Profile`, the per-part wall times of repeated runs that compiled steps
+//! and imported ONNX models report (`profile.rs`).
 //! The crate root keeps the paths `crate::error`, `crate::fallible`.
 
 pub(crate) mod dtype;
 pub(crate) mod error;
 pub(crate) mod fallible;
+pub mod profile;
 
 pub use dtype::DType;
 pub use error::{Error, OnnxProblem, Result, TensorProblem};
+pub use profile::Profile;

@@ -291,6 +291,62 @@ impl Capture {
             .collect()
     }
 
+    /// Each step's kind and one-line label, for [`Compiled::profile`](super::Compiled::profile):
+    /// an op by its name, a fast rule as `op backward (fast rule)`, a fused
+    /// group by its ops' names, a scalar program as such; the label adds
+    /// the step's nodes and the shape it writes.
+    pub(crate) fn step_parts(&self) -> Vec<(String, String)> {
+        let st = self.captured.graph.state();
+        let p = &self.program;
+        let shape = |slot: u32| {
+            let info = &p.slots[slot as usize];
+            format!("{} {:?}", info.dtype, info.shape.as_slice())
+        };
+        p.steps
+            .iter()
+            .map(|step| match step {
+                Step::Op(o) => {
+                    let name = o.op.get().name().to_string();
+                    let label = format!("{name} nodes[{}] -> {}", o.node, shape(o.out));
+                    (name, label)
+                }
+                Step::Fast(f) => {
+                    let kind = format!("{} backward (fast rule)", f.op.get().name());
+                    let writes: Vec<String> = f.outs.iter().flatten().map(|&o| shape(o)).collect();
+                    let label = format!("{kind} of nodes[{}] -> {}", f.node, writes.join(", "));
+                    (kind, label)
+                }
+                Step::Fused(g) => {
+                    let mut names: Vec<&str> = Vec::new();
+                    for &n in &g.nodes {
+                        let name = st.op_name(st.nodes()[n as usize].op);
+                        if !names.contains(&name) {
+                            names.push(name);
+                        }
+                    }
+                    let kind = format!("fused {}", names.join(", "));
+                    let label = format!(
+                        "{kind}: {} nodes from nodes[{}] over {} {:?}",
+                        g.nodes.len(),
+                        g.nodes.first().copied().unwrap_or(0),
+                        g.dtype,
+                        g.shape.as_slice()
+                    );
+                    (kind, label)
+                }
+                Step::Scalar(sp) => {
+                    let kind = "scalar program".to_string();
+                    let label = format!(
+                        "scalar program: {} 0-d nodes from nodes[{}]",
+                        sp.nodes.len(),
+                        sp.nodes.first().copied().unwrap_or(0)
+                    );
+                    (kind, label)
+                }
+            })
+            .collect()
+    }
+
     /// Whether node `n` of [`graph`](Self::graph) runs (dead nodes and
     /// nodes a fast rule replaces do not).
     pub fn runs_node(&self, n: usize) -> bool {

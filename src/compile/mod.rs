@@ -179,6 +179,7 @@ use std::collections::HashMap;
 pub use capture::GradTarget;
 
 use crate::autograd::Gradients;
+use crate::base::profile::{PartClock, PartTime};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::nn::Parameter;
@@ -502,6 +503,80 @@ where
         on_grad: &mut OnGrad<'_>,
     ) -> Result<&mut StepOutput> {
         self.run_with(inputs, Some(on_grad))
+    }
+
+    /// Runs the step `runs` times on `inputs` and times each step of the
+    /// replay: where a compiled step's time goes, step by step and by
+    /// kind (an op, a fast backward rule, a fused group), beside
+    /// [`Capture::explain`]'s account of what each step is. A signature
+    /// not yet captured is captured and replayed once first, untimed (the
+    /// capture and the first replay's allocations are not a steady run's).
+    /// These are real runs: a captured optimizer update or state write
+    /// happens each time, and dropout draws the masks of the runs they are.
+    ///
+    /// Errors: `runs` of 0 is [`Error::InvalidArgument`]; otherwise
+    /// [`run`](Self::run)'s.
+    ///
+    /// ```
+    /// use retrograd::{compile, CompileOptions, Graph, Tensor, Var};
+    /// use retrograd::nn::Parameter;
+    ///
+    /// let w = Parameter::new(Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 1.0], &[2, 2])?);
+    /// let mut step = compile(
+    ///     |g: &Graph, x: &[Var<'_>]| x[0].try_matmul(&g.param(&w))?.tanh().try_sum(),
+    ///     CompileOptions::new().params([&w]),
+    /// );
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let profile = step.profile(&[x], 10)?;
+    /// assert_eq!(profile.runs(), 10);
+    /// // One part per step of the capture's program, the product first.
+    /// assert_eq!(profile.parts()[0].kind, "matmul");
+    /// println!("{profile}");
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn profile(&mut self, inputs: &[Tensor], runs: u32) -> Result<crate::Profile> {
+        if runs == 0 {
+            return Err(Error::invalid("profile", "runs must be at least 1"));
+        }
+        let training = self.training;
+        if !self
+            .cache
+            .iter()
+            .any(|c| c.signature.matches(inputs, training))
+        {
+            self.run(inputs)?;
+        }
+        let at = self
+            .cache
+            .iter()
+            .position(|c| c.signature.matches(inputs, training))
+            .expect("captured above");
+        let steps = self.cache[at].program.steps.len();
+        self.cache[at].replay.clock = Some(PartClock::new(steps));
+        let mut timed = Ok(());
+        for _ in 0..runs {
+            timed = self.run(inputs).map(|_| ());
+            if timed.is_err() {
+                break;
+            }
+        }
+        // The run moved the capture last (most recently used).
+        let c = self.cache.last_mut().expect("a capture ran");
+        let clock = c.replay.clock.take().unwrap_or_default();
+        timed?;
+        let parts = c
+            .step_parts()
+            .into_iter()
+            .zip(clock.totals())
+            .enumerate()
+            .map(|(index, ((kind, label), &total))| PartTime {
+                index,
+                kind,
+                label,
+                total,
+            })
+            .collect();
+        Ok(crate::Profile::new(runs, parts))
     }
 
     fn run_with(

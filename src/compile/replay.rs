@@ -5,11 +5,14 @@
 //! builds, `tensor::planned`), which come back to the plan when their
 //! value dies, so a steady loop reuses the same memory every run.
 
+use std::time::Instant;
+
 use smallvec::SmallVec;
 
 use super::kernel::{self, Lanes};
 use super::program::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, Slot, Step};
 use super::ready::ReadySchedule;
+use crate::base::profile::PartClock;
 use crate::core::graph::capture::{CaptureLog, SourceKind};
 use crate::core::Primitive;
 use crate::error::{Error, Result};
@@ -27,6 +30,8 @@ pub(crate) struct Replay {
     headers: Vec<Option<Header>>,
     regs_f32: Vec<f32>,
     regs_f64: Vec<f64>,
+    /// Each step's wall time, summed over runs, while profiling.
+    pub(crate) clock: Option<PartClock>,
 }
 
 /// Told each requested gradient (its index in `Program::grads`; `None`:
@@ -97,6 +102,7 @@ impl Replay {
         }
         self.tell(program, 0, &mut notify)?;
         for (i, step) in program.steps.iter().enumerate() {
+            let start = self.clock.is_some().then(Instant::now);
             match step {
                 Step::Op(s) => self.op(program, s, seed)?,
                 Step::Fast(s) => self.fast(program, s)?,
@@ -109,6 +115,9 @@ impl Replay {
             let range = program.release_at[i].clone();
             for &s in &program.releases[range.start as usize..range.end as usize] {
                 self.release(program, s);
+            }
+            if let (Some(clock), Some(start)) = (&mut self.clock, start) {
+                clock.add(i, start);
             }
             self.tell(program, i + 1, &mut notify)?;
         }

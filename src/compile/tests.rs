@@ -484,3 +484,57 @@ fn a_replay_on_the_pool_keeps_the_eager_bits() {
         .unwrap();
     assert!(!step.cache[0].program.parallel);
 }
+
+/// `profile` times every step of the program once per run, names each by
+/// what it runs, and leaves the step's results the plain runs give.
+#[test]
+fn a_profile_names_every_step_and_keeps_the_results() {
+    let p = mlp_params();
+    let mut step = compile(
+        |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
+        CompileOptions::new().params(&p),
+    );
+    let x = vec![
+        Tensor::randn(&[4, 5], DType::F64, 1).unwrap(),
+        Tensor::randn(&[4, 3], DType::F64, 2).unwrap(),
+    ];
+    assert!(matches!(
+        step.profile(&x, 0),
+        Err(Error::InvalidArgument { op: "profile", .. })
+    ));
+    // The first call captures (and replays once, untimed), then times 4 runs.
+    let profile = step.profile(&x, 4).unwrap();
+    assert_eq!(
+        (profile.runs(), step.capture_count(), step.run_count()),
+        (4, 1, 5)
+    );
+    let c = step.capture().unwrap();
+    let explain = c.explain();
+    let steps: usize = explain
+        .lines()
+        .find_map(|l| l.strip_prefix("steps: "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("explain counts the steps");
+    assert_eq!(profile.parts().len(), steps, "{explain}");
+    let kinds: Vec<&str> = profile.parts().iter().map(|q| q.kind.as_str()).collect();
+    assert_eq!(kinds[0], "matmul", "{kinds:?}");
+    assert_eq!(kinds[1], "fused add, relu", "{kinds:?}");
+    assert!(
+        profile.parts()[1].label.contains("over f64 [4, 7]"),
+        "{:?}",
+        profile.parts()[1]
+    );
+    for (i, part) in profile.parts().iter().enumerate() {
+        assert_eq!(part.index, i);
+    }
+    let by_kind: usize = profile.by_kind().iter().map(|k| k.parts).sum();
+    assert_eq!(by_kind, steps);
+    assert!(profile.report(3).contains("fused add, relu"));
+    // Profiled runs are plain runs: the next one gives the eager bits.
+    let (loss, ..) = eager_mlp(&x, &p);
+    assert_eq!(bits(step.run(&x).unwrap().loss_value()), bits(&loss));
+    // A second profile times the cached capture without capturing again.
+    assert_eq!(step.profile(&x, 2).unwrap().parts().len(), steps);
+    assert_eq!(step.capture_count(), 1);
+}

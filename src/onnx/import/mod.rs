@@ -10,12 +10,15 @@ mod load;
 mod ops;
 
 use std::path::Path;
+use std::time::Instant;
 
 pub use load::{MAX_OPSET, MIN_OPSET};
 
 use attrs::Attrs;
 use ops::Convert;
 
+use crate::base::profile::{PartClock, PartTime};
+use crate::base::Profile;
 use crate::error::{Error, OnnxProblem, Result};
 use crate::graph::{Graph, Var};
 use crate::nn::{join_name, Buffer, Module, Parameter};
@@ -165,6 +168,16 @@ impl OnnxModel {
     /// differ from the declared ones, is [`OnnxProblem::ShapeMismatch`]
     /// naming it; an error inside a node names the node.
     pub fn forward<'g>(&self, graph: &'g Graph, inputs: &[&Var<'g>]) -> Result<Vec<Var<'g>>> {
+        self.forward_timed(graph, inputs, None)
+    }
+
+    /// [`forward`](Self::forward), adding each step's wall time to `clock`.
+    fn forward_timed<'g>(
+        &self,
+        graph: &'g Graph,
+        inputs: &[&Var<'g>],
+        mut clock: Option<&mut PartClock>,
+    ) -> Result<Vec<Var<'g>>> {
         self.check_inputs(inputs.iter().map(|v| (v.dtype(), v.shape())))?;
         let mut slots: Vec<Option<Var<'g>>> = vec![None; self.slot_names.len()];
         for (spec, v) in self.inputs.iter().zip(inputs) {
@@ -181,6 +194,7 @@ impl OnnxModel {
             slots[*slot] = Some(Var::constant_in(graph, t.clone()));
         }
         for (i, step) in self.steps.iter().enumerate() {
+            let start = clock.is_some().then(Instant::now);
             let args: Vec<Option<Var<'g>>> = step
                 .inputs
                 .iter()
@@ -196,6 +210,9 @@ impl OnnxModel {
                 if self.last_use[slot] == i {
                     slots[slot] = None;
                 }
+            }
+            if let (Some(clock), Some(start)) = (clock.as_deref_mut(), start) {
+                clock.add(i, start);
             }
         }
         self.outputs
@@ -220,6 +237,43 @@ impl OnnxModel {
             .into_iter()
             .map(|v| v.value().clone())
             .collect())
+    }
+
+    /// Runs [`infer`](Self::infer) `runs` times on `inputs` (after one
+    /// untimed run, which warms the thread's tensor pool) and times each
+    /// node as it runs (after constant folding and fusion: the nodes of
+    /// [`op_types`](Self::op_types)), as onnxruntime's
+    /// `SessionOptions.enable_profiling` does. Each part's kind is its
+    /// ONNX op type (a fused pattern's, such as `MatMul+Add`), its label
+    /// the node's name.
+    ///
+    /// Errors: `runs` of 0 is [`Error::InvalidArgument`]; otherwise
+    /// [`infer`](Self::infer)'s.
+    pub fn profile(&self, inputs: &[Tensor], runs: u32) -> Result<Profile> {
+        if runs == 0 {
+            return Err(Error::invalid("profile", "runs must be at least 1"));
+        }
+        self.infer(inputs)?;
+        let mut clock = PartClock::new(self.steps.len());
+        let graph = Graph::inference();
+        let vars: Vec<Var<'static>> = inputs.iter().map(Var::from).collect();
+        let refs: Vec<&Var<'static>> = vars.iter().collect();
+        for _ in 0..runs {
+            self.forward_timed(graph, &refs, Some(&mut clock))?;
+        }
+        let parts = self
+            .steps
+            .iter()
+            .zip(clock.totals())
+            .enumerate()
+            .map(|(index, (step, &total))| PartTime {
+                index,
+                kind: step.op_type.clone(),
+                label: step.attrs.label.clone(),
+                total,
+            })
+            .collect();
+        Ok(Profile::new(runs, parts))
     }
 
     fn check_inputs<'a>(
