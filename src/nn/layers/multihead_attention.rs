@@ -211,16 +211,21 @@ impl MultiheadAttention {
 
     /// `[B, T, 3E]` -> the `[B, H, T, D]` heads of q, k and v: strided
     /// views of the projection, which attention reads in place (no copy).
+    /// Each is picked before it is permuted, so the backward's slices
+    /// land in the projection's own `[B, T, 3, H, D]` layout and its
+    /// gradient reaches the product without a copy back.
     fn split_qkv<'g>(&self, qkv: &Var<'g>) -> Result<[Var<'g>; 3]> {
         let (b, t, h) = (
             qkv.shape()[0] as isize,
             qkv.shape()[1] as isize,
             self.num_heads as isize,
         );
-        let all = qkv
-            .try_reshape(&[b, t, 3, h, -1])?
-            .try_permute(&[2, 0, 3, 1, 4])?;
-        let pick = |i: isize| all.try_narrow(0, i, 1)?.try_squeeze_dim(0);
+        let all = qkv.try_reshape(&[b, t, 3, h, -1])?;
+        let pick = |i: isize| {
+            all.try_narrow(2, i, 1)?
+                .try_squeeze_dim(2)?
+                .try_permute(&[0, 2, 1, 3])
+        };
         Ok([pick(0)?, pick(1)?, pick(2)?])
     }
 }

@@ -319,21 +319,26 @@ fn bool_mask_errors_are_typed() {
     ));
 }
 
-/// Heads split from a `[B, T, H, D]` projection by a permute (and from a
-/// fused `[B, T, 3, H, D]` one by narrowing too) reach the kernel as views:
-/// nothing is packed in either sweep, and values and gradients are those of
-/// contiguous heads.
+/// Heads split from a fused `[B, T, 3, H, D]` projection by narrowing and
+/// a permute, in either order (permuted first, or picked first as
+/// `MultiheadAttention` does), reach the kernel as views: nothing is packed
+/// in either sweep, and values and gradients are those of contiguous heads.
 #[test]
 fn strided_heads_are_read_in_place() {
     let (b, t, h, d) = (2, 70, 3, 4);
-    for causal in [false, true] {
+    for (causal, pick_first) in [(false, false), (true, false), (false, true), (true, true)] {
         let proj = sample(&[b, t, 3, h, d], 21, 1.0);
         let g = Graph::new();
         let x = g.variable(proj.clone());
-        let all = x.try_permute(&[2, 0, 3, 1, 4]).unwrap();
-        let heads: Vec<Var<'_>> = (0..3)
-            .map(|i| all.try_narrow(0, i, 1).unwrap().try_squeeze_dim(0).unwrap())
-            .collect();
+        let head = |i: isize| {
+            if pick_first {
+                x.try_narrow(2, i, 1).unwrap().try_squeeze_dim(2).unwrap().try_permute(&[0, 2, 1, 3]).unwrap()
+            } else {
+                let all = x.try_permute(&[2, 0, 3, 1, 4]).unwrap();
+                all.try_narrow(0, i, 1).unwrap().try_squeeze_dim(0).unwrap()
+            }
+        };
+        let heads: Vec<Var<'_>> = (0..3).map(head).collect();
         for v in &heads {
             assert!(!v.value().is_contiguous() && v.value().shares_storage_with(&proj));
         }
