@@ -63,18 +63,20 @@ impl Capture {
             total - forward,
             p.dead_nodes
         );
-        let (mut ops, mut fast, mut fused, mut scalar) = (0, 0, 0, 0);
+        let (mut ops, mut fast, mut fused, mut scalar, mut sums) = (0, 0, 0, 0, 0);
         for step in &p.steps {
             match step {
                 Step::Op(_) => ops += 1,
                 Step::Fast(_) => fast += 1,
                 Step::Fused(_) => fused += 1,
                 Step::Scalar(_) => scalar += 1,
+                Step::SliceSum(_) => sums += 1,
             }
         }
         let _ = writeln!(
             s,
-            "steps: {} ({ops} single ops, {fast} fast backward rules, {fused} fused groups, {scalar} scalar programs)",
+            "steps: {} ({ops} single ops, {fast} fast backward rules, {fused} fused groups, {scalar} scalar programs, \
+             {sums} slice sums)",
             p.steps.len()
         );
         let _ = writeln!(s, "\nsteps:");
@@ -120,6 +122,19 @@ impl Capture {
                         g.outputs.iter().map(|&o| label(o)).collect::<Vec<_>>().join(", ")
                     )
                 }
+                Step::SliceSum(ss) => writeln!(
+                    s,
+                    "  {i:>4}  slices  {} gradients of disjoint slices along dim {} summed into {} in one buffer, \
+                     in place of {}",
+                    ss.parts.len(),
+                    ss.dim,
+                    label(ss.out),
+                    ss.nodes
+                        .iter()
+                        .map(|&n| format!("nodes[{n}] {}", st.op_name(st.nodes()[n as usize].op)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
                 Step::Scalar(sp) => writeln!(
                     s,
                     "  {i:>4}  scalar  {} 0-d {} nodes (nodes[{}] to nodes[{}]) as a flat program: {} registers, {} inputs, {} outputs",
@@ -254,6 +269,10 @@ impl Capture {
                     "# step {i}: scalar program over {} 0-d nodes:",
                     p.nodes.len()
                 )),
+                Step::SliceSum(ss) => Some(format!(
+                    "# step {i}: slice sum, {} slice gradients added into one buffer:",
+                    ss.parts.len()
+                )),
             };
             let indent = if head.is_some() { "  " } else { "" };
             if let Some(h) = head {
@@ -282,6 +301,7 @@ impl Capture {
                     }
                     Step::Fused(g) => format!("step {i}: fused {:?}", g.shape.as_slice()),
                     Step::Scalar(_) => format!("step {i}: scalar program"),
+                    Step::SliceSum(_) => format!("step {i}: slice sum"),
                 };
                 Some((
                     label,
@@ -331,6 +351,17 @@ impl Capture {
                         g.nodes.first().copied().unwrap_or(0),
                         g.dtype,
                         g.shape.as_slice()
+                    );
+                    (kind, label)
+                }
+                Step::SliceSum(ss) => {
+                    let kind = "slice sum".to_string();
+                    let label = format!(
+                        "slice sum of {} parts along dim {} from nodes[{}] -> {}",
+                        ss.parts.len(),
+                        ss.dim,
+                        ss.nodes.first().copied().unwrap_or(0),
+                        shape(ss.out)
                     );
                     (kind, label)
                 }

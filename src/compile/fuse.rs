@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 
 use super::lower::FastRule;
 use super::program::{Arg, Code, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
+use super::slice_sum::SliceSumPlan;
 use crate::core::Pointwise;
 use crate::error::{Error, Result};
 use crate::graph::{GraphState, OpId, LEAF_CONSTANT};
@@ -35,6 +36,8 @@ pub(crate) enum Unit {
     Fast(usize),
     Group(GroupPlan),
     Scalar(Vec<u32>),
+    /// `slice_sum.rs`'s plan `i`.
+    SliceSum(usize),
 }
 
 /// A fused group's members and iteration.
@@ -86,6 +89,7 @@ pub(crate) fn units(
     live: &[bool],
     covered: &[bool],
     fast: &[FastRule],
+    sums: &[SliceSumPlan],
     fuse: bool,
 ) -> Vec<Unit> {
     let mut placed: Vec<(u32, Unit)> = fast
@@ -93,12 +97,20 @@ pub(crate) fn units(
         .enumerate()
         .map(|(i, f)| (f.group.nodes.start, Unit::Fast(i)))
         .collect();
+    placed.extend(
+        sums.iter()
+            .enumerate()
+            .map(|(i, p)| (p.root, Unit::SliceSum(i))),
+    );
     // Where each value is made (leaves: before everything) and its group.
     let mut pos = vec![-1i64; st.values().len()];
     for f in fast {
         for &v in f.live_outs.iter().flatten() {
             pos[v as usize] = f.group.nodes.start as i64;
         }
+    }
+    for p in sums {
+        pos[st.nodes()[p.root as usize].output as usize] = p.root as i64;
     }
     let mut group_of = vec![NONE; st.values().len()];
     let mut groups: Vec<GroupPlan> = Vec::new();

@@ -6,9 +6,11 @@
 //! 2. Fast rules: a non-elementwise forward node whose op has a
 //!    `backward_fast` runs it in place of the nodes its `Var` formula
 //!    recorded (the first-order sweep's own path, so the same bits).
-//! 3. Fusion (`fuse.rs`): elementwise nodes of one shape become one pass
+//! 3. Slice sums (`slice_sum.rs`): `add`s of the gradients of disjoint
+//!    slices of one value become one step writing each into its slice.
+//! 4. Fusion (`fuse.rs`): elementwise nodes of one shape become one pass
 //!    over memory; consecutive 0-d elementwise nodes a flat scalar program.
-//! 4. Slots and liveness: a slot per value that crosses steps, released
+//! 5. Slots and liveness: a slot per value that crosses steps, released
 //!    after its last use; the memory plan (`plan.rs`) gives every value a
 //!    step makes (not views, not 0-d values) its buffer.
 
@@ -17,7 +19,8 @@ use smallvec::SmallVec;
 use super::capture::{BackwardGroup, Captured};
 use super::fuse::{self, Unit};
 use super::plan;
-use super::program::{Binding, FastStep, OpStep, Program, Slot, SlotInfo, Step};
+use super::program::{Binding, FastStep, OpStep, Program, SliceSum, Slot, SlotInfo, Step};
+use super::slice_sum::{self, SliceSumPlan};
 use crate::autograd::backward::OpHolder;
 use crate::core::graph::capture::SourceKind;
 use crate::error::{Error, Result};
@@ -31,9 +34,14 @@ const NO: Slot = Slot::MAX;
 pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
     let st = cap.graph.state();
     let live = live_nodes(&st, cap);
-    let (covered, fast) = fast_rules(&st, cap, &live)?;
-    let units = fuse::units(&st, &live, &covered, &fast, fuse);
-    let producer_unit = producer_units(&st, &units, &fast);
+    let (mut covered, fast) = fast_rules(&st, cap, &live)?;
+    let sums = if fuse {
+        slice_sum::slice_sums(&st, &live, &mut covered, &readers(&st, cap, &live))
+    } else {
+        Vec::new()
+    };
+    let units = fuse::units(&st, &live, &covered, &fast, &sums, fuse);
+    let producer_unit = producer_units(&st, &units, &fast, &sums);
     let outputs = program_outputs(cap);
     // Each unit's external inputs and the values it must write to slots.
     let mut reads: Vec<Vec<u32>> = Vec::with_capacity(units.len());
@@ -46,7 +54,7 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
     let mut listed_by = vec![NO; st.values().len()];
     for (u, unit) in units.iter().enumerate() {
         let mut external: Vec<u32> = Vec::new();
-        for v in unit_inputs(&st, unit, &fast) {
+        for v in unit_inputs(&st, unit, &fast, &sums) {
             if producer_unit[v as usize] != u as u32 && listed_by[v as usize] != u as u32 {
                 listed_by[v as usize] = u as u32;
                 external.push(v);
@@ -100,6 +108,20 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
             Unit::Scalar(nodes) => Step::Scalar(fuse::scalar_program(
                 &st, nodes, &reads[u], &writes[u], &slot_of,
             )),
+            Unit::SliceSum(i) => {
+                let plan = &sums[*i];
+                Step::SliceSum(SliceSum {
+                    dim: plan.dim,
+                    step: plan.step,
+                    parts: plan
+                        .parts
+                        .iter()
+                        .map(|&(v, start)| (slot_of(v), start))
+                        .collect(),
+                    out: slot_of(st.nodes()[plan.root as usize].output),
+                    nodes: plan.nodes.clone(),
+                })
+            }
         });
     }
     number_random_ops(&mut steps);
@@ -158,6 +180,8 @@ fn refuse_held_data(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Result<(
         Unit::Fast(i) => refuse(fast[*i].group.node, false),
         Unit::Group(g) => g.nodes.iter().try_for_each(|&n| refuse(n, false)),
         Unit::Scalar(nodes) => nodes.iter().try_for_each(|&n| refuse(n, false)),
+        // Runs its own kernel, which holds nothing.
+        Unit::SliceSum(_) => Ok(()),
     }
 }
 
@@ -312,8 +336,28 @@ fn accepts_fast(g: &BackwardGroup, outs: &[Option<u32>]) -> bool {
     })
 }
 
+/// How many times each value is read: by a live node, or as an output
+/// of the run.
+fn readers(st: &GraphState, cap: &Captured, live: &[bool]) -> Vec<u32> {
+    let mut count = vec![0u32; st.values().len()];
+    for n in (0..st.nodes().len()).filter(|&n| live[n]) {
+        for &v in st.inputs_of(n) {
+            count[v as usize] += 1;
+        }
+    }
+    for v in program_outputs(cap) {
+        count[v as usize] += 1;
+    }
+    count
+}
+
 /// The unit that writes each value (`NO` for leaves and unrun nodes).
-fn producer_units(st: &GraphState, units: &[Unit], fast: &[FastRule]) -> Vec<u32> {
+fn producer_units(
+    st: &GraphState,
+    units: &[Unit],
+    fast: &[FastRule],
+    sums: &[SliceSumPlan],
+) -> Vec<u32> {
     let mut unit_of = vec![NO; st.values().len()];
     for (u, unit) in units.iter().enumerate() {
         let mut mark = |v: u32| unit_of[v as usize] = u as u32;
@@ -327,13 +371,14 @@ fn producer_units(st: &GraphState, units: &[Unit], fast: &[FastRule]) -> Vec<u32
             Unit::Scalar(nodes) => nodes
                 .iter()
                 .for_each(|&n| mark(st.nodes()[n as usize].output)),
+            Unit::SliceSum(i) => mark(st.nodes()[sums[*i].root as usize].output),
         }
     }
     unit_of
 }
 
 /// Every value a unit reads (its members' inputs, for a group).
-fn unit_inputs(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Vec<u32> {
+fn unit_inputs(st: &GraphState, unit: &Unit, fast: &[FastRule], sums: &[SliceSumPlan]) -> Vec<u32> {
     let of_nodes = |nodes: &[u32]| -> Vec<u32> {
         nodes
             .iter()
@@ -351,6 +396,7 @@ fn unit_inputs(st: &GraphState, unit: &Unit, fast: &[FastRule]) -> Vec<u32> {
         }
         Unit::Group(g) => of_nodes(&g.nodes),
         Unit::Scalar(nodes) => of_nodes(nodes),
+        Unit::SliceSum(i) => sums[*i].parts.iter().map(|&(v, _)| v).collect(),
     }
 }
 

@@ -33,8 +33,11 @@
 //! prints and draws like any other ([`Capture::graph`]). Lowering keeps what
 //! the loss and the requested gradients depend on, runs a non-elementwise
 //! op's backward through its fast rule (`backward_fast`, the eager sweep's
-//! own path), fuses elementwise nodes into one pass over memory, and plans
-//! every slot's life and every buffer ([`Capture::explain`]).
+//! own path), sums the gradients of disjoint slices of one value in one
+//! buffer (`slice_sum.rs`: the q, k and v heads of a fused projection),
+//! fuses elementwise nodes into one pass over memory, and plans every
+//! slot's life and every buffer ([`Capture::explain`]). [`Compiled::profile`]
+//! times each of the resulting steps.
 //!
 //! **Replay.** A run binds the inputs, reads the parameters and module
 //! state again, and runs the steps: no node is recorded, 0-d arithmetic
@@ -171,6 +174,7 @@ mod plan;
 mod program;
 mod ready;
 mod replay;
+mod slice_sum;
 #[cfg(test)]
 mod tests;
 

@@ -90,6 +90,7 @@ pub(crate) fn step_slots(step: &Step) -> (Vec<Slot>, Vec<Slot>) {
             p.inputs.iter().map(|&(s, _)| s).collect(),
             p.outputs.iter().map(|&(_, s)| s).collect(),
         ),
+        Step::SliceSum(s) => (s.parts.iter().map(|&(p, _)| p).collect(), vec![s.out]),
     }
 }
 
@@ -177,6 +178,7 @@ fn planned_writes(program: &Program, i: usize) -> Vec<Slot> {
             .filter(has_elements)
             .collect(),
         Step::Scalar(_) => Vec::new(),
+        Step::SliceSum(s) => vec![s.out],
     }
 }
 

@@ -176,12 +176,29 @@ pub(crate) struct ScalarProgram {
     pub(crate) nodes: Vec<u32>,
 }
 
+/// Gradients of disjoint slices of one value, summed (the q, k and v
+/// heads of one fused projection): each part is added into its slice of
+/// one zeroed buffer, in place of the `slice_backward` nodes (a zeroed
+/// full-size buffer each) and the `add` nodes that summed them. Every
+/// element is `0 + part` or `0`, the sum's own bits.
+pub(crate) struct SliceSum {
+    /// The dimension sliced, and the step between positions.
+    pub(crate) dim: usize,
+    pub(crate) step: usize,
+    /// Each part's gradient and its first position along `dim`.
+    pub(crate) parts: Vec<(Slot, usize)>,
+    pub(crate) out: Slot,
+    /// The `slice_backward` and `add` nodes it runs, in graph order.
+    pub(crate) nodes: Vec<u32>,
+}
+
 /// One step of a run.
 pub(crate) enum Step {
     Op(OpStep),
     Fast(FastStep),
     Fused(FusedGroup),
     Scalar(ScalarProgram),
+    SliceSum(SliceSum),
 }
 
 impl Step {
@@ -192,6 +209,7 @@ impl Step {
             Step::Fast(s) => s.covers.clone().collect(),
             Step::Fused(g) => g.nodes.clone(),
             Step::Scalar(p) => p.nodes.clone(),
+            Step::SliceSum(s) => s.nodes.clone(),
         }
     }
 }

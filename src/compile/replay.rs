@@ -10,12 +10,15 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::kernel::{self, Lanes};
-use super::program::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, Slot, Step};
+use super::program::{
+    Binding, Code, FastStep, OpStep, Program, ScalarProgram, SliceSum, Slot, Step,
+};
 use super::ready::ReadySchedule;
 use crate::base::profile::PartClock;
 use crate::core::graph::capture::{CaptureLog, SourceKind};
 use crate::core::Primitive;
 use crate::error::{Error, Result};
+use crate::kernels::layout;
 use crate::tensor::planned::{Header, Lending};
 use crate::tensor::{DType, Tensor};
 
@@ -107,6 +110,7 @@ impl Replay {
                 Step::Op(s) => self.op(program, s, seed)?,
                 Step::Fast(s) => self.fast(program, s)?,
                 Step::Fused(g) => self.fused(program, g)?,
+                Step::SliceSum(ss) => self.slice_sum(program, ss)?,
                 Step::Scalar(p) => match p.dtype {
                     DType::F32 => scalar::<f32>(p, &mut self.values, &mut self.regs_f32),
                     _ => scalar::<f64>(p, &mut self.values, &mut self.regs_f64),
@@ -265,6 +269,25 @@ impl Replay {
             check_shape(program, s, &g, op.name(), step.node)?;
             self.values[s as usize] = Some(g);
         }
+        Ok(())
+    }
+
+    fn slice_sum(&mut self, program: &Program, step: &SliceSum) -> Result<()> {
+        let lending = self.lend(program, std::slice::from_ref(&step.out));
+        let out = {
+            let parts: SmallVec<[(&Tensor, usize); 4]> = step
+                .parts
+                .iter()
+                .map(|&(s, start)| (self.value(s), start))
+                .collect();
+            let shape = &program.slots[step.out as usize].shape;
+            layout::slice_sum(shape, &parts, step.dim, step.step)
+        };
+        self.take_back(program, lending, std::slice::from_ref(&step.out));
+        let out = out?;
+        let node = step.nodes.last().copied().unwrap_or(0);
+        check_shape(program, step.out, &out, "slice_sum", node)?;
+        self.values[step.out as usize] = Some(out);
         Ok(())
     }
 

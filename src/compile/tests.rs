@@ -538,3 +538,90 @@ fn a_profile_names_every_step_and_keeps_the_results() {
     assert_eq!(step.profile(&x, 2).unwrap().parts().len(), steps);
     assert_eq!(step.capture_count(), 1);
 }
+
+type Split = for<'a, 'g> fn(&'a Var<'g>) -> Result<Var<'g>>;
+
+/// The gradients of disjoint slices of one value (q, k and v cut from one
+/// projection) are summed as one slice-sum step, with the eager bits; a
+/// partial cover, overlapping slices and a sum with a whole-value gradient
+/// stay correct.
+#[test]
+fn slice_gradients_sum_in_one_step_with_the_eager_bits() {
+    for dtype in [DType::F32, DType::F64] {
+        let w = Parameter::new(Tensor::randn(&[4, 6], dtype, 5).unwrap());
+        // (split and combine, slice sums expected)
+        let cases: [(Split, usize); 4] = [
+            // Three heads along dim 1 of [n, 3, 2]: one sum of three.
+            (
+                |y| {
+                    let all = y.try_reshape(&[-1, 3, 2])?;
+                    let pick = |i: isize| all.try_narrow(1, i, 1)?.try_squeeze_dim(1);
+                    let (q, k, v) = (pick(0)?, pick(1)?, pick(2)?);
+                    Ok((q.tanh() * k.exp() + v.sin()).sum())
+                },
+                1,
+            ),
+            // Two of three parts: the third's place stays zero.
+            (
+                |y| Ok((y.try_narrow(1, 0, 2)?.exp() + y.try_narrow(1, 4, 2)?.tanh()).sum()),
+                1,
+            ),
+            // Overlapping slices are a sum, not a scatter.
+            (
+                |y| Ok((y.try_narrow(1, 0, 4)?.exp() * y.try_narrow(1, 2, 4)?).sum()),
+                0,
+            ),
+            // A whole-value gradient summed in with the slices' is a sum.
+            (
+                |y| {
+                    let a = y.try_narrow(1, 0, 3)?;
+                    let b = y.try_narrow(1, 3, 3)?;
+                    Ok((a.exp() + b.tanh()).sum() + y.exp().sum())
+                },
+                0,
+            ),
+        ];
+        for (case, (f, sums)) in cases.into_iter().enumerate() {
+            fn run<'g>(g: &'g Graph, x: &Var<'g>, w: &Parameter, f: Split) -> Result<Var<'g>> {
+                f(&x.try_matmul(&g.param(w))?)
+            }
+            let mut step = compile(
+                |g: &Graph, x: &[Var<'_>]| run(g, &x[0], &w, f),
+                CompileOptions::new().params([&w]).grad_inputs(&[0]),
+            );
+            for seed in 0..2 {
+                let x = Tensor::randn(&[3, 4], dtype, 40 + seed).unwrap();
+                let g = Graph::new();
+                let xv = g.variable(x.clone());
+                let loss = run(&g, &xv, &w, f).unwrap();
+                let grads = loss.backward().unwrap();
+                let out = step.run(&[x]).unwrap();
+                assert_eq!(bits(out.loss_value()), bits(loss.value()), "case {case}");
+                assert_eq!(
+                    bits(&out.grads().of(&w)),
+                    bits(&grads.of(&w)),
+                    "case {case} {dtype}"
+                );
+                assert_eq!(
+                    bits(out.input_grad(0).unwrap()),
+                    bits(&grads.wrt(&xv)),
+                    "case {case}"
+                );
+            }
+            let c = step.capture().unwrap();
+            let explain = c.explain();
+            assert!(
+                explain.contains(&format!(", {sums} slice sums)")),
+                "case {case}: {explain}"
+            );
+            if sums > 0 {
+                assert!(explain.contains("  slices  "), "{explain}");
+                assert!(c.optimized().contains("slice sum"), "{}", c.optimized());
+                let profile = step
+                    .profile(&[Tensor::randn(&[3, 4], dtype, 9).unwrap()], 1)
+                    .unwrap();
+                assert!(profile.parts().iter().any(|p| p.kind == "slice sum"));
+            }
+        }
+    }
+}

@@ -250,6 +250,100 @@ pub fn slice_backward_add(
     }))
 }
 
+/// The sum of the gradients of disjoint slices of one tensor of `shape`
+/// (the q, k and v heads of a fused projection), in one pass: part `k`,
+/// `(g, start)`, lands at `start, start + step, ...` along `dim` as
+/// `0 + g` (the bits of `slice_backward`s summed by `add`), every other
+/// element is zero. Each element is written once; no part is zero-filled
+/// to full size.
+///
+/// Errors: a part that does not fit its slice (as [`slice_backward`]),
+/// parts of different dtypes or not of a float dtype, or two parts that
+/// overlap.
+///
+/// ```
+/// use retrograd::{kernels::layout, Tensor};
+/// let a = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?;
+/// let b = Tensor::from_vec(vec![3.0, 4.0], &[1, 2])?;
+/// let sum = layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 2)], 0, 1)?;
+/// assert_eq!(sum.to_f64_vec(), vec![1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
+/// assert!(layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 0)], 0, 1).is_err());
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn slice_sum(
+    shape: &[usize],
+    parts: &[(&Tensor, usize)],
+    dim: usize,
+    step: usize,
+) -> Result<Tensor> {
+    const OP: &str = "slice_sum";
+    let Some(&(first, _)) = parts.first() else {
+        return Err(Error::invalid(OP, "no parts to sum"));
+    };
+    if dim >= shape.len() {
+        return Err(Error::AxisOutOfRange {
+            op: OP,
+            axis: dim as isize,
+            rank: shape.len(),
+        });
+    }
+    // Which part (and which of its positions) owns each position along `dim`.
+    let mut owner: Vec<Option<(usize, usize)>> = vec![None; shape[dim]];
+    let mut lens = Vec::with_capacity(parts.len());
+    for (k, &(g, start)) in parts.iter().enumerate() {
+        if g.dtype() != first.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: first.dtype(),
+                rhs: g.dtype(),
+            });
+        }
+        let len = scattered_len(g, shape, dim, start, step)?;
+        for j in 0..len {
+            let at = &mut owner[start + j * step];
+            if at.is_some() {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "parts overlap at position {} of dim {dim}",
+                        start + j * step
+                    ),
+                ));
+            }
+            *at = Some((k, j));
+        }
+        lens.push(len);
+    }
+    let (_, inner) = outer_inner(shape, dim);
+    let row_len = shape[dim] * inner;
+    Ok(crate::with_dtype!(OP, first.dtype(), T => {
+        let srcs: Vec<&[T]> = parts.iter().map(|(g, _)| g.as_slice_of::<T>()).collect();
+        let zero = T::cast_from_f64(0.0);
+        Tensor::build::<T>(Dims::from_slice(shape), |out| {
+            if row_len > 0 {
+                for_each_row(out, row_len, |o, row| {
+                    for (p, dst) in row.chunks_mut(inner.max(1)).enumerate() {
+                        match owner[p] {
+                            Some((k, j)) => {
+                                let from = &srcs[k][(o * lens[k] + j) * inner..][..inner];
+                                for (d, &v) in dst.iter_mut().zip(from) {
+                                    d.write(zero + v);
+                                }
+                            }
+                            None => dst.iter_mut().for_each(|d| {
+                                d.write(zero);
+                            }),
+                        }
+                    }
+                });
+            }
+            // SAFETY: `for_each_row` hands over every row of the output, and
+            // every position of each row is written: from its part, or zero.
+            unsafe { Filled::assume(out) }
+        })
+    }))
+}
+
 /// Pads (or, with negative amounts, crops) every dimension of `x`:
 /// `pads[d] = (before, after)` for dimension `d`; new positions hold `value`.
 ///
