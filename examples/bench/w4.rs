@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 
 use retrograd::nn::{Gpt, GptConfig, Module};
 use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer};
-use retrograd::{compile, CompileOptions, DType, Graph, SdpaOptions, Tensor, Var};
+use retrograd::{compile, CompileOptions, Compiled, DType, Graph, SdpaOptions, Tensor, Var};
 
 use crate::memory::{delegated, peak_growth, reset_peak, rss_and_peak};
 use crate::report::{alternate, emit, emit_times, time, Value};
@@ -113,20 +113,42 @@ pub struct CompiledGptStep {
     plan: std::rc::Rc<std::cell::RefCell<String>>,
 }
 
+/// The model's forward and loss captured by `compile` (with its backward),
+/// the batch it runs on, and the AdamW that [`GptStep`] would use.
+struct CompiledGpt<F> {
+    compiled: Compiled<F>,
+    inputs: [Tensor; 2],
+    optimizer: Adam,
+}
+
+fn compiled_gpt(
+    batch: usize,
+) -> CompiledGpt<impl for<'g> Fn(&'g Graph, &[Var<'g>]) -> retrograd::Result<Var<'g>>> {
+    let GptStep {
+        model,
+        optimizer,
+        tokens,
+        targets,
+    } = GptStep::new(batch);
+    let in_graph = model.clone();
+    let compiled = compile(
+        move |_: &Graph, v: &[Var<'_>]| in_graph.loss(&v[0], v[1].value()),
+        CompileOptions::new().params(model.parameters()),
+    );
+    CompiledGpt {
+        compiled,
+        inputs: [tokens, targets],
+        optimizer,
+    }
+}
+
 impl CompiledGptStep {
     pub fn new(batch: usize) -> Self {
-        let GptStep {
-            model,
+        let CompiledGpt {
+            mut compiled,
+            inputs,
             mut optimizer,
-            tokens,
-            targets,
-        } = GptStep::new(batch);
-        let in_graph = model.clone();
-        let mut compiled = compile(
-            move |_: &Graph, v: &[Var<'_>]| in_graph.loss(&v[0], v[1].value()),
-            CompileOptions::new().params(model.parameters()),
-        );
-        let inputs = [tokens, targets];
+        } = compiled_gpt(batch);
         let plan = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
         let plan_of_step = plan.clone();
         let step = move || {
@@ -197,18 +219,11 @@ pub fn run_step_compiled(opts: &Options) {
 /// run outside the captured step and are not in it): one JSON line per
 /// kind of step, and the profile's table on stderr.
 pub fn run_profile(opts: &Options) {
-    let GptStep {
-        model,
-        tokens,
-        targets,
+    let CompiledGpt {
+        mut compiled,
+        inputs,
         ..
-    } = GptStep::new(STEP_BATCH);
-    let in_graph = model.clone();
-    let mut compiled = compile(
-        move |_: &Graph, v: &[Var<'_>]| in_graph.loss(&v[0], v[1].value()),
-        CompileOptions::new().params(model.parameters()),
-    );
-    let inputs = [tokens, targets];
+    } = compiled_gpt(STEP_BATCH);
     let runs = if opts.quick {
         3
     } else {

@@ -99,6 +99,14 @@ fn mlp_params() -> Vec<Parameter> {
     [w1, b1, w2, b2].into_iter().map(Parameter::new).collect()
 }
 
+/// A batch of 4 for [`mlp`]: inputs and targets.
+fn mlp_batch() -> Vec<Tensor> {
+    vec![
+        Tensor::randn(&[4, 5], DType::F64, 1).unwrap(),
+        Tensor::randn(&[4, 3], DType::F64, 2).unwrap(),
+    ]
+}
+
 fn eager_mlp(x: &[Tensor], p: &[Parameter]) -> (Tensor, Vec<Tensor>, Tensor) {
     let g = Graph::new();
     let xs: Vec<Var<'_>> = vec![g.variable(x[0].clone()), g.constant(x[1].clone())];
@@ -383,10 +391,7 @@ fn a_capture_prints_and_lists_its_fused_groups() {
         |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
         CompileOptions::new().params(&p),
     );
-    let x = vec![
-        Tensor::randn(&[4, 5], DType::F64, 1).unwrap(),
-        Tensor::randn(&[4, 3], DType::F64, 2).unwrap(),
-    ];
+    let x = mlp_batch();
     step.run(&x).unwrap();
     let c = step.capture().unwrap();
     let printed = c.optimized();
@@ -494,10 +499,7 @@ fn a_profile_names_every_step_and_keeps_the_results() {
         |g: &Graph, x: &[Var<'_>]| mlp(g, x, &p),
         CompileOptions::new().params(&p),
     );
-    let x = vec![
-        Tensor::randn(&[4, 5], DType::F64, 1).unwrap(),
-        Tensor::randn(&[4, 3], DType::F64, 2).unwrap(),
-    ];
+    let x = mlp_batch();
     assert!(matches!(
         step.profile(&x, 0),
         Err(Error::InvalidArgument { op: "profile", .. })
