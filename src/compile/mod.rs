@@ -143,13 +143,14 @@
 //! `lower.rs` keeps what the outputs need, refuses ops that
 //! hold data, runs a non-elementwise op's backward by its fast rule where
 //! its formula's nodes stay internal, and binds leaves to inputs,
-//! parameters, registered state or constants; `fuse.rs` groups
+//! parameters, registered state or constants; `slice_sum.rs` finds the
+//! sums of disjoint slices' gradients that run as one step; `fuse.rs` groups
 //! elementwise nodes of one shape and runs of 0-d nodes into scalar
 //! programs; `kernel.rs` is the chunked interpreter over the rules'
 //! `Pointwise` kernels; `plan.rs` the liveness-based memory plan;
 //! `replay.rs` one run; `ready.rs` which step makes each requested
 //! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
-//! `optimized` and `clusters`; `give_back.rs` returns what a capture
+//! `optimized`, `clusters` and the steps' names in a profile; `give_back.rs` returns what a capture
 //! freed to the system after its first replay; `on_pool.rs` runs later
 //! replays on a worker of rayon's pool.
 //!
