@@ -48,6 +48,27 @@ impl Profile {
         }
     }
 
+    /// A profile of `runs` runs from `clock`'s sums, part `i` named by the
+    /// `i`-th `(kind, label)`.
+    pub(crate) fn of_clock(
+        runs: u32,
+        names: impl IntoIterator<Item = (String, String)>,
+        clock: &PartClock,
+    ) -> Self {
+        let parts = names
+            .into_iter()
+            .zip(clock.totals())
+            .enumerate()
+            .map(|(index, ((kind, label), &total))| PartTime {
+                index,
+                kind,
+                label,
+                total,
+            })
+            .collect();
+        Profile::new(runs, parts)
+    }
+
     /// How many runs were timed.
     pub fn runs(&self) -> u32 {
         self.runs

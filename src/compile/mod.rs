@@ -184,7 +184,7 @@ use std::collections::HashMap;
 pub use capture::GradTarget;
 
 use crate::autograd::Gradients;
-use crate::base::profile::{PartClock, PartTime};
+use crate::base::profile::PartClock;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::nn::Parameter;
@@ -544,18 +544,18 @@ where
             return Err(Error::invalid("profile", "runs must be at least 1"));
         }
         let training = self.training;
-        if !self
-            .cache
-            .iter()
-            .any(|c| c.signature.matches(inputs, training))
-        {
-            self.run(inputs)?;
-        }
-        let at = self
+        let at = match self
             .cache
             .iter()
             .position(|c| c.signature.matches(inputs, training))
-            .expect("captured above");
+        {
+            Some(at) => at,
+            None => {
+                self.run(inputs)?;
+                // A capture goes last (most recently used).
+                self.cache.len() - 1
+            }
+        };
         let steps = self.cache[at].program.steps.len();
         self.cache[at].replay.clock = Some(PartClock::new(steps));
         let mut timed = Ok(());
@@ -565,23 +565,11 @@ where
                 break;
             }
         }
-        // The run moved the capture last (most recently used).
+        // The runs moved the capture last (most recently used).
         let c = self.cache.last_mut().expect("a capture ran");
         let clock = c.replay.clock.take().unwrap_or_default();
         timed?;
-        let parts = c
-            .step_parts()
-            .into_iter()
-            .zip(clock.totals())
-            .enumerate()
-            .map(|(index, ((kind, label), &total))| PartTime {
-                index,
-                kind,
-                label,
-                total,
-            })
-            .collect();
-        Ok(crate::Profile::new(runs, parts))
+        Ok(crate::Profile::of_clock(runs, c.step_parts(), &clock))
     }
 
     fn run_with(

@@ -23,8 +23,8 @@ pub(crate) struct SliceSumPlan {
     pub(crate) step: usize,
 }
 
-/// How one `slice_backward` scatters: its dimension and step (equal
-/// across a tree) and its first position.
+/// How a tree's `slice_backward`s scatter: the dimension and step they
+/// all share (each part's first position is its own).
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Scatter {
     dim: usize,

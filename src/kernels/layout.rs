@@ -322,7 +322,7 @@ pub fn slice_sum(
         Tensor::build::<T>(Dims::from_slice(shape), |out| {
             if row_len > 0 {
                 for_each_row(out, row_len, |o, row| {
-                    for (p, dst) in row.chunks_mut(inner.max(1)).enumerate() {
+                    for (p, dst) in row.chunks_mut(inner).enumerate() {
                         match owner[p] {
                             Some((k, j)) => {
                                 let from = &srcs[k][(o * lens[k] + j) * inner..][..inner];

@@ -17,7 +17,7 @@ pub use load::{MAX_OPSET, MIN_OPSET};
 use attrs::Attrs;
 use ops::Convert;
 
-use crate::base::profile::{PartClock, PartTime};
+use crate::base::profile::PartClock;
 use crate::base::Profile;
 use crate::error::{Error, OnnxProblem, Result};
 use crate::graph::{Graph, Var};
@@ -229,11 +229,16 @@ impl OnnxModel {
     /// Runs the model on plain tensors, recording nothing (on this
     /// thread's [`Graph::inference`]).
     pub fn infer(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.infer_timed(inputs, None)
+    }
+
+    /// [`infer`](Self::infer), adding each step's wall time to `clock`.
+    fn infer_timed(&self, inputs: &[Tensor], clock: Option<&mut PartClock>) -> Result<Vec<Tensor>> {
         let graph = Graph::inference();
         let vars: Vec<Var<'static>> = inputs.iter().map(Var::from).collect();
         let refs: Vec<&Var<'static>> = vars.iter().collect();
         Ok(self
-            .forward(graph, &refs)?
+            .forward_timed(graph, &refs, clock)?
             .into_iter()
             .map(|v| v.value().clone())
             .collect())
@@ -255,25 +260,14 @@ impl OnnxModel {
         }
         self.infer(inputs)?;
         let mut clock = PartClock::new(self.steps.len());
-        let graph = Graph::inference();
-        let vars: Vec<Var<'static>> = inputs.iter().map(Var::from).collect();
-        let refs: Vec<&Var<'static>> = vars.iter().collect();
         for _ in 0..runs {
-            self.forward_timed(graph, &refs, Some(&mut clock))?;
+            self.infer_timed(inputs, Some(&mut clock))?;
         }
-        let parts = self
+        let names = self
             .steps
             .iter()
-            .zip(clock.totals())
-            .enumerate()
-            .map(|(index, (step, &total))| PartTime {
-                index,
-                kind: step.op_type.clone(),
-                label: step.attrs.label.clone(),
-                total,
-            })
-            .collect();
-        Ok(Profile::new(runs, parts))
+            .map(|step| (step.op_type.clone(), step.attrs.label.clone()));
+        Ok(Profile::of_clock(runs, names, &clock))
     }
 
     fn check_inputs<'a>(
