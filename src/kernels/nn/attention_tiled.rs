@@ -1,5 +1,6 @@
-//! The attention forward for inference on AVX-512 register tiles, for small
-//! heads: every key of a query row in one pass, no online softmax.
+//! Scaled dot-product attention for small heads on AVX-512 register tiles:
+//! every key of a query row in one pass, no online softmax. This file is
+//! the forward and the tiles; `attention_tiled_backward.rs` the backward.
 //!
 //! Where the head dims are at most [`MAX_HEAD_DIM`] and a row of scores
 //! (at most [`MAX_KEYS`] keys) stays in L1, a block of [`ROWS`] query rows
@@ -13,13 +14,15 @@
 //! at each; on 128 keys of dim 32 the calls' overhead and the rescaling cost
 //! more than the products (ARCHITECTURE.md, PERF: "Small attention heads").
 //!
-//! Inference only: it writes no logsumexp, and its sums run in another order
-//! than the flash kernel's (whose backward recomputes the flash forward's
-//! scores), so the `scaled_dot_product_attention` op never calls it; the
-//! ONNX import does where nothing requires grad or traces. A fully masked
-//! row gives 0, as the op does. Each task is one head's block of query
-//! rows, every element summed in an order fixed by the geometry, so the
-//! bits do not depend on the thread count.
+//! The `scaled_dot_product_attention` op calls this forward (with the
+//! per-row logsumexp, [`forward_with_lse`]) and its backward wherever
+//! [`applies`] holds, and the flash kernel elsewhere: the backward
+//! recomputes the scores with the same tiles as the forward, so a
+//! forward and its backward always come from the same kernel (the choice
+//! depends on the geometry and dtype alone). A fully masked row gives 0,
+//! as the op does. Each task is one head's block of query rows, every
+//! element summed in an order fixed by the geometry, so the bits do not
+//! depend on the thread count.
 
 use std::any::TypeId;
 use std::mem::MaybeUninit;
@@ -38,9 +41,9 @@ pub const MAX_HEAD_DIM: usize = 64;
 /// and the transposed keys (at most 256 KiB) stay in L1 and L2.
 pub const MAX_KEYS: usize = 1024;
 /// f32 lanes in an AVX-512 vector.
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 /// Query rows in a block (and in each register tile).
-const ROWS: usize = 8;
+pub(super) const ROWS: usize = 8;
 /// Key vectors in a `Q Kᵀ` tile: 8 x 3 accumulators, with registers left
 /// for the three key loads and a broadcast query element.
 const KEY_VECTORS: usize = 3;
@@ -90,14 +93,85 @@ pub fn forward<'o, T: Element>(
     );
     let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
     let mask = mask.map(as_f32_mask);
-    let o = as_f32_out(out);
-    forward_f32(g, &q, &k, &v, mask.as_ref(), o);
+    forward_f32(g, Operands { q: &q, k: &k, v: &v, mask: mask.as_ref() }, as_f32_out(out), None);
     // SAFETY: `forward_f32` writes every element of `out` (its doc; the
     // length is asserted there).
     unsafe { Filled::assume(out) }
 }
 
-fn as_f32_rows<'a, T: Element>(r: &Rows<'a, T>) -> Rows<'a, f32> {
+/// [`forward`], also writing `lse` (`[batch, L]`), the per-row logsumexp
+/// of the scaled, masked scores (`-inf` for a fully masked row), which
+/// [`backward`](super::attention_tiled_backward::backward) reads.
+pub fn forward_with_lse<'o, 'l, T: Element>(
+    g: &Geometry,
+    q: &Rows<'_, T>,
+    k: &Rows<'_, T>,
+    v: &Rows<'_, T>,
+    mask: Option<&MaskView<'_, T>>,
+    out: &'o mut [MaybeUninit<T>],
+    lse: &'l mut [MaybeUninit<T>],
+) -> (Filled<'o>, Filled<'l>) {
+    assert!(
+        applies::<T>(g),
+        "attention_tiled::forward_with_lse outside its domain"
+    );
+    let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
+    let mask = mask.map(as_f32_mask);
+    let ops = Operands { q: &q, k: &k, v: &v, mask: mask.as_ref() };
+    forward_f32(g, ops, as_f32_out(out), Some(as_f32_out(lse)));
+    // SAFETY: `forward_f32` writes every element of `out` and of `lse`
+    // when given (its doc; the lengths are asserted there).
+    unsafe { (Filled::assume(out), Filled::assume(lse)) }
+}
+
+/// The f32 operands of one call: queries, keys, values and the mask.
+#[derive(Clone, Copy)]
+pub(super) struct Operands<'r, 'a> {
+    pub q: &'r Rows<'a, f32>,
+    pub k: &'r Rows<'a, f32>,
+    pub v: &'r Rows<'a, f32>,
+    pub mask: Option<&'r MaskView<'a, f32>>,
+}
+
+impl Operands<'_, '_> {
+    /// Checks that the operands cover the geometry: the kernels then read
+    /// them through raw pointers.
+    pub(super) fn check(&self, g: &Geometry) {
+        check_rows(self.q, g.batch, g.l, g.e);
+        check_rows(self.k, g.batch, g.s, g.e);
+        check_rows(self.v, g.batch, g.s, g.ev);
+        if let Some(m) = self.mask {
+            assert_eq!(m.offsets.len(), g.batch, "one mask offset per head");
+            if g.l > 0 && g.s > 0 {
+                for &o in &m.offsets {
+                    assert!(o + (g.l - 1) * m.row_stride + (g.s - 1) * m.col_stride < m.data.len());
+                }
+            }
+        }
+    }
+
+    /// Where the mask row of query `i` of head `b` starts: in place when
+    /// its keys are contiguous, else gathered into `gathered` (`S` long).
+    ///
+    /// # Safety
+    /// The mask covers the geometry ([`Operands::check`]).
+    pub(super) unsafe fn mask_row(&self, b: usize, i: usize, gathered: &mut [f32]) -> Option<*const f32> {
+        self.mask.map(|m| {
+            let start = m.offsets[b] + i * m.row_stride;
+            if m.col_stride == 1 {
+                // SAFETY: checked by `Operands::check` (the caller's contract).
+                unsafe { m.data.as_ptr().add(start) }
+            } else {
+                for (j, x) in gathered.iter_mut().enumerate() {
+                    *x = m.data[start + j * m.col_stride];
+                }
+                gathered.as_ptr()
+            }
+        })
+    }
+}
+
+pub(super) fn as_f32_rows<'a, T: Element>(r: &Rows<'a, T>) -> Rows<'a, f32> {
     Rows {
         data: as_f32(r.data),
         heads: r.heads.clone(),
@@ -105,7 +179,7 @@ fn as_f32_rows<'a, T: Element>(r: &Rows<'a, T>) -> Rows<'a, f32> {
     }
 }
 
-fn as_f32_mask<'a, T: Element>(m: &MaskView<'a, T>) -> MaskView<'a, f32> {
+pub(super) fn as_f32_mask<'a, T: Element>(m: &MaskView<'a, T>) -> MaskView<'a, f32> {
     MaskView {
         data: as_f32(m.data),
         offsets: m.offsets.clone(),
@@ -114,13 +188,13 @@ fn as_f32_mask<'a, T: Element>(m: &MaskView<'a, T>) -> MaskView<'a, f32> {
     }
 }
 
-fn as_f32<T: Element>(s: &[T]) -> &[f32] {
+pub(super) fn as_f32<T: Element>(s: &[T]) -> &[f32] {
     assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
     // SAFETY: `T` is `f32` (asserted just above).
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
 }
 
-fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
+pub(super) fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
     assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
     // SAFETY: `T` is `f32` (asserted just above).
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
@@ -130,6 +204,9 @@ fn as_f32_out<T: Element>(s: &mut [MaybeUninit<T>]) -> &mut [MaybeUninit<f32>] {
 /// its data: the kernels then read them through raw pointers.
 fn check_rows(x: &Rows<'_, f32>, batch: usize, rows: usize, width: usize) {
     assert_eq!(x.heads.len(), batch, "one offset per head");
+    if rows == 0 {
+        return;
+    }
     for &h in &x.heads {
         assert!(
             h + (rows - 1) * x.row_stride + width <= x.data.len(),
@@ -138,73 +215,73 @@ fn check_rows(x: &Rows<'_, f32>, batch: usize, rows: usize, width: usize) {
     }
 }
 
-/// [`forward`] on f32: writes every element of `out`.
+/// [`forward`] on f32: writes every element of `out`, and of `lse` when
+/// given.
 fn forward_f32(
     g: &Geometry,
-    q: &Rows<'_, f32>,
-    k: &Rows<'_, f32>,
-    v: &Rows<'_, f32>,
-    mask: Option<&MaskView<'_, f32>>,
+    ops: Operands<'_, '_>,
     out: &mut [MaybeUninit<f32>],
+    lse: Option<&mut [MaybeUninit<f32>]>,
 ) {
     let (l, ev) = (g.l, g.ev);
     assert_eq!(out.len(), g.batch * l * ev);
+    if let Some(ls) = &lse {
+        assert_eq!(ls.len(), g.batch * l);
+    }
     if l == 0 || g.batch == 0 {
         return;
     }
-    check_rows(q, g.batch, l, g.e);
-    check_rows(k, g.batch, g.s, g.e);
-    check_rows(v, g.batch, g.s, ev);
-    if let Some(m) = mask {
-        assert_eq!(m.offsets.len(), g.batch, "one mask offset per head");
-        for &o in &m.offsets {
-            assert!(o + (l - 1) * m.row_stride + (g.s - 1) * m.col_stride < m.data.len());
-        }
-    }
+    ops.check(g);
+    // Each head's (then each task's) share of `lse`, or none.
+    let lse_heads: Vec<Option<&mut [MaybeUninit<f32>]>> = match lse {
+        Some(ls) => ls.chunks_mut(l).map(Some).collect(),
+        None => (0..g.batch).map(|_| None).collect(),
+    };
     let tasks = l.div_ceil(ROWS_PER_TASK);
     out.par_chunks_mut(l * ev)
+        .zip(lse_heads)
         .enumerate()
-        .for_each(|(b, o_head)| {
+        .for_each(|(b, (o_head, lse_head))| {
+            let lse_tasks: Vec<Option<&mut [MaybeUninit<f32>]>> = match lse_head {
+                Some(ls) => ls.chunks_mut(ROWS_PER_TASK).map(Some).collect(),
+                None => (0..tasks).map(|_| None).collect(),
+            };
             o_head
                 .par_chunks_mut(ROWS_PER_TASK * ev)
+                .zip(lse_tasks)
                 .enumerate()
-                .for_each(|(t, o)| {
-                    debug_assert!(t < tasks);
+                .for_each(|(t, (o, ls))| {
                     // SAFETY: `applies` checked AVX-512F; the operands'
                     // extents were checked above.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
-                        head_rows(g, b, t * ROWS_PER_TASK, q, k, v, mask, o)
+                        head_rows(g, b, t * ROWS_PER_TASK, ops, o, ls)
                     }
                     #[cfg(not(target_arch = "x86_64"))]
-                    unreachable!(
-                        "`applies` is false off x86-64: {b} {t} {:?}",
-                        (q, k, v, mask, o.len())
-                    )
+                    unreachable!("`applies` is false off x86-64: {b} {t} {}", o.len() + ls.map_or(0, |l| l.len()))
                 });
         });
 }
 
-/// One task: query rows `i0..i0 + out.len() / ev` of head `b`.
+/// One task: query rows `i0..i0 + out.len() / ev` of head `b`, and their
+/// logsumexps into `lse` when given.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `q`, `k`, `v` and the mask cover the geometry
-/// (checked by [`forward_f32`]).
-#[allow(clippy::too_many_arguments)]
+/// The CPU has AVX-512F; the operands cover the geometry (checked by
+/// [`forward_f32`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn head_rows(
     g: &Geometry,
     b: usize,
     i0: usize,
-    q: &Rows<'_, f32>,
-    k: &Rows<'_, f32>,
-    v: &Rows<'_, f32>,
-    mask: Option<&MaskView<'_, f32>>,
+    ops: Operands<'_, '_>,
     out: &mut [MaybeUninit<f32>],
+    mut lse: Option<&mut [MaybeUninit<f32>]>,
 ) {
     // SAFETY: the caller upholds the contract in the doc above.
     unsafe {
+        let Operands { q, k, v, .. } = ops;
         let (e, ev) = (g.e, g.ev);
         let rows = out.len() / ev;
         let i_end = i0 + rows;
@@ -222,11 +299,7 @@ unsafe fn head_rows(
             width,
         );
         let mut scores = vec![0.0f32; ROWS * width];
-        // A mask row gathered when its keys are not contiguous.
-        let mut gathered = match mask {
-            Some(m) if m.col_stride != 1 => vec![0.0f32; g.s],
-            _ => Vec::new(),
-        };
+        let mut gathered = vec![0.0f32; if ops.mask.is_some() { g.s } else { 0 }];
         let mut inv = [0.0f32; ROWS];
         let scale = g.scale as f32;
         let q_head = q.data.as_ptr().add(q.heads[b]);
@@ -235,43 +308,12 @@ unsafe fn head_rows(
             let br = ROWS.min(i_end - r0);
             // Keys the block sees; a tile past the last row repeats it.
             let block_keys = if g.causal { g.s.min(r0 + br) } else { g.s };
-            let vectors = block_keys.div_ceil(LANES);
             let qrows: [*const f32; ROWS] =
                 std::array::from_fn(|r| q_head.add((r0 + r.min(br - 1)) * q.row_stride));
             let sp = scores.as_mut_ptr();
-            let mut c = 0;
-            while c + KEY_VECTORS <= vectors {
-                qk_tile::<KEY_VECTORS>(
-                    &qrows,
-                    e,
-                    kt.as_ptr().add(c * LANES),
-                    width,
-                    sp.add(c * LANES),
-                    width,
-                );
-                c += KEY_VECTORS;
-            }
-            match vectors - c {
-                2 => qk_tile::<2>(
-                    &qrows,
-                    e,
-                    kt.as_ptr().add(c * LANES),
-                    width,
-                    sp.add(c * LANES),
-                    width,
-                ),
-                1 => qk_tile::<1>(
-                    &qrows,
-                    e,
-                    kt.as_ptr().add(c * LANES),
-                    width,
-                    sp.add(c * LANES),
-                    width,
-                ),
-                _ => {}
-            }
+            scores_tiles(&qrows, e, &kt, width, block_keys, sp, width);
             for r in 0..ROWS {
-                let row = &mut scores[r * width..][..vectors * LANES];
+                let row = &mut scores[r * width..][..block_keys.div_ceil(LANES) * LANES];
                 if r >= br {
                     // A repeated row: its probabilities are never stored, but
                     // the `P V` tile reads them.
@@ -281,53 +323,52 @@ unsafe fn head_rows(
                 }
                 let i = r0 + r;
                 let seen = if g.causal { g.s.min(i + 1) } else { g.s };
-                let mask_row = mask.map(|m| {
-                    let start = m.offsets[b] + i * m.row_stride;
-                    if m.col_stride == 1 {
-                        m.data.as_ptr().add(start)
-                    } else {
-                        for (j, x) in gathered.iter_mut().enumerate() {
-                            *x = m.data[start + j * m.col_stride];
-                        }
-                        gathered.as_ptr()
-                    }
-                });
-                inv[r] = softmax_row(row, seen, scale, mask_row);
+                let mask_row = ops.mask_row(b, i, &mut gathered);
+                let (row_inv, row_lse) = softmax_row(row, seen, scale, mask_row);
+                inv[r] = row_inv;
+                if let Some(ls) = lse.as_deref_mut() {
+                    ls[i - i0].write(row_lse);
+                }
             }
             let o = out.as_mut_ptr().add((r0 - i0) * ev).cast::<f32>();
-            let mut c = 0;
-            while c < ev {
-                let lanes = (ev - c).min(VALUE_VECTORS * LANES);
-                let (store, cols) = (o.add(c), v_head.add(c));
-                if lanes > LANES {
-                    pv_tile::<2>(
-                        sp,
-                        width,
-                        block_keys,
-                        cols,
-                        v.row_stride,
-                        lanes,
-                        &inv,
-                        store,
-                        ev,
-                        br,
-                    );
-                } else {
-                    pv_tile::<1>(
-                        sp,
-                        width,
-                        block_keys,
-                        cols,
-                        v.row_stride,
-                        lanes,
-                        &inv,
-                        store,
-                        ev,
-                        br,
-                    );
-                }
-                c += lanes;
-            }
+            let sum = Sum { a: sp, a_row: width, a_step: 1, n: block_keys };
+            let by = Matrix { data: v_head, stride: v.row_stride, cols: ev };
+            rows_times::<false>(sum, by, &inv, Matrix { data: o, stride: ev, cols: ev }, br);
+        }
+    }
+}
+
+/// `S = Q Kᵀ` for the [`ROWS`] query rows `q` (`e` wide) against the
+/// first `keys` transposed keys at `kt` (row stride `kt_stride`), as tiles
+/// of [`KEY_VECTORS`] vectors; into `s` (row stride `s_stride`, whole
+/// vectors: up to `keys` rounded up to 16).
+///
+/// # Safety
+/// AVX-512F; as [`qk_tile`] for every tile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn scores_tiles(
+    q: &[*const f32; ROWS],
+    e: usize,
+    kt: &[f32],
+    kt_stride: usize,
+    keys: usize,
+    s: *mut f32,
+    s_stride: usize,
+) {
+    // SAFETY: the caller upholds the contract in the doc above.
+    unsafe {
+        let vectors = keys.div_ceil(LANES);
+        let kt = kt.as_ptr();
+        let mut c = 0;
+        while c + KEY_VECTORS <= vectors {
+            qk_tile::<KEY_VECTORS>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride);
+            c += KEY_VECTORS;
+        }
+        match vectors - c {
+            2 => qk_tile::<2>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride),
+            1 => qk_tile::<1>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride),
+            _ => {}
         }
     }
 }
@@ -341,7 +382,7 @@ unsafe fn head_rows(
 /// keys` (a multiple of 16).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose_keys(
+pub(super) unsafe fn transpose_keys(
     k: *const f32,
     stride: usize,
     keys: usize,
@@ -411,27 +452,75 @@ unsafe fn qk_tile<const C: usize>(
     }
 }
 
-/// `O[r][c] = inv[r] Σ_j P[r][j] V[j][c]` for the [`ROWS`] rows of
-/// probabilities at `p` (row stride `p_stride`, `keys` of them), the
-/// `lanes` value columns at `v` (row stride `v_stride`, at most `C`
-/// vectors), stored to the first `rows` rows of `o` (row stride
-/// `o_stride`).
+/// The left operand of a tile product: [`ROWS`] rows whose element
+/// `(r, j)` lies at `a + r * a_row + j * a_step`, summed over `j < n`.
+/// `a_step` 1 reads rows of a row-major matrix; `a_row` 1 reads its
+/// columns (the transposed product).
+#[derive(Clone, Copy)]
+pub(super) struct Sum {
+    pub a: *const f32,
+    pub a_row: usize,
+    pub a_step: usize,
+    pub n: usize,
+}
+
+/// A row-major matrix at `data` (row stride `stride`, `cols` columns): a
+/// tile product's right operand (`*const`) or its output (`*mut`).
+#[derive(Clone, Copy)]
+pub(super) struct Matrix<P> {
+    pub data: P,
+    pub stride: usize,
+    pub cols: usize,
+}
+
+/// `O[r][c] = f[r] Σ_j A[r][j] B[j][c]` (or `+=` when `ADD`) for the first
+/// `rows` rows of `O`, in tiles of the [`ROWS`] rows against up to 32
+/// columns. Rows of `A` past `rows` are read (they must be readable) but
+/// not stored.
 ///
 /// # Safety
-/// AVX-512F; `p` holds [`ROWS`] rows of `keys`, `v` `keys` rows of `lanes`
-/// (at most `C * 16`), `o` `rows` rows of `lanes`.
+/// AVX-512F; `a` holds [`ROWS`] rows of `n` elements at its steps, `b` `n`
+/// rows of `cols`, `o` `rows` rows of `cols`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn rows_times<const ADD: bool>(
+    a: Sum,
+    b: Matrix<*const f32>,
+    f: &[f32; ROWS],
+    o: Matrix<*mut f32>,
+    rows: usize,
+) {
+    // SAFETY: the caller upholds the contract in the doc above.
+    unsafe {
+        let mut c = 0;
+        while c < b.cols {
+            let lanes = (b.cols - c).min(VALUE_VECTORS * LANES);
+            let (bc, oc) = (b.data.add(c), o.data.add(c));
+            if lanes > LANES {
+                row_tile::<2, ADD>(a, bc, b.stride, lanes, f, oc, o.stride, rows);
+            } else {
+                row_tile::<1, ADD>(a, bc, b.stride, lanes, f, oc, o.stride, rows);
+            }
+            c += lanes;
+        }
+    }
+}
+
+/// One tile of [`rows_times`]: the `lanes` columns at `b` (at most `C`
+/// vectors), stored to the first `rows` rows of `o`.
+///
+/// # Safety
+/// As [`rows_times`], `lanes <= C * 16`.
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline(never)]
-unsafe fn pv_tile<const C: usize>(
-    p: *const f32,
-    p_stride: usize,
-    keys: usize,
-    v: *const f32,
-    v_stride: usize,
+unsafe fn row_tile<const C: usize, const ADD: bool>(
+    a: Sum,
+    b: *const f32,
+    b_stride: usize,
     lanes: usize,
-    inv: &[f32; ROWS],
+    f: &[f32; ROWS],
     o: *mut f32,
     o_stride: usize,
     rows: usize,
@@ -441,26 +530,29 @@ unsafe fn pv_tile<const C: usize>(
         let masks: [__mmask16; C] =
             std::array::from_fn(|c| lane_mask(lanes.saturating_sub(c * LANES).min(LANES)));
         let mut acc = [[_mm512_setzero_ps(); C]; ROWS];
-        for j in 0..keys {
-            let mut vv = [_mm512_setzero_ps(); C];
-            for (c, x) in vv.iter_mut().enumerate() {
-                *x = _mm512_maskz_loadu_ps(masks[c], v.add(j * v_stride + c * LANES));
+        for j in 0..a.n {
+            let mut bv = [_mm512_setzero_ps(); C];
+            for (c, x) in bv.iter_mut().enumerate() {
+                *x = _mm512_maskz_loadu_ps(masks[c], b.add(j * b_stride + c * LANES));
             }
+            let aj = a.a.add(j * a.a_step);
             for (r, acc_r) in acc.iter_mut().enumerate() {
-                let pj = _mm512_set1_ps(*p.add(r * p_stride + j));
-                for (a, &x) in acc_r.iter_mut().zip(&vv) {
-                    *a = _mm512_fmadd_ps(pj, x, *a);
+                let x = _mm512_set1_ps(*aj.add(r * a.a_row));
+                for (s, &y) in acc_r.iter_mut().zip(&bv) {
+                    *s = _mm512_fmadd_ps(x, y, *s);
                 }
             }
         }
         for (r, acc_r) in acc.iter().enumerate().take(rows) {
-            let f = _mm512_set1_ps(inv[r]);
-            for (c, &a) in acc_r.iter().enumerate() {
-                _mm512_mask_storeu_ps(
-                    o.add(r * o_stride + c * LANES),
-                    masks[c],
-                    _mm512_mul_ps(a, f),
-                );
+            let fr = _mm512_set1_ps(f[r]);
+            for (c, &s) in acc_r.iter().enumerate() {
+                let at = o.add(r * o_stride + c * LANES);
+                let x = if ADD {
+                    _mm512_fmadd_ps(s, fr, _mm512_maskz_loadu_ps(masks[c], at))
+                } else {
+                    _mm512_mul_ps(s, fr)
+                };
+                _mm512_mask_storeu_ps(at, masks[c], x);
             }
         }
     }
@@ -468,21 +560,22 @@ unsafe fn pv_tile<const C: usize>(
 
 /// The first `n` bits set.
 #[cfg(target_arch = "x86_64")]
-fn lane_mask(n: usize) -> __mmask16 {
+pub(super) fn lane_mask(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
 /// One row of scores (`row`, whole vectors) to unnormalised probabilities:
 /// the first `seen` are `exp(x - max)` with `x = score · scale + mask`,
-/// the rest 0. Returns `1 / Σ`, or 0 for a fully masked row (every `x`
-/// `-inf`), whose probabilities are then all 0: its output is 0.
+/// the rest 0. Returns `1 / Σ` and the logsumexp `max + ln Σ`, or 0 and
+/// `-inf` for a fully masked row (every `x` `-inf`), whose probabilities
+/// are then all 0: its output is 0.
 ///
 /// # Safety
 /// AVX-512F; `seen <= row.len()`, `row.len()` a multiple of 16, and
 /// `mask` (if any) has `seen` elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*const f32>) -> f32 {
+unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*const f32>) -> (f32, f32) {
     // SAFETY: the caller upholds the contract in the doc above.
     unsafe {
         let p = row.as_mut_ptr();
@@ -502,7 +595,7 @@ unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*co
         let top = _mm512_reduce_max_ps(top);
         if top == f32::NEG_INFINITY {
             row.fill(0.0);
-            return 0.0;
+            return (0.0, f32::NEG_INFINITY);
         }
         let shift = _mm512_set1_ps(top);
         let mut sum = _mm512_setzero_ps();
@@ -514,7 +607,8 @@ unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*co
             sum = _mm512_add_ps(sum, e);
         }
         row[vectors * LANES..].fill(0.0);
-        1.0 / _mm512_reduce_add_ps(sum)
+        let total = _mm512_reduce_add_ps(sum);
+        (1.0 / total, top + total.ln())
     }
 }
 
@@ -525,7 +619,7 @@ unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*co
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn exp_ps(x: __m512) -> __m512 {
+pub(super) fn exp_ps(x: __m512) -> __m512 {
     // max(-105, x) keeps a NaN `x` (the second operand wins when either is
     // NaN); below -105 the result is 0 anyway.
     let x = _mm512_max_ps(_mm512_set1_ps(-105.0), x);

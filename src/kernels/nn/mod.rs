@@ -42,9 +42,11 @@
 //! over 64x64 blocks with an online softmax writing the output and the
 //! per-row logsumexp, a backward recomputing the probabilities block by
 //! block (`dS = P (dP - rowsum(dO O))`), one task per head, fixed-order
-//! sums, O(L + S) memory per head; `attention_tiled.rs`: the inference
-//! forward for small heads (dims up to 64, up to 1024 keys) on AVX-512
-//! register tiles, every key of a row in one pass; `rms_norm.rs`: fused forward and
+//! sums, O(L + S) memory per head; `attention_tiled.rs`: the forward
+//! for small f32 heads (dims up to 64, up to 1024 keys) on AVX-512
+//! register tiles, every key of a row in one pass, with the logsumexp
+//! when training, and `attention_tiled_backward.rs` its backward on the
+//! same tiles (what the op runs wherever they apply); `rms_norm.rs`: fused forward and
 //! input-gradient kernels.
 
 pub mod exp;
@@ -52,6 +54,7 @@ pub mod exp;
 pub use exp::NnFloat;
 pub mod attention;
 pub mod attention_tiled;
+pub mod attention_tiled_backward;
 pub mod batch_norm;
 pub mod classification;
 pub mod conv;

@@ -3,11 +3,13 @@
 //! `softmax(Q Kᵀ · scale + mask) V` over the last two dims, any leading
 //! (batch, head) dims.
 //!
-//! The forward is one fused kernel in the style of flash attention
-//! (`kernels::nn::attention`): it never holds more than one block of rows
-//! of the `L × S` scores, and saves only the output and the per-row
-//! logsumexp (`[..., L]`). First-order gradients (`backward_fast`)
-//! recompute the probabilities block by block from that logsumexp. The
+//! The forward is one fused kernel: for small f32 heads on AVX-512 the
+//! register tiles of `kernels::nn::attention_tiled`, elsewhere the flash
+//! kernel (`kernels::nn::attention`); neither holds the whole `L × S`
+//! scores, and both save only the output and the per-row logsumexp
+//! (`[..., L]`). First-order gradients (`backward_fast`) recompute the
+//! probabilities from that logsumexp with the forward's own kernel (the
+//! choice depends on the geometry and dtype alone). The
 //! `Var` formula records the fused backward op
 //! `scaled_dot_product_attention_backward` (`attention_backward.rs`),
 //! whose own derivatives and tangents are written with the unfused
@@ -37,7 +39,7 @@ use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
-use crate::kernels::nn::attention_tiled as kernel_tiled;
+use crate::kernels::nn::{attention_tiled as kernel_tiled, attention_tiled_backward as kernel_tiled_backward};
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, FastBackward, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Element, Tensor};
@@ -297,7 +299,11 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
             let mut filled_o = None;
             let slot = &mut filled_o;
             lse = Some(Tensor::build::<T>(Dims::from_slice(&lse_shape), move |ls| {
-                let (fo, fl) = kernel::forward(&g, qs, ks, vs, mv, o, ls);
+                let (fo, fl) = if kernel_tiled::applies::<T>(&g) {
+                    kernel_tiled::forward_with_lse(&g, qs, ks, vs, mv, o, ls)
+                } else {
+                    kernel::forward(&g, qs, ks, vs, mv, o, ls)
+                };
                 *slot = Some(fo);
                 fl
             }));
@@ -308,26 +314,10 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
 }
 
 /// The attention's output alone, for inference where nothing requires grad
-/// or traces (the ONNX import): `kernels::nn::attention_tiled` where it
-/// applies (small f32 heads on AVX-512; its sums run in another order than
-/// the fused op's, whose backward recomputes the fused forward), else the
-/// fused forward, its logsumexp dropped.
+/// or traces (the ONNX import): the fused forward, its logsumexp dropped.
 pub(crate) fn inference_forward(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: Option<f64>, causal: bool) -> Result<Tensor> {
     let cfg = Config { causal, scale, dropout: None };
-    let additive = mask.map(|m| additive_mask(OP, m, q.dtype())).transpose()?;
-    let plan = cfg.plan(OP, q, k, v, additive.as_deref())?;
-    let g = plan.geo;
-    let tiled = crate::with_dtype!(OP, q.dtype(), T => kernel_tiled::applies::<T>(&g));
-    if !tiled {
-        return Ok(fused_forward(&cfg, OP, q, k, v, mask)?.0);
-    }
-    let mut out_shape = plan.batch_dims.clone();
-    out_shape.extend([g.l, g.ev]);
-    crate::with_dtype!(OP, q.dtype(), T => {
-        let mv = additive.as_deref().map(|m| mask_view::<T>(m, &plan)).transpose()?;
-        let (qs, ks, vs) = (rows_of::<T>(q), rows_of::<T>(k), rows_of::<T>(v));
-        Ok(Tensor::build::<T>(Dims::from_slice(&out_shape), |o| kernel_tiled::forward(&g, &qs, &ks, &vs, mv.as_ref(), o)))
-    })
+    Ok(fused_forward(&cfg, OP, q, k, v, mask)?.0)
 }
 
 /// The fused backward: `(dq, dk, dv)` given the output, its logsumexp and `d_o`.
@@ -356,7 +346,11 @@ pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Ten
                 let mut filled_dk = None;
                 let slot_dk = &mut filled_dk;
                 *dv_t_slot = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), move |dv| {
-                    let (fq, fk, fv) = kernel::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv);
+                    let (fq, fk, fv) = if kernel_tiled::applies::<T>(&g) {
+                        kernel_tiled_backward::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv)
+                    } else {
+                        kernel::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv)
+                    };
                     (*slot_dq, *slot_dk) = (Some(fq), Some(fk));
                     fv
                 }));
