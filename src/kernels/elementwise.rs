@@ -10,6 +10,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::blocks::by_blocks;
 use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
@@ -68,8 +69,19 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
         wide(
             #[inline(always)]
             || {
-                for (o, &v) in chunk.iter_mut().zip(s) {
-                    o.write(f.call(v));
+                // By blocks on f32 (`blocks.rs`: why the closures inline).
+                let blocks = by_blocks(
+                    [s],
+                    &mut *chunk,
+                    #[inline(always)]
+                    |[x]| f.call_block(x),
+                    #[inline(always)]
+                    |[x]| f.call(x),
+                );
+                if blocks.is_none() {
+                    for (o, &v) in chunk.iter_mut().zip(s) {
+                        o.write(f.call(v));
+                    }
                 }
             },
         )

@@ -4,12 +4,26 @@
 //! small `Copy` structs implementing [`UnaryFn`] or [`BinaryFn`]; the kernel
 //! is monomorphised per functor and per dtype, and the call inlines.
 
+use crate::tensor::math::Block;
 use crate::tensor::Element;
 
 /// An elementwise function of one element.
 pub trait UnaryFn: Copy + Send + Sync {
     /// Applies the function.
     fn call<T: Element>(self, x: T) -> T;
+    /// Applies the function to each element of a block of f32 (what
+    /// [`map_slice`](super::elementwise::map_slice) runs on f32). A
+    /// function that is one long dependency chain writes its steps over
+    /// the whole block (ARCHITECTURE.md, PERF: "Long chains run in
+    /// blocks"); it must give `call`'s bits.
+    #[inline(always)]
+    fn call_block(self, x: Block) -> Block {
+        let mut out = x.0;
+        for v in out.iter_mut() {
+            *v = self.call(*v);
+        }
+        Block(out)
+    }
 }
 
 /// An elementwise function of two elements.

@@ -26,7 +26,8 @@
 //! derivative is `Gather`'s), each derivative the op itself, and their
 //! `Var` methods), `simd.rs` (`wide`: runs a slice loop compiled for
 //! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
-//! results), `tanh.rs` (the public path of the branch-free tanh, which
+//! results), `blocks.rs` (slice loops by 64-element blocks, for functions
+//! whose per-element dependency chain is long: `erfc`, `exp`), `tanh.rs` (the public path of the branch-free tanh, which
 //! lives in `tensor/math.rs`), `ternary.rs` (`zip3`: three operands,
 //! broadcasting), `power.rs` (pow functors and fixed-exponent fast paths),
 //! `reduce_lanes.rs` (one accumulator per output for any axis set, fed in
@@ -35,6 +36,7 @@
 //! accumulation); `testing.rs` (tests only: reading back a filled output,
 //! `conv_geometry`).
 
+pub(crate) mod blocks;
 pub mod elementwise;
 pub mod functors;
 pub mod index;

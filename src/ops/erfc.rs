@@ -1,10 +1,10 @@
 //! `erfc`, the complementary error function: one rule (see
 //! [`rule`](super::rule)). The exact GELU's derivative is written with it.
 
-use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
+use super::rule::{unary_method, Block, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
-use crate::tensor::math::erfc_f32;
+use crate::tensor::math::{erfc_f32, erfc_f32_block};
 use crate::tensor::{DType, Element};
 
 /// `2/√π`
@@ -31,6 +31,10 @@ impl UnaryRule for Erfc {
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
         erfc(x)
+    }
+    #[inline(always)]
+    fn value_block(self, x: Block) -> Block {
+        erfc_f32_block(x)
     }
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, x: &N) -> N {

@@ -5,8 +5,8 @@
 //! LLVM compute both forms in every vectorised loop and select one, which
 //! doubled the exact form's cost (ARCHITECTURE.md, PERF).
 
-use super::erfc::{erfc, Erfc};
-use super::rule::{Num, SlopeOf, Unary, UnaryRule};
+use super::erfc::Erfc;
+use super::rule::{Block, Lane, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -39,8 +39,15 @@ const GELU_TANH_A: f64 = 0.044715;
 /// The normal CDF Φ(x) = erfc(-x/√2)/2: accurate in the far negative tail,
 /// where `(1 + erf(x/√2))/2` cancels to 0.
 #[inline(always)]
-fn normal_cdf<T: Element>(x: T) -> T {
-    T::from_f64(0.5) * erfc(-x * T::from_f64(FRAC_1_SQRT_2))
+fn normal_cdf<N: Num>(x: &N) -> N {
+    x.neg().scale(FRAC_1_SQRT_2).map(Erfc).scale(0.5)
+}
+
+/// `x Φ(x)`, the one text of the value: at an element ([`Lane`]) and over
+/// a block.
+#[inline(always)]
+fn exact_gelu<N: Num>(x: &N) -> N {
+    x.mul(&normal_cdf(x))
 }
 
 impl UnaryRule for Gelu {
@@ -48,14 +55,17 @@ impl UnaryRule for Gelu {
     const SLOPE_OF: SlopeOf = SlopeOf::Input;
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
-        x * normal_cdf(x)
+        exact_gelu(&Lane(x)).0
+    }
+    #[inline(always)]
+    fn value_block(self, x: Block) -> Block {
+        exact_gelu(&x)
     }
     /// Φ(x) + x φ(x)
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, x: &N) -> N {
-        let cdf = x.neg().scale(FRAC_1_SQRT_2).map(Erfc).scale(0.5);
         let pdf = x.scale(-0.5).mul(x).exp().scale(NORMAL_PDF_0);
-        g.mul(&cdf.add(&x.mul(&pdf)))
+        g.mul(&normal_cdf(x).add(&x.mul(&pdf)))
     }
 }
 

@@ -1,7 +1,8 @@
 //! Unary elementwise ops of the core: `exp`, `log`, `tanh`, `relu` and
 //! `sigmoid`, each one rule (see [`rule`](super::rule)).
 
-use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use super::rule::{unary_method, Block, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
+use crate::tensor::math::exp_f32_block;
 use super::OpRegistry;
 use crate::graph::Var;
 use crate::tensor::Element;
@@ -16,6 +17,10 @@ impl UnaryRule for Exp {
     #[inline(always)]
     fn value<T: Element>(self, x: T) -> T {
         x.exp_vectorisable()
+    }
+    #[inline(always)]
+    fn value_block(self, x: Block) -> Block {
+        exp_f32_block(x)
     }
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, y: &N) -> N {

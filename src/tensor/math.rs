@@ -31,7 +31,13 @@
 /// `e^x` for f32, branch-free (see the module docs).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    exp_f32_with(x, None, Fused::No)
+    exp_lanes(x, None, Fused::No)
+}
+
+/// `exp_f32` over a [`Block`], in stages: the same bits as element by element.
+#[inline(always)]
+pub fn exp_f32_block(x: Block) -> Block {
+    exp_lanes(x, None, Fused::No)
 }
 
 /// Whether a polynomial is evaluated with fused multiply-adds.
@@ -46,69 +52,142 @@ enum Fused {
     No,
 }
 
+/// What the branch-free f32 functions are written over: one `f32`, or a
+/// [`Block`] of them. Each step is a map over every lane, so one text
+/// serves both and they give the same bits.
+pub trait F32Lanes: Copy {
+    /// `c` in every lane.
+    fn splat(c: f32) -> Self;
+    /// `f` of every lane.
+    fn map(self, f: impl Fn(f32) -> f32) -> Self;
+    /// `f` of every pair of lanes of `self` and `other`.
+    fn zip(self, other: Self, f: impl Fn(f32, f32) -> f32) -> Self;
+}
+
+impl F32Lanes for f32 {
+    #[inline(always)]
+    fn splat(c: f32) -> Self {
+        c
+    }
+    #[inline(always)]
+    fn map(self, f: impl Fn(f32) -> f32) -> Self {
+        f(self)
+    }
+    #[inline(always)]
+    fn zip(self, other: Self, f: impl Fn(f32, f32) -> f32) -> Self {
+        f(self, other)
+    }
+}
+
+/// Elements of a [`Block`]: four AVX-512 vectors (eight AVX2 ones).
+pub const BLOCK: usize = 64;
+
+/// [`BLOCK`] f32 elements computed one step at a time over all of them.
+/// A function such as `erfc` is one long dependency chain per element; a
+/// loop over elements runs one vector's chain at a time, while a block
+/// keeps four independent ones in flight (ARCHITECTURE.md, PERF: "Long
+/// chains run in blocks"). Same operations per element, same bits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block(pub [f32; BLOCK]);
+
+impl F32Lanes for Block {
+    #[inline(always)]
+    fn splat(c: f32) -> Self {
+        Block([c; BLOCK])
+    }
+    #[inline(always)]
+    fn map(self, f: impl Fn(f32) -> f32) -> Self {
+        let mut out = self.0;
+        for x in out.iter_mut() {
+            *x = f(*x);
+        }
+        Block(out)
+    }
+    #[inline(always)]
+    fn zip(self, other: Self, f: impl Fn(f32, f32) -> f32) -> Self {
+        let mut out = self.0;
+        for (x, &y) in out.iter_mut().zip(&other.0) {
+            *x = f(*x, y);
+        }
+        Block(out)
+    }
+}
+
 /// `e^(hi + lo)` for f32, where `lo` (if any) is a small correction that the
 /// sum `hi + lo` would round away: it joins after the range reduction,
-/// where it keeps its bits. `exp_f32` is `exp_f32_with(x, None, Fused::No)`;
+/// where it keeps its bits. `exp_f32` is `exp_lanes(x, None, Fused::No)`;
 /// the arguments are constants where this inlines, so their branches fold.
 // The constants are Cephes' as published.
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-fn exp_f32_with(hi: f32, lo: Option<f32>, fused: Fused) -> f32 {
+fn exp_lanes<L: F32Lanes>(hi: L, lo: Option<L>, fused: Fused) -> L {
     let x = match lo {
-        Some(lo) => hi + lo,
+        Some(lo) => hi.zip(lo, |h, l| h + l),
         None => hi,
     };
     // Below -105 the result rounds to 0, above 89 to infinity; clamping keeps
     // `n` small enough for the exponent arithmetic. Written as two selects
     // (not `clamp`, not `max`/`min`): they compile to SIMD max/min with the
     // operand order that keeps NaN, which then propagates through the math.
-    let clamped = if x < -105.0 { -105.0 } else { x };
-    let clamped = if clamped > 89.0 { 89.0 } else { clamped };
+    let clamped = x.map(|x| {
+        let c = if x < -105.0 { -105.0 } else { x };
+        if c > 89.0 {
+            89.0
+        } else {
+            c
+        }
+    });
     // `hi` moves with the clamp (exactly, when there is none), so that
     // `hi + lo` stays the clamped argument.
     let hi = match lo {
-        Some(_) => hi - (x - clamped),
+        Some(_) => hi.zip(x.zip(clamped, |x, c| x - c), |h, d| h - d),
         None => clamped,
     };
-    let x = clamped;
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    let t = x * std::f32::consts::LOG2_E + MAGIC;
-    let nf = t - MAGIC;
-    let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let t = clamped.map(|x| x * std::f32::consts::LOG2_E + MAGIC);
+    let nf = t.map(|t| t - MAGIC);
     // r = x - n ln2, with ln2 split so that n * C1 is exact; `hi - n C1` is
     // exact too when `hi` is within a few units of n ln2 and has no bits
     // below 2^-17 (|hi| < 128), which is all `erfc_f32` asks.
-    let r = hi - nf * 0.693_359_4 - nf * -2.121_944_4e-4;
+    let r = hi.zip(nf, |h, nf| h - nf * 0.693_359_4 - nf * -2.121_944_4e-4);
     let r = match lo {
-        Some(lo) => r + lo,
+        Some(lo) => r.zip(lo, |r, l| r + l),
         None => r,
     };
-    let r2 = r * r;
-    let y = if fused == Fused::Yes {
-        let p = [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            5.000_000_1e-1,
-        ]
+    let coefficients = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        5.000_000_1e-1,
+    ];
+    let p = coefficients
         .into_iter()
-        .fold(1.987_569_1e-4f32, |acc, c| acc.mul_add(r, c));
-        p.mul_add(r2, r) + 1.0
-    } else {
-        let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-            * r
-            + 1.666_666_5e-1)
-            * r
-            + 5.000_000_1e-1;
-        p * r2 + r + 1.0
-    };
+        .fold(L::splat(1.987_569_1e-4), |acc, c| {
+            acc.zip(r, |a, r| {
+                if fused == Fused::Yes {
+                    a.mul_add(r, c)
+                } else {
+                    a * r + c
+                }
+            })
+        });
+    let y = p.zip(r, |p, r| {
+        if fused == Fused::Yes {
+            p.mul_add(r * r, r) + 1.0
+        } else {
+            p * (r * r) + r + 1.0
+        }
+    });
     // 2^n as two normal factors, so results in the subnormal range round once.
-    let n1 = n >> 1;
-    let n2 = n - n1;
-    let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
-    let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
-    y * s1 * s2
+    y.zip(t, |y, t| {
+        let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+        let n1 = n >> 1;
+        let n2 = n - n1;
+        let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
+        let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
+        y * s1 * s2
+    })
 }
 
 /// `e^x` for f64, branch-free (see the module docs).
@@ -156,15 +235,33 @@ pub fn exp_f64(x: f64) -> f64 {
 /// two). Within 6 ulp of libm for
 /// normal results (tested below); NaN propagates, `erfc(+inf) = 0`,
 /// `erfc(-inf) = 2`.
-#[allow(clippy::excessive_precision)]
 #[inline(always)]
 pub fn erfc_f32(x: f32) -> f32 {
-    let z = x.abs();
+    erfc_lanes(x)
+}
+
+/// `erfc_f32` over a [`Block`], in stages: the same bits as element by element.
+#[inline(always)]
+pub fn erfc_f32_block(x: Block) -> Block {
+    erfc_lanes(x)
+}
+
+/// [`erfc_f32`]'s text, over one element or a block.
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn erfc_lanes<L: F32Lanes>(x: L) -> L {
     // erfc(10.5) is far below the smallest subnormal; the clamp keeps `z²`
     // within the range `exp` reduces exactly (NaN passes through: the
     // comparison is false).
-    let z = if z > 10.5 { 10.5 } else { z };
-    let t = 1.0 / (1.0 + 0.5 * z);
+    let z = x.map(|x| {
+        let z = x.abs();
+        if z > 10.5 {
+            10.5
+        } else {
+            z
+        }
+    });
+    let t = z.map(|z| 1.0 / (1.0 + 0.5 * z));
     // Horner's scheme with fused multiply-adds (see `Fused`): a vectorised
     // loop of this is bound by the latency of its dependency chain
     // (ARCHITECTURE.md, PERF), which FMA halves. Estrin's scheme, shorter
@@ -181,19 +278,20 @@ pub fn erfc_f32(x: f32) -> f32 {
         -1.265_512_23,
     ]
     .into_iter()
-    .fold(0.170_872_77f32, |acc, c| acc.mul_add(t, c));
+    .fold(L::splat(0.170_872_77), |acc, c| {
+        acc.zip(t, |a, t| a.mul_add(t, c))
+    });
     // z² = sq + sq_err exactly (a fused multiply-add rounds once).
-    let sq = z * z;
-    let sq_err = z.mul_add(z, -sq);
+    let sq = z.map(|z| z * z);
+    let sq_err = z.zip(sq, |z, sq| z.mul_add(z, -sq));
     // e^(-sq + (p - sq_err)) in one exp whose small part joins after the
     // range reduction: the sum as one argument would round to ulp(z²), an
     // error that exp turns into up to 100 ulp.
-    let tail = t * exp_f32_with(-sq, Some(p - sq_err), Fused::Yes);
-    if x >= 0.0 {
-        tail
-    } else {
-        2.0 - tail
-    }
+    let lo = p.zip(sq_err, |p, e| p - e);
+    let tail = t.zip(exp_lanes(sq.map(|s| -s), Some(lo), Fused::Yes), |t, e| {
+        t * e
+    });
+    x.zip(tail, |x, tail| if x >= 0.0 { tail } else { 2.0 - tail })
 }
 
 /// `tanh x` for f32, branch-free (see the module docs).

@@ -93,7 +93,17 @@ pub fn forward<'o, T: Element>(
     );
     let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
     let mask = mask.map(as_f32_mask);
-    forward_f32(g, Operands { q: &q, k: &k, v: &v, mask: mask.as_ref() }, as_f32_out(out), None);
+    forward_f32(
+        g,
+        Operands {
+            q: &q,
+            k: &k,
+            v: &v,
+            mask: mask.as_ref(),
+        },
+        as_f32_out(out),
+        None,
+    );
     // SAFETY: `forward_f32` writes every element of `out` (its doc; the
     // length is asserted there).
     unsafe { Filled::assume(out) }
@@ -117,7 +127,12 @@ pub fn forward_with_lse<'o, 'l, T: Element>(
     );
     let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
     let mask = mask.map(as_f32_mask);
-    let ops = Operands { q: &q, k: &k, v: &v, mask: mask.as_ref() };
+    let ops = Operands {
+        q: &q,
+        k: &k,
+        v: &v,
+        mask: mask.as_ref(),
+    };
     forward_f32(g, ops, as_f32_out(out), Some(as_f32_out(lse)));
     // SAFETY: `forward_f32` writes every element of `out` and of `lse`
     // when given (its doc; the lengths are asserted there).
@@ -155,7 +170,12 @@ impl Operands<'_, '_> {
     ///
     /// # Safety
     /// The mask covers the geometry ([`Operands::check`]).
-    pub(super) unsafe fn mask_row(&self, b: usize, i: usize, gathered: &mut [f32]) -> Option<*const f32> {
+    pub(super) unsafe fn mask_row(
+        &self,
+        b: usize,
+        i: usize,
+        gathered: &mut [f32],
+    ) -> Option<*const f32> {
         self.mask.map(|m| {
             let start = m.offsets[b] + i * m.row_stride;
             if m.col_stride == 1 {
@@ -258,7 +278,10 @@ fn forward_f32(
                         head_rows(g, b, t * ROWS_PER_TASK, ops, o, ls)
                     }
                     #[cfg(not(target_arch = "x86_64"))]
-                    unreachable!("`applies` is false off x86-64: {b} {t} {}", o.len() + ls.map_or(0, |l| l.len()))
+                    unreachable!(
+                        "`applies` is false off x86-64: {b} {t} {}",
+                        o.len() + ls.map_or(0, |l| l.len())
+                    )
                 });
         });
 }
@@ -331,9 +354,28 @@ unsafe fn head_rows(
                 }
             }
             let o = out.as_mut_ptr().add((r0 - i0) * ev).cast::<f32>();
-            let sum = Sum { a: sp, a_row: width, a_step: 1, n: block_keys };
-            let by = Matrix { data: v_head, stride: v.row_stride, cols: ev };
-            rows_times::<false>(sum, by, &inv, Matrix { data: o, stride: ev, cols: ev }, br);
+            let sum = Sum {
+                a: sp,
+                a_row: width,
+                a_step: 1,
+                n: block_keys,
+            };
+            let by = Matrix {
+                data: v_head,
+                stride: v.row_stride,
+                cols: ev,
+            };
+            rows_times::<false>(
+                sum,
+                by,
+                &inv,
+                Matrix {
+                    data: o,
+                    stride: ev,
+                    cols: ev,
+                },
+                br,
+            );
         }
     }
 }
@@ -362,12 +404,33 @@ pub(super) unsafe fn scores_tiles(
         let kt = kt.as_ptr();
         let mut c = 0;
         while c + KEY_VECTORS <= vectors {
-            qk_tile::<KEY_VECTORS>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride);
+            qk_tile::<KEY_VECTORS>(
+                q,
+                e,
+                kt.add(c * LANES),
+                kt_stride,
+                s.add(c * LANES),
+                s_stride,
+            );
             c += KEY_VECTORS;
         }
         match vectors - c {
-            2 => qk_tile::<2>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride),
-            1 => qk_tile::<1>(q, e, kt.add(c * LANES), kt_stride, s.add(c * LANES), s_stride),
+            2 => qk_tile::<2>(
+                q,
+                e,
+                kt.add(c * LANES),
+                kt_stride,
+                s.add(c * LANES),
+                s_stride,
+            ),
+            1 => qk_tile::<1>(
+                q,
+                e,
+                kt.add(c * LANES),
+                kt_stride,
+                s.add(c * LANES),
+                s_stride,
+            ),
             _ => {}
         }
     }
@@ -575,7 +638,12 @@ pub(super) fn lane_mask(n: usize) -> __mmask16 {
 /// `mask` (if any) has `seen` elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn softmax_row(row: &mut [f32], seen: usize, scale: f32, mask: Option<*const f32>) -> (f32, f32) {
+unsafe fn softmax_row(
+    row: &mut [f32],
+    seen: usize,
+    scale: f32,
+    mask: Option<*const f32>,
+) -> (f32, f32) {
     // SAFETY: the caller upholds the contract in the doc above.
     unsafe {
         let p = row.as_mut_ptr();

@@ -210,10 +210,8 @@ unsafe fn backward_head(
                 scores_tiles(&dorows, ev, &vt, width, block_keys, dsp, width);
                 for r in 0..ROWS {
                     let at = (r0 - c0 + r) * width;
-                    let (p_row, ds_row) = (
-                        &mut p[at..at + chunk_width],
-                        &mut ds[at..at + chunk_width],
-                    );
+                    let (p_row, ds_row) =
+                        (&mut p[at..at + chunk_width], &mut ds[at..at + chunk_width]);
                     if r >= br {
                         // A repeated row: read by the `dQ` tile, never stored.
                         p_row.fill(0.0);
@@ -224,13 +222,31 @@ unsafe fn backward_head(
                     let seen = if g.causal { s.min(i + 1) } else { s };
                     let d = row_dot(do_head.add(i * do_stride), &head.o[i * ev..(i + 1) * ev]);
                     let mask_row = ops.mask_row(b, i, &mut gathered);
-                    let x = RowScores { seen, scale, mask: mask_row, lse: head.lse[i] };
+                    let x = RowScores {
+                        seen,
+                        scale,
+                        mask: mask_row,
+                        lse: head.lse[i],
+                    };
                     probabilities_and_ds(p_row, ds_row, x, d);
                 }
                 // dQ = scale · dS K for the block's rows.
-                let sum = Sum { a: dsp, a_row: width, a_step: 1, n: block_keys };
-                let keys = Matrix { data: k_head, stride: k.row_stride, cols: e };
-                let out = Matrix { data: dq_head.add(r0 * e), stride: e, cols: e };
+                let sum = Sum {
+                    a: dsp,
+                    a_row: width,
+                    a_step: 1,
+                    n: block_keys,
+                };
+                let keys = Matrix {
+                    data: k_head,
+                    stride: k.row_stride,
+                    cols: e,
+                };
+                let out = Matrix {
+                    data: dq_head.add(r0 * e),
+                    stride: e,
+                    cols: e,
+                };
                 rows_times::<false>(sum, keys, &[scale; ROWS], out, br);
             }
             // dV += Pᵀ dO and dK += scale · dSᵀ Q over the chunk's rows, 8
@@ -243,12 +259,33 @@ unsafe fn backward_head(
                 }
                 let at = (i_start - c0) * width + j0;
                 let n = c1 - i_start;
-                let column = |m: &[f32]| Sum { a: m.as_ptr().add(at), a_row: 1, a_step: width, n };
-                let grads = Matrix { data: do_head.add(i_start * do_stride), stride: do_stride, cols: ev };
-                let to_dv = Matrix { data: dv.as_mut_ptr().add(j0 * ev), stride: ev, cols: ev };
+                let column = |m: &[f32]| Sum {
+                    a: m.as_ptr().add(at),
+                    a_row: 1,
+                    a_step: width,
+                    n,
+                };
+                let grads = Matrix {
+                    data: do_head.add(i_start * do_stride),
+                    stride: do_stride,
+                    cols: ev,
+                };
+                let to_dv = Matrix {
+                    data: dv.as_mut_ptr().add(j0 * ev),
+                    stride: ev,
+                    cols: ev,
+                };
                 rows_times::<true>(column(&p), grads, &[1.0; ROWS], to_dv, keys);
-                let queries = Matrix { data: q_head.add(i_start * q.row_stride), stride: q.row_stride, cols: e };
-                let to_dk = Matrix { data: dk.as_mut_ptr().add(j0 * e), stride: e, cols: e };
+                let queries = Matrix {
+                    data: q_head.add(i_start * q.row_stride),
+                    stride: q.row_stride,
+                    cols: e,
+                };
+                let to_dk = Matrix {
+                    data: dk.as_mut_ptr().add(j0 * e),
+                    stride: e,
+                    cols: e,
+                };
                 rows_times::<true>(column(&ds), queries, &[scale; ROWS], to_dk, keys);
             }
         }
@@ -432,7 +469,10 @@ mod tests {
             [o, lse, filled(dq), filled(dk), filled(dv)]
         };
         let (tiled, flash) = (run(true), run(false));
-        for (name, (t, f)) in ["o", "lse", "dq", "dk", "dv"].iter().zip(tiled.iter().zip(&flash)) {
+        for (name, (t, f)) in ["o", "lse", "dq", "dk", "dv"]
+            .iter()
+            .zip(tiled.iter().zip(&flash))
+        {
             for (n, (&a, &b)) in t.iter().zip(f).enumerate() {
                 let close = (a == b) || (a - b).abs() <= 2e-5 * (1.0 + b.abs().max(a.abs()));
                 assert!(
@@ -476,12 +516,27 @@ mod tests {
             return;
         }
         let kv = values(2 * 5 * 4, 1, 1.0);
-        let (q, k) = (Rows::packed(&[][..], 2, 0, 4), Rows::packed(&kv[..], 2, 5, 4));
+        let (q, k) = (
+            Rows::packed(&[][..], 2, 0, 4),
+            Rows::packed(&kv[..], 2, 5, 4),
+        );
         let d_o = Rows::packed(&[][..], 2, 0, 4);
         let mut dq: Vec<MaybeUninit<f32>> = Vec::new();
         let mut dk = vec![MaybeUninit::new(f32::NAN); 40];
         let mut dv = vec![MaybeUninit::new(f32::NAN); 40];
-        let _ = backward(&g, &q, &k, &k, None, &[], &d_o, &[], &mut dq, &mut dk, &mut dv);
+        let _ = backward(
+            &g,
+            &q,
+            &k,
+            &k,
+            None,
+            &[],
+            &d_o,
+            &[],
+            &mut dq,
+            &mut dk,
+            &mut dv,
+        );
         assert!(filled(dk).iter().chain(&filled(dv)).all(|&x| x == 0.0));
     }
 }

@@ -26,6 +26,7 @@
 //! forms (`binary_op.rs`), each one body for every rule.
 
 mod binary_op;
+mod block;
 mod num;
 mod pointwise;
 mod select_op;
@@ -35,6 +36,7 @@ mod unary_op;
 pub use crate::core::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub(crate) use binary_op::{binary_methods, scalar_method};
 pub use binary_op::{Binary, BinaryRule};
+pub use block::{Block, BLOCK};
 pub use num::{Cmp, Lane, Num, Plain, Traced};
 pub use select_op::SelectWhere;
 pub(crate) use unary_op::unary_method;

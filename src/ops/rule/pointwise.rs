@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{BinaryRule, Cmp, SelectWhere, UnaryRule};
 use crate::core::{Pointwise, Primitive};
+use crate::kernels::blocks::{as_slots, by_blocks};
 use crate::kernels::simd::wide;
 use crate::tensor::Element;
 
@@ -27,8 +28,20 @@ fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     wide(
         #[inline(always)]
         || {
-            for (o, &a) in out.iter_mut().zip(x) {
-                *o = rule.value(a);
+            // The closures inline into `wide`'s vector code (else they are
+            // built for the baseline CPU, `mul_add` a call to libm's `fmaf`).
+            let blocks = by_blocks(
+                [x],
+                as_slots(out),
+                #[inline(always)]
+                |[a]| rule.value_block(a),
+                #[inline(always)]
+                |[a]| rule.value(a),
+            );
+            if blocks.is_none() {
+                for (o, &a) in out.iter_mut().zip(x) {
+                    *o = rule.value(a);
+                }
             }
         },
     )

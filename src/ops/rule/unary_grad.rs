@@ -12,6 +12,7 @@ use super::{OpFacts, UnaryRule};
 use crate::core::Pointwise;
 use crate::error::{Error, Result};
 use crate::graph::Var;
+use crate::kernels::blocks::{as_slots, by_blocks};
 use crate::kernels::{self, simd::wide};
 use crate::ops::{expect_inputs, Differentiable, GradInputs};
 use crate::tensor::{Element, Tensor};
@@ -82,8 +83,19 @@ fn grad<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     wide(
         #[inline(always)]
         || {
-            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                *o = rule.grad(&Lane(g), &Lane(u)).0;
+            // Inlined into `wide`'s vector code, as in `pointwise::unary`.
+            let blocks = by_blocks(
+                [g, u],
+                as_slots(out),
+                #[inline(always)]
+                |[g, u]| rule.grad(&g, &u),
+                #[inline(always)]
+                |[g, u]| rule.grad(&Lane(g), &Lane(u)).0,
+            );
+            if blocks.is_none() {
+                for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                    *o = rule.grad(&Lane(g), &Lane(u)).0;
+                }
             }
         },
     )

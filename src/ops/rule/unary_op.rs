@@ -7,7 +7,7 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::pointwise::UnaryKernel;
-use super::{Lane, Num, OpFacts, Traced};
+use super::{Block, Lane, Num, OpFacts, Traced};
 use crate::core::{Node, Pointwise, Primitive};
 use crate::error::Result;
 use crate::graph::Var;
@@ -67,6 +67,22 @@ pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
 
     /// `f(x)` at one element.
     fn value<T: Element>(self, x: T) -> T;
+
+    /// `value` at each f32 element of a [`Block`] (the fused kernels run
+    /// rules by blocks). The default is `value` element by element; a rule
+    /// whose value is one long dependency chain (`exp`, `erfc`, GELU)
+    /// writes the same steps over the block, each step over all its
+    /// elements, so that several vectors' chains run side by side
+    /// (ARCHITECTURE.md, PERF: "Long chains run in blocks"). It must give
+    /// the bits of `value`.
+    #[inline(always)]
+    fn value_block(self, x: Block) -> Block {
+        let mut out = x.0;
+        for v in out.iter_mut() {
+            *v = self.value(*v);
+        }
+        Block(out)
+    }
 
     /// `g * f'` at one element, with `u` the input or the output as
     /// [`SLOPE_OF`](Self::SLOPE_OF) says. It must be linear in `g` (the
@@ -128,6 +144,10 @@ impl<R: UnaryRule> UnaryFn for ValueFn<R> {
     #[inline(always)]
     fn call<T: Element>(self, x: T) -> T {
         self.0.value(x)
+    }
+    #[inline(always)]
+    fn call_block(self, x: Block) -> Block {
+        self.0.value_block(x)
     }
 }
 
