@@ -13,8 +13,11 @@
 //! | scalar lane | [`Lane`] on plain numbers | `backward_scalar` |
 //! | tangent rule (forward mode) | [`Traced`], with the tangent for `g` | `jvp` |
 //!
-//! Every path evaluates the same IEEE operations in the same order on each
-//! element, so they agree bit for bit (`tests/properties.rs` checks it), and
+//! On f32 the slice loops (a fused kernel, `map`) run the rule over
+//! [`Block`]s of 64 elements (`block.rs`: a `Block` is a `Num`, and
+//! [`UnaryRule::value_block`] the value by blocks), which keeps several
+//! vectors of a long formula in flight. Every path evaluates the same IEEE
+//! operations in the same order on each element, so they agree bit for bit (`tests/properties.rs` checks it), and
 //! since the `Var` formula is made of recorded ops, every order of
 //! derivative comes from the rule with nothing more written.
 //!
