@@ -132,8 +132,19 @@ fn zip_typed<T: Element, F: BinaryFn>(
                 wide(
                     #[inline(always)]
                     || {
-                        for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
-                            o.write(f.call(x, y));
+                        // By blocks on f32 (`blocks.rs`: why the closures inline).
+                        let blocks = by_blocks(
+                            [pa, pb],
+                            &mut *chunk,
+                            #[inline(always)]
+                            |[x, y]| f.call_block(x, y),
+                            #[inline(always)]
+                            |[x, y]| f.call(x, y),
+                        );
+                        if blocks.is_none() {
+                            for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
+                                o.write(f.call(x, y));
+                            }
                         }
                     },
                 )

@@ -30,6 +30,17 @@ pub trait UnaryFn: Copy + Send + Sync {
 pub trait BinaryFn: Copy + Send + Sync {
     /// Applies the function.
     fn call<T: Element>(self, a: T, b: T) -> T;
+    /// Applies the function to each pair of a block of f32 (what
+    /// [`zip`](super::zip) runs on two f32 operands of one shape), as
+    /// [`UnaryFn::call_block`]; it must give `call`'s bits.
+    #[inline(always)]
+    fn call_block(self, a: Block, b: Block) -> Block {
+        let mut out = a.0;
+        for (x, &y) in out.iter_mut().zip(&b.0) {
+            *x = self.call(*x, y);
+        }
+        Block(out)
+    }
 }
 
 /// Defines a unit-struct [`UnaryFn`] from an expression in `x`.

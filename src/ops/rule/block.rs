@@ -111,6 +111,32 @@ mod tests {
                             "{name} forward: element {i} of {a}: {o} against {want}"
                         );
                     }
+                    // The eager first-order backward (`kernels::zip`) by
+                    // blocks, against the same call on each element alone.
+                    let g = Tensor::from_vec(inputs(0.37), &[x.len()]).expect("a valid shape");
+                    let grad = |g: &Tensor, x: &Tensor, y: &Tensor| {
+                        let mut grads = [None];
+                        let fast = op
+                            .backward_fast(g, &[x], y, &[true], &mut grads)
+                            .expect("a backward");
+                        fast.then(|| grads[0].take().expect("a gradient"))
+                    };
+                    if let Some(all) = grad(&g, &t, &y) {
+                        let (gs, ys) = (
+                            g.as_slice::<f32>().expect("f32"),
+                            y.as_slice::<f32>().expect("f32"),
+                        );
+                        for (i, &o) in all.as_slice::<f32>().expect("f32").iter().enumerate() {
+                            let one = |v: f32| Tensor::scalar(v);
+                            let alone = grad(&one(gs[i]), &one(x[i]), &one(ys[i]))
+                                .expect("a fast backward");
+                            let want = alone.as_slice::<f32>().expect("f32")[0];
+                            assert!(
+                                same(o, want),
+                                "{name} backward: element {i}: {o} against {want}"
+                            );
+                        }
+                    }
                 }
                 checked += 1;
             }

@@ -161,6 +161,10 @@ impl<R: UnaryRule> BinaryFn for GradFn<R> {
     fn call<T: Element>(self, g: T, u: T) -> T {
         self.0.grad(&Lane(g), &Lane(u)).0
     }
+    #[inline(always)]
+    fn call_block(self, g: Block, u: Block) -> Block {
+        self.0.grad(&g, &u)
+    }
 }
 
 impl<R: UnaryRule> Differentiable for Unary<R> {
