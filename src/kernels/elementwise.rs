@@ -71,6 +71,7 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
             || {
                 // By blocks on f32 (`blocks.rs`: why the closures inline).
                 let blocks = by_blocks(
+                    F::BLOCKS,
                     [s],
                     &mut *chunk,
                     #[inline(always)]
@@ -134,6 +135,7 @@ fn zip_typed<T: Element, F: BinaryFn>(
                     || {
                         // By blocks on f32 (`blocks.rs`: why the closures inline).
                         let blocks = by_blocks(
+                            F::BLOCKS,
                             [pa, pb],
                             &mut *chunk,
                             #[inline(always)]

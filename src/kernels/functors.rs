@@ -11,11 +11,13 @@ use crate::tensor::Element;
 pub trait UnaryFn: Copy + Send + Sync {
     /// Applies the function.
     fn call<T: Element>(self, x: T) -> T;
-    /// Applies the function to each element of a block of f32 (what
-    /// [`map_slice`](super::elementwise::map_slice) runs on f32). A
-    /// function that is one long dependency chain writes its steps over
-    /// the whole block (ARCHITECTURE.md, PERF: "Long chains run in
-    /// blocks"); it must give `call`'s bits.
+    /// Whether [`map_slice`](super::elementwise::map_slice) runs f32 by
+    /// blocks through [`call_block`](Self::call_block): for a function
+    /// that is one long dependency chain per element.
+    const BLOCKS: bool = false;
+    /// Applies the function to each element of a block of f32; a long
+    /// chain writes its steps over the whole block (ARCHITECTURE.md, PERF:
+    /// "Long chains run in blocks"). It must give `call`'s bits.
     #[inline(always)]
     fn call_block(self, x: Block) -> Block {
         let mut out = x.0;
@@ -30,8 +32,10 @@ pub trait UnaryFn: Copy + Send + Sync {
 pub trait BinaryFn: Copy + Send + Sync {
     /// Applies the function.
     fn call<T: Element>(self, a: T, b: T) -> T;
-    /// Applies the function to each pair of a block of f32 (what
-    /// [`zip`](super::zip) runs on two f32 operands of one shape), as
+    /// Whether [`zip`](super::zip) runs two f32 operands of one shape by
+    /// blocks, as [`UnaryFn::BLOCKS`].
+    const BLOCKS: bool = false;
+    /// Applies the function to each pair of a block of f32, as
     /// [`UnaryFn::call_block`]; it must give `call`'s bits.
     #[inline(always)]
     fn call_block(self, a: Block, b: Block) -> Block {

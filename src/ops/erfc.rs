@@ -32,6 +32,7 @@ impl UnaryRule for Erfc {
     fn value<T: Element>(self, x: T) -> T {
         erfc(x)
     }
+    const BLOCKS: bool = true;
     #[inline(always)]
     fn value_block(self, x: Block) -> Block {
         erfc_f32_block(x)

@@ -57,6 +57,7 @@ impl UnaryRule for Gelu {
     fn value<T: Element>(self, x: T) -> T {
         exact_gelu(&Lane(x)).0
     }
+    const BLOCKS: bool = true;
     #[inline(always)]
     fn value_block(self, x: Block) -> Block {
         exact_gelu(&x)

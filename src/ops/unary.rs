@@ -18,6 +18,7 @@ impl UnaryRule for Exp {
     fn value<T: Element>(self, x: T) -> T {
         x.exp_vectorisable()
     }
+    const BLOCKS: bool = true;
     #[inline(always)]
     fn value_block(self, x: Block) -> Block {
         exp_f32_block(x)

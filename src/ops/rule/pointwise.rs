@@ -31,6 +31,7 @@ fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
             // The closures inline into `wide`'s vector code (else they are
             // built for the baseline CPU, `mul_add` a call to libm's `fmaf`).
             let blocks = by_blocks(
+                R::BLOCKS,
                 [x],
                 as_slots(out),
                 #[inline(always)]

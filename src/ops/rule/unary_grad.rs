@@ -85,6 +85,7 @@ fn grad<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
         || {
             // Inlined into `wide`'s vector code, as in `pointwise::unary`.
             let blocks = by_blocks(
+                R::BLOCKS,
                 [g, u],
                 as_slots(out),
                 #[inline(always)]

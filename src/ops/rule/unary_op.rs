@@ -68,13 +68,18 @@ pub trait UnaryRule: Copy + Default + Send + Sync + fmt::Debug + 'static {
     /// `f(x)` at one element.
     fn value<T: Element>(self, x: T) -> T;
 
-    /// `value` at each f32 element of a [`Block`] (the fused kernels run
-    /// rules by blocks). The default is `value` element by element; a rule
-    /// whose value is one long dependency chain (`exp`, `erfc`, GELU)
-    /// writes the same steps over the block, each step over all its
-    /// elements, so that several vectors' chains run side by side
-    /// (ARCHITECTURE.md, PERF: "Long chains run in blocks"). It must give
-    /// the bits of `value`.
+    /// Whether the slice loops run this rule by [`Block`]s on f32: for a
+    /// rule whose value or gradient is one long dependency chain per
+    /// element (`exp`, `erfc`, GELU), which then also writes
+    /// [`value_block`](Self::value_block). A short rule stays element by
+    /// element: a block's copies in and out would cost more than they win.
+    const BLOCKS: bool = false;
+
+    /// `value` at each f32 element of a [`Block`]. The default is `value`
+    /// element by element; a rule with [`BLOCKS`](Self::BLOCKS) writes the
+    /// same steps over the block, each step over all its elements, so that
+    /// several vectors' chains run side by side (ARCHITECTURE.md, PERF:
+    /// "Long chains run in blocks"). It must give the bits of `value`.
     #[inline(always)]
     fn value_block(self, x: Block) -> Block {
         let mut out = x.0;
@@ -145,6 +150,7 @@ impl<R: UnaryRule> UnaryFn for ValueFn<R> {
     fn call<T: Element>(self, x: T) -> T {
         self.0.value(x)
     }
+    const BLOCKS: bool = R::BLOCKS;
     #[inline(always)]
     fn call_block(self, x: Block) -> Block {
         self.0.value_block(x)
@@ -161,6 +167,7 @@ impl<R: UnaryRule> BinaryFn for GradFn<R> {
     fn call<T: Element>(self, g: T, u: T) -> T {
         self.0.grad(&Lane(g), &Lane(u)).0
     }
+    const BLOCKS: bool = R::BLOCKS;
     #[inline(always)]
     fn call_block(self, g: Block, u: Block) -> Block {
         self.0.grad(&g, &u)
