@@ -36,20 +36,18 @@ pub(crate) fn as_slots<T>(x: &mut [T]) -> &mut [MaybeUninit<T>] {
 }
 
 /// `out[i] = f(ins[0][i], ..)` with `f` given for blocks and for single
-/// elements (the tail), when `f` is a `long_chain` (the functor's or
-/// rule's `BLOCKS`) and `T` is f32; `None` otherwise (the caller runs its
-/// element loop). Each of `ins` is at least as long as `out`.
+/// elements (the tail), when `T` is f32; `None` otherwise (the caller runs
+/// its element loop). Each of `ins` is at least as long as `out`. Callers
+/// ask only where the function's `BLOCKS` says it is a long chain, and
+/// keep their element loop apart (in its own `wide` call), so that a short
+/// function's loop compiles as if this did not exist.
 #[inline(always)]
 pub(crate) fn by_blocks<T: Element, const N: usize>(
-    long_chain: bool,
     ins: [&[T]; N],
     out: &mut [MaybeUninit<T>],
     block: impl Fn([Block; N]) -> Block,
     one: impl Fn([f32; N]) -> f32,
 ) -> Option<()> {
-    if !long_chain {
-        return None;
-    }
     let out = as_f32_out(out)?;
     let n = out.len();
     let mut xs: [&[f32]; N] = [&[]; N];

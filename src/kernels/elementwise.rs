@@ -15,6 +15,7 @@ use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
 use crate::error::{check_dtypes, Error, Result};
+use crate::tensor::math::Block;
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{refused, DType, Element, Filled, Repr, Tensor};
 
@@ -63,19 +64,38 @@ fn map_dense<F: UnaryFn>(op: &'static str, x: &Tensor, f: F) -> Result<Tensor> {
 /// element of `out` (and panics if `src` is shorter).
 #[inline]
 pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], f: F) {
+    if F::BLOCKS {
+        return map_slice_by_blocks(src, out, f);
+    }
     // Every chunk of `out` is written in full: `s` is sliced to its length.
     for_each_chunk(out, |off, chunk| {
         let s = &src[off..off + chunk.len()];
         wide(
             #[inline(always)]
             || {
-                // By blocks on f32 (`blocks.rs`: why the closures inline).
+                for (o, &v) in chunk.iter_mut().zip(s) {
+                    o.write(f.call(v));
+                }
+            },
+        )
+    });
+}
+
+/// [`map_slice`] for a long chain (`F::BLOCKS`): by blocks on f32
+/// (`blocks.rs`: why the closures inline). A function of its own, so that
+/// a short function's loop compiles as if it did not exist.
+#[inline(never)]
+fn map_slice_by_blocks<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], f: F) {
+    for_each_chunk(out, |off, chunk| {
+        let s = &src[off..off + chunk.len()];
+        wide(
+            #[inline(always)]
+            || {
                 let blocks = by_blocks(
-                    F::BLOCKS,
                     [s],
                     &mut *chunk,
                     #[inline(always)]
-                    |[x]| f.call_block(x),
+                    |[x]: [Block; 1]| f.call_block(x),
                     #[inline(always)]
                     |[x]| f.call(x),
                 );
@@ -115,6 +135,40 @@ fn zip_dense<F: BinaryFn>(op: &'static str, a: &Tensor, b: &Tensor, f: F) -> Res
     Ok(crate::with_dtype!(op, a.dtype(), T => zip_typed::<T, F>(op, a, b, f)?))
 }
 
+/// `out[i] = f(xa[i], xb[i])` for a long chain (`F::BLOCKS`): by blocks
+/// on f32 (`blocks.rs`: why the closures inline), every element written.
+/// A function of its own, as [`map_slice_by_blocks`].
+#[inline(never)]
+fn zip_slices_by_blocks<T: Element, F: BinaryFn>(
+    xa: &[T],
+    xb: &[T],
+    out: &mut [MaybeUninit<T>],
+    f: F,
+) {
+    for_each_chunk(out, |off, chunk| {
+        let n = chunk.len();
+        let (pa, pb) = (&xa[off..off + n], &xb[off..off + n]);
+        wide(
+            #[inline(always)]
+            || {
+                let blocks = by_blocks(
+                    [pa, pb],
+                    &mut *chunk,
+                    #[inline(always)]
+                    |[x, y]: [Block; 2]| f.call_block(x, y),
+                    #[inline(always)]
+                    |[x, y]| f.call(x, y),
+                );
+                if blocks.is_none() {
+                    for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
+                        o.write(f.call(x, y));
+                    }
+                }
+            },
+        )
+    });
+}
+
 fn zip_typed<T: Element, F: BinaryFn>(
     op: &'static str,
     a: &Tensor,
@@ -127,30 +181,22 @@ fn zip_typed<T: Element, F: BinaryFn>(
     if crate::tensor::shape::same_dims(sa, sb) {
         refused::obtainable::<T>(op, sa, xa.len())?;
         return Ok(Tensor::build::<T>(Dims::from_slice(sa), |out| {
-            for_each_chunk(out, |off, chunk| {
-                let n = chunk.len();
-                let (pa, pb) = (&xa[off..off + n], &xb[off..off + n]);
-                wide(
-                    #[inline(always)]
-                    || {
-                        // By blocks on f32 (`blocks.rs`: why the closures inline).
-                        let blocks = by_blocks(
-                            F::BLOCKS,
-                            [pa, pb],
-                            &mut *chunk,
-                            #[inline(always)]
-                            |[x, y]| f.call_block(x, y),
-                            #[inline(always)]
-                            |[x, y]| f.call(x, y),
-                        );
-                        if blocks.is_none() {
+            if F::BLOCKS {
+                zip_slices_by_blocks(xa, xb, out, f);
+            } else {
+                for_each_chunk(out, |off, chunk| {
+                    let n = chunk.len();
+                    let (pa, pb) = (&xa[off..off + n], &xb[off..off + n]);
+                    wide(
+                        #[inline(always)]
+                        || {
                             for ((o, &x), &y) in chunk.iter_mut().zip(pa).zip(pb) {
                                 o.write(f.call(x, y));
                             }
-                        }
-                    },
-                )
-            });
+                        },
+                    )
+                });
+            }
             // SAFETY: `for_each_chunk` hands over every element of the output,
             // and each chunk is written in full: `pa` and `pb` are sliced to the
             // chunk's length (panicking, not stopping early, if an operand is short).

@@ -25,24 +25,31 @@ pub(crate) struct SelectKernel(pub(crate) Cmp);
 #[inline(always)]
 fn unary<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     let x = &ins[0][..out.len()];
+    // A long chain by blocks on f32 (`kernels/blocks.rs`: why the closures
+    // inline).
+    if R::BLOCKS
+        && wide(
+            #[inline(always)]
+            || {
+                by_blocks(
+                    [x],
+                    as_slots(out),
+                    #[inline(always)]
+                    |[a]| rule.value_block(a),
+                    #[inline(always)]
+                    |[a]| rule.value(a),
+                )
+                .is_some()
+            },
+        )
+    {
+        return;
+    }
     wide(
         #[inline(always)]
         || {
-            // The closures inline into `wide`'s vector code (else they are
-            // built for the baseline CPU, `mul_add` a call to libm's `fmaf`).
-            let blocks = by_blocks(
-                R::BLOCKS,
-                [x],
-                as_slots(out),
-                #[inline(always)]
-                |[a]| rule.value_block(a),
-                #[inline(always)]
-                |[a]| rule.value(a),
-            );
-            if blocks.is_none() {
-                for (o, &a) in out.iter_mut().zip(x) {
-                    *o = rule.value(a);
-                }
+            for (o, &a) in out.iter_mut().zip(x) {
+                *o = rule.value(a);
             }
         },
     )

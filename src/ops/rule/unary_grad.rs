@@ -80,23 +80,30 @@ struct UnaryGradKernel<R>(R);
 #[inline(always)]
 fn grad<T: Element, R: UnaryRule>(rule: R, ins: &[&[T]], out: &mut [T]) {
     let (g, u) = (&ins[0][..out.len()], &ins[1][..out.len()]);
+    // A long chain by blocks on f32, as in `pointwise::unary`.
+    if R::BLOCKS
+        && wide(
+            #[inline(always)]
+            || {
+                by_blocks(
+                    [g, u],
+                    as_slots(out),
+                    #[inline(always)]
+                    |[g, u]| rule.grad(&g, &u),
+                    #[inline(always)]
+                    |[g, u]| rule.grad(&Lane(g), &Lane(u)).0,
+                )
+                .is_some()
+            },
+        )
+    {
+        return;
+    }
     wide(
         #[inline(always)]
         || {
-            // Inlined into `wide`'s vector code, as in `pointwise::unary`.
-            let blocks = by_blocks(
-                R::BLOCKS,
-                [g, u],
-                as_slots(out),
-                #[inline(always)]
-                |[g, u]| rule.grad(&g, &u),
-                #[inline(always)]
-                |[g, u]| rule.grad(&Lane(g), &Lane(u)).0,
-            );
-            if blocks.is_none() {
-                for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                    *o = rule.grad(&Lane(g), &Lane(u)).0;
-                }
+            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                *o = rule.grad(&Lane(g), &Lane(u)).0;
             }
         },
     )
