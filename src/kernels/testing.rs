@@ -1,5 +1,6 @@
 //! What the kernels' unit tests share: reading back an output a kernel
-//! filled, convolution geometries and a fused convolution's f64 definition.
+//! filled, deterministic sample values, convolution geometries and a
+//! fused convolution's f64 definition.
 
 use std::mem::MaybeUninit;
 
@@ -24,6 +25,19 @@ pub(crate) fn filled<T: Element>(
     let mut out = vec![MaybeUninit::uninit(); len];
     let _filled = f(&mut out);
     assume_filled(out)
+}
+
+/// Deterministic values in about `[-scale, scale]` (xorshift from `seed`).
+pub(crate) fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
 }
 
 /// A convolution geometry with PyTorch's output size, from `[in_channels,

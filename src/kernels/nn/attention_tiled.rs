@@ -354,12 +354,7 @@ unsafe fn head_rows(
                 }
             }
             let o = out.as_mut_ptr().add((r0 - i0) * ev).cast::<f32>();
-            let sum = Sum {
-                a: sp,
-                a_row: width,
-                a_step: 1,
-                n: block_keys,
-            };
+            let sum = Sum::rows(sp, width, block_keys);
             let by = Matrix {
                 data: v_head,
                 stride: v.row_stride,
@@ -525,6 +520,28 @@ pub(super) struct Sum {
     pub a_row: usize,
     pub a_step: usize,
     pub n: usize,
+}
+
+impl Sum {
+    /// The rows of a row-major matrix at `a` (row stride `stride`), `n` long.
+    pub(super) fn rows(a: *const f32, stride: usize, n: usize) -> Self {
+        Sum {
+            a,
+            a_row: stride,
+            a_step: 1,
+            n,
+        }
+    }
+
+    /// The columns of a row-major matrix at `a` (row stride `stride`), `n` long.
+    pub(super) fn columns(a: *const f32, stride: usize, n: usize) -> Self {
+        Sum {
+            a,
+            a_row: 1,
+            a_step: stride,
+            n,
+        }
+    }
 }
 
 /// A row-major matrix at `data` (row stride `stride`, `cols` columns): a
@@ -713,19 +730,7 @@ pub(super) fn exp_ps(x: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Deterministic values in about `[-scale, scale]`.
-    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::kernels::testing::values;
 
     /// `softmax(Q Kᵀ · scale + mask) V` of head `b` in f64, 0 for a fully
     /// masked row.

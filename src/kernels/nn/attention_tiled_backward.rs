@@ -231,12 +231,7 @@ unsafe fn backward_head(
                     probabilities_and_ds(p_row, ds_row, x, d);
                 }
                 // dQ = scale · dS K for the block's rows.
-                let sum = Sum {
-                    a: dsp,
-                    a_row: width,
-                    a_step: 1,
-                    n: block_keys,
-                };
+                let sum = Sum::rows(dsp, width, block_keys);
                 let keys = Matrix {
                     data: k_head,
                     stride: k.row_stride,
@@ -259,12 +254,7 @@ unsafe fn backward_head(
                 }
                 let at = (i_start - c0) * width + j0;
                 let n = c1 - i_start;
-                let column = |m: &[f32]| Sum {
-                    a: m.as_ptr().add(at),
-                    a_row: 1,
-                    a_step: width,
-                    n,
-                };
+                let column = |m: &[f32]| Sum::columns(m.as_ptr().add(at), width, n);
                 let grads = Matrix {
                     data: do_head.add(i_start * do_stride),
                     stride: do_stride,
@@ -366,24 +356,7 @@ mod tests {
     use super::*;
     use crate::kernels::nn::attention;
     use crate::kernels::nn::attention_tiled::forward_with_lse;
-
-    /// Deterministic values in about `[-scale, scale]`.
-    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
-
-    fn filled(v: Vec<MaybeUninit<f32>>) -> Vec<f32> {
-        // SAFETY: every caller passes buffers a kernel wrote whole (its contract).
-        v.into_iter().map(|x| unsafe { x.assume_init() }).collect()
-    }
+    use crate::kernels::testing::{assume_filled as filled, values};
 
     /// Runs the tiled forward and backward and the flash ones (on the same
     /// strided operands, the same `dO`) and compares every gradient.
