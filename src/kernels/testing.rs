@@ -40,6 +40,24 @@ pub(crate) fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// An additive `[l, s]` attention mask of values in about `[-3, 3]` with
+/// the hard cases: key 0 hidden from every row, row 1 (when there are
+/// two) fully masked, and a finite large negative on every third row's
+/// last key.
+pub(crate) fn hard_mask(l: usize, s: usize, seed: u64) -> Vec<f32> {
+    let mut m = values(l * s, seed, 3.0);
+    for i in 0..l {
+        m[i * s] = f32::NEG_INFINITY;
+        if s > 2 && i % 3 == 0 {
+            m[i * s + s - 1] = -1e30;
+        }
+    }
+    if l > 1 {
+        m[s..2 * s].fill(f32::NEG_INFINITY);
+    }
+    m
+}
+
 /// A convolution geometry with PyTorch's output size, from `[in_channels,
 /// out_channels, groups]` and the per-dimension settings.
 pub(crate) fn conv_geometry(

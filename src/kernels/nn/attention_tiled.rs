@@ -730,7 +730,7 @@ pub(super) fn exp_ps(x: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::values;
+    use crate::kernels::testing::{hard_mask, values};
 
     /// `softmax(Q Kᵀ · scale + mask) V` of head `b` in f64, 0 for a fully
     /// masked row.
@@ -819,18 +819,8 @@ mod tests {
             heads: vh,
             row_stride: ev + 5,
         };
-        // One mask for every head; key 0 hidden and (when there are two
-        // rows) row 1 fully masked; finite large negatives elsewhere.
-        let mut md = values(l * s, 4, 3.0);
-        for i in 0..l {
-            md[i * s] = f32::NEG_INFINITY;
-            if s > 2 && i % 3 == 0 {
-                md[i * s + s - 1] = -1e30;
-            }
-        }
-        if l > 1 {
-            md[s..2 * s].fill(f32::NEG_INFINITY);
-        }
+        // One mask for every head.
+        let md = hard_mask(l, s, 4);
         let mv = MaskView {
             data: &md,
             offsets: vec![0; batch],

@@ -356,7 +356,7 @@ mod tests {
     use super::*;
     use crate::kernels::nn::attention;
     use crate::kernels::nn::attention_tiled::forward_with_lse;
-    use crate::kernels::testing::{assume_filled as filled, values};
+    use crate::kernels::testing::{assume_filled as filled, hard_mask, values};
 
     /// Runs the tiled forward and backward and the flash ones (on the same
     /// strided operands, the same `dO`) and compares every gradient.
@@ -399,18 +399,8 @@ mod tests {
             rows(&vd[..], vh, vs),
             rows(&dd[..], dh, dst),
         );
-        // One mask for every head: key 0 hidden, a fully masked row, and
-        // finite large negatives.
-        let mut md = values(l * s, 5, 3.0);
-        for i in 0..l {
-            md[i * s] = f32::NEG_INFINITY;
-            if s > 2 && i % 3 == 0 {
-                md[i * s + s - 1] = -1e30;
-            }
-        }
-        if l > 1 {
-            md[s..2 * s].fill(f32::NEG_INFINITY);
-        }
+        // One mask for every head.
+        let md = hard_mask(l, s, 5);
         let mv = MaskView {
             data: &md,
             offsets: vec![0; batch],
