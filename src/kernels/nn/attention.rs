@@ -161,7 +161,7 @@ fn row_max<T: NnFloat>(row: &[T], init: T) -> T {
 /// `Σ a[i] b[i]` in eight fixed lanes (vectorises; a fixed order, so the
 /// same bits on every run).
 #[inline(always)]
-fn dot<T: NnFloat>(a: &[T], b: &[T]) -> T {
+pub(super) fn dot<T: NnFloat>(a: &[T], b: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ta, tb) = (ca.remainder(), cb.remainder());

@@ -91,19 +91,8 @@ pub fn forward<'o, T: Element>(
         applies::<T>(g),
         "attention_tiled::forward outside its domain"
     );
-    let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
-    let mask = mask.map(as_f32_mask);
-    forward_f32(
-        g,
-        Operands {
-            q: &q,
-            k: &k,
-            v: &v,
-            mask: mask.as_ref(),
-        },
-        as_f32_out(out),
-        None,
-    );
+    let ops = F32Operands::of(q, k, v, mask);
+    forward_f32(g, ops.view(), as_f32_out(out), None);
     // SAFETY: `forward_f32` writes every element of `out` (its doc; the
     // length is asserted there).
     unsafe { Filled::assume(out) }
@@ -125,18 +114,45 @@ pub fn forward_with_lse<'o, 'l, T: Element>(
         applies::<T>(g),
         "attention_tiled::forward_with_lse outside its domain"
     );
-    let (q, k, v) = (as_f32_rows(q), as_f32_rows(k), as_f32_rows(v));
-    let mask = mask.map(as_f32_mask);
-    let ops = Operands {
-        q: &q,
-        k: &k,
-        v: &v,
-        mask: mask.as_ref(),
-    };
-    forward_f32(g, ops, as_f32_out(out), Some(as_f32_out(lse)));
+    let ops = F32Operands::of(q, k, v, mask);
+    forward_f32(g, ops.view(), as_f32_out(out), Some(as_f32_out(lse)));
     // SAFETY: `forward_f32` writes every element of `out` and of `lse`
     // when given (its doc; the lengths are asserted there).
     unsafe { (Filled::assume(out), Filled::assume(lse)) }
+}
+
+/// The operands of one call as f32 views (what the public entry points
+/// turn their `T` operands into; `T` is f32 wherever [`applies`] holds).
+pub(super) struct F32Operands<'a> {
+    q: Rows<'a, f32>,
+    k: Rows<'a, f32>,
+    v: Rows<'a, f32>,
+    mask: Option<MaskView<'a, f32>>,
+}
+
+impl<'a> F32Operands<'a> {
+    pub(super) fn of<T: Element>(
+        q: &Rows<'a, T>,
+        k: &Rows<'a, T>,
+        v: &Rows<'a, T>,
+        mask: Option<&MaskView<'a, T>>,
+    ) -> Self {
+        F32Operands {
+            q: as_f32_rows(q),
+            k: as_f32_rows(k),
+            v: as_f32_rows(v),
+            mask: mask.map(as_f32_mask),
+        }
+    }
+
+    pub(super) fn view(&self) -> Operands<'_, 'a> {
+        Operands {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            mask: self.mask.as_ref(),
+        }
+    }
 }
 
 /// The f32 operands of one call: queries, keys, values and the mask.

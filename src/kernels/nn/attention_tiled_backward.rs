@@ -26,9 +26,11 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::attention::dot;
 use super::attention::{Geometry, MaskView, Rows};
 use super::attention_tiled::{
-    applies, as_f32, as_f32_mask, as_f32_out, as_f32_rows, Operands, ROWS,
+    applies, as_f32, as_f32_out, as_f32_rows, F32Operands, Operands, ROWS,
 };
 #[cfg(target_arch = "x86_64")]
 use super::attention_tiled::{
@@ -65,21 +67,16 @@ pub fn backward<'q, 'k, 'v, T: Element>(
         applies::<T>(g),
         "attention_tiled_backward::backward outside its domain"
     );
-    let (q, k, v, d_o) = (
-        as_f32_rows(q),
-        as_f32_rows(k),
-        as_f32_rows(v),
-        as_f32_rows(d_o),
-    );
-    let mask = mask.map(as_f32_mask);
-    let ops = Operands {
-        q: &q,
-        k: &k,
-        v: &v,
-        mask: mask.as_ref(),
-    };
+    let ops = F32Operands::of(q, k, v, mask);
     let grads = [as_f32_out(dq), as_f32_out(dk), as_f32_out(dv)];
-    backward_f32(g, ops, as_f32(o), &d_o, as_f32(lse), grads);
+    backward_f32(
+        g,
+        ops.view(),
+        as_f32(o),
+        &as_f32_rows(d_o),
+        as_f32(lse),
+        grads,
+    );
     // SAFETY: `backward_f32` writes every element of its three outputs
     // (its doc; the lengths are asserted there).
     unsafe { (Filled::assume(dq), Filled::assume(dk), Filled::assume(dv)) }
@@ -220,7 +217,7 @@ unsafe fn backward_head(
                     }
                     let i = r0 + r;
                     let seen = if g.causal { s.min(i + 1) } else { s };
-                    let d = row_dot(do_head.add(i * do_stride), &head.o[i * ev..(i + 1) * ev]);
+                    let d = dot(head.d_o.row(b, i, ev), &head.o[i * ev..(i + 1) * ev]);
                     let mask_row = ops.mask_row(b, i, &mut gathered);
                     let x = RowScores {
                         seen,
@@ -338,17 +335,6 @@ unsafe fn probabilities_and_ds(p: &mut [f32], ds: &mut [f32], x: RowScores, d: f
         p[vectors * LANES..].fill(0.0);
         ds[vectors * LANES..].fill(0.0);
     }
-}
-
-/// `Σ a[c] b[c]` over the `b.len()` elements of row `a`, in a fixed order.
-///
-/// # Safety
-/// `a` holds `b.len()` elements.
-#[cfg(target_arch = "x86_64")]
-unsafe fn row_dot(a: *const f32, b: &[f32]) -> f32 {
-    // SAFETY: the caller upholds the contract in the doc above.
-    let a = unsafe { std::slice::from_raw_parts(a, b.len()) };
-    a.iter().zip(b).fold(0.0, |s, (&x, &y)| s + x * y)
 }
 
 #[cfg(test)]
