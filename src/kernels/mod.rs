@@ -28,7 +28,8 @@
 //! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
 //! results), `blocks.rs` (slice loops by 64-element blocks, for functions
 //! whose per-element dependency chain is long: `erfc`, `exp`), `tanh.rs` (the public path of the branch-free tanh, which
-//! lives in `tensor/math.rs`), `ternary.rs` (`zip3`: three operands,
+//! lives in `tensor/math.rs`), `transpose.rs` (a column-major matrix copied
+//! row-major in AVX-512 register tiles, for `gemm`'s right operand), `ternary.rs` (`zip3`: three operands,
 //! broadcasting), `power.rs` (pow functors and fixed-exponent fast paths),
 //! `reduce_lanes.rs` (one accumulator per output for any axis set, fed in
 //! memory order, parallel), `reduce_minmax.rs` (extrema, arg-extrema, tie
@@ -55,6 +56,7 @@ pub mod tanh;
 pub mod ternary;
 #[cfg(test)]
 mod testing;
+pub(crate) mod transpose;
 
 pub use elementwise::{broadcast_to, map, zip};
 pub use functors::{BinaryFn, UnaryFn};
