@@ -15,7 +15,7 @@ use super::parallel::{should_parallelize, CHUNK};
 use super::simd::wide;
 use crate::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{checked_numel, Dims};
-use crate::tensor::{DataType, Filled, Tensor};
+use crate::tensor::{DataType, Filled, Strided, Tensor};
 
 /// Copies `src` into `dst` (equal lengths): writes every element of `dst`,
 /// and panics rather than stopping early if `src` is shorter.
@@ -317,19 +317,51 @@ pub fn slice_sum(
     let (_, inner) = outer_inner(shape, dim);
     let row_len = shape[dim] * inner;
     Ok(crate::with_dtype!(OP, first.dtype(), T => {
-        let srcs: Vec<&[T]> = parts.iter().map(|(g, _)| g.as_slice_of::<T>()).collect();
+        // Each part is read at its own strides: a head's gradient arrives as
+        // a permuted view, which a contiguous read would copy first.
+        let held: Vec<Tensor> = parts
+            .iter()
+            .map(|(g, _)| match g.strided::<T>() {
+                Some(v) if v.strides.len() == g.rank() => (*g).clone(),
+                _ => g.contiguous(),
+            })
+            .collect();
+        let views: Vec<Strided<'_, T>> = held
+            .iter()
+            .map(|g| g.strided::<T>().expect("dtype was checked above"))
+            .collect();
         let zero = T::cast_from_f64(0.0);
+        let rank = shape.len();
+        // Position `j` of part `k` in row `o` (`inner` elements): runs along
+        // the last dimension, one per index of the dimensions between.
+        let copy = |k: usize, o: usize, j: usize, dst: &mut [MaybeUninit<T>]| {
+            let (data, st) = (views[k].data, &views[k].strides[..]);
+            let base = strided_offset(o, &shape[..dim], &st[..dim]) + j * st[dim];
+            if dim + 1 == rank {
+                dst[0].write(zero + data[base]);
+                return;
+            }
+            let (run, run_stride) = (shape[rank - 1], st[rank - 1]);
+            let (mid, mid_strides) = (&shape[dim + 1..rank - 1], &st[dim + 1..rank - 1]);
+            for (q, piece) in dst.chunks_mut(run).enumerate() {
+                let at = base + strided_offset(q, mid, mid_strides);
+                if run_stride == 1 {
+                    for (d, &v) in piece.iter_mut().zip(&data[at..at + run]) {
+                        d.write(zero + v);
+                    }
+                } else {
+                    for (i, d) in piece.iter_mut().enumerate() {
+                        d.write(zero + data[at + i * run_stride]);
+                    }
+                }
+            }
+        };
         Tensor::build::<T>(Dims::from_slice(shape), |out| {
             if row_len > 0 {
                 for_each_row(out, row_len, |o, row| {
                     for (p, dst) in row.chunks_mut(inner).enumerate() {
                         match owner[p] {
-                            Some((k, j)) => {
-                                let from = &srcs[k][(o * lens[k] + j) * inner..][..inner];
-                                for (d, &v) in dst.iter_mut().zip(from) {
-                                    d.write(zero + v);
-                                }
-                            }
+                            Some((k, j)) => copy(k, o, j, dst),
                             None => dst.iter_mut().for_each(|d| {
                                 d.write(zero);
                             }),
@@ -342,6 +374,17 @@ pub fn slice_sum(
             unsafe { Filled::assume(out) }
         })
     }))
+}
+
+/// The element offset of index `i` (row-major over `dims`) in a layout
+/// with these `strides`.
+fn strided_offset(mut i: usize, dims: &[usize], strides: &[usize]) -> usize {
+    let mut offset = 0;
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        offset += (i % d) * s;
+        i /= d;
+    }
+    offset
 }
 
 /// Pads (or, with negative amounts, crops) every dimension of `x`:
@@ -474,6 +517,51 @@ mod tests {
     use super::*;
 
     use crate::tensor::test_util::shaped as t;
+
+    /// Parts that arrive as permuted views (a head's gradient, `[B, H, T, D]`
+    /// read as `[B, T, 1, H, D]`), read at their strides, and parts along
+    /// the last dimension and with a stride along their run, give what the
+    /// same parts made contiguous give, bit for bit.
+    #[test]
+    fn strided_parts_sum_as_their_contiguous_copies() {
+        let (b, h, tt, d) = (2, 3, 4, 5);
+        let heads: Vec<Tensor> = (0..3)
+            .map(|k| Tensor::randn(&[b, h, tt, d], crate::DType::F32, k).unwrap())
+            .collect();
+        let viewed: Vec<Tensor> = heads
+            .iter()
+            .map(|x| {
+                let x = x.permute(&[0, 2, 1, 3]).unwrap();
+                let x = x.unsqueeze(2).unwrap();
+                assert!(!x.is_contiguous());
+                x
+            })
+            .collect();
+        let shape = [b, tt, 3, h, d];
+        let strided: Vec<(&Tensor, usize)> = viewed.iter().zip([0, 1, 2]).collect();
+        let copies: Vec<Tensor> = viewed.iter().map(|x| x.contiguous()).collect();
+        let dense: Vec<(&Tensor, usize)> = copies.iter().zip([0, 1, 2]).collect();
+        let want = slice_sum(&shape, &dense, 2, 1).unwrap().to_f64_vec();
+        assert_eq!(
+            slice_sum(&shape, &strided, 2, 1).unwrap().to_f64_vec(),
+            want
+        );
+        // Along the last dimension (one element per position), and runs read
+        // with a stride (a transposed part).
+        let x = t((0..12).map(f64::from).collect(), &[3, 4]);
+        let xt = x.transpose(0, 1).unwrap();
+        let (xc, parts) = (xt.contiguous(), [0usize, 5]);
+        let got = slice_sum(&[4, 10], &[(&xt, parts[0]), (&xt, parts[1])], 1, 2).unwrap();
+        let want = slice_sum(&[4, 10], &[(&xc, parts[0]), (&xc, parts[1])], 1, 2).unwrap();
+        assert_eq!(got.to_f64_vec(), want.to_f64_vec());
+        let y = t((0..24).map(f64::from).collect(), &[2, 3, 4])
+            .permute(&[2, 1, 0])
+            .unwrap();
+        let got = slice_sum(&[4, 6, 2], &[(&y, 0), (&y, 3)], 1, 1).unwrap();
+        let yc = y.contiguous();
+        let want = slice_sum(&[4, 6, 2], &[(&yc, 0), (&yc, 3)], 1, 1).unwrap();
+        assert_eq!(got.to_f64_vec(), want.to_f64_vec());
+    }
 
     #[test]
     fn cat_and_slice_round_trip() {
