@@ -84,10 +84,33 @@ pub(crate) unsafe fn row_major_copy<T: Copy + 'static, R>(
     result
 }
 
-/// Writes the row-major `[rows, cols]` copy of `src` into `out`: whole
-/// tiles of f32 by AVX-512 shuffles where the CPU has them, the rest (and
-/// f64) element by element, tile by tile: down a tile's columns in the
-/// source, across its rows in `out`.
+/// The register tiles a copy can use, widest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tiles {
+    /// 16 x 16 f32 in AVX-512 registers.
+    Avx512,
+    /// 8 x 8 f32 in AVX registers (also what valgrind's emulated CPU runs).
+    Avx2,
+    /// Element by element.
+    Scalar,
+}
+
+/// The widest tiles this CPU runs for `T` (registers only for f32).
+fn widest<T: 'static>() -> Tiles {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Tiles::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx") {
+            return Tiles::Avx2;
+        }
+    }
+    Tiles::Scalar
+}
+
+/// Writes the row-major `[rows, cols]` copy of `src` into `out` with the
+/// widest tiles the CPU has.
 ///
 /// # Safety
 /// Every `(r, c)` of `src` inside `[rows, cols]` must be readable.
@@ -97,21 +120,48 @@ unsafe fn copy_rows<T: Copy + 'static>(
     cols: usize,
     out: &mut [MaybeUninit<T>],
 ) {
+    // SAFETY: forwarded; `widest` checked the CPU and the type.
+    unsafe { copy_rows_with(widest::<T>(), src, rows, cols, out) }
+}
+
+/// [`copy_rows`] with the given tiles: whole register tiles of f32, then
+/// the ragged edges (and all of f64) element by element, tile by tile:
+/// down a tile's columns in the source, across its rows in `out`.
+///
+/// # Safety
+/// As for [`copy_rows`]; `tiles` other than `Scalar` need `T = f32` and
+/// the CPU's support.
+unsafe fn copy_rows_with<T: Copy + 'static>(
+    tiles: Tiles,
+    src: ColumnMajor<T>,
+    rows: usize,
+    cols: usize,
+    out: &mut [MaybeUninit<T>],
+) {
     assert_eq!(out.len(), rows * cols, "an output of the copy's shape");
     let (mut whole_rows, mut whole_cols) = (0, 0);
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && std::arch::is_x86_feature_detected!("avx512f")
-    {
-        (whole_rows, whole_cols) = (rows / TILE * TILE, cols / TILE * TILE);
+    if tiles != Tiles::Scalar {
+        let side = if tiles == Tiles::Avx512 {
+            TILE
+        } else {
+            TILE / 2
+        };
+        (whole_rows, whole_cols) = (rows / side * side, cols / side * side);
         let src = ColumnMajor {
             ptr: src.ptr as *const f32,
             ld: src.ld,
         };
         let out = out.as_mut_ptr() as *mut f32;
-        // SAFETY: the CPU has AVX-512F; `T` is f32; the tiles lie inside
-        // the caller's bounds and `out` (of `rows * cols` elements).
-        unsafe { whole_tiles_avx512(src, whole_rows, whole_cols, cols, out) };
+        // SAFETY: the caller vouches for the CPU and that `T` is f32; the
+        // tiles lie inside the caller's bounds and `out` (`rows * cols`).
+        unsafe {
+            if tiles == Tiles::Avx512 {
+                whole_tiles_avx512(src, whole_rows, whole_cols, cols, out)
+            } else {
+                whole_tiles_avx(src, whole_rows, whole_cols, cols, out)
+            }
+        };
     }
     let mut scalar = |rs: std::ops::Range<usize>, cs: std::ops::Range<usize>| {
         for rb in rs.clone().step_by(TILE) {
@@ -132,6 +182,60 @@ unsafe fn copy_rows<T: Copy + 'static>(
     // What whole tiles left: the columns past them in their rows, then the rows below.
     scalar(0..whole_rows, whole_cols..cols);
     scalar(whole_rows..rows, 0..cols);
+}
+
+/// [`whole_tiles_avx512`] with 8 x 8 tiles in AVX registers: pairs of
+/// columns interleaved, then pairs of pairs, then the 128-bit halves swapped.
+///
+/// # Safety
+/// AVX; `rows` and `cols` multiples of 8, inside `src`'s readable block
+/// and `out`'s rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn whole_tiles_avx(
+    src: ColumnMajor<f32>,
+    rows: usize,
+    cols: usize,
+    ld_out: usize,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    const SIDE: usize = TILE / 2;
+    for rb in (0..rows).step_by(SIDE) {
+        for cb in (0..cols).step_by(SIDE) {
+            // SAFETY: 8 floats of column `cb + i` from row `rb`: inside the block.
+            let v: [__m256; SIDE] = std::array::from_fn(|i| unsafe {
+                _mm256_loadu_ps(src.ptr.add(rb + (cb + i) * src.ld))
+            });
+            let t: [__m256; SIDE] = std::array::from_fn(|i| {
+                let (a, b) = (v[i & !1], v[i | 1]);
+                if i % 2 == 0 {
+                    _mm256_unpacklo_ps(a, b)
+                } else {
+                    _mm256_unpackhi_ps(a, b)
+                }
+            });
+            let u: [__m256; SIDE] = std::array::from_fn(|i| {
+                let base = i / 4 * 4;
+                let (a, b) = (t[base + (i % 4) / 2], t[base + (i % 4) / 2 + 2]);
+                if i % 2 == 0 {
+                    _mm256_shuffle_ps::<0x44>(a, b)
+                } else {
+                    _mm256_shuffle_ps::<0xee>(a, b)
+                }
+            });
+            for r in 0..SIDE {
+                let (a, b) = (u[r % 4], u[r % 4 + 4]);
+                let row = if r < 4 {
+                    _mm256_permute2f128_ps::<0x20>(a, b)
+                } else {
+                    _mm256_permute2f128_ps::<0x31>(a, b)
+                };
+                // SAFETY: row `rb + r`, columns `cb..cb + 8` of `out`.
+                unsafe { _mm256_storeu_ps(out.add((rb + r) * ld_out + cb), row) };
+            }
+        }
+    }
 }
 
 /// The `[rows, cols]` top-left block of whole 16 x 16 tiles: each tile's
@@ -234,6 +338,46 @@ mod tests {
                         src[r + c * ld],
                         "({r}, {c}) of {rows}x{cols}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Each register tile the CPU runs, against the element-by-element copy.
+    #[test]
+    fn every_tile_width_copies_as_the_scalar_one() {
+        let mut kinds = vec![Tiles::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx") {
+                kinds.push(Tiles::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                kinds.push(Tiles::Avx512);
+            }
+        }
+        for (rows, cols, ld) in [
+            (8, 8, 8),
+            (16, 16, 16),
+            (40, 24, 41),
+            (19, 33, 19),
+            (7, 9, 7),
+        ] {
+            let src: Vec<f32> = (0..ld * cols).map(|v| v as f32).collect();
+            let view = ColumnMajor {
+                ptr: src.as_ptr(),
+                ld,
+            };
+            for &kind in &kinds {
+                let mut out = vec![MaybeUninit::<f32>::uninit(); rows * cols];
+                // SAFETY: every (r, c) lies inside `src`; `kind` was detected.
+                unsafe { copy_rows_with(kind, view, rows, cols, &mut out) };
+                for r in 0..rows {
+                    for c in 0..cols {
+                        // SAFETY: `copy_rows_with` wrote every element.
+                        let got = unsafe { out[r * cols + c].assume_init() };
+                        assert_eq!(got, src[r + c * ld], "{kind:?} ({r}, {c}) of {rows}x{cols}");
+                    }
                 }
             }
         }
