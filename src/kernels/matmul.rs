@@ -514,7 +514,7 @@ unsafe fn gemm_split<T: Element>(
             ld: b.strides.col_stride as usize,
         };
         // SAFETY: the caller's `b` covers every (r, c) of its [k, n] view;
-        // the copy is a new allocation, disjoint from `dst`.
+        // the copy lies in this thread's buffer, disjoint from `dst`.
         unsafe {
             transpose::row_major_copy(src, k, n, |rows| {
                 let b = RawMat {

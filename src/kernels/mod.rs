@@ -16,7 +16,8 @@
 //! threshold, and `for_each_part`: an output split into parts on the pool),
 //! `matmul.rs` (PyTorch `matmul` rules on `gemm`; each operand
 //! read at its own strides, so transposed flags and strided views cost no
-//! copy; batch broadcast, threading by size: a large product is cut into
+//! copy, except a right operand whose columns lie 1 KiB or more apart,
+//! copied row-major by `transpose.rs`; batch broadcast, threading by size: a large product is cut into
 //! one part per pool thread along C's rows or columns, each a
 //! single-threaded gemm call, which beat gemm's own threading on the
 //! bake-off shapes), `layout.rs` (cat, the scatter of a slice's gradient,
