@@ -160,14 +160,7 @@ fn split_offsets(index_shape: &[usize], strides: &[usize], dim: usize) -> (Vec<u
     let offsets = |dims: &[usize], strides: &[usize]| -> Vec<usize> {
         let n: usize = dims.iter().product();
         (0..n)
-            .map(|mut i| {
-                let mut off = 0;
-                for d in (0..dims.len()).rev() {
-                    off += (i % dims[d]) * strides[d];
-                    i /= dims[d];
-                }
-                off
-            })
+            .map(|i| crate::tensor::shape::strided_offset(i, dims, strides))
             .collect()
     };
     (

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::parallel::{should_parallelize, CHUNK};
 use super::simd::wide;
 use crate::error::{check_dtypes, Error, Result};
-use crate::tensor::shape::{checked_numel, Dims};
+use crate::tensor::shape::{checked_numel, strided_offset, Dims};
 use crate::tensor::{DataType, Filled, Strided, Tensor};
 
 /// Copies `src` into `dst` (equal lengths): writes every element of `dst`,
@@ -374,17 +374,6 @@ pub fn slice_sum(
             unsafe { Filled::assume(out) }
         })
     }))
-}
-
-/// The element offset of index `i` (row-major over `dims`) in a layout
-/// with these `strides`.
-fn strided_offset(mut i: usize, dims: &[usize], strides: &[usize]) -> usize {
-    let mut offset = 0;
-    for (&d, &s) in dims.iter().zip(strides).rev() {
-        offset += (i % d) * s;
-        i /= d;
-    }
-    offset
 }
 
 /// Pads (or, with negative amounts, crops) every dimension of `x`:

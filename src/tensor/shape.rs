@@ -149,6 +149,18 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Dims {
     out
 }
 
+/// The element offset of index `i` (row-major over `dims`) in a layout
+/// with these `strides` (0 along a broadcast dimension).
+#[inline]
+pub(crate) fn strided_offset(mut i: usize, dims: &[usize], strides: &[usize]) -> usize {
+    let mut offset = 0;
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        offset += (i % d) * s;
+        i /= d;
+    }
+    offset
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,13 +69,8 @@ fn copy<T: DataType>(src: &[T], out: &mut [MaybeUninit<T>], dims: &[usize], stri
     assert_eq!(out.len(), dims.iter().product::<usize>());
     let r = dims.len();
     let (last, last_stride) = (dims[r - 1], strides[r - 1]);
-    let row_offset = |mut row: usize, upto: usize| -> usize {
-        let mut off = 0;
-        for d in (0..upto).rev() {
-            off += (row % dims[d]) * strides[d];
-            row /= dims[d];
-        }
-        off
+    let row_offset = |row: usize, upto: usize| {
+        super::shape::strided_offset(row, &dims[..upto], &strides[..upto])
     };
     if r >= 2 && strides[r - 2] == 1 {
         // A batch of 2-d transposes: out[b][p][q] = src[b + p + q * last_stride].

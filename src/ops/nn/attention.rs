@@ -251,14 +251,7 @@ pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<Ma
 fn head_offsets(batch_dims: &[usize], strides: &[usize]) -> Vec<usize> {
     let heads: usize = batch_dims.iter().product();
     (0..heads)
-        .map(|mut b| {
-            let mut off = 0;
-            for d in (0..batch_dims.len()).rev() {
-                off += (b % batch_dims[d]) * strides[d];
-                b /= batch_dims[d];
-            }
-            off
-        })
+        .map(|b| crate::tensor::shape::strided_offset(b, batch_dims, strides))
         .collect()
 }
 
