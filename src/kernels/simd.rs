@@ -31,17 +31,26 @@ pub fn wide<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// Runs `body` compiled with AVX-512F enabled (for `wide`, and for
+/// `f64x8::with_widest_f64x8!`, which picks its lane type first).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn with_avx512<R>(body: impl FnOnce() -> R) -> R {
+pub(crate) unsafe fn with_avx512<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// Runs `body` compiled with AVX2 and FMA enabled.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn with_avx2<R>(body: impl FnOnce() -> R) -> R {
+pub(crate) unsafe fn with_avx2<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 

@@ -5,17 +5,17 @@
 //! Statistics are two-pass per row (mean, then the mean squared deviation)
 //! accumulated in f64: rows are in cache for the second pass, and the
 //! one-pass `E[x²] - E[x]²` loses everything when the mean is large. The
-//! backward recomputes them rather than saving them (one extra pass over a
-//! row already being read). Row loops run inside `kernels::simd::wide`, so
-//! their f64 sums and f32 stores use the widest vectors the CPU has (same
-//! operations in the same order: the same bits at every width).
+//! backward recomputes them rather than saving them, in the same pass as
+//! its own two sums. Rows are computed in f64 and rounded once to `T`, on
+//! eight f64 lanes at the CPU's widest width (`kernels::f64x8`: the same
+//! operations in the same order, so the same bits at every width).
 
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use crate::kernels::f64x8::{with_widest_f64x8, F64x8};
 use crate::kernels::parallel::should_parallelize;
-use crate::kernels::simd::wide;
 use crate::tensor::{Element, Filled};
 
 /// Rows per parallel task.
@@ -23,7 +23,8 @@ const ROWS_PER_TASK: usize = 64;
 
 /// `Σ f(a[i], b[i])` in f64 with eight independent accumulators: a single
 /// running sum is a chain of dependent adds (4 cycles each), which made
-/// these reductions latency-bound; eight chains vectorise.
+/// these reductions latency-bound; eight chains vectorise. (Batch and RMS
+/// norm; layer norm's rows run on [`F64x8`] lanes.)
 #[inline(always)]
 pub(crate) fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64 {
     let mut acc = [0.0f64; 8];
@@ -51,16 +52,89 @@ pub(crate) fn weighted_grad<T: Element>(a: &mut [T], g: &[T], w: Option<&[T]>) {
     }
 }
 
+/// The length of a row's whole octets; the elements after them are its tail.
+#[inline(always)]
+fn octets(m: usize) -> usize {
+    m / 8 * 8
+}
+
+/// The mean of a row.
+#[inline(always)]
+fn row_mean<L: F64x8, T: Element>(row: &[T]) -> f64 {
+    let whole = octets(row.len());
+    let mut s = L::splat(0.0);
+    for c in row[..whole].chunks_exact(8) {
+        s = s.add(L::load(c));
+    }
+    let tail: f64 = row[whole..].iter().map(|&v| v.to_f64()).sum();
+    s.sum(tail) / row.len() as f64
+}
+
+/// `1 / sqrt(var + eps)` from a row's variance (biased).
+#[inline(always)]
+fn rstd_of(var: f64, eps: f64) -> f64 {
+    1.0 / (var + eps).sqrt()
+}
+
 /// `(mean, 1 / sqrt(var + eps))` of a row, biased variance.
 #[inline(always)]
+fn row_stats_on<L: F64x8, T: Element>(row: &[T], eps: f64) -> (f64, f64) {
+    let mean = row_mean::<L, T>(row);
+    let (mean_v, whole) = (L::splat(mean), octets(row.len()));
+    let mut v = L::splat(0.0);
+    for c in row[..whole].chunks_exact(8) {
+        let d = L::load(c).sub(mean_v);
+        v = v.add(d.mul(d));
+    }
+    let tail: f64 = row[whole..]
+        .iter()
+        .map(|&x| {
+            let d = x.to_f64() - mean;
+            d * d
+        })
+        .sum();
+    (mean, rstd_of(v.sum(tail) / row.len() as f64, eps))
+}
+
+/// `(mean, 1 / sqrt(var + eps))` of a row, biased variance.
 pub fn row_stats<T: Element>(row: &[T], eps: f64) -> (f64, f64) {
-    let n = row.len() as f64;
-    let mean = sum2(row, row, |v, _| v.to_f64()) / n;
-    let var = sum2(row, row, |v, _| {
-        let d = v.to_f64() - mean;
-        d * d
-    }) / n;
-    (mean, 1.0 / (var + eps).sqrt())
+    with_widest_f64x8!(L => row_stats_on::<L, T>(row, eps))
+}
+
+/// `out = (row - mean) * rstd * w + b` in f64, rounded once to `T`.
+#[inline(always)]
+fn normalize_row<L: F64x8, T: Element>(
+    row: &[T],
+    (mean, rstd): (f64, f64),
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    let m = row.len();
+    let (w, b, out) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]), &mut out[..m]);
+    let whole = octets(m);
+    let (mean_v, rstd_v) = (L::splat(mean), L::splat(rstd));
+    for c in (0..whole).step_by(8) {
+        let mut y = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
+        // The affine cases branch per octet, the same way every octet (predicted).
+        if let Some(w) = w {
+            y = y.mul(L::load(&w[c..]));
+        }
+        if let Some(b) = b {
+            y = y.add(L::load(&b[c..]));
+        }
+        y.write(&mut out[c..]);
+    }
+    for i in whole..m {
+        let mut y = (row[i].to_f64() - mean) * rstd;
+        if let Some(w) = w {
+            y *= w[i].to_f64();
+        }
+        if let Some(b) = b {
+            y += b[i].to_f64();
+        }
+        out[i].write(T::from_f64(y));
+    }
 }
 
 /// Runs `f(row_index, out_rows)` over groups of rows of `out` (`m` per
@@ -95,40 +169,14 @@ pub fn layer_norm<'o, T: Element>(
     eps: f64,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
-    let (w, b) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]));
     for_rows(out, m, |first, chunk| {
-        wide(
-            #[inline(always)]
-            || {
-                for (r, o) in chunk.chunks_mut(m).enumerate() {
-                    let row = &x[(first + r) * m..(first + r + 1) * m];
-                    let (mean, rstd) = row_stats(row, eps);
-                    // Centred in f64: an f32 mean of large values would round away the deviations.
-                    let xhat = |v: T| T::from_f64((v.to_f64() - mean) * rstd);
-                    // One loop per affine case, so none of them branches per element.
-                    match (w, b) {
-                        (None, None) => o.iter_mut().zip(row).for_each(|(d, &v)| {
-                            d.write(xhat(v));
-                        }),
-                        (Some(w), None) => {
-                            o.iter_mut().zip(row).zip(w).for_each(|((d, &v), &wv)| {
-                                d.write(xhat(v) * wv);
-                            })
-                        }
-                        (None, Some(b)) => {
-                            o.iter_mut().zip(row).zip(b).for_each(|((d, &v), &bv)| {
-                                d.write(xhat(v) + bv);
-                            })
-                        }
-                        (Some(w), Some(b)) => o.iter_mut().zip(row).zip(w.iter().zip(b)).for_each(
-                            |((d, &v), (&wv, &bv))| {
-                                d.write(xhat(v) * wv + bv);
-                            },
-                        ),
-                    }
-                }
-            },
-        )
+        with_widest_f64x8!(L => {
+            for (r, o) in chunk.chunks_mut(m).enumerate() {
+                let row = &x[(first + r) * m..(first + r + 1) * m];
+                let stats = row_stats_on::<L, T>(row, eps);
+                normalize_row::<L, T>(row, stats, w, b, o);
+            }
+        })
     });
     // SAFETY: every row of `out` is written in full above (`for_rows` hands
     // out each row exactly once).
@@ -136,7 +184,7 @@ pub fn layer_norm<'o, T: Element>(
 }
 
 /// [`layer_norm`] of `a + b` (equal lengths, rows of `m`) without storing
-/// the sum: each row is added into its output row, then normalised there
+/// the sum: each row is added into a scratch row, then normalised from it
 /// while it is in L1 (a residual connection and its post-norm, ONNX `Add`
 /// then `LayerNormalization`, at import). The sum rounds to `T` first, so
 /// the result has the bits of adding, then `layer_norm`.
@@ -153,38 +201,18 @@ pub fn add_layer_norm<'o, T: Element>(
         a.len() == out.len() && b.len() == out.len(),
         "operands of the output's length"
     );
-    let (w, bias) = (w.map(|w| &w[..m]), bias.map(|b| &b[..m]));
     for_rows(out, m, |first, chunk| {
-        wide(
-            #[inline(always)]
-            || {
-                for (r, o) in chunk.chunks_mut(m).enumerate() {
-                    let at = (first + r) * m;
-                    for ((d, &x), &y) in o.iter_mut().zip(&a[at..at + m]).zip(&b[at..at + m]) {
-                        d.write(x + y);
-                    }
-                    // SAFETY: every element of the row was written just above.
-                    let row = unsafe { &mut *(o as *mut [MaybeUninit<T>] as *mut [T]) };
-                    let (mean, rstd) = row_stats(row, eps);
-                    let xhat = |v: T| T::from_f64((v.to_f64() - mean) * rstd);
-                    match (w, bias) {
-                        (None, None) => row.iter_mut().for_each(|v| *v = xhat(*v)),
-                        (Some(w), None) => row
-                            .iter_mut()
-                            .zip(w)
-                            .for_each(|(v, &wv)| *v = xhat(*v) * wv),
-                        (None, Some(b)) => row
-                            .iter_mut()
-                            .zip(b)
-                            .for_each(|(v, &bv)| *v = xhat(*v) + bv),
-                        (Some(w), Some(b)) => row
-                            .iter_mut()
-                            .zip(w.iter().zip(b))
-                            .for_each(|(v, (&wv, &bv))| *v = xhat(*v) * wv + bv),
-                    }
+        with_widest_f64x8!(L => {
+            let mut sum = vec![T::zero(); m];
+            for (r, o) in chunk.chunks_mut(m).enumerate() {
+                let at = (first + r) * m;
+                for ((d, &x), &y) in sum.iter_mut().zip(&a[at..at + m]).zip(&b[at..at + m]) {
+                    *d = x + y;
                 }
-            },
-        )
+                let stats = row_stats_on::<L, T>(&sum, eps);
+                normalize_row::<L, T>(&sum, stats, w, bias, o);
+            }
+        })
     });
     // SAFETY: every row of `out` is written in full above (`for_rows` hands
     // out each row exactly once).
@@ -204,52 +232,111 @@ pub fn layer_norm_backward<'o, T: Element>(
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
     for_rows(out, m, |first, chunk| {
-        wide(
-            #[inline(always)]
-            || {
-                let mut a = vec![T::zero(); m];
-                for (r, o) in chunk.chunks_mut(m).enumerate() {
-                    let span = (first + r) * m..(first + r + 1) * m;
-                    input_grad_row(&g[span.clone()], &x[span], w, eps, &mut a, o);
-                }
-            },
-        )
+        with_widest_f64x8!(L => {
+            for (r, o) in chunk.chunks_mut(m).enumerate() {
+                let span = (first + r) * m..(first + r + 1) * m;
+                input_grad_row::<L, T>(&g[span.clone()], &x[span], w, eps, o, None);
+            }
+        })
     });
     // SAFETY: every row of `out` is written in full above (`for_rows` hands
     // out each row exactly once).
     unsafe { Filled::assume(out) }
 }
 
-/// One row of [`layer_norm_backward`] (`a` is scratch of `m` elements);
-/// returns the row's `(mean, rstd)`.
+/// One row of [`layer_norm_backward`], in three passes: the mean; the
+/// variance with `Σ a` and `Σ a (x - mean)` (so `mean(a x̂)` is `rstd` times
+/// the last over `m`); then the output, adding `g x̂` to `weight_acc` when
+/// given (the weight's gradient, [`weight_grad_row`]'s arithmetic).
 #[inline(always)]
-fn input_grad_row<T: Element>(
+fn input_grad_row<L: F64x8, T: Element>(
     grow: &[T],
     row: &[T],
     w: Option<&[T]>,
     eps: f64,
-    a: &mut [T],
     o: &mut [MaybeUninit<T>],
-) -> (f64, f64) {
-    let (mean, rstd) = row_stats(row, eps);
-    weighted_grad(a, grow, w);
-    let sum_a = sum2(a, a, |v, _| v.to_f64());
-    let sum_ax = sum2(a, row, |av, xv| av.to_f64() * (xv.to_f64() - mean) * rstd);
-    let n = row.len() as f64;
-    let (mean_a, mean_ax) = (T::from_f64(sum_a / n), T::from_f64(sum_ax / n));
-    let rstd_t = T::from_f64(rstd);
-    for ((d, &av), &xv) in o.iter_mut().zip(&*a).zip(row) {
-        let xhat = T::from_f64((xv.to_f64() - mean) * rstd);
-        d.write(rstd_t * (av - mean_a - xhat * mean_ax));
+    mut weight_acc: Option<&mut [f64]>,
+) {
+    let m = row.len();
+    let (grow, w, o) = (&grow[..m], w.map(|w| &w[..m]), &mut o[..m]);
+    // Closures here would be compiled apart from the caller's
+    // `target_feature`, and call the lanes' intrinsics instead of inlining them.
+    #[inline(always)]
+    fn weighted<T: Element>(g: &[T], w: Option<&[T]>, i: usize) -> f64 {
+        match w {
+            Some(w) => g[i].to_f64() * w[i].to_f64(),
+            None => g[i].to_f64(),
+        }
     }
-    (mean, rstd)
+    #[inline(always)]
+    fn weighted_octet<L: F64x8, T: Element>(g: &[T], w: Option<&[T]>, c: usize) -> L {
+        match w {
+            Some(w) => L::load(&g[c..]).mul(L::load(&w[c..])),
+            None => L::load(&g[c..]),
+        }
+    }
+    let mean = row_mean::<L, T>(row);
+    let whole = octets(m);
+    let mean_v = L::splat(mean);
+    let (mut var, mut sum_a, mut sum_ad) = (L::splat(0.0), L::splat(0.0), L::splat(0.0));
+    for c in (0..whole).step_by(8) {
+        let d = L::load(&row[c..]).sub(mean_v);
+        let a = weighted_octet::<L, T>(grow, w, c);
+        var = var.add(d.mul(d));
+        sum_a = sum_a.add(a);
+        sum_ad = sum_ad.add(a.mul(d));
+    }
+    let (mut var_t, mut sum_a_t, mut sum_ad_t) = (0.0, 0.0, 0.0);
+    for (i, &x) in row.iter().enumerate().skip(whole) {
+        let (d, a) = (x.to_f64() - mean, weighted(grow, w, i));
+        var_t += d * d;
+        sum_a_t += a;
+        sum_ad_t += a * d;
+    }
+    let n = m as f64;
+    let rstd = rstd_of(var.sum(var_t) / n, eps);
+    let mean_a = sum_a.sum(sum_a_t) / n;
+    let mean_ax = sum_ad.sum(sum_ad_t) / n * rstd;
+    let (rstd_v, mean_a_v, mean_ax_v) = (L::splat(rstd), L::splat(mean_a), L::splat(mean_ax));
+    for c in (0..whole).step_by(8) {
+        let xhat = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
+        let a = weighted_octet::<L, T>(grow, w, c);
+        rstd_v
+            .mul(a.sub(mean_a_v).sub(xhat.mul(mean_ax_v)))
+            .write(&mut o[c..]);
+        if let Some(acc) = weight_acc.as_deref_mut() {
+            L::load(&acc[c..])
+                .add(L::load(&grow[c..]).mul(xhat))
+                .store(&mut acc[c..]);
+        }
+    }
+    for i in whole..m {
+        let xhat = (row[i].to_f64() - mean) * rstd;
+        o[i].write(T::from_f64(
+            rstd * (weighted(grow, w, i) - mean_a - xhat * mean_ax),
+        ));
+        if let Some(acc) = weight_acc.as_deref_mut() {
+            acc[i] += grow[i].to_f64() * xhat;
+        }
+    }
 }
 
 /// `acc += g x̂` for one row, in f64: the weight gradient's share of it.
 #[inline(always)]
-fn weight_grad_row<T: Element>(acc: &mut [f64], grow: &[T], row: &[T], mean: f64, rstd: f64) {
-    for ((a, &gv), &xv) in acc.iter_mut().zip(grow).zip(row) {
-        *a += gv.to_f64() * (xv.to_f64() - mean) * rstd;
+fn weight_grad_row<L: F64x8, T: Element>(acc: &mut [f64], grow: &[T], row: &[T], eps: f64) {
+    let (mean, rstd) = row_stats_on::<L, T>(row, eps);
+    let m = row.len();
+    let (acc, grow) = (&mut acc[..m], &grow[..m]);
+    let whole = octets(m);
+    let (mean_v, rstd_v) = (L::splat(mean), L::splat(rstd));
+    for c in (0..whole).step_by(8) {
+        let xhat = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
+        L::load(&acc[c..])
+            .add(L::load(&grow[c..]).mul(xhat))
+            .store(&mut acc[c..]);
+    }
+    for i in whole..m {
+        acc[i] += grow[i].to_f64() * ((row[i].to_f64() - mean) * rstd);
     }
 }
 
@@ -289,16 +376,12 @@ pub fn layer_norm_weight_backward<T: Element>(g: &[T], x: &[T], m: usize, eps: f
     let (tasks, per_task) = weight_blocks(x.len(), rows);
     let partial = |t: usize| -> Vec<f64> {
         let mut acc = vec![0.0f64; m];
-        wide(
-            #[inline(always)]
-            || {
-                for r in (t * per_task)..((t + 1) * per_task).min(rows) {
-                    let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
-                    let (mean, rstd) = row_stats(row, eps);
-                    weight_grad_row(&mut acc, grow, row, mean, rstd);
-                }
-            },
-        );
+        with_widest_f64x8!(L => {
+            for r in (t * per_task)..((t + 1) * per_task).min(rows) {
+                let (row, grow) = (&x[r * m..(r + 1) * m], &g[r * m..(r + 1) * m]);
+                weight_grad_row::<L, T>(&mut acc, grow, row, eps);
+            }
+        });
         acc
     };
     // Fixed blocks merged in order: the same bits on every run (see
@@ -334,19 +417,14 @@ pub fn layer_norm_backward_with_weight<'o, T: Element>(
     let (tasks, per_task) = weight_blocks(x.len(), rows);
     let block = |t: usize, o: &mut [MaybeUninit<T>]| -> Vec<f64> {
         let mut acc = vec![0.0f64; m];
-        wide(
-            #[inline(always)]
-            || {
-                let mut a = vec![T::zero(); m];
-                let first = t * per_task;
-                for (r, orow) in o.chunks_mut(m).enumerate() {
-                    let span = (first + r) * m..(first + r + 1) * m;
-                    let (row, grow) = (&x[span.clone()], &g[span]);
-                    let (mean, rstd) = input_grad_row(grow, row, Some(w), eps, &mut a, orow);
-                    weight_grad_row(&mut acc, grow, row, mean, rstd);
-                }
-            },
-        );
+        with_widest_f64x8!(L => {
+            let first = t * per_task;
+            for (r, orow) in o.chunks_mut(m).enumerate() {
+                let span = (first + r) * m..(first + r + 1) * m;
+                let (row, grow) = (&x[span.clone()], &g[span]);
+                input_grad_row::<L, T>(grow, row, Some(w), eps, orow, Some(&mut acc));
+            }
+        });
         acc
     };
     // Block t owns rows t*per_task.. of `out`; a block past the last row
@@ -376,6 +454,100 @@ pub fn layer_norm_backward_with_weight<'o, T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::f64x8::{at_every_width, AtEveryWidth};
+
+    /// Every row kernel on `rows` rows of `m`: the forward (with weight and
+    /// bias), the input gradient with the weight's accumulated alongside,
+    /// and the weight's gradient alone, as f64 bits. Checks the two weight
+    /// gradients agree bit for bit, and the outputs match the textbook
+    /// formulas, computed plainly in f64, within `tol`.
+    fn row_results<L: F64x8, T: Element>(
+        x: &[T],
+        g: &[T],
+        w: &[T],
+        m: usize,
+        tol: f64,
+    ) -> Vec<u64> {
+        let b: Vec<T> = w.iter().map(|&v| v * T::from_f64(0.25)).collect();
+        let (mut bits, eps) = (vec![], 1e-5);
+        let (mut fused_acc, mut acc) = (vec![0.0; m], vec![0.0; m]);
+        let f = |v: &[T]| v.iter().map(|&v| v.to_f64()).collect::<Vec<f64>>();
+        for (row, grow) in x.chunks(m).zip(g.chunks(m)) {
+            let (xs, gs, ws, bs) = (f(row), f(grow), f(w), f(&b));
+            let n = m as f64;
+            let mean = xs.iter().sum::<f64>() / n;
+            let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            let rstd = 1.0 / (var + eps).sqrt();
+            let xhat: Vec<f64> = xs.iter().map(|v| (v - mean) * rstd).collect();
+            let a: Vec<f64> = gs.iter().zip(&ws).map(|(g, w)| g * w).collect();
+            let mean_a = a.iter().sum::<f64>() / n;
+            let mean_ax = a.iter().zip(&xhat).map(|(a, h)| a * h).sum::<f64>() / n;
+            let mut check = |got: &[MaybeUninit<T>], want: &dyn Fn(usize) -> f64| {
+                for (i, v) in got.iter().enumerate() {
+                    // SAFETY: the kernels write every element of the row.
+                    let v = unsafe { v.assume_init() }.to_f64();
+                    assert!(
+                        (v - want(i)).abs() <= tol * (1.0 + want(i).abs()),
+                        "{i}: {v} vs {}",
+                        want(i)
+                    );
+                    bits.push(v.to_bits());
+                }
+            };
+            let mut out = vec![MaybeUninit::uninit(); m];
+            normalize_row::<L, T>(
+                row,
+                row_stats_on::<L, T>(row, eps),
+                Some(w),
+                Some(&b),
+                &mut out,
+            );
+            check(&out, &|i| xhat[i] * ws[i] + bs[i]);
+            input_grad_row::<L, T>(grow, row, Some(w), eps, &mut out, Some(&mut fused_acc));
+            check(&out, &|i| rstd * (a[i] - mean_a - xhat[i] * mean_ax));
+            weight_grad_row::<L, T>(&mut acc, grow, row, eps);
+        }
+        assert_eq!(fused_acc, acc, "the weight's gradient, fused and alone");
+        bits.extend(acc.iter().map(|v| v.to_bits()));
+        bits
+    }
+
+    /// The row kernels at every width, f32 and f64, rows with and
+    /// without whole octets and tails.
+    struct Rows(Vec<(&'static str, Vec<u64>)>);
+
+    impl AtEveryWidth for Rows {
+        fn run<L: F64x8>(&mut self, name: &'static str) {
+            let mut bits = vec![];
+            for m in [3, 8, 16, 37, 128] {
+                let rows = 5;
+                let wave = |i: usize, f: f64, s: f64| (i as f64 * f).sin() * s + (i % 5) as f64;
+                let x: Vec<f64> = (0..rows * m).map(|i| wave(i, 0.37, 3.0) + 100.0).collect();
+                let g: Vec<f64> = (0..rows * m).map(|i| wave(i, 1.3, 1.0) - 2.0).collect();
+                let w: Vec<f64> = (0..m).map(|i| 0.5 + i as f64 / m as f64).collect();
+                bits.extend(row_results::<L, f64>(&x, &g, &w, m, 1e-12));
+                let to32 = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+                bits.extend(row_results::<L, f32>(
+                    &to32(&x),
+                    &to32(&g),
+                    &to32(&w),
+                    m,
+                    1e-5,
+                ));
+            }
+            self.0.push((name, bits));
+        }
+    }
+
+    #[test]
+    fn rows_have_the_same_bits_at_every_width_and_the_textbook_values() {
+        let mut rows = Rows(vec![]);
+        at_every_width(&mut rows);
+        let (first, want) = &rows.0[0];
+        for (name, got) in &rows.0[1..] {
+            assert!(got == want, "{name} differs from {first}");
+        }
+    }
 
     /// Adding then normalising, and the fused pass, give the same bits
     /// with and without the affine parts, over enough rows to go parallel.

@@ -1,0 +1,402 @@
+//! Eight f64 lanes, at the widest width the CPU has, with one fixed order
+//! of additions: the row reductions of the normalisations
+//! (`kernels::nn::norm`) are written once over [`F64x8`] and run on
+//! AVX-512 (one register), AVX (two) or plain arrays.
+//!
+//! Why not [`wide`](super::simd::wide)'s autovectorisation: a row sum that
+//! widens f32 to f64 compiles to 128-bit vectors and scalar conversions
+//! there, at about four times the cost of the same loop on AVX-512
+//! registers (ARCHITECTURE.md, PERF "Normalisation rows on f64 lanes").
+//!
+//! Every operation is lane-wise IEEE arithmetic (no fused multiply-add), and
+//! [`F64x8::sum`] adds the lanes in one fixed tree, so a row gives the same
+//! bits at every width: lane `j` sums the elements `j, j + 8, j + 16, ...`
+//! of the whole octets; the elements after the last one are a scalar tail.
+
+use std::mem::MaybeUninit;
+
+use crate::tensor::{DType, Element};
+
+/// Eight f64 lanes. Implemented by [`Lanes`] (arrays), and, inside
+/// [`with_widest_f64x8!`] only, by `Avx512` and `Avx` registers.
+pub(crate) trait F64x8: Copy {
+    /// The first eight elements of `s`, widened to f64 (exactly).
+    fn load<T: Element>(s: &[T]) -> Self;
+    /// `v` in every lane.
+    fn splat(v: f64) -> Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    /// The lanes, in order.
+    fn to_array(self) -> [f64; 8];
+    /// Rounds each lane to `T` into the first eight elements of `out`.
+    fn write<T: Element>(self, out: &mut [MaybeUninit<T>]);
+
+    /// [`write`](Self::write) into initialised elements.
+    #[inline(always)]
+    fn store<T: Element>(self, out: &mut [T]) {
+        // SAFETY: `write` only writes initialised values, so `out` stays
+        // initialised; `MaybeUninit<T>` has `T`'s layout.
+        self.write(unsafe { &mut *(out as *mut [T] as *mut [MaybeUninit<T>]) })
+    }
+
+    /// The lanes and a tail added in the fixed order
+    /// `(l0 + l4) + (l1 + l5) + ((l2 + l6) + (l3 + l7)) + tail`.
+    #[inline(always)]
+    fn sum(self, tail: f64) -> f64 {
+        let l = self.to_array();
+        (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7])) + tail
+    }
+}
+
+/// Eight lanes as an array: every CPU, and the reference the registers
+/// are tested against.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Lanes(pub [f64; 8]);
+
+impl Lanes {
+    #[inline(always)]
+    fn zip(self, o: Self, f: impl Fn(f64, f64) -> f64) -> Self {
+        Lanes(std::array::from_fn(|j| f(self.0[j], o.0[j])))
+    }
+}
+
+impl F64x8 for Lanes {
+    #[inline(always)]
+    fn load<T: Element>(s: &[T]) -> Self {
+        let s = &s[..8];
+        Lanes(std::array::from_fn(|j| s[j].to_f64()))
+    }
+    #[inline(always)]
+    fn splat(v: f64) -> Self {
+        Lanes([v; 8])
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.zip(o, |a, b| a + b)
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.zip(o, |a, b| a - b)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.zip(o, |a, b| a * b)
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f64; 8] {
+        self.0
+    }
+    #[inline(always)]
+    fn write<T: Element>(self, out: &mut [MaybeUninit<T>]) {
+        for (d, v) in out[..8].iter_mut().zip(self.0) {
+            d.write(T::from_f64(v));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use registers::{Avx, Avx512};
+
+/// The register forms. A value of either type exists only inside the
+/// matching branch of [`with_widest_f64x8!`], after the CPU was checked for
+/// the extension, which is what makes their intrinsics sound to call.
+#[cfg(target_arch = "x86_64")]
+mod registers {
+    use std::arch::x86_64::*;
+
+    use std::mem::MaybeUninit;
+
+    use super::{DType, Element, F64x8};
+
+    /// One AVX-512 register (`with_widest_f64x8!` only).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx512(__m512d);
+
+    impl F64x8 for Avx512 {
+        #[inline(always)]
+        fn load<T: Element>(s: &[T]) -> Self {
+            let s = &s[..8];
+            // SAFETY: eight elements are in bounds (sliced above); the CPU has
+            // AVX-512F (the type's contract). T is f32 or f64 by its DTYPE.
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    Avx512(_mm512_cvtps_pd(_mm256_loadu_ps(s.as_ptr().cast())))
+                } else {
+                    Avx512(_mm512_loadu_pd(s.as_ptr().cast()))
+                }
+            }
+        }
+        #[inline(always)]
+        fn splat(v: f64) -> Self {
+            // SAFETY: the CPU has AVX-512F (the type's contract).
+            unsafe { Avx512(_mm512_set1_pd(v)) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx512(_mm512_add_pd(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx512(_mm512_sub_pd(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx512(_mm512_mul_pd(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn to_array(self) -> [f64; 8] {
+            // SAFETY: a __m512d is eight f64s.
+            unsafe { std::mem::transmute::<__m512d, [f64; 8]>(self.0) }
+        }
+        #[inline(always)]
+        fn write<T: Element>(self, out: &mut [MaybeUninit<T>]) {
+            let out = &mut out[..8];
+            // SAFETY: as for `load`; `cvtpd_ps` rounds to nearest, as `as f32` does.
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    _mm256_storeu_ps(out.as_mut_ptr().cast(), _mm512_cvtpd_ps(self.0))
+                } else {
+                    _mm512_storeu_pd(out.as_mut_ptr().cast(), self.0)
+                }
+            }
+        }
+    }
+
+    /// Two AVX registers, lanes 0-3 and 4-7 (`with_widest_f64x8!` only).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx(__m256d, __m256d);
+
+    impl F64x8 for Avx {
+        #[inline(always)]
+        fn load<T: Element>(s: &[T]) -> Self {
+            let s = &s[..8];
+            // SAFETY: eight elements are in bounds; the CPU has AVX (the
+            // type's contract). T is f32 or f64 by its DTYPE.
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    let p = s.as_ptr().cast::<f32>();
+                    Avx(
+                        _mm256_cvtps_pd(_mm_loadu_ps(p)),
+                        _mm256_cvtps_pd(_mm_loadu_ps(p.add(4))),
+                    )
+                } else {
+                    let p = s.as_ptr().cast::<f64>();
+                    Avx(_mm256_loadu_pd(p), _mm256_loadu_pd(p.add(4)))
+                }
+            }
+        }
+        #[inline(always)]
+        fn splat(v: f64) -> Self {
+            // SAFETY: the CPU has AVX (the type's contract).
+            unsafe { Avx(_mm256_set1_pd(v), _mm256_set1_pd(v)) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx(_mm256_add_pd(self.0, o.0), _mm256_add_pd(self.1, o.1)) }
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx(_mm256_sub_pd(self.0, o.0), _mm256_sub_pd(self.1, o.1)) }
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: as for `splat`.
+            unsafe { Avx(_mm256_mul_pd(self.0, o.0), _mm256_mul_pd(self.1, o.1)) }
+        }
+        #[inline(always)]
+        fn to_array(self) -> [f64; 8] {
+            // SAFETY: two __m256d are eight f64s, low lanes first.
+            unsafe { std::mem::transmute::<[__m256d; 2], [f64; 8]>([self.0, self.1]) }
+        }
+        #[inline(always)]
+        fn write<T: Element>(self, out: &mut [MaybeUninit<T>]) {
+            let out = &mut out[..8];
+            // SAFETY: as for `load`.
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    let p = out.as_mut_ptr().cast::<f32>();
+                    _mm_storeu_ps(p, _mm256_cvtpd_ps(self.0));
+                    _mm_storeu_ps(p.add(4), _mm256_cvtpd_ps(self.1));
+                } else {
+                    let p = out.as_mut_ptr().cast::<f64>();
+                    _mm256_storeu_pd(p, self.0);
+                    _mm256_storeu_pd(p.add(4), self.1);
+                }
+            }
+        }
+    }
+}
+
+/// Whether [`with_widest_f64x8!`] takes its AVX-512 branch.
+#[doc(hidden)]
+#[inline(always)]
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether [`with_widest_f64x8!`] takes its AVX branch (the AVX2 and FMA
+/// that [`wide`](super::simd::wide) asks for, which imply AVX).
+#[doc(hidden)]
+#[inline(always)]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `with_widest_f64x8!(L => body)` runs `body` with the type `L` bound to
+/// the widest [`F64x8`] the CPU has, compiled with that extension enabled
+/// (so the register forms' intrinsics inline): AVX-512, else AVX (on CPUs
+/// with AVX2 and FMA, as `wide` decides), else [`Lanes`]. The body is
+/// compiled once per branch.
+macro_rules! with_widest_f64x8 {
+    ($L:ident => $body:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            if $crate::kernels::f64x8::has_avx512() {
+                // SAFETY: the CPU has AVX-512F (checked just above).
+                unsafe {
+                    $crate::kernels::simd::with_avx512(
+                        #[inline(always)]
+                        || {
+                            type $L = $crate::kernels::f64x8::Avx512;
+                            $body
+                        },
+                    )
+                }
+            } else if $crate::kernels::f64x8::has_avx2() {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                unsafe {
+                    $crate::kernels::simd::with_avx2(
+                        #[inline(always)]
+                        || {
+                            type $L = $crate::kernels::f64x8::Avx;
+                            $body
+                        },
+                    )
+                }
+            } else {
+                type $L = $crate::kernels::f64x8::Lanes;
+                $body
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            type $L = $crate::kernels::f64x8::Lanes;
+            $body
+        }
+    }};
+}
+pub(crate) use with_widest_f64x8;
+
+/// A kernel to run at every width in tests: `run::<L>(name)` once per form.
+#[cfg(test)]
+pub(crate) trait AtEveryWidth {
+    fn run<L: F64x8>(&mut self, name: &'static str);
+}
+
+/// Runs `k` with [`Lanes`] and with every register form this CPU has,
+/// each compiled with its extension enabled as in [`with_widest_f64x8!`].
+#[cfg(test)]
+pub(crate) fn at_every_width(k: &mut impl AtEveryWidth) {
+    k.run::<Lanes>("lanes");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            unsafe { crate::kernels::simd::with_avx512(|| k.run::<Avx512>("avx512")) }
+        }
+        if has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            unsafe { crate::kernels::simd::with_avx2(|| k.run::<Avx>("avx")) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two sums and a rounded lane, over whole octets and a tail.
+    fn sums<L: F64x8>(x: &[f32]) -> [f64; 3] {
+        let whole = x.len() / 8 * 8;
+        let (mut s, mut q) = (L::splat(0.0), L::splat(0.0));
+        for c in x[..whole].chunks_exact(8) {
+            let v = L::load(c);
+            s = s.add(v);
+            q = q.add(v.sub(L::splat(0.5)).mul(v));
+        }
+        let tail: f64 = x[whole..].iter().map(|&v| f64::from(v)).sum();
+        let mut out = [0.0f32; 8];
+        s.store(&mut out);
+        [s.sum(tail), q.sum(0.0), f64::from(out[3])]
+    }
+
+    /// The order the module documents, written out element by element.
+    fn sums_reference(x: &[f32]) -> [f64; 3] {
+        let whole = x.len() / 8 * 8;
+        let (mut s, mut q) = ([0.0f64; 8], [0.0f64; 8]);
+        for (i, &v) in x[..whole].iter().enumerate() {
+            let v = f64::from(v);
+            s[i % 8] += v;
+            q[i % 8] += (v - 0.5) * v;
+        }
+        let tree = |l: [f64; 8], tail: f64| {
+            (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7])) + tail
+        };
+        let tail: f64 = x[whole..].iter().map(|&v| f64::from(v)).sum();
+        [tree(s, tail), tree(q, 0.0), f64::from(s[3] as f32)]
+    }
+
+    struct Sums {
+        x: Vec<f32>,
+        forms: Vec<&'static str>,
+    }
+
+    impl AtEveryWidth for Sums {
+        fn run<L: F64x8>(&mut self, name: &'static str) {
+            for len in [8, 16, 24, 203] {
+                let (got, want) = (sums::<L>(&self.x[..len]), sums_reference(&self.x[..len]));
+                assert_eq!(
+                    got.map(f64::to_bits),
+                    want.map(f64::to_bits),
+                    "{name}, {len}"
+                );
+            }
+            self.forms.push(name);
+        }
+    }
+
+    /// Every form sums, multiplies and rounds to the bits of the documented
+    /// order.
+    #[test]
+    fn every_width_gives_the_bits_of_the_documented_order() {
+        // Magnitudes 1e-9 to 1e9: their f64 sums round, so the order shows.
+        let x = (0..203)
+            .map(|i| (i as f32 * 0.731).sin() * 1e3f32.powi(i % 7 - 3))
+            .collect();
+        let mut k = Sums { x, forms: vec![] };
+        at_every_width(&mut k);
+        assert_eq!(k.forms[0], "lanes");
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(k.forms.contains(&"avx512"), has_avx512());
+    }
+}
