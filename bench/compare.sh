@@ -21,6 +21,7 @@
 # for W1, the hand-written tape.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/machine.sh >&2
 
 workloads=("$@")
 [ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w2c w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)

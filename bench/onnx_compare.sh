@@ -14,6 +14,7 @@
 #                                               # (no build; each against the same run's onnxruntime)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/machine.sh >&2
 
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(mnist_cnn minilm)
