@@ -1,17 +1,19 @@
 //! Eight f64 lanes, at the widest width the CPU has, with one fixed order
-//! of additions: the row reductions of the normalisations
-//! (`kernels::nn::norm`) are written once over [`F64x8`] and run on
-//! AVX-512 (one register), AVX (two) or plain arrays.
+//! of additions: the row and plane reductions of the normalisations
+//! (`kernels::nn::norm`, `rms_norm`, `batch_norm`) are written once over
+//! [`F64x8`] and run on AVX-512 (one register), AVX (two) or plain arrays.
 //!
 //! Why not [`wide`](super::simd::wide)'s autovectorisation: a row sum that
 //! widens f32 to f64 compiles to 128-bit vectors and scalar conversions
-//! there, at about four times the cost of the same loop on AVX-512
-//! registers (ARCHITECTURE.md, PERF "Normalisation rows on f64 lanes").
+//! there, at about twice the cost of the same loop on AVX-512 registers
+//! (ARCHITECTURE.md, PERF "Normalisation rows on f64 lanes").
 //!
-//! Every operation is lane-wise IEEE arithmetic (no fused multiply-add), and
-//! [`F64x8::sum`] adds the lanes in one fixed tree, so a row gives the same
-//! bits at every width: lane `j` sums the elements `j, j + 8, j + 16, ...`
-//! of the whole octets; the elements after the last one are a scalar tail.
+//! A row is read by [`for_octets`]: element `i` lands in lane `i % 8`, and a
+//! last partial octet is padded with zeros (a term that would not vanish
+//! on a zero, such as `(x - mean)²`, is multiplied by [`F64x8::mask`]).
+//! Every operation is lane-wise IEEE arithmetic (no fused multiply-add),
+//! and [`F64x8::sum`] adds the lanes in one fixed tree, so a row gives the
+//! same bits at every width.
 
 use std::mem::MaybeUninit;
 
@@ -32,20 +34,73 @@ pub(crate) trait F64x8: Copy {
     /// Rounds each lane to `T` into the first eight elements of `out`.
     fn write<T: Element>(self, out: &mut [MaybeUninit<T>]);
 
-    /// [`write`](Self::write) into initialised elements.
+    /// The lanes added in the fixed order
+    /// `(l0 + l4) + (l1 + l5) + ((l2 + l6) + (l3 + l7))`.
     #[inline(always)]
-    fn store<T: Element>(self, out: &mut [T]) {
-        // SAFETY: `write` only writes initialised values, so `out` stays
-        // initialised; `MaybeUninit<T>` has `T`'s layout.
-        self.write(unsafe { &mut *(out as *mut [T] as *mut [MaybeUninit<T>]) })
+    fn sum(self) -> f64 {
+        let l = self.to_array();
+        (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]))
     }
 
-    /// The lanes and a tail added in the fixed order
-    /// `(l0 + l4) + (l1 + l5) + ((l2 + l6) + (l3 + l7)) + tail`.
+    /// 1 in the first `n` lanes, 0 in the others.
     #[inline(always)]
-    fn sum(self, tail: f64) -> f64 {
-        let l = self.to_array();
-        (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7])) + tail
+    fn mask(n: usize) -> Self {
+        Self::load(&std::array::from_fn::<f64, 8, _>(|j| {
+            if j < n {
+                1.0
+            } else {
+                0.0
+            }
+        }))
+    }
+
+    /// An octet of [`for_octets`]: the first eight elements of `s`, or all of a
+    /// shorter `s` followed by zeros.
+    #[inline(always)]
+    fn load_part<T: Element>(s: &[T]) -> Self {
+        if s.len() >= 8 {
+            Self::load(s)
+        } else {
+            let mut padded = [T::zero(); 8];
+            padded[..s.len()].copy_from_slice(s);
+            Self::load(&padded)
+        }
+    }
+
+    /// Writes the first `min(8, out.len())` lanes into `out`.
+    #[inline(always)]
+    fn write_part<T: Element>(self, out: &mut [MaybeUninit<T>]) {
+        if out.len() >= 8 {
+            self.write(out)
+        } else {
+            let mut all = [MaybeUninit::uninit(); 8];
+            self.write(&mut all);
+            out.copy_from_slice(&all[..out.len()]);
+        }
+    }
+
+    /// [`write_part`](Self::write_part) into initialised elements.
+    #[inline(always)]
+    fn store_part<T: Element>(self, out: &mut [T]) {
+        // SAFETY: `write_part` only writes initialised values, so `out`
+        // stays initialised; `MaybeUninit<T>` has `T`'s layout.
+        self.write_part(unsafe { &mut *(out as *mut [T] as *mut [MaybeUninit<T>]) })
+    }
+}
+
+/// Calls `f(start, count)` for each octet of a row of `len` elements:
+/// `count` is 8 but in a last partial octet. The whole octets get the
+/// constant 8, so `load_part` and `write_part` compile to plain loads and
+/// stores there; `f` should be an `#[inline(always)]` closure (one LLVM
+/// declines to inline is compiled without the caller's `target_feature`).
+#[inline(always)]
+pub(crate) fn for_octets(len: usize, mut f: impl FnMut(usize, usize)) {
+    let whole = len / 8 * 8;
+    for c in (0..whole).step_by(8) {
+        f(c, 8);
+    }
+    if whole < len {
+        f(whole, len - whole);
     }
 }
 
@@ -335,35 +390,49 @@ pub(crate) fn at_every_width(k: &mut impl AtEveryWidth) {
 mod tests {
     use super::*;
 
-    /// Two sums and a rounded lane, over whole octets and a tail.
-    fn sums<L: F64x8>(x: &[f32]) -> [f64; 3] {
-        let whole = x.len() / 8 * 8;
-        let (mut s, mut q) = (L::splat(0.0), L::splat(0.0));
-        for c in x[..whole].chunks_exact(8) {
-            let v = L::load(c);
-            s = s.add(v);
-            q = q.add(v.sub(L::splat(0.5)).mul(v));
-        }
-        let tail: f64 = x[whole..].iter().map(|&v| f64::from(v)).sum();
-        let mut out = [0.0f32; 8];
-        s.store(&mut out);
-        [s.sum(tail), q.sum(0.0), f64::from(out[3])]
+    /// Three sums over the octets of `x` (one masked), and the first lanes
+    /// of the first sum written out rounded to f32.
+    fn sums<L: F64x8>(x: &[f32]) -> [f64; 6] {
+        let (mut s, mut q, mut d) = (L::splat(0.0), L::splat(0.0), L::splat(0.0));
+        for_octets(
+            x.len(),
+            #[inline(always)]
+            |c, n| {
+                let v = L::load_part(&x[c..c + n]);
+                s = s.add(v);
+                q = q.add(v.sub(L::splat(0.5)).mul(v));
+                let dev = v.sub(L::splat(0.25)).mul(L::mask(n));
+                d = d.add(dev.mul(dev));
+            },
+        );
+        let mut out = [0.0f32; 3];
+        s.store_part(&mut out);
+        [s.sum(), q.sum(), d.sum()]
+            .into_iter()
+            .chain(out.map(f64::from))
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap()
     }
 
     /// The order the module documents, written out element by element.
-    fn sums_reference(x: &[f32]) -> [f64; 3] {
-        let whole = x.len() / 8 * 8;
-        let (mut s, mut q) = ([0.0f64; 8], [0.0f64; 8]);
-        for (i, &v) in x[..whole].iter().enumerate() {
+    fn sums_reference(x: &[f32]) -> [f64; 6] {
+        let (mut s, mut q, mut d) = ([0.0f64; 8], [0.0f64; 8], [0.0f64; 8]);
+        for (i, &v) in x.iter().enumerate() {
             let v = f64::from(v);
             s[i % 8] += v;
             q[i % 8] += (v - 0.5) * v;
+            d[i % 8] += (v - 0.25) * (v - 0.25);
         }
-        let tree = |l: [f64; 8], tail: f64| {
-            (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7])) + tail
-        };
-        let tail: f64 = x[whole..].iter().map(|&v| f64::from(v)).sum();
-        [tree(s, tail), tree(q, 0.0), f64::from(s[3] as f32)]
+        let tree = |l: [f64; 8]| (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]));
+        [
+            tree(s),
+            tree(q),
+            tree(d),
+            s[0] as f32 as f64,
+            s[1] as f32 as f64,
+            s[2] as f32 as f64,
+        ]
     }
 
     struct Sums {
@@ -373,7 +442,7 @@ mod tests {
 
     impl AtEveryWidth for Sums {
         fn run<L: F64x8>(&mut self, name: &'static str) {
-            for len in [8, 16, 24, 203] {
+            for len in [3, 8, 16, 29, 203] {
                 let (got, want) = (sums::<L>(&self.x[..len]), sums_reference(&self.x[..len]));
                 assert_eq!(
                     got.map(f64::to_bits),
@@ -385,8 +454,8 @@ mod tests {
         }
     }
 
-    /// Every form sums, multiplies and rounds to the bits of the documented
-    /// order.
+    /// Every form sums, masks, multiplies and rounds to the bits of the
+    /// documented order, whole octets and partial ones.
     #[test]
     fn every_width_gives_the_bits_of_the_documented_order() {
         // Magnitudes 1e-9 to 1e9: their f64 sums round, so the order shows.

@@ -28,7 +28,7 @@
 //! `Var` methods), `simd.rs` (`wide`: runs a slice loop compiled for
 //! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
 //! results), `f64x8.rs` (eight f64 lanes on AVX-512, AVX or arrays in one order
-//! of additions, for the normalisations' row sums), `blocks.rs` (slice loops by 64-element blocks, for functions
+//! of additions, for the normalisations' row and plane sums), `blocks.rs` (slice loops by 64-element blocks, for functions
 //! whose per-element dependency chain is long: `erfc`, `exp`), `tanh.rs` (the public path of the branch-free tanh, which
 //! lives in `tensor/math.rs`), `transpose.rs` (a column-major matrix copied
 //! row-major in AVX-512 register tiles, for `gemm`'s right operand), `ternary.rs` (`zip3`: three operands,

@@ -13,7 +13,8 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::norm::sum2;
+use super::norm::deviation;
+use crate::kernels::f64x8::{for_octets, with_widest_f64x8, F64x8};
 use crate::kernels::parallel::should_parallelize;
 use crate::tensor::{Element, Filled};
 
@@ -64,26 +65,49 @@ fn per_channel<R: Send>(c: usize, work: usize, f: impl Fn(usize) -> R + Sync + S
     }
 }
 
+/// `Σ term(x, y)` over a plane (`y` a second plane or `x` again), on
+/// [`F64x8`] lanes: `term` gets each octet and its element count, and must
+/// give zeros in the padding of a partial octet.
+#[inline(always)]
+fn plane_sum<L: F64x8, T: Element>(x: &[T], y: &[T], term: impl Fn(L, L, usize) -> L) -> f64 {
+    let mut s = L::splat(0.0);
+    for_octets(
+        x.len(),
+        #[inline(always)]
+        |c, n| {
+            s = s.add(term(
+                L::load_part(&x[c..c + n]),
+                L::load_part(&y[c..c + n]),
+                n,
+            ));
+        },
+    );
+    s.sum()
+}
+
 /// Per channel `(mean, Σ (x - mean)²)` over every sample and position, in
 /// f64 (two passes). A channel of no elements has a NaN mean.
 pub fn channel_moments<T: Element>(x: &[T], p: Planes) -> Vec<(f64, f64)> {
     let m = p.per_channel() as f64;
     per_channel(p.c, p.len(), |ch| {
-        let mut sum = 0.0;
-        for b in 0..p.n {
-            let pl = p.plane(x, b, ch);
-            sum += sum2(pl, pl, |v, _| v.to_f64());
-        }
-        let mean = sum / m;
-        let mut m2 = 0.0;
-        for b in 0..p.n {
-            let pl = p.plane(x, b, ch);
-            m2 += sum2(pl, pl, |v, _| {
-                let d = v.to_f64() - mean;
-                d * d
-            });
-        }
-        (mean, m2)
+        with_widest_f64x8!(L => {
+            let mut sum = 0.0;
+            for b in 0..p.n {
+                let pl = p.plane(x, b, ch);
+                sum += plane_sum::<L, T>(pl, pl, #[inline(always)] |v, _, _| v);
+            }
+            let mean = sum / m;
+            let mean_v = L::splat(mean);
+            let mut m2 = 0.0;
+            for b in 0..p.n {
+                let pl = p.plane(x, b, ch);
+                m2 += plane_sum::<L, T>(pl, pl, #[inline(always)] |v, _, n| {
+                    let d = deviation(v, mean_v, n);
+                    d.mul(d)
+                });
+            }
+            (mean, m2)
+        })
     })
 }
 
@@ -97,13 +121,17 @@ pub fn channel_grad_sums<T: Element>(
 ) -> Vec<(f64, f64)> {
     per_channel(p.c, p.len(), |ch| {
         let (mean, rstd) = stats[ch];
-        let (mut sg, mut sgx) = (0.0, 0.0);
-        for b in 0..p.n {
-            let (xp, gp) = (p.plane(x, b, ch), p.plane(g, b, ch));
-            sg += sum2(gp, gp, |v, _| v.to_f64());
-            sgx += sum2(gp, xp, |gv, xv| gv.to_f64() * (xv.to_f64() - mean));
-        }
-        (sg, sgx * rstd)
+        with_widest_f64x8!(L => {
+            let mean_v = L::splat(mean);
+            let (mut sg, mut sgx) = (0.0, 0.0);
+            for b in 0..p.n {
+                let (xp, gp) = (p.plane(x, b, ch), p.plane(g, b, ch));
+                sg += plane_sum::<L, T>(gp, gp, #[inline(always)] |v, _, _| v);
+                // The padding's g is zero, so its terms are too.
+                sgx += plane_sum::<L, T>(gp, xp, #[inline(always)] |gv, xv, _| gv.mul(xv.sub(mean_v)));
+            }
+            (sg, sgx * rstd)
+        })
     })
 }
 

@@ -14,60 +14,36 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::kernels::f64x8::{with_widest_f64x8, F64x8};
+use crate::kernels::f64x8::{for_octets, with_widest_f64x8, F64x8};
 use crate::kernels::parallel::should_parallelize;
 use crate::tensor::{Element, Filled};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
 
-/// `Σ f(a[i], b[i])` in f64 with eight independent accumulators: a single
-/// running sum is a chain of dependent adds (4 cycles each), which made
-/// these reductions latency-bound; eight chains vectorise. (Batch and RMS
-/// norm; layer norm's rows run on [`F64x8`] lanes.)
-#[inline(always)]
-pub(crate) fn sum2<T: Element>(a: &[T], b: &[T], f: impl Fn(T, T) -> f64) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for j in 0..8 {
-            acc[j] += f(x[j], y[j]);
-        }
-    }
-    let tail: f64 = ra.iter().zip(rb).map(|(&x, &y)| f(x, y)).sum();
-    (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
-
-/// `a = g * w`, or `a = g` without a weight: a normalisation's gradient
-/// through its affine weight, one row.
-#[inline(always)]
-pub(crate) fn weighted_grad<T: Element>(a: &mut [T], g: &[T], w: Option<&[T]>) {
-    match w {
-        Some(w) => a
-            .iter_mut()
-            .zip(g.iter().zip(w))
-            .for_each(|(av, (&gv, &wv))| *av = gv * wv),
-        None => a.copy_from_slice(g),
-    }
-}
-
-/// The length of a row's whole octets; the elements after them are its tail.
-#[inline(always)]
-fn octets(m: usize) -> usize {
-    m / 8 * 8
-}
-
 /// The mean of a row.
 #[inline(always)]
 fn row_mean<L: F64x8, T: Element>(row: &[T]) -> f64 {
-    let whole = octets(row.len());
     let mut s = L::splat(0.0);
-    for c in row[..whole].chunks_exact(8) {
-        s = s.add(L::load(c));
+    for_octets(
+        row.len(),
+        #[inline(always)]
+        |c, n| {
+            s = s.add(L::load_part(&row[c..c + n]));
+        },
+    );
+    s.sum() / row.len() as f64
+}
+
+/// `x - mean` over an octet of `n` elements, zero in the padding.
+#[inline(always)]
+pub(crate) fn deviation<L: F64x8>(x: L, mean: L, n: usize) -> L {
+    let d = x.sub(mean);
+    if n < 8 {
+        d.mul(L::mask(n))
+    } else {
+        d
     }
-    let tail: f64 = row[whole..].iter().map(|&v| v.to_f64()).sum();
-    s.sum(tail) / row.len() as f64
 }
 
 /// `1 / sqrt(var + eps)` from a row's variance (biased).
@@ -80,20 +56,17 @@ fn rstd_of(var: f64, eps: f64) -> f64 {
 #[inline(always)]
 fn row_stats_on<L: F64x8, T: Element>(row: &[T], eps: f64) -> (f64, f64) {
     let mean = row_mean::<L, T>(row);
-    let (mean_v, whole) = (L::splat(mean), octets(row.len()));
+    let mean_v = L::splat(mean);
     let mut v = L::splat(0.0);
-    for c in row[..whole].chunks_exact(8) {
-        let d = L::load(c).sub(mean_v);
-        v = v.add(d.mul(d));
-    }
-    let tail: f64 = row[whole..]
-        .iter()
-        .map(|&x| {
-            let d = x.to_f64() - mean;
-            d * d
-        })
-        .sum();
-    (mean, rstd_of(v.sum(tail) / row.len() as f64, eps))
+    for_octets(
+        row.len(),
+        #[inline(always)]
+        |c, n| {
+            let d = deviation(L::load_part(&row[c..c + n]), mean_v, n);
+            v = v.add(d.mul(d));
+        },
+    );
+    (mean, rstd_of(v.sum() / row.len() as f64, eps))
 }
 
 /// `(mean, 1 / sqrt(var + eps))` of a row, biased variance.
@@ -112,29 +85,22 @@ fn normalize_row<L: F64x8, T: Element>(
 ) {
     let m = row.len();
     let (w, b, out) = (w.map(|w| &w[..m]), b.map(|b| &b[..m]), &mut out[..m]);
-    let whole = octets(m);
     let (mean_v, rstd_v) = (L::splat(mean), L::splat(rstd));
-    for c in (0..whole).step_by(8) {
-        let mut y = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
-        // The affine cases branch per octet, the same way every octet (predicted).
-        if let Some(w) = w {
-            y = y.mul(L::load(&w[c..]));
-        }
-        if let Some(b) = b {
-            y = y.add(L::load(&b[c..]));
-        }
-        y.write(&mut out[c..]);
-    }
-    for i in whole..m {
-        let mut y = (row[i].to_f64() - mean) * rstd;
-        if let Some(w) = w {
-            y *= w[i].to_f64();
-        }
-        if let Some(b) = b {
-            y += b[i].to_f64();
-        }
-        out[i].write(T::from_f64(y));
-    }
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            let mut y = L::load_part(&row[c..c + n]).sub(mean_v).mul(rstd_v);
+            // The affine cases branch per octet, the same way every octet (predicted).
+            if let Some(w) = w {
+                y = y.mul(L::load_part(&w[c..c + n]));
+            }
+            if let Some(b) = b {
+                y = y.add(L::load_part(&b[c..c + n]));
+            }
+            y.write_part(&mut out[c..c + n]);
+        },
+    );
 }
 
 /// Runs `f(row_index, out_rows)` over groups of rows of `out` (`m` per
@@ -259,65 +225,52 @@ fn input_grad_row<L: F64x8, T: Element>(
 ) {
     let m = row.len();
     let (grow, w, o) = (&grow[..m], w.map(|w| &w[..m]), &mut o[..m]);
-    // Closures here would be compiled apart from the caller's
-    // `target_feature`, and call the lanes' intrinsics instead of inlining them.
-    #[inline(always)]
-    fn weighted<T: Element>(g: &[T], w: Option<&[T]>, i: usize) -> f64 {
-        match w {
-            Some(w) => g[i].to_f64() * w[i].to_f64(),
-            None => g[i].to_f64(),
-        }
-    }
-    #[inline(always)]
-    fn weighted_octet<L: F64x8, T: Element>(g: &[T], w: Option<&[T]>, c: usize) -> L {
-        match w {
-            Some(w) => L::load(&g[c..]).mul(L::load(&w[c..])),
-            None => L::load(&g[c..]),
-        }
-    }
     let mean = row_mean::<L, T>(row);
-    let whole = octets(m);
     let mean_v = L::splat(mean);
     let (mut var, mut sum_a, mut sum_ad) = (L::splat(0.0), L::splat(0.0), L::splat(0.0));
-    for c in (0..whole).step_by(8) {
-        let d = L::load(&row[c..]).sub(mean_v);
-        let a = weighted_octet::<L, T>(grow, w, c);
-        var = var.add(d.mul(d));
-        sum_a = sum_a.add(a);
-        sum_ad = sum_ad.add(a.mul(d));
-    }
-    let (mut var_t, mut sum_a_t, mut sum_ad_t) = (0.0, 0.0, 0.0);
-    for (i, &x) in row.iter().enumerate().skip(whole) {
-        let (d, a) = (x.to_f64() - mean, weighted(grow, w, i));
-        var_t += d * d;
-        sum_a_t += a;
-        sum_ad_t += a * d;
-    }
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            let d = deviation(L::load_part(&row[c..c + n]), mean_v, n);
+            let a = weighted::<L, T>(grow, w, c, n);
+            var = var.add(d.mul(d));
+            sum_a = sum_a.add(a);
+            sum_ad = sum_ad.add(a.mul(d));
+        },
+    );
     let n = m as f64;
-    let rstd = rstd_of(var.sum(var_t) / n, eps);
-    let mean_a = sum_a.sum(sum_a_t) / n;
-    let mean_ax = sum_ad.sum(sum_ad_t) / n * rstd;
+    let rstd = rstd_of(var.sum() / n, eps);
+    let (mean_a, mean_ax) = (sum_a.sum() / n, sum_ad.sum() / n * rstd);
     let (rstd_v, mean_a_v, mean_ax_v) = (L::splat(rstd), L::splat(mean_a), L::splat(mean_ax));
-    for c in (0..whole).step_by(8) {
-        let xhat = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
-        let a = weighted_octet::<L, T>(grow, w, c);
-        rstd_v
-            .mul(a.sub(mean_a_v).sub(xhat.mul(mean_ax_v)))
-            .write(&mut o[c..]);
-        if let Some(acc) = weight_acc.as_deref_mut() {
-            L::load(&acc[c..])
-                .add(L::load(&grow[c..]).mul(xhat))
-                .store(&mut acc[c..]);
-        }
-    }
-    for i in whole..m {
-        let xhat = (row[i].to_f64() - mean) * rstd;
-        o[i].write(T::from_f64(
-            rstd * (weighted(grow, w, i) - mean_a - xhat * mean_ax),
-        ));
-        if let Some(acc) = weight_acc.as_deref_mut() {
-            acc[i] += grow[i].to_f64() * xhat;
-        }
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            let xhat = L::load_part(&row[c..c + n]).sub(mean_v).mul(rstd_v);
+            let a = weighted::<L, T>(grow, w, c, n);
+            rstd_v
+                .mul(a.sub(mean_a_v).sub(xhat.mul(mean_ax_v)))
+                .write_part(&mut o[c..c + n]);
+            if let Some(acc) = weight_acc.as_deref_mut() {
+                let acc = &mut acc[c..c + n];
+                L::load_part(acc)
+                    .add(L::load_part(&grow[c..c + n]).mul(xhat))
+                    .store_part(acc);
+            }
+        },
+    );
+}
+
+/// `a = g w` (or `g`) over the octet at `c` of `n` elements. A function,
+/// not a closure: a closure is compiled apart from the caller's
+/// `target_feature`, and calls the lanes' intrinsics instead of inlining them.
+#[inline(always)]
+pub(crate) fn weighted<L: F64x8, T: Element>(g: &[T], w: Option<&[T]>, c: usize, n: usize) -> L {
+    let g = L::load_part(&g[c..c + n]);
+    match w {
+        Some(w) => g.mul(L::load_part(&w[c..c + n])),
+        None => g,
     }
 }
 
@@ -327,17 +280,18 @@ fn weight_grad_row<L: F64x8, T: Element>(acc: &mut [f64], grow: &[T], row: &[T],
     let (mean, rstd) = row_stats_on::<L, T>(row, eps);
     let m = row.len();
     let (acc, grow) = (&mut acc[..m], &grow[..m]);
-    let whole = octets(m);
     let (mean_v, rstd_v) = (L::splat(mean), L::splat(rstd));
-    for c in (0..whole).step_by(8) {
-        let xhat = L::load(&row[c..]).sub(mean_v).mul(rstd_v);
-        L::load(&acc[c..])
-            .add(L::load(&grow[c..]).mul(xhat))
-            .store(&mut acc[c..]);
-    }
-    for i in whole..m {
-        acc[i] += grow[i].to_f64() * ((row[i].to_f64() - mean) * rstd);
-    }
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            let xhat = L::load_part(&row[c..c + n]).sub(mean_v).mul(rstd_v);
+            let acc = &mut acc[c..c + n];
+            L::load_part(acc)
+                .add(L::load_part(&grow[c..c + n]).mul(xhat))
+                .store_part(acc);
+        },
+    );
 }
 
 /// The fixed blocks of rows the weight gradient's partial sums run over,

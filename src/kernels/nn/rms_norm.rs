@@ -5,19 +5,28 @@
 
 use std::mem::MaybeUninit;
 
-use super::norm::{for_rows, sum2, weighted_grad};
+use super::norm::{for_rows, weighted};
+use crate::kernels::f64x8::{for_octets, with_widest_f64x8, F64x8};
 use crate::tensor::{Element, Filled};
 
 /// `1 / sqrt(mean(x²) + eps)` of a row.
-#[inline]
-pub fn row_rstd<T: Element>(row: &[T], eps: f64) -> f64 {
-    let ms = sum2(row, row, |a, b| a.to_f64() * b.to_f64()) / row.len() as f64;
-    1.0 / (ms + eps).sqrt()
+#[inline(always)]
+fn row_rstd<L: F64x8, T: Element>(row: &[T], eps: f64) -> f64 {
+    let mut s = L::splat(0.0);
+    for_octets(
+        row.len(),
+        #[inline(always)]
+        |c, n| {
+            let x = L::load_part(&row[c..c + n]);
+            s = s.add(x.mul(x));
+        },
+    );
+    1.0 / (s.sum() / row.len() as f64 + eps).sqrt()
 }
 
-/// `y = x * rstd * w` per row of `m` elements. Writes every element of
-/// `out`: each row in full, from `m`-element slices of `x` and `w` (it
-/// panics if one is short).
+/// `y = x * rstd * w` per row of `m` elements, in f64 rounded once to `T`.
+/// Writes every element of `out`: each row in full, from `m`-element
+/// slices of `x` and `w` (it panics if one is short).
 pub fn rms_norm<'o, T: Element>(
     x: &[T],
     m: usize,
@@ -27,18 +36,19 @@ pub fn rms_norm<'o, T: Element>(
 ) -> Filled<'o> {
     let w = w.map(|w| &w[..m]);
     for_rows(out, m, |first, chunk| {
-        for (r, o) in chunk.chunks_mut(m).enumerate() {
-            let row = &x[(first + r) * m..(first + r + 1) * m];
-            let rstd = row_rstd(row, eps);
-            match w {
-                None => o.iter_mut().zip(row).for_each(|(d, &v)| {
-                    d.write(T::from_f64(v.to_f64() * rstd));
-                }),
-                Some(w) => o.iter_mut().zip(row).zip(w).for_each(|((d, &v), &wv)| {
-                    d.write(T::from_f64(v.to_f64() * rstd) * wv);
-                }),
+        with_widest_f64x8!(L => {
+            for (r, o) in chunk.chunks_mut(m).enumerate() {
+                let row = &x[(first + r) * m..(first + r + 1) * m];
+                let rstd = L::splat(row_rstd::<L, T>(row, eps));
+                for_octets(m, #[inline(always)] |c, n| {
+                    let mut y = L::load_part(&row[c..c + n]).mul(rstd);
+                    if let Some(w) = w {
+                        y = y.mul(L::load_part(&w[c..c + n]));
+                    }
+                    y.write_part(&mut o[c..c + n]);
+                });
             }
-        }
+        })
     });
     // SAFETY: every row of `out` is written in full above (`for_rows` hands
     // out each row exactly once).
@@ -56,21 +66,50 @@ pub fn rms_norm_backward<'o, T: Element>(
     eps: f64,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
+    let w = w.map(|w| &w[..m]);
     for_rows(out, m, |first, chunk| {
-        let mut a = vec![T::zero(); m];
-        for (r, o) in chunk.chunks_mut(m).enumerate() {
-            let span = (first + r) * m..(first + r + 1) * m;
-            let (row, grow) = (&x[span.clone()], &g[span]);
-            let rstd = row_rstd(row, eps);
-            weighted_grad(&mut a, grow, w);
-            let mean_ax = sum2(&a, row, |av, xv| av.to_f64() * xv.to_f64()) * rstd / m as f64;
-            for ((d, &av), &xv) in o.iter_mut().zip(&a).zip(row) {
-                let xhat = xv.to_f64() * rstd;
-                d.write(T::from_f64(rstd * (av.to_f64() - xhat * mean_ax)));
+        with_widest_f64x8!(L => {
+            for (r, o) in chunk.chunks_mut(m).enumerate() {
+                let span = (first + r) * m..(first + r + 1) * m;
+                let (row, grow) = (&x[span.clone()], &g[span]);
+                input_grad_row::<L, T>(grow, row, w, eps, o);
             }
-        }
+        })
     });
     // SAFETY: every row of `out` is written in full above (`for_rows` hands
     // out each row exactly once).
     unsafe { Filled::assume(out) }
+}
+
+/// One row of [`rms_norm_backward`]: `Σ a x`, then the output.
+#[inline(always)]
+fn input_grad_row<L: F64x8, T: Element>(
+    grow: &[T],
+    row: &[T],
+    w: Option<&[T]>,
+    eps: f64,
+    o: &mut [MaybeUninit<T>],
+) {
+    let m = row.len();
+    let rstd = row_rstd::<L, T>(row, eps);
+    let mut sum_ax = L::splat(0.0);
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            sum_ax = sum_ax.add(weighted::<L, T>(grow, w, c, n).mul(L::load_part(&row[c..c + n])));
+        },
+    );
+    let mean_ax = L::splat(sum_ax.sum() * rstd / m as f64);
+    let rstd = L::splat(rstd);
+    for_octets(
+        m,
+        #[inline(always)]
+        |c, n| {
+            let xhat = L::load_part(&row[c..c + n]).mul(rstd);
+            let a = weighted::<L, T>(grow, w, c, n);
+            rstd.mul(a.sub(xhat.mul(mean_ax)))
+                .write_part(&mut o[c..c + n]);
+        },
+    );
 }
