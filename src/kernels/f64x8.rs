@@ -219,6 +219,42 @@ mod registers {
                 }
             }
         }
+
+        // A partial octet by masked loads and stores, which neither read nor
+        // write (nor fault on) the lanes past the slice: no padded copy.
+        #[inline(always)]
+        fn load_part<T: Element>(s: &[T]) -> Self {
+            if s.len() >= 8 {
+                return Self::load(s);
+            }
+            let k = (1u16 << s.len()) - 1;
+            // SAFETY: the mask reads the first `s.len()` elements only; the
+            // CPU has AVX-512F (the type's contract).
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    let v = _mm512_maskz_loadu_ps(k, s.as_ptr().cast());
+                    Avx512(_mm512_cvtps_pd(_mm512_castps512_ps256(v)))
+                } else {
+                    Avx512(_mm512_maskz_loadu_pd(k as u8, s.as_ptr().cast()))
+                }
+            }
+        }
+        #[inline(always)]
+        fn write_part<T: Element>(self, out: &mut [MaybeUninit<T>]) {
+            if out.len() >= 8 {
+                return self.write(out);
+            }
+            let k = (1u16 << out.len()) - 1;
+            // SAFETY: the mask writes the first `out.len()` elements only.
+            unsafe {
+                if T::DTYPE == DType::F32 {
+                    let v = _mm512_castps256_ps512(_mm512_cvtpd_ps(self.0));
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().cast(), k, v)
+                } else {
+                    _mm512_mask_storeu_pd(out.as_mut_ptr().cast(), k as u8, self.0)
+                }
+            }
+        }
     }
 
     /// Two AVX registers, lanes 0-3 and 4-7 (`with_widest_f64x8!` only).

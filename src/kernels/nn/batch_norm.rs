@@ -65,72 +65,149 @@ fn per_channel<R: Send>(c: usize, work: usize, f: impl Fn(usize) -> R + Sync + S
     }
 }
 
-/// `Σ term(x, y)` over a plane (`y` a second plane or `x` again), on
-/// [`F64x8`] lanes: `term` gets each octet and its element count, and must
-/// give zeros in the padding of a partial octet.
+/// For planes of one element (`[N, C]` inputs, each sample's channels
+/// contiguous): `f(first, count)` for each octet of channels, a lane per
+/// channel (`count` is 8 but in the last octet), in parallel when `work` is
+/// large; the lanes' results in channel order. A channel's lane adds its
+/// samples in order, reading each sample's octet of channels in place.
+fn per_channel_octet(
+    c: usize,
+    work: usize,
+    f: impl Fn(usize, usize) -> [(f64, f64); 8] + Sync + Send,
+) -> Vec<(f64, f64)> {
+    let firsts: Vec<usize> = (0..c).step_by(8).collect();
+    let run = |&first: &usize| {
+        let count = (c - first).min(8);
+        f(first, count)[..count].to_vec()
+    };
+    let parts: Vec<Vec<(f64, f64)>> = if firsts.len() > 1 && should_parallelize(work) {
+        firsts.par_iter().map(run).collect()
+    } else {
+        firsts.iter().map(run).collect()
+    };
+    parts.concat()
+}
+
+/// `Σ term(x, y)` over one channel of `x` and `y` (a second input or `x`
+/// again) on [`F64x8`] lanes, the planes in sample order into one
+/// accumulator: `term` gets each octet and its element count, and must
+/// give zeros in the padding of a partial octet. Planes of 8 or more
+/// elements are read in place, each in its own octets; shorter ones are
+/// gathered into octets of consecutive elements of the channel, so each
+/// costs a copy, not a padded load of its own. (Planes of one element take
+/// [`per_channel_octet`] instead.)
 #[inline(always)]
-fn plane_sum<L: F64x8, T: Element>(x: &[T], y: &[T], term: impl Fn(L, L, usize) -> L) -> f64 {
-    let mut s = L::splat(0.0);
-    for_octets(
-        x.len(),
-        #[inline(always)]
-        |c, n| {
-            s = s.add(term(
-                L::load_part(&x[c..c + n]),
-                L::load_part(&y[c..c + n]),
-                n,
-            ));
-        },
-    );
-    s.sum()
+fn channel_sum<L: F64x8, T: Element>(
+    x: &[T],
+    y: &[T],
+    p: Planes,
+    ch: usize,
+    term: impl Fn(L, L, usize) -> L,
+) -> L {
+    let mut acc = L::splat(0.0);
+    if p.s >= 8 {
+        for b in 0..p.n {
+            let (xp, yp) = (p.plane(x, b, ch), p.plane(y, b, ch));
+            for_octets(
+                p.s,
+                #[inline(always)]
+                |c, n| {
+                    let (xv, yv) = (L::load_part(&xp[c..c + n]), L::load_part(&yp[c..c + n]));
+                    acc = acc.add(term(xv, yv, n));
+                },
+            );
+        }
+        return acc;
+    }
+    let (mut xs, mut ys, mut k) = ([T::zero(); 8], [T::zero(); 8], 0);
+    for b in 0..p.n {
+        for (&xv, &yv) in p.plane(x, b, ch).iter().zip(p.plane(y, b, ch)) {
+            (xs[k], ys[k]) = (xv, yv);
+            k += 1;
+            if k == 8 {
+                acc = acc.add(term(L::load(&xs), L::load(&ys), 8));
+                k = 0;
+            }
+        }
+    }
+    if k > 0 {
+        acc = acc.add(term(L::load_part(&xs[..k]), L::load_part(&ys[..k]), k));
+    }
+    acc
 }
 
 /// Per channel `(mean, Σ (x - mean)²)` over every sample and position, in
 /// f64 (two passes). A channel of no elements has a NaN mean.
 pub fn channel_moments<T: Element>(x: &[T], p: Planes) -> Vec<(f64, f64)> {
     let m = p.per_channel() as f64;
+    if p.s == 1 {
+        return per_channel_octet(p.c, p.len(), |first, count| {
+            with_widest_f64x8!(L => {
+                let at = |b: usize| &x[b * p.c + first..b * p.c + first + count];
+                let mut sum = L::splat(0.0);
+                for b in 0..p.n {
+                    sum = sum.add(L::load_part(at(b)));
+                }
+                let means = sum.to_array().map(|v| v / m);
+                let mean_v = L::load(&means);
+                let mut m2 = L::splat(0.0);
+                for b in 0..p.n {
+                    let d = L::load_part(at(b)).sub(mean_v);
+                    m2 = m2.add(d.mul(d));
+                }
+                let m2 = m2.to_array();
+                std::array::from_fn(|j| (means[j], m2[j]))
+            })
+        });
+    }
     per_channel(p.c, p.len(), |ch| {
         with_widest_f64x8!(L => {
-            let mut sum = 0.0;
-            for b in 0..p.n {
-                let pl = p.plane(x, b, ch);
-                sum += plane_sum::<L, T>(pl, pl, #[inline(always)] |v, _, _| v);
-            }
-            let mean = sum / m;
+            let mean = channel_sum::<L, T>(x, x, p, ch, #[inline(always)] |v, _, _| v).sum() / m;
             let mean_v = L::splat(mean);
-            let mut m2 = 0.0;
-            for b in 0..p.n {
-                let pl = p.plane(x, b, ch);
-                m2 += plane_sum::<L, T>(pl, pl, #[inline(always)] |v, _, n| {
-                    let d = deviation(v, mean_v, n);
-                    d.mul(d)
-                });
-            }
-            (mean, m2)
+            let m2 = channel_sum::<L, T>(x, x, p, ch, #[inline(always)] |v, _, n| {
+                let d = deviation(v, mean_v, n);
+                d.mul(d)
+            });
+            (mean, m2.sum())
         })
     })
 }
 
 /// Per channel `(Σ g, Σ g x̂)` with `x̂ = (x - mean) rstd` from
 /// `stats[channel] = (mean, rstd)`: what batch norm's backward needs.
-pub fn channel_grad_sums<T: Element>(
-    g: &[T],
-    x: &[T],
+pub fn channel_grad_sums<'a, T: Element>(
+    g: &'a [T],
+    x: &'a [T],
     p: Planes,
     stats: &[(f64, f64)],
 ) -> Vec<(f64, f64)> {
+    if p.s == 1 {
+        return per_channel_octet(p.c, p.len(), |first, count| {
+            with_widest_f64x8!(L => {
+                let at = |v: &'a [T], b: usize| &v[b * p.c + first..b * p.c + first + count];
+                let stat = |j: usize| stats.get(first + j).copied().filter(|_| j < count);
+                let mean_v = L::load(&std::array::from_fn::<f64, 8, _>(|j| stat(j).map_or(0.0, |s| s.0)));
+                let (mut sg, mut sgx) = (L::splat(0.0), L::splat(0.0));
+                for b in 0..p.n {
+                    let gv = L::load_part(at(g, b));
+                    sg = sg.add(gv);
+                    sgx = sgx.add(gv.mul(L::load_part(at(x, b)).sub(mean_v)));
+                }
+                let (sg, sgx) = (sg.to_array(), sgx.to_array());
+                std::array::from_fn(|j| (sg[j], sgx[j] * stat(j).map_or(0.0, |s| s.1)))
+            })
+        });
+    }
     per_channel(p.c, p.len(), |ch| {
         let (mean, rstd) = stats[ch];
         with_widest_f64x8!(L => {
             let mean_v = L::splat(mean);
-            let (mut sg, mut sgx) = (0.0, 0.0);
-            for b in 0..p.n {
-                let (xp, gp) = (p.plane(x, b, ch), p.plane(g, b, ch));
-                sg += plane_sum::<L, T>(gp, gp, #[inline(always)] |v, _, _| v);
-                // The padding's g is zero, so its terms are too.
-                sgx += plane_sum::<L, T>(gp, xp, #[inline(always)] |gv, xv, _| gv.mul(xv.sub(mean_v)));
-            }
-            (sg, sgx * rstd)
+            let sg = channel_sum::<L, T>(g, g, p, ch, #[inline(always)] |v, _, _| v);
+            // The padding's g is zero, so its terms are too.
+            let sgx = channel_sum::<L, T>(g, x, p, ch, #[inline(always)] |gv, xv, _| {
+                gv.mul(xv.sub(mean_v))
+            });
+            (sg.sum(), sgx.sum() * rstd)
         })
     })
 }
