@@ -324,35 +324,6 @@ mod registers {
     }
 }
 
-/// Whether [`with_widest_f64x8!`] takes its AVX-512 branch.
-#[doc(hidden)]
-#[inline(always)]
-pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether [`with_widest_f64x8!`] takes its AVX branch (the AVX2 and FMA
-/// that [`wide`](super::simd::wide) asks for, which imply AVX).
-#[doc(hidden)]
-#[inline(always)]
-pub(crate) fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// `with_widest_f64x8!(L => body)` runs `body` with the type `L` bound to
 /// the widest [`F64x8`] the CPU has, compiled with that extension enabled
 /// (so the register forms' intrinsics inline): AVX-512, else AVX (on CPUs
@@ -362,7 +333,7 @@ macro_rules! with_widest_f64x8 {
     ($L:ident => $body:expr) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            if $crate::kernels::f64x8::has_avx512() {
+            if $crate::kernels::simd::has_avx512() {
                 // SAFETY: the CPU has AVX-512F (checked just above).
                 unsafe {
                     $crate::kernels::simd::with_avx512(
@@ -373,7 +344,7 @@ macro_rules! with_widest_f64x8 {
                         },
                     )
                 }
-            } else if $crate::kernels::f64x8::has_avx2() {
+            } else if $crate::kernels::simd::has_avx2_fma() {
                 // SAFETY: the CPU has AVX2 and FMA (checked just above).
                 unsafe {
                     $crate::kernels::simd::with_avx2(
@@ -411,11 +382,11 @@ pub(crate) fn at_every_width(k: &mut impl AtEveryWidth) {
     k.run::<Lanes>("lanes");
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx512() {
+        if crate::kernels::simd::has_avx512() {
             // SAFETY: the CPU has AVX-512F (checked just above).
             unsafe { crate::kernels::simd::with_avx512(|| k.run::<Avx512>("avx512")) }
         }
-        if has_avx2() {
+        if crate::kernels::simd::has_avx2_fma() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             unsafe { crate::kernels::simd::with_avx2(|| k.run::<Avx>("avx")) }
         }
@@ -502,6 +473,9 @@ mod tests {
         at_every_width(&mut k);
         assert_eq!(k.forms[0], "lanes");
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(k.forms.contains(&"avx512"), has_avx512());
+        assert_eq!(
+            k.forms.contains(&"avx512"),
+            crate::kernels::simd::has_avx512()
+        );
     }
 }

@@ -13,17 +13,43 @@
 //! asks for FMA too, which every Intel and AMD CPU with AVX2 has), a call
 //! to libm's `fmaf` in the baseline one, slow but exact.
 
+/// Whether the CPU has AVX-512F: [`wide`]'s widest version, and the
+/// condition of every hand-written AVX-512 kernel.
+#[inline(always)]
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the CPU has AVX2 and FMA: [`wide`]'s middle version.
+#[inline(always)]
+pub fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Runs `body`, compiled with the widest vector extension the CPU supports.
 #[inline(always)]
 pub fn wide<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if has_avx512() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             return unsafe { with_avx512(body) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if has_avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
             return unsafe { with_avx2(body) };
         }

@@ -61,18 +61,7 @@ pub fn applies<T: Element>(g: &Geometry) -> bool {
         && (1..=MAX_HEAD_DIM).contains(&g.ev)
         && (1..=MAX_KEYS).contains(&g.s)
         && g.dropout.is_none()
-        && has_avx512()
-}
-
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+        && crate::kernels::simd::has_avx512()
 }
 
 /// `softmax(Q Kᵀ · scale + mask) V` into `out` (`[batch, L, Ev]`,

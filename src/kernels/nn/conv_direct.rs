@@ -54,7 +54,7 @@ pub(super) fn applies<T: Element>(geo: &ConvGeometry) -> bool {
         && geo.kernel != [1, 1]
         && geo.output[0] > 0
         && geo.output[1] > 0
-        && has_avx512()
+        && crate::kernels::simd::has_avx512()
 }
 
 /// Whether the input gradient runs here: as [`applies`], the padding is at
@@ -68,10 +68,6 @@ pub(super) fn applies_to_input_grad<T: Element>(geo: &ConvGeometry) -> bool {
         && (0..2).all(|d| geo.pad[d] <= (geo.kernel[d] - 1) * geo.dilation[d])
         && geo.input[0] > 0
         && geo.input[1] > 0
-}
-
-fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// `s` as f32s; the callers checked `T` is f32 ([`applies`]).
@@ -855,7 +851,7 @@ mod tests {
     /// The three products in f32 against the GEMM path in f64.
     #[test]
     fn direct_products_match_the_gemm_path() {
-        if !has_avx512() {
+        if !crate::kernels::simd::has_avx512() {
             return;
         }
         for geo in geometries() {
@@ -895,7 +891,7 @@ mod tests {
     /// leaves the others finite, not NaN.
     #[test]
     fn tail_lanes_never_touch_the_gradient() {
-        if !has_avx512() {
+        if !crate::kernels::simd::has_avx512() {
             return;
         }
         let geo = conv_geometry(1, [1, 1, 1], [3, 20], [1, 3], [1, 1], [0, 0], [1, 1]);
@@ -917,7 +913,7 @@ mod tests {
             output: [4, 4],
             ..geo
         };
-        if has_avx512() {
+        if crate::kernels::simd::has_avx512() {
             assert!(applies::<f32>(&geo) && !applies_to_input_grad::<f32>(&geo));
             assert!(applies::<f32>(&few_channels));
             assert!(!applies_to_input_grad::<f32>(&few_channels));
