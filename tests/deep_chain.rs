@@ -1,7 +1,9 @@
 //! Backward over very long chains must not recurse: it runs here on a thread
-//! with a deliberately small stack.
+//! with a deliberately small stack. Compiling such graphs (capture,
+//! lowering, the explanation) must not recurse either: those tests run on
+//! the test harness's own thread, with the default stack.
 
-use retrograd::{Graph, Tensor};
+use retrograd::{compile, CompileOptions, Graph, Result, Tensor, Var};
 
 #[test]
 fn a_million_node_chain_backward_does_not_overflow_the_stack() {
@@ -26,4 +28,68 @@ fn a_million_node_chain_backward_does_not_overflow_the_stack() {
         })
         .unwrap();
     handle.join().unwrap();
+}
+
+/// The long sum of the compile issue: one input added `terms` times, so
+/// that the forward is a chain of `terms` adds and the input's gradient a
+/// sum of `terms + 1` contributions.
+fn long_sum<'g>(x: &Var<'g>, terms: usize) -> Result<Var<'g>> {
+    let mut y = x.clone();
+    for _ in 0..terms {
+        y = y.try_add(x)?;
+    }
+    y.try_sum()
+}
+
+/// A chain of `nodes` unary ops.
+fn tanh_chain<'g>(x: &Var<'g>, nodes: usize) -> Result<Var<'g>> {
+    let mut y = x.clone();
+    for _ in 0..nodes - 1 {
+        y = y.tanh();
+    }
+    y.try_sum()
+}
+
+type Function = for<'g> fn(&Var<'g>, usize) -> Result<Var<'g>>;
+
+/// Captures, replays and checks against the eager pass, bit for bit, on
+/// the test's own thread (the default stack): capture and lowering must
+/// walk the million-node graph without recursing.
+fn compiled_matches_eager(f: Function, size: usize) {
+    let x = Tensor::from_vec(vec![0.5f32, -0.25, 2.0, 0.125], &[4]).unwrap();
+    let want = {
+        let graph = Graph::new();
+        let xv = graph.variable(x.clone());
+        let loss = f(&xv, size).unwrap();
+        let grads = loss.backward().unwrap();
+        (
+            loss.value().item().to_bits(),
+            grads.wrt(&xv).to_vec::<f32>().unwrap(),
+        )
+    };
+    let mut step = compile(
+        move |_: &Graph, v: &[Var<'_>]| f(&v[0], size),
+        CompileOptions::new().grad_inputs(&[0]),
+    );
+    for run in 0..2 {
+        let out = step.run(std::slice::from_ref(&x)).unwrap();
+        let got = (
+            out.loss().to_bits(),
+            out.input_grad(0).unwrap().to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(got, want, "run {run}");
+    }
+    let capture = step.capture().unwrap();
+    assert!(capture.explain().contains("steps"));
+    assert!(!capture.optimized().is_empty());
+}
+
+#[test]
+fn a_compiled_million_term_sum_captures_and_matches_eager() {
+    compiled_matches_eager(long_sum, 1_000_000);
+}
+
+#[test]
+fn a_compiled_million_node_chain_captures_and_matches_eager() {
+    compiled_matches_eager(tanh_chain, 1_000_000);
 }

@@ -28,7 +28,7 @@ use retrograd::nn::Module;
 use retrograd::optim::{Adam, AdamConfig};
 use retrograd::DType;
 
-use crate::{w1, w2, w3, w4};
+use crate::{long_sum, w1, w2, w3, w4};
 
 /// Builds a workload's inputs and returns its iteration, which then runs
 /// twice: once to warm up and once counted. The iteration's value (a loss,
@@ -47,6 +47,21 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         "w1c",
         w1c_chain,
         "W1 compiled (captured in the warm-up run, replayed), f32, C = 100",
+    ),
+    (
+        "w1_capture",
+        w1_capture,
+        "the capture of compiled W1 at C = 1,000 (300,999 nodes): capture, lowering and the first run",
+    ),
+    (
+        "sum_capture_8k",
+        sum_capture_8k,
+        "the capture of a compiled long sum of 8,000 terms (bench long_sum)",
+    ),
+    (
+        "sum_capture_16k",
+        sum_capture_16k,
+        "the same long sum at 16,000 terms: at most 2.2x sum_capture_8k's count (linear capture)",
     ),
     ("w1v", w1v_chain, "W1v, f32, width 64, C = 20 (6,020 nodes)"),
     ("w2", w2_step, "one W2 MLP training step (SGD), batch 16"),
@@ -109,6 +124,34 @@ fn w1c_chain() -> Box<dyn FnMut() -> f64> {
         let (loss, grad_sum) = step();
         loss + grad_sum
     })
+}
+
+fn w1_capture() -> Box<dyn FnMut() -> f64> {
+    Box::new(|| {
+        let (loss, grad_sum) = w1::compiled_chain(1000, 1, DType::F32)();
+        loss + grad_sum
+    })
+}
+
+/// A fresh compiled long sum of `terms` terms at every iteration: each
+/// iteration captures.
+fn sum_capture(terms: usize) -> Box<dyn FnMut() -> f64> {
+    let x = retrograd::Tensor::from_vec(vec![1.0f32, 0.5, -2.0, 0.25], &[4]).expect("valid shape");
+    Box::new(move || {
+        let mut step = long_sum::compiled(terms);
+        let out = step
+            .run(std::slice::from_ref(&x))
+            .expect("the long sum compiles");
+        out.loss()
+    })
+}
+
+fn sum_capture_8k() -> Box<dyn FnMut() -> f64> {
+    sum_capture(8_000)
+}
+
+fn sum_capture_16k() -> Box<dyn FnMut() -> f64> {
+    sum_capture(16_000)
 }
 
 fn w1v_chain() -> Box<dyn FnMut() -> f64> {

@@ -21,6 +21,7 @@ mod ddp;
 mod elementwise;
 mod gate;
 mod jit;
+mod long_sum;
 mod matmul;
 mod memory;
 #[cfg(feature = "onnx")]
@@ -58,6 +59,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w1c",
         w1::run_compiled,
         "W1 compiled (captured once, replayed) against eager W1 in the same run: ns per node",
+    ),
+    (
+        "long_sum",
+        long_sum::run,
+        "capture of a compiled long sum (one input added n times, n up to 1,000,000) against its eager forward + backward",
     ),
     (
         "w1_tape",

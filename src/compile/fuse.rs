@@ -16,7 +16,7 @@
 //! Fusion never reorders floating-point work: each node computes its own
 //! op on its own operands, so a fused step gives the unfused bits.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 use super::lower::FastRule;
 use super::program::{Arg, Code, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
 use super::slice_sum::SliceSumPlan;
+use super::value_marks::ValueMarks;
 use crate::core::Pointwise;
 use crate::error::{Error, Result};
 use crate::graph::{GraphState, OpId, LEAF_CONSTANT};
@@ -52,9 +53,9 @@ pub(crate) struct GroupPlan {
 
 const NONE: u32 = u32::MAX;
 
-/// Hashes value and node ids (`u32`) with one multiply instead of SipHash:
-/// capturing W1 at C = 1000 (a scalar program of 600,000 nodes) spent a
-/// fifth of its time hashing ids.
+/// Hashes op ids (`u32`) with one multiply instead of SipHash: a capture
+/// looks up an op's entry once per recorded node. (Per-value lookups use
+/// `value_marks.rs`'s arrays instead, which keep consecutive ids close.)
 #[derive(Default, Clone, Copy)]
 pub(super) struct IdHasher(u64);
 
@@ -72,10 +73,8 @@ impl Hasher for IdHasher {
     }
 }
 
-type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 /// A map keyed by ids that hash as one `u32` (op ids).
 pub(super) type IdKeyed<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
-type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 
 /// The most members a fused group takes: its registers and outputs are
 /// numbered in `u16`, and a group this long already spends nearly all its
@@ -352,15 +351,13 @@ impl Registers {
     }
 }
 
-/// The last member (index into `nodes`) reading each value.
-fn last_reads(st: &GraphState, nodes: &[u32]) -> IdMap<usize> {
-    let mut last = IdMap::with_capacity_and_hasher(nodes.len() * 2, Default::default());
+/// Notes the last member reading each value of a unit's members.
+fn note_last_reads(st: &GraphState, nodes: &[u32], marks: &mut ValueMarks) {
     for (i, &n) in nodes.iter().enumerate() {
         for &v in st.inputs_of(n as usize) {
-            last.insert(v, i);
+            marks.note_read_by(v, i);
         }
     }
-    last
 }
 
 /// Builds a fused group's micro-program.
@@ -370,7 +367,9 @@ pub(crate) fn fused_group(
     reads: &[u32],
     writes: &[u32],
     slot_of: &impl Fn(u32) -> Slot,
+    marks: &mut ValueMarks,
 ) -> Result<FusedGroup> {
+    marks.begin();
     let shapes: Vec<Dims> = reads
         .iter()
         .map(|&v| Dims::from_slice(st.values()[v as usize].shape()))
@@ -384,7 +383,6 @@ pub(crate) fn fused_group(
     let row_len: usize = plan.shape[k..].iter().product();
     let mut regs = Registers::default();
     let mut broadcast_regs = Vec::new();
-    let mut arg_of: IdMap<Arg> = IdMap::default();
     let mut inputs = Vec::with_capacity(reads.len());
     for (i, (&v, &p)) in reads.iter().zip(&patterns).enumerate() {
         inputs.push((slot_of(v), p));
@@ -399,11 +397,13 @@ pub(crate) fn fused_group(
         if !matches!(arg, Arg::Reg(_)) {
             broadcast_regs.push(u16::MAX);
         }
-        arg_of.insert(v, arg);
+        marks.set_arg(v, arg);
+        marks.mark_read(v);
     }
-    let last = last_reads(st, &plan.nodes);
-    let written: IdSet = writes.iter().copied().collect();
-    let read: IdSet = reads.iter().copied().collect();
+    note_last_reads(st, &plan.nodes, marks);
+    for &v in writes {
+        marks.mark_written(v);
+    }
     let mut kernels = Kernels::default();
     let mut ops = Vec::with_capacity(plan.nodes.len());
     let mut outputs = Vec::new();
@@ -411,10 +411,12 @@ pub(crate) fn fused_group(
         let rec = st.nodes()[n as usize];
         let mut args = [Arg::Reg(0); 4];
         let inputs_of = st.inputs_of(n as usize);
-        for (a, v) in args.iter_mut().zip(inputs_of) {
-            *a = arg_of[v];
+        for (a, &v) in args.iter_mut().zip(inputs_of) {
+            *a = marks
+                .arg(v)
+                .expect("a member's input is placed before it runs");
         }
-        let dest = if written.contains(&rec.output) {
+        let dest = if marks.is_written(rec.output) {
             outputs.push(slot_of(rec.output));
             Arg::Out((outputs.len() - 1) as u16)
         } else {
@@ -427,19 +429,19 @@ pub(crate) fn fused_group(
             arity: inputs_of.len() as u8,
             dest,
         });
-        arg_of.insert(rec.output, dest);
+        marks.set_arg(rec.output, dest);
         // Registers of member values read for the last time here (the
         // broadcast registers of inputs are refilled per row: never freed).
         for (j, &v) in inputs_of.iter().enumerate() {
-            if last.get(&v) == Some(&i)
+            if marks.last_read(v) == Some(i)
                 && !inputs_of[..j].contains(&v)
-                && !read.contains(&v)
-                && let Some(Arg::Reg(r)) = arg_of.get(&v)
+                && !marks.is_read(v)
+                && let Some(Arg::Reg(r)) = marks.arg(v)
             {
-                regs.free.push(*r as u32);
+                regs.free.push(r as u32);
             }
         }
-        if !last.contains_key(&rec.output)
+        if marks.last_read(rec.output).is_none()
             && let Arg::Reg(r) = dest
         {
             regs.free.push(r as u32);
@@ -466,27 +468,31 @@ pub(crate) fn scalar_program(
     reads: &[u32],
     writes: &[u32],
     slot_of: &impl Fn(u32) -> Slot,
+    marks: &mut ValueMarks,
 ) -> ScalarProgram {
+    marks.begin();
     let dtype = st.values()[st.nodes()[nodes[0] as usize].output as usize].dtype();
     let mut regs = Registers::default();
-    let mut reg_of: IdMap<u32> =
-        IdMap::with_capacity_and_hasher(nodes.len() + reads.len(), Default::default());
+    let reg_of =
+        |marks: &ValueMarks, v: u32| marks.reg(v).expect("a member's input has a register");
     let mut inputs = Vec::with_capacity(reads.len());
     for &v in reads {
         let r = regs.take();
-        reg_of.insert(v, r);
+        marks.set_reg(v, r);
         inputs.push((slot_of(v), r));
     }
-    let last = last_reads(st, nodes);
-    let written: IdSet = writes.iter().copied().collect();
+    note_last_reads(st, nodes, marks);
+    for &v in writes {
+        marks.mark_written(v);
+    }
     let mut kernels = Kernels::default();
     let mut ops = Vec::with_capacity(nodes.len());
     for (i, &n) in nodes.iter().enumerate() {
         let rec = st.nodes()[n as usize];
         let ins = st.inputs_of(n as usize);
         let mut args = [0u32; 4];
-        for (a, v) in args.iter_mut().zip(ins) {
-            *a = reg_of[v];
+        for (a, &v) in args.iter_mut().zip(ins) {
+            *a = reg_of(marks, v);
         }
         let out = regs.take();
         let k = kernels.of(st, n as usize);
@@ -495,18 +501,21 @@ pub(crate) fn scalar_program(
             None => Code::Kernel(k),
         };
         ops.push(ScalarOp { code, args, out });
-        reg_of.insert(rec.output, out);
+        marks.set_reg(rec.output, out);
         // Written values keep their registers until the end of the program.
         for (j, &v) in ins.iter().enumerate() {
-            if last.get(&v) == Some(&i) && !ins[..j].contains(&v) && !written.contains(&v) {
-                regs.free.push(reg_of[&v]);
+            if marks.last_read(v) == Some(i) && !ins[..j].contains(&v) && !marks.is_written(v) {
+                regs.free.push(reg_of(marks, v));
             }
         }
-        if !last.contains_key(&rec.output) && !written.contains(&rec.output) {
+        if marks.last_read(rec.output).is_none() && !marks.is_written(rec.output) {
             regs.free.push(out);
         }
     }
-    let outputs = writes.iter().map(|&v| (reg_of[&v], slot_of(v))).collect();
+    let outputs = writes
+        .iter()
+        .map(|&v| (reg_of(marks, v), slot_of(v)))
+        .collect();
     // The replay indexes registers unchecked (`replay::scalar`): every one
     // named must be below the count.
     assert!(

@@ -21,6 +21,7 @@ use super::fuse::{self, Unit};
 use super::plan;
 use super::program::{Binding, FastStep, OpStep, Program, SliceSum, Slot, SlotInfo, Step};
 use super::slice_sum::{self, SliceSumPlan};
+use super::value_marks::ValueMarks;
 use crate::autograd::backward::OpHolder;
 use crate::core::graph::capture::SourceKind;
 use crate::error::{Error, Result};
@@ -98,15 +99,16 @@ pub(crate) fn lower(cap: &Captured, fuse: bool) -> Result<Program> {
         refuse_held_data(&st, unit, &fast)?;
     }
     let mut steps = Vec::with_capacity(units.len());
+    let mut marks = ValueMarks::new(st.values().len());
     for (u, unit) in units.iter().enumerate() {
         steps.push(match unit {
             Unit::Node(n) => Step::Op(op_step(&st, cap, *n, &slot_of)?),
             Unit::Fast(i) => Step::Fast(fast_step(&st, &fast[*i], &slot_of)),
-            Unit::Group(g) => {
-                Step::Fused(fuse::fused_group(&st, g, &reads[u], &writes[u], &slot_of)?)
-            }
+            Unit::Group(g) => Step::Fused(fuse::fused_group(
+                &st, g, &reads[u], &writes[u], &slot_of, &mut marks,
+            )?),
             Unit::Scalar(nodes) => Step::Scalar(fuse::scalar_program(
-                &st, nodes, &reads[u], &writes[u], &slot_of,
+                &st, nodes, &reads[u], &writes[u], &slot_of, &mut marks,
             )),
             Unit::SliceSum(i) => {
                 let plan = &sums[*i];

@@ -178,6 +178,7 @@ mod replay;
 mod slice_sum;
 #[cfg(test)]
 mod tests;
+mod value_marks;
 
 use std::collections::HashMap;
 

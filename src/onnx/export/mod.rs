@@ -52,25 +52,46 @@ enum Computation {
 
 /// Whether value `id` is a constant that depends on no input, variable or
 /// node: a literal, or computed while tracing from such constants only.
+/// Walked with an explicit stack (a traced constant's inputs have smaller
+/// ids), so a long chain of traced constants needs no deep recursion.
 fn is_fixed(
     st: &GraphState,
     id: u32,
     inputs: &HashMap<u32, String>,
     memo: &mut HashMap<u32, bool>,
 ) -> bool {
-    if let Some(&f) = memo.get(&id) {
-        return f;
-    }
-    let f = !inputs.contains_key(&id)
-        && st.producers()[id as usize] == LEAF_CONSTANT
-        && st.traced_of(id).is_none_or(|t| {
-            t.inputs
-                .clone()
+    // (value, whether its inputs are already answered)
+    let mut stack = vec![(id, false)];
+    while let Some((v, inputs_done)) = stack.pop() {
+        if memo.contains_key(&v) {
+            continue;
+        }
+        if inputs.contains_key(&v) || st.producers()[v as usize] != LEAF_CONSTANT {
+            memo.insert(v, false);
+            continue;
+        }
+        let Some(traced) = st.traced_of(v) else {
+            memo.insert(v, true);
+            continue;
+        };
+        if inputs_done {
+            let fixed = traced
+                .inputs
                 .iter()
-                .all(|&i| is_fixed(st, i, inputs, memo))
-        });
-    memo.insert(id, f);
-    f
+                .all(|i| memo.get(i).copied().unwrap_or(false));
+            memo.insert(v, fixed);
+        } else {
+            stack.push((v, true));
+            stack.extend(
+                traced
+                    .inputs
+                    .iter()
+                    .filter(|i| !memo.contains_key(i))
+                    .map(|&i| (i, false)),
+            );
+        }
+    }
+    memo.get(&id).copied().unwrap_or(false)
 }
 
 /// The ONNX opset the exporter writes (the default domain).
