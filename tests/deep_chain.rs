@@ -3,7 +3,8 @@
 //! lowering, the explanation) must not recurse either: those tests run on
 //! the test harness's own thread, with the default stack.
 
-use retrograd::{compile, CompileOptions, Graph, Result, Tensor, Var};
+use retrograd::viz::{Renderer, VizOptions, BUILTIN_LAYOUT_LIMIT};
+use retrograd::{compile, CompileOptions, Error, Graph, Result, Tensor, Var};
 
 #[test]
 fn a_million_node_chain_backward_does_not_overflow_the_stack() {
@@ -92,4 +93,63 @@ fn a_compiled_million_term_sum_captures_and_matches_eager() {
 #[test]
 fn a_compiled_million_node_chain_captures_and_matches_eager() {
     compiled_matches_eager(tanh_chain, 1_000_000);
+}
+
+/// Pictures, the collapsed view, the backward-sweep page and ONNX export
+/// walk a deep graph without recursing; the built-in renderer's layout,
+/// which grows with about the square of the picture, refuses a picture
+/// past its limit with a typed error naming the limit instead of running
+/// for hours.
+#[test]
+fn pictures_and_exports_of_a_deep_graph() {
+    let g = Graph::new();
+    g.set_tracing(true);
+    let x = g.variable(Tensor::from_vec(vec![0.5f32, 1.0], &[2]).unwrap());
+    let mut y = x.clone();
+    let layers = 20_000;
+    for _ in 0..layers {
+        y = (&y * &x).tanh();
+    }
+    let loss = y.sum();
+    let dot = g.to_dot(&VizOptions::new().root(&loss)).unwrap();
+    // Per layer: y and x into the mul, the mul into the tanh; then the sum.
+    assert_eq!(dot.matches(" -> ").count(), 3 * layers + 1);
+    let collapsed = VizOptions::new().root(&loss).collapse_repeated(true);
+    assert!(g
+        .to_dot(&collapsed)
+        .unwrap()
+        .contains(&format!("× {layers}")));
+    let whole = VizOptions::new().root(&loss).renderer(Renderer::Builtin);
+    match g.to_svg(&whole) {
+        Err(Error::TooLarge { size, limit, .. }) => {
+            assert_eq!(limit, BUILTIN_LAYOUT_LIMIT);
+            assert!(size > 2 * layers, "{size}");
+        }
+        other => panic!("expected TooLarge, got {:?}", other.map(|s| s.len())),
+    }
+    let capped = whole.max_nodes(40);
+    assert!(g.to_svg(&capped).unwrap().contains("<svg"));
+    let onnx = retrograd::onnx::Exporter::new(&g)
+        .input("x", &x)
+        .output("loss", &loss)
+        .to_bytes()
+        .unwrap();
+    let model = retrograd::onnx::OnnxModel::from_bytes(&onnx).unwrap();
+    let input = Tensor::from_vec(vec![0.25f32, -1.0], &[2]).unwrap();
+    let want = {
+        let g = Graph::new();
+        let x = g.constant(input.clone());
+        let mut y = x.clone();
+        for _ in 0..layers {
+            y = (&y * &x).tanh();
+        }
+        y.sum().value().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(
+        model.infer(&[input]).unwrap()[0].to_vec::<f32>().unwrap(),
+        want
+    );
+    // Last: the page records its backward sweep's gradients in the graph.
+    let page = g.to_html(&collapsed).unwrap();
+    assert!(page.contains("<svg"));
 }

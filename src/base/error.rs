@@ -123,6 +123,23 @@ pub enum Error {
         /// What is wrong with the argument.
         reason: String,
     },
+    /// Work whose cost grows faster than its input's size was asked of an
+    /// input past the limit set for it (the built-in renderer's layout of
+    /// a very large picture): refused up front rather than left to run for
+    /// hours.
+    #[error("{op}: {what} is {size}, over the limit of {limit}; {advice}")]
+    TooLarge {
+        /// The op or API involved.
+        op: &'static str,
+        /// What was measured against the limit.
+        what: String,
+        /// Its size in this call.
+        size: usize,
+        /// The most it may be.
+        limit: usize,
+        /// How to stay within the limit.
+        advice: String,
+    },
     /// `item()` (or a scalar-only API) was called on a tensor with more than one element.
     #[error("{op}: expected a tensor with exactly one element, found shape {shape:?}")]
     NotAScalar {

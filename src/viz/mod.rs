@@ -56,6 +56,8 @@ pub(crate) mod label;
 mod model;
 mod svg;
 
+pub use svg::BUILTIN_LAYOUT_LIMIT;
+
 use std::path::Path;
 
 use crate::autograd::Gradients;
@@ -233,6 +235,13 @@ impl Graph {
     }
 
     /// The graph as an SVG document, drawn by `options`' renderer.
+    ///
+    /// Errors: [`to_dot`](Self::to_dot)'s; the built-in renderer refuses a
+    /// picture whose layout would take minutes ([`Error::TooLarge`]: more
+    /// than [`BUILTIN_LAYOUT_LIMIT`] nodes plus edge segments across
+    /// layers; cap it with [`VizOptions::max_nodes`] or
+    /// [`VizOptions::collapse_repeated`]); Graphviz's failures are
+    /// [`Error::Io`].
     pub fn to_svg(&self, options: &VizOptions<'_>) -> Result<String> {
         let picture = model::Picture::build(self, options)?;
         svg::render(&picture, options.renderer)
