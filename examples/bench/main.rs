@@ -112,6 +112,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "the W4 iteration compiled beside the eager iteration, batch 12",
     ),
     (
+        "w4_capture",
+        w4::run_capture,
+        "the first run of a fresh compiled W4 iteration (its capture) against one eager iteration, batch 12",
+    ),
+    (
         "w4_profile",
         w4::run_profile,
         "the compiled W4 step's replay, step by step (Compiled::profile): a JSON line per kind, the table on stderr",

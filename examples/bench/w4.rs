@@ -28,7 +28,7 @@ use retrograd::optim::{clip_grad_norm, decay_groups, Adam, AdamConfig, Optimizer
 use retrograd::{compile, CompileOptions, Compiled, DType, Graph, SdpaOptions, Tensor, Var};
 
 use crate::memory::{delegated, peak_growth, reset_peak, rss_and_peak};
-use crate::report::{alternate, emit, emit_times, time, Value};
+use crate::report::{alternate, emit, emit_times, time, time_pair, Value};
 use crate::Options;
 
 const BATCH: usize = 12;
@@ -182,6 +182,41 @@ impl CompiledGptStep {
     pub fn step(&mut self) -> f64 {
         (self.step)()
     }
+}
+
+/// `w4_capture`: the first run of a fresh compiled W4 iteration (capture,
+/// lowering, memory plan and the first replay), alternated with one eager
+/// iteration of the same run (row `w4_capture`: both medians and their
+/// ratio).
+pub fn run_capture(opts: &Options) {
+    let repeats = if opts.quick { 1 } else { opts.repeats.clamp(3, 7) };
+    let mut eager = GptStep::new(STEP_BATCH);
+    let (eager_ms, capture_ms) = time_pair(
+        repeats,
+        || {
+            eager.step();
+        },
+        || {
+            CompiledGptStep::new(STEP_BATCH).step();
+        },
+    );
+    emit(
+        vec![
+            ("framework", "retrograd".into()),
+            ("workload", "w4_capture".into()),
+            ("batch", STEP_BATCH.into()),
+            ("unit", "ms".into()),
+            ("median", Value::Num(capture_ms.median * 1e3)),
+            ("min", Value::Num(capture_ms.min * 1e3)),
+            ("max", Value::Num(capture_ms.max * 1e3)),
+            ("eager_median", Value::Num(eager_ms.median * 1e3)),
+            (
+                "capture_over_eager",
+                Value::Num(capture_ms.median / eager_ms.median),
+            ),
+        ],
+        None,
+    );
 }
 
 /// `w4c`: the W4 iteration eager and compiled, alternately (rows `w4` and
