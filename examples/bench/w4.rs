@@ -189,7 +189,11 @@ impl CompiledGptStep {
 /// iteration of the same run (row `w4_capture`: both medians and their
 /// ratio).
 pub fn run_capture(opts: &Options) {
-    let repeats = if opts.quick { 1 } else { opts.repeats.clamp(3, 7) };
+    let repeats = if opts.quick {
+        1
+    } else {
+        opts.repeats.clamp(3, 7)
+    };
     let mut eager = GptStep::new(STEP_BATCH);
     let (eager_ms, capture_ms) = time_pair(
         repeats,
