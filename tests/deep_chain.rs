@@ -31,7 +31,7 @@ fn a_million_node_chain_backward_does_not_overflow_the_stack() {
     handle.join().unwrap();
 }
 
-/// The long sum of the compile issue: one input added `terms` times, so
+/// A long sum: one input added `terms` times, so
 /// that the forward is a chain of `terms` adds and the input's gradient a
 /// sum of `terms + 1` contributions.
 fn long_sum<'g>(x: &Var<'g>, terms: usize) -> Result<Var<'g>> {
