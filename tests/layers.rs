@@ -1,4 +1,4 @@
-//! Layers point one way (DESIGN.md decision 10, ARCHITECTURE.md "Layers").
+//! Layers point one way (ARCHITECTURE.md "Layers").
 //!
 //! Each folder under `src/` is a layer ([`LAYERS`], lowest first); `lib.rs`
 //! and `prelude.rs` are the root, above all. A file may use only its own

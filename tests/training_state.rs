@@ -1,4 +1,4 @@
-//! Training states (`retrograd::train`, DESIGN.md decision 18): a user's
+//! Training states (`retrograd::train`): a user's
 //! own loop, stopped after every possible step k, saved, loaded into
 //! freshly built objects and resumed, ends bit for bit where the
 //! uninterrupted run ends, with the same losses; damaged files load as

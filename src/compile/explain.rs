@@ -1,4 +1,4 @@
-//! What a capture shows of itself (DESIGN.md decision 16: no hidden IR):
+//! What a capture shows of itself (no hidden form a user cannot see):
 //! [`Capture::explain`] lists every step, every fusion and fast rule, every
 //! buffer of the memory plan with its bytes, and the peak;
 //! [`Capture::optimized`] prints the graph as it runs, in the textbook

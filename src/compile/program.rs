@@ -1,6 +1,6 @@
 //! The program a captured step lowers to: the steps of one run over a
 //! table of slots, each slot one value of the captured graph that crosses
-//! steps. Derived from the graph (DESIGN.md decision 16): every step names
+//! steps. Derived from the graph, so nothing about it is hidden: every step names
 //! the nodes it runs, and `explain` prints it.
 
 use std::ops::Range;

@@ -23,7 +23,8 @@
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 //!
-//! Where things are (DESIGN.md decision 17): `Weights` (`weights.rs`: a
+//! Where things are (Hugging Face's names and formats, so loading is a
+//! name map and not code per model): `Weights` (`weights.rs`: a
 //! `model.safetensors` or the shards of `model.safetensors.index.json`,
 //! memory-mapped (`memmap2`), headers checked up front, each tensor decoded
 //! straight from the mapping into its own storage and converted

@@ -1,5 +1,5 @@
-//! Training that survives interruption (DESIGN.md decision 18: a resumed
-//! run is the same run, bit for bit).
+//! Training that survives interruption: a resumed run is the same run,
+//! bit for bit.
 //!
 //! - [`TrainingState`]: everything that decides the next step (parameters,
 //!   buffers and random streams, optimizer state and rate, the schedule's

@@ -1,5 +1,5 @@
 //! [`TrainingState`]: everything that decides a run's next step, captured
-//! as values and restored whole (DESIGN.md decision 18).
+//! as values and restored whole, so a resumed run is the same run.
 
 use std::collections::BTreeMap;
 
