@@ -49,6 +49,7 @@ pub mod mask;
 pub mod matmul;
 pub mod nn;
 pub mod parallel;
+pub mod quant;
 pub(crate) mod power;
 pub mod reduce;
 pub(crate) mod reduce_lanes;

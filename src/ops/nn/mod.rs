@@ -87,6 +87,7 @@ op_families! {
     mse,
     nll,
     rms_norm,
+    rotary,
     softmax,
 }
 
