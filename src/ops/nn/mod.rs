@@ -48,6 +48,7 @@ mod class_targets;
 mod conv_products;
 mod conv_spec;
 mod normalization;
+pub mod quantized_matmul;
 pub mod spatial;
 pub mod support;
 
