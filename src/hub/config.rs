@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::nn::{Activation, BertConfig, GptConfig};
+use crate::nn::{Activation, BertConfig, GptConfig, LlamaConfig};
 use crate::tensor::DType;
 
 /// The configuration file of a model folder.
@@ -185,6 +185,72 @@ impl ModelConfig {
             .get("num_labels")
             .and_then(Value::as_u64)
             .map(|n| n as usize)
+    }
+
+    /// The [`LlamaConfig`] of a `model_type: "llama"` folder (also
+    /// `mistral` without a sliding window): `rope_theta` at the top level or
+    /// in `rope_parameters` (transformers 5); a rope scaling other than
+    /// `default`, attention or MLP biases, and an activation other than
+    /// SiLU are errors naming the field.
+    pub fn llama(&self) -> Result<LlamaConfig> {
+        self.expect_model_type(&["llama", "mistral"], "Llama")?;
+        for flag in ["attention_bias", "mlp_bias"] {
+            if self.json.get(flag).and_then(Value::as_bool) == Some(true) {
+                return Err(self.bad(format!(
+                    "`{flag}` is true: Llama's projections have no bias"
+                )));
+            }
+        }
+        if self
+            .json
+            .get("sliding_window")
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(self.bad("`sliding_window` attention is not supported".into()));
+        }
+        if self.activation("hidden_act", Activation::Silu)? != Activation::Silu {
+            return Err(self.bad("`hidden_act` must be silu (SwiGLU)".into()));
+        }
+        let rope = self
+            .json
+            .get("rope_parameters")
+            .or_else(|| self.json.get("rope_scaling"));
+        let mut rope_theta = self.number("rope_theta", 10_000.0)?;
+        if let Some(Value::Object(r)) = rope {
+            let kind = r
+                .get("rope_type")
+                .or_else(|| r.get("type"))
+                .and_then(Value::as_str);
+            if let Some(kind) = kind.filter(|k| *k != "default") {
+                return Err(self.bad(format!(
+                    "rope type `{kind}` is not supported (only `default`)"
+                )));
+            }
+            if let Some(theta) = r.get("rope_theta").and_then(Value::as_f64) {
+                rope_theta = theta;
+            }
+        }
+        let hidden_size = self.size("hidden_size", None)?;
+        let heads = self.size("num_attention_heads", None)?;
+        let config = LlamaConfig {
+            vocab_size: self.size("vocab_size", None)?,
+            hidden_size,
+            intermediate_size: self.size("intermediate_size", None)?,
+            num_hidden_layers: self.size("num_hidden_layers", None)?,
+            num_attention_heads: heads,
+            num_key_value_heads: self.size("num_key_value_heads", Some(heads))?,
+            head_dim: self.size("head_dim", Some(hidden_size / heads.max(1)))?,
+            rope_theta,
+            rms_norm_eps: self.number("rms_norm_eps", 1e-6)?,
+            max_position_embeddings: self.size("max_position_embeddings", Some(2048))?,
+            tie_word_embeddings: self
+                .json
+                .get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        };
+        config.check().map_err(|e| self.bad(e.to_string()))?;
+        Ok(config)
     }
 
     /// The [`GptConfig`] of a `model_type: "gpt2"` folder: biases, the

@@ -54,6 +54,7 @@
 mod bert;
 mod config;
 mod gpt2;
+mod llama;
 mod name_map;
 #[cfg(feature = "tokenizers")]
 mod sentence;

@@ -1,0 +1,476 @@
+//! [`Llama`]: the Llama family of decoder-only language models (Llama 2
+//! and 3, SmolLM, TinyLlama, Mistral without sliding windows): RMS norm
+//! before each half-block, rotary position embeddings, grouped-query
+//! attention through the fused attention, a SwiGLU feed-forward, and an
+//! output layer tied to the token embedding or its own.
+//!
+//! Field names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`),
+//! so a `LlamaForCausalLM` checkpoint loads by name. Every weight matrix is
+//! an [`AnyLinear`]: trainable f32, or frozen in a ggml block format as a
+//! GGUF file stores it, so one definition runs a quantized file and trains
+//! an f32 model. Rotary embeddings use Hugging Face's convention (halves of
+//! each head turn together); the GGUF loader puts llama.cpp's permuted
+//! query and key rows back.
+//!
+//! Generation keeps the keys and values of past positions in a
+//! [`LlamaCache`], so each new token costs one position's work.
+//! Grouped-query attention shares each key/value head among
+//! `n_head / n_kv_head` query heads: their queries are stacked as rows of
+//! one attention against the shared keys (no copy of the keys per query
+//! head), with a causal mask aligned to the last key when several new
+//! positions attend to a cache.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Var};
+use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, RMSNorm};
+use crate::ops::nn::SdpaOptions;
+use crate::tensor::{DType, Tensor};
+
+/// The sizes and settings of a [`Llama`] (Hugging Face's `LlamaConfig`
+/// names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// Width of the feed-forward's hidden layer.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than query heads).
+    pub num_key_value_heads: usize,
+    /// Size of each head.
+    pub head_dim: usize,
+    /// Base of the rotary angles.
+    pub rope_theta: f64,
+    /// RMS norm epsilon.
+    pub rms_norm_eps: f64,
+    /// The longest context the model was trained for.
+    pub max_position_embeddings: usize,
+    /// Whether the output layer is the token embedding.
+    pub tie_word_embeddings: bool,
+}
+
+impl LlamaConfig {
+    /// Typed errors for sizes that cannot make a model.
+    pub fn check(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::invalid("LlamaConfig", what));
+        if [
+            self.vocab_size,
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_hidden_layers,
+        ]
+        .contains(&0)
+        {
+            return bad(format!("sizes must be positive: {self:?}"));
+        }
+        if self.num_attention_heads == 0
+            || self.num_key_value_heads == 0
+            || self.num_attention_heads % self.num_key_value_heads != 0
+        {
+            return bad(format!(
+                "{} query heads cannot share {} key/value heads",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return bad(format!(
+                "head_dim must be even and positive, got {}",
+                self.head_dim
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) || !(self.rms_norm_eps >= 0.0) {
+            return bad(format!(
+                "rope_theta {} and rms_norm_eps {} must be positive",
+                self.rope_theta, self.rms_norm_eps
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Attention of one decoder layer.
+#[derive(Clone, Debug, Module)]
+pub struct LlamaAttention {
+    q_proj: AnyLinear,
+    k_proj: AnyLinear,
+    v_proj: AnyLinear,
+    o_proj: AnyLinear,
+}
+
+/// The SwiGLU feed-forward: `down(silu(gate(x)) · up(x))`.
+#[derive(Clone, Debug, Module)]
+pub struct LlamaMlp {
+    gate_proj: AnyLinear,
+    up_proj: AnyLinear,
+    down_proj: AnyLinear,
+}
+
+/// One decoder layer: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+#[derive(Clone, Debug, Module)]
+pub struct LlamaDecoderLayer {
+    self_attn: LlamaAttention,
+    mlp: LlamaMlp,
+    input_layernorm: RMSNorm,
+    post_attention_layernorm: RMSNorm,
+}
+
+/// The stack without the output layer (Hugging Face's `LlamaModel`).
+#[derive(Clone, Debug, Module)]
+pub struct LlamaModel {
+    embed_tokens: AnyEmbedding,
+    layers: Vec<LlamaDecoderLayer>,
+    norm: RMSNorm,
+}
+
+/// A Llama language model (Hugging Face's `LlamaForCausalLM`); see the
+/// module docs.
+#[derive(Clone, Debug, Module)]
+pub struct Llama {
+    model: LlamaModel,
+    lm_head: Option<AnyLinear>,
+    #[module(skip)]
+    config: LlamaConfig,
+}
+
+/// The weights of one decoder layer, for [`Llama::from_weights`].
+#[derive(Clone, Debug)]
+pub struct LlamaLayerWeights {
+    /// Query, key, value and output projections (Hugging Face's row order).
+    pub q_proj: AnyLinear,
+    /// Keys.
+    pub k_proj: AnyLinear,
+    /// Values.
+    pub v_proj: AnyLinear,
+    /// Attention output.
+    pub o_proj: AnyLinear,
+    /// Feed-forward gate.
+    pub gate_proj: AnyLinear,
+    /// Feed-forward up.
+    pub up_proj: AnyLinear,
+    /// Feed-forward down.
+    pub down_proj: AnyLinear,
+    /// Scale of the norm before attention, `[hidden]`.
+    pub input_layernorm: Tensor,
+    /// Scale of the norm before the feed-forward, `[hidden]`.
+    pub post_attention_layernorm: Tensor,
+}
+
+/// Keys and values of the positions seen so far, per layer, for
+/// generation ([`Llama::forward_cached`]).
+#[derive(Clone, Debug, Default)]
+pub struct LlamaCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl LlamaCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every position (a new conversation).
+    pub fn clear(&mut self) {
+        self.layers.clear();
+        self.len = 0;
+    }
+
+    /// Keeps the first `len` positions only (a shared prompt prefix).
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            *k = k.narrow(2, 0, len)?.contiguous();
+            *v = v.narrow(2, 0, len)?.contiguous();
+        }
+        self.len = len;
+        Ok(())
+    }
+}
+
+fn norm(eps: f64, weight: &Tensor) -> Result<RMSNorm> {
+    let n = RMSNorm::with_options(&[weight.numel()], Some(eps), true, DType::F32)?;
+    n.weight()
+        .expect("affine")
+        .set(weight.reshape(&[weight.numel()])?)?;
+    Ok(n)
+}
+
+fn check_linear(name: &str, l: &AnyLinear, rows: usize, cols: usize) -> Result<()> {
+    if l.out_features() != rows || l.in_features() != cols {
+        return Err(Error::invalid(
+            "Llama",
+            format!(
+                "`{name}` is [{}, {}], the config needs [{rows}, {cols}]",
+                l.out_features(),
+                l.in_features()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Llama {
+    /// A model from its weights (the loaders' constructor: no random
+    /// initialisation to overwrite). Every shape is checked against
+    /// `config`, an error naming the weight. `lm_head` is `None` when the
+    /// output layer is tied to the embedding.
+    pub fn from_weights(
+        config: LlamaConfig,
+        embed_tokens: AnyEmbedding,
+        layers: Vec<LlamaLayerWeights>,
+        norm_weight: &Tensor,
+        lm_head: Option<AnyLinear>,
+    ) -> Result<Self> {
+        config.check()?;
+        let (d, hd) = (config.hidden_size, config.head_dim);
+        let (q_rows, kv_rows) = (
+            config.num_attention_heads * hd,
+            config.num_key_value_heads * hd,
+        );
+        if embed_tokens.num_embeddings() != config.vocab_size || embed_tokens.dim() != d {
+            return Err(Error::invalid(
+                "Llama",
+                format!(
+                    "`embed_tokens` is [{}, {}], the config needs [{}, {d}]",
+                    embed_tokens.num_embeddings(),
+                    embed_tokens.dim(),
+                    config.vocab_size
+                ),
+            ));
+        }
+        if layers.len() != config.num_hidden_layers {
+            return Err(Error::invalid(
+                "Llama",
+                format!(
+                    "{} layers given, the config has {}",
+                    layers.len(),
+                    config.num_hidden_layers
+                ),
+            ));
+        }
+        let eps = config.rms_norm_eps;
+        let layers = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let f = config.intermediate_size;
+                for (name, l, rows, cols) in [
+                    ("q_proj", &w.q_proj, q_rows, d),
+                    ("k_proj", &w.k_proj, kv_rows, d),
+                    ("v_proj", &w.v_proj, kv_rows, d),
+                    ("o_proj", &w.o_proj, d, q_rows),
+                    ("gate_proj", &w.gate_proj, f, d),
+                    ("up_proj", &w.up_proj, f, d),
+                    ("down_proj", &w.down_proj, d, f),
+                ] {
+                    check_linear(&format!("model.layers.{i}.{name}"), l, rows, cols)?;
+                }
+                Ok(LlamaDecoderLayer {
+                    self_attn: LlamaAttention {
+                        q_proj: w.q_proj,
+                        k_proj: w.k_proj,
+                        v_proj: w.v_proj,
+                        o_proj: w.o_proj,
+                    },
+                    mlp: LlamaMlp {
+                        gate_proj: w.gate_proj,
+                        up_proj: w.up_proj,
+                        down_proj: w.down_proj,
+                    },
+                    input_layernorm: norm(eps, &w.input_layernorm)?,
+                    post_attention_layernorm: norm(eps, &w.post_attention_layernorm)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match (&lm_head, config.tie_word_embeddings) {
+            (Some(h), false) => check_linear("lm_head", h, config.vocab_size, d)?,
+            (None, true) => {}
+            (h, tied) => {
+                return Err(Error::invalid(
+                    "Llama",
+                    format!(
+                        "tie_word_embeddings is {tied} but an lm_head was {}given",
+                        if h.is_some() { "" } else { "not " }
+                    ),
+                ))
+            }
+        }
+        Ok(Llama {
+            model: LlamaModel {
+                embed_tokens,
+                layers,
+                norm: norm(eps, norm_weight)?,
+            },
+            lm_head,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Logits `[batch, positions, vocab]` of token ids `[batch, positions]`
+    /// (row-major in `tokens`), every position attending to those before
+    /// it: the training forward.
+    pub fn forward<'g>(&self, graph: &'g Graph, tokens: &[usize], batch: usize) -> Result<Var<'g>> {
+        if batch == 0 || tokens.len() % batch != 0 {
+            return Err(Error::invalid(
+                "Llama::forward",
+                format!("{} tokens do not split into {batch} rows", tokens.len()),
+            ));
+        }
+        self.run(graph, tokens, batch, None, false)
+    }
+
+    /// Logits of the next token after `tokens`, given the keys and values
+    /// of the positions before them in `cache` (which then holds these
+    /// too): `[1, vocab]` for the last position only when `last_only`,
+    /// else `[positions, vocab]`. The generation forward.
+    pub fn forward_cached<'g>(
+        &self,
+        graph: &'g Graph,
+        tokens: &[usize],
+        cache: &mut LlamaCache,
+        last_only: bool,
+    ) -> Result<Var<'g>> {
+        if tokens.is_empty() {
+            return Err(Error::invalid("Llama::forward_cached", "no tokens"));
+        }
+        let logits = self.run(graph, tokens, 1, Some(cache), last_only)?;
+        let vocab = self.config.vocab_size;
+        logits.try_reshape(&[-1, vocab as isize])
+    }
+
+    fn run<'g>(
+        &self,
+        graph: &'g Graph,
+        tokens: &[usize],
+        batch: usize,
+        mut cache: Option<&mut LlamaCache>,
+        last_only: bool,
+    ) -> Result<Var<'g>> {
+        let c = &self.config;
+        let t = tokens.len() / batch;
+        let past = cache.as_ref().map_or(0, |k| k.len);
+        if let Some(&bad) = tokens.iter().find(|&&id| id >= c.vocab_size) {
+            return Err(Error::IndexOutOfRange {
+                op: "Llama",
+                index: bad as i64,
+                size: c.vocab_size,
+            });
+        }
+        let mut x = self.model.embed_tokens.lookup(graph, tokens, &[batch, t])?;
+        if let Some(cache) = cache.as_mut()
+            && cache.layers.len() != self.model.layers.len()
+        {
+            cache.layers = vec![None; self.model.layers.len()];
+        }
+        let mask = causal_mask(c.num_attention_heads / c.num_key_value_heads, t, past)?;
+        for (i, layer) in self.model.layers.iter().enumerate() {
+            let slot = cache.as_mut().map(|k| &mut k.layers[i]);
+            let h = layer.input_layernorm.forward(&x)?;
+            let a = layer.self_attn.forward(c, &h, past, slot, mask.as_ref())?;
+            x = x.try_add(&a)?;
+            let h = layer.post_attention_layernorm.forward(&x)?;
+            x = x.try_add(&layer.mlp.forward(&h)?)?;
+        }
+        if let Some(cache) = cache {
+            cache.len = past + t;
+        }
+        if last_only {
+            x = x.try_narrow(1, t as isize - 1, 1)?;
+        }
+        let x = self.model.norm.forward(&x)?;
+        match &self.lm_head {
+            Some(head) => head.forward(&x),
+            None => self.model.embed_tokens.tied_head(&x),
+        }
+    }
+}
+
+/// The bool mask of `group` query heads' rows stacked `[group · t, past + t]`:
+/// row `g·t + i` sees keys `0..=past + i`. `None` for one new position
+/// (it sees every key).
+fn causal_mask(group: usize, t: usize, past: usize) -> Result<Option<Tensor>> {
+    if t == 1 {
+        return Ok(None);
+    }
+    let s = past + t;
+    let mut m = vec![false; group * t * s];
+    for (r, row) in m.chunks_exact_mut(s).enumerate() {
+        row[..past + r % t + 1].fill(true);
+    }
+    Ok(Some(Tensor::from_vec(m, &[group * t, s])?))
+}
+
+impl LlamaAttention {
+    fn forward<'g>(
+        &self,
+        c: &LlamaConfig,
+        x: &Var<'g>,
+        past: usize,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        mask: Option<&Tensor>,
+    ) -> Result<Var<'g>> {
+        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
+        let (h, kv, hd) = (
+            c.num_attention_heads as isize,
+            c.num_key_value_heads as isize,
+            c.head_dim as isize,
+        );
+        let heads = |v: Var<'g>, n: isize| -> Result<Var<'g>> {
+            v.try_reshape(&[b, t, n, hd])?.try_transpose(1, 2)
+        };
+        let q = heads(self.q_proj.forward(x)?, h)?.try_rotary_embedding(c.rope_theta, past)?;
+        let mut k = heads(self.k_proj.forward(x)?, kv)?.try_rotary_embedding(c.rope_theta, past)?;
+        let mut v = heads(self.v_proj.forward(x)?, kv)?;
+        if let Some(slot) = cache {
+            let graph = x.graph();
+            if let Some((pk, pv)) = slot.as_ref() {
+                let (pk, pv) = (graph.constant(pk.clone()), graph.constant(pv.clone()));
+                k = Var::try_cat(&[&pk, &k], 2)?;
+                v = Var::try_cat(&[&pv, &v], 2)?;
+            }
+            *slot = Some((k.value().contiguous(), v.value().contiguous()));
+        }
+        // The query heads sharing a key/value head, stacked as rows.
+        let q = q.try_reshape(&[b, kv, (h / kv) * t, hd])?;
+        let options = match mask {
+            Some(m) => SdpaOptions::new().attn_mask(m),
+            None => SdpaOptions::new(),
+        };
+        let y = q.try_scaled_dot_product_attention(&k, &v, &options)?;
+        let y = y
+            .try_reshape(&[b, h, t, hd])?
+            .try_transpose(1, 2)?
+            .try_reshape(&[b, t, h * hd])?;
+        self.o_proj.forward(&y)
+    }
+}
+
+impl LlamaMlp {
+    fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
+        let gate = self.gate_proj.forward(x)?.try_silu()?;
+        self.down_proj
+            .forward(&gate.try_mul(&self.up_proj.forward(x)?)?)
+    }
+}
