@@ -105,3 +105,22 @@ fn the_training_forward_has_gradients_and_bad_input_is_an_error() {
         .forward_cached(&g, &[], &mut LlamaCache::new(), true)
         .is_err());
 }
+
+#[test]
+fn the_gguf_of_the_same_model_gives_the_same_logits() {
+    use retrograd::gguf::GgufFile;
+    use retrograd::hub::WeightPrecision;
+    // llama_tiny.gguf holds the folder's weights as llama.cpp's converter
+    // writes them: f32, query and key rows permuted for interleaved pairs.
+    let gguf = GgufFile::open(reference("llama_tiny.gguf"));
+    let model = Llama::from_gguf(&gguf, WeightPrecision::Quantized).unwrap();
+    let folder = Llama::from_pretrained(reference("llama_tiny")).unwrap();
+    assert_eq!(model.config(), folder.config());
+    for i in 0..2 {
+        let (ids, want) = ids_and_logits(i);
+        let g = Graph::new();
+        let got = model.forward(&g, &ids, 1).unwrap();
+        let err = worst(&got.value().to_vec::<f32>().unwrap(), &want);
+        assert!(err < 1e-5, "sequence {i}: worst logit difference {err}");
+    }
+}

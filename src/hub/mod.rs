@@ -53,6 +53,7 @@
 
 mod bert;
 mod config;
+mod gguf_llama;
 mod gpt2;
 mod llama;
 mod name_map;
@@ -68,6 +69,7 @@ use crate::error::{Error, Result};
 
 pub use bert::bert_name_map;
 pub use config::{ModelConfig, CONFIG_FILE};
+pub use gguf_llama::{llama_config_of_gguf, WeightPrecision};
 pub use gpt2::gpt2_name_map;
 pub use name_map::{LoadReport, Loader, NameMap};
 #[cfg(feature = "tokenizers")]
