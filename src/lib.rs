@@ -39,6 +39,7 @@ pub mod data;
 pub mod distributed;
 #[cfg(feature = "expr")]
 pub mod expr;
+pub mod gguf;
 pub mod hub;
 pub mod io;
 pub mod kernels;
@@ -48,6 +49,7 @@ pub mod onnx;
 pub mod ops;
 pub mod optim;
 pub mod prelude;
+pub mod quant;
 pub mod runlog;
 pub mod tensor;
 pub mod train;
