@@ -20,6 +20,8 @@
 //! panic.
 
 mod reader;
+#[cfg(test)]
+mod tests;
 mod value;
 mod writer;
 

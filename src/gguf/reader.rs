@@ -247,19 +247,33 @@ impl GgufFile {
             // read (or fault); model files are not written while being
             // loaded, the assumption llama.cpp's and safetensors' loaders make.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| io_error(OP, path, e))?;
-            Self::parse(path, Arc::new(map))
+            let len = map.len();
+            Self::parse(path, Arc::new(map), len)
         }
     }
 
-    fn parse(path: &Path, map: Arc<Mmap>) -> Result<GgufFile> {
+    /// Parses `bytes` as the file at `path` (for messages), copied into an
+    /// anonymous mapping: tests that open thousands of variants skip the
+    /// file system.
+    #[cfg(test)]
+    pub(crate) fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<GgufFile> {
+        let mut map = memmap2::MmapMut::map_anon(bytes.len().max(1)).unwrap();
+        map[..bytes.len()].copy_from_slice(bytes);
+        let map = map.make_read_only().unwrap();
+        // An empty input is mapped as one byte, of which none is read.
+        Self::parse(path, Arc::new(map), bytes.len())
+    }
+
+    /// Parses the first `len` bytes of `map`, the file at `path`.
+    fn parse(path: &Path, map: Arc<Mmap>, len: usize) -> Result<GgufFile> {
         let err = |reason: String| format_error(OP, path, reason);
         let mut cur = Cursor {
-            bytes: &map[..],
+            bytes: &map[..len],
             pos: 0,
         };
         let magic = cur
             .take(4)
-            .map_err(|_| err(format!("{} bytes are too short for a GGUF file", map.len())))?;
+            .map_err(|_| err(format!("{len} bytes are too short for a GGUF file")))?;
         if magic != GGUF_MAGIC {
             return Err(err(format!(
                 "not a GGUF file: it starts with {magic:?}, not {:?} (\"GGUF\")",
@@ -296,8 +310,7 @@ impl GgufFile {
         for (n, what, min) in [(n_kv, "metadata entries", 14), (n_tensors, "tensors", 24)] {
             if n > (cur.remaining() / min) as u64 {
                 return Err(err(format!(
-                    "the header claims {n} {what}, more than the file's {} bytes can hold",
-                    map.len()
+                    "the header claims {n} {what}, more than the file's {len} bytes can hold"
                 )));
             }
         }
@@ -357,7 +370,7 @@ impl GgufFile {
             .pos
             .checked_next_multiple_of(alignment)
             .ok_or_else(|| err("the data section's offset overflows".into()))?;
-        check_tensor_data(&tensors, data_offset, map.len()).map_err(err)?;
+        check_tensor_data(&tensors, data_offset, len).map_err(err)?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             map,
