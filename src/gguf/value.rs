@@ -2,8 +2,9 @@
 //! the GGUF value-type ids and the typed accessors the reader's getters use.
 
 /// A metadata value of a GGUF file. Arrays hold values of one type
-/// (GGUF stores the element type once); an empty array is written with
-/// element type u8, as gguf-py writes it.
+/// (GGUF stores the element type once); an empty array does not keep its
+/// element type and is written as an empty array of u8 (llama.cpp reads
+/// empty arrays; gguf-py's writer refuses them).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetadataValue {
     /// GGUF type 0.
