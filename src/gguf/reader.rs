@@ -411,7 +411,7 @@ fn read_tensor_info(
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| format!("dims {dims:?} have more elements than fit usize"))?;
     let first = dims.first().copied().unwrap_or(1);
-    if first % ty.block_len() != 0 {
+    if !first.is_multiple_of(ty.block_len()) {
         return Err(format!(
             "dims {dims:?}: the first ({first}) is not a whole number of {} blocks of {}",
             ty.name(),
@@ -424,7 +424,7 @@ fn read_tensor_info(
             ty.name()
         ));
     }
-    if offset % alignment as u64 != 0 {
+    if !offset.is_multiple_of(alignment as u64) {
         return Err(format!(
             "data offset {offset} is not a multiple of the alignment {alignment}"
         ));

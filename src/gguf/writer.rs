@@ -146,7 +146,7 @@ impl GgufWriter {
             )));
         }
         let row = shape.last().copied().unwrap_or(1);
-        if row % ty.block_len() != 0 {
+        if !row.is_multiple_of(ty.block_len()) {
             return Err(bad(format!(
                 "shape {shape:?}: rows of {row} are not whole {} blocks of {}",
                 ty.name(),
@@ -217,7 +217,7 @@ impl GgufWriter {
             ));
         }
         let row = tensor.shape().last().copied().unwrap_or(1);
-        if row % ty.block_len() != 0 {
+        if !row.is_multiple_of(ty.block_len()) {
             return Err(Error::invalid(
                 OP,
                 format!(

@@ -192,7 +192,7 @@ impl GgmlType {
     /// The bytes of `values` values of this type, or `None` when `values`
     /// is not a whole number of blocks or the count overflows `usize`.
     pub const fn bytes_for(self, values: usize) -> Option<usize> {
-        if values % self.block_len() != 0 {
+        if !values.is_multiple_of(self.block_len()) {
             return None;
         }
         (values / self.block_len()).checked_mul(self.block_bytes())

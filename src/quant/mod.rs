@@ -172,7 +172,7 @@ pub fn f32_to_bf16(x: f32) -> bf16 {
 /// `Error::InvalidArgument` unless `values` values of `ty` are whole blocks
 /// held in exactly `bytes` bytes.
 fn check_sizes(op: &'static str, ty: GgmlType, values: usize, bytes: usize) -> Result<()> {
-    if values % ty.block_len() != 0 {
+    if !values.is_multiple_of(ty.block_len()) {
         return Err(Error::invalid(
             op,
             format!(
