@@ -54,6 +54,8 @@
 mod bert;
 mod config;
 mod gguf_llama;
+#[cfg(feature = "tokenizers")]
+mod gguf_tokenizer;
 mod gpt2;
 mod llama;
 mod name_map;

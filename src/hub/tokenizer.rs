@@ -93,6 +93,15 @@ impl Tokenizer {
         })
     }
 
+    /// A tokenizer the `tokenizers` crate built, named by `path` (the
+    /// file it came from) in messages.
+    pub(crate) fn from_parts(inner: tokenizers::Tokenizer, path: &Path) -> Self {
+        Tokenizer {
+            inner,
+            path: path.to_path_buf(),
+        }
+    }
+
     /// Reads `dir/tokenizer.json`.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
         Self::from_file(dir.as_ref().join(TOKENIZER_FILE))
