@@ -18,7 +18,8 @@ Writes
                                        [out, in] weights, untied lm_head)
   tests/reference/llama_tiny_logits.safetensors
                                        ids_0 [7] i64, logits_0 [7, 96] f32,
-                                       ids_1 [12] i64, logits_1 [12, 96] f32
+                                       ids_1 [12] i64, logits_1 [12, 96] f32;
+                                       package versions in its metadata
   tests/reference/llama_tiny.gguf      GGUF v3, general.architecture "llama",
                                        llama.* keys, every tensor F32; names
                                        token_embd / blk.N.attn_{norm,q,k,v,output}
@@ -152,13 +153,26 @@ def write_gguf(model):
     w.close()
 
 
+def versions():
+    """Package versions, stored as the logits file's safetensors metadata."""
+    import platform
+    from importlib.metadata import version
+    out = {"python": platform.python_version()}
+    for pkg in ("transformers", "torch", "gguf", "safetensors", "numpy"):
+        try:
+            out[pkg] = version(pkg)
+        except Exception:
+            out[pkg] = "none"
+    return out
+
+
 def make():
     model = make_model()
     model.save_pretrained(FOLDER, safe_serialization=True)
     gen = os.path.join(FOLDER, "generation_config.json")
     if os.path.exists(gen):
         os.remove(gen)
-    save_file(logits_of(model), LOGITS)
+    save_file(logits_of(model), LOGITS, metadata=versions())
     write_gguf(model)
     print("llama_tiny:", sum(p.numel() for p in model.parameters()), "parameters")
     check()

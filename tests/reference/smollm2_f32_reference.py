@@ -17,7 +17,8 @@ eager attention. Greedy = argmax (lowest id on ties), no sampling, no stop at
 or <|endoftext|> came).
 
 Writes tests/reference/smollm2/f32_logits.json:
-  versions   {python, transformers, torch, gguf, numpy, accelerate}
+  versions   {python, llama_cpp, transformers, torch, gguf, tokenizers, numpy,
+              accelerate} (null where not installed)
   model, dtype ("float32"), attn_implementation, top_k (32), n_new (32)
   prompts: [{
     messages      the conversation (role/content)
@@ -75,15 +76,16 @@ def f32(values):
 
 
 def versions():
-    import transformers
+    """Versions of the packages involved (null where not installed)."""
     from importlib.metadata import version
-    out = {"python": platform.python_version(), "transformers": transformers.__version__,
-           "torch": torch.__version__, "numpy": np.__version__}
-    for pkg in ("gguf", "accelerate", "tokenizers"):
+    out = {"python": platform.python_version()}
+    for key, pkg in (("llama_cpp", "llama_cpp_python"), ("transformers", "transformers"),
+                     ("torch", "torch"), ("gguf", "gguf"), ("tokenizers", "tokenizers"),
+                     ("numpy", "numpy"), ("accelerate", "accelerate")):
         try:
-            out[pkg] = version(pkg)
+            out[key] = version(pkg)
         except Exception:
-            out[pkg] = None
+            out[key] = None
     return out
 
 
