@@ -5,7 +5,10 @@
 //! - F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: our quantizer's bytes equal
 //!   `gguf.quants.quantize`'s, and our dequantized values equal
 //!   `gguf.quants.dequantize`'s bit for bit;
-//! - Q4_K, Q5_K, Q6_K (random valid blocks): dequantized bit for bit;
+//! - Q4_K, Q5_K, Q6_K: random valid blocks dequantized bit for bit, and
+//!   seeded rows quantized to the bytes of ggml's C reference quantizers
+//!   (`quantize_row_q4_K_ref` ..., which gguf-py lacks; the script calls
+//!   them in the libggml-base that llama-cpp-python ships);
 //! - gguf-py's files read back: a metadata entry of every value type, a
 //!   custom alignment;
 //! - SmolLM2-135M-Instruct Q4_1 (`scripts/fetch_smollm2.sh`), when present:
@@ -81,7 +84,7 @@ fn simple_formats_quantize_and_dequantize_as_gguf_py() {
 }
 
 #[test]
-fn k_quants_dequantize_as_gguf_py_and_every_value_type_reads() {
+fn k_quants_dequantize_as_gguf_py_quantize_as_ggml_and_every_value_type_reads() {
     let f = GgufFile::open(fixture("kquants.gguf"));
     assert_eq!((f.version(), f.alignment()), (3, 64));
     assert_eq!(f.data_offset() % 64, 0);
@@ -96,6 +99,24 @@ fn k_quants_dequantize_as_gguf_py_and_every_value_type_reads() {
         quant::dequantize(ty, f.tensor_bytes(info), &mut got);
         assert_bits_eq(&got, &want, &format!("{ty} dequantize"));
         assert_bits_eq(&f32s(&f, &name), &want, &format!("{ty} tensor_f32"));
+    }
+    let input = f.tensor_f32("input");
+    assert_eq!(input.shape(), &[9, 512]);
+    let x = input.to_vec::<f32>().unwrap();
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let theirs = f.tensor_bytes(f.tensor_info(&format!("{}.quantized", ty.name())));
+        let ours = quant::quantize(ty, &x);
+        assert_eq!(ours.len(), theirs.len(), "{ty}");
+        if let Some(i) = (0..ours.len()).find(|&i| ours[i] != theirs[i]) {
+            let block = i / ty.block_bytes();
+            panic!(
+                "{ty}: byte {} of block {block} (row {}) is {:#04x} (ours), {:#04x} (ggml)",
+                i % ty.block_bytes(),
+                block / 2,
+                ours[i],
+                theirs[i]
+            );
+        }
     }
     use MetadataValue as V;
     let expected = [

@@ -1,6 +1,6 @@
 //! ggml's block formats: the quantized element types of GGUF files
-//! (llama.cpp's models), decoded to f32 and, for the simple formats,
-//! encoded from it exactly as ggml's reference quantizers do.
+//! (llama.cpp's models), decoded to f32 and encoded from it exactly as
+//! ggml's reference quantizers do.
 //!
 //! A block format stores a fixed number of values (32, or 256 for the
 //! K-quants) in a fixed number of bytes: one or two f16 scales and small
@@ -9,13 +9,15 @@
 //!
 //! Where things are: the type ids, names and sizes (`ggml_type.rs`); one
 //! file per format with its `#[repr(C)]` block as ggml lays it out and its
-//! row functions: `q4_0.rs`, `q4_1.rs`, `q5_0.rs`, `q5_1.rs`, `q8_0.rs`
-//! (dequantize and quantize), `q4_k.rs`, `q5_k.rs`, `q6_k.rs` (dequantize).
-//! Blocks are read from byte slices with no alignment assumed.
+//! row functions (dequantize, and quantize as ggml's reference quantizers
+//! do): `q4_0.rs`, `q4_1.rs`, `q5_0.rs`, `q5_1.rs`, `q8_0.rs`, `q4_k.rs`
+//! (with the scale search Q5_K shares), `q5_k.rs`, `q6_k.rs`. Blocks are
+//! read from byte slices with no alignment assumed.
 //!
-//! Results are bit for bit those of ggml's reference C code and of gguf-py's
-//! `gguf.quants` (tests/gguf_quant.rs checks against a fixture written by
-//! gguf-py): dequantizing multiplies and adds in ggml's order with no fused
+//! Results are bit for bit those of ggml's reference C code (built without
+//! fused multiply-add, as ggml's base library is) and of gguf-py's
+//! `gguf.quants` (tests/gguf_quant.rs checks against a fixture written with
+//! both): the arithmetic is ggml's, in ggml's order, with no fused
 //! multiply-add, and f16 scales are rounded to nearest even.
 //!
 //! ```
@@ -239,9 +241,9 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
 /// Encodes `values` as type `ty` into `out`, which must hold exactly their
 /// bytes; `values` must be whole blocks ([`Error::InvalidArgument`] naming
 /// the type and the sizes otherwise). F32, F16 and BF16 are converted (f16
-/// and bf16 rounded to nearest even, as ggml does); Q4_0, Q4_1, Q5_0, Q5_1
-/// and Q8_0 are quantized by ggml's reference quantizers. The K-quants
-/// have no quantizer here: [`Error::Unsupported`] naming the type.
+/// and bf16 rounded to nearest even, as ggml does); the block formats are
+/// quantized by ggml's reference quantizers (`quantize_row_q4_0_ref` to
+/// `quantize_row_q6_K_ref`, without importance weights).
 pub fn try_quantize_into(ty: GgmlType, values: &[f32], out: &mut [u8]) -> Result<()> {
     check_sizes("quantize", ty, values.len(), out.len())?;
     match ty {
@@ -265,12 +267,9 @@ pub fn try_quantize_into(ty: GgmlType, values: &[f32], out: &mut [u8]) -> Result
         GgmlType::Q5_0 => q5_0::quantize_row(values, out),
         GgmlType::Q5_1 => q5_1::quantize_row(values, out),
         GgmlType::Q8_0 => q8_0::quantize_row(values, out),
-        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-            return Err(Error::Unsupported {
-                op: format!("quantize to {}", ty.name()),
-                what: "quantizing to a K-quant (only reading one)",
-            });
-        }
+        GgmlType::Q4K => q4_k::quantize_row(values, out),
+        GgmlType::Q5K => q5_k::quantize_row(values, out),
+        GgmlType::Q6K => q6_k::quantize_row(values, out),
     }
     Ok(())
 }
@@ -339,6 +338,51 @@ mod tests {
     }
 
     #[test]
+    fn k_quants_round_trip_within_their_precision() {
+        // Sub-blocks of different scales and signs: the RMS error of each
+        // super-block after a round trip, relative to its values' RMS (a
+        // sub-block far smaller than the largest of its super-block may
+        // round to nothing, as in ggml).
+        let x: Vec<f32> = values(256 * 12, 3, 1.0)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v * 10f32.powi((i / 32 % 4) as i32 - 2) + if i % 512 < 256 { 0.0 } else { 0.3 }
+            })
+            .collect();
+        for (ty, limit) in [
+            (GgmlType::Q4K, 0.08),
+            (GgmlType::Q5K, 0.04),
+            (GgmlType::Q6K, 0.02),
+        ] {
+            let bytes = quantize(ty, &x);
+            assert_eq!(bytes.len(), 12 * ty.block_bytes());
+            let mut y = vec![0.0f32; x.len()];
+            dequantize(ty, &bytes, &mut y);
+            let rms = |v: &[f32]| (v.iter().map(|e| e * e).sum::<f32>() / v.len() as f32).sqrt();
+            for (bx, by) in x.chunks(256).zip(y.chunks(256)) {
+                let diff: Vec<f32> = bx.iter().zip(by).map(|(a, b)| a - b).collect();
+                let (err, scale) = (rms(&diff), rms(bx));
+                assert!(
+                    err <= limit * scale,
+                    "{ty}: error {err} for values of RMS {scale}"
+                );
+            }
+        }
+        // All zeros and all equal blocks.
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            for v in [0.0f32, 0.75, -2.0] {
+                let mut y = vec![1.0f32; 256];
+                dequantize(ty, &quantize(ty, &[v; 256]), &mut y);
+                assert!(
+                    y.iter().all(|&y| (y - v).abs() <= v.abs() * 0.02),
+                    "{ty} of {v}: {y:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn floats_convert_as_ggml() {
         let x = [1.0f32, -2.5, 1.0 + 1.0 / 256.0, 65504.0, 1e-8, f32::NAN];
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
@@ -376,10 +420,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("100") && e.contains("Q4_K"), "{e}");
-        let e = try_quantize(GgmlType::Q6K, &[0.0; 256])
+        let e = try_quantize(GgmlType::Q6K, &[0.0; 255])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("Q6_K"), "{e}");
+        assert!(e.contains("Q6_K") && e.contains("256"), "{e}");
         let e = std::panic::catch_unwind(|| quantize(GgmlType::Q8_0, &[1.0; 3]));
         assert!(e.is_err());
     }

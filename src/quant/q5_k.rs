@@ -1,10 +1,12 @@
 //! Q5_K: super-blocks of 256 values in 8 sub-blocks of 32, as Q4_K with a
 //! fifth bit per quant: value = d * scale * q - dmin * min, q in 0..32.
+//! The quantizer is ggml's reference (`quantize_row_q5_K_ref`), Q4_K's
+//! search with 31 steps.
 
 use half::f16;
 
-use super::q4_k::scale_min;
-use super::{dequantize_blocks, Block, GgmlType, QK_K};
+use super::q4_k::{k_requantize, k_scales, scale_min};
+use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock, QK_K};
 
 /// One Q5_K super-block (176 bytes), laid out as ggml's `block_q5_K`.
 #[repr(C)]
@@ -68,6 +70,48 @@ impl Block for BlockQ5K {
             }
         }
     }
+}
+
+impl QuantizeBlock for BlockQ5K {
+    fn quantize(x: &[f32]) -> Self {
+        let x = &x[..QK_K];
+        let mut l = [0u8; QK_K];
+        let (d, dmin, scales) = k_scales(x, &mut l, 31, -0.5, 15);
+        k_requantize(x, &mut l, 31, d, dmin, &scales);
+        let (mut qh, mut qs) = ([0u8; QK_K / 8], [0u8; QK_K / 2]);
+        for (c, q) in qs.chunks_exact_mut(32).enumerate() {
+            let (m1, m2) = (1u8 << (2 * c), 2u8 << (2 * c));
+            for (i, q) in q.iter_mut().enumerate() {
+                let (mut l1, mut l2) = (l[64 * c + i], l[64 * c + 32 + i]);
+                if l1 > 15 {
+                    l1 -= 16;
+                    qh[i] |= m1;
+                }
+                if l2 > 15 {
+                    l2 -= 16;
+                    qh[i] |= m2;
+                }
+                *q = l1 | (l2 << 4);
+            }
+        }
+        BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
+        }
+    }
+}
+
+/// Quantizes `values` into `out` as ggml's `quantize_row_q5_K_ref` does.
+///
+/// # Panics
+///
+/// If `values` is not whole blocks or `out` is not their size (the checked
+/// form is [`try_quantize`](super::try_quantize)).
+pub fn quantize_row(values: &[f32], out: &mut [u8]) {
+    quantize_blocks::<BlockQ5K>(values, out);
 }
 
 /// Dequantizes Q5_K `bytes` into `out` (256 values per 176 bytes).

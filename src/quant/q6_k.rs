@@ -1,10 +1,16 @@
 //! Q6_K: super-blocks of 256 values in 16 sub-blocks of 16. An f16
 //! super-scale `d`, an i8 scale per sub-block, and 6-bit quants (the low
 //! four bits in `ql`, the top two in `qh`): value = d * scale * (q - 32).
+//!
+//! The quantizer is ggml's reference (`quantize_row_q6_K_ref`): each
+//! sub-block's scale is searched for the least error weighted by the
+//! squared values (`make_qx_quants`), the scales quantized to i8 against
+//! the largest, and the values quantized again with the rounded scales.
 
 use half::f16;
 
-use super::{dequantize_blocks, Block, GgmlType, QK_K};
+use super::q4_k::nearest_int;
+use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock, QK_K};
 
 /// One Q6_K super-block (210 bytes), laid out as ggml's `block_q6_K`.
 #[repr(C)]
@@ -65,6 +71,126 @@ impl Block for BlockQ6K {
             }
         }
     }
+}
+
+/// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it is all zero.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights:
+/// quants `l` in `0..2 * nmax` (offset by `nmax`) of the values `x` and the
+/// scale with the least error weighted by `x * x` over 19 trial scales.
+fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..x.len()].fill(0);
+        return 0.0;
+    }
+    let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+    // The weighted sums of x * q and q * q for the quants of `iscale`.
+    let sums = |iscale: f32| {
+        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+        for &v in x {
+            let (w, q) = (v * v, quant(iscale, v) as f32);
+            sumlx += w * v * q;
+            suml2 += w * q * q;
+        }
+        (sumlx, suml2)
+    };
+    let mut iscale = -(nmax as f32) / max;
+    for (q, &v) in l.iter_mut().zip(x) {
+        *q = (quant(iscale, v) + nmax) as u8;
+    }
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in (-9..=9).filter(|&is| is != 0) {
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (q, &v) in l.iter_mut().zip(x) {
+                *q = (quant(iscale, v) + nmax) as u8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+impl QuantizeBlock for BlockQ6K {
+    fn quantize(x: &[f32]) -> Self {
+        let x = &x[..QK_K];
+        let mut l = [0u8; QK_K];
+        let mut scales = [0.0f32; QK_K / 16];
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for (ib, scale) in scales.iter_mut().enumerate() {
+            *scale = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+            if scale.abs() > max_abs_scale {
+                max_abs_scale = scale.abs();
+                max_scale = *scale;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            return BlockQ6K {
+                ql: [0; QK_K / 2],
+                qh: [0; QK_K / 4],
+                scales: [0; QK_K / 16],
+                d: f16::ZERO,
+            };
+        }
+        let iscale = -128.0 / max_scale;
+        let d = f16::from_f32(1.0 / iscale);
+        // ggml stores the int in an int8_t (wrapping) after the minimum.
+        let sc: [i8; QK_K / 16] =
+            std::array::from_fn(|ib| nearest_int(iscale * scales[ib]).min(127) as i8);
+        for (j, &s) in sc.iter().enumerate() {
+            let d = d.to_f32() * s as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * j + 16 {
+                l[i] = (nearest_int(x[i] / d).clamp(-32, 31) + 32) as u8;
+            }
+        }
+        let (mut ql, mut qh) = ([0u8; QK_K / 2], [0u8; QK_K / 4]);
+        for h in 0..2 {
+            let (l, ql, qh) = (
+                &l[128 * h..128 * h + 128],
+                &mut ql[64 * h..64 * h + 64],
+                &mut qh[32 * h..32 * h + 32],
+            );
+            for i in 0..32 {
+                ql[i] = (l[i] & 0x0F) | ((l[i + 64] & 0x0F) << 4);
+                ql[i + 32] = (l[i + 32] & 0x0F) | ((l[i + 96] & 0x0F) << 4);
+                qh[i] = (l[i] >> 4)
+                    | ((l[i + 32] >> 4) << 2)
+                    | ((l[i + 64] >> 4) << 4)
+                    | ((l[i + 96] >> 4) << 6);
+            }
+        }
+        BlockQ6K {
+            ql,
+            qh,
+            scales: sc,
+            d,
+        }
+    }
+}
+
+/// Quantizes `values` into `out` as ggml's `quantize_row_q6_K_ref` does.
+///
+/// # Panics
+///
+/// If `values` is not whole blocks or `out` is not their size (the checked
+/// form is [`try_quantize`](super::try_quantize)).
+pub fn quantize_row(values: &[f32], out: &mut [u8]) {
+    quantize_blocks::<BlockQ6K>(values, out);
 }
 
 /// Dequantizes Q6_K `bytes` into `out` (256 values per 210 bytes).

@@ -1,7 +1,11 @@
 """Reference data for tests/gguf_quant.rs from gguf-py (the `gguf` package of
-llama.cpp), whose numpy quantizers are bit-exact ports of ggml's reference C.
+llama.cpp), whose numpy quantizers are bit-exact ports of ggml's reference C,
+and from ggml's C reference quantizers themselves (`quantize_row_q4_K_ref`
+...), called through ctypes in the libggml-base that llama-cpp-python ships
+(or the library GGML_BASE_LIB names). ggml's base library is built without
+fused multiply-add, so its results do not depend on the CPU.
 
-    pip install gguf numpy
+    pip install gguf numpy llama-cpp-python
     python3 tests/reference/gguf_quant_reference.py [SMOLLM2_GGUF]
 
 Writes, with gguf's own GGUFWriter, into tests/reference/gguf_quant/:
@@ -10,12 +14,17 @@ Writes, with gguf's own GGUFWriter, into tests/reference/gguf_quant/:
   uniform, all equal, zeros, large magnitudes, negative only, tiny values
   whose f16 scales are subnormal, blocks of different scales with rounding
   ties); for each of F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, `T.quant`,
-  `gguf.quants.quantize(input, T)` stored as a tensor of type T, and
-  `T.dequant`, f32, `gguf.quants.dequantize` of those bytes.
+  `gguf.quants.quantize(input, T)` stored as a tensor of type T (for the
+  block formats checked equal to ggml's C quantizer's bytes), and
+  `T.dequant`, f32,
+  `gguf.quants.dequantize` of those bytes.
 - kquants.gguf (alignment 64): for Q4_K, Q5_K and Q6_K (gguf-py dequantizes
   K-quants but has no quantizer for them) `T.quant`, seeded random blocks
-  with sensible f16 scales, [4, 512], and `T.dequant`, gguf's f32 of them;
-  and a metadata entry of every GGUF value type (`ref.*`, values below).
+  with sensible f16 scales, [4, 512], and `T.dequant`, gguf's f32 of them
+  (checked equal to ggml's C); `input`, f32 [9, 512] of seeded rows like
+  simple_quants' (and an outlier row), and `T.quantized`, ggml's C
+  reference quantizer's bytes of `input`; and a metadata entry of every
+  GGUF value type (`ref.*`, values below).
 - smollm2_q4_1.gguf, only when SmolLM2-135M-Instruct.Q4_1.gguf is present
   (scripts/fetch_smollm2.sh; default .cache/models/): for
   `token_embd.weight` (Q8_0) and `blk.0.attn_q.weight` (Q4_1), gguf's
@@ -24,6 +33,7 @@ Writes, with gguf's own GGUFWriter, into tests/reference/gguf_quant/:
   of all the f32 values' little-endian bytes) and `NAME.sum` (f64 sum).
 """
 
+import ctypes
 import os
 import sys
 import zlib
@@ -45,9 +55,41 @@ SIMPLE = [T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 KQUANTS = [T.Q4_K, T.Q5_K, T.Q6_K]
 
 
-def inputs() -> np.ndarray:
+def ggml_base() -> ctypes.CDLL:
+    path = os.environ.get("GGML_BASE_LIB")
+    if not path:
+        import llama_cpp
+
+        path = os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so")
+    return ctypes.CDLL(path)
+
+
+def c_name(t: T) -> str:
+    return t.name[0].lower() + t.name[1:]  # Q4_K -> q4_K, as ggml's functions
+
+
+def c_quantize(lib: ctypes.CDLL, t: T, x: np.ndarray) -> np.ndarray:
+    block_size, type_size = gguf.GGML_QUANT_SIZES[t]
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.zeros(x.size // block_size * type_size, dtype=np.uint8)
+    f = getattr(lib, f"quantize_row_{c_name(t)}_ref")
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
+    f(x.ctypes.data, out.ctypes.data, x.size)
+    return out.reshape(x.shape[0], -1)
+
+
+def c_dequantize(lib: ctypes.CDLL, t: T, b: np.ndarray) -> np.ndarray:
+    block_size, type_size = gguf.GGML_QUANT_SIZES[t]
+    b = np.ascontiguousarray(b, dtype=np.uint8)
+    out = np.zeros(b.size // type_size * block_size, dtype=np.float32)
+    f = getattr(lib, f"dequantize_row_{c_name(t)}")
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
+    f(b.ctypes.data, out.ctypes.data, out.size)
+    return out.reshape(b.shape[0], -1)
+
+
+def inputs(cols: int = 128) -> np.ndarray:
     rng = np.random.default_rng(20240611)
-    cols = 128
     rows = [
         rng.standard_normal(cols),
         rng.uniform(-1.0, 1.0, cols) * 3.0 + 0.5,
@@ -60,13 +102,13 @@ def inputs() -> np.ndarray:
     # Blocks of 32 at scales 1e-2 .. 1e1; the first block holds values whose
     # quants fall on rounding ties (d = 1 for Q8_0: halves round away from 0)
     # and equal largest magnitudes of both signs (the first one wins).
-    mixed = np.concatenate([rng.standard_normal(32) * 10.0 ** (k - 2) for k in range(4)])
+    mixed = np.concatenate([rng.standard_normal(32) * 10.0 ** (k % 4 - 2) for k in range(cols // 32)])
     mixed[:8] = [127.0, -127.0, 0.5, -0.5, 2.5, -3.5, 126.5, 0.0]
     rows.append(mixed)
     return np.stack(rows).astype(np.float32)
 
 
-def simple_quants() -> None:
+def simple_quants(lib: ctypes.CDLL) -> None:
     x = inputs()
     w = gguf.GGUFWriter(os.path.join(OUT, "simple_quants.gguf"), "reference")
     w.add_tensor("input", x)
@@ -77,6 +119,8 @@ def simple_quants() -> None:
             q = q.view(np.uint8)
         else:
             w.add_tensor(f"{t.name}.quant", q, raw_dtype=t)
+            if t != T.BF16:
+                assert np.array_equal(q, c_quantize(lib, t, x)), t.name
         d = gguf.quants.dequantize(q, t).astype(np.float32)
         assert d.shape == x.shape, (t.name, d.shape)
         w.add_tensor(f"{t.name}.dequant", d)
@@ -95,7 +139,7 @@ def random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
     return b
 
 
-def kquants() -> None:
+def kquants(lib: ctypes.CDLL) -> None:
     rng = np.random.default_rng(7)
     w = gguf.GGUFWriter(os.path.join(OUT, "kquants.gguf"), "reference")
     w.add_custom_alignment(64)
@@ -122,7 +166,15 @@ def kquants() -> None:
         w.add_tensor(f"{t.name}.quant", b, raw_dtype=t)
         d = gguf.quants.dequantize(b, t).astype(np.float32)
         assert d.shape == (rows, cols), (t.name, d.shape)
+        assert np.array_equal(d.view(np.uint32), c_dequantize(lib, t, b).view(np.uint32)), t.name
         w.add_tensor(f"{t.name}.dequant", d)
+    x = inputs(512)
+    spike = rng.standard_normal(512).astype(np.float32) * 0.1
+    spike[300] = 40.0
+    x = np.concatenate([x, spike[None]]).astype(np.float32)
+    w.add_tensor("input", x)
+    for t in KQUANTS:
+        w.add_tensor(f"{t.name}.quantized", c_quantize(lib, t, x), raw_dtype=t)
     write(w)
 
 
@@ -154,8 +206,9 @@ def write(w: "gguf.GGUFWriter") -> None:
 
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    simple_quants()
-    kquants()
+    lib = ggml_base()
+    simple_quants(lib)
+    kquants(lib)
     smollm2()
     for f in sorted(os.listdir(OUT)):
         print(f, os.path.getsize(os.path.join(OUT, f)))
