@@ -43,6 +43,8 @@ pub mod gguf;
 pub mod hub;
 pub mod io;
 pub mod kernels;
+#[cfg(feature = "chat")]
+pub mod llm;
 pub mod nn;
 #[cfg(feature = "onnx")]
 pub mod onnx;
