@@ -63,7 +63,7 @@ fn the_cache_gives_the_whole_sequence_logits() {
     let model = Llama::from_pretrained(reference("llama_tiny")).unwrap();
     let (ids, want) = ids_and_logits(1);
     // A prompt of 5 at once, then one token at a time, then the rest at once.
-    let mut cache = LlamaCache::new();
+    let mut cache = LlamaCache::exact();
     let mut got = Vec::new();
     for part in [&ids[..5], &ids[5..6], &ids[6..7], &ids[7..]] {
         let g = Graph::new();

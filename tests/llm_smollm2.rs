@@ -118,7 +118,7 @@ fn the_f32_path_generates_transformers_greedy_tokens() {
         let prompt = ids(&p["prompt_ids"]);
         let want = ids(&p["greedy_ids"]);
         let gaps = floats(&p["greedy_gap"]);
-        let mut cache = LlamaCache::new();
+        let mut cache = LlamaCache::exact();
         let mut next = prompt.clone();
         for (step, (&w, &gap)) in want.iter().zip(&gaps).enumerate() {
             let g = Graph::new();
@@ -181,4 +181,91 @@ fn the_tokenizer_from_the_gguf_vocabulary_gives_llama_cpp_ids() {
         );
     }
     println!("token ids: {same_as_llama_cpp}/100 equal llama.cpp's, {same_as_transformers}/100 transformers'");
+}
+
+/// KL(llama.cpp ‖ ours) from llama.cpp's top logits and logsumexp and our
+/// full row: the top tokens term by term, the rest of the mass lumped.
+fn kl_from_top(top_ids: &[usize], top_logits: &[f64], lse: f64, ours: &[f32]) -> f64 {
+    let our_lse = logsumexp(ours);
+    let (mut kl, mut p_top, mut q_top) = (0.0, 0.0, 0.0);
+    for (&id, &l) in top_ids.iter().zip(top_logits) {
+        let (lp, lq) = (l - lse, ours[id] as f64 - our_lse);
+        kl += lp.exp() * (lp - lq);
+        p_top += lp.exp();
+        q_top += lq.exp();
+    }
+    let (p_rest, q_rest) = ((1.0 - p_top).max(0.0), (1.0 - q_top).max(1e-12));
+    if p_rest > 0.0 {
+        kl += p_rest * (p_rest / q_rest).ln();
+    }
+    kl
+}
+
+#[test]
+fn the_quantized_path_follows_llama_cpp() {
+    let Some(gguf) = gguf() else { return };
+    let model = Llama::from_gguf(gguf, WeightPrecision::Quantized).unwrap();
+    let text =
+        std::fs::read_to_string(root().join("tests/reference/smollm2/llama_cpp.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let vocab = model.config().vocab_size;
+    let (mut first_equal, mut kls, mut worst_logit) = (0, Vec::new(), 0.0f64);
+    let prompts = r["prompts"].as_array().unwrap();
+    for p in prompts {
+        let prompt = ids(&p["prompt_ids"]);
+        let greedy = ids(&p["greedy_ids"]);
+        // Teacher-forced on llama.cpp's tokens: the prompt and the first 15
+        // generated tokens in one pass through an f16 key/value cache, as
+        // llama.cpp evaluates them; row n-1+i predicts generated token i.
+        let mut all = prompt.clone();
+        all.extend(&greedy[..greedy.len() - 1]);
+        let g = Graph::new();
+        let mut cache = LlamaCache::new();
+        let logits = model
+            .forward_cached(&g, &all, &mut cache, false)
+            .unwrap()
+            .value()
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, &pos) in ids(&p["positions"]).iter().enumerate() {
+            let row = &logits[pos * vocab..(pos + 1) * vocab];
+            if i == 0 {
+                let best = (0..vocab)
+                    .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                    .unwrap();
+                first_equal += (best == greedy[0]) as usize;
+            }
+            let top_ids = ids(&p["top_ids"][i]);
+            let top_logits = floats(&p["top_logits"][i]);
+            for (&id, &l) in top_ids.iter().zip(&top_logits) {
+                worst_logit = worst_logit.max((row[id] as f64 - l).abs());
+            }
+            kls.push(kl_from_top(
+                &top_ids,
+                &top_logits,
+                p["logsumexp"][i].as_f64().unwrap(),
+                row,
+            ));
+        }
+    }
+    kls.sort_by(f64::total_cmp);
+    let (kl_max, kl_median) = (kls[kls.len() - 1], kls[kls.len() / 2]);
+    println!(
+        "against llama.cpp (20 prompts x 16 positions): first token equal {first_equal}/20, \
+         KL max {kl_max:.4} median {kl_median:.4}, worst top-40 logit {worst_logit:.3}"
+    );
+    for (name, s) in r["summary"].as_object().unwrap() {
+        println!(
+            "  llama.cpp's {name} against its default: KL max {:.4} median {:.4}, worst logit {:.3}",
+            s["kl_max"].as_f64().unwrap(),
+            s["kl_median"].as_f64().unwrap(),
+            s["max_abs_diff_max"].as_f64().unwrap()
+        );
+    }
+    assert!(
+        first_equal >= 19,
+        "first token equal on {first_equal}/20 prompts"
+    );
+    assert!(kl_max <= 0.05, "KL divergence up to {kl_max}");
+    assert!(worst_logit <= 1.5, "a top logit differs by {worst_logit}");
 }

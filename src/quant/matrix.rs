@@ -18,7 +18,11 @@ use crate::tensor::{DType, Tensor};
 
 #[derive(Clone)]
 enum Bytes {
-    Owned(Arc<[u8]>),
+    Owned {
+        buf: Arc<[u8]>,
+        start: usize,
+        len: usize,
+    },
     Mapped {
         map: Arc<memmap2::Mmap>,
         start: usize,
@@ -75,7 +79,11 @@ impl QMatrix {
             ty,
             rows,
             cols,
-            bytes: Bytes::Owned(bytes.into()),
+            bytes: Bytes::Owned {
+                len: bytes.len(),
+                buf: bytes.into(),
+                start: 0,
+            },
         })
     }
 
@@ -156,15 +164,86 @@ impl QMatrix {
 
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
-        self.bytes().len() / self.rows.max(1)
+        // The column count was checked against the format on construction.
+        self.ty.row_bytes(self.cols).unwrap_or(0)
     }
 
     /// All the blocks, row after row.
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
-            Bytes::Owned(b) => b,
+            Bytes::Owned { buf, start, len } => &buf[*start..*start + *len],
             Bytes::Mapped { map, start, len } => &map[*start..*start + *len],
         }
+    }
+
+    /// Rows `first..first + count` as a matrix of their own, sharing these
+    /// bytes (no copy).
+    pub fn try_rows(&self, first: usize, count: usize) -> Result<Self> {
+        if first.checked_add(count).is_none_or(|end| end > self.rows) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "rows {first}..{} of a matrix of {} rows",
+                    first.saturating_add(count),
+                    self.rows
+                ),
+            ));
+        }
+        let row = self.row_bytes();
+        let bytes = match &self.bytes {
+            Bytes::Owned { buf, start, .. } => Bytes::Owned {
+                buf: buf.clone(),
+                start: start + first * row,
+                len: count * row,
+            },
+            Bytes::Mapped { map, start, .. } => Bytes::Mapped {
+                map: map.clone(),
+                start: start + first * row,
+                len: count * row,
+            },
+        };
+        Ok(QMatrix {
+            ty: self.ty,
+            rows: count,
+            cols: self.cols,
+            bytes,
+        })
+    }
+
+    /// The rows of `parts` one after another in one matrix (one copy):
+    /// products that read the same input then run as one.  The parts must
+    /// share the format and the column count.
+    pub fn try_stack_rows(parts: &[&QMatrix]) -> Result<Self> {
+        let first = parts
+            .first()
+            .ok_or_else(|| Error::invalid(OP, "no matrices to stack"))?;
+        if let Some(p) = parts
+            .iter()
+            .find(|p| p.ty != first.ty || p.cols != first.cols)
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "cannot stack a {} [{}, {}] under a {} [{}, {}]",
+                    p.ty.name(),
+                    p.rows,
+                    p.cols,
+                    first.ty.name(),
+                    first.rows,
+                    first.cols
+                ),
+            ));
+        }
+        let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.bytes().len()).sum());
+        for p in parts {
+            bytes.extend_from_slice(p.bytes());
+        }
+        Self::try_new(
+            first.ty,
+            parts.iter().map(|p| p.rows).sum(),
+            first.cols,
+            bytes,
+        )
     }
 
     /// Rows `first..first + out.len() / cols` dequantized into `out`.
@@ -259,6 +338,16 @@ mod tests {
             .unwrap();
         assert_eq!(&p[..64], &full[128..]);
         assert!(q.try_dequantize_rows(2, &mut vec![0.0; 128]).is_err());
+        let stacked = QMatrix::try_stack_rows(&[&q, &q.try_rows(1, 1).unwrap()]).unwrap();
+        assert_eq!(stacked.shape(), [4, 64]);
+        let tail = stacked
+            .try_rows(3, 1)
+            .unwrap()
+            .dequantize()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(&tail[..], &full[64..128]);
+        assert!(stacked.try_rows(3, 2).is_err());
         assert!(QMatrix::try_new(GgmlType::Q8_0, 3, 64, vec![0; 10]).is_err());
         assert!(QMatrix::try_quantize(
             &Tensor::from_vec(vec![0.0f32; 40], &[1, 40]).unwrap(),

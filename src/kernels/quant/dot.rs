@@ -1,9 +1,11 @@
-//! Dot products of one quantized weight row with one 8-bit activation row
-//! ([`Q8Row`]), on integers within each block of 32: the portable loops,
-//! and the AVX2 ones where the CPU has AVX2 and FMA (`maddubs` multiplies
-//! unsigned by signed bytes and adds pairs, as llama.cpp's `ggml_vec_dot`
-//! kernels do). The two paths compute the same integer sums per block and
-//! differ only in the order of the float additions across blocks.
+//! Dot products of one quantized weight row with 8-bit activation rows
+//! ([`Q8Row`]), on integers within each block of 32: the portable loop,
+//! and the AVX2 one where the CPU has AVX2, FMA and F16C (`maddubs`
+//! multiplies unsigned by signed bytes and adds pairs, as llama.cpp's
+//! `ggml_vec_dot` kernels do). [`dot4`] takes four activation rows at once,
+//! unpacking each weight block once for all four (the prompt's products).
+//! The paths compute the same integer sums per block and differ only in
+//! the order of the float additions across blocks.
 //!
 //! Weight blocks are read from bytes at any alignment (a memory-mapped
 //! GGUF file gives 18- or 20-byte blocks): Q4_0 `[d: f16, qs: 16 bytes]`,
@@ -50,16 +52,53 @@ fn half_at(bytes: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
 }
 
+/// Whether the AVX2 kernels can run.
+#[inline(always)]
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::kernels::simd::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn check(format: DotFormat, w: &[u8], a: &Q8Row<'_>) {
+    let blocks = a.d.len();
+    assert!(
+        w.len() == blocks * format.block_bytes()
+            && a.qs.len() == blocks * Q8_BLOCK
+            && a.sums.len() == blocks,
+        "quantized dot: {} weight bytes against {blocks} activation blocks",
+        w.len()
+    );
+}
+
 /// `Σ w·a` over one row: `w` holds `a.d.len()` blocks of `format`.
 pub fn dot(format: DotFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
-    debug_assert_eq!(w.len(), a.d.len() * format.block_bytes());
+    check(format, w, &a);
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::simd::has_avx2_fma() {
-        // SAFETY: the CPU has AVX2 and FMA (checked above); the lengths of
-        // `w` and `a` agree (the caller's contract, asserted in debug).
-        return unsafe { avx2::dot(format, w, a) };
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above); `w` and
+        // `a` hold the same number of blocks (checked by `check`).
+        return unsafe { avx2::dot::<1>(format, w, [a]) }[0];
     }
     dot_portable(format, w, a)
+}
+
+/// [`dot`] of one weight row with four activation rows.
+pub fn dot4(format: DotFormat, w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
+    for r in &a {
+        check(format, w, r);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as in `dot`, for each of the four rows.
+        return unsafe { avx2::dot::<4>(format, w, a) };
+    }
+    a.map(|r| dot_portable(format, w, r))
 }
 
 /// The portable loop of [`dot`].
@@ -78,9 +117,9 @@ pub fn dot_portable(format: DotFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
                     s += (qs[j] >> 4) as i32 * aq[j + 16] as i32;
                 }
                 if format == DotFormat::Q4_0 {
-                    d * a.d[b] * (s - 8 * a.sums[b]) as f32
+                    d * a.d[b] * s as f32 - 8.0 * d * a.sums[b]
                 } else {
-                    d * a.d[b] * s as f32 + half_at(wb, 2) * a.d[b] * a.sums[b] as f32
+                    d * a.d[b] * s as f32 + half_at(wb, 2) * a.sums[b]
                 }
             }
             DotFormat::Q8_0 => {
@@ -100,7 +139,7 @@ pub fn dot_portable(format: DotFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{half_at, DotFormat, Q8Row, Q8_BLOCK};
+    use super::{DotFormat, Q8Row, Q8_BLOCK};
 
     /// Sum of the eight lanes.
     #[target_feature(enable = "avx2,fma")]
@@ -111,61 +150,96 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// The 32 nibbles of a 4-bit block as 32 unsigned bytes, in element
-    /// order (low nibbles are elements 0..16, high ones 16..32).
+    /// The two f16 values at `p` (a block's `d` and, for Q4_1, `m`).
     ///
     /// # Safety
-    /// `qs` has at least 16 bytes.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn nibbles(qs: *const u8) -> __m256i {
-        // SAFETY: 16 bytes are readable at `qs` (the caller's contract).
-        let raw = unsafe { _mm_loadu_si128(qs as *const __m128i) };
-        let low = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(raw, low);
-        let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-        _mm256_set_m128i(hi, lo)
+    /// 4 bytes are readable at `p`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn halves(p: *const u8) -> (f32, f32) {
+        // SAFETY: 4 bytes are readable at `p` (the caller's contract).
+        let bits = unsafe { (p as *const i32).read_unaligned() };
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)))
     }
 
+    /// The `R` dot products of one weight row (`blocks` blocks of
+    /// `format` at `w`) with `R` activation rows; the match on `format`
+    /// is outside the block loop in each monomorphised copy.
+    ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `w` holds `a.d.len()` blocks of `format`
-    /// and `a.qs` 32 values per block.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot(format: DotFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
-        let bytes = format.block_bytes();
-        let blocks = a.d.len();
-        assert!(w.len() >= blocks * bytes && a.qs.len() >= blocks * Q8_BLOCK);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        let mut offsets = 0.0f32;
-        for b in 0..blocks {
-            let wb = &w[b * bytes..(b + 1) * bytes];
-            // SAFETY: block `b` of `a.qs` is in bounds (asserted above).
-            let aq =
-                unsafe { _mm256_loadu_si256(a.qs.as_ptr().add(b * Q8_BLOCK) as *const __m256i) };
-            let scale = half_at(wb, 0) * a.d[b];
-            let pairs = match format {
-                DotFormat::Q4_0 | DotFormat::Q4_1 => {
-                    // SAFETY: the block's last 16 bytes are its nibbles.
-                    let wq = unsafe { nibbles(wb.as_ptr().add(bytes - 16)) };
-                    _mm256_maddubs_epi16(wq, aq)
-                }
-                DotFormat::Q8_0 => {
-                    // SAFETY: bytes 2..34 of the block are its 32 values.
-                    let wq = unsafe { _mm256_loadu_si256(wb.as_ptr().add(2) as *const __m256i) };
-                    // |w| · (a with w's sign) = w · a, with the unsigned
-                    // operand first as maddubs needs.
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(aq, wq))
-                }
-            };
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), sums, acc);
+    /// The CPU has AVX2, FMA and F16C; `w` holds as many blocks of
+    /// `format` as every row of `a` (checked by the callers).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot<const R: usize>(
+        format: DotFormat,
+        w: &[u8],
+        a: [Q8Row<'_>; R],
+    ) -> [f32; R] {
+        // SAFETY: forwarded contract; each arm reads the blocks that
+        // `check` found in `w` and `a`.
+        unsafe {
             match format {
-                DotFormat::Q4_0 => offsets -= 8.0 * scale * a.sums[b] as f32,
-                DotFormat::Q4_1 => offsets += half_at(wb, 2) * a.d[b] * a.sums[b] as f32,
-                DotFormat::Q8_0 => {}
+                DotFormat::Q4_0 => rows::<R, 0>(w, a),
+                DotFormat::Q4_1 => rows::<R, 1>(w, a),
+                DotFormat::Q8_0 => rows::<R, 2>(w, a),
             }
         }
-        hsum(acc) + offsets
+    }
+
+    /// The block loop of [`dot`] for one format (`F`: 0 Q4_0, 1 Q4_1,
+    /// 2 Q8_0).
+    ///
+    /// # Safety
+    /// As [`dot`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn rows<const R: usize, const F: u8>(w: &[u8], a: [Q8Row<'_>; R]) -> [f32; R] {
+        let bytes = [18usize, 20, 34][F as usize];
+        let blocks = a[0].d.len();
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut offsets = [0.0f32; R];
+        let wp = w.as_ptr();
+        for b in 0..blocks {
+            // SAFETY: block `b` of `w` (its `bytes` bytes) and of each
+            // activation row (32 values, one scale and sum) is in bounds:
+            // the callers checked the lengths.
+            unsafe {
+                let wb = wp.add(b * bytes);
+                let (d, m) = halves(wb);
+                // The weights as bytes in element order: unsigned nibbles,
+                // or for Q8_0 their absolute values (the signs go to the
+                // activations).
+                let wq = if F == 2 {
+                    _mm256_loadu_si256(wb.add(2) as *const __m256i)
+                } else {
+                    let raw = _mm_loadu_si128(wb.add(bytes - 16) as *const __m128i);
+                    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low)
+                };
+                let wu = if F == 2 { _mm256_sign_epi8(wq, wq) } else { wq };
+                for r in 0..R {
+                    let row = &a[r];
+                    let aq =
+                        _mm256_loadu_si256(row.qs.as_ptr().add(b * Q8_BLOCK) as *const __m256i);
+                    let aq = if F == 2 { _mm256_sign_epi8(aq, wq) } else { aq };
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, aq), ones);
+                    let scale = _mm256_set1_ps(d * *row.d.get_unchecked(b));
+                    acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r]);
+                    let s = *row.sums.get_unchecked(b);
+                    match F {
+                        0 => offsets[r] -= 8.0 * d * s,
+                        1 => offsets[r] += m * s,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]) + offsets[r];
+        }
+        out
     }
 }
 
@@ -190,7 +264,7 @@ mod tests {
             bytes.extend(d.to_bits().to_le_bytes());
             match format {
                 DotFormat::Q8_0 => {
-                    let qs: Vec<i8> = (0..32).map(|_| (next() % 255) as i32 as i8).collect();
+                    let qs: Vec<i8> = (0..32).map(|_| (next() % 256) as u8 as i8).collect();
                     bytes.extend(qs.iter().map(|&q| q as u8));
                     values.extend(qs.iter().map(|&q| d.to_f32() * q as f32));
                 }
@@ -217,28 +291,31 @@ mod tests {
         for format in [DotFormat::Q4_0, DotFormat::Q4_1, DotFormat::Q8_0] {
             let n = 7;
             let (w, values) = blocks(format, n, 3);
-            let x: Vec<f32> = (0..n * 32)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.3)
+            let x: Vec<f32> = (0..4 * n * 32)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.3 + (i / 200) as f32)
                 .collect();
-            let a = Q8Rows::quantize(&x, 1, n * 32);
-            let row = a.row(0);
-            // The exact product of the dequantized weights with the
-            // quantized activations.
-            let mut exact = 0.0f64;
-            for (i, &v) in values.iter().enumerate() {
-                exact += v as f64 * row.d[i / 32] as f64 * row.qs[i] as f64;
+            let a = Q8Rows::quantize(&x, 4, n * 32);
+            let four = dot4(format, &w, [a.row(0), a.row(1), a.row(2), a.row(3)]);
+            for r in 0..4 {
+                let row = a.row(r);
+                // The exact product of the dequantized weights with the
+                // quantized activations.
+                let mut exact = 0.0f64;
+                for (i, &v) in values.iter().enumerate() {
+                    exact += v as f64 * row.d[i / 32] as f64 * row.qs[i] as f64;
+                }
+                let tol = 1e-4 * exact.abs().max(1.0);
+                for (path, got) in [
+                    ("portable", dot_portable(format, &w, row)),
+                    ("dot", dot(format, &w, row)),
+                    ("dot4", four[r]),
+                ] {
+                    assert!(
+                        (got as f64 - exact).abs() < tol,
+                        "{format:?} {path} row {r}: {got} vs {exact}"
+                    );
+                }
             }
-            let portable = dot_portable(format, &w, row);
-            let fast = dot(format, &w, row);
-            let tol = 1e-4 * exact.abs().max(1.0);
-            assert!(
-                (portable as f64 - exact).abs() < tol,
-                "{format:?}: {portable} vs {exact}"
-            );
-            assert!(
-                (fast as f64 - exact).abs() < tol,
-                "{format:?}: {fast} vs {exact}"
-            );
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{dot, DotFormat};
+use super::dot::{dot, dot4, DotFormat};
 use super::q8_rows::Q8Rows;
 
 /// Multiply-adds below which the product stays on the calling thread.
@@ -39,8 +39,19 @@ pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32
         for (i, out_row) in part.chunks_exact_mut(m).enumerate() {
             let r = first + i;
             let wr = &w[r * row_bytes..(r + 1) * row_bytes];
-            for (k, o) in out_row.iter_mut().enumerate() {
-                *o = dot(format, wr, a.row(k));
+            // Four activation rows at a time share each unpacked block.
+            let mut k = 0;
+            while k + 4 <= m {
+                let four = dot4(
+                    format,
+                    wr,
+                    [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
+                );
+                out_row[k..k + 4].copy_from_slice(&four);
+                k += 4;
+            }
+            for (j, o) in out_row.iter_mut().enumerate().skip(k) {
+                *o = dot(format, wr, a.row(j));
             }
         }
     };

@@ -2,10 +2,12 @@
 //! quantized matrix product (llama.cpp's `block_q8_0`/`block_q8_1`: one
 //! scale per block, `x ≈ d·q` with `q` in `[-127, 127]`).
 //!
-//! Each block also keeps the sum of its `q`s: a 4-bit weight format with an
-//! offset (Q4_1's `m`, or Q4_0's implied `-8`) needs `Σ q` to turn the
-//! integer dot product of the raw nibbles into the dot product of the
-//! values, without a second pass over the block.
+//! Each block also keeps `d · Σ q` (llama.cpp's `s`): a 4-bit weight
+//! format with an offset (Q4_1's `m`, or Q4_0's implied `-8`) needs it to
+//! turn the integer dot product of the raw nibbles into the dot product of
+//! the values, without a second pass over the block.
+
+use half::f16;
 
 /// The elements one activation block scales together.
 pub const Q8_BLOCK: usize = 32;
@@ -17,7 +19,7 @@ pub struct Q8Rows {
     rows: usize,
     blocks: usize,
     d: Vec<f32>,
-    sums: Vec<i32>,
+    sums: Vec<f32>,
     qs: Vec<i8>,
 }
 
@@ -35,7 +37,7 @@ impl Q8Rows {
             rows,
             blocks,
             d: vec![0.0; n],
-            sums: vec![0; n],
+            sums: vec![0.0; n],
             qs: vec![0; rows * cols],
         };
         for (((xb, qb), d), sum) in x
@@ -53,8 +55,11 @@ impl Q8Rows {
                 *q = (v * inv).round() as i8;
                 s += *q as i32;
             }
-            *d = scale;
-            *sum = s;
+            // Stored as llama.cpp stores them, in f16 (the values were
+            // quantized with the exact scale): products then match its
+            // kernels' to the rounding of their own f32 sums.
+            *d = f16::from_f32(scale).to_f32();
+            *sum = f16::from_f32(scale * s as f32).to_f32();
         }
         out
     }
@@ -85,8 +90,8 @@ impl Q8Rows {
 pub struct Q8Row<'a> {
     /// Scale of each block.
     pub d: &'a [f32],
-    /// `Σ q` of each block.
-    pub sums: &'a [i32],
+    /// `d · Σ q` of each block.
+    pub sums: &'a [f32],
     /// The quantized values, 32 per block.
     pub qs: &'a [i8],
 }
@@ -103,15 +108,18 @@ mod tests {
         for b in 0..2 {
             let xb = &x[b * 32..(b + 1) * 32];
             let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            assert_eq!(row.d[b], amax / 127.0);
+            assert_eq!(row.d[b], f16::from_f32(amax / 127.0).to_f32());
             let qb = &row.qs[b * 32..(b + 1) * 32];
-            assert_eq!(qb.iter().map(|&v| v as i32).sum::<i32>(), row.sums[b]);
+            assert_eq!(
+                row.d[b] * qb.iter().map(|&v| v as i32).sum::<i32>() as f32,
+                row.sums[b]
+            );
             assert!(qb.iter().any(|&v| v.abs() == 127));
             for (&v, &qv) in xb.iter().zip(qb) {
-                assert!((v - row.d[b] * qv as f32).abs() <= row.d[b] * 0.5 + 1e-6);
+                assert!((v - row.d[b] * qv as f32).abs() <= row.d[b] * 0.51 + 1e-6);
             }
         }
         let zeros = Q8Rows::quantize(&[0.0; 32], 1, 32);
-        assert_eq!((zeros.row(0).d[0], zeros.row(0).sums[0]), (0.0, 0));
+        assert_eq!((zeros.row(0).d[0], zeros.row(0).sums[0]), (0.0, 0.0));
     }
 }

@@ -20,10 +20,13 @@
 //! head), with a causal mask aligned to the last key when several new
 //! positions attend to a cache.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
-use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, RMSNorm};
+use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, QuantizedLinear, RMSNorm};
 use crate::ops::nn::SdpaOptions;
+use crate::quant::QMatrix;
 use crate::tensor::{DType, Tensor};
 
 /// The sizes and settings of a [`Llama`] (Hugging Face's `LlamaConfig`
@@ -100,6 +103,11 @@ pub struct LlamaAttention {
     k_proj: AnyLinear,
     v_proj: AnyLinear,
     o_proj: AnyLinear,
+    /// Quantized query, key and value weights stacked in one matrix (the
+    /// three projections are views of it): one product, one quantization
+    /// of the input, one trip to the thread pool.
+    #[module(skip)]
+    qkv: Option<Arc<QMatrix>>,
 }
 
 /// The SwiGLU feed-forward: `down(silu(gate(x)) · up(x))`.
@@ -108,6 +116,49 @@ pub struct LlamaMlp {
     gate_proj: AnyLinear,
     up_proj: AnyLinear,
     down_proj: AnyLinear,
+    /// Quantized gate and up weights stacked, as `qkv`.
+    #[module(skip)]
+    gate_up: Option<Arc<QMatrix>>,
+}
+
+/// Stacks the weights of projections that read the same input when all
+/// are quantized in one format, and makes each a view of the stack.
+fn stack(parts: &mut [&mut AnyLinear]) -> Result<Option<Arc<QMatrix>>> {
+    let weights: Option<Vec<Arc<QMatrix>>> = parts
+        .iter()
+        .map(|p| match p {
+            AnyLinear::Quantized(q) => Some(q.weight().clone()),
+            AnyLinear::Dense(_) => None,
+        })
+        .collect();
+    let Some(weights) = weights else {
+        return Ok(None);
+    };
+    let refs: Vec<&QMatrix> = weights.iter().map(|w| w.as_ref()).collect();
+    if refs.iter().any(|w| w.ggml_type() != refs[0].ggml_type()) {
+        return Ok(None);
+    }
+    let stacked = QMatrix::try_stack_rows(&refs)?;
+    let mut first = 0;
+    for p in parts.iter_mut() {
+        let rows = p.out_features();
+        **p = AnyLinear::Quantized(QuantizedLinear::new(stacked.try_rows(first, rows)?));
+        first += rows;
+    }
+    Ok(Some(Arc::new(stacked)))
+}
+
+/// The parts of a stacked product's output, split along the last dim.
+fn split_last<'g>(y: &Var<'g>, sizes: &[usize]) -> Result<Vec<Var<'g>>> {
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&n| {
+            let part = y.try_narrow(-1, start as isize, n)?;
+            start += n;
+            Ok(part)
+        })
+        .collect()
 }
 
 /// One decoder layer: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
@@ -162,16 +213,44 @@ pub struct LlamaLayerWeights {
 
 /// Keys and values of the positions seen so far, per layer, for
 /// generation ([`Llama::forward_cached`]).
-#[derive(Clone, Debug, Default)]
+///
+/// By default the cache rounds keys and values to f16 as it stores them,
+/// as llama.cpp's does (the new positions attend to their rounded keys
+/// too): the quantized path then follows llama.cpp's arithmetic.
+/// [`exact`](Self::exact) keeps them in f32, so that generation gives the
+/// logits of the whole sequence at once.
+#[derive(Clone, Debug)]
 pub struct LlamaCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    half: bool,
 }
 
+impl Default for LlamaCache {
+    fn default() -> Self {
+        LlamaCache {
+            layers: Vec::new(),
+            len: 0,
+            half: true,
+        }
+    }
+}
+
+/// One layer's cached keys and values, and whether they are rounded to f16.
+type Slot<'a> = (&'a mut Option<(Tensor, Tensor)>, bool);
+
 impl LlamaCache {
-    /// An empty cache.
+    /// An empty cache rounding keys and values to f16 (llama.cpp's).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache keeping keys and values in f32.
+    pub fn exact() -> Self {
+        LlamaCache {
+            half: false,
+            ..Self::default()
+        }
     }
 
     /// Positions held.
@@ -269,7 +348,7 @@ impl Llama {
         let layers = layers
             .into_iter()
             .enumerate()
-            .map(|(i, w)| {
+            .map(|(i, mut w)| {
                 let f = config.intermediate_size;
                 for (name, l, rows, cols) in [
                     ("q_proj", &w.q_proj, q_rows, d),
@@ -282,17 +361,21 @@ impl Llama {
                 ] {
                     check_linear(&format!("model.layers.{i}.{name}"), l, rows, cols)?;
                 }
+                let qkv = stack(&mut [&mut w.q_proj, &mut w.k_proj, &mut w.v_proj])?;
+                let gate_up = stack(&mut [&mut w.gate_proj, &mut w.up_proj])?;
                 Ok(LlamaDecoderLayer {
                     self_attn: LlamaAttention {
                         q_proj: w.q_proj,
                         k_proj: w.k_proj,
                         v_proj: w.v_proj,
                         o_proj: w.o_proj,
+                        qkv,
                     },
                     mlp: LlamaMlp {
                         gate_proj: w.gate_proj,
                         up_proj: w.up_proj,
                         down_proj: w.down_proj,
+                        gate_up,
                     },
                     input_layernorm: norm(eps, &w.input_layernorm)?,
                     post_attention_layernorm: norm(eps, &w.post_attention_layernorm)?,
@@ -344,7 +427,9 @@ impl Llama {
     /// Logits of the next token after `tokens`, given the keys and values
     /// of the positions before them in `cache` (which then holds these
     /// too): `[1, vocab]` for the last position only when `last_only`,
-    /// else `[positions, vocab]`. The generation forward.
+    /// else `[positions, vocab]`. The generation forward: it records no
+    /// gradients (the logits are a constant of `graph`), and frees each
+    /// layer's intermediate values as it goes.
     pub fn forward_cached<'g>(
         &self,
         graph: &'g Graph,
@@ -385,13 +470,27 @@ impl Llama {
             cache.layers = vec![None; self.model.layers.len()];
         }
         let mask = causal_mask(c.num_attention_heads / c.num_key_value_heads, t, past)?;
-        for (i, layer) in self.model.layers.iter().enumerate() {
-            let slot = cache.as_mut().map(|k| &mut k.layers[i]);
-            let h = layer.input_layernorm.forward(&x)?;
-            let a = layer.self_attn.forward(c, &h, past, slot, mask.as_ref())?;
-            x = x.try_add(&a)?;
-            let h = layer.post_attention_layernorm.forward(&x)?;
-            x = x.try_add(&layer.mlp.forward(&h)?)?;
+        match cache.as_mut() {
+            // Generation records no gradients: each layer runs in a graph
+            // of its own, so its intermediate values are freed as soon as
+            // it is done instead of living until the caller's graph goes.
+            Some(cache) => {
+                let mut h = x.value().clone();
+                let half = cache.half;
+                for (layer, slot) in self.model.layers.iter().zip(&mut cache.layers) {
+                    let g = Graph::new();
+                    h = layer
+                        .forward(c, &g.constant(h), past, Some((slot, half)), mask.as_ref())?
+                        .value()
+                        .clone();
+                }
+                x = graph.constant(h);
+            }
+            None => {
+                for layer in &self.model.layers {
+                    x = layer.forward(c, &x, past, None, mask.as_ref())?;
+                }
+            }
         }
         if let Some(cache) = cache {
             cache.len = past + t;
@@ -422,13 +521,29 @@ fn causal_mask(group: usize, t: usize, past: usize) -> Result<Option<Tensor>> {
     Ok(Some(Tensor::from_vec(m, &[group * t, s])?))
 }
 
+impl LlamaDecoderLayer {
+    fn forward<'g>(
+        &self,
+        c: &LlamaConfig,
+        x: &Var<'g>,
+        past: usize,
+        cache: Option<Slot<'_>>,
+        mask: Option<&Tensor>,
+    ) -> Result<Var<'g>> {
+        let h = self.input_layernorm.forward(x)?;
+        let x = x.try_add(&self.self_attn.forward(c, &h, past, cache, mask)?)?;
+        let h = self.post_attention_layernorm.forward(&x)?;
+        x.try_add(&self.mlp.forward(&h)?)
+    }
+}
+
 impl LlamaAttention {
     fn forward<'g>(
         &self,
         c: &LlamaConfig,
         x: &Var<'g>,
         past: usize,
-        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        cache: Option<Slot<'_>>,
         mask: Option<&Tensor>,
     ) -> Result<Var<'g>> {
         let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
@@ -440,11 +555,31 @@ impl LlamaAttention {
         let heads = |v: Var<'g>, n: isize| -> Result<Var<'g>> {
             v.try_reshape(&[b, t, n, hd])?.try_transpose(1, 2)
         };
-        let q = heads(self.q_proj.forward(x)?, h)?.try_rotary_embedding(c.rope_theta, past)?;
-        let mut k = heads(self.k_proj.forward(x)?, kv)?.try_rotary_embedding(c.rope_theta, past)?;
-        let mut v = heads(self.v_proj.forward(x)?, kv)?;
-        if let Some(slot) = cache {
+        let (q, k, v) = match &self.qkv {
+            Some(w) => {
+                let y = x.try_quantized_matmul(w)?;
+                let parts = split_last(
+                    &y,
+                    &[(h * hd) as usize, (kv * hd) as usize, (kv * hd) as usize],
+                )?;
+                (parts[0].clone(), parts[1].clone(), parts[2].clone())
+            }
+            None => (
+                self.q_proj.forward(x)?,
+                self.k_proj.forward(x)?,
+                self.v_proj.forward(x)?,
+            ),
+        };
+        let q = heads(q, h)?.try_rotary_embedding(c.rope_theta, past)?;
+        let mut k = heads(k, kv)?.try_rotary_embedding(c.rope_theta, past)?;
+        let mut v = heads(v, kv)?;
+        if let Some((slot, half)) = cache {
             let graph = x.graph();
+            if half {
+                let round = |t: &Tensor| t.to_dtype(DType::F16).to_dtype(DType::F32);
+                k = graph.constant(round(k.value()));
+                v = graph.constant(round(v.value()));
+            }
             if let Some((pk, pv)) = slot.as_ref() {
                 let (pk, pv) = (graph.constant(pk.clone()), graph.constant(pv.clone()));
                 k = Var::try_cat(&[&pk, &k], 2)?;
@@ -469,8 +604,15 @@ impl LlamaAttention {
 
 impl LlamaMlp {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let gate = self.gate_proj.forward(x)?.try_silu()?;
-        self.down_proj
-            .forward(&gate.try_mul(&self.up_proj.forward(x)?)?)
+        let (gate, up) = match &self.gate_up {
+            Some(w) => {
+                let y = x.try_quantized_matmul(w)?;
+                let f = self.gate_proj.out_features();
+                let parts = split_last(&y, &[f, f])?;
+                (parts[0].clone(), parts[1].clone())
+            }
+            None => (self.gate_proj.forward(x)?, self.up_proj.forward(x)?),
+        };
+        self.down_proj.forward(&gate.try_silu()?.try_mul(&up)?)
     }
 }
