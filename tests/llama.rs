@@ -124,3 +124,59 @@ fn the_gguf_of_the_same_model_gives_the_same_logits() {
         assert!(err < 1e-5, "sequence {i}: worst logit difference {err}");
     }
 }
+
+#[test]
+fn a_model_saves_as_the_gguf_llama_cpp_reads() {
+    use retrograd::gguf::GgufFile;
+    use retrograd::hub::{GgufSaveOptions, WeightPrecision};
+    use retrograd::quant::GgmlType;
+    let folder = Llama::from_pretrained(reference("llama_tiny")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    folder.save_gguf(&path, GgufSaveOptions::default()).unwrap();
+    // Every tensor holds the bytes llama.cpp's converter wrote for the same
+    // weights (tests/reference/llama_tiny.gguf: names, shapes, the query
+    // and key rows permuted).
+    let (ours, theirs) = (
+        GgufFile::open(&path),
+        GgufFile::open(reference("llama_tiny.gguf")),
+    );
+    assert_eq!(ours.tensors().len(), theirs.tensors().len());
+    for t in theirs.tensors() {
+        let mine = ours.tensor_info(&t.name);
+        assert_eq!((mine.shape(), mine.ty), (t.shape(), t.ty), "{}", t.name);
+        assert!(
+            ours.tensor_bytes(mine) == theirs.tensor_bytes(t),
+            "{} differs",
+            t.name
+        );
+    }
+    // Quantized on the way out: the reloaded blocks save back unchanged.
+    let q8 = dir.path().join("tiny_q8.gguf");
+    let options = GgufSaveOptions {
+        quantize: Some(GgmlType::Q8_0),
+        ..Default::default()
+    };
+    folder.save_gguf(&q8, options).unwrap();
+    let model = Llama::from_gguf(&GgufFile::open(&q8), WeightPrecision::Quantized).unwrap();
+    let again = dir.path().join("again.gguf");
+    model.save_gguf(&again, GgufSaveOptions::default()).unwrap();
+    let (a, b) = (GgufFile::open(&q8), GgufFile::open(&again));
+    for t in a.tensors() {
+        assert!(
+            a.tensor_bytes(t) == b.tensor_bytes(b.tensor_info(&t.name)),
+            "{} changed",
+            t.name
+        );
+    }
+    let (ids, want) = ids_and_logits(0);
+    let g = Graph::new();
+    let got = model
+        .forward(&g, &ids, 1)
+        .unwrap()
+        .value()
+        .to_vec::<f32>()
+        .unwrap();
+    let err = worst(&got, &want);
+    assert!(err < 0.05, "Q8_0 logits differ from f32 by {err}");
+}

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gguf::{GgufFile, GgufTensorInfo};
+use crate::gguf::{GgufFile, GgufTensorInfo, GgufWriter};
 use crate::nn::{
     AnyEmbedding, AnyLinear, Embedding, Linear, Llama, LlamaConfig, LlamaLayerWeights, Parameter,
     QuantizedLinear,
 };
-use crate::quant::QMatrix;
+use crate::quant::{GgmlType, QMatrix};
 use crate::tensor::Tensor;
 
 const OP: &str = "Llama::from_gguf";
@@ -273,5 +273,131 @@ impl Llama {
         }
         let norm = r.vector("output_norm.weight", d)?;
         Llama::from_weights(c, embed, layers, &norm, lm_head)
+    }
+}
+
+/// What [`Llama::save_gguf`] writes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GgufSaveOptions<'a> {
+    /// The format of the f32 weight matrices (`None`: F32); weights that
+    /// are already quantized are written in their own blocks as they are.
+    /// Norms are always F32.
+    pub quantize: Option<GgmlType>,
+    /// A GGUF file whose tokenizer (`tokenizer.*` keys) the saved file
+    /// carries; without one the file says `tokenizer.ggml.model = none`,
+    /// which llama.cpp loads with a placeholder vocabulary.
+    pub tokenizer_from: Option<&'a GgufFile>,
+}
+
+impl Llama {
+    /// Writes the model as a GGUF file of the `llama` architecture that
+    /// llama.cpp loads: its metadata, llama.cpp's tensor names, the query
+    /// and key rows permuted into llama.cpp's rotary order, f32 matrices
+    /// quantized as `options` says. Written atomically (a temporary file
+    /// renamed into place).
+    pub fn save_gguf(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        options: GgufSaveOptions<'_>,
+    ) -> Result<()> {
+        let c = self.config();
+        let mut w = GgufWriter::new();
+        w.try_add_metadata("general.architecture", "llama")?;
+        w.try_add_metadata("general.name", "retrograd Llama")?;
+        let u32_of = |n: usize| {
+            u32::try_from(n).map_err(|_| Error::invalid(OP, format!("{n} does not fit GGUF's u32")))
+        };
+        for (key, value) in [
+            ("llama.context_length", c.max_position_embeddings),
+            ("llama.embedding_length", c.hidden_size),
+            ("llama.block_count", c.num_hidden_layers),
+            ("llama.feed_forward_length", c.intermediate_size),
+            ("llama.attention.head_count", c.num_attention_heads),
+            ("llama.attention.head_count_kv", c.num_key_value_heads),
+            ("llama.rope.dimension_count", c.head_dim),
+            ("llama.attention.key_length", c.head_dim),
+            ("llama.attention.value_length", c.head_dim),
+            ("llama.vocab_size", c.vocab_size),
+        ] {
+            w.try_add_metadata(key, u32_of(value)?)?;
+        }
+        w.try_add_metadata("llama.rope.freq_base", c.rope_theta as f32)?;
+        w.try_add_metadata(
+            "llama.attention.layer_norm_rms_epsilon",
+            c.rms_norm_eps as f32,
+        )?;
+        match options.tokenizer_from {
+            Some(source) => {
+                for (key, value) in source
+                    .metadata()
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("tokenizer."))
+                {
+                    w.try_add_metadata(key.clone(), value.clone())?;
+                }
+            }
+            None => w.try_add_metadata("tokenizer.ggml.model", "none")?,
+        }
+        let (embed, layers, norm, head) = self.weights();
+        let dense = |w: &mut GgufWriter, name: &str, t: &Tensor| -> Result<()> {
+            match options.quantize {
+                Some(ty) if ty != GgmlType::F32 => w.try_add_quantized_tensor(name, ty, t),
+                _ => w.try_add_f32_tensor(name, t),
+            }
+        };
+        let linear =
+            |w: &mut GgufWriter, name: &str, l: &AnyLinear, heads: Option<usize>| -> Result<()> {
+                match l {
+                    AnyLinear::Quantized(q) => {
+                        let mut m = q.weight().as_ref().clone();
+                        if let Some(n) = heads {
+                            let order = unpermute_order(n, c.head_dim);
+                            let mut inverse = vec![0; order.len()];
+                            for (hf, &ggml) in order.iter().enumerate() {
+                                inverse[ggml] = hf;
+                            }
+                            m = m.try_permute_rows(&inverse)?;
+                        }
+                        let [rows, cols] = m.shape();
+                        w.try_add_tensor(name, m.ggml_type(), &[rows, cols], m.bytes())
+                    }
+                    AnyLinear::Dense(d) => {
+                        let mut t = d.weight().value();
+                        if let Some(n) = heads {
+                            let [rows, cols] = [t.shape()[0], t.shape()[1]];
+                            t = t
+                                .reshape(&[n, 2, c.head_dim / 2, cols])?
+                                .transpose(1, 2)?
+                                .contiguous()
+                                .reshape(&[rows, cols])?;
+                        }
+                        dense(w, name, &t)
+                    }
+                }
+            };
+        match &embed {
+            AnyEmbedding::Quantized(q) => {
+                let [rows, cols] = q.shape();
+                w.try_add_tensor("token_embd.weight", q.ggml_type(), &[rows, cols], q.bytes())?;
+            }
+            AnyEmbedding::Dense(e) => dense(&mut w, "token_embd.weight", &e.weight().value())?,
+        }
+        for (i, l) in layers.iter().enumerate() {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            w.try_add_f32_tensor(n("attn_norm"), &l.input_layernorm)?;
+            linear(&mut w, &n("attn_q"), &l.q_proj, Some(c.num_attention_heads))?;
+            linear(&mut w, &n("attn_k"), &l.k_proj, Some(c.num_key_value_heads))?;
+            linear(&mut w, &n("attn_v"), &l.v_proj, None)?;
+            linear(&mut w, &n("attn_output"), &l.o_proj, None)?;
+            w.try_add_f32_tensor(n("ffn_norm"), &l.post_attention_layernorm)?;
+            linear(&mut w, &n("ffn_gate"), &l.gate_proj, None)?;
+            linear(&mut w, &n("ffn_up"), &l.up_proj, None)?;
+            linear(&mut w, &n("ffn_down"), &l.down_proj, None)?;
+        }
+        w.try_add_f32_tensor("output_norm.weight", &norm)?;
+        if let Some(h) = &head {
+            linear(&mut w, "output.weight", h, None)?;
+        }
+        w.try_write(path)
     }
 }

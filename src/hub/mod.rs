@@ -71,7 +71,7 @@ use crate::error::{Error, Result};
 
 pub use bert::bert_name_map;
 pub use config::{ModelConfig, CONFIG_FILE};
-pub use gguf_llama::{llama_config_of_gguf, WeightPrecision};
+pub use gguf_llama::{llama_config_of_gguf, GgufSaveOptions, WeightPrecision};
 pub use gpt2::gpt2_name_map;
 pub use name_map::{LoadReport, Loader, NameMap};
 #[cfg(feature = "tokenizers")]

@@ -296,7 +296,7 @@ mod tests {
                 .collect();
             let a = Q8Rows::quantize(&x, 4, n * 32);
             let four = dot4(format, &w, [a.row(0), a.row(1), a.row(2), a.row(3)]);
-            for r in 0..4 {
+            for (r, &from_four) in four.iter().enumerate() {
                 let row = a.row(r);
                 // The exact product of the dequantized weights with the
                 // quantized activations.
@@ -308,7 +308,7 @@ mod tests {
                 for (path, got) in [
                     ("portable", dot_portable(format, &w, row)),
                     ("dot", dot(format, &w, row)),
-                    ("dot4", four[r]),
+                    ("dot4", from_four),
                 ] {
                     assert!(
                         (got as f64 - exact).abs() < tol,

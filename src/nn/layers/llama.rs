@@ -73,20 +73,23 @@ impl LlamaConfig {
         }
         if self.num_attention_heads == 0
             || self.num_key_value_heads == 0
-            || self.num_attention_heads % self.num_key_value_heads != 0
+            || !self
+                .num_attention_heads
+                .is_multiple_of(self.num_key_value_heads)
         {
             return bad(format!(
                 "{} query heads cannot share {} key/value heads",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "head_dim must be even and positive, got {}",
                 self.head_dim
             ));
         }
-        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) || !(self.rms_norm_eps >= 0.0) {
+        let eps_ok = self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0;
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0 && eps_ok) {
             return bad(format!(
                 "rope_theta {} and rms_norm_eps {} must be positive",
                 self.rope_theta, self.rms_norm_eps
@@ -411,11 +414,47 @@ impl Llama {
         &self.config
     }
 
+    /// The model's weights as [`from_weights`](Self::from_weights) takes
+    /// them (shared, not copied: the embedding, each layer's weights, the
+    /// final norm's scale, the separate head if any), for savers.
+    pub fn weights(
+        &self,
+    ) -> (
+        AnyEmbedding,
+        Vec<LlamaLayerWeights>,
+        Tensor,
+        Option<AnyLinear>,
+    ) {
+        let scale = |n: &RMSNorm| n.weight().expect("Llama's norms are affine").value();
+        let layers = self
+            .model
+            .layers
+            .iter()
+            .map(|l| LlamaLayerWeights {
+                q_proj: l.self_attn.q_proj.clone(),
+                k_proj: l.self_attn.k_proj.clone(),
+                v_proj: l.self_attn.v_proj.clone(),
+                o_proj: l.self_attn.o_proj.clone(),
+                gate_proj: l.mlp.gate_proj.clone(),
+                up_proj: l.mlp.up_proj.clone(),
+                down_proj: l.mlp.down_proj.clone(),
+                input_layernorm: scale(&l.input_layernorm),
+                post_attention_layernorm: scale(&l.post_attention_layernorm),
+            })
+            .collect();
+        (
+            self.model.embed_tokens.clone(),
+            layers,
+            scale(&self.model.norm),
+            self.lm_head.clone(),
+        )
+    }
+
     /// Logits `[batch, positions, vocab]` of token ids `[batch, positions]`
     /// (row-major in `tokens`), every position attending to those before
     /// it: the training forward.
     pub fn forward<'g>(&self, graph: &'g Graph, tokens: &[usize], batch: usize) -> Result<Var<'g>> {
-        if batch == 0 || tokens.len() % batch != 0 {
+        if batch == 0 || !tokens.len().is_multiple_of(batch) {
             return Err(Error::invalid(
                 "Llama::forward",
                 format!("{} tokens do not split into {batch} rows", tokens.len()),

@@ -58,7 +58,10 @@ impl RotaryEmbedding {
             ));
         }
         let shape = x.shape();
-        if shape.len() < 2 || shape[shape.len() - 1] % 2 != 0 || shape[shape.len() - 1] == 0 {
+        if shape.len() < 2
+            || !shape[shape.len() - 1].is_multiple_of(2)
+            || shape[shape.len() - 1] == 0
+        {
             return Err(Error::invalid(
                 OP,
                 format!("the input must be [..., positions, D] with D even and > 0, got {shape:?}"),
