@@ -3,7 +3,10 @@
 //! f16/bf16 converted on load), their tokenizers (`tokenizer.json`,
 //! through Hugging Face's own `tokenizers` crate: feature `tokenizers`,
 //! on by default), BERT encoders and sentence-transformers pipelines, and
-//! GPT-2 checkpoints in and out of [`Gpt`](crate::nn::Gpt).
+//! GPT-2 checkpoints in and out of [`Gpt`](crate::nn::Gpt); Llama-family
+//! models ([`Llama`](crate::nn::Llama)) from `LlamaForCausalLM` folders
+//! and from GGUF files, saved back as GGUF, with the tokenizer a GGUF file
+//! carries.
 //!
 //! Models keep Hugging Face's parameter names as their state-dict keys, so
 //! loading is a [`NameMap`] (prefixes, tensors to ignore, and for GPT-2
@@ -49,7 +52,15 @@
 //! `SentenceTransformer` (`sentence.rs`: `modules.json`'s Transformer,
 //! Pooling (mean, CLS, max, mean-sqrt-len) and Normalize; `encode` sorts by
 //! length and batches as sentence-transformers does, then runs each batch's
-//! real tokens packed, `BertModel::forward_packed`, instead of padded)
+//! real tokens packed, `BertModel::forward_packed`, instead of padded),
+//! `Llama::from_pretrained` (`llama.rs`: Hugging Face's names, every
+//! weight a trainable f32 parameter), `Llama::from_gguf` and `save_gguf`
+//! (`gguf_llama.rs`: the `llama.*` metadata, llama.cpp's tensor names,
+//! quantized weights kept in their blocks from the memory map, the
+//! query/key rows of llama.cpp's rotary order put back and out), and
+//! `Tokenizer::from_gguf` (`gguf_tokenizer.rs`: byte-level BPE from a GGUF
+//! vocabulary through the `tokenizers` crate, llama.cpp's pre-tokenizers
+//! by name)
 
 mod bert;
 mod config;

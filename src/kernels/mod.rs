@@ -10,7 +10,8 @@
 //! tensor into `Error::NotFloat` naming the op; kernels that only move or
 //! compare elements (layout copies, gathers, [`mask`]) take all four dtypes.
 //!
-//! Where things are: the loops: `elementwise.rs` (map, zip with
+//! Where things are: `quant/` (the quantized matrix product: 8-bit
+//! activations and integer dot products per block), the loops: `elementwise.rs` (map, zip with
 //! broadcasting), `reduce.rs` (pairwise sums, axis sums, `sum_to_shape`),
 //! `functors.rs` (the `UnaryFn`/`BinaryFn` traits), `parallel.rs` (rayon
 //! threshold, and `for_each_part`: an output split into parts on the pool),

@@ -33,7 +33,11 @@
 //! `FeedForward`), `gpt.rs` (`Gpt`, nanoGPT's model with tied embeddings
 //! and GPT-2 initialisation, `loss`, `generate` with temperature and top-k
 //! on the inference graph; `GptConfig` with its checkpoint-metadata
-//! string).
+//! string), `llama.rs` (`Llama`: RMS norm, rotary embeddings,
+//! grouped-query attention, SwiGLU, tied or separate head, Hugging Face's
+//! names; `LlamaCache`, the key/value cache of generation); weights that
+//! are trainable or frozen in blocks: `quantized_linear.rs`
+//! (`QuantizedLinear`, `AnyLinear`, `AnyEmbedding`).
 
 mod buffer;
 mod default_generator;

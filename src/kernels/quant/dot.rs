@@ -299,12 +299,15 @@ mod tests {
             for (r, &from_four) in four.iter().enumerate() {
                 let row = a.row(r);
                 // The exact product of the dequantized weights with the
-                // quantized activations.
-                let mut exact = 0.0f64;
+                // quantized activations; the block sums are stored in f16
+                // as llama.cpp stores them, so allow their rounding.
+                let (mut exact, mut size) = (0.0f64, 0.0f64);
                 for (i, &v) in values.iter().enumerate() {
-                    exact += v as f64 * row.d[i / 32] as f64 * row.qs[i] as f64;
+                    let term = v as f64 * row.d[i / 32] as f64 * row.qs[i] as f64;
+                    exact += term;
+                    size += term.abs();
                 }
-                let tol = 1e-4 * exact.abs().max(1.0);
+                let tol = 2e-3 * size.max(1.0);
                 for (path, got) in [
                     ("portable", dot_portable(format, &w, row)),
                     ("dot", dot(format, &w, row)),

@@ -110,13 +110,12 @@ mod tests {
             let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             assert_eq!(row.d[b], f16::from_f32(amax / 127.0).to_f32());
             let qb = &row.qs[b * 32..(b + 1) * 32];
-            assert_eq!(
-                row.d[b] * qb.iter().map(|&v| v as i32).sum::<i32>() as f32,
-                row.sums[b]
-            );
+            let exact_sum = (amax / 127.0) * qb.iter().map(|&v| v as i32).sum::<i32>() as f32;
+            assert_eq!(f16::from_f32(exact_sum).to_f32(), row.sums[b]);
             assert!(qb.iter().any(|&v| v.abs() == 127));
             for (&v, &qv) in xb.iter().zip(qb) {
-                assert!((v - row.d[b] * qv as f32).abs() <= row.d[b] * 0.51 + 1e-6);
+                // Half a step, and the f16 rounding of the scale over 127 steps.
+                assert!((v - row.d[b] * qv as f32).abs() <= row.d[b] * 0.6 + 1e-6);
             }
         }
         let zeros = Q8Rows::quantize(&[0.0; 32], 1, 32);

@@ -2,7 +2,8 @@
 //! `cross_entropy`, `nll_loss`, `mse_loss`,
 //! `binary_cross_entropy_with_logits`, `dropout`, `layer_norm`,
 //! `embedding`, `batch_norm`, `group_norm`, `rms_norm`, convolutions,
-//! poolings, `scaled_dot_product_attention`, and the fused backward ops that
+//! poolings, `scaled_dot_product_attention`, `rotary_embedding`,
+//! `quantized_matmul`, and the fused backward ops that
 //! keep their gradients to one kernel pass while staying differentiable
 //! themselves. Every op here is a [`StructuredOp`](crate::ops::StructuredOp).
 //!
@@ -31,6 +32,11 @@
 //!   one derivative rule and forward of the three bilinear products, each
 //!   the others' derivative (`conv_products.rs`); `spatial.rs`: `Spatial` ("int or tuple") and
 //!   `Window`, the output size of a sliding window, shared with pooling;
+//! - language models: `rotary.rs` (`rotary_embedding`, Hugging Face's
+//!   convention; its derivative is the opposite rotation),
+//!   `quantized_matmul.rs` (`x · Wᵀ` with a frozen [`QMatrix`](crate::quant::QMatrix)
+//!   and its derivative `g · W`; not in the registry: an instance holds its
+//!   weight);
 //! - pooling: `pool/`, one file per op and one line per file in its
 //!   `with_poolings!` list (its module docs say what follows from it);
 //! - attention: `attention.rs` (`SdpaOptions`, `AttnMask`: additive float
@@ -130,6 +136,7 @@ mod tests {
             "group_norm",
             "rms_norm",
             "rms_norm_backward",
+            "rotary_embedding",
             "scaled_dot_product_attention",
             "scaled_dot_product_attention_backward",
         ] {
