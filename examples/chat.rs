@@ -232,43 +232,28 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// `prompt processing` (a 512-token prompt from an empty cache) and
-/// `generation` (128 greedy tokens after a 32-token prompt, the decode
-/// steps only), each the median of 3 runs.
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        sampling: Sampling::greedy(),
+        stop: vec![],
+    }
+}
+
+/// `load` (file to the first token of a one-token prompt), `prompt
+/// processing` (a 512-token prompt from an empty cache) and `generation`
+/// (128 greedy tokens after a 32-token prompt, the decode steps only), the
+/// last two the median of 3 runs: the lines `bench/llama_cpp_bench.py`
+/// prints for llama.cpp.
 fn bench(chat: &ChatModel, loading: Instant) -> Result<()> {
     let ids = chat.encode(&TEXT.repeat(40))?;
-    let first = Instant::now();
-    chat.generate(
-        &ids[..32],
-        &GenerateOptions {
-            max_tokens: 1,
-            sampling: Sampling::greedy(),
-            stop: vec![],
-        },
-        &mut Session::new(),
-        |_| true,
-    )?;
-    let load = loading.elapsed().as_secs_f64() - first.elapsed().as_secs_f64()
-        + first.elapsed().as_secs_f64();
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
+    chat.generate(&ids[..1], &greedy(1), &mut Session::new(), |_| true)?;
+    let load = loading.elapsed().as_secs_f64();
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
     for _ in 0..3 {
-        let options = GenerateOptions {
-            max_tokens: 1,
-            sampling: Sampling::greedy(),
-            stop: vec![],
-        };
-        let g = chat.generate(&ids[..512], &options, &mut Session::new(), |_| true)?;
+        let g = chat.generate(&ids[..512], &greedy(1), &mut Session::new(), |_| true)?;
         pp.push(512.0 / g.prompt_seconds);
-        // Generation never stops early: no end-of-turn token can end it.
-        let options = GenerateOptions {
-            max_tokens: 128,
-            sampling: Sampling::greedy(),
-            stop: vec![],
-        };
-        let mut session = Session::new();
-        let g = generate_exactly(chat, &ids[..32], &options, &mut session)?;
-        tg.push(g);
+        tg.push(decode_speed(chat, &ids[..32], 128)?);
     }
     let (pp, pp_lo, pp_hi) = median(pp);
     let (tg, tg_lo, tg_hi) = median(tg);
@@ -280,28 +265,20 @@ fn bench(chat: &ChatModel, loading: Instant) -> Result<()> {
     Ok(())
 }
 
-/// Tokens per second of 128 decode steps after `prompt`, whatever tokens
-/// come out (an end-of-turn token is run like any other).
-fn generate_exactly(
-    chat: &ChatModel,
-    prompt: &[u32],
-    options: &GenerateOptions,
-    _: &mut Session,
-) -> Result<f64> {
+/// Tokens per second of `steps` greedy decode steps after `prompt`,
+/// whatever tokens come out (an end-of-turn token is run like any other,
+/// so every run times the same number of steps).
+fn decode_speed(chat: &ChatModel, prompt: &[u32], steps: usize) -> Result<f64> {
     let model = chat.model();
     let mut cache = retrograd::nn::LlamaCache::new();
+    let prompt: Vec<usize> = prompt.iter().map(|&i| i as usize).collect();
     let g = retrograd::Graph::new();
     let mut logits = model
-        .forward_cached(
-            &g,
-            &prompt.iter().map(|&i| i as usize).collect::<Vec<_>>(),
-            &mut cache,
-            true,
-        )?
+        .forward_cached(&g, &prompt, &mut cache, true)?
         .value()
         .to_vec::<f32>()?;
     let started = Instant::now();
-    for _ in 0..options.max_tokens {
+    for _ in 0..steps {
         let id = retrograd::llm::argmax(&logits) as usize;
         let g = retrograd::Graph::new();
         logits = model
@@ -309,7 +286,7 @@ fn generate_exactly(
             .value()
             .to_vec::<f32>()?;
     }
-    Ok(options.max_tokens as f64 / started.elapsed().as_secs_f64())
+    Ok(steps as f64 / started.elapsed().as_secs_f64())
 }
 
 /// The process's peak resident set (`VmHWM`), in MiB.

@@ -158,7 +158,8 @@ impl<'g> Var<'g> {
     /// let y = x.try_quantized_matmul(&q)?;
     /// let exact = [(0..32).map(|i| i as f32 / 64.0).sum::<f32>(), (32..64).map(|i| i as f32 / 64.0).sum()];
     /// let got = y.value().to_vec::<f32>()?;
-    /// assert!((got[0] - exact[0]).abs() < 0.05 && (got[1] - exact[1]).abs() < 0.05);
+    /// // 8-bit blocks: within a percent of the exact product.
+    /// assert!((0..2).all(|i| (got[i] - exact[i]).abs() < 0.01 * exact[i]));
     /// // The gradient with respect to x is the column sums of W.
     /// let dx = y.sum().backward()?.wrt(&x).to_vec::<f32>()?;
     /// assert!((dx[0] - (0.0 + 32.0) / 64.0).abs() < 0.01);
