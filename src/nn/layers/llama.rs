@@ -512,7 +512,9 @@ impl Llama {
         match cache.as_mut() {
             // Generation records no gradients: each layer runs in a graph
             // of its own, so its intermediate values are freed as soon as
-            // it is done instead of living until the caller's graph goes.
+            // it is done instead of living until the caller's graph goes;
+            // the thread's spare buffers go back too (a 512-token prompt's
+            // would otherwise keep the peak at twice llama.cpp's).
             Some(cache) => {
                 let mut h = x.value().clone();
                 let half = cache.half;
@@ -522,6 +524,8 @@ impl Llama {
                         .forward(c, &g.constant(h), past, Some((slot, half)), mask.as_ref())?
                         .value()
                         .clone();
+                    drop(g);
+                    Graph::release_spare_buffers();
                 }
                 x = graph.constant(h);
             }
