@@ -294,3 +294,112 @@ fn the_quantized_path_follows_llama_cpp() {
     assert!(kl_max <= 0.05, "KL divergence up to {kl_max}");
     assert!(worst_logit <= 1.5, "a top logit differs by {worst_logit}");
 }
+
+#[test]
+fn chat_streams_stops_and_reuses_its_cache() {
+    use retrograd::llm::{
+        ChatModel, FinishReason, GenerateOptions, Message, Role, Sampling, Session,
+    };
+    if gguf_in_release().is_none() {
+        return;
+    }
+    let path = model_file().unwrap();
+    let chat = ChatModel::from_gguf(&path, WeightPrecision::F32).unwrap();
+    let messages = [Message::new(Role::User, "What is the capital of France?")];
+    let greedy = GenerateOptions {
+        max_tokens: 32,
+        sampling: Sampling::greedy(),
+        stop: vec![],
+    };
+    // The f32 path answers as transformers does (f32_logits.json, prompt 0),
+    // streaming pieces that add up to the text, and stops at <|im_end|>.
+    let mut pieces = String::new();
+    let answer = chat
+        .chat(&messages, &greedy, |p| {
+            pieces.push_str(p);
+            true
+        })
+        .unwrap();
+    assert_eq!(answer.text, "The capital of France is Paris.");
+    assert_eq!(pieces, answer.text);
+    assert_eq!(answer.finish_reason, FinishReason::Stop);
+    assert_eq!(*answer.ids.last().unwrap(), 2, "ends on <|im_end|>");
+    // A stop string ends the text before it; max_tokens ends with Length.
+    let stop = GenerateOptions {
+        stop: vec![" is".into()],
+        ..greedy.clone()
+    };
+    let cut = chat.chat(&messages, &stop, |_| true).unwrap();
+    assert_eq!(
+        (cut.text.as_str(), cut.finish_reason),
+        ("The capital of France", FinishReason::Stop)
+    );
+    let short = GenerateOptions {
+        max_tokens: 3,
+        ..greedy.clone()
+    };
+    assert_eq!(
+        chat.chat(&messages, &short, |_| true)
+            .unwrap()
+            .finish_reason,
+        FinishReason::Length
+    );
+    // The callback stops it.
+    let mut calls = 0;
+    let stopped = chat
+        .chat(&messages, &greedy, |_| {
+            calls += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!((stopped.finish_reason, calls), (FinishReason::Cancelled, 1));
+    // A second turn runs only the tokens the cache lacks, and gives what a
+    // fresh cache gives.
+    let mut session = Session::new();
+    let first = chat.encode(&chat.render(&messages).unwrap()).unwrap();
+    let one = chat
+        .generate(&first, &greedy, &mut session, |_| true)
+        .unwrap();
+    let mut turn = messages.to_vec();
+    turn.push(Message::new(Role::Assistant, one.text.clone()));
+    turn.push(Message::new(Role::User, "And of Italy?"));
+    let second = chat.encode(&chat.render(&turn).unwrap()).unwrap();
+    let two = chat
+        .generate(&second, &greedy, &mut session, |_| true)
+        .unwrap();
+    assert!(
+        two.prompt_tokens_run < second.len() / 2,
+        "{} of {} run",
+        two.prompt_tokens_run,
+        second.len()
+    );
+    let fresh = chat
+        .generate(&second, &greedy, &mut Session::new(), |_| true)
+        .unwrap();
+    assert_eq!(two.text, fresh.text);
+    // Sampling is seeded.
+    let sampled = |seed| {
+        let options = GenerateOptions {
+            max_tokens: 12,
+            sampling: Sampling {
+                seed,
+                ..Sampling::default()
+            },
+            stop: vec![],
+        };
+        chat.chat(&messages, &options, |_| true).unwrap().ids
+    };
+    assert_eq!(sampled(5), sampled(5));
+    // Bad requests are typed errors.
+    assert!(chat
+        .generate(&[], &greedy, &mut Session::new(), |_| true)
+        .is_err());
+    let bad = GenerateOptions {
+        sampling: Sampling {
+            temperature: -1.0,
+            ..Sampling::default()
+        },
+        ..greedy
+    };
+    assert!(chat.chat(&messages, &bad, |_| true).is_err());
+}
