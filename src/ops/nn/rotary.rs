@@ -76,10 +76,12 @@ impl RotaryEmbedding {
         let mut cos = Vec::with_capacity(positions * half);
         let mut sin = Vec::with_capacity(positions * half);
         let sign = if self.inverse { -1.0 } else { 1.0 };
+        let freqs: Vec<f64> = (0..half)
+            .map(|i| self.base.powf(-2.0 * i as f64 / dim as f64))
+            .collect();
         for t in 0..positions {
             let p = (self.offset + t) as f64;
-            for i in 0..half {
-                let freq = self.base.powf(-2.0 * i as f64 / dim as f64);
+            for &freq in &freqs {
                 let (s, c) = (p * freq).sin_cos();
                 cos.push(c);
                 sin.push(sign * s);
