@@ -14,6 +14,9 @@ use rayon::prelude::*;
 use super::dot::{dot, dot4, DotFormat};
 use super::q8_rows::Q8Rows;
 
+/// Activation rows taken through a part's weight rows at a time.
+const ACTIVATION_BLOCK: usize = 64;
+
 /// Multiply-adds below which the product stays on the calling thread.
 const PARALLEL_WORK: usize = 1 << 17;
 
@@ -36,22 +39,28 @@ pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32
         n
     };
     let fill = |first: usize, part: &mut [f32]| {
-        for (i, out_row) in part.chunks_exact_mut(m).enumerate() {
-            let r = first + i;
-            let wr = &w[r * row_bytes..(r + 1) * row_bytes];
-            // Four activation rows at a time share each unpacked block.
-            let mut k = 0;
-            while k + 4 <= m {
-                let four = dot4(
-                    format,
-                    wr,
-                    [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
-                );
-                out_row[k..k + 4].copy_from_slice(&four);
-                k += 4;
-            }
-            for (j, o) in out_row.iter_mut().enumerate().skip(k) {
-                *o = dot(format, wr, a.row(j));
+        // A block of activation rows at a time against every weight row of
+        // the part: both stay in cache (a long prompt's rows alone are
+        // larger than L2).
+        for start in (0..m).step_by(ACTIVATION_BLOCK) {
+            let end = (start + ACTIVATION_BLOCK).min(m);
+            for (i, out_row) in part.chunks_exact_mut(m).enumerate() {
+                let r = first + i;
+                let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                // Four activation rows at a time share each unpacked block.
+                let mut k = start;
+                while k + 4 <= end {
+                    let four = dot4(
+                        format,
+                        wr,
+                        [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
+                    );
+                    out_row[k..k + 4].copy_from_slice(&four);
+                    k += 4;
+                }
+                for (j, o) in out_row.iter_mut().enumerate().take(end).skip(k) {
+                    *o = dot(format, wr, a.row(j));
+                }
             }
         }
     };
@@ -87,8 +96,9 @@ mod tests {
 
     #[test]
     fn every_output_is_the_row_dot() {
-        // Q8_0 weights, 3 blocks per row, 37 rows; 5 activation rows.
-        let (n, blocks, m) = (37usize, 3usize, 5usize);
+        // Q8_0 weights, 3 blocks per row, 37 rows; 70 activation rows (two
+        // activation blocks, the second one ending in single rows).
+        let (n, blocks, m) = (37usize, 3usize, 70usize);
         let mut w = Vec::new();
         for r in 0..n {
             for b in 0..blocks {
