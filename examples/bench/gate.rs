@@ -28,7 +28,7 @@ use retrograd::nn::Module;
 use retrograd::optim::{Adam, AdamConfig};
 use retrograd::DType;
 
-use crate::{long_sum, w1, w2, w3, w4};
+use crate::{llm_decode, long_sum, w1, w2, w3, w4};
 
 /// Builds a workload's inputs and returns its iteration, which then runs
 /// twice: once to warm up and once counted. The iteration's value (a loss,
@@ -99,6 +99,11 @@ pub const GATE: &[(&str, Setup, &str)] = &[
         "w4c_step",
         w4c_step,
         "the W4 iteration compiled (captured in the warm-up run, replayed), batch 2",
+    ),
+    (
+        "llm_decode",
+        llm_decode,
+        "one decode step of a 4-layer Llama of SmolLM2's shapes, Q4_1 (bench llm_decode.rs)",
     ),
 ];
 
@@ -206,6 +211,11 @@ fn w4_attn() -> Box<dyn FnMut() -> f64> {
         w4::pass(&x);
         0.0
     })
+}
+
+fn llm_decode() -> Box<dyn FnMut() -> f64> {
+    let mut step = llm_decode::DecodeStep::new();
+    Box::new(move || step.step())
 }
 
 /// `bench gate ...`: see the module docs.

@@ -21,6 +21,7 @@ mod ddp;
 mod elementwise;
 mod gate;
 mod jit;
+mod llm_decode;
 mod long_sum;
 mod matmul;
 mod memory;
