@@ -41,9 +41,7 @@ import numpy as np
 
 import gguf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT = os.path.join(ROOT, "tests/reference/smollm2")
-MODEL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+from smollm2_common import MODEL, OUT, ROOT, f32, versions  # noqa: E402,F401
 
 CHAT_PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -165,19 +163,6 @@ TEXTS = [
     "!!!???...,,,;;;:::---___***",
 ]
 
-
-def versions():
-    """Versions of the packages involved (null where not installed)."""
-    from importlib.metadata import version
-    out = {"python": platform.python_version()}
-    for key, pkg in (("llama_cpp", "llama_cpp_python"), ("transformers", "transformers"),
-                     ("torch", "torch"), ("gguf", "gguf"), ("tokenizers", "tokenizers"),
-                     ("numpy", "numpy"), ("accelerate", "accelerate")):
-        try:
-            out[key] = version(pkg)
-        except Exception:
-            out[key] = None
-    return out
 
 
 def field(reader, key):
