@@ -581,6 +581,28 @@ impl LlamaDecoderLayer {
 }
 
 impl LlamaAttention {
+    /// The query, key and value projections of `x` (`[.., hidden]`), in
+    /// one product when their weights are stacked.
+    pub(super) fn project<'g>(&self, x: &Var<'g>) -> Result<(Var<'g>, Var<'g>, Var<'g>)> {
+        match &self.qkv {
+            Some(w) => {
+                let y = x.try_quantized_matmul(w)?;
+                let sizes = [
+                    self.q_proj.out_features(),
+                    self.k_proj.out_features(),
+                    self.v_proj.out_features(),
+                ];
+                let parts = split_last(&y, &sizes)?;
+                Ok((parts[0].clone(), parts[1].clone(), parts[2].clone()))
+            }
+            None => Ok((
+                self.q_proj.forward(x)?,
+                self.k_proj.forward(x)?,
+                self.v_proj.forward(x)?,
+            )),
+        }
+    }
+
     fn forward<'g>(
         &self,
         c: &LlamaConfig,
@@ -598,21 +620,7 @@ impl LlamaAttention {
         let heads = |v: Var<'g>, n: isize| -> Result<Var<'g>> {
             v.try_reshape(&[b, t, n, hd])?.try_transpose(1, 2)
         };
-        let (q, k, v) = match &self.qkv {
-            Some(w) => {
-                let y = x.try_quantized_matmul(w)?;
-                let parts = split_last(
-                    &y,
-                    &[(h * hd) as usize, (kv * hd) as usize, (kv * hd) as usize],
-                )?;
-                (parts[0].clone(), parts[1].clone(), parts[2].clone())
-            }
-            None => (
-                self.q_proj.forward(x)?,
-                self.k_proj.forward(x)?,
-                self.v_proj.forward(x)?,
-            ),
-        };
+        let (q, k, v) = self.project(x)?;
         let q = heads(q, h)?.try_rotary_embedding(c.rope_theta, past)?;
         let mut k = heads(k, kv)?.try_rotary_embedding(c.rope_theta, past)?;
         let mut v = heads(v, kv)?;
@@ -647,15 +655,21 @@ impl LlamaAttention {
 
 impl LlamaMlp {
     fn forward<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let (gate, up) = match &self.gate_up {
+        let (gate, up) = self.gate_up(x)?;
+        self.down_proj.forward(&gate.try_silu()?.try_mul(&up)?)
+    }
+
+    /// The gate and up projections of `x`, in one product when their
+    /// weights are stacked.
+    pub(super) fn gate_up<'g>(&self, x: &Var<'g>) -> Result<(Var<'g>, Var<'g>)> {
+        match &self.gate_up {
             Some(w) => {
                 let y = x.try_quantized_matmul(w)?;
                 let f = self.gate_proj.out_features();
                 let parts = split_last(&y, &[f, f])?;
-                (parts[0].clone(), parts[1].clone())
+                Ok((parts[0].clone(), parts[1].clone()))
             }
-            None => (self.gate_proj.forward(x)?, self.up_proj.forward(x)?),
-        };
-        self.down_proj.forward(&gate.try_silu()?.try_mul(&up)?)
+            None => Ok((self.gate_proj.forward(x)?, self.up_proj.forward(x)?)),
+        }
     }
 }
