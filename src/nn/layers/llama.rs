@@ -22,6 +22,8 @@
 
 use std::sync::Arc;
 
+mod batch_decode;
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
 use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, QuantizedLinear, RMSNorm};
