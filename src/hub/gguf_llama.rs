@@ -347,6 +347,11 @@ impl Llama {
         };
         let linear =
             |w: &mut GgufWriter, name: &str, l: &AnyLinear, heads: Option<usize>| -> Result<()> {
+                // An adapted layer with no active adapter saves its base as it is.
+                let l = match l {
+                    AnyLinear::Lora(a) if a.active().is_empty() && !a.is_merged() => a.base(),
+                    _ => l,
+                };
                 match l {
                     AnyLinear::Quantized(q) => {
                         let mut m = q.weight().as_ref().clone();
@@ -361,8 +366,9 @@ impl Llama {
                         let [rows, cols] = m.shape();
                         w.try_add_tensor(name, m.ggml_type(), &[rows, cols], m.bytes())
                     }
-                    AnyLinear::Dense(d) => {
-                        let mut t = d.weight().value();
+                    // Adapters are merged into an f32 weight, quantized as `options` says.
+                    AnyLinear::Dense(_) | AnyLinear::Lora(_) => {
+                        let mut t = l.try_f32_weight()?;
                         if let Some(n) = heads {
                             let [rows, cols] = [t.shape()[0], t.shape()[1]];
                             t = t

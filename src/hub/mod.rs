@@ -60,7 +60,8 @@
 //! query/key rows of llama.cpp's rotary order put back and out), and
 //! `Tokenizer::from_gguf` (`gguf_tokenizer.rs`: byte-level BPE from a GGUF
 //! vocabulary through the `tokenizers` crate, llama.cpp's pre-tokenizers
-//! by name)
+//! by name), and LoRA adapters in and out of PEFT's folders (`peft.rs`:
+//! `save_peft_adapter`, `load_peft_adapter`)
 
 mod bert;
 mod config;
@@ -70,6 +71,7 @@ mod gguf_tokenizer;
 mod gpt2;
 mod llama;
 mod name_map;
+mod peft;
 #[cfg(feature = "tokenizers")]
 mod sentence;
 #[cfg(feature = "tokenizers")]
@@ -85,6 +87,10 @@ pub use config::{ModelConfig, CONFIG_FILE};
 pub use gguf_llama::{llama_config_of_gguf, GgufSaveOptions, WeightPrecision};
 pub use gpt2::gpt2_name_map;
 pub use name_map::{LoadReport, Loader, NameMap};
+pub use peft::{
+    load_peft_adapter, save_peft_adapter, PeftSaveOptions, ADAPTER_CONFIG_FILE,
+    ADAPTER_WEIGHTS_FILE,
+};
 #[cfg(feature = "tokenizers")]
 pub use sentence::{Pooling, SentenceTransformer};
 #[cfg(feature = "tokenizers")]

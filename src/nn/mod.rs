@@ -37,12 +37,14 @@
 //! grouped-query attention, SwiGLU, tied or separate head, Hugging Face's
 //! names; `LlamaCache`, the key/value cache of generation); weights that
 //! are trainable or frozen in blocks: `quantized_linear.rs`
-//! (`QuantizedLinear`, `AnyLinear`, `AnyEmbedding`).
+//! (`QuantizedLinear`, `AnyLinear`, `AnyEmbedding`); low-rank adapters
+//! on any of them in `lora/` (`LoraConfig`, `LoraLinear`, `LoraModel`).
 
 mod buffer;
 mod default_generator;
 pub mod init;
 mod layers;
+pub mod lora;
 mod metrics;
 mod module;
 mod parameter;

@@ -93,6 +93,24 @@ pub trait Module: Send + Sync {
         out
     }
 
+    /// The parameters that are not frozen
+    /// ([`Parameter::requires_grad`]), with their names: what an optimizer
+    /// of a partly frozen model takes.
+    fn trainable_parameters(&self) -> Vec<(String, Parameter)> {
+        let mut out = Vec::new();
+        self.visit_parameters("", &mut |name, p| {
+            if p.requires_grad() {
+                out.push((name.to_string(), p.clone()))
+            }
+        });
+        out
+    }
+
+    /// Freezes (`false`) or unfreezes (`true`) every parameter.
+    fn set_requires_grad(&self, on: bool) {
+        self.visit_parameters("", &mut |_, p| p.set_requires_grad(on));
+    }
+
     /// Every buffer with its name, in visiting order.
     fn buffers(&self) -> Vec<(String, Buffer)> {
         let mut out = Vec::new();

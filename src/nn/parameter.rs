@@ -1,6 +1,6 @@
 //! [`Parameter`]: a trainable tensor that outlives any one graph.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::autograd::Gradients;
@@ -36,6 +36,7 @@ pub struct Parameter {
 struct ParamInner {
     id: u64,
     value: RwLock<Tensor>,
+    requires_grad: AtomicBool,
 }
 
 impl Parameter {
@@ -45,6 +46,7 @@ impl Parameter {
             inner: Arc::new(ParamInner {
                 id: NEXT_PARAM_ID.fetch_add(1, Ordering::Relaxed),
                 value: RwLock::new(value),
+                requires_grad: AtomicBool::new(true),
             }),
         }
     }
@@ -91,6 +93,21 @@ impl Parameter {
         f(&mut guard)
     }
 
+    /// Whether graphs differentiate with respect to it (true from the
+    /// start). A frozen parameter enters a graph as a constant: no
+    /// gradient is computed for it, so an optimizer leaves it alone. The
+    /// flag is shared by every handle, as PyTorch's `requires_grad_` is.
+    pub fn requires_grad(&self) -> bool {
+        self.inner.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Freezes (`false`) or unfreezes (`true`) the parameter; see
+    /// [`requires_grad`](Self::requires_grad). A compiled step reads a
+    /// frozen parameter's value when it is captured.
+    pub fn set_requires_grad(&self, on: bool) {
+        self.inner.requires_grad.store(on, Ordering::Relaxed)
+    }
+
     /// Whether two handles are the same parameter.
     pub fn same(&self, other: &Parameter) -> bool {
         self.id() == other.id()
@@ -134,9 +151,10 @@ impl Graph {
     /// in several places accumulates one gradient.
     ///
     /// On the inference graph ([`Graph::inference`]) a parameter comes in as
-    /// a constant: evaluation records nothing.
+    /// a constant: evaluation records nothing. So does a frozen one
+    /// ([`Parameter::set_requires_grad`]).
     pub fn param(&self, p: &Parameter) -> Var<'_> {
-        if self.is_inference() {
+        if self.is_inference() || !p.requires_grad() {
             return self.constant(p.value());
         }
         let existing = self.state().params().get(&p.id()).copied();
@@ -230,6 +248,24 @@ mod tests {
         assert_send_sync::<Parameter>();
         assert_send_sync::<crate::Gradients>();
         assert_send_sync::<Tensor>();
+    }
+
+    #[test]
+    fn a_frozen_parameter_gets_no_gradient() {
+        let (w, b) = (
+            Parameter::new(Tensor::scalar(3.0)),
+            Parameter::new(Tensor::scalar(2.0)),
+        );
+        b.clone().set_requires_grad(false);
+        assert!(!b.requires_grad());
+        let g = Graph::new();
+        let grads = (&g.param(&w) * &g.param(&b)).backward().unwrap();
+        assert_eq!(grads.of(&w).item(), 2.0);
+        assert!(grads.get_param(&b).is_none());
+        b.set_requires_grad(true);
+        let g = Graph::new();
+        let grads = (&g.param(&w) * &g.param(&b)).backward().unwrap();
+        assert_eq!(grads.of(&b).item(), 3.0);
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod batch_decode;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
+use crate::nn::lora::LoraModel;
 use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, QuantizedLinear, RMSNorm};
 use crate::ops::nn::SdpaOptions;
 use crate::quant::QMatrix;
@@ -133,7 +134,7 @@ fn stack(parts: &mut [&mut AnyLinear]) -> Result<Option<Arc<QMatrix>>> {
         .iter()
         .map(|p| match p {
             AnyLinear::Quantized(q) => Some(q.weight().clone()),
-            AnyLinear::Dense(_) => None,
+            _ => None,
         })
         .collect();
     let Some(weights) = weights else {
@@ -162,6 +163,21 @@ fn split_last<'g>(y: &Var<'g>, sizes: &[usize]) -> Result<Vec<Var<'g>>> {
             let part = y.try_narrow(-1, start as isize, n)?;
             start += n;
             Ok(part)
+        })
+        .collect()
+}
+
+/// The outputs of `layers` from `y`, the stacked product of their bases on
+/// `x`: `y` split along the last dim, each part plus its layer's active
+/// adapters (a quantized base trains adapters through the stacked product).
+fn with_adapters<'g>(x: &Var<'g>, y: &Var<'g>, layers: &[&AnyLinear]) -> Result<Vec<Var<'g>>> {
+    let sizes: Vec<usize> = layers.iter().map(|l| l.out_features()).collect();
+    split_last(y, &sizes)?
+        .into_iter()
+        .zip(layers)
+        .map(|(part, l)| match l.try_adapters_delta(x)? {
+            Some(d) => part.try_add(&d),
+            None => Ok(part),
         })
         .collect()
 }
@@ -551,6 +567,52 @@ impl Llama {
     }
 }
 
+impl LoraModel for Llama {
+    fn visit_linears(&self, f: &mut dyn FnMut(&str, bool, &AnyLinear)) {
+        for (i, l) in self.model.layers.iter().enumerate() {
+            let (a, m) = (&l.self_attn, &l.mlp);
+            for (name, layer) in [
+                ("self_attn.q_proj", &a.q_proj),
+                ("self_attn.k_proj", &a.k_proj),
+                ("self_attn.v_proj", &a.v_proj),
+                ("self_attn.o_proj", &a.o_proj),
+                ("mlp.gate_proj", &m.gate_proj),
+                ("mlp.up_proj", &m.up_proj),
+                ("mlp.down_proj", &m.down_proj),
+            ] {
+                f(&format!("model.layers.{i}.{name}"), false, layer);
+            }
+        }
+        if let Some(h) = &self.lm_head {
+            f("lm_head", true, h);
+        }
+    }
+
+    fn visit_linears_mut(
+        &mut self,
+        f: &mut dyn FnMut(&str, bool, &mut AnyLinear) -> Result<()>,
+    ) -> Result<()> {
+        for (i, l) in self.model.layers.iter_mut().enumerate() {
+            let (a, m) = (&mut l.self_attn, &mut l.mlp);
+            for (name, layer) in [
+                ("self_attn.q_proj", &mut a.q_proj),
+                ("self_attn.k_proj", &mut a.k_proj),
+                ("self_attn.v_proj", &mut a.v_proj),
+                ("self_attn.o_proj", &mut a.o_proj),
+                ("mlp.gate_proj", &mut m.gate_proj),
+                ("mlp.up_proj", &mut m.up_proj),
+                ("mlp.down_proj", &mut m.down_proj),
+            ] {
+                f(&format!("model.layers.{i}.{name}"), false, layer)?;
+            }
+        }
+        if let Some(h) = &mut self.lm_head {
+            f("lm_head", true, h)?;
+        }
+        Ok(())
+    }
+}
+
 /// The bool mask of `group` query heads' rows stacked `[group · t, past + t]`:
 /// row `g·t + i` sees keys `0..=past + i`. `None` for one new position
 /// (it sees every key).
@@ -586,18 +648,14 @@ impl LlamaAttention {
     /// The query, key and value projections of `x` (`[.., hidden]`), in
     /// one product when their weights are stacked.
     pub(super) fn project<'g>(&self, x: &Var<'g>) -> Result<(Var<'g>, Var<'g>, Var<'g>)> {
+        let layers = [&self.q_proj, &self.k_proj, &self.v_proj];
         match &self.qkv {
-            Some(w) => {
+            Some(w) if layers.iter().all(|l| l.quantized_base().is_some()) => {
                 let y = x.try_quantized_matmul(w)?;
-                let sizes = [
-                    self.q_proj.out_features(),
-                    self.k_proj.out_features(),
-                    self.v_proj.out_features(),
-                ];
-                let parts = split_last(&y, &sizes)?;
+                let parts = with_adapters(x, &y, &layers)?;
                 Ok((parts[0].clone(), parts[1].clone(), parts[2].clone()))
             }
-            None => Ok((
+            _ => Ok((
                 self.q_proj.forward(x)?,
                 self.k_proj.forward(x)?,
                 self.v_proj.forward(x)?,
@@ -664,14 +722,14 @@ impl LlamaMlp {
     /// The gate and up projections of `x`, in one product when their
     /// weights are stacked.
     pub(super) fn gate_up<'g>(&self, x: &Var<'g>) -> Result<(Var<'g>, Var<'g>)> {
+        let layers = [&self.gate_proj, &self.up_proj];
         match &self.gate_up {
-            Some(w) => {
+            Some(w) if layers.iter().all(|l| l.quantized_base().is_some()) => {
                 let y = x.try_quantized_matmul(w)?;
-                let f = self.gate_proj.out_features();
-                let parts = split_last(&y, &[f, f])?;
+                let parts = with_adapters(x, &y, &layers)?;
                 Ok((parts[0].clone(), parts[1].clone()))
             }
-            None => Ok((self.gate_proj.forward(x)?, self.up_proj.forward(x)?)),
+            _ => Ok((self.gate_proj.forward(x)?, self.up_proj.forward(x)?)),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
+use crate::nn::lora::LoraLinear;
 use crate::nn::{Buffer, Embedding, Forward, Linear, Module, Parameter, RandomStream};
 use crate::quant::QMatrix;
 use crate::tensor::Tensor;
@@ -54,13 +55,16 @@ impl Forward for QuantizedLinear {
 }
 
 /// A bias-free linear layer with a trainable f32 weight or a frozen
-/// quantized one.
+/// quantized one, possibly with low-rank adapters beside it.
 #[derive(Clone, Debug)]
 pub enum AnyLinear {
     /// Trainable, `Linear` without bias.
     Dense(Linear),
     /// Frozen in blocks.
     Quantized(QuantizedLinear),
+    /// A frozen `Dense` or `Quantized` base with adapters
+    /// ([`LoraLinear`]).
+    Lora(Box<LoraLinear>),
 }
 
 impl AnyLinear {
@@ -69,6 +73,7 @@ impl AnyLinear {
         match self {
             AnyLinear::Dense(l) => l.in_features(),
             AnyLinear::Quantized(q) => q.in_features(),
+            AnyLinear::Lora(l) => l.in_features(),
         }
     }
 
@@ -77,24 +82,71 @@ impl AnyLinear {
         match self {
             AnyLinear::Dense(l) => l.out_features(),
             AnyLinear::Quantized(q) => q.out_features(),
+            AnyLinear::Lora(l) => l.out_features(),
+        }
+    }
+
+    /// The weight `[out, in]` in f32: a dense one as it is, a quantized one
+    /// dequantized, an adapted one with its active adapters added.
+    pub fn try_f32_weight(&self) -> Result<Tensor> {
+        match self {
+            AnyLinear::Dense(d) => Ok(d.weight().value().to_dtype(crate::tensor::DType::F32)),
+            AnyLinear::Quantized(q) => q.weight().try_dequantize(),
+            AnyLinear::Lora(l) => l.try_merged_weight(),
+        }
+    }
+
+    /// The frozen quantized weight the layer's product runs on, if it
+    /// does: a plain quantized layer, or an unmerged adapted one on a
+    /// quantized base. A model that stacks the weights of several layers
+    /// into one product may do so only while each has one.
+    pub fn quantized_base(&self) -> Option<&Arc<QMatrix>> {
+        match self {
+            AnyLinear::Quantized(q) => Some(q.weight()),
+            AnyLinear::Lora(l) if l.has_quantized_base() => match l.base() {
+                AnyLinear::Quantized(q) => Some(q.weight()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The active adapters' contribution for `x`, added to a product of
+    /// this layer's base run elsewhere (a stacked product); `None` for a
+    /// plain layer.
+    pub fn try_adapters_delta<'g>(&self, x: &Var<'g>) -> Result<Option<Var<'g>>> {
+        match self {
+            AnyLinear::Lora(l) => l.try_adapters_delta(x),
+            _ => Ok(None),
         }
     }
 }
 
 impl Module for AnyLinear {
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Parameter)) {
-        if let AnyLinear::Dense(l) = self {
-            l.visit_parameters(prefix, f)
+        match self {
+            AnyLinear::Dense(l) => l.visit_parameters(prefix, f),
+            AnyLinear::Quantized(_) => {}
+            AnyLinear::Lora(l) => l.visit_parameters(prefix, f),
         }
     }
     fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
-        if let AnyLinear::Dense(l) = self {
-            l.visit_buffers(prefix, f)
+        match self {
+            AnyLinear::Dense(l) => l.visit_buffers(prefix, f),
+            AnyLinear::Quantized(_) => {}
+            AnyLinear::Lora(l) => l.visit_buffers(prefix, f),
         }
     }
     fn visit_random_streams(&self, prefix: &str, f: &mut dyn FnMut(&str, &RandomStream)) {
-        if let AnyLinear::Dense(l) = self {
-            l.visit_random_streams(prefix, f)
+        match self {
+            AnyLinear::Dense(l) => l.visit_random_streams(prefix, f),
+            AnyLinear::Quantized(_) => {}
+            AnyLinear::Lora(l) => l.visit_random_streams(prefix, f),
+        }
+    }
+    fn set_training(&mut self, training: bool) {
+        if let AnyLinear::Lora(l) = self {
+            l.set_training(training)
         }
     }
 }
@@ -104,6 +156,7 @@ impl Forward for AnyLinear {
         match self {
             AnyLinear::Dense(l) => l.forward(x),
             AnyLinear::Quantized(q) => q.forward(x),
+            AnyLinear::Lora(l) => l.forward(x),
         }
     }
 }
