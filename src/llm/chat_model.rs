@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::{ChatTemplate, Message, Sampler, Sampling, TextStream};
+use super::{ChatTemplate, Decoding, Message, Sampling};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::graph::Graph;
@@ -244,7 +244,7 @@ impl ChatModel {
                 ),
             ));
         }
-        let mut sampler = Sampler::try_new(options.sampling)?;
+        let mut decoding = Decoding::new(options)?;
         // Keep the longest shared beginning, and at least one token to run.
         let shared = session
             .ids
@@ -261,53 +261,27 @@ impl ChatModel {
         let mut logits = self.step(&next, &mut session.cache)?;
         let prompt_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        let mut stream = TextStream::new();
-        let (mut text, mut emitted) = (String::new(), 0usize);
-        let mut ids = Vec::new();
         let mut finish = FinishReason::Length;
-        while ids.len() < options.max_tokens && session.ids.len() < context {
-            let id = sampler.sample(&logits, &session.ids);
-            ids.push(id);
-            if self.end_ids.contains(&id) {
-                finish = FinishReason::Stop;
+        while decoding.can_continue(session.ids.len(), context) {
+            let token = decoding.next(self, &logits, &session.ids)?;
+            if !token.text.is_empty() && !on_text(&token.text) {
+                finish = FinishReason::Cancelled;
                 break;
             }
-            text.push_str(&stream.push(&self.tokenizer, id)?);
-            if let Some(at) = options
-                .stop
-                .iter()
-                .filter_map(|s| text.find(s.as_str()))
-                .min()
-            {
-                text.truncate(at);
-                if at > emitted && !on_text(&text[emitted..]) {
-                    finish = FinishReason::Cancelled;
-                } else {
-                    finish = FinishReason::Stop;
-                }
-                emitted = text.len();
+            if let Some(reason) = token.finished {
+                finish = reason;
                 break;
-            }
-            let safe = text.len() - held_back(&text, &options.stop);
-            if safe > emitted {
-                let keep_going = on_text(&text[emitted..safe]);
-                emitted = safe;
-                if !keep_going {
-                    finish = FinishReason::Cancelled;
-                    break;
-                }
             }
             next.clear();
-            next.push(id as usize);
-            session.ids.push(id);
+            next.push(token.id as usize);
+            session.ids.push(token.id);
             logits = self.step(&next, &mut session.cache)?;
         }
-        if finish == FinishReason::Length {
-            text.push_str(&stream.rest(&self.tokenizer)?);
+        let rest = decoding.finish(self, finish)?;
+        if !rest.is_empty() {
+            on_text(&rest);
         }
-        if text.len() > emitted && finish != FinishReason::Cancelled {
-            on_text(&text[emitted..]);
-        }
+        let (text, ids) = decoding.into_parts();
         Ok(Generation {
             text,
             ids,
@@ -324,33 +298,5 @@ impl ChatModel {
         let graph = Graph::new();
         let logits = self.model.forward_cached(&graph, tokens, cache, true)?;
         logits.value().to_vec::<f32>()
-    }
-}
-
-/// Bytes at the end of `text` that may begin a stop string (held back
-/// until the next token tells).
-fn held_back(text: &str, stop: &[String]) -> usize {
-    stop.iter()
-        .map(|s| {
-            (1..s.len().min(text.len() + 1))
-                .rev()
-                .find(|&n| s.is_char_boundary(n) && text.ends_with(&s[..n]))
-                .unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::held_back;
-
-    #[test]
-    fn holds_back_what_may_begin_a_stop_string() {
-        let stop = vec!["\nUser:".to_string()];
-        assert_eq!(held_back("Hello\nUs", &stop), 3);
-        assert_eq!(held_back("Hello", &stop), 0);
-        assert_eq!(held_back("Hello\n", &stop), 1);
-        assert_eq!(held_back("x", &[]), 0);
     }
 }

@@ -2,8 +2,10 @@
 //! from one GGUF file ([`ChatModel`]), Jinja chat templates
 //! ([`ChatTemplate`], `chat_template.rs`), the sampling chain
 //! ([`Sampler`], `sampler.rs`), UTF-8-safe streaming of decoded text
-//! ([`TextStream`], `text_stream.rs`), and generation with a key/value
-//! cache that a [`Session`] keeps between turns (`chat_model.rs`).
+//! ([`TextStream`], `text_stream.rs`), generation with a key/value
+//! cache that a [`Session`] keeps between turns (`chat_model.rs`), and
+//! one generation's state from token to token ([`Decoding`],
+//! `decoding.rs`), which lets a loop step many sequences at once.
 //!
 //! ```no_run
 //! use retrograd::hub::WeightPrecision;
@@ -20,10 +22,12 @@
 
 mod chat_model;
 mod chat_template;
+mod decoding;
 mod sampler;
 mod text_stream;
 
 pub use chat_model::{ChatModel, FinishReason, GenerateOptions, Generation, Session};
 pub use chat_template::{ChatTemplate, Message, Role};
+pub use decoding::{Decoding, Token};
 pub use sampler::{argmax, Sampler, Sampling};
 pub use text_stream::TextStream;
