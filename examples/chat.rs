@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use retrograd::hub::WeightPrecision;
+use retrograd::hub::{load_peft_adapter, WeightPrecision};
 use retrograd::llm::{ChatModel, GenerateOptions, Message, Role, Sampling, Session};
 use retrograd::Result;
 
@@ -43,6 +43,7 @@ options:
   --greedy              always the most likely token (temperature 0)
   --print-ids           print the generated token ids on one line, not the text
   --f32                 dequantize the weights to f32 (the exact f32 forward)
+  --adapter DIR         a LoRA adapter folder in PEFT's format (finetune_chat writes one)
   --threads N           threads (default: one per core)
   --bench               print prompt processing and generation speed and exit
   -h, --help            this text";
@@ -54,6 +55,7 @@ struct Args {
     options: GenerateOptions,
     print_ids: bool,
     f32: bool,
+    adapter: Option<PathBuf>,
     threads: Option<usize>,
     bench: bool,
 }
@@ -67,6 +69,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         options: GenerateOptions::default(),
         print_ids: false,
         f32: false,
+        adapter: None,
         threads: None,
         bench: false,
     };
@@ -113,6 +116,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("print-ids") => args.print_ids = true,
             Long("f32") => args.f32 = true,
+            Long("adapter") => args.adapter = Some(value(&mut parser)?.into()),
             Long("threads") => args.threads = Some(parse(value(&mut parser)?, "--threads")?),
             Long("bench") => args.bench = true,
             other => return Err(other.unexpected().to_string()),
@@ -165,7 +169,11 @@ fn run(args: &Args) -> Result<()> {
         WeightPrecision::Quantized
     };
     let loading = Instant::now();
-    let chat = ChatModel::from_gguf(&args.model, precision)?;
+    let mut chat = ChatModel::from_gguf(&args.model, precision)?;
+    if let Some(dir) = &args.adapter {
+        let layers = load_peft_adapter(chat.model_mut(), dir, "default")?;
+        eprintln!("adapter: {} on {} layers", dir.display(), layers.len());
+    }
     if args.bench {
         return bench(&chat, loading);
     }

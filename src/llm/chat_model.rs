@@ -181,6 +181,16 @@ impl ChatModel {
         &self.model
     }
 
+    /// The model, to change it (add adapters, fine-tune).
+    pub fn model_mut(&mut self) -> &mut Llama {
+        &mut self.model
+    }
+
+    /// The chat template, if the file has one.
+    pub fn template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer

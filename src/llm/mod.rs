@@ -5,7 +5,9 @@
 //! ([`TextStream`], `text_stream.rs`), generation with a key/value
 //! cache that a [`Session`] keeps between turns (`chat_model.rs`), and
 //! one generation's state from token to token ([`Decoding`],
-//! `decoding.rs`), which lets a loop step many sequences at once.
+//! `decoding.rs`), which lets a loop step many sequences at once; a
+//! conversation as a fine-tuning row with labels on the assistant's turns
+//! ([`TrainingExample`], `training_example.rs`).
 //!
 //! ```no_run
 //! use retrograd::hub::WeightPrecision;
@@ -25,9 +27,11 @@ mod chat_template;
 mod decoding;
 mod sampler;
 mod text_stream;
+mod training_example;
 
 pub use chat_model::{ChatModel, FinishReason, GenerateOptions, Generation, Session};
 pub use chat_template::{ChatTemplate, Message, Role};
 pub use decoding::{Decoding, Token};
 pub use sampler::{argmax, Sampler, Sampling};
 pub use text_stream::TextStream;
+pub use training_example::TrainingExample;

@@ -23,6 +23,9 @@
 use std::sync::Arc;
 
 mod batch_decode;
+mod causal_lm_loss;
+
+pub use causal_lm_loss::IGNORE_LABEL;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
@@ -507,6 +510,19 @@ impl Llama {
         graph: &'g Graph,
         tokens: &[usize],
         batch: usize,
+        cache: Option<&mut LlamaCache>,
+        last_only: bool,
+    ) -> Result<Var<'g>> {
+        self.head(&self.hidden(graph, tokens, batch, cache, last_only)?)
+    }
+
+    /// The final norm's output `[batch, positions, hidden]` (the last
+    /// position only when `last_only`): what the output layer reads.
+    fn hidden<'g>(
+        &self,
+        graph: &'g Graph,
+        tokens: &[usize],
+        batch: usize,
         mut cache: Option<&mut LlamaCache>,
         last_only: bool,
     ) -> Result<Var<'g>> {
@@ -559,10 +575,14 @@ impl Llama {
         if last_only {
             x = x.try_narrow(1, t as isize - 1, 1)?;
         }
-        let x = self.model.norm.forward(&x)?;
+        self.model.norm.forward(&x)
+    }
+
+    /// The output layer: logits of final hidden states `[.., hidden]`.
+    fn head<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
         match &self.lm_head {
-            Some(head) => head.forward(&x),
-            None => self.model.embed_tokens.tied_head(&x),
+            Some(head) => head.forward(x),
+            None => self.model.embed_tokens.tied_head(x),
         }
     }
 }

@@ -37,7 +37,7 @@ pub use gpt::{Gpt, GptConfig};
 pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearBuilder};
-pub use llama::{Llama, LlamaCache, LlamaConfig, LlamaLayerWeights};
+pub use llama::{Llama, LlamaCache, LlamaConfig, LlamaLayerWeights, IGNORE_LABEL};
 pub use mlp::{Mlp, MlpBuilder};
 pub use multihead_attention::{MultiheadAttention, MultiheadAttentionBuilder};
 pub use pool::*;
