@@ -23,6 +23,8 @@ mod gate;
 mod jit;
 mod llm_decode;
 mod long_sum;
+#[cfg(feature = "chat")]
+mod lora_step;
 mod matmul;
 mod memory;
 #[cfg(feature = "onnx")]
@@ -170,6 +172,18 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "w6_load",
         w6::run_load,
         "all-MiniLM-L6-v2: folder to first embedding, and peak RSS of load + embed (fresh process)",
+    ),
+    #[cfg(feature = "chat")]
+    (
+        "lora_step",
+        lora_step::run,
+        "SmolLM2-135M LoRA step through its Q4_1 blocks: r 8 on every layer matrix, batch 4 x 256, AdamW; peak RSS (fresh process)",
+    ),
+    #[cfg(feature = "chat")]
+    (
+        "lora_step_f32",
+        lora_step::run_f32,
+        "the same LoRA step on SmolLM2 dequantized to f32, as PyTorch runs it (fresh process)",
     ),
     (
         "mem_w1",
