@@ -1128,9 +1128,16 @@ fn clients_gone_mid_stream_free_their_slots() {
     let s = start(config(&embed, &chat));
     let addr = s.addr;
     // Four long answers; each client reads two events and hangs up.
-    let mut streams: Vec<Stream> = (0..4)
-        .map(|i| {
-            Stream::open(addr, &chat_body(PROMPTS[i], 400, true))
+    let long = [
+        "Write a long story about a dragon who learns to bake bread.",
+        "Explain in detail how a steam engine works.",
+        "Tell me everything you know about the history of Rome.",
+        "Describe the life of a bee in a hive, step by step.",
+    ];
+    let mut streams: Vec<Stream> = long
+        .iter()
+        .map(|prompt| {
+            Stream::open(addr, &chat_body(prompt, 400, true))
                 .ok()
                 .unwrap()
         })

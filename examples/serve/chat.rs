@@ -138,6 +138,10 @@ struct Active {
 }
 
 struct Scheduler {
+    /// Sequences in slots, published to the gauge as soon as one enters
+    /// or leaves (before its last event goes out, so a client that has
+    /// its answer sees its slot free).
+    live: std::cell::Cell<usize>,
     model: Arc<ChatModel>,
     queue: Arc<BoundedQueue<ChatJob>>,
     slots: usize,
@@ -155,6 +159,7 @@ impl Scheduler {
     ) -> Self {
         let context = model.model().config().max_position_embeddings;
         Scheduler {
+            live: std::cell::Cell::new(0),
             model,
             queue,
             slots,
@@ -190,15 +195,16 @@ impl Scheduler {
             if !self.active.is_empty() {
                 self.step();
             }
-            self.publish();
         }
     }
 
-    fn publish(&self) {
+    /// `entered` sequences took slots and `left` gave theirs back.
+    fn occupy(&self, entered: usize, left: usize) {
+        self.live.set(self.live.get() + entered - left);
         self.metrics.set(
             "retrograd_chat_active_sequences",
             &[],
-            self.active.len() as f64,
+            self.live.get() as f64,
         );
     }
 
@@ -238,6 +244,7 @@ impl Scheduler {
                     decoding,
                     next: 0,
                 };
+                self.occupy(1, 0);
                 if self.advance(&mut seq, &logits) {
                     self.active.push(seq);
                 }
@@ -256,6 +263,7 @@ impl Scheduler {
         self.active.retain(|s| !s.job.events.is_closed());
         let gone = before - self.active.len();
         if gone > 0 {
+            self.occupy(0, gone);
             self.metrics
                 .add("retrograd_chat_cancelled_total", &[], gone as f64);
         }
@@ -286,6 +294,7 @@ impl Scheduler {
         let logits = match logits {
             Ok(l) => l,
             Err(e) => {
+                self.occupy(0, n);
                 for s in self.active.drain(..) {
                     let _ = s
                         .job
@@ -316,6 +325,7 @@ impl Scheduler {
         let token = match seq.decoding.next(&self.model, logits, &seq.history) {
             Ok(t) => t,
             Err(e) => {
+                self.occupy(0, 1);
                 let _ = seq.job.events.send(ChatEvent::Failed(e.to_string()));
                 return false;
             }
@@ -328,6 +338,7 @@ impl Scheduler {
             );
         }
         if !token.text.is_empty() && seq.job.events.send(ChatEvent::Text(token.text)).is_err() {
+            self.occupy(0, 1);
             self.metrics.add("retrograd_chat_cancelled_total", &[], 1.0);
             return false;
         }
@@ -341,6 +352,7 @@ impl Scheduler {
     }
 
     fn finish(&self, seq: &mut Active, reason: FinishReason) {
+        self.occupy(0, 1);
         let rest = seq.decoding.finish(&self.model, reason).unwrap_or_default();
         if !rest.is_empty() {
             let _ = seq.job.events.send(ChatEvent::Text(rest));
