@@ -62,6 +62,8 @@ options:
   --samples N         sample replies printed before and after (default 3)
   --seed N            seed of the split, the adapters and the batch order (default 0)
   --f32               train on the weights dequantized to f32 instead of in their blocks
+  --gradient-checkpointing  recompute each layer in backward: far less memory, about a third
+                      more time (needs --dropout 0)
   --plot DIR          draw the training curves as SVG in DIR
   --quiet             no progress bar
   -h, --help          this text";
@@ -83,6 +85,7 @@ struct Args {
     samples: usize,
     seed: u64,
     f32: bool,
+    checkpointing: bool,
     plot: Option<PathBuf>,
     quiet: bool,
     checkpoints: resume::Flags,
@@ -108,6 +111,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         samples: 3,
         seed: 0,
         f32: false,
+        checkpointing: false,
         plot: None,
         quiet: false,
         checkpoints: resume::Flags::new("finetune_chat", 50),
@@ -142,6 +146,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("samples") => args.samples = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("f32") => args.f32 = true,
+            Long("gradient-checkpointing") => args.checkpointing = true,
             Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long(name) if resume::Flags::owns(name) => {
@@ -153,6 +158,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     }
     if args.steps == 0 || args.batch_size == 0 || args.max_length < 8 {
         return Err("--steps and --batch-size must be positive, --max-length at least 8".into());
+    }
+    if args.checkpointing && args.dropout > 0.0 {
+        return Err("--gradient-checkpointing recomputes each layer, which would draw other dropout masks: add --dropout 0".into());
     }
     if !(0.0..1.0).contains(&args.warmup) {
         return Err("--warmup must be in [0, 1)".into());
@@ -314,6 +322,8 @@ fn train(args: &Args) -> Result<Option<Stopped>> {
         .dropout(args.dropout)
         .seed(args.seed);
     let adapted = chat.model_mut().try_add_adapter("default", &lora)?;
+    chat.model_mut()
+        .set_gradient_checkpointing(args.checkpointing);
     let params = chat.model().adapter_parameters("default");
     let trainable: usize = params.iter().map(|(_, p)| p.numel()).sum();
     println!(

@@ -317,3 +317,78 @@ fn a_merged_model_saves_as_gguf_with_the_adapters_in_its_weights() {
     .unwrap();
     assert!(worst(&logits(&loaded), &want) < 1e-4);
 }
+
+#[test]
+fn checkpointed_layers_give_the_same_loss_and_adapter_gradients() {
+    for mut m in [f32_model(), q4_model()] {
+        m.try_add_adapter("default", &all_linear(LoraInit::Random))
+            .unwrap();
+        let labels: Vec<i64> = IDS
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| if i < 2 { -100 } else { t as i64 })
+            .collect();
+        let run = |m: &Llama| {
+            let g = Graph::new();
+            let loss = m.try_causal_lm_loss(&g, &IDS, &labels, 1).unwrap();
+            let grads = loss.backward().unwrap();
+            let value = loss.value().try_item().unwrap();
+            let per_param: Vec<Vec<f64>> = m
+                .adapter_parameters("default")
+                .iter()
+                .map(|(_, p)| grads.of(p).to_f64_vec())
+                .collect();
+            (value, per_param)
+        };
+        let (plain_loss, plain) = run(&m);
+        m.set_gradient_checkpointing(true);
+        let (loss, grads) = run(&m);
+        assert_eq!(loss, plain_loss);
+        for (a, b) in grads.iter().zip(&plain) {
+            assert_eq!(a, b);
+        }
+        assert!(plain.iter().any(|g| g.iter().any(|v| *v != 0.0)));
+    }
+    // Dropout would draw other masks when a layer runs again.
+    let mut m = f32_model();
+    m.try_add_adapter("default", &LoraConfig::new(2, 4.0).dropout(0.1))
+        .unwrap();
+    m.set_gradient_checkpointing(true);
+    let g = Graph::new();
+    let labels = vec![1i64; IDS.len()];
+    let err = m.try_causal_lm_loss(&g, &IDS, &labels, 1).unwrap_err();
+    assert!(err.to_string().contains("dropout"), "{err}");
+}
+
+#[test]
+fn the_causal_lm_loss_is_the_shifted_cross_entropy_of_the_full_logits() {
+    let m = f32_model();
+    let labels: Vec<i64> = vec![-100, 17, -100, 8, 95, -100, 60];
+    let g = Graph::new();
+    let loss = m.try_causal_lm_loss(&g, &IDS, &labels, 1).unwrap();
+    let logits = logits(&m);
+    let vocab = m.config().vocab_size;
+    let mut sum = 0.0f64;
+    let mut n = 0;
+    for p in 0..IDS.len() - 1 {
+        let target = labels[p + 1];
+        if target < 0 {
+            continue;
+        }
+        let row = &logits[p * vocab..(p + 1) * vocab];
+        let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+        let lse = max
+            + row
+                .iter()
+                .map(|&v| (v as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        sum += lse - row[target as usize] as f64;
+        n += 1;
+    }
+    let want = sum / n as f64;
+    assert!((loss.value().try_item().unwrap() - want).abs() < 1e-5);
+    assert!(m.try_causal_lm_loss(&g, &IDS, &[-100; 7], 1).is_err());
+    assert!(m.try_causal_lm_loss(&g, &IDS, &labels[..6], 1).is_err());
+    assert!(m.try_causal_lm_loss(&g, &IDS, &[5000; 7], 1).is_err());
+}

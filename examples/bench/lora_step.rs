@@ -7,8 +7,10 @@
 //! assistants' turns, as the Python script builds them (the pairs' order
 //! differs: a seeded permutation here, numpy's there).
 //!
-//! `lora_step` trains through the 4-bit blocks (QLoRA); `lora_step_f32`
-//! on the weights dequantized to f32, as PyTorch runs them. Each runs in a
+//! `lora_step` trains through the 4-bit blocks (QLoRA), `lora_step_ckpt`
+//! the same with each decoder layer recomputed in backward (gradient
+//! checkpointing), `lora_step_f32` on the weights dequantized to f32, as
+//! PyTorch runs them. Each runs in a
 //! fresh process, so its peak RSS is its own. Needs the model file
 //! (scripts/fetch_smollm2.sh); without it prints a skip line.
 
@@ -75,7 +77,7 @@ fn windows(chat: &ChatModel, count: usize) -> Vec<(Vec<usize>, Vec<i64>)> {
         .collect()
 }
 
-fn run_with(label: &str, precision: WeightPrecision, opts: &Options) {
+fn run_with(label: &str, precision: WeightPrecision, checkpointing: bool, opts: &Options) {
     if delegated(label, opts) {
         return;
     }
@@ -94,6 +96,7 @@ fn run_with(label: &str, precision: WeightPrecision, opts: &Options) {
     chat.model_mut()
         .try_add_adapter("default", &config)
         .expect("adapters");
+    chat.model_mut().set_gradient_checkpointing(checkpointing);
     let params = chat.model().adapter_parameters("default");
     let trainable: usize = params.iter().map(|(_, p)| p.numel()).sum();
     let mut opt = Adam::new(params, AdamConfig::adamw().lr(2e-4)).expect("optimizer");
@@ -141,10 +144,15 @@ fn run_with(label: &str, precision: WeightPrecision, opts: &Options) {
 
 /// Through the quantized blocks.
 pub fn run(opts: &Options) {
-    run_with("lora_step", WeightPrecision::Quantized, opts)
+    run_with("lora_step", WeightPrecision::Quantized, false, opts)
+}
+
+/// Through the quantized blocks, each decoder layer recomputed in backward.
+pub fn run_checkpointed(opts: &Options) {
+    run_with("lora_step_ckpt", WeightPrecision::Quantized, true, opts)
 }
 
 /// On the weights dequantized to f32.
 pub fn run_f32(opts: &Options) {
-    run_with("lora_step_f32", WeightPrecision::F32, opts)
+    run_with("lora_step_f32", WeightPrecision::F32, false, opts)
 }

@@ -181,6 +181,12 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
     ),
     #[cfg(feature = "chat")]
     (
+        "lora_step_ckpt",
+        lora_step::run_checkpointed,
+        "the same LoRA step with each decoder layer recomputed in backward (gradient checkpointing; fresh process)",
+    ),
+    #[cfg(feature = "chat")]
+    (
         "lora_step_f32",
         lora_step::run_f32,
         "the same LoRA step on SmolLM2 dequantized to f32, as PyTorch runs it (fresh process)",

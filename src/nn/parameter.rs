@@ -161,7 +161,8 @@ impl Graph {
         match existing {
             Some(id) => {
                 let value = self.state().values()[id as usize].clone();
-                Var::from_parts(self, value, id, true)
+                let requires_grad = self.state().value_requires_grad(id);
+                Var::from_parts(self, value, id, requires_grad)
             }
             None => {
                 let v = self.variable(p.value());
@@ -173,6 +174,34 @@ impl Graph {
                 v
             }
         }
+    }
+}
+
+impl Graph {
+    /// Makes `value` what [`param`](Self::param) returns for `p` in this
+    /// graph from now on: how a checkpointed region
+    /// ([`Graph::checkpoint`]) that receives a module's parameters among its
+    /// inputs makes the module's own `graph.param` calls read those inputs,
+    /// so their gradients flow out of the region. A `value` with no slot in
+    /// the graph (a constant no node has used) binds nothing: `param` then
+    /// reads the parameter itself. A `value` of another graph is an error.
+    pub fn try_bind_param(&self, p: &Parameter, value: &Var<'_>) -> Result<()> {
+        if !std::ptr::eq(value.graph(), self) {
+            return Err(Error::invalid(
+                "Graph::bind_param",
+                "the value belongs to another graph",
+            ));
+        }
+        if let Some(slot) = value.value_id() {
+            self.state_mut().set_param(p.id(), slot as u32);
+        }
+        Ok(())
+    }
+
+    /// [`try_bind_param`](Self::try_bind_param), panicking on a value of
+    /// another graph.
+    pub fn bind_param(&self, p: &Parameter, value: &Var<'_>) {
+        crate::error::or_panic(self.try_bind_param(p, value))
     }
 }
 

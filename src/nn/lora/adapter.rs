@@ -143,6 +143,11 @@ impl LoraAdapter {
         self.dropout.as_ref().map_or(0.0, |d| d.p())
     }
 
+    /// Whether its dropout draws masks now (training mode, `p > 0`).
+    pub fn dropout_is_active(&self) -> bool {
+        self.dropout.as_ref().is_some_and(|d| d.is_training())
+    }
+
     /// The factor of `B · A`.
     pub fn scaling(&self) -> f64 {
         lora_scaling(self.alpha, self.rank(), self.use_rslora)

@@ -173,6 +173,16 @@ impl LoraLinear {
         Ok(self.adapters.remove(i).1)
     }
 
+    /// Whether an active adapter's dropout draws masks now (training
+    /// mode, a positive probability).
+    pub fn has_active_dropout(&self) -> bool {
+        self.merged.is_none()
+            && self
+                .active
+                .iter()
+                .any(|n| self.adapter(n).is_some_and(|a| a.dropout_is_active()))
+    }
+
     /// Whether the active adapters are folded into the base.
     pub fn is_merged(&self) -> bool {
         self.merged.is_some()
