@@ -31,13 +31,15 @@ use resume::Stopped;
 use retrograd::data::shakespeare;
 use retrograd::data::speakers::seeded_permutation;
 use retrograd::distributed::SingleProcess;
-use retrograd::hub::{save_peft_adapter, PeftSaveOptions, WeightPrecision};
+use retrograd::gguf::GgufFile;
+use retrograd::hub::{save_peft_adapter, GgufSaveOptions, PeftSaveOptions, WeightPrecision};
 use retrograd::llm::{ChatModel, GenerateOptions, Message, Role, Sampling, TrainingExample};
 use retrograd::nn::lora::{LoraConfig, LoraModel, LoraTargets};
 use retrograd::nn::{Module, IGNORE_LABEL};
 use retrograd::optim::{
     clip_grad_norm, Adam, AdamConfig, LinearLr, LrScheduler, Optimizer, WarmupLr,
 };
+use retrograd::quant::GgmlType;
 use retrograd::train::{Progress, RankState, TrainingState};
 use retrograd::{Graph, Result};
 use run_outputs::{RunOutputs, StepFigures};
@@ -64,6 +66,9 @@ options:
   --f32               train on the weights dequantized to f32 instead of in their blocks
   --gradient-checkpointing  recompute each layer in backward: far less memory, about a third
                       more time (needs --dropout 0)
+  --merged-gguf FILE  also write the model with the adapter merged in as one GGUF file
+                      that llama.cpp runs (its matrices in --merged-type)
+  --merged-type T     F16, Q8_0, Q4_1, ... (default Q8_0)
   --plot DIR          draw the training curves as SVG in DIR
   --quiet             no progress bar
   -h, --help          this text";
@@ -86,6 +91,8 @@ struct Args {
     seed: u64,
     f32: bool,
     checkpointing: bool,
+    merged_gguf: Option<PathBuf>,
+    merged_type: GgmlType,
     plot: Option<PathBuf>,
     quiet: bool,
     checkpoints: resume::Flags,
@@ -112,6 +119,8 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         seed: 0,
         f32: false,
         checkpointing: false,
+        merged_gguf: None,
+        merged_type: GgmlType::Q8_0,
         plot: None,
         quiet: false,
         checkpoints: resume::Flags::new("finetune_chat", 50),
@@ -147,6 +156,14 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("seed") => args.seed = parser.value().map_err(err)?.parse().map_err(err)?,
             Long("f32") => args.f32 = true,
             Long("gradient-checkpointing") => args.checkpointing = true,
+            Long("merged-gguf") => args.merged_gguf = Some(parser.value().map_err(err)?.into()),
+            Long("merged-type") => {
+                let name: String = parser.value().map_err(err)?.parse().map_err(err)?;
+                args.merged_type = GgmlType::ALL
+                    .into_iter()
+                    .find(|t| t.name().eq_ignore_ascii_case(&name))
+                    .ok_or_else(|| format!("--merged-type: unknown format {name}"))?;
+            }
             Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long(name) if resume::Flags::owns(name) => {
@@ -483,6 +500,20 @@ fn train(args: &Args) -> Result<Option<Stopped>> {
         args.out.display(),
         args.out.display()
     );
+    if let Some(path) = &args.merged_gguf {
+        let source = GgufFile::try_open(&args.model)?;
+        let options = GgufSaveOptions {
+            quantize: Some(args.merged_type),
+            tokenizer_from: Some(&source),
+        };
+        chat.model().save_gguf(path, options)?;
+        println!(
+            "merged model: {} ({} matrices, the tokenizer of {})",
+            path.display(),
+            args.merged_type.name(),
+            args.model.display()
+        );
+    }
     println!("{}", outputs.describe());
     println!("total time: {:.1} s", started.elapsed().as_secs_f64());
     Ok(None)
