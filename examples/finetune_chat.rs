@@ -383,7 +383,10 @@ fn train(args: &Args) -> Result<Option<Stopped>> {
         Some(v) => v,
         None => validation_loss(&mut chat, &val, args.batch_size, pad_id)?,
     };
+    // The base model's replies (on a resumed run too: the adapter is off).
+    chat.model_mut().try_set_adapters(&[])?;
     let samples_before = replies(&mut chat, &prompts)?;
+    chat.model_mut().try_set_adapters(&["default"])?;
     println!(
         "validation loss before: {before:.4} (perplexity {:.1}) over {} conversations",
         before.exp(),
