@@ -84,7 +84,7 @@ const METRICS: &[(&str, Kind, &str)] = &[
     (
         "retrograd_request_duration_seconds",
         Kind::Histogram,
-        "Seconds from acceptance to the last byte of the answer, by endpoint.",
+        "Seconds from the request to the head of its answer (a streamed answer: its first byte), by endpoint.",
     ),
 ];
 
