@@ -432,6 +432,10 @@ fn train(args: &Args) -> Result<Option<Stopped>> {
         drop(graph);
         let norm = clip_grad_norm(&mut grads, 1.0, 2.0)?;
         opt.step(&grads)?;
+        drop(grads);
+        // Batches differ in length, so the buffers a step leaves for the
+        // next rarely fit it: hand them back, so the peak stays one step's.
+        Graph::release_spare_buffers();
         let lr = opt.lr();
         sched.step(&mut opt);
         let millis = 1e3 * step_started.elapsed().as_secs_f64();
