@@ -9,7 +9,7 @@ use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, MatView};
 use crate::quant::QMatrix;
 
 /// Rows of the matrix dequantized at a time.
-const TILE_ROWS: usize = 64;
+const TILE_ROWS: usize = 128;
 
 /// Multiply-adds above which `gemm` splits a tile's product across threads.
 const THREADED_WORK: usize = 1 << 18;

@@ -2,10 +2,12 @@
 //! ([`QMatrix`]), the product of a quantized linear layer, and its
 //! derivative `quantized_matmul_transposed` (`g · W`).
 //!
-//! Q4_0, Q4_1 and Q8_0 weights multiply activations quantized to 8 bits
-//! per block with integer dot products (`kernels::quant::product`), as
-//! llama.cpp does on CPUs; the other formats go through f32 tiles of a few
-//! dequantized rows. The derivative with respect to `x` reads the same
+//! Q4_0, Q4_1 and Q8_0 weights multiply a few activation rows (decoding,
+//! short prompts) quantized to 8 bits per block with integer dot products
+//! (`kernels::quant::product`), as llama.cpp does on CPUs; from
+//! [`EXACT_ROWS`] rows on (long prompts, training batches), and for the
+//! other formats, the product goes through f32 tiles of a few dequantized
+//! rows, which is then both faster and exact. The derivative with respect to `x` reads the same
 //! blocks a tile at a time: no f32 copy of the matrix is ever kept, so a
 //! quantized model trains adapters in about the memory it runs in. The
 //! weight itself is frozen and has no gradient.
@@ -24,6 +26,14 @@ use crate::kernels::quant::{self as kernel, DotFormat, Q8Rows};
 use crate::ops::{Node, StructuredOp};
 use crate::quant::{GgmlType, QMatrix};
 use crate::tensor::{DType, Tensor};
+
+/// Activation rows from which the product runs on f32 tiles of the
+/// dequantized weight instead of 8-bit activations and integer dots: with
+/// this many rows `gemm` on the tiles is the faster of the two, and it is
+/// exact, so a training step's forward is the product its gradient (the
+/// transposed product, always on tiles) differentiates. Decoding, a few
+/// rows at a time, keeps llama.cpp's arithmetic.
+pub const EXACT_ROWS: usize = 64;
 
 /// `x · Wᵀ`: `x` is f32 `[..., cols]`, the result `[..., rows]`.
 #[derive(Clone, Debug)]
@@ -98,11 +108,11 @@ impl StructuredOp for QuantizedMatmul {
         let xs = input.as_slice_of::<f32>();
         let mut out = vec![0.0f32; m * rows];
         match dot_format(self.weight.ggml_type()) {
-            Some(format) => {
+            Some(format) if m < EXACT_ROWS => {
                 let a = Q8Rows::quantize(xs, m, cols);
                 kernel::product(format, self.weight.bytes(), rows, &a, &mut out);
             }
-            None => kernel::product_by_tiles(&self.weight, xs, m, &mut out)?,
+            _ => kernel::product_by_tiles(&self.weight, xs, m, &mut out)?,
         }
         Tensor::from_vec(out, &with_last(input.shape(), rows))
     }
@@ -188,6 +198,42 @@ impl<'g> Var<'g> {
 mod tests {
     use super::*;
     use crate::Graph;
+
+    #[test]
+    fn from_exact_rows_on_the_product_is_the_dequantized_matrix_s() {
+        let (rows, cols, m) = (70usize, 64usize, EXACT_ROWS);
+        let w = Tensor::from_vec(
+            (0..rows * cols)
+                .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+                .collect(),
+            &[rows, cols],
+        )
+        .unwrap();
+        let x = Tensor::from_vec(
+            (0..m * cols)
+                .map(|i| ((i * 5 % 17) as f32 - 8.0) / 7.0)
+                .collect(),
+            &[m, cols],
+        )
+        .unwrap();
+        let q = Arc::new(QMatrix::quantize(&w, GgmlType::Q4_1));
+        let g = Graph::new();
+        let got = g
+            .constant(x.clone())
+            .quantized_matmul(&q)
+            .value()
+            .to_vec::<f32>()
+            .unwrap();
+        let want = g
+            .constant(x)
+            .matmul(&g.constant(q.dequantize()).t())
+            .value()
+            .to_vec::<f32>()
+            .unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
 
     #[test]
     fn every_format_agrees_with_the_dequantized_product_and_its_gradient() {
