@@ -69,6 +69,7 @@ options:
   --merged-gguf FILE  also write the model with the adapter merged in as one GGUF file
                       that llama.cpp runs (its matrices in --merged-type)
   --merged-type T     F16, Q8_0, Q4_1, ... (default Q8_0)
+  --min-improvement D fail unless the validation loss falls by at least D
   --plot DIR          draw the training curves as SVG in DIR
   --quiet             no progress bar
   -h, --help          this text";
@@ -93,6 +94,7 @@ struct Args {
     checkpointing: bool,
     merged_gguf: Option<PathBuf>,
     merged_type: GgmlType,
+    min_improvement: Option<f64>,
     plot: Option<PathBuf>,
     quiet: bool,
     checkpoints: resume::Flags,
@@ -121,6 +123,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         checkpointing: false,
         merged_gguf: None,
         merged_type: GgmlType::Q8_0,
+        min_improvement: None,
         plot: None,
         quiet: false,
         checkpoints: resume::Flags::new("finetune_chat", 50),
@@ -163,6 +166,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                     .into_iter()
                     .find(|t| t.name().eq_ignore_ascii_case(&name))
                     .ok_or_else(|| format!("--merged-type: unknown format {name}"))?;
+            }
+            Long("min-improvement") => {
+                args.min_improvement = Some(parser.value().map_err(err)?.parse().map_err(err)?)
             }
             Long("plot") => args.plot = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
@@ -523,6 +529,17 @@ fn train(args: &Args) -> Result<Option<Stopped>> {
     }
     println!("{}", outputs.describe());
     println!("total time: {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(margin) = args.min_improvement
+        && after > before - margin
+    {
+        return Err(retrograd::Error::InvalidArgument {
+            op: "finetune_chat",
+            reason: format!(
+                "the validation loss fell by {:.4}, less than --min-improvement {margin}",
+                before - after
+            ),
+        });
+    }
     Ok(None)
 }
 
