@@ -253,7 +253,7 @@ fn validation_loss(
     for chunk in rows.chunks(batch) {
         let refs: Vec<&TrainingExample> = chunk.iter().collect();
         let (ids, labels, b) = pad(&refs, pad_id);
-        let n: usize = chunk.iter().map(|r| r.labelled_targets()).sum();
+        let n: usize = chunk.iter().map(labelled_targets).sum();
         let graph = Graph::new();
         let loss = graph.no_grad(|| chat.model().try_causal_lm_loss(&graph, &ids, &labels, b))?;
         sum += loss.value().try_item()? * n as f64;
@@ -263,20 +263,14 @@ fn validation_loss(
     Ok(sum / count.max(1) as f64)
 }
 
-trait Targets {
-    /// Labelled positions that a previous position predicts (the first
-    /// token has none before it).
-    fn labelled_targets(&self) -> usize;
-}
-
-impl Targets for TrainingExample {
-    fn labelled_targets(&self) -> usize {
-        self.labels
-            .iter()
-            .skip(1)
-            .filter(|&&l| l != IGNORE_LABEL)
-            .count()
-    }
+/// Labelled positions that a previous position predicts (the first token
+/// has none before it): what the loss averages over.
+fn labelled_targets(e: &TrainingExample) -> usize {
+    e.labels
+        .iter()
+        .skip(1)
+        .filter(|&&l| l != IGNORE_LABEL)
+        .count()
 }
 
 /// Greedy replies to the sample prompts.

@@ -616,16 +616,7 @@ impl Llama {
 impl LoraModel for Llama {
     fn visit_linears(&self, f: &mut dyn FnMut(&str, bool, &AnyLinear)) {
         for (i, l) in self.model.layers.iter().enumerate() {
-            let (a, m) = (&l.self_attn, &l.mlp);
-            for (name, layer) in [
-                ("self_attn.q_proj", &a.q_proj),
-                ("self_attn.k_proj", &a.k_proj),
-                ("self_attn.v_proj", &a.v_proj),
-                ("self_attn.o_proj", &a.o_proj),
-                ("mlp.gate_proj", &m.gate_proj),
-                ("mlp.up_proj", &m.up_proj),
-                ("mlp.down_proj", &m.down_proj),
-            ] {
+            for (name, layer) in l.linears() {
                 f(&format!("model.layers.{i}.{name}"), false, layer);
             }
         }
@@ -727,21 +718,23 @@ impl LlamaDecoderLayer {
 
     /// Whether any dropout inside the layer draws masks now.
     fn has_active_dropout(&self) -> bool {
-        let mut active = false;
-        for l in [
-            &self.self_attn.q_proj,
-            &self.self_attn.k_proj,
-            &self.self_attn.v_proj,
-            &self.self_attn.o_proj,
-            &self.mlp.gate_proj,
-            &self.mlp.up_proj,
-            &self.mlp.down_proj,
-        ] {
-            if let AnyLinear::Lora(l) = l {
-                active |= l.has_active_dropout();
-            }
-        }
-        active
+        self.linears()
+            .iter()
+            .any(|(_, l)| matches!(l, AnyLinear::Lora(l) if l.has_active_dropout()))
+    }
+
+    /// The layer's linear maps with their paths inside the layer.
+    fn linears(&self) -> [(&'static str, &AnyLinear); 7] {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        [
+            ("self_attn.q_proj", &a.q_proj),
+            ("self_attn.k_proj", &a.k_proj),
+            ("self_attn.v_proj", &a.v_proj),
+            ("self_attn.o_proj", &a.o_proj),
+            ("mlp.gate_proj", &m.gate_proj),
+            ("mlp.up_proj", &m.up_proj),
+            ("mlp.down_proj", &m.down_proj),
+        ]
     }
 }
 

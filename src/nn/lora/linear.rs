@@ -192,9 +192,9 @@ impl LoraLinear {
     /// base dequantized if quantized, plus `scaling · B · A` of each.
     pub fn try_merged_weight(&self) -> Result<Tensor> {
         if self.merged.is_some() {
-            return dense_weight(&self.base);
+            return self.base.try_f32_weight();
         }
-        let mut w = dense_weight(&self.base)?;
+        let mut w = self.base.try_f32_weight()?;
         for name in &self.active {
             let delta = self
                 .adapter(name)
@@ -274,11 +274,6 @@ impl LoraLinear {
             None => Ok(()),
         }
     }
-}
-
-/// The weight of a plain layer in f32 (dequantized if quantized).
-fn dense_weight(l: &AnyLinear) -> Result<Tensor> {
-    l.try_f32_weight()
 }
 
 impl Module for LoraLinear {
