@@ -13,6 +13,8 @@
 //! cargo run --release --example chat -- --adapter target/finetune_chat/adapter --prompt "How fares the king?"
 //! ```
 
+// finetune_chat has no --ddp mode, so resume's entry for one goes unused.
+#[allow(dead_code)]
 #[path = "support/resume.rs"]
 mod resume;
 // The backward-sweep page of run_outputs is for the jobs that draw one.
