@@ -15,6 +15,8 @@
 
 #[path = "support/mnist_cnn.rs"]
 mod mnist_cnn;
+#[path = "support/onnx_conformance.rs"]
+mod onnx_conformance;
 #[path = "support/onnx_minilm.rs"]
 mod onnx_minilm;
 
@@ -57,6 +59,12 @@ usage:
   onnx profile FILE.onnx [--inputs FILE.safetensors] [--batch N] [--runs N] [--top N]
       runs the model --runs times (default 20) on the inputs `run` takes and prints where the
       time goes: per ONNX op type, then the --top slowest nodes (default 20)
+  onnx ops
+      prints the ONNX op types the importer runs, one a line
+  onnx conformance LIST [--from N]
+      runs ONNX's node conformance cases, one case folder a line of LIST (written by
+      tests/reference/onnx_conformance.py), from the N-th (default 0), and prints a JSON
+      line per case: its status (pass, fail, unsupported, error, panic) and why
 options for all: --seed S (default 0), -h/--help";
 
 #[derive(Default)]
@@ -75,6 +83,7 @@ struct Args {
     seed: u64,
     runs: u32,
     top: usize,
+    from: usize,
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -102,6 +111,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             Long("seed") => a.seed = text(&mut p)?.parse().map_err(|e| format!("--seed: {e}"))?,
             Long("runs") => a.runs = text(&mut p)?.parse().map_err(|e| format!("--runs: {e}"))?,
+            Long("from") => a.from = text(&mut p)?.parse().map_err(|e| format!("--from: {e}"))?,
             Long("top") => a.top = text(&mut p)?.parse().map_err(|e| format!("--top: {e}"))?,
             Long("max-nodes") => {
                 a.max_nodes = Some(
@@ -145,6 +155,13 @@ fn main() -> ExitCode {
         "inspect" => inspect(&args),
         "run" => run(&args),
         "profile" => profile(&args),
+        "conformance" => conformance(&args),
+        "ops" => {
+            for op in retrograd::onnx::supported_import_ops() {
+                println!("{op}");
+            }
+            Ok(())
+        }
         other => Err(format!("unknown command `{other}`\n\n{USAGE}").into()),
     };
     match outcome {
@@ -562,4 +579,11 @@ fn run(a: &Args) -> Outcome {
         println!("wrote {}", out.display());
     }
     Ok(())
+}
+
+fn conformance(a: &Args) -> Outcome {
+    let [list] = a.positional.as_slice() else {
+        return Err(format!("conformance takes one case list\n\n{USAGE}").into());
+    };
+    onnx_conformance::run(std::path::Path::new(list), a.from)
 }

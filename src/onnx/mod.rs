@@ -52,3 +52,34 @@ mod tensor;
 
 pub use export::{can_export, export_forward, export_input, Exporter, EXPORT_OPSET};
 pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSET};
+
+/// The tensor a serialized ONNX `TensorProto` holds: the `.pb` files of
+/// ONNX's test data (`test_data_set_0/input_0.pb`), or any tensor written
+/// with `onnx.numpy_helper.from_array(..).SerializeToString()`. Element
+/// types read as [`OnnxModel`] reads them (integers of every width as i64).
+///
+/// Errors: [`OnnxProblem::Decode`](crate::OnnxProblem::Decode) if the bytes
+/// are not a `TensorProto`; [`OnnxProblem::BadTensor`](crate::OnnxProblem::BadTensor)
+/// for an element type with no dtype (strings, 8-bit floats) or data that
+/// does not fit its dims.
+///
+/// ```
+/// use prost::Message;
+/// let proto = retrograd::onnx::proto::TensorProto {
+///     dims: vec![2],
+///     data_type: Some(7), // INT64
+///     int64_data: vec![3, -4],
+///     ..Default::default()
+/// };
+/// let t = retrograd::onnx::decode_tensor(&proto.encode_to_vec())?;
+/// assert_eq!(t.to_vec::<i64>()?, vec![3, -4]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn decode_tensor(bytes: &[u8]) -> crate::Result<crate::Tensor> {
+    use prost::Message;
+    let proto = proto::TensorProto::decode(bytes).map_err(|e| crate::Error::OnnxInvalid {
+        problem: crate::error::OnnxProblem::Decode,
+        detail: format!("not a TensorProto: {e}"),
+    })?;
+    tensor::from_proto(&proto)
+}
