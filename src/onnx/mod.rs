@@ -7,7 +7,7 @@
 //!   transformers has an ONNX form (attention as its decomposition); an op
 //!   without one is [`Error::OnnxExport`](crate::Error::OnnxExport) naming
 //!   it, never a silently different graph.
-//! - **Import** ([`OnnxModel`]): an `.onnx` file (opsets 13 to 23) as a
+//! - **Import** ([`OnnxModel`]): an `.onnx` file (opsets 7 to 28) as a
 //!   retrograd model that runs each node as retrograd ops, so it records,
 //!   prints, draws and trains like any model; its float initializers are
 //!   trainable parameters under their ONNX names. Unsupported ops and
@@ -33,7 +33,7 @@
 //! infer them, a table cut to a free axis's recorded length ends at that
 //! axis's size: `Shape`); `forward.rs` is the one-call `export_forward`;
 //! an op with no mapper is `Error::OnnxExport`. `import/`:
-//! `load.rs` decodes and checks a model (opsets 13-23, topological order,
+//! `load.rs` decodes and checks a model (opsets 7-28, topological order,
 //! every value defined, a dry run at free size 1 then 2), `ops/` is the one
 //! table `OPS` of ONNX op type, converter (retrograd `Var` ops, so imported
 //! models differentiate) and settings check, integer shape arithmetic on

@@ -90,7 +90,8 @@ fn arith<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, name: &str) -> Result<Vec<Var<'g>>>
 pub(super) fn pow<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
     if is_int(a) {
-        return arith(c, ins, "pow");
+        // The result has the base's type, whatever the exponent's.
+        return one(int_binary(a, b, |x, y| x.try_pow(y))?);
     }
     // ONNX lets the exponent have its own type; retrograd's pow takes the base's.
     let b = if b.dtype() == a.dtype() {
@@ -163,10 +164,24 @@ pub(super) fn gelu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     apply(c, ins, name, 1)
 }
 
-/// Bounds given as optional scalar inputs (opset 11 and later).
+/// Bounds given as optional scalar inputs (opset 11 and later) or as the
+/// `min` and `max` attributes (before).
 pub(super) fn clip<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let lo = c.opt(ins, 1).map(|v| c.scalar(v)).transpose()?;
-    let hi = c.opt(ins, 2).map(|v| c.scalar(v)).transpose()?;
+    let (lo, hi) = if c.opset < 11 {
+        let bound = |key: &str| -> Result<Option<f64>> {
+            Ok(if c.attrs.has(key) {
+                Some(c.attrs.float(key, 0.0)?)
+            } else {
+                None
+            })
+        };
+        (bound("min")?, bound("max")?)
+    } else {
+        (
+            c.opt(ins, 1).map(|v| c.scalar(v)).transpose()?,
+            c.opt(ins, 2).map(|v| c.scalar(v)).transpose()?,
+        )
+    };
     let x = c.input(ins, 0)?;
     if lo.is_none() && hi.is_none() {
         return one(x.clone());

@@ -99,11 +99,12 @@ pub(super) fn gemm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     one(y)
 }
 
-/// `auto_pad` as explicit pads is not needed for the supported values:
-/// NOTSET (the `pads`) and VALID (none).
+/// `auto_pad`: NOTSET (the `pads`), VALID (none), SAME_UPPER and
+/// SAME_LOWER (pads that keep `ceil(size / stride)` positions, the odd one
+/// at the end or the start).
 pub(super) fn check_conv(a: &Attrs, _: i64) -> Checked {
     match a.string("auto_pad", "NOTSET").as_deref() {
-        Ok("NOTSET") | Ok("VALID") => {}
+        Ok("NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER") => {}
         Ok(other) => return Err(format!("auto_pad = {other:?}")),
         Err(e) => return Err(e.to_string()),
     }
@@ -116,7 +117,10 @@ pub(super) fn check_conv(a: &Attrs, _: i64) -> Checked {
 /// `(strides, dilations, pads_begin, pads_end)` for `dims` spatial axes.
 type Geometry = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>);
 
-fn geometry(c: &Ctx<'_, '_>, dims: usize) -> Result<Geometry> {
+/// The geometry of a window op over `x` (`[batch, channels, spatial...]`)
+/// with a window of `kernel` (its spatial sizes).
+fn geometry(c: &Ctx<'_, '_>, x: &[usize], kernel: &[usize]) -> Result<Geometry> {
+    let dims = kernel.len();
     let list = |key: &str, default: i64| -> Result<Vec<usize>> {
         let v = c.attrs.ints(key)?.unwrap_or_else(|| vec![default; dims]);
         if v.len() != dims || v.iter().any(|&x| x < 0) {
@@ -124,21 +128,49 @@ fn geometry(c: &Ctx<'_, '_>, dims: usize) -> Result<Geometry> {
         }
         Ok(v.into_iter().map(|x| x as usize).collect())
     };
-    let pads = if c.attrs.string("auto_pad", "NOTSET")? == "VALID" {
-        vec![0; 2 * dims]
-    } else {
-        c.attrs.ints("pads")?.unwrap_or_else(|| vec![0; 2 * dims])
+    let (strides, dilations) = (list("strides", 1)?, list("dilations", 1)?);
+    let auto_pad = c.attrs.string("auto_pad", "NOTSET")?;
+    let pads = match auto_pad.as_str() {
+        "VALID" => vec![0; 2 * dims],
+        "SAME_UPPER" | "SAME_LOWER" => {
+            if x.len() != dims + 2 {
+                return Err(c.error(format!("input shape {x:?} for {dims} spatial dims")));
+            }
+            let mut pads = vec![0i64; 2 * dims];
+            for d in 0..dims {
+                let size = x[d + 2];
+                let stride = strides[d].max(1);
+                let reach = (kernel[d].saturating_sub(1)) * dilations[d] + 1;
+                let needed = (size.div_ceil(stride).saturating_sub(1) * stride + reach)
+                    .saturating_sub(size) as i64;
+                let small = needed / 2;
+                let (begin, end) = if auto_pad == "SAME_UPPER" {
+                    (small, needed - small)
+                } else {
+                    (needed - small, small)
+                };
+                pads[d] = begin;
+                pads[d + dims] = end;
+            }
+            pads
+        }
+        _ => c.attrs.ints("pads")?.unwrap_or_else(|| vec![0; 2 * dims]),
     };
     if pads.len() != 2 * dims || pads.iter().any(|&p| p < 0) {
         return Err(c.error(format!("pads {pads:?} for {dims} spatial dims")));
     }
     let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
     Ok((
-        list("strides", 1)?,
-        list("dilations", 1)?,
+        strides,
+        dilations,
         pads[..dims].to_vec(),
         pads[dims..].to_vec(),
     ))
+}
+
+/// A convolution's spatial kernel sizes, from its weight `[out, in, k...]`.
+fn conv_kernel(w: &Var<'_>) -> Vec<usize> {
+    w.shape().get(2..).unwrap_or_default().to_vec()
 }
 
 /// Pads the spatial axes of `x` when the begin and end pads differ (a
@@ -166,7 +198,7 @@ pub(super) fn conv<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let b = c.opt(ins, 2);
     let dims = x.shape().len().saturating_sub(2);
     let groups = c.attrs.int("group", 1)?.max(1) as usize;
-    let (strides, dilations, begin, end) = geometry(c, dims)?;
+    let (strides, dilations, begin, end) = geometry(c, x.shape(), &conv_kernel(w))?;
     let (x, pad) = asymmetric(x, &begin, &end, 0.0)?;
     match dims {
         1 => {
@@ -213,7 +245,7 @@ pub(crate) fn fused_conv_relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<
         .chain(b)
         .all(|v| !v.requires_grad() && v.dtype().is_float());
     if plain && !c.graph.is_tracing() && x.shape().len() == 4 {
-        let (strides, dilations, begin, end) = geometry(c, 2)?;
+        let (strides, dilations, begin, end) = geometry(c, x.shape(), &conv_kernel(w))?;
         if begin == end {
             let o = Conv2dOptions::new()
                 .stride([strides[0], strides[1]])
@@ -242,6 +274,11 @@ pub(super) fn check_conv_transpose(a: &Attrs, opset: i64) -> Checked {
     if a.has("output_shape") {
         return Err("output_shape".into());
     }
+    if a.string("auto_pad", "NOTSET")
+        .is_ok_and(|p| p.starts_with("SAME"))
+    {
+        return Err("auto_pad SAME_UPPER or SAME_LOWER on a transposed convolution".into());
+    }
     check_conv(a, opset)
 }
 
@@ -250,7 +287,7 @@ pub(super) fn conv_transpose<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
     let b = c.opt(ins, 2);
     let dims = x.shape().len().saturating_sub(2);
     let groups = c.attrs.int("group", 1)?.max(1) as usize;
-    let (strides, dilations, begin, end) = geometry(c, dims)?;
+    let (strides, dilations, begin, end) = geometry(c, x.shape(), &conv_kernel(w))?;
     if begin != end {
         return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
     }
@@ -284,7 +321,7 @@ pub(super) fn conv_transpose<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
 
 pub(super) fn check_pool(a: &Attrs, _: i64) -> Checked {
     match a.string("auto_pad", "NOTSET").as_deref() {
-        Ok("NOTSET") | Ok("VALID") => {}
+        Ok("NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER") => {}
         Ok(other) => return Err(format!("auto_pad = {other:?}")),
         Err(e) => return Err(e.to_string()),
     }
@@ -310,9 +347,26 @@ pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
     if c.n_outputs > 1 {
         return Err(c.error("MaxPool's indices output is not supported"));
     }
-    let (strides, dilations, begin, end) = geometry(c, 2)?;
-    let (x, pad) = asymmetric(c.input(ins, 0)?, &begin, &end, f64::NEG_INFINITY)?;
-    let o = MaxPool2dOptions::new(kernel(c)?)
+    let x = c.input(ins, 0)?;
+    let k = kernel(c)?;
+    let (strides, dilations, begin, end) = geometry(c, x.shape(), &k)?;
+    // Pads past half the window are made explicit (-inf never wins a max);
+    // retrograd's pooling pads at most half a window.
+    let wide = begin
+        .iter()
+        .chain(&end)
+        .zip(k.iter().chain(&k))
+        .any(|(&p, &k)| 2 * p > k);
+    let (x, pad) = if wide && c.attrs.int("ceil_mode", 0)? == 0 {
+        let mut torch = Vec::new();
+        for d in (0..2).rev() {
+            torch.extend([begin[d] as isize, end[d] as isize]);
+        }
+        (x.try_pad(&torch, f64::NEG_INFINITY)?, vec![0, 0])
+    } else {
+        asymmetric(x, &begin, &end, f64::NEG_INFINITY)?
+    };
+    let o = MaxPool2dOptions::new(k)
         .stride([strides[0], strides[1]])
         .padding([pad[0], pad[1]])
         .dilation([dilations[0], dilations[1]])
@@ -321,14 +375,15 @@ pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
 }
 
 pub(super) fn average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (strides, dilations, begin, end) = geometry(c, 2)?;
+    let k = kernel(c)?;
+    let (strides, dilations, begin, end) = geometry(c, c.input(ins, 0)?.shape(), &k)?;
     if dilations.iter().any(|&d| d != 1) {
         return Err(c.error("dilated average pooling"));
     }
     if begin != end {
         return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
     }
-    let o = AvgPool2dOptions::new(kernel(c)?)
+    let o = AvgPool2dOptions::new(k)
         .stride([strides[0], strides[1]])
         .padding([begin[0], begin[1]])
         .ceil_mode(c.attrs.int("ceil_mode", 0)? != 0)
@@ -370,17 +425,25 @@ pub(super) fn batch_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'
     one(x.try_batch_norm(&args)?.output)
 }
 
+/// Normalises over the axes from `axis` on. The optional second and third
+/// outputs are the mean and `1 / sqrt(variance + epsilon)` over those
+/// axes, kept as size-1 axes (composed from the same differentiable ops).
 pub(super) fn layer_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    if c.n_outputs > 1 {
-        return Err(
-            c.error("LayerNormalization's mean and inverse-deviation outputs are not supported")
-        );
-    }
     let x = c.input(ins, 0)?;
     let axis = c.axis(c.attrs.int("axis", -1)?, x.shape().len())?;
     let shape = x.shape()[axis..].to_vec();
     let eps = c.attrs.float("epsilon", 1e-5)?;
-    one(x.try_layer_norm(&shape, Some(c.input(ins, 1)?), c.opt(ins, 2), eps)?)
+    let y = x.try_layer_norm(&shape, Some(c.input(ins, 1)?), c.opt(ins, 2), eps)?;
+    if c.n_outputs == 1 {
+        return one(y);
+    }
+    let axes: Vec<isize> = (axis as isize..x.shape().len() as isize).collect();
+    let mean = x.try_mean_axes(&axes, true)?;
+    let centred = x.try_sub(&mean)?;
+    let var = centred.try_mul(&centred)?.try_mean_axes(&axes, true)?;
+    let eps = c.constant(Tensor::scalar_of(eps, x.dtype()));
+    let inv_std = var.try_add(&eps)?.try_rsqrt()?;
+    Ok(vec![y, mean, inv_std])
 }
 
 /// `Add` then `LayerNormalization` over the last axis, fused at import
@@ -436,17 +499,36 @@ pub(crate) fn fused_add_layer_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result
     layer_norm(c, &inputs)
 }
 
-/// Opset 13+: along one axis.
+/// `f` along one axis (opset 13 and later, default the last); before
+/// opset 13, over everything from `axis` on (default 1) as one row, the
+/// input read as a matrix `[prod(dims[..axis]), prod(dims[axis..])]`.
+pub(super) fn along_axis<'g>(
+    c: &Ctx<'_, 'g>,
+    ins: &Ins<'g>,
+    f: impl Fn(&Var<'g>, isize) -> Result<Var<'g>>,
+) -> Result<Var<'g>> {
+    let x = c.input(ins, 0)?;
+    if c.opset >= 13 {
+        return f(x, c.attrs.int("axis", -1)? as isize);
+    }
+    let rank = x.shape().len();
+    let axis = if c.attrs.int("axis", 1)? == rank as i64 {
+        rank
+    } else {
+        c.axis(c.attrs.int("axis", 1)?, rank)?
+    };
+    let lead: usize = x.shape()[..axis].iter().product();
+    let rows = x.try_reshape(&[lead as isize, -1])?;
+    let shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    f(&rows, 1)?.try_reshape(&shape)
+}
+
 pub(super) fn softmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    one(c
-        .input(ins, 0)?
-        .try_softmax(c.attrs.int("axis", -1)? as isize)?)
+    one(along_axis(c, ins, |x, a| x.try_softmax(a))?)
 }
 
 pub(super) fn log_softmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    one(c
-        .input(ins, 0)?
-        .try_log_softmax(c.attrs.int("axis", -1)? as isize)?)
+    one(along_axis(c, ins, |x, a| x.try_log_softmax(a))?)
 }
 
 /// The attention `fuse.rs` matched: inputs `q`, `k` (or `kᵀ` when

@@ -4,7 +4,7 @@
 use super::{one, Ctx};
 use crate::error::Result;
 use crate::graph::Var;
-use crate::onnx::import::attrs::Attrs;
+use crate::tensor::Tensor;
 
 type Ins<'g> = [Option<Var<'g>>];
 
@@ -64,22 +64,31 @@ pub(super) fn logsumexp<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
     reduce(c, ins, 18, |x, a, k| x.try_logsumexp(a, k))
 }
 
-pub(super) fn check_arg(a: &Attrs, _: i64) -> std::result::Result<(), String> {
-    match a.int("select_last_index", 0) {
-        Ok(0) => Ok(()),
-        _ => Err("select_last_index = 1".into()),
-    }
-}
-
+/// The position of the extremum along `axis`: the first one, or with
+/// `select_last_index` (opset 12) the last, found as the first of the
+/// input reversed along the axis.
 fn arg<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, max: bool) -> Result<Vec<Var<'g>>> {
     let x = c.input(ins, 0)?;
-    let axis = c.axis(c.attrs.int("axis", 0)?, x.shape().len())? as isize;
+    let axis = c.axis(c.attrs.int("axis", 0)?, x.shape().len())?;
     let keep = c.attrs.int("keepdims", 1)? != 0;
-    if max {
-        one(x.try_argmax(Some(axis), keep)?)
+    let last = c.attrs.int("select_last_index", 0)? != 0;
+    let n = x.shape().get(axis).copied().unwrap_or(1);
+    let x = if last {
+        let reversed: Vec<i64> = (0..n as i64).rev().collect();
+        x.try_index_select(axis as isize, &Tensor::from_vec(reversed, &[n])?)?
     } else {
-        one(x.try_argmin(Some(axis), keep)?)
+        x.clone()
+    };
+    let i = if max {
+        x.try_argmax(Some(axis as isize), keep)?
+    } else {
+        x.try_argmin(Some(axis as isize), keep)?
+    };
+    if !last {
+        return one(i);
     }
+    let from_end = i.value().map_f64(|j| (n as f64 - 1.0) - j);
+    one(c.constant(from_end.to_dtype(i.dtype())))
 }
 
 pub(super) fn argmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {

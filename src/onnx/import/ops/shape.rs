@@ -29,10 +29,13 @@ pub(super) fn dropout<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>
     {
         return Err(c.error("dropout in training mode is not supported (inference only)"));
     }
+    let x = c.input(ins, 0)?;
     if c.n_outputs > 1 {
-        return Err(c.error("dropout's mask output is not supported"));
+        // Nothing is dropped: the mask keeps every element.
+        let mask = c.constant(Tensor::full(x.shape(), 1.0, DType::Bool)?);
+        return Ok(vec![x.clone(), mask]);
     }
-    one(c.input(ins, 0)?.clone())
+    one(x.clone())
 }
 
 pub(super) fn check_constant(a: &Attrs, _: i64) -> Checked {
@@ -295,13 +298,25 @@ fn slice_bounds(start: i64, end: i64, len: i64) -> (i64, i64) {
 pub(super) fn slice<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let x = c.input(ins, 0)?;
     let rank = x.shape().len();
-    let starts = c.ints(c.input(ins, 1)?)?;
-    let ends = c.ints(c.input(ins, 2)?)?;
-    let axes: Vec<i64> = match c.opt(ins, 3) {
-        Some(a) => c.ints(a)?,
-        None => (0..starts.len() as i64).collect(),
+    // Before opset 10 the bounds and axes are attributes, and there are no steps.
+    let from_attrs = c.opset < 10;
+    let attr = |key: &str| -> Result<Vec<i64>> {
+        c.attrs
+            .ints(key)?
+            .ok_or_else(|| c.error(format!("no `{key}` attribute")))
     };
-    let steps: Vec<i64> = match c.opt(ins, 4) {
+    let (starts, ends) = if from_attrs {
+        (attr("starts")?, attr("ends")?)
+    } else {
+        (c.ints(c.input(ins, 1)?)?, c.ints(c.input(ins, 2)?)?)
+    };
+    let axes_given = if from_attrs {
+        c.attrs.ints("axes")?
+    } else {
+        c.opt(ins, 3).map(|a| c.ints(a)).transpose()?
+    };
+    let axes: Vec<i64> = axes_given.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps: Vec<i64> = match c.opt(ins, 4).filter(|_| !from_attrs) {
         Some(s) => c.ints(s)?,
         None => vec![1; starts.len()],
     };
@@ -311,13 +326,25 @@ pub(super) fn slice<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> 
     let mut y = x.clone();
     for i in 0..starts.len() {
         let axis = c.axis(axes[i], rank)?;
-        if steps[i] < 1 {
-            return Err(c.error(format!(
-                "step {} (only positive steps are supported)",
-                steps[i]
-            )));
+        if steps[i] == 0 {
+            return Err(c.error("a step of 0"));
         }
         let len = y.shape()[axis] as i64;
+        if steps[i] < 0 {
+            // Backwards: start clamps to [0, len - 1], end to [-1, len - 1]
+            // (-1 meaning past the first element); the picked positions
+            // are gathered (index_select, differentiable).
+            let norm = |v: i64, lo: i64| {
+                (if v < 0 { v.saturating_add(len) } else { v }).clamp(lo, len - 1)
+            };
+            let (s, e) = (norm(starts[i], 0), norm(ends[i], -1));
+            let picked: Vec<i64> = std::iter::successors(Some(s), |&p| p.checked_add(steps[i]))
+                .take_while(|&p| p > e)
+                .collect();
+            let n = picked.len();
+            y = y.try_index_select(axis as isize, &Tensor::from_vec(picked, &[n])?)?;
+            continue;
+        }
         let (s, e) = slice_bounds(starts[i], ends[i], len);
         y = y.try_slice(axis as isize, s as isize, e as isize, steps[i] as usize)?;
     }

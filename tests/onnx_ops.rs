@@ -1,0 +1,330 @@
+//! One-node ONNX models, imported and run, against the values ONNX's
+//! reference implementation (`onnx.reference.ReferenceEvaluator`) or
+//! onnxruntime gives for the same node and inputs: the opset-dependent
+//! readings of an op (attributes that became inputs, changed defaults)
+//! and the ops the importer maps onto retrograd's. The whole of ONNX's
+//! own node cases runs through `tests/reference/onnx_conformance.py`.
+
+#![cfg(feature = "onnx")]
+
+use prost::Message;
+use retrograd::onnx::proto::attribute_proto::AttributeType;
+use retrograd::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
+use retrograd::onnx::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto,
+    ValueInfoProto,
+};
+use retrograd::onnx::OnnxModel;
+use retrograd::{DType, Error, Graph, Tensor};
+
+/// An attribute: an integer, integers, a float or a string.
+enum A {
+    I(i64),
+    Is(&'static [i64]),
+    F(f32),
+    S(&'static str),
+}
+
+fn attr(name: &str, a: &A) -> AttributeProto {
+    let mut p = AttributeProto {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    match a {
+        A::I(v) => {
+            p.i = Some(*v);
+            p.r#type = Some(AttributeType::Int as i32);
+        }
+        A::Is(v) => {
+            p.ints = v.to_vec();
+            p.r#type = Some(AttributeType::Ints as i32);
+        }
+        A::F(v) => {
+            p.f = Some(*v);
+            p.r#type = Some(AttributeType::Float as i32);
+        }
+        A::S(v) => {
+            p.s = Some(v.as_bytes().to_vec());
+            p.r#type = Some(AttributeType::String as i32);
+        }
+    }
+    p
+}
+
+fn value_info(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(TypeValue::TensorType(TensorType::default())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A model of one `op` node at `opset` reading `n_in` inputs and naming
+/// `n_out` outputs, imported.
+fn model(
+    op: &str,
+    opset: i64,
+    n_in: usize,
+    n_out: usize,
+    attrs: &[(&str, A)],
+) -> retrograd::Result<OnnxModel> {
+    let ins: Vec<String> = (0..n_in).map(|i| format!("x{i}")).collect();
+    let outs: Vec<String> = (0..n_out).map(|i| format!("y{i}")).collect();
+    let node = NodeProto {
+        op_type: Some(op.into()),
+        input: ins.clone(),
+        output: outs.clone(),
+        attribute: attrs.iter().map(|(n, a)| attr(n, a)).collect(),
+        ..Default::default()
+    };
+    let m = ModelProto {
+        ir_version: Some(7),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![node],
+            input: ins.iter().map(|n| value_info(n)).collect(),
+            output: outs.iter().map(|n| value_info(n)).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    OnnxModel::from_bytes(&m.encode_to_vec())
+}
+
+/// Runs the one-node model on `inputs`.
+fn run(
+    op: &str,
+    opset: i64,
+    inputs: &[Tensor],
+    n_out: usize,
+    attrs: &[(&str, A)],
+) -> retrograd::Result<Vec<Tensor>> {
+    model(op, opset, inputs.len(), n_out, attrs)?.infer(inputs)
+}
+
+fn f32s(v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), shape).unwrap()
+}
+
+fn i64s(v: &[i64]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
+}
+
+/// `[[-2, -1.5, -1, -0.5], [0, .., 1.5], [2, .., 3.5]]`.
+fn x34() -> Tensor {
+    let v: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
+    f32s(&v, &[3, 4])
+}
+
+#[track_caller]
+fn assert_close(got: &Tensor, shape: &[usize], want: &[f64]) {
+    assert_eq!(got.shape(), shape, "shape");
+    let g = got.to_f64_vec();
+    for (i, (a, b)) in g.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 + 1e-4 * b.abs(),
+            "element {i}: {a} against {b} (all: {g:?})"
+        );
+    }
+}
+
+#[test]
+fn slice_before_opset_10_reads_attributes_and_later_steps_go_backwards() {
+    let y = run(
+        "Slice",
+        9,
+        &[x34()],
+        1,
+        &[
+            ("starts", A::Is(&[1, -1])),
+            ("ends", A::Is(&[3, 100])),
+            ("axes", A::Is(&[0, -1])),
+        ],
+    )
+    .unwrap();
+    assert_close(&y[0], &[2, 1], &[1.5, 3.5]);
+    // Default axes: the first ones.
+    let y = run(
+        "Slice",
+        9,
+        &[x34()],
+        1,
+        &[("starts", A::Is(&[1])), ("ends", A::Is(&[1000]))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[2, 4], &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]);
+    // Opset 13, negative steps on both axes.
+    let y = run(
+        "Slice",
+        13,
+        &[
+            x34(),
+            i64s(&[2, 3]),
+            i64s(&[-4, -10]),
+            i64s(&[0, 1]),
+            i64s(&[-1, -2]),
+        ],
+        1,
+        &[],
+    )
+    .unwrap();
+    assert_close(&y[0], &[3, 2], &[3.5, 2.5, 1.5, 0.5, -0.5, -1.5]);
+    // An opset-9 Slice without its attributes names what is missing.
+    let e = run("Slice", 9, &[x34()], 1, &[]).unwrap_err();
+    assert!(e.to_string().contains("starts"), "{e}");
+}
+
+#[test]
+fn clip_before_opset_11_reads_min_and_max_attributes() {
+    let y = run(
+        "Clip",
+        7,
+        &[x34()],
+        1,
+        &[("min", A::F(-1.0)), ("max", A::F(1.5))],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[3, 4],
+        &[
+            -1.0, -1.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 1.5, 1.5, 1.5, 1.5,
+        ],
+    );
+}
+
+/// onnxruntime's values: before opset 13 the input is one row per leading
+/// index, so axis 1 of `[3, 2, 2]` normalises over 4 elements.
+#[test]
+fn softmax_before_opset_13_normalises_the_flattened_trailing_axes() {
+    let x = x34().reshape(&[3, 2, 2]).unwrap();
+    let y = run("Softmax", 11, &[x.clone()], 1, &[("axis", A::I(1))]).unwrap();
+    let row = [0.101536, 0.167405, 0.276004, 0.455054];
+    let want: Vec<f64> = row.iter().cycle().take(12).copied().collect();
+    assert_close(&y[0], &[3, 2, 2], &want);
+    // Opset 13: along axis 1 only.
+    let y = run("Softmax", 13, &[x], 1, &[("axis", A::I(1))]).unwrap();
+    let pair = [0.268941, 0.268941, 0.731059, 0.731059];
+    let want: Vec<f64> = pair.iter().cycle().take(12).copied().collect();
+    assert_close(&y[0], &[3, 2, 2], &want);
+}
+
+#[test]
+fn arg_extrema_select_the_last_index_when_asked() {
+    let x = f32s(&[1.0, 3.0, 3.0, 2.0, 2.0, 1.0], &[2, 3]);
+    let y = run(
+        "ArgMax",
+        12,
+        &[x],
+        1,
+        &[("axis", A::I(1)), ("select_last_index", A::I(1))],
+    )
+    .unwrap();
+    assert_eq!(y[0].shape(), &[2, 1]);
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![2, 1]);
+    let x = f32s(&[1.0, 3.0, 1.0, 2.0, 2.0, 1.0], &[2, 3]);
+    let y = run(
+        "ArgMin",
+        12,
+        &[x],
+        1,
+        &[
+            ("axis", A::I(1)),
+            ("select_last_index", A::I(1)),
+            ("keepdims", A::I(0)),
+        ],
+    )
+    .unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![2, 2]);
+}
+
+#[test]
+fn same_upper_pooling_pads_at_the_end() {
+    let v: Vec<f32> = (0..25).map(|i| i as f32).collect();
+    let y = run(
+        "MaxPool",
+        12,
+        &[f32s(&v, &[1, 1, 5, 5])],
+        1,
+        &[
+            ("kernel_shape", A::Is(&[2, 2])),
+            ("strides", A::Is(&[2, 2])),
+            ("auto_pad", A::S("SAME_UPPER")),
+        ],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[1, 1, 3, 3],
+        &[6.0, 8.0, 9.0, 16.0, 18.0, 19.0, 21.0, 23.0, 24.0],
+    );
+}
+
+#[test]
+fn layer_norm_gives_its_mean_and_inverse_deviation_outputs() {
+    let scale = f32s(&[1.0, 2.0, 1.0, 2.0], &[4]);
+    let y = run(
+        "LayerNormalization",
+        17,
+        &[x34(), scale],
+        3,
+        &[("axis", A::I(1))],
+    )
+    .unwrap();
+    let row = [-1.341619, -0.894413, 0.447206, 2.683238];
+    let want: Vec<f64> = row.iter().cycle().take(12).copied().collect();
+    assert_close(&y[0], &[3, 4], &want);
+    assert_close(&y[1], &[3, 1], &[-1.25, 0.75, 2.75]);
+    assert_close(&y[2], &[3, 1], &[1.788826; 3]);
+}
+
+#[test]
+fn a_shape_given_as_an_input_is_not_dry_run_on_zeros() {
+    // Reshape's target shape is a graph input of rank 1: the load must not
+    // try it at zeros (a [0, 0] shape cannot hold 12 elements).
+    let m = model("Reshape", 14, 2, 1, &[]).unwrap();
+    let y = m.infer(&[x34(), i64s(&[2, -1])]).unwrap();
+    assert_eq!(y[0].shape(), &[2, 6]);
+    let e = m.infer(&[x34(), i64s(&[5, -1])]).unwrap_err();
+    assert!(matches!(e, Error::OnnxInvalid { .. }), "{e}");
+}
+
+#[test]
+fn opsets_outside_7_to_28_are_refused_by_number() {
+    for opset in [6, 29] {
+        let e = model("Relu", opset, 1, 1, &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::OnnxUnsupported { .. }) && e.to_string().contains("7 to 28"),
+            "{e}"
+        );
+    }
+    let y = run("Relu", 7, &[x34()], 1, &[]).unwrap();
+    assert_eq!(y[0].to_f64_vec()[0], 0.0);
+}
+
+/// An imported model still trains: the gradient flows through an op the
+/// importer composes (here the opset-11 softmax's flatten and reshape).
+#[test]
+fn composed_ops_differentiate() {
+    let m = model("Softmax", 11, 1, 1, &[("axis", A::I(1))]).unwrap();
+    let g = Graph::new();
+    let x = g.variable(x34().reshape(&[3, 2, 2]).unwrap());
+    let y = m.forward(&g, &[&x]).unwrap();
+    let w = g.constant(Tensor::from_f64_slice(&[1.0, 0.0, 0.0, 0.0], &[2, 2], DType::F32).unwrap());
+    let loss = y[0].try_mul(&w).unwrap().sum();
+    let grads = loss.backward().unwrap();
+    let gx = grads.try_wrt(&x).unwrap().to_f64_vec();
+    // d softmax_0 / d x_j over the flattened row: p0 (δ0j - pj).
+    let p = [0.101536, 0.167405, 0.276004, 0.455054];
+    for j in 0..4 {
+        let want = p[0] * (f64::from(u8::from(j == 0)) - p[j]);
+        assert!((gx[j] - want).abs() < 1e-5, "{j}: {} against {want}", gx[j]);
+    }
+}
