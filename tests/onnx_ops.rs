@@ -328,3 +328,240 @@ fn composed_ops_differentiate() {
         assert!((gx[j] - want).abs() < 1e-5, "{j}: {} against {want}", gx[j]);
     }
 }
+
+#[test]
+fn mod_takes_the_divisor_sign_or_with_fmod_the_dividend_sign() {
+    let y = run(
+        "Mod",
+        13,
+        &[i64s(&[-7, 7, -7, 7, 5]), i64s(&[3, -3, -3, 3, 5])],
+        1,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![2, -2, -1, 1, 0]);
+    let a = f32s(&[-7.5, 7.5, 5.25], &[3]);
+    let b = f32s(&[2.0, -2.0, 1.5], &[3]);
+    let m = model("Mod", 13, 2, 1, &[("fmod", A::I(1))]).unwrap();
+    let y = m.infer(&[a.clone(), b.clone()]).unwrap();
+    assert_close(&y[0], &[3], &[-1.5, 1.5, 0.75]);
+    // d/da = 1, d/db = -trunc(a / b).
+    let g = Graph::new();
+    let (va, vb) = (g.variable(a), g.variable(b));
+    let y = m.forward(&g, &[&va, &vb]).unwrap();
+    let grads = y[0].sum().backward().unwrap();
+    assert_eq!(grads.try_wrt(&va).unwrap().to_f64_vec(), vec![1.0; 3]);
+    assert_eq!(
+        grads.try_wrt(&vb).unwrap().to_f64_vec(),
+        vec![3.0, 3.0, -3.0]
+    );
+    // A remainder by zero is an error naming the node, not a panic.
+    let e = run("Mod", 13, &[i64s(&[1]), i64s(&[0])], 1, &[]).unwrap_err();
+    assert!(e.to_string().contains("Mod"), "{e}");
+}
+
+fn x234() -> Tensor {
+    let v: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37) % 1.9 - 0.8).collect();
+    f32s(&v, &[2, 3, 4])
+}
+
+#[test]
+fn rms_normalization_and_the_new_reductions_match_onnx() {
+    let scale = f32s(&[1.0, 0.5, 2.0, -1.0], &[4]);
+    let y = run(
+        "RMSNormalization",
+        23,
+        &[x234(), scale],
+        1,
+        &[("epsilon", A::F(1e-5))],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[2, 3, 4],
+        &[
+            -1.663925, -0.44718, -0.249589, -0.644771, 1.011596, 0.781011, -1.428135, 0.16364,
+            0.393596, 0.476857, 3.027663, 0.80233, -0.27973, 0.183573, 2.028047, -1.6609, -1.39948,
+            -0.253354, 0.772127, -1.278836, 1.58688, -0.555408, -0.916862, -0.193952,
+        ],
+    );
+    let y = run(
+        "ReduceProd",
+        18,
+        &[x234(), i64s(&[0, 2])],
+        1,
+        &[("keepdims", A::I(0))],
+    )
+    .unwrap();
+    assert_eq!(y[0].shape(), &[3]);
+    let want = [0.000118, 0.000389, -0.001408];
+    for (g, w) in y[0].to_f64_vec().iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{g} against {w}");
+    }
+    let y = run(
+        "HardSwish",
+        14,
+        &[f32s(&[-4.0, -1.0, 0.5, 2.0, 4.0], &[5])],
+        1,
+        &[],
+    )
+    .unwrap();
+    assert_close(&y[0], &[5], &[0.0, -0.333333, 0.291667, 1.666667, 4.0]);
+}
+
+/// Four query heads on two key/value heads, a three-step cache, the
+/// causal limit after it and a softcap; then a boolean mask with a fully
+/// masked row (0, not NaN) and the softmax scores as the fourth output.
+#[test]
+fn attention_with_grouped_heads_a_cache_and_masks_matches_onnx() {
+    let q = f32s(
+        &[
+            0.1257, -0.1321, 0.6404, 0.1049, -0.5357, 0.3616, 1.304, 0.9471, -0.7037, -1.2654,
+            -0.6233, 0.0413, -2.325, -0.2188, -1.2459, -0.7323, -0.5443, -0.3163, 0.4116, 1.0425,
+            -0.1285, 1.3665, -0.6652, 0.3515,
+        ],
+        &[1, 4, 2, 3],
+    );
+    let k = f32s(
+        &[
+            0.9035, 0.094, -0.7435, -0.9217, -0.4577, 0.2202, -1.0096, -0.2092, -0.1592, 0.5408,
+            0.2147, 0.3554,
+        ],
+        &[1, 2, 2, 3],
+    );
+    let v = f32s(
+        &[
+            -0.6538, -0.1296, 0.784, 1.4934, -1.2591, 1.5139, 1.3459, 0.7813, 0.2645, -0.3139,
+            1.458, 1.9603,
+        ],
+        &[1, 2, 2, 3],
+    );
+    let pk = f32s(
+        &[
+            1.8016, 1.3151, 0.3574, -1.2083, -0.0045, 0.6565, -1.2884, 0.3951, 0.4299, 0.696,
+            -1.1841, -0.6617, -0.4364, -1.1698, 1.7394, -0.4959, 0.329, -0.2586,
+        ],
+        &[1, 2, 3, 3],
+    );
+    let pv = f32s(
+        &[
+            1.5835, 1.3204, 0.6334, -2.2035, 0.052, 0.6837, 1.004, -0.6179, 1.822, -1.3204,
+            -0.6615, 0.935, 0.0491, 2.0024, 0.1885, -0.6332, -0.3776, -1.0911,
+        ],
+        &[1, 2, 3, 3],
+    );
+    // Inputs 0, 1, 2, 4, 5 (no mask): a model reading an empty name for input 3.
+    let node = |attrs: Vec<AttributeProto>, inputs: &[&str], n_out: usize| {
+        let outs: Vec<String> = (0..n_out).map(|i| format!("y{i}")).collect();
+        let names: Vec<&str> = inputs.iter().copied().filter(|n| !n.is_empty()).collect();
+        let m = ModelProto {
+            ir_version: Some(9),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(23),
+            }],
+            graph: Some(GraphProto {
+                name: Some("g".into()),
+                node: vec![NodeProto {
+                    op_type: Some("Attention".into()),
+                    input: inputs.iter().map(|s| s.to_string()).collect(),
+                    output: outs.clone(),
+                    attribute: attrs,
+                    ..Default::default()
+                }],
+                input: names.iter().map(|n| value_info(n)).collect(),
+                output: outs.iter().map(|n| value_info(n)).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        OnnxModel::from_bytes(&m.encode_to_vec()).unwrap()
+    };
+    let m = node(
+        vec![attr("is_causal", &A::I(1)), attr("softcap", &A::F(2.0))],
+        &["q", "k", "v", "", "pk", "pv"],
+        3,
+    );
+    let y = m
+        .infer(&[q.clone(), k.clone(), v.clone(), pk.clone(), pv.clone()])
+        .unwrap();
+    assert_close(
+        &y[0],
+        &[1, 4, 2, 3],
+        &[
+            -0.047207, 0.207635, 0.970595, 0.197371, -0.207058, 1.104798, 0.642449, 0.679079,
+            0.749536, 0.054268, -0.503853, 1.265774, 0.3511, 0.380474, -0.086702, -0.043834,
+            0.599361, 0.319023, -0.190541, 0.198262, -0.128923, -0.483171, 0.625013, 0.760773,
+        ],
+    );
+    assert_eq!(y[1].shape(), &[1, 2, 5, 3]);
+    assert_eq!(y[2].to_f64_vec()[9] as f32, -0.6538);
+    let mask = Tensor::from_vec(
+        vec![
+            true, false, true, true, true, false, false, false, false, false,
+        ],
+        &[2, 5],
+    )
+    .unwrap();
+    let m = node(
+        vec![attr("qk_matmul_output_mode", &A::I(3))],
+        &["q", "k", "v", "mask", "pk", "pv"],
+        4,
+    );
+    let y = m.infer(&[q, k, v, mask, pk, pv]).unwrap();
+    assert_close(
+        &y[0],
+        &[1, 4, 2, 3],
+        &[
+            0.969818, -0.126302, 1.193243, 0.0, 0.0, 0.0, 0.956826, 0.7694, 0.748788, 0.0, 0.0,
+            0.0, 0.448183, 0.343731, 0.01657, 0.0, 0.0, 0.0, -0.259271, 0.426462, 0.549579, 0.0,
+            0.0, 0.0,
+        ],
+    );
+    let p = y[3].to_f64_vec();
+    assert_eq!(y[3].shape(), &[1, 4, 2, 5]);
+    assert_close(
+        &y[3],
+        &[1, 4, 2, 5],
+        &[
+            0.289186, 0.0, 0.254625, 0.197943, 0.258246, 0.0, 0.0, 0.0, 0.0, 0.0, 0.659234, 0.0,
+            0.037796, 0.268943, 0.034027, 0.0, 0.0, 0.0, 0.0, 0.0, 0.09401, 0.0, 0.287792,
+            0.571513, 0.046685, 0.0, 0.0, 0.0, 0.0, 0.0, 0.165371, 0.0, 0.300595, 0.19102,
+            0.343015, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ],
+    );
+    assert!(p.iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn bit_shifts_and_bitwise_ops_run_on_integers() {
+    let y = run(
+        "BitShift",
+        11,
+        &[i64s(&[16, 4, 1]), i64s(&[1, 2, 3])],
+        1,
+        &[("direction", A::S("LEFT"))],
+    )
+    .unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![32, 16, 8]);
+    let y = run(
+        "BitShift",
+        11,
+        &[i64s(&[16, -8, 1]), i64s(&[1, 1, 3])],
+        1,
+        &[("direction", A::S("RIGHT"))],
+    )
+    .unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![8, -4, 0]);
+    let y = run("BitwiseXor", 18, &[i64s(&[12, 5]), i64s(&[10, 5])], 1, &[]).unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![6, 0]);
+    let e = run(
+        "BitShift",
+        11,
+        &[i64s(&[1]), i64s(&[1])],
+        1,
+        &[("direction", A::S("UP"))],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("UP"), "{e}");
+}

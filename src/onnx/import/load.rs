@@ -102,7 +102,13 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
         let outputs = node
             .output
             .iter()
-            .map(|n| b.define(n))
+            .map(|n| {
+                if n.is_empty() {
+                    Ok(b.anonymous())
+                } else {
+                    b.define(n)
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         b.steps.push(Step {
             convert,
@@ -189,6 +195,13 @@ impl Builder {
         self.names.push(name.to_string());
         self.slots.insert(name.to_string(), slot);
         Ok(slot)
+    }
+
+    /// A slot for an output the node leaves unnamed (an optional output
+    /// no one reads): computed, never looked up by name.
+    fn anonymous(&mut self) -> usize {
+        self.names.push(String::new());
+        self.names.len() - 1
     }
 
     /// Initializers, then graph inputs that no initializer overrides.

@@ -6,8 +6,11 @@
 //! Integer and bool values (shapes, indices, masks) flow as constants; the
 //! few ops that compute on them do it on the host (`host.rs`).
 
+mod activation;
+mod attention;
 mod elementwise;
 mod host;
+mod integer;
 mod nn;
 mod reduce;
 mod shape;
@@ -82,6 +85,24 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Xor", elementwise::xor, ok),
     ("IsNaN", elementwise::is_nan, ok),
     ("Where", elementwise::select, ok),
+    ("Mod", integer::modulo, ok),
+    ("BitShift", integer::bit_shift, ok),
+    ("BitwiseAnd", integer::bitwise_and, ok),
+    ("BitwiseOr", integer::bitwise_or, ok),
+    ("BitwiseXor", integer::bitwise_xor, ok),
+    ("IsInf", activation::is_inf, ok),
+    ("Mean", activation::mean, ok),
+    // Activations composed of differentiable ops.
+    ("HardSigmoid", activation::hard_sigmoid, ok),
+    ("HardSwish", activation::hard_swish, ok),
+    ("Selu", activation::selu, ok),
+    ("Celu", activation::celu, ok),
+    ("Mish", activation::mish, ok),
+    ("Softsign", activation::softsign, ok),
+    ("ThresholdedRelu", activation::thresholded_relu, ok),
+    ("Shrink", activation::shrink, ok),
+    ("PRelu", activation::prelu, ok),
+    ("Swish", activation::swish, ok),
     ("Cast", elementwise::cast, elementwise::check_cast),
     ("CastLike", elementwise::cast_like, ok),
     // Shapes and layout.
@@ -121,12 +142,19 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("LayerNormalization", nn::layer_norm, ok),
     ("Softmax", nn::softmax, ok),
     ("LogSoftmax", nn::log_softmax, ok),
+    ("RMSNormalization", attention::rms_norm, ok),
+    ("Attention", attention::attention, ok),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
     ("ReduceMax", reduce::max, ok),
     ("ReduceMin", reduce::min, ok),
     ("ReduceLogSumExp", reduce::logsumexp, ok),
+    ("ReduceL1", reduce::l1, ok),
+    ("ReduceL2", reduce::l2, ok),
+    ("ReduceSumSquare", reduce::sum_square, ok),
+    ("ReduceLogSum", reduce::log_sum, ok),
+    ("ReduceProd", reduce::prod, ok),
     ("ArgMax", reduce::argmax, ok),
     ("ArgMin", reduce::argmin, ok),
 ];

@@ -97,3 +97,49 @@ pub(super) fn argmax<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
 pub(super) fn argmin<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     arg(c, ins, false)
 }
+
+pub(super) fn l1<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_abs()?.try_sum_axes(a, k))
+}
+pub(super) fn l2<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| {
+        x.try_mul(x)?.try_sum_axes(a, k)?.try_sqrt()
+    })
+}
+pub(super) fn sum_square<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_mul(x)?.try_sum_axes(a, k))
+}
+pub(super) fn log_sum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, a, k| x.try_sum_axes(a, k)?.try_log())
+}
+
+/// The product over `axes`, as a chain of products of slices along each
+/// axis (differentiable; an empty axis gives 1).
+pub(super) fn prod<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    reduce(c, ins, 18, |x, axes, keep| {
+        let mut y = x.clone();
+        for &axis in axes {
+            let n = y.shape()[axis as usize];
+            let mut p = if n == 0 {
+                let mut shape = y.shape().to_vec();
+                shape[axis as usize] = 1;
+                Var::constant_in(y.graph(), Tensor::full(&shape, 1.0, y.dtype())?)
+            } else {
+                y.try_narrow(axis, 0, 1)?
+            };
+            for i in 1..n {
+                p = p.try_mul(&y.try_narrow(axis, i as isize, 1)?)?;
+            }
+            y = p;
+        }
+        if keep {
+            return Ok(y);
+        }
+        let mut sorted = axes.to_vec();
+        sorted.sort_unstable();
+        for &axis in sorted.iter().rev() {
+            y = y.try_squeeze_dim(axis)?;
+        }
+        Ok(y)
+    })
+}

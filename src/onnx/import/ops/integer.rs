@@ -1,0 +1,125 @@
+//! Remainders and bit operations: `Mod` (on floats through differentiable
+//! ops, on integers on the host), `BitShift`, `BitwiseAnd`/`Or`/`Xor`.
+
+use super::host::is_int;
+use super::{one, Ctx};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::tensor::shape::broadcast_shapes;
+use crate::tensor::{DType, Tensor};
+
+type Ins<'g> = [Option<Var<'g>>];
+
+/// `f` elementwise on two integer tensors, broadcast, on the host; `f`
+/// returns `None` where the result is undefined (a remainder by zero),
+/// which is an error naming the node.
+pub(super) fn int_elementwise(
+    c: &Ctx<'_, '_>,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(i64, i64) -> Option<i64>,
+) -> Result<Tensor> {
+    let shape = broadcast_shapes("onnx integer op", a.shape(), b.shape())?;
+    let x = a.to_dtype(DType::I64).expand(&shape)?.contiguous();
+    let y = b.to_dtype(DType::I64).expand(&shape)?.contiguous();
+    let (x, y) = (x.to_vec::<i64>()?, y.to_vec::<i64>()?);
+    let mut out = Vec::with_capacity(x.len());
+    for (&p, &q) in x.iter().zip(&y) {
+        out.push(f(p, q).ok_or_else(|| c.error(format!("undefined for {p} and {q}")))?);
+    }
+    Tensor::from_vec(out, &shape)
+}
+
+/// ONNX's `Mod`: with `fmod = 0` the remainder takes the divisor's sign
+/// (Python's `%`), with `fmod = 1` the dividend's (C's `fmod`). On floats
+/// it is `a - b · q` with the quotient `q = trunc(a / b)` (or `floor`) a
+/// constant: `q` is piecewise constant, so the gradient is exact (1 for
+/// `a`, `-q` for `b`). 16-bit floats compute in f32.
+pub(super) fn modulo<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let fmod = c.attrs.int("fmod", 0)? != 0;
+    if is_int(a) && is_int(b) {
+        let r = int_elementwise(c, a.value(), b.value(), |p, q| {
+            if q == 0 {
+                return None;
+            }
+            let r = p.checked_rem(q).unwrap_or(0);
+            Some(if !fmod && r != 0 && (r < 0) != (q < 0) {
+                r + q
+            } else {
+                r
+            })
+        })?;
+        return one(c.constant(r));
+    }
+    if a.dtype() != b.dtype() {
+        return Err(c.error(format!("operands of types {} and {}", a.dtype(), b.dtype())));
+    }
+    let dtype = a.dtype();
+    let narrow = matches!(dtype, DType::F16 | DType::BF16);
+    let (a, b) = if narrow {
+        (a.try_to_dtype(DType::F32)?, b.try_to_dtype(DType::F32)?)
+    } else {
+        (a.clone(), b.clone())
+    };
+    let shape = broadcast_shapes("onnx Mod", a.shape(), b.shape())?;
+    let x = a.value().expand(&shape)?.contiguous().to_f64_vec();
+    let y = b.value().expand(&shape)?.contiguous().to_f64_vec();
+    let round = if fmod { f64::trunc } else { f64::floor };
+    let q: Vec<f64> = x.iter().zip(&y).map(|(p, q)| round(p / q)).collect();
+    let q = Tensor::from_f64_slice(&q, &shape, a.dtype())?;
+    let r = a.try_sub(&b.try_mul(&c.constant(q))?)?;
+    if narrow {
+        return one(r.try_to_dtype(dtype)?);
+    }
+    one(r)
+}
+
+/// `BitShift` with `direction` LEFT or RIGHT, on integers (read as i64,
+/// so a left shift past the original type's width is not wrapped to it);
+/// a shift of 64 or more gives 0 (-1 for a negative value shifted right).
+pub(super) fn bit_shift<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let left = match c.attrs.string("direction", "")?.as_str() {
+        "LEFT" => true,
+        "RIGHT" => false,
+        other => return Err(c.error(format!("direction {other:?} (LEFT or RIGHT)"))),
+    };
+    if !(is_int(a) && is_int(b)) {
+        return Err(c.error("BitShift takes integers"));
+    }
+    let r = int_elementwise(c, a.value(), b.value(), |p, q| {
+        let s = u32::try_from(q).ok()?;
+        Some(if left {
+            p.checked_shl(s).unwrap_or(0)
+        } else {
+            // Unsigned values are never negative here; a signed one keeps its sign.
+            p.checked_shr(s).unwrap_or(if p < 0 { -1 } else { 0 })
+        })
+    })?;
+    one(c.constant(r))
+}
+
+fn bitwise<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, f: fn(i64, i64) -> i64) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if a.dtype() != DType::I64 || b.dtype() != DType::I64 {
+        return Err(c.error(format!(
+            "bitwise operands must be integers, got {} and {}",
+            a.dtype(),
+            b.dtype()
+        )));
+    }
+    one(c.constant(int_elementwise(c, a.value(), b.value(), |p, q| {
+        Some(f(p, q))
+    })?))
+}
+
+pub(super) fn bitwise_and<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    bitwise(c, ins, |p, q| p & q)
+}
+pub(super) fn bitwise_or<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    bitwise(c, ins, |p, q| p | q)
+}
+pub(super) fn bitwise_xor<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    bitwise(c, ins, |p, q| p ^ q)
+}
