@@ -20,8 +20,8 @@ It writes, under --out (default tests/reference/onnx/conformance/):
 
     python3 tests/reference/onnx_conformance.py [--bin PATH] [--check] [--write]
 
---check fails (exit 1) if the overall pass rate, or the rate over the ops
-the importer supports, is below the one recorded in results.json;
+--check fails (exit 1) if the overall pass rate is below the one recorded
+in results.json, or a case recorded as passing no longer passes;
 --write replaces the recorded files with this run's. Without --bin the
 debug build of the example is built (`cargo build --example onnx`).
 Needs onnx and numpy (pip).
@@ -271,17 +271,27 @@ def main():
     failed = False
     if a.check:
         recorded = json.loads(recorded_path.read_text())["summary"]
-        for key in ("pass_rate", "supported_ops_pass_rate"):
-            if summary[key] < recorded[key]:
-                print(f"FAIL: {key} {summary[key]:.4f} is below the recorded {recorded[key]:.4f}")
-                failed = True
+        if recorded["onnx_version"] != summary["onnx_version"]:
+            print(
+                f"note: recorded with onnx {recorded['onnx_version']}, run with "
+                f"{summary['onnx_version']}: the case sets may differ"
+            )
+        # The rate over supported ops is reported, not checked: a newly
+        # supported op that passes some of its cases lowers it.
+        if summary["pass_rate"] < recorded["pass_rate"]:
+            print(
+                f"FAIL: pass rate {summary['pass_rate']:.4f} is below the recorded "
+                f"{recorded['pass_rate']:.4f}"
+            )
+            failed = True
         lost = [
             r["case"]
             for r in json.loads(recorded_path.read_text())["cases"]
             if r["status"] == "pass"
         ]
         now = {r["case"]: r["status"] for r in rows}
-        regressed = [c for c in lost if now.get(c) != "pass"]
+        # Cases another onnx version does not generate are not counted.
+        regressed = [c for c in lost if c in now and now[c] != "pass"]
         if regressed:
             print(f"FAIL: {len(regressed)} recorded passing cases no longer pass: {', '.join(regressed[:20])}")
             failed = True
