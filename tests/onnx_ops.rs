@@ -565,3 +565,29 @@ fn bit_shifts_and_bitwise_ops_run_on_integers() {
     .unwrap_err();
     assert!(e.to_string().contains("UP"), "{e}");
 }
+
+/// 16-bit floats compute in f32 and come back in their type.
+#[test]
+fn sixteen_bit_inputs_compute_in_f32_and_keep_their_type() {
+    let a = f32s(&[3.0, 2.0, 1.0], &[3]).to_dtype(DType::F16);
+    let b = f32s(&[1.0, 4.0, 0.5], &[3]).to_dtype(DType::F16);
+    let y = run("Max", 13, &[a.clone(), b], 1, &[]).unwrap();
+    assert_eq!(y[0].dtype(), DType::F16);
+    assert_eq!(y[0].to_f64_vec(), vec![3.0, 4.0, 1.0]);
+    // A cast reads its 16-bit input as it is.
+    let y = run("Cast", 13, &[a], 1, &[("to", A::I(1))]).unwrap();
+    assert_eq!(y[0].dtype(), DType::F32);
+}
+
+#[test]
+fn rounding_is_half_to_even_and_sign_of_zero_is_zero() {
+    let x = f32s(&[0.5, 1.5, 2.5, -2.5, -0.4, 2.6], &[6]);
+    let y = run("Round", 11, &[x.clone()], 1, &[]).unwrap();
+    assert_eq!(y[0].to_f64_vec(), vec![0.0, 2.0, 2.0, -2.0, 0.0, 3.0]);
+    let y = run("Sign", 13, &[f32s(&[-2.0, 0.0, 3.0], &[3])], 1, &[]).unwrap();
+    assert_eq!(y[0].to_f64_vec(), vec![-1.0, 0.0, 1.0]);
+    let y = run("Sign", 13, &[i64s(&[-2, 0, 3])], 1, &[]).unwrap();
+    assert_eq!(y[0].to_vec::<i64>().unwrap(), vec![-1, 0, 1]);
+    let y = run("Atan", 7, &[f32s(&[1.0], &[1])], 1, &[]).unwrap();
+    assert!((y[0].to_f64_vec()[0] - std::f64::consts::FRAC_PI_4).abs() < 1e-6);
+}

@@ -93,12 +93,14 @@ op_families! {
     reduce,
     reduce_axes,
     reduce_minmax,
+    rounding,
     rsqrt,
     select,
     shape,
     slice,
     softplus,
     transpose,
+    trig,
     unary,
 }
 

@@ -29,6 +29,9 @@ pub const MIN_OPSET: i64 = 7;
 /// See [`MIN_OPSET`].
 pub const MAX_OPSET: i64 = 28;
 
+/// The ops that read 16-bit float inputs as they are (see [`Step::run`]).
+const KEEPS_16_BIT: &[&str] = &["Cast", "CastLike", "Constant", "Shape", "Size", "Identity"];
+
 fn invalid(problem: OnnxProblem, detail: impl Into<String>) -> Error {
     Error::OnnxInvalid {
         problem,
@@ -461,7 +464,47 @@ impl Step {
             opset,
             n_outputs: self.outputs.len(),
         };
-        let outs = (self.convert)(&ctx, inputs).map_err(|e| match e {
+        // retrograd stores 16-bit floats but computes in f32 and f64: a
+        // node on f16 or bf16 values computes in f32 and gives its float
+        // outputs back in the 16-bit type (exact for data movement; one
+        // rounding for arithmetic, as a 16-bit kernel accumulating in f32
+        // does). Casts and shape queries read their inputs as they are.
+        let narrow = inputs
+            .iter()
+            .flatten()
+            .map(|v| v.dtype())
+            .find(|d| matches!(d, DType::F16 | DType::BF16))
+            .filter(|_| !KEEPS_16_BIT.contains(&self.op_type.as_str()));
+        let widened: Vec<Option<Var<'g>>>;
+        let inputs = match narrow {
+            None => inputs,
+            Some(_) => {
+                widened = inputs
+                    .iter()
+                    .map(|v| match v {
+                        Some(v) if matches!(v.dtype(), DType::F16 | DType::BF16) => {
+                            v.try_to_dtype(DType::F32).map(Some)
+                        }
+                        other => Ok(other.clone()),
+                    })
+                    .collect::<Result<_>>()?;
+                &widened
+            }
+        };
+        let outs = (self.convert)(&ctx, inputs).and_then(|outs| match narrow {
+            None => Ok(outs),
+            Some(d) => outs
+                .into_iter()
+                .map(|v| {
+                    if v.dtype() == DType::F32 {
+                        v.try_to_dtype(d)
+                    } else {
+                        Ok(v)
+                    }
+                })
+                .collect(),
+        });
+        let outs = outs.map_err(|e| match e {
             Error::OnnxInvalid { .. } | Error::OnnxUnsupported { .. } => e,
             Error::ShapeMismatch { .. }
             | Error::ElementCount { .. }

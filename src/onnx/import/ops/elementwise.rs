@@ -41,6 +41,18 @@ converters! {
     relu => apply("relu", 1);
     sin => apply("sin", 1);
     cos => apply("cos", 1);
+    tan => apply("tan", 1);
+    asin => apply("asin", 1);
+    acos => apply("acos", 1);
+    atan => apply("atan", 1);
+    sinh => apply("sinh", 1);
+    cosh => apply("cosh", 1);
+    asinh => apply("asinh", 1);
+    acosh => apply("acosh", 1);
+    atanh => apply("atanh", 1);
+    floor => apply("floor", 1);
+    ceil => apply("ceil", 1);
+    round => apply("round", 1);
     max => fold("maximum");
     min => fold("minimum");
     sum => fold("add");
@@ -108,6 +120,19 @@ pub(super) fn neg<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         return one(int_binary(&zero, x, |a, b| a.try_sub(b))?);
     }
     apply(c, ins, "neg", 1)
+}
+
+/// `sign` on floats through the registry; on integers on the host.
+pub(super) fn sign<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    if is_int(x) {
+        return one(c.constant(
+            x.value()
+                .map_f64(|v| if v == 0.0 { 0.0 } else { v.signum() })
+                .to_dtype(x.dtype()),
+        ));
+    }
+    apply(c, ins, "sign", 1)
 }
 
 pub(super) fn reciprocal<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
