@@ -591,3 +591,134 @@ fn rounding_is_half_to_even_and_sign_of_zero_is_zero() {
     let y = run("Atan", 7, &[f32s(&[1.0], &[1])], 1, &[]).unwrap();
     assert!((y[0].to_f64_vec()[0] - std::f64::consts::FRAC_PI_4).abs() < 1e-6);
 }
+
+#[test]
+fn top_k_orders_ties_by_index_and_its_values_differentiate() {
+    let x = f32s(&[3.0, 1.0, 3.0, 2.0, 0.0, 5.0, 5.0, -1.0], &[2, 4]);
+    let m = model("TopK", 11, 2, 2, &[("axis", A::I(1))]).unwrap();
+    let y = m.infer(&[x.clone(), i64s(&[2])]).unwrap();
+    assert_close(&y[0], &[2, 2], &[3.0, 3.0, 5.0, 5.0]);
+    assert_eq!(y[1].to_vec::<i64>().unwrap(), vec![0, 2, 1, 2]);
+    let y = run(
+        "TopK",
+        11,
+        &[x.clone(), i64s(&[3])],
+        2,
+        &[("axis", A::I(1)), ("largest", A::I(0))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.0, 5.0]);
+    assert_eq!(y[1].to_vec::<i64>().unwrap(), vec![1, 3, 0, 3, 0, 1]);
+    // The gradient reaches the picked elements.
+    let g = Graph::new();
+    let vx = g.variable(x);
+    let k = g.constant(i64s(&[2]));
+    let y = m.forward(&g, &[&vx, &k]).unwrap();
+    let gx = y[0]
+        .sum()
+        .backward()
+        .unwrap()
+        .try_wrt(&vx)
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(gx, vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
+    let e = run("TopK", 11, &[f32s(&[1.0], &[1]), i64s(&[2])], 2, &[]).unwrap_err();
+    assert!(e.to_string().contains("k = 2"), "{e}");
+}
+
+#[test]
+fn scatters_and_gather_nd_match_onnx() {
+    let data = f32s(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[3, 3]);
+    let idx = Tensor::from_vec(vec![1i64, 0, 2, 0, 2, 1], &[2, 3]).unwrap();
+    let upd = f32s(&[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0], &[2, 3]);
+    let y = run(
+        "ScatterElements",
+        18,
+        &[data.clone(), idx.clone(), upd.clone()],
+        1,
+        &[("axis", A::I(0))],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[3, 3],
+        &[-4.0, -2.0, 2.0, -1.0, 4.0, -6.0, 6.0, -5.0, -3.0],
+    );
+    let y = run(
+        "ScatterElements",
+        18,
+        &[data, idx, upd],
+        1,
+        &[("axis", A::I(1)), ("reduction", A::S("add"))],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[3, 3],
+        &[-2.0, 0.0, -1.0, -1.0, -2.0, 0.0, 6.0, 7.0, 8.0],
+    );
+    let d: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let y = run(
+        "GatherND",
+        13,
+        &[
+            f32s(&d, &[2, 2, 2]),
+            Tensor::from_vec(vec![0i64, 1, 1, 0], &[2, 1, 2]).unwrap(),
+        ],
+        1,
+        &[("batch_dims", A::I(1))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[2, 1], &[1.0, 6.0]);
+}
+
+#[test]
+fn running_sums_and_products_match_onnx() {
+    let x = f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    let axis = Tensor::scalar(0i64);
+    let y = run(
+        "CumSum",
+        14,
+        &[x.clone(), axis.clone()],
+        1,
+        &[("exclusive", A::I(1)), ("reverse", A::I(1))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[4], &[9.0, 7.0, 4.0, 0.0]);
+    let y = run("CumProd", 26, &[x, axis], 1, &[("exclusive", A::I(1))]).unwrap();
+    assert_close(&y[0], &[4], &[1.0, 1.0, 2.0, 6.0]);
+}
+
+#[test]
+fn softmax_cross_entropy_weights_and_ignores_as_onnx_does() {
+    let logits = f32s(&[1.0, 2.0, 0.5, 0.1, -1.0, 2.0, 0.3, 0.3, 0.3], &[3, 3]);
+    let target = i64s(&[1, 2, 0]);
+    let y = run(
+        "SoftmaxCrossEntropyLoss",
+        13,
+        &[logits.clone(), target.clone()],
+        1,
+        &[("ignore_index", A::I(0))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[], &[0.323077]);
+    let w = f32s(&[1.0, 2.0, 0.5], &[3]);
+    let y = run(
+        "SoftmaxCrossEntropyLoss",
+        13,
+        &[logits, target, w],
+        1,
+        &[("reduction", A::S("sum"))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[], &[2.118242]);
+}
+
+#[test]
+fn ops_without_meaning_for_tensors_are_refused_with_the_reason() {
+    let e = model("StringSplit", 20, 1, 1, &[]).unwrap_err();
+    assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
+    assert!(e.to_string().contains("strings"), "{e}");
+    let e = model("SequenceAt", 20, 2, 1, &[]).unwrap_err();
+    assert!(e.to_string().contains("sequence"), "{e}");
+}

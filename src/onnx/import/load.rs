@@ -9,7 +9,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::attrs::{bad, Attrs};
-use super::ops::{lookup, Ctx};
+use super::ops::{lookup, refused, Ctx};
 use super::{fuse, InputSpec, OnnxModel, Step};
 use crate::error::{Error, OnnxProblem, Result};
 use crate::graph::{Graph, Var};
@@ -77,7 +77,11 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
             } else {
                 format!("{domain}::{}", node.op_type())
             };
-            unsupported.push(format!("{label}: op {what} is not supported"));
+            let why = match refused(node.op_type()).filter(|_| known) {
+                Some(why) => format!(": {why}"),
+                None => String::new(),
+            };
+            unsupported.push(format!("{label}: op {what} is not supported{why}"));
             decoded.push(None);
             continue;
         };

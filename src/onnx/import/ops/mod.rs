@@ -10,7 +10,10 @@ mod activation;
 mod attention;
 mod elementwise;
 mod host;
+mod indexing;
 mod integer;
+mod layout;
+mod loss;
 mod nn;
 mod reduce;
 mod shape;
@@ -139,6 +142,19 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("GatherElements", shape::gather_elements, ok),
     ("Pad", shape::pad, shape::check_pad),
     ("Trilu", shape::trilu, ok),
+    ("Tile", layout::tile, ok),
+    ("SpaceToDepth", layout::space_to_depth, ok),
+    ("DepthToSpace", layout::depth_to_space, ok),
+    ("EyeLike", layout::eye_like, ok),
+    ("CumSum", layout::cum_sum, ok),
+    ("CumProd", layout::cum_prod, ok),
+    ("TopK", indexing::top_k, ok),
+    ("Hardmax", indexing::hardmax, ok),
+    ("GatherND", indexing::gather_nd, ok),
+    ("ScatterElements", indexing::scatter_elements, ok),
+    ("ScatterND", indexing::scatter_nd, ok),
+    ("NonZero", indexing::non_zero, ok),
+    ("Compress", indexing::compress, ok),
     // Neural-net ops.
     ("MatMul", nn::matmul, ok),
     ("Gemm", nn::gemm, ok),
@@ -156,6 +172,11 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Softmax", nn::softmax, ok),
     ("LogSoftmax", nn::log_softmax, ok),
     ("RMSNormalization", attention::rms_norm, ok),
+    ("LpNormalization", loss::lp_normalization, ok),
+    ("InstanceNormalization", loss::instance_norm, ok),
+    ("GlobalMaxPool", loss::global_max_pool, ok),
+    ("NegativeLogLikelihoodLoss", loss::nll_loss, ok),
+    ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy, ok),
     ("Attention", attention::attention, ok),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
@@ -171,6 +192,54 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("ArgMax", reduce::argmax, ok),
     ("ArgMin", reduce::argmin, ok),
 ];
+
+/// Ops of the default domain refused by name, with the reason: they have
+/// no meaning for a tensor engine, or need values it does not hold.
+pub(crate) const REFUSED: &[(&[&str], &str)] = &[
+    (
+        &[
+            "StringNormalizer",
+            "StringSplit",
+            "StringConcat",
+            "RegexFullMatch",
+            "TfIdfVectorizer",
+        ],
+        "it works on strings, which retrograd's tensors do not hold",
+    ),
+    (
+        &["ImageDecoder"],
+        "it decodes image files; decode them before the model",
+    ),
+    (
+        &[
+            "SequenceAt",
+            "SequenceConstruct",
+            "SequenceEmpty",
+            "SequenceErase",
+            "SequenceInsert",
+            "SequenceLength",
+            "SequenceMap",
+            "SplitToSequence",
+            "ConcatFromSequence",
+            "Optional",
+            "OptionalGetElement",
+            "OptionalHasElement",
+        ],
+        "it makes or reads a sequence or an optional value, which the importer does not hold",
+    ),
+    (
+        &["If", "Loop", "Scan"],
+        "it runs a subgraph (control flow), which the importer does not run",
+    ),
+];
+
+/// Why `op_type` is refused by name, if it is.
+pub(crate) fn refused(op_type: &str) -> Option<&'static str> {
+    REFUSED
+        .iter()
+        .find(|(ops, _)| ops.contains(&op_type))
+        .map(|(_, why)| *why)
+}
 
 /// A check that accepts every setting.
 fn ok(_: &Attrs, _: i64) -> std::result::Result<(), String> {
