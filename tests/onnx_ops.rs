@@ -72,10 +72,23 @@ fn model(
     attrs: &[(&str, A)],
 ) -> retrograd::Result<OnnxModel> {
     let ins: Vec<String> = (0..n_in).map(|i| format!("x{i}")).collect();
+    let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
+    model_reading(op, opset, &ins, n_out, attrs)
+}
+
+/// A model of one `op` node reading the graph inputs `inputs` (an empty
+/// name: an omitted optional input), imported.
+fn model_reading(
+    op: &str,
+    opset: i64,
+    inputs: &[&str],
+    n_out: usize,
+    attrs: &[(&str, A)],
+) -> retrograd::Result<OnnxModel> {
     let outs: Vec<String> = (0..n_out).map(|i| format!("y{i}")).collect();
     let node = NodeProto {
         op_type: Some(op.into()),
-        input: ins.clone(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
         output: outs.clone(),
         attribute: attrs.iter().map(|(n, a)| attr(n, a)).collect(),
         ..Default::default()
@@ -89,7 +102,11 @@ fn model(
         graph: Some(GraphProto {
             name: Some("g".into()),
             node: vec![node],
-            input: ins.iter().map(|n| value_info(n)).collect(),
+            input: inputs
+                .iter()
+                .filter(|n| !n.is_empty())
+                .map(|n| value_info(n))
+                .collect(),
             output: outs.iter().map(|n| value_info(n)).collect(),
             ..Default::default()
         }),
@@ -721,4 +738,71 @@ fn ops_without_meaning_for_tensors_are_refused_with_the_reason() {
     assert!(e.to_string().contains("strings"), "{e}");
     let e = model("SequenceAt", 20, 2, 1, &[]).unwrap_err();
     assert!(e.to_string().contains("sequence"), "{e}");
+}
+
+#[test]
+fn resize_interpolates_as_onnx_does_and_differentiates() {
+    let x = f32s(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]);
+    let m = model_reading(
+        "Resize",
+        19,
+        &["x", "", "scales"],
+        1,
+        &[
+            ("mode", A::S("linear")),
+            ("coordinate_transformation_mode", A::S("align_corners")),
+        ],
+    )
+    .unwrap();
+    let scales = f32s(&[1.0, 1.0, 2.0, 1.5], &[4]);
+    let y = m.infer(&[x.clone(), scales.clone()]).unwrap();
+    assert_close(
+        &y[0],
+        &[1, 1, 4, 3],
+        &[
+            1.0, 1.5, 2.0, 1.666667, 2.166667, 2.666667, 2.333333, 2.833333, 3.333333, 3.0, 3.5,
+            4.0,
+        ],
+    );
+    // Every output is a convex combination: the gradient of the sum
+    // spreads 12 over the 4 inputs.
+    let g = Graph::new();
+    let vx = g.variable(x.clone());
+    let vs = g.constant(scales);
+    let y = m.forward(&g, &[&vx, &vs]).unwrap();
+    let gx = y[0]
+        .sum()
+        .backward()
+        .unwrap()
+        .try_wrt(&vx)
+        .unwrap()
+        .to_f64_vec();
+    assert!((gx.iter().sum::<f64>() - 12.0).abs() < 1e-5, "{gx:?}");
+    let y = model_reading(
+        "Resize",
+        19,
+        &["x", "", "", "sizes"],
+        1,
+        &[("axes", A::Is(&[2, 3]))],
+    )
+    .unwrap()
+    .infer(&[x, i64s(&[3, 1])])
+    .unwrap();
+    assert_close(&y[0], &[1, 1, 3, 1], &[1.0, 1.0, 3.0]);
+    let v: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let y = model_reading(
+        "Resize",
+        19,
+        &["x", "", "scales"],
+        1,
+        &[("mode", A::S("cubic")), ("antialias", A::I(1))],
+    )
+    .unwrap()
+    .infer(&[f32s(&v, &[1, 1, 4, 4]), f32s(&[1.0, 1.0, 0.5, 0.5], &[4])])
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[1, 1, 2, 2],
+        &[2.451172, 4.470703, 10.529297, 12.548828],
+    );
 }

@@ -405,14 +405,12 @@ fn last_uses(m: &OnnxModel) -> Vec<usize> {
 /// node. A free dimension is tried at size 1, then 2 (a model may need
 /// more than one of something); only a model that runs at neither fails.
 /// Skipped when an input's dtype or shape is not declared, or the inputs
-/// would be large, or an integer input has rank 0 or 1: such an input may
-/// be a shape, sizes, axes or steps (`Reshape`'s, `Split`'s, `Slice`'s),
-/// where zeros are no stand-in for the values (token ids, of rank 2 and
-/// more, are).
+/// would be large, or an input has rank 0 or 1: such an input may be a
+/// shape, sizes, axes, steps, scales or a bound (`Reshape`'s, `Slice`'s,
+/// `Resize`'s, `Clip`'s), where zeros are no stand-in for the values
+/// (token ids and images, of rank 2 and more, are).
 fn dry_run(m: &OnnxModel) -> Result<()> {
-    let shape_like = |s: &InputSpec| {
-        s.dtype == Some(DType::I64) && s.dims.as_ref().is_some_and(|d| d.len() <= 1)
-    };
+    let shape_like = |s: &InputSpec| s.dims.as_ref().is_some_and(|d| d.len() <= 1);
     if m.inputs.iter().any(shape_like) {
         return Ok(());
     }

@@ -16,6 +16,7 @@ mod layout;
 mod loss;
 mod nn;
 mod reduce;
+mod resize;
 mod shape;
 
 pub(crate) use nn::{
@@ -143,6 +144,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Pad", shape::pad, shape::check_pad),
     ("Trilu", shape::trilu, ok),
     ("Tile", layout::tile, ok),
+    ("Resize", resize::resize, ok),
     ("SpaceToDepth", layout::space_to_depth, ok),
     ("DepthToSpace", layout::depth_to_space, ok),
     ("EyeLike", layout::eye_like, ok),

@@ -1,0 +1,303 @@
+//! ONNX's `Resize`: nearest, linear and cubic interpolation (with
+//! antialiasing, `exclude_outside`, every coordinate mapping, `roi` for
+//! `tf_crop_and_resize`, `axes` and `keep_aspect_ratio_policy`). The
+//! interpolation is separable: along each resized axis the output is a
+//! fixed matrix times the input, computed on the host and applied with
+//! retrograd's differentiable product, so the gradient flows back through
+//! the same weights.
+
+use super::{one, Ctx};
+use crate::error::Result;
+use crate::graph::Var;
+use crate::tensor::Tensor;
+
+type Ins<'g> = [Option<Var<'g>>];
+
+/// How output positions map to input coordinates, and the kernel.
+struct Plan {
+    mode: String,
+    coordinates: String,
+    nearest: String,
+    cubic_a: f64,
+    antialias: bool,
+    exclude_outside: bool,
+    extrapolation: f64,
+}
+
+impl Plan {
+    /// The kernel's weights for a position `ratio` past its left pixel.
+    fn coeffs(&self, ratio: f64, scale: f64) -> Vec<f64> {
+        match self.mode.as_str() {
+            "nearest" => {
+                if ratio.fract() == 0.0 {
+                    return vec![0.0, 1.0];
+                }
+                let right = match self.nearest.as_str() {
+                    "round_prefer_ceil" => ratio >= 0.5,
+                    "floor" => false,
+                    "ceil" => true,
+                    _ => ratio > 0.5,
+                };
+                vec![f64::from(u8::from(!right)), f64::from(u8::from(right))]
+            }
+            "linear" if self.antialias => {
+                let scale = scale.min(1.0);
+                let start = (-1.0 / scale).floor() as i64 + 1;
+                let footprint = 2 - 2 * start;
+                let c: Vec<f64> = (start..start + footprint)
+                    .map(|i| (1.0 - ((i as f64 - ratio) * scale).abs()).clamp(0.0, 1.0))
+                    .collect();
+                normalised(c)
+            }
+            "linear" => vec![1.0 - ratio, ratio],
+            _ if self.antialias => {
+                let a = self.cubic_a;
+                let scale = scale.min(1.0);
+                let k = |x: f64| {
+                    let x = x.abs();
+                    if x <= 1.0 {
+                        (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
+                    } else if x < 2.0 {
+                        a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
+                    } else {
+                        0.0
+                    }
+                };
+                let start = (-2.0 / scale).floor() as i64 + 1;
+                let end = 2 - start;
+                normalised(
+                    (start..end)
+                        .map(|i| k(scale * (i as f64 - ratio)))
+                        .collect(),
+                )
+            }
+            _ => {
+                let a = self.cubic_a;
+                let (r, s) = (ratio, 1.0 - ratio);
+                vec![
+                    ((a * (r + 1.0) - 5.0 * a) * (r + 1.0) + 8.0 * a) * (r + 1.0) - 4.0 * a,
+                    ((a + 2.0) * r - (a + 3.0)) * r * r + 1.0,
+                    ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0,
+                    ((a * (s + 1.0) - 5.0 * a) * (s + 1.0) + 8.0 * a) * (s + 1.0) - 4.0 * a,
+                ]
+            }
+        }
+    }
+
+    /// The input coordinate of output position `y`, and whether it lies
+    /// outside the crop (`tf_crop_and_resize`).
+    fn source(
+        &self,
+        y: f64,
+        scale: f64,
+        n_in: usize,
+        n_out: usize,
+        roi: (f64, f64),
+    ) -> (f64, bool) {
+        let (input, out_f) = (n_in as f64, scale * n_in as f64);
+        match self.coordinates.as_str() {
+            "align_corners" if out_f == 1.0 => (0.0, false),
+            "align_corners" => (y * (input - 1.0) / (out_f - 1.0), false),
+            "asymmetric" => (y / scale, false),
+            "tf_crop_and_resize" => {
+                let x = if out_f == 1.0 {
+                    (roi.1 - roi.0) * (input - 1.0) / 2.0
+                } else {
+                    y * (roi.1 - roi.0) * (input - 1.0) / (out_f - 1.0)
+                } + roi.0 * (input - 1.0);
+                (x, x < 0.0 || x > input - 1.0)
+            }
+            "pytorch_half_pixel" if out_f == 1.0 => (-0.5, false),
+            "half_pixel_symmetric" => {
+                let adjustment = n_out as f64 / out_f;
+                let offset = input / 2.0 * (1.0 - adjustment);
+                (offset + (y + 0.5) / scale - 0.5, false)
+            }
+            _ => ((y + 0.5) / scale - 0.5, false),
+        }
+    }
+
+    /// The `[n_out, n_in]` matrix of one axis, and the outputs that take
+    /// the extrapolation value instead.
+    fn matrix(
+        &self,
+        n_in: usize,
+        n_out: usize,
+        scale: f64,
+        roi: (f64, f64),
+    ) -> (Vec<f64>, Vec<bool>) {
+        let mut w = vec![0.0; n_out * n_in];
+        let mut outside = vec![false; n_out];
+        for (o, out) in outside.iter_mut().enumerate() {
+            let (x, off) = self.source(o as f64, scale, n_in, n_out, roi);
+            *out = off;
+            let left = x.floor();
+            let ratio = if x == left { 1.0 } else { x - left };
+            let mut c = self.coeffs(ratio, scale);
+            let n = c.len() as i64;
+            let pad = (n + 1) / 2;
+            let xp = x + pad as f64;
+            let p = xp.floor() as i64;
+            let frac = xp - p as f64;
+            let offset = if n % 2 == 0 {
+                if frac == 0.0 {
+                    -(n / 2)
+                } else {
+                    -(n / 2) + 1
+                }
+            } else {
+                let base = -((n - 1) / 2);
+                if frac <= 0.5 {
+                    base
+                } else {
+                    base + 1
+                }
+            };
+            let first = p + offset - pad;
+            if self.exclude_outside {
+                for (k, ck) in c.iter_mut().enumerate() {
+                    let i = first + k as i64;
+                    if i < 0 || i >= n_in as i64 {
+                        *ck = 0.0;
+                    }
+                }
+                let s: f64 = c.iter().sum();
+                if s != 0.0 {
+                    c.iter_mut().for_each(|v| *v /= s);
+                }
+            }
+            for (k, ck) in c.iter().enumerate() {
+                let i = (first + k as i64).clamp(0, n_in as i64 - 1) as usize;
+                w[o * n_in + i] += ck;
+            }
+        }
+        (w, outside)
+    }
+}
+
+fn normalised(c: Vec<f64>) -> Vec<f64> {
+    let s: f64 = c.iter().sum();
+    c.into_iter().map(|v| v / s).collect()
+}
+
+pub(super) fn resize<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    if !x.dtype().is_float() {
+        return Err(c.error(format!(
+            "resizing {} values (floats are supported)",
+            x.dtype()
+        )));
+    }
+    let rank = x.shape().len();
+    // Opset 10: (X, scales); from 11: (X, roi, scales, sizes).
+    let (roi, scales, sizes) = if c.opset < 11 {
+        (None, c.opt(ins, 1), None)
+    } else {
+        (c.opt(ins, 1), c.opt(ins, 2), c.opt(ins, 3))
+    };
+    let floats = |v: &Var<'g>| v.value().to_f64_vec();
+    let roi = roi.map(floats).filter(|r| !r.is_empty());
+    let scales = scales.map(floats).filter(|s| !s.is_empty());
+    let sizes = sizes
+        .map(|s| c.ints(s))
+        .transpose()?
+        .filter(|s| !s.is_empty());
+    let axes: Vec<usize> = match c.attrs.ints("axes")? {
+        Some(a) => a.iter().map(|&a| c.axis(a, rank)).collect::<Result<_>>()?,
+        None => (0..rank).collect(),
+    };
+    let plan = Plan {
+        mode: c.attrs.string("mode", "nearest")?,
+        coordinates: c.attrs.string(
+            "coordinate_transformation_mode",
+            if c.opset < 11 {
+                "asymmetric"
+            } else {
+                "half_pixel"
+            },
+        )?,
+        nearest: c.attrs.string("nearest_mode", "round_prefer_floor")?,
+        cubic_a: c.attrs.float("cubic_coeff_a", -0.75)?,
+        antialias: c.attrs.int("antialias", 0)? != 0,
+        exclude_outside: c.attrs.int("exclude_outside", 0)? != 0,
+        extrapolation: c.attrs.float("extrapolation_value", 0.0)?,
+    };
+    if !matches!(plan.mode.as_str(), "nearest" | "linear" | "cubic") {
+        return Err(c.error(format!("mode {:?}", plan.mode)));
+    }
+    let shape = x.shape().to_vec();
+    let mut scale = vec![1.0; rank];
+    let mut out = shape.clone();
+    match (&scales, &sizes) {
+        (Some(s), _) => {
+            if s.len() != axes.len() {
+                return Err(c.error(format!("{} scales for {} axes", s.len(), axes.len())));
+            }
+            for (&a, &f) in axes.iter().zip(s) {
+                if !(f > 0.0 && f.is_finite()) {
+                    return Err(c.error(format!("scale {f}")));
+                }
+                scale[a] = f;
+                out[a] = (f * shape[a] as f64) as usize;
+            }
+        }
+        (None, Some(n)) => {
+            if n.len() != axes.len() || n.iter().any(|&v| v < 0) {
+                return Err(c.error(format!("sizes {n:?} for {} axes", axes.len())));
+            }
+            for (&a, &v) in axes.iter().zip(n) {
+                out[a] = v as usize;
+                scale[a] = v as f64 / shape[a] as f64;
+            }
+            let policy = c.attrs.string("keep_aspect_ratio_policy", "stretch")?;
+            if policy != "stretch" {
+                let pick = axes.iter().map(|&a| scale[a]);
+                let s = match policy.as_str() {
+                    "not_larger" => pick.fold(f64::INFINITY, f64::min),
+                    "not_smaller" => pick.fold(0.0, f64::max),
+                    other => return Err(c.error(format!("keep_aspect_ratio_policy {other:?}"))),
+                };
+                for &a in &axes {
+                    scale[a] = s;
+                    out[a] = (s * shape[a] as f64 + 0.5) as usize;
+                }
+            }
+        }
+        (None, None) => return Err(c.error("neither scales nor sizes")),
+    }
+    c.check_size(&out)?;
+    let axis_roi = |a: usize| -> (f64, f64) {
+        match &roi {
+            Some(r) if r.len() == 2 * axes.len() => {
+                let k = axes.iter().position(|&b| b == a).unwrap_or(0);
+                (r[k], r[axes.len() + k])
+            }
+            Some(r) if r.len() == 2 * rank => (r[a], r[rank + a]),
+            _ => (0.0, 1.0),
+        }
+    };
+    let mut y = x.clone();
+    let last = rank as isize - 1;
+    for &a in &axes {
+        let r = axis_roi(a);
+        let identity = (scale[a] - 1.0).abs() < 1e-12 && out[a] == shape[a] && r == (0.0, 1.0);
+        if identity {
+            continue;
+        }
+        if shape[a] == 0 {
+            return Err(c.error(format!("resizing an empty axis {a}")));
+        }
+        let (w, outside) = plan.matrix(shape[a], out[a], scale[a], r);
+        let w = Tensor::from_f64_slice(&w, &[out[a], shape[a]], x.dtype())?;
+        let moved = y.try_transpose(a as isize, last)?;
+        let mut z = moved.try_matmul(&c.constant(w).try_transpose(0, 1)?)?;
+        if outside.iter().any(|&o| o) {
+            let keep: Vec<bool> = outside.iter().map(|&o| !o).collect();
+            let keep = Tensor::from_vec(keep, &[out[a]])?;
+            let fill = c.constant(Tensor::scalar_of(plan.extrapolation, x.dtype()));
+            z = z.try_where(&keep, &fill)?;
+        }
+        y = z.try_transpose(a as isize, last)?;
+    }
+    one(y)
+}
