@@ -806,3 +806,52 @@ fn resize_interpolates_as_onnx_does_and_differentiates() {
         &[2.451172, 4.470703, 10.529297, 12.548828],
     );
 }
+
+#[test]
+fn rotary_embedding_swiglu_and_center_crop_pad_match_onnx() {
+    let v: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 1.0).collect();
+    let cos = f32s(&[1.0, 0.5, 0.0, -1.0, 0.8, 0.6], &[3, 2]);
+    let sin = f32s(&[0.0, 0.5, 1.0, 0.2, 0.6, -0.8], &[3, 2]);
+    let ids = Tensor::from_vec(vec![2i64, 0], &[1, 2]).unwrap();
+    let y = run(
+        "RotaryEmbedding",
+        23,
+        &[f32s(&v, &[1, 2, 2, 4]), cos, sin, ids],
+        1,
+        &[("interleaved", A::I(1))],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[1, 2, 2, 4],
+        &[
+            -0.35, -1.2, -0.5, 0.25, 0.0, 0.25, -0.125, 0.625, 0.05, 1.6, 2.3, -0.15, 2.0, 2.25,
+            -0.125, 2.625,
+        ],
+    );
+    let y = run(
+        "SwiGLU",
+        28,
+        &[f32s(&[-1.0, 0.5, 2.0], &[3]), f32s(&[2.0, 3.0, -1.0], &[3])],
+        1,
+        &[],
+    )
+    .unwrap();
+    assert_close(&y[0], &[3], &[-0.537883, 0.933689, -1.761594]);
+    let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let y = run(
+        "CenterCropPad",
+        18,
+        &[f32s(&v, &[3, 4]), i64s(&[2, 7])],
+        1,
+        &[],
+    )
+    .unwrap();
+    assert_close(
+        &y[0],
+        &[2, 7],
+        &[
+            0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 4.0, 5.0, 6.0, 7.0, 0.0, 0.0,
+        ],
+    );
+}

@@ -136,3 +136,19 @@ pub(super) fn is_inf<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
         .collect();
     one(c.constant(Tensor::from_vec(flags, x.shape())?))
 }
+
+/// `a · sigmoid(alpha · a) · b` (opset 28).
+pub(super) fn swiglu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    if a.shape() != b.shape() {
+        return Err(c.error(format!(
+            "inputs of shapes {:?} and {:?} (equal shapes, no broadcasting)",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let alpha = c.attrs.float("alpha", 1.0)?;
+    one(a
+        .try_mul(&a.try_mul(&lit(c, a, alpha))?.try_sigmoid()?)?
+        .try_mul(b)?)
+}

@@ -263,3 +263,88 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
     };
     Ok(vec![y, present_k, present_v, qk])
 }
+
+/// ONNX's `RotaryEmbedding`: the first `rotary_embedding_dim` features of
+/// each head turned by the angles whose cosines and sines the caches hold
+/// (rows picked by `position_ids` when given), in halves or, with
+/// `interleaved`, in even/odd pairs; the rest pass through. The input is
+/// `[batch, heads, sequence, size]`, or `[batch, sequence, heads · size]`
+/// with `num_heads`.
+pub(super) fn rotary_embedding<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, cos, sin) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
+    let rank = x.shape().len();
+    let s = |v: usize| v as isize;
+    let heads_last = match rank {
+        4 => x.try_permute(&[0, 2, 1, 3])?,
+        3 => split_heads(c, x, c.attrs.int("num_heads", 0)?, "the input")?
+            .try_permute(&[0, 2, 1, 3])?,
+        _ => return Err(c.error(format!("an input of shape {:?} (rank 3 or 4)", x.shape()))),
+    };
+    let [b, seq, _, d] = heads_last.shape()[..] else {
+        return Err(c.error("a 4-d input"));
+    };
+    let dim = match c.attrs.int("rotary_embedding_dim", 0)? {
+        0 => d,
+        r => usize::try_from(r)
+            .ok()
+            .filter(|&r| r <= d && r % 2 == 0)
+            .ok_or_else(|| c.error(format!("rotary_embedding_dim {r} for heads of {d}")))?,
+    };
+    let half = dim / 2;
+    let pick = |cache: &Var<'g>| -> Result<Var<'g>> {
+        let rows = match c.opt(ins, 3) {
+            Some(p) => {
+                let ids = p.value().to_dtype(crate::tensor::DType::I64);
+                let n = ids.numel();
+                cache
+                    .try_index_select(0, &ids.reshape(&[n])?)?
+                    .try_reshape(&[s(b), s(seq), -1])?
+            }
+            None => cache.clone(),
+        };
+        if rows.shape().last() != Some(&half) {
+            return Err(c.error(format!(
+                "a cache of shape {:?} for {half} angles",
+                rows.shape()
+            )));
+        }
+        rows.try_unsqueeze(2)
+    };
+    let (cos, sin) = (pick(cos)?, pick(sin)?);
+    let turned = heads_last.try_narrow(-1, 0, dim)?;
+    let interleaved = c.attrs.int("interleaved", 0)? != 0;
+    let (x1, x2) = if interleaved {
+        (
+            turned.try_slice(-1, 0, dim as isize, 2)?,
+            turned.try_slice(-1, 1, dim as isize, 2)?,
+        )
+    } else {
+        (
+            turned.try_narrow(-1, 0, half)?,
+            turned.try_narrow(-1, half as isize, half)?,
+        )
+    };
+    let real = cos.try_mul(&x1)?.try_sub(&sin.try_mul(&x2)?)?;
+    let imag = sin.try_mul(&x1)?.try_add(&cos.try_mul(&x2)?)?;
+    let turned = if interleaved {
+        let shape: Vec<isize> = turned.shape().iter().map(|&v| v as isize).collect();
+        Var::try_cat(&[&real.try_unsqueeze(-1)?, &imag.try_unsqueeze(-1)?], -1)?
+            .try_reshape(&shape)?
+    } else {
+        Var::try_cat(&[&real, &imag], -1)?
+    };
+    let y = if dim < d {
+        Var::try_cat(
+            &[&turned, &heads_last.try_narrow(-1, dim as isize, d - dim)?],
+            -1,
+        )?
+    } else {
+        turned
+    };
+    let y = y.try_permute(&[0, 2, 1, 3])?;
+    if rank == 3 {
+        let shape: Vec<isize> = x.shape().iter().map(|&v| v as isize).collect();
+        return Ok(vec![y.try_permute(&[0, 2, 1, 3])?.try_reshape(&shape)?]);
+    }
+    Ok(vec![y])
+}

@@ -251,3 +251,36 @@ fn running(
     }
     Ok(Tensor::from_f64_slice(&out, &shape, DType::F64)?.to_dtype(x.dtype()))
 }
+
+/// Each listed axis cropped or zero-padded to its target size about its
+/// centre (the odd element cut or added at the end).
+pub(super) fn center_crop_pad<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let sizes = c.ints(c.input(ins, 1)?)?;
+    let rank = x.shape().len();
+    let axes: Vec<usize> = match c.attrs.ints("axes")? {
+        Some(a) => a.iter().map(|&a| c.axis(a, rank)).collect::<Result<_>>()?,
+        None => (0..rank).collect(),
+    };
+    if sizes.len() != axes.len() || sizes.iter().any(|&s| s < 0) {
+        return Err(c.error(format!("sizes {sizes:?} for axes {axes:?}")));
+    }
+    let mut y = x.clone();
+    for (&a, &size) in axes.iter().zip(&sizes) {
+        let (dim, size) = (y.shape()[a], size as usize);
+        if size < dim {
+            y = y.try_narrow(a as isize, ((dim - size) / 2) as isize, size)?;
+        } else if size > dim {
+            let mut shape = y.shape().to_vec();
+            shape[a] = size;
+            c.check_size(&shape)?;
+            let before = (size - dim) / 2;
+            let mut pads = vec![0isize; 2 * (rank - a)];
+            let k = 2 * (rank - 1 - a);
+            pads[k] = before as isize;
+            pads[k + 1] = (size - dim - before) as isize;
+            y = y.try_pad(&pads, 0.0)?;
+        }
+    }
+    one(y)
+}

@@ -120,6 +120,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Shrink", activation::shrink, ok),
     ("PRelu", activation::prelu, ok),
     ("Swish", activation::swish, ok),
+    ("SwiGLU", activation::swiglu, ok),
     ("Cast", elementwise::cast, elementwise::check_cast),
     ("CastLike", elementwise::cast_like, ok),
     // Shapes and layout.
@@ -145,6 +146,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Trilu", shape::trilu, ok),
     ("Tile", layout::tile, ok),
     ("Resize", resize::resize, ok),
+    ("CenterCropPad", layout::center_crop_pad, ok),
     ("SpaceToDepth", layout::space_to_depth, ok),
     ("DepthToSpace", layout::depth_to_space, ok),
     ("EyeLike", layout::eye_like, ok),
@@ -180,6 +182,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("NegativeLogLikelihoodLoss", loss::nll_loss, ok),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy, ok),
     ("Attention", attention::attention, ok),
+    ("RotaryEmbedding", attention::rotary_embedding, ok),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
