@@ -855,3 +855,58 @@ fn rotary_embedding_swiglu_and_center_crop_pad_match_onnx() {
         ],
     );
 }
+
+/// Windows of one and three spatial axes, their pads, and max pooling's
+/// indices output, as gathered windows.
+#[test]
+fn pooling_over_one_or_three_axes_matches_onnx() {
+    let x = f32s(&[3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0], &[1, 1, 8]);
+    let attrs = [
+        ("kernel_shape", A::Is(&[3])),
+        ("strides", A::Is(&[2])),
+        ("pads", A::Is(&[1, 1])),
+    ];
+    let m = model("MaxPool", 12, 1, 2, &attrs).unwrap();
+    let y = m.infer(&[x.clone()]).unwrap();
+    assert_close(&y[0], &[1, 1, 4], &[3.0, 4.0, 9.0, 9.0]);
+    assert_eq!(y[1].to_vec::<i64>().unwrap(), vec![0, 2, 5, 5]);
+    // The gradient goes to each window's maximum (9 wins twice).
+    let g = Graph::new();
+    let vx = g.variable(x.clone());
+    let y = m.forward(&g, &[&vx]).unwrap();
+    let gx = y[0]
+        .sum()
+        .backward()
+        .unwrap()
+        .try_wrt(&vx)
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(gx, vec![1.0, 0.0, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0]);
+    let v: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let y = run(
+        "AveragePool",
+        19,
+        &[f32s(&v, &[1, 1, 2, 2, 2])],
+        1,
+        &[
+            ("kernel_shape", A::Is(&[2, 2, 2])),
+            ("pads", A::Is(&[1, 0, 0, 0, 0, 1])),
+            ("strides", A::Is(&[1, 2, 2])),
+        ],
+    )
+    .unwrap();
+    assert_close(&y[0], &[1, 1, 2, 1, 1], &[1.5, 3.5]);
+    let y = run(
+        "LpPool",
+        18,
+        &[x],
+        1,
+        &[
+            ("kernel_shape", A::Is(&[2])),
+            ("strides", A::Is(&[3])),
+            ("p", A::I(3)),
+        ],
+    )
+    .unwrap();
+    assert_close(&y[0], &[1, 1, 3], &[3.036589, 5.013298, 6.073178]);
+}

@@ -15,6 +15,7 @@ mod integer;
 mod layout;
 mod loss;
 mod nn;
+mod pool;
 mod reduce;
 mod resize;
 mod shape;
@@ -170,6 +171,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ),
     ("MaxPool", nn::max_pool, nn::check_pool),
     ("AveragePool", nn::average_pool, nn::check_pool),
+    ("LpPool", nn::lp_pool, nn::check_pool),
     ("GlobalAveragePool", nn::global_average_pool, ok),
     ("BatchNormalization", nn::batch_norm, nn::check_batch_norm),
     ("LayerNormalization", nn::layer_norm, ok),

@@ -1,7 +1,7 @@
 //! Neural-net ONNX ops: products, convolutions, pooling, normalisation,
 //! softmax, on retrograd's fused ops.
 
-use super::{one, Ctx};
+use super::{one, pool, Ctx};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::conv_fused::ConvSummation;
@@ -329,35 +329,47 @@ pub(super) fn check_pool(a: &Attrs, _: i64) -> Checked {
         return Err("storage_order = 1".into());
     }
     match a.ints("kernel_shape") {
-        Ok(Some(k)) if k.len() == 2 => Ok(()),
-        Ok(Some(k)) => Err(format!("{}-d pooling (2-d is supported)", k.len())),
+        Ok(Some(k)) if !k.is_empty() => Ok(()),
         _ => Err("no kernel_shape".into()),
     }
 }
 
-fn kernel(c: &Ctx<'_, '_>) -> Result<[usize; 2]> {
+/// The window's sizes (`kernel_shape`).
+fn kernel(c: &Ctx<'_, '_>) -> Result<Vec<usize>> {
     let k = c.attrs.ints("kernel_shape")?.unwrap_or_default();
-    match k[..] {
-        [h, w] if h > 0 && w > 0 => Ok([h as usize, w as usize]),
-        _ => Err(c.error(format!("kernel_shape {k:?}"))),
+    if k.is_empty() || k.iter().any(|&v| v <= 0) {
+        return Err(c.error(format!("kernel_shape {k:?}")));
     }
+    Ok(k.into_iter().map(|v| v as usize).collect())
 }
 
+/// Whether a pad is past half the window (retrograd's 2-d pooling pads at
+/// most half a window).
+fn wide(k: &[usize], begin: &[usize], end: &[usize]) -> bool {
+    begin
+        .iter()
+        .chain(end)
+        .zip(k.iter().chain(k))
+        .any(|(&p, &k)| 2 * p > k)
+}
+
+/// 2-d windows on `[n, c, h, w]` run as retrograd's `max_pool2d` (pads
+/// past half the window made explicit); other ranks, and the indices
+/// output, as gathered windows (`pool.rs`).
 pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    if c.n_outputs > 1 {
-        return Err(c.error("MaxPool's indices output is not supported"));
-    }
     let x = c.input(ins, 0)?;
     let k = kernel(c)?;
     let (strides, dilations, begin, end) = geometry(c, x.shape(), &k)?;
-    // Pads past half the window are made explicit (-inf never wins a max);
-    // retrograd's pooling pads at most half a window.
-    let wide = begin
-        .iter()
-        .chain(&end)
-        .zip(k.iter().chain(&k))
-        .any(|(&p, &k)| 2 * p > k);
-    let (x, pad) = if wide && c.attrs.int("ceil_mode", 0)? == 0 {
+    let ceil = c.attrs.int("ceil_mode", 0)? != 0;
+    let is_wide = wide(&k, &begin, &end);
+    if c.n_outputs > 1 || k.len() != 2 || x.shape().len() != 4 || (is_wide && ceil) {
+        let g = (&strides[..], &dilations[..], &begin[..], &end[..]);
+        let (y, indices) = pool::pool(c, x, &k, g, pool::Kind::Max)?;
+        let mut outs = vec![y];
+        outs.extend(indices.map(|i| c.constant(i)));
+        return Ok(outs);
+    }
+    let (x, pad) = if is_wide {
         let mut torch = Vec::new();
         for d in (0..2).rev() {
             torch.extend([begin[d] as isize, end[d] as isize]);
@@ -366,29 +378,50 @@ pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
     } else {
         asymmetric(x, &begin, &end, f64::NEG_INFINITY)?
     };
-    let o = MaxPool2dOptions::new(k)
+    let o = MaxPool2dOptions::new([k[0], k[1]])
         .stride([strides[0], strides[1]])
         .padding([pad[0], pad[1]])
         .dilation([dilations[0], dilations[1]])
-        .ceil_mode(c.attrs.int("ceil_mode", 0)? != 0);
+        .ceil_mode(ceil);
     one(x.try_max_pool2d(&o)?)
 }
 
+/// 2-d, undilated, evenly padded windows as retrograd's `avg_pool2d`; the
+/// rest as gathered windows (`pool.rs`).
 pub(super) fn average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
     let k = kernel(c)?;
-    let (strides, dilations, begin, end) = geometry(c, c.input(ins, 0)?.shape(), &k)?;
-    if dilations.iter().any(|&d| d != 1) {
-        return Err(c.error("dilated average pooling"));
+    let (strides, dilations, begin, end) = geometry(c, x.shape(), &k)?;
+    let count_pads = c.attrs.int("count_include_pad", 0)? != 0;
+    let plain = k.len() == 2
+        && x.shape().len() == 4
+        && dilations.iter().all(|&d| d == 1)
+        && begin == end
+        && !wide(&k, &begin, &end);
+    if !plain {
+        let g = (&strides[..], &dilations[..], &begin[..], &end[..]);
+        let kind = pool::Kind::Average { count_pads };
+        return one(pool::pool(c, x, &k, g, kind)?.0);
     }
-    if begin != end {
-        return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
-    }
-    let o = AvgPool2dOptions::new(k)
+    let o = AvgPool2dOptions::new([k[0], k[1]])
         .stride([strides[0], strides[1]])
         .padding([begin[0], begin[1]])
         .ceil_mode(c.attrs.int("ceil_mode", 0)? != 0)
-        .count_include_pad(c.attrs.int("count_include_pad", 0)? != 0);
-    one(c.input(ins, 0)?.try_avg_pool2d(&o)?)
+        .count_include_pad(count_pads);
+    one(x.try_avg_pool2d(&o)?)
+}
+
+/// `(Σ |x|^p)^(1/p)` over each window (`p` default 2).
+pub(super) fn lp_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let k = kernel(c)?;
+    let (strides, dilations, begin, end) = geometry(c, x.shape(), &k)?;
+    let p = c.attrs.int("p", 2)?;
+    if p <= 0 {
+        return Err(c.error(format!("p = {p}")));
+    }
+    let g = (&strides[..], &dilations[..], &begin[..], &end[..]);
+    one(pool::pool(c, x, &k, g, pool::Kind::Lp(p as f64))?.0)
 }
 
 pub(super) fn global_average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
