@@ -151,6 +151,49 @@ def run_cases(binary, list_file, n):
     return results
 
 
+def run_onnxruntime(work, kept):
+    """Runs the same cases in onnxruntime, compared the same way; the
+    pass count, for the rate beside retrograd's."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    passed = 0
+    for name, _ in kept:
+        folder = work / name
+        data = folder / "test_data_set_0"
+
+        def read(prefix):
+            out, k = [], 0
+            while (data / f"{prefix}_{k}.pb").exists():
+                t = onnx.TensorProto()
+                t.ParseFromString((data / f"{prefix}_{k}.pb").read_bytes())
+                out.append(numpy_helper.to_array(t))
+                k += 1
+            return out
+
+        try:
+            so = ort.SessionOptions()
+            so.log_severity_level = 4
+            s = ort.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
+            feed = {i.name: a for i, a in zip(s.get_inputs(), read("input"))}
+            got = s.run(None, feed)
+            ok = True
+            for g, w in zip(got, read("output")):
+                g = np.asarray(g)
+                if g.dtype != w.dtype or g.shape != w.shape:
+                    ok = False
+                elif w.dtype.kind in "fc":
+                    ok = ok and np.allclose(g, w, rtol=1e-3, atol=1e-7, equal_nan=True)
+                else:
+                    ok = ok and np.array_equal(g, w)
+            passed += ok
+        except Exception:  # noqa: BLE001 - any refusal or failure is a failed case
+            pass
+    return passed
+
+
 def rate(rows):
     passed = sum(1 for r in rows if r["status"] == "pass")
     return passed, len(rows), (passed / len(rows) if rows else 0.0)
@@ -236,6 +279,9 @@ def main():
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--check", action="store_true", help="fail if a pass rate drops below the recorded one")
     ap.add_argument("--write", action="store_true", help="record this run's results under --out")
+    ap.add_argument(
+        "--onnxruntime", action="store_true", help="also run the same cases in onnxruntime and print its rate"
+    )
     a = ap.parse_args()
 
     import onnx
@@ -263,6 +309,9 @@ def main():
         f"ops the importer supports: {summary['supported_ops_passed']} of "
         f"{summary['supported_ops_cases']} ({100 * summary['supported_ops_pass_rate']:.1f}%)"
     )
+    if a.onnxruntime:
+        n = run_onnxruntime(work, kept)
+        print(f"onnxruntime on the same cases: {n} of {len(kept)} pass ({100 * n / len(kept):.1f}%)")
     broken = [r for r in rows if r["status"] in ("panic", "crash", "hang")]
     for r in broken:
         print(f"  {r['status']}: {r['case']}: {r['detail']}")
