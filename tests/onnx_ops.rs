@@ -910,3 +910,46 @@ fn pooling_over_one_or_three_axes_matches_onnx() {
     .unwrap();
     assert_close(&y[0], &[1, 1, 3], &[3.036589, 5.013298, 6.073178]);
 }
+
+/// An opset, the node's settings and ONNX's three outputs.
+type GridCase = (i64, &'static [(&'static str, A)], [f64; 3]);
+
+#[test]
+fn grid_sample_reads_like_onnx_in_each_mode_and_padding() {
+    let x = f32s(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[1, 1, 2, 3]);
+    let grid = f32s(&[-1.0, -1.0, 0.5, 0.2, 1.2, 0.9], &[1, 1, 3, 2]);
+    let cases: [GridCase; 3] = [
+        (
+            20,
+            &[("mode", A::S("linear")), ("padding_mode", A::S("zeros"))],
+            [0.0, 3.85, 0.599999],
+        ),
+        (
+            20,
+            &[
+                ("mode", A::S("cubic")),
+                ("padding_mode", A::S("reflection")),
+                ("align_corners", A::I(1)),
+            ],
+            [0.0, 3.631499, 4.922248],
+        ),
+        (
+            16,
+            &[("mode", A::S("nearest")), ("padding_mode", A::S("border"))],
+            [0.0, 5.0, 5.0],
+        ),
+    ];
+    for (opset, attrs, want) in cases {
+        let y = run("GridSample", opset, &[x.clone(), grid.clone()], 1, attrs).unwrap();
+        assert_close(&y[0], &[1, 1, 1, 3], &want);
+    }
+    let e = run(
+        "GridSample",
+        20,
+        &[x, f32s(&[0.0; 3], &[1, 1, 1, 3])],
+        1,
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("grid"), "{e}");
+}

@@ -147,6 +147,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Trilu", shape::trilu, ok),
     ("Tile", layout::tile, ok),
     ("Resize", resize::resize, ok),
+    ("GridSample", resize::grid_sample, ok),
     ("CenterCropPad", layout::center_crop_pad, ok),
     ("SpaceToDepth", layout::space_to_depth, ok),
     ("DepthToSpace", layout::depth_to_space, ok),

@@ -301,3 +301,175 @@ pub(super) fn resize<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     }
     one(y)
 }
+
+/// Where one coordinate of `GridSample` reads along an axis of `d`
+/// positions: `(index, weight)` taps, an index of `None` reading 0.
+fn grid_taps(
+    x: f64,
+    d: usize,
+    mode: &str,
+    padding: &str,
+    (lo, hi): (f64, f64),
+) -> Vec<(Option<usize>, f64)> {
+    let reflect = |v: f64| {
+        let range = hi - lo;
+        if range <= 0.0 {
+            return lo.max(0.0);
+        }
+        let (dx, from_low) = if v < lo {
+            (lo - v, true)
+        } else if v > hi {
+            (v - hi, false)
+        } else {
+            return v;
+        };
+        let n = (dx / range).trunc();
+        let r = dx - n * range;
+        let even = n % 2.0 == 0.0;
+        if from_low == even {
+            lo + r
+        } else {
+            hi - r
+        }
+    };
+    let at = |i: i64| -> Option<usize> {
+        let last = d as i64 - 1;
+        match padding {
+            "border" => Some(i.clamp(0, last) as usize),
+            "reflection" => Some((reflect(i as f64).trunc() as i64).clamp(0, last) as usize),
+            _ => (0..=last).contains(&i).then_some(i as usize),
+        }
+    };
+    let mut x = if mode == "nearest" {
+        let r = x.round();
+        // Halves to even, as PyTorch and ONNX round the nearest index.
+        if (x - x.trunc()).abs() == 0.5 {
+            2.0 * (x / 2.0).round()
+        } else {
+            r
+        }
+    } else {
+        x
+    };
+    if x < lo || x > hi {
+        match padding {
+            "border" => x = x.clamp(0.0, d as f64 - 1.0),
+            "reflection" => x = reflect(x),
+            _ => {}
+        }
+    }
+    match mode {
+        "nearest" => vec![(at(x as i64), 1.0)],
+        "linear" => {
+            let x0 = x.floor();
+            let t = x - x0;
+            vec![(at(x0 as i64), 1.0 - t), (at(x0 as i64 + 1), t)]
+        }
+        _ => {
+            let x0 = x.floor();
+            let t = x - x0;
+            let a = -0.75;
+            let c = [
+                ((a * (t + 1.0) - 5.0 * a) * (t + 1.0) + 8.0 * a) * (t + 1.0) - 4.0 * a,
+                ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0,
+                ((a + 2.0) * (1.0 - t) - (a + 3.0)) * (1.0 - t) * (1.0 - t) + 1.0,
+                ((a * (2.0 - t) - 5.0 * a) * (2.0 - t) + 8.0 * a) * (2.0 - t) - 4.0 * a,
+            ];
+            (0..4)
+                .map(|k| (at(x0 as i64 - 1 + k as i64), c[k]))
+                .collect()
+        }
+    }
+}
+
+/// ONNX's `GridSample` over any number of spatial axes: each output
+/// position reads the input at the grid's normalised coordinates
+/// (`[-1, 1]`, last axis first) by nearest, linear or cubic
+/// interpolation, with `zeros`, `border` or `reflection` padding. Per
+/// batch row the reads are one matrix, applied with the differentiable
+/// product: the gradient reaches the input (the grid's positions are
+/// read as constants).
+pub(super) fn grid_sample<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, grid) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let xs = x.shape().to_vec();
+    let gs = grid.shape().to_vec();
+    let d = xs.len().saturating_sub(2);
+    if d == 0 || gs.len() != d + 2 || gs[0] != xs[0] || gs[d + 1] != d || !x.dtype().is_float() {
+        return Err(c.error(format!(
+            "input {xs:?} ({}) and grid {gs:?} (input [N, C, spatial...], grid [N, out..., {d}])",
+            x.dtype()
+        )));
+    }
+    let mode = match c
+        .attrs
+        .string("mode", if c.opset < 20 { "bilinear" } else { "linear" })?
+        .as_str()
+    {
+        "bilinear" | "linear" => "linear",
+        "bicubic" | "cubic" => "cubic",
+        "nearest" => "nearest",
+        other => return Err(c.error(format!("mode {other:?}"))),
+    };
+    let padding = c.attrs.string("padding_mode", "zeros")?;
+    if !matches!(padding.as_str(), "zeros" | "border" | "reflection") {
+        return Err(c.error(format!("padding_mode {padding:?}")));
+    }
+    let align = c.attrs.int("align_corners", 0)? != 0;
+    let spatial = &xs[2..];
+    let outs = &gs[1..=d];
+    let (n, ch) = (xs[0], xs[1]);
+    let s: usize = spatial.iter().product();
+    let o: usize = outs.iter().product();
+    c.check_size(&[n, o, s])?;
+    let g = grid.value().contiguous().to_f64_vec();
+    let mut w = vec![0.0; n * o * s];
+    for b in 0..n {
+        for p in 0..o {
+            let coords = &g[(b * o + p) * d..(b * o + p + 1) * d];
+            // The grid lists x (the last axis) first.
+            let per_axis: Vec<Vec<(Option<usize>, f64)>> = (0..d)
+                .map(|i| {
+                    let len = spatial[i];
+                    let v = coords[d - 1 - i];
+                    let (x, bounds) = if align {
+                        (
+                            (v + 1.0) / 2.0 * (len as f64 - 1.0),
+                            (0.0, len as f64 - 1.0),
+                        )
+                    } else {
+                        (
+                            ((v + 1.0) * len as f64 - 1.0) / 2.0,
+                            (-0.5, len as f64 - 0.5),
+                        )
+                    };
+                    grid_taps(x, len, mode, &padding, bounds)
+                })
+                .collect();
+            // Every combination of one tap per axis.
+            let mut combos: Vec<(usize, f64)> = vec![(0, 1.0)];
+            for (i, taps) in per_axis.iter().enumerate() {
+                let mut next = Vec::with_capacity(combos.len() * taps.len());
+                for &(flat, weight) in &combos {
+                    for &(idx, tw) in taps {
+                        if let Some(idx) = idx {
+                            next.push((flat * spatial[i] + idx, weight * tw));
+                        }
+                    }
+                }
+                // A tap reading 0 drops out; the flat index keeps its axes' places.
+                combos = next;
+            }
+            for (flat, weight) in combos {
+                w[(b * o + p) * s + flat] += weight;
+            }
+        }
+    }
+    let w = c.constant(Tensor::from_f64_slice(&w, &[n, o, s], x.dtype())?);
+    let mut shape: Vec<isize> = vec![n as isize, ch as isize];
+    shape.extend(outs.iter().map(|&v| v as isize));
+    let y = x
+        .try_reshape(&[n as isize, ch as isize, s as isize])?
+        .try_matmul(&w.try_transpose(1, 2)?)?
+        .try_reshape(&shape)?;
+    one(y)
+}
