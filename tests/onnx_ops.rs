@@ -953,3 +953,54 @@ fn grid_sample_reads_like_onnx_in_each_mode_and_padding() {
     .unwrap_err();
     assert!(e.to_string().contains("grid"), "{e}");
 }
+
+#[test]
+fn unique_reverse_sequence_affine_grid_and_extrema_match_onnx() {
+    let y = run(
+        "Unique",
+        11,
+        &[f32s(&[2.0, 1.0, 1.0, 3.0, 4.0, 3.0], &[6])],
+        4,
+        &[("sorted", A::I(0))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[4], &[2.0, 1.0, 3.0, 4.0]);
+    assert_eq!(y[1].to_vec::<i64>().unwrap(), vec![0, 1, 3, 4]);
+    assert_eq!(y[2].to_vec::<i64>().unwrap(), vec![0, 1, 1, 2, 3, 2]);
+    assert_eq!(y[3].to_vec::<i64>().unwrap(), vec![1, 2, 2, 1]);
+    let v: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let y = run(
+        "ReverseSequence",
+        10,
+        &[f32s(&v, &[4, 2]), i64s(&[4, 2])],
+        1,
+        &[("time_axis", A::I(0)), ("batch_axis", A::I(1))],
+    )
+    .unwrap();
+    assert_close(&y[0], &[4, 2], &[6.0, 3.0, 4.0, 1.0, 2.0, 5.0, 0.0, 7.0]);
+    let theta = f32s(&[1.0, 0.5, 0.1, -0.2, 1.0, 0.3], &[1, 2, 3]);
+    let y = run("AffineGrid", 20, &[theta, i64s(&[1, 1, 2, 3])], 1, &[]).unwrap();
+    assert_close(
+        &y[0],
+        &[1, 2, 3, 2],
+        &[
+            -0.816667, -0.066667, -0.15, -0.2, 0.516667, -0.333333, -0.316667, 0.933333, 0.35, 0.8,
+            1.016667, 0.666667,
+        ],
+    );
+    let b = Tensor::from_vec(vec![true, false, false, false], &[2, 2]).unwrap();
+    let y = run(
+        "ReduceMax",
+        20,
+        &[b, i64s(&[1])],
+        1,
+        &[("keepdims", A::I(0))],
+    )
+    .unwrap();
+    assert_eq!(y[0].to_vec::<bool>().unwrap(), vec![true, false]);
+    // Over an empty axis: the identity, -inf.
+    let e = Tensor::zeros(&[2, 0, 3], DType::F32).unwrap();
+    let y = run("ReduceMax", 20, &[e, i64s(&[1])], 1, &[]).unwrap();
+    assert_eq!(y[0].shape(), &[2, 1, 3]);
+    assert!(y[0].to_f64_vec().iter().all(|&v| v == f64::NEG_INFINITY));
+}

@@ -326,3 +326,97 @@ pub(super) fn compress<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
     let m = picked.len();
     one(x.try_index_select(axis as isize, &Tensor::from_vec(picked, &[m])?)?)
 }
+
+/// The distinct elements (or, with `axis`, slices) in order of first
+/// appearance or sorted (`sorted`, the default), with where each first
+/// appears, where each input element went, and how often each appears.
+/// The values are picked with `index_select` (differentiable).
+pub(super) fn unique<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let (x, axis) = if c.attrs.has("axis") {
+        let axis = c.axis(c.attrs.int("axis", 0)?, x.shape().len())?;
+        (x.clone(), axis)
+    } else {
+        (x.try_reshape(&[-1])?, 0)
+    };
+    let (outer, n, inner) = around(x.shape(), axis);
+    let v = x.value().contiguous().to_f64_vec();
+    let slice = |i: usize| -> Vec<f64> {
+        (0..outer)
+            .flat_map(|o| (0..inner).map(move |r| (o, r)))
+            .map(|(o, r)| v[(o * n + i) * inner + r])
+            .collect()
+    };
+    let slices: Vec<Vec<f64>> = (0..n).map(slice).collect();
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut inverse = vec![0usize; n];
+    for i in 0..n {
+        match firsts.iter().position(|&f| slices[f] == slices[i]) {
+            Some(k) => inverse[i] = k,
+            None => {
+                inverse[i] = firsts.len();
+                firsts.push(i);
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..firsts.len()).collect();
+    if c.attrs.int("sorted", 1)? != 0 {
+        order.sort_by(|&a, &b| {
+            slices[firsts[a]]
+                .partial_cmp(&slices[firsts[b]])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    }
+    let mut rank_of = vec![0usize; firsts.len()];
+    for (r, &k) in order.iter().enumerate() {
+        rank_of[k] = r;
+    }
+    let picked: Vec<i64> = order.iter().map(|&k| firsts[k] as i64).collect();
+    let m = picked.len();
+    let counts: Vec<i64> = order
+        .iter()
+        .map(|&k| inverse.iter().filter(|&&i| i == k).count() as i64)
+        .collect();
+    let inverse: Vec<i64> = inverse.iter().map(|&k| rank_of[k] as i64).collect();
+    let y = x.try_index_select(axis as isize, &Tensor::from_vec(picked.clone(), &[m])?)?;
+    Ok(vec![
+        y,
+        c.constant(Tensor::from_vec(picked, &[m])?),
+        c.constant(Tensor::from_vec(inverse, &[n])?),
+        c.constant(Tensor::from_vec(counts, &[m])?),
+    ])
+}
+
+/// Each batch entry's first `sequence_lens[b]` steps reversed, the rest
+/// kept (`time_axis` and `batch_axis` 0 and 1, either way round): one
+/// gather along the time axis (differentiable).
+pub(super) fn reverse_sequence<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let (x, lens) = (c.input(ins, 0)?, c.input(ins, 1)?);
+    let lens = c.ints(lens)?;
+    let rank = x.shape().len();
+    let time = c.axis(c.attrs.int("time_axis", 0)?, rank)?;
+    let batch = c.axis(c.attrs.int("batch_axis", 1)?, rank)?;
+    if time == batch || rank < 2 || lens.len() != x.shape()[batch] {
+        return Err(c.error(format!(
+            "time axis {time}, batch axis {batch}, {} lengths for shape {:?}",
+            lens.len(),
+            x.shape()
+        )));
+    }
+    let shape = x.shape().to_vec();
+    let steps = shape[time] as i64;
+    let total: usize = shape.iter().product();
+    let mut idx = vec![0i64; total];
+    for (flat, slot) in idx.iter_mut().enumerate() {
+        let mut rest = flat;
+        let mut coord = vec![0usize; rank];
+        for d in (0..rank).rev() {
+            coord[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        let t = coord[time] as i64;
+        let len = lens[coord[batch]].clamp(0, steps);
+        *slot = if t < len { len - 1 - t } else { t };
+    }
+    one(x.try_gather(time as isize, &Tensor::from_vec(idx, &shape)?)?)
+}

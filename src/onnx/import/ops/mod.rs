@@ -148,6 +148,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Tile", layout::tile, ok),
     ("Resize", resize::resize, ok),
     ("GridSample", resize::grid_sample, ok),
+    ("AffineGrid", resize::affine_grid, ok),
     ("CenterCropPad", layout::center_crop_pad, ok),
     ("SpaceToDepth", layout::space_to_depth, ok),
     ("DepthToSpace", layout::depth_to_space, ok),
@@ -161,6 +162,8 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("ScatterND", indexing::scatter_nd, ok),
     ("NonZero", indexing::non_zero, ok),
     ("Compress", indexing::compress, ok),
+    ("Unique", indexing::unique, ok),
+    ("ReverseSequence", indexing::reverse_sequence, ok),
     // Neural-net ops.
     ("MatMul", nn::matmul, ok),
     ("Gemm", nn::gemm, ok),

@@ -4,7 +4,7 @@
 use super::{one, Ctx};
 use crate::error::Result;
 use crate::graph::Var;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];
 
@@ -54,11 +54,66 @@ pub(super) fn sum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
 pub(super) fn mean<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     reduce(c, ins, 18, |x, a, k| x.try_mean_axes(a, k))
 }
+/// The largest (or smallest) value over `axes`. Integers and bools reduce
+/// through f64 on the host; over an empty axis the result is the
+/// reduction's identity (-inf for a maximum, +inf for a minimum; false or
+/// true for bools; the extreme integer), as ONNX defines it from opset 18.
+fn extremum<'g>(x: &Var<'g>, axes: &[isize], keep: bool, max: bool) -> Result<Var<'g>> {
+    let dtype = x.dtype();
+    let empty = axes.iter().any(|&a| x.shape()[a as usize] == 0);
+    if empty {
+        let mut shape = x.shape().to_vec();
+        for &a in axes {
+            shape[a as usize] = 1;
+        }
+        if !keep {
+            let mut sorted = axes.to_vec();
+            sorted.sort_unstable();
+            for &a in sorted.iter().rev() {
+                shape.remove(a as usize);
+            }
+        }
+        let identity = match (dtype, max) {
+            (DType::Bool, m) => f64::from(u8::from(!m)),
+            (DType::I64, true) => i64::MIN as f64,
+            (DType::I64, false) => i64::MAX as f64,
+            (_, true) => f64::NEG_INFINITY,
+            (_, false) => f64::INFINITY,
+        };
+        if dtype == DType::I64 {
+            let v = if max { i64::MIN } else { i64::MAX };
+            let n = shape.iter().product();
+            return Ok(Var::constant_in(
+                x.graph(),
+                Tensor::from_vec(vec![v; n], &shape)?,
+            ));
+        }
+        return Ok(Var::constant_in(
+            x.graph(),
+            Tensor::full(&shape, identity, dtype)?,
+        ));
+    }
+    if matches!(dtype, DType::Bool | DType::I64) {
+        let wide = x.try_to_dtype(DType::F64)?;
+        let r = if max {
+            wide.try_max_axes(axes, keep)?
+        } else {
+            wide.try_min_axes(axes, keep)?
+        };
+        return Ok(Var::constant_in(x.graph(), r.value().to_dtype(dtype)));
+    }
+    if max {
+        x.try_max_axes(axes, keep)
+    } else {
+        x.try_min_axes(axes, keep)
+    }
+}
+
 pub(super) fn max<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    reduce(c, ins, 18, |x, a, k| x.try_max_axes(a, k))
+    reduce(c, ins, 18, |x, a, k| extremum(x, a, k, true))
 }
 pub(super) fn min<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    reduce(c, ins, 18, |x, a, k| x.try_min_axes(a, k))
+    reduce(c, ins, 18, |x, a, k| extremum(x, a, k, false))
 }
 pub(super) fn logsumexp<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     reduce(c, ins, 18, |x, a, k| x.try_logsumexp(a, k))

@@ -473,3 +473,62 @@ pub(super) fn grid_sample<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<
         .try_reshape(&shape)?;
     one(y)
 }
+
+/// ONNX's `AffineGrid`: the normalised sampling grid of an affine map
+/// `theta` (`[N, 2, 3]` for images, `[N, 3, 4]` for volumes) over an
+/// output of `size`, as `GridSample` reads it (last axis first); a product
+/// of the constant base grid with `theta`, so `theta` gets its gradient.
+pub(super) fn affine_grid<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let theta = c.input(ins, 0)?;
+    let size = c.ints(c.input(ins, 1)?)?;
+    let d = size.len().saturating_sub(2);
+    if !(d == 2 || d == 3)
+        || theta.shape() != [size[0].max(0) as usize, d, d + 1]
+        || size.iter().any(|&s| s < 0)
+    {
+        return Err(c.error(format!(
+            "theta {:?} for size {size:?} ([N, 2, 3] for 4 sizes, [N, 3, 4] for 5)",
+            theta.shape()
+        )));
+    }
+    let align = c.attrs.int("align_corners", 0)? != 0;
+    let spatial: Vec<usize> = size[2..].iter().map(|&s| s as usize).collect();
+    let points: usize = spatial.iter().product();
+    c.check_size(&[size[0] as usize, points, d])?;
+    let coord = |i: usize, n: usize| -> f64 {
+        if align {
+            if n <= 1 {
+                0.0
+            } else {
+                -1.0 + 2.0 * i as f64 / (n - 1) as f64
+            }
+        } else {
+            (2.0 * i as f64 + 1.0) / n as f64 - 1.0
+        }
+    };
+    // One row (x, y[, z], 1) per output position, x along the last axis.
+    let mut base = Vec::with_capacity(points * (d + 1));
+    for p in 0..points {
+        let mut rest = p;
+        let mut pos = vec![0usize; d];
+        for i in (0..d).rev() {
+            pos[i] = rest % spatial[i];
+            rest /= spatial[i];
+        }
+        for i in (0..d).rev() {
+            base.push(coord(pos[i], spatial[i]));
+        }
+        base.push(1.0);
+    }
+    let base = c.constant(Tensor::from_f64_slice(
+        &base,
+        &[points, d + 1],
+        theta.dtype(),
+    )?);
+    let mut shape: Vec<isize> = vec![size[0] as isize];
+    shape.extend(spatial.iter().map(|&s| s as isize));
+    shape.push(d as isize);
+    one(base
+        .try_matmul(&theta.try_transpose(1, 2)?)?
+        .try_reshape(&shape)?)
+}
