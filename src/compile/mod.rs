@@ -151,7 +151,7 @@
 //! `replay.rs` one run; `ready.rs` which step makes each requested
 //! gradient final (`run_notifying`); `explain.rs` `Capture::explain`,
 //! `optimized`, `clusters` and the steps' names in a profile; `give_back.rs` returns what a capture
-//! freed to the system after its first replay; `on_pool.rs` runs later
+//! freed to the system after its first replay; `kernels/on_pool.rs` runs later
 //! replays on a worker of rayon's pool.
 //!
 //! **Guards and cache.** A capture holds for its signature; another shape
@@ -169,7 +169,6 @@ mod kernel;
 mod lower;
 #[cfg(test)]
 mod model_tests;
-mod on_pool;
 mod passing;
 mod plan;
 mod program;
@@ -636,7 +635,7 @@ where
             // kernels do not each wake the pool and sleep (on_pool.rs).
             None => {
                 let (replay, program, log) = (&mut c.replay, &c.program, &c.captured.log);
-                on_pool::on_pool(program.parallel, || {
+                crate::kernels::on_pool::on_pool(program.parallel, || {
                     replay.run(program, log, inputs, seed, None)
                 })?
             }

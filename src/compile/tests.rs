@@ -451,7 +451,7 @@ fn a_unary_ops_backward_is_one_node_with_the_eager_bits() {
 }
 
 /// A step with values large enough for the kernels to split them replays
-/// on a worker of rayon's pool after its first run (`on_pool.rs`); the
+/// on a worker of rayon's pool after its first run (`kernels/on_pool.rs`); the
 /// threads split each kernel's work as eagerly, so every run keeps the
 /// eager bits. A step of small values stays on the calling thread.
 #[test]

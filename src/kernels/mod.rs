@@ -49,6 +49,7 @@ pub mod layout;
 pub mod mask;
 pub mod matmul;
 pub mod nn;
+pub(crate) mod on_pool;
 pub mod parallel;
 pub(crate) mod power;
 pub mod quant;

@@ -12,7 +12,7 @@
 //! applies its effect itself when [`Graph::is_capturing`] is false.
 //! [`Graph::capture_output`] names a value the step returns besides the
 //! loss (the logits, for an accuracy). The closures are `Send + Sync`: a
-//! compiled step replays on one of rayon's workers (`compile/on_pool.rs`).
+//! compiled step replays on one of rayon's workers (`kernels/on_pool.rs`).
 
 use super::{Graph, Var, LEAF_VARIABLE};
 use crate::error::Result;

@@ -96,9 +96,10 @@ mod tests {
 
     #[test]
     fn every_output_is_the_row_dot() {
-        // Q8_0 weights, 3 blocks per row, 37 rows; 70 activation rows (two
-        // activation blocks, the second one ending in single rows).
-        let (n, blocks, m) = (37usize, 3usize, 70usize);
+        // Q8_0 weights, 6 blocks per row (a group of four and two single
+        // ones), 37 rows; 70 activation rows (two activation blocks, the
+        // second one ending in single rows).
+        let (n, blocks, m) = (37usize, 6usize, 70usize);
         let mut w = Vec::new();
         for r in 0..n {
             for b in 0..blocks {

@@ -29,6 +29,7 @@ pub use causal_lm_loss::IGNORE_LABEL;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
+use crate::kernels::on_pool::on_pool;
 use crate::nn::lora::LoraModel;
 use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, Parameter, QuantizedLinear, RMSNorm};
 use crate::ops::nn::SdpaOptions;
@@ -570,18 +571,28 @@ impl Llama {
             // it is done instead of living until the caller's graph goes;
             // the thread's spare buffers go back too (a 512-token prompt's
             // would otherwise keep the peak at twice llama.cpp's).
+            // The layers run on a worker of the pool: their products are
+            // a few hundred parallel kernels a token, and from a worker
+            // none of them sleeps waiting for the pool.
             Some(cache) => {
-                let mut h = x.value().clone();
+                let h = x.value().clone();
                 let half = cache.half;
-                for (layer, slot) in self.model.layers.iter().zip(&mut cache.layers) {
-                    let g = Graph::new();
-                    h = layer
-                        .forward(c, &g.constant(h), past, Some((slot, half)), mask.as_ref())?
-                        .value()
-                        .clone();
-                    drop(g);
-                    Graph::release_spare_buffers();
-                }
+                let layers = &self.model.layers;
+                let slots = &mut cache.layers;
+                let mask = mask.as_ref();
+                let h = on_pool(true, move || -> Result<Tensor> {
+                    let mut h = h;
+                    for (layer, slot) in layers.iter().zip(slots) {
+                        let g = Graph::new();
+                        h = layer
+                            .forward(c, &g.constant(h), past, Some((slot, half)), mask)?
+                            .value()
+                            .clone();
+                        drop(g);
+                        Graph::release_spare_buffers();
+                    }
+                    Ok(h)
+                })?;
                 x = graph.constant(h);
             }
             None if self.gradient_checkpointing && graph.is_recording() => {

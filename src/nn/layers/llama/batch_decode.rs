@@ -17,6 +17,7 @@
 use super::{Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
+use crate::kernels::on_pool::on_pool;
 use crate::nn::Forward;
 use crate::ops::nn::SdpaOptions;
 use crate::tensor::{DType, Tensor};
@@ -68,15 +69,21 @@ impl Llama {
             .lookup(graph, tokens, &[n, 1])?
             .value()
             .clone();
-        for (l, layer) in self.model.layers.iter().enumerate() {
-            let g = Graph::new();
-            h = layer
-                .forward_decode_batch(c, &g.constant(h), &pasts, caches, l)?
-                .value()
-                .clone();
-            drop(g);
-            Graph::release_spare_buffers();
-        }
+        // On a worker of the pool, as `forward_cached` runs its layers.
+        let layers = &self.model.layers;
+        let (pasts_ref, layer_caches) = (&pasts, &mut *caches);
+        let h = on_pool(true, move || -> Result<Tensor> {
+            for (l, layer) in layers.iter().enumerate() {
+                let g = Graph::new();
+                h = layer
+                    .forward_decode_batch(c, &g.constant(h), pasts_ref, layer_caches, l)?
+                    .value()
+                    .clone();
+                drop(g);
+                Graph::release_spare_buffers();
+            }
+            Ok(h)
+        })?;
         for (cache, past) in caches.iter_mut().zip(&pasts) {
             cache.len = past + 1;
         }
