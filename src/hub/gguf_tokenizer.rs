@@ -3,11 +3,14 @@
 //! `gpt2`) from the file's vocabulary and merges, the pre-tokenizer its
 //! `tokenizer.ggml.pre` names (llama.cpp's table of regular expressions),
 //! control and user-defined tokens matched as special tokens, and a BOS
-//! prepended when `tokenizer.ggml.add_bos_token` says so. The pieces are
-//! assembled as a `tokenizer.json` document, the format the crate reads,
-//! so nothing of BPE is written here.
+//! prepended when `tokenizer.ggml.add_bos_token` says so. The BPE model is
+//! built from the vocabulary and merges directly, the small pieces around
+//! it from the `tokenizer.json` forms the crate reads, so nothing of BPE is
+//! written here.
 
 use serde_json::{json, Value};
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::{AddedToken, DecoderWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -100,16 +103,19 @@ impl Tokenizer {
         let pre = gguf
             .try_get_opt_str("tokenizer.ggml.pre")?
             .unwrap_or("default");
-        let vocab: serde_json::Map<String, Value> = tokens
+        // The vocabulary and merges go to the BPE builder as they are: as a
+        // `tokenizer.json` document they cost a JSON value per entry, built
+        // and parsed again (most of the file's load time).
+        let vocab: Vocab = tokens
             .iter()
             .enumerate()
-            .map(|(i, t)| (t.to_string(), json!(i)))
+            .map(|(i, t)| (t.to_string(), i as u32))
             .collect();
         let merges = merges
             .iter()
             .map(|m| {
                 m.split_once(' ')
-                    .map(|(a, b)| json!([a, b]))
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
                     .ok_or_else(|| {
                         bad(
                             gguf,
@@ -118,15 +124,24 @@ impl Tokenizer {
                     })
             })
             .collect::<Result<Vec<_>>>()?;
-        let added: Vec<Value> = types
+        let refused = |e: tokenizers::Error| {
+            bad(
+                gguf,
+                format!("the tokenizers crate refused the vocabulary: {e}"),
+            )
+        };
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(refused)?;
+        // Control and user-defined tokens are matched whole; they are in
+        // the vocabulary, so each keeps its id.
+        let added: Vec<AddedToken> = types
             .iter()
             .flatten()
             .enumerate()
             .filter(|&(_, &t)| t == CONTROL || t == USER_DEFINED)
-            .map(|(id, _)| {
-                json!({"id": id, "content": tokens[id], "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": true})
-            })
+            .map(|(id, _)| AddedToken::from(tokens[id], true).normalized(false))
             .collect();
         let add_bos = gguf
             .try_get_opt_bool("tokenizer.ggml.add_bos_token")?
@@ -147,25 +162,27 @@ impl Tokenizer {
             }
             _ => Value::Null,
         };
-        let document = json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": null,
-            "pre_tokenizer": pre_tokenizer(gguf, pre)?,
-            "post_processor": post_processor,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                      "ignore_merges": false, "vocab": vocab, "merges": merges},
-        });
-        let inner: tokenizers::Tokenizer = serde_json::from_value(document).map_err(|e| {
+        let part = |what: &str, value: Value| {
             bad(
                 gguf,
-                format!("the tokenizers crate refused the vocabulary: {e}"),
+                format!("the tokenizers crate refused the {what} {value}"),
             )
-        })?;
+        };
+        let pre_tokenizer = pre_tokenizer(gguf, pre)?;
+        let pre_tokenizer: PreTokenizerWrapper = serde_json::from_value(pre_tokenizer.clone())
+            .map_err(|_| part("pre-tokenizer", pre_tokenizer))?;
+        let decoder = json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true});
+        let decoder: DecoderWrapper =
+            serde_json::from_value(decoder.clone()).map_err(|_| part("decoder", decoder))?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+        inner.with_decoder(Some(decoder));
+        if !post_processor.is_null() {
+            let processor: PostProcessorWrapper = serde_json::from_value(post_processor.clone())
+                .map_err(|_| part("post-processor", post_processor))?;
+            inner.with_post_processor(Some(processor));
+        }
+        inner.add_special_tokens(added).map_err(refused)?;
         Ok(Tokenizer::from_parts(inner, gguf.path()))
     }
 }
