@@ -144,15 +144,7 @@ mod avx2 {
     /// Sum of the eight lanes.
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
-        hsum4(_mm_add_ps(
-            _mm256_castps256_ps128(v),
-            _mm256_extractf128_ps(v, 1),
-        ))
-    }
-
-    /// Sum of the four lanes.
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum4(s: __m128) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
         _mm_cvtss_f32(s)
@@ -194,55 +186,8 @@ mod avx2 {
         }
     }
 
-    /// The weights of one block as 32 unsigned bytes in element order
-    /// (nibbles, or for Q8_0 the signed values as they are).
-    ///
-    /// # Safety
-    /// The block's `bytes` bytes are readable at `wb`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn block_weights<const F: u8>(wb: *const u8, bytes: usize) -> __m256i {
-        // SAFETY: the block is readable (the caller's contract).
-        unsafe {
-            if F == 2 {
-                _mm256_loadu_si256(wb.add(2) as *const __m256i)
-            } else {
-                let raw = _mm_loadu_si128(wb.add(bytes - 16) as *const __m128i);
-                _mm256_and_si256(
-                    _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                    _mm256_set1_epi8(0x0F),
-                )
-            }
-        }
-    }
-
-    /// The eight integer sums of one block's products with one activation
-    /// block (`wq` as [`block_weights`] gives it).
-    ///
-    /// # Safety
-    /// 32 activation bytes are readable at `aq`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn block_sums<const F: u8>(wq: __m256i, aq: *const i8) -> __m256i {
-        // SAFETY: 32 bytes are readable at `aq` (the caller's contract).
-        let aq = unsafe { _mm256_loadu_si256(aq as *const __m256i) };
-        // `maddubs` takes unsigned weights: Q8_0's signs move to the
-        // activations.
-        let (wu, aq) = if F == 2 {
-            (_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(aq, wq))
-        } else {
-            (wq, aq)
-        };
-        _mm256_madd_epi16(_mm256_maddubs_epi16(wu, aq), _mm256_set1_epi16(1))
-    }
-
     /// The block loop of [`dot`] for one format (`F`: 0 Q4_0, 1 Q4_1,
-    /// 2 Q8_0). Blocks go four at a time: the four blocks' integer sums
-    /// fold into one vector (two `hadd`s: lane `i` of each half holds
-    /// block `i`), which is converted and scaled once, and their offsets
-    /// (`m · Σa`, or `−8d · Σa`) accumulate as four lanes. Each row's
-    /// arithmetic is the same whatever `R` is, so a row gives the same
-    /// bits alone or beside others.
+    /// 2 Q8_0).
     ///
     /// # Safety
     /// As [`dot`].
@@ -251,85 +196,40 @@ mod avx2 {
     unsafe fn rows<const R: usize, const F: u8>(w: &[u8], a: [Q8Row<'_>; R]) -> [f32; R] {
         let bytes = [18usize, 20, 34][F as usize];
         let blocks = a[0].d.len();
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut offsets = [_mm_setzero_ps(); R];
-        let mut tail_offsets = [0.0f32; R];
+        let mut offsets = [0.0f32; R];
         let wp = w.as_ptr();
-        let groups = blocks / 4;
-        // Lanes 0, 2, 4, 6 then 1, 3, 5, 7: the four `d`s, then the `m`s.
-        let even_odd = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-        for g in 0..groups {
-            let b0 = g * 4;
-            // SAFETY: blocks `b0..b0 + 4` of `w` and of each activation row
-            // are in bounds (`g < blocks / 4`; the callers checked the
-            // lengths).
-            unsafe {
-                let wb = wp.add(b0 * bytes);
-                // Written out rather than mapped: a closure would be a
-                // function without the target features, and not inlined.
-                let wq = [
-                    block_weights::<F>(wb, bytes),
-                    block_weights::<F>(wb.add(bytes), bytes),
-                    block_weights::<F>(wb.add(2 * bytes), bytes),
-                    block_weights::<F>(wb.add(3 * bytes), bytes),
-                ];
-                // Each block's first four bytes: `d` and (Q4_1) `m` as f16;
-                // for the other formats the second half is unused.
-                let heads = _mm_setr_epi32(
-                    (wb as *const i32).read_unaligned(),
-                    (wb.add(bytes) as *const i32).read_unaligned(),
-                    (wb.add(2 * bytes) as *const i32).read_unaligned(),
-                    (wb.add(3 * bytes) as *const i32).read_unaligned(),
-                );
-                let dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(heads), even_odd);
-                let d4 = _mm256_castps256_ps128(dm);
-                let m4 = _mm256_extractf128_ps(dm, 1);
-                let shift = match F {
-                    0 => _mm_mul_ps(d4, _mm_set1_ps(-8.0)),
-                    _ => m4,
-                };
-                for r in 0..R {
-                    let row = &a[r];
-                    let aq = row.qs.as_ptr().add(b0 * Q8_BLOCK);
-                    let s = [
-                        block_sums::<F>(wq[0], aq),
-                        block_sums::<F>(wq[1], aq.add(Q8_BLOCK)),
-                        block_sums::<F>(wq[2], aq.add(2 * Q8_BLOCK)),
-                        block_sums::<F>(wq[3], aq.add(3 * Q8_BLOCK)),
-                    ];
-                    let folded = _mm256_hadd_epi32(
-                        _mm256_hadd_epi32(s[0], s[1]),
-                        _mm256_hadd_epi32(s[2], s[3]),
-                    );
-                    let scale = _mm_mul_ps(d4, _mm_loadu_ps(row.d.as_ptr().add(b0)));
-                    acc[r] = _mm256_fmadd_ps(
-                        _mm256_set_m128(scale, scale),
-                        _mm256_cvtepi32_ps(folded),
-                        acc[r],
-                    );
-                    if F != 2 {
-                        let sums = _mm_loadu_ps(row.sums.as_ptr().add(b0));
-                        offsets[r] = _mm_fmadd_ps(shift, sums, offsets[r]);
-                    }
-                }
-            }
-        }
-        for b in groups * 4..blocks {
-            // SAFETY: block `b` of `w` and of each activation row is in
-            // bounds (the callers checked the lengths).
+        for b in 0..blocks {
+            // SAFETY: block `b` of `w` (its `bytes` bytes) and of each
+            // activation row (32 values, one scale and sum) is in bounds:
+            // the callers checked the lengths.
             unsafe {
                 let wb = wp.add(b * bytes);
                 let (d, m) = halves(wb);
-                let wq = block_weights::<F>(wb, bytes);
+                // The weights as bytes in element order: unsigned nibbles,
+                // or for Q8_0 their absolute values (the signs go to the
+                // activations).
+                let wq = if F == 2 {
+                    _mm256_loadu_si256(wb.add(2) as *const __m256i)
+                } else {
+                    let raw = _mm_loadu_si128(wb.add(bytes - 16) as *const __m128i);
+                    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low)
+                };
+                let wu = if F == 2 { _mm256_sign_epi8(wq, wq) } else { wq };
                 for r in 0..R {
                     let row = &a[r];
-                    let sums = block_sums::<F>(wq, row.qs.as_ptr().add(b * Q8_BLOCK));
+                    let aq =
+                        _mm256_loadu_si256(row.qs.as_ptr().add(b * Q8_BLOCK) as *const __m256i);
+                    let aq = if F == 2 { _mm256_sign_epi8(aq, wq) } else { aq };
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, aq), ones);
                     let scale = _mm256_set1_ps(d * *row.d.get_unchecked(b));
                     acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r]);
                     let s = *row.sums.get_unchecked(b);
                     match F {
-                        0 => tail_offsets[r] -= 8.0 * d * s,
-                        1 => tail_offsets[r] += m * s,
+                        0 => offsets[r] -= 8.0 * d * s,
+                        1 => offsets[r] += m * s,
                         _ => {}
                     }
                 }
@@ -337,7 +237,7 @@ mod avx2 {
         }
         let mut out = [0.0f32; R];
         for r in 0..R {
-            out[r] = hsum(acc[r]) + hsum4(offsets[r]) + tail_offsets[r];
+            out[r] = hsum(acc[r]) + offsets[r];
         }
         out
     }
@@ -389,7 +289,6 @@ mod tests {
     #[test]
     fn integer_dots_match_the_dequantized_product() {
         for format in [DotFormat::Q4_0, DotFormat::Q4_1, DotFormat::Q8_0] {
-            // Seven blocks: one group of four and three single ones.
             let n = 7;
             let (w, values) = blocks(format, n, 3);
             let x: Vec<f32> = (0..4 * n * 32)
