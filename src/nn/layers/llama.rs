@@ -571,27 +571,12 @@ impl Llama {
             // it is done instead of living until the caller's graph goes;
             // the thread's spare buffers go back too (a 512-token prompt's
             // would otherwise keep the peak at twice llama.cpp's).
-            // The layers run on a worker of the pool: their products are
-            // a few hundred parallel kernels a token, and from a worker
-            // none of them sleeps waiting for the pool.
             Some(cache) => {
-                let h = x.value().clone();
                 let half = cache.half;
-                let layers = &self.model.layers;
                 let slots = &mut cache.layers;
                 let mask = mask.as_ref();
-                let h = on_pool(true, move || -> Result<Tensor> {
-                    let mut h = h;
-                    for (layer, slot) in layers.iter().zip(slots) {
-                        let g = Graph::new();
-                        h = layer
-                            .forward(c, &g.constant(h), past, Some((slot, half)), mask)?
-                            .value()
-                            .clone();
-                        drop(g);
-                        Graph::release_spare_buffers();
-                    }
-                    Ok(h)
+                let h = self.decode_layers(x.value().clone(), |l, layer, h| {
+                    layer.forward(c, h, past, Some((&mut slots[l], half)), mask)
                 })?;
                 x = graph.constant(h);
             }
@@ -613,6 +598,30 @@ impl Llama {
             x = x.try_narrow(1, t as isize - 1, 1)?;
         }
         self.model.norm.forward(&x)
+    }
+
+    /// Runs `h` through every decoder layer while generating: each layer
+    /// in a graph of its own, so its intermediate values are freed as soon
+    /// as it is done, and all of them on a worker of the pool, where a
+    /// token's few hundred parallel products do not each wake the pool and
+    /// sleep (`kernels/on_pool.rs`).
+    pub(super) fn decode_layers(
+        &self,
+        h: Tensor,
+        mut layer_step: impl for<'g> FnMut(usize, &LlamaDecoderLayer, &Var<'g>) -> Result<Var<'g>>
+            + Send,
+    ) -> Result<Tensor> {
+        let layers = &self.model.layers;
+        on_pool(true, move || {
+            let mut h = h;
+            for (l, layer) in layers.iter().enumerate() {
+                let g = Graph::new();
+                h = layer_step(l, layer, &g.constant(h))?.value().clone();
+                drop(g);
+                Graph::release_spare_buffers();
+            }
+            Ok(h)
+        })
     }
 
     /// The output layer: logits of final hidden states `[.., hidden]`.

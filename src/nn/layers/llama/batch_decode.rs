@@ -17,7 +17,6 @@
 use super::{Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};
-use crate::kernels::on_pool::on_pool;
 use crate::nn::Forward;
 use crate::ops::nn::SdpaOptions;
 use crate::tensor::{DType, Tensor};
@@ -63,26 +62,16 @@ impl Llama {
             }
         }
         let pasts: Vec<usize> = caches.iter().map(|k| k.len).collect();
-        let mut h = self
+        let h = self
             .model
             .embed_tokens
             .lookup(graph, tokens, &[n, 1])?
             .value()
             .clone();
-        // On a worker of the pool, as `forward_cached` runs its layers.
-        let layers = &self.model.layers;
-        let (pasts_ref, layer_caches) = (&pasts, &mut *caches);
-        let h = on_pool(true, move || -> Result<Tensor> {
-            for (l, layer) in layers.iter().enumerate() {
-                let g = Graph::new();
-                h = layer
-                    .forward_decode_batch(c, &g.constant(h), pasts_ref, layer_caches, l)?
-                    .value()
-                    .clone();
-                drop(g);
-                Graph::release_spare_buffers();
-            }
-            Ok(h)
+        let pasts_ref = &pasts;
+        let layer_caches = &mut *caches;
+        let h = self.decode_layers(h, |l, layer, h| {
+            layer.forward_decode_batch(c, h, pasts_ref, layer_caches, l)
         })?;
         for (cache, past) in caches.iter_mut().zip(&pasts) {
             cache.len = past + 1;
