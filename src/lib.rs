@@ -39,6 +39,7 @@ pub mod data;
 pub mod distributed;
 #[cfg(feature = "expr")]
 pub mod expr;
+pub mod func;
 pub mod gguf;
 pub mod hub;
 pub mod io;

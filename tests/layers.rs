@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// The layer folders under `src/`, lowest first.
 const LAYERS: &str =
-    "base tensor quant kernels core autograd ops data nn optim compile io gguf hub llm distributed train viz runlog expr onnx";
+    "base tensor quant kernels core autograd ops data nn func optim compile io gguf hub llm distributed train viz runlog expr onnx";
 
 /// Imports that may run up, as `(file, path)`: at most two, each named and
 /// justified in ARCHITECTURE.md ("Layers"). None today.

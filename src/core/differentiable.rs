@@ -7,6 +7,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::attributes::OpAttributes;
+use super::batching::{BatchContext, Batched};
 use super::facts::OpFacts;
 use super::graph::Var;
 use super::holds::Holds;
@@ -210,6 +211,23 @@ pub trait Differentiable: Send + Sync + 'static {
         })
     }
 
+    /// The batching rule (`vmap`): this op over a batch of examples, given
+    /// its inputs as [`Batched`] values (batch axis 0, or shared by every
+    /// example), recorded with ordinary ops in the inputs' graph. An
+    /// elementwise op applies itself to the aligned inputs; a structured op
+    /// moves its axes past the batch, folds the batch into an axis it
+    /// already maps over (matmul's leading axes, a convolution's images),
+    /// or calls its batched form. The default reports the op by name: a
+    /// function with an op that has no rule cannot be vmapped, rather than
+    /// being looped over silently.
+    fn batch<'g>(&self, inputs: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let _ = (inputs, ctx);
+        Err(crate::Error::Unsupported {
+            op: self.name().to_string(),
+            what: "a batching rule (vmap)",
+        })
+    }
+
     /// For an elementwise op: the op as a kernel over plain slices, which
     /// the fused kernels of a [compiled step](crate::compile) run (several
     /// ops in one pass over memory). `None` (the default): a compiled step
@@ -279,85 +297,103 @@ pub trait Differentiable: Send + Sync + 'static {
     }
 }
 
-/// A shared op is an op: the registry's entries and [`OpFacts::example`]
-/// can be recorded like any other.
-impl Differentiable for Arc<dyn Differentiable> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn arity(&self) -> Option<usize> {
-        (**self).arity()
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        (**self).forward(inputs)
-    }
-    fn non_float_output(&self) -> bool {
-        (**self).non_float_output()
-    }
-    fn catches_refused_buffers(&self) -> bool {
-        (**self).catches_refused_buffers()
-    }
-    fn backward<'g>(
-        &self,
-        grad_output: &Var<'g>,
-        inputs: &[Var<'g>],
-        output: &Var<'g>,
-    ) -> Result<GradInputs<'g>> {
-        (**self).backward(grad_output, inputs, output)
-    }
-    fn backward_fast(
-        &self,
-        grad_output: &Tensor,
-        inputs: &[&Tensor],
-        output: &Tensor,
-        needs_grad: &[bool],
-        grads: &mut [Option<Tensor>],
-    ) -> Result<bool> {
-        (**self).backward_fast(grad_output, inputs, output, needs_grad, grads)
-    }
-    fn backward_accumulate(
-        &self,
-        grad_output: &Tensor,
-        input: &Tensor,
-        output: &Tensor,
-        acc: &mut Option<Tensor>,
-    ) -> Result<bool> {
-        (**self).backward_accumulate(grad_output, input, output, acc)
-    }
-    fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
-        (**self).backward_scalar(call)
-    }
-    fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
-        (**self).scalar_node(node)
-    }
-    fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
-        (**self).jvp(tangents, node)
-    }
-    fn facts(&self) -> OpFacts {
-        (**self).facts()
-    }
-    fn holds(&self) -> Holds {
-        (**self).holds()
-    }
-    fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
-        (**self).pointwise()
-    }
-    fn grad_op(&self) -> Option<GradOp> {
-        (**self).grad_op()
-    }
-    fn without_saved(&self) -> Option<Arc<dyn Differentiable>> {
-        (**self).without_saved()
-    }
-    fn seed(&self) -> Option<u64> {
-        (**self).seed()
-    }
-    fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
-        (**self).forward_seeded(inputs, seed)
-    }
-    fn attributes(&self) -> OpAttributes {
-        (**self).attributes()
-    }
+/// An op behind a pointer is an op: every method forwards to the pointee.
+macro_rules! forward_to_pointee {
+    ($shared:ty) => {
+        impl Differentiable for $shared {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn arity(&self) -> Option<usize> {
+                (**self).arity()
+            }
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+                (**self).forward(inputs)
+            }
+            fn non_float_output(&self) -> bool {
+                (**self).non_float_output()
+            }
+            fn catches_refused_buffers(&self) -> bool {
+                (**self).catches_refused_buffers()
+            }
+            fn backward<'g>(
+                &self,
+                grad_output: &Var<'g>,
+                inputs: &[Var<'g>],
+                output: &Var<'g>,
+            ) -> Result<GradInputs<'g>> {
+                (**self).backward(grad_output, inputs, output)
+            }
+            fn backward_fast(
+                &self,
+                grad_output: &Tensor,
+                inputs: &[&Tensor],
+                output: &Tensor,
+                needs_grad: &[bool],
+                grads: &mut [Option<Tensor>],
+            ) -> Result<bool> {
+                (**self).backward_fast(grad_output, inputs, output, needs_grad, grads)
+            }
+            fn backward_accumulate(
+                &self,
+                grad_output: &Tensor,
+                input: &Tensor,
+                output: &Tensor,
+                acc: &mut Option<Tensor>,
+            ) -> Result<bool> {
+                (**self).backward_accumulate(grad_output, input, output, acc)
+            }
+            fn backward_scalar(&self, call: &mut ScalarBackward<'_>) -> bool {
+                (**self).backward_scalar(call)
+            }
+            fn scalar_node(&self, node: &mut ScalarNode<'_>) -> LaneOutcome {
+                (**self).scalar_node(node)
+            }
+            fn jvp<'g>(
+                &self,
+                tangents: &[Option<Var<'g>>],
+                node: Node<'_, 'g>,
+            ) -> Result<Option<Var<'g>>> {
+                (**self).jvp(tangents, node)
+            }
+            fn batch<'g>(&self, inputs: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+                (**self).batch(inputs, ctx)
+            }
+            fn facts(&self) -> OpFacts {
+                (**self).facts()
+            }
+            fn holds(&self) -> Holds {
+                (**self).holds()
+            }
+            fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
+                (**self).pointwise()
+            }
+            fn grad_op(&self) -> Option<GradOp> {
+                (**self).grad_op()
+            }
+            fn without_saved(&self) -> Option<Arc<dyn Differentiable>> {
+                (**self).without_saved()
+            }
+            fn seed(&self) -> Option<u64> {
+                (**self).seed()
+            }
+            fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
+                (**self).forward_seeded(inputs, seed)
+            }
+            fn attributes(&self) -> OpAttributes {
+                (**self).attributes()
+            }
+        }
+    };
 }
+
+// A shared op is an op: the registry's entries and `OpFacts::example`
+// can be recorded like any other.
+forward_to_pointee!(Arc<dyn Differentiable>);
+
+// A built-in op shared by every node of its type (a graph's interned ops)
+// is an op: a recorded graph's nodes can be recorded again elsewhere.
+forward_to_pointee!(&'static dyn Differentiable);
 
 /// A one-input elementwise op's first-order backward as an op of two
 /// inputs, `(g, u) -> g f'(u)` ([`Differentiable::grad_op`]).

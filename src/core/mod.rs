@@ -40,6 +40,7 @@
 //! `crate::graph` and `retrograd::graph`).
 
 pub mod attributes;
+pub mod batching;
 pub(crate) mod differentiable;
 pub(crate) mod facts;
 pub mod graph;
@@ -50,6 +51,7 @@ pub(crate) mod scalar_node;
 pub(crate) mod store;
 
 pub use attributes::{AttrValue, OpAttributes};
+pub use batching::{BatchContext, Batched, Randomness};
 pub use differentiable::{Differentiable, GradInputs, GradOp, Node};
 pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};

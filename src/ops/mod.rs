@@ -69,6 +69,7 @@ macro_rules! register_defaults {
 }
 
 mod apply;
+pub mod batching;
 
 op_families! {
     /// Registers every built-in op (`OpRegistry::with_builtins`).

@@ -28,7 +28,7 @@
 //! come with it.
 
 use super::{expect_inputs, sum_tangents};
-use crate::core::{Differentiable, GradInputs, Node, OpAttributes, OpFacts};
+use crate::core::{BatchContext, Batched, Differentiable, GradInputs, Node, OpAttributes, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::Tensor;
@@ -197,6 +197,17 @@ pub trait StructuredOp: Clone + Send + Sync + 'static {
         Ok(false)
     }
 
+    /// [`Differentiable::batch`]: the op over a batch of examples (see
+    /// `ops/batching.rs` for the helpers rules share). The default reports
+    /// the op as having no batching rule.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let _ = (x, ctx);
+        Err(Error::Unsupported {
+            op: self.name().to_string(),
+            what: "a batching rule (vmap)",
+        })
+    }
+
     /// [`Differentiable::non_float_output`]: an index or mask result.
     fn non_float_output(&self) -> bool {
         false
@@ -335,6 +346,9 @@ impl<O: StructuredOp> Differentiable for O {
     }
     fn jvp<'g>(&self, tangents: &[Option<Var<'g>>], node: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         self.tangents(tangents, node)
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        StructuredOp::batch(self, x, ctx)
     }
     fn facts(&self) -> OpFacts {
         StructuredOp::facts(self)

@@ -20,6 +20,7 @@ use crate::core::Differentiable;
 pub(crate) struct OpId(u32);
 
 /// One op of the table.
+#[derive(Clone)]
 pub(crate) enum OpEntry {
     /// A built-in op without state, shared by every node of its type.
     Static(&'static dyn Differentiable),

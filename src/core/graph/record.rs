@@ -103,6 +103,23 @@ impl Graph {
         Var::from_parts(self, output, id, false)
     }
 
+    /// `record` for an op of a recorded graph's table (its built-in or
+    /// owned op, under the name it was recorded with): a transform that
+    /// reads one graph records its nodes again in another.
+    #[track_caller]
+    pub(crate) fn record_entry<'g>(
+        &'g self,
+        entry: &super::OpEntry,
+        inputs: &[&Var<'g>],
+    ) -> Result<Var<'g>> {
+        match entry {
+            super::OpEntry::Static(op) => self.record(*op, inputs),
+            super::OpEntry::Owned { name, op } => {
+                self.record_shared(name.as_deref(), op.clone(), inputs)
+            }
+        }
+    }
+
     /// `record` for an op already behind an `Arc` (registry ops, user ops).
     #[track_caller]
     pub(crate) fn record_shared<'g>(

@@ -188,6 +188,13 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(BinaryKernel(self.0)))
     }
+    fn batch<'g>(
+        &self,
+        inputs: &[crate::core::Batched<'g>],
+        _ctx: &crate::core::BatchContext,
+    ) -> Result<crate::core::Batched<'g>> {
+        crate::ops::batching::elementwise(self, inputs)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             arity: Some(2),

@@ -54,6 +54,13 @@ impl Differentiable for SelectWhere {
         expect_inputs("select_where", inputs, 4)?;
         self.compute(inputs[0], inputs[1], inputs[2], inputs[3])
     }
+    fn batch<'g>(
+        &self,
+        inputs: &[crate::core::Batched<'g>],
+        _ctx: &crate::core::BatchContext,
+    ) -> Result<crate::core::Batched<'g>> {
+        crate::ops::batching::elementwise(self, inputs)
+    }
     fn pointwise(&self) -> Option<std::sync::Arc<dyn crate::core::Pointwise>> {
         Some(self.kernel())
     }

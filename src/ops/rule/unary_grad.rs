@@ -65,6 +65,13 @@ impl<R: UnaryRule> Differentiable for UnaryGrad<R> {
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(UnaryGradKernel(self.rule)))
     }
+    fn batch<'g>(
+        &self,
+        inputs: &[crate::core::Batched<'g>],
+        _ctx: &crate::core::BatchContext,
+    ) -> Result<crate::core::Batched<'g>> {
+        crate::ops::batching::elementwise(self, inputs)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             elementwise: true,

@@ -247,6 +247,13 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn attributes(&self) -> OpAttributes {
         self.0.attributes()
     }
+    fn batch<'g>(
+        &self,
+        inputs: &[crate::core::Batched<'g>],
+        _ctx: &crate::core::BatchContext,
+    ) -> Result<crate::core::Batched<'g>> {
+        crate::ops::batching::elementwise(self, inputs)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             arity: Some(1),
