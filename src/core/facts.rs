@@ -24,6 +24,18 @@ pub type Domain = fn(&[f64]) -> bool;
 /// [`example`](OpFacts::example) (or the registered instance) on them.
 pub type SampleInputs = fn(seed: u64) -> Vec<crate::tensor::Tensor>;
 
+/// Sample values for [`SampleInputs`]: `scale · sin(0.37 i + 1.3 seed +
+/// 0.1)` at element `i`, smooth in the seed and distinct within a tensor
+/// of up to a few dozen elements (no ties for a max, no kinks for an
+/// absolute value at typical scales).
+pub fn sample_tensor(shape: &[usize], seed: u64, scale: f64) -> crate::tensor::Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin())
+        .collect();
+    crate::tensor::Tensor::from_vec(v, shape).expect("a valid shape")
+}
+
 /// The facts an op declares about itself ([`Differentiable::facts`]).
 #[derive(Clone)]
 pub struct OpFacts {

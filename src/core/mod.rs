@@ -53,7 +53,7 @@ pub(crate) mod store;
 pub use attributes::{AttrValue, OpAttributes};
 pub use batching::{BatchContext, Batched, Randomness};
 pub use differentiable::{Differentiable, GradInputs, GradOp, Node};
-pub use facts::{Domain, OpFacts, SampleInputs, KINK_MARGIN};
+pub use facts::{sample_tensor, Domain, OpFacts, SampleInputs, KINK_MARGIN};
 pub use graph::{Graph, GraphNode, NoGradGuard, Var};
 pub use holds::Holds;
 pub use pointwise::{Pointwise, Primitive};

@@ -3,14 +3,16 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 
 use super::{Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
 use crate::tensor::{Dims, Tensor};
+use smallvec::smallvec;
 
 /// Broadcasts its input to `shape` (PyTorch's `expand`): a view whose
 /// broadcast dimensions have stride 0.
@@ -30,6 +32,25 @@ impl StructuredOp for Expand {
     }
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         t.try_expand(&self.shape)
+    }
+    // The example's missing leading axes become unit axes after the batch
+    // axis, so each example broadcasts on its own.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let aligned = super::batching::with_example_rank(&x[0], self.shape.len())?;
+        let mut shape: Dims = smallvec![ctx.size];
+        shape.extend_from_slice(&self.shape);
+        Ok(Batched::along_batch(aligned.try_expand(&shape)?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(Expand {
+                shape: smallvec![2, 2, 3],
+            })),
+            sample_inputs: Some(|seed| vec![sample_tensor(&[1, 3], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
     }
 }
 
@@ -51,6 +72,29 @@ impl StructuredOp for SumToSize {
     }
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         t.sum_to_size(&self.shape)
+    }
+    // Summed down to the batch followed by the target shape padded with
+    // unit axes to the example's rank, then those axes dropped.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let missing = x[0].example_rank() - self.shape.len();
+        let mut padded: Dims = smallvec![ctx.size];
+        padded.extend(std::iter::repeat_n(1, missing));
+        padded.extend_from_slice(&self.shape);
+        let mut shape: Dims = smallvec![ctx.size];
+        shape.extend_from_slice(&self.shape);
+        let summed = x[0].value.sum_to_size(&padded)?;
+        Ok(Batched::along_batch(summed.reshape_dims(&shape)?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(SumToSize {
+                shape: smallvec![1, 3],
+            })),
+            sample_inputs: Some(|seed| vec![sample_tensor(&[2, 2, 3], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 use crate::fallible::fallible;
 use smallvec::SmallVec;
 
+use super::batching::{example_axis, materialize};
 use super::{Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -57,6 +59,15 @@ join_op! {
             let at: usize = n.inputs[..i].iter().map(|x| x.shape()[dim]).sum();
             g.try_narrow(dim as isize, at as isize, n.x(i).shape()[dim])
         }
+        fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+            let dim = example_axis(self.dim, x[0].example_rank());
+            joined(x, ctx, Var::try_cat, dim)
+        }
+        fn facts(&self) -> OpFacts {
+            join_facts(Cat { dim: 1 }, |seed| {
+                vec![sample_tensor(&[2, 3], seed, 1.0), sample_tensor(&[2, 2], seed + 7, 1.0)]
+            })
+        }
     }
 }
 
@@ -89,6 +100,42 @@ join_op! {
             g.try_narrow(dim as isize, i as isize, 1)?
                 .reshape_dims(n.x(i).shape())
         }
+        fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+            let dim = example_axis(self.dim, x[0].example_rank() + 1);
+            joined(x, ctx, Var::try_stack, dim)
+        }
+        fn facts(&self) -> OpFacts {
+            join_facts(Stack { dim: 1 }, |seed| {
+                vec![sample_tensor(&[2, 3], seed, 1.0), sample_tensor(&[2, 3], seed + 7, 1.0)]
+            })
+        }
+    }
+}
+
+/// A join over a batch: every input given the batch axis (a shared one
+/// expanded), joined along the example's axis `dim` moved past it.
+fn joined<'g>(
+    x: &[Batched<'g>],
+    ctx: &BatchContext,
+    join: fn(&[&Var<'g>], isize) -> Result<Var<'g>>,
+    dim: isize,
+) -> Result<Batched<'g>> {
+    let values = x
+        .iter()
+        .map(|v| materialize(v, ctx))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Var<'g>> = values.iter().collect();
+    Ok(Batched::along_batch(join(&refs, dim)?))
+}
+
+/// The facts of a join: linear in every input; an example and its inputs.
+fn join_facts(example: impl crate::Differentiable, sample: crate::core::SampleInputs) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example: Some(std::sync::Arc::new(example)),
+        sample_inputs: Some(sample),
+        ..OpFacts::opaque(None)
     }
 }
 

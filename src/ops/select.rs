@@ -2,10 +2,11 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 
 use super::{Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -47,6 +48,25 @@ impl StructuredOp for Select {
         };
         g.graph().record(op, &[g])
     }
+    // The same index along the same example axis, one past the batch.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let op = Select {
+            dim: self.dim + 1,
+            index: self.index,
+        };
+        Ok(Batched::along_batch(
+            x[0].value.graph().record(op, &[&x[0].value])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(Select { dim: 1, index: 2 })),
+            sample_inputs: Some(|seed| vec![sample_tensor(&[2, 3], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
+    }
 }
 
 impl StructuredOp for SelectBackward {
@@ -69,6 +89,32 @@ impl StructuredOp for SelectBackward {
             index: self.index,
         };
         g.graph().record(op, &[g])
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let mut shape: Dims = Dims::from_slice(&[ctx.size]);
+        shape.extend_from_slice(&self.shape);
+        let op = SelectBackward {
+            shape,
+            dim: self.dim + 1,
+            index: self.index,
+        };
+        Ok(Batched::along_batch(
+            x[0].value.graph().record(op, &[&x[0].value])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = SelectBackward {
+            shape: Dims::from_slice(&[2, 3]),
+            dim: 1,
+            index: 2,
+        };
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(example)),
+            sample_inputs: Some(|seed| vec![sample_tensor(&[2], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
     }
 }
 

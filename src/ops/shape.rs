@@ -8,6 +8,7 @@ use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
 use super::{Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{or_panic, Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{checked_numel, normalize_axis, Dims};
@@ -57,10 +58,28 @@ pub fn infer_shape(op: &'static str, spec: &[isize], numel: usize) -> Result<Dim
 /// What every view shares, inside its `impl StructuredOp`: one input, its
 /// settings the only thing held, the gradient reshaped back to the input's
 /// shape and the tangent reshaped forward to the output's.
+///
+/// Over a batch, each example's output is its input's elements in order
+/// with the example's output shape, so the batched value reshaped to the
+/// batch followed by that shape is the batched output.
 macro_rules! view_rules {
-    () => {
+    ($example:expr, $shape:expr) => {
         const INPUTS: &'static [&'static str] = &["input"];
         const HOLDS: crate::Holds = crate::Holds::Settings;
+        fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+            let mut shape = Dims::from_slice(&[ctx.size]);
+            shape.extend_from_slice(&self.out_shape(x[0].example_shape())?);
+            Ok(Batched::along_batch(x[0].value.reshape_dims(&shape)?))
+        }
+        fn facts(&self) -> OpFacts {
+            OpFacts {
+                tangent: true,
+                second_derivative: true,
+                example: Some(std::sync::Arc::new($example)),
+                sample_inputs: Some(|seed| vec![sample_tensor(&$shape, seed, 1.0)]),
+                ..OpFacts::opaque(Some(1))
+            }
+        }
         fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
             g.reshape_dims(n.x(0).shape())
         }
@@ -77,15 +96,25 @@ pub struct Reshape {
     pub shape: smallvec::SmallVec<[isize; 4]>,
 }
 
+impl Reshape {
+    fn out_shape(&self, shape: &[usize]) -> Result<Dims> {
+        infer_shape("reshape", &self.shape, shape.iter().product())
+    }
+}
+
 impl StructuredOp for Reshape {
     const NAME: &'static str = "reshape";
-    view_rules!();
+    view_rules!(
+        Reshape {
+            shape: smallvec![3, -1]
+        },
+        [2, 3]
+    );
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().ints("shape", &self.shape)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let x = inputs[0];
-        x.reshape(&infer_shape("reshape", &self.shape, x.numel())?)
+        inputs[0].reshape(&self.out_shape(inputs[0].shape())?)
     }
 }
 
@@ -127,7 +156,7 @@ impl Flatten {
 
 impl StructuredOp for Flatten {
     const NAME: &'static str = "flatten";
-    view_rules!();
+    view_rules!(Flatten { start: 1, end: -1 }, [2, 3, 2]);
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new()
             .int("start", self.start)
@@ -169,7 +198,7 @@ impl Squeeze {
 
 impl StructuredOp for Squeeze {
     const NAME: &'static str = "squeeze";
-    view_rules!();
+    view_rules!(Squeeze { dim: None }, [2, 1, 3]);
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int_opt("dim", self.dim)
     }
@@ -196,7 +225,7 @@ impl Unsqueeze {
 
 impl StructuredOp for Unsqueeze {
     const NAME: &'static str = "unsqueeze";
-    view_rules!();
+    view_rules!(Unsqueeze { dim: 1 }, [2, 3]);
     fn attributes(&self) -> OpAttributes {
         OpAttributes::new().int("dim", self.dim)
     }

@@ -4,11 +4,12 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use smallvec::SmallVec;
 
 use super::{FastBackward, Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::layout;
@@ -94,7 +95,11 @@ impl StructuredOp for Slice {
     // The first slice of a tensor to be reached scatters into zeros; the
     // next ones add into that buffer in place (`backward`'s sum, without a
     // zero-filled tensor per slice).
-    fn backward_accumulate(&self, call: FastBackward<'_>, acc: &mut Option<Tensor>) -> Result<bool> {
+    fn backward_accumulate(
+        &self,
+        call: FastBackward<'_>,
+        acc: &mut Option<Tensor>,
+    ) -> Result<bool> {
         let (g, input) = (call.g, call.x[0]);
         let r = self.resolve(input.shape())?;
         match acc {
@@ -110,6 +115,39 @@ impl StructuredOp for Slice {
                 Ok(true)
             }
         }
+    }
+    // The same range of the same example axis (its size is the same in
+    // every example), one past the batch.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let r = self.resolve(x[0].example_shape())?;
+        let op = Slice {
+            dim: r.dim as isize + 1,
+            ..*self
+        };
+        Ok(Batched::along_batch(
+            x[0].value.graph().record(op, &[&x[0].value])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = Slice {
+            dim: 1,
+            start: 0,
+            end: 3,
+            step: 2,
+        };
+        linear_facts(example, |seed| vec![sample_tensor(&[2, 4], seed, 1.0)])
+    }
+}
+
+/// The facts of an op of this file: linear (or affine), so its tangent and
+/// second derivative come with it; an example instance and sample inputs.
+fn linear_facts(example: impl crate::Differentiable, sample: crate::core::SampleInputs) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example: Some(std::sync::Arc::new(example)),
+        sample_inputs: Some(sample),
+        ..OpFacts::opaque(Some(1))
     }
 }
 
@@ -134,6 +172,27 @@ impl StructuredOp for SliceBackward {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         self.take(g, n.x(0).shape())
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let mut shape = Dims::from_slice(&[ctx.size]);
+        shape.extend_from_slice(&self.shape);
+        let op = SliceBackward {
+            shape,
+            dim: self.dim + 1,
+            ..self.clone()
+        };
+        Ok(Batched::along_batch(
+            x[0].value.graph().record(op, &[&x[0].value])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = SliceBackward {
+            shape: Dims::from_slice(&[2, 4]),
+            dim: 1,
+            start: 0,
+            step: 2,
+        };
+        linear_facts(example, |seed| vec![sample_tensor(&[2, 2], seed, 1.0)])
     }
 }
 
@@ -197,6 +256,19 @@ impl StructuredOp for ConstantPad {
     // Linear but for the constant: the tangent pads with zeros.
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         t.try_pad(&self.pads, 0.0)
+    }
+    // Amounts count from the last axis and cover at most an example's
+    // axes, so the batch axis in front is left as it is.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let out = x[0].value.graph().record(self.clone(), &[&x[0].value])?;
+        Ok(Batched::along_batch(out))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = ConstantPad {
+            pads: SmallVec::from_slice(&[1, 2]),
+            value: 0.5,
+        };
+        linear_facts(example, |seed| vec![sample_tensor(&[2, 3], seed, 1.0)])
     }
 }
 

@@ -3,11 +3,12 @@
 //! rows packs it then. Each op's gradient is the inverse permutation of the
 //! gradient.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use smallvec::{smallvec, SmallVec};
 
 use super::{Node, OpRegistry, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::tensor::shape::{normalize_axis, Dims};
@@ -52,6 +53,12 @@ impl StructuredOp for Transpose {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         g.try_transpose(self.dim0, self.dim1)
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        permuted_examples(&x[0], &self.permutation(x[0].example_rank())?)
+    }
+    fn facts(&self) -> OpFacts {
+        view_facts(None, &[2, 3, 2])
+    }
 }
 
 /// Reorders dimensions: output dimension `i` is input dimension `dims[i]`
@@ -88,6 +95,15 @@ impl StructuredOp for Permute {
         }
         g.try_permute(&inverse)
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        permuted_examples(&x[0], &self.permutation(x[0].example_rank())?)
+    }
+    fn facts(&self) -> OpFacts {
+        let example = Permute {
+            dims: smallvec![2, 0, 1],
+        };
+        view_facts(Some(std::sync::Arc::new(example)), &[2, 3, 2])
+    }
 }
 
 /// The transpose of a matrix (PyTorch's `t`): a 0-d or 1-d input comes
@@ -113,6 +129,44 @@ impl StructuredOp for T {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         g.try_t()
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        match x[0].example_rank() {
+            0 | 1 => Ok(x[0].clone()),
+            _ => permuted_examples(&x[0], &[1, 0]),
+        }
+    }
+    fn facts(&self) -> OpFacts {
+        view_facts(None, &[2, 3])
+    }
+}
+
+/// Each example of a batched value permuted by `perm` (over the example's
+/// axes): the batch axis stays first.
+fn permuted_examples<'g>(x: &Batched<'g>, perm: &[usize]) -> Result<Batched<'g>> {
+    let mut dims: SmallVec<[isize; 4]> = smallvec![0];
+    dims.extend(perm.iter().map(|&p| p as isize + 1));
+    Ok(Batched::along_batch(x.value.try_permute(&dims)?))
+}
+
+/// The facts of a layout op: linear, so its tangent and second derivative
+/// come with it; sample inputs of `shape`.
+fn view_facts(
+    example: Option<std::sync::Arc<dyn crate::Differentiable>>,
+    shape: &[usize],
+) -> OpFacts {
+    fn sample_for(shape: &[usize]) -> crate::core::SampleInputs {
+        match shape.len() {
+            2 => |seed| vec![sample_tensor(&[2, 3], seed, 1.0)],
+            _ => |seed| vec![sample_tensor(&[2, 3, 2], seed, 1.0)],
+        }
+    }
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example,
+        sample_inputs: Some(sample_for(shape)),
+        ..OpFacts::opaque(Some(1))
     }
 }
 
