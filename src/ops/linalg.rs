@@ -8,12 +8,12 @@
 //! differentiated again. The four flag combinations are four zero-sized
 //! types: a recorded matmul costs no allocation for its op.
 
-use crate::ops::OpAttributes;
 use crate::fallible::fallible;
+use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
 use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
-use crate::core::Node;
+use crate::core::{sample_tensor, BatchContext, Batched, Node, OpFacts};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -32,7 +32,9 @@ pub type MatMul = MatMulOp<false, false>;
 
 impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().bool("transpose_a", TA).bool("transpose_b", TB)
+        OpAttributes::new()
+            .bool("transpose_a", TA)
+            .bool("transpose_b", TB)
     }
     fn name(&self) -> &str {
         match (TA, TB) {
@@ -71,6 +73,77 @@ impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
             ],
         )
     }
+    fn batch<'g>(&self, inputs: &[Batched<'g>], _ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_matmul(&inputs[0], &inputs[1], TA, TB)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            // `op(a)` of shape [2, 3] and `op(b)` of shape [3, 4].
+            sample_inputs: Some(|seed| {
+                let a: &[usize] = if TA { &[3, 2] } else { &[2, 3] };
+                let b: &[usize] = if TB { &[4, 3] } else { &[3, 4] };
+                vec![sample_tensor(a, seed, 1.0), sample_tensor(b, seed + 7, 1.0)]
+            }),
+            ..OpFacts::opaque(Some(2))
+        }
+    }
+}
+
+/// `op(a) @ op(b)` for every example of a batch (the op's batching rule).
+///
+/// Each example is viewed as a product of matrices, as the op does (a
+/// vector `a` a row, a vector `b` a column, flags on vectors dropped). A
+/// batched operand then gets unit axes after its batch axis up to the
+/// other operand's rank, so that broadcasting pairs the examples' own
+/// batch axes and never the batch with one of them; a shared operand
+/// broadcasts as it is. A shared matrix `b` is thereby folded into the
+/// rows of a batched `a` by [`record_matmul`]: one 2-d product, whose
+/// weight gradient is one product too (as in PyTorch). The axes the
+/// vectors added are removed from the result.
+fn batch_matmul<'g>(a: &Batched<'g>, b: &Batched<'g>, ta: bool, tb: bool) -> Result<Batched<'g>> {
+    let (ra, rb) = (a.example_rank(), b.example_rank());
+    let (ta, tb) = (ta && ra >= 2, tb && rb >= 2);
+    if !a.batched && rb == 1 && ra <= 2 {
+        // A shared matrix (or vector) times a batch of vectors: the vectors
+        // are the rows of one product, `V op(a)^T` (`V a` for a vector).
+        let out = record_matmul(&b.value, &a.value, false, ra == 2 && !ta)?;
+        return Ok(Batched::along_batch(out));
+    }
+    let rank = ra.max(rb).max(2);
+    let a2 = as_matrices(a, rank, |k| [1, k])?;
+    let b2 = as_matrices(b, rank, |k| [k, 1])?;
+    let y = record_matmul(&a2, &b2, ta, tb)?;
+    let mut shape = y.shape().to_vec();
+    if rb == 1 {
+        shape.pop();
+    }
+    if ra == 1 {
+        shape.remove(shape.len() - if rb == 1 { 1 } else { 2 });
+    }
+    Ok(Batched::along_batch(y.reshape_dims(&shape)?))
+}
+
+/// A matmul operand as matrices (a vector through `vector`: a row or a
+/// column); when batched, with unit axes after the batch axis up to
+/// `rank` example axes.
+fn as_matrices<'g>(
+    x: &Batched<'g>,
+    rank: usize,
+    vector: impl Fn(usize) -> [usize; 2],
+) -> Result<Var<'g>> {
+    let example = x.example_shape();
+    let mut dims = Vec::with_capacity(rank + 1);
+    if x.batched {
+        dims.push(x.value.shape()[0]);
+        dims.extend(std::iter::repeat_n(1, rank - example.len().max(2)));
+    }
+    match example {
+        [k] => dims.extend(vector(*k)),
+        _ => dims.extend_from_slice(example),
+    }
+    x.value.reshape_dims(&dims)
 }
 
 /// Records `op(a) @ op(b)` with runtime flags (each combination is its own op type).
@@ -219,7 +292,6 @@ impl<'g> Var<'g> {
             record_matmul(self, other, trans_self, trans_other)
         }
     }
-
 }
 
 #[cfg(test)]
@@ -361,6 +433,78 @@ mod tests {
                     &[ga.clone(), gb.clone(), gout.clone()],
                 )
                 .unwrap();
+            }
+        }
+    }
+
+    /// `vmap` of `op(a) @ op(b)` with each operand batched or shared,
+    /// against the product of each example, for vectors, matrices and
+    /// batches of matrices of different ranks.
+    #[test]
+    fn batching_rule_matches_each_example() {
+        use crate::func::VMap;
+        let cases: &[(&[usize], &[usize], bool, bool)] = &[
+            (&[3], &[3], false, false),
+            (&[3], &[3, 2], false, false),
+            (&[3], &[2, 3], true, true),
+            (&[2, 3], &[3], false, false),
+            (&[3, 2], &[3], true, false),
+            (&[2, 3], &[3, 4], false, false),
+            (&[2, 3], &[4, 3], false, true),
+            (&[3, 2], &[4, 3], true, true),
+            (&[2, 2, 3], &[3, 4], false, false),
+            (&[2, 3, 2], &[3, 4], true, false),
+            (&[3], &[2, 3, 2], false, false),
+            (&[2, 3], &[2, 3, 4], false, false),
+            (&[2, 1, 2, 3], &[3, 3, 2], false, false),
+        ];
+        let batch = 3;
+        for &(sa, sb, ta, tb) in cases {
+            let examples: Vec<[Tensor; 2]> = (0..batch)
+                .map(|i| [vals(sa, 2 * i + 1), vals(sb, 2 * i + 2)])
+                .collect();
+            for axes in [[Some(0), Some(0)], [Some(0), None], [None, Some(0)]] {
+                let g = Graph::new();
+                let inputs: Vec<Var<'_>> = (0..2)
+                    .map(|j| match axes[j] {
+                        Some(_) => {
+                            let column: Vec<Var<'_>> =
+                                examples.iter().map(|e| g.variable(e[j].clone())).collect();
+                            let refs: Vec<&Var<'_>> = column.iter().collect();
+                            Var::try_stack(&refs, 0).unwrap()
+                        }
+                        None => g.variable(examples[0][j].clone()),
+                    })
+                    .collect();
+                let got = VMap::new()
+                    .in_axes(&axes)
+                    .try_call(
+                        |v| Ok(vec![v[0].try_matmul_transposed(&v[1], ta, tb)?]),
+                        &[&inputs[0], &inputs[1]],
+                    )
+                    .unwrap_or_else(|e| panic!("{sa:?} @ {sb:?} {axes:?}: {e}"))
+                    .remove(0);
+                for (i, e) in examples.iter().enumerate() {
+                    let a = if axes[0].is_some() {
+                        &e[0]
+                    } else {
+                        &examples[0][0]
+                    };
+                    let b = if axes[1].is_some() {
+                        &e[1]
+                    } else {
+                        &examples[0][1]
+                    };
+                    let h = Graph::new();
+                    let want =
+                        h.constant(a.clone())
+                            .matmul_transposed(&h.constant(b.clone()), ta, tb);
+                    let row = got.value().select(0, i).unwrap().contiguous();
+                    assert!(
+                        row.allclose(want.value(), 1e-12, 1e-12),
+                        "{sa:?} @ {sb:?} ({ta}, {tb}) {axes:?}: example {i}"
+                    );
+                }
             }
         }
     }
