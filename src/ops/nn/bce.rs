@@ -9,14 +9,20 @@
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
-use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
+use std::sync::Arc;
+
+use super::batch_norm::sample;
+use super::support::{
+    batch_elementwise_loss, batch_elementwise_loss_backward, check_grad, check_same, grad_of_g,
+    reduce, reduction_scale, Reduction,
+};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::{check_dtypes, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;
-use crate::core::{GradInputs, OpAttributes};
-use crate::ops::{Node, StructuredOp};
+use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Binary cross-entropy of logits `x` against targets `y` in `[0, 1]`:
@@ -124,6 +130,33 @@ impl StructuredOp for BinaryCrossEntropyWithLogits {
         };
         Ok(reduce(per_element, self.reduction))
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unreduced = BinaryCrossEntropyWithLogits {
+            reduction: Reduction::None,
+            pos_weight: self.pos_weight.clone(),
+        };
+        batch_elementwise_loss(&unreduced, self.reduction, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(BinaryCrossEntropyWithLogits {
+                reduction: Reduction::Mean,
+                pos_weight: Some(sample(&[3], 3, 1.5, 0.5)),
+            })),
+            sample_inputs: Some(bce_sample),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+/// Logits and targets in `[0.1, 0.9]`, `[2, 3]` each.
+fn bce_sample(seed: u64) -> Vec<Tensor> {
+    vec![
+        sample(&[2, 3], seed, 0.2, 2.0),
+        sample(&[2, 3], seed + 4, 0.5, 0.4),
+    ]
 }
 
 /// The settings of either op: the reduction, and `pos_weight` if any.
@@ -228,9 +261,35 @@ impl StructuredOp for BinaryCrossEntropyWithLogitsBackward {
         };
         Ok(g.try_mul(&d)?.try_mul(t)?.mul_scalar(k))
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unreduced = BinaryCrossEntropyWithLogitsBackward {
+            reduction: Reduction::None,
+            pos_weight: self.pos_weight.clone(),
+        };
+        batch_elementwise_loss_backward(&unreduced, self.reduction, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(BinaryCrossEntropyWithLogitsBackward {
+                reduction: Reduction::Mean,
+                pos_weight: Some(sample(&[3], 3, 1.5, 0.5)),
+            })),
+            sample_inputs: Some(|seed| {
+                let mut inputs = bce_sample(seed);
+                inputs.insert(0, sample(&[], seed + 2, 0.5, 0.3));
+                inputs
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
 }
 
-register_defaults!(BinaryCrossEntropyWithLogits, BinaryCrossEntropyWithLogitsBackward);
+register_defaults!(
+    BinaryCrossEntropyWithLogits,
+    BinaryCrossEntropyWithLogitsBackward
+);
 
 impl<'g> Var<'g> {
     fallible! {
@@ -316,10 +375,7 @@ mod tests {
     fn bce_values() {
         let g = Graph::new();
         let (xv, yv) = (g.variable(x()), g.constant(y()));
-        let mean = xv
-            .binary_cross_entropy_with_logits(&yv)
-            .value()
-            .item();
+        let mean = xv.binary_cross_entropy_with_logits(&yv).value().item();
         assert!((mean - 0.8988702090130066).abs() < 1e-15);
         let sum = xv
             .try_binary_cross_entropy_with_logits_with(&yv, Reduction::Sum, None)

@@ -4,16 +4,19 @@
 //! `sum_to_size` (bias). Its tangent rule reuses the input-gradient op,
 //! since `d x̂ / d x = σ P` is symmetric.
 
+use std::sync::Arc;
+
 use crate::fallible::fallible;
 
+use super::batch_norm::sample;
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
-use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
-use crate::core::OpAttributes;
+use super::normalization::{batch_trailing, check_eps, first_input, record_affine, Affine, Role};
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{FastBackward, Node, OpRegistry, StructuredOp};
+use crate::ops::{FastBackward, Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Layer normalisation over the trailing dims: `(x - mean) / sqrt(var + eps) * weight + bias`,
@@ -167,7 +170,12 @@ impl StructuredOp for LayerNorm {
     // case runs `backward`'s ops, one kernel each anyway.
     fn backward_fast(&self, call: FastBackward<'_>, grads: &mut [Option<Tensor>]) -> Result<bool> {
         const OP: &str = "layer_norm_backward";
-        let FastBackward { g, x: inputs, needs, .. } = call;
+        let FastBackward {
+            g,
+            x: inputs,
+            needs,
+            ..
+        } = call;
         let x = inputs[0];
         let (shape, has_w, has_b) = self.resolve(x, inputs.len())?;
         if !(has_w && needs[0] && needs[1]) {
@@ -210,6 +218,39 @@ impl StructuredOp for LayerNorm {
                 x.graph().record(plain, &[x])?.try_mul(t)
             }
             Role::Bias | Role::Stat => Ok(t.clone()),
+        }
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let (w, b) = self.affine.split(Self::NAME, 1, x)?;
+        let plain = LayerNorm {
+            affine: Affine::Given {
+                weight: false,
+                bias: false,
+            },
+            ..self.clone()
+        };
+        batch_trailing(self, &plain, &x[0], w, b)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(LayerNorm {
+                normalized_shape: Some(Dims::from_slice(&[2, 3])),
+                eps: 1e-3,
+                affine: Affine::Given {
+                    weight: true,
+                    bias: true,
+                },
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 2, 3], seed, 0.3, 1.0),
+                    sample(&[2, 3], seed + 5, 1.0, 0.5),
+                    sample(&[2, 3], seed + 9, 0.0, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(None)
         }
     }
 }

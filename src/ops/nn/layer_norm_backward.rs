@@ -9,15 +9,18 @@
 //! The Jacobian of `dx` with respect to `x` is symmetric:
 //! `-σ² (x̂ uᵀ + u x̂ᵀ)/M - c σ² P`, which serves both backward and tangent.
 
-use crate::ops::declare_op;
+use std::sync::Arc;
+
+use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
-use super::normalization::{norm_backward_rules, trailing_norm_backward};
+use super::normalization::{batch_trailing_backward, norm_backward_rules, trailing_norm_backward};
 use super::support::sum_axis;
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::norm as kernel;
-use crate::ops::{Node, StructuredOp};
+use crate::ops::declare_op;
+use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// `σ P (g w)` per row: the gradient of [`LayerNorm`] with respect to its
@@ -133,6 +136,32 @@ impl StructuredOp for LayerNormBackward {
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::layer_norm_backward(gs, xs, m, ws, self.eps, out)))
         })
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unweighted = LayerNormBackward {
+            has_weight: false,
+            ..self.clone()
+        };
+        batch_trailing_backward(self, &unweighted, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(LayerNormBackward {
+                normalized_shape: Dims::from_slice(&[3]),
+                eps: 1e-4,
+                has_weight: true,
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 3], seed + 2, 0.0, 1.0),
+                    sample(&[2, 3], seed, 0.3, 1.0),
+                    sample(&[3], seed + 5, 1.0, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
 }
 
 // `out = σ P a`, `a = g w`: `q = σ P g2`, the curvature `input_curvature`.
@@ -169,6 +198,43 @@ impl StructuredOp for LayerNormWeightBackward {
         g.try_mul(&project(tx, x, shape, self.eps)?)?
             .sum_to_size(shape)
     }
+    /// `Σ_rows g x̂` per example: `x̂` with the batch as one more leading
+    /// axis, the product summed over the example's own leading axes.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let (g, x) = (&x[0], &x[1]);
+        let example = x.example_shape();
+        let shape = if self.normalized_shape.is_empty() {
+            Dims::from_slice(&example[example.len().saturating_sub(1)..])
+        } else {
+            self.normalized_shape.clone()
+        };
+        let lead = example.len() - shape.len();
+        let plain = LayerNorm::plain(&shape, self.eps);
+        let xhat = x.value.graph().record(plain, &[&x.value])?;
+        let product = g.value.try_mul(&xhat)?;
+        if lead == 0 {
+            return Ok(Batched::along_batch(product));
+        }
+        let rows: Vec<isize> = (1..=lead as isize).collect();
+        Ok(Batched::along_batch(product.try_sum_axes(&rows, false)?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(LayerNormWeightBackward {
+                normalized_shape: Dims::from_slice(&[3]),
+                eps: 1e-4,
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 3], seed + 2, 0.0, 1.0),
+                    sample(&[2, 3], seed, 0.3, 1.0),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
 }
 
 /// The settings of the layer-norm backward ops: the normalised shape
@@ -184,8 +250,8 @@ register_defaults!(LayerNormBackward, LayerNormWeightBackward);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::testing::derivatives_agree;
     use crate::ops::nn::layer_norm::tests::{w, x};
+    use crate::ops::testing::derivatives_agree;
 
     #[test]
     fn backward_ops_are_differentiable() {

@@ -5,16 +5,20 @@
 //! with a warning; a silent `[N, 1]` against `[N]` broadcast is a classic
 //! bug, so retrograd makes it an error). Both operands are differentiable.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use smallvec::smallvec;
 
-use super::support::{check_grad, check_same, grad_of_g, reduce, reduction_scale, Reduction};
-use crate::core::{GradInputs, OpAttributes};
+use super::batch_norm::sample;
+use super::support::{
+    batch_elementwise_loss, batch_elementwise_loss_backward, check_grad, check_same, grad_of_g,
+    reduce, reduction_scale, Reduction,
+};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
-use crate::ops::{Node, StructuredOp};
+use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// Mean squared error `(a - b)^2`, reduced. The registry holds it with `mean`.
@@ -56,7 +60,9 @@ impl StructuredOp for MseLoss {
     }
     fn grads<'g>(&self, g: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         let (a, b) = (n.x(0), n.x(1));
-        let op = MseLossBackward { reduction: self.reduction };
+        let op = MseLossBackward {
+            reduction: self.reduction,
+        };
         let da = g.graph().record(op, &[g, a, b])?;
         let db = b.requires_grad().then(|| -&da);
         Ok(smallvec![a.requires_grad().then_some(da), db])
@@ -66,6 +72,25 @@ impl StructuredOp for MseLoss {
         let d = if i == 0 { t.clone() } else { -t };
         let diff = n.x(0).try_sub(n.x(1))?;
         Ok(reduce(diff.try_mul(&d)?.mul_scalar(2.0), self.reduction))
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unreduced = MseLoss {
+            reduction: Reduction::None,
+        };
+        batch_elementwise_loss(&unreduced, self.reduction, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[2, 3], seed, 0.2, 1.0),
+                    sample(&[2, 3], seed + 4, 0.0, 0.7),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
     }
 }
 
@@ -100,6 +125,26 @@ impl StructuredOp for MseLossBackward {
     fn tangent<'g>(&self, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let k = self.scale(n.x(1));
         Ok(n.x(0).try_mul(t)?.mul_scalar(if i == 1 { k } else { -k }))
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unreduced = MseLossBackward {
+            reduction: Reduction::None,
+        };
+        batch_elementwise_loss_backward(&unreduced, self.reduction, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[], seed + 2, 0.5, 0.3),
+                    sample(&[2, 3], seed, 0.2, 1.0),
+                    sample(&[2, 3], seed + 4, 0.0, 0.7),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
     }
 }
 

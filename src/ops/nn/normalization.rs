@@ -1,11 +1,13 @@
 //! What the normalisations (`layer_norm`, `rms_norm`, `batch_norm`, `group_norm`)
 //! share: the optional affine inputs that follow the input and any fixed
-//! statistics ([`Affine`], each input's [`Role`]), and the `eps` check.
+//! statistics ([`Affine`], each input's [`Role`]), the `eps` check, and the
+//! batching rules of the normalisations over an example's trailing dims.
 
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
-use crate::ops::{Node, StructuredOp};
+use crate::ops::batching::{materialize, with_example_rank};
+use crate::ops::{Differentiable, Node, StructuredOp};
 use crate::tensor::Tensor;
 
 /// Which affine parameters follow the input (and, in eval-mode batch norm,
@@ -133,7 +135,12 @@ macro_rules! trailing_norm_backward {
     ($op:ty, $project:path, $curvature:path) => {
         impl super::normalization::NormBackward for $op {
             fn project<'g>(&self, t: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
-                $project(t, x, &shape_or_last(&self.normalized_shape, x.value()), self.eps)
+                $project(
+                    t,
+                    x,
+                    &shape_or_last(&self.normalized_shape, x.value()),
+                    self.eps,
+                )
             }
             fn curvature<'g>(&self, t: &Var<'g>, a: &Var<'g>, x: &Var<'g>) -> Result<Var<'g>> {
                 let shape = shape_or_last(&self.normalized_shape, x.value());
@@ -201,6 +208,77 @@ pub(crate) fn record_affine<'g, O: StructuredOp>(
     inputs.extend(weight);
     inputs.extend(bias);
     x.graph().record(op, &inputs)
+}
+
+/// The batching rule of a normalisation over an example's trailing dims
+/// (`layer_norm`, `rms_norm`): its rows are the example's leading axes, so
+/// the batch is one more of them and the op itself (`op`, on every input as
+/// given) serves while the affine parameters are shared. A weight or bias
+/// that differs between examples instead scales and shifts the unweighted
+/// output (`plain`, on the input alone), aligned so that each example's
+/// parameters meet its own rows.
+pub(crate) fn batch_trailing<'g, O: Differentiable + Clone, P: Differentiable + Clone>(
+    op: &O,
+    plain: &P,
+    x: &Batched<'g>,
+    weight: Option<&Batched<'g>>,
+    bias: Option<&Batched<'g>>,
+) -> Result<Batched<'g>> {
+    let params = weight.into_iter().chain(bias);
+    let batched = x.batched || params.clone().any(|p| p.batched);
+    if !params.clone().any(|p| p.batched) {
+        let inputs: Vec<&Var<'g>> = std::iter::once(&x.value)
+            .chain(params.map(|p| &p.value))
+            .collect();
+        let out = x.value.graph().record(op.clone(), &inputs)?;
+        return Ok(Batched {
+            value: out,
+            batched,
+        });
+    }
+    let rank = x.example_rank();
+    let mut out = x.value.graph().record(plain.clone(), &[&x.value])?;
+    if let Some(w) = weight {
+        out = out.try_mul(&with_example_rank(w, rank)?)?;
+    }
+    if let Some(b) = bias {
+        out = out.try_add(&with_example_rank(b, rank)?)?;
+    }
+    Ok(Batched {
+        value: out,
+        batched,
+    })
+}
+
+/// The batching rule of a trailing normalisation's backward op
+/// (`layer_norm_backward`, `rms_norm_backward`: inputs `g`, `x` and an
+/// optional weight, output `J(x) (g w)` per row): the op itself on `g` and
+/// `x` with the batch as one more leading axis; a weight that differs
+/// between examples is folded into `g` first (`a = g w`, aligned per
+/// example) and `unweighted` applied to `a`.
+pub(crate) fn batch_trailing_backward<'g, O: Differentiable + Clone>(
+    op: &O,
+    unweighted: &O,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let (g, x) = (&inputs[0], &inputs[1]);
+    let xb = materialize(x, ctx)?;
+    let graph = xb.graph();
+    let out = match inputs.get(2) {
+        Some(w) if w.batched => {
+            let rank = x.example_rank();
+            // Batched, as `w` is.
+            let a = with_example_rank(g, rank)?.try_mul(&with_example_rank(w, rank)?)?;
+            graph.record(unweighted.clone(), &[&a, &xb])?
+        }
+        w => {
+            let gb = materialize(g, ctx)?;
+            let args: Vec<&Var<'g>> = [&gb, &xb].into_iter().chain(w.map(|w| &w.value)).collect();
+            graph.record(op.clone(), &args)?
+        }
+    };
+    Ok(Batched::along_batch(out))
 }
 
 /// The input normalised: the first of `inputs` (an arity error for none).

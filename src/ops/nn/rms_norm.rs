@@ -16,8 +16,10 @@ use std::sync::Arc;
 
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last};
-use super::normalization::{check_eps, norm_backward_rules, trailing_norm_backward};
-use crate::core::{GradInputs, OpAttributes};
+use super::normalization::{
+    batch_trailing, batch_trailing_backward, check_eps, norm_backward_rules, trailing_norm_backward,
+};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -192,6 +194,9 @@ impl StructuredOp for RmsNorm {
             None => Ok(d),
         }
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        batch_trailing(self, self, &x[0], x.get(1), None)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
@@ -217,6 +222,13 @@ impl StructuredOp for RmsNormBackward {
     norm_backward_rules!();
     fn attributes(&self) -> OpAttributes {
         rms_attributes(&self.normalized_shape, self.eps).bool("weight", self.has_weight)
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let unweighted = RmsNormBackward {
+            has_weight: false,
+            ..self.clone()
+        };
+        batch_trailing_backward(self, &unweighted, x, ctx)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         let (g, x, w) = (x[0], x[1], x.get(2).copied());

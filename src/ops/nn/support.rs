@@ -1,12 +1,14 @@
 //! What the neural-net ops share: [`Reduction`], the integer index types
 //! targets and embedding indices may be given in ([`IntIndex`]), their
-//! validation, and a sum over one axis as a differentiable op (the fused
-//! backward ops' own derivatives need per-lane sums).
+//! validation, a sum over one axis as a differentiable op (the fused
+//! backward ops' own derivatives need per-lane sums), and the batching
+//! rules of the elementwise losses.
 
+use crate::ops::batching::materialize;
 use crate::ops::declare_op;
 use std::sync::Arc;
 
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, Differentiable, OpAttributes};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels;
@@ -183,7 +185,11 @@ pub(crate) fn index_source<'g, T: Indices<'g> + ?Sized>(
         // A captured tensor of the wrong count is stored, so that the op
         // reports the count as the eager op does.
         (None, Some(t)) if graph.is_capturing() && t.numel() == n => {
-            let laid_out = if t.shape() == shape { t.clone() } else { t.reshape(shape)? };
+            let laid_out = if t.shape() == shape {
+                t.clone()
+            } else {
+                t.reshape(shape)?
+            };
             return Ok(IndexSource::Input(graph.constant(laid_out)));
         }
         _ => return Ok(IndexSource::Stored(indices.index_list(op)?)),
@@ -267,7 +273,9 @@ pub(crate) struct SumAxis {
 impl StructuredOp for SumAxis {
     declare_op!("sum"(input), linear[0]);
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().ints("axes", &[self.axis]).bool("keepdim", self.keepdim)
+        OpAttributes::new()
+            .ints("axes", &[self.axis])
+            .bool("keepdim", self.keepdim)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         if x[0].rank() == 0 {
@@ -277,6 +285,19 @@ impl StructuredOp for SumAxis {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         expand_axis(g, self.axis, n.x(0).shape())
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        // A 0-d example is returned as it is.
+        if x[0].example_rank() == 0 {
+            return Ok(x[0].clone());
+        }
+        let op = SumAxis {
+            axis: self.axis + 1,
+            keepdim: self.keepdim,
+        };
+        Ok(Batched::along_batch(
+            x[0].value.graph().record(op, &[&x[0].value])?,
+        ))
     }
 }
 
@@ -298,6 +319,20 @@ impl StructuredOp for ExpandAxis {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         sum_axis(g, self.axis, n.x(0).shape().len() == self.shape.len())
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let v = materialize(&x[0], ctx)?;
+        if self.shape.is_empty() {
+            // A 0-d example's value is its own broadcast.
+            return Ok(Batched::along_batch(v.reshape_dims(&[ctx.size])?));
+        }
+        let mut shape = Dims::from_slice(&[ctx.size]);
+        shape.extend_from_slice(&self.shape);
+        let op = ExpandAxis {
+            axis: self.axis + 1,
+            shape,
+        };
+        Ok(Batched::along_batch(v.graph().record(op, &[&v])?))
     }
 }
 
@@ -338,6 +373,81 @@ pub(crate) fn reduce_lanes(
 }
 
 // What the elementwise losses (`mse_loss`, `binary_cross_entropy_with_logits`) share.
+
+/// Per-example values (`[B, ...]`) reduced over each example's own axes as
+/// `reduction` says (a mean divides by one example's element count): a
+/// loss's reduction over a batch, one loss per example.
+pub(crate) fn reduce_examples<'g>(v: Var<'g>, reduction: Reduction) -> Result<Var<'g>> {
+    let axes: Vec<isize> = (1..v.shape().len() as isize).collect();
+    match reduction {
+        _ if axes.is_empty() => Ok(v),
+        Reduction::None => Ok(v),
+        Reduction::Sum => v.try_sum_axes(&axes, false),
+        Reduction::Mean => v.try_mean_axes(&axes, false),
+    }
+}
+
+/// A loss's gradient `g` over a batch (one element per example for a
+/// reduced loss, else one per element of the example) spread to `shape`,
+/// the batched operands' shape `[B, ...]`.
+pub(crate) fn spread_grad<'g>(
+    g: &Batched<'g>,
+    shape: &[usize],
+    ctx: &BatchContext,
+) -> Result<Var<'g>> {
+    if g.example_shape().iter().product::<usize>() != 1 || g.example_shape() == &shape[1..] {
+        return materialize(g, ctx);
+    }
+    let mut units = vec![1; shape.len()];
+    units[0] = if g.batched { ctx.size } else { 1 };
+    g.value.reshape_dims(&units)?.try_expand(shape)
+}
+
+/// The batching rule of an elementwise loss (`mse_loss`,
+/// `binary_cross_entropy_with_logits`, inputs of one shape):
+/// `unreduced` (the loss with reduction `none`) on its inputs made batched,
+/// each example's elements then reduced as `reduction` says.
+pub(crate) fn batch_elementwise_loss<'g, O: Differentiable + Clone>(
+    unreduced: &O,
+    reduction: Reduction,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let values = inputs
+        .iter()
+        .map(|x| materialize(x, ctx))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Var<'g>> = values.iter().collect();
+    let per_element = refs[0].graph().record(unreduced.clone(), &refs)?;
+    Ok(Batched::along_batch(reduce_examples(
+        per_element,
+        reduction,
+    )?))
+}
+
+/// The batching rule of an elementwise loss's backward op (inputs `g` and
+/// the loss's operands): `unreduced` (the backward of the loss with
+/// reduction `none`) on `g` spread over each example's elements, times
+/// `1 / n` for a mean over an example's `n` elements.
+pub(crate) fn batch_elementwise_loss_backward<'g, O: Differentiable + Clone>(
+    unreduced: &O,
+    reduction: Reduction,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let operands = inputs[1..]
+        .iter()
+        .map(|x| materialize(x, ctx))
+        .collect::<Result<Vec<_>>>()?;
+    let g = spread_grad(&inputs[0], operands[0].shape(), ctx)?;
+    let refs: Vec<&Var<'g>> = std::iter::once(&g).chain(&operands).collect();
+    let out = g.graph().record(unreduced.clone(), &refs)?;
+    let n = inputs[1].example_shape().iter().product();
+    Ok(Batched::along_batch(match reduction {
+        Reduction::Mean => out.mul_scalar(reduction_scale(reduction, n)),
+        _ => out,
+    }))
+}
 
 /// Checks two same-shape, same-dtype operands.
 pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
