@@ -129,6 +129,7 @@ mod clip;
 mod group;
 mod lbfgs_memory;
 mod line_search;
+pub mod privacy;
 mod registry;
 mod rule;
 mod schedule;
