@@ -11,10 +11,19 @@
 //! Where things are: `vmap.rs` ([`VMap`]: in and out axes, chunks,
 //! randomness; [`vmap`], [`try_vmap`]), `example_trace.rs` (the one
 //! example's computation read back from its graph and replayed over the
-//! batch).
+//! batch), `jacobians.rs` ([`jacrev`], [`jacfwd`], [`hessian`]: one
+//! batched sweep each), `functional_call.rs` (a module run with given
+//! parameters, stacked model states, per-sample gradients).
 
 mod example_trace;
+mod functional_call;
+mod jacobians;
 mod vmap;
 
 pub use crate::core::{BatchContext, Batched, Randomness};
-pub use vmap::{try_vmap, vmap, VMap};
+pub use functional_call::{try_functional_call, try_per_sample_gradients, try_stack_module_state};
+pub use jacobians::{
+    hessian, jacfwd, jacrev, try_hessian, try_hessian_at, try_jacfwd, try_jacfwd_at, try_jacrev,
+    try_jacrev_at,
+};
+pub use vmap::{example_fn, try_vmap, vmap, VMap};

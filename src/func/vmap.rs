@@ -225,6 +225,29 @@ impl VMap {
     }
 }
 
+/// `f` itself, typed as a function of one example's inputs. A closure kept
+/// in a variable before it is handed to [`VMap::try_call`] loses the
+/// signature that works for every graph (`for<'s> Fn(&[Var<'s>]) -> ...`)
+/// unless something asks for it where the closure is written: this does.
+///
+/// ```
+/// use retrograd::func::{example_fn, VMap};
+/// use retrograd::{Graph, Tensor};
+/// let g = Graph::new();
+/// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?);
+/// let square = example_fn(|v| Ok(vec![&v[0] * &v[0]]));
+/// let once = VMap::new().try_call(&square, &[&x])?;
+/// let twice = VMap::new().try_call(&square, &[&once[0]])?;
+/// assert_eq!(twice[0].value().to_f64_vec(), vec![1.0, 16.0, 81.0]);
+/// # Ok::<(), retrograd::Error>(())
+/// ```
+pub fn example_fn<F>(f: F) -> F
+where
+    F: for<'s> Fn(&[Var<'s>]) -> Result<Vec<Var<'s>>>,
+{
+    f
+}
+
 /// A one-output function of inputs batched along axis 0, run over the
 /// batch: [`VMap`] with its defaults.
 ///
