@@ -5,14 +5,15 @@
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use smallvec::smallvec;
 
 use super::rule::{Binary, BinaryRule, Cmp, Num, KINK_MARGIN};
 use super::{
     sum_tangents, unbroadcast, unbroadcast_tensor, GradInputs, Node, OpRegistry, StructuredOp,
 };
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::{Graph, Var};
@@ -136,8 +137,15 @@ impl StructuredOp for Where {
     }
     fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         let zero = Tensor::scalar_of(0.0, g.dtype());
-        let chosen = if i == 1 { [x[0], g, &zero] } else { [x[0], &zero, g] };
-        Some(self.forward(&chosen).and_then(|d| unbroadcast_tensor(d, x[i])))
+        let chosen = if i == 1 {
+            [x[0], g, &zero]
+        } else {
+            [x[0], &zero, g]
+        };
+        Some(
+            self.forward(&chosen)
+                .and_then(|d| unbroadcast_tensor(d, x[i])),
+        )
     }
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         let zero = n.output.scalar_like(0.0);
@@ -147,6 +155,26 @@ impl StructuredOp for Where {
         let ta = t[1].as_ref().unwrap_or(&zero);
         let tb = t[2].as_ref().unwrap_or(&zero);
         sum_tangents(n.output.shape(), [Some(select(n.x(0), ta, tb))])
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        super::batching::elementwise(self, x)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            // A bool condition of the operands' shape, a second operand of
+            // lower rank (broadcasting).
+            sample_inputs: Some(|seed| {
+                let pick: Vec<bool> = (0..6).map(|i| (i + seed) % 3 != 1).collect();
+                vec![
+                    Tensor::from_vec(pick, &[2, 3]).expect("a shape"),
+                    sample_tensor(&[2, 3], seed, 1.0),
+                    sample_tensor(&[3], seed + 3, 1.0),
+                ]
+            }),
+            ..OpFacts::opaque(Some(3))
+        }
     }
 }
 

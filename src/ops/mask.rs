@@ -14,15 +14,17 @@
 //! scattered back to the picked positions, and an f32<->f64 cast casts the
 //! gradient back.
 
-use crate::ops::declare_op;
+use super::batching::{elementwise, materialize, on_leading_axes, with_example_rank};
 use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
 use super::{Node, OpRegistry, StructuredOp};
+use crate::core::{BatchContext, Batched};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
 use crate::kernels::mask::{self as kernel, Comparison};
+use crate::ops::declare_op;
 use crate::tensor::{DType, Tensor};
 
 /// A cast to another dtype ([`Tensor::to_dtype`]'s conversions). Between
@@ -55,6 +57,9 @@ impl StructuredOp for Cast {
             Some(t) if self.to.is_float() => Ok(Some(t.try_to_dtype(self.to)?)),
             _ => Ok(None),
         }
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        on_leading_axes(self, x)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -96,6 +101,9 @@ impl StructuredOp for Compare {
     }
     fn non_float_output(&self) -> bool {
         true
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        elementwise(self, x)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -155,6 +163,21 @@ impl StructuredOp for MaskedFill {
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         t.graph().record(MaskedFill { value: 0.0 }, &[t, n.x(1)])
     }
+    // The output has the input's shape, so a batched mask needs a batched
+    // input (a shared one expanded) and unit axes after its batch axis to
+    // broadcast against the example's axes.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let (input, mask) = (&x[0], &x[1]);
+        let (input, mask) = if mask.batched {
+            let input = materialize(input, ctx)?;
+            (input, with_example_rank(mask, x[0].example_rank())?)
+        } else {
+            (input.value.clone(), mask.value.clone())
+        };
+        Ok(Batched::along_batch(
+            input.graph().record(*self, &[&input, &mask])?,
+        ))
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
@@ -201,6 +224,10 @@ impl StructuredOp for Triangle {
     fn grad_fast(&self, _: usize, g: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         Some(self.forward(&[g]))
     }
+    // The matrices are the last two axes; the batch is one more leading axis.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        on_leading_axes(self, x)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
@@ -228,9 +255,39 @@ pub struct Topk {
 }
 
 impl Topk {
+    /// The positions picked in `x`, recorded as [`TopkPositions`] (a
+    /// constant, except in a trace).
     fn positions<'g>(&self, x: &Var<'g>) -> Result<Var<'g>> {
-        let idx = kernel::topk_indices("topk", x.value(), self.k, self.largest)?;
-        Ok(Var::constant_in(x.graph(), idx))
+        let op = TopkPositions {
+            k: self.k,
+            largest: self.largest,
+        };
+        x.graph().record(op, &[x])
+    }
+}
+
+/// The positions `topk` picks along the last axis, as i64. Its output is
+/// an index, so outside a trace it records no node and is a constant; in a
+/// trace (`vmap`) it is an op of the input, so that a batched gradient of
+/// `topk` finds each example's positions rather than those of the example
+/// it was traced on. Not registered: `topk`'s gradient and `Var::topk`
+/// record it.
+#[derive(Clone, Copy, Debug)]
+struct TopkPositions {
+    k: usize,
+    largest: bool,
+}
+
+impl StructuredOp for TopkPositions {
+    declare_op!("topk_indices"(input), no_grad[0], settings(int k, bool largest));
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        kernel::topk_indices("topk", inputs[0], self.k, self.largest)
+    }
+    fn non_float_output(&self) -> bool {
+        true
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        on_leading_axes(self, x)
     }
 }
 
@@ -255,6 +312,10 @@ impl StructuredOp for Topk {
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         t.graph()
             .record(Gather { dim: -1 }, &[t, &self.positions(n.x(0))?])
+    }
+    // Along the last axis: the batch is one more leading axis.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        on_leading_axes(self, x)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
@@ -482,9 +543,9 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_topk / topk(&self, k: usize, largest: bool) -> (Var<'g>, Var<'g>) {
-            let idx = kernel::topk_indices("topk", self.value(), k, largest)?;
-            let values = self.graph().record(Topk { k, largest }, &[self])?;
-            Ok((values, Var::constant_in(self.graph(), idx)))
+            let op = Topk { k, largest };
+            let values = self.graph().record(op, &[self])?;
+            Ok((values, op.positions(self)?))
         }
     }
 }

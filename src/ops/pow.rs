@@ -17,6 +17,7 @@ use crate::fallible::fallible;
 
 use super::rule::{unary_method, Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use super::{unbroadcast, unbroadcast_tensor, Differentiable, Node, OpRegistry, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched};
 use crate::error::or_panic;
 use crate::error::Result;
 use crate::graph::Var;
@@ -44,13 +45,18 @@ fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 pub struct Pow;
 
 /// The [`StructuredOp`] methods of the three pow ops, from their
-/// `partial(i, v, n)`: `v` times the derivative in input `i`, elementwise.
+/// `partial(i, v, n)`: `v` times the derivative in input `i`, elementwise
+/// (and the batching rule of an elementwise op).
 /// The backward is the partial of the output's gradient, summed back to the
 /// input's shape; the tangent is the partial of the input's tangent: one
 /// formula for both.
 macro_rules! partial_rules {
     () => {
         const HOLDS: crate::Holds = crate::Holds::Settings;
+        // Elementwise, broadcasting: the batch aligned as one more axis.
+        fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+            super::batching::elementwise(self, x)
+        }
         fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
             unbroadcast(Self::partial(i, g, n)?, n.x(i))
         }
@@ -116,6 +122,25 @@ pub struct PowBackwardSelf;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PowBackwardExponent;
 
+/// The facts of the two backward helpers: elementwise in effect, but
+/// declared with sample inputs (a gradient, bases in [0.7, 2.3], an
+/// exponent of lower rank in [-1.5, 1.5]) rather than as elementwise ops,
+/// which the suites of the user-facing elementwise ops would apply.
+fn backward_facts() -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        sample_inputs: Some(|seed| {
+            vec![
+                sample_tensor(&[2, 3], seed, 1.0),
+                sample_tensor(&[2, 3], seed + 3, 0.8).map_f64(|v| v + 1.5),
+                sample_tensor(&[3], seed + 5, 1.5),
+            ]
+        }),
+        ..OpFacts::opaque(Some(3))
+    }
+}
+
 fn pow_backward_self<'g>(g: &Var<'g>, x: &Var<'g>, y: &Var<'g>) -> Result<Var<'g>> {
     g.graph().record(PowBackwardSelf, &[g, x, y])
 }
@@ -153,6 +178,9 @@ impl StructuredOp for PowBackwardSelf {
     const NAME: &'static str = "pow_backward_self";
     const INPUTS: &'static [&'static str] = &["grad", "input", "exponent"];
     partial_rules!();
+    fn facts(&self) -> OpFacts {
+        backward_facts()
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
         match scalar_value(y) {
@@ -186,6 +214,9 @@ impl StructuredOp for PowBackwardExponent {
     const NAME: &'static str = "pow_backward_exponent";
     const INPUTS: &'static [&'static str] = &["grad", "input", "exponent"];
     partial_rules!();
+    fn facts(&self) -> OpFacts {
+        backward_facts()
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (g, x, y) = (inputs[0], inputs[1], inputs[2]);
         kernels::zip3(Self::NAME, g, x, y, PowBackwardExponentFn)
