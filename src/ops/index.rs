@@ -9,11 +9,13 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use crate::ops::OpAttributes;
 
+use super::batching::{example_axis, materialize, on_materialized};
 use super::{Node, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::index as kernel;
@@ -95,6 +97,49 @@ fn added_into_zeros<'g, O: StructuredOp>(op: O, g: &Var<'g>, n: Node<'_, 'g>) ->
     g.graph().record(op, &[&zeros, n.x(1), g])
 }
 
+/// A batch of `index_select`-style indices (`[batch]` for 0-d examples,
+/// `[batch, n]` for 1-d ones) as a `gather` or `scatter_add` index for a
+/// batched value shaped as `like` but for `n` positions along `axis`:
+/// each example's positions along `axis`, repeated over the other axes (a
+/// view). Per-example positions are then one gather (or scatter) of the
+/// whole batch.
+fn spread_index<'g>(index: &Var<'g>, like: &[usize], axis: usize) -> Result<Var<'g>> {
+    let batch = index.shape()[0];
+    let n = index.value().numel() / batch;
+    let mut dims = vec![1; like.len()];
+    dims[0] = batch;
+    dims[axis] = n;
+    let mut shape = like.to_vec();
+    shape[axis] = n;
+    index.reshape_dims(&dims)?.try_expand(&shape)
+}
+
+/// `n` sample indices in `0..size` laid out in `shape`, from `seed`
+/// (repeats included, so that adding at an index accumulates).
+fn sample_index(shape: &[usize], size: usize, seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i64> = (0..n as u64)
+        .map(|i| ((5 * i + 3 * seed) % size as u64) as i64)
+        .collect();
+    Tensor::from_vec(v, shape).expect("a valid shape")
+}
+
+/// The facts the four indexing ops share: linear in their float inputs,
+/// so tangents and derivatives of every order, and `sample` inputs.
+fn index_facts(
+    arity: usize,
+    example: std::sync::Arc<dyn crate::Differentiable>,
+    sample: crate::core::SampleInputs,
+) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example: Some(example),
+        sample_inputs: Some(sample),
+        ..OpFacts::opaque(Some(arity))
+    }
+}
+
 /// The slices of `x` at `index` along `dim` (PyTorch's `index_select`).
 /// Inputs: `[x, index]`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -117,6 +162,32 @@ impl StructuredOp for IndexSelect {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         added_into_zeros(IndexAdd { dim: self.dim }, g, n)
+    }
+    // Shared positions select along the moved axis; per-example positions
+    // are a gather of the (materialized) batch at them.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let (input, index) = (&x[0], &x[1]);
+        let dim = example_axis(self.dim, input.example_rank());
+        let graph = input.value.graph();
+        if !index.batched {
+            let op = IndexSelect { dim };
+            return Ok(Batched::along_batch(
+                graph.record(op, &[&input.value, &index.value])?,
+            ));
+        }
+        let input = materialize(input, ctx)?;
+        let index = spread_index(&index.value, input.shape(), dim as usize)?;
+        Ok(Batched::along_batch(
+            graph.record(Gather { dim }, &[&input, &index])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        index_facts(2, std::sync::Arc::new(IndexSelect { dim: -1 }), |seed| {
+            vec![
+                sample_tensor(&[2, 4], seed, 1.0),
+                sample_index(&[3], 4, seed),
+            ]
+        })
     }
 }
 
@@ -159,6 +230,30 @@ impl StructuredOp for IndexAdd {
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         add_at_tangent(self, t, n)
     }
+    // Shared positions add along the moved axis; per-example positions are
+    // a scatter-add of the whole batch at them.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let dim = example_axis(self.dim, x[0].example_rank());
+        let input = materialize(&x[0], ctx)?;
+        let source = materialize(&x[2], ctx)?;
+        let graph = input.graph();
+        let out = if x[1].batched {
+            let index = spread_index(&x[1].value, source.shape(), dim as usize)?;
+            graph.record(ScatterAdd { dim }, &[&input, &index, &source])?
+        } else {
+            graph.record(IndexAdd { dim }, &[&input, &x[1].value, &source])?
+        };
+        Ok(Batched::along_batch(out))
+    }
+    fn facts(&self) -> OpFacts {
+        index_facts(3, std::sync::Arc::new(IndexAdd { dim: -1 }), |seed| {
+            vec![
+                sample_tensor(&[2, 4], seed, 1.0),
+                sample_index(&[3], 4, seed),
+                sample_tensor(&[2, 3], seed + 3, 1.0),
+            ]
+        })
+    }
 }
 
 /// `out[p] = x[p with dim replaced by index[p]]` (PyTorch's `gather`).
@@ -181,6 +276,20 @@ impl StructuredOp for Gather {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         added_into_zeros(ScatterAdd { dim: self.dim }, g, n)
+    }
+    // Positions are per element, so with the batch a leading axis of both
+    // the input and the index, the op maps over it as it is.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let dim = example_axis(self.dim, x[0].example_rank());
+        on_materialized(&Gather { dim }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        index_facts(2, std::sync::Arc::new(Gather { dim: 0 }), |seed| {
+            vec![
+                sample_tensor(&[3, 4], seed, 1.0),
+                sample_index(&[2, 4], 3, seed),
+            ]
+        })
     }
 }
 
@@ -221,6 +330,21 @@ impl StructuredOp for ScatterAdd {
     }
     fn tangents<'g>(&self, t: &[Option<Var<'g>>], n: Node<'_, 'g>) -> Result<Option<Var<'g>>> {
         add_at_tangent(self, t, n)
+    }
+    // As `gather`: the batch a leading axis of the input, index and source.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let dim = example_axis(self.dim, x[0].example_rank());
+        on_materialized(&ScatterAdd { dim }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        // A source larger than the index: only its index-shaped corner adds.
+        index_facts(3, std::sync::Arc::new(ScatterAdd { dim: -1 }), |seed| {
+            vec![
+                sample_tensor(&[2, 4], seed, 1.0),
+                sample_index(&[2, 3], 4, seed),
+                sample_tensor(&[2, 4], seed + 3, 1.0),
+            ]
+        })
     }
 }
 
