@@ -14,12 +14,13 @@ use std::sync::Arc;
 use super::support::{
     check_indices, index_source, indices_from_tensor, to_i64_list, IndexSource, Indices, IntIndex,
 };
+use crate::core::{sample_tensor, BatchContext, Batched, OpAttributes, OpFacts};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::core::OpAttributes;
+use crate::ops::batching::materialize;
 use crate::ops::{Node, StructuredOp};
-use crate::tensor::{Dims, Tensor};
+use crate::tensor::{DType, Dims, Tensor};
 
 /// Indices stored in an op, with the shape they are laid out in.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,6 +113,70 @@ impl IndexSpec {
             },
         })
     }
+}
+
+impl IndexSpec {
+    /// Indices given as an input, with this spec's padding row (`None`:
+    /// none): the op over per-example tables stacked into one.
+    fn as_input(padding_idx: Option<i64>) -> Self {
+        IndexSpec {
+            stored: None,
+            padding_idx,
+        }
+    }
+
+    /// The padding row of a table of `rows` rows (already checked by the
+    /// op that recorded the example).
+    fn padding_row(&self, rows: usize) -> Option<i64> {
+        self.padding_idx
+            .map(|p| if p < 0 { p + rows as i64 } else { p })
+    }
+}
+
+/// A batch of tables `[B, V, D]` side by side as one `[V, B·D]` table:
+/// one lookup then reads every example's row at once (the batch folded
+/// into the embedding dimension, so the indices and the padding row stay
+/// as they are).
+fn side_by_side<'g>(tables: &Var<'g>) -> Result<Var<'g>> {
+    let &[b, v, d] = tables.shape() else {
+        unreachable!("a batch of [V, D] tables")
+    };
+    tables.try_permute(&[1, 0, 2])?.reshape_dims(&[v, b * d])
+}
+
+/// `x` with the axis `from` moved to the front.
+fn axis_to_front<'g>(x: &Var<'g>, from: usize) -> Result<Var<'g>> {
+    let mut dims: Vec<isize> = (0..x.shape().len() as isize).collect();
+    dims.remove(from);
+    dims.insert(0, from as isize);
+    x.try_permute(&dims)
+}
+
+/// A batch of indices `[B, ...]` into `B` stacked tables of `rows` rows
+/// each: example `b`'s indices plus `b · rows`, as f64 (arithmetic is on
+/// floats, and f64 holds every index up to 2^53 exactly).
+fn offset_indices<'g>(ids: &Var<'g>, rows: usize) -> Result<Var<'g>> {
+    let batch = ids.shape()[0];
+    let offsets: Vec<f64> = (0..batch).map(|b| (b * rows) as f64).collect();
+    let mut shape = vec![1; ids.shape().len()];
+    shape[0] = batch;
+    let offsets = Tensor::from_f64_slice(&offsets, &shape, DType::F64)?;
+    ids.try_to_dtype(DType::F64)?
+        .try_add(&Var::constant_in(ids.graph(), offsets))
+}
+
+/// Where a batch of indices `[B, ...]` is the padding row `p`, as a bool
+/// `[B, ..., 1]` mask (for values `[B, ..., D]`).
+fn padding_mask<'g>(ids: &Var<'g>, p: i64) -> Result<Var<'g>> {
+    let p = Var::constant_in(ids.graph(), Tensor::scalar_of(p as f64, ids.dtype()));
+    ids.try_eq(&p)?.try_unsqueeze(-1)
+}
+
+/// A value that only gives a table's shape and dtype (an expanded zero,
+/// no elements).
+fn shape_of_table<'g>(like: &Var<'g>, shape: &[usize]) -> Result<Var<'g>> {
+    let zero = Var::constant_in(like.graph(), Tensor::scalar_of(0.0, like.dtype()));
+    zero.try_expand(shape)
 }
 
 /// The `[V, D]` shape of an embedding table, checked.
@@ -213,10 +278,13 @@ impl StructuredOp for Embedding {
         // a compiled step replays it on each run's indices.
         if let Some(ids) = n.inputs.get(1) {
             let spec = self.spec.clone();
-            return g.graph().record(EmbeddingDenseBackward { spec }, &[g, n.x(0), ids]);
+            return g
+                .graph()
+                .record(EmbeddingDenseBackward { spec }, &[g, n.x(0), ids]);
         }
         let spec = self.spec.of_node(Self::NAME, n, 0)?.stored;
-        g.graph().record(EmbeddingDenseBackward { spec }, &[g, n.x(0)])
+        g.graph()
+            .record(EmbeddingDenseBackward { spec }, &[g, n.x(0)])
     }
     fn tangent<'g>(&self, _: usize, tw: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // Linear in the weight, but padding rows stay constant.
@@ -224,6 +292,79 @@ impl StructuredOp for Embedding {
         let zero_padding = true;
         tw.graph().record(Embedding { spec, zero_padding }, &[tw])
     }
+    // A shared table reads a batch of indices as it is. A batch of tables
+    // with shared indices is one table of the tables side by side. A batch
+    // of tables and of indices is one table of the tables stacked, read at
+    // offset indices; its padding rows are then several, so the lookup
+    // has none, and padding positions take their row from a side-by-side
+    // lookup that has it (its value, without a gradient), or zero.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let (w, graph) = (&x[0], x[0].value.graph());
+        let ids = x.get(1).filter(|ids| ids.batched);
+        if !w.batched {
+            let values: Vec<&Var<'g>> = x.iter().map(|x| &x.value).collect();
+            return Ok(Batched::along_batch(graph.record(self.clone(), &values)?));
+        }
+        let &[b, v, d] = w.value.shape() else {
+            return Err(Error::invalid(
+                Self::NAME,
+                "expects [num_embeddings, dim] tables",
+            ));
+        };
+        let Some(ids) = ids else {
+            let mut inputs = vec![side_by_side(&w.value)?];
+            inputs.extend(x.get(1).map(|ids| ids.value.clone()));
+            let refs: Vec<&Var<'g>> = inputs.iter().collect();
+            let rows = graph.record(self.clone(), &refs)?;
+            let mut shape = rows.shape().to_vec();
+            shape.pop();
+            shape.extend([b, d]);
+            let rows = rows.reshape_dims(&shape)?;
+            return Ok(Batched::along_batch(axis_to_front(&rows, shape.len() - 2)?));
+        };
+        let stacked = w.value.reshape_dims(&[b * v, d])?;
+        let lookup = Embedding {
+            spec: IndexSpec::as_input(None),
+            zero_padding: false,
+        };
+        let rows = graph.record(lookup, &[&stacked, &offset_indices(&ids.value, v)?])?;
+        let Some(p) = self.spec.padding_row(v) else {
+            return Ok(Batched::along_batch(rows));
+        };
+        let at_padding = padding_mask(&ids.value, p)?;
+        if self.zero_padding {
+            return Ok(Batched::along_batch(
+                rows.try_masked_fill(&at_padding, 0.0)?,
+            ));
+        }
+        let padding = Embedding {
+            spec: IndexSpec::as_input(Some(p)),
+            zero_padding: false,
+        };
+        let p = Var::constant_in(graph, Tensor::scalar_of(p as f64, DType::I64));
+        let padding_rows = graph.record(padding, &[&side_by_side(&w.value)?, &p])?;
+        let mut shape = vec![1; rows.shape().len()];
+        (shape[0], shape[rows.shape().len() - 1]) = (b, d);
+        let padding_rows = padding_rows.reshape_dims(&shape)?;
+        Ok(Batched::along_batch(
+            padding_rows.try_where(&at_padding, &rows)?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| vec![sample_tensor(&[5, 3], seed, 1.0), sample_ids(seed)]),
+            ..OpFacts::opaque(Some(2))
+        }
+    }
+}
+
+/// Sample indices `[2, 3]` into a table of 5 rows, from `seed` (repeats
+/// included, so that the gradient accumulates).
+fn sample_ids(seed: u64) -> Tensor {
+    let v: Vec<i64> = (0..6).map(|i| ((2 * i + seed) % 5) as i64).collect();
+    Tensor::from_vec(v, &[2, 3]).expect("a valid shape")
 }
 
 impl StructuredOp for EmbeddingDenseBackward {
@@ -261,10 +402,80 @@ impl StructuredOp for EmbeddingDenseBackward {
         let zero_padding = true;
         if let Some(ids) = n.inputs.get(2) {
             let spec = self.spec.clone();
-            return g2.graph().record(Embedding { spec, zero_padding }, &[g2, ids]);
+            return g2
+                .graph()
+                .record(Embedding { spec, zero_padding }, &[g2, ids]);
         }
         let spec = self.spec.of_node(Self::NAME, n, 1)?.stored;
         g2.graph().record(Embedding { spec, zero_padding }, &[g2])
+    }
+    // The transpose of `embedding`'s rule: a batch of gradients with shared
+    // indices adds into tables side by side; with a batch of indices, into
+    // tables stacked at offset indices, the padding positions' gradients
+    // zeroed first (the stacked tables have several padding rows). The
+    // weight gives only the table's shape: one that alone is batched
+    // changes nothing.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let (g, graph) = (&x[0], x[0].value.graph());
+        let &[v, d] = x[1].example_shape() else {
+            return Err(Error::invalid(
+                Self::NAME,
+                "expects a [num_embeddings, dim] weight",
+            ));
+        };
+        let ids = x.get(2).filter(|ids| ids.batched);
+        let other_ids = x.get(2).map(|ids| ids.value.clone());
+        if ids.is_none() && !g.batched {
+            let mut inputs = vec![g.value.clone(), shape_of_table(&g.value, &[v, d])?];
+            inputs.extend(other_ids);
+            let refs: Vec<&Var<'g>> = inputs.iter().collect();
+            return Ok(Batched::shared(graph.record(self.clone(), &refs)?));
+        }
+        let b = ctx.size;
+        let Some(ids) = ids else {
+            // [B, ..., D] -> [..., B, D] -> [..., B·D], into [V, B·D].
+            let r = g.value.shape().len();
+            let mut dims: Vec<isize> = (1..r as isize - 1).collect();
+            dims.extend([0, r as isize - 1]);
+            let mut shape = g.value.shape()[1..r - 1].to_vec();
+            shape.push(b * d);
+            let folded = g.value.try_permute(&dims)?.reshape_dims(&shape)?;
+            let mut inputs = vec![folded.clone(), shape_of_table(&folded, &[v, b * d])?];
+            inputs.extend(other_ids);
+            let refs: Vec<&Var<'g>> = inputs.iter().collect();
+            let sums = graph
+                .record(self.clone(), &refs)?
+                .reshape_dims(&[v, b, d])?;
+            return Ok(Batched::along_batch(sums.try_permute(&[1, 0, 2])?));
+        };
+        let mut g = materialize(g, ctx)?;
+        if let Some(p) = self.spec.padding_row(v) {
+            g = g.try_masked_fill(&padding_mask(&ids.value, p)?, 0.0)?;
+        }
+        let scatter = EmbeddingDenseBackward {
+            spec: IndexSpec::as_input(None),
+        };
+        let table = shape_of_table(&g, &[b * v, d])?;
+        let sums = graph.record(scatter, &[&g, &table, &offset_indices(&ids.value, v)?])?;
+        Ok(Batched::along_batch(sums.reshape_dims(&[b, v, d])?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            // Row 1 as padding: its positions add nothing.
+            example: Some(Arc::new(EmbeddingDenseBackward {
+                spec: IndexSpec::as_input(Some(1)),
+            })),
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample_tensor(&[2, 3, 3], seed, 1.0),
+                    sample_tensor(&[5, 3], seed + 3, 1.0),
+                    sample_ids(seed),
+                ]
+            }),
+            ..OpFacts::opaque(Some(3))
+        }
     }
 }
 
@@ -312,7 +523,11 @@ impl<'g> Var<'g> {
 
     /// Like [`try_embedding`](Self::try_embedding), but panics with its error at the caller's line.
     #[track_caller]
-    pub fn embedding<T: Indices<'g> + ?Sized>(&self, indices: &T, index_shape: &[usize]) -> Var<'g> {
+    pub fn embedding<T: Indices<'g> + ?Sized>(
+        &self,
+        indices: &T,
+        index_shape: &[usize],
+    ) -> Var<'g> {
         crate::error::or_panic(self.try_embedding(indices, index_shape))
     }
 
@@ -337,13 +552,20 @@ impl<'g> Var<'g> {
     ) -> Result<Var<'g>> {
         match index_source(self.graph(), "embedding", indices, index_shape)? {
             IndexSource::Input(ids) => {
-                let spec = IndexSpec { stored: None, padding_idx };
-                let op = Embedding { spec, zero_padding: false };
+                let spec = IndexSpec {
+                    stored: None,
+                    padding_idx,
+                };
+                let op = Embedding {
+                    spec,
+                    zero_padding: false,
+                };
                 self.graph().record(op, &[self, &ids])
             }
-            IndexSource::Stored(list) => self
-                .graph()
-                .record(Embedding::new(&list[..], index_shape, padding_idx)?, &[self]),
+            IndexSource::Stored(list) => self.graph().record(
+                Embedding::new(&list[..], index_shape, padding_idx)?,
+                &[self],
+            ),
         }
     }
 }
@@ -414,6 +636,55 @@ mod tests {
             &[table()],
         )
         .unwrap();
+    }
+
+    /// `vmap` over tables (and indices, or shared ones) with a padding row:
+    /// each example's rows and gradient, the padding row's gradient zero.
+    #[test]
+    fn batching_rule_with_a_padding_row() {
+        use crate::func::VMap;
+        let tables: Vec<Tensor> = (0..3)
+            .map(|b| table().map_f64(|v| v * (b as f64 + 1.0) + 0.1 * b as f64))
+            .collect();
+        let ids: Vec<Tensor> = [[1i64, 3, 1], [0, 1, 2], [3, 3, 0]]
+            .iter()
+            .map(|r| Tensor::from_vec(r.to_vec(), &[3]).unwrap())
+            .collect();
+        for batched_ids in [true, false] {
+            let g = Graph::new();
+            let stack = |ts: &[Tensor]| {
+                let vs: Vec<Var<'_>> = ts.iter().map(|t| g.constant(t.clone())).collect();
+                let refs: Vec<&Var<'_>> = vs.iter().collect();
+                Var::try_stack(&refs, 0).unwrap().value().clone()
+            };
+            let w = g.variable(stack(&tables));
+            let i = g.constant(if batched_ids {
+                stack(&ids)
+            } else {
+                ids[0].clone()
+            });
+            let out = VMap::new()
+                .in_axes(&[Some(0), batched_ids.then_some(0)])
+                .try_call(
+                    |v| Ok(vec![v[0].try_embedding_with(&v[1], &[3], Some(1))?.tanh()]),
+                    &[&w, &i],
+                )
+                .unwrap()
+                .remove(0);
+            let grad = out.sum().backward().unwrap().wrt(&w);
+            for b in 0..3 {
+                let h = Graph::new();
+                let wb = h.variable(tables[b].clone());
+                let ib = if batched_ids { &ids[b] } else { &ids[0] };
+                let e = wb.try_embedding_with(ib, &[3], Some(1)).unwrap().tanh();
+                let want = e.sum().backward().unwrap().wrt(&wb);
+                let got = out.value().select(0, b).unwrap().contiguous();
+                assert!(got.allclose(e.value(), 1e-12, 1e-12), "rows of example {b}");
+                let got = grad.select(0, b).unwrap().contiguous();
+                assert!(got.allclose(&want, 1e-12, 1e-12), "gradient of example {b}");
+                assert_eq!(&got.to_f64_vec()[3..6], &[0.0; 3]);
+            }
+        }
     }
 
     #[test]
