@@ -17,10 +17,11 @@ use crate::fallible::fallible;
 use smallvec::smallvec;
 
 use super::batch_norm_backward::{
-    channel_sum, channel_view, project, BatchNormBackward, BatchNormWeightBackward,
+    channel_sum, channel_view, channels_of, from_channels, into_channels, project,
+    BatchNormBackward, BatchNormWeightBackward,
 };
 use super::normalization::{check_eps, first_input, Affine, Role};
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
@@ -338,6 +339,24 @@ impl StructuredOp for BatchNorm {
             }
             Role::Bias | Role::Stat => channel_view(t, rank),
         }
+    }
+    /// Each example's channels as channels of one batch norm
+    /// ([`into_channels`]): training mode normalises each example with its
+    /// own statistics (as `torch.func` does), eval mode maps each with its
+    /// own running statistics and affine parameters. The statistics are not
+    /// handed back to [`Var::try_batch_norm`] (they are per example here).
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let input = into_channels(&x[0], ctx)?;
+        let rest = x[1..]
+            .iter()
+            .map(|p| channels_of(p, ctx))
+            .collect::<Result<Vec<_>>>()?;
+        let args: Vec<&Var<'g>> = std::iter::once(&input).chain(&rest).collect();
+        let op = BatchNorm {
+            moments: None,
+            ..self.clone()
+        };
+        from_channels(&input.graph().record(op, &args)?, ctx.size)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -17,10 +17,11 @@ use std::sync::Arc;
 
 use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
 use super::normalization::{check_eps, norm_backward_rules, NormBackward};
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
+use crate::ops::batching::materialize;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Tensor};
@@ -76,6 +77,48 @@ pub(super) fn channel_sum<'g>(v: &Var<'g>) -> Result<Var<'g>> {
     let c = v.shape()[1];
     v.sum_to_size(&view_shape(c, v.shape().len()))?
         .try_reshape(&[c as isize])
+}
+
+/// An `[N, C, *]` example batched as `[B, N, C, *]` (a shared one
+/// expanded), seen as the `[N, B·C, *]` input of one batch norm: each
+/// (example, channel) pair is a channel of its own, so its statistics are
+/// that example's, over its `N` and `*` (what a batch norm computes on each
+/// example alone). The batching rules of the batch-norm ops record the op
+/// itself on this view.
+pub(super) fn into_channels<'g>(x: &Batched<'g>, ctx: &BatchContext) -> Result<Var<'g>> {
+    let v = materialize(x, ctx)?;
+    let shape = v.shape().to_vec();
+    let mut dims = vec![shape[1], shape[0] * shape[2]];
+    dims.extend_from_slice(&shape[3..]);
+    v.try_permute(&swap_leading(shape.len()))?
+        .reshape_dims(&dims)
+}
+
+/// [`into_channels`] undone on an output of the input's layout: `[N, B·C,
+/// *]` back to `[B, N, C, *]`.
+pub(super) fn from_channels<'g>(y: &Var<'g>, batch: usize) -> Result<Batched<'g>> {
+    let shape = y.shape();
+    let mut dims = vec![shape[0], batch, shape[1] / batch];
+    dims.extend_from_slice(&shape[2..]);
+    let perm = swap_leading(dims.len());
+    Ok(Batched::along_batch(
+        y.reshape_dims(&dims)?.try_permute(&perm)?,
+    ))
+}
+
+/// A per-channel value (`[C]`, or `[B, C]` batched) as the `[B·C]` one that
+/// goes with [`into_channels`]'s view.
+pub(super) fn channels_of<'g>(p: &Batched<'g>, ctx: &BatchContext) -> Result<Var<'g>> {
+    let v = materialize(p, ctx)?;
+    let n = v.shape().iter().product();
+    v.reshape_dims(&[n])
+}
+
+/// The permutation of `rank` axes that swaps the first two.
+fn swap_leading(rank: usize) -> Vec<isize> {
+    let mut perm: Vec<isize> = (0..rank as isize).collect();
+    perm.swap(0, 1);
+    perm
 }
 
 /// `v` averaged per channel, kept as `[1, C, 1, ...]`.
@@ -183,6 +226,13 @@ impl StructuredOp for BatchNormBackward {
             Ok(Tensor::build::<T>(Dims::from_slice(x.shape()), |out| kernel::batch_norm_backward(gs, xs, p, &stats, ws, out)))
         })
     }
+    /// Each example's channels as channels of one batch ([`into_channels`]).
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let (g, input) = (into_channels(&x[0], ctx)?, into_channels(&x[1], ctx)?);
+        let w = x.get(2).map(|w| channels_of(w, ctx)).transpose()?;
+        let args: Vec<&Var<'g>> = [&g, &input].into_iter().chain(w.as_ref()).collect();
+        from_channels(&g.graph().record(self.clone(), &args)?, ctx.size)
+    }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
@@ -213,6 +263,14 @@ impl StructuredOp for BatchNormWeightBackward {
             let stats = kernel::batch_stats(&kernel::channel_moments(xs, p), p.per_channel(), self.eps);
             Tensor::from_vec(kernel::batch_norm_weight_backward(g.as_slice_of::<T>(), xs, p, &stats), &[p.c])
         })
+    }
+    /// Each example's channels as channels of one batch ([`into_channels`]):
+    /// `[B·C]` sums, one row per example.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let (g, input) = (into_channels(&x[0], ctx)?, into_channels(&x[1], ctx)?);
+        let sums = g.graph().record(self.clone(), &[&g, &input])?;
+        let c = sums.shape()[0] / ctx.size;
+        Ok(Batched::along_batch(sums.reshape_dims(&[ctx.size, c])?))
     }
     fn grad<'g>(&self, i: usize, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         // out = Σ_channel g x̂: d/dg = x̂ g2 (per channel); d/dx = σ P (g g2).

@@ -5,13 +5,15 @@
 //! step takes it from [`Var::try_batch_norm`]'s output. It shares the
 //! moments kernel and the blend with that output: the same bits.
 
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::{Error, Result};
+use crate::graph::Var;
 use crate::kernels::nn::batch_norm as kernel;
-use crate::ops::{OpRegistry, StructuredOp};
+use crate::ops::{OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
-use super::batch_norm::{batch_mean_var, blended, check_channel_param, planes};
+use super::batch_norm::{batch_mean_var, blended, check_channel_param, planes, sample};
+use super::batch_norm_backward::{channels_of, into_channels};
 
 const OP: &str = "batch_norm_running_stats";
 
@@ -59,8 +61,12 @@ impl Default for BatchNormRunningStats {
 
 impl StructuredOp for BatchNormRunningStats {
     const NAME: &'static str = OP;
-    const INPUTS: &'static [&'static str] =
-        &["input", "running_mean", "running_var", "num_batches_tracked"];
+    const INPUTS: &'static [&'static str] = &[
+        "input",
+        "running_mean",
+        "running_var",
+        "num_batches_tracked",
+    ];
     const NO_GRAD: &'static [usize] = &[0, 1, 2, 3];
     fn arity(&self) -> Option<usize> {
         Some(if self.momentum.is_some() { 3 } else { 4 })
@@ -121,6 +127,44 @@ impl StructuredOp for BatchNormRunningStats {
             rows.extend(blended(rv, &var, momentum));
         }
         Tensor::from_f64_slice(&rows, &[2, p.c], x.dtype())
+    }
+    /// The op is a function (the statistics come back rather than being
+    /// written in place), so each example's statistics after its own batch
+    /// are meaningful: with each example's channels as channels of one
+    /// batch (`batch_norm`'s rule), the `[2, B·C]` result is every
+    /// example's `[2, C]`. A cumulative average whose count differs between
+    /// examples would need one momentum per example, which one update
+    /// cannot take: refused.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        if x.get(3).is_some_and(|t| t.batched) {
+            return Err(Error::Unsupported {
+                op: OP.to_string(),
+                what: "vmap over num_batches_tracked (the count of a cumulative average sets one \
+                       momentum for every example; give each example's update its own call)",
+            });
+        }
+        let input = into_channels(&x[0], ctx)?;
+        let (mean, var) = (channels_of(&x[1], ctx)?, channels_of(&x[2], ctx)?);
+        let args: Vec<&Var<'g>> = [&input, &mean, &var]
+            .into_iter()
+            .chain(x.get(3).map(|t| &t.value))
+            .collect();
+        let stats = input.graph().record(*self, &args)?;
+        let c = stats.shape()[1] / ctx.size;
+        let rows = stats.reshape_dims(&[2, ctx.size, c])?;
+        Ok(Batched::along_batch(rows.try_permute(&[1, 0, 2])?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            sample_inputs: Some(|seed| {
+                vec![
+                    sample(&[3, 2, 4], seed, 0.0, 2.0),
+                    sample(&[2], seed + 7, 0.1, 0.5),
+                    sample(&[2], seed + 11, 1.0, 0.5),
+                ]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
     }
 }
 

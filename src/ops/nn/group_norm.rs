@@ -19,10 +19,11 @@ use super::batch_norm_backward::{channel_sum, channel_view};
 use super::layer_norm::LayerNorm;
 use super::layer_norm_backward::project;
 use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
+use crate::ops::batching::{fold, unfold};
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
@@ -93,6 +94,18 @@ impl GroupNorm {
     }
 }
 
+/// A per-channel parameter (`[C]`, or `[B, C]` batched) viewed to broadcast
+/// against an `[N, C, *]` example of `rank` (batched: `[B, 1, C, 1, ...]`).
+fn per_channel<'g>(p: &Batched<'g>, rank: usize) -> Result<Var<'g>> {
+    if !p.batched {
+        return channel_view(&p.value, rank);
+    }
+    let shape = p.value.shape();
+    let mut dims = vec![1; rank + 1];
+    (dims[0], dims[2]) = (shape[0], shape[1]);
+    p.value.reshape_dims(&dims)
+}
+
 fn signed(shape: &[usize]) -> Vec<isize> {
     shape.iter().map(|&d| d as isize).collect()
 }
@@ -155,6 +168,50 @@ impl StructuredOp for GroupNorm {
             Role::Weight => self.xhat(x)?.try_mul(&channel_view(t, rank)?),
             Role::Bias | Role::Stat => channel_view(t, rank),
         }
+    }
+    /// Statistics are per (sample, group), so the batch folds into the
+    /// samples: `[B·N, C, *]`. A weight or bias that differs between
+    /// examples scales and shifts the unweighted output, viewed per
+    /// example as `[B, 1, C, 1, ...]`.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let input = &x[0];
+        let (w, b) = self.affine_of(x)?;
+        let params = w.into_iter().chain(b);
+        let folded = if input.batched {
+            fold(&input.value)?
+        } else {
+            input.value.clone()
+        };
+        let graph = folded.graph();
+        let unfolded = |y: Var<'g>| -> Result<Batched<'g>> {
+            if input.batched {
+                unfold(&y, ctx.size)
+            } else {
+                Ok(Batched::shared(y))
+            }
+        };
+        if !params.clone().any(|p| p.batched) {
+            let args: Vec<&Var<'g>> = std::iter::once(&folded)
+                .chain(params.map(|p| &p.value))
+                .collect();
+            return unfolded(graph.record(self.clone(), &args)?);
+        }
+        let plain = GroupNorm {
+            affine: Affine::Given {
+                weight: false,
+                bias: false,
+            },
+            ..self.clone()
+        };
+        let rank = input.example_rank();
+        let mut out = unfolded(graph.record(plain, &[&folded])?)?.value;
+        if let Some(w) = w {
+            out = out.try_mul(&per_channel(w, rank)?)?;
+        }
+        if let Some(b) = b {
+            out = out.try_add(&per_channel(b, rank)?)?;
+        }
+        Ok(Batched::along_batch(out))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
