@@ -20,7 +20,9 @@
 //! (`accountant.rs`). Both follow Opacus's `RDPAccountant` and
 //! `get_noise_multiplier` step by step and give the same numbers
 //! (`tests.rs` checks them against values Opacus 1.6 computed,
-//! `tests/reference/rdp_accountant.py`).
+//! `tests/reference/rdp_accountant.py`). [`DpOptimizer`] wraps any
+//! optimizer into DP-SGD: it clips and sums per-sample gradients, adds the
+//! noise and keeps the accountant (`dp_sgd.rs`).
 //!
 //! ```
 //! use retrograd::optim::privacy::{noise_multiplier_for_epsilon, RdpAccountant};
@@ -35,6 +37,7 @@
 //! ```
 
 mod accountant;
+mod dp_sgd;
 mod rdp;
 #[cfg(test)]
 mod tests;
@@ -42,6 +45,7 @@ mod tests;
 pub use accountant::{
     noise_multiplier_for_epsilon, try_noise_multiplier_for_epsilon, HistoryEntry, RdpAccountant,
 };
+pub use dp_sgd::{DpOptimizer, DpSgdConfig};
 pub use rdp::{
     compute_rdp, get_privacy_spent, try_compute_rdp, try_get_privacy_spent, DEFAULT_ORDERS,
 };
