@@ -644,6 +644,48 @@ mod tests {
         assert!(g.variable(Tensor::vector(&[1.0, 2.0])).try_tril(0).is_err());
     }
 
+    /// `vmap` through comparisons, a mask made of them and `topk`'s
+    /// positions: each example's own (the index and mask outputs are
+    /// values of the trace, not the traced example's constants).
+    #[test]
+    fn comparisons_masks_and_positions_batch() {
+        use crate::func::VMap;
+        use crate::Var;
+        fn f<'g>(v: &[Var<'g>]) -> crate::Result<Vec<Var<'g>>> {
+            let above = v[0].try_gt(&v[1])?;
+            let (top, at) = v[0].try_topk(2, true)?;
+            Ok(vec![v[0].try_masked_fill(&above, 0.0)?, above, top, at])
+        }
+        let rows = Tensor::from_vec(
+            vec![
+                0.3, -1.2, 0.8, 2.0, -0.5, 1.1, 0.4, -0.9, 1.7, 0.1, -0.3, 0.6,
+            ],
+            &[3, 4],
+        )
+        .unwrap();
+        let g = Graph::new();
+        let x = g.variable(rows.clone());
+        let y = g.constant(Tensor::from_vec(vec![0.0, 0.5, -0.5, 1.0], &[4]).unwrap());
+        let got = VMap::new()
+            .in_axes(&[Some(0), None])
+            .try_call(f, &[&x, &y])
+            .unwrap();
+        for b in 0..3 {
+            let h = Graph::new();
+            let xb = h.variable(rows.select(0, b).unwrap().contiguous());
+            let want = f(&[xb, h.constant(y.value().clone())]).unwrap();
+            for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+                let row = got.value().select(0, b).unwrap().contiguous();
+                assert_eq!(row.dtype(), want.dtype(), "output {k}");
+                assert_eq!(
+                    row.to_f64_vec(),
+                    want.value().to_f64_vec(),
+                    "output {k}, example {b}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn casts_between_every_dtype() {
         let g = Graph::new();
