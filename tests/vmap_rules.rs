@@ -11,7 +11,7 @@ mod registry_ops;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use retrograd::func::VMap;
+use retrograd::func::{Randomness, VMap};
 use retrograd::{grad, Differentiable, GradOptions, Graph, OpRegistry, Result, Tensor, Var};
 use std::sync::Arc;
 
@@ -90,6 +90,14 @@ fn stack(tensors: &[Tensor], axis: usize) -> Tensor {
         .clone()
 }
 
+/// The `vmap` of the checks. A random op (dropout) draws under
+/// `Randomness::Same`: every example then draws what it draws alone, so
+/// its values compare with the examples' as any op's do (`Different` is
+/// for the op's own tests; the default refuses random ops).
+fn vmap() -> VMap {
+    VMap::new().randomness(Randomness::Same)
+}
+
 /// The op on one example, as a plain value.
 fn single(case: &Case, example: &[Tensor]) -> Result<Tensor> {
     let g = Graph::new();
@@ -144,7 +152,7 @@ fn check_axes(
         })
         .collect();
     let refs: Vec<&Var<'_>> = inputs.iter().collect();
-    let out = VMap::new()
+    let out = vmap()
         .in_axes(in_axes)
         .try_call(|v| Ok(vec![case.apply(v)?]), &refs)
         .map_err(|e| format!("{label} ({what}): {e}"))?
@@ -283,11 +291,11 @@ fn check_nested(case: &Case) -> std::result::Result<(), String> {
         })
         .collect();
     let refs: Vec<&Var<'_>> = inputs.iter().collect();
-    let out = VMap::new()
+    let out = vmap()
         .try_call(
             |v| {
                 let refs: Vec<&Var<'_>> = v.iter().collect();
-                VMap::new().try_call(|w| Ok(vec![case.apply(w)?]), &refs)
+                vmap().try_call(|w| Ok(vec![case.apply(w)?]), &refs)
             },
             &refs,
         )
@@ -323,7 +331,7 @@ fn check_per_sample_gradients(case: &Case) -> std::result::Result<(), String> {
         })
         .collect();
     let refs: Vec<&Var<'_>> = inputs.iter().collect();
-    let got = VMap::new()
+    let got = vmap()
         .try_call(|v| gradients_of(case, &floats, v), &refs)
         .map_err(|e| format!("{label} (per-sample gradients): {e}"))?;
     for (k, &i) in floats.iter().enumerate() {

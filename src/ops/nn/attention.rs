@@ -32,7 +32,9 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::smallvec;
 
-use super::attention_backward::{pack_len, unfused, SdpaBackward, Unfused};
+use super::attention_backward::{pack_len, unfused, unfused_over, SdpaBackward, Unfused};
+use crate::core::{BatchContext, Batched, Randomness};
+use crate::ops::batching::{materialize, with_example_rank};
 use crate::ops::OpAttributes;
 use crate::error::{check_dtypes, Error, Result};
 use crate::fallible::fallible;
@@ -400,6 +402,29 @@ fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a 
     }
 }
 
+/// The inputs of an attention op over a batch (`q`, `k`, `v`, the mask if
+/// `masked`, then the backward's output gradient if any): each made
+/// batched, since the op pairs the leading axes of `q`, `k` and `v` one to
+/// one, except the mask, which broadcasts: a batched one gets unit axes
+/// after its batch axis (as many as it lacks of `q`'s rank), a shared one
+/// stays as it is.
+pub(super) fn batched_inputs<'g>(inputs: &[Batched<'g>], masked: bool, ctx: &BatchContext) -> Result<Vec<Var<'g>>> {
+    let rank = inputs[0].example_rank();
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| if masked && i == 3 { with_example_rank(x, rank) } else { materialize(x, ctx) })
+        .collect()
+}
+
+/// Whether attention with `cfg` over a batch needs the unfused
+/// composition: a dropout whose one mask every example shares
+/// (`Randomness::Same`), which the fused kernels, drawing over every
+/// element of the batch's weights, cannot repeat.
+pub(super) fn shares_dropout(cfg: &Config, ctx: &BatchContext) -> bool {
+    cfg.dropout.is_some_and(|(p, _)| p > 0.0) && ctx.randomness == Randomness::Same
+}
+
 impl ScaledDotProductAttention {
     /// The logsumexp of the forward that produced `out`, saved or recomputed.
     fn lse(&self, inputs: &[&Tensor], out: &Tensor) -> Result<Tensor> {
@@ -510,6 +535,22 @@ impl StructuredOp for ScaledDotProductAttention {
                 tv.as_ref().map(|tv| u.dropped(&u.p)?.try_matmul(tv)),
             ],
         )
+    }
+    /// The fused op over the batched inputs (a fresh instance: the
+    /// logsumexp it saves is the batch's). Its dropout mask is drawn over
+    /// every element of the batch's weights, so under
+    /// `Randomness::Different` each example has its own (the first
+    /// example's is the one it has alone); under `Same` the unfused
+    /// composition with one example's mask, broadcast.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let args = batched_inputs(x, x.len() == 4, ctx)?;
+        if shares_dropout(&self.cfg, ctx) {
+            let u = unfused_over(&self.cfg, &args[0], &args[1], args.get(3), 1)?;
+            return Ok(Batched::along_batch(u.dropped(&u.p)?.try_matmul(&args[2])?));
+        }
+        let op = ScaledDotProductAttention { cfg: self.cfg, saved: Some(Arc::new(Mutex::new(None))) };
+        let refs: Vec<&Var<'g>> = args.iter().collect();
+        Ok(Batched::along_batch(args[0].graph().record(op, &refs)?))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

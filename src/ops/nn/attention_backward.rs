@@ -17,7 +17,8 @@ use smallvec::smallvec;
 
 use std::borrow::Cow;
 
-use super::attention::{additive_mask, fused_backward, fused_forward, sample, Config};
+use super::attention::{additive_mask, batched_inputs, fused_backward, fused_forward, sample, shares_dropout, Config};
+use crate::core::{BatchContext, Batched};
 use crate::ops::OpAttributes;
 use crate::kernels::mask::{compare, Comparison};
 use crate::kernels::reduce_minmax::amax;
@@ -73,6 +74,19 @@ pub(super) struct Unfused<'g> {
 
 /// Builds the weights of the unfused composition.
 pub(super) fn unfused<'g>(cfg: &Config, q: &Var<'g>, k: &Var<'g>, mask: Option<&Var<'g>>) -> Result<Unfused<'g>> {
+    unfused_over(cfg, q, k, mask, 0)
+}
+
+/// [`unfused`] whose first `shared` axes (a `vmap` batch whose examples
+/// draw the same numbers) share one dropout mask: the one drawn for the
+/// weights' shape without them, broadcast.
+pub(super) fn unfused_over<'g>(
+    cfg: &Config,
+    q: &Var<'g>,
+    k: &Var<'g>,
+    mask: Option<&Var<'g>>,
+    shared: usize,
+) -> Result<Unfused<'g>> {
     let e = q.shape().last().copied().unwrap_or(1);
     let scale = cfg.scale.unwrap_or(1.0 / (e as f64).sqrt());
     let mut s = q.try_matmul_transposed(k, false, true)?.mul_scalar(scale);
@@ -111,12 +125,13 @@ pub(super) fn unfused<'g>(cfg: &Config, q: &Var<'g>, k: &Var<'g>, mask: Option<&
     }
     let keep = match cfg.dropout.filter(|&(p, _)| p > 0.0) {
         Some((pr, seed)) => {
-            let total: usize = shape.iter().product();
+            let drawn = &shape[shared..];
+            let total: usize = drawn.iter().product();
             let inv = 1.0 / (1.0 - pr);
             let m: Vec<f64> = (0..total as u64)
                 .map(|i| if keeps(seed, pr, i) { inv } else { 0.0 })
                 .collect();
-            Some(graph.constant(Tensor::from_f64_slice(&m, &shape, q.dtype())?))
+            Some(graph.constant(Tensor::from_f64_slice(&m, drawn, q.dtype())?))
         }
         None => None,
     };
@@ -156,6 +171,18 @@ impl<'g> Unfused<'g> {
                 tm.map(|tm| tm.try_expand(&shape)),
             ],
         )
+    }
+
+    /// The first-order gradients `(dQ, dK, dV)` given the output's
+    /// gradient `d_o`, with `Var` ops.
+    pub fn grads(&self, q: &Var<'g>, k: &Var<'g>, v: &Var<'g>, d_o: &Var<'g>) -> Result<[Var<'g>; 3]> {
+        let dp = self.dropped(&d_o.try_matmul_transposed(v, false, true)?)?;
+        let ds = self.softmax_tangent(&dp)?;
+        Ok([
+            ds.try_matmul(k)?.mul_scalar(self.scale),
+            ds.try_matmul_transposed(q, true, false)?.mul_scalar(self.scale),
+            self.dropped(&self.p)?.try_matmul_transposed(d_o, true, false)?,
+        ])
     }
 
     /// The gradient of the mask given the output's gradient `g`: `dS`
@@ -307,6 +334,35 @@ impl StructuredOp for SdpaBackward {
         let packed = Var::try_cat(&[&flat(&dq)?, &flat(&dk)?, &flat(&dv)?], 0)?;
         debug_assert_eq!(packed.shape(), out.shape());
         Ok(Some(packed))
+    }
+    /// The fused op over the batched inputs (with nothing saved: the
+    /// forward's output and logsumexp held are the first example's), its
+    /// packed `[dq, dk, dv]` of the whole batch cut and packed again per
+    /// example, `[B, |dq| + |dk| + |dv|]`. A dropout every example shares
+    /// (`Randomness::Same`): the unfused gradients, as the forward's rule.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let masked = x.len() == 5;
+        let args = batched_inputs(x, masked, ctx)?;
+        let (q, k, v, d_o) = (&args[0], &args[1], &args[2], &args[args.len() - 1]);
+        let parts = if shares_dropout(&self.cfg, ctx) {
+            unfused_over(&self.cfg, q, k, masked.then(|| &args[3]), 1)?.grads(q, k, v, d_o)?
+        } else {
+            let op = SdpaBackward { cfg: self.cfg, saved: None };
+            let refs: Vec<&Var<'g>> = args.iter().collect();
+            let packed = q.graph().record(op, &refs)?;
+            let (nq, nk, nv) = (q.value().numel(), k.value().numel(), v.value().numel());
+            [
+                packed.try_narrow(0, 0, nq)?,
+                packed.try_narrow(0, nq as isize, nk)?,
+                packed.try_narrow(0, (nq + nk) as isize, nv)?,
+            ]
+        };
+        let batch = ctx.size;
+        let rows = parts
+            .iter()
+            .map(|p| p.reshape_dims(&[batch, p.value().numel() / batch]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Batched::along_batch(Var::try_cat(&[&rows[0], &rows[1], &rows[2]], 1)?))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -174,6 +174,9 @@ impl ConvProduct for Conv {
     fn spec(&self) -> &ConvSpec {
         &self.spec
     }
+    fn with_spec(&self, spec: ConvSpec) -> Self {
+        Conv { spec }
+    }
 }
 
 impl BiasedConv for Conv {

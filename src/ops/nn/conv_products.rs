@@ -8,14 +8,17 @@
 //! gradient of any of them with respect to an operand is the op that makes
 //! that operand's slot, fed the output gradient in the op's own slot and the
 //! other operand: so the three are closed under differentiation, and one
-//! rule ([`grad`], [`grad_fast`], [`tangent`]) serves all of them.
+//! rule ([`grad`], [`grad_fast`], [`tangent`]) serves all of them. Their
+//! batching rule ([`batch`]) is shared too.
 
 use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
 use super::conv_spec::{split_inputs, ConvSpec};
 use super::conv_transpose::ConvTranspose;
 use super::conv_weight::ConvWeight;
+use crate::core::{BatchContext, Batched};
 use crate::error::Result;
 use crate::graph::Var;
+use crate::ops::batching::{fold, materialize, unfold};
 use crate::ops::{Node, StructuredOp};
 use crate::kernels::nn::conv::{conv2d_forward, conv2d_input_grad, ConvGeometry};
 use crate::tensor::{Dims, Tensor};
@@ -50,6 +53,8 @@ pub(super) trait ConvProduct: StructuredOp {
     const MAKES: Slot;
     /// The convolution's settings.
     fn spec(&self) -> &ConvSpec;
+    /// The same op with the settings `spec`.
+    fn with_spec(&self, spec: ConvSpec) -> Self;
 }
 
 /// The [`StructuredOp`] methods every convolution op shares, inside its
@@ -69,6 +74,13 @@ macro_rules! conv_product_rules {
         }
         fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
             Some(products::grad_fast(self, i, g, x))
+        }
+        fn batch<'g>(
+            &self,
+            x: &[crate::core::Batched<'g>],
+            ctx: &crate::core::BatchContext,
+        ) -> Result<crate::core::Batched<'g>> {
+            products::batch(self, x, ctx)
         }
     };
     (with_bias) => {
@@ -199,4 +211,80 @@ pub(super) fn tangent<'g, O: ConvProduct>(op: &O, i: usize, t: &Var<'g>, n: Node
     let mut args = [n.x(0), n.x(1)];
     args[i] = t;
     t.graph().record(op.clone(), &args)
+}
+
+/// [`StructuredOp::batch`] of a convolution op (inputs: two operands in
+/// [`Slot::operands`] order, then an optional bias).
+///
+/// - A shared weight (and bias) with a batched image operand: the batch
+///   folded into the images, `[B, N, C, ...]` as `[B * N, C, ...]`, one
+///   convolution.
+/// - Otherwise (per-example weights, as an ensemble's forward or per-sample
+///   weight gradients have): one grouped convolution, as `torch.func`
+///   does. Example `b`'s channels become channel block `b` of every image,
+///   `[B, N, C, ...]` as `[N, B * C, ...]`, and per-example weights stack
+///   along their first axis, `[B, C_out, ...]` as `[B * C_out, ...]`;
+///   with `B * groups` groups, block `b` of the output is example `b`'s
+///   result, since each group reads only its own block. A bias is added
+///   after, per example.
+pub(super) fn batch<'g, O: ConvProduct>(
+    op: &O,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let batch = ctx.size;
+    let spatial = op.spec().spatial;
+    let (a, b, bias) = (&inputs[0], &inputs[1], inputs.get(2));
+    if O::MAKES != Slot::W && !b.batched && !bias.is_some_and(|c| c.batched) {
+        let mut args = vec![fold(&a.value)?, b.value.clone()];
+        args.extend(bias.map(|c| c.value.clone()));
+        let refs: Vec<&Var<'g>> = args.iter().collect();
+        return unfold(&a.value.graph().record(op.clone(), &refs)?, batch);
+    }
+    let spec = ConvSpec {
+        groups: op.spec().groups * batch,
+        ..op.spec().clone()
+    };
+    let a = into_channels(&materialize(a, ctx)?)?;
+    if O::MAKES == Slot::W {
+        // The operands are both images (input and output gradient): the
+        // result, `[B * C_out, ...]`, is already per example.
+        let b = into_channels(&materialize(b, ctx)?)?;
+        return unfold(&a.graph().record(op.with_spec(spec), &[&a, &b])?, batch);
+    }
+    let w = fold(&materialize(b, ctx)?)?;
+    let out = out_of_channels(&a.graph().record(op.with_spec(spec), &[&a, &w])?, batch)?;
+    let out = match bias {
+        None => out,
+        Some(c) if c.batched => {
+            // [B, C] as [B, 1, C, 1...] against [B, N, C, spatial...].
+            let mut dims = vec![batch, 1, c.value.shape()[1]];
+            dims.extend(std::iter::repeat_n(1, spatial));
+            out.try_add(&c.value.reshape_dims(&dims)?)?
+        }
+        Some(c) => out.try_add(&bias_view(&c.value, spatial)?)?,
+    };
+    Ok(Batched::along_batch(out))
+}
+
+/// Batched images `[B, N, C, spatial...]` as the channel blocks of `N`
+/// images: `[N, B * C, spatial...]`.
+fn into_channels<'g>(x: &Var<'g>) -> Result<Var<'g>> {
+    let shape = x.shape().to_vec();
+    let mut order: Vec<isize> = (0..shape.len() as isize).collect();
+    order.swap(0, 1);
+    let mut dims = vec![shape[1], shape[0] * shape[2]];
+    dims.extend_from_slice(&shape[3..]);
+    x.try_permute(&order)?.reshape_dims(&dims)
+}
+
+/// [`into_channels`] undone: `[N, B * C, spatial...]` back to
+/// `[B, N, C, spatial...]`.
+fn out_of_channels<'g>(y: &Var<'g>, batch: usize) -> Result<Var<'g>> {
+    let shape = y.shape().to_vec();
+    let mut dims = vec![shape[0], batch, shape[1] / batch];
+    dims.extend_from_slice(&shape[2..]);
+    let mut order: Vec<isize> = (0..dims.len() as isize).collect();
+    order.swap(0, 1);
+    y.reshape_dims(&dims)?.try_permute(&order)
 }

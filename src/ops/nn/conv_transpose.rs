@@ -117,6 +117,9 @@ impl ConvProduct for ConvTranspose {
     fn spec(&self) -> &ConvSpec {
         &self.spec
     }
+    fn with_spec(&self, spec: ConvSpec) -> Self {
+        ConvTranspose { spec }
+    }
 }
 
 impl BiasedConv for ConvTranspose {

@@ -74,6 +74,12 @@ impl ConvProduct for ConvWeight {
     fn spec(&self) -> &ConvSpec {
         &self.spec
     }
+    fn with_spec(&self, spec: ConvSpec) -> Self {
+        ConvWeight {
+            spec,
+            kernel: self.kernel,
+        }
+    }
 }
 
 impl StructuredOp for ConvWeight {

@@ -3,7 +3,8 @@
 //! (`kernels::nn::sparse::keeps`). The map is linear with a fixed mask, so
 //! the backward and the tangent rule are the same dropout (same seed)
 //! applied to the gradient or tangent: nothing is stored, and gradients of
-//! gradients come for free.
+//! gradients come for free. Under `vmap` the mask follows the batch's
+//! [`Randomness`]: one mask for every example, or one per example.
 
 use crate::ops::declare_op;
 use crate::fallible::fallible;
@@ -11,7 +12,8 @@ use crate::fallible::fallible;
 use crate::error::{Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::sparse;
-use crate::core::OpAttributes;
+use crate::core::{sample_tensor, BatchContext, Batched, OpAttributes, OpFacts, Randomness};
+use crate::ops::batching::on_leading_axes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -73,6 +75,32 @@ impl StructuredOp for Dropout {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, _: Node<'_, 'g>) -> Result<Var<'g>> {
         // A fixed mask: the backward is the same dropout.
         g.graph().record(*self, &[g])
+    }
+    /// `Different`: the op over the whole batch, whose mask is drawn over
+    /// every element, so each example has its own (the first example's is
+    /// the one it would have alone). `Same`: one example's mask, the op on
+    /// ones of one example's shape (`0` or `1 / (1 - p)`), times every
+    /// example. Its backward and tangent follow from the ops recorded
+    /// (the op again over the batch's gradient, or a product with the
+    /// mask), with the same masks.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        if ctx.randomness != Randomness::Same {
+            return on_leading_axes(self, x);
+        }
+        let x = &x[0];
+        let graph = x.value.graph();
+        let ones = graph.constant(Tensor::ones(x.example_shape(), x.value.dtype())?);
+        let mask = graph.record(*self, &[&ones])?;
+        Ok(Batched::along_batch(x.value.try_mul(&mask)?))
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(std::sync::Arc::new(Dropout { p: 0.3, seed: 7 })),
+            sample_inputs: Some(|seed| vec![sample_tensor(&[2, 3, 4], seed, 1.0)]),
+            ..OpFacts::opaque(Some(1))
+        }
     }
 }
 
@@ -162,5 +190,51 @@ mod tests {
             Err(Error::InvalidArgument { op: "dropout", .. })
         ));
         assert!(g.apply("dropout", &[&a]).is_ok());
+    }
+
+    #[test]
+    fn vmap_draws_one_mask_or_one_per_example() {
+        use crate::func::VMap;
+        let g = Graph::new();
+        let x = g.variable(Tensor::ones(&[4, 60], DType::F64).unwrap());
+        let run = |randomness| {
+            VMap::new()
+                .randomness(randomness)
+                .try_call(|v| Ok(vec![v[0].try_dropout(0.4, true, 3)?]), &[&x])
+                .map(|mut out| out.remove(0))
+        };
+        let rows = |y: &Var<'_>| -> Vec<Vec<f64>> {
+            let v = y.value().to_f64_vec();
+            v.chunks(60).map(<[f64]>::to_vec).collect()
+        };
+        let alone = g
+            .variable(Tensor::ones(&[60], DType::F64).unwrap())
+            .dropout(0.4, true, 3)
+            .value()
+            .to_f64_vec();
+        // Kept values are scaled by 1 / (1 - p), the others zero.
+        let scaled = |r: &[f64]| r.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.6).abs() < 1e-12);
+
+        let same = run(Randomness::Same).unwrap();
+        assert_eq!(same.shape(), &[4, 60]);
+        for r in rows(&same) {
+            assert_eq!(r, alone);
+        }
+        let different = run(Randomness::Different).unwrap();
+        let r = rows(&different);
+        assert!(r.iter().all(|r| scaled(r)));
+        assert!(r[0].iter().any(|&v| v == 0.0) && r[0].iter().any(|&v| v != 0.0));
+        for i in 0..4 {
+            for j in 0..i {
+                assert_ne!(r[i], r[j], "examples {i} and {j} share a mask");
+            }
+        }
+        // The gradient goes through each example's own mask.
+        let grad = different.sum().backward().unwrap().wrt(&x);
+        assert_eq!(&grad, different.value());
+        let grad = same.sum().backward().unwrap().wrt(&x);
+        assert_eq!(&grad, same.value());
+        // Without a choice, vmap refuses a random op.
+        assert!(run(Randomness::Error).is_err());
     }
 }

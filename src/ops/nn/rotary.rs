@@ -17,10 +17,11 @@
 use std::sync::Arc;
 
 use super::batch_norm::sample;
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
+use crate::ops::batching::on_leading_axes;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Element, Tensor};
@@ -141,6 +142,11 @@ impl StructuredOp for RotaryEmbedding {
             ..*self
         };
         g.graph().record(inverse, &[g])
+    }
+    /// Rows turn by their position along the second-to-last axis, and the
+    /// batch axis leads: the op as it is.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        on_leading_axes(self, x)
     }
     fn facts(&self) -> OpFacts {
         OpFacts {

@@ -10,9 +10,12 @@
 use crate::ops::declare_op;
 use std::sync::Arc;
 
-use super::geometry::{adaptive, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
+use super::geometry::{
+    adaptive, batch_planes, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE,
+};
 use super::Pooling2d;
 use crate::ops::nn::Spatial;
+use crate::core::{BatchContext, Batched};
 use crate::ops::OpAttributes;
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
@@ -271,6 +274,9 @@ impl StructuredOp for AvgPool2d {
     fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         Some(spread(&self.windows, g, x[0]))
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_planes(self.clone(), x, ctx)
+    }
     fn facts(&self) -> OpFacts {
         let example = Arc::new(AvgPool2d {
             windows: self.windows.example(),
@@ -300,6 +306,9 @@ impl StructuredOp for AvgPool2dBackward {
     }
     fn grad_fast(&self, _: usize, g2: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
         Some(pool(&self.windows, g2))
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_planes(self.clone(), x, ctx)
     }
     fn facts(&self) -> OpFacts {
         let windows = self.windows.example();

@@ -1,7 +1,8 @@
 //! What the 2-d poolings share: the checks of an `[N, C, H, W]` or
 //! `[C, H, W]` input, the sliding ([`Sliding`]) and adaptive windows, the
-//! window plan handed to the kernels (`kernels::nn::pool`), and the facts
-//! and sample inputs of the structured suites.
+//! window plan handed to the kernels (`kernels::nn::pool`), the facts
+//! and sample inputs of the structured suites, and the batching rule
+//! ([`batch_planes`]).
 
 use std::sync::Arc;
 
@@ -13,6 +14,9 @@ use super::super::spatial::{check_rank, check_same_dtype, Spatial, Window};
 use crate::core::OpAttributes;
 use crate::error::{Error, Result};
 use crate::kernels::nn::pool::{Axis, Plan2d};
+use crate::core::{BatchContext, Batched};
+use crate::graph::Var;
+use crate::ops::batching::{fold, materialize, unfold};
 use crate::ops::{Differentiable, OpFacts};
 use crate::tensor::shape::checked_numel;
 use crate::tensor::{Dims, Tensor};
@@ -228,6 +232,39 @@ pub(super) fn adaptive(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<
     let out_shape = out_shape(op, &prefix, out)?;
     let axis = |d: usize| Axis::adaptive(hw[d], if planes == 0 { 0 } else { out[d] });
     Ok(Geometry::of(out_shape, planes, axis))
+}
+
+/// The batching rule of every pooling op (`op` a fresh instance: no saved
+/// argmax positions, which belong to the first example's forward): a
+/// pooling treats every leading axis as planes, so a batch of `[C, H, W]`
+/// examples is already a valid `[N, C, H, W]` input, and a batch of
+/// `[N, C, H, W]` examples is folded into `N` and back. Every input (the
+/// pooled value, and for the backward ops the value it is read with) is
+/// made batched, so the planes pair up.
+pub(super) fn batch_planes<'g, O: Differentiable>(
+    op: O,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let folded = inputs[0].example_rank() == 4;
+    let values = inputs
+        .iter()
+        .map(|x| {
+            let x = materialize(x, ctx)?;
+            if folded {
+                fold(&x)
+            } else {
+                Ok(x)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Var<'g>> = values.iter().collect();
+    let out = refs[0].graph().record(op, &refs)?;
+    if folded {
+        unfold(&out, ctx.size)
+    } else {
+        Ok(Batched::along_batch(out))
+    }
 }
 
 /// The facts of a pooling op: every one has tangents and second

@@ -13,8 +13,9 @@ use crate::ops::declare_op;
 use std::sync::Arc;
 
 use super::avg_pool::{avg_pool2d_adjoint, AvgPool2dOptions};
-use super::geometry::{facts, sliding_window_setters, smooth, Sliding, SAMPLE_SHAPE};
+use super::geometry::{batch_planes, facts, sliding_window_setters, smooth, Sliding, SAMPLE_SHAPE};
 use super::Pooling2d;
+use crate::core::{BatchContext, Batched};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -144,6 +145,9 @@ impl StructuredOp for LpPool2d {
         let (x, y, p) = (n.x(0), n.output, self.opts.norm_type);
         let pooled = t.try_mul(&x.powf(p - 1.0))?.try_avg_pool2d(&self.opts.avg())?;
         pooled.try_mul(&(y.powf(1.0 - p) * self.opts.area()))
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_planes(self.clone(), x, ctx)
     }
     fn facts(&self) -> OpFacts {
         let example = LpPool2d {

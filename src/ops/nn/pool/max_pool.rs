@@ -19,9 +19,11 @@
 use crate::ops::declare_op;
 use std::sync::{Arc, Mutex};
 
-use super::geometry::{distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE};
+use super::geometry::{
+    batch_planes, distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE,
+};
 use super::Pooling2d;
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::{Error, Result};
 use crate::fallible::fallible;
 use crate::graph::Var;
@@ -235,6 +237,10 @@ impl StructuredOp for MaxPool2d {
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         self.record_at_argmax::<false>(tx, n)
     }
+    /// A fresh instance: the indices it saves are the batch's own.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_planes(MaxPool2d::new(self.opts.clone()), x, ctx)
+    }
     fn facts(&self) -> OpFacts {
         facts(Arc::new(MaxPool2d::new(example_options())), 1, |seed| {
             vec![distinct(&SAMPLE_SHAPE, seed)]
@@ -386,6 +392,15 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
     fn tangent<'g>(&self, _: usize, ta: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(1);
         ta.graph().record(self.at::<SCATTER>(x.value())?, &[ta, x])
+    }
+    /// The indices held are the first example's: recomputed from the
+    /// batch's `x` instead.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let op = MaxPool2dAtArgmax::<SCATTER> {
+            opts: self.opts.clone(),
+            indices: None,
+        };
+        batch_planes(op, x, ctx)
     }
     fn facts(&self) -> OpFacts {
         let example = MaxPool2dAtArgmax::<SCATTER> {
