@@ -1,10 +1,12 @@
 //! Reductions over every element: `sum` and `mean`.
 
-use crate::ops::declare_op;
-use super::{Node, OpRegistry, StructuredOp};
+use super::reduce_axes::{every_axis, reduction_facts, MeanDim, SumDim};
+use super::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
+use crate::ops::declare_op;
 use crate::tensor::Tensor;
 
 /// The sum of every element, as a 0-d tensor.
@@ -18,6 +20,13 @@ impl StructuredOp for Sum {
     }
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         g.try_expand(n.x(0).shape())
+    }
+    // Each example's sum: a sum over every axis but the batch axis.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        SumDim::over(&every_axis(x[0].example_rank()), false).on_examples(&x[0])
+    }
+    fn facts(&self) -> OpFacts {
+        reduction_facts(None, sample_2x3)
     }
 }
 
@@ -37,6 +46,19 @@ impl StructuredOp for Mean {
         let count = x.value().numel() as f64;
         g.mul_scalar(1.0 / count).try_expand(x.shape())
     }
+    // Each example's mean: a mean over every axis but the batch axis.
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        MeanDim::over(&every_axis(x[0].example_rank()), false).on_examples(&x[0])
+    }
+    fn facts(&self) -> OpFacts {
+        reduction_facts(None, sample_2x3)
+    }
+}
+
+/// The sample input of an all-element reduction: a `[2, 3]` tensor of
+/// distinct values.
+pub(crate) fn sample_2x3(seed: u64) -> Vec<Tensor> {
+    vec![sample_tensor(&[2, 3], seed, 1.0)]
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

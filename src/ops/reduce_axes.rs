@@ -7,12 +7,14 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
-use crate::ops::declare_op;
 use crate::fallible::fallible;
+use crate::ops::declare_op;
 use smallvec::SmallVec;
 
+use super::batching::example_axis;
 use super::reduce_view::{broadcastable, broadcastable_over};
-use super::{Node, StructuredOp};
+use super::{Node, OpFacts, StructuredOp};
+use crate::core::{sample_tensor, BatchContext, Batched};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels;
@@ -22,6 +24,42 @@ use crate::tensor::Tensor;
 /// A list of axes as given (negative axes count from the end).
 pub type Axes = SmallVec<[isize; 4]>;
 
+/// `axes` of one example of rank `example_rank` as axes of its batched
+/// value (each one past the example's own, negative ones counted from the
+/// example's end): the batching rule of a reduction over axes.
+pub(crate) fn batched_axes(axes: &[isize], example_rank: usize) -> Axes {
+    axes.iter()
+        .map(|&a| example_axis(a, example_rank))
+        .collect()
+}
+
+/// Every axis of a value of rank `rank`: an all-element reduction as a
+/// reduction over axes (whose batching rule reduces each example).
+pub(crate) fn every_axis(rank: usize) -> Axes {
+    (0..rank as isize).collect()
+}
+
+/// The facts of a reduction of one float input: a tangent, a second
+/// derivative, `example` as the instance to try (the registry's instance
+/// of a reduction over axes reduces none) and its sample inputs.
+pub(crate) fn reduction_facts(
+    example: Option<std::sync::Arc<dyn crate::Differentiable>>,
+    sample_inputs: crate::core::SampleInputs,
+) -> OpFacts {
+    OpFacts {
+        tangent: true,
+        second_derivative: true,
+        example,
+        sample_inputs: Some(sample_inputs),
+        ..OpFacts::opaque(Some(1))
+    }
+}
+
+/// The sample input of a reduction: a `[2, 3, 4]` tensor of distinct values.
+pub(crate) fn sample_2x3x4(seed: u64) -> Vec<Tensor> {
+    vec![sample_tensor(&[2, 3, 4], seed, 1.0)]
+}
+
 /// The number of elements reduced into each output element.
 fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
     axes.iter().map(|&a| shape[a]).product::<usize>() as f64
@@ -29,17 +67,25 @@ fn lane_len(shape: &[usize], axes: &[usize]) -> f64 {
 
 /// Declares a reduction over a list of axes: its two settings (`axes`,
 /// `keepdim`) and the constructor from a caller's axes, written once for
-/// every such reduction (here and in `reduce_minmax.rs`). `Op = "name" {
-/// .. }` also writes its [`StructuredOp`] impl: one input, the two
-/// settings as its attributes (`declare_op!`), named `name`, with the
-/// items in braces (`forward`, `grad`, ...).
+/// every such reduction (here and in `reduce_minmax.rs`), with
+/// `on_examples`, the reduction of each example of a batch. `Op = "name"
+/// (example) { .. }` also writes its [`StructuredOp`] impl: one input, the
+/// two settings as its attributes (`declare_op!`), named `name`, its
+/// batching rule and facts (`example`, an instance to try, and sample
+/// inputs), with the items in braces (`forward`, `grad`, ...).
 macro_rules! axes_reduction {
-    ($(#[$m:meta])* $op:ident = $name:literal { $($rules:tt)* }) => {
+    ($(#[$m:meta])* $op:ident = $name:literal($example:expr) { $($rules:tt)* }) => {
         axes_reduction!($(#[$m])* $op);
 
         impl StructuredOp for $op {
             $crate::ops::declare_op!($name(input), settings(ints axes, bool keepdim));
             $($rules)*
+            fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+                self.on_examples(&x[0])
+            }
+            fn facts(&self) -> OpFacts {
+                reduction_facts(Some(std::sync::Arc::new($example)), sample_2x3x4)
+            }
         }
     };
     ($(#[$m:meta])* $op:ident) => {
@@ -59,6 +105,21 @@ macro_rules! axes_reduction {
                     axes: Axes::from_slice(axes),
                     keepdim,
                 }
+            }
+
+            /// The reduction of each example of a batch (`x` carries the
+            /// batch): the same reduction over the example's axes, moved
+            /// past the batch axis.
+            pub(crate) fn on_examples<'g>(
+                &self,
+                x: &$crate::core::Batched<'g>,
+            ) -> $crate::error::Result<$crate::core::Batched<'g>> {
+                let op = $op {
+                    axes: $crate::ops::reduce_axes::batched_axes(&self.axes, x.example_rank()),
+                    keepdim: self.keepdim,
+                };
+                let out = x.value.graph().record(op, &[&x.value])?;
+                Ok($crate::core::Batched::along_batch(out))
             }
         }
     };
@@ -87,7 +148,7 @@ pub(crate) use axes_reduction_methods;
 
 axes_reduction! {
     /// The sum over `axes` (PyTorch's `sum.dim_IntList`), accumulated in f64.
-    SumDim = "sum_dim" {
+    SumDim = "sum_dim"(SumDim::over(&[-1], false)) {
         const LINEAR: &'static [usize] = &[0];
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
             kernels::sum_axes(Self::NAME, x[0], &self.axes, self.keepdim)
@@ -102,7 +163,7 @@ axes_reduction! {
 axes_reduction! {
     /// The mean over `axes` (PyTorch's `mean.dim`), accumulated in f64; NaN
     /// for an empty reduction.
-    MeanDim = "mean_dim" {
+    MeanDim = "mean_dim"(MeanDim::over(&[0, 2], true)) {
         const LINEAR: &'static [usize] = &[0];
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
             kernels::mean_axes(Self::NAME, x[0], &self.axes, self.keepdim)
@@ -169,12 +230,30 @@ impl StructuredOp for Variance {
         let scaled = self.centered_scaled(x, &axes)?.try_mul(t)?;
         scaled.try_sum_axes(&self.axes, self.keepdim)
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+        let x = &x[0];
+        let op = Variance {
+            axes: batched_axes(&self.axes, x.example_rank()),
+            ..self.clone()
+        };
+        Ok(Batched::along_batch(
+            x.value.graph().record(op, &[&x.value])?,
+        ))
+    }
+    fn facts(&self) -> OpFacts {
+        let example = Variance {
+            axes: Axes::from_slice(&[-1, 0]),
+            correction: 1.0,
+            keepdim: true,
+        };
+        reduction_facts(Some(std::sync::Arc::new(example)), sample_2x3x4)
+    }
 }
 
 axes_reduction! {
     /// `log(sum(exp(x)))` over `axes`, shifted by the maximum so it never
     /// overflows (finite for inputs of ±1e4). Its gradient is the softmax.
-    LogSumExp = "logsumexp" {
+    LogSumExp = "logsumexp"(LogSumExp::over(&[1], false)) {
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
             kernels::reduce_stats::logsumexp(Self::NAME, x[0], &self.axes, self.keepdim)
         }

@@ -8,12 +8,20 @@
 //! size 0 is an error. `argmax`/`argmin` return indices as constants (no
 //! gradient), the first occurrence winning a tie.
 
-use crate::ops::OpAttributes;
-use crate::fallible::fallible;
+use std::sync::Arc;
 
-use super::reduce_axes::{axes_reduction, axes_reduction_methods, Axes};
+use crate::fallible::fallible;
+use crate::ops::OpAttributes;
+
+use super::batching::{example_axis, materialize};
+use super::reduce::sample_2x3;
+use super::reduce_axes::{
+    axes_reduction, axes_reduction_methods, batched_axes, every_axis, reduction_facts,
+    sample_2x3x4, Axes,
+};
 use super::reduce_view::broadcastable_over;
-use super::{Node, OpRegistry, StructuredOp};
+use super::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::core::{BatchContext, Batched, Differentiable};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::reduce_minmax;
@@ -34,9 +42,18 @@ struct Extremum<'a, 'g> {
 impl<'a, 'g> Extremum<'a, 'g> {
     fn new(op: &'static str, n: Node<'a, 'g>, (axes, keepdim): (Axes, bool)) -> Result<Self> {
         let x = &n.inputs[0];
-        let w = reduce_minmax::tie_weights(op, x.value(), n.output.value(), &axes)?;
-        let weights = Var::constant_in(x.graph(), w);
-        Ok(Extremum { op, x, axes, keepdim, weights })
+        let weights = TieWeights {
+            op,
+            axes: axes.clone(),
+        }
+        .record(x, n.output)?;
+        Ok(Extremum {
+            op,
+            x,
+            axes,
+            keepdim,
+            weights,
+        })
     }
 
     /// Backward: the gradient spread over the elements that attain it.
@@ -47,25 +64,69 @@ impl<'a, 'g> Extremum<'a, 'g> {
 
     /// Tangent: the mean of the tangent over the elements that attain it.
     fn gather(&self, t: &Var<'g>) -> Result<Var<'g>> {
-        t.try_mul(&self.weights)?.try_sum_axes(&self.axes, self.keepdim)
+        t.try_mul(&self.weights)?
+            .try_sum_axes(&self.axes, self.keepdim)
+    }
+}
+
+/// The weights of [`Extremum`] (`reduce_minmax::tie_weights`) from the
+/// input and the extremum over `axes`, as an op: a trace then keeps where
+/// they come from, so that `vmap` of a gradient gives each example the
+/// weights of its own input (a constant would be the first example's).
+/// Recorded without a node, as a constant: the weights are piecewise
+/// constant, with no gradient.
+#[derive(Clone, Debug)]
+struct TieWeights {
+    /// The extremum's name, for errors.
+    op: &'static str,
+    axes: Axes,
+}
+
+impl TieWeights {
+    /// The weights of `x`'s elements given its `extremum`, a constant.
+    fn record<'g>(self, x: &Var<'g>, extremum: &Var<'g>) -> Result<Var<'g>> {
+        let graph = x.graph();
+        graph.no_grad(|| graph.record(self, &[x, extremum]))
+    }
+}
+
+impl StructuredOp for TieWeights {
+    crate::ops::declare_op!("tie_weights"(input, extremum), no_grad[0, 1], settings(ints axes));
+    fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
+        reduce_minmax::tie_weights(self.op, x[0], x[1], &self.axes)
+    }
+    // Both inputs with the batch (the extremum has one element per lane,
+    // so it cannot broadcast), the axes past it.
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        let op = TieWeights {
+            op: self.op,
+            axes: batched_axes(&self.axes, x[0].example_rank()),
+        };
+        let (input, extremum) = (materialize(&x[0], ctx)?, materialize(&x[1], ctx)?);
+        Ok(Batched::along_batch(op.record(&input, &extremum)?))
     }
 }
 
 macro_rules! extremum_op {
-    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, all) => {
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, all($over_axes:ident)) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $op;
 
         impl $op {
             fn axes_keepdim(&self, rank: usize) -> (Axes, bool) {
-                ((0..rank as isize).collect(), false)
+                (every_axis(rank), false)
+            }
+
+            /// Each example's extremum: one over every axis but the batch axis.
+            fn on_examples<'g>(&self, x: &Batched<'g>) -> Result<Batched<'g>> {
+                $over_axes::over(&every_axis(x.example_rank()), false).on_examples(x)
             }
         }
 
-        extremum_op!(@impl $op, $name, $kernel, ());
+        extremum_op!(@impl $op, $name, $kernel, reduction_facts(None, sample_2x3), ());
     };
-    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, axes) => {
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, axes($example:expr)) => {
         axes_reduction!($(#[$m])* $op);
 
         impl $op {
@@ -74,9 +135,13 @@ macro_rules! extremum_op {
             }
         }
 
-        extremum_op!(@impl $op, $name, $kernel, (, settings(ints axes, bool keepdim)));
+        extremum_op!(
+            @impl $op, $name, $kernel,
+            reduction_facts(Some(Arc::new($example)), sample_2x3x4),
+            (, settings(ints axes, bool keepdim))
+        );
     };
-    (@impl $op:ident, $name:literal, $kernel:path, ($($settings:tt)*)) => {
+    (@impl $op:ident, $name:literal, $kernel:path, $facts:expr, ($($settings:tt)*)) => {
         impl StructuredOp for $op {
             crate::ops::declare_op!($name(input) $($settings)*);
             fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -91,29 +156,75 @@ macro_rules! extremum_op {
                 let settings = self.axes_keepdim(n.x(0).value().rank());
                 Extremum::new($name, n, settings)?.gather(t)
             }
+            fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+                self.on_examples(&x[0])
+            }
+            fn facts(&self) -> OpFacts {
+                $facts
+            }
         }
     };
 }
 
 extremum_op!(
     /// The maximum of every element, as a 0-d value; ties share the gradient evenly.
-    Max, "max", reduce_minmax::amax, all
+    Max, "max", reduce_minmax::amax, all(Amax)
 );
 extremum_op!(
     /// The minimum of every element, as a 0-d value; ties share the gradient evenly.
-    Min, "min", reduce_minmax::amin, all
+    Min, "min", reduce_minmax::amin, all(Amin)
 );
 extremum_op!(
     /// The maximum over a list of axes; ties share the gradient evenly.
-    Amax, "amax", reduce_minmax::amax, axes
+    Amax, "amax", reduce_minmax::amax, axes(Amax::over(&[1], false))
 );
 extremum_op!(
     /// The minimum over a list of axes; ties share the gradient evenly.
-    Amin, "amin", reduce_minmax::amin, axes
+    Amin, "amin", reduce_minmax::amin, axes(Amin::over(&[0, -1], true))
 );
 
+/// The batching rule of `argmax`/`argmin` (`make` builds the op from its
+/// axis and keepdim) for a batched `x`: along an axis, that axis past the
+/// batch axis; over every element (or a 0-d example's one), along the one
+/// axis of each example flattened, the indices then given the example's
+/// kept unit axes.
+fn arg_on_examples<'g, O: Differentiable>(
+    x: &Batched<'g>,
+    axis: Option<isize>,
+    keepdim: bool,
+    make: impl Fn(Option<isize>, bool) -> O,
+) -> Result<Batched<'g>> {
+    let rank = x.example_rank();
+    let graph = x.value.graph();
+    if let (Some(axis), true) = (axis, rank > 0) {
+        let op = make(Some(example_axis(axis, rank)), keepdim);
+        return Ok(Batched::along_batch(graph.record(op, &[&x.value])?));
+    }
+    let batch = x.value.shape()[0];
+    let flat = x
+        .value
+        .reshape_dims(&[batch, x.example_shape().iter().product()])?;
+    let indices = graph.record(make(Some(1), false), &[&flat])?;
+    if !keepdim {
+        return Ok(Batched::along_batch(indices));
+    }
+    let mut kept = vec![1; rank + 1];
+    kept[0] = batch;
+    Ok(Batched::along_batch(indices.reshape_dims(&kept)?))
+}
+
+/// The sample input of `argmax`/`argmin`: a `[2, 3, 4]` tensor whose
+/// values are distinct quarters (a permutation of 24 of them, from the
+/// seed), so that no lane has a tie and sums of them are exact.
+fn sample_positions(seed: u64) -> Vec<Tensor> {
+    let v = (0..24u64)
+        .map(|i| ((7 * i + 5 * seed) % 24) as f64 / 4.0 - 3.0)
+        .collect();
+    vec![Tensor::from_vec(v, &[2, 3, 4]).expect("a valid shape")]
+}
+
 macro_rules! arg_op {
-    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path) => {
+    ($(#[$m:meta])* $op:ident, $name:literal, $kernel:path, $example:expr) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $op {
@@ -138,17 +249,29 @@ macro_rules! arg_op {
             fn non_float_output(&self) -> bool {
                 true
             }
+            fn batch<'g>(&self, x: &[Batched<'g>], _: &BatchContext) -> Result<Batched<'g>> {
+                arg_on_examples(&x[0], self.axis, self.keepdim, |axis, keepdim| $op { axis, keepdim })
+            }
+            fn facts(&self) -> OpFacts {
+                OpFacts {
+                    // No tangent (zero), not an error.
+                    tangent: true,
+                    example: Some(Arc::new($example)),
+                    sample_inputs: Some(sample_positions),
+                    ..OpFacts::opaque(Some(1))
+                }
+            }
         }
     };
 }
 
 arg_op!(
     /// The index of the maximum (first occurrence), as i64.
-    ArgMax, "argmax", reduce_minmax::argmax
+    ArgMax, "argmax", reduce_minmax::argmax, ArgMax { axis: Some(1), keepdim: false }
 );
 arg_op!(
     /// The index of the minimum (first occurrence), as i64.
-    ArgMin, "argmin", reduce_minmax::argmin
+    ArgMin, "argmin", reduce_minmax::argmin, ArgMin { axis: Some(-1), keepdim: true }
 );
 
 pub(crate) fn register(reg: &mut OpRegistry) {
@@ -194,7 +317,6 @@ impl<'g> Var<'g> {
             self.graph().record(Min, &[self])
         }
     }
-
 }
 
 axes_reduction_methods! {
@@ -243,8 +365,8 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_argmax / argmax(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
-            let t = ArgMax { axis, keepdim }.forward(&[self.value()])?;
-            Ok(Var::constant_in(self.graph(), t))
+            // Recorded: a constant, which a tracing graph (`vmap`) keeps the op of.
+            self.graph().record(ArgMax { axis, keepdim }, &[self])
         }
     }
 
@@ -259,11 +381,9 @@ impl<'g> Var<'g> {
         /// # Ok::<(), retrograd::Error>(())
         /// ```
         pub fn try_argmin / argmin(&self, axis: Option<isize>, keepdim: bool) -> Var<'g> {
-            let t = ArgMin { axis, keepdim }.forward(&[self.value()])?;
-            Ok(Var::constant_in(self.graph(), t))
+            self.graph().record(ArgMin { axis, keepdim }, &[self])
         }
     }
-
 }
 
 #[cfg(test)]
@@ -374,6 +494,38 @@ mod tests {
         assert_eq!(empty.max_axes(&[0], false).shape(), &[0]);
         // Registered by name.
         assert_eq!(g.apply("max", &[&x]).unwrap().value().item(), 2.4);
+    }
+
+    #[test]
+    fn argmax_under_vmap_is_each_examples() {
+        // A batch of 3 examples of shape [2, 3, 4] (the registry sweep
+        // skips ops with an index output).
+        let g = Graph::new();
+        let v: Vec<f64> = (0..72).map(|i| ((i * 29) % 72) as f64 - 30.0).collect();
+        let xs = g.variable(Tensor::from_vec(v, &[3, 2, 3, 4]).unwrap());
+        type Arg = for<'a, 'g> fn(&'a crate::Var<'g>) -> crate::Result<crate::Var<'g>>;
+        let cases: [Arg; 5] = [
+            |x| x.try_argmax(Some(1), false),
+            |x| x.try_argmin(Some(-1), true),
+            |x| x.try_argmax(None, false),
+            |x| x.try_argmin(None, true),
+            |x| x.try_argmax(Some(0), true)?.try_to_dtype(DType::F64),
+        ];
+        for f in cases {
+            let got = crate::func::try_vmap(|v| f(&v[0]), &[&xs]).unwrap();
+            for b in 0..3 {
+                let h = Graph::new();
+                let want = f(&h.variable(xs.value().select(0, b).unwrap().contiguous())).unwrap();
+                let row = got.value().select(0, b).unwrap().contiguous();
+                assert_eq!(row.shape(), want.shape());
+                assert_eq!(row.to_f64_vec(), want.value().to_f64_vec());
+            }
+        }
+        // 0-d examples: one position each.
+        let s = g.variable(Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3]).unwrap());
+        let i = crate::func::try_vmap(|v| v[0].try_argmax(None, true), &[&s]).unwrap();
+        assert_eq!(i.shape(), &[3]);
+        assert_eq!(i.value().to_vec::<i64>().unwrap(), vec![0, 0, 0]);
     }
 
     #[test]

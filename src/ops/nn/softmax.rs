@@ -11,20 +11,28 @@
 use crate::fallible::fallible;
 use smallvec::smallvec;
 
+use std::sync::Arc;
+
 use super::support::{expand_axis, resolve_axis, sum_axis};
-use crate::core::GradInputs;
+use crate::core::{sample_tensor, BatchContext, Batched, GradInputs};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
-use crate::ops::{Node, StructuredOp};
+use crate::ops::batching::{example_axis, materialize};
+use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::Tensor;
 
 /// A softmax-family op: its struct, holding the `axis` it works along
 /// (negative counts from the end; the registry's instance uses -1, the
-/// last), and its [`StructuredOp`] impl with that one setting, the items
-/// in braces giving the rest.
+/// last), and its [`StructuredOp`] impl with that one setting, its
+/// batching rule ([`along_examples`]) and facts (`example_axis`, the axis
+/// of the instance to try, and sample inputs), the items in braces giving
+/// the rest.
 macro_rules! axis_op {
-    ($(#[$doc:meta])* $op:ident = $name:literal($($input:ident),*), $(#[$axis_doc:meta])* { $($rules:tt)* }) => {
+    (
+        $(#[$doc:meta])* $op:ident = $name:literal($($input:ident),*; $example_axis:expr, $sample:expr),
+        $(#[$axis_doc:meta])* { $($rules:tt)* }
+    ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $op {
@@ -41,14 +49,70 @@ macro_rules! axis_op {
         impl StructuredOp for $op {
             crate::ops::declare_op!($name($($input),*), settings(int axis));
             $($rules)*
+            fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+                along_examples(self.axis, x, ctx, |axis, v| v[0].graph().record($op { axis }, v))
+            }
+            fn facts(&self) -> OpFacts {
+                OpFacts {
+                    tangent: true,
+                    second_derivative: true,
+                    example: Some(Arc::new($op { axis: $example_axis })),
+                    sample_inputs: Some($sample),
+                    ..OpFacts::opaque(Some(Self::INPUTS.len()))
+                }
+            }
         }
     };
+}
+
+/// The batching rule of the softmax family: the op (`record`, given its
+/// axis and inputs) on every input with the batch, along the example's
+/// `axis` moved past the batch axis. A 0-d example, whose one axis the op
+/// makes up, gets a unit axis for the op and loses it after.
+fn along_examples<'g>(
+    axis: isize,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+    record: impl Fn(isize, &[&Var<'g>]) -> Result<Var<'g>>,
+) -> Result<Batched<'g>> {
+    let rank = inputs[0].example_rank();
+    let values = inputs
+        .iter()
+        .map(|x| {
+            let v = materialize(x, ctx)?;
+            if rank == 0 {
+                v.try_unsqueeze(1)
+            } else {
+                Ok(v)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Var<'g>> = values.iter().collect();
+    let out = record(example_axis(axis, rank.max(1)), &refs)?;
+    if rank == 0 {
+        return Ok(Batched::along_batch(out.reshape_dims(&[ctx.size])?));
+    }
+    Ok(Batched::along_batch(out))
+}
+
+/// The sample input of `softmax` and `log_softmax`: logits of shape `[2, 3, 2]`.
+fn sample_logits(seed: u64) -> Vec<Tensor> {
+    vec![sample_tensor(&[2, 3, 2], seed, 1.5)]
+}
+
+/// The sample inputs of the backward ops: a gradient and an output of
+/// shape `[2, 3, 2]`.
+fn sample_grad_output(seed: u64) -> Vec<Tensor> {
+    vec![
+        sample_tensor(&[2, 3, 2], seed + 3, 1.0),
+        sample_tensor(&[2, 3, 2], seed, 0.5),
+    ]
 }
 
 axis_op! {
     /// `softmax(x)` along `axis` (negative counts from the end). The registry
     /// holds it with `axis = -1`.
-    Softmax = "softmax"(input),
+    Softmax = "softmax"(input; 1, sample_logits),
     /// The axis the probabilities sum to 1 along.
     {
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -67,7 +131,7 @@ axis_op! {
 
 axis_op! {
     /// `log_softmax(x) = x - logsumexp(x)` along `axis`. The registry holds it with `axis = -1`.
-    LogSoftmax = "log_softmax"(input),
+    LogSoftmax = "log_softmax"(input; -1, sample_logits),
     /// The axis normalised over.
     {
         fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
@@ -88,7 +152,7 @@ axis_op! {
 
 axis_op! {
     /// `y * (g - Σ_axis g y)`: the backward of softmax given its output `y`.
-    SoftmaxBackward = "softmax_backward"(grad, output),
+    SoftmaxBackward = "softmax_backward"(grad, output; 0, sample_grad_output),
     /// The softmax's axis.
     {
         const LINEAR: &'static [usize] = &[0];
@@ -119,7 +183,7 @@ axis_op! {
 
 axis_op! {
     /// `g - e^y Σ_axis g`: the backward of log-softmax given its output `y`.
-    LogSoftmaxBackward = "log_softmax_backward"(grad, output),
+    LogSoftmaxBackward = "log_softmax_backward"(grad, output; 1, sample_grad_output),
     /// The log-softmax's axis.
     {
         const LINEAR: &'static [usize] = &[0];
