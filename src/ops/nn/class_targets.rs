@@ -1,19 +1,23 @@
 //! The part of `cross_entropy` and `nll_loss` (and their backward ops)
 //! that is about targets: the options, where the targets come from (stored
 //! in the op by the `Var` methods, or a tensor of float class indices as the
-//! last input when called through `Graph::apply`), and their validation
-//! against the input's shape.
+//! last input when called through `Graph::apply`), their validation
+//! against the input's shape, the per-lane target weights as a recorded
+//! value, and the batching rules the four ops share.
 
 use std::sync::Arc;
 
+use super::nll::NllLoss;
 use super::support::{
-    check_indices, index_source, indices_from_tensor, reduce_lanes, IndexSource, Indices, Reduction,
+    check_indices, index_source, indices_from_tensor, reduce_examples, reduce_lanes, spread_grad,
+    IndexSource, Indices, Reduction,
 };
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, Differentiable, OpAttributes};
 use crate::error::{check_dtypes, Error, Result};
 use crate::graph::Var;
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
+use crate::ops::batching::{fold, materialize, unfold};
 use crate::ops::{Node, StructuredOp};
 use crate::tensor::{Dims, Element, Tensor};
 
@@ -192,8 +196,6 @@ pub(crate) fn target_shape(x: &[usize]) -> Dims {
 /// A class loss's input seen as lanes along its class axis, with its targets.
 pub(crate) struct Resolved {
     pub(crate) lanes: AxisLanes,
-    /// The class axis: 0 for `[C]`, else 1.
-    pub(crate) axis: usize,
     /// The input's shape without the class axis: the targets' and the
     /// unreduced loss's shape.
     pub(crate) lane_shape: Dims,
@@ -298,7 +300,6 @@ impl ClassLossSpec {
         }
         Ok(Resolved {
             lanes,
-            axis,
             lane_shape,
             targets,
         })
@@ -382,4 +383,186 @@ impl ClassLossSpec {
             Err(Error::shape_mismatch(op, &r.lane_shape, g.shape()))
         }
     }
+}
+
+/// Per lane, the class weight of its target (1 without class weights, or
+/// with `weighted` false; 0 for an ignored lane), in the lanes' shape (`x`'s
+/// without the class axis): `nll_loss` of log-probabilities that are all
+/// -1, against the targets stored in `spec` or given as `target`. Recorded
+/// from the targets rather than read from their values, so a formula built
+/// on it holds no example's data: under `vmap` every example gets its own.
+pub(crate) fn target_weights<'g>(
+    spec: &ClassLossSpec,
+    x: &Var<'g>,
+    target: Option<&Var<'g>>,
+    weighted: bool,
+) -> Result<Var<'g>> {
+    let minus_ones = x
+        .graph()
+        .constant(Tensor::full(x.shape(), -1.0, x.dtype())?);
+    let op = NllLoss::from_spec(ClassLossSpec {
+        targets: spec.targets.clone(),
+        reduction: Reduction::None,
+        label_smoothing: 0.0,
+        ignore_index: spec.ignore_index,
+        weight: spec.weight.clone().filter(|_| weighted),
+    });
+    let args: Vec<&Var<'g>> = std::iter::once(&minus_ones).chain(target).collect();
+    x.graph().record(op, &args)
+}
+
+/// A class loss's input and targets over a batch, with the batch folded
+/// into the samples (an example `[N, C, d...]` as `[B·N, C, d...]`, its
+/// targets `[B·N, d...]`; an example `[C]` is one sample, so a batch of them
+/// is already `[B, C]` against `[B]` targets): each example's lanes are
+/// lanes of one loss.
+pub(crate) struct BatchedLanes<'g> {
+    /// The input, folded.
+    pub(crate) input: Var<'g>,
+    /// The targets (stored ones as a constant), folded.
+    pub(crate) targets: Var<'g>,
+    /// The per-lane shape of one example (the targets').
+    pub(crate) lane_shape: Dims,
+    folded: bool,
+    batch: usize,
+}
+
+impl<'g> BatchedLanes<'g> {
+    /// The lanes of `x` (the loss's input) against the targets stored in
+    /// `spec` or given as `target`.
+    pub(crate) fn new(
+        spec: &ClassLossSpec,
+        x: &Batched<'g>,
+        target: Option<&Batched<'g>>,
+        ctx: &BatchContext,
+    ) -> Result<Self> {
+        let input = materialize(x, ctx)?;
+        let lane_shape = target_shape(x.example_shape());
+        let stored;
+        let target = match (&spec.targets, target) {
+            (Some(list), _) => {
+                let t = Tensor::from_vec(list.to_vec(), &lane_shape)?;
+                stored = Batched::shared(input.graph().constant(t));
+                &stored
+            }
+            (None, Some(t)) => t,
+            (None, None) => {
+                return Err(Error::invalid(
+                    "vmap",
+                    "a class loss without targets (stored or as an input)",
+                ))
+            }
+        };
+        let targets = materialize(target, ctx)?;
+        let folded = x.example_rank() >= 2;
+        Ok(BatchedLanes {
+            input: if folded { fold(&input)? } else { input },
+            targets: if folded { fold(&targets)? } else { targets },
+            lane_shape,
+            folded,
+            batch: ctx.size,
+        })
+    }
+
+    /// A value laid out as the folded lanes (`[B·N, ...]`) back to
+    /// `[B, N, ...]`.
+    pub(crate) fn unfold(&self, v: &Var<'g>) -> Result<Var<'g>> {
+        if self.folded {
+            Ok(unfold(v, self.batch)?.value)
+        } else {
+            Ok(v.clone())
+        }
+    }
+
+    /// A value laid out per example (`[B, N, ...]`) folded as the lanes.
+    fn fold(&self, v: &Var<'g>) -> Result<Var<'g>> {
+        if self.folded {
+            fold(v)
+        } else {
+            Ok(v.clone())
+        }
+    }
+
+    /// Each example's denominator of a mean (`[B]`): the summed weight of
+    /// its counted targets.
+    fn denominators(&self, spec: &ClassLossSpec) -> Result<Var<'g>> {
+        let spec = ClassLossSpec {
+            targets: None,
+            ..spec.clone()
+        };
+        let weights = target_weights(&spec, &self.input, Some(&self.targets), true)?;
+        reduce_examples(self.unfold(&weights)?, Reduction::Sum)
+    }
+}
+
+/// `spec` with the targets as the op's input and no reduction: the op each
+/// batching rule records on the folded lanes.
+fn per_lane(spec: &ClassLossSpec) -> ClassLossSpec {
+    ClassLossSpec {
+        targets: None,
+        reduction: Reduction::None,
+        ..spec.clone()
+    }
+}
+
+/// The batching rule of a class loss (`cross_entropy`, `nll_loss`; inputs
+/// the scores, then the targets unless stored): the loss `make` builds with
+/// reduction `none` on the folded lanes ([`BatchedLanes`]), each example's
+/// lanes then reduced on their own: summed, or for a mean divided by that
+/// example's summed target weight.
+pub(crate) fn batch_class_loss<'g, O: Differentiable + Clone>(
+    spec: &ClassLossSpec,
+    make: impl Fn(ClassLossSpec) -> O,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let lanes = BatchedLanes::new(spec, &inputs[0], inputs.get(1), ctx)?;
+    let graph = lanes.input.graph();
+    let losses = graph.record(make(per_lane(spec)), &[&lanes.input, &lanes.targets])?;
+    let losses = lanes.unfold(&losses)?;
+    let out = match spec.reduction {
+        Reduction::None => losses,
+        Reduction::Sum => reduce_examples(losses, Reduction::Sum)?,
+        Reduction::Mean => {
+            reduce_examples(losses, Reduction::Sum)?.try_div(&lanes.denominators(spec)?)?
+        }
+    };
+    Ok(Batched::along_batch(out))
+}
+
+/// The batching rule of a class loss's backward op (`cross_entropy_backward`,
+/// `nll_loss_backward`; inputs the loss's gradient `g`, the scores, then the
+/// targets unless stored): each example's `g` spread over its lanes (divided
+/// by its own denominator for a mean), and the backward op `make` builds
+/// with reduction `none` on the folded lanes.
+pub(crate) fn batch_class_backward<'g, O: Differentiable + Clone>(
+    spec: &ClassLossSpec,
+    make: impl Fn(ClassLossSpec) -> O,
+    inputs: &[Batched<'g>],
+    ctx: &BatchContext,
+) -> Result<Batched<'g>> {
+    let lanes = BatchedLanes::new(spec, &inputs[1], inputs.get(2), ctx)?;
+    let g = &inputs[0];
+    let mut shape = vec![ctx.size];
+    shape.extend_from_slice(&lanes.lane_shape);
+    let g = match spec.reduction {
+        Reduction::None => materialize(g, ctx)?,
+        reduction => {
+            // One value per example: `[B]`, or one shared scalar.
+            let dims: &[usize] = if g.batched { &[ctx.size] } else { &[] };
+            let mut per = g.value.reshape_dims(dims)?;
+            if reduction == Reduction::Mean {
+                per = per.try_div(&lanes.denominators(spec)?)?;
+            }
+            let per = Batched {
+                batched: per.shape().len() == 1,
+                value: per,
+            };
+            spread_grad(&per, &shape, ctx)?
+        }
+    };
+    let g = lanes.fold(&g)?;
+    let graph = g.graph();
+    let out = graph.record(make(per_lane(spec)), &[&g, &lanes.input, &lanes.targets])?;
+    Ok(Batched::along_batch(lanes.unfold(&out)?))
 }

@@ -11,16 +11,17 @@
 use std::sync::Arc;
 
 use super::class_targets::{
-    class_loss_methods, class_loss_rules, class_loss_setters, record_class_backward,
-    record_class_loss, ClassLossSpec,
+    batch_class_loss, class_loss_methods, class_loss_rules, class_loss_setters,
+    record_class_backward, record_class_loss, ClassLossSpec,
 };
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
+use super::nll::class_sample;
 use super::support::{sum_axis, to_i64_list, Indices, IntIndex, Reduction};
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;
 
 /// The options of [`Var::try_cross_entropy_with`], PyTorch's keyword arguments.
@@ -116,20 +117,46 @@ impl StructuredOp for CrossEntropy {
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let x = n.x(0);
-        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(1))?;
-        // Each lane's loss changes by <its gradient, tx>.
+        let axis = usize::from(x.shape().len() > 1);
+        // Each lane's loss changes by <its gradient, tx>; the targets stay
+        // the node's input when they are one (a formula holding their
+        // values would hold one example's under vmap).
         let ones = x
             .graph()
             .constant(Tensor::ones(n.output.shape(), x.dtype())?);
-        let grad = x
-            .graph()
-            .record(CrossEntropyBackward { spec }, &[&ones, x])?;
-        let per_lane = sum_axis(&grad.try_mul(tx)?, r.axis, false)?;
+        let spec = self.spec.clone();
+        let args: Vec<&Var<'g>> = [&ones, x].into_iter().chain(n.inputs.get(1)).collect();
+        let grad = x.graph().record(CrossEntropyBackward { spec }, &args)?;
+        let per_lane = sum_axis(&grad.try_mul(tx)?, axis, false)?;
         Ok(match self.spec.reduction {
             Reduction::None => per_lane,
             _ => per_lane.sum(),
         })
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_class_loss(&self.spec, |spec| CrossEntropy { spec }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(CrossEntropy::with_options(&sample_options()))),
+            sample_inputs: Some(|seed| {
+                let (logits, targets) = class_sample(seed);
+                vec![logits, targets]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+/// The options of the sample instances: every setting on (class weights,
+/// label smoothing), the mean.
+pub(super) fn sample_options() -> CrossEntropyOptions {
+    let weight = Tensor::from_vec(vec![1.0, 2.0, 0.5, 1.5], &[4]).expect("a valid shape");
+    CrossEntropyOptions::default()
+        .label_smoothing(0.1)
+        .weight(weight)
 }
 
 pub(crate) fn register(reg: &mut OpRegistry) {

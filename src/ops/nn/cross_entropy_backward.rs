@@ -3,14 +3,21 @@
 //! own derivatives, so gradients of gradients work: linear in `g`, and in
 //! the logits only through the softmax, whose Jacobian is symmetric.
 
-use super::class_targets::{class_loss_rules, ClassLossSpec, Resolved};
+use std::sync::Arc;
+
+use super::batch_norm::sample;
+use super::class_targets::{
+    batch_class_backward, class_loss_rules, target_weights, ClassLossSpec, Resolved,
+};
+use super::cross_entropy::sample_options;
+use super::nll::class_sample;
 use super::softmax::{Softmax, SoftmaxBackward};
 use super::support::{expand_axis, sum_axis, Reduction};
-use crate::core::{GradInputs, OpAttributes};
+use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{Node, OpRegistry, StructuredOp};
+use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// The gradient of [`CrossEntropy`](super::cross_entropy::CrossEntropy) with respect to the logits, from the
@@ -32,32 +39,36 @@ pub(super) fn targets_of(
 }
 
 /// Per lane, `(1-ε) w_t + ε/C Σ w` (0 for ignored lanes) times the
-/// reduction's scale, shaped to broadcast against the logits: how much of
-/// each lane's softmax the gradient holds.
-fn softmax_share(spec: &ClassLossSpec, x: &Tensor, r: &Resolved) -> Result<Tensor> {
-    let classes = r.lanes.len;
-    let mut shape: Dims = Dims::from_slice(x.shape());
-    shape[r.axis] = 1;
-    crate::with_dtype!("softmax_share", x.dtype(), T => {
-        let targets = spec.kernel_targets::<T>(&r.targets);
-        let scale = spec.scale(&targets);
-        let eps = spec.label_smoothing;
-        let total: f64 = match &spec.weight {
-            Some(w) => w.to_f64_vec().iter().sum(),
-            None => classes as f64,
-        };
-        let weights = spec.weight.as_ref().map(|w| w.to_f64_vec());
-        let share: Vec<f64> = (0..r.lanes.count())
-            .map(|lane| match targets.class(lane) {
-                Some(c) => {
-                    let w_t = weights.as_ref().map_or(1.0, |w| w[c]);
-                    ((1.0 - eps) * w_t + eps / classes as f64 * total) * scale
-                }
-                None => 0.0,
-            })
-            .collect();
-        Tensor::from_f64_slice(&share, &shape, x.dtype())
-    })
+/// reduction's scale, shaped to broadcast against the logits `x` (the class
+/// axis `axis` kept as 1): how much of each lane's softmax the gradient
+/// holds. Recorded from the targets (stored in `spec` or the input
+/// `target`), not read from their values, so that under `vmap` every
+/// example's targets give its own.
+fn softmax_share<'g>(
+    spec: &ClassLossSpec,
+    x: &Var<'g>,
+    target: Option<&Var<'g>>,
+    axis: usize,
+) -> Result<Var<'g>> {
+    let weights = target_weights(spec, x, target, true)?;
+    let eps = spec.label_smoothing;
+    // Without class weights, `(1-ε) + ε/C · C` is 1 for every counted lane.
+    let share = match &spec.weight {
+        Some(w) if eps != 0.0 => {
+            let total: f64 = w.to_f64_vec().iter().sum();
+            let counted = target_weights(spec, x, target, false)?;
+            let classes = x.shape()[axis] as f64;
+            weights
+                .mul_scalar(1.0 - eps)
+                .try_add(&counted.mul_scalar(eps / classes * total))?
+        }
+        _ => weights.clone(),
+    };
+    let share = match spec.reduction {
+        Reduction::Mean => share.try_div(&weights.sum())?,
+        _ => share,
+    };
+    share.try_unsqueeze(axis as isize)
 }
 
 impl StructuredOp for CrossEntropyBackward {
@@ -79,17 +90,18 @@ impl StructuredOp for CrossEntropyBackward {
     }
     fn grads<'g>(&self, g2: &Var<'g>, n: Node<'_, 'g>) -> Result<GradInputs<'g>> {
         // out = g * scale * (A p - B), per lane. Linear in g; in x only
-        // through p = softmax(x), whose Jacobian is symmetric.
-        let (g, x) = (n.x(0), n.x(1));
-        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(2))?;
+        // through p = softmax(x), whose Jacobian is symmetric. The targets
+        // stay the node's input when they are one.
+        let (g, x, t) = (n.x(0), n.x(1), n.inputs.get(2));
+        let axis = class_axis(x);
         let dg = g
             .requires_grad()
             .then(|| -> Result<Var<'g>> {
                 let ones = g.graph().constant(g.value().ones_like());
-                let unit = g
-                    .graph()
-                    .record(CrossEntropyBackward { spec: spec.clone() }, &[&ones, x])?;
-                let per_lane = sum_axis(&g2.try_mul(&unit)?, r.axis, false)?;
+                let spec = self.spec.clone();
+                let args: Vec<&Var<'g>> = [&ones, x].into_iter().chain(t).collect();
+                let unit = g.graph().record(CrossEntropyBackward { spec }, &args)?;
+                let per_lane = sum_axis(&g2.try_mul(&unit)?, axis, false)?;
                 match self.spec.reduction {
                     Reduction::None => Ok(per_lane),
                     _ => per_lane.sum().try_expand(g.shape()),
@@ -99,18 +111,39 @@ impl StructuredOp for CrossEntropyBackward {
         let dx = x
             .requires_grad()
             .then(|| {
-                let factor = lane_factor(&spec, g, x, &r)?;
-                softmax_backward(&g2.try_mul(&factor)?, x, r.axis)
+                let factor = lane_factor(&self.spec, g, x, t)?;
+                softmax_backward(&g2.try_mul(&factor)?, x, axis)
             })
             .transpose()?;
         Ok(n.grads([dg, dx]))
     }
     fn tangent<'g>(&self, _: usize, tx: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let (g, x) = (n.x(0), n.x(1));
-        let (r, spec) = targets_of(&self.spec, x.value(), n.inputs.get(2))?;
-        let factor = lane_factor(&spec, g, x, &r)?;
-        softmax_backward(tx, x, r.axis)?.try_mul(&factor)
+        let factor = lane_factor(&self.spec, g, x, n.inputs.get(2))?;
+        softmax_backward(tx, x, class_axis(x))?.try_mul(&factor)
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_class_backward(&self.spec, |spec| CrossEntropyBackward { spec }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(Arc::new(CrossEntropyBackward {
+                spec: sample_options().spec(None),
+            })),
+            sample_inputs: Some(|seed| {
+                let (logits, targets) = class_sample(seed);
+                vec![sample(&[], seed + 2, 0.5, 0.3), logits, targets]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+/// The class axis of logits `x`: 0 for `[C]`, else 1.
+fn class_axis(x: &Var<'_>) -> usize {
+    usize::from(x.shape().len() > 1)
 }
 
 /// `softmax_backward(t, softmax(x))` along `axis`: the softmax's
@@ -126,15 +159,16 @@ fn lane_factor<'g>(
     spec: &ClassLossSpec,
     g: &Var<'g>,
     x: &Var<'g>,
-    r: &Resolved,
+    target: Option<&Var<'g>>,
 ) -> Result<Var<'g>> {
-    let share = x.graph().constant(softmax_share(spec, x.value(), r)?);
+    let axis = class_axis(x);
+    let share = softmax_share(spec, x, target, axis)?;
     let g = if g.value().numel() == 1 {
         g.clone()
     } else {
         let mut kept = Dims::from_slice(x.shape());
-        kept[r.axis] = 1;
-        expand_axis(g, r.axis, &kept)?
+        kept[axis] = 1;
+        expand_axis(g, axis, &kept)?
     };
     g.try_mul(&share)
 }

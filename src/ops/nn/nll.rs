@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
+use super::batch_norm::sample;
 use super::class_targets::{
-    class_loss_methods, class_loss_rules, class_loss_setters, record_class_backward,
-    record_class_loss, ClassLossSpec,
+    batch_class_backward, batch_class_loss, class_loss_methods, class_loss_rules,
+    class_loss_setters, record_class_backward, record_class_loss, ClassLossSpec,
 };
 use super::support::{to_i64_list, Indices, IntIndex, Reduction};
-use crate::core::OpAttributes;
+use crate::core::{BatchContext, Batched, OpAttributes};
 use crate::error::Result;
 use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
-use crate::ops::{Node, StructuredOp};
+use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
 /// The options of [`Var::try_nll_loss_with`], PyTorch's keyword arguments.
@@ -79,6 +80,11 @@ impl NllLoss {
             spec: options.spec(None),
         }
     }
+
+    /// An `nll_loss` with these options (targets stored or not).
+    pub(super) fn from_spec(spec: ClassLossSpec) -> Self {
+        NllLoss { spec }
+    }
 }
 
 /// The gradient of [`NllLoss`]: zeros except `-g w_t / D` at each target.
@@ -111,6 +117,20 @@ impl StructuredOp for NllLoss {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let stored = || self.stored(n.x(0).value(), None);
         record_class_backward(g, n, &self.spec, stored, |spec| NllLossBackward { spec })
+    }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_class_loss(&self.spec, |spec| NllLoss { spec }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| {
+                let (scores, targets) = class_sample(seed);
+                vec![scores, targets]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
     }
 }
 
@@ -147,6 +167,36 @@ impl StructuredOp for NllLossBackward {
             .record(NllLoss { spec }, &[g2])?
             .try_expand(g.shape())
     }
+    fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
+        batch_class_backward(&self.spec, |spec| NllLossBackward { spec }, x, ctx)
+    }
+    fn facts(&self) -> OpFacts {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            sample_inputs: Some(|seed| {
+                let (scores, targets) = class_sample(seed);
+                vec![sample(&[], seed + 2, 0.5, 0.3), scores, targets]
+            }),
+            ..OpFacts::opaque(self.arity())
+        }
+    }
+}
+
+/// Sample inputs of the class losses: `[3, 4]` scores and 3 targets drawn
+/// from the seed, one of them ignored (-100) for some seeds.
+pub(super) fn class_sample(seed: u64) -> (Tensor, Tensor) {
+    let targets: Vec<i64> = (0..3u64)
+        .map(|i| {
+            if i == 1 && seed % 3 == 1 {
+                -100
+            } else {
+                ((seed * 5 + i * 3) % 4) as i64
+            }
+        })
+        .collect();
+    let targets = Tensor::from_vec(targets, &[3]).expect("a valid shape");
+    (sample(&[3, 4], seed, 0.0, 2.0), targets)
 }
 
 register_defaults!(NllLoss, NllLossBackward);
@@ -211,8 +261,8 @@ class_loss_methods! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::testing::derivatives_agree;
     use crate::ops::nn::cross_entropy::tests::logits as logp;
+    use crate::ops::testing::derivatives_agree;
     use crate::{gradcheck, jvpcheck, DType, Error, Graph};
 
     use crate::test_util::tensor as t;
