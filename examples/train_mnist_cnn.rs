@@ -22,6 +22,8 @@ mod compiled_step;
 #[cfg(feature = "mpi")]
 #[path = "support/ddp_epochs.rs"]
 mod ddp_epochs;
+#[path = "support/dp_training.rs"]
+mod dp_training;
 #[path = "support/epoch_trainer.rs"]
 mod epoch_trainer;
 #[path = "support/epochs.rs"]
@@ -81,6 +83,11 @@ options:
   --graph-html FILE   write a page stepping through that step's backward sweep
   --quiet             no progress bar
   --compile           capture the training step once per batch shape and replay it
+  --dp                train with differential privacy (DP-SGD: Poisson sampling, per-image
+                      gradients clipped and noised; no batch norm, no shifts)
+  --epsilon E         the privacy target of --dp (default 3)
+  --delta D           its delta (default 1e-5)
+  --max-grad-norm C   the norm each image's gradient is clipped to (default 1)
                       (retrograd::compile: fused, no graph recorded per step)
   --ddp               data-parallel training under mpirun (feature mpi): each of the
                       N ranks takes batch-size / N images of each step, rank 0 prints
@@ -108,6 +115,8 @@ struct Args {
     quiet: bool,
     compile: bool,
     ddp: bool,
+    dp: bool,
+    privacy: dp_training::Privacy,
     checkpoints: resume::Flags,
 }
 
@@ -159,6 +168,12 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         quiet: false,
         compile: false,
         ddp: false,
+        dp: false,
+        privacy: dp_training::Privacy {
+            epsilon: 3.0,
+            delta: 1e-5,
+            max_grad_norm: 1.0,
+        },
         checkpoints: resume::Flags::new("train_mnist_cnn", CHECKPOINT_EVERY),
     };
     let mut parser = lexopt::Parser::from_env();
@@ -206,6 +221,14 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             Long("graph-html") => args.graph_html = Some(parser.value().map_err(err)?.into()),
             Long("quiet") => args.quiet = true,
             Long("compile") => args.compile = true,
+            Long("dp") => args.dp = true,
+            Long("epsilon") => {
+                args.privacy.epsilon = parser.value().map_err(err)?.parse().map_err(err)?
+            }
+            Long("delta") => args.privacy.delta = parser.value().map_err(err)?.parse().map_err(err)?,
+            Long("max-grad-norm") => {
+                args.privacy.max_grad_norm = parser.value().map_err(err)?.parse().map_err(err)?
+            }
             Long("ddp") if cfg!(feature = "mpi") => args.ddp = true,
             Long("ddp") => {
                 return Err("--ddp needs the mpi feature: cargo build --release --features mpi --example train_mnist_cnn".into())
@@ -219,6 +242,11 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
     }
     if args.epochs == 0 || args.batch_size == 0 || args.hidden == 0 {
         return Err("--epochs, --batch-size and --hidden must be > 0".into());
+    }
+    if args.dp
+        && (args.compile || args.ddp || args.graph_svg.is_some() || args.graph_html.is_some())
+    {
+        return Err("--dp trains eagerly on one process: leave out --compile, --ddp, --graph-svg and --graph-html".into());
     }
     if args.compile && (args.graph_svg.is_some() || args.graph_html.is_some()) {
         return Err("--graph-svg and --graph-html draw an eager step: leave out --compile".into());
@@ -303,6 +331,9 @@ fn epoch(
 }
 
 fn run(args: &Args) -> Result<Option<Stopped>> {
+    if args.dp {
+        return run_private(args);
+    }
     let start = Instant::now();
     let (train, test) = load_data(args)?;
     println!(
@@ -398,6 +429,53 @@ fn run(args: &Args) -> Result<Option<Stopped>> {
         return Err(retrograd::Error::InvalidArgument {
             op: "train_mnist_cnn",
             reason: format!("test accuracy {test_acc} is below --min-accuracy {min}"),
+        });
+    }
+    Ok(None)
+}
+
+/// `--dp`: the same CNN trained with DP-SGD (see `support/dp_training.rs`).
+/// Batch norm is left out (its statistics mix the images of a batch, so an
+/// image's gradient would depend on the others), as are shifts (the
+/// private recipe trains on the images as they are).
+fn run_private(args: &Args) -> Result<Option<Stopped>> {
+    let start = Instant::now();
+    let (train, test) = load_data(args)?;
+    let mut model = mnist_cnn::build(&args.channels, args.hidden, false, args.dropout, args.seed)?;
+    let optimizer = build_optimizer(args, &model)?;
+    let [c1, c2] = args.channels;
+    println!(
+        "mnist: {} train / {} test images; model: CNN conv3x3({c1})-relu-maxpool2 -> conv3x3({c2})-relu-maxpool2 -> linear({})-relu -> linear(10), no batch norm; Adam lr {}, batch {} on average, {} epochs",
+        train.len(),
+        test.len(),
+        args.hidden,
+        args.lr,
+        args.batch_size,
+        args.epochs
+    );
+    let finished = dp_training::train(
+        &mut model,
+        optimizer,
+        &train,
+        &test,
+        args.epochs,
+        args.batch_size,
+        args.privacy,
+        args.seed,
+        args.quiet,
+    )?;
+    println!("{}", finished.summary);
+    println!("test accuracy: {:.4}", finished.test_accuracy);
+    println!("total time: {:.2} s", start.elapsed().as_secs_f64());
+    if let Some(min) = args.min_accuracy
+        && finished.test_accuracy < min
+    {
+        return Err(retrograd::Error::InvalidArgument {
+            op: "train_mnist_cnn",
+            reason: format!(
+                "test accuracy {} is below --min-accuracy {min}",
+                finished.test_accuracy
+            ),
         });
     }
     Ok(None)
