@@ -566,3 +566,100 @@ pub(crate) fn batch_class_backward<'g, O: Differentiable + Clone>(
     let out = graph.record(make(per_lane(spec)), &[&g, &lanes.input, &lanes.targets])?;
     Ok(Batched::along_batch(lanes.unfold(&out)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::batch_norm::sample;
+    use super::super::support::tests::vmap_agrees;
+    use super::*;
+    use crate::ops::nn::{CrossEntropyOptions, NllLossOptions};
+
+    /// Targets of `shape` from `seed`, the second ignored (-100) for odd
+    /// seeds when there are several.
+    fn targets(shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = (0..n as u64)
+            .map(|i| {
+                if n > 1 && i == 1 && seed % 2 == 1 {
+                    -100
+                } else {
+                    ((seed * 5 + i * 3) % 4) as i64
+                }
+            })
+            .collect();
+        Tensor::from_vec(v, shape).unwrap()
+    }
+
+    // Each example's loss, with its own targets, weights and ignored lanes
+    // (a mean divides by the example's own summed weight), for the three
+    // layouts, each reduction, and the targets batched, shared or stored.
+    #[test]
+    fn class_losses_batch_example_by_example() {
+        let w = Tensor::from_vec(vec![1.0, 2.0, 0.5, 1.5], &[4]).unwrap();
+        let layouts: [(&[usize], &[usize]); 3] =
+            [(&[4], &[]), (&[3, 4], &[3]), (&[2, 4, 2], &[2, 2])];
+        for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+            let ce = CrossEntropyOptions::default()
+                .reduction(reduction)
+                .label_smoothing(0.1)
+                .weight(w.clone());
+            let nll = NllLossOptions::default()
+                .reduction(reduction)
+                .weight(w.clone());
+            for (x_shape, t_shape) in layouts {
+                let examples: Vec<Vec<Tensor>> = (0..3)
+                    .map(|s| vec![sample(x_shape, s, 0.0, 2.0), targets(t_shape, s)])
+                    .collect();
+                for batched in [[true, true], [true, false], [false, true]] {
+                    vmap_agrees(
+                        |v| v[0].try_cross_entropy_input(&v[1], &ce),
+                        &examples,
+                        &batched,
+                    );
+                    vmap_agrees(
+                        |v| v[0].try_nll_loss_input(&v[1], &nll),
+                        &examples,
+                        &batched,
+                    );
+                }
+                let stored = examples[0][1].to_vec::<i64>().unwrap();
+                let xs: Vec<Vec<Tensor>> = examples.iter().map(|e| vec![e[0].clone()]).collect();
+                vmap_agrees(|v| v[0].try_cross_entropy_with(&stored, &ce), &xs, &[true]);
+                vmap_agrees(|v| v[0].try_nll_loss_with(&stored, &nll), &xs, &[true]);
+            }
+        }
+    }
+
+    // Per-sample gradients of a linear classifier (DP-SGD's use): each
+    // example a feature vector and its class, the weights shared.
+    #[test]
+    fn per_sample_gradients_of_a_linear_classifier() {
+        let examples: Vec<Vec<Tensor>> = (0..4)
+            .map(|s| {
+                vec![
+                    sample(&[5], s, 0.0, 1.0),
+                    targets(&[], s),
+                    sample(&[4, 5], 9, 0.0, 0.5),
+                    sample(&[4], 10, 0.0, 0.5),
+                ]
+            })
+            .collect();
+        fn logits<'s>(v: &[Var<'s>]) -> Result<Var<'s>> {
+            v[2].try_matmul(&v[0])?.try_add(&v[3])
+        }
+        vmap_agrees(
+            |v| logits(v)?.try_cross_entropy_input(&v[1], &CrossEntropyOptions::default()),
+            &examples,
+            &[true, true, false, false],
+        );
+        vmap_agrees(
+            |v| {
+                logits(v)?
+                    .log_softmax(0)
+                    .try_nll_loss_input(&v[1], &NllLossOptions::default())
+            },
+            &examples,
+            &[true, true, false, false],
+        );
+    }
+}

@@ -326,3 +326,99 @@ mod tests {
         assert!(check_eps("op", f64::NAN).is_err() && check_eps("op", 0.0).is_ok());
     }
 }
+
+#[cfg(test)]
+mod vmap_tests {
+    use super::super::batch_norm::{sample, BatchNorm};
+    use super::super::batch_norm_running::BatchNormRunningStats;
+    use super::super::support::tests::vmap_agrees;
+    use crate::ops::Differentiable;
+    use crate::{BatchNormArgs, Graph, Result, Tensor, Var};
+
+    fn record<'s>(op: &(impl Differentiable + Clone), v: &[Var<'s>]) -> Result<Var<'s>> {
+        let refs: Vec<&Var<'s>> = v.iter().collect();
+        v[0].graph().record(op.clone(), &refs)
+    }
+
+    fn examples(shapes: &[(&[usize], f64, f64)]) -> Vec<Vec<Tensor>> {
+        (0..3)
+            .map(|s| {
+                shapes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(shape, offset, scale))| {
+                        sample(shape, s + 4 * i as u64, offset, scale)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    // The configurations the registry sweep does not reach: eval-mode batch
+    // norm (each example its own running statistics), training without
+    // affine parameters, the registry's layer, RMS and group norms.
+    #[test]
+    fn normalisations_batch_example_by_example() {
+        let eval = examples(&[
+            (&[3, 2, 4], 0.0, 2.0),
+            (&[2], 0.1, 0.5),
+            (&[2], 1.0, 0.5),
+            (&[2], 1.0, 0.5),
+            (&[2], 0.0, 0.5),
+        ]);
+        let op = BatchNorm::eval_for_tests(1e-5);
+        for i in 0..5 {
+            let mut batched = [false; 5];
+            batched[i] = true;
+            vmap_agrees(|v| record(&op, v), &eval, &batched);
+        }
+        vmap_agrees(|v| record(&op, v), &eval, &[true; 5]);
+        let x = examples(&[(&[3, 2, 4], 0.0, 2.0)]);
+        vmap_agrees(
+            |v| Ok(v[0].try_batch_norm(&BatchNormArgs::new())?.output),
+            &x,
+            &[true],
+        );
+        vmap_agrees(|v| v[0].try_group_norm(1, None, None, 1e-5), &x, &[true]);
+        let rows = examples(&[(&[2, 4], 0.3, 1.0), (&[4], 1.0, 0.5), (&[4], 0.0, 0.5)]);
+        for batched in [[true; 3], [false, true, false], [false, false, true]] {
+            vmap_agrees(
+                |v| v[0].graph().apply("layer_norm", &[&v[0], &v[1], &v[2]]),
+                &rows,
+                &batched,
+            );
+        }
+        vmap_agrees(
+            |v| v[0].graph().apply("rms_norm", &[&v[0]]),
+            &rows,
+            &[true; 3],
+        );
+    }
+
+    // A cumulative average with one count for every example batches; one
+    // count per example would need one momentum each, and is refused.
+    #[test]
+    fn running_statistics_with_a_cumulative_average() {
+        let mut inputs = examples(&[(&[3, 2, 4], 0.0, 2.0), (&[2], 0.1, 0.5), (&[2], 1.0, 0.5)]);
+        for (s, e) in inputs.iter_mut().enumerate() {
+            e.push(Tensor::scalar(2.0 + s as f64));
+        }
+        let op = BatchNormRunningStats::new(None);
+        vmap_agrees(|v| record(&op, v), &inputs, &[true, true, false, false]);
+        let g = Graph::new();
+        let stacked = |i: usize| {
+            let vars: Vec<Var<'_>> = inputs.iter().map(|e| g.constant(e[i].clone())).collect();
+            let refs: Vec<&Var<'_>> = vars.iter().collect();
+            Var::try_stack(&refs, 0).unwrap()
+        };
+        let all: Vec<Var<'_>> = (0..4).map(stacked).collect();
+        let refs: Vec<&Var<'_>> = all.iter().collect();
+        let err = crate::func::VMap::new()
+            .try_call(|v| Ok(vec![record(&op, v)?]), &refs)
+            .unwrap_err();
+        assert!(
+            matches!(&err, crate::Error::Unsupported { op, .. } if op == "batch_norm_running_stats"),
+            "{err}"
+        );
+    }
+}

@@ -500,9 +500,130 @@ pub(crate) fn grad_of_g<'g>(prod: Var<'g>, g: &Var<'g>) -> Result<Var<'g>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::ops::nn) mod tests {
     use super::*;
-    use crate::{gradcheck, jvpcheck};
+    use crate::func::VMap;
+    use crate::{grad, gradcheck, jvpcheck, GradOptions, Graph};
+
+    /// `tensors` stacked along a new axis 0.
+    fn stack(tensors: &[Tensor]) -> Tensor {
+        let g = Graph::new();
+        let vars: Vec<Var<'_>> = tensors.iter().map(|t| g.constant(t.clone())).collect();
+        let refs: Vec<&Var<'_>> = vars.iter().collect();
+        Var::try_stack(&refs, 0).unwrap().value().clone()
+    }
+
+    /// `f` over each example's inputs and its gradients (of `sum f`, with
+    /// respect to the float inputs, recorded so that they batch too).
+    fn value_and_grads<'s>(
+        f: &impl Fn(&[Var<'s>]) -> Result<Var<'s>>,
+        v: &[Var<'s>],
+    ) -> Result<Vec<Var<'s>>> {
+        let y = f(v)?;
+        let wrt: Vec<&Var<'s>> = v.iter().filter(|x| x.value().is_float()).collect();
+        let opts = GradOptions::new().create_graph(true).allow_unused(true);
+        let mut out = vec![y.clone()];
+        out.extend(grad(&[&y.sum()], &wrt, &opts)?);
+        Ok(out)
+    }
+
+    /// A float input as a variable, an index as a constant.
+    fn leaf(g: &Graph, t: Tensor) -> Var<'_> {
+        if t.is_float() {
+            g.variable(t)
+        } else {
+            g.constant(t)
+        }
+    }
+
+    /// `f` under `vmap` (inputs `i` with `batched[i]` stacked from
+    /// `examples`, the others the first example's, shared) equals `f` on
+    /// each example, and so do its per-sample gradients.
+    pub(in crate::ops::nn) fn vmap_agrees<F>(f: F, examples: &[Vec<Tensor>], batched: &[bool])
+    where
+        F: for<'s> Fn(&[Var<'s>]) -> Result<Var<'s>>,
+    {
+        let g = Graph::new();
+        let inputs: Vec<Var<'_>> = (0..batched.len())
+            .map(|i| {
+                let column: Vec<Tensor> = examples.iter().map(|e| e[i].clone()).collect();
+                leaf(
+                    &g,
+                    if batched[i] {
+                        stack(&column)
+                    } else {
+                        column[0].clone()
+                    },
+                )
+            })
+            .collect();
+        let refs: Vec<&Var<'_>> = inputs.iter().collect();
+        let axes: Vec<Option<usize>> = batched.iter().map(|&b| b.then_some(0)).collect();
+        let got = VMap::new()
+            .in_axes(&axes)
+            .try_call(|v| value_and_grads(&f, v), &refs)
+            .unwrap();
+        let per_example: Vec<Vec<Tensor>> = examples
+            .iter()
+            .map(|e| {
+                let h = Graph::new();
+                let args: Vec<Var<'_>> = (0..batched.len())
+                    .map(|i| {
+                        leaf(
+                            &h,
+                            if batched[i] {
+                                e[i].clone()
+                            } else {
+                                examples[0][i].clone()
+                            },
+                        )
+                    })
+                    .collect();
+                value_and_grads(&f, &args)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.value().clone())
+                    .collect()
+            })
+            .collect();
+        for (k, got) in got.iter().enumerate() {
+            let want: Vec<Tensor> = per_example.iter().map(|e| e[k].clone()).collect();
+            let want = stack(&want);
+            assert_eq!(got.shape(), want.shape(), "output {k}");
+            assert!(
+                got.value().allclose(&want, 1e-10, 1e-12),
+                "output {k}: {:?} vs {:?}",
+                got.value().to_f64_vec(),
+                want.to_f64_vec()
+            );
+        }
+    }
+
+    // Each example's loss and gradient, for every reduction and with the
+    // target shared, for the elementwise losses.
+    #[test]
+    fn elementwise_losses_batch_example_by_example() {
+        use super::super::batch_norm::sample;
+        let examples: Vec<Vec<Tensor>> = (0..3)
+            .map(|s| {
+                vec![
+                    sample(&[2, 3], s, 0.2, 2.0),
+                    sample(&[2, 3], s + 4, 0.5, 0.4),
+                ]
+            })
+            .collect();
+        let pw = sample(&[3], 3, 1.5, 0.5);
+        for r in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+            for batched in [[true, true], [true, false], [false, true]] {
+                vmap_agrees(|v| v[0].try_mse_loss_with(&v[1], r), &examples, &batched);
+                vmap_agrees(
+                    |v| v[0].try_binary_cross_entropy_with_logits_with(&v[1], r, Some(pw.clone())),
+                    &examples,
+                    &batched,
+                );
+            }
+        }
+    }
 
     #[test]
     fn axis_sum_and_expand_are_each_others_backward() {
