@@ -15,9 +15,7 @@
 
 use smallvec::smallvec;
 
-use std::borrow::Cow;
-
-use super::attention::{additive_mask, batched_inputs, fused_backward, fused_forward, sample, shares_dropout, Config};
+use super::attention::{batched_inputs, fused_backward, fused_forward, sample, shares_dropout, Config};
 use crate::core::{BatchContext, Batched};
 use crate::ops::OpAttributes;
 use crate::kernels::mask::{compare, Comparison};
@@ -27,7 +25,7 @@ use crate::graph::Var;
 use crate::kernels::nn::sparse::keeps;
 use crate::ops::rule::OpFacts;
 use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 const OP: &str = "scaled_dot_product_attention_backward";
 
@@ -91,9 +89,15 @@ pub(super) fn unfused_over<'g>(
     let scale = cfg.scale.unwrap_or(1.0 / (e as f64).sqrt());
     let mut s = q.try_matmul_transposed(k, false, true)?.mul_scalar(scale);
     if let Some(m) = mask {
-        s = match additive_mask(OP, m.value(), q.dtype())? {
-            Cow::Borrowed(_) => s.try_add(m)?,
-            Cow::Owned(bias) => s.try_add(&q.graph().constant(bias))?,
+        s = if m.value().dtype() == DType::Bool {
+            // PyTorch's bool mask as `0` / `-inf`, recorded from the mask
+            // rather than made a constant of its value, so that a vmapped
+            // function reads each example's mask.
+            let graph = q.graph();
+            let level = |v: f64| graph.constant(Tensor::scalar_of(v, q.dtype()));
+            s.try_add(&level(0.0).try_where(m, &level(f64::NEG_INFINITY))?)?
+        } else {
+            s.try_add(m)?
         };
     }
     let shape = s.shape().to_vec();

@@ -366,3 +366,84 @@ fn strided_heads_are_read_in_place() {
         }
     }
 }
+
+/// Attention with a bool mask (input 3) and, if `DROPOUT`, dropout
+/// (p 0.3, seed 11): its output and the gradients of `sum(y ⊙ y)` with
+/// respect to `q`, `k`, `v`, recorded so that `vmap` batches the backward
+/// op too.
+fn attention_and_grads<'s, const DROPOUT: bool>(v: &[Var<'s>]) -> Result<Vec<Var<'s>>> {
+    use crate::{grad, GradOptions};
+    let mut o = SdpaOptions::new().attn_mask(&v[3]);
+    if DROPOUT {
+        o = o.dropout_p(0.3, 11);
+    }
+    let y = v[0].try_scaled_dot_product_attention(&v[1], &v[2], &o)?;
+    let loss = (&y * &y).sum();
+    let mut out = vec![y.clone()];
+    out.extend(grad(&[&loss], &[&v[0], &v[1], &v[2]], &GradOptions::new().create_graph(true))?);
+    Ok(out)
+}
+
+/// The gradient with respect to `q` of `sum(dq ⊙ dq)`, `dq` from
+/// [`attention_and_grads`] without dropout: a second derivative, through
+/// the backward op's own (unfused) derivatives.
+fn second_derivative<'s>(v: &[Var<'s>]) -> Result<Vec<Var<'s>>> {
+    use crate::{grad, GradOptions};
+    let dq = attention_and_grads::<false>(v)?.remove(1);
+    grad(&[&(&dq * &dq).sum()], &[&v[0]], &GradOptions::new().create_graph(true))
+}
+
+/// A function of [`attention_and_grads`]'s kind.
+type AttnFn = for<'s> fn(&[Var<'s>]) -> Result<Vec<Var<'s>>>;
+
+#[test]
+fn vmap_with_a_batched_bool_mask_and_dropout() {
+    use crate::func::{Randomness, VMap};
+    let (b, h, l, s, e) = (3, 2, 4, 5, 3);
+    let xs = [sample(&[b, h, l, e], 1, 1.0), sample(&[b, h, s, e], 2, 1.0), sample(&[b, h, s, 2], 3, 1.0)];
+    // Each example's own mask, [L, S], every row attending somewhere.
+    let keep: Vec<bool> = (0..b * l * s).map(|i| (i / (l * s) + i / s % l + i % s) % 3 != 0).collect();
+    let mask = Tensor::from_vec(keep, &[b, l, s]).unwrap();
+    let run = |f: AttnFn, randomness| {
+        let g = Graph::new();
+        let mut args: Vec<Var<'_>> = xs.iter().map(|x| g.variable(x.clone())).collect();
+        args.push(g.constant(mask.clone()));
+        let refs: Vec<&Var<'_>> = args.iter().collect();
+        let out = VMap::new().randomness(randomness).try_call(f, &refs).unwrap();
+        out.iter().map(|o| o.value().clone()).collect::<Vec<_>>()
+    };
+    let alone = |f: AttnFn, i: usize| {
+        let g = Graph::new();
+        let mut args: Vec<Var<'_>> = xs.iter().map(|x| g.variable(x.select(0, i).unwrap().contiguous())).collect();
+        args.push(g.constant(mask.select(0, i).unwrap().contiguous()));
+        f(&args).unwrap().iter().map(|o| o.value().clone()).collect::<Vec<_>>()
+    };
+    let row = |t: &Tensor, i: usize| t.select(0, i).unwrap().to_f64_vec();
+    // Without dropout, and with a dropout every example shares
+    // (Randomness::Same: each draws what it draws alone): each example's
+    // values and gradients.
+    for (f, randomness) in [
+        (attention_and_grads::<false> as AttnFn, Randomness::Error),
+        (second_derivative, Randomness::Error),
+        (attention_and_grads::<true>, Randomness::Same),
+    ] {
+        let got = run(f, randomness);
+        for i in 0..b {
+            for (got, want) in got.iter().zip(alone(f, i)) {
+                close(&row(got, i), &want.to_f64_vec(), 1e-12, "an example's value");
+            }
+        }
+    }
+    // Randomness::Different: the op over the whole batch (the mask
+    // broadcast over the heads), so each example has its own draw.
+    let got = run(attention_and_grads::<true>, Randomness::Different);
+    let g = Graph::new();
+    let mut args: Vec<Var<'_>> = xs.iter().map(|x| g.variable(x.clone())).collect();
+    args.push(g.constant(mask.reshape(&[b, 1, l, s]).unwrap()));
+    let whole = attention_and_grads::<true>(&args).unwrap();
+    for (got, want) in got.iter().zip(&whole) {
+        close(&got.to_f64_vec(), &want.value().to_f64_vec(), 1e-12, "the whole batch's value");
+    }
+    let first = alone(attention_and_grads::<true>, 1);
+    assert!(row(&got[0], 1) != first[0].to_f64_vec(), "examples share a dropout mask");
+}

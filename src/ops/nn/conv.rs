@@ -452,6 +452,43 @@ mod tests {
         ));
     }
 
+    /// The gradients of `sum(pool(relu(conv(x, w) + b))^2)` with respect
+    /// to `w` and `b`, recorded so that `vmap` can batch them.
+    fn cnn_grads<'s>(v: &[Var<'s>]) -> Result<Vec<Var<'s>>> {
+        use crate::{grad, GradOptions, MaxPool2dOptions};
+        let (w, b, x) = (&v[0], &v[1], &v[2]);
+        let y = x
+            .try_conv2d(w, Some(b), &Conv2dOptions::new().padding(1))?
+            .relu()
+            .try_max_pool2d(&MaxPool2dOptions::new(2))?;
+        let loss = (&y * &y).sum();
+        grad(&[&loss], &[w, b], &GradOptions::new().create_graph(true))
+    }
+
+    #[test]
+    fn per_sample_gradients_of_a_small_cnn_are_each_examples() {
+        use crate::func::VMap;
+        let (w, b, xs) = (s(&[3, 2, 3, 3], 1), s(&[3], 2), s(&[4, 1, 2, 6, 6], 3));
+        let g = Graph::new();
+        let (wv, bv, xv) = (g.variable(w.clone()), g.variable(b.clone()), g.variable(xs.clone()));
+        let got = VMap::new()
+            .in_axes(&[None, None, Some(0)])
+            .try_call(cnn_grads, &[&wv, &bv, &xv])
+            .unwrap();
+        assert_eq!(got[0].shape(), &[4, 3, 2, 3, 3]);
+        assert_eq!(got[1].shape(), &[4, 3]);
+        for e in 0..4 {
+            let h = Graph::new();
+            let x = xs.select(0, e).unwrap().contiguous();
+            let args = [h.variable(w.clone()), h.variable(b.clone()), h.variable(x)];
+            let want = cnn_grads(&args).unwrap();
+            for (got, want) in got.iter().zip(&want) {
+                let got = got.value().select(0, e).unwrap().contiguous();
+                assert!(got.allclose(want.value(), 1e-10, 1e-12), "example {e}");
+            }
+        }
+    }
+
     #[test]
     fn f32_agrees_with_f64() {
         let g = Graph::new();

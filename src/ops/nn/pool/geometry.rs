@@ -310,6 +310,41 @@ mod tests {
     use super::*;
     use crate::DType;
 
+    /// `x`'s gradient of `sum(max_pool(x)^2) + sum(avg_pool(x)^2)`,
+    /// recorded, with the pooled values: the poolings and their backward
+    /// ops.
+    fn pooled_and_grad<'s>(v: &[crate::Var<'s>]) -> Result<Vec<crate::Var<'s>>> {
+        use crate::{grad, GradOptions};
+        let x = &v[0];
+        let m = x.try_max_pool2d(&MaxPool2dOptions::new(3).stride(2).padding(1))?;
+        let a = x.try_avg_pool2d(&AvgPool2dOptions::new(2).stride(1))?;
+        let loss = &(&m * &m).sum() + &(&a * &a).sum();
+        let dx = grad(&[&loss], &[x], &GradOptions::new().create_graph(true))?;
+        Ok(vec![m, a, dx[0].clone()])
+    }
+
+    #[test]
+    fn vmap_over_images_with_and_without_a_batch_axis() {
+        use crate::func::VMap;
+        // Examples [C, H, W] (the batch is the op's N) and [N, C, H, W]
+        // (the batch folded into N).
+        for shape in [vec![3, 2, 5, 6], vec![3, 2, 2, 5, 6]] {
+            let xs = distinct(&shape, 4);
+            let g = crate::Graph::new();
+            let xv = g.variable(xs.clone());
+            let got = VMap::new().try_call(pooled_and_grad, &[&xv]).unwrap();
+            for e in 0..3 {
+                let h = crate::Graph::new();
+                let x = h.variable(xs.select(0, e).unwrap().contiguous());
+                let want = pooled_and_grad(&[x]).unwrap();
+                for (got, want) in got.iter().zip(&want) {
+                    let got = got.value().select(0, e).unwrap().contiguous();
+                    assert!(got.allclose(want.value(), 1e-12, 1e-12), "{shape:?}, example {e}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_inputs_are_typed_errors_naming_the_op_and_shape() {
         let x = Tensor::zeros(&[1, 2, 5, 5], DType::F32).unwrap();
