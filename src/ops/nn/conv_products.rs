@@ -214,57 +214,136 @@ pub(super) fn tangent<'g, O: ConvProduct>(op: &O, i: usize, t: &Var<'g>, n: Node
 }
 
 /// [`StructuredOp::batch`] of a convolution op (inputs: two operands in
-/// [`Slot::operands`] order, then an optional bias).
+/// [`Slot::operands`] order, then an optional bias), one convolution over
+/// the whole batch:
 ///
-/// - A shared weight (and bias) with a batched image operand: the batch
-///   folded into the images, `[B, N, C, ...]` as `[B * N, C, ...]`, one
-///   convolution.
-/// - Otherwise (per-example weights, as an ensemble's forward or per-sample
-///   weight gradients have): one grouped convolution, as `torch.func`
-///   does. Example `b`'s channels become channel block `b` of every image,
-///   `[B, N, C, ...]` as `[N, B * C, ...]`, and per-example weights stack
-///   along their first axis, `[B, C_out, ...]` as `[B * C_out, ...]`;
-///   with `B * groups` groups, block `b` of the output is example `b`'s
-///   result, since each group reads only its own block. A bias is added
-///   after, per example.
+/// - batched images, a shared weight: the batch folded into the images,
+///   `[B, N, C, ...]` as `[B * N, C, ...]`;
+/// - shared images, per-example weights (an ensemble's forward): the
+///   examples' weights side by side as more output channels of each group
+///   ([`weights_side_by_side`]), and the output's channels sorted back
+///   ([`outputs_per_example`]);
+/// - both batched (per-sample gradients: the weight gradient of batched
+///   images and output gradients, or a backward through per-example
+///   weights): a grouped convolution with `B * groups` groups, as
+///   `torch.func` does. Example `b`'s channels become channel block `b` of
+///   every image, `[B, N, C, ...]` as `[N, B * C, ...]`, and per-example
+///   weights stack along their first axis, `[B * C_out, ...]`; since each
+///   group reads only its own block, block `b` of the output is example
+///   `b`'s result.
+///
+/// A bias is added after the convolution, per example, unless it and the
+/// weight are shared.
 pub(super) fn batch<'g, O: ConvProduct>(
     op: &O,
     inputs: &[Batched<'g>],
     ctx: &BatchContext,
 ) -> Result<Batched<'g>> {
     let batch = ctx.size;
-    let spatial = op.spec().spatial;
+    let spec = op.spec();
     let (a, b, bias) = (&inputs[0], &inputs[1], inputs.get(2));
-    if O::MAKES != Slot::W && !b.batched && !bias.is_some_and(|c| c.batched) {
-        let mut args = vec![fold(&a.value)?, b.value.clone()];
-        args.extend(bias.map(|c| c.value.clone()));
-        let refs: Vec<&Var<'g>> = args.iter().collect();
-        return unfold(&a.value.graph().record(op.clone(), &refs)?, batch);
-    }
-    let spec = ConvSpec {
-        groups: op.spec().groups * batch,
-        ..op.spec().clone()
+    let graph = a.value.graph();
+    let out = match (a.batched, b.batched) {
+        _ if O::MAKES == Slot::W => {
+            // Both operands are images (input and output gradient): the
+            // result, `[B * C_out, ...]`, is already per example.
+            let grouped = op.with_spec(ConvSpec {
+                groups: spec.groups * batch,
+                ..spec.clone()
+            });
+            let (x, gy) = (
+                into_channels(&materialize(a, ctx)?)?,
+                into_channels(&materialize(b, ctx)?)?,
+            );
+            return unfold(&graph.record(grouped, &[&x, &gy])?, batch);
+        }
+        (true, false) if !bias.is_some_and(|c| c.batched) => {
+            let mut args = vec![fold(&a.value)?, b.value.clone()];
+            args.extend(bias.map(|c| c.value.clone()));
+            let refs: Vec<&Var<'g>> = args.iter().collect();
+            return unfold(&graph.record(op.clone(), &refs)?, batch);
+        }
+        (true, false) => {
+            unfold(
+                &graph.record(op.clone(), &[&fold(&a.value)?, &b.value])?,
+                batch,
+            )?
+            .value
+        }
+        // Only the bias is batched: it broadcasts the output over the batch.
+        (false, false) => graph.record(op.clone(), &[&a.value, &b.value])?,
+        (false, true) => {
+            let w = weights_side_by_side::<O>(&b.value, spec.groups)?;
+            outputs_per_example(
+                &graph.record(op.clone(), &[&a.value, &w])?,
+                batch,
+                spec.groups,
+            )?
+        }
+        (true, true) => {
+            let grouped = op.with_spec(ConvSpec {
+                groups: spec.groups * batch,
+                ..spec.clone()
+            });
+            let (x, w) = (into_channels(&a.value)?, fold(&b.value)?);
+            out_of_channels(&graph.record(grouped, &[&x, &w])?, batch)?
+        }
     };
-    let a = into_channels(&materialize(a, ctx)?)?;
-    if O::MAKES == Slot::W {
-        // The operands are both images (input and output gradient): the
-        // result, `[B * C_out, ...]`, is already per example.
-        let b = into_channels(&materialize(b, ctx)?)?;
-        return unfold(&a.graph().record(op.with_spec(spec), &[&a, &b])?, batch);
-    }
-    let w = fold(&materialize(b, ctx)?)?;
-    let out = out_of_channels(&a.graph().record(op.with_spec(spec), &[&a, &w])?, batch)?;
     let out = match bias {
         None => out,
         Some(c) if c.batched => {
             // [B, C] as [B, 1, C, 1...] against [B, N, C, spatial...].
             let mut dims = vec![batch, 1, c.value.shape()[1]];
-            dims.extend(std::iter::repeat_n(1, spatial));
+            dims.extend(std::iter::repeat_n(1, spec.spatial));
             out.try_add(&c.value.reshape_dims(&dims)?)?
         }
-        Some(c) => out.try_add(&bias_view(&c.value, spatial)?)?,
+        Some(c) => out.try_add(&bias_view(&c.value, spec.spatial)?)?,
     };
     Ok(Batched::along_batch(out))
+}
+
+/// Per-example weights `[B, ...]` of a [`Conv`] (`[B, C_out, C_in / g,
+/// k...]`) or a [`ConvTranspose`] (`[B, C_in, C_out / g, k...]`) as one
+/// weight whose group `i` has the output channels `(b, o)` of every
+/// example `b`'s group `i`, in that order: `[C_out * B, C_in / g, k...]`,
+/// or `[C_in, B * C_out / g, k...]`.
+fn weights_side_by_side<'g, O: ConvProduct>(w: &Var<'g>, groups: usize) -> Result<Var<'g>> {
+    let shape = w.shape().to_vec();
+    let (batch, rest) = (shape[0], &shape[3..]);
+    if O::MAKES == Slot::X {
+        let mut dims = vec![shape[1], batch * shape[2]];
+        dims.extend_from_slice(rest);
+        let mut order: Vec<isize> = (0..shape.len() as isize).collect();
+        order.swap(0, 1);
+        return w.try_permute(&order)?.reshape_dims(&dims);
+    }
+    // [B, g, C_out / g, ...] to [g, B, C_out / g, ...].
+    let mut split = vec![batch, groups, shape[1] / groups, shape[2]];
+    split.extend_from_slice(rest);
+    let mut order: Vec<isize> = (0..split.len() as isize).collect();
+    order.swap(0, 1);
+    let mut dims = vec![batch * shape[1], shape[2]];
+    dims.extend_from_slice(rest);
+    w.reshape_dims(&split)?
+        .try_permute(&order)?
+        .reshape_dims(&dims)
+}
+
+/// The output `[N, g * B * C / g, spatial...]` of weights laid
+/// [`side by side`](weights_side_by_side) as `[B, N, C, spatial...]`.
+fn outputs_per_example<'g>(y: &Var<'g>, batch: usize, groups: usize) -> Result<Var<'g>> {
+    let shape = y.shape().to_vec();
+    let (n, channels, spatial) = (shape[0], shape[1] / batch, &shape[2..]);
+    let mut split = vec![n, groups, batch, channels / groups];
+    split.extend_from_slice(spatial);
+    // [N, g, B, C / g, ...] to [B, N, g, C / g, ...].
+    let mut order: Vec<isize> = vec![2, 0, 1];
+    order.extend(3..split.len() as isize);
+    let mut dims = vec![batch, n, channels];
+    dims.extend_from_slice(spatial);
+    y.reshape_dims(&split)?
+        .try_permute(&order)?
+        .reshape_dims(&dims)
 }
 
 /// Batched images `[B, N, C, spatial...]` as the channel blocks of `N`
