@@ -55,12 +55,12 @@ fn axes_chunks_and_nesting() {
     let f = example_fn(|v| Ok(vec![(&v[0] * &v[1]).try_tanh()?.try_sum()?]));
     let whole = VMap::new()
         .in_axes(&[Some(1), None])
-        .try_call(&f, &[&x, &w])
+        .try_call(f, &[&x, &w])
         .unwrap();
     let chunked = VMap::new()
         .in_axes(&[Some(1), None])
         .chunk_size(2)
-        .try_call(&f, &[&x, &w])
+        .try_call(f, &[&x, &w])
         .unwrap();
     assert_eq!(whole[0].shape(), &[5]);
     assert_eq!(
@@ -133,20 +133,16 @@ fn bad_input_is_a_typed_error_naming_the_input_or_op() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("expected an error"),
     };
-    let sizes = message(VMap::new().try_call(&f, &[&a, &b]));
+    let sizes = message(VMap::new().try_call(f, &[&a, &b]));
     assert!(
         sizes.contains("input 0 has 3") && sizes.contains("input 1 has 4"),
         "{sizes}"
     );
-    let axis = message(
-        VMap::new()
-            .in_axes(&[Some(2), None])
-            .try_call(&f, &[&a, &b]),
-    );
+    let axis = message(VMap::new().in_axes(&[Some(2), None]).try_call(f, &[&a, &b]));
     assert!(axis.contains("in_axes[0] = 2"), "{axis}");
-    let count = message(VMap::new().in_axes(&[Some(0)]).try_call(&f, &[&a, &b]));
+    let count = message(VMap::new().in_axes(&[Some(0)]).try_call(f, &[&a, &b]));
     assert!(count.contains("1 in_axes for 2 inputs"), "{count}");
-    let none = message(VMap::new().in_axes(&[None, None]).try_call(&f, &[&a, &b]));
+    let none = message(VMap::new().in_axes(&[None, None]).try_call(f, &[&a, &b]));
     assert!(none.contains("no input has a batch axis"), "{none}");
     let chunk = message(
         VMap::new()
@@ -170,8 +166,7 @@ fn bad_input_is_a_typed_error_naming_the_input_or_op() {
             |v| Ok(vec![v[0].graph().apply("cube_without_rule", &[&v[0]])?]),
             &[&x],
         )
-        .err()
-        .expect("no batching rule");
+        .expect_err("no batching rule");
     assert!(
         matches!(&err, Error::Unsupported { op, .. } if op == "cube_without_rule"),
         "{err}"

@@ -146,7 +146,8 @@ pub fn try_stack_module_state<M: Module>(models: &[M]) -> Result<Vec<(String, Te
 /// ```
 /// use retrograd::func::try_per_sample_gradients;
 /// use retrograd::nn::{Forward, Linear};
-/// use retrograd::{Randomness, Tensor};
+/// use retrograd::func::Randomness;
+/// use retrograd::Tensor;
 /// let layer = Linear::new(2, 1)?;
 /// let x = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 2.0], &[2, 2])?;
 /// // loss = y (one output per example): d loss / d weight = x.

@@ -24,14 +24,14 @@ use crate::graph::{Graph, Var};
 /// shapes are safe: every example has the same shapes.
 ///
 /// ```
-/// use retrograd::func::VMap;
+/// use retrograd::func::{example_fn, VMap};
 /// use retrograd::{Graph, Tensor};
 /// let g = Graph::new();
 /// // Three examples of 2 features, one shared weight vector.
 /// let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?);
 /// let w = g.variable(Tensor::from_vec(vec![10.0, 1.0], &[2])?);
-/// let dot = |v: &[retrograd::Var<'_>]| Ok(vec![(&v[0] * &v[1]).sum()]);
-/// let y = VMap::new().in_axes(&[Some(0), None]).try_call(dot, &[&x, &w])?.remove(0);
+/// let dot = example_fn(|v| Ok(vec![(&v[0] * &v[1]).sum()]));
+/// let y = VMap::new().in_axes(&[Some(0), None]).try_call(&dot, &[&x, &w])?.remove(0);
 /// assert_eq!(y.value().to_f64_vec(), vec![12.0, 34.0, 56.0]);
 /// // An ordinary graph: the gradient of the sum with respect to w.
 /// assert_eq!(y.sum().backward()?.wrt(&w).to_f64_vec(), vec![9.0, 12.0]);
