@@ -223,7 +223,7 @@ mod tests {
         let different = run(Randomness::Different).unwrap();
         let r = rows(&different);
         assert!(r.iter().all(|r| scaled(r)));
-        assert!(r[0].iter().any(|&v| v == 0.0) && r[0].iter().any(|&v| v != 0.0));
+        assert!(r[0].contains(&0.0) && r[0].iter().any(|&v| v != 0.0));
         for i in 0..4 {
             for j in 0..i {
                 assert_ne!(r[i], r[j], "examples {i} and {j} share a mask");
