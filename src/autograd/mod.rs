@@ -24,6 +24,7 @@
 
 pub(crate) mod backward;
 mod checkpoint;
+mod example_trace;
 mod fast;
 pub(crate) mod forward;
 mod functional;
@@ -34,6 +35,7 @@ pub(crate) mod hooks;
 mod notify;
 mod pool;
 mod sweep_record;
+mod vmap;
 
 #[doc(hidden)]
 pub use crate::core::{LaneOutcome, ScalarNode};
@@ -45,3 +47,4 @@ pub use grad::{grad, GradOptions};
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions};
 pub use gradients::Gradients;
 pub use sweep_record::{Contribution, StepKind, SweepRecord, SweepStep};
+pub use vmap::{example_fn, try_vmap, vmap, VMap};

@@ -5,7 +5,7 @@
 //! run an ensemble as one batched model and give each example its own
 //! gradient.
 
-use super::vmap::VMap;
+use crate::autograd::VMap;
 use crate::core::Randomness;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Var};

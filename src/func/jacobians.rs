@@ -5,8 +5,8 @@
 //! can be differentiated or vmapped again; the `try_*_at` forms take and
 //! return plain tensors.
 
-use super::vmap::VMap;
 use crate::autograd::forward::push_tangents;
+use crate::autograd::VMap;
 use crate::error::Result;
 use crate::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};

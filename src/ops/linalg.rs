@@ -442,7 +442,7 @@ mod tests {
     /// batches of matrices of different ranks.
     #[test]
     fn batching_rule_matches_each_example() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         let cases: &[(&[usize], &[usize], bool, bool)] = &[
             (&[3], &[3], false, false),
             (&[3], &[3, 2], false, false),

@@ -649,7 +649,7 @@ mod tests {
     /// values of the trace, not the traced example's constants).
     #[test]
     fn comparisons_masks_and_positions_batch() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         use crate::Var;
         fn f<'g>(v: &[Var<'g>]) -> crate::Result<Vec<Var<'g>>> {
             let above = v[0].try_gt(&v[1])?;

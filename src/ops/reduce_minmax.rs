@@ -512,7 +512,7 @@ mod tests {
             |x| x.try_argmax(Some(0), true)?.try_to_dtype(DType::F64),
         ];
         for f in cases {
-            let got = crate::func::try_vmap(|v| f(&v[0]), &[&xs]).unwrap();
+            let got = crate::autograd::try_vmap(|v| f(&v[0]), &[&xs]).unwrap();
             for b in 0..3 {
                 let h = Graph::new();
                 let want = f(&h.variable(xs.value().select(0, b).unwrap().contiguous())).unwrap();
@@ -523,7 +523,7 @@ mod tests {
         }
         // 0-d examples: one position each.
         let s = g.variable(Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3]).unwrap());
-        let i = crate::func::try_vmap(|v| v[0].try_argmax(None, true), &[&s]).unwrap();
+        let i = crate::autograd::try_vmap(|v| v[0].try_argmax(None, true), &[&s]).unwrap();
         assert_eq!(i.shape(), &[3]);
         assert_eq!(i.value().to_vec::<i64>().unwrap(), vec![0, 0, 0]);
     }

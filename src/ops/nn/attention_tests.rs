@@ -398,7 +398,8 @@ type AttnFn = for<'s> fn(&[Var<'s>]) -> Result<Vec<Var<'s>>>;
 
 #[test]
 fn vmap_with_a_batched_bool_mask_and_dropout() {
-    use crate::func::{Randomness, VMap};
+    use crate::autograd::VMap;
+    use crate::core::Randomness;
     let (b, h, l, s, e) = (3, 2, 4, 5, 3);
     let xs = [sample(&[b, h, l, e], 1, 1.0), sample(&[b, h, s, e], 2, 1.0), sample(&[b, h, s, 2], 3, 1.0)];
     // Each example's own mask, [L, S], every row attending somewhere.

@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn per_sample_gradients_of_a_small_cnn_are_each_examples() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         let (w, b, xs) = (s(&[3, 2, 3, 3], 1), s(&[3], 2), s(&[4, 1, 2, 6, 6], 3));
         let g = Graph::new();
         let (wv, bv, xv) = (g.variable(w.clone()), g.variable(b.clone()), g.variable(xs.clone()));

@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn vmap_draws_one_mask_or_one_per_example() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         let g = Graph::new();
         let x = g.variable(Tensor::ones(&[4, 60], DType::F64).unwrap());
         let run = |randomness| {

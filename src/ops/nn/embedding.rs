@@ -642,7 +642,7 @@ mod tests {
     /// each example's rows and gradient, the padding row's gradient zero.
     #[test]
     fn batching_rule_with_a_padding_row() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         let tables: Vec<Tensor> = (0..3)
             .map(|b| table().map_f64(|v| v * (b as f64 + 1.0) + 0.1 * b as f64))
             .collect();

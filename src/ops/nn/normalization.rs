@@ -413,7 +413,7 @@ mod vmap_tests {
         };
         let all: Vec<Var<'_>> = (0..4).map(stacked).collect();
         let refs: Vec<&Var<'_>> = all.iter().collect();
-        let err = crate::func::VMap::new()
+        let err = crate::autograd::VMap::new()
             .try_call(|v| Ok(vec![record(&op, v)?]), &refs)
             .unwrap_err();
         assert!(

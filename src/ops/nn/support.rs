@@ -413,12 +413,7 @@ pub(crate) fn batch_elementwise_loss<'g, O: Differentiable + Clone>(
     inputs: &[Batched<'g>],
     ctx: &BatchContext,
 ) -> Result<Batched<'g>> {
-    let values = inputs
-        .iter()
-        .map(|x| materialize(x, ctx))
-        .collect::<Result<Vec<_>>>()?;
-    let refs: Vec<&Var<'g>> = values.iter().collect();
-    let per_element = refs[0].graph().record(unreduced.clone(), &refs)?;
+    let per_element = crate::ops::batching::on_materialized(unreduced, inputs, ctx)?.value;
     Ok(Batched::along_batch(reduce_examples(
         per_element,
         reduction,
@@ -502,7 +497,7 @@ pub(crate) fn grad_of_g<'g>(prod: Var<'g>, g: &Var<'g>) -> Result<Var<'g>> {
 #[cfg(test)]
 pub(in crate::ops::nn) mod tests {
     use super::*;
-    use crate::func::VMap;
+    use crate::autograd::VMap;
     use crate::{grad, gradcheck, jvpcheck, GradOptions, Graph};
 
     /// `tensors` stacked along a new axis 0.

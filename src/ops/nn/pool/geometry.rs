@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn vmap_over_images_with_and_without_a_batch_axis() {
-        use crate::func::VMap;
+        use crate::autograd::VMap;
         // Examples [C, H, W] (the batch is the op's N) and [N, C, H, W]
         // (the batch folded into N).
         for shape in [vec![3, 2, 5, 6], vec![3, 2, 2, 5, 6]] {

@@ -345,7 +345,13 @@ fn place_output<'g>(
             format!("out_axes[{i}] = {axis} is past output {i}'s rank {rank} plus its batch axis"),
         ));
     }
-    let batched = crate::ops::batching::materialize(out, ctx)?;
+    let batched = if out.batched {
+        out.value.clone()
+    } else {
+        let mut shape = vec![ctx.size];
+        shape.extend_from_slice(out.value.shape());
+        out.value.try_unsqueeze(0)?.try_expand(&shape)?
+    };
     move_axis(&batched, 0, axis)
 }
 
