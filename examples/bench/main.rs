@@ -19,6 +19,7 @@ mod checkpointing;
 #[cfg(feature = "mpi")]
 mod ddp;
 mod elementwise;
+mod func;
 mod gate;
 mod jit;
 mod llm_decode;
@@ -190,6 +191,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "lora_step_f32",
         lora_step::run_f32,
         "the same LoRA step on SmolLM2 dequantized to f32, as PyTorch runs it (fresh process)",
+    ),
+    (
+        "func",
+        func::run,
+        "retrograd::func against the plain forms: per-sample gradients of the MNIST CNN (batch 64), jacrev of a 256-256-256 tanh MLP, an ensemble of 8 digits MLPs (batch 128) vmapped",
     ),
     (
         "mem_w1",
