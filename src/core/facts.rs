@@ -76,6 +76,23 @@ impl OpFacts {
         }
     }
 
+    /// Facts of a structured op with a tangent rule and a differentiable
+    /// backward: its `arity`, an `example` instance and its sample inputs
+    /// (the shape most ops' `facts` take).
+    pub fn differentiable(
+        arity: Option<usize>,
+        example: Arc<dyn Differentiable>,
+        sample_inputs: SampleInputs,
+    ) -> Self {
+        OpFacts {
+            tangent: true,
+            second_derivative: true,
+            example: Some(example),
+            sample_inputs: Some(sample_inputs),
+            ..OpFacts::opaque(arity)
+        }
+    }
+
     /// Whether `values` (one per input) lie in the declared domain; true
     /// when none is declared.
     pub fn admits(&self, values: &[f64]) -> bool {

@@ -130,13 +130,7 @@ fn joined<'g>(
 
 /// The facts of a join: linear in every input; an example and its inputs.
 fn join_facts(example: impl crate::Differentiable, sample: crate::core::SampleInputs) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(std::sync::Arc::new(example)),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(None)
-    }
+    OpFacts::differentiable(None, std::sync::Arc::new(example), sample)
 }
 
 /// The first of a joining op's inputs, or an error for none.

@@ -131,13 +131,7 @@ fn index_facts(
     example: std::sync::Arc<dyn crate::Differentiable>,
     sample: crate::core::SampleInputs,
 ) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(example),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(Some(arity))
-    }
+    OpFacts::differentiable(Some(arity), example, sample)
 }
 
 /// The slices of `x` at `index` along `dim` (PyTorch's `index_select`).

@@ -142,13 +142,7 @@ impl StructuredOp for Slice {
 /// The facts of an op of this file: linear (or affine), so its tangent and
 /// second derivative come with it; an example instance and sample inputs.
 fn linear_facts(example: impl crate::Differentiable, sample: crate::core::SampleInputs) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(std::sync::Arc::new(example)),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(Some(1))
-    }
+    OpFacts::differentiable(Some(1), std::sync::Arc::new(example), sample)
 }
 
 /// The gradient of [`Slice`]: zeros of the sliced input's `shape` with the

@@ -274,13 +274,7 @@ pub(super) fn facts(
     arity: usize,
     sample: fn(u64) -> Vec<Tensor>,
 ) -> OpFacts {
-    OpFacts {
-        tangent: true,
-        second_derivative: true,
-        example: Some(example),
-        sample_inputs: Some(sample),
-        ..OpFacts::opaque(Some(arity))
-    }
+    OpFacts::differentiable(Some(arity), example, sample)
 }
 
 /// The shape of the structured suites' sample inputs.
