@@ -52,15 +52,30 @@ const ENSEMBLE_BATCH: usize = 128;
 const DIGITS_SIZES: [usize; 4] = [64, 128, 64, 10];
 
 pub fn run(opts: &Options) {
-    // At least 5 timed repeats of each side outside --quick.
-    let repeats = if opts.quick {
+    run_per_sample(opts);
+    run_jacobian(opts);
+    run_ensemble(opts);
+}
+
+pub fn run_per_sample(opts: &Options) {
+    per_sample(opts, repeats(opts)).expect("per-sample gradients");
+}
+
+pub fn run_jacobian(opts: &Options) {
+    jacobian(opts, repeats(opts)).expect("jacobian");
+}
+
+pub fn run_ensemble(opts: &Options) {
+    ensemble(opts, repeats(opts)).expect("ensemble");
+}
+
+/// At least 5 timed repeats of each side outside --quick.
+fn repeats(opts: &Options) -> usize {
+    if opts.quick {
         opts.repeats
     } else {
         opts.repeats.max(5)
-    };
-    per_sample(opts, repeats).expect("per-sample gradients");
-    jacobian(opts, repeats).expect("jacobian");
-    ensemble(opts, repeats).expect("ensemble");
+    }
 }
 
 /// Uniform class labels `[n]` (i64) from `seed`.

@@ -198,6 +198,21 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         "retrograd::func against the plain forms: per-sample gradients of the MNIST CNN (batch 64), jacrev of a 256-256-256 tanh MLP, an ensemble of 8 digits MLPs (batch 128) vmapped",
     ),
     (
+        "func_per_sample",
+        func::run_per_sample,
+        "the first of `func` alone: per-sample gradients of the MNIST CNN (batch 64) against its batched backward",
+    ),
+    (
+        "func_jacobian",
+        func::run_jacobian,
+        "the second of `func` alone: jacrev of a 256-256-256 tanh MLP against one backward per row",
+    ),
+    (
+        "func_ensemble",
+        func::run_ensemble,
+        "the third of `func` alone: 8 digits MLPs (batch 128) vmapped against one MLP at 8x the batch",
+    ),
+    (
         "mem_w1",
         memory::run_w1,
         "peak RSS growth per recorded W1 node",

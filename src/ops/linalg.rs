@@ -100,7 +100,8 @@ impl<const TA: bool, const TB: bool> Differentiable for MatMulOp<TA, TB> {
 /// batch axes and never the batch with one of them; a shared operand
 /// broadcasts as it is. A shared matrix `b` is thereby folded into the
 /// rows of a batched `a` by [`record_matmul`]: one 2-d product, whose
-/// weight gradient is one product too (as in PyTorch). The axes the
+/// weight gradient is one product too (as in PyTorch); a shared matrix `a`
+/// times batched matrices is folded the same way, transposed. The axes the
 /// vectors added are removed from the result.
 fn batch_matmul<'g>(a: &Batched<'g>, b: &Batched<'g>, ta: bool, tb: bool) -> Result<Batched<'g>> {
     let (ra, rb) = (a.example_rank(), b.example_rank());
@@ -110,6 +111,20 @@ fn batch_matmul<'g>(a: &Batched<'g>, b: &Batched<'g>, ta: bool, tb: bool) -> Res
         // are the rows of one product, `V op(a)^T` (`V a` for a vector).
         let out = record_matmul(&b.value, &a.value, false, ra == 2 && !ta)?;
         return Ok(Batched::along_batch(out));
+    }
+    if !a.batched && ra == 2 && rb >= 2 {
+        // A shared matrix times a batch of matrices (the backward of a
+        // matrix-vector product sees vectors as [k, 1] columns):
+        // `op(a) op(b_i) = (op(b_i)^T op(a)^T)^T`, and the examples'
+        // `op(b_i)^T` stacked as rows are one 2-d product with `op(a)^T`,
+        // instead of one small product per example.
+        let rows = if tb {
+            b.value.clone()
+        } else {
+            b.value.try_transpose(-2, -1)?
+        };
+        let y = record_matmul(&rows, &a.value, false, !ta)?;
+        return Ok(Batched::along_batch(y.try_transpose(-2, -1)?));
     }
     let rank = ra.max(rb).max(2);
     let a2 = as_matrices(a, rank, |k| [1, k])?;

@@ -30,7 +30,8 @@
 //! the copy that packs a view (`strided_copy.rs`: coalesced dimensions,
 //! tiled 2-d transposes), kernel outputs built in uninitialised storage
 //! (`fill.rs`: `Tensor::build`, the `Filled` proof, `from_exact_iter`), the
-//! per-thread pool of small dense tensors (`recycle.rs`), buffers a
+//! per-thread pool of small dense tensors (`recycle.rs`), transparent huge
+//! pages asked for behind buffers of 4 MiB or more (`huge_pages.rs`), buffers a
 //! compiled step's memory plan lends to the next builds (`planned.rs`), a buffer the
 //! allocator refuses turned into `Error::OutOfMemory` at the op or backward
 //! that asked for it instead of an abort (`refused.rs`: large buffers are
@@ -42,6 +43,7 @@
 mod display;
 mod element;
 mod fill;
+mod huge_pages;
 pub(crate) mod math;
 pub(crate) mod planned;
 mod random;

@@ -123,6 +123,7 @@ pub(crate) fn build<T: DataType>(
     let mut data = Arc::<[T]>::new_uninit_slice(len);
     // A freshly allocated Arc has exactly one owner.
     let slots = Arc::get_mut(&mut data).expect("fresh Arc is unique");
+    super::huge_pages::advise(slots);
     let _proof = fill(slots);
     // SAFETY: `fill` proved every element written.
     unsafe { data.assume_init() }
