@@ -54,6 +54,11 @@ pub fn grad_norm(grads: &Gradients, norm_type: f64) -> Result<f64> {
     })
 }
 
+/// `sum x^2` over one slice, in f64 (the squared 2-norm).
+pub(crate) fn squared_sum<T: Element>(x: &[T]) -> f64 {
+    partial_norm(x, 2.0)
+}
+
 /// `sum |x|^p` (or `max |x|` for p = inf) over one tensor, in f64.
 fn partial_norm<T: Element>(x: &[T], p: f64) -> f64 {
     if p.is_infinite() {

@@ -28,12 +28,13 @@ use super::fill::Filled;
 use super::storage::unique_mut;
 use super::{DType, DataType, Dense, Dims};
 
-/// The largest tensor (in elements) that is recycled: 64 MiB of f32. Large
+/// The largest tensor (in elements) that is recycled: 128 MiB of f32. Large
 /// outputs (a CNN's activations, megabytes each; a BERT's feed-forward
-/// activations at batch 32, 25 MB each) are freed and made again every
-/// step; from the allocator each is a fresh mapping that page-faults on
-/// first write (ARCHITECTURE.md, PERF).
-pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 24;
+/// activations at batch 32, 25 MB each; per-sample gradients, the batch
+/// times the model: 108 MB for the README's CNN at 64 examples) are freed
+/// and made again every step; from the allocator each is a fresh mapping
+/// whose pages the kernel zeroes on first write (ARCHITECTURE.md, PERF).
+pub const MAX_RECYCLED_ELEMENTS: usize = 1 << 25;
 /// The most bytes of recycled tensors one thread keeps.
 pub const MAX_RECYCLED_BYTES: usize = 256 << 20;
 /// The most distinct (dtype, length) classes one thread keeps. A CNN

@@ -268,3 +268,77 @@ fn bad_rdp_arguments_are_typed_errors() {
 fn plain_compute_rdp_panics_with_the_message() {
     compute_rdp(f64::NAN, 1.0, 1, &[2.0]);
 }
+
+/// The clipped sum against each example clipped and summed one by one in
+/// f64: two parameters (a matrix whose per-sample gradients come as a
+/// transposed view, and a vector), examples above and below the norm, in
+/// f32 and f64.
+#[test]
+fn clipped_sum_equals_the_examples_clipped_one_by_one() {
+    use crate::core::sample_tensor;
+    use crate::nn::Parameter;
+    use crate::optim::{Sgd, SgdConfig};
+    use crate::{DType, Tensor};
+    let batch = 5;
+    for dtype in [DType::F32, DType::F64] {
+        let w = Parameter::new(Tensor::zeros(&[3, 4], dtype).unwrap());
+        let b = Parameter::new(Tensor::zeros(&[4], dtype).unwrap());
+        let sgd = Sgd::new([&w, &b], SgdConfig::new(1.0)).unwrap();
+        let config = DpSgdConfig {
+            max_grad_norm: 2.0,
+            noise_multiplier: 0.0,
+            sample_rate: 0.5,
+            expected_batch_size: 4,
+            seed: 0,
+        };
+        let params = vec![("w".to_string(), w.clone()), ("b".to_string(), b.clone())];
+        let mut dp = DpOptimizer::try_new(Box::new(sgd), params, config).unwrap();
+        // Scales from 0.1 to 1.7: some examples' norms are below 2, some above.
+        let scale: Vec<f64> = (0..batch).map(|i| 0.1 + 0.4 * i as f64).collect();
+        let gw = sample_tensor(&[batch, 4, 3], 3, 1.0).to_dtype(dtype);
+        let gb = sample_tensor(&[batch, 4], 4, 1.0).to_dtype(dtype);
+        let scaled = |t: &Tensor, width: usize| -> Vec<f64> {
+            let v = t.contiguous().to_f64_vec();
+            v.iter()
+                .enumerate()
+                .map(|(k, x)| x * scale[k / width])
+                .collect()
+        };
+        let gw = Tensor::from_f64_slice(&scaled(&gw, 12), &[batch, 4, 3], dtype)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let gb = Tensor::from_f64_slice(&scaled(&gb, 4), &[batch, 4], dtype).unwrap();
+        let (vw, vb) = (gw.contiguous().to_f64_vec(), gb.to_f64_vec());
+        let (mut want_w, mut want_b) = (vec![0.0f64; 12], vec![0.0f64; 4]);
+        let mut clipped = 0;
+        for i in 0..batch {
+            let (ew, eb) = (&vw[i * 12..(i + 1) * 12], &vb[i * 4..(i + 1) * 4]);
+            let norm = ew.iter().chain(eb).map(|x| x * x).sum::<f64>().sqrt();
+            let f = (2.0 / (norm + 1e-6)).min(1.0);
+            clipped += usize::from(f < 1.0);
+            want_w
+                .iter_mut()
+                .zip(ew)
+                .for_each(|(a, x)| *a -= f * x / 4.0);
+            want_b
+                .iter_mut()
+                .zip(eb)
+                .for_each(|(a, x)| *a -= f * x / 4.0);
+        }
+        assert!(
+            clipped > 0 && clipped < batch,
+            "{clipped} of {batch} clipped"
+        );
+        dp.try_step(&[gw, gb]).unwrap();
+        let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+        for (got, want) in [
+            (w.value().to_f64_vec(), want_w),
+            (b.value().to_f64_vec(), want_b),
+        ] {
+            for (g, e) in got.iter().zip(&want) {
+                assert!((g - e).abs() <= tol, "{dtype:?}: {got:?} against {want:?}");
+            }
+        }
+    }
+}
