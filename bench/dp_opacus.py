@@ -44,12 +44,14 @@ _START = time.perf_counter()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import opacus  # noqa: E402
 from opacus import PrivacyEngine  # noqa: E402
+
+# The same CNN as bench/func_torch.py's (this script's folder is on the path).
+from func_torch import mnist_cnn  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSV = os.path.join(ROOT, "data", "mnist_5k.csv.gz")
@@ -159,19 +161,6 @@ def load_split(seed):
     test, train = order[:TEST_LEN], order[TEST_LEN:]
     as_t = torch.from_numpy
     return (as_t(images[train]), as_t(labels[train]), as_t(images[test]), as_t(labels[test]))
-
-
-def mnist_cnn(channels=(32, 64), hidden=128, dropout=0.25):
-    layers, cin = [], 1
-    for cout in channels:
-        layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
-        cin = cout
-    side = 28 >> len(channels)
-    layers += [nn.Flatten(), nn.Linear(cin * side * side, hidden), nn.ReLU()]
-    if dropout > 0:
-        layers.append(nn.Dropout(dropout))
-    layers.append(nn.Linear(hidden, 10))
-    return nn.Sequential(*layers)
 
 
 @torch.no_grad()

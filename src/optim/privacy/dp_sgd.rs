@@ -8,11 +8,10 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
+use rayon::prelude::*;
 
 use super::RdpAccountant;
 use crate::error::{Error, Result};
-use rayon::prelude::*;
-
 use crate::graph::Graph;
 use crate::nn::Parameter;
 use crate::optim::clip::squared_sum;
