@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retrograd::data::{Batch, Dataset};
 use retrograd::io::TensorFile;
+use retrograd::kernels::parallel::PARALLEL_THRESHOLD;
 use retrograd::nn::{
     Activation, Dropout, Embedding, Forward, LayerNorm, Linear, Mlp, Module, Parameter, Sequential,
     StateDict,
@@ -259,7 +260,7 @@ fn jobs() -> Vec<Job> {
             Algorithm::SgdMomentum,
         ),
         // Large enough for the parallel kernels (rayon's pool is shared by
-        // every thread): 1024 x 64 activations cross PARALLEL_THRESHOLD.
+        // every thread): 4096 x 64 activations reach PARALLEL_THRESHOLD.
         Job {
             steps: 3,
             ..job(
@@ -267,7 +268,7 @@ fn jobs() -> Vec<Job> {
                 &[64, 64, 10],
                 Activation::Relu,
                 DType::F32,
-                1024,
+                PARALLEL_THRESHOLD / 64,
                 Algorithm::Adam,
             )
         },
@@ -456,8 +457,9 @@ fn a_shared_model_serves_concurrent_graphs() -> Result<()> {
 /// fixed order). Several threads run them at once to vary the scheduling.
 #[test]
 fn parallel_reductions_are_bit_identical_from_run_to_run() -> Result<()> {
-    // [1031, 127]: above PARALLEL_THRESHOLD, reduced over its leading axis.
-    let shape = [1031, 127];
+    // [1031, 257]: above PARALLEL_THRESHOLD, reduced over its leading axis.
+    let shape = [1031, 257];
+    assert!(shape[0] * shape[1] >= PARALLEL_THRESHOLD);
     let n: usize = shape.iter().product();
     let data: Vec<f64> = (0..n)
         .map(|i| ((i as f64 * 0.618_034).fract() - 0.5) * 3.0)
@@ -478,9 +480,9 @@ fn parallel_reductions_are_bit_identical_from_run_to_run() -> Result<()> {
         ("mse_loss", |x, w| x.try_mse_loss(w)),
         ("layer_norm weight and bias", |x, w| {
             // Their gradients sum over the 1031 rows.
-            let weight = w.try_narrow(0, 0, 1)?.try_reshape(&[127])?;
-            let bias = w.try_narrow(0, 1, 1)?.try_reshape(&[127])?;
-            x.try_layer_norm(&[127], Some(&weight), Some(&bias), 1e-5)
+            let weight = w.try_narrow(0, 0, 1)?.try_reshape(&[257])?;
+            let bias = w.try_narrow(0, 1, 1)?.try_reshape(&[257])?;
+            x.try_layer_norm(&[257], Some(&weight), Some(&bias), 1e-5)
         }),
     ];
     let run = |reduce: Reduction| -> Result<(Vec<u64>, Vec<u64>)> {

@@ -9,6 +9,7 @@ use crate::autograd::forward::push_tangents;
 use crate::autograd::VMap;
 use crate::error::Result;
 use crate::graph::{Graph, Var};
+use crate::tensor::shape::Dims;
 use crate::tensor::{DType, Tensor};
 use crate::{grad, GradOptions};
 
@@ -195,11 +196,14 @@ where
 /// row `i` one at element `i` and zero elsewhere.
 fn identity_rows(shape: &[usize], dtype: DType) -> Result<Tensor> {
     let n: usize = shape.iter().product();
-    let mut values = vec![0.0; n * n];
-    for i in 0..n {
-        values[i * n + i] = 1.0;
-    }
-    let mut rows_shape = vec![n];
+    let mut rows_shape = Dims::from_slice(&[n]);
     rows_shape.extend_from_slice(shape);
-    Tensor::from_f64_slice(&values, &rows_shape, dtype)
+    let mut rows = Tensor::zeros(&rows_shape, dtype)?;
+    crate::with_dtype!("jacobian", dtype, T => {
+        let values = rows.make_mut::<T>()?;
+        for i in 0..n {
+            values[i * n + i] = 1.0 as T;
+        }
+    });
+    Ok(rows)
 }

@@ -8,7 +8,9 @@
 //! that one is copied row-major first (`kernels::transpose`). Broadcast batch dimensions get
 //! stride 0. A batched left operand times a plain matrix is folded into one
 //! tall product (`[batch * m, k] x [k, n]`), which is both fewer calls and a
-//! better shape for the packed kernels.
+//! better shape for the packed kernels. A product with an identity factor
+//! (the seeds of a Jacobian's sweep) is a copy of the other factor
+//! (`identity_product`).
 //!
 //! Threading: one large product is cut into one part per rayon thread,
 //! each part a single-threaded gemm call ([`gemm_split`]); a batch of small
@@ -20,6 +22,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::identity_product::{product_with_identity, MatrixRead};
 use super::transpose;
 use crate::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, checked_numel, contiguous_strides, Dims};
@@ -411,6 +414,16 @@ fn gemm_into<T: Element>(
         (rows - 1) * op.row_stride as usize + (cols - 1) * op.col_stride as usize
     };
     assert!(reach(plan.a, m, k) < a.len() && reach(plan.b, k, n) < b.len());
+    let read = |data, rows, cols, op: Operand| MatrixRead {
+        data,
+        rows,
+        cols,
+        row_stride: op.row_stride,
+        col_stride: op.col_stride,
+    };
+    if product_with_identity(read(a, m, k, plan.a), read(b, k, n, plan.b), out, read_dst) {
+        return;
+    }
     let dst = RawMat {
         ptr: out.as_mut_ptr() as *const T,
         strides: Operand {

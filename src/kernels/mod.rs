@@ -44,6 +44,7 @@ pub(crate) mod blocks;
 pub mod elementwise;
 pub(crate) mod f64x8;
 pub mod functors;
+pub(crate) mod identity_product;
 pub mod index;
 pub mod layout;
 pub mod mask;

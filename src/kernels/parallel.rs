@@ -9,9 +9,15 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 /// Element count above which elementwise kernels split work across threads.
-/// Chosen by measurement on a 2-core AVX-512 machine (`examples/bench.rs`,
-/// `elementwise` workload): below this, one thread is faster.
-pub const PARALLEL_THRESHOLD: usize = 1 << 16;
+/// Chosen by measurement (`bench elementwise`, its `threshold_*` rows: one
+/// thread against rayon on an f32 add, alternated). A 2-core AVX-512
+/// machine broke even at 2^16 elements; a 2-core AMD EPYC Zen 3 virtual
+/// machine, where waking a sleeping worker costs tens of microseconds,
+/// lost with rayon up to 2^18 (0.51x at 2^16, 0.70x at 2^18) and won from
+/// 2^19 (1.12x). Below 2^18 the serial pass takes under 50 microseconds,
+/// so the most a serial op gives up on the faster-waking machine is a few
+/// microseconds.
+pub const PARALLEL_THRESHOLD: usize = 1 << 18;
 
 /// Elements per parallel task: big enough to amortise scheduling, small enough to balance.
 pub const CHUNK: usize = 1 << 14;

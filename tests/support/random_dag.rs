@@ -62,14 +62,14 @@ impl Size {
         max_ops: 24,
         first_input_min_numel: 0,
     };
-    /// Tensors of up to 2^17 elements, the first input at least
-    /// `PARALLEL_THRESHOLD` (2^16), so that kernels take their parallel
+    /// Tensors of up to 2^19 elements, the first input at least
+    /// `PARALLEL_THRESHOLD` (2^18), so that kernels take their parallel
     /// paths and matmul its larger blockings; fewer ops, since a debug
     /// build is slow.
     pub const LARGE: Size = Size {
         dims: &[1, 3, 64, 257, 1031],
         max_input_rank: 3,
-        max_numel: 1 << 17,
+        max_numel: 2 * PARALLEL_THRESHOLD,
         max_ops: 10,
         first_input_min_numel: PARALLEL_THRESHOLD,
     };
