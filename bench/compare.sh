@@ -7,6 +7,9 @@
 #   bench/compare.sh w1 w2      # a subset (w1 w1c w1v w1vc w2 w2c w3 w3c w3_conv w4 w4c w4_attn w6 matmul mem_w1 mem_w2 mem_w4_attn ddp)
 #   RUNS=3 bench/compare.sh w3  # the whole sequence 3 times: each row's ratio is
 #                               # the median of the 3 same-run ratios, with their range
+#   ISA=avx2 bench/compare.sh   # both sides capped to AVX2 on any machine: retrograd
+#                               # with RETROGRAD_ISA and a build without `avx512-gemm`,
+#                               # PyTorch with ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS
 #
 # Rows pair on (workload, dtype, size), size being `chains`, else `batch`,
 # else `n` of each JSON line: W3's rows are ("w3", "", 64), ("w3", "", 256)
@@ -27,7 +30,22 @@ workloads=("$@")
 [ ${#workloads[@]} -eq 0 ] && workloads=(w1 w1v w2 w2c w3 w3_conv w4 w4_attn matmul mem_w1 mem_w2 mem_w4_attn)
 
 runs=${RUNS:-1}
-cargo build --release --quiet --example bench
+features=()
+case "${ISA:-}" in
+  "") ;;
+  avx2|portable)
+    export RETROGRAD_ISA=$ISA
+    if [ "$ISA" = avx2 ]; then
+      export ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+    else
+      export ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
+    fi
+    # gemm takes no run-time cap: leave its AVX-512 kernels out of the build.
+    features=(--no-default-features --features expr,onnx,tokenizers,chat)
+    echo "instruction set capped to $ISA on both sides" >&2 ;;
+  *) echo "ISA must be avx2 or portable, not '$ISA'" >&2; exit 2 ;;
+esac
+cargo build --release --quiet --example bench "${features[@]}"
 # KEEP=DIR keeps each run's raw JSON lines there (run1.jsonl, ...).
 outdir=${KEEP:-$(mktemp -d)}
 mkdir -p "$outdir"

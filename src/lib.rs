@@ -70,6 +70,7 @@ pub use autograd::{
 pub use base::profile;
 pub use base::{DType, Error, OnnxProblem, Profile, Result, TensorProblem};
 pub use compile::{compile, CompileOptions, Compiled, StepOutput};
+pub use kernels::simd::{isa, set_isa_cap, Isa};
 pub use ops::gelu::GeluApproximate;
 pub use ops::nn::pool::options::*;
 pub use ops::nn::{

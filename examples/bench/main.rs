@@ -1,7 +1,7 @@
 //! retrograd's benchmark driver: one JSON line per measurement.
 //!
 //! ```text
-//! cargo run --release --example bench -- <workload> [--repeats N] [--quick]
+//! cargo run --release --example bench -- <workload> [--repeats N] [--quick] [--isa avx2|portable]
 //! ```
 //!
 //! Workloads: `matmul` (f32 GFLOP/s: the gemm call alone, the kernel, the
@@ -263,7 +263,11 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
 ];
 
 fn usage() -> String {
-    let mut s = String::from("usage: bench <workload> [--repeats N] [--quick]\n\nworkloads:\n");
+    let mut s = String::from(
+        "usage: bench <workload> [--repeats N] [--quick] [--isa portable|avx2|avx512]\n\n\
+         --isa caps the instruction set of retrograd's kernels (as RETROGRAD_ISA does); matrix\n\
+         products follow it only in a build without the feature `avx512-gemm`\n\nworkloads:\n",
+    );
     for (name, _, what) in WORKLOADS {
         s.push_str(&format!("  {name:<12} {what}\n"));
     }
@@ -290,6 +294,32 @@ fn main() -> ExitCode {
                 Some(n) if n > 0 => opts.repeats = n,
                 _ => {
                     eprintln!("--repeats needs a positive integer\n\n{}", usage());
+                    return ExitCode::FAILURE;
+                }
+            },
+            "--isa" => match it.next().map(|n| retrograd::Isa::try_from_name(n)) {
+                Some(Ok(cap)) => {
+                    let level = retrograd::set_isa_cap(cap);
+                    let gemm = if cfg!(feature = "avx512-gemm")
+                        && retrograd::Isa::detected() == retrograd::Isa::Avx512
+                        && cap < retrograd::Isa::Avx512
+                    {
+                        " (matrix products still use AVX-512: build without the feature `avx512-gemm`)"
+                    } else {
+                        ""
+                    };
+                    eprintln!(
+                        "instruction set: {} (the CPU has {}){gemm}",
+                        level.name(),
+                        retrograd::Isa::detected().name()
+                    );
+                }
+                Some(Err(e)) => {
+                    eprintln!("{e}\n\n{}", usage());
+                    return ExitCode::FAILURE;
+                }
+                None => {
+                    eprintln!("--isa needs a name\n\n{}", usage());
                     return ExitCode::FAILURE;
                 }
             },

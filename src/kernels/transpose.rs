@@ -99,10 +99,10 @@ enum Tiles {
 fn widest<T: 'static>() -> Tiles {
     #[cfg(target_arch = "x86_64")]
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::kernels::simd::has_avx512() {
             return Tiles::Avx512;
         }
-        if std::arch::is_x86_feature_detected!("avx") {
+        if crate::kernels::simd::has_avx2_fma() {
             return Tiles::Avx2;
         }
     }
@@ -349,10 +349,10 @@ mod tests {
         let mut kinds = vec![Tiles::Scalar];
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx") {
+            if crate::kernels::simd::Isa::detected() >= crate::kernels::simd::Isa::Avx2 {
                 kinds.push(Tiles::Avx2);
             }
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::kernels::simd::Isa::detected() >= crate::kernels::simd::Isa::Avx512 {
                 kinds.push(Tiles::Avx512);
             }
         }

@@ -470,7 +470,7 @@ mod tests {
     /// the f64 definition.
     #[test]
     fn channel_lane_tiles_match_the_f64_definition() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
+        if !crate::kernels::simd::has_avx512() {
             return;
         }
         let mut geometries = Vec::new();

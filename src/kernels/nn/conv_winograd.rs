@@ -596,7 +596,7 @@ mod tests {
     /// definition, and the same bits on both thread counts.
     #[test]
     fn winograd_tiles_match_the_f64_definition() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
+        if !crate::kernels::simd::has_avx512() {
             return;
         }
         let mut geometries = Vec::new();
@@ -663,7 +663,7 @@ mod tests {
     /// as the direct kernel's does, and no other pooled output.
     #[test]
     fn a_nan_reaches_the_pooled_outputs_that_read_it() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
+        if !crate::kernels::simd::has_avx512() {
             return;
         }
         let geo = conv_geometry(1, [8, 16, 1], [8, 8], [3, 3], [1, 1], [1, 1], [1, 1]);

@@ -57,7 +57,7 @@ fn half_at(bytes: &[u8], at: usize) -> f32 {
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::kernels::simd::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
+        crate::kernels::simd::has_f16c()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
