@@ -83,8 +83,6 @@ pub use tensor::{DataType, Element, Tensor, TensorSummary};
 /// The graph, `Var` and the node types: the [`core`](mod@self::core)
 /// layer's [`graph`](self::core::graph) module, under its first name.
 pub use self::core::graph;
-// Short crate-internal paths for the base layer's modules.
-use base::{error, fallible};
 #[cfg(test)]
 use tensor::test_util;
 

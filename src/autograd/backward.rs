@@ -10,10 +10,10 @@ use smallvec::SmallVec;
 
 use super::fast::{run_fast, Walk};
 use super::gradients::Gradients;
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::{order, Graph, OpEntry, Var, NO_SLOT};
 use crate::core::store::{GradSlot, TensorStore};
 use crate::core::Differentiable;
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::{order, Graph, OpEntry, Var, NO_SLOT};
 use crate::tensor::Tensor;
 
 /// Which order the backward sweep visits nodes in. Every valid order gives
@@ -478,7 +478,7 @@ fn run_leaf_hooks<'g, S: GradStore<'g>>(graph: &'g Graph, store: &mut S) -> Resu
         }
         let mut ids: Vec<u32> = st
             .hooked_values()
-            .filter(|&id| st.producers()[id as usize] >= crate::graph::LEAF_CONSTANT)
+            .filter(|&id| st.producers()[id as usize] >= crate::core::graph::LEAF_CONSTANT)
             .collect();
         ids.sort_unstable();
         ids

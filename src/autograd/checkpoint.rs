@@ -6,9 +6,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::grad::{grad, GradOptions};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::core::{Differentiable, GradInputs};
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
 use crate::tensor::Tensor;
 
 /// The function a checkpointed region runs.

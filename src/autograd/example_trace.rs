@@ -13,9 +13,9 @@ use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, GraphState, OpEntry, Var, LEAF_CONSTANT, LEAF_VARIABLE, NO_SLOT};
 use crate::core::{BatchContext, Batched, Randomness};
-use crate::error::{Error, Result};
-use crate::graph::{Graph, GraphState, OpEntry, Var, LEAF_CONSTANT, LEAF_VARIABLE, NO_SLOT};
 use crate::tensor::{DType, Tensor};
 
 /// Where one value of the example's computation comes from.

@@ -9,11 +9,11 @@
 use std::cell::Ref;
 
 use super::backward::{bad_shape, visit_with_vars, Scratch};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, GraphState, NodeRecord, Var};
 use crate::core::scalar_node::{ScalarGrad, ScalarNode};
 use crate::core::store::{GradSlot, TensorStore};
 use crate::core::Differentiable;
-use crate::error::Result;
-use crate::graph::{Graph, GraphState, NodeRecord, Var};
 use crate::tensor::{Repr, Tensor};
 
 /// The nodes a fast sweep visits.

@@ -6,8 +6,8 @@
 //! which is why forward mode wins when there are fewer inputs than outputs.
 
 use super::gradcheck::central_difference_check;
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::{Graph, Var, NO_SLOT};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::{Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;
 
 /// The output of `f` at `primals` and its directional derivative along

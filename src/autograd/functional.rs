@@ -3,8 +3,8 @@
 
 use super::forward::jvp;
 use super::grad::{grad, GradOptions};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
 /// `H v`: the Hessian of the scalar function `f` at `x`, times `v`, by

@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 
 use super::backward::{run, seed_for, GradStore, VarStore};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{order, Graph, Var, NO_SLOT};
 use crate::core::store::{GradSlot, TensorStore};
-use crate::error::{Error, Result};
-use crate::graph::{order, Graph, Var, NO_SLOT};
 use crate::tensor::Tensor;
 
 /// Options of [`grad`].

@@ -1,12 +1,12 @@
 //! [`Gradients`]: what a backward pass returns (the textbook chapter's `x.grad`, kept
 //! outside the tensors).
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use std::collections::HashMap;
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::store::GradSlot;
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::tensor::Tensor;
 
 /// Gradients of one backward pass, indexed by value id: dense, allocated on

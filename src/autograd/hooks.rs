@@ -1,8 +1,8 @@
 //! Gradient hooks and retained gradients: reading or replacing the gradient
 //! that flows into a value during backward.
 
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::tensor::Tensor;
 
 impl<'g> Var<'g> {

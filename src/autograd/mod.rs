@@ -37,9 +37,9 @@ mod pool;
 mod sweep_record;
 mod vmap;
 
+pub use crate::core::graph::GradHook;
 #[doc(hidden)]
 pub use crate::core::{LaneOutcome, ScalarNode};
-pub use crate::graph::GradHook;
 pub use backward::{BackwardOptions, BackwardOrder};
 pub use forward::{jvp, jvpcheck};
 pub use functional::{hessian, hessian_vector_product, jacobian, jacobian_with, JacobianMode};

@@ -11,9 +11,9 @@
 use super::backward::{seed_for, BackwardOptions};
 use super::fast::run_fast_notify;
 use super::gradients::Gradients;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::store::{GradSlot, TensorStore};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::tensor::Tensor;
 
 /// Marks a value id that no watched leaf has.

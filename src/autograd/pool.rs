@@ -1,13 +1,13 @@
 //! Spare gradient slots: the slot vector of dropped [`Gradients`](crate::Gradients) is kept,
 //! emptied, for the next backward pass on the same thread, as the graph's
-//! arena is by [`graph::pool`](crate::graph::pool), and under the same limit
+//! arena is by [`graph::pool`](crate::core::graph::pool), and under the same limit
 //! ([`MAX_SPARE_BYTES`], arena and slots together).
 
 use std::cell::RefCell;
 
+use crate::core::graph::pool::{self as arena_pool, MAX_SPARE_BYTES};
+use crate::core::graph::Graph;
 use crate::core::store::GradSlot;
-use crate::graph::pool::{self as arena_pool, MAX_SPARE_BYTES};
-use crate::graph::Graph;
 
 thread_local! {
     static SPARE_SLOTS: RefCell<Option<Vec<GradSlot>>> = const { RefCell::new(None) };
@@ -47,7 +47,7 @@ fn capacity_bytes(capacity: usize) -> usize {
 // Defined here rather than in `graph`, which knows nothing of gradients.
 impl Graph {
     /// Frees the buffers this thread keeps for its next graphs: the arena of
-    /// its last dropped graph (see [`graph::pool`](crate::graph::pool)), the
+    /// its last dropped graph (see [`graph::pool`](crate::core::graph::pool)), the
     /// slots of its last dropped [`Gradients`](crate::Gradients) and its recycled small
     /// tensors (see [`tensor::recycle`](crate::tensor::recycle)). For a
     /// program that is done with large graphs and wants the memory back.

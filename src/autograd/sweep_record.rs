@@ -7,9 +7,9 @@
 
 use super::backward::{run, seed_for, GradStore};
 use super::gradients::Gradients;
+use crate::base::error::Result;
+use crate::core::graph::{order, Graph, Var, LEAF_CONSTANT};
 use crate::core::store::{GradSlot, TensorStore};
-use crate::error::Result;
-use crate::graph::{order, Graph, Var, LEAF_CONSTANT};
 use crate::tensor::TensorSummary;
 
 /// What one backward sweep did, step by step: returned by

@@ -2,9 +2,9 @@
 //! batch as one batched computation.
 
 use super::example_trace::ExampleTrace;
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::core::{BatchContext, Batched, Randomness};
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
 
 /// How to vmap a function: which axis of each input is the batch
 /// (`None`: the input is shared by every example), where each output's
@@ -181,7 +181,7 @@ impl VMap {
     where
         F: for<'s> Fn(&[Var<'s>]) -> Result<Vec<Var<'s>>>,
     {
-        crate::error::or_panic(self.try_call(f, inputs))
+        crate::base::error::or_panic(self.try_call(f, inputs))
     }
 
     /// Each input's batch axis, checked against its rank.
@@ -275,7 +275,7 @@ pub fn vmap<'g, F>(f: F, inputs: &[&Var<'g>]) -> Var<'g>
 where
     F: for<'s> Fn(&[Var<'s>]) -> Result<Var<'s>>,
 {
-    crate::error::or_panic(try_vmap(f, inputs))
+    crate::base::error::or_panic(try_vmap(f, inputs))
 }
 
 /// The batch size: the one size of every batched input's batch axis.

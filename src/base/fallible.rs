@@ -26,7 +26,7 @@ macro_rules! fallible {
         #[track_caller]
         #[inline]
         $vis fn $name $(<$($gen: $bound),+>)? (&$self $(, $arg: $ty)*) -> $ret {
-            $crate::error::or_panic($self.$try_name($($arg),*))
+            $crate::base::error::or_panic($self.$try_name($($arg),*))
         }
     };
     (
@@ -47,7 +47,7 @@ macro_rules! fallible {
         #[track_caller]
         #[inline]
         $vis fn $name $(<$($gen: $bound),+>)? ($($arg: $ty),*) -> $ret {
-            $crate::error::or_panic(Self::$try_name($($arg),*))
+            $crate::base::error::or_panic(Self::$try_name($($arg),*))
         }
     };
 }

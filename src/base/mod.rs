@@ -4,7 +4,7 @@
 //! (`fallible.rs`), and the [`DType`] tag (`dtype.rs`), which sits here
 //! because errors name dtypes.
 //!
-//! The crate root keeps the short paths: `crate::error`, `crate::fallible`
+//! The crate root keeps the short paths: `crate::base::error`, `crate::base::fallible`
 //! and `crate::{Error, Result, DType}`.
 //!
 //! Where things are: the base layer: the one `Error` enum (thiserror) and
@@ -13,7 +13,7 @@
 //! method pair from one body (`fallible.rs`); the `DType` tag (`dtype.rs`);
 //! `Profile`, the per-part wall times of repeated runs that compiled steps
 //! and imported ONNX models report (`profile.rs`).
-//! The crate root keeps the paths `crate::error`, `crate::fallible`.
+//! The crate root keeps the paths `crate::base::error`, `crate::base::fallible`.
 
 pub(crate) mod dtype;
 pub(crate) mod error;

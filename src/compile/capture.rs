@@ -14,9 +14,9 @@ use smallvec::SmallVec;
 
 use super::passing::{check_fast, FastCheck, Passing};
 use crate::autograd::backward::seed_for;
+use crate::base::error::{Error, Result};
 use crate::core::graph::capture::CaptureLog;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var, LEAF_CONSTANT, NO_SLOT};
+use crate::core::graph::{Graph, Var, LEAF_CONSTANT, NO_SLOT};
 use crate::tensor::Tensor;
 
 /// Whose gradient a compiled step returns.

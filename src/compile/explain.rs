@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::plan;
 use super::program::{Binding, Pattern, Step};
 use super::{Capture, GradTarget};
-use crate::graph::trace_line;
+use crate::core::graph::trace_line;
 
 /// Bytes in the units people read.
 pub(crate) fn human(bytes: usize) -> String {

@@ -26,9 +26,9 @@ use super::lower::FastRule;
 use super::program::{Arg, Code, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
 use super::slice_sum::SliceSumPlan;
 use super::value_marks::ValueMarks;
+use crate::base::error::{Error, Result};
+use crate::core::graph::{GraphState, OpId, LEAF_CONSTANT};
 use crate::core::Pointwise;
-use crate::error::{Error, Result};
-use crate::graph::{GraphState, OpId, LEAF_CONSTANT};
 use crate::tensor::{DType, Dims};
 
 /// What one step of the program runs, before slots are known.

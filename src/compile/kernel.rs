@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use smallvec::SmallVec;
 
 use super::program::{Arg, FusedGroup, Pattern};
+use crate::base::error::Result;
 use crate::core::Pointwise;
-use crate::error::Result;
 use crate::kernels::parallel::PARALLEL_THRESHOLD;
 use crate::tensor::{DType, Element, Tensor};
 

@@ -23,9 +23,9 @@ use super::program::{Binding, FastStep, OpStep, Program, SliceSum, Slot, SlotInf
 use super::slice_sum::{self, SliceSumPlan};
 use super::value_marks::ValueMarks;
 use crate::autograd::backward::OpHolder;
+use crate::base::error::{Error, Result};
 use crate::core::graph::capture::SourceKind;
-use crate::error::{Error, Result};
-use crate::graph::{GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::core::graph::{GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
 use crate::tensor::Dims;
 
 /// A slot number not given yet.

@@ -184,9 +184,9 @@ use std::collections::HashMap;
 pub use capture::GradTarget;
 
 use crate::autograd::Gradients;
+use crate::base::error::{Error, Result};
 use crate::base::profile::PartClock;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::core::graph::{Graph, Var};
 use crate::nn::Parameter;
 use crate::optim::NamedParameter;
 use crate::tensor::{DType, Dims, Tensor};

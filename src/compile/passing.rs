@@ -21,8 +21,8 @@
 use smallvec::SmallVec;
 
 use crate::autograd::backward::OpHolder;
-use crate::error::Result;
-use crate::graph::{Graph, LEAF_CONSTANT};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, LEAF_CONSTANT};
 use crate::tensor::Tensor;
 
 /// Values of at most this many elements stay whole (as in `Capture::slim`).

@@ -14,10 +14,10 @@ use super::program::{
     Binding, Code, FastStep, OpStep, Program, ScalarProgram, SliceSum, Slot, Step,
 };
 use super::ready::ReadySchedule;
+use crate::base::error::{Error, Result};
 use crate::base::profile::PartClock;
 use crate::core::graph::capture::{CaptureLog, SourceKind};
 use crate::core::Primitive;
-use crate::error::{Error, Result};
 use crate::kernels::layout;
 use crate::tensor::planned::{Header, Lending};
 use crate::tensor::{DType, Tensor};

@@ -9,7 +9,7 @@
 
 use smallvec::SmallVec;
 
-use crate::graph::{GraphState, LEAF_CONSTANT};
+use crate::core::graph::{GraphState, LEAF_CONSTANT};
 
 /// A tree of `add`s over `slice_backward`s of disjoint slices, found in the
 /// captured graph.

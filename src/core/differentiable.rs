@@ -14,7 +14,7 @@ use super::holds::Holds;
 use super::pointwise::Pointwise;
 use super::scalar_lane::ScalarBackward;
 use super::scalar_node::{LaneOutcome, ScalarNode};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::Tensor;
 
 /// One optional gradient per input, returned by [`Differentiable::backward`];

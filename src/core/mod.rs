@@ -25,7 +25,7 @@
 //!
 //! Nothing here imports from `autograd`, `ops` or anything above: the
 //! sweeps (`autograd`) and the concrete ops (`ops`) build on this layer.
-//! The older paths `crate::graph`, `crate::ops::Differentiable` and
+//! The older paths `crate::core::graph`, `crate::ops::Differentiable` and
 //! `crate::autograd::ScalarNode` are re-exports of these items.
 //!
 //! Where things are: the core layer (`mod.rs`): the op trait
@@ -37,7 +37,7 @@
 //! `scalar_node`, and `LaneElement`, which tags a scalar call with its
 //! dtype (`scalar_node.rs`), gradient slots by value id and the first-order
 //! `TensorStore` (`store.rs`), and the graph (`graph/`, still
-//! `crate::graph` and `retrograd::graph`).
+//! `crate::core::graph` and `retrograd::graph`).
 
 pub mod attributes;
 pub mod batching;

@@ -15,7 +15,7 @@
 use super::graph::{GraphState, NodeRecord};
 use super::scalar_lane::{ScalarArgs, ScalarBackward};
 use super::store::TensorStore;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::Element;
 
 /// The dtypes the scalar lane runs in. Tags a scalar backward call with its

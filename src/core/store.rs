@@ -7,7 +7,7 @@
 //! [`ScalarNode`](super::ScalarNode) that writes its input gradients here,
 //! so the op trait has to see both.
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::kernels::{elementwise::zip_assign, functors};
 use crate::tensor::{Element, Tensor};
 

@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::{Element, Tensor};
 
 /// Moves each image of a batch `[N, C, H, W]` by its own random offset of at

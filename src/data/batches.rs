@@ -7,7 +7,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::Dataset;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// One mini-batch.

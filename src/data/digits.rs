@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::image_csv::ImageCsv;
 use super::Dataset;
-use crate::error::Result;
+use crate::base::error::Result;
 
 /// Pixels per image (8 x 8).
 pub const NUM_PIXELS: usize = 64;

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::Dataset;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// What one image format looks like.
 pub(crate) struct ImageCsv {

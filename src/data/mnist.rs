@@ -29,7 +29,7 @@ use std::path::Path;
 
 use super::image_csv::ImageCsv;
 use super::Dataset;
-use crate::error::Result;
+use crate::base::error::Result;
 
 /// Image height and width.
 pub const SIDE: usize = 28;

@@ -16,7 +16,7 @@
 
 use std::io::Read;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The share of the text nanoGPT trains on (the first 90%; the last 10%
 /// is for validation), for [`train_val_split`](super::train_val_split).

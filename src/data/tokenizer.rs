@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Prefix of the metadata string: names the format and its version.
 const METADATA_PREFIX: &str = "retrograd.char_tokenizer.v1:";

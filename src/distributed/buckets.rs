@@ -2,7 +2,7 @@
 //! backward finishes them), packed into buckets of one dtype up to a byte
 //! budget, each bucket one all-reduce.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::Parameter;
 use crate::tensor::DType;
 

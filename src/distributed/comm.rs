@@ -3,7 +3,7 @@
 //! serve GPUs behind the same trait). [`SingleProcess`] is the one-rank
 //! communicator; `MpiCommunicator` (feature `mpi`) runs over MPI.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::DType;
 
 /// A flat buffer of one bucket's gradients, in the bucket's dtype.

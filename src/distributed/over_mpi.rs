@@ -13,7 +13,7 @@ use mpi::Count;
 use super::comm::{
     check_all_started, check_buffers, check_root, check_start, BucketSink, Communicator, FlatBuf,
 };
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Bytes per broadcast call: MPI counts are `i32`.
 const CHUNK: usize = 1 << 30;

@@ -8,8 +8,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::base::error::{Error, Result};
 use crate::data::{Batches, Dataset};
-use crate::error::{Error, Result};
 use crate::nn::setters::setters;
 use crate::tensor::DType;
 

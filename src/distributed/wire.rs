@@ -2,7 +2,7 @@
 //! order both sides already agree on (the replicas were checked to hold the
 //! same names, shapes and dtypes).
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// Appends `t`'s elements to `out`.

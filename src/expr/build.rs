@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{BinOp, Expr, ExprError, ExprKind, Program, Span};
-use crate::error::Error;
-use crate::graph::{Graph, Var};
+use crate::base::error::Error;
+use crate::core::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
 impl Program {

@@ -5,8 +5,8 @@ use std::fmt::Write;
 
 use super::{parse, ExprError, Program};
 use crate::autograd::Gradients;
-use crate::error::Error;
-use crate::graph::{Graph, Var};
+use crate::base::error::Error;
+use crate::core::graph::{Graph, Var};
 use crate::tensor::Tensor;
 use crate::viz::VizOptions;
 

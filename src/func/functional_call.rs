@@ -6,9 +6,9 @@
 //! gradient.
 
 use crate::autograd::VMap;
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::core::Randomness;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
 use crate::nn::Module;
 use crate::tensor::Tensor;
 use crate::{grad, GradOptions};

@@ -7,8 +7,8 @@
 
 use crate::autograd::forward::push_tangents;
 use crate::autograd::VMap;
-use crate::error::Result;
-use crate::graph::{Graph, Var};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, Var};
 use crate::tensor::shape::Dims;
 use crate::tensor::{DType, Tensor};
 use crate::{grad, GradOptions};
@@ -52,7 +52,7 @@ pub fn jacrev<'g, F>(f: F, x: &Var<'g>) -> Var<'g>
 where
     F: for<'s> Fn(&Var<'s>) -> Result<Var<'s>>,
 {
-    crate::error::or_panic(try_jacrev(f, x))
+    crate::base::error::or_panic(try_jacrev(f, x))
 }
 
 /// The Jacobian of `f` at `x` by forward mode, shape `f(x).shape() ++
@@ -93,7 +93,7 @@ pub fn jacfwd<'g, F>(f: F, x: &Var<'g>) -> Var<'g>
 where
     F: for<'s> Fn(&Var<'s>) -> Result<Var<'s>>,
 {
-    crate::error::or_panic(try_jacfwd(f, x))
+    crate::base::error::or_panic(try_jacfwd(f, x))
 }
 
 /// The Hessian of the scalar function `f` at `x`, shape `x.shape() ++
@@ -126,7 +126,7 @@ pub fn hessian<'g, F>(f: F, x: &Var<'g>) -> Var<'g>
 where
     F: for<'s> Fn(&Var<'s>) -> Result<Var<'s>>,
 {
-    crate::error::or_panic(try_hessian(f, x))
+    crate::base::error::or_panic(try_hessian(f, x))
 }
 
 /// [`try_jacrev`] on a plain tensor: the Jacobian's value.

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::value::{fixed_size, type_id, type_id_name, MetadataValue};
-use crate::error::{format_error, io_error, Error, Result};
-use crate::fallible::fallible;
+use crate::base::error::{format_error, io_error, Error, Result};
+use crate::base::fallible::fallible;
 use crate::quant::{try_dequantize, GgmlType};
 use crate::tensor::{Dims, Tensor};
 
@@ -764,7 +764,7 @@ impl GgufFile {
                 None => Err(Error::TensorMismatch {
                     context: format!("GgufFile::tensor_info: {}", self.path.display()),
                     name: name.to_string(),
-                    problem: crate::error::TensorProblem::Missing,
+                    problem: crate::base::error::TensorProblem::Missing,
                 }),
             }
         }

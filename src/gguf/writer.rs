@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 use super::value::{type_id, MetadataValue};
-use crate::error::{or_panic, Error, Result};
+use crate::base::error::{or_panic, Error, Result};
 use crate::quant::{try_quantize, GgmlType};
 use crate::tensor::{DType, Tensor};
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use rand::Rng;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::hub::{LoadReport, ModelConfig, NameMap, Weights, CONFIG_FILE};
 use crate::nn::{BertForSequenceClassification, BertModel, Module, StateDict};
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::{Activation, BertConfig, GptConfig, LlamaConfig};
 use crate::tensor::DType;
 

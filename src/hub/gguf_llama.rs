@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::gguf::{GgufFile, GgufTensorInfo, GgufWriter};
 use crate::nn::{
     AnyEmbedding, AnyLinear, Embedding, Linear, Llama, LlamaConfig, LlamaLayerWeights, Parameter,

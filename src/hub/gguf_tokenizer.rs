@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::{AddedToken, DecoderWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::hub::Tokenizer;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rand::SeedableRng;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::hub::config::gpt2_config_json;
 use crate::hub::{ModelConfig, NameMap, Weights, CONFIG_FILE};
 use crate::nn::{Gpt, Module, StateDict};
@@ -57,7 +57,7 @@ impl Gpt {
                         weights.file_of("lm_head.weight").expect("present").display()
                     ),
                     name: "lm_head.weight".into(),
-                    problem: crate::error::TensorProblem::Value(
+                    problem: crate::base::error::TensorProblem::Value(
                         "differs from transformer.wte.weight: Gpt's output head is tied to the token embedding"
                             .into(),
                     ),

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::hub::{ModelConfig, Weights};
 use crate::nn::{AnyEmbedding, AnyLinear, Embedding, Linear, Llama, LlamaLayerWeights, Parameter};
 use crate::tensor::DType;

@@ -80,7 +80,7 @@ mod weights;
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 pub use bert::bert_name_map;
 pub use config::{ModelConfig, CONFIG_FILE};

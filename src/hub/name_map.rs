@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::error::{Error, Result, TensorProblem};
+use crate::base::error::{Error, Result, TensorProblem};
 use crate::hub::Weights;
 use crate::nn::{Module, Parameter, StateDict};
 use crate::tensor::Tensor;

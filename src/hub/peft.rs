@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::error::{format_error, io_error, Error, Result};
+use crate::base::error::{format_error, io_error, Error, Result};
 use crate::io::{load_tensors, save_tensors};
 use crate::nn::lora::{LoraAdapter, LoraModel};
 use crate::nn::StateDict;

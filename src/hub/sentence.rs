@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::hub::{Encoded, Padding, Tokenizer};
 use crate::nn::{l2_normalize, mean_pool, BertModel, Module};
 use crate::tensor::{DType, Tensor};

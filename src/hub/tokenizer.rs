@@ -10,7 +10,7 @@ use tokenizers::{
     TruncationStrategy,
 };
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// The tokenizer file of a model folder.

@@ -2,7 +2,7 @@
 //! (one `model.safetensors`, or the shards a `model.safetensors.index.json`
 //! lists), read one tensor at a time and converted to the model's dtype.
 
-use crate::error::{format_error, io_error};
+use crate::base::error::{format_error, io_error};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors};
 
-use crate::error::{Error, Result, TensorProblem};
+use crate::base::error::{Error, Result, TensorProblem};
 use crate::tensor::{DType, Dims, Tensor};
 
 /// The weights file of a model folder.

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use super::checksum::{checksum_entry, verify_checksum, CHECKSUM_KEY};
 use super::safetensors::{load_tensors, save_tensors, TensorFile};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::{NamedTensors, StateDict};
 use crate::optim::Optimizer;
 
@@ -303,7 +303,7 @@ pub(crate) fn load_contents<M: NamedTensors + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::TensorProblem;
+    use crate::base::error::TensorProblem;
     use crate::nn::Parameter;
     use crate::optim::{Adam, AdamConfig, Sgd, SgdConfig};
     use crate::{DType, Graph, Tensor};

@@ -14,7 +14,7 @@
 //!
 //! [safetensors]: https://huggingface.co/docs/safetensors
 
-use crate::error::{format_error, io_error};
+use crate::base::error::{format_error, io_error};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -22,7 +22,7 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::nn::StateDict;
 use crate::tensor::{DType, Tensor};
 

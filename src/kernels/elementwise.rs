@@ -14,7 +14,7 @@ use super::blocks::by_blocks;
 use super::functors::{BinaryFn, UnaryFn};
 use super::parallel::{for_each_chunk, should_parallelize};
 use super::simd::wide;
-use crate::error::{check_dtypes, Error, Result};
+use crate::base::error::{check_dtypes, Error, Result};
 use crate::tensor::math::Block;
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{refused, DType, Element, Filled, Repr, Tensor};

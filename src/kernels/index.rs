@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::layout::{for_each_row, outer_inner};
 use super::parallel::should_parallelize;
-use crate::error::{check_dtypes, Error, Result};
+use crate::base::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{contiguous_strides, Dims};
 use crate::tensor::{DType, Filled, Tensor};
 

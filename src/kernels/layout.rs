@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::parallel::{should_parallelize, CHUNK};
 use super::simd::wide;
-use crate::error::{check_dtypes, Error, Result};
+use crate::base::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{checked_numel, strided_offset, Dims};
 use crate::tensor::{DataType, Filled, Strided, Tensor};
 

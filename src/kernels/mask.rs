@@ -5,7 +5,7 @@
 
 use std::cmp::Ordering;
 
-use crate::error::{check_dtypes, Error, Result};
+use crate::base::error::{check_dtypes, Error, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, checked_numel, Dims};
 use crate::tensor::{DataType, Tensor};
 

@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use super::identity_product::{product_with_identity, MatrixRead};
 use super::transpose;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::shape::{broadcast_shapes, checked_numel, contiguous_strides, Dims};
 use crate::tensor::{Element, Filled, Strided, Tensor};
 

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use super::parallel::{ordered_reduce, should_parallelize};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::shape::{checked_numel, normalize_axes, reduced_shape, Dims};
 use crate::tensor::{Element, Tensor};
 

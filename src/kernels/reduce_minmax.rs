@@ -9,7 +9,7 @@
 use std::marker::PhantomData;
 
 use super::reduce_lanes::{map_with_output, reduce, Lanes, Reducer};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::shape::{normalize_axes, normalize_axis, reduced_shape, Dims};
 use crate::tensor::{Element, Filled, Tensor};
 

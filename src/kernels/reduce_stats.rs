@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use super::reduce_lanes::{reduce, Lanes, Reducer, SumF64};
 use super::reduce_minmax::{Extremum, Larger};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::shape::{checked_numel, normalize_axes, reduced_shape};
 use crate::tensor::{Element, Tensor};
 

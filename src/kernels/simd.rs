@@ -56,12 +56,12 @@ impl Isa {
     }
 
     /// The level named `name` (`portable`, `avx2` or `avx512`, any case).
-    pub fn try_from_name(name: &str) -> crate::error::Result<Isa> {
+    pub fn try_from_name(name: &str) -> crate::base::error::Result<Isa> {
         Isa::ALL
             .into_iter()
             .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
             .ok_or_else(|| {
-                crate::error::Error::invalid(
+                crate::base::error::Error::invalid(
                     "isa",
                     format!("unknown instruction set `{name}`: expected portable, avx2 or avx512"),
                 )
@@ -71,7 +71,7 @@ impl Isa {
     /// Like [`Isa::try_from_name`], but panics with its error.
     #[track_caller]
     pub fn from_name(name: &str) -> Isa {
-        crate::error::or_panic(Isa::try_from_name(name))
+        crate::base::error::or_panic(Isa::try_from_name(name))
     }
 
     /// The widest level this CPU has.

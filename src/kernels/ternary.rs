@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::parallel::{for_each_chunk, should_parallelize, CHUNK};
-use crate::error::{check_dtypes, Result};
+use crate::base::error::{check_dtypes, Result};
 use crate::tensor::shape::{broadcast_shapes, broadcast_strides, Dims};
 use crate::tensor::{Element, Filled, Repr, Tensor};
 

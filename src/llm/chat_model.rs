@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{ChatTemplate, Decoding, Message, Sampling};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Graph;
 use crate::gguf::GgufFile;
-use crate::graph::Graph;
 use crate::hub::{Tokenizer, WeightPrecision};
 use crate::nn::{Llama, LlamaCache};
 

@@ -7,7 +7,7 @@
 
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind, Value};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 const OP: &str = "ChatTemplate";
 
@@ -103,7 +103,7 @@ impl ChatTemplate {
     /// [`try_new`](Self::try_new), panicking on a bad template.
     #[track_caller]
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Self {
-        crate::error::or_panic(Self::try_new(source, bos_token, eos_token))
+        crate::base::error::or_panic(Self::try_new(source, bos_token, eos_token))
     }
 
     /// The conversation as the model reads it; with

@@ -8,7 +8,7 @@
 //! [`Llama::try_forward_decode_batch`]: crate::nn::Llama::try_forward_decode_batch
 
 use super::{ChatModel, FinishReason, GenerateOptions, Sampler, TextStream};
-use crate::error::Result;
+use crate::base::error::Result;
 
 /// One generation's state between tokens (see the module docs).
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 const OP: &str = "Sampler";
 
@@ -106,7 +106,7 @@ impl Sampler {
     /// [`try_new`](Self::try_new), panicking on bad settings.
     #[track_caller]
     pub fn new(sampling: Sampling) -> Self {
-        crate::error::or_panic(Self::try_new(sampling))
+        crate::base::error::or_panic(Self::try_new(sampling))
     }
 
     /// The next token after `history` (the tokens so far, for the

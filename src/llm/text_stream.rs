@@ -5,7 +5,7 @@
 //! decodes a short window of recent tokens and hands out only text that
 //! ends on a whole character.
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::hub::Tokenizer;
 
 /// See the module docs.

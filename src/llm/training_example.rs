@@ -4,7 +4,7 @@
 
 use super::chat_model::ChatModel;
 use super::chat_template::{Message, Role};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::IGNORE_LABEL;
 
 const OP: &str = "TrainingExample";

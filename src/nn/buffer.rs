@@ -3,7 +3,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::parameter::replace_same_layout;
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::{DType, Tensor};
 
 /// A tensor a module keeps and updates itself (batch norm's

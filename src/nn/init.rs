@@ -7,7 +7,7 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// The nonlinearity that follows a layer, for [`calculate_gain`].

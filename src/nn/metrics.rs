@@ -1,9 +1,9 @@
 //! Classification metrics on plain tensors, and evaluating a classifier on a
 //! [`Dataset`](crate::data::Dataset).
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::Graph;
 use crate::data::{Batches, Dataset};
-use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::nn::Forward;
 use crate::tensor::{DType, Tensor};
 

@@ -2,8 +2,8 @@
 //! and [`Buffer`]s (state that is saved but not trained) and a training
 //! mode; and [`Forward`], the modules that map one input to one output.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::{Buffer, Parameter, RandomStream, StateDict};
 
 /// A layer or a model: named parameters and buffers, and a training mode.

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::autograd::Gradients;
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
 static NEXT_PARAM_ID: AtomicU64 = AtomicU64::new(1);
@@ -201,7 +201,7 @@ impl Graph {
     /// [`try_bind_param`](Self::try_bind_param), panicking on a value of
     /// another graph.
     pub fn bind_param(&self, p: &Parameter, value: &Var<'_>) {
-        crate::error::or_panic(self.try_bind_param(p, value))
+        crate::base::error::or_panic(self.try_bind_param(p, value))
     }
 }
 

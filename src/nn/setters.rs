@@ -28,7 +28,7 @@ macro_rules! setters {
             $(
                 /// Builds it from the default generator, as
                 /// [`build_with`](Self::build_with) does from a given one.
-                pub fn build(self) -> $crate::error::Result<$built> {
+                pub fn build(self) -> $crate::base::error::Result<$built> {
                     $crate::nn::with_default_generator(|rng| self.build_with(rng))
                 }
             )?

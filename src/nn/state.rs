@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{Error, Result, TensorProblem};
+use crate::base::error::{Error, Result, TensorProblem};
 use crate::nn::{Buffer, Module, Parameter, RandomStream};
 use crate::tensor::Tensor;
 

@@ -78,7 +78,7 @@ pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSE
 pub fn decode_tensor(bytes: &[u8]) -> crate::Result<crate::Tensor> {
     use prost::Message;
     let proto = proto::TensorProto::decode(bytes).map_err(|e| crate::Error::OnnxInvalid {
-        problem: crate::error::OnnxProblem::Decode,
+        problem: crate::base::error::OnnxProblem::Decode,
         detail: format!("not a TensorProto: {e}"),
     })?;
     tensor::from_proto(&proto)

@@ -8,7 +8,7 @@ use half::{bf16, f16};
 
 use super::proto::tensor_proto::{DataLocation, DataType as OnnxType};
 use super::proto::TensorProto;
-use crate::error::{Error, OnnxProblem, Result};
+use crate::base::error::{Error, OnnxProblem, Result};
 use crate::tensor::{DType, DataType, Tensor};
 
 /// ONNX's element type code for a dtype.

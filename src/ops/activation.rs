@@ -4,7 +4,7 @@
 
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `x > 0 ? x : slope * x`, PyTorch's `leaky_relu` (its default slope is

@@ -9,8 +9,8 @@
 use std::sync::{Arc, OnceLock};
 
 use super::OpRegistry;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 
 impl Graph {
     /// An empty graph whose `apply` looks ops up in `registry`.

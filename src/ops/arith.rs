@@ -5,8 +5,8 @@ use super::rule::{
     binary_methods, scalar_method, unary_method, Binary, BinaryRule, Num, SlopeOf, Unary, UnaryRule,
 };
 use super::OpRegistry;
+use crate::core::graph::Var;
 use crate::core::Primitive;
-use crate::graph::Var;
 use crate::tensor::Element;
 
 /// `a + b` (broadcasting).

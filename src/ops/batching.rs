@@ -14,9 +14,9 @@
 //!   batched ([`materialize`]).
 
 use super::Differentiable;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::error::Result;
-use crate::graph::Var;
 
 /// An elementwise op (broadcasting its inputs) over a batch: the op
 /// itself, on its inputs aligned so that broadcasting pairs each

@@ -3,13 +3,13 @@
 //! backward, which is what lets broadcasting ops be differentiated any
 //! number of times.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 
 use super::{Node, StructuredOp};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::tensor::{Dims, Tensor};
 use smallvec::smallvec;

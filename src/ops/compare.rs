@@ -5,7 +5,7 @@
 //! Ties: `maximum(a, b)` and `minimum(a, b)` split the gradient equally
 //! between `a` and `b` where they are equal, as PyTorch does.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use smallvec::smallvec;
 
@@ -13,10 +13,10 @@ use super::rule::{Binary, BinaryRule, Cmp, Num, KINK_MARGIN};
 use super::{
     sum_tangents, unbroadcast, unbroadcast_tensor, GradInputs, Node, OpRegistry, StructuredOp,
 };
+use crate::base::error::or_panic;
+use crate::base::error::Result;
+use crate::core::graph::{Graph, Var};
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::or_panic;
-use crate::error::Result;
-use crate::graph::{Graph, Var};
 use crate::kernels::{self, TernaryFn};
 use crate::tensor::{Element, Tensor};
 

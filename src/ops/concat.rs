@@ -1,14 +1,14 @@
 //! Joining values: `cat` (along an existing dimension) and `stack` (along a
 //! new one). Each input's gradient is its slice of the output gradient.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use smallvec::SmallVec;
 
 use super::batching::{example_axis, materialize};
 use super::{Node, StructuredOp};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::layout;
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::Tensor;

@@ -3,10 +3,10 @@
 
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
-use crate::error::or_panic;
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
+use crate::base::error::or_panic;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `|x|`; the gradient is `sign(x)`, 0 at 0 (as in PyTorch), NaN at NaN.

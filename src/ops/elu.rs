@@ -2,8 +2,8 @@
 
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `x` for `x > 0`, else `α (e^x - 1)` (PyTorch's `elu`, default α = 1);
@@ -110,7 +110,11 @@ mod tests {
     fn every_derived_path_agrees() {
         every_path_agrees_at(
             &[-2.1, -0.3, 0.2, 0.9, 3.1],
-            &[|x| Ok(x.elu()), |x| Ok(x.elu_with(0.4)), |x| Ok(x.elu_with(1.3))],
+            &[
+                |x| Ok(x.elu()),
+                |x| Ok(x.elu_with(0.4)),
+                |x| Ok(x.elu_with(1.3)),
+            ],
         );
     }
 }

@@ -3,7 +3,7 @@
 
 use super::rule::{unary_method, Block, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::math::{erfc_f32, erfc_f32_block};
 use crate::tensor::{DType, Element};
 

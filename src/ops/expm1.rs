@@ -2,7 +2,7 @@
 
 use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `e^x - 1` without the cancellation of `exp(x) - 1` for small `x`; the

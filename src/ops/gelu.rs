@@ -8,7 +8,7 @@
 use super::erfc::Erfc;
 use super::rule::{Block, Lane, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// Which form of GELU to compute (PyTorch's `approximate` argument).
@@ -84,8 +84,14 @@ impl UnaryRule for GeluTanh {
     #[inline(always)]
     fn grad<N: Num>(self, g: &N, x: &N) -> N {
         let x2 = x.mul(x);
-        let t = x.add(&x2.scale(GELU_TANH_A).mul(x)).scale(SQRT_2_OVER_PI).tanh();
-        let du = x2.scale(3.0 * GELU_TANH_A).add(&x.lit(1.0)).scale(SQRT_2_OVER_PI);
+        let t = x
+            .add(&x2.scale(GELU_TANH_A).mul(x))
+            .scale(SQRT_2_OVER_PI)
+            .tanh();
+        let du = x2
+            .scale(3.0 * GELU_TANH_A)
+            .add(&x.lit(1.0))
+            .scale(SQRT_2_OVER_PI);
         let left = t.add(&x.lit(1.0)).scale(0.5);
         let right = x.scale(0.5).mul(&t.mul(&t).rsub(1.0)).mul(&du);
         g.mul(&left.add(&right))
@@ -128,7 +134,7 @@ impl<'g> Var<'g> {
     #[track_caller]
     #[inline]
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Var<'g> {
-        crate::error::or_panic(self.try_gelu_with(approximate))
+        crate::base::error::or_panic(self.try_gelu_with(approximate))
     }
 
     /// [`gelu`](Self::gelu), returning the error (an input that is not a
@@ -234,11 +240,7 @@ mod tests {
             assert!(y.sum().backward().unwrap().wrt(&x).all_finite());
         }
         // Far in the negative tail the exact GELU is tiny but not cancelled to 0.
-        let tail = g
-            .variable(Tensor::scalar(-10.0))
-            .gelu()
-            .value()
-            .item();
+        let tail = g.variable(Tensor::scalar(-10.0)).gelu().value().item();
         assert!(tail < 0.0 && tail > -1e-20, "{tail}");
     }
 

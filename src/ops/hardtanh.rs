@@ -3,8 +3,8 @@
 
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
 use super::{OpAttributes, OpRegistry};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `x` clamped into `[min_val, max_val]` (PyTorch's `hardtanh`, default

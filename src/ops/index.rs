@@ -9,15 +9,15 @@
 //! `usize`s. Negative, too large and non-integer indices are typed errors.
 //! The index input never receives a gradient.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use crate::ops::OpAttributes;
 
 use super::batching::{example_axis, materialize, on_materialized};
 use super::{Node, StructuredOp};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels::index as kernel;
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::{DType, Tensor};

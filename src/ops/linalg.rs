@@ -8,14 +8,14 @@
 //! differentiated again. The four flag combinations are four zero-sized
 //! types: a recorded matmul costs no allocation for its op.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
 use super::{expect_inputs, unbroadcast, Differentiable, GradInputs, OpRegistry};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, Node, OpFacts};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::tensor::shape::Dims;
 use crate::tensor::Tensor;

@@ -2,7 +2,7 @@
 
 use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `ln(1 + x)` without the cancellation of `ln` at `1 + x` for small `x`;

@@ -19,10 +19,10 @@ use super::compare::Condition;
 use super::index::Gather;
 use super::rule::OpFacts;
 use super::{Node, OpRegistry, StructuredOp};
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::mask::{self as kernel, Comparison};
 use crate::ops::declare_op;
 use crate::tensor::{DType, Tensor};
@@ -450,7 +450,7 @@ impl<'g> Var<'g> {
     /// caller's line on a bad mask.
     #[track_caller]
     pub fn masked_fill(&self, mask: impl Condition<'g>, value: f64) -> Var<'g> {
-        crate::error::or_panic(self.try_masked_fill(mask, value))
+        crate::base::error::or_panic(self.try_masked_fill(mask, value))
     }
 
     fallible! {

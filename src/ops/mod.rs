@@ -123,8 +123,8 @@ pub use rule::OpFacts;
 pub(crate) use structured::declare_op;
 pub use structured::{grads_per_input, FastBackward, StructuredOp};
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::Tensor;
 
 /// Adds optional tangents, broadcasting each to `shape` (the output's):

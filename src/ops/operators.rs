@@ -4,7 +4,7 @@
 
 use std::ops;
 
-use crate::graph::Var;
+use crate::core::graph::Var;
 
 macro_rules! var_binary_operator {
     ($Trait:ident, $method:ident, $var_method:ident, $scalar:ident, $rscalar:ident) => {

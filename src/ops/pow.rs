@@ -13,14 +13,14 @@
 //! with respect to the exponent is `x^y ln x`, defined as 0 where `x == 0`
 //! and `y >= 0`, and NaN for a negative base (not differentiable in y).
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 
 use super::rule::{unary_method, Num, OpFacts, SlopeOf, Unary, UnaryRule};
 use super::{unbroadcast, unbroadcast_tensor, Differentiable, Node, OpRegistry, StructuredOp};
+use crate::base::error::or_panic;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched};
-use crate::error::or_panic;
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::power::{
     with_power, PowBackwardExponentFn, PowBackwardSelfFn, PowFn, ScaledPowFn, ZeroFn,

@@ -2,9 +2,9 @@
 
 use super::reduce_axes::{every_axis, reduction_facts, MeanDim, SumDim};
 use super::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::ops::declare_op;
 use crate::tensor::Tensor;

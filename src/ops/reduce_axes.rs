@@ -7,16 +7,16 @@
 //! is an error; an empty list reduces nothing (NumPy's `axis=()`). The
 //! all-element `sum` and `mean` live in `reduce.rs`.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use smallvec::SmallVec;
 
 use super::batching::example_axis;
 use super::reduce_view::{broadcastable, broadcastable_over};
 use super::{Node, OpFacts, StructuredOp};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::tensor::shape::normalize_axes;
 use crate::tensor::Tensor;
@@ -113,7 +113,7 @@ macro_rules! axes_reduction {
             pub(crate) fn on_examples<'g>(
                 &self,
                 x: &$crate::core::Batched<'g>,
-            ) -> $crate::error::Result<$crate::core::Batched<'g>> {
+            ) -> $crate::base::error::Result<$crate::core::Batched<'g>> {
                 let op = $op {
                     axes: $crate::ops::reduce_axes::batched_axes(&self.axes, x.example_rank()),
                     keepdim: self.keepdim,

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::OpAttributes;
 
 use super::batching::{example_axis, materialize};
@@ -21,9 +21,9 @@ use super::reduce_axes::{
 };
 use super::reduce_view::broadcastable_over;
 use super::{Node, OpFacts, OpRegistry, StructuredOp};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, Differentiable};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::reduce_minmax;
 use crate::tensor::Tensor;
 

@@ -3,8 +3,8 @@
 //! log-sum-exp) against the input it came from. The view is a `reshape`
 //! node, added only when the squeezed shape would not broadcast correctly.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::shape::{normalize_axes, reduced_shape};
 
 /// `v`, the output of a reduction over (normalised) `axes` of a value of

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use super::Differentiable;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Maps op names to ops. The default registry holds every built-in under
 /// PyTorch's name; user ops are registered the same way.

@@ -5,7 +5,7 @@
 
 use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// How far a safe random input keeps from a jump.

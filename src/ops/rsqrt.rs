@@ -2,7 +2,7 @@
 
 use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `1 / sqrt(x)` (the normalisers' inverse standard deviation); the

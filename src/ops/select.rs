@@ -2,13 +2,13 @@
 //! (`x[i]` for dim 0), and its backward `select_backward`, which embeds a
 //! gradient back into zeros of the input's shape.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 
 use super::{Node, StructuredOp};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::layout;
 use crate::tensor::shape::normalize_axis;
 use crate::tensor::{Dims, Tensor};

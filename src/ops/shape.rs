@@ -3,14 +3,14 @@
 //! each one's gradient is the output gradient reshaped back, and its tangent
 //! the input tangent reshaped forward.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::OpAttributes;
 use smallvec::smallvec;
 
 use super::{Node, StructuredOp};
+use crate::base::error::{or_panic, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{or_panic, Error, Result};
-use crate::graph::Var;
 use crate::tensor::shape::{checked_numel, normalize_axis, Dims};
 use crate::tensor::Tensor;
 

@@ -4,14 +4,14 @@
 //! differentiated again: the gradient of a slice scatters into zeros, and the
 //! gradient of a pad is the pad with negated amounts (a crop).
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use smallvec::SmallVec;
 
 use super::{FastBackward, Node, StructuredOp};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::layout;
 use crate::tensor::shape::{normalize_axis, Dims};
 use crate::tensor::Tensor;

@@ -3,8 +3,8 @@
 
 use super::rule::{unary_method, Cmp, Num, SlopeOf, Unary, UnaryRule};
 use super::{OpAttributes, OpRegistry};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// `ln(1 + e^(βx)) / β`, and `x` itself where `βx > threshold` (PyTorch's

@@ -28,9 +28,9 @@
 //! come with it.
 
 use super::{expect_inputs, sum_tangents};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, Differentiable, GradInputs, Node, OpAttributes, OpFacts};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::tensor::Tensor;
 
 /// What a [`StructuredOp::backward_fast`] sees of its node: the plain

@@ -4,8 +4,8 @@
 //! an op's tensor-level `backward_fast` against its `Var`-level `backward`.
 
 use crate::autograd::gradcheck::matches_central_difference;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::tensor::Tensor;
 use crate::{gradcheck, jvpcheck, BackwardOptions, Differentiable, GradcheckOptions};
 

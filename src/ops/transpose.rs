@@ -3,14 +3,14 @@
 //! rows packs it then. Each op's gradient is the inverse permutation of the
 //! gradient.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use smallvec::{smallvec, SmallVec};
 
 use super::{Node, OpRegistry, StructuredOp};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpFacts};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::tensor::shape::{normalize_axis, Dims};
 use crate::tensor::{check_permutation, Tensor};
 

@@ -5,7 +5,7 @@
 use super::pow::Sqrt;
 use super::rule::{unary_method, Num, SlopeOf, Unary, UnaryRule};
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
 use crate::tensor::Element;
 
 /// Declares a unary rule: its name, what its slope reads, `value` and

@@ -2,9 +2,9 @@
 //! `sigmoid`, each one rule (see [`rule`](super::rule)).
 
 use super::rule::{unary_method, Block, Cmp, Num, SlopeOf, Unary, UnaryRule, KINK_MARGIN};
-use crate::tensor::math::exp_f32_block;
 use super::OpRegistry;
-use crate::graph::Var;
+use crate::core::graph::Var;
+use crate::tensor::math::exp_f32_block;
 use crate::tensor::Element;
 
 /// `e^x`; its derivative is its output.

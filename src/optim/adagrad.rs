@@ -3,7 +3,7 @@
 
 use super::rule::{hyperparameters, rule_basics, Direction, StateField, Step, UpdateRule};
 use super::{check_non_negative, OptimizerKind, RuleOptimizer};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::Element;
 
 hyperparameters! {

@@ -5,7 +5,7 @@
 use super::adam_update::{adam_amsgrad_kernel, adam_kernel, Coefficients};
 use super::rule::{hyperparameters, rule_basics, StateField, Step, UpdateRule};
 use super::{check_non_negative, OptimizerKind, RuleOptimizer};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::Element;
 
 hyperparameters! {

@@ -1,7 +1,7 @@
 //! Gradient clipping by global norm, with PyTorch's semantics
 //! (`torch.nn.utils.clip_grad_norm_`).
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::kernels::UnaryFn;
 use crate::tensor::Element;
 use crate::Gradients;

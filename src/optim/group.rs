@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 
 use super::{check_non_negative, NamedParameter};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::nn::Parameter;
 
 /// A group of parameters with its own hyperparameters (see the module docs).

@@ -11,7 +11,7 @@ use super::rule::hyperparameters;
 use super::state::{mismatch, read_step, StateReader};
 use super::{check_non_negative, collect_named, Closure, NamedParameter, Optimizer, OptimizerKind};
 use super::{NamedParameters, StateDict};
-use crate::error::{Error, Result, TensorProblem};
+use crate::base::error::{Error, Result, TensorProblem};
 use crate::nn::{check_like, Parameter};
 use crate::tensor::{Element, Tensor};
 use crate::Gradients;

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::state::{mismatch, read_scalar};
 use super::StateDict;
-use crate::error::{Result, TensorProblem};
+use crate::base::error::{Result, TensorProblem};
 use crate::tensor::{DType, Tensor};
 
 /// The memory's state-dict fields, PyTorch's names.

@@ -3,7 +3,7 @@
 //! `torch/optim`'s `lswolfe.lua` and `polyinterp.lua`), step for step, so
 //! that the same trial points are evaluated in the same order.
 
-use crate::error::Result;
+use crate::base::error::Result;
 
 /// Python's `max(a, b)`: `a` unless `b` is larger (NaN compares false).
 fn py_max(a: f64, b: f64) -> f64 {

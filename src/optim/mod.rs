@@ -158,7 +158,7 @@ pub use schedule::{
     StepLr, WarmupCosineLr, WarmupLr,
 };
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::Parameter;
 use crate::Gradients;
 

@@ -3,7 +3,7 @@
 //! a command line gives (`--optimizer NAME --lr ...`).
 
 use super::{NamedParameters, Optimizer};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The settings a command line gives any optimizer. Each kind takes those
 /// it has and ignores the others; an unset one takes the kind's default.

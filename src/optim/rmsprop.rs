@@ -5,7 +5,7 @@ use super::rule::{
     hyperparameters, rule_basics, Direction, StateField, Step, UpdateContext, UpdateRule,
 };
 use super::{check_non_negative, OptimizerKind, RuleOptimizer};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::tensor::Element;
 
 hyperparameters! {

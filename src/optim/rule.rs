@@ -14,7 +14,7 @@
 use super::group::{flatten_groups, Flattened, GroupSettings, ParamGroup};
 use super::state::{read_step, StateReader};
 use super::{gradient_sign, update_chunks, NamedParameter, NamedParameters, Optimizer, StateDict};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::{check_like, Parameter};
 use crate::tensor::{Element, Tensor};
 use crate::Gradients;
@@ -112,7 +112,7 @@ macro_rules! hyperparameters {
 
             /// Runs the declared checks of the settings, in their order;
             /// errors name `op` and the setting.
-            fn check_declared(&self, op: &'static str) -> $crate::error::Result<()> {
+            fn check_declared(&self, op: &'static str) -> $crate::base::error::Result<()> {
                 $($($check(op, stringify!($field), self.$field)?;)?)*
                 Ok(())
             }

@@ -26,7 +26,7 @@
 //! ```
 
 use super::Optimizer;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A learning rate as a function of the base rate and the (0-based) step.
 pub trait LrSchedule: Send {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::StateDict;
-use crate::error::{Error, Result, TensorProblem};
+use crate::base::error::{Error, Result, TensorProblem};
 use crate::tensor::Tensor;
 
 /// Checks the keys of a state dict against what an optimizer declares.

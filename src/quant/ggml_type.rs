@@ -2,7 +2,7 @@
 //! them, with each type's block geometry (values per block, bytes per
 //! block) and the size of a row.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The QK_K of ggml: values per block of the K-quants.
 pub const QK_K: usize = 256;

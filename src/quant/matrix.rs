@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{try_dequantize, try_quantize, GgmlType};
-use crate::error::{or_panic, Error, Result};
+use crate::base::error::{or_panic, Error, Result};
 use crate::tensor::{DType, Tensor};
 
 #[derive(Clone)]

@@ -47,7 +47,7 @@ pub mod q8_0;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::error::{or_panic, Error, Result};
+use crate::base::error::{or_panic, Error, Result};
 
 pub use ggml_type::{GgmlType, QK_K};
 pub use matrix::QMatrix;

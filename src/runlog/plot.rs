@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::reader::Run;
 use super::writer::io_error;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::viz::label::number;
 use crate::viz::write_atomically;
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::writer::{io_error, STEP_KEY, TIME_KEY};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// One named scalar over a run: `(step, value)` points in step order.
 #[derive(Clone, Debug, Default, PartialEq)]

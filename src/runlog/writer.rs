@@ -1,12 +1,12 @@
 //! [`RunLog`]: named scalars appended per step to a JSON-lines file.
 
-pub(crate) use crate::error::io_error;
+pub(crate) use crate::base::error::io_error;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Keys every record has; a scalar may not take their names.
 pub(crate) const STEP_KEY: &str = "step";

@@ -70,7 +70,7 @@ pub use summary::TensorSummary;
 pub(crate) use view::{check_permutation, Strided};
 pub(crate) use word::Word;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// An immutable n-dimensional array of `f32`, `f64`, `i64`, `bool`, `f16`
 /// or `bf16`.

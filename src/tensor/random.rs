@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::{shape, storage, DType, Dims, Tensor};
-use crate::error::Result;
+use crate::base::error::Result;
 
 impl Tensor {
     /// Standard-normal samples (mean 0, variance 1) from a seeded generator.

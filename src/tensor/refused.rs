@@ -13,7 +13,7 @@
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Buffers smaller than this are allocated without asking first: refusing
 /// them means the process is out of memory anyway.

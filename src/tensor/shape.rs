@@ -2,7 +2,7 @@
 
 use smallvec::SmallVec;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A tensor's dimensions, stored inline up to rank 4.
 pub type Dims = SmallVec<[usize; 4]>;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::element::DataType;
 use super::fill::Filled;
+use crate::base::error::{Error, Result};
 use crate::base::DType;
-use crate::error::{Error, Result};
 
 /// `Arc::get_mut` without its atomic read-modify-write.
 ///

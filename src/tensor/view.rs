@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::shape::{broadcastable_to, checked_numel, contiguous_strides, normalize_axis, Dims};
 use super::{element_count, strided_copy, DataType, Dense, Filled, Repr, Tensor};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The layout of a dense tensor that is not row-major over its whole
 /// buffer (see the module docs).

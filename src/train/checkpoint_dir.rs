@@ -1,7 +1,7 @@
 //! [`CheckpointDir`]: a directory of periodic training states, the newest
 //! `keep` of them kept, and the newest one that loads found again.
 
-use crate::error::io_error;
+use crate::base::error::io_error;
 use std::path::{Path, PathBuf};
 
 use super::format::{step_file, step_of};

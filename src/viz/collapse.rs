@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::graph::{GraphState, LEAF_CONSTANT};
+use crate::core::graph::{GraphState, LEAF_CONSTANT};
 
 /// The longest repeating unit looked for in a chain, in ops.
 const MAX_PERIOD: usize = 8;

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use super::model::{Kind, Picture};
 use super::{label, svg, VizOptions};
 use crate::autograd::{StepKind, SweepRecord, SweepStep};
-use crate::error::Result;
-use crate::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
 
 const TEMPLATE: &str = include_str!("page/page.html");
 const STYLE: &str = include_str!("page/page.css");

@@ -61,8 +61,8 @@ pub use svg::BUILTIN_LAYOUT_LIMIT;
 use std::path::Path;
 
 use crate::autograd::Gradients;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 
 /// Which way data flows in a picture.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use super::collapse::{self, Group};
 use super::{label, Direction, VizOptions};
-use crate::error::{Error, Result};
-use crate::graph::order::ancestors_of;
-use crate::graph::{Graph, GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::base::error::{Error, Result};
+use crate::core::graph::order::ancestors_of;
+use crate::core::graph::{Graph, GraphState, LEAF_CONSTANT, LEAF_VARIABLE};
 
 /// What a picture node stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

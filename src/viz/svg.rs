@@ -16,7 +16,7 @@ use layout::topo::layout::VisualGraph;
 
 use super::model::{PicNode, Picture, Shape, CLUSTER_LINE, DEAD_EDGE, LIVE_EDGE};
 use super::{dot, Direction, Renderer};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 const FONT_SIZE: usize = 12;
 /// Advance of one character of a monospace font, in units of the font size.

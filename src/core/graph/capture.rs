@@ -15,7 +15,7 @@
 //! compiled step replays on one of rayon's workers (`kernels/on_pool.rs`).
 
 use super::{Graph, Var, LEAF_VARIABLE};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::Tensor;
 
 /// Reads a value that changes between runs (a parameter, a buffer).

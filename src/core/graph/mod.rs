@@ -45,8 +45,8 @@ pub(crate) use node_record::{InlineInputs, NodeRecord};
 pub(crate) use op_table::{OpEntry, OpId, OpTable};
 pub use var::Var;
 
+use crate::base::error::{Error, Result};
 use crate::core::Differentiable;
-use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// Producer tag of a leaf that requires grad (`graph.variable`).
@@ -343,7 +343,7 @@ impl Graph {
     /// [`constant`](Self::constant) instead).
     #[track_caller]
     pub fn variable(&self, value: Tensor) -> Var<'_> {
-        crate::error::or_panic(self.try_variable(value))
+        crate::base::error::or_panic(self.try_variable(value))
     }
 
     /// A leaf that requires grad, or `Error::NotDifferentiable` for an `i64`
@@ -510,7 +510,7 @@ impl Graph {
     /// Like [`try_set_tracing`](Self::try_set_tracing), but panics with its error.
     #[track_caller]
     pub fn set_tracing(&self, on: bool) {
-        crate::error::or_panic(self.try_set_tracing(on))
+        crate::base::error::or_panic(self.try_set_tracing(on))
     }
 
     /// Whether the graph traces (see [`try_set_tracing`](Self::try_set_tracing)).

@@ -1,9 +1,9 @@
 //! [`NeverRun`]: stateless ops for the graph's own tests, which sit below
 //! the concrete ops: records and op tables point at them, nothing runs them.
 
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{Differentiable, GradInputs};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::tensor::Tensor;
 
 /// A zero-sized op; each `K` is a type of its own, named "first" (0) or

@@ -123,10 +123,10 @@ impl NodeRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::never_run::NeverRun;
+    use crate::core::graph::never_run::NeverRun;
 
     fn op() -> OpId {
-        crate::graph::OpTable::default().intern(NeverRun::<0>)
+        crate::core::graph::OpTable::default().intern(NeverRun::<0>)
     }
 
     #[test]

@@ -160,7 +160,7 @@ impl Hasher for LowBits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::never_run::NeverRun;
+    use crate::core::graph::never_run::NeverRun;
 
     type First = NeverRun<0>;
     type Second = NeverRun<1>;

@@ -2,7 +2,7 @@
 //! tape, and the production order over the ancestors of one output.
 
 use super::{Graph, GraphState, Var, LEAF_CONSTANT};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 impl Graph {
     /// Every node, newest first: the textbook chapter's `topological_backward_order`.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::{Graph, GraphState, InlineInputs, NodeRecord, OpId, OpTable, Var, NO_SLOT};
+use crate::base::error::{Error, Result};
 use crate::core::Differentiable;
-use crate::error::{Error, Result};
 use crate::tensor::{refused, Tensor};
 
 impl Graph {
@@ -48,7 +48,7 @@ impl Graph {
         op: O,
         inputs: &[&Var<'g>],
     ) -> Var<'g> {
-        let output = crate::error::or_panic(self.forward_checked(&op, inputs));
+        let output = crate::base::error::or_panic(self.forward_checked(&op, inputs));
         self.record_forwarded(op, inputs, output)
     }
 

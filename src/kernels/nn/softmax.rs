@@ -7,7 +7,7 @@
 
 use super::lanes::{exp_shifted_rows, for_each_block, row_dot, row_sum, AxisLanes, RowStats};
 use super::NnFloat;
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::{Dims, Tensor};
 
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for

@@ -4,7 +4,7 @@
 //! gradient with respect to a quantized layer's input needs (its sums run
 //! down the matrix's columns, across blocks). Memory stays at one tile.
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, MatView};
 use crate::quant::QMatrix;
 

@@ -1,7 +1,7 @@
 //! Activation functions as modules (no parameters).
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 use crate::ops::gelu::GeluApproximate;
 

@@ -1,8 +1,8 @@
 //! [`BatchNorm1d`] and [`BatchNorm2d`]: batch normalisation with a learnable
 //! per-channel scale and shift and running statistics kept as buffers.
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::setters::setters;
 use crate::nn::{join_name, Buffer, Forward, Module, Parameter};
 use crate::ops::nn::batch_norm_running::BatchNormRunningStats;

@@ -4,8 +4,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result, TensorProblem};
-use crate::graph::Var;
+use crate::base::error::{Error, Result, TensorProblem};
+use crate::core::graph::Var;
 use crate::nn::init::Init;
 use crate::nn::{
     with_default_generator, Activation, Dropout, Embedding, Forward, LayerNorm, Linear, Module,

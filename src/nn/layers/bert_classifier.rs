@@ -3,8 +3,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{BertModel, Dropout, Forward, Linear, Module};
 use crate::tensor::Tensor;
 

@@ -4,8 +4,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
 use crate::nn::{Forward, Module, Parameter};
 use crate::ops::nn::conv::record_conv;

@@ -1,7 +1,7 @@
 //! [`Dropout`]: zeroes elements at random while training.
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter, RandomStream};
 
 /// Zeroes each element with probability `p` and scales the rest by

@@ -2,8 +2,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::nn::setters::setters;
 use crate::nn::{init, Forward, Module, Parameter};
 use crate::tensor::DType;

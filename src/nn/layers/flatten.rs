@@ -1,7 +1,7 @@
 //! [`Flatten`]: dims `start_dim..=end_dim` merged into one, a view.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 
 /// Merges dims `start_dim..=end_dim` into one (PyTorch's `nn.Flatten`,

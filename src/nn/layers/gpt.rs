@@ -4,8 +4,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{
     with_default_generator, Activation, Block, Dropout, Embedding, Forward, LayerNorm, Module,
 };

@@ -1,7 +1,7 @@
 //! [`GroupNorm`]: normalisation over groups of channels, per sample.
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 

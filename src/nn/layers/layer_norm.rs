@@ -1,8 +1,8 @@
 //! [`LayerNorm`]: normalisation over the trailing dimensions, with a
 //! learnable elementwise scale and shift.
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 

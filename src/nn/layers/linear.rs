@@ -2,8 +2,8 @@
 
 use rand::Rng;
 
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::nn::init::{self, FanMode, Nonlinearity};
 use crate::nn::setters::setters;
 use crate::nn::{Forward, Module, Parameter};

@@ -27,8 +27,8 @@ mod causal_lm_loss;
 
 pub use causal_lm_loss::IGNORE_LABEL;
 
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::kernels::on_pool::on_pool;
 use crate::nn::lora::LoraModel;
 use crate::nn::{AnyEmbedding, AnyLinear, Forward, Module, Parameter, QuantizedLinear, RMSNorm};

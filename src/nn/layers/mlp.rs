@@ -5,8 +5,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::{Activation, Dropout, Linear, Sequential};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::setters::setters;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::DType;

@@ -3,8 +3,8 @@
 
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::init;
 use crate::nn::setters::setters;
 use crate::nn::{Dropout, Forward, Linear, Module, Parameter};

@@ -4,8 +4,8 @@
 //! own list, `ops::nn::pool::with_poolings!`, so a new pooling op brings
 //! its layer with it.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 use crate::ops::nn::pool::options::*;
 

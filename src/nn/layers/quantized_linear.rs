@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::nn::lora::LoraLinear;
 use crate::nn::{Buffer, Embedding, Forward, Linear, Module, Parameter, RandomStream};
 use crate::quant::QMatrix;

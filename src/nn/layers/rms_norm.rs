@@ -2,8 +2,8 @@
 //! dimensions, with a learnable elementwise scale.
 
 use super::layer_norm::check_normalized_shape;
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::{Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 

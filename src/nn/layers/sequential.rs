@@ -1,7 +1,7 @@
 //! [`Sequential`]: modules applied one after another.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::{join_name, Buffer, Forward, Module, Parameter, RandomStream};
 
 /// Modules applied in order, the output of each the input of the next.

@@ -3,8 +3,8 @@
 
 use rand::Rng;
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::nn::setters::setters;
 use crate::nn::{Activation, Dropout, Forward, LayerNorm, Linear, Module, MultiheadAttention};
 use crate::tensor::DType;

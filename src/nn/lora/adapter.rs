@@ -5,8 +5,8 @@
 use rand::Rng;
 
 use super::config::{lora_scaling, LoraInit};
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::nn::init::{kaiming_uniform, normal, FanMode, Nonlinearity};
 use crate::nn::{Dropout, Forward, Module, Parameter};
 use crate::tensor::{DType, Tensor};

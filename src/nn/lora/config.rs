@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Which linear layers get an adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]

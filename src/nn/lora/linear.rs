@@ -3,8 +3,8 @@
 //! base that undoes bit for bit.
 
 use super::adapter::LoraAdapter;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::nn::{AnyLinear, Buffer, Forward, Linear, Module, Parameter, RandomStream};
 use crate::tensor::Tensor;
 

@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::adapter::LoraAdapter;
 use super::config::LoraConfig;
 use super::linear::LoraLinear;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::nn::{AnyLinear, Module, Parameter};
 
 /// A model whose linear layers take adapters. A model lists its layers

@@ -5,7 +5,7 @@
 
 use super::emit::attr_ints;
 use super::{Emit, Mapper, NodeCtx};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::{DType, Tensor};
 
 pub(super) fn lookup(op: &str) -> Option<Mapper> {

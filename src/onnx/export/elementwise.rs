@@ -6,7 +6,7 @@ use std::f64::consts::{FRAC_2_SQRT_PI, SQRT_2};
 
 use super::emit::{attr_dtype, attr_float, attr_int};
 use super::{Emit, Mapper, NodeCtx};
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::tensor::DType;
 
 pub(super) fn lookup(op: &str) -> Option<Mapper> {

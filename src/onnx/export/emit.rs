@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto};
 use crate::onnx::tensor::{onnx_type, to_proto};

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::Exporter;
-use crate::error::Result;
-use crate::graph::{Graph, Var};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, Var};
 use crate::nn::Forward;
 use crate::tensor::Tensor;
 

@@ -38,8 +38,8 @@ use super::proto::{
     GraphProto, ModelProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use super::tensor::onnx_type;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, GraphState, Var, LEAF_CONSTANT, LEAF_VARIABLE};
 use crate::nn::Module;
 use crate::tensor::Tensor;
 

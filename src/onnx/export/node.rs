@@ -2,7 +2,7 @@
 //! [`Mapper`] signature.
 
 use super::Emit;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::ops::OpAttributes;
 use crate::tensor::{DType, Tensor};
 

@@ -4,7 +4,7 @@
 
 use super::emit::{attr_int, attr_ints};
 use super::{Emit, Mapper, NodeCtx};
-use crate::error::Result;
+use crate::base::error::Result;
 
 pub(super) fn lookup(op: &str) -> Option<Mapper> {
     Some(match op {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, OnnxProblem, Result};
+use crate::base::error::{Error, OnnxProblem, Result};
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::AttributeProto;
 use crate::onnx::tensor::from_proto;

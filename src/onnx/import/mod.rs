@@ -17,10 +17,10 @@ pub use load::{MAX_OPSET, MIN_OPSET};
 use attrs::Attrs;
 use ops::Convert;
 
+use crate::base::error::{Error, OnnxProblem, Result};
 use crate::base::profile::PartClock;
 use crate::base::Profile;
-use crate::error::{Error, OnnxProblem, Result};
-use crate::graph::{Graph, Var};
+use crate::core::graph::{Graph, Var};
 use crate::nn::{join_name, Buffer, Module, Parameter};
 use crate::tensor::{DType, Tensor};
 

@@ -33,16 +33,18 @@ use std::sync::{Arc, Mutex};
 use smallvec::smallvec;
 
 use super::attention_backward::{pack_len, unfused, unfused_over, SdpaBackward, Unfused};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, Randomness};
-use crate::ops::batching::{materialize, with_example_rank};
-use crate::ops::OpAttributes;
-use crate::error::{check_dtypes, Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::mask::select;
 use crate::kernels::nn::attention::{self as kernel, Geometry, MaskView, Rows};
-use crate::kernels::nn::{attention_tiled as kernel_tiled, attention_tiled_backward as kernel_tiled_backward};
+use crate::kernels::nn::{
+    attention_tiled as kernel_tiled, attention_tiled_backward as kernel_tiled_backward,
+};
+use crate::ops::batching::{materialize, with_example_rank};
 use crate::ops::rule::OpFacts;
+use crate::ops::OpAttributes;
 use crate::ops::{sum_tangents, FastBackward, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Dims, Element, Tensor};
 
@@ -80,14 +82,21 @@ impl<'a> From<&'a Tensor> for AttnMask<'a, '_> {
 /// The additive mask PyTorch makes of a bool one: `0` where `true` (the key
 /// takes part), `-inf` where `false`, in `dtype` (the queries'), in the
 /// mask's own shape. A float mask comes back as it is.
-pub(super) fn additive_mask<'m>(op: &'static str, m: &'m Tensor, dtype: DType) -> Result<Cow<'m, Tensor>> {
+pub(super) fn additive_mask<'m>(
+    op: &'static str,
+    m: &'m Tensor,
+    dtype: DType,
+) -> Result<Cow<'m, Tensor>> {
     if m.dtype() != DType::Bool {
         return Ok(Cow::Borrowed(m));
     }
     if !dtype.is_float() {
         return Err(Error::NotFloat { op, found: dtype });
     }
-    let (zero, hidden) = (Tensor::scalar_of(0.0, dtype), Tensor::scalar_of(f64::NEG_INFINITY, dtype));
+    let (zero, hidden) = (
+        Tensor::scalar_of(0.0, dtype),
+        Tensor::scalar_of(f64::NEG_INFINITY, dtype),
+    );
     Ok(Cow::Owned(select(op, m, &zero, &hidden)?))
 }
 
@@ -164,7 +173,14 @@ impl Config {
     }
 
     /// Checks `q`, `k`, `v` and the mask (if any) and returns the sizes.
-    pub(super) fn plan(&self, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Plan> {
+    pub(super) fn plan(
+        &self,
+        op: &'static str,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Plan> {
         for t in [k, v].into_iter().chain(mask) {
             check_dtypes(op, q.dtype(), t.dtype())?;
         }
@@ -191,14 +207,24 @@ impl Config {
         let (l, s, e, ev) = (qs[r - 2], ks[r - 2], qs[r - 1], vs[r - 1]);
         let scale = self.scale.unwrap_or(1.0 / (e as f64).sqrt());
         if !scale.is_finite() {
-            return Err(Error::invalid(op, format!("scale must be finite, got {scale}")));
+            return Err(Error::invalid(
+                op,
+                format!("scale must be finite, got {scale}"),
+            ));
         }
         if let Some((p, _)) = self.dropout
-            && !(0.0..1.0).contains(&p) {
-                return Err(Error::invalid(op, format!("dropout_p must be in [0, 1), got {p}")));
-            }
+            && !(0.0..1.0).contains(&p)
+        {
+            return Err(Error::invalid(
+                op,
+                format!("dropout_p must be in [0, 1), got {p}"),
+            ));
+        }
         if self.causal && mask.is_some() {
-            return Err(Error::invalid(op, "an attn_mask and is_causal cannot both be set"));
+            return Err(Error::invalid(
+                op,
+                "an attn_mask and is_causal cannot both be set",
+            ));
         }
         let batch_dims = qs[..r - 2].to_vec();
         if let Some(m) = mask {
@@ -219,10 +245,19 @@ impl Config {
 }
 
 /// Strides of a mask broadcast to `[batch_dims..., L, S]` (0 on broadcast dims).
-fn mask_strides(op: &'static str, ms: &[usize], batch_dims: &[usize], l: usize, s: usize) -> Result<Vec<usize>> {
+fn mask_strides(
+    op: &'static str,
+    ms: &[usize],
+    batch_dims: &[usize],
+    l: usize,
+    s: usize,
+) -> Result<Vec<usize>> {
     let target: Vec<usize> = batch_dims.iter().copied().chain([l, s]).collect();
     if ms.len() > target.len() {
-        return Err(Error::invalid(op, format!("attn_mask {ms:?} does not broadcast to {target:?}")));
+        return Err(Error::invalid(
+            op,
+            format!("attn_mask {ms:?} does not broadcast to {target:?}"),
+        ));
     }
     let pad = target.len() - ms.len();
     let mut strides = vec![0; target.len()];
@@ -232,7 +267,10 @@ fn mask_strides(op: &'static str, ms: &[usize], batch_dims: &[usize], l: usize, 
         if ms[d] == t && t != 1 {
             strides[pad + d] = step;
         } else if ms[d] != 1 {
-            return Err(Error::invalid(op, format!("attn_mask {ms:?} does not broadcast to {target:?}")));
+            return Err(Error::invalid(
+                op,
+                format!("attn_mask {ms:?} does not broadcast to {target:?}"),
+            ));
         }
         step *= ms[d];
     }
@@ -245,7 +283,12 @@ pub(super) fn mask_view<'a, T: Element>(m: &'a Tensor, plan: &Plan) -> Result<Ma
     let strides = mask_strides(OP, m.shape(), &plan.batch_dims, g.l, g.s)?;
     let nb = plan.batch_dims.len();
     let offsets = head_offsets(&plan.batch_dims, &strides[..nb]);
-    Ok(MaskView { data: m.as_slice_of::<T>(), offsets, row_stride: strides[nb], col_stride: strides[nb + 1] })
+    Ok(MaskView {
+        data: m.as_slice_of::<T>(),
+        offsets,
+        row_stride: strides[nb],
+        col_stride: strides[nb + 1],
+    })
 }
 
 /// Where each head (row-major over `batch_dims`) starts, for an operand
@@ -270,12 +313,26 @@ fn rows_of<T: Element>(t: &Tensor) -> Rows<'_, T> {
         return Rows::packed(t.as_slice_of::<T>(), batch, rows, width);
     }
     let heads = head_offsets(&shape[..r - 2], &strides[..r - 2]);
-    let data = t.strided::<T>().expect("dtype was checked by the caller").data;
-    Rows { data, heads, row_stride: strides[r - 2] }
+    let data = t
+        .strided::<T>()
+        .expect("dtype was checked by the caller")
+        .data;
+    Rows {
+        data,
+        heads,
+        row_stride: strides[r - 2],
+    }
 }
 
 /// The fused forward: `(output, logsumexp)`.
-pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+pub(super) fn fused_forward(
+    cfg: &Config,
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
     let mask = mask.map(|m| additive_mask(op, m, q.dtype())).transpose()?;
     let mask = mask.as_deref();
     let plan = cfg.plan(op, q, k, v, mask)?;
@@ -310,14 +367,35 @@ pub(super) fn fused_forward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tens
 
 /// The attention's output alone, for inference where nothing requires grad
 /// or traces (the ONNX import): the fused forward, its logsumexp dropped.
-pub(crate) fn inference_forward(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: Option<f64>, causal: bool) -> Result<Tensor> {
-    let cfg = Config { causal, scale, dropout: None };
+pub(crate) fn inference_forward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: Option<f64>,
+    causal: bool,
+) -> Result<Tensor> {
+    let cfg = Config {
+        causal,
+        scale,
+        dropout: None,
+    };
     Ok(fused_forward(&cfg, OP, q, k, v, mask)?.0)
 }
 
 /// The fused backward: `(dq, dk, dv)` given the output, its logsumexp and `d_o`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn fused_backward(cfg: &Config, op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, o: &Tensor, lse: &Tensor, d_o: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+pub(super) fn fused_backward(
+    cfg: &Config,
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    o: &Tensor,
+    lse: &Tensor,
+    d_o: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let mask = mask.map(|m| additive_mask(op, m, q.dtype())).transpose()?;
     let mask = mask.as_deref();
     let plan = cfg.plan(op, q, k, v, mask)?;
@@ -398,7 +476,11 @@ fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a 
     match inputs {
         [q, k, v] => Ok((q, k, v, None)),
         [q, k, v, m] => Ok((q, k, v, Some(m))),
-        _ => Err(Error::Arity { op: op.to_string(), expected: 3, got: inputs.len() }),
+        _ => Err(Error::Arity {
+            op: op.to_string(),
+            expected: 3,
+            got: inputs.len(),
+        }),
     }
 }
 
@@ -408,12 +490,22 @@ fn split<'a, T>(op: &'static str, inputs: &'a [T]) -> Result<(&'a T, &'a T, &'a 
 /// one, except the mask, which broadcasts: a batched one gets unit axes
 /// after its batch axis (as many as it lacks of `q`'s rank), a shared one
 /// stays as it is.
-pub(super) fn batched_inputs<'g>(inputs: &[Batched<'g>], masked: bool, ctx: &BatchContext) -> Result<Vec<Var<'g>>> {
+pub(super) fn batched_inputs<'g>(
+    inputs: &[Batched<'g>],
+    masked: bool,
+    ctx: &BatchContext,
+) -> Result<Vec<Var<'g>>> {
     let rank = inputs[0].example_rank();
     inputs
         .iter()
         .enumerate()
-        .map(|(i, x)| if masked && i == 3 { with_example_rank(x, rank) } else { materialize(x, ctx) })
+        .map(|(i, x)| {
+            if masked && i == 3 {
+                with_example_rank(x, rank)
+            } else {
+                materialize(x, ctx)
+            }
+        })
         .collect()
 }
 
@@ -431,9 +523,11 @@ impl ScaledDotProductAttention {
         if let Some(slot) = &self.saved {
             let saved = slot.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(s) = saved.as_ref()
-                && address(out) == Some(s.out_at) && s.shape.as_slice() == out.shape() {
-                    return Ok(s.lse.clone());
-                }
+                && address(out) == Some(s.out_at)
+                && s.shape.as_slice() == out.shape()
+            {
+                return Ok(s.lse.clone());
+            }
         }
         let (q, k, v, m) = split(OP, inputs)?;
         Ok(fused_forward(&self.cfg, OP, q, k, v, m.copied())?.1)
@@ -458,7 +552,10 @@ impl StructuredOp for ScaledDotProductAttention {
         self.cfg.dropout.map(|(_, seed)| seed)
     }
     fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
-        let cfg = Config { dropout: self.cfg.dropout.map(|(p, _)| (p, seed)), ..self.cfg };
+        let cfg = Config {
+            dropout: self.cfg.dropout.map(|(p, _)| (p, seed)),
+            ..self.cfg
+        };
         StructuredOp::forward(&ScaledDotProductAttention { cfg, saved: None }, inputs).map(Some)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
@@ -467,7 +564,11 @@ impl StructuredOp for ScaledDotProductAttention {
         if let Some(slot) = &self.saved
             && let Some(out_at) = address(&out)
         {
-            let saved = Saved { out_at, shape: Dims::from_slice(out.shape()), lse };
+            let saved = Saved {
+                out_at,
+                shape: Dims::from_slice(out.shape()),
+                lse,
+            };
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
         }
         Ok(out)
@@ -478,7 +579,10 @@ impl StructuredOp for ScaledDotProductAttention {
         let (q, k, v, m) = split(OP, inputs)?;
         let plain: Vec<&Tensor> = inputs.iter().map(Var::value).collect();
         let lse = self.lse(&plain, out.value())?;
-        let op = SdpaBackward { cfg: self.cfg, saved: Some((out.value().clone(), lse)) };
+        let op = SdpaBackward {
+            cfg: self.cfg,
+            saved: Some((out.value().clone(), lse)),
+        };
         let mut args = vec![q, k, v];
         args.extend(m);
         args.push(g);
@@ -488,7 +592,9 @@ impl StructuredOp for ScaledDotProductAttention {
             x.requires_grad()
                 .then(|| {
                     let shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
-                    packed.try_narrow(0, start as isize, x.value().numel())?.try_reshape(&shape)
+                    packed
+                        .try_narrow(0, start as isize, x.value().numel())?
+                        .try_reshape(&shape)
                 })
                 .transpose()
         };
@@ -507,7 +613,12 @@ impl StructuredOp for ScaledDotProductAttention {
         Ok(grads)
     }
     fn backward_fast(&self, call: FastBackward<'_>, grads: &mut [Option<Tensor>]) -> Result<bool> {
-        let FastBackward { g, x: inputs, output: out, needs } = call;
+        let FastBackward {
+            g,
+            x: inputs,
+            output: out,
+            needs,
+        } = call;
         let (q, k, v, m) = split(OP, inputs)?;
         if needs.get(3) == Some(&true) {
             return Ok(false); // the mask's gradient: the Var formula
@@ -548,7 +659,10 @@ impl StructuredOp for ScaledDotProductAttention {
             let u = unfused_over(&self.cfg, &args[0], &args[1], args.get(3), 1)?;
             return Ok(Batched::along_batch(u.dropped(&u.p)?.try_matmul(&args[2])?));
         }
-        let op = ScaledDotProductAttention { cfg: self.cfg, saved: Some(Arc::new(Mutex::new(None))) };
+        let op = ScaledDotProductAttention {
+            cfg: self.cfg,
+            saved: Some(Arc::new(Mutex::new(None))),
+        };
         let refs: Vec<&Var<'g>> = args.iter().collect();
         Ok(Batched::along_batch(args[0].graph().record(op, &refs)?))
     }
@@ -557,7 +671,11 @@ impl StructuredOp for ScaledDotProductAttention {
             tangent: true,
             second_derivative: true,
             example: Some(Arc::new(ScaledDotProductAttention {
-                cfg: Config { causal: false, scale: Some(0.6), dropout: None },
+                cfg: Config {
+                    causal: false,
+                    scale: Some(0.6),
+                    dropout: None,
+                },
                 saved: None,
             })),
             sample_inputs: Some(|seed| {
@@ -576,7 +694,9 @@ impl StructuredOp for ScaledDotProductAttention {
 /// `scale · sin(0.37 i + 1.3 seed + 0.1)`: smooth, distinct sample values.
 pub(super) fn sample(shape: &[usize], seed: u64, scale: f64) -> Tensor {
     let n: usize = shape.iter().product();
-    let v = (0..n).map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin()).collect();
+    let v = (0..n)
+        .map(|i| scale * (0.37 * i as f64 + 1.3 * seed as f64 + 0.1).sin())
+        .collect();
     Tensor::from_vec(v, shape).expect("a valid shape")
 }
 
@@ -672,7 +792,11 @@ impl<'g> Var<'g> {
 /// `Error::WrongDType` (an additive mask is a `&Var`).
 fn bool_mask_var<'g>(q: &Var<'g>, m: &Tensor) -> Result<Var<'g>> {
     if m.dtype() != DType::Bool {
-        return Err(Error::WrongDType { op: OP, expected: DType::Bool, found: m.dtype() });
+        return Err(Error::WrongDType {
+            op: OP,
+            expected: DType::Bool,
+            found: m.dtype(),
+        });
     }
     Ok(q.graph().constant(m.clone()))
 }
@@ -686,15 +810,21 @@ pub fn scaled_dot_product_attention_unfused<'g>(
     v: &Var<'g>,
     options: &SdpaOptions<'_, 'g>,
 ) -> Result<Var<'g>> {
-    let cfg = Config { causal: options.is_causal, scale: options.scale, dropout: options.dropout };
+    let cfg = Config {
+        causal: options.is_causal,
+        scale: options.scale,
+        dropout: options.dropout,
+    };
     let mask = match options.attn_mask {
         Some(AttnMask::Additive(m)) => Some(m.clone()),
         Some(AttnMask::Bool(m)) => Some(bool_mask_var(q, m)?),
         None => None,
     };
-    let additive = mask.as_ref().map(|m| additive_mask(OP, m.value(), q.dtype())).transpose()?;
+    let additive = mask
+        .as_ref()
+        .map(|m| additive_mask(OP, m.value(), q.dtype()))
+        .transpose()?;
     cfg.plan(OP, q.value(), k.value(), v.value(), additive.as_deref())?;
     let u: Unfused<'g> = unfused(&cfg, q, k, mask.as_ref())?;
     u.dropped(&u.p)?.try_matmul(v)
 }
-

@@ -15,15 +15,17 @@
 
 use smallvec::smallvec;
 
-use super::attention::{batched_inputs, fused_backward, fused_forward, sample, shares_dropout, Config};
+use super::attention::{
+    batched_inputs, fused_backward, fused_forward, sample, shares_dropout, Config,
+};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::ops::OpAttributes;
 use crate::kernels::mask::{compare, Comparison};
-use crate::kernels::reduce_minmax::amax;
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::sparse::keeps;
+use crate::kernels::reduce_minmax::amax;
 use crate::ops::rule::OpFacts;
+use crate::ops::OpAttributes;
 use crate::ops::{sum_tangents, GradInputs, Node, OpRegistry, StructuredOp};
 use crate::tensor::{DType, Tensor};
 
@@ -49,7 +51,11 @@ fn split<T>(inputs: &[T]) -> Result<(&T, &T, &T, Option<&T>, &T)> {
     match inputs {
         [q, k, v, d] => Ok((q, k, v, None, d)),
         [q, k, v, m, d] => Ok((q, k, v, Some(m), d)),
-        _ => Err(Error::Arity { op: OP.to_string(), expected: 4, got: inputs.len() }),
+        _ => Err(Error::Arity {
+            op: OP.to_string(),
+            expected: 4,
+            got: inputs.len(),
+        }),
     }
 }
 
@@ -71,7 +77,12 @@ pub(super) struct Unfused<'g> {
 }
 
 /// Builds the weights of the unfused composition.
-pub(super) fn unfused<'g>(cfg: &Config, q: &Var<'g>, k: &Var<'g>, mask: Option<&Var<'g>>) -> Result<Unfused<'g>> {
+pub(super) fn unfused<'g>(
+    cfg: &Config,
+    q: &Var<'g>,
+    k: &Var<'g>,
+    mask: Option<&Var<'g>>,
+) -> Result<Unfused<'g>> {
     unfused_over(cfg, q, k, mask, 0)
 }
 
@@ -106,7 +117,13 @@ pub(super) fn unfused_over<'g>(
     let graph = q.graph();
     if cfg.causal {
         let bias: Vec<f64> = (0..l * n)
-            .map(|idx| if idx % n > idx / n { f64::NEG_INFINITY } else { 0.0 })
+            .map(|idx| {
+                if idx % n > idx / n {
+                    f64::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
             .collect();
         s = s.try_add(&graph.constant(Tensor::from_f64_slice(&bias, &[l, n], q.dtype())?))?;
     }
@@ -117,7 +134,11 @@ pub(super) fn unfused_over<'g>(
     let mut dead = None;
     if mask.is_some() {
         let top = amax(OP, s.value(), &[-1], true)?;
-        let rows = compare(Comparison::Eq, &top, &Tensor::scalar_of(f64::NEG_INFINITY, top.dtype()))?;
+        let rows = compare(
+            Comparison::Eq,
+            &top,
+            &Tensor::scalar_of(f64::NEG_INFINITY, top.dtype()),
+        )?;
         if rows.as_slice::<bool>()?.contains(&true) {
             s = s.try_masked_fill(&rows, 0.0)?;
             dead = Some(rows);
@@ -179,13 +200,21 @@ impl<'g> Unfused<'g> {
 
     /// The first-order gradients `(dQ, dK, dV)` given the output's
     /// gradient `d_o`, with `Var` ops.
-    pub fn grads(&self, q: &Var<'g>, k: &Var<'g>, v: &Var<'g>, d_o: &Var<'g>) -> Result<[Var<'g>; 3]> {
+    pub fn grads(
+        &self,
+        q: &Var<'g>,
+        k: &Var<'g>,
+        v: &Var<'g>,
+        d_o: &Var<'g>,
+    ) -> Result<[Var<'g>; 3]> {
         let dp = self.dropped(&d_o.try_matmul_transposed(v, false, true)?)?;
         let ds = self.softmax_tangent(&dp)?;
         Ok([
             ds.try_matmul(k)?.mul_scalar(self.scale),
-            ds.try_matmul_transposed(q, true, false)?.mul_scalar(self.scale),
-            self.dropped(&self.p)?.try_matmul_transposed(d_o, true, false)?,
+            ds.try_matmul_transposed(q, true, false)?
+                .mul_scalar(self.scale),
+            self.dropped(&self.p)?
+                .try_matmul_transposed(d_o, true, false)?,
         ])
     }
 
@@ -210,7 +239,10 @@ impl StructuredOp for SdpaBackward {
     const HOLDS: crate::Holds = crate::Holds::Settings;
     fn without_saved(&self) -> Option<std::sync::Arc<dyn crate::Differentiable>> {
         self.saved.as_ref().map(|_| {
-            std::sync::Arc::new(SdpaBackward { cfg: self.cfg, saved: None }) as std::sync::Arc<dyn crate::Differentiable>
+            std::sync::Arc::new(SdpaBackward {
+                cfg: self.cfg,
+                saved: None,
+            }) as std::sync::Arc<dyn crate::Differentiable>
         })
     }
     fn seed(&self) -> Option<u64> {
@@ -218,13 +250,18 @@ impl StructuredOp for SdpaBackward {
     }
     /// With another dropout seed (a compiled step's run), recomputing the forward.
     fn forward_seeded(&self, inputs: &[&Tensor], seed: u64) -> Result<Option<Tensor>> {
-        let cfg = Config { dropout: self.cfg.dropout.map(|(p, _)| (p, seed)), ..self.cfg };
+        let cfg = Config {
+            dropout: self.cfg.dropout.map(|(p, _)| (p, seed)),
+            ..self.cfg
+        };
         StructuredOp::forward(&SdpaBackward { cfg, saved: None }, inputs).map(Some)
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (q, k, v, m, d_o) = split(inputs)?;
         let (o, lse) = match &self.saved {
-            Some((o, lse)) if o.shape() == d_o.shape() && o.dtype() == d_o.dtype() => (o.clone(), lse.clone()),
+            Some((o, lse)) if o.shape() == d_o.shape() && o.dtype() == d_o.dtype() => {
+                (o.clone(), lse.clone())
+            }
             _ => fused_forward(&self.cfg, OP, q, k, v, m.copied())?,
         };
         let (dq, dk, dv) = fused_backward(&self.cfg, OP, q, k, v, m.copied(), &o, &lse, d_o)?;
@@ -290,7 +327,11 @@ impl StructuredOp for SdpaBackward {
             .transpose()?;
         let mut grads: GradInputs<'g> = smallvec![q_bar, k_bar, v_bar];
         if let Some(m) = m {
-            grads.push(m.requires_grad().then(|| s_bar.sum_to_size(m.shape())).transpose()?);
+            grads.push(
+                m.requires_grad()
+                    .then(|| s_bar.sum_to_size(m.shape()))
+                    .transpose()?,
+            );
         }
         grads.push(do_bar);
         Ok(grads)
@@ -326,7 +367,10 @@ impl StructuredOp for SdpaBackward {
         let ds_dot = p_dot
             .try_mul(&dp.try_sub(&r)?)?
             .try_add(&p.try_mul(&dp_dot.try_sub(&r_dot)?)?)?;
-        let dq = ds_dot.try_matmul(k)?.try_add(&ds.try_matmul(&tk)?)?.mul_scalar(scale);
+        let dq = ds_dot
+            .try_matmul(k)?
+            .try_add(&ds.try_matmul(&tk)?)?
+            .mul_scalar(scale);
         let dk = ds_dot
             .try_matmul_transposed(q, true, false)?
             .try_add(&ds.try_matmul_transposed(&tq, true, false)?)?
@@ -351,7 +395,10 @@ impl StructuredOp for SdpaBackward {
         let parts = if shares_dropout(&self.cfg, ctx) {
             unfused_over(&self.cfg, q, k, masked.then(|| &args[3]), 1)?.grads(q, k, v, d_o)?
         } else {
-            let op = SdpaBackward { cfg: self.cfg, saved: None };
+            let op = SdpaBackward {
+                cfg: self.cfg,
+                saved: None,
+            };
             let refs: Vec<&Var<'g>> = args.iter().collect();
             let packed = q.graph().record(op, &refs)?;
             let (nq, nk, nv) = (q.value().numel(), k.value().numel(), v.value().numel());
@@ -366,14 +413,21 @@ impl StructuredOp for SdpaBackward {
             .iter()
             .map(|p| p.reshape_dims(&[batch, p.value().numel() / batch]))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Batched::along_batch(Var::try_cat(&[&rows[0], &rows[1], &rows[2]], 1)?))
+        Ok(Batched::along_batch(Var::try_cat(
+            &[&rows[0], &rows[1], &rows[2]],
+            1,
+        )?))
     }
     fn facts(&self) -> OpFacts {
         OpFacts {
             tangent: true,
             second_derivative: true,
             example: Some(std::sync::Arc::new(SdpaBackward {
-                cfg: Config { causal: true, scale: Some(0.7), dropout: None },
+                cfg: Config {
+                    causal: true,
+                    scale: Some(0.7),
+                    dropout: None,
+                },
                 saved: None,
             })),
             sample_inputs: Some(|seed| {

@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use smallvec::smallvec;
 
 use super::batch_norm_backward::{
@@ -21,9 +21,9 @@ use super::batch_norm_backward::{
     BatchNormBackward, BatchNormWeightBackward,
 };
 use super::normalization::{check_eps, first_input, Affine, Role};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::rule::OpFacts;
 use crate::ops::{grads_per_input, Node, OpRegistry, StructuredOp};

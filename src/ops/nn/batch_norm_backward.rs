@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use super::batch_norm::{check_channel_param, planes, sample, BatchNorm};
 use super::normalization::{check_eps, norm_backward_rules, NormBackward};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::batching::materialize;
 use crate::ops::rule::OpFacts;

@@ -5,9 +5,9 @@
 //! step takes it from [`Var::try_batch_norm`]'s output. It shares the
 //! moments kernel and the blend with that output: the same bits.
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::batch_norm as kernel;
 use crate::ops::{OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;

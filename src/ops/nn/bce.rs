@@ -6,7 +6,7 @@
 //! finite logits. Logits and targets must have the same shape (no silent
 //! broadcasting); both are differentiable, `pos_weight` is a constant.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use smallvec::smallvec;
 
 use super::batch_norm::sample;
@@ -14,9 +14,9 @@ use super::support::{
     batch_elementwise_loss, batch_elementwise_loss_backward, check_grad, check_same, grad_of_g,
     reduce, reduction_scale, Reduction,
 };
+use crate::base::error::{check_dtypes, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::{check_dtypes, Result};
-use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::rule::{Traced, UnaryRule};
 use crate::ops::unary::Sigmoid;

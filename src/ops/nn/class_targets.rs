@@ -12,9 +12,9 @@ use super::support::{
     check_indices, index_source, indices_from_tensor, reduce_examples, reduce_lanes, spread_grad,
     IndexSource, Indices, Reduction,
 };
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, Differentiable, OpAttributes};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::classification::Targets;
 use crate::kernels::nn::lanes::AxisLanes;
 use crate::ops::batching::{fold, materialize, unfold};
@@ -66,7 +66,7 @@ macro_rules! class_loss_methods {
             )]
             #[track_caller]
             pub fn $name<T: Indices<'g> + ?Sized>(&self, targets: &T) -> Var<'g> {
-                crate::error::or_panic(self.$try_name(targets))
+                crate::base::error::or_panic(self.$try_name(targets))
             }
 
             $(#[$with_doc])*
@@ -93,7 +93,7 @@ macro_rules! class_loss_methods {
             )]
             #[track_caller]
             pub fn $input(&self, targets: &Var<'g>, options: &$options) -> Var<'g> {
-                crate::error::or_panic(self.$try_input(targets, options))
+                crate::base::error::or_panic(self.$try_input(targets, options))
             }
         }
     };

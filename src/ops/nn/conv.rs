@@ -6,14 +6,16 @@
 //! its bias gradient a sum.
 
 use super::conv_products::{self as products, BiasedConv, ConvProduct, Slot};
-use super::conv_spec::{check_bias, conv_methods, conv_option_setters, lift, sample, record_batched, ConvSpec};
+use super::conv_spec::{
+    check_bias, conv_methods, conv_option_setters, lift, record_batched, sample, ConvSpec,
+};
 use super::spatial::{check_same_dtype, Spatial};
-use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
 use crate::kernels::nn::conv_fused::{conv2d_forward_fused, ConvEpilogue, ConvSummation};
+use crate::ops::OpAttributes;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -194,7 +196,6 @@ impl BiasedConv for Conv {
             .geometry(n, [x.shape()[1], cout], input, output, kernel);
         Ok((self.spec.shape(n, cout, output), geo))
     }
-
 }
 
 impl StructuredOp for Conv {
@@ -278,12 +279,19 @@ pub(crate) fn conv2d_relu_values(
 ) -> Result<Tensor> {
     let op = "conv2d";
     let spec = opts.spec(op, weight.shape().get(2..).unwrap_or(&[]))?;
-    let (x, w, b) = (x.contiguous(), weight.contiguous(), bias.map(Tensor::contiguous));
+    let (x, w, b) = (
+        x.contiguous(),
+        weight.contiguous(),
+        bias.map(Tensor::contiguous),
+    );
     let (_, geo) = Conv { spec }.plan(&x, &w, b.as_ref())?;
     if pool && (geo.output[0] < 2 || geo.output[1] < 2) {
         return Err(Error::invalid(
             op,
-            format!("a 2x2 pooling window does not fit its output of size {:?}", geo.output),
+            format!(
+                "a 2x2 pooling window does not fit its output of size {:?}",
+                geo.output
+            ),
         ));
     }
     let epilogue = ConvEpilogue { relu: true, pool };
@@ -386,8 +394,11 @@ mod tests {
         let opts = Conv2dOptions::new().padding(Padding::Same).dilation([2, 1]);
         let y = x.conv2d(&w, None, &opts);
         assert_eq!(y.shape(), &[1, 3, 5, 4]);
-        gradcheck(|v| v[0].try_conv2d(&v[1], None, &opts), &[s(&[1, 2, 5, 4], 1), s(&[3, 2, 2, 4], 2)])
-            .unwrap();
+        gradcheck(
+            |v| v[0].try_conv2d(&v[1], None, &opts),
+            &[s(&[1, 2, 5, 4], 1), s(&[3, 2, 2, 4], 2)],
+        )
+        .unwrap();
         // "same" with a stride is PyTorch's error too.
         let strided = Conv2dOptions::new().padding(Padding::Same).stride(2);
         assert!(matches!(
@@ -398,7 +409,11 @@ mod tests {
 
     #[test]
     fn conv1d_and_unbatched_inputs() {
-        let opts = Conv1dOptions::new().stride(2).padding(1).dilation(2).groups(2);
+        let opts = Conv1dOptions::new()
+            .stride(2)
+            .padding(1)
+            .dilation(2)
+            .groups(2);
         let f = hr(|v| v[0].try_conv1d(&v[1], Some(&v[2]), &opts));
         gradcheck(f, &[s(&[2, 4, 9], 3), s(&[6, 2, 3], 4), s(&[6], 5)]).unwrap();
         let g = Graph::new();
@@ -420,7 +435,10 @@ mod tests {
         let msg = |r: Result<Var<'_>>| r.unwrap_err().to_string();
         // Groups that do not divide the channels.
         let e = msg(x.try_conv2d(&w, None, &Conv2dOptions::new().groups(3)));
-        assert!(e.contains("groups = 3") && e.contains("[1, 4, 5, 5]"), "{e}");
+        assert!(
+            e.contains("groups = 3") && e.contains("[1, 4, 5, 5]"),
+            "{e}"
+        );
         // A weight whose channels do not match.
         let e = msg(x.try_conv2d(&w, None, &Conv2dOptions::new()));
         assert!(e.contains("[6, 2, 3, 3]"), "{e}");
@@ -470,7 +488,11 @@ mod tests {
         use crate::autograd::VMap;
         let (w, b, xs) = (s(&[3, 2, 3, 3], 1), s(&[3], 2), s(&[4, 1, 2, 6, 6], 3));
         let g = Graph::new();
-        let (wv, bv, xv) = (g.variable(w.clone()), g.variable(b.clone()), g.variable(xs.clone()));
+        let (wv, bv, xv) = (
+            g.variable(w.clone()),
+            g.variable(b.clone()),
+            g.variable(xs.clone()),
+        );
         let got = VMap::new()
             .in_axes(&[None, None, Some(0)])
             .try_call(cnn_grads, &[&wv, &bv, &xv])
@@ -494,10 +516,14 @@ mod tests {
         let g = Graph::new();
         let opts = Conv2dOptions::new().stride(2).padding(1);
         let (x, w) = (s(&[3, 3, 8, 8], 1), s(&[4, 3, 3, 3], 2));
-        let y64 = g.variable(x.clone()).conv2d(&g.variable(w.clone()), None, &opts);
-        let y32 = g
-            .variable(x.to_dtype(DType::F32))
-            .conv2d(&g.variable(w.to_dtype(DType::F32)), None, &opts);
+        let y64 = g
+            .variable(x.clone())
+            .conv2d(&g.variable(w.clone()), None, &opts);
+        let y32 = g.variable(x.to_dtype(DType::F32)).conv2d(
+            &g.variable(w.to_dtype(DType::F32)),
+            None,
+            &opts,
+        );
         assert!(y32.value().allclose(y64.value(), 1e-5, 1e-5));
     }
 }

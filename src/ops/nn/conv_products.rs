@@ -15,12 +15,12 @@ use super::conv::{bias_grad, bias_grad_plain, bias_view, Conv};
 use super::conv_spec::{split_inputs, ConvSpec};
 use super::conv_transpose::ConvTranspose;
 use super::conv_weight::ConvWeight;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::kernels::nn::conv::{conv2d_forward, conv2d_input_grad, ConvGeometry};
 use crate::ops::batching::{fold, materialize, unfold};
 use crate::ops::{Node, StructuredOp};
-use crate::kernels::nn::conv::{conv2d_forward, conv2d_input_grad, ConvGeometry};
 use crate::tensor::{Dims, Tensor};
 
 /// One of the three tensors of a convolution `y = conv(x, w)`.
@@ -72,7 +72,13 @@ macro_rules! conv_product_rules {
         fn grad<'g>(&self, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
             products::grad(self, i, g, n)
         }
-        fn grad_fast(&self, i: usize, g: &Tensor, x: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+        fn grad_fast(
+            &self,
+            i: usize,
+            g: &Tensor,
+            x: &[&Tensor],
+            _: &Tensor,
+        ) -> Option<Result<Tensor>> {
             Some(products::grad_fast(self, i, g, x))
         }
         fn batch<'g>(
@@ -115,7 +121,11 @@ pub(super) trait BiasedConv: ConvProduct {
 pub(super) fn forward<P: BiasedConv>(op: &P, inputs: &[&Tensor]) -> Result<Tensor> {
     let (x, w, b) = split_inputs(op.name(), inputs)?;
     let (shape, geo) = op.plan(x, w, b)?;
-    let kernel = if P::MAKES == Slot::X { "conv_transpose" } else { "conv" };
+    let kernel = if P::MAKES == Slot::X {
+        "conv_transpose"
+    } else {
+        "conv"
+    };
     crate::with_dtype!(kernel, x.dtype(), T => {
         let (xs, ws, bias) = (x.as_slice_of::<T>(), w.as_slice_of::<T>(), b.map(|b| b.as_slice_of::<T>()));
         Ok(Tensor::build::<T>(shape, |out| match P::MAKES {
@@ -163,7 +173,12 @@ impl Operand for Tensor {
 
 /// The gradient, with respect to operand `i` (0 or 1) of `op` applied to
 /// `operands`, of a loss whose gradient at the op's output is `g`.
-fn operand_grad<O: ConvProduct, V: Operand>(op: &O, i: usize, g: &V, operands: [&V; 2]) -> Result<V> {
+fn operand_grad<O: ConvProduct, V: Operand>(
+    op: &O,
+    i: usize,
+    g: &V,
+    operands: [&V; 2],
+) -> Result<V> {
     let from = O::MAKES.operands();
     let at = |slot: Slot| {
         if slot == O::MAKES {
@@ -185,7 +200,12 @@ fn operand_grad<O: ConvProduct, V: Operand>(op: &O, i: usize, g: &V, operands: [
 
 /// [`StructuredOp::grad`] of a convolution op: a product for each operand,
 /// the output gradient summed per channel for the bias.
-pub(super) fn grad<'g, O: ConvProduct>(op: &O, i: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+pub(super) fn grad<'g, O: ConvProduct>(
+    op: &O,
+    i: usize,
+    g: &Var<'g>,
+    n: Node<'_, 'g>,
+) -> Result<Var<'g>> {
     if i == 2 {
         return bias_grad(g, g.shape()[1], op.spec().spatial);
     }
@@ -194,7 +214,12 @@ pub(super) fn grad<'g, O: ConvProduct>(op: &O, i: usize, g: &Var<'g>, n: Node<'_
 
 /// [`StructuredOp::grad_fast`] of a convolution op: [`grad`] on plain
 /// tensors.
-pub(super) fn grad_fast<O: ConvProduct>(op: &O, i: usize, g: &Tensor, x: &[&Tensor]) -> Result<Tensor> {
+pub(super) fn grad_fast<O: ConvProduct>(
+    op: &O,
+    i: usize,
+    g: &Tensor,
+    x: &[&Tensor],
+) -> Result<Tensor> {
     match i {
         2 => bias_grad_plain(g, g.shape()[1], op.spec().spatial),
         _ => operand_grad(op, i, g, [x[0], x[1]]),
@@ -204,7 +229,12 @@ pub(super) fn grad_fast<O: ConvProduct>(op: &O, i: usize, g: &Tensor, x: &[&Tens
 /// [`StructuredOp::tangent`] of a convolution op: bilinear in its operands
 /// (the op again, with the operand replaced by its tangent and no bias),
 /// the bias's tangent broadcast over the output.
-pub(super) fn tangent<'g, O: ConvProduct>(op: &O, i: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+pub(super) fn tangent<'g, O: ConvProduct>(
+    op: &O,
+    i: usize,
+    t: &Var<'g>,
+    n: Node<'_, 'g>,
+) -> Result<Var<'g>> {
     if i == 2 {
         return bias_view(t, op.spec().spatial);
     }

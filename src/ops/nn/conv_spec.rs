@@ -11,12 +11,12 @@
 //! derivatives of each are the other two, so the three together are closed
 //! under differentiation: every order of derivative exists.
 
-use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::Differentiable;
-use crate::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
 use crate::ops::nn::spatial::Window;
+use crate::ops::OpAttributes;
 use crate::tensor::{Dims, Tensor};
 
 /// A convolution's settings over two spatial dimensions (height, width);
@@ -132,9 +132,8 @@ impl ConvSpec {
                 .output_len(op, shape, false)?,
                 Err(_) => {
                     let span = (self.dilation[d] * (kernel[d].max(1) - 1) + 1) as isize;
-                    let room = input[d] as isize + self.pad_before[d] as isize
-                        + self.pad_after[d]
-                        - span;
+                    let room =
+                        input[d] as isize + self.pad_before[d] as isize + self.pad_after[d] - span;
                     if room < 0 || self.stride[d] == 0 {
                         return Err(Error::invalid(
                             op,
@@ -301,7 +300,12 @@ pub fn record_batched<'g>(
 }
 
 /// Checks that an optional bias is `[channels]` of `x`'s dtype.
-pub fn check_bias(op: &'static str, bias: Option<&Tensor>, channels: usize, x: &Tensor) -> Result<()> {
+pub fn check_bias(
+    op: &'static str,
+    bias: Option<&Tensor>,
+    channels: usize,
+    x: &Tensor,
+) -> Result<()> {
     if let Some(b) = bias {
         super::spatial::check_same_dtype(op, x, b)?;
         if b.shape() != [channels] {

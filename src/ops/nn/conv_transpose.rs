@@ -5,13 +5,15 @@
 //! are a `Conv` (input) and a `ConvWeight` (weight): `conv_products.rs`.
 
 use super::conv_products::{self as products, BiasedConv, ConvProduct, Slot};
-use super::conv_spec::{check_bias, conv_methods, conv_option_setters, lift, sample, record_batched, ConvSpec};
+use super::conv_spec::{
+    check_bias, conv_methods, conv_option_setters, lift, record_batched, sample, ConvSpec,
+};
 use super::spatial::{check_same_dtype, Spatial};
-use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::kernels::nn::conv::ConvGeometry;
+use crate::ops::OpAttributes;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -61,7 +63,10 @@ impl<const D: usize> ConvTransposeOptions<D> {
 
     fn spec(&self, op: &'static str) -> Result<ConvSpec> {
         let (stride, dilation) = (lift::<D>(self.stride, 1), lift::<D>(self.dilation, 1));
-        let (pad, extra) = (lift::<D>(self.padding, 0), lift::<D>(self.output_padding, 0));
+        let (pad, extra) = (
+            lift::<D>(self.padding, 0),
+            lift::<D>(self.output_padding, 0),
+        );
         for d in 0..2 {
             if stride[d] == 0 || dilation[d] == 0 {
                 return Err(Error::invalid(
@@ -156,7 +161,10 @@ impl BiasedConv for ConvTranspose {
         if self.spec.output_of(op, z.shape(), output, kernel)? != zin {
             return Err(Error::invalid(
                 op,
-                format!("inconsistent sizes: input shape {:?}, weight shape {ws:?}", z.shape()),
+                format!(
+                    "inconsistent sizes: input shape {:?}, weight shape {ws:?}",
+                    z.shape()
+                ),
             ));
         }
         check_bias(op, b, cout, z)?;
@@ -164,7 +172,6 @@ impl BiasedConv for ConvTranspose {
         let geo = self.spec.geometry(n, [cout, cin], output, zin, kernel);
         Ok((self.spec.shape(n, cout, output), geo))
     }
-
 }
 
 impl StructuredOp for ConvTranspose {
@@ -289,7 +296,11 @@ mod tests {
         let g = Graph::new();
         let x = g.variable(s(&[2, 4, 7, 6], 1));
         let w = g.variable(s(&[6, 2, 3, 2], 2));
-        let conv = Conv2dOptions::new().stride([2, 1]).padding([1, 0]).dilation([1, 2]).groups(2);
+        let conv = Conv2dOptions::new()
+            .stride([2, 1])
+            .padding([1, 0])
+            .dilation([1, 2])
+            .groups(2);
         let y = x.conv2d(&w, None, &conv);
         let z = g.variable(s(y.shape(), 3));
         // The strided conv of 7 rows reaches row 6 exactly: output_padding 0.
@@ -321,7 +332,11 @@ mod tests {
                 .dilation(dil)
                 .groups(groups);
             let f = hr(|v| v[0].try_conv_transpose2d(&v[1], Some(&v[2]), &opts));
-            let inputs = [s(&[2, 2, 3, 4], 4), s(&[2, 3 / groups.min(3), 3, 2], 5), s(&[3 / groups.min(3) * groups], 6)];
+            let inputs = [
+                s(&[2, 2, 3, 4], 4),
+                s(&[2, 3 / groups.min(3), 3, 2], 5),
+                s(&[3 / groups.min(3) * groups], 6),
+            ];
             gradcheck(f, &inputs).unwrap_or_else(|e| panic!("{opts:?}: {e}"));
             jvpcheck(f, &inputs).unwrap();
         }
@@ -334,9 +349,20 @@ mod tests {
         let w = g.variable(s(&[2, 3, 3, 3], 2));
         let bad = ConvTranspose2dOptions::new().stride(2).output_padding(2);
         let e = x.try_conv_transpose2d(&w, None, &bad).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { op: "conv_transpose2d", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    op: "conv_transpose2d",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let w3 = g.variable(s(&[3, 3, 3, 3], 2));
-        let e = x.try_conv_transpose2d(&w3, None, &ConvTranspose2dOptions::new()).unwrap_err();
+        let e = x
+            .try_conv_transpose2d(&w3, None, &ConvTranspose2dOptions::new())
+            .unwrap_err();
         assert!(e.to_string().contains("[3, 3, 3, 3]"), "{e}");
         let zero = ConvTranspose2dOptions::new().stride(0);
         assert!(x.try_conv_transpose2d(&w, None, &zero).is_err());

@@ -7,10 +7,10 @@
 use super::conv_products::{self as products, ConvProduct, Slot};
 use super::conv_spec::{sample, ConvSpec};
 use super::spatial::check_same_dtype;
-use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::kernels::nn::conv::{conv2d_weight_grad, ConvGeometry};
+use crate::ops::OpAttributes;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -65,7 +65,10 @@ impl ConvWeight {
             shape.push(kernel[0]);
         }
         shape.push(kernel[1]);
-        Ok((shape, self.spec.geometry(n, [cin, cout], input, output, kernel)))
+        Ok((
+            shape,
+            self.spec.geometry(n, [cin, cout], input, output, kernel),
+        ))
     }
 }
 
@@ -117,7 +120,12 @@ impl StructuredOp for ConvWeight {
             example: Some(std::sync::Arc::new(ConvWeight { spec, kernel })),
             // x [2, 4, (5,) 6] gives (3,) 6 output positions with this spec.
             sample_inputs: Some(if spatial == 1 {
-                |seed| vec![sample(&[2, 4, 6], seed, 1.0), sample(&[2, 2, 6], seed + 3, 0.7)]
+                |seed| {
+                    vec![
+                        sample(&[2, 4, 6], seed, 1.0),
+                        sample(&[2, 2, 6], seed + 3, 0.7),
+                    ]
+                }
             } else {
                 |seed| {
                     vec![

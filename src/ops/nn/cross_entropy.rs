@@ -17,9 +17,9 @@ use super::class_targets::{
 use super::cross_entropy_backward::{targets_of, CrossEntropyBackward};
 use super::nll::class_sample;
 use super::support::{sum_axis, to_i64_list, Indices, IntIndex, Reduction};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
 use crate::ops::{Node, OpFacts, OpRegistry, StructuredOp};
 use crate::tensor::Tensor;

@@ -6,13 +6,13 @@
 //! gradients come for free. Under `vmap` the mask follows the batch's
 //! [`Randomness`]: one mask for every example, or one per example.
 
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
-use crate::fallible::fallible;
 
-use crate::error::{Error, Result};
-use crate::graph::Var;
-use crate::kernels::nn::sparse;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpAttributes, OpFacts, Randomness};
+use crate::kernels::nn::sparse;
 use crate::ops::batching::on_leading_axes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
@@ -55,7 +55,9 @@ impl StructuredOp for Dropout {
     }
     const LINEAR: &'static [usize] = &[0];
     fn attributes(&self) -> OpAttributes {
-        OpAttributes::new().float("p", self.p).int("seed", self.seed)
+        OpAttributes::new()
+            .float("p", self.p)
+            .int("seed", self.seed)
     }
     fn forward(&self, x: &[&Tensor]) -> Result<Tensor> {
         check_p(self.p)?;
@@ -138,7 +140,6 @@ impl<'g> Var<'g> {
             self.graph().record(Dropout { p, seed }, &[self])
         }
     }
-
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use super::support::{
     check_indices, index_source, indices_from_tensor, to_i64_list, IndexSource, Indices, IntIndex,
 };
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, OpAttributes, OpFacts};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::sparse;
 use crate::ops::batching::materialize;
 use crate::ops::{Node, StructuredOp};
@@ -528,7 +528,7 @@ impl<'g> Var<'g> {
         indices: &T,
         index_shape: &[usize],
     ) -> Var<'g> {
-        crate::error::or_panic(self.try_embedding(indices, index_shape))
+        crate::base::error::or_panic(self.try_embedding(indices, index_shape))
     }
 
     /// Embedding lookup with a `padding_idx` (negative counts from the end):

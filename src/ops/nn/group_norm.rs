@@ -12,16 +12,16 @@
 
 use std::sync::Arc;
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 
 use super::batch_norm::{check_channel_affine, planes, sample};
 use super::batch_norm_backward::{channel_sum, channel_view};
 use super::layer_norm::LayerNorm;
 use super::layer_norm_backward::project;
 use super::normalization::{check_eps, first_input, record_affine, Affine, Role};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::batch_norm::{self as kernel, Planes};
 use crate::ops::batching::{fold, unfold};
 use crate::ops::rule::OpFacts;

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 
 use super::batch_norm::sample;
 use super::layer_norm_backward::{project, LayerNormBackward, LayerNormWeightBackward};
 use super::normalization::{batch_trailing, check_eps, first_input, record_affine, Affine, Role};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels;
 use crate::kernels::nn::norm as kernel;
 use crate::ops::{FastBackward, Node, OpFacts, OpRegistry, StructuredOp};

@@ -5,7 +5,7 @@
 //! with a warning; a silent `[N, 1]` against `[N]` broadcast is a classic
 //! bug, so retrograd makes it an error). Both operands are differentiable.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use crate::ops::declare_op;
 use smallvec::smallvec;
 
@@ -14,9 +14,9 @@ use super::support::{
     batch_elementwise_loss, batch_elementwise_loss_backward, check_grad, check_same, grad_of_g,
     reduce, reduction_scale, Reduction,
 };
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::pointwise as kernel;
 use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};

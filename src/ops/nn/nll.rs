@@ -10,9 +10,9 @@ use super::class_targets::{
     class_loss_setters, record_class_backward, record_class_loss, ClassLossSpec,
 };
 use super::support::{to_i64_list, Indices, IntIndex, Reduction};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::nn::classification as kernel;
 use crate::ops::{Node, OpFacts, StructuredOp};
 use crate::tensor::{Dims, Tensor};

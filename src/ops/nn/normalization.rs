@@ -3,9 +3,9 @@
 //! statistics ([`Affine`], each input's [`Role`]), the `eps` check, and the
 //! batching rules of the normalisations over an example's trailing dims.
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::ops::batching::{materialize, with_example_rank};
 use crate::ops::{Differentiable, Node, StructuredOp};
 use crate::tensor::Tensor;

@@ -19,9 +19,9 @@
 
 use std::sync::Arc;
 
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::OpAttributes;
-use crate::error::{Error, Result};
-use crate::graph::Var;
 use crate::kernels::quant::{self as kernel, DotFormat, Q8Rows};
 use crate::ops::{Node, StructuredOp};
 use crate::quant::{GgmlType, QMatrix};
@@ -190,7 +190,7 @@ impl<'g> Var<'g> {
     /// the caller's line on bad shapes or dtype.
     #[track_caller]
     pub fn quantized_matmul(&self, weight: &Arc<QMatrix>) -> Var<'g> {
-        crate::error::or_panic(self.try_quantized_matmul(weight))
+        crate::base::error::or_panic(self.try_quantized_matmul(weight))
     }
 }
 

@@ -19,10 +19,10 @@ use super::layer_norm::{check_param, row_len, shape_or_last};
 use super::normalization::{
     batch_trailing, batch_trailing_backward, check_eps, norm_backward_rules, trailing_norm_backward,
 };
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, GradInputs, OpAttributes};
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::nn::rms_norm as kernel;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, StructuredOp};

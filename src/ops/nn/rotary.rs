@@ -17,10 +17,10 @@
 use std::sync::Arc;
 
 use super::batch_norm::sample;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::ops::batching::on_leading_axes;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, StructuredOp};

@@ -8,15 +8,15 @@
 //! `log_softmax`: `g - e^y Σ g`. The softmax Jacobian is symmetric, so its
 //! tangent rule is its backward applied to the tangent.
 
-use crate::fallible::fallible;
+use crate::base::fallible::fallible;
 use smallvec::smallvec;
 
 use std::sync::Arc;
 
 use super::support::{expand_axis, resolve_axis, sum_axis};
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{sample_tensor, BatchContext, Batched, GradInputs};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels::nn::softmax as kernel;
 use crate::ops::batching::{example_axis, materialize};
 use crate::ops::{Node, OpFacts, StructuredOp};

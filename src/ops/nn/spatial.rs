@@ -2,7 +2,7 @@
 //! ([`Spatial`]), the output length of a sliding window, and the checks of
 //! an `[N, C, spatial...]` input, each a typed error naming the op.
 
-use crate::error::{check_dtypes, Error, Result};
+use crate::base::error::{check_dtypes, Error, Result};
 use crate::tensor::Tensor;
 
 /// A per-dimension size given as one number for every spatial dimension or
@@ -159,7 +159,9 @@ mod tests {
 
     #[test]
     fn bad_windows_are_typed_errors() {
-        let e = w(3, 5, 1, 0, 1).output_len("conv2d", &[1, 1, 3, 3], false).unwrap_err();
+        let e = w(3, 5, 1, 0, 1)
+            .output_len("conv2d", &[1, 1, 3, 3], false)
+            .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { op: "conv2d", .. }));
         assert!(e.to_string().contains("[1, 1, 3, 3]"), "{e}");
         assert!(w(3, 1, 0, 0, 1).output_len("t", &[], false).is_err());

@@ -8,9 +8,9 @@ use crate::ops::batching::materialize;
 use crate::ops::declare_op;
 use std::sync::Arc;
 
+use crate::base::error::{check_dtypes, Error, Result};
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, Differentiable, OpAttributes};
-use crate::error::{check_dtypes, Error, Result};
-use crate::graph::Var;
 use crate::kernels;
 use crate::ops::{Node, StructuredOp};
 use crate::tensor::shape::normalize_axis;

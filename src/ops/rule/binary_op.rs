@@ -8,9 +8,9 @@ use smallvec::smallvec;
 
 use super::pointwise::BinaryKernel;
 use super::{Lane, Num, OpFacts, Plain, Traced};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{Node, Pointwise, Primitive};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::{self, BinaryFn};
 use crate::ops::{
     expect_inputs, sum_tangents, unbroadcast, unbroadcast_tensor, Differentiable, GradInputs,
@@ -218,7 +218,7 @@ macro_rules! binary_methods {
         $(#[$try_doc])*
         #[track_caller]
         #[inline]
-        pub fn $try_name(&self, other: &Var<'g>) -> $crate::error::Result<Var<'g>> {
+        pub fn $try_name(&self, other: &Var<'g>) -> $crate::base::error::Result<Var<'g>> {
             self.graph().record($crate::ops::rule::Binary($rule), &[self, other])
         }
 

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use super::select_op::SelectWhere;
 use super::{BinaryRule, UnaryRule};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::kernels::{self, BinaryFn, TernaryFn};
 use crate::ops::arith::{Add, Div, Mul, Neg, Sub};
 use crate::ops::unary::{Exp, Log, Sigmoid, Tanh};

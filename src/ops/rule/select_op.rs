@@ -10,9 +10,9 @@ use smallvec::smallvec;
 
 use super::num::{MaskFn, PickFn};
 use super::Cmp;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::Node;
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels;
 use crate::ops::{expect_inputs, sum_tangents, unbroadcast, Differentiable, GradInputs};
 use crate::tensor::Tensor;

@@ -8,9 +8,9 @@ use smallvec::smallvec;
 
 use super::pointwise::UnaryKernel;
 use super::{Block, Lane, Num, OpFacts, Traced};
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::core::{Node, Pointwise, Primitive};
-use crate::error::Result;
-use crate::graph::Var;
 use crate::kernels::{self, BinaryFn, UnaryFn};
 use crate::ops::{
     expect_inputs, Differentiable, GradInputs, OpAttributes, ScalarArgs, ScalarBackward,
@@ -276,11 +276,11 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
 ///
 /// A rule with settings takes them as arguments:
 /// `try_name_with / name_with(alpha: f64) => Rule { alpha }` gives the
-/// pair through [`fallible!`](crate::fallible::fallible), so the rule's
+/// pair through [`fallible!`](crate::base::fallible::fallible), so the rule's
 /// `check` error comes back from `try_name_with`.
 macro_rules! unary_method {
     ($(#[$doc:meta])* $try_name:ident / $name:ident ($($arg:ident: $ty:ty),+) => $rule:expr) => {
-        $crate::fallible::fallible! {
+        $crate::base::fallible::fallible! {
             $(#[$doc])*
             pub fn $try_name / $name(&self, $($arg: $ty),+) -> Var<'g> {
                 self.graph().record($crate::ops::rule::Unary($rule), &[self])
@@ -290,7 +290,7 @@ macro_rules! unary_method {
     ($(#[$doc:meta])* $try_name:ident / $name:ident => $rule:expr) => {
         #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), "), returning the error (an input that is not a float tensor) instead of panicking.")]
         #[inline]
-        pub fn $try_name(&self) -> $crate::error::Result<Var<'g>> {
+        pub fn $try_name(&self) -> $crate::base::error::Result<Var<'g>> {
             self.graph().record($crate::ops::rule::Unary($rule), &[self])
         }
 

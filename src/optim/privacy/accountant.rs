@@ -3,8 +3,8 @@
 //! `RDPAccountant` and `get_noise_multiplier(accountant="rdp")`.
 
 use super::rdp::{try_compute_rdp, try_get_privacy_spent, DEFAULT_ORDERS};
-use crate::error::{or_panic, Error, Result};
-use crate::fallible::fallible;
+use crate::base::error::{or_panic, Error, Result};
+use crate::base::fallible::fallible;
 
 /// Consecutive steps taken with one noise multiplier and sample rate: one
 /// entry of an [`RdpAccountant`]'s history.

@@ -11,8 +11,8 @@ use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
 use super::RdpAccountant;
-use crate::error::{Error, Result};
-use crate::graph::Graph;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Graph;
 use crate::nn::Parameter;
 use crate::optim::clip::squared_sum;
 use crate::optim::Optimizer;
@@ -166,7 +166,7 @@ impl DpOptimizer {
     /// Like [`try_step`](Self::try_step), but panics with its error.
     #[track_caller]
     pub fn step(&mut self, per_sample: &[Tensor]) {
-        crate::error::or_panic(self.try_step(per_sample))
+        crate::base::error::or_panic(self.try_step(per_sample))
     }
 
     /// The sum over examples of each example's gradient scaled so that its

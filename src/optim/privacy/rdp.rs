@@ -12,7 +12,7 @@
 
 use std::f64::consts::SQRT_2;
 
-use crate::error::{or_panic, Error, Result};
+use crate::base::error::{or_panic, Error, Result};
 
 /// The orders (α) searched by default, Opacus's
 /// `RDPAccountant.DEFAULT_ALPHAS`: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.

@@ -11,8 +11,8 @@
 //! attention mask (`packed_states_are_the_padded_states` checks it).
 
 use super::{BertEmbeddings, BertLayer, BertModel, BertSelfAttention};
-use crate::error::{Error, Result};
-use crate::graph::Var;
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::nn::Forward;
 use crate::ops::nn::SdpaOptions;
 use crate::tensor::Tensor;

@@ -15,8 +15,8 @@
 //! than the product of one, so the logits agree within f32 rounding.
 
 use super::{Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::nn::Forward;
 use crate::ops::nn::SdpaOptions;
 use crate::tensor::{DType, Tensor};
@@ -93,7 +93,7 @@ impl Llama {
         tokens: &[usize],
         caches: &mut [&mut LlamaCache],
     ) -> Var<'g> {
-        crate::error::or_panic(self.try_forward_decode_batch(graph, tokens, caches))
+        crate::base::error::or_panic(self.try_forward_decode_batch(graph, tokens, caches))
     }
 }
 
@@ -177,7 +177,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    use crate::graph::Graph;
+    use crate::core::graph::Graph;
     use crate::nn::{
         AnyEmbedding, AnyLinear, Embedding, Linear, Llama, LlamaCache, LlamaConfig,
         LlamaLayerWeights, Parameter, QuantizedLinear,

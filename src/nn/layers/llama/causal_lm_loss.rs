@@ -4,8 +4,8 @@
 //! output layer only at the positions that count.
 
 use super::Llama;
-use crate::error::{Error, Result};
-use crate::graph::{Graph, Var};
+use crate::base::error::{Error, Result};
+use crate::core::graph::{Graph, Var};
 use crate::tensor::Tensor;
 
 /// The label that marks a position as not predicted (PyTorch's

@@ -4,8 +4,8 @@
 //! order ONNX's definition gives, so an imported model trains through them.
 
 use super::Ctx;
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -4,8 +4,8 @@
 
 use super::host::{bool_binary, bool_binary_plain, int_binary, is_int};
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::onnx::import::attrs::Attrs;
 use crate::onnx::tensor::dtype_of;
 use crate::ops::activation::LeakyRelu;

@@ -3,8 +3,8 @@
 //! is for floats, so these run in f64 (exact for integers below 2^53) and
 //! are converted back: constants, never differentiated.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::shape::broadcast_shapes;
 use crate::tensor::{DType, Tensor};
 

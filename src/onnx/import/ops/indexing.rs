@@ -4,8 +4,8 @@
 //! `scatter_add` and `index_add`; the positions are computed on the host.
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -3,8 +3,8 @@
 
 use super::host::is_int;
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::shape::broadcast_shapes;
 use crate::tensor::{DType, Tensor};
 

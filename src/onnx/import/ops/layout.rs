@@ -3,8 +3,8 @@
 //! differentiable views, concatenations and products.
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::onnx::tensor::dtype_of;
 use crate::tensor::{DType, Tensor};
 

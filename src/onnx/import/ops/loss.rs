@@ -4,8 +4,8 @@
 //! class picks through `gather`), so a loss read from a file trains.
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

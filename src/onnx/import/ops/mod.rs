@@ -25,8 +25,8 @@ pub(crate) use nn::{
 };
 
 use super::attrs::{bad, Attrs};
-use crate::error::Result;
-use crate::graph::{Graph, Var};
+use crate::base::error::Result;
+use crate::core::graph::{Graph, Var};
 use crate::tensor::{DType, Tensor};
 
 /// The most elements an op may make from sizes the model gives ([`Ctx::check_size`]).

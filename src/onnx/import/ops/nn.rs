@@ -2,8 +2,8 @@
 //! softmax, on retrograd's fused ops.
 
 use super::{one, pool, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::kernels::nn::conv_fused::ConvSummation;
 use crate::onnx::import::attrs::Attrs;
 use crate::ops::nn::{

@@ -6,8 +6,8 @@
 //! so gradients flow as through the 2-d ops.
 
 use super::Ctx;
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::Tensor;
 
 /// What a window computes.

@@ -2,8 +2,8 @@
 //! opset 13, the others' from opset 18 (an attribute before).
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -7,8 +7,8 @@
 //! the same weights.
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::tensor::Tensor;
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -3,8 +3,8 @@
 //! (`Shape`, `Range`, `ConstantOfShape`) makes integer constants.
 
 use super::{one, Ctx};
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::onnx::import::attrs::Attrs;
 use crate::tensor::{DType, Tensor};
 

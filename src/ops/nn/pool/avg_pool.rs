@@ -14,14 +14,14 @@ use super::geometry::{
     adaptive, batch_planes, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE,
 };
 use super::Pooling2d;
-use crate::ops::nn::Spatial;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::ops::OpAttributes;
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, Divisor};
+use crate::ops::nn::Spatial;
 use crate::ops::rule::OpFacts;
+use crate::ops::OpAttributes;
 use crate::ops::{Node, OpRegistry, StructuredOp};
 use crate::tensor::{Dims, Tensor};
 
@@ -141,7 +141,11 @@ impl Pooling2d for AdaptiveAvgPool2dOptions {
 /// `g` (shaped like `x` average-pooled with `options`) spread back over
 /// `x`'s windows: the recorded, differentiable adjoint of `avg_pool2d`,
 /// for poolings built on it (`lp_pool2d`).
-pub(super) fn avg_pool2d_adjoint<'g>(g: &Var<'g>, x: &Var<'g>, options: &AvgPool2dOptions) -> Result<Var<'g>> {
+pub(super) fn avg_pool2d_adjoint<'g>(
+    g: &Var<'g>,
+    x: &Var<'g>,
+    options: &AvgPool2dOptions,
+) -> Result<Var<'g>> {
     let op = AvgPool2dBackward {
         windows: Windows::Fixed(options.clone()),
     };
@@ -304,7 +308,13 @@ impl StructuredOp for AvgPool2dBackward {
         };
         g2.graph().record(op, &[g2])
     }
-    fn grad_fast(&self, _: usize, g2: &Tensor, _: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+    fn grad_fast(
+        &self,
+        _: usize,
+        g2: &Tensor,
+        _: &[&Tensor],
+        _: &Tensor,
+    ) -> Option<Result<Tensor>> {
         Some(pool(&self.windows, g2))
     }
     fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
@@ -315,11 +325,17 @@ impl StructuredOp for AvgPool2dBackward {
         let sample: fn(u64) -> Vec<Tensor> = match windows {
             Windows::Fixed(_) => |seed| {
                 let w = Windows::Fixed(AvgPool2dOptions::new(1));
-                vec![smooth(&example_out_shape(&w), seed), smooth(&SAMPLE_SHAPE, seed + 7)]
+                vec![
+                    smooth(&example_out_shape(&w), seed),
+                    smooth(&SAMPLE_SHAPE, seed + 7),
+                ]
             },
             Windows::Adaptive(_) => |seed| {
                 let w = Windows::Adaptive([1, 1]);
-                vec![smooth(&example_out_shape(&w), seed), smooth(&SAMPLE_SHAPE, seed + 7)]
+                vec![
+                    smooth(&example_out_shape(&w), seed),
+                    smooth(&SAMPLE_SHAPE, seed + 7),
+                ]
             },
         };
         facts(Arc::new(AvgPool2dBackward { windows }), 2, sample)
@@ -405,7 +421,7 @@ impl<'g> Var<'g> {
 mod tests {
     use super::*;
     use crate::ops::testing::derivatives_agree;
-        use crate::{gradcheck, jvpcheck, DType, Graph};
+    use crate::{gradcheck, jvpcheck, DType, Graph};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -437,7 +453,10 @@ mod tests {
         let divisor = rng.random_bool(0.25).then(|| rng.random_range(1..5));
         AvgPool2dOptions::new(k)
             .stride([rng.random_range(1..4), rng.random_range(1..4)])
-            .padding([rng.random_range(0..=k[0] / 2), rng.random_range(0..=k[1] / 2)])
+            .padding([
+                rng.random_range(0..=k[0] / 2),
+                rng.random_range(0..=k[1] / 2),
+            ])
             .ceil_mode(rng.random_bool(0.5))
             .count_include_pad(rng.random_bool(0.5))
             .divisor_override(divisor)
@@ -449,7 +468,12 @@ mod tests {
         let mut done = 0;
         while done < 12 {
             let opts = random_options(&mut rng);
-            let shape = [rng.random_range(1..3), rng.random_range(1..3), rng.random_range(2..7), rng.random_range(2..7)];
+            let shape = [
+                rng.random_range(1..3),
+                rng.random_range(1..3),
+                rng.random_range(2..7),
+                rng.random_range(2..7),
+            ];
             let x = smooth(&shape, rng.random());
             if opts.geometry("avg_pool2d", &x).is_err() {
                 continue;
@@ -461,8 +485,11 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
             gradcheck(|v| Ok(v[0].try_avg_pool2d(&opts)?.tanh()), &[x.clone()]).unwrap();
             let out = [rng.random_range(1..5), rng.random_range(1..5)];
-            gradcheck(|v| Ok(v[0].try_adaptive_avg_pool2d(out)?.sin()), &[x.clone()])
-                .unwrap_or_else(|e| panic!("{out:?}: {e}"));
+            gradcheck(
+                |v| Ok(v[0].try_adaptive_avg_pool2d(out)?.sin()),
+                &[x.clone()],
+            )
+            .unwrap_or_else(|e| panic!("{out:?}: {e}"));
             jvpcheck(|v| Ok(v[0].try_adaptive_avg_pool2d(out)?.sin()), &[x])
                 .unwrap_or_else(|e| panic!("{out:?}: {e}"));
         }
@@ -470,16 +497,36 @@ mod tests {
 
     #[test]
     fn backward_ops_are_differentiable_and_adjoint() {
-        for windows in [Windows::Fixed(AvgPool2dOptions::new(1)), Windows::Adaptive([1, 1])] {
+        for windows in [
+            Windows::Fixed(AvgPool2dOptions::new(1)),
+            Windows::Adaptive([1, 1]),
+        ] {
             let ex = windows.example();
-            let back = AvgPool2dBackward { windows: ex.clone() };
+            let back = AvgPool2dBackward {
+                windows: ex.clone(),
+            };
             let g = smooth(&example_out_shape(&windows), 2);
             let x = smooth(&SAMPLE_SHAPE, 5);
             derivatives_agree(&back, &[g.clone(), x.clone()]).unwrap();
             // <pool(x), g> = <x, spread(g)>.
-            let lhs: f64 = pool(&ex, &x).unwrap().to_f64_vec().iter().zip(g.to_f64_vec()).map(|(a, b)| a * b).sum();
-            let rhs: f64 = spread(&ex, &g, &x).unwrap().to_f64_vec().iter().zip(x.to_f64_vec()).map(|(a, b)| a * b).sum();
-            assert!((lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0), "{lhs} vs {rhs}");
+            let lhs: f64 = pool(&ex, &x)
+                .unwrap()
+                .to_f64_vec()
+                .iter()
+                .zip(g.to_f64_vec())
+                .map(|(a, b)| a * b)
+                .sum();
+            let rhs: f64 = spread(&ex, &g, &x)
+                .unwrap()
+                .to_f64_vec()
+                .iter()
+                .zip(x.to_f64_vec())
+                .map(|(a, b)| a * b)
+                .sum();
+            assert!(
+                (lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0),
+                "{lhs} vs {rhs}"
+            );
         }
     }
 
@@ -494,16 +541,39 @@ mod tests {
             AvgPool2dOptions::new(2).divisor_override(Some(0)),
         ] {
             let e = x.try_avg_pool2d(&bad).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument { op: "avg_pool2d", .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument {
+                        op: "avg_pool2d",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
         }
         let e = x.try_adaptive_avg_pool2d([2, 0]).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { op: "adaptive_avg_pool2d", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    op: "adaptive_avg_pool2d",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(e.to_string().contains("[1, 1, 3, 3]"), "{e}");
         let wrong = g.variable(Tensor::zeros(&[3], DType::F64).unwrap());
         assert!(wrong.try_adaptive_avg_pool2d(1).is_err());
-        let back = AvgPool2dBackward { windows: Windows::Adaptive([2, 2]) };
+        let back = AvgPool2dBackward {
+            windows: Windows::Adaptive([2, 2]),
+        };
         let x32 = Tensor::zeros(&[1, 3, 3], DType::F32).unwrap();
         let g32 = Tensor::zeros(&[1, 2, 3], DType::F32).unwrap();
-        assert!(matches!(back.forward(&[&g32, &x32]), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(
+            back.forward(&[&g32, &x32]),
+            Err(Error::ShapeMismatch { .. })
+        ));
     }
 }

@@ -11,11 +11,11 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::super::spatial::{check_rank, check_same_dtype, Spatial, Window};
+use crate::base::error::{Error, Result};
+use crate::core::graph::Var;
 use crate::core::OpAttributes;
-use crate::error::{Error, Result};
-use crate::kernels::nn::pool::{Axis, Plan2d};
 use crate::core::{BatchContext, Batched};
-use crate::graph::Var;
+use crate::kernels::nn::pool::{Axis, Plan2d};
 use crate::ops::batching::{fold, materialize, unfold};
 use crate::ops::{Differentiable, OpFacts};
 use crate::tensor::shape::checked_numel;
@@ -71,10 +71,16 @@ fn planes_of(op: &'static str, x: &Tensor) -> Result<(Dims, usize, [usize; 2])> 
         ));
     }
     let hw = [s[s.len() - 2], s[s.len() - 1]];
-    if hw[0].checked_mul(hw[1]).is_none_or(|n| n >= u32::MAX as usize) {
+    if hw[0]
+        .checked_mul(hw[1])
+        .is_none_or(|n| n >= u32::MAX as usize)
+    {
         return Err(Error::invalid(
             op,
-            format!("an input plane of {} x {} elements is too large", hw[0], hw[1]),
+            format!(
+                "an input plane of {} x {} elements is too large",
+                hw[0], hw[1]
+            ),
         ));
     }
     let prefix = Dims::from_slice(&s[..s.len() - 2]);
@@ -158,7 +164,12 @@ impl Sliding {
 
     /// The window plan for input `x`; `count_include_pad`: whether a
     /// window's divisor counts its padded positions (average pooling).
-    pub fn geometry(&self, op: &'static str, x: &Tensor, count_include_pad: bool) -> Result<Geometry> {
+    pub fn geometry(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        count_include_pad: bool,
+    ) -> Result<Geometry> {
         let (a, stride) = (self, self.stride_size());
         let (prefix, planes, hw) = planes_of(op, x)?;
         let mut out = [0; 2];
@@ -175,8 +186,12 @@ impl Sliding {
                     ),
                 ));
             }
-            let fits = dil.checked_mul(k.saturating_sub(1)).is_some_and(|s| s < usize::MAX)
-                && p.checked_mul(2).and_then(|p2| p2.checked_add(hw[d])).is_some();
+            let fits = dil
+                .checked_mul(k.saturating_sub(1))
+                .is_some_and(|s| s < usize::MAX)
+                && p.checked_mul(2)
+                    .and_then(|p2| p2.checked_add(hw[d]))
+                    .is_some();
             if !fits {
                 return Err(Error::invalid(
                     op,
@@ -333,7 +348,10 @@ mod tests {
                 let want = pooled_and_grad(&[x]).unwrap();
                 for (got, want) in got.iter().zip(&want) {
                     let got = got.value().select(0, e).unwrap().contiguous();
-                    assert!(got.allclose(want.value(), 1e-12, 1e-12), "{shape:?}, example {e}");
+                    assert!(
+                        got.allclose(want.value(), 1e-12, 1e-12),
+                        "{shape:?}, example {e}"
+                    );
                 }
             }
         }
@@ -346,10 +364,19 @@ mod tests {
             .padding(2)
             .geometry("max_pool2d", &x)
             .unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { op: "max_pool2d", .. }));
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                op: "max_pool2d",
+                ..
+            }
+        ));
         assert!(e.to_string().contains("[1, 2, 5, 5]"), "{e}");
         assert!(MaxPool2dOptions::new(6).geometry("m", &x).is_err());
-        assert!(MaxPool2dOptions::new(2).stride(0).geometry("m", &x).is_err());
+        assert!(MaxPool2dOptions::new(2)
+            .stride(0)
+            .geometry("m", &x)
+            .is_err());
         assert!(MaxPool2dOptions::new(0).geometry("m", &x).is_err());
         assert!(MaxPool2dOptions::new(2)
             .dilation(usize::MAX)

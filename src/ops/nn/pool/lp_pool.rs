@@ -15,10 +15,10 @@ use std::sync::Arc;
 use super::avg_pool::{avg_pool2d_adjoint, AvgPool2dOptions};
 use super::geometry::{batch_planes, facts, sliding_window_setters, smooth, Sliding, SAMPLE_SHAPE};
 use super::Pooling2d;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched};
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, Taps, WindowReduction};
 use crate::ops::nn::Spatial;
 use crate::ops::rule::OpFacts;
@@ -143,7 +143,9 @@ impl StructuredOp for LpPool2d {
     /// `K · y^(1-p) · avg_pool2d(x^(p-1) · t)`.
     fn tangent<'g>(&self, _: usize, t: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         let (x, y, p) = (n.x(0), n.output, self.opts.norm_type);
-        let pooled = t.try_mul(&x.powf(p - 1.0))?.try_avg_pool2d(&self.opts.avg())?;
+        let pooled = t
+            .try_mul(&x.powf(p - 1.0))?
+            .try_avg_pool2d(&self.opts.avg())?;
         pooled.try_mul(&(y.powf(1.0 - p) * self.opts.area()))
     }
     fn batch<'g>(&self, x: &[Batched<'g>], ctx: &BatchContext) -> Result<Batched<'g>> {
@@ -153,7 +155,9 @@ impl StructuredOp for LpPool2d {
         let example = LpPool2d {
             opts: LpPool2dOptions::new(2.0, [3, 2]).stride(2).ceil_mode(true),
         };
-        facts(Arc::new(example), 1, |seed| vec![smooth(&SAMPLE_SHAPE, seed)])
+        facts(Arc::new(example), 1, |seed| {
+            vec![smooth(&SAMPLE_SHAPE, seed)]
+        })
     }
 }
 
@@ -209,7 +213,9 @@ mod tests {
     #[test]
     fn values_against_the_definition_and_ceil_mode_scaling() {
         let g = Graph::new();
-        let v: Vec<f64> = (0..25).map(|i| 0.5 + (i as f64 * 0.7).sin().abs()).collect();
+        let v: Vec<f64> = (0..25)
+            .map(|i| 0.5 + (i as f64 * 0.7).sin().abs())
+            .collect();
         let x = g.variable(Tensor::from_vec(v.clone(), &[1, 5, 5]).unwrap());
         let y = x.lp_pool2d(&LpPool2dOptions::new(3.0, 2).ceil_mode(true));
         assert_eq!(y.shape(), &[1, 3, 3]);
@@ -223,7 +229,12 @@ mod tests {
         let x32 = g.variable(x.value().to_dtype(DType::F32));
         let via = g.apply("lp_pool2d", &[&x32]).unwrap();
         let direct = x.lp_pool2d(&LpPool2dOptions::new(2.0, 2));
-        for (a, b) in via.value().to_f64_vec().iter().zip(direct.value().to_f64_vec()) {
+        for (a, b) in via
+            .value()
+            .to_f64_vec()
+            .iter()
+            .zip(direct.value().to_f64_vec())
+        {
             assert!((a - b).abs() < 1e-5 * b.abs().max(1.0));
         }
     }
@@ -238,7 +249,12 @@ mod tests {
             let opts = LpPool2dOptions::new(p, k)
                 .stride([rng.random_range(1..4), rng.random_range(1..4)])
                 .ceil_mode(rng.random_bool(0.5));
-            let shape = [rng.random_range(1..3), rng.random_range(1..3), rng.random_range(3..7), rng.random_range(3..7)];
+            let shape = [
+                rng.random_range(1..3),
+                rng.random_range(1..3),
+                rng.random_range(3..7),
+                rng.random_range(3..7),
+            ];
             // Positive inputs: x^p is real for a fractional p.
             let x = smooth(&shape, rng.random()).map_f64(|v| v.abs() + 0.3);
             if opts.avg().geometry("lp_pool2d", &x).is_err() {
@@ -254,17 +270,32 @@ mod tests {
                 Ok(v.try_lp_pool2d(opts)?.tanh().sum())
             }
             let dir = smooth(x.shape(), 5);
-            let hv = hessian_vector_product(|v| f(v, &opts), &x, &dir).unwrap().to_f64_vec();
+            let hv = hessian_vector_product(|v| f(v, &opts), &x, &dir)
+                .unwrap()
+                .to_f64_vec();
             let grad_at = |s: f64| {
                 let g = Graph::new();
-                let shifted = x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
+                let shifted = x
+                    .to_f64_vec()
+                    .iter()
+                    .zip(dir.to_f64_vec())
+                    .map(|(a, d)| a + s * d)
+                    .collect();
                 let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
-                f(&xv, &opts).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+                f(&xv, &opts)
+                    .unwrap()
+                    .backward()
+                    .unwrap()
+                    .wrt(&xv)
+                    .to_f64_vec()
             };
             let (plus, minus) = (grad_at(1e-6), grad_at(-1e-6));
             for ((a, b), h) in plus.iter().zip(&minus).zip(&hv) {
                 let numeric = (a - b) / 2e-6;
-                assert!((h - numeric).abs() <= 1e-5 + 1e-4 * numeric.abs(), "{opts:?}: {h} vs {numeric}");
+                assert!(
+                    (h - numeric).abs() <= 1e-5 + 1e-4 * numeric.abs(),
+                    "{opts:?}: {h} vs {numeric}"
+                );
             }
         }
     }
@@ -282,7 +313,16 @@ mod tests {
             LpPool2dOptions::new(f64::NAN, 2),
         ] {
             let e = x.try_lp_pool2d(&bad).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument { op: "lp_pool2d", .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument {
+                        op: "lp_pool2d",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
         }
         let e = x.try_lp_pool2d(&LpPool2dOptions::new(2.0, 4)).unwrap_err();
         assert!(e.to_string().contains("[1, 1, 3, 3]"), "{e}");

@@ -23,14 +23,14 @@ use super::geometry::{
     batch_planes, distinct, facts, sliding_window_setters, smooth, Geometry, Sliding, SAMPLE_SHAPE,
 };
 use super::Pooling2d;
+use crate::base::error::{Error, Result};
+use crate::base::fallible::fallible;
+use crate::core::graph::Var;
 use crate::core::{BatchContext, Batched, OpAttributes};
-use crate::error::{Error, Result};
-use crate::fallible::fallible;
-use crate::graph::Var;
 use crate::kernels::nn::pool::{self as kernel, NO_INDEX};
+use crate::ops::nn::Spatial;
 use crate::ops::rule::OpFacts;
 use crate::ops::{Node, OpRegistry, StructuredOp};
-use crate::ops::nn::Spatial;
 use crate::tensor::{Dims, Tensor};
 
 /// Options of [`Var::max_pool2d`](crate::Var::max_pool2d), PyTorch's
@@ -106,7 +106,9 @@ fn buffer_tag(t: &Tensor) -> Option<(usize, usize)> {
     if t.numel() == 0 || t.rank() == 0 {
         return None;
     }
-    Some(crate::with_any_dtype!(t.dtype(), T => (t.as_slice_of::<T>().as_ptr() as usize, t.numel())))
+    Some(
+        crate::with_any_dtype!(t.dtype(), T => (t.as_slice_of::<T>().as_ptr() as usize, t.numel())),
+    )
 }
 
 /// 2-d max pooling, PyTorch's `F.max_pool2d`. Input: `x`, `[N, C, H, W]` or
@@ -151,7 +153,11 @@ impl MaxPool2d {
     /// `v` through the node's argmax positions: scattered back to the
     /// input's shape (`SCATTER`: the gradient) or gathered from it (the
     /// tangent).
-    fn record_at_argmax<'g, const SCATTER: bool>(&self, v: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
+    fn record_at_argmax<'g, const SCATTER: bool>(
+        &self,
+        v: &Var<'g>,
+        n: Node<'_, 'g>,
+    ) -> Result<Var<'g>> {
         let x = n.x(0);
         let op = MaxPool2dAtArgmax::<SCATTER> {
             opts: self.opts.clone(),
@@ -230,7 +236,13 @@ impl StructuredOp for MaxPool2d {
     fn grad<'g>(&self, _: usize, g: &Var<'g>, n: Node<'_, 'g>) -> Result<Var<'g>> {
         self.record_at_argmax::<true>(g, n)
     }
-    fn grad_fast(&self, _: usize, g: &Tensor, x: &[&Tensor], out: &Tensor) -> Option<Result<Tensor>> {
+    fn grad_fast(
+        &self,
+        _: usize,
+        g: &Tensor,
+        x: &[&Tensor],
+        out: &Tensor,
+    ) -> Option<Result<Tensor>> {
         let idx = self.indices_for(x[0], out);
         Some(idx.and_then(|idx| scatter(&self.opts, g, x[0], Some(&idx))))
     }
@@ -271,7 +283,12 @@ pub type MaxPool2dBackward = MaxPool2dAtArgmax<true>;
 pub type MaxPool2dGather = MaxPool2dAtArgmax<false>;
 
 /// The given indices after checking their count, or `x`'s, recomputed.
-fn resolve(op: &'static str, geo: &Geometry, x: &Tensor, indices: Option<&Indices>) -> Result<Indices> {
+fn resolve(
+    op: &'static str,
+    geo: &Geometry,
+    x: &Tensor,
+    indices: Option<&Indices>,
+) -> Result<Indices> {
     match indices {
         Some(i) if i.len() == geo.planes * geo.plan.out_plane() => Ok(i.clone()),
         Some(i) => Err(Error::invalid(
@@ -287,7 +304,12 @@ fn resolve(op: &'static str, geo: &Geometry, x: &Tensor, indices: Option<&Indice
 }
 
 /// [`MaxPool2dBackward`]'s value.
-fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+fn scatter(
+    opts: &MaxPool2dOptions,
+    g: &Tensor,
+    x: &Tensor,
+    indices: Option<&Indices>,
+) -> Result<Tensor> {
     const OP: &str = "max_pool2d_backward";
     let geo = opts.geometry(OP, x)?;
     geo.check_output_like(OP, g, x)?;
@@ -299,7 +321,12 @@ fn scatter(opts: &MaxPool2dOptions, g: &Tensor, x: &Tensor, indices: Option<&Ind
 }
 
 /// [`MaxPool2dGather`]'s value.
-fn gather(opts: &MaxPool2dOptions, t: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+fn gather(
+    opts: &MaxPool2dOptions,
+    t: &Tensor,
+    x: &Tensor,
+    indices: Option<&Indices>,
+) -> Result<Tensor> {
     const OP: &str = "max_pool2d_gather";
     let geo = opts.geometry(OP, x)?;
     crate::ops::nn::spatial::check_same_dtype(OP, x, t)?;
@@ -331,7 +358,12 @@ impl<const SCATTER: bool> MaxPool2dAtArgmax<SCATTER> {
     }
 
     /// The map itself on plain tensors: `scatter` or `gather` of `a`.
-    fn apply(opts: &MaxPool2dOptions, a: &Tensor, x: &Tensor, indices: Option<&Indices>) -> Result<Tensor> {
+    fn apply(
+        opts: &MaxPool2dOptions,
+        a: &Tensor,
+        x: &Tensor,
+        indices: Option<&Indices>,
+    ) -> Result<Tensor> {
         if SCATTER {
             scatter(opts, a, x, indices)
         } else {
@@ -379,7 +411,13 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
             g2.graph().record(self.at::<true>(x.value())?, &[g2, x])
         }
     }
-    fn grad_fast(&self, _: usize, g2: &Tensor, inputs: &[&Tensor], _: &Tensor) -> Option<Result<Tensor>> {
+    fn grad_fast(
+        &self,
+        _: usize,
+        g2: &Tensor,
+        inputs: &[&Tensor],
+        _: &Tensor,
+    ) -> Option<Result<Tensor>> {
         let (opts, x, indices) = (&self.opts, inputs[1], self.indices.as_ref());
         // The adjoint: gather for the scatter, scatter for the gather.
         Some(if SCATTER {
@@ -408,7 +446,12 @@ impl<const SCATTER: bool> StructuredOp for MaxPool2dAtArgmax<SCATTER> {
             indices: None,
         };
         let sample: fn(u64) -> Vec<Tensor> = if SCATTER {
-            |seed| vec![smooth(&example_out_shape(), seed), distinct(&SAMPLE_SHAPE, seed)]
+            |seed| {
+                vec![
+                    smooth(&example_out_shape(), seed),
+                    distinct(&SAMPLE_SHAPE, seed),
+                ]
+            }
         } else {
             |seed| vec![smooth(&SAMPLE_SHAPE, seed), distinct(&SAMPLE_SHAPE, seed)]
         };
@@ -481,7 +524,8 @@ mod tests {
     #[test]
     fn values_ties_padding_and_dilation() {
         let g = Graph::new();
-        let x = g.variable(Tensor::from_vec(vec![1.0, 2.0, 2.0, 0.0, -1.0, 5.0], &[1, 2, 3]).unwrap());
+        let x =
+            g.variable(Tensor::from_vec(vec![1.0, 2.0, 2.0, 0.0, -1.0, 5.0], &[1, 2, 3]).unwrap());
         // Kernel [1, 2] with stride 1: the tie at positions 1, 2 goes to 1.
         let y = x.max_pool2d(&MaxPool2dOptions::new([1, 2]).stride(1));
         assert_eq!(y.value().to_f64_vec(), vec![2.0, 2.0, 0.0, 5.0]);
@@ -491,9 +535,13 @@ mod tests {
         let y = x.max_pool2d(&MaxPool2dOptions::new([1, 2]).stride(1).dilation([1, 2]));
         assert_eq!(y.value().to_f64_vec(), vec![2.0, 5.0]);
         // Padding is ignored (as -inf), not zero.
-        let neg = g.variable(Tensor::from_vec(vec![-3.0, -1.0, -2.0, -4.0], &[1, 1, 2, 2]).unwrap());
+        let neg =
+            g.variable(Tensor::from_vec(vec![-3.0, -1.0, -2.0, -4.0], &[1, 1, 2, 2]).unwrap());
         let y = neg.max_pool2d(&MaxPool2dOptions::new(2).stride(1).padding(1));
-        assert_eq!(y.value().to_f64_vec(), vec![-3.0, -1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -2.0, -4.0]);
+        assert_eq!(
+            y.value().to_f64_vec(),
+            vec![-3.0, -1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -2.0, -4.0]
+        );
         // A window with no input position (dilation past the padding): -inf
         // and no gradient, as PyTorch.
         let opts = MaxPool2dOptions::new(2).stride(1).padding(1).dilation(3);
@@ -505,13 +553,19 @@ mod tests {
         let z = g.variable(Tensor::from_vec((0..25).map(f64::from).collect(), &[1, 5, 5]).unwrap());
         assert_eq!(z.max_pool2d(&MaxPool2dOptions::new(2)).shape(), &[1, 2, 2]);
         let c = z.max_pool2d(&MaxPool2dOptions::new(2).ceil_mode(true));
-        assert_eq!(c.value().to_f64_vec(), vec![6.0, 8.0, 9.0, 16.0, 18.0, 19.0, 21.0, 23.0, 24.0]);
+        assert_eq!(
+            c.value().to_f64_vec(),
+            vec![6.0, 8.0, 9.0, 16.0, 18.0, 19.0, 21.0, 23.0, 24.0]
+        );
         // Registry: kernel 2, stride 2.
         let via = g.apply("max_pool2d", &[&z]).unwrap();
         assert_eq!(via.value().to_f64_vec(), vec![6.0, 8.0, 16.0, 18.0]);
         // f32 agrees.
         let z32 = g.variable(z.value().to_dtype(DType::F32));
-        assert_eq!(z32.max_pool2d(&MaxPool2dOptions::new(2)).value().dtype(), DType::F32);
+        assert_eq!(
+            z32.max_pool2d(&MaxPool2dOptions::new(2)).value().dtype(),
+            DType::F32
+        );
     }
 
     /// A random configuration and an input with distinct values.
@@ -520,10 +574,18 @@ mod tests {
             let k = [rng.random_range(1..4), rng.random_range(1..4)];
             let opts = MaxPool2dOptions::new(k)
                 .stride([rng.random_range(1..4), rng.random_range(1..4)])
-                .padding([rng.random_range(0..=k[0] / 2), rng.random_range(0..=k[1] / 2)])
+                .padding([
+                    rng.random_range(0..=k[0] / 2),
+                    rng.random_range(0..=k[1] / 2),
+                ])
                 .dilation([rng.random_range(1..3), rng.random_range(1..3)])
                 .ceil_mode(rng.random_bool(0.5));
-            let shape = [rng.random_range(1..3), rng.random_range(1..3), rng.random_range(3..7), rng.random_range(3..7)];
+            let shape = [
+                rng.random_range(1..3),
+                rng.random_range(1..3),
+                rng.random_range(3..7),
+                rng.random_range(3..7),
+            ];
             let x = distinct(&shape, rng.random());
             if opts.geometry("max_pool2d", &x).is_ok() {
                 return (opts, x);
@@ -537,24 +599,56 @@ mod tests {
     #[test]
     fn the_values_only_forward_matches_the_indexed_one() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let special = [0.0, -0.0, 1.0, 1.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
-        let mut cases = vec![(MaxPool2dOptions::new(2), [2, 3, 6, 10]), (MaxPool2dOptions::new(2), [1, 2, 7, 33])];
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            1.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        let mut cases = vec![
+            (MaxPool2dOptions::new(2), [2, 3, 6, 10]),
+            (MaxPool2dOptions::new(2), [1, 2, 7, 33]),
+        ];
         for _ in 0..12 {
             let (opts, x) = random_case(&mut rng);
-            cases.push((opts, [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]]));
+            cases.push((
+                opts,
+                [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]],
+            ));
         }
         for (opts, shape) in cases {
             let n: usize = shape.iter().product();
             let data: Vec<f64> = (0..n)
-                .map(|_| if rng.random_bool(0.5) { special[rng.random_range(0..special.len())] } else { rng.random_range(-2..3) as f64 })
+                .map(|_| {
+                    if rng.random_bool(0.5) {
+                        special[rng.random_range(0..special.len())]
+                    } else {
+                        rng.random_range(-2..3) as f64
+                    }
+                })
                 .collect();
             for dtype in [DType::F32, DType::F64] {
-                let x = Tensor::from_vec(data.clone(), &shape).unwrap().to_dtype(dtype);
+                let x = Tensor::from_vec(data.clone(), &shape)
+                    .unwrap()
+                    .to_dtype(dtype);
                 let g = Graph::new();
                 let kept = g.variable(x.clone()).max_pool2d(&opts);
                 let plain = crate::Var::from(x).max_pool2d(&opts);
-                let bits = |t: &Tensor| t.to_f64_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(kept.value()), bits(plain.value()), "{opts:?} {shape:?} {dtype}");
+                let bits = |t: &Tensor| {
+                    t.to_f64_vec()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    bits(kept.value()),
+                    bits(plain.value()),
+                    "{opts:?} {shape:?} {dtype}"
+                );
             }
         }
     }
@@ -569,8 +663,11 @@ mod tests {
             jvpcheck(|v| v[0].try_max_pool2d(&opts), &[x.clone()])
                 .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
             // A nonlinear use of the pooled value, and two consumers of x.
-            gradcheck(|v| Ok(&v[0].try_max_pool2d(&opts)?.tanh().sum() * &v[0].sum()), &[x])
-                .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+            gradcheck(
+                |v| Ok(&v[0].try_max_pool2d(&opts)?.tanh().sum() * &v[0].sum()),
+                &[x],
+            )
+            .unwrap_or_else(|e| panic!("{opts:?}: {e}"));
         }
     }
 
@@ -579,9 +676,15 @@ mod tests {
         let opts = example_options();
         let x = distinct(&SAMPLE_SHAPE, 3);
         let g = smooth(&example_out_shape(), 3);
-        let back = MaxPool2dBackward { opts: opts.clone(), indices: None };
+        let back = MaxPool2dBackward {
+            opts: opts.clone(),
+            indices: None,
+        };
         derivatives_agree(&back, &[g, x.clone()]).unwrap();
-        let gat = MaxPool2dGather { opts, indices: None };
+        let gat = MaxPool2dGather {
+            opts,
+            indices: None,
+        };
         let t = smooth(&SAMPLE_SHAPE, 4);
         derivatives_agree(&gat, &[t, x]).unwrap();
     }
@@ -603,9 +706,18 @@ mod tests {
         let g1 = Graph::new();
         let g2 = Graph::new();
         let (xa, xb) = (g1.variable(a.clone()), g2.variable(b.clone()));
-        let (pa, pb) = (g1.apply("max_pool2d", &[&xa]).unwrap(), g2.apply("max_pool2d", &[&xb]).unwrap());
-        assert_eq!(pa.sum().backward().unwrap().wrt(&xa).to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0]);
-        assert_eq!(pb.sum().backward().unwrap().wrt(&xb).to_f64_vec(), vec![1.0, 0.0, 0.0, 0.0]);
+        let (pa, pb) = (
+            g1.apply("max_pool2d", &[&xa]).unwrap(),
+            g2.apply("max_pool2d", &[&xb]).unwrap(),
+        );
+        assert_eq!(
+            pa.sum().backward().unwrap().wrt(&xa).to_f64_vec(),
+            vec![0.0, 1.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            pb.sum().backward().unwrap().wrt(&xb).to_f64_vec(),
+            vec![1.0, 0.0, 0.0, 0.0]
+        );
     }
 
     #[test]
@@ -623,18 +735,30 @@ mod tests {
             .unwrap()
             .to_f64_vec();
         let grad_at = |s: f64| {
-            let shifted: Vec<f64> =
-                x.to_f64_vec().iter().zip(dir.to_f64_vec()).map(|(a, d)| a + s * d).collect();
+            let shifted: Vec<f64> = x
+                .to_f64_vec()
+                .iter()
+                .zip(dir.to_f64_vec())
+                .map(|(a, d)| a + s * d)
+                .collect();
             let g = Graph::new();
             let xv = g.variable(Tensor::from_vec(shifted, x.shape()).unwrap());
-            f(&xv, &opts).unwrap().backward().unwrap().wrt(&xv).to_f64_vec()
+            f(&xv, &opts)
+                .unwrap()
+                .backward()
+                .unwrap()
+                .wrt(&xv)
+                .to_f64_vec()
         };
         let eps = 1e-6;
         let (plus, minus) = (grad_at(eps), grad_at(-eps));
         assert!(hv.iter().any(|v| v.abs() > 1e-3));
         for ((p, m), a) in plus.iter().zip(&minus).zip(&hv) {
             let numeric = (p - m) / (2.0 * eps);
-            assert!((a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(), "{a} vs {numeric}");
+            assert!(
+                (a - numeric).abs() <= 1e-6 + 1e-4 * numeric.abs(),
+                "{a} vs {numeric}"
+            );
         }
     }
 
@@ -649,17 +773,35 @@ mod tests {
             MaxPool2dOptions::new(0),
         ] {
             let e = x.try_max_pool2d(&bad).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument { op: "max_pool2d", .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument {
+                        op: "max_pool2d",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
             assert!(e.to_string().contains("[1, 1, 3, 3]"), "{e}");
         }
         let flat = g.variable(Tensor::zeros(&[3, 3], DType::F64).unwrap());
         assert!(flat.try_max_pool2d(&MaxPool2dOptions::new(2)).is_err());
         let x32 = Tensor::zeros(&[1, 1, 2, 2], DType::F32).unwrap();
         let g64 = Tensor::zeros(&[1, 1, 1, 1], DType::F64).unwrap();
-        let back = MaxPool2dBackward { opts: MaxPool2dOptions::new(2), indices: None };
-        assert!(matches!(back.forward(&[&g64, &x32]), Err(Error::DTypeMismatch { .. })));
+        let back = MaxPool2dBackward {
+            opts: MaxPool2dOptions::new(2),
+            indices: None,
+        };
+        assert!(matches!(
+            back.forward(&[&g64, &x32]),
+            Err(Error::DTypeMismatch { .. })
+        ));
         let g32 = Tensor::zeros(&[1, 1, 2, 1], DType::F32).unwrap();
-        assert!(matches!(back.forward(&[&g32, &x32]), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(
+            back.forward(&[&g32, &x32]),
+            Err(Error::ShapeMismatch { .. })
+        ));
         // Empty batch: an empty result and gradient.
         let e = g.variable(Tensor::zeros(&[0, 2, 4, 4], DType::F64).unwrap());
         let y = e.max_pool2d(&MaxPool2dOptions::new(2));

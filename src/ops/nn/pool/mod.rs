@@ -19,8 +19,8 @@
 //!   reduction (`kernels::nn::pool::reduce_windows`), its derivative
 //!   through `avg_pool2d`'s adjoint.
 
-use crate::error::Result;
-use crate::graph::Var;
+use crate::base::error::Result;
+use crate::core::graph::Var;
 use crate::ops::OpRegistry;
 
 mod geometry;
