@@ -28,7 +28,7 @@
 //! derivative is `Gather`'s), each derivative the op itself, and their
 //! `Var` methods), `simd.rs` (`wide`: runs a slice loop compiled for
 //! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
-//! results), `f64x8.rs` (eight f64 lanes on AVX-512, AVX or arrays in one order
+//! results), `f32_vector.rs` (one f32 register, 16 lanes on AVX-512 or 8 on AVX2, as a trait: the direct convolution's register tiles are written once over it), `f64x8.rs` (eight f64 lanes on AVX-512, AVX or arrays in one order
 //! of additions, for the normalisations' row and plane sums), `blocks.rs` (slice loops by 64-element blocks, for functions
 //! whose per-element dependency chain is long: `erfc`, `exp`), `tanh.rs` (the public path of the branch-free tanh, which
 //! lives in `tensor/math.rs`), `transpose.rs` (a column-major matrix copied
@@ -42,6 +42,8 @@
 
 pub(crate) mod blocks;
 pub mod elementwise;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod f32_vector;
 pub(crate) mod f64x8;
 pub mod functors;
 pub(crate) mod identity_product;

@@ -41,8 +41,8 @@ const MAX_COLS: usize = 6;
 const MIN_DEPTH: usize = 64;
 
 /// Whether the fused forward of `geo` runs here: as `conv_direct::applies`
-/// (f32, stride one, a kernel larger than 1x1, AVX-512F), checked by the
-/// caller, and enough input channels times taps per output
+/// (f32, stride one, a kernel larger than 1x1) on a CPU with AVX-512F,
+/// both checked by the caller, and enough input channels times taps per output
 /// ([`MIN_DEPTH`]).
 pub(super) fn applies(geo: &ConvGeometry) -> bool {
     let cin = geo.in_channels / geo.groups;

@@ -1,5 +1,5 @@
-//! Direct convolution for f32 on AVX-512, stride one: the three products of
-//! [`super::conv`] without im2col or a GEMM's packing.
+//! Direct convolution for f32 at stride one, on AVX-512 or AVX2 with FMA:
+//! the three products of [`super::conv`] without im2col or a GEMM's packing.
 //!
 //! The im2col lowering copies every input element `kh * kw` times and `gemm`
 //! then repacks the copy; at the channel counts of small CNNs that traffic
@@ -7,64 +7,96 @@
 //! input channel is copied once into a zero-padded plane, and register tiles
 //! read the taps straight from it:
 //!
-//! - forward and input gradient: one correlation kernel. A tile holds
-//!   [`CO_TILE`] output channels by up to [`PIX_TILE`] vectors of 16 output
-//!   pixels along a row; each tap loads the pixel vectors once and multiplies
-//!   them by a broadcast weight per channel. The input gradient of a stride-1
+//! - forward and input gradient: one correlation kernel. A tile holds `CO`
+//!   output channels by up to `PV` (at most 3) vectors of output pixels
+//!   along a row; each tap loads the pixel vectors once and multiplies them by a
+//!   broadcast weight per channel. The input gradient of a stride-1
 //!   convolution is the correlation of `gy` with the flipped, transposed
 //!   kernel, so it runs the same tiles;
 //! - weight gradient: a tile holds [`WG_CO_TILE`] output channels by up to
 //!   [`TAP_TILE`] taps of one input channel, with the pixels in the vector
 //!   lanes, summed across lanes at the end of a pass.
 //!
-//! Every output element is summed in an order fixed by the geometry alone
-//! (the weight gradient's samples in the same fixed parts as the GEMM path),
-//! so the bits do not depend on the number of threads (invariant 9). They
-//! differ from the GEMM path's in the last places: another summation order.
+//! The kernels are written once over [`F32Vector`] and run at the widest
+//! width the CPU has ([`dispatch!`]): 16 lanes and a forward tile of 8
+//! output channels by 3 pixel vectors on AVX-512's 32 registers, 8 lanes
+//! and 6 channels by 2 vectors on AVX2's 16.
+//!
+//! Every output element is summed in an order fixed by the geometry and the
+//! width alone (the weight gradient's samples in the same fixed parts as
+//! the GEMM path), so the bits do not depend on the number of threads
+//! (invariant 9). They differ from the GEMM path's in the last places, and
+//! the weight gradient's between widths: another summation order.
 
 use std::any::TypeId;
 use std::mem::MaybeUninit;
 
 use super::conv::{for_each_sample, weight_grad_parts, ConvGeometry};
 use super::conv_fused::ConvEpilogue;
+use crate::kernels::f32_vector::{F32Vector, F32x16, F32x8};
 use crate::tensor::Element;
 
-/// f32 lanes in an AVX-512 vector.
-const LANES: usize = 16;
-/// Output channels in one register tile.
-const CO_TILE: usize = 8;
-/// Pixel vectors in one forward tile: 8 x 3 accumulators leave registers for
-/// the three pixel loads and a broadcast weight.
-const PIX_TILE: usize = 3;
+/// Output channels in one forward tile on AVX-512: 8 x 3 accumulators leave
+/// registers for the three pixel loads and a broadcast weight.
+const CO_TILE_AVX512: usize = 8;
+/// Output channels in one forward tile on AVX2: 6 x 2 accumulators, two
+/// pixel loads and a broadcast take 15 of the 16 registers (with 4 x 3 and
+/// three loads, all 16, LLVM spilled an accumulator and shuffled the rest
+/// every tap).
+const CO_TILE_AVX2: usize = 6;
+/// Pixel vectors in one forward tile on AVX2.
+const PIX_TILE_AVX2: usize = 2;
+/// Pixel vectors in one forward tile on AVX-512.
+const PIX_TILE_AVX512: usize = 3;
 /// Output channels in one weight-gradient tile.
 const WG_CO_TILE: usize = 4;
 /// Taps in one weight-gradient tile: 4 x 3 accumulators. LLVM spilled a
-/// 4 x 5 tile's accumulators although they and its loads fit the 32
+/// 4 x 5 tile's accumulators although they and its loads fit AVX-512's 32
 /// registers (ARCHITECTURE.md, PERF).
 const TAP_TILE: usize = 3;
 /// The gradient rows of one weight-gradient pass should stay in L1 while
 /// every input channel and tap group runs over them.
 const PASS_BYTES: usize = 16 << 10;
 
+/// Runs `$body` with `$V` the widest [`F32Vector`] the CPU has, `$CO` its
+/// forward tile's output channels and `$PV` its pixel vectors; the callers
+/// checked [`applies`].
+macro_rules! dispatch {
+    (($V:ident, $CO:ident, $PV:ident) => $body:expr) => {
+        if crate::kernels::simd::has_avx512() {
+            type $V = F32x16;
+            const $CO: usize = CO_TILE_AVX512;
+            const $PV: usize = PIX_TILE_AVX512;
+            $body
+        } else {
+            type $V = F32x8;
+            const $CO: usize = CO_TILE_AVX2;
+            const $PV: usize = PIX_TILE_AVX2;
+            $body
+        }
+    };
+}
+
 /// Whether this convolution runs here: f32, stride one, a kernel larger than
-/// 1x1 (a pointwise one is a plain GEMM already), on a CPU with AVX-512F.
+/// 1x1 (a pointwise one is a plain GEMM already), on a CPU with AVX-512F or
+/// AVX2 and FMA.
 pub(super) fn applies<T: Element>(geo: &ConvGeometry) -> bool {
     TypeId::of::<T>() == TypeId::of::<f32>()
         && geo.stride == [1, 1]
         && geo.kernel != [1, 1]
         && geo.output[0] > 0
         && geo.output[1] > 0
-        && crate::kernels::simd::has_avx512()
+        && (F32x16::available() || F32x8::available())
 }
 
 /// Whether the input gradient runs here: as [`applies`], the padding is at
 /// most the kernel's reach, so the flipped correlation needs no negative
-/// padding, and there are at least half a tile of input channels per group
-/// (a first layer's one or three channels would leave most of each tile
-/// idle: there im2col and GEMM measure faster).
+/// padding, and there are at least four input channels per group (a first
+/// layer's one or three channels would leave most of each tile idle: there
+/// im2col and GEMM measure faster).
 pub(super) fn applies_to_input_grad<T: Element>(geo: &ConvGeometry) -> bool {
     applies::<T>(geo)
-        && geo.in_channels / geo.groups >= CO_TILE / 2
+        && geo.in_channels / geo.groups >= 4
         && (0..2).all(|d| geo.pad[d] <= (geo.kernel[d] - 1) * geo.dilation[d])
         && geo.input[0] > 0
         && geo.input[1] > 0
@@ -97,10 +129,12 @@ struct Correlation {
     dilation: [usize; 2],
     /// Zero rows and columns before the source in the padded plane.
     before: [usize; 2],
+    /// Lanes of the vectors the kernels run on.
+    lanes: usize,
 }
 
 impl Correlation {
-    fn forward(geo: &ConvGeometry) -> Self {
+    fn forward(geo: &ConvGeometry, lanes: usize) -> Self {
         Correlation {
             cin: geo.in_channels / geo.groups,
             cout: geo.out_channels / geo.groups,
@@ -109,11 +143,12 @@ impl Correlation {
             kernel: geo.kernel,
             dilation: geo.dilation,
             before: geo.pad,
+            lanes,
         }
     }
 
     /// `gx = correlate(gy, flipped w^T)`, with `d (k - 1) - p` zeros before.
-    fn input_grad(geo: &ConvGeometry) -> Self {
+    fn input_grad(geo: &ConvGeometry, lanes: usize) -> Self {
         let reach = |d: usize| (geo.kernel[d] - 1) * geo.dilation[d];
         Correlation {
             cin: geo.out_channels / geo.groups,
@@ -123,6 +158,7 @@ impl Correlation {
             kernel: geo.kernel,
             dilation: geo.dilation,
             before: [reach(0) - geo.pad[0], reach(1) - geo.pad[1]],
+            lanes,
         }
     }
 
@@ -131,7 +167,7 @@ impl Correlation {
     }
 
     fn vectors_per_row(&self) -> usize {
-        self.out[1].div_ceil(LANES)
+        self.out[1].div_ceil(self.lanes)
     }
 
     /// The padded plane: every row and column a whole output vector's taps
@@ -139,7 +175,7 @@ impl Correlation {
     fn padded(&self) -> [usize; 2] {
         [
             self.out[0] + (self.kernel[0] - 1) * self.dilation[0],
-            self.vectors_per_row() * LANES + (self.kernel[1] - 1) * self.dilation[1],
+            self.vectors_per_row() * self.lanes + (self.kernel[1] - 1) * self.dilation[1],
         ]
     }
 
@@ -161,17 +197,16 @@ impl Correlation {
     }
 
     /// Every output vector: its first pixel's offset in the padded plane, in
-    /// the output plane, and the mask of its lanes inside the row.
+    /// the output plane, and how many of its lanes lie inside the row.
     fn pixel_vectors(&self) -> Vec<PixelVector> {
         let (wp, nv, ow) = (self.padded()[1], self.vectors_per_row(), self.out[1]);
         let mut all = Vec::with_capacity(self.out[0] * nv);
         for oy in 0..self.out[0] {
             for v in 0..nv {
-                let lanes = (ow - v * LANES).min(LANES);
                 all.push(PixelVector {
-                    padded: oy * wp + v * LANES,
-                    out: oy * ow + v * LANES,
-                    mask: (((1u32 << lanes) - 1) & 0xffff) as u16,
+                    padded: oy * wp + v * self.lanes,
+                    out: oy * ow + v * self.lanes,
+                    lanes: (ow - v * self.lanes).min(self.lanes),
                 });
             }
         }
@@ -207,22 +242,23 @@ impl Correlation {
 struct PixelVector {
     padded: usize,
     out: usize,
-    mask: u16,
+    /// Its lanes inside the row: all of them but in a row's last vector.
+    lanes: usize,
 }
 
 /// Packs one group's weights (`[C_out/g][C_in/g][taps]`, the convolution's
-/// layout) as correlation `c` reads them: `[out block][in][tap][CO_TILE]`,
-/// zero past the last output channel. For the input gradient (`flipped`)
-/// the roles of the channels swap and the taps run backwards (the kernel
+/// layout) as correlation `c` reads them: `[out block][in][tap][CO]`, zero
+/// past the last output channel. For the input gradient (`flipped`) the
+/// roles of the channels swap and the taps run backwards (the kernel
 /// flipped in both dimensions).
-fn pack(w: &[f32], c: &Correlation, flipped: bool) -> Vec<f32> {
+fn pack<const CO: usize>(w: &[f32], c: &Correlation, flipped: bool) -> Vec<f32> {
     let taps = c.taps();
-    let mut packed = vec![0.0; c.cout.div_ceil(CO_TILE) * c.cin * taps * CO_TILE];
+    let mut packed = vec![0.0; c.cout.div_ceil(CO) * c.cin * taps * CO];
     for o in 0..c.cout {
-        let (b, j) = (o / CO_TILE, o % CO_TILE);
+        let (b, j) = (o / CO, o % CO);
         for i in 0..c.cin {
             for t in 0..taps {
-                packed[((b * c.cin + i) * taps + t) * CO_TILE + j] = if flipped {
+                packed[((b * c.cin + i) * taps + t) * CO + j] = if flipped {
                     w[(i * c.cout + o) * taps + (taps - 1 - t)]
                 } else {
                     w[(o * c.cin + i) * taps + t]
@@ -254,17 +290,11 @@ pub(super) fn forward_fused<T: Element>(
     epilogue: ConvEpilogue,
     out: &mut [MaybeUninit<T>],
 ) {
-    let c = Correlation::forward(geo);
-    run_correlation(
-        geo,
-        &c,
-        as_f32(x),
-        as_f32(w),
-        false,
-        bias.map(as_f32),
-        epilogue,
-        as_f32_out(out),
-    );
+    let (x, w, bias, out) = (as_f32(x), as_f32(w), bias.map(as_f32), as_f32_out(out));
+    dispatch!((V, CO, PV) => {
+        let c = Correlation::forward(geo, V::LANES);
+        run_correlation::<V, CO, PV>(geo, &c, x, w, false, bias, epilogue, out)
+    })
 }
 
 /// The input gradient (see [`super::conv::conv2d_input_grad`]).
@@ -275,17 +305,12 @@ pub(super) fn input_grad<T: Element>(
     bias: Option<&[T]>,
     out: &mut [MaybeUninit<T>],
 ) {
-    let c = Correlation::input_grad(geo);
-    run_correlation(
-        geo,
-        &c,
-        as_f32(gy),
-        as_f32(w),
-        true,
-        bias.map(as_f32),
-        ConvEpilogue::default(),
-        as_f32_out(out),
-    );
+    let (gy, w, bias, out) = (as_f32(gy), as_f32(w), bias.map(as_f32), as_f32_out(out));
+    let epilogue = ConvEpilogue::default();
+    dispatch!((V, CO, PV) => {
+        let c = Correlation::input_grad(geo, V::LANES);
+        run_correlation::<V, CO, PV>(geo, &c, gy, w, true, bias, epilogue, out)
+    })
 }
 
 /// Runs correlation `c` per sample and group over source `src`, with the
@@ -293,7 +318,7 @@ pub(super) fn input_grad<T: Element>(
 /// `epilogue`: a ReLU in the tiles' stores, a 2x2 max pool from the
 /// sample's output staged in the thread's workspace (in L2) to `out`.
 #[allow(clippy::too_many_arguments)]
-fn run_correlation(
+fn run_correlation<V: F32Vector, const CO: usize, const PV: usize>(
     geo: &ConvGeometry,
     c: &Correlation,
     src: &[f32],
@@ -303,9 +328,10 @@ fn run_correlation(
     epilogue: ConvEpilogue,
     out: &mut [MaybeUninit<f32>],
 ) {
+    assert!(V::available() && c.lanes == V::LANES);
     let packed: Vec<Vec<f32>> = w
         .chunks_exact(c.cout * c.cin * c.taps())
-        .map(|w_g| pack(w_g, c, flipped))
+        .map(|w_g| pack::<CO>(w_g, c, flipped))
         .collect();
     let src_sample = geo.groups * c.cin * c.src[0] * c.src[1];
     let (src_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
@@ -315,7 +341,7 @@ fn run_correlation(
     let pixels = c.pixel_vectors();
     let out_sample = geo.groups * c.cout * written_plane;
     for_each_sample(geo, out, out_sample, |n, y_n, workspace, _threaded| {
-        let padded_len = c.cin * c.padded_len() + LANES;
+        let padded_len = c.cin * c.padded_len() + c.lanes;
         let staged_len = if epilogue.pool { c.cout * out_plane } else { 0 };
         if workspace.len() < padded_len + staged_len {
             workspace.resize(padded_len + staged_len, 0.0);
@@ -336,11 +362,11 @@ fn run_correlation(
             } else {
                 &mut *y_g
             };
-            // SAFETY: `applies` checked AVX-512F; the sizes are those the
+            // SAFETY: `V` is available (asserted); the sizes are those the
             // pointers are read and written with (see `correlate`), which
             // writes every element of `target`.
             unsafe {
-                correlate(
+                correlate::<V, CO, PV>(
                     c,
                     padded,
                     &taps,
@@ -356,9 +382,7 @@ fn run_correlation(
                     .chunks_exact(out_plane)
                     .zip(y_g.chunks_exact_mut(written_plane))
                 {
-                    // SAFETY: `max_pool_2x2` reads the staged planes (`c.out`)
-                    // and writes each pooled plane of `y_g` whole.
-                    unsafe { max_pool_2x2(plane, c.out, pooled) };
+                    max_pool_2x2(plane, c.out, pooled);
                 }
             }
         }
@@ -370,11 +394,10 @@ fn run_correlation(
 /// ReLU if `relu`.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` holds `c.cin` padded planes, `w` the packing of
-/// [`pack`] for `c`, `taps` and `pixels` come from `c`.
-#[target_feature(enable = "avx512f")]
+/// `V` is available; `x` holds `c.cin` padded planes, `w` the packing of
+/// [`pack`] for `c` and `CO`, `taps` and `pixels` come from `c`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn correlate(
+unsafe fn correlate<V: F32Vector, const CO: usize, const PV: usize>(
     c: &Correlation,
     x: &[f32],
     taps: &[usize],
@@ -384,119 +407,177 @@ unsafe fn correlate(
     relu: bool,
     y: &mut [MaybeUninit<f32>],
 ) {
+    let plane = c.padded_len();
+    assert!(x.len() >= c.cin * plane);
+    assert_eq!(w.len(), c.cout.div_ceil(CO) * c.cin * taps.len() * CO);
+    assert_eq!(y.len(), c.cout * c.out[0] * c.out[1]);
+    let out_plane = c.out[0] * c.out[1];
     // SAFETY: the caller upholds the contract above.
     unsafe {
-        let plane = c.padded_len();
-        assert!(x.len() >= c.cin * plane);
-        assert_eq!(
-            w.len(),
-            c.cout.div_ceil(CO_TILE) * c.cin * taps.len() * CO_TILE
-        );
-        assert_eq!(y.len(), c.cout * c.out[0] * c.out[1]);
-        let out_plane = c.out[0] * c.out[1];
-        for block in 0..c.cout.div_ceil(CO_TILE) {
-            let w_b = w[block * c.cin * taps.len() * CO_TILE..].as_ptr();
-            let channels = (c.cout - block * CO_TILE).min(CO_TILE);
-            let y_b = y[block * CO_TILE * out_plane..].as_mut_ptr().cast::<f32>();
-            let mut bias_b = [0.0f32; CO_TILE];
-            if let Some(b) = bias {
-                bias_b[..channels].copy_from_slice(&b[block * CO_TILE..][..channels]);
-            }
-            for tile in pixels.chunks(PIX_TILE) {
-                match tile.len() {
-                    3 => correlate_tile::<3>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
-                    ),
-                    2 => correlate_tile::<2>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
-                    ),
-                    _ => correlate_tile::<1>(
-                        x, plane, c.cin, taps, tile, w_b, &bias_b, relu, channels, out_plane, y_b,
-                    ),
+        V::enabled(
+            #[inline(always)]
+            || {
+                let blocks: Vec<Tile<'_, CO>> = (0..c.cout.div_ceil(CO))
+                    .map(|block| {
+                        let channels = (c.cout - block * CO).min(CO);
+                        let mut bias_b = [0.0f32; CO];
+                        if let Some(b) = bias {
+                            bias_b[..channels].copy_from_slice(&b[block * CO..][..channels]);
+                        }
+                        Tile {
+                            x,
+                            plane,
+                            cin: c.cin,
+                            taps,
+                            w: w[block * c.cin * taps.len() * CO..].as_ptr(),
+                            bias: bias_b,
+                            relu,
+                            channels,
+                            out_plane,
+                            y: y[block * CO * out_plane..].as_mut_ptr().cast::<f32>(),
+                        }
+                    })
+                    .collect();
+                // One block over every pixel vector before the next: the
+                // block's packed weights stay in L1. (The other order, every
+                // block over one group of pixel vectors, measured 2% faster
+                // on AVX2 at 64 -> 64 channels, where a group's source rows
+                // fit in L1, and would not fit on AVX-512's wider groups.)
+                for tile in &blocks {
+                    for pixels in pixels.chunks(PV) {
+                        match pixels.len() {
+                            3 => correlate_tile::<V, CO, 3>(tile, pixels),
+                            2 => correlate_tile::<V, CO, 2>(tile, pixels),
+                            _ => correlate_tile::<V, CO, 1>(tile, pixels),
+                        }
+                    }
                 }
-            }
-        }
+            },
+        )
     }
 }
 
-/// One register tile: `CO_TILE` channels by `PV` pixel vectors, summed over
-/// every input channel and tap, then stored (plus the bias, through a ReLU
-/// if `relu`) under each vector's mask.
-///
-/// # Safety
-/// As [`correlate`]; `w` points at the tile's channel block, `y` at its
-/// first output plane, `channels` of which exist.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn correlate_tile<const PV: usize>(
-    x: &[f32],
+/// What every register tile of one block of `CO` output channels reads and
+/// writes.
+struct Tile<'a, const CO: usize> {
+    /// The padded source planes.
+    x: &'a [f32],
+    /// Floats of one padded plane.
     plane: usize,
     cin: usize,
-    taps: &[usize],
-    tile: &[PixelVector],
+    /// Each tap's offset in a padded plane.
+    taps: &'a [usize],
+    /// The block's packed weights.
     w: *const f32,
-    bias: &[f32; CO_TILE],
+    bias: [f32; CO],
     relu: bool,
+    /// Output channels of the block that exist.
     channels: usize,
     out_plane: usize,
+    /// The block's first output plane.
     y: *mut f32,
+}
+
+/// One register tile: `CO` channels by `PV` pixel vectors, summed over
+/// every input channel and tap, then stored (plus the bias, through a ReLU
+/// if `relu`) in each vector's lanes inside its row.
+///
+/// # Safety
+/// As [`correlate`]'s, inside its `V::enabled`; `t.w` points at the tile's
+/// channel block, `t.y` at its first output plane, `t.channels` of which
+/// exist.
+#[inline(always)]
+unsafe fn correlate_tile<V: F32Vector, const CO: usize, const PV: usize>(
+    t: &Tile<'_, CO>,
+    pixels: &[PixelVector],
 ) {
     // SAFETY: the caller upholds the contract above.
     unsafe {
-        use std::arch::x86_64::*;
-        let mut acc = [[_mm512_setzero_ps(); PV]; CO_TILE];
+        let mut acc = [[V::zero(); PV]; CO];
         let mut at = [0usize; PV];
         for p in 0..PV {
-            at[p] = tile[p].padded;
+            at[p] = pixels[p].padded;
         }
-        let x = x.as_ptr();
-        let mut w = w;
-        for ci in 0..cin {
-            let x_c = x.add(ci * plane);
-            for &off in taps {
+        let x = t.x.as_ptr();
+        let mut w = t.w;
+        for ci in 0..t.cin {
+            let x_c = x.add(ci * t.plane);
+            for &off in t.taps {
                 let x_t = x_c.add(off);
-                let mut xv = [_mm512_setzero_ps(); PV];
+                let mut xv = [V::zero(); PV];
                 for p in 0..PV {
-                    xv[p] = _mm512_loadu_ps(x_t.add(at[p]));
+                    xv[p] = V::load(x_t.add(at[p]));
                 }
                 for (j, acc_j) in acc.iter_mut().enumerate() {
-                    let wj = _mm512_set1_ps(*w.add(j));
+                    let wj = V::splat(*w.add(j));
                     for p in 0..PV {
-                        acc_j[p] = _mm512_fmadd_ps(wj, xv[p], acc_j[p]);
+                        acc_j[p] = wj.mul_add(xv[p], acc_j[p]);
                     }
                 }
-                w = w.add(CO_TILE);
+                w = w.add(CO);
             }
         }
-        let zero = _mm512_setzero_ps();
-        for j in 0..channels {
-            let b = _mm512_set1_ps(bias[j]);
+        // The bias and ReLU on every accumulator by constant indices, into
+        // a second array that the stores below index by `channels`: were
+        // `acc` itself indexed at run time, it would live in memory and
+        // be stored after every multiply-add.
+        let mut finished = [[V::zero(); PV]; CO];
+        for j in 0..CO {
+            let b = V::splat(t.bias[j]);
             for p in 0..PV {
-                let dst = y.add(j * out_plane + tile[p].out);
-                let mut v = _mm512_add_ps(acc[j][p], b);
-                if relu {
-                    // `Relu`'s rule, `x < 0 ? 0 : x`: NaN and -0 pass
-                    // (`max` would turn them into 0).
-                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero), zero);
+                let v = acc[j][p].add(b);
+                finished[j][p] = if t.relu { v.relu() } else { v };
+            }
+        }
+        for (j, row) in finished.iter().enumerate().take(t.channels) {
+            for p in 0..PV {
+                let dst = t.y.add(j * t.out_plane + pixels[p].out);
+                if pixels[p].lanes == V::LANES {
+                    row[p].store(dst);
+                } else {
+                    row[p].store_first(dst, pixels[p].lanes);
                 }
-                _mm512_mask_storeu_ps(dst, tile[p].mask, v);
             }
         }
     }
 }
 
 /// 2x2 max pooling with stride 2 of one plane `x` of size `dims` into `y`
-/// (`dims / 2`, rounded down), 16 outputs a vector: the even and odd
-/// columns of two rows split apart by permutes, then max pooling's
-/// tournament of selects (`kernels::nn::pool`: the first maximum, or the
-/// last NaN), so the bits are the pooling op's.
+/// (`dims / 2`, rounded down), with max pooling's tournament of selects
+/// (`kernels::nn::pool`: the first maximum, or the last NaN), so the bits
+/// are the pooling op's: by permutes on AVX-512, else by the pooling op's
+/// own row loop.
+fn max_pool_2x2(x: &[f32], dims: [usize; 2], y: &mut [MaybeUninit<f32>]) {
+    if F32x16::available() {
+        // SAFETY: the CPU has AVX-512F (checked just above).
+        unsafe { max_pool_2x2_avx512(x, dims, y) }
+    } else {
+        let [h, w] = dims;
+        let (oh, ow) = (h / 2, w / 2);
+        assert!(x.len() >= h * w);
+        assert_eq!(y.len(), oh * ow);
+        crate::kernels::simd::wide(
+            #[inline(always)]
+            || {
+                for (r, row) in y.chunks_exact_mut(ow).enumerate() {
+                    let (top, bottom) =
+                        (&x[2 * r * w..][..2 * ow], &x[(2 * r + 1) * w..][..2 * ow]);
+                    super::pool::max_row_pairs(top, bottom, row);
+                }
+            },
+        );
+    }
+}
+
+/// [`max_pool_2x2`] on AVX-512, 16 outputs a vector: the even and odd
+/// columns of two rows split apart by permutes.
 ///
 /// # Safety
 /// The CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
-unsafe fn max_pool_2x2(x: &[f32], dims: [usize; 2], y: &mut [MaybeUninit<f32>]) {
+unsafe fn max_pool_2x2_avx512(x: &[f32], dims: [usize; 2], y: &mut [MaybeUninit<f32>]) {
     use std::arch::x86_64::*;
+    const LANES: usize = 16;
     let [h, w] = dims;
     let (oh, ow) = (h / 2, w / 2);
     assert!(x.len() >= h * w);
@@ -537,6 +618,7 @@ pub(super) fn beats(v: std::arch::x86_64::__m512, best: std::arch::x86_64::__m51
 #[inline]
 unsafe fn max_of_pairs(row: *const f32, lanes: usize) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
+    const LANES: usize = 16;
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     let n = 2 * lanes;
@@ -566,14 +648,14 @@ pub(super) fn weight_grad<T: Element>(
     out: &mut [MaybeUninit<T>],
 ) {
     use rayon::prelude::*;
-    let c = Correlation::forward(geo);
     let (x, gy, out) = (as_f32(x), as_f32(gy), as_f32_out(out));
     let per_part = weight_grad_parts(geo.batch);
     let parts = geo.batch.div_ceil(per_part).max(1);
-    let len = geo.out_channels * c.cin * c.taps();
+    let cin = geo.in_channels / geo.groups;
+    let len = geo.out_channels * cin * geo.kernel[0] * geo.kernel[1];
     let part = |p: usize| -> Vec<f32> {
         let samples = p * per_part..((p + 1) * per_part).min(geo.batch);
-        weight_grad_part(geo, &c, x, gy, samples)
+        dispatch!((V, _CO, _PV) => weight_grad_part::<V>(geo, x, gy, samples))
     };
     let sums: Vec<Vec<f32>> = if parts > 1 && rayon::current_num_threads() > 1 {
         (0..parts).into_par_iter().map(part).collect()
@@ -591,21 +673,23 @@ pub(super) fn weight_grad<T: Element>(
 
 /// One part's weight gradient, `[C_out][C_in/g][taps]`: samples in chunks
 /// whose gradient rows fit [`PASS_BYTES`], each chunk's sums added in order.
-fn weight_grad_part(
+fn weight_grad_part<V: F32Vector>(
     geo: &ConvGeometry,
-    c: &Correlation,
     x: &[f32],
     gy: &[f32],
     samples: std::ops::Range<usize>,
 ) -> Vec<f32> {
+    assert!(V::available());
+    let c = Correlation::forward(geo, V::LANES);
     let (in_plane, out_plane) = (c.src[0] * c.src[1], c.out[0] * c.out[1]);
     let (in_sample, out_sample) = (geo.in_channels * in_plane, geo.out_channels * out_plane);
     let group_len = c.cout * c.cin * c.taps();
     let taps = c.tap_offsets();
     // The gradient is staged with each row a whole number of aligned
-    // vectors, zero past the row's end: an unaligned 64-byte load costs two
-    // cache accesses, and the loads, not the multiply-adds, bound this loop.
-    let row = c.vectors_per_row() * LANES;
+    // vectors, zero past the row's end: an unaligned vector load can cost
+    // two cache accesses, and the loads, not the multiply-adds, bound this
+    // loop.
+    let row = c.vectors_per_row() * c.lanes;
     let staged_plane = c.out[0] * row;
     let pixels: Vec<PixelVector> = c
         .pixel_vectors()
@@ -617,7 +701,7 @@ fn weight_grad_part(
         .collect();
     let chunk = (PASS_BYTES / (WG_CO_TILE * staged_plane * size_of::<f32>()).max(1)).max(1);
     let mut acc = vec![0.0f32; geo.groups * group_len];
-    let mut padded = vec![0.0f32; chunk * c.cin * c.padded_len() + LANES];
+    let mut padded = vec![0.0f32; chunk * c.cin * c.padded_len() + c.lanes];
     let mut staged = AlignedBuffer::new(chunk * c.cout * staged_plane);
     for first in samples.clone().step_by(chunk) {
         let run = first..(first + chunk).min(samples.end);
@@ -629,7 +713,7 @@ fn weight_grad_part(
                 pixels.iter().map(move |p| PixelVector {
                     padded: k * c.cin * c.padded_len() + p.padded,
                     out: k * c.cout * staged_plane + p.out,
-                    mask: p.mask,
+                    lanes: p.lanes,
                 })
             })
             .collect();
@@ -646,11 +730,11 @@ fn weight_grad_part(
                 }
             }
             let acc_g = &mut acc[g * group_len..][..group_len];
-            // SAFETY: `applies` checked AVX-512F; `padded` holds the run's
+            // SAFETY: `V` is available (asserted); `padded` holds the run's
             // padded planes and `stage` its staged gradient planes, which
             // the offsets of `run_pixels` address.
             unsafe {
-                weight_grad_chunk(c, &padded, stage, staged_plane, &taps, &run_pixels, acc_g)
+                weight_grad_chunk::<V>(&c, &padded, stage, staged_plane, &taps, &run_pixels, acc_g)
             };
         }
     }
@@ -665,8 +749,8 @@ struct AlignedBuffer {
 
 impl AlignedBuffer {
     fn new(len: usize) -> Self {
-        let data = vec![0.0f32; len + LANES];
-        let start = data.as_ptr().align_offset(64).min(LANES);
+        let data = vec![0.0f32; len + 16];
+        let start = data.as_ptr().align_offset(64).min(16);
         AlignedBuffer { data, start }
     }
 
@@ -679,11 +763,10 @@ impl AlignedBuffer {
 /// (`[cout][cin][taps]`).
 ///
 /// # Safety
-/// The CPU has AVX-512F; every pixel vector's lanes under its mask, plus a
+/// `V` is available; every pixel vector's lanes inside its row, plus a
 /// tap's offset and an input channel's plane, lie in `x`, and all its lanes
 /// plus an output channel's plane (`out_plane` elements each) in `gy`.
-#[target_feature(enable = "avx512f")]
-unsafe fn weight_grad_chunk(
+unsafe fn weight_grad_chunk<V: F32Vector>(
     c: &Correlation,
     x: &[f32],
     gy: &[f32],
@@ -710,11 +793,9 @@ unsafe fn weight_grad_chunk(
                 // SAFETY: as this function's contract.
                 unsafe {
                     match offs.len() {
-                        5 => weight_grad_tile::<5>(x_c, &rows, offs, pixels, &mut sums),
-                        4 => weight_grad_tile::<4>(x_c, &rows, offs, pixels, &mut sums),
-                        3 => weight_grad_tile::<3>(x_c, &rows, offs, pixels, &mut sums),
-                        2 => weight_grad_tile::<2>(x_c, &rows, offs, pixels, &mut sums),
-                        _ => weight_grad_tile::<1>(x_c, &rows, offs, pixels, &mut sums),
+                        3 => weight_grad_tile::<V, 3>(x_c, &rows, offs, pixels, &mut sums),
+                        2 => weight_grad_tile::<V, 2>(x_c, &rows, offs, pixels, &mut sums),
+                        _ => weight_grad_tile::<V, 1>(x_c, &rows, offs, pixels, &mut sums),
                     }
                 }
                 for (j, row) in sums.iter().enumerate().take(channels) {
@@ -731,62 +812,59 @@ unsafe fn weight_grad_chunk(
 /// taps of one input channel (`x`), summed over the pixel vectors with the
 /// pixels in the lanes; writes the lane sums into `sums`. The staged
 /// gradient is zero past each row's end and `x` loads as zero outside a
-/// vector's mask, so an infinity there never makes a NaN.
+/// vector's lanes in its row, so an infinity there never makes a NaN.
 ///
 /// # Safety
 /// As [`weight_grad_chunk`], for `x` and `rows`.
-#[target_feature(enable = "avx512f")]
 // Not inlined: alone, the tile's accumulators get registers of their own
 // instead of spilling next to the caller's loop state.
 #[inline(never)]
-unsafe fn weight_grad_tile<const TT: usize>(
+unsafe fn weight_grad_tile<V: F32Vector, const TT: usize>(
     x: *const f32,
     rows: &[*const f32; WG_CO_TILE],
     taps: &[usize],
     pixels: &[PixelVector],
     sums: &mut [[f32; TAP_TILE]; WG_CO_TILE],
 ) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); TT]; WG_CO_TILE];
-    let mut off = [0usize; TT];
-    off.copy_from_slice(&taps[..TT]);
-    let rows = *rows;
-    let mut px = pixels.as_ptr();
-    let end = px.wrapping_add(pixels.len());
-    while px != end {
-        // SAFETY: the caller's contract covers every masked lane read.
-        unsafe {
-            let PixelVector { padded, out, mask } = *px;
-            let x_p = x.add(padded);
-            let mut xv = [_mm512_setzero_ps(); TT];
-            if mask == u16::MAX {
-                for t in 0..TT {
-                    xv[t] = _mm512_loadu_ps(x_p.add(off[t]));
+    // SAFETY: the caller's contract covers every read inside a row.
+    unsafe {
+        V::enabled(
+            #[inline(always)]
+            || {
+                let mut acc = [[V::zero(); TT]; WG_CO_TILE];
+                let mut off = [0usize; TT];
+                off.copy_from_slice(&taps[..TT]);
+                let rows = *rows;
+                let mut px = pixels.as_ptr();
+                let end = px.wrapping_add(pixels.len());
+                while px != end {
+                    let PixelVector { padded, out, lanes } = *px;
+                    let x_p = x.add(padded);
+                    let mut xv = [V::zero(); TT];
+                    if lanes == V::LANES {
+                        for t in 0..TT {
+                            xv[t] = V::load(x_p.add(off[t]));
+                        }
+                    } else {
+                        for t in 0..TT {
+                            xv[t] = V::load_first(x_p.add(off[t]), lanes);
+                        }
+                    }
+                    for j in 0..WG_CO_TILE {
+                        let g = V::load(rows[j].add(out));
+                        for t in 0..TT {
+                            acc[j][t] = g.mul_add(xv[t], acc[j][t]);
+                        }
+                    }
+                    px = px.add(1);
                 }
                 for j in 0..WG_CO_TILE {
-                    let g = _mm512_load_ps(rows[j].add(out));
                     for t in 0..TT {
-                        acc[j][t] = _mm512_fmadd_ps(g, xv[t], acc[j][t]);
+                        sums[j][t] = acc[j][t].sum();
                     }
                 }
-            } else {
-                for t in 0..TT {
-                    xv[t] = _mm512_maskz_loadu_ps(mask, x_p.add(off[t]));
-                }
-                for j in 0..WG_CO_TILE {
-                    let g = _mm512_load_ps(rows[j].add(out));
-                    for t in 0..TT {
-                        acc[j][t] = _mm512_fmadd_ps(g, xv[t], acc[j][t]);
-                    }
-                }
-            }
-            px = px.add(1);
-        }
-    }
-    for j in 0..WG_CO_TILE {
-        for t in 0..TT {
-            sums[j][t] = _mm512_reduce_add_ps(acc[j][t]);
-        }
+            },
+        )
     }
 }
 
@@ -851,7 +929,15 @@ mod tests {
     /// The three products in f32 against the GEMM path in f64.
     #[test]
     fn direct_products_match_the_gemm_path() {
-        if !crate::kernels::simd::has_avx512() {
+        if !applies::<f32>(&conv_geometry(
+            1,
+            [1, 1, 1],
+            [3, 3],
+            [3, 3],
+            [1, 1],
+            [0, 0],
+            [1, 1],
+        )) {
             return;
         }
         for geo in geometries() {
@@ -891,7 +977,15 @@ mod tests {
     /// leaves the others finite, not NaN.
     #[test]
     fn tail_lanes_never_touch_the_gradient() {
-        if !crate::kernels::simd::has_avx512() {
+        if !applies::<f32>(&conv_geometry(
+            1,
+            [1, 1, 1],
+            [3, 3],
+            [3, 3],
+            [1, 1],
+            [0, 0],
+            [1, 1],
+        )) {
             return;
         }
         let geo = conv_geometry(1, [1, 1, 1], [3, 20], [1, 3], [1, 1], [0, 0], [1, 1]);
@@ -913,7 +1007,7 @@ mod tests {
             output: [4, 4],
             ..geo
         };
-        if crate::kernels::simd::has_avx512() {
+        if crate::kernels::simd::has_avx512() || crate::kernels::simd::has_avx2_fma() {
             assert!(applies::<f32>(&geo) && !applies_to_input_grad::<f32>(&geo));
             assert!(applies::<f32>(&few_channels));
             assert!(!applies_to_input_grad::<f32>(&few_channels));

@@ -85,12 +85,16 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     #[cfg(target_arch = "x86_64")]
     if conv_direct::applies::<T>(geo) {
         let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
-        let winograd = summation == ConvSummation::Winograd && conv_winograd::applies(geo);
-        if winograd || conv_channel_lanes::applies(geo) {
+        // The Winograd and channel-lane kernels are written for AVX-512
+        // alone; on AVX2 the direct kernel runs every fused block.
+        let avx512 = crate::kernels::simd::has_avx512();
+        let winograd =
+            avx512 && summation == ConvSummation::Winograd && conv_winograd::applies(geo);
+        if winograd || (avx512 && conv_channel_lanes::applies(geo)) {
             let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
             let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
-            // SAFETY: `conv_direct::applies` checked f32, stride one and
-            // AVX-512F, and the chosen kernel's `applies` holds; the lengths
+            // SAFETY: `conv_direct::applies` checked f32 and stride one,
+            // `avx512` AVX-512F, and the chosen kernel's `applies` holds; the lengths
             // are `geo`'s and the epilogue's (asserted above).
             unsafe {
                 if winograd {

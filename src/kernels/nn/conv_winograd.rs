@@ -53,8 +53,8 @@ const MIN_INPUT_CHANNELS: usize = 8;
 /// kernels are faster.
 const MAX_WEIGHT_BYTES: usize = 512 * 1024;
 
-/// Whether `geo` runs here, beside `conv_direct::applies` (f32, stride one,
-/// AVX-512F, checked by the caller): a 3x3 kernel without dilation, at
+/// Whether `geo` runs here, beside `conv_direct::applies` (f32, stride one)
+/// and AVX-512F, both checked by the caller: a 3x3 kernel without dilation, at
 /// least [`MIN_INPUT_CHANNELS`] input channels per group, transformed
 /// weights of at most [`MAX_WEIGHT_BYTES`] and planes a vector's i32
 /// offsets reach.
