@@ -16,7 +16,7 @@
 //! plane for unit width strides, per element otherwise) and `gemm` per
 //! sample, group and block of output rows, the im2col workspace bounded by
 //! `WORKSPACE_BYTES` (64 MiB) whatever the batch; `conv_direct.rs`: the
-//! same three products for f32 at stride one on AVX-512 CPUs without im2col
+//! same three products for f32 at stride one on AVX-512 or AVX2 CPUs without im2col
 //! or GEMM (register tiles reading taps straight from zero-padded planes;
 //! the input gradient as the correlation with the flipped kernel; the
 //! weight gradient with pixels in the lanes, summed in the same fixed parts
