@@ -8,6 +8,7 @@
 
 mod activation;
 mod attention;
+mod detection;
 mod elementwise;
 mod host;
 mod indexing;
@@ -19,6 +20,7 @@ mod pool;
 mod reduce;
 mod resize;
 mod shape;
+mod spectral;
 
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
@@ -202,6 +204,10 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("ReduceProd", reduce::prod, ok),
     ("ArgMax", reduce::argmax, ok),
     ("ArgMin", reduce::argmin, ok),
+    // Signals, detection, recurrences and the rest.
+    ("DFT", spectral::dft, ok),
+    ("STFT", spectral::stft, ok),
+    ("NonMaxSuppression", detection::non_max_suppression, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
