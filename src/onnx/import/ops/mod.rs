@@ -8,6 +8,7 @@
 
 mod activation;
 mod attention;
+mod causal_conv;
 mod detection;
 mod elementwise;
 mod host;
@@ -191,6 +192,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy, ok),
     ("Attention", attention::attention, ok),
     ("RotaryEmbedding", attention::rotary_embedding, ok),
+    ("CausalConvWithState", causal_conv::causal_conv_with_state, causal_conv::check),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
