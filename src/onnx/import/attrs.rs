@@ -18,6 +18,7 @@ pub(crate) enum Attr {
     Float(f64),
     Floats(Vec<f64>),
     Str(String),
+    Strs(Vec<String>),
     Tensor(Tensor),
     /// A graph, sparse tensor or type: no supported op reads one.
     Other,
@@ -48,6 +49,12 @@ impl Attrs {
                 Some(AttributeType::String) => {
                     Attr::Str(String::from_utf8_lossy(a.s()).into_owned())
                 }
+                Some(AttributeType::Strings) => Attr::Strs(
+                    a.strings
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect(),
+                ),
                 Some(AttributeType::Tensor) => match &a.t {
                     Some(t) => Attr::Tensor(from_proto(t)?),
                     None => return Err(bad(&label, format!("attribute `{name}` holds no tensor"))),
@@ -134,6 +141,15 @@ impl Attrs {
             None => Ok(default.to_string()),
             Some(Attr::Str(v)) => Ok(v.clone()),
             Some(_) => Err(self.wrong(name, "a string")),
+        }
+    }
+
+    /// String list `name`, if present.
+    pub(crate) fn strings(&self, name: &str) -> Result<Option<Vec<String>>> {
+        match self.values.get(name) {
+            None => Ok(None),
+            Some(Attr::Strs(v)) => Ok(Some(v.clone())),
+            Some(_) => Err(self.wrong(name, "a list of strings")),
         }
     }
 

@@ -18,6 +18,7 @@ mod layout;
 mod loss;
 mod nn;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -210,6 +211,9 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("DFT", spectral::dft, ok),
     ("STFT", spectral::stft, ok),
     ("NonMaxSuppression", detection::non_max_suppression, ok),
+    ("RNN", recurrent::rnn, ok),
+    ("GRU", recurrent::gru, ok),
+    ("LSTM", recurrent::lstm, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
