@@ -27,7 +27,7 @@ pub(super) fn rms_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
 }
 
 /// `[batch, sequence, heads · size]` as `[batch, heads, sequence, size]`.
-fn split_heads<'g>(c: &Ctx<'_, 'g>, x: &Var<'g>, heads: i64, what: &str) -> Result<Var<'g>> {
+pub(super) fn split_heads<'g>(c: &Ctx<'_, 'g>, x: &Var<'g>, heads: i64, what: &str) -> Result<Var<'g>> {
     let s = x.shape();
     if heads <= 0 || !s[2].is_multiple_of(heads as usize) {
         return Err(c.error(format!(

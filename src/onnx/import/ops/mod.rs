@@ -13,6 +13,7 @@ mod detection;
 mod elementwise;
 mod host;
 mod indexing;
+mod linear_attention;
 mod integer;
 mod layout;
 mod loss;
@@ -194,6 +195,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Attention", attention::attention, ok),
     ("RotaryEmbedding", attention::rotary_embedding, ok),
     ("CausalConvWithState", causal_conv::causal_conv_with_state, causal_conv::check),
+    ("LinearAttention", linear_attention::linear_attention, linear_attention::check),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
