@@ -10,6 +10,7 @@ mod activation;
 mod attention;
 mod causal_conv;
 mod detection;
+mod einsum;
 mod elementwise;
 mod host;
 mod indexing;
@@ -216,6 +217,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("RNN", recurrent::rnn, ok),
     ("GRU", recurrent::gru, ok),
     ("LSTM", recurrent::lstm, ok),
+    ("Einsum", einsum::einsum, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
