@@ -1004,3 +1004,72 @@ fn unique_reverse_sequence_affine_grid_and_extrema_match_onnx() {
     assert_eq!(y[0].shape(), &[2, 1, 3]);
     assert!(y[0].to_f64_vec().iter().all(|&v| v == f64::NEG_INFINITY));
 }
+
+/// Casts to ONNX's narrow types keep the wide dtype and round to the
+/// values the type holds: `FLOAT8E4M3FN` saturates at 448 by default and
+/// gives NaN past it with `saturate = 0`; `INT4` truncates. `CastLike`
+/// takes the narrow type its second input declares.
+#[test]
+fn casts_to_narrow_types_round_to_the_values_they_hold() {
+    const FLOAT8E4M3FN: i64 = 17;
+    const INT4: i64 = 22;
+    let x = f32s(&[0.3, 460.0, 470.0, -1e6], &[4]);
+    let y = &run("Cast", 21, &[x.clone()], 1, &[("to", A::I(FLOAT8E4M3FN))]).unwrap()[0];
+    assert_eq!(y.dtype(), DType::F32);
+    // 0.3 lies between 0.28125 and 0.3125 (steps of 2^-5 there).
+    assert_eq!(y.to_f64_vec(), vec![0.3125, 448.0, 448.0, -448.0]);
+    let y = &run(
+        "Cast",
+        21,
+        &[x.clone()],
+        1,
+        &[("to", A::I(FLOAT8E4M3FN)), ("saturate", A::I(0))],
+    )
+    .unwrap()[0];
+    let v = y.to_f64_vec();
+    assert_eq!(v[..2], [0.3125, 448.0]);
+    assert!(v[2].is_nan() && v[3].is_nan());
+    let y = &run(
+        "Cast",
+        21,
+        &[f32s(&[-7.9, 3.5], &[2])],
+        1,
+        &[("to", A::I(INT4))],
+    )
+    .unwrap()[0];
+    assert_eq!((y.dtype(), y.to_f64_vec()), (DType::I64, vec![-7.0, 3.0]));
+
+    // CastLike to a second input declared FLOAT8E4M3FN (read as f32).
+    let like_typed = {
+        let mut v = value_info("x1");
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            t.elem_type = Some(FLOAT8E4M3FN as i32);
+        }
+        v
+    };
+    let node = NodeProto {
+        op_type: Some("CastLike".into()),
+        input: vec!["x0".into(), "x1".into()],
+        output: vec!["y0".into()],
+        ..Default::default()
+    };
+    let m = ModelProto {
+        ir_version: Some(7),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![node],
+            input: vec![value_info("x0"), like_typed],
+            output: vec![value_info("y0")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let m = OnnxModel::from_bytes(&m.encode_to_vec()).unwrap();
+    let like = f32s(&[1.0], &[1]);
+    let y = &m.infer(&[x, like]).unwrap()[0];
+    assert_eq!(y.to_f64_vec(), vec![0.3125, 448.0, 448.0, -448.0]);
+}

@@ -22,7 +22,9 @@
 //! from ONNX's `onnx.proto` (both in `tools/onnx-proto/`, committed, so the
 //! build needs no protoc); `tensor.rs`: `TensorProto` to and from `Tensor` (raw or
 //! typed data, external data files read only inside the model's folder,
-//! sizes from the file capped at 2^28 elements). `export/`: `Exporter`
+//! sizes from the file capped at 2^28 elements); `narrow.rs`: the 8-, 6-
+//! and 4-bit floats and the 4- and 2-bit integers, read widened to f32 and
+//! i64 and rounded to by `Cast`. `export/`: `Exporter`
 //! walks the traced nodes the outputs depend on and asks each op's mapper
 //! (one per retrograd op name, in the family files `elementwise.rs`,
 //! `shape_ops.rs`, `reduce_ops.rs`, `nn_ops.rs`, `attention.rs`: attention
@@ -47,6 +49,7 @@
 
 mod export;
 mod import;
+mod narrow;
 pub mod proto;
 mod tensor;
 

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use half::{bf16, f16};
 
+use super::narrow::Narrow;
 use super::proto::tensor_proto::{DataLocation, DataType as OnnxType};
 use super::proto::TensorProto;
 use crate::base::error::{Error, OnnxProblem, Result};
@@ -24,10 +25,18 @@ pub(crate) fn onnx_type(dtype: DType) -> i32 {
 }
 
 /// The dtype an ONNX element type is read as: integers of every width
-/// widen to i64 (retrograd's one integer type); strings, complex numbers
-/// and 8-bit floats have no dtype.
+/// widen to i64 (retrograd's one integer type), the 8-, 6- and 4-bit
+/// floats to f32 (see [`Narrow`]); strings and complex numbers have no
+/// dtype.
 pub(crate) fn dtype_of(code: i32) -> Option<DType> {
     use OnnxType as T;
+    if let Some(narrow) = Narrow::of(code) {
+        return Some(if narrow.is_float() {
+            DType::F32
+        } else {
+            DType::I64
+        });
+    }
     Some(match T::try_from(code).ok()? {
         T::Float => DType::F32,
         T::Double => DType::F64,
@@ -146,6 +155,20 @@ pub(crate) fn from_proto_in(p: &TensorProto, dir: Option<&Path>) -> Result<Tenso
             )))
         }
     };
+    if let Some(narrow) = Narrow::of(code) {
+        let codes = narrow_codes(p, narrow, numel).map_err(bad)?;
+        return if narrow.is_float() {
+            Tensor::from_vec(
+                codes.into_iter().map(|c| narrow.float_value(c)).collect(),
+                &shape,
+            )
+        } else {
+            Tensor::from_vec(
+                codes.into_iter().map(|c| narrow.int_value(c)).collect(),
+                &shape,
+            )
+        };
+    }
     use OnnxType as T;
     let ty = T::try_from(code).map_err(|_| bad(format!("unknown element type {code}")))?;
     if let Some(raw) = p
@@ -191,6 +214,45 @@ pub(crate) fn from_proto_in(p: &TensorProto, dir: Option<&Path>) -> Result<Tenso
     };
     debug_assert!(t.as_ref().is_ok_and(|t| t.dtype() == dtype));
     t
+}
+
+/// The `numel` codes of a narrow-typed tensor, from `raw_data` or
+/// `int32_data` (one packed byte an entry).
+fn narrow_codes(
+    p: &TensorProto,
+    narrow: Narrow,
+    numel: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let name = type_name(p.data_type());
+    match p
+        .raw_data
+        .as_deref()
+        .filter(|r| !r.is_empty() || numel == 0)
+    {
+        Some(raw) => narrow.unpack(raw, numel).ok_or_else(|| {
+            format!(
+                "raw_data holds {} bytes; dims {:?} of {name} ({} bits each) need {}",
+                raw.len(),
+                p.dims,
+                narrow.bits(),
+                narrow.int32_entries(numel)
+            )
+        }),
+        None => {
+            let want = narrow.int32_entries(numel);
+            if p.int32_data.len() != want {
+                return Err(format!(
+                    "{} int32 values for dims {:?} of {name} (need {want})",
+                    p.int32_data.len(),
+                    p.dims
+                ));
+            }
+            let bytes: Vec<u8> = p.int32_data.iter().map(|&v| v as u8).collect();
+            Ok(narrow
+                .unpack(&bytes, numel)
+                .expect("one byte an entry was checked"))
+        }
+    }
 }
 
 /// A tensor of `shape` from a typed field's values, each converted by `f`.

@@ -195,6 +195,7 @@ fn fused(op_type: &str, like: &Step, inputs: Vec<Option<usize>>) -> Step {
         op_type: op_type.to_string(),
         inputs,
         outputs: like.outputs.clone(),
+        input_types: Vec::new(),
     }
 }
 
@@ -225,6 +226,7 @@ fn matmul_add_step(add: &Step, inputs: [usize; 3]) -> Step {
         op_type: "MatMul+Add (fused)".to_string(),
         inputs: inputs.map(Some).to_vec(),
         outputs: add.outputs.clone(),
+        input_types: Vec::new(),
     }
 }
 
@@ -261,6 +263,7 @@ fn add_norm_step(norm: &Step, inputs: Vec<Option<usize>>) -> Step {
         op_type: op_type.to_string(),
         inputs,
         outputs: norm.outputs.clone(),
+        input_types: Vec::new(),
     }
 }
 
@@ -315,6 +318,7 @@ fn conv_relu_step(conv: &Step, last: &Step, pool: bool) -> Step {
         op_type: op_type.to_string(),
         inputs: conv.inputs.clone(),
         outputs: last.outputs.clone(),
+        input_types: Vec::new(),
     }
 }
 
@@ -408,6 +412,7 @@ impl Attention {
             op_type: "Attention (fused)".to_string(),
             inputs: vec![Some(self.q), Some(self.k), Some(self.v), self.mask],
             outputs: like.outputs.clone(),
+            input_types: Vec::new(),
         }
     }
 }

@@ -30,7 +30,18 @@ pub const MIN_OPSET: i64 = 7;
 pub const MAX_OPSET: i64 = 28;
 
 /// The ops that read 16-bit float inputs as they are (see [`Step::run`]).
-const KEEPS_16_BIT: &[&str] = &["Cast", "CastLike", "Constant", "Shape", "Size", "Identity"];
+/// `Attention` and `Softmax` take them too: they round each step to the
+/// 16-bit type as ONNX's definition does (`ops/half.rs`).
+const KEEPS_16_BIT: &[&str] = &[
+    "Cast",
+    "CastLike",
+    "Constant",
+    "Shape",
+    "Size",
+    "Identity",
+    "Attention",
+    "Softmax",
+];
 
 fn invalid(problem: OnnxProblem, detail: impl Into<String>) -> Error {
     Error::OnnxInvalid {
@@ -98,9 +109,20 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
     let mut b = Builder::default();
     b.read_values(graph, dir)?;
     let order = topological_order(graph, &b.slots)?;
+    let mut declared = declared_types(graph);
     for i in order {
         let node = &graph.node[i];
         let (convert, attrs) = decoded[i].take().expect("every node was decoded");
+        let input_types = node
+            .input
+            .iter()
+            .map(|n| declared.get(n.as_str()).copied())
+            .collect::<Vec<_>>();
+        if let Some(code) = cast_result_type(node.op_type(), &attrs, &input_types) {
+            for o in node.output.iter().filter(|o| !o.is_empty()) {
+                declared.insert(o.as_str(), code);
+            }
+        }
         let inputs = node
             .input
             .iter()
@@ -123,6 +145,7 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
             op_type: node.op_type().to_string(),
             inputs,
             outputs,
+            input_types,
         });
     }
     let mut outputs = Vec::new();
@@ -159,6 +182,38 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
     m.last_use = last_uses(&m);
     dry_run(&m)?;
     Ok(m)
+}
+
+/// The element type codes the graph declares for its values: inputs,
+/// outputs, `value_info` and initializers.
+fn declared_types(graph: &GraphProto) -> HashMap<&str, i32> {
+    let mut types = HashMap::new();
+    for v in graph
+        .input
+        .iter()
+        .chain(&graph.output)
+        .chain(&graph.value_info)
+    {
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            if let Some(code) = t.elem_type.filter(|&c| c != 0) {
+                types.insert(v.name(), code);
+            }
+        }
+    }
+    for t in &graph.initializer {
+        types.insert(t.name(), t.data_type());
+    }
+    types
+}
+
+/// The element type a cast node gives its output: `Cast`'s `to`, or the
+/// declared type of `CastLike`'s second input.
+fn cast_result_type(op_type: &str, attrs: &Attrs, input_types: &[Option<i32>]) -> Option<i32> {
+    match op_type {
+        "Cast" => attrs.int("to", 0).ok().map(|to| to as i32),
+        "CastLike" => input_types.get(1).copied().flatten(),
+        _ => None,
+    }
 }
 
 /// The default domain's opset, or an unsupported-opset entry.
@@ -465,6 +520,7 @@ impl Step {
             attrs: &self.attrs,
             opset,
             n_outputs: self.outputs.len(),
+            input_types: &self.input_types,
         };
         // retrograd stores 16-bit floats but computes in f32 and f64: a
         // node on f16 or bf16 values computes in f32 and gives its float

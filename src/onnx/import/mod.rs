@@ -53,6 +53,8 @@ pub(crate) struct Step {
     op_type: String,
     inputs: Vec<Option<usize>>,
     outputs: Vec<usize>,
+    /// The ONNX element type each input declares, where known ([`Ctx::input_types`](ops::Ctx)).
+    input_types: Vec<Option<i32>>,
 }
 
 /// An ONNX model read into retrograd: run it on a graph like any model

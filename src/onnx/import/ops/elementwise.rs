@@ -7,7 +7,6 @@ use super::{one, Ctx};
 use crate::base::error::Result;
 use crate::core::graph::Var;
 use crate::onnx::import::attrs::Attrs;
-use crate::onnx::tensor::dtype_of;
 use crate::ops::activation::LeakyRelu;
 use crate::ops::rule::Unary;
 use crate::tensor::{DType, Tensor};
@@ -255,33 +254,4 @@ pub(super) fn select<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
         return one(c.constant(r.value().to_dtype(dtype)));
     }
     one(x.try_where(cond, y)?)
-}
-
-pub(super) fn check_cast(a: &Attrs, _: i64) -> std::result::Result<(), String> {
-    let to = a.int("to", 0).map_err(|e| e.to_string())?;
-    match dtype_of(to as i32) {
-        Some(_) => Ok(()),
-        None => Err(format!(
-            "cast to {}",
-            crate::onnx::tensor::type_name(to as i32)
-        )),
-    }
-}
-
-pub(super) fn cast<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let to = c.attrs.int("to", 0)?;
-    let dtype = dtype_of(to as i32).ok_or_else(|| c.error(format!("cast to type {to}")))?;
-    let x = c.input(ins, 0)?;
-    if x.dtype() == dtype {
-        return one(x.clone());
-    }
-    one(x.try_to_dtype(dtype)?)
-}
-
-pub(super) fn cast_like<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (x, like) = (c.input(ins, 0)?, c.input(ins, 1)?);
-    if x.dtype() == like.dtype() {
-        return one(x.clone());
-    }
-    one(x.try_to_dtype(like.dtype())?)
 }

@@ -8,6 +8,7 @@
 
 mod activation;
 mod attention;
+mod cast;
 mod causal_conv;
 mod detection;
 mod einsum;
@@ -48,6 +49,11 @@ pub(crate) struct Ctx<'a, 'g> {
     pub opset: i64,
     /// How many outputs the node names.
     pub n_outputs: usize,
+    /// The ONNX element type code each input declares, where the model
+    /// says it (graph inputs and outputs, `value_info`, initializers, the
+    /// outputs of casts): what a value's widened dtype no longer tells, an
+    /// `INT8` or a `FLOAT8E4M3FN`. Empty for the importer's fused steps.
+    pub input_types: &'a [Option<i32>],
 }
 
 /// Computes a node's outputs from its inputs (`None`: an omitted optional input).
@@ -128,8 +134,8 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("PRelu", activation::prelu, ok),
     ("Swish", activation::swish, ok),
     ("SwiGLU", activation::swiglu, ok),
-    ("Cast", elementwise::cast, elementwise::check_cast),
-    ("CastLike", elementwise::cast_like, ok),
+    ("Cast", cast::cast, cast::check_cast),
+    ("CastLike", cast::cast_like, cast::check_cast_like),
     // Shapes and layout.
     ("Identity", shape::identity, ok),
     ("Dropout", shape::dropout, shape::check_dropout),
@@ -319,6 +325,11 @@ impl<'g> Ctx<'_, 'g> {
     /// A constant on the node's graph.
     pub fn constant(&self, t: Tensor) -> Var<'g> {
         Var::constant_in(self.graph, t)
+    }
+
+    /// The ONNX element type input `i` declares, if the model says it.
+    pub fn input_type(&self, i: usize) -> Option<i32> {
+        self.input_types.get(i).copied().flatten()
     }
 
     /// An error naming the node.
