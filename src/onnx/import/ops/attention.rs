@@ -3,6 +3,7 @@
 //! `RMSNormalization`, composed from retrograd's differentiable ops in the
 //! order ONNX's definition gives, so an imported model trains through them.
 
+use super::half::{self, round};
 use super::Ctx;
 use crate::base::error::Result;
 use crate::core::graph::Var;
@@ -27,7 +28,12 @@ pub(super) fn rms_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
 }
 
 /// `[batch, sequence, heads · size]` as `[batch, heads, sequence, size]`.
-pub(super) fn split_heads<'g>(c: &Ctx<'_, 'g>, x: &Var<'g>, heads: i64, what: &str) -> Result<Var<'g>> {
+pub(super) fn split_heads<'g>(
+    c: &Ctx<'_, 'g>,
+    x: &Var<'g>,
+    heads: i64,
+    what: &str,
+) -> Result<Var<'g>> {
     let s = x.shape();
     if heads <= 0 || !s[2].is_multiple_of(heads as usize) {
         return Err(c.error(format!(
@@ -73,8 +79,23 @@ fn bias_where(
 /// 24 the keys each batch row really has (`nonpad_kv_seqlen`). Outputs Y,
 /// the present key and value, and the scores `qk_matmul_output_mode`
 /// chooses (0, 1: after the product and softcap; 2: plus the mask; 3:
-/// after the softmax).
+/// after the softmax). On f16 and bf16 each step's result is rounded to
+/// the input type as ONNX's definition rounds it (`half.rs`), the softmax
+/// too unless `softmax_precision` names a wider type.
 pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let narrow = half::narrow(c.input(ins, 0)?.dtype());
+    // The 16-bit inputs widened to f32, rounded back after each step.
+    let wide: Vec<Option<Var<'g>>> = ins
+        .iter()
+        .map(|v| match v {
+            Some(v) if narrow.is_some() && half::narrow(v.dtype()).is_some() => {
+                v.try_to_dtype(DType::F32).map(Some)
+            }
+            other => Ok(other.clone()),
+        })
+        .collect::<Result<_>>()?;
+    let ins = &wide[..];
+    let r = |x: &Var<'g>| round(x, narrow);
     let (q, k, v) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
     let mask = c.opt(ins, 3);
     let (past_k, past_v) = (c.opt(ins, 4), c.opt(ins, 5));
@@ -93,7 +114,9 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
     }
     let dtype = q.dtype();
     if !matches!(dtype, DType::F32 | DType::F64) {
-        return Err(c.error(format!("attention on {dtype} (f32 and f64 are supported)")));
+        return Err(c.error(format!(
+            "attention on {dtype} (f16, bf16, f32 and f64 are supported)"
+        )));
     }
     let (q, k, v) = if rank == 3 {
         let qh = c.attrs.int("q_num_heads", 0)?;
@@ -111,7 +134,7 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
         Some(_) => c.attrs.float("scale", 1.0)?,
         None => 1.0 / (head_size as f64).sqrt(),
     };
-    let root = c.constant(Tensor::scalar_of(scale.sqrt(), dtype));
+    let root = half::scalar(c, scale.sqrt(), narrow.unwrap_or(dtype));
     let present_k = match past_k {
         Some(p) => Var::try_cat(&[p, &k], 2)?,
         None => k,
@@ -216,19 +239,28 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
         (present_k.clone(), present_v.clone())
     };
 
-    let mut scores = q
-        .try_mul(&root)?
-        .try_matmul(&k_all.try_mul(&root)?.try_transpose(-2, -1)?)?;
+    let (q_scaled, k_scaled) = (r(&q.try_mul(&root)?)?, r(&k_all.try_mul(&root)?)?);
+    let mut scores = r(&q_scaled.try_matmul(&k_scaled.try_transpose(-2, -1)?)?)?;
     let softcap = c.attrs.float("softcap", 0.0)?;
     if softcap > 0.0 {
-        let cap = c.constant(Tensor::scalar_of(softcap, dtype));
-        scores = scores.try_div(&cap)?.try_tanh()?.try_mul(&cap)?;
+        let cap = half::scalar(c, softcap, narrow.unwrap_or(dtype));
+        scores = r(&r(&r(&scores.try_div(&cap)?)?.try_tanh()?)?.try_mul(&cap)?)?;
     }
     let with_bias = match &bias {
-        Some(b) => scores.try_add(b)?,
+        Some(b) => r(&scores.try_add(b)?)?,
         None => scores.clone(),
     };
-    let mut probs = with_bias.try_softmax(-1)?;
+    // The softmax in the input's 16-bit type, or the wider type asked for.
+    let softmax_in = match c.attrs.int("softmax_precision", 0)? {
+        10 => Some(DType::F16),
+        16 => Some(DType::BF16),
+        0 => narrow,
+        _ => None,
+    };
+    let mut probs = match softmax_in {
+        Some(to) if narrow.is_some() => half::softmax(c, &with_bias, -1, to)?,
+        _ => with_bias.try_softmax(-1)?,
+    };
     // A row whose every key is masked attends to nothing: 0, not NaN.
     if let Some(b) = &bias {
         let b = b.value();
@@ -248,7 +280,8 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
             probs = probs.try_where(&live, &c.constant(Tensor::scalar_of(0.0, dtype)))?;
         }
     }
-    let mut y = probs.try_matmul(&v_all)?;
+    probs = r(&probs)?;
+    let mut y = r(&probs.try_matmul(&v_all)?)?;
     if rank == 3 {
         let s = y.shape().to_vec();
         y = y
@@ -261,7 +294,11 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
         3 => probs,
         other => return Err(c.error(format!("qk_matmul_output_mode {other}"))),
     };
-    Ok(vec![y, present_k, present_v, qk])
+    let outs = vec![y, present_k, present_v, qk];
+    match narrow {
+        Some(d) => outs.iter().map(|o| o.try_to_dtype(d)).collect(),
+        None => Ok(outs),
+    }
 }
 
 /// ONNX's `RotaryEmbedding`: the first `rotary_embedding_dim` features of

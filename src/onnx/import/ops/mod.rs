@@ -13,6 +13,7 @@ mod causal_conv;
 mod detection;
 mod einsum;
 mod elementwise;
+mod half;
 mod host;
 mod indexing;
 mod linear_attention;
@@ -191,7 +192,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("GlobalAveragePool", nn::global_average_pool, ok),
     ("BatchNormalization", nn::batch_norm, nn::check_batch_norm),
     ("LayerNormalization", nn::layer_norm, ok),
-    ("Softmax", nn::softmax, ok),
+    ("Softmax", half::softmax_op, ok),
     ("LogSoftmax", nn::log_softmax, ok),
     ("RMSNormalization", attention::rms_norm, ok),
     ("LpNormalization", loss::lp_normalization, ok),
