@@ -8,6 +8,7 @@
 
 mod activation;
 mod attention;
+mod border;
 mod cast;
 mod causal_conv;
 mod detection;
@@ -21,6 +22,7 @@ mod integer;
 mod layout;
 mod loss;
 mod nn;
+mod norms;
 mod pool;
 mod recurrent;
 mod reduce;
@@ -225,6 +227,10 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("GRU", recurrent::gru, ok),
     ("LSTM", recurrent::lstm, ok),
     ("Einsum", einsum::einsum, ok),
+    ("Scatter", indexing::scatter_elements, ok),
+    ("GroupNormalization", norms::group_norm, ok),
+    ("LRN", norms::lrn, ok),
+    ("MeanVarianceNormalization", norms::mean_variance_norm, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have

@@ -408,6 +408,7 @@ pub(super) fn gather_elements<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<
 pub(super) fn check_pad(a: &Attrs, _: i64) -> Checked {
     match a.string("mode", "constant").as_deref() {
         Ok("constant") => Ok(()),
+        Ok(m) if super::border::Border::parse(m).is_some() => Ok(()),
         Ok(m) => Err(format!("mode = {m:?}")),
         Err(e) => Err(e.to_string()),
     }
@@ -455,6 +456,16 @@ pub(super) fn pad<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         })
         .collect();
     c.check_size(&padded)?;
+    let mode = c.attrs.string("mode", "constant")?;
+    if let Some(border) = super::border::Border::parse(&mode) {
+        let per_axis: Vec<(i64, i64)> = (0..rank)
+            .map(|d| {
+                let at = 2 * (rank - 1 - d);
+                (torch[at] as i64, torch[at + 1] as i64)
+            })
+            .collect();
+        return one(super::border::pad_border(c, x, &per_axis, border)?);
+    }
     // PyTorch's list may stop at the last padded dimension.
     while torch.len() > 2 && torch[torch.len() - 2..] == [0, 0] {
         torch.truncate(torch.len() - 2);
