@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::base::error::{Error, OnnxProblem, Result};
 use crate::onnx::proto::attribute_proto::AttributeType;
-use crate::onnx::proto::AttributeProto;
+use crate::onnx::proto::{AttributeProto, GraphProto};
 use crate::onnx::tensor::from_proto;
 use crate::tensor::Tensor;
 
@@ -20,7 +20,9 @@ pub(crate) enum Attr {
     Str(String),
     Strs(Vec<String>),
     Tensor(Tensor),
-    /// A graph, sparse tensor or type: no supported op reads one.
+    /// A subgraph (`FlexAttention`'s modifiers), run by `ops/subgraph.rs`.
+    Graph(Box<GraphProto>),
+    /// A list of graphs, sparse tensor or type: no supported op reads one.
     Other,
 }
 
@@ -59,7 +61,11 @@ impl Attrs {
                     Some(t) => Attr::Tensor(from_proto(t)?),
                     None => return Err(bad(&label, format!("attribute `{name}` holds no tensor"))),
                 },
-                Some(AttributeType::Graph | AttributeType::Graphs) => Attr::Other,
+                Some(AttributeType::Graph) => match &a.g {
+                    Some(g) => Attr::Graph(Box::new(g.clone())),
+                    None => return Err(bad(&label, format!("attribute `{name}` holds no graph"))),
+                },
+                Some(AttributeType::Graphs) => Attr::Other,
                 Some(_) => Attr::Other,
                 // Files from before the type field: whichever field is set.
                 None => {
@@ -150,6 +156,15 @@ impl Attrs {
             None => Ok(None),
             Some(Attr::Strs(v)) => Ok(Some(v.clone())),
             Some(_) => Err(self.wrong(name, "a list of strings")),
+        }
+    }
+
+    /// Graph `name`, if present.
+    pub(crate) fn graph(&self, name: &str) -> Result<Option<&GraphProto>> {
+        match self.values.get(name) {
+            None => Ok(None),
+            Some(Attr::Graph(g)) => Ok(Some(g)),
+            Some(_) => Err(self.wrong(name, "a graph")),
         }
     }
 

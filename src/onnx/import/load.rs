@@ -43,6 +43,10 @@ const KEEPS_16_BIT: &[&str] = &[
     "Softmax",
 ];
 
+/// The ops of the `ai.onnx.preview` domain the importer runs, converted
+/// from the one table like the default domain's.
+const PREVIEW_OPS: &[&str] = &["FlexAttention"];
+
 fn invalid(problem: OnnxProblem, detail: impl Into<String>) -> Error {
     Error::OnnxInvalid {
         problem,
@@ -79,8 +83,11 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
     for (i, node) in graph.node.iter().enumerate() {
         let label = label(node, i);
         let domain = node.domain();
-        let known =
-            (domain.is_empty() || domain == "ai.onnx") && !functions.contains(node.op_type());
+        let known = match domain {
+            "" | "ai.onnx" => true,
+            "ai.onnx.preview" => PREVIEW_OPS.contains(&node.op_type()),
+            _ => false,
+        } && !functions.contains(node.op_type());
         let entry = if known { lookup(node.op_type()) } else { None };
         let Some((convert, check)) = entry else {
             let what = if domain.is_empty() || domain == "ai.onnx" {

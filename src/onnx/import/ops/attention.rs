@@ -44,6 +44,16 @@ pub(super) fn split_heads<'g>(
         .try_permute(&[0, 2, 1, 3])
 }
 
+/// `[batch, kv_heads, sequence, size]` with each head repeated in place
+/// to make `heads` (a multiple): `[h0, h0, h1, h1, ..]`, as grouped-query
+/// attention shares a key/value head among consecutive query heads.
+pub(super) fn repeat_heads<'g>(x: &Var<'g>, heads: usize) -> Result<Var<'g>> {
+    let s = x.shape().to_vec();
+    x.try_unsqueeze(2)?
+        .try_expand(&[s[0], s[1], heads / s[1], s[2], s[3]])?
+        .try_reshape(&[s[0] as isize, heads as isize, s[2] as isize, s[3] as isize])
+}
+
 /// An additive bias of `-inf` where `allowed(b, i, j)` is false, else 0:
 /// `[batch, 1, q, kv]`, or `[q, kv]` when it does not depend on the batch.
 fn bias_where(
@@ -228,13 +238,7 @@ pub(super) fn attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
                 present_v.shape()[1]
             )));
         }
-        let repeat = |x: &Var<'g>| -> Result<Var<'g>> {
-            let s = x.shape().to_vec();
-            x.try_unsqueeze(2)?
-                .try_expand(&[s[0], s[1], qh / kvh, s[2], s[3]])?
-                .try_reshape(&[s[0] as isize, qh as isize, s[2] as isize, s[3] as isize])
-        };
-        (repeat(&present_k)?, repeat(&present_v)?)
+        (repeat_heads(&present_k, qh)?, repeat_heads(&present_v, qh)?)
     } else {
         (present_k.clone(), present_v.clone())
     };

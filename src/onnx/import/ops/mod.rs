@@ -14,6 +14,7 @@ mod causal_conv;
 mod detection;
 mod einsum;
 mod elementwise;
+mod flex_attention;
 mod half;
 mod host;
 mod indexing;
@@ -28,6 +29,7 @@ mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
+mod subgraph;
 mod spectral;
 
 pub(crate) use nn::{
@@ -206,6 +208,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("RotaryEmbedding", attention::rotary_embedding, ok),
     ("CausalConvWithState", causal_conv::causal_conv_with_state, causal_conv::check),
     ("LinearAttention", linear_attention::linear_attention, linear_attention::check),
+    ("FlexAttention", flex_attention::flex_attention, flex_attention::check),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
