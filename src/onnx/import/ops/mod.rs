@@ -25,6 +25,7 @@ mod loss;
 mod nn;
 mod norms;
 mod pool;
+mod reassemble;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -234,6 +235,8 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("GroupNormalization", norms::group_norm, ok),
     ("LRN", norms::lrn, ok),
     ("MeanVarianceNormalization", norms::mean_variance_norm, ok),
+    ("Col2Im", reassemble::col2im, ok),
+    ("MaxUnpool", reassemble::max_unpool, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
