@@ -11,6 +11,7 @@ mod attention;
 mod border;
 mod cast;
 mod causal_conv;
+mod conv_transpose;
 mod detection;
 mod einsum;
 mod elementwise;
@@ -186,11 +187,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("MatMul", nn::matmul, ok),
     ("Gemm", nn::gemm, ok),
     ("Conv", nn::conv, nn::check_conv),
-    (
-        "ConvTranspose",
-        nn::conv_transpose,
-        nn::check_conv_transpose,
-    ),
+    ("ConvTranspose", conv_transpose::conv_transpose, conv_transpose::check),
     ("MaxPool", nn::max_pool, nn::check_pool),
     ("AveragePool", nn::average_pool, nn::check_pool),
     ("LpPool", nn::lp_pool, nn::check_pool),

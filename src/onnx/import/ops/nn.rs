@@ -7,8 +7,7 @@ use crate::core::graph::Var;
 use crate::kernels::nn::conv_fused::ConvSummation;
 use crate::onnx::import::attrs::Attrs;
 use crate::ops::nn::{
-    AvgPool2dOptions, BatchNormArgs, Conv1dOptions, Conv2dOptions, ConvTransposeOptions,
-    MaxPool2dOptions,
+    AvgPool2dOptions, BatchNormArgs, Conv1dOptions, Conv2dOptions, MaxPool2dOptions,
 };
 use crate::tensor::shape::Dims;
 use crate::tensor::Tensor;
@@ -268,55 +267,6 @@ pub(crate) fn fused_conv_relu<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<
         return one(y.try_max_pool2d(&MaxPool2dOptions::new([2, 2]).stride([2, 2]))?);
     }
     one(y)
-}
-
-pub(super) fn check_conv_transpose(a: &Attrs, opset: i64) -> Checked {
-    if a.has("output_shape") {
-        return Err("output_shape".into());
-    }
-    if a.string("auto_pad", "NOTSET")
-        .is_ok_and(|p| p.starts_with("SAME"))
-    {
-        return Err("auto_pad SAME_UPPER or SAME_LOWER on a transposed convolution".into());
-    }
-    check_conv(a, opset)
-}
-
-pub(super) fn conv_transpose<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let (x, w) = (c.input(ins, 0)?, c.input(ins, 1)?);
-    let b = c.opt(ins, 2);
-    let dims = x.shape().len().saturating_sub(2);
-    let groups = c.attrs.int("group", 1)?.max(1) as usize;
-    let (strides, dilations, begin, end) = geometry(c, x.shape(), &conv_kernel(w))?;
-    if begin != end {
-        return Err(c.error(format!("asymmetric pads {begin:?} / {end:?}")));
-    }
-    let extra = c
-        .attrs
-        .ints("output_padding")?
-        .unwrap_or_else(|| vec![0; dims]);
-    let extra: Vec<usize> = extra.iter().map(|&e| e.max(0) as usize).collect();
-    match dims {
-        1 => {
-            let o = ConvTransposeOptions::<1>::new()
-                .stride(strides[0])
-                .padding(begin[0])
-                .output_padding(extra[0])
-                .dilation(dilations[0])
-                .groups(groups);
-            one(x.try_conv_transpose1d(w, b, &o)?)
-        }
-        2 => {
-            let o = ConvTransposeOptions::<2>::new()
-                .stride([strides[0], strides[1]])
-                .padding([begin[0], begin[1]])
-                .output_padding([extra[0], extra[1]])
-                .dilation([dilations[0], dilations[1]])
-                .groups(groups);
-            one(x.try_conv_transpose2d(w, b, &o)?)
-        }
-        _ => Err(c.error(format!("a {dims}-d transposed convolution"))),
-    }
 }
 
 pub(super) fn check_pool(a: &Attrs, _: i64) -> Checked {
