@@ -275,8 +275,8 @@ pub(super) fn check_pool(a: &Attrs, _: i64) -> Checked {
         Ok(other) => return Err(format!("auto_pad = {other:?}")),
         Err(e) => return Err(e.to_string()),
     }
-    if a.int("storage_order", 0) != Ok(0) {
-        return Err("storage_order = 1".into());
+    if !matches!(a.int("storage_order", 0), Ok(0 | 1)) {
+        return Err("storage_order other than 0 or 1".into());
     }
     match a.ints("kernel_shape") {
         Ok(Some(k)) if !k.is_empty() => Ok(()),
@@ -308,13 +308,23 @@ fn wide(k: &[usize], begin: &[usize], end: &[usize]) -> bool {
 /// output, as gathered windows (`pool.rs`).
 pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let x = c.input(ins, 0)?;
+    if !x.dtype().is_float() {
+        // Integers (8-bit images) pool exactly as f64 and come back.
+        let wide = x.try_to_dtype(crate::tensor::DType::F64)?;
+        let mut outs = max_pool(c, &[Some(wide)])?;
+        outs[0] = outs[0].try_to_dtype(x.dtype())?;
+        return Ok(outs);
+    }
     let k = kernel(c)?;
     let (strides, dilations, begin, end) = geometry(c, x.shape(), &k)?;
     let ceil = c.attrs.int("ceil_mode", 0)? != 0;
     let is_wide = wide(&k, &begin, &end);
     if c.n_outputs > 1 || k.len() != 2 || x.shape().len() != 4 || (is_wide && ceil) {
         let g = (&strides[..], &dilations[..], &begin[..], &end[..]);
-        let (y, indices) = pool::pool(c, x, &k, g, pool::Kind::Max)?;
+        let (y, mut indices) = pool::pool(c, x, &k, g, pool::Kind::Max)?;
+        if c.attrs.int("storage_order", 0)? == 1 {
+            indices = indices.map(|i| column_major(x.shape(), &i)).transpose()?;
+        }
         let mut outs = vec![y];
         outs.extend(indices.map(|i| c.constant(i)));
         return Ok(outs);
@@ -334,6 +344,26 @@ pub(super) fn max_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
         .dilation([dilations[0], dilations[1]])
         .ceil_mode(ceil);
     one(x.try_max_pool2d(&o)?)
+}
+
+/// Row-major flat indices into `shape` as `storage_order = 1` counts
+/// them: each batch and channel's spatial axes column-major.
+fn column_major(shape: &[usize], indices: &Tensor) -> Result<Tensor> {
+    let spatial = &shape[2.min(shape.len())..];
+    let plane: usize = spatial.iter().product();
+    let v = indices.contiguous().to_vec::<i64>()?;
+    let mut out = Vec::with_capacity(v.len());
+    for &i in &v {
+        let (outer, mut rest) = ((i as usize) / plane.max(1), (i as usize) % plane.max(1));
+        let mut at = vec![0usize; spatial.len()];
+        for d in (0..spatial.len()).rev() {
+            at[d] = rest % spatial[d];
+            rest /= spatial[d];
+        }
+        let flipped = (0..spatial.len()).rev().fold(0, |acc, d| acc * spatial[d] + at[d]);
+        out.push((outer * plane + flipped) as i64);
+    }
+    Tensor::from_vec(out, indices.shape())
 }
 
 /// 2-d, undilated, evenly padded windows as retrograd's `avg_pool2d`; the
@@ -383,15 +413,20 @@ pub(super) fn global_average_pool<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<
     one(x.try_mean_axes(&axes, true)?)
 }
 
-pub(super) fn check_batch_norm(a: &Attrs, _: i64) -> Checked {
+pub(super) fn check_batch_norm(a: &Attrs, opset: i64) -> Checked {
     match a.int("training_mode", 0) {
         Ok(0) => Ok(()),
-        _ => Err("training_mode = 1".into()),
+        Ok(1) if opset >= 14 => Ok(()),
+        _ => Err("training_mode = 1 before opset 14".into()),
     }
 }
 
-/// Inference batch norm with the running statistics (buffers).
+/// Inference batch norm with the running statistics (buffers); training
+/// mode (the batch's statistics) in `norms.rs`.
 pub(super) fn batch_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    if c.attrs.int("training_mode", 0)? != 0 {
+        return super::norms::batch_norm_training(c, ins);
+    }
     if c.n_outputs > 1 {
         return Err(c.error("BatchNormalization's training outputs are not supported"));
     }

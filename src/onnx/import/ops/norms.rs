@@ -1,5 +1,6 @@
 //! The normalizations composed of differentiable ops:
-//! `GroupNormalization`, `LRN` and `MeanVarianceNormalization`.
+//! `GroupNormalization`, `LRN`, `MeanVarianceNormalization` and
+//! `BatchNormalization`'s training mode.
 
 use super::{one, Ctx};
 use crate::base::error::Result;
@@ -100,4 +101,40 @@ pub(super) fn mean_variance_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<V
     let centered = x.try_sub(&mean)?;
     let std = centered.try_mul(&centered)?.try_mean_axes(&axes, true)?.try_sqrt()?;
     one(centered.try_div(&std.add_scalar(1e-9))?)
+}
+
+/// `BatchNormalization` with `training_mode = 1`: normalised by the
+/// batch's mean and (population) variance over every axis but the
+/// channels; the running statistics come out updated as
+/// `running · momentum + batch · (1 - momentum)`.
+pub(super) fn batch_norm_training<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    let (scale, bias) = (c.input(ins, 1)?, c.input(ins, 2)?);
+    let (mean_in, var_in) = (c.input(ins, 3)?, c.input(ins, 4)?);
+    let rank = x.shape().len();
+    let channels = x.shape().get(1).copied().unwrap_or(0);
+    for (v, what) in [(scale, "scale"), (bias, "B"), (mean_in, "input_mean"), (var_in, "input_var")] {
+        if rank < 2 || v.shape() != [channels] {
+            return Err(c.error(format!(
+                "{what} of shape {:?} for input of shape {:?}",
+                v.shape(),
+                x.shape()
+            )));
+        }
+    }
+    let eps = c.attrs.float("epsilon", 1e-5)?;
+    let momentum = c.attrs.float("momentum", 0.9)?;
+    let axes: Vec<isize> = (0..rank as isize).filter(|&a| a != 1).collect();
+    let mean = x.try_mean_axes(&axes, true)?;
+    let centered = x.try_sub(&mean)?;
+    let var = centered.try_mul(&centered)?.try_mean_axes(&axes, true)?;
+    let normed = centered.try_mul(&var.add_scalar(eps).try_rsqrt()?)?;
+    let y = normed
+        .try_mul(&per_channel(scale, rank)?)?
+        .try_add(&per_channel(bias, rank)?)?;
+    let flat = |v: &Var<'g>| v.try_reshape(&[channels as isize]);
+    let running = |old: &Var<'g>, now: &Var<'g>| -> Result<Var<'g>> {
+        old.mul_scalar(momentum).try_add(&flat(now)?.mul_scalar(1.0 - momentum))
+    };
+    Ok(vec![y, running(mean_in, &mean)?, running(var_in, &var)?])
 }
