@@ -1073,3 +1073,70 @@ fn casts_to_narrow_types_round_to_the_values_they_hold() {
     let y = &m.infer(&[x, like]).unwrap()[0];
     assert_eq!(y.to_f64_vec(), vec![0.3125, 448.0, 448.0, -448.0]);
 }
+
+/// Per-axis quantization rounds half to even, adds the zero point and
+/// saturates; dequantizing undoes it up to the rounding; a zero point
+/// whose element type nothing declares is a typed error.
+#[test]
+fn linear_quantization_per_axis_round_trips() {
+    const INT8: i64 = 3;
+    let x = f32s(&[0.5, 1.5, -300.0, 2.0, 7.0, 9.0], &[2, 3]);
+    let scale = f32s(&[1.0, 0.5], &[2]);
+    let zero = i64s(&[0, 1]);
+    let q = &run(
+        "QuantizeLinear",
+        21,
+        &[x, scale.clone(), zero.clone()],
+        1,
+        &[("axis", A::I(0)), ("output_dtype", A::I(INT8))],
+    )
+    .unwrap()[0];
+    assert_eq!(q.dtype(), DType::I64);
+    // Row 0 at scale 1: 0.5 -> 0, 1.5 -> 2 (ties to even), -300 -> -128.
+    // Row 1 at scale 0.5 and zero point 1: 4 + 1, 14 + 1, 18 + 1.
+    assert_eq!(q.to_f64_vec(), vec![0.0, 2.0, -128.0, 5.0, 15.0, 19.0]);
+    let y = &run(
+        "DequantizeLinear",
+        21,
+        &[q.clone(), scale.clone(), zero.clone()],
+        1,
+        &[("axis", A::I(0))],
+    )
+    .unwrap()[0];
+    assert_eq!(y.to_f64_vec(), vec![0.0, 2.0, -128.0, 2.0, 7.0, 9.0]);
+    let e = run(
+        "QuantizeLinear",
+        21,
+        &[f32s(&[1.0], &[1]), f32s(&[1.0], &[1]), i64s(&[0])],
+        1,
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("zero point's element type"), "{e}");
+}
+
+/// `BitCast` reads the same bits as another type of the same width.
+#[test]
+fn bitcast_reinterprets_bits_of_the_same_width() {
+    const INT32: i64 = 6;
+    const INT64: i64 = 7;
+    let y = &run(
+        "BitCast",
+        26,
+        &[f32s(&[1.0, -2.0], &[2])],
+        1,
+        &[("to", A::I(INT32))],
+    )
+    .unwrap()[0];
+    let want = [1.0f32, -2.0].map(|v| f64::from(v.to_bits() as i32));
+    assert_eq!(y.to_f64_vec(), want.to_vec());
+    let e = run(
+        "BitCast",
+        26,
+        &[f32s(&[1.0], &[1])],
+        1,
+        &[("to", A::I(INT64))],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("differ in width"), "{e}");
+}

@@ -313,6 +313,63 @@ fn external_bytes(p: &TensorProto, dir: &Path) -> std::result::Result<Vec<u8>, S
     Ok(bytes)
 }
 
+/// The little-endian bytes of `t`'s values stored as ONNX element type
+/// `code` (an integer keeps its low bytes, as two's complement does), and
+/// the bytes per element; `None` for types without a byte-sized element
+/// (strings, the narrow types) or values of another kind.
+pub(crate) fn stored_bytes(t: &Tensor, code: i32) -> Option<(Vec<u8>, usize)> {
+    use OnnxType as T;
+    let width = stored_width(code)?;
+    let ty = T::try_from(code).ok()?;
+    let t = t.contiguous();
+    let bytes = match (t.dtype(), ty) {
+        (DType::F32, T::Float) => le_bytes(t.as_slice::<f32>().ok()?, |v| v.to_le_bytes()),
+        (DType::F64, T::Double) => le_bytes(t.as_slice::<f64>().ok()?, |v| v.to_le_bytes()),
+        (DType::F16, T::Float16) => le_bytes(t.as_slice::<f16>().ok()?, |v| v.to_le_bytes()),
+        (DType::BF16, T::Bfloat16) => le_bytes(t.as_slice::<bf16>().ok()?, |v| v.to_le_bytes()),
+        (DType::Bool, T::Bool) => t
+            .as_slice::<bool>()
+            .ok()?
+            .iter()
+            .map(|&b| u8::from(b))
+            .collect(),
+        (DType::I64, _)
+            if !matches!(
+                ty,
+                T::Float | T::Double | T::Float16 | T::Bfloat16 | T::Bool
+            ) =>
+        {
+            t.as_slice::<i64>()
+                .ok()?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()[..width].to_vec())
+                .collect()
+        }
+        _ => return None,
+    };
+    Some((bytes, width))
+}
+
+/// Bytes per element of ONNX element type `code` as `raw_data` stores
+/// it; `None` for strings, complex numbers and the sub-byte types.
+pub(crate) fn stored_width(code: i32) -> Option<usize> {
+    use OnnxType as T;
+    let ty = T::try_from(code).ok()?;
+    let unsized_ = matches!(ty, T::String | T::Undefined | T::Complex64 | T::Complex128);
+    (Narrow::of(code).is_none() && !unsized_).then(|| element_width(ty))
+}
+
+/// The tensor of `shape` that `raw` little-endian bytes hold as ONNX
+/// element type `code`, read as any initializer is.
+pub(crate) fn from_stored_bytes(raw: Vec<u8>, code: i32, shape: &[usize]) -> Result<Tensor> {
+    from_proto(&TensorProto {
+        dims: shape.iter().map(|&d| d as i64).collect(),
+        data_type: Some(code),
+        raw_data: Some(raw),
+        ..Default::default()
+    })
+}
+
 /// Bytes per element in `raw_data`.
 fn element_width(ty: OnnxType) -> usize {
     use OnnxType as T;

@@ -49,6 +49,7 @@ def is_tensor_type(t):
 
 def collect(work):
     """Writes the tensor-only node cases under `work`; returns [(name, op)]."""
+    import numpy as np
     import onnx
     from onnx import numpy_helper
     from onnx.backend.test.case.node import collect_testcases
@@ -82,7 +83,8 @@ def collect(work):
             ("output", outputs, graph.output),
         ):
             for k, (a, info) in enumerate(zip(arrays, infos)):
-                proto = a if isinstance(a, onnx.TensorProto) else numpy_helper.from_array(a, info.name)
+                # A numpy scalar (`np.float32(2)`) is a 0-d tensor.
+                proto = a if isinstance(a, onnx.TensorProto) else numpy_helper.from_array(np.asarray(a), info.name)
                 (data / f"{prefix}_{k}.pb").write_bytes(proto.SerializeToString())
         kept.append((case.name, op))
     return kept, total
@@ -92,7 +94,7 @@ def _is_array(x):
     import numpy as np
     import onnx
 
-    return isinstance(x, (np.ndarray, onnx.TensorProto))
+    return isinstance(x, (np.ndarray, np.generic, onnx.TensorProto))
 
 
 def build_binary():

@@ -8,6 +8,7 @@
 
 mod activation;
 mod attention;
+mod bitcast;
 mod border;
 mod cast;
 mod causal_conv;
@@ -26,6 +27,7 @@ mod loss;
 mod nn;
 mod norms;
 mod pool;
+mod quantize;
 mod reassemble;
 mod recurrent;
 mod reduce;
@@ -228,6 +230,13 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("GRU", recurrent::gru, ok),
     ("LSTM", recurrent::lstm, ok),
     ("Einsum", einsum::einsum, ok),
+    // Linear quantization.
+    ("QuantizeLinear", quantize::quantize_linear, ok),
+    ("DequantizeLinear", quantize::dequantize_linear, ok),
+    ("DynamicQuantizeLinear", quantize::dynamic_quantize_linear, ok),
+    ("MatMulInteger", quantize::matmul_integer, ok),
+    ("QLinearMatMul", quantize::qlinear_matmul, ok),
+    ("BitCast", bitcast::bitcast, ok),
     ("Scatter", indexing::scatter_elements, ok),
     ("GroupNormalization", norms::group_norm, ok),
     ("LRN", norms::lrn, ok),
