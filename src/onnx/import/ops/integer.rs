@@ -1,5 +1,5 @@
 //! Remainders and bit operations: `Mod` (on floats through differentiable
-//! ops, on integers on the host), `BitShift`, `BitwiseAnd`/`Or`/`Xor`.
+//! ops, on integers on the host), `BitShift`, `BitwiseAnd`/`Or`/`Xor`/`Not`.
 
 use super::host::is_int;
 use super::{one, Ctx};
@@ -68,16 +68,73 @@ pub(super) fn modulo<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     let round = if fmod { f64::trunc } else { f64::floor };
     let q: Vec<f64> = x.iter().zip(&y).map(|(p, q)| round(p / q)).collect();
     let q = Tensor::from_f64_slice(&q, &shape, a.dtype())?;
-    let r = a.try_sub(&b.try_mul(&c.constant(q))?)?;
+    let mut r = a.try_sub(&b.try_mul(&c.constant(q))?)?;
+    // A finite value over an infinite divisor: `b · q` is inf · 0 there,
+    // so the remainder (the value, or with `fmod = 0` and opposite signs
+    // the divisor) is taken as it is.
+    let odd: Vec<bool> = x
+        .iter()
+        .zip(&y)
+        .map(|(p, q)| p.is_finite() && q.is_infinite())
+        .collect();
+    if odd.contains(&true) {
+        let exact: Vec<f64> = x
+            .iter()
+            .zip(&y)
+            .map(|(&p, &q)| {
+                let opposite = p != 0.0 && (p < 0.0) != (q < 0.0);
+                if !fmod && opposite && q.is_infinite() {
+                    q
+                } else if q.is_infinite() {
+                    p
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let exact = c.constant(Tensor::from_f64_slice(&exact, &shape, a.dtype())?);
+        let odd = Tensor::from_vec(odd, &shape)?;
+        r = exact.try_where(&odd, &r)?;
+    }
     if narrow {
         return one(r.try_to_dtype(dtype)?);
     }
     one(r)
 }
 
-/// `BitShift` with `direction` LEFT or RIGHT, on integers (read as i64,
-/// so a left shift past the original type's width is not wrapped to it);
-/// a shift of 64 or more gives 0 (-1 for a negative value shifted right).
+/// The bits and signedness of an ONNX integer element type code.
+fn int_width(code: i32) -> Option<(u32, bool)> {
+    Some(match code {
+        2 => (8, false),
+        3 => (8, true),
+        4 => (16, false),
+        5 => (16, true),
+        6 => (32, true),
+        7 => (64, true),
+        12 => (32, false),
+        13 => (64, false),
+        _ => return None,
+    })
+}
+
+/// `v` wrapped to `bits` bits, read back as that type reads them.
+fn wrap(v: i64, bits: u32, signed: bool) -> i64 {
+    if bits >= 64 {
+        return v;
+    }
+    let low = (v as u64) & ((1u64 << bits) - 1);
+    if signed && low >> (bits - 1) == 1 {
+        (low | !((1u64 << bits) - 1)) as i64
+    } else {
+        low as i64
+    }
+}
+
+/// `BitShift` with `direction` LEFT or RIGHT, in the element type the
+/// model declares (integers flow widened to i64, so a left shift wraps to
+/// that width; i64 when undeclared). A shift below 0 or at least the
+/// width gives 0 (-1 for a negative value shifted right); unsigned values
+/// shift right logically.
 pub(super) fn bit_shift<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (a, b) = (c.input(ins, 0)?, c.input(ins, 1)?);
     let left = match c.attrs.string("direction", "")?.as_str() {
@@ -88,16 +145,33 @@ pub(super) fn bit_shift<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
     if !(is_int(a) && is_int(b)) {
         return Err(c.error("BitShift takes integers"));
     }
+    let (bits, signed) = c.input_type(0).and_then(int_width).unwrap_or((64, true));
     let r = int_elementwise(c, a.value(), b.value(), |p, q| {
-        let s = u32::try_from(q).ok()?;
-        Some(if left {
-            p.checked_shl(s).unwrap_or(0)
-        } else {
-            // Unsigned values are never negative here; a signed one keeps its sign.
-            p.checked_shr(s).unwrap_or(if p < 0 { -1 } else { 0 })
+        if q < 0 || q >= i64::from(bits) {
+            return Some(if !left && signed && p < 0 { -1 } else { 0 });
+        }
+        let s = q as u32;
+        Some(match (left, signed) {
+            (true, _) => wrap(((p as u64) << s) as i64, bits, signed),
+            (false, true) => p >> s,
+            // The value's bits as the unsigned type holds them.
+            (false, false) => wrap(((wrap(p, bits, false) as u64) >> s) as i64, bits, false),
         })
     })?;
     one(c.constant(r))
+}
+
+/// `BitwiseNot` in the declared element type: `!x` for signed types,
+/// `max - x` for unsigned ones (i64 when undeclared).
+pub(super) fn bitwise_not<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    let x = c.input(ins, 0)?;
+    if !is_int(x) {
+        return Err(c.error(format!("BitwiseNot takes integers, got {}", x.dtype())));
+    }
+    let (bits, signed) = c.input_type(0).and_then(int_width).unwrap_or((64, true));
+    let v = x.value().contiguous().to_vec::<i64>()?;
+    let out: Vec<i64> = v.iter().map(|&p| wrap(!p, bits, signed)).collect();
+    one(c.constant(Tensor::from_vec(out, x.shape())?))
 }
 
 fn bitwise<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, f: fn(i64, i64) -> i64) -> Result<Vec<Var<'g>>> {

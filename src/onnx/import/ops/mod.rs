@@ -243,6 +243,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("MeanVarianceNormalization", norms::mean_variance_norm, ok),
     ("Col2Im", reassemble::col2im, ok),
     ("MaxUnpool", reassemble::max_unpool, ok),
+    ("BitwiseNot", integer::bitwise_not, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
