@@ -126,9 +126,11 @@ pub(super) fn linear_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec
         None => c.constant(Tensor::zeros(&[b, kvh, dk, dv], dtype)?),
     };
     // 0 (the default) asks for 1/sqrt(dk).
-    let scale = match c.attrs.float("scale", 0.0)? {
-        s if s == 0.0 => 1.0 / (dk as f64).sqrt(),
-        s => s,
+    let scale = c.attrs.float("scale", 0.0)?;
+    let scale = if scale == 0.0 {
+        1.0 / (dk as f64).sqrt()
+    } else {
+        scale
     };
     let scale = c.constant(Tensor::scalar_of(scale, dtype));
     // The query heads of one key/value head side by side: `[B, Hkv, group · T, dk]`
