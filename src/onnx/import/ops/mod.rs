@@ -10,6 +10,7 @@ mod activation;
 mod attention;
 mod bitcast;
 mod border;
+mod cache;
 mod cast;
 mod causal_conv;
 mod conv_transpose;
@@ -244,6 +245,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Col2Im", reassemble::col2im, ok),
     ("MaxUnpool", reassemble::max_unpool, ok),
     ("BitwiseNot", integer::bitwise_not, ok),
+    ("TensorScatter", cache::tensor_scatter, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
