@@ -36,6 +36,7 @@ mod resize;
 mod shape;
 mod subgraph;
 mod spectral;
+mod upsample;
 
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
@@ -246,6 +247,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("MaxUnpool", reassemble::max_unpool, ok),
     ("BitwiseNot", integer::bitwise_not, ok),
     ("TensorScatter", cache::tensor_scatter, ok),
+    ("Upsample", upsample::upsample, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
