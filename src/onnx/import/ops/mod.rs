@@ -33,6 +33,7 @@ mod reassemble;
 mod recurrent;
 mod reduce;
 mod resize;
+mod roi_align;
 mod shape;
 mod subgraph;
 mod spectral;
@@ -248,6 +249,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("BitwiseNot", integer::bitwise_not, ok),
     ("TensorScatter", cache::tensor_scatter, ok),
     ("Upsample", upsample::upsample, ok),
+    ("RoiAlign", roi_align::roi_align, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
