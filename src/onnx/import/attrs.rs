@@ -32,6 +32,9 @@ pub(crate) struct Attrs {
     values: HashMap<String, Attr>,
     /// `node "name" (OpType)`.
     pub(crate) label: String,
+    /// The enclosing graph's values the node's subgraphs read, in the
+    /// order the loader gives them after the node's own inputs.
+    pub(crate) outer: Vec<String>,
 }
 
 impl Attrs {
@@ -88,7 +91,11 @@ impl Attrs {
             };
             values.insert(name, value);
         }
-        Ok(Attrs { values, label })
+        Ok(Attrs {
+            values,
+            label,
+            outer: Vec::new(),
+        })
     }
 
     /// These attributes under another `label`, with integer `name` set to
@@ -96,7 +103,11 @@ impl Attrs {
     pub(crate) fn relabelled_with_int(&self, label: String, name: &str, value: i64) -> Attrs {
         let mut values = self.values.clone();
         values.insert(name.to_string(), Attr::Int(value));
-        Attrs { values, label }
+        Attrs {
+            values,
+            label,
+            outer: self.outer.clone(),
+        }
     }
 
     /// Whether `name` is set.

@@ -9,7 +9,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::attrs::{bad, Attrs};
-use super::ops::{lookup, refused, Ctx};
+use super::ops::{lookup, outer_refs, refused, Ctx};
 use super::{fuse, InputSpec, OnnxModel, Step};
 use crate::base::error::{Error, OnnxProblem, Result};
 use crate::core::graph::{Graph, Var};
@@ -103,7 +103,9 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
             decoded.push(None);
             continue;
         };
-        let attrs = Attrs::decode(label.clone(), &node.attribute)?;
+        let mut attrs = Attrs::decode(label.clone(), &node.attribute)?;
+        // What its subgraphs read of this graph: inputs after its own.
+        attrs.outer = outer_refs(node);
         if let Err(reason) = check(&attrs, opset.unwrap_or(MAX_OPSET)) {
             unsupported.push(format!("{label}: {reason} is not supported"));
         }
@@ -133,6 +135,7 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
         let inputs = node
             .input
             .iter()
+            .chain(&attrs.outer)
             .map(|n| (!n.is_empty()).then(|| b.slots[n.as_str()]))
             .collect();
         let outputs = node
@@ -345,7 +348,8 @@ fn topological_order(graph: &GraphProto, defined: &HashMap<String, usize>) -> Re
     let mut waiting = vec![0usize; graph.node.len()];
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.node.len()];
     for (i, node) in graph.node.iter().enumerate() {
-        for input in node.input.iter().filter(|n| !n.is_empty()) {
+        let outer = outer_refs(node);
+        for input in node.input.iter().chain(&outer).filter(|n| !n.is_empty()) {
             if defined.contains_key(input.as_str()) {
                 continue;
             }

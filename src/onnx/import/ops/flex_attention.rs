@@ -3,6 +3,8 @@
 //! modifier subgraphs (`score_mod` after the product, `prob_mod` after
 //! the softmax), composed of differentiable ops so it trains.
 
+use std::collections::HashMap;
+
 use super::attention::repeat_heads;
 use super::{subgraph, Attrs, Ctx};
 use crate::base::error::Result;
@@ -58,12 +60,13 @@ pub(super) fn flex_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
         .try_matmul(&k.try_mul(&root)?.try_transpose(-2, -1)?)?;
     let wide = precision(c.attrs, dtype).map_err(|why| c.error(why))?;
     let mut scores = scores.try_to_dtype(wide)?;
+    let outer = subgraph::outer_values(c, ins)?;
     if let Some(g) = c.attrs.graph("score_mod")? {
-        scores = modify(c, g, &scores, "score_mod")?;
+        scores = modify(c, g, &scores, &outer, "score_mod")?;
     }
     let mut probs = scores.try_softmax(-1)?;
     if let Some(g) = c.attrs.graph("prob_mod")? {
-        probs = modify(c, g, &probs, "prob_mod")?;
+        probs = modify(c, g, &probs, &outer, "prob_mod")?;
     }
     Ok(vec![probs
         .try_matmul(&v.try_to_dtype(wide)?)?
@@ -85,8 +88,14 @@ fn precision(a: &Attrs, input: DType) -> std::result::Result<DType, String> {
 
 /// `x` through modifier subgraph `g`, which must give one value of `x`'s
 /// shape and type.
-fn modify<'g>(c: &Ctx<'_, 'g>, g: &GraphProto, x: &Var<'g>, what: &str) -> Result<Var<'g>> {
-    let out = subgraph::run(c, g, std::slice::from_ref(x))?;
+fn modify<'g>(
+    c: &Ctx<'_, 'g>,
+    g: &GraphProto,
+    x: &Var<'g>,
+    outer: &HashMap<String, Var<'g>>,
+    what: &str,
+) -> Result<Var<'g>> {
+    let out = subgraph::run(c, g, std::slice::from_ref(x), outer)?;
     match &out[..] {
         [y] if y.shape() == x.shape() => Ok(y.try_to_dtype(x.dtype())?),
         _ => Err(c.error(format!(

@@ -33,12 +33,14 @@ mod reassemble;
 mod recurrent;
 mod reduce;
 mod resize;
+mod scan;
 mod roi_align;
 mod shape;
 mod subgraph;
 mod spectral;
 mod upsample;
 
+pub(crate) use subgraph::outer_refs;
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
 };
@@ -212,6 +214,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("CausalConvWithState", causal_conv::causal_conv_with_state, causal_conv::check),
     ("LinearAttention", linear_attention::linear_attention, linear_attention::check),
     ("FlexAttention", flex_attention::flex_attention, flex_attention::check),
+    ("Scan", scan::scan, scan::check),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
@@ -287,7 +290,7 @@ pub(crate) const REFUSED: &[(&[&str], &str)] = &[
         "it makes or reads a sequence or an optional value, which the importer does not hold",
     ),
     (
-        &["If", "Loop", "Scan"],
+        &["If", "Loop"],
         "it runs a subgraph (control flow), which the importer does not run",
     ),
 ];

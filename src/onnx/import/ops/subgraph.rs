@@ -1,15 +1,17 @@
 //! A graph attribute run on the node's graph: its inputs bound to `Var`s,
 //! its initializers as constants, each node through the same converters
 //! as the model's own nodes, so what the subgraph computes differentiates
-//! like the rest. Only the subgraph's own values are read: a subgraph
-//! that names a value of the enclosing graph is refused by name.
+//! like the rest. A value the subgraph reads but does not define is the
+//! enclosing graph's: the loader gives the node those values after its
+//! own inputs ([`outer_refs`], `Attrs::outer`), so they are computed
+//! first and kept alive like any input.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{lookup, Attrs, Ctx};
 use crate::base::error::{Error, Result};
 use crate::core::graph::Var;
-use crate::onnx::proto::GraphProto;
+use crate::onnx::proto::{GraphProto, NodeProto};
 use crate::onnx::tensor::from_proto;
 
 /// Whether the importer runs every node of `g` with its settings:
@@ -34,9 +36,68 @@ fn label(g: &GraphProto, i: usize, op: &str) -> String {
     format!("subgraph {:?} node {i} ({op})", g.name())
 }
 
-/// Runs `g` on `inputs` (one per graph input, in order) and gives its
-/// outputs.
-pub(super) fn run<'g>(c: &Ctx<'_, 'g>, g: &GraphProto, inputs: &[Var<'g>]) -> Result<Vec<Var<'g>>> {
+/// The names `node`'s graph attributes read (at any depth) and do not
+/// define themselves, in first-read order: values of the enclosing scope.
+pub(crate) fn outer_refs(node: &NodeProto) -> Vec<String> {
+    let mut found = Vec::new();
+    for a in &node.attribute {
+        for g in a.g.iter().chain(&a.graphs) {
+            for name in graph_refs(g) {
+                if !found.contains(&name) {
+                    found.push(name);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The names `g` reads from outside itself.
+fn graph_refs(g: &GraphProto) -> Vec<String> {
+    let mut defined: HashSet<&str> = g.input.iter().map(|v| v.name()).collect();
+    defined.extend(g.initializer.iter().map(|t| t.name()));
+    let mut reads = Vec::new();
+    for node in &g.node {
+        for name in node.input.iter().cloned().chain(outer_refs(node)) {
+            if !name.is_empty() && !defined.contains(name.as_str()) && !reads.contains(&name) {
+                reads.push(name);
+            }
+        }
+        defined.extend(node.output.iter().map(String::as_str));
+    }
+    reads
+}
+
+/// The enclosing graph's values the node's subgraphs read, by name: the
+/// last `c.attrs.outer.len()` of its inputs.
+pub(super) fn outer_values<'g>(
+    c: &Ctx<'_, 'g>,
+    ins: &[Option<Var<'g>>],
+) -> Result<HashMap<String, Var<'g>>> {
+    let names = &c.attrs.outer;
+    let first = ins
+        .len()
+        .checked_sub(names.len())
+        .ok_or_else(|| c.error("fewer inputs than the values its subgraphs read"))?;
+    names
+        .iter()
+        .zip(&ins[first..])
+        .map(|(n, v)| {
+            v.clone()
+                .map(|v| (n.clone(), v))
+                .ok_or_else(|| c.error(format!("the value `{n}` a subgraph reads is missing")))
+        })
+        .collect()
+}
+
+/// Runs `g` on `inputs` (one per graph input, in order), reading the
+/// enclosing graph's values from `outer`, and gives its outputs.
+pub(super) fn run<'g>(
+    c: &Ctx<'_, 'g>,
+    g: &GraphProto,
+    inputs: &[Var<'g>],
+    outer: &HashMap<String, Var<'g>>,
+) -> Result<Vec<Var<'g>>> {
     if g.input.len() != inputs.len() {
         return Err(c.error(format!(
             "subgraph {:?} reads {} inputs, the op gives it {}",
@@ -45,7 +106,8 @@ pub(super) fn run<'g>(c: &Ctx<'_, 'g>, g: &GraphProto, inputs: &[Var<'g>]) -> Re
             inputs.len()
         )));
     }
-    let mut values: HashMap<&str, Var<'g>> = HashMap::new();
+    let mut values: HashMap<&str, Var<'g>> =
+        outer.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
     for (info, v) in g.input.iter().zip(inputs) {
         values.insert(info.name(), v.clone());
     }
@@ -58,22 +120,21 @@ pub(super) fn run<'g>(c: &Ctx<'_, 'g>, g: &GraphProto, inputs: &[Var<'g>]) -> Re
         let (convert, check) = lookup(op)
             .filter(|_| node.domain().is_empty() || node.domain() == "ai.onnx")
             .ok_or_else(|| c.error(format!("{label}: the op is not supported")))?;
-        let attrs = Attrs::decode(label.clone(), &node.attribute)?;
+        let mut attrs = Attrs::decode(label.clone(), &node.attribute)?;
         check(&attrs, c.opset)
             .map_err(|why| c.error(format!("{label}: {why} is not supported")))?;
-        let ins = node
-            .input
-            .iter()
-            .map(|n| match n.as_str() {
-                "" => Ok(None),
-                n => values.get(n).cloned().map(Some).ok_or_else(|| {
-                    c.error(format!(
-                        "{label} reads `{n}`, which the subgraph does not define \
-                         (values of the enclosing graph are not read)"
-                    ))
-                }),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        attrs.outer = outer_refs(node);
+        let ins =
+            node.input
+                .iter()
+                .chain(&attrs.outer)
+                .map(|n| match n.as_str() {
+                    "" => Ok(None),
+                    n => values.get(n).cloned().map(Some).ok_or_else(|| {
+                        c.error(format!("{label} reads `{n}`, which nothing defines"))
+                    }),
+                })
+                .collect::<Result<Vec<_>>>()?;
         let ctx = Ctx {
             graph: c.graph,
             attrs: &attrs,
