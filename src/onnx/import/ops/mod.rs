@@ -14,6 +14,7 @@ mod cache;
 mod cast;
 mod causal_conv;
 mod conv_transpose;
+mod det;
 mod detection;
 mod einsum;
 mod elementwise;
@@ -253,6 +254,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("TensorScatter", cache::tensor_scatter, ok),
     ("Upsample", upsample::upsample, ok),
     ("RoiAlign", roi_align::roi_align, ok),
+    ("Det", det::det, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
