@@ -3,7 +3,8 @@
 //! (`onnx.reference.ReferenceEvaluator`, onnx 1.23) gives for the same
 //! node and inputs: `CausalConvWithState`, `LinearAttention`,
 //! `FlexAttention` with a modifier subgraph, and `Attention` and
-//! `Softmax` on bf16, which round each step to bf16 as the reference does.
+//! `Softmax` on bf16, which round each step to bf16 as the reference does,
+//! and `Scan`, whose body reads a value of the enclosing graph.
 
 #![cfg(feature = "onnx")]
 
@@ -368,4 +369,63 @@ fn bf16_attention_and_softmax_round_each_step_to_bf16() {
             0.08642578125
         ]
     );
+}
+
+#[test]
+fn scan_carries_its_state_reads_the_enclosing_graph_and_differentiates() {
+    // body(acc, x) = (acc + x·w, acc + x·w), with `w` the outer graph's input.
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("Mul", &["x", "w"], &["xw"], vec![]),
+            node("Add", &["acc", "xw"], &["next"], vec![]),
+            node("Identity", &["next"], &["out"], vec![]),
+        ],
+        input: vec![value_info("acc"), value_info("x")],
+        output: vec![value_info("next"), value_info("out")],
+        ..Default::default()
+    };
+    let mut scan = node(
+        "Scan",
+        &["init", "xs"],
+        &["last", "ys"],
+        vec![int("num_scan_inputs", 1)],
+    );
+    scan.attribute.push(AttributeProto {
+        name: Some("body".into()),
+        g: Some(body),
+        r#type: Some(AttributeType::Graph as i32),
+        ..Default::default()
+    });
+    let build = |opset: i64| {
+        let mut g = graph("g", scan.clone());
+        g.input.push(value_info("w"));
+        let m = ModelProto {
+            ir_version: Some(10),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(opset),
+            }],
+            graph: Some(g),
+            ..Default::default()
+        };
+        OnnxModel::from_bytes(&m.encode_to_vec())
+    };
+    let m = build(21).unwrap();
+    let init = f32s(&[0.0, 1.0], &[2]);
+    let xs = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    let w = f32s(&[2.0], &[1]);
+    let y = m.infer(&[init.clone(), xs.clone(), w.clone()]).unwrap();
+    assert_close(&y[0], &[2], &[18.0, 25.0]);
+    assert_close(&y[1], &[3, 2], &[2.0, 5.0, 8.0, 13.0, 18.0, 25.0]);
+    // d sum(last) / d w: every x once.
+    let g = Graph::new();
+    let (init, xs, w) = (g.constant(init), g.constant(xs), g.variable(w));
+    let y = m.forward(&g, &[&init, &xs, &w]).unwrap();
+    let grads = y[0].sum().backward().unwrap();
+    assert_close(&grads.try_wrt(&w).unwrap(), &[1], &[21.0]);
+    // Opset 8's batched Scan is refused by name.
+    let e = build(8).unwrap_err();
+    assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
+    assert!(e.to_string().contains("opset 9"), "{e}");
 }
