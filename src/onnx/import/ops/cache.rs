@@ -23,7 +23,13 @@ pub(super) fn tensor_scatter<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
     };
     let fits = us.len() == rank
         && axis > 0
-        && (0..rank).all(|d| if d == axis { us[d] <= ps[d] } else { us[d] == ps[d] });
+        && (0..rank).all(|d| {
+            if d == axis {
+                us[d] <= ps[d]
+            } else {
+                us[d] == ps[d]
+            }
+        });
     if !fits {
         return Err(c.error(format!(
             "past_cache of shape {ps:?} and update of shape {us:?} on axis {axis}"
@@ -35,7 +41,11 @@ pub(super) fn tensor_scatter<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
         None => vec![0; ps[0]],
     };
     if writes.len() != ps[0] {
-        return Err(c.error(format!("{} write indices for a batch of {}", writes.len(), ps[0])));
+        return Err(c.error(format!(
+            "{} write indices for a batch of {}",
+            writes.len(),
+            ps[0]
+        )));
     }
     // Per batch row, each cache position's source: itself, or `max + j`
     // for the update's `j`-th entry.

@@ -60,7 +60,11 @@ fn plan(c: &Ctx<'_, '_>, input: &[usize], kernel: &[usize]) -> Result<Plan> {
     let out_shape = match c.attrs.ints("output_shape")? {
         Some(s) => {
             // It may name the batch and channel axes too.
-            let s = if s.len() == dims + 2 { s[2..].to_vec() } else { s };
+            let s = if s.len() == dims + 2 {
+                s[2..].to_vec()
+            } else {
+                s
+            };
             if s.len() != dims || s.iter().any(|&v| v < 0) {
                 return Err(c.error(format!("output_shape {s:?} for {dims} spatial axes")));
             }
@@ -165,7 +169,9 @@ fn scattered<'g>(
     let kernel = &ws[2..];
     let (l, k): (usize, usize) = (input.iter().product(), kernel.iter().product());
     let full: Vec<i64> = (0..dims)
-        .map(|d| ((input[d].max(1) - 1) * p.strides[d] + (kernel[d] - 1) * p.dilations[d] + 1) as i64)
+        .map(|d| {
+            ((input[d].max(1) - 1) * p.strides[d] + (kernel[d] - 1) * p.dilations[d] + 1) as i64
+        })
         .collect();
     let out: Vec<i64> = (0..dims)
         .map(|d| full[d] + p.extra[d] as i64 - p.begin[d] - p.end[d])
@@ -202,7 +208,9 @@ fn scattered<'g>(
         }
     }
     let idx = Tensor::from_vec(idx, &[k * l])?;
-    let rows = x.try_reshape(&[batch as isize, cin as isize, l as isize])?.try_transpose(1, 2)?;
+    let rows = x
+        .try_reshape(&[batch as isize, cin as isize, l as isize])?
+        .try_transpose(1, 2)?;
     let mut parts = Vec::with_capacity(groups);
     for g in 0..groups {
         let xg = rows.try_narrow(2, (g * cin_g) as isize, cin_g)?;

@@ -25,7 +25,11 @@ pub(super) fn det<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let batch: usize = shape[..rank - 2].iter().product();
     let out: Vec<isize> = shape[..rank - 2].iter().map(|&d| d as isize).collect();
     if n == 0 {
-        return one(c.constant(Tensor::from_f64_slice(&vec![1.0; batch], &shape[..rank - 2], x.dtype())?));
+        return one(c.constant(Tensor::from_f64_slice(
+            &vec![1.0; batch],
+            &shape[..rank - 2],
+            x.dtype(),
+        )?));
     }
     let (b, ni) = (batch as isize, n as isize);
     let mut a = x.try_reshape(&[b, ni, ni])?;
@@ -38,7 +42,12 @@ pub(super) fn det<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         let picks: Vec<usize> = (0..batch)
             .map(|m| {
                 (k..n)
-                    .max_by(|&i, &j| at(m, i, k).abs().total_cmp(&at(m, j, k).abs()).then(j.cmp(&i)))
+                    .max_by(|&i, &j| {
+                        at(m, i, k)
+                            .abs()
+                            .total_cmp(&at(m, j, k).abs())
+                            .then(j.cmp(&i))
+                    })
                     .unwrap_or(k)
             })
             .collect();
@@ -72,7 +81,11 @@ pub(super) fn det<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         }
         // A zero pivot (a singular matrix) divides by 1 instead: the
         // product is 0 either way.
-        let safe = pivot.try_add(&c.constant(Tensor::from_f64_slice(&zero, &[batch, 1, 1], x.dtype())?))?;
+        let safe = pivot.try_add(&c.constant(Tensor::from_f64_slice(
+            &zero,
+            &[batch, 1, 1],
+            x.dtype(),
+        )?))?;
         let below = a.try_narrow(1, (k + 1) as isize, n - k - 1)?;
         let factors = below.try_narrow(2, k as isize, 1)?.try_div(&safe)?;
         let below = below.try_sub(&factors.try_mul(&row)?)?;

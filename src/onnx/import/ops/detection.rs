@@ -15,7 +15,12 @@ fn corners(b: &[f64], center: bool) -> [f64; 4] {
         let (hw, hh) = (b[2] / 2.0, b[3] / 2.0);
         [b[1] - hh, b[0] - hw, b[1] + hh, b[0] + hw]
     } else {
-        [b[0].min(b[2]), b[1].min(b[3]), b[0].max(b[2]), b[1].max(b[3])]
+        [
+            b[0].min(b[2]),
+            b[1].min(b[3]),
+            b[0].max(b[2]),
+            b[1].max(b[3]),
+        ]
     }
 }
 
@@ -84,10 +89,7 @@ pub(super) fn non_max_suppression<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<
                 if kept.len() >= max_out {
                     break;
                 }
-                if kept
-                    .iter()
-                    .all(|&k| !suppresses(&rects[i], &rects[k], iou))
-                {
+                if kept.iter().all(|&k| !suppresses(&rects[i], &rects[k], iou)) {
                     kept.push(i);
                     out.extend([batch as i64, class as i64, i as i64]);
                 }

@@ -65,10 +65,16 @@ fn diagonals<'g>(x: Var<'g>, labels: Vec<Label>) -> Result<(Var<'g>, Vec<Label>)
         let rank = labels.len();
         let n = x.shape()[a];
         // Both axes last, flattened, then every (n + 1)-th element.
-        let mut perm: Vec<isize> = (0..rank).filter(|&d| d != a && d != b).map(|d| d as isize).collect();
+        let mut perm: Vec<isize> = (0..rank)
+            .filter(|&d| d != a && d != b)
+            .map(|d| d as isize)
+            .collect();
         perm.extend([a as isize, b as isize]);
         let moved = x.try_permute(&perm)?;
-        let mut flat: Vec<isize> = moved.shape()[..rank - 2].iter().map(|&d| d as isize).collect();
+        let mut flat: Vec<isize> = moved.shape()[..rank - 2]
+            .iter()
+            .map(|&d| d as isize)
+            .collect();
         flat.push((n * n) as isize);
         let picks: Vec<i64> = (0..n).map(|i| (i * (n + 1)) as i64).collect();
         x = moved
@@ -109,10 +115,20 @@ fn contract<'g>(
     later: impl Fn(Label) -> bool,
 ) -> Result<(Var<'g>, Vec<Label>)> {
     let size = |x: &Var<'g>, l: &[Label], label: Label| -> usize {
-        l.iter().position(|&m| m == label).map_or(1, |p| x.shape()[p])
+        l.iter()
+            .position(|&m| m == label)
+            .map_or(1, |p| x.shape()[p])
     };
-    let batch: Vec<Label> = la.iter().copied().filter(|l| lb.contains(l) && later(*l)).collect();
-    let shared: Vec<Label> = la.iter().copied().filter(|l| lb.contains(l) && !later(*l)).collect();
+    let batch: Vec<Label> = la
+        .iter()
+        .copied()
+        .filter(|l| lb.contains(l) && later(*l))
+        .collect();
+    let shared: Vec<Label> = la
+        .iter()
+        .copied()
+        .filter(|l| lb.contains(l) && !later(*l))
+        .collect();
     let a_only: Vec<Label> = la.iter().copied().filter(|l| !lb.contains(l)).collect();
     let b_only: Vec<Label> = lb.iter().copied().filter(|l| !la.contains(l)).collect();
     let dim = |l: Label| size(&a, &la, l).max(size(&b, &lb, l));
@@ -145,7 +161,12 @@ fn contract<'g>(
     let am = arrange(&a, &la, &[&batch, &a_only, &shared])?;
     let bm = arrange(&b, &lb, &[&batch, &shared, &b_only])?;
     let y = am.try_matmul(&bm)?;
-    let labels: Vec<Label> = batch.iter().chain(&a_only).chain(&b_only).copied().collect();
+    let labels: Vec<Label> = batch
+        .iter()
+        .chain(&a_only)
+        .chain(&b_only)
+        .copied()
+        .collect();
     let shape: Vec<isize> = labels.iter().map(|&l| dim(l) as isize).collect();
     Ok((y.try_reshape(&shape)?, labels))
 }
@@ -164,15 +185,25 @@ pub(super) fn einsum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
         None => (eq.as_str(), None),
     };
     let terms: Vec<&str> = lhs.split(',').collect();
-    let xs: Vec<&Var<'g>> = (0..terms.len()).map(|i| c.input(ins, i)).collect::<Result<_>>()?;
-    let parsed: Vec<(Vec<Label>, Option<usize>)> =
-        terms.iter().map(|t| parse_term(c, t)).collect::<Result<_>>()?;
+    let xs: Vec<&Var<'g>> = (0..terms.len())
+        .map(|i| c.input(ins, i))
+        .collect::<Result<_>>()?;
+    let parsed: Vec<(Vec<Label>, Option<usize>)> = terms
+        .iter()
+        .map(|t| parse_term(c, t))
+        .collect::<Result<_>>()?;
     let mut dims = Vec::new();
     for ((labels, dots), x) in parsed.iter().zip(&xs) {
         let rank = x.shape().len();
-        let k = rank.checked_sub(labels.len()).filter(|&k| dots.is_some() || k == 0);
+        let k = rank
+            .checked_sub(labels.len())
+            .filter(|&k| dots.is_some() || k == 0);
         dims.push(k.ok_or_else(|| {
-            c.error(format!("term of {} labels for an operand of shape {:?}", labels.len(), x.shape()))
+            c.error(format!(
+                "term of {} labels for an operand of shape {:?}",
+                labels.len(),
+                x.shape()
+            ))
         })?);
     }
     let max = dims.iter().copied().max().unwrap_or(0);
@@ -194,11 +225,17 @@ pub(super) fn einsum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
                 }
             }
             once.sort_unstable();
-            (0..max as Label).map(|i| ELLIPSIS + i).chain(once).collect()
+            (0..max as Label)
+                .map(|i| ELLIPSIS + i)
+                .chain(once)
+                .collect()
         }
     };
     if let Some(l) = out.iter().find(|l| !full.iter().flatten().any(|m| m == *l)) {
-        return Err(c.error(format!("output label {:?} is on no operand", char::from_u32(*l))));
+        return Err(c.error(format!(
+            "output label {:?} is on no operand",
+            char::from_u32(*l)
+        )));
     }
     // Each operand's diagonals, then its labels no one else needs summed.
     let mut ops = Vec::new();
@@ -212,8 +249,13 @@ pub(super) fn einsum<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
     let mut acc = ops.next().ok_or_else(|| c.error("no operands"))?;
     let rest: Vec<_> = ops.collect();
     for (j, next) in rest.iter().enumerate() {
-        let later: Vec<Label> = rest[j + 1..].iter().flat_map(|(_, l)| l.iter().copied()).collect();
-        acc = contract(c, acc, next.clone(), |l| out.contains(&l) || later.contains(&l))?;
+        let later: Vec<Label> = rest[j + 1..]
+            .iter()
+            .flat_map(|(_, l)| l.iter().copied())
+            .collect();
+        acc = contract(c, acc, next.clone(), |l| {
+            out.contains(&l) || later.contains(&l)
+        })?;
     }
     let (y, labels) = sum_unneeded(acc.0, acc.1, |l| out.contains(&l))?;
     let perm: Vec<isize> = out

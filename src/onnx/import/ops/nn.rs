@@ -360,7 +360,9 @@ fn column_major(shape: &[usize], indices: &Tensor) -> Result<Tensor> {
             at[d] = rest % spatial[d];
             rest /= spatial[d];
         }
-        let flipped = (0..spatial.len()).rev().fold(0, |acc, d| acc * spatial[d] + at[d]);
+        let flipped = (0..spatial.len())
+            .rev()
+            .fold(0, |acc, d| acc * spatial[d] + at[d]);
         out.push((outer * plane + flipped) as i64);
     }
     Tensor::from_vec(out, indices.shape())

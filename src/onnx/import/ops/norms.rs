@@ -28,15 +28,23 @@ pub(super) fn group_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'
     let g = usize::try_from(groups)
         .ok()
         .filter(|&g| g > 0 && shape.len() >= 2 && channels % g == 0)
-        .ok_or_else(|| c.error(format!("num_groups = {groups} for input of shape {shape:?}")))?;
+        .ok_or_else(|| {
+            c.error(format!(
+                "num_groups = {groups} for input of shape {shape:?}"
+            ))
+        })?;
     let spread = |v: &Var<'g>, what: &str| -> Result<Var<'g>> {
         match v.shape() {
             [n] if *n == channels => Ok(v.clone()),
             [n] if *n == g => {
-                let picks: Vec<i64> = (0..channels).map(|ch| (ch / (channels / g)) as i64).collect();
+                let picks: Vec<i64> = (0..channels)
+                    .map(|ch| (ch / (channels / g)) as i64)
+                    .collect();
                 v.try_index_select(0, &Tensor::from_vec(picks, &[channels])?)
             }
-            other => Err(c.error(format!("{what} of shape {other:?} for {channels} channels in {g} groups"))),
+            other => Err(c.error(format!(
+                "{what} of shape {other:?} for {channels} channels in {g} groups"
+            ))),
         }
     };
     let (scale, bias) = (spread(scale, "scale")?, spread(bias, "bias")?);
@@ -47,7 +55,9 @@ pub(super) fn group_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'
     let normed = centered.try_mul(&var.add_scalar(eps).try_rsqrt()?)?;
     let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
     let y = normed.try_reshape(&dims)?;
-    one(y.try_mul(&per_channel(&scale, shape.len())?)?.try_add(&per_channel(&bias, shape.len())?)?)
+    one(y
+        .try_mul(&per_channel(&scale, shape.len())?)?
+        .try_add(&per_channel(&bias, shape.len())?)?)
 }
 
 /// `LRN`: each value over `(bias + alpha / size · Σ x²)^beta`, the sum over
@@ -81,7 +91,10 @@ pub(super) fn lrn<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     for i in 1..size {
         sum = sum.try_add(&padded.try_narrow(1, i as isize, channels)?)?;
     }
-    let den = sum.mul_scalar(alpha / size as f64).add_scalar(bias).try_powf(beta)?;
+    let den = sum
+        .mul_scalar(alpha / size as f64)
+        .add_scalar(bias)
+        .try_powf(beta)?;
     one(x.try_div(&den)?)
 }
 
@@ -99,7 +112,10 @@ pub(super) fn mean_variance_norm<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<V
         .collect::<Result<_>>()?;
     let mean = x.try_mean_axes(&axes, true)?;
     let centered = x.try_sub(&mean)?;
-    let std = centered.try_mul(&centered)?.try_mean_axes(&axes, true)?.try_sqrt()?;
+    let std = centered
+        .try_mul(&centered)?
+        .try_mean_axes(&axes, true)?
+        .try_sqrt()?;
     one(centered.try_div(&std.add_scalar(1e-9))?)
 }
 
@@ -113,7 +129,12 @@ pub(super) fn batch_norm_training<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<
     let (mean_in, var_in) = (c.input(ins, 3)?, c.input(ins, 4)?);
     let rank = x.shape().len();
     let channels = x.shape().get(1).copied().unwrap_or(0);
-    for (v, what) in [(scale, "scale"), (bias, "B"), (mean_in, "input_mean"), (var_in, "input_var")] {
+    for (v, what) in [
+        (scale, "scale"),
+        (bias, "B"),
+        (mean_in, "input_mean"),
+        (var_in, "input_var"),
+    ] {
         if rank < 2 || v.shape() != [channels] {
             return Err(c.error(format!(
                 "{what} of shape {:?} for input of shape {:?}",
@@ -134,7 +155,8 @@ pub(super) fn batch_norm_training<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<
         .try_add(&per_channel(bias, rank)?)?;
     let flat = |v: &Var<'g>| v.try_reshape(&[channels as isize]);
     let running = |old: &Var<'g>, now: &Var<'g>| -> Result<Var<'g>> {
-        old.mul_scalar(momentum).try_add(&flat(now)?.mul_scalar(1.0 - momentum))
+        old.mul_scalar(momentum)
+            .try_add(&flat(now)?.mul_scalar(1.0 - momentum))
     };
     Ok(vec![y, running(mean_in, &mean)?, running(var_in, &var)?])
 }

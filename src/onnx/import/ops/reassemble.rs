@@ -79,7 +79,9 @@ pub(super) fn col2im<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>>
                 ll[d] = r % counts[d];
                 r /= counts[d];
             }
-            let at: Vec<usize> = (0..n).map(|d| ll[d] * strides[d] + kk[d] * dil[d]).collect();
+            let at: Vec<usize> = (0..n)
+                .map(|d| ll[d] * strides[d] + kk[d] * dil[d])
+                .collect();
             idx.push(flat(&at, &padded) as i64);
         }
     }

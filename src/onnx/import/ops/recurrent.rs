@@ -58,7 +58,10 @@ impl Act {
             "Tanh" => x.try_tanh(),
             "Relu" => x.try_relu(),
             "LeakyRelu" => x.try_leaky_relu(a),
-            "HardSigmoid" => x.mul_scalar(a).add_scalar(b).try_clamp(Some(0.0), Some(1.0)),
+            "HardSigmoid" => x
+                .mul_scalar(a)
+                .add_scalar(b)
+                .try_clamp(Some(0.0), Some(1.0)),
             "Affine" => Ok(x.mul_scalar(a).add_scalar(b)),
             "ScaledTanh" => Ok(x.mul_scalar(b).try_tanh()?.mul_scalar(a)),
             "Softsign" => x.try_div(&x.try_abs()?.add_scalar(1.0)),
@@ -190,7 +193,11 @@ fn recurrent<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, cell: Cell) -> Result<Vec<Var<'
     } else {
         None
     };
-    let peep = if cell == Cell::Lstm { c.opt(ins, 7) } else { None };
+    let peep = if cell == Cell::Lstm {
+        c.opt(ins, 7)
+    } else {
+        None
+    };
     if let Some(p) = peep {
         if p.shape() != [dirs, 3 * hidden] {
             return Err(c.error(format!("P of shape {:?}", p.shape())));
@@ -217,10 +224,10 @@ fn recurrent<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, cell: Cell) -> Result<Vec<Var<'
             );
             if cell == Cell::Gru && lbr {
                 // The state's bias of the new gate sits inside the reset product.
-                xw = xw.try_add(&wb)?.try_add(&rbd.try_narrow(0, 0, 2 * hidden)?.try_pad(
-                    &[0, hidden as isize],
-                    0.0,
-                )?)?;
+                xw = xw.try_add(&wb)?.try_add(
+                    &rbd.try_narrow(0, 0, 2 * hidden)?
+                        .try_pad(&[0, hidden as isize], 0.0)?,
+                )?;
                 rb = Some(rbd.try_narrow(0, (2 * hidden) as isize, hidden)?);
             } else {
                 xw = xw.try_add(&wb)?.try_add(&rbd)?;
@@ -270,7 +277,9 @@ fn recurrent<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, cell: Cell) -> Result<Vec<Var<'
                 Cell::Gru => {
                     let rt_zr = rt.try_narrow(1, 0, 2 * hidden)?;
                     let rt_h = rt.try_narrow(1, 2 * hi, hidden)?;
-                    let zr = xt.try_narrow(1, 0, 2 * hidden)?.try_add(&h.try_matmul(&rt_zr)?)?;
+                    let zr = xt
+                        .try_narrow(1, 0, 2 * hidden)?
+                        .try_add(&h.try_matmul(&rt_zr)?)?;
                     let z = act[0].apply(c, &clipped(gate(&zr, 0)?)?)?;
                     let rg = act[0].apply(c, &clipped(gate(&zr, 1)?)?)?;
                     let xh = gate(&xt, 2)?;

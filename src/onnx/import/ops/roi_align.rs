@@ -69,7 +69,11 @@ pub(super) fn roi_align<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
         .attrs
         .string(
             "coordinate_transformation_mode",
-            if c.opset < 16 { "output_half_pixel" } else { "half_pixel" },
+            if c.opset < 16 {
+                "output_half_pixel"
+            } else {
+                "half_pixel"
+            },
         )?
         .as_str()
     {
@@ -149,7 +153,9 @@ pub(super) fn roi_align<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
         }
     }
     let m = bins.len() * most;
-    let map = x.try_permute(&[0, 2, 3, 1])?.try_reshape(&[(n * h * w) as isize, ch as isize])?;
+    let map = x
+        .try_permute(&[0, 2, 3, 1])?
+        .try_reshape(&[(n * h * w) as isize, ch as isize])?;
     let picked = map
         .try_index_select(0, &Tensor::from_vec(idx, &[m])?)?
         .try_mul(&c.constant(Tensor::from_f64_slice(&wts, &[m, 1], x.dtype())?))?;

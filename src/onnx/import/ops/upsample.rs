@@ -20,12 +20,18 @@ pub(super) fn upsample<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>
         _ => return Err(c.error("no scales")),
     };
     if scales.len() != rank || scales.iter().any(|&s| !(s.is_finite() && s >= 1.0)) {
-        return Err(c.error(format!("scales {scales:?} for rank {rank} (each at least 1)")));
+        return Err(c.error(format!(
+            "scales {scales:?} for rank {rank} (each at least 1)"
+        )));
     }
     match c.attrs.string("mode", "nearest")?.as_str() {
         "nearest" => {}
         "linear" | "bilinear" => {
-            let s = c.constant(Tensor::from_f64_slice(&scales, &[rank], crate::tensor::DType::F32)?);
+            let s = c.constant(Tensor::from_f64_slice(
+                &scales,
+                &[rank],
+                crate::tensor::DType::F32,
+            )?);
             return resize::resize(c, &[Some(x.clone()), Some(s)]);
         }
         other => return Err(c.error(format!("mode {other:?}"))),
