@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use retrograd::nn::{Forward, Gpt, GptConfig, Module, Sequential};
-use retrograd::onnx::{can_export, Exporter, OnnxModel};
+use retrograd::onnx::{can_export, Exporter, OnnxModel, EXPORT_OPSET, MAX_EXPORT_OPSET};
 use retrograd::{DType, Error, Graph, Tensor, Var};
 
 /// The largest absolute difference between two tensors of one shape.
@@ -48,11 +48,12 @@ fn as_f32(inputs: Vec<Tensor>) -> Vec<Tensor> {
 }
 
 /// Records `apply` on `inputs` (floats as variables), exports the graph
-/// with inputs `in0..` and output `out`, and returns the bytes and the
-/// recorded output.
+/// with inputs `in0..` and output `out` at `opset`, and returns the
+/// bytes and the recorded output.
 fn export_one(
     inputs: &[Tensor],
     apply: impl for<'g> Fn(&[Var<'g>]) -> retrograd::Result<Var<'g>>,
+    opset: i64,
 ) -> retrograd::Result<(Vec<u8>, Tensor)> {
     let graph = Graph::new();
     graph.set_tracing(true);
@@ -67,7 +68,7 @@ fn export_one(
         })
         .collect();
     let y = apply(&vars)?;
-    let mut e = Exporter::new(&graph).output("out", &y);
+    let mut e = Exporter::new(&graph).output("out", &y).opset(opset);
     for (i, v) in vars.iter().enumerate() {
         e = e.input(&format!("in{i}"), v);
     }
@@ -104,21 +105,30 @@ fn check_op(
     apply: impl for<'g> Fn(&[Var<'g>]) -> retrograd::Result<Var<'g>>,
 ) -> bool {
     let inputs = as_f32(inputs);
-    match export_one(&inputs, apply) {
+    match export_one(&inputs, &apply, EXPORT_OPSET) {
         Ok((bytes, expected)) => {
             assert!(
                 can_export(name),
                 "{label}: exported, but can_export says no"
             );
-            let model =
-                OnnxModel::from_bytes(&bytes).unwrap_or_else(|e| panic!("{label}: import: {e}"));
-            let got = model
-                .infer(&inputs)
-                .unwrap_or_else(|e| panic!("{label}: run: {e}"));
-            let diff = max_diff(&got[0].to_dtype(DType::F64), &expected.to_dtype(DType::F64));
-            assert!(diff <= 1e-5, "{label}: imported value differs by {diff}");
+            // The default opset, and the newest, whose forms differ.
+            let newest = export_one(&inputs, &apply, MAX_EXPORT_OPSET)
+                .unwrap_or_else(|e| panic!("{label}: export at opset {MAX_EXPORT_OPSET}: {e}"))
+                .0;
             let file = label.replace([' ', '(', ')'], "_");
-            keep_for_onnxruntime(&file, &bytes, &inputs, &expected);
+            for (bytes, file) in [
+                (bytes, file.clone()),
+                (newest, format!("{file}.opset{MAX_EXPORT_OPSET}")),
+            ] {
+                let model =
+                    OnnxModel::from_bytes(&bytes).unwrap_or_else(|e| panic!("{file}: import: {e}"));
+                let got = model
+                    .infer(&inputs)
+                    .unwrap_or_else(|e| panic!("{file}: run: {e}"));
+                let diff = max_diff(&got[0].to_dtype(DType::F64), &expected.to_dtype(DType::F64));
+                assert!(diff <= 1e-5, "{file}: imported value differs by {diff}");
+                keep_for_onnxruntime(&file, &bytes, &inputs, &expected);
+            }
             true
         }
         Err(Error::OnnxExport { op, .. }) => {

@@ -1,7 +1,8 @@
 //! ONNX in and out (feature `onnx`, on by default).
 //!
 //! - **Export** ([`Exporter`], [`export_forward`]): a recorded inference
-//!   graph as an ONNX model (opset 17): weights as initializers under
+//!   graph as an ONNX model (opset 17, or any up to 28 by
+//!   [`Exporter::opset`]): weights as initializers under
 //!   their parameter names, named inputs and outputs, optionally free
 //!   axes (a batch, a sequence length). Every op of the README models, the CNN layers and the
 //!   transformers has an ONNX form (attention as its decomposition); an op
@@ -30,7 +31,8 @@
 //! `shape_ops.rs`, `reduce_ops.rs`, `nn_ops.rs`, `attention.rs`: attention
 //! as its opset-17 decomposition with the `Where(IsNaN)` that keeps fully
 //! masked rows at 0) for ONNX nodes computed from the op's
-//! `Differentiable::attributes`; `emit.rs` writes nodes, constants and
+//! `Differentiable::attributes`; `opset.rs` rewrites opset 17's forms
+//! into a later opset's; `emit.rs` writes nodes, constants and
 //! initializers and keeps the inputs' free axes free (reshapes copy or
 //! infer them, a table cut to a free axis's recorded length ends at that
 //! axis's size: `Shape`); `forward.rs` is the one-call `export_forward`;
@@ -53,7 +55,9 @@ mod narrow;
 pub mod proto;
 mod tensor;
 
-pub use export::{can_export, export_forward, export_input, Exporter, EXPORT_OPSET};
+pub use export::{
+    can_export, export_forward, export_input, Exporter, EXPORT_OPSET, MAX_EXPORT_OPSET,
+};
 pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSET};
 
 /// The tensor a serialized ONNX `TensorProto` holds: the `.pb` files of

@@ -20,6 +20,7 @@ mod emit;
 mod forward;
 mod nn_ops;
 mod node;
+mod opset;
 mod reduce_ops;
 mod shape_ops;
 
@@ -31,6 +32,7 @@ use prost::Message;
 pub(crate) use emit::{attr_int, Emit, FreeAxis};
 pub use forward::{export_forward, export_input};
 pub(crate) use node::{Mapper, NodeCtx};
+pub use opset::{EXPORT_OPSET, MAX_EXPORT_OPSET};
 
 use super::proto::tensor_shape_proto::{dimension, Dimension};
 use super::proto::type_proto::{self, Value as TypeValue};
@@ -93,12 +95,6 @@ fn is_fixed(
     }
     memo.get(&id).copied().unwrap_or(false)
 }
-
-/// The ONNX opset the exporter writes (the default domain).
-pub const EXPORT_OPSET: i64 = 17;
-
-/// The ONNX IR version written with [`EXPORT_OPSET`].
-const IR_VERSION: i64 = 8;
 
 /// The mapper of a retrograd op name, if the exporter has one.
 pub(crate) fn mapper(op: &str) -> Option<Mapper> {
@@ -171,6 +167,8 @@ pub struct Exporter<'g> {
     graph_name: String,
     /// Errors met while naming (reported by `to_model`).
     pending: Vec<Error>,
+    /// The default domain's opset written.
+    opset: i64,
 }
 
 impl<'g> Exporter<'g> {
@@ -186,6 +184,7 @@ impl<'g> Exporter<'g> {
             dynamic_axes: Vec::new(),
             graph_name: "retrograd".to_string(),
             pending: Vec::new(),
+            opset: EXPORT_OPSET,
         }
     }
 
@@ -305,6 +304,32 @@ impl<'g> Exporter<'g> {
         axes
     }
 
+    /// The default domain's opset to write: [`EXPORT_OPSET`] (17) unless
+    /// asked, up to [`MAX_EXPORT_OPSET`]; another is an error from
+    /// [`to_model`](Self::to_model). Nodes whose form changed after 17
+    /// are written in the later form (reductions take their axes as an
+    /// input from 18).
+    ///
+    /// ```
+    /// use retrograd::onnx::{Exporter, OnnxModel};
+    /// use retrograd::{DType, Graph, Tensor};
+    ///
+    /// let graph = Graph::new();
+    /// graph.set_tracing(true);
+    /// let x = graph.variable(Tensor::ones(&[2, 3], DType::F32)?);
+    /// let y = x.mean_dim(&[1], true);
+    /// let bytes = Exporter::new(&graph).input("x", &x).output("y", &y).opset(21).to_bytes()?;
+    /// let model = OnnxModel::from_bytes(&bytes)?;
+    /// assert_eq!(model.opset(), 21);
+    /// assert_eq!(model.infer(&[Tensor::ones(&[2, 3], DType::F32)?])?[0].to_f64_vec(), [1.0, 1.0]);
+    /// assert!(Exporter::new(&graph).input("x", &x).output("y", &y).opset(16).to_bytes().is_err());
+    /// # Ok::<(), retrograd::Error>(())
+    /// ```
+    pub fn opset(mut self, opset: i64) -> Self {
+        self.opset = opset;
+        self
+    }
+
     /// The ONNX graph's name (default `"retrograd"`).
     pub fn graph_name(mut self, name: &str) -> Self {
         self.graph_name = name.to_string();
@@ -364,12 +389,14 @@ impl<'g> Exporter<'g> {
                 ));
             }
         }
-        let graph = self.write_graph()?;
+        opset::check(self.opset)?;
+        let mut graph = self.write_graph()?;
+        opset::upgrade(&mut graph, self.opset);
         Ok(ModelProto {
-            ir_version: Some(IR_VERSION),
+            ir_version: Some(opset::ir_version(self.opset)),
             opset_import: vec![OperatorSetIdProto {
                 domain: Some(String::new()),
-                version: Some(EXPORT_OPSET),
+                version: Some(self.opset),
             }],
             producer_name: Some("retrograd".into()),
             producer_version: Some(env!("CARGO_PKG_VERSION").into()),

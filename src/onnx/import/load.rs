@@ -204,10 +204,12 @@ fn declared_types(graph: &GraphProto) -> HashMap<&str, i32> {
         .chain(&graph.output)
         .chain(&graph.value_info)
     {
-        if let Some(TypeValue::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-            if let Some(code) = t.elem_type.filter(|&c| c != 0) {
-                types.insert(v.name(), code);
-            }
+        let code = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(TypeValue::TensorType(t)) => t.elem_type.filter(|&c| c != 0),
+            _ => None,
+        };
+        if let Some(code) = code {
+            types.insert(v.name(), code);
         }
     }
     for t in &graph.initializer {
