@@ -161,10 +161,10 @@ fn recurrent<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, cell: Cell) -> Result<Vec<Var<'
     let acts = activations(c, cell, dirs)?;
     let per = acts.len() / dirs;
     let b = c.opt(ins, 3);
-    if let Some(b) = b {
-        if b.shape() != [dirs, 2 * g * hidden] {
-            return Err(c.error(format!("B of shape {:?}", b.shape())));
-        }
+    if let Some(b) = b
+        && b.shape() != [dirs, 2 * g * hidden]
+    {
+        return Err(c.error(format!("B of shape {:?}", b.shape())));
     }
     // Each batch row's length: steps past it keep the state and output 0.
     let lens = match c.opt(ins, 4) {
@@ -198,10 +198,10 @@ fn recurrent<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>, cell: Cell) -> Result<Vec<Var<'
     } else {
         None
     };
-    if let Some(p) = peep {
-        if p.shape() != [dirs, 3 * hidden] {
-            return Err(c.error(format!("P of shape {:?}", p.shape())));
-        }
+    if let Some(p) = peep
+        && p.shape() != [dirs, 3 * hidden]
+    {
+        return Err(c.error(format!("P of shape {:?}", p.shape())));
     }
     let (bi, hi) = (batch as isize, hidden as isize);
     let zeros = c.constant(Tensor::zeros(&[batch, hidden], x.dtype())?);

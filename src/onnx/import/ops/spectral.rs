@@ -186,13 +186,13 @@ pub(super) fn stft<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
             )))
         }
     };
-    if let Some(w) = window {
-        if w.shape() != [len] {
-            return Err(c.error(format!(
-                "a window of shape {:?} for frames of {len}",
-                w.shape()
-            )));
-        }
+    if let Some(w) = window
+        && w.shape() != [len]
+    {
+        return Err(c.error(format!(
+            "a window of shape {:?} for frames of {len}",
+            w.shape()
+        )));
     }
     let onesided = c.attrs.int("onesided", 1)? != 0;
     if onesided && parts == 2 {
