@@ -13,6 +13,7 @@ mod border;
 mod cache;
 mod cast;
 mod causal_conv;
+mod control_flow;
 mod conv_transpose;
 mod det;
 mod detection;
@@ -216,6 +217,8 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("LinearAttention", linear_attention::linear_attention, linear_attention::check),
     ("FlexAttention", flex_attention::flex_attention, flex_attention::check),
     ("Scan", scan::scan, scan::check),
+    ("If", control_flow::if_op, control_flow::check_if),
+    ("Loop", control_flow::loop_op, control_flow::check_loop),
     // Reductions.
     ("ReduceSum", reduce::sum, ok),
     ("ReduceMean", reduce::mean, ok),
@@ -290,10 +293,6 @@ pub(crate) const REFUSED: &[(&[&str], &str)] = &[
             "OptionalHasElement",
         ],
         "it makes or reads a sequence or an optional value, which the importer does not hold",
-    ),
-    (
-        &["If", "Loop"],
-        "it runs a subgraph (control flow), which the importer does not run",
     ),
 ];
 

@@ -26,6 +26,7 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         .attrs
         .graph("body")?
         .ok_or_else(|| c.error("a Scan without its body"))?;
+    let body = subgraph::Body::prepare(c, body)?;
     let outer = subgraph::outer_values(c, ins)?;
     let own = &ins[..ins.len() - c.attrs.outer.len()];
     let m = usize::try_from(c.attrs.int("num_scan_inputs", 0)?)
@@ -74,7 +75,7 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
                     .try_squeeze_dim(*axis as isize)?,
             );
         }
-        let mut outs = subgraph::run(c, body, &args, &outer)?;
+        let mut outs = body.run(c, &args, &outer)?;
         if outs.len() < n {
             return Err(c.error(format!(
                 "the body gives {} values for {n} states",
