@@ -722,3 +722,13 @@ fn det_and_its_gradient_the_cofactors() {
     let y = run("Det", 11, &[f32s(&[1.0, 2.0, 2.0, 4.0], &[2, 2])], 1, &[]);
     assert_close(&y[0], &[], &[0.0]);
 }
+
+#[test]
+fn an_opset_before_7_reads_only_ops_defined_alike_since_opset_1() {
+    let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
+    let y = model("Not", 1, &[true], 1, &[]).infer(&[b]).unwrap();
+    assert_eq!(y[0].to_f64_vec(), vec![0.0, 1.0]);
+    // `Add` broadcast differently before opset 7: refused, naming the opset.
+    let e = model_typed("Add", 6, &[("x0", None), ("x1", None)], 1, &[]).unwrap_err();
+    assert!(e.to_string().contains("opset 6"), "{e}");
+}

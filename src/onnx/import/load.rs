@@ -228,13 +228,38 @@ fn cast_result_type(op_type: &str, attrs: &Attrs, input_types: &[Option<i32>]) -
     }
 }
 
+/// Unary ops that every opset from 1 on defines alike (opsets before 7
+/// differ only in a `consumed_inputs` setting with no effect): a model of
+/// only these may declare an opset below [`MIN_OPSET`].
+const SAME_SINCE_OPSET_1: &[&str] = &[
+    "Not",
+    "Identity",
+    "Abs",
+    "Neg",
+    "Floor",
+    "Ceil",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+];
+
 /// The default domain's opset, or an unsupported-opset entry.
 fn default_opset(model: &ModelProto, unsupported: &mut Vec<String>) -> Option<i64> {
     let mut found = None;
+    let old_ok = model.graph.as_ref().is_some_and(|g| {
+        g.node
+            .iter()
+            .all(|n| SAME_SINCE_OPSET_1.contains(&n.op_type()) && n.domain().is_empty())
+    });
     for o in &model.opset_import {
         if o.domain().is_empty() || o.domain() == "ai.onnx" {
             let v = o.version();
-            if !(MIN_OPSET..=MAX_OPSET).contains(&v) {
+            let early = (1..MIN_OPSET).contains(&v) && old_ok;
+            if !(MIN_OPSET..=MAX_OPSET).contains(&v) && !early {
                 unsupported.push(format!(
                     "opset {v} of the default domain (supported: {MIN_OPSET} to {MAX_OPSET})"
                 ));
