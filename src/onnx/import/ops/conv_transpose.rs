@@ -116,7 +116,12 @@ pub(super) fn conv_transpose<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<V
         .ok()
         .filter(|&g| g > 0)
         .ok_or_else(|| c.error(format!("group = {groups}")))?;
-    if xs.len() < 3 || ws.len() != xs.len() || ws[0] != xs[1] || xs[1] % groups != 0 {
+    if xs.len() < 3
+        || ws.len() != xs.len()
+        || ws[0] != xs[1]
+        || xs[1] % groups != 0
+        || ws[2..].contains(&0)
+    {
         return Err(c.error(format!(
             "input of shape {xs:?} and weight of shape {ws:?} in {groups} group(s)"
         )));

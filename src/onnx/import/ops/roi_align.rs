@@ -89,6 +89,7 @@ pub(super) fn roi_align<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
             )))
         }
     };
+    c.check_size(&[r, ph, pw, ch])?;
     let boxes = rois.value().contiguous().to_f64_vec();
     let owner = batch_idx.value().contiguous().to_f64_vec();
     // Per output bin, its samples' taps: (row of the [N·H·W, C] map, weight).
@@ -116,7 +117,7 @@ pub(super) fn roi_align<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g
             }
         };
         let (gh, gw) = (grid(bin_h), grid(bin_w));
-        if gh * gw > 1 << 16 {
+        if gh.checked_mul(gw).is_none_or(|g| g > 1 << 16) {
             return Err(c.error(format!("a sampling grid of {gh} x {gw} per bin")));
         }
         let count = (gh * gw).max(1) as f64;
