@@ -463,3 +463,37 @@ fn malformed_control_flow_is_an_error_not_a_panic() {
     let e = import(graph("g", vec![n], &["m", "y"], &["z"])).unwrap_err();
     assert!(e.to_string().contains("NoSuchOp"), "{e}");
 }
+
+#[test]
+fn sixteen_bit_values_keep_their_type_through_a_branch() {
+    // then: Cast(x, FLOAT); else: x + x, computed in f32 and given back in f16.
+    let then = with_int(node("Cast", &["x"], &["t"]), "to", 1);
+    let then = graph("then", vec![then], &[], &["t"]);
+    let otherwise = graph("else", vec![node("Add", &["x", "x"], &["e"])], &[], &["e"]);
+    let n = node("If", &["c"], &["y"]);
+    let n = with_graph(with_graph(n, "then_branch", then), "else_branch", otherwise);
+    let m = import(graph("g", vec![n], &["c", "x"], &["y"])).unwrap();
+    let x = Tensor::from_f64_slice(&[0.5, 1.5], &[2], DType::F16).unwrap();
+    let y = m.infer(&[boolean(true), x.clone()]).unwrap();
+    assert_eq!(y[0].dtype(), DType::F32);
+    assert_close(&y[0], &[2], &[0.5, 1.5]);
+    let y = m.infer(&[boolean(false), x]).unwrap();
+    assert_eq!(y[0].dtype(), DType::F16);
+    assert_close(&y[0], &[2], &[1.0, 3.0]);
+}
+
+#[test]
+fn sequence_graph_inputs_are_refused_by_name() {
+    let mut g = graph("g", vec![node("Identity", &["s"], &["y"])], &["s"], &["y"]);
+    g.input[0].r#type = Some(TypeProto {
+        value: Some(TypeValue::SequenceType(Box::default())),
+        ..Default::default()
+    });
+    let e = import(g).unwrap_err();
+    assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("graph input `s`") && text.contains("sequence"),
+        "{e}"
+    );
+}

@@ -9,7 +9,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::attrs::{bad, Attrs};
-use super::ops::{lookup, outer_refs, refused, Ctx};
+use super::ops::{lookup, non_tensor, outer_refs, refused, Ctx};
 use super::{fuse, InputSpec, OnnxModel, Step};
 use crate::base::error::{Error, OnnxProblem, Result};
 use crate::core::graph::{Graph, Var};
@@ -41,6 +41,10 @@ const KEEPS_16_BIT: &[&str] = &[
     "Identity",
     "Attention",
     "Softmax",
+    // Control flow: each step of a subgraph widens what it reads itself.
+    "If",
+    "Loop",
+    "Scan",
 ];
 
 /// The ops of the `ai.onnx.preview` domain the importer runs, converted
@@ -110,6 +114,19 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
             unsupported.push(format!("{label}: {reason} is not supported"));
         }
         decoded.push(Some((convert, attrs)));
+    }
+    for (what, v) in graph
+        .input
+        .iter()
+        .map(|v| ("input", v))
+        .chain(graph.output.iter().map(|v| ("output", v)))
+    {
+        if let Some(kind) = non_tensor(v) {
+            unsupported.push(format!(
+                "graph {what} `{}`: a value of {kind} type is not supported",
+                v.name()
+            ));
+        }
     }
     if !unsupported.is_empty() {
         return Err(Error::OnnxUnsupported { items: unsupported });

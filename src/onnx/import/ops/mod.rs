@@ -42,7 +42,7 @@ mod subgraph;
 mod spectral;
 mod upsample;
 
-pub(crate) use subgraph::outer_refs;
+pub(crate) use subgraph::{non_tensor, outer_refs};
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
 };

@@ -295,11 +295,11 @@ impl<'p> Body<'p> {
                 .iter()
                 .map(|n| declared.get(n.as_str()).copied())
                 .collect();
-            if op == "Cast" {
-                if let Ok(to) = attrs.int("to", 0) {
-                    for o in &node.output {
-                        declared.insert(o.as_str(), to as i32);
-                    }
+            if op == "Cast"
+                && let Ok(to) = attrs.int("to", 0)
+            {
+                for o in &node.output {
+                    declared.insert(o.as_str(), to as i32);
                 }
             }
             steps.push(Step {
@@ -442,10 +442,10 @@ impl<'p> Body<'p> {
 fn declared_types(g: &GraphProto) -> HashMap<&str, i32> {
     let mut types = HashMap::new();
     for v in g.input.iter().chain(&g.output).chain(&g.value_info) {
-        if let Some(TypeValue::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-            if let Some(code) = t.elem_type.filter(|&c| c != 0) {
-                types.insert(v.name(), code);
-            }
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
+            && let Some(code) = t.elem_type.filter(|&c| c != 0)
+        {
+            types.insert(v.name(), code);
         }
     }
     for t in &g.initializer {
