@@ -732,3 +732,56 @@ fn an_opset_before_7_reads_only_ops_defined_alike_since_opset_1() {
     let e = model_typed("Add", 6, &[("x0", None), ("x1", None)], 1, &[]).unwrap_err();
     assert!(e.to_string().contains("opset 6"), "{e}");
 }
+
+#[test]
+fn windows_mel_weights_and_one_hot() {
+    // Periodic Hann of 4: sin²(πn / 4).
+    let y = run("HannWindow", 17, &[i64s(&[4], &[])], 1, &[]);
+    assert_close(&y[0], &[4], &[0.0, 0.5, 1.0, 0.5]);
+    let y = run("HammingWindow", 17, &[i64s(&[4], &[])], 1, &[]);
+    assert_close(&y[0], &[4], &[0.0869565, 0.543478, 1.0, 0.543478]);
+    // Symmetric Blackman of 3: 0, 1, 0.
+    let y = run(
+        "BlackmanWindow",
+        17,
+        &[i64s(&[3], &[])],
+        1,
+        &[("periodic", A::I(0))],
+    );
+    assert_close(&y[0], &[3], &[0.0, 1.0, 0.0]);
+    let y = run(
+        "MelWeightMatrix",
+        17,
+        &[
+            i64s(&[2], &[]),
+            i64s(&[8], &[]),
+            i64s(&[100], &[]),
+            f32s(&[0.0], &[]),
+            f32s(&[50.0], &[]),
+        ],
+        1,
+        &[],
+    );
+    assert_close(
+        &y[0],
+        &[5, 2],
+        &[0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+    );
+    // Index -1 is the last class; 5 is out of range: all off.
+    let y = run(
+        "OneHot",
+        11,
+        &[
+            i64s(&[0, -1, 5], &[3]),
+            i64s(&[3], &[]),
+            f32s(&[-1.0, 2.0], &[2]),
+        ],
+        1,
+        &[("axis", A::I(0))],
+    );
+    assert_close(
+        &y[0],
+        &[3, 3],
+        &[2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 2.0, -1.0],
+    );
+}

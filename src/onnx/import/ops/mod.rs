@@ -29,6 +29,7 @@ mod layout;
 mod loss;
 mod nn;
 mod norms;
+mod one_hot;
 mod pool;
 mod quantize;
 mod reassemble;
@@ -41,6 +42,7 @@ mod shape;
 mod subgraph;
 mod spectral;
 mod upsample;
+mod windows;
 
 pub(crate) use subgraph::{non_tensor, outer_refs};
 pub(crate) use nn::{
@@ -258,6 +260,11 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Upsample", upsample::upsample, ok),
     ("RoiAlign", roi_align::roi_align, ok),
     ("Det", det::det, ok),
+    ("HannWindow", windows::hann, ok),
+    ("HammingWindow", windows::hamming, ok),
+    ("BlackmanWindow", windows::blackman, ok),
+    ("MelWeightMatrix", windows::mel_weight_matrix, ok),
+    ("OneHot", one_hot::one_hot, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
