@@ -24,8 +24,14 @@ pub(super) fn check_dropout(a: &Attrs, _: i64) -> Checked {
 }
 
 pub(super) fn dropout<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
+    // Training mode with a ratio of 0 drops nothing: the same as inference.
+    let ratio = match c.opt(ins, 1) {
+        Some(r) => c.scalar(r)?,
+        None => 0.5,
+    };
     if let Some(t) = c.opt(ins, 2)
         && t.value().to_f64_vec().first().copied().unwrap_or(0.0) != 0.0
+        && ratio != 0.0
     {
         return Err(c.error("dropout in training mode is not supported (inference only)"));
     }
