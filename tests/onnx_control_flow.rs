@@ -396,6 +396,9 @@ fn nesting_is_limited_and_refused_past_the_limit() {
     let e = import(nested_ifs(70)).unwrap_err();
     assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
     assert!(e.to_string().contains("nested"), "{e}");
+    // Far deeper: refused before anything walks it by recursion.
+    let e = import(nested_ifs(1000)).unwrap_err();
+    assert!(e.to_string().contains("nested 1000 deep"), "{e}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::attrs::{bad, Attrs};
-use super::ops::{lookup, non_tensor, outer_refs, refused, Ctx};
+use super::ops::{lookup, nesting_depth, non_tensor, outer_refs, refused, Ctx, MAX_DEPTH};
 use super::{fuse, InputSpec, OnnxModel, Step};
 use crate::base::error::{Error, OnnxProblem, Result};
 use crate::core::graph::{Graph, Var};
@@ -107,6 +107,15 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
             decoded.push(None);
             continue;
         };
+        // Before decoding: copying a graph nested too deep would recurse as deep.
+        let depth = nesting_depth(node);
+        if depth > MAX_DEPTH {
+            unsupported.push(format!(
+                "{label}: subgraphs nested {depth} deep (at most {MAX_DEPTH}) are not supported"
+            ));
+            decoded.push(None);
+            continue;
+        }
         let mut attrs = Attrs::decode(label.clone(), &node.attribute)?;
         // What its subgraphs read of this graph: inputs after its own.
         attrs.outer = outer_refs(node);

@@ -44,7 +44,7 @@ mod spectral;
 mod upsample;
 mod windows;
 
-pub(crate) use subgraph::{non_tensor, outer_refs};
+pub(crate) use subgraph::{MAX_DEPTH, nesting_depth, non_tensor, outer_refs};
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
 };

@@ -7,8 +7,9 @@
 //! alive like any input.
 //!
 //! The walks over nested graphs use an explicit stack; nesting deeper
-//! than [`MAX_DEPTH`] is refused at load, which bounds the recursion of
-//! running a subgraph's subgraphs.
+//! than [`MAX_DEPTH`] is refused at load, before anything copies or
+//! checks a subgraph, which bounds the recursion of checking and running
+//! a subgraph's subgraphs.
 
 use std::collections::{HashMap, HashSet};
 
@@ -25,16 +26,10 @@ use crate::tensor::{DType, Tensor};
 pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Whether the importer runs every node of `g` with its settings:
-/// `Err(reason)` names the first one it does not, a value of a type
-/// other than tensor, or nesting deeper than [`MAX_DEPTH`].
+/// `Err(reason)` names the first one it does not, or a value of a type
+/// other than tensor. (The loader has refused nesting deeper than
+/// [`MAX_DEPTH`] before.)
 pub(super) fn check(g: &GraphProto, opset: i64) -> std::result::Result<(), String> {
-    let depth = Tree::of([g]).depth();
-    if depth > MAX_DEPTH {
-        return Err(format!(
-            "subgraph {:?}: subgraphs nested {depth} deep (at most {MAX_DEPTH})",
-            g.name()
-        ));
-    }
     for v in g.input.iter().chain(&g.output) {
         if let Some(kind) = non_tensor(v) {
             return Err(format!(
@@ -87,6 +82,11 @@ fn label(parent: &str, g: &GraphProto, i: usize, op: &str) -> String {
 /// define themselves, in first-read order: values of the enclosing scope.
 pub(crate) fn outer_refs(node: &NodeProto) -> Vec<String> {
     Tree::of(graphs_of(node)).free_of_roots()
+}
+
+/// How deep `node`'s subgraphs nest (0: it holds none).
+pub(crate) fn nesting_depth(node: &NodeProto) -> usize {
+    Tree::of(graphs_of(node)).depth()
 }
 
 /// The graphs a node holds as attributes.
