@@ -39,15 +39,15 @@ mod resize;
 mod scan;
 mod roi_align;
 mod shape;
-mod subgraph;
 mod spectral;
+mod subgraph;
 mod upsample;
 mod windows;
 
-pub(crate) use subgraph::{MAX_DEPTH, nesting_depth, non_tensor, outer_refs};
 pub(crate) use nn::{
     fused_add_layer_norm, fused_attention, fused_conv_relu, fused_matmul_add, FUSED_POOL,
 };
+pub(crate) use subgraph::{nesting_depth, non_tensor, outer_refs, MAX_DEPTH};
 
 use super::attrs::{bad, Attrs};
 use crate::base::error::Result;
