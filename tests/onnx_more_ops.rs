@@ -785,3 +785,26 @@ fn windows_mel_weights_and_one_hot() {
         &[2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 2.0, -1.0],
     );
 }
+
+#[test]
+fn deform_conv_samples_between_pixels_and_its_offsets_get_gradients() {
+    // A 1x1 kernel of weight 1 on a 1x3 row, each output's tap moved
+    // right by 0.25: the row read a quarter of the way to its neighbour
+    // (zero past the end).
+    let x = f32s(&[1.0, 2.0, 4.0], &[1, 1, 1, 3]);
+    let w = f32s(&[1.0], &[1, 1, 1, 1]);
+    let mut off = vec![0.0f32; 6];
+    off[3..].fill(0.25);
+    let offset = f32s(&off, &[1, 2, 1, 3]);
+    let m = model("DeformConv", 19, &[true, true, true], 1, &[]);
+    let g = Graph::new();
+    let (vx, vw, vo) = (g.variable(x), g.variable(w), g.variable(offset));
+    let y = m.forward(&g, &[&vx, &vw, &vo]).unwrap();
+    assert_close(&y[0].value(), &[1, 1, 1, 3], &[1.25, 2.5, 3.0]);
+    // d y / d (x offset) is the difference to the right neighbour; down
+    // (y) the next row is outside, zero: minus the value read.
+    let grads = y[0].sum().backward().unwrap();
+    let go = grads.try_wrt(&vo).unwrap();
+    assert_close(&go, &[1, 2, 1, 3], &[-1.25, -2.5, -3.0, 1.0, 2.0, -4.0]);
+    assert_close(&grads.try_wrt(&vw).unwrap(), &[1, 1, 1, 1], &[6.75]);
+}

@@ -15,6 +15,7 @@ mod cast;
 mod causal_conv;
 mod control_flow;
 mod conv_transpose;
+mod deform_conv;
 mod det;
 mod detection;
 mod einsum;
@@ -265,6 +266,7 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("BlackmanWindow", windows::blackman, ok),
     ("MelWeightMatrix", windows::mel_weight_matrix, ok),
     ("OneHot", one_hot::one_hot, ok),
+    ("DeformConv", deform_conv::deform_conv, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
