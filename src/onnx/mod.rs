@@ -41,8 +41,14 @@
 //! every value defined, a dry run at free size 1 then 2), `ops/` is the one
 //! table `OPS` of ONNX op type, converter (retrograd `Var` ops, so imported
 //! models differentiate) and settings check, integer shape arithmetic on
-//! the host (`host.rs`); `fuse.rs` rewrites GELU and attention subgraphs
-//! into the fused ops (attention falls back to the nodes' composition when
+//! the host (`host.rs`), control flow (`If`, `Loop`: `control_flow.rs`;
+//! `Scan`: `scan.rs`) running its graph attributes through the same
+//! converters (`subgraph.rs`: a subgraph reads the enclosing graphs'
+//! values, which the node takes after its own inputs; nesting at most 64
+//! deep; loops unrolled, so gradients flow through every iteration;
+//! sequence- and optional-typed values refused by name); `fuse.rs`
+//! rewrites GELU and attention subgraphs into the fused ops (attention
+//! falls back to the nodes' composition when
 //! `scaled_dot_product_attention`'s contract does not hold) and `MatMul` +
 //! `Add` of a 1-d bias into one step (one product onto the bias rows where
 //! nothing requires grad, `kernels::matmul_bias`), and `Add` then
