@@ -710,7 +710,7 @@ fn det_and_its_gradient_the_cofactors() {
     let va = g.variable(a);
     let d = m.forward(&g, &[&va]).unwrap();
     // 1·(1 - 0) - 2·(0 - 12) + 0 = 25.
-    assert_close(&d[0].value(), &[], &[25.0]);
+    assert_close(d[0].value(), &[], &[25.0]);
     // d det / d a_ij is the cofactor C_ij.
     let grad = d[0].sum().backward().unwrap().try_wrt(&va).unwrap();
     assert_close(
@@ -800,7 +800,7 @@ fn deform_conv_samples_between_pixels_and_its_offsets_get_gradients() {
     let g = Graph::new();
     let (vx, vw, vo) = (g.variable(x), g.variable(w), g.variable(offset));
     let y = m.forward(&g, &[&vx, &vw, &vo]).unwrap();
-    assert_close(&y[0].value(), &[1, 1, 1, 3], &[1.25, 2.5, 3.0]);
+    assert_close(y[0].value(), &[1, 1, 1, 3], &[1.25, 2.5, 3.0]);
     // d y / d (x offset) is the difference to the right neighbour; down
     // (y) the next row is outside, zero: minus the value read.
     let grads = y[0].sum().backward().unwrap();

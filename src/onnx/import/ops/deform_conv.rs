@@ -113,9 +113,9 @@ pub(super) fn deform_conv<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<
         for (dy, dx) in [(0i64, 0i64), (0, 1), (1, 0), (1, 1)] {
             let mut idx = Vec::with_capacity(n * k * l);
             let mut valid = Vec::with_capacity(n * k * l);
-            for e in 0..n * k * l {
-                let yy = at[0][e].floor() as i64 + dy;
-                let xx = at[1][e].floor() as i64 + dx;
+            for (e, (py, px)) in at[0].iter().zip(&at[1]).enumerate() {
+                let yy = py.floor() as i64 + dy;
+                let xx = px.floor() as i64 + dx;
                 let inside = (0..h as i64).contains(&yy) && (0..wd as i64).contains(&xx);
                 let b = e / (k * l);
                 idx.push(if inside {

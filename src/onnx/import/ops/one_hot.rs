@@ -12,7 +12,7 @@ type Ins<'g> = [Option<Var<'g>>];
 pub(super) fn one_hot<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let (idx, depth, values) = (c.input(ins, 0)?, c.input(ins, 1)?, c.input(ins, 2)?);
     let depth_v = c.scalar(depth)?;
-    if !(depth_v >= 1.0) {
+    if depth_v.is_nan() || depth_v < 1.0 {
         return Err(c.error(format!("depth = {depth_v}")));
     }
     let depth = depth_v as usize;
