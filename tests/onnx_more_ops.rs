@@ -724,7 +724,7 @@ fn det_and_its_gradient_the_cofactors() {
 }
 
 #[test]
-fn an_opset_before_7_reads_only_ops_defined_alike_since_opset_1() {
+fn an_opset_before_7_reads_only_ops_unchanged_since_opset_1() {
     let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
     let y = model("Not", 1, &[true], 1, &[]).infer(&[b]).unwrap();
     assert_eq!(y[0].to_f64_vec(), vec![0.0, 1.0]);

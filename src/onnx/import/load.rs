@@ -254,24 +254,10 @@ fn cast_result_type(op_type: &str, attrs: &Attrs, input_types: &[Option<i32>]) -
     }
 }
 
-/// Unary ops that every opset from 1 on defines alike (opsets before 7
-/// differ only in a `consumed_inputs` setting with no effect): a model of
-/// only these may declare an opset below [`MIN_OPSET`].
-const SAME_SINCE_OPSET_1: &[&str] = &[
-    "Not",
-    "Identity",
-    "Abs",
-    "Neg",
-    "Floor",
-    "Ceil",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Reciprocal",
-    "Relu",
-    "Sigmoid",
-    "Tanh",
-];
+/// The ops whose one definition is opset 1's (ONNX has changed nothing
+/// of them since): a model of only these may declare an opset below
+/// [`MIN_OPSET`].
+const SAME_SINCE_OPSET_1: &[&str] = &["Not"];
 
 /// The default domain's opset, or an unsupported-opset entry.
 fn default_opset(model: &ModelProto, unsupported: &mut Vec<String>) -> Option<i64> {
