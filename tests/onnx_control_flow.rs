@@ -8,6 +8,8 @@
 
 use retrograd::nn::Module;
 use retrograd::onnx::proto::attribute_proto::AttributeType;
+use retrograd::onnx::proto::tensor_shape_proto::dimension::Value::DimValue;
+use retrograd::onnx::proto::tensor_shape_proto::Dimension;
 use retrograd::onnx::proto::type_proto::{Sequence, Tensor as TensorType, Value as TypeValue};
 use retrograd::onnx::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
@@ -27,13 +29,20 @@ fn value_info(name: &str) -> ValueInfoProto {
     }
 }
 
-/// A float scalar the graph declares with its type and shape.
-fn float_scalar_info(name: &str) -> ValueInfoProto {
+/// A float value the graph declares with its type and sizes.
+fn float_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|&d| Dimension {
+            value: Some(DimValue(d)),
+            ..Default::default()
+        })
+        .collect();
     let mut v = value_info(name);
     v.r#type = Some(TypeProto {
         value: Some(TypeValue::TensorType(TensorType {
             elem_type: Some(1),
-            shape: Some(TensorShapeProto { dim: vec![] }),
+            shape: Some(TensorShapeProto { dim }),
         })),
         ..Default::default()
     });
@@ -251,7 +260,7 @@ fn doubling_loop() -> OnnxModel {
         &["i", "cond", "y"],
         &["more", "y2", "s"],
     );
-    body.output[2] = float_scalar_info("s");
+    body.output[2] = float_info("s", &[]);
     let n = with_graph(
         node("Loop", &["", "go", "y0"], &["last", "all"]),
         "body",
@@ -352,7 +361,7 @@ fn subgraphs_nest_and_read_every_enclosing_scope() {
 #[test]
 fn scan_reads_and_writes_along_any_axis_in_either_direction() {
     // The columns of xs from the last; the running sums written last first.
-    let body = graph(
+    let mut body = graph(
         "body",
         vec![
             node("Add", &["acc", "col"], &["acc2"]),
@@ -361,6 +370,7 @@ fn scan_reads_and_writes_along_any_axis_in_either_direction() {
         &["acc", "col"],
         &["acc2", "out"],
     );
+    body.output[1] = float_info("out", &[2]);
     let n = with_graph(node("Scan", &["init", "xs"], &["last", "ys"]), "body", body);
     let n = with_int(n, "num_scan_inputs", 1);
     let n = with_ints(n, "scan_input_axes", &[1]);
@@ -373,6 +383,12 @@ fn scan_reads_and_writes_along_any_axis_in_either_direction() {
     // Sums after columns 2, 1, 0: [3, 6], [5, 11], [6, 15].
     assert_close(&y[0], &[2], &[6.0, 15.0]);
     assert_close(&y[1], &[2, 3], &[6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
+    // No columns: the state as given, and no entries along the output axis.
+    let y = m
+        .infer(&[f32s(&[1.0, 2.0], &[2]), f32s(&[], &[2, 0])])
+        .unwrap();
+    assert_close(&y[0], &[2], &[1.0, 2.0]);
+    assert_eq!(y[1].shape(), &[2, 0]);
 }
 
 /// An `If` whose then branch holds an `If` ... `depth` graphs deep.

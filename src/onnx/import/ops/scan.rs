@@ -3,9 +3,11 @@
 //! step's scan outputs stacked. The steps are unrolled on the node's
 //! graph, so a model that scans trains through every step.
 
-use super::{subgraph, Attrs, Ctx};
+use super::subgraph::{self, Body};
+use super::{Attrs, Ctx};
 use crate::base::error::Result;
 use crate::core::graph::Var;
+use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];
 
@@ -26,7 +28,7 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         .attrs
         .graph("body")?
         .ok_or_else(|| c.error("a Scan without its body"))?;
-    let body = subgraph::Body::prepare(c, body)?;
+    let body = Body::prepare(c, body)?;
     let outer = subgraph::outer_values(c, ins)?;
     let own = &ins[..ins.len() - c.attrs.outer.len()];
     let m = usize::try_from(c.attrs.int("num_scan_inputs", 0)?)
@@ -61,8 +63,12 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         scanned.push((x, axis, nth(&in_dirs, j, 0) != 0));
     }
     let steps = steps.unwrap_or(0);
+    let (out_axes, out_dirs) = (
+        c.attrs.ints("scan_output_axes")?,
+        c.attrs.ints("scan_output_directions")?,
+    );
     if steps == 0 {
-        return Err(c.error("a scan over zero steps"));
+        return no_steps(c, &body, inputs[..n].to_vec(), &out_axes);
     }
     let mut states: Vec<Var<'g>> = inputs[..n].to_vec();
     let mut per_step: Vec<Vec<Var<'g>>> = Vec::new();
@@ -86,10 +92,6 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
         states = outs;
         per_step.push(rest);
     }
-    let (out_axes, out_dirs) = (
-        c.attrs.ints("scan_output_axes")?,
-        c.attrs.ints("scan_output_directions")?,
-    );
     let k = per_step[0].len();
     let mut results = states;
     for j in 0..k {
@@ -104,6 +106,34 @@ pub(super) fn scan<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
             .collect::<Result<_>>()?;
         let refs: Vec<&Var<'g>> = stacked.iter().collect();
         results.push(Var::try_cat(&refs, axis as isize)?);
+    }
+    Ok(results)
+}
+
+/// A scan of zero steps: the states as given, and each scan output with
+/// no entries along its axis, of the shape and type the body declares
+/// for one step (an unknown size as 0, an unknown type as f32).
+fn no_steps<'g>(
+    c: &Ctx<'_, 'g>,
+    body: &Body<'_>,
+    states: Vec<Var<'g>>,
+    out_axes: &Option<Vec<i64>>,
+) -> Result<Vec<Var<'g>>> {
+    let n = states.len();
+    let mut results = states;
+    for j in 0..body.arity().1.saturating_sub(n) {
+        let (dtype, dims) = body.declared_output(n + j);
+        // An undeclared rank: one axis, of no entries.
+        let shape = match dims {
+            None => vec![0],
+            Some(dims) => {
+                let mut shape: Vec<usize> = dims.into_iter().map(|d| d.unwrap_or(0)).collect();
+                let axis = c.axis(nth(out_axes, j, 0), shape.len() + 1)?;
+                shape.insert(axis, 0);
+                shape
+            }
+        };
+        results.push(c.constant(Tensor::zeros(&shape, dtype.unwrap_or(DType::F32))?));
     }
     Ok(results)
 }
