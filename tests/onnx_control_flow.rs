@@ -446,6 +446,24 @@ fn sequence_values_are_refused_by_name() {
     assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
     let text = e.to_string();
     assert!(text.contains("sequence") && text.contains("`s`"), "{e}");
+    // So is an op that makes one, inside a body.
+    let body = graph(
+        "body",
+        vec![
+            node("Identity", &["cond"], &["cond2"]),
+            node("SequenceEmpty", &[], &["seq"]),
+        ],
+        &["i", "cond"],
+        &["cond2"],
+    );
+    let n = with_graph(node("Loop", &["m", ""], &[]), "body", body);
+    let e = import(graph("g", vec![n], &["m"], &[])).unwrap_err();
+    assert!(matches!(e, Error::OnnxUnsupported { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("SequenceEmpty") && text.contains("sequence"),
+        "{e}"
+    );
 }
 
 #[test]

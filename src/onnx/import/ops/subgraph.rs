@@ -46,8 +46,8 @@ pub(super) fn check(g: &GraphProto, opset: i64) -> std::result::Result<(), Strin
             return Err(format!("a subgraph node of domain {domain:?} ({op})"));
         }
         let Some((_, check)) = lookup(op) else {
-            let why = super::refused(op).map_or(String::new(), |w| format!(": {w}"));
-            return Err(format!("op {op} (in subgraph {:?}){why}", g.name()));
+            let why = super::refused(op).map_or(String::new(), |w| format!("; {w}"));
+            return Err(format!("op {op} (in subgraph {:?}{why})", g.name()));
         };
         let attrs =
             Attrs::decode(label("", g, i, op), &node.attribute).map_err(|e| e.to_string())?;
