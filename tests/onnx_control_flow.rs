@@ -192,6 +192,14 @@ fn if_runs_the_branch_its_condition_chooses_and_differentiates() {
             assert_close(&grads.of(w), &[2], &[dw, dw]);
         }
     }
+    // A branch may give an enclosing value as it is, with no node at all.
+    let then = graph("then", vec![], &[], &["x"]);
+    let otherwise = graph("else", vec![node("Neg", &["x"], &["e"])], &[], &["e"]);
+    let n = node("If", &["c"], &["y"]);
+    let n = with_graph(with_graph(n, "then_branch", then), "else_branch", otherwise);
+    let pass = import(graph("g", vec![n], &["c", "x"], &["y"])).unwrap();
+    let y = pass.infer(&[boolean(true), x.clone()]).unwrap();
+    assert_close(&y[0], &[2], &[1.0, 2.0]);
     // A condition of two values is an error naming the node.
     let e = m.infer(&[f32s(&[1.0, 0.0], &[2]), x]).unwrap_err();
     assert!(matches!(e, Error::OnnxInvalid { .. }), "{e}");

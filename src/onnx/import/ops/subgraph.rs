@@ -161,6 +161,10 @@ impl<'a> Tree<'a> {
                     kids.next();
                 }
             }
+            // An output may be an enclosing graph's value, passed through.
+            for o in &g.output {
+                reads.add(o.name(), &defined);
+            }
             free[e] = reads.names;
         }
         let mut all = Reads::default();
