@@ -808,3 +808,53 @@ fn deform_conv_samples_between_pixels_and_its_offsets_get_gradients() {
     assert_close(&go, &[1, 2, 1, 3], &[-1.25, -2.5, -3.0, 1.0, 2.0, -4.0]);
     assert_close(&grads.try_wrt(&vw).unwrap(), &[1, 1, 1, 1], &[6.75]);
 }
+
+#[test]
+fn optimizer_steps_of_the_training_domain_run_without_the_default_domain() {
+    // Momentum, standard, first step (β taken as 1): V = αV + G, X -= R V.
+    let names = ["r", "t", "x", "g", "v"];
+    let node = NodeProto {
+        op_type: Some("Momentum".into()),
+        domain: Some("ai.onnx.preview.training".into()),
+        input: names.iter().map(|s| s.to_string()).collect(),
+        output: vec!["x_new".into(), "v_new".into()],
+        attribute: vec![
+            attr("alpha", &A::F(0.5)),
+            attr("beta", &A::F(0.1)),
+            attr("mode", &A::S("standard")),
+            attr("norm_coefficient", &A::F(0.0)),
+        ],
+        ..Default::default()
+    };
+    let m = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some("ai.onnx.preview.training".into()),
+            version: Some(1),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![node],
+            input: names.iter().map(|n| value_info(n, None)).collect(),
+            output: ["x_new", "v_new"]
+                .iter()
+                .map(|n| value_info(n, None))
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = OnnxModel::from_bytes(&m.encode_to_vec()).unwrap();
+    let y = model
+        .infer(&[
+            f32s(&[0.1], &[]),
+            i64s(&[0], &[]),
+            f32s(&[1.0, 2.0], &[2]),
+            f32s(&[0.5, -1.0], &[2]),
+            f32s(&[2.0, 2.0], &[2]),
+        ])
+        .unwrap();
+    // V = 0.5 · 2 + 1 · G = [1.5, 0]; X = [1 - 0.15, 2 - 0].
+    assert_close(&y[0], &[2], &[0.85, 2.0]);
+    assert_close(&y[1], &[2], &[1.5, 0.0]);
+}

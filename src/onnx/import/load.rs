@@ -51,6 +51,11 @@ const KEEPS_16_BIT: &[&str] = &[
 /// from the one table like the default domain's.
 const PREVIEW_OPS: &[&str] = &["FlexAttention"];
 
+/// The optimizer steps of the `ai.onnx.preview.training` domain, which a
+/// model may run without importing the default domain.
+const TRAINING_OPS: &[&str] = &["Adagrad", "Adam", "Momentum"];
+const TRAINING_DOMAIN: &str = "ai.onnx.preview.training";
+
 fn invalid(problem: OnnxProblem, detail: impl Into<String>) -> Error {
     Error::OnnxInvalid {
         problem,
@@ -88,8 +93,9 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
         let label = label(node, i);
         let domain = node.domain();
         let known = match domain {
-            "" | "ai.onnx" => true,
+            "" | "ai.onnx" => !TRAINING_OPS.contains(&node.op_type()),
             "ai.onnx.preview" => PREVIEW_OPS.contains(&node.op_type()),
+            TRAINING_DOMAIN => TRAINING_OPS.contains(&node.op_type()),
             _ => false,
         } && !functions.contains(node.op_type());
         let entry = if known { lookup(node.op_type()) } else { None };
@@ -279,7 +285,10 @@ fn default_opset(model: &ModelProto, unsupported: &mut Vec<String>) -> Option<i6
             found = Some(v);
         }
     }
-    if found.is_none() {
+    let only_training = model.graph.as_ref().is_some_and(|g| {
+        !g.node.is_empty() && g.node.iter().all(|n| n.domain() == TRAINING_DOMAIN)
+    });
+    if found.is_none() && !only_training {
         unsupported.push("a model without the default domain's opset".to_string());
     }
     found

@@ -42,6 +42,7 @@ mod roi_align;
 mod shape;
 mod spectral;
 mod subgraph;
+mod training;
 mod upsample;
 mod windows;
 
@@ -267,6 +268,9 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("MelWeightMatrix", windows::mel_weight_matrix, ok),
     ("OneHot", one_hot::one_hot, ok),
     ("DeformConv", deform_conv::deform_conv, ok),
+    ("Adagrad", training::adagrad, ok),
+    ("Adam", training::adam, ok),
+    ("Momentum", training::momentum, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
