@@ -7,23 +7,26 @@
 use super::Ctx;
 use crate::base::error::Result;
 use crate::core::graph::Var;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];
+
+/// One tensor's values, shape and dtype.
+type Values = (Vec<f64>, Vec<usize>, DType);
 
 /// The learning rate, the step count and `groups` lists of `n` tensors
 /// (`X`, `G`, then the states), each list's tensors alike in shape.
 struct Step {
     rate: f64,
     count: f64,
-    lists: Vec<Vec<(Vec<f64>, Vec<usize>, crate::tensor::DType)>>,
+    lists: Vec<Vec<Values>>,
 }
 
 fn read(c: &Ctx<'_, '_>, ins: &Ins<'_>, groups: usize) -> Result<Step> {
     let rate = c.scalar(c.input(ins, 0)?)?;
     let count = c.scalar(c.input(ins, 1)?)?;
     let rest = ins.len().saturating_sub(2);
-    if rest == 0 || rest % groups != 0 {
+    if rest == 0 || !rest.is_multiple_of(groups) {
         return Err(c.error(format!(
             "{rest} tensors after R and T (want {groups} lists of the same length)"
         )));
@@ -52,11 +55,7 @@ fn read(c: &Ctx<'_, '_>, ins: &Ins<'_>, groups: usize) -> Result<Step> {
 }
 
 /// Constants of `outs` (per output list, per tensor) shaped as `like`.
-fn give<'g>(
-    c: &Ctx<'_, 'g>,
-    outs: Vec<Vec<Vec<f64>>>,
-    like: &[(Vec<f64>, Vec<usize>, crate::tensor::DType)],
-) -> Result<Vec<Var<'g>>> {
+fn give<'g>(c: &Ctx<'_, 'g>, outs: Vec<Vec<Vec<f64>>>, like: &[Values]) -> Result<Vec<Var<'g>>> {
     let mut vars = Vec::new();
     for list in outs {
         for (v, (_, shape, dtype)) in list.iter().zip(like) {
