@@ -12,7 +12,7 @@ use prost::Message;
 use retrograd::onnx::proto::attribute_proto::AttributeType;
 use retrograd::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
 use retrograd::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
     ValueInfoProto,
 };
 use retrograd::onnx::OnnxModel;
@@ -25,6 +25,8 @@ enum A {
     F(f32),
     S(&'static str),
     Ss(&'static [&'static str]),
+    /// A 1-d float tensor.
+    Tf(&'static [f32]),
 }
 
 fn attr(name: &str, a: &A) -> AttributeProto {
@@ -52,6 +54,15 @@ fn attr(name: &str, a: &A) -> AttributeProto {
         A::Ss(v) => {
             p.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
             AttributeType::Strings
+        }
+        A::Tf(v) => {
+            p.t = Some(TensorProto {
+                dims: vec![v.len() as i64],
+                data_type: Some(1),
+                float_data: v.to_vec(),
+                ..Default::default()
+            });
+            AttributeType::Tensor
         }
     };
     p.r#type = Some(kind as i32);
@@ -809,42 +820,58 @@ fn deform_conv_samples_between_pixels_and_its_offsets_get_gradients() {
     assert_close(&grads.try_wrt(&vw).unwrap(), &[1, 1, 1, 1], &[6.75]);
 }
 
-#[test]
-fn optimizer_steps_of_the_training_domain_run_without_the_default_domain() {
-    // Momentum, standard, first step (β taken as 1): V = αV + G, X -= R V.
-    let names = ["r", "t", "x", "g", "v"];
+/// A model of one `op` node of `domain` (imported at `version`, without
+/// the default domain) reading `inputs` and naming `outputs`.
+fn side_model(
+    domain: &str,
+    version: i64,
+    op: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attrs: &[(&str, A)],
+) -> OnnxModel {
     let node = NodeProto {
-        op_type: Some("Momentum".into()),
-        domain: Some("ai.onnx.preview.training".into()),
-        input: names.iter().map(|s| s.to_string()).collect(),
-        output: vec!["x_new".into(), "v_new".into()],
-        attribute: vec![
-            attr("alpha", &A::F(0.5)),
-            attr("beta", &A::F(0.1)),
-            attr("mode", &A::S("standard")),
-            attr("norm_coefficient", &A::F(0.0)),
-        ],
+        op_type: Some(op.into()),
+        domain: Some(domain.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs.iter().map(|(n, a)| attr(n, a)).collect(),
         ..Default::default()
     };
     let m = ModelProto {
         ir_version: Some(8),
         opset_import: vec![OperatorSetIdProto {
-            domain: Some("ai.onnx.preview.training".into()),
-            version: Some(1),
+            domain: Some(domain.into()),
+            version: Some(version),
         }],
         graph: Some(GraphProto {
             name: Some("g".into()),
             node: vec![node],
-            input: names.iter().map(|n| value_info(n, None)).collect(),
-            output: ["x_new", "v_new"]
-                .iter()
-                .map(|n| value_info(n, None))
-                .collect(),
+            input: inputs.iter().map(|n| value_info(n, None)).collect(),
+            output: outputs.iter().map(|n| value_info(n, None)).collect(),
             ..Default::default()
         }),
         ..Default::default()
     };
-    let model = OnnxModel::from_bytes(&m.encode_to_vec()).unwrap();
+    OnnxModel::from_bytes(&m.encode_to_vec()).unwrap()
+}
+
+#[test]
+fn optimizer_steps_of_the_training_domain_run_without_the_default_domain() {
+    // Momentum, standard, first step (β taken as 1): V = αV + G, X -= R V.
+    let model = side_model(
+        "ai.onnx.preview.training",
+        1,
+        "Momentum",
+        &["r", "t", "x", "g", "v"],
+        &["x_new", "v_new"],
+        &[
+            ("alpha", A::F(0.5)),
+            ("beta", A::F(0.1)),
+            ("mode", A::S("standard")),
+            ("norm_coefficient", A::F(0.0)),
+        ],
+    );
     let y = model
         .infer(&[
             f32s(&[0.1], &[]),
@@ -857,4 +884,54 @@ fn optimizer_steps_of_the_training_domain_run_without_the_default_domain() {
     // V = 0.5 · 2 + 1 · G = [1.5, 0]; X = [1 - 0.15, 2 - 0].
     assert_close(&y[0], &[2], &[0.85, 2.0]);
     assert_close(&y[1], &[2], &[1.5, 0.0]);
+}
+
+#[test]
+fn ml_binarizer_feature_extractor_and_a_tree() {
+    let x = f32s(&[0.5, 2.0, -1.0, 3.0], &[2, 2]);
+    let m = side_model(
+        "ai.onnx.ml",
+        1,
+        "Binarizer",
+        &["x"],
+        &["y"],
+        &[("threshold", A::F(1.0))],
+    );
+    assert_close(
+        &m.infer(std::slice::from_ref(&x)).unwrap()[0],
+        &[2, 2],
+        &[0.0, 1.0, 0.0, 1.0],
+    );
+    let m = side_model(
+        "ai.onnx.ml",
+        1,
+        "ArrayFeatureExtractor",
+        &["x", "i"],
+        &["y"],
+        &[],
+    );
+    let y = m.infer(&[x.clone(), i64s(&[1, 1, 0], &[3])]).unwrap();
+    assert_close(&y[0], &[2, 3], &[2.0, 2.0, 0.5, 3.0, 3.0, -1.0]);
+    // One split: feature 0 <= 0 goes to leaf 0 (weight 10), else leaf 1 (20).
+    let m = side_model(
+        "ai.onnx.ml",
+        5,
+        "TreeEnsemble",
+        &["x"],
+        &["y"],
+        &[
+            ("nodes_splits", A::Tf(&[0.0])),
+            ("nodes_modes", A::Tf(&[0.0])),
+            ("nodes_featureids", A::Is(&[0])),
+            ("nodes_truenodeids", A::Is(&[0])),
+            ("nodes_falsenodeids", A::Is(&[1])),
+            ("nodes_trueleafs", A::Is(&[1])),
+            ("nodes_falseleafs", A::Is(&[1])),
+            ("leaf_targetids", A::Is(&[0, 0])),
+            ("leaf_weights", A::Tf(&[10.0, 20.0])),
+            ("tree_roots", A::Is(&[0])),
+            ("n_targets", A::I(1)),
+        ],
+    );
+    assert_close(&m.infer(&[x]).unwrap()[0], &[2, 1], &[20.0, 10.0]);
 }

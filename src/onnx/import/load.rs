@@ -51,10 +51,25 @@ const KEEPS_16_BIT: &[&str] = &[
 /// from the one table like the default domain's.
 const PREVIEW_OPS: &[&str] = &["FlexAttention"];
 
-/// The optimizer steps of the `ai.onnx.preview.training` domain, which a
-/// model may run without importing the default domain.
-const TRAINING_OPS: &[&str] = &["Adagrad", "Adam", "Momentum"];
-const TRAINING_DOMAIN: &str = "ai.onnx.preview.training";
+/// The ops of other domains the importer runs (by name, from the one
+/// table): the optimizer steps of `ai.onnx.preview.training` and a few
+/// of `ai.onnx.ml`. A model of only these needs no default-domain opset.
+const SIDE_DOMAINS: &[(&str, &[&str])] = &[
+    ("ai.onnx.preview.training", &["Adagrad", "Adam", "Momentum"]),
+    (
+        "ai.onnx.ml",
+        &["Binarizer", "ArrayFeatureExtractor", "TreeEnsemble"],
+    ),
+];
+
+/// Whether `op` of `domain` is one of [`SIDE_DOMAINS`]'s ops; `None` for
+/// a domain not listed there.
+fn side_op(domain: &str, op: &str) -> Option<bool> {
+    SIDE_DOMAINS
+        .iter()
+        .find(|(d, _)| *d == domain)
+        .map(|(_, ops)| ops.contains(&op))
+}
 
 fn invalid(problem: OnnxProblem, detail: impl Into<String>) -> Error {
     Error::OnnxInvalid {
@@ -93,10 +108,11 @@ pub(super) fn from_proto(model: &ModelProto, dir: Option<&Path>) -> Result<OnnxM
         let label = label(node, i);
         let domain = node.domain();
         let known = match domain {
-            "" | "ai.onnx" => !TRAINING_OPS.contains(&node.op_type()),
+            "" | "ai.onnx" => !SIDE_DOMAINS
+                .iter()
+                .any(|(_, ops)| ops.contains(&node.op_type())),
             "ai.onnx.preview" => PREVIEW_OPS.contains(&node.op_type()),
-            TRAINING_DOMAIN => TRAINING_OPS.contains(&node.op_type()),
-            _ => false,
+            other => side_op(other, node.op_type()).unwrap_or(false),
         } && !functions.contains(node.op_type());
         let entry = if known { lookup(node.op_type()) } else { None };
         let Some((convert, check)) = entry else {
@@ -285,10 +301,13 @@ fn default_opset(model: &ModelProto, unsupported: &mut Vec<String>) -> Option<i6
             found = Some(v);
         }
     }
-    let only_training = model.graph.as_ref().is_some_and(|g| {
-        !g.node.is_empty() && g.node.iter().all(|n| n.domain() == TRAINING_DOMAIN)
+    let only_side = model.graph.as_ref().is_some_and(|g| {
+        !g.node.is_empty()
+            && g.node
+                .iter()
+                .all(|n| side_op(n.domain(), n.op_type()) == Some(true))
     });
-    if found.is_none() && !only_training {
+    if found.is_none() && !only_side {
         unsupported.push("a model without the default domain's opset".to_string());
     }
     found

@@ -28,6 +28,7 @@ mod linear_attention;
 mod integer;
 mod layout;
 mod loss;
+mod ml;
 mod nn;
 mod norms;
 mod one_hot;
@@ -271,6 +272,9 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("Adagrad", training::adagrad, ok),
     ("Adam", training::adam, ok),
     ("Momentum", training::momentum, ok),
+    ("Binarizer", ml::binarizer, ok),
+    ("ArrayFeatureExtractor", ml::array_feature_extractor, ok),
+    ("TreeEnsemble", ml::tree_ensemble, ok),
 ];
 
 /// Ops of the default domain refused by name, with the reason: they have
