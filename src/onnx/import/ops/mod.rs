@@ -24,9 +24,9 @@ mod flex_attention;
 mod half;
 mod host;
 mod indexing;
-mod linear_attention;
 mod integer;
 mod layout;
+mod linear_attention;
 mod loss;
 mod ml;
 mod nn;
@@ -38,8 +38,8 @@ mod reassemble;
 mod recurrent;
 mod reduce;
 mod resize;
-mod scan;
 mod roi_align;
+mod scan;
 mod shape;
 mod spectral;
 mod subgraph;
@@ -201,7 +201,11 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("MatMul", nn::matmul, ok),
     ("Gemm", nn::gemm, ok),
     ("Conv", nn::conv, nn::check_conv),
-    ("ConvTranspose", conv_transpose::conv_transpose, conv_transpose::check),
+    (
+        "ConvTranspose",
+        conv_transpose::conv_transpose,
+        conv_transpose::check,
+    ),
     ("MaxPool", nn::max_pool, nn::check_pool),
     ("AveragePool", nn::average_pool, nn::check_pool),
     ("LpPool", nn::lp_pool, nn::check_pool),
@@ -218,9 +222,21 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy, ok),
     ("Attention", attention::attention, ok),
     ("RotaryEmbedding", attention::rotary_embedding, ok),
-    ("CausalConvWithState", causal_conv::causal_conv_with_state, causal_conv::check),
-    ("LinearAttention", linear_attention::linear_attention, linear_attention::check),
-    ("FlexAttention", flex_attention::flex_attention, flex_attention::check),
+    (
+        "CausalConvWithState",
+        causal_conv::causal_conv_with_state,
+        causal_conv::check,
+    ),
+    (
+        "LinearAttention",
+        linear_attention::linear_attention,
+        linear_attention::check,
+    ),
+    (
+        "FlexAttention",
+        flex_attention::flex_attention,
+        flex_attention::check,
+    ),
     ("Scan", scan::scan, scan::check),
     ("If", control_flow::if_op, control_flow::check_if),
     ("Loop", control_flow::loop_op, control_flow::check_loop),
@@ -248,7 +264,11 @@ pub(crate) const OPS: &[(&str, Convert, Check)] = &[
     // Linear quantization.
     ("QuantizeLinear", quantize::quantize_linear, ok),
     ("DequantizeLinear", quantize::dequantize_linear, ok),
-    ("DynamicQuantizeLinear", quantize::dynamic_quantize_linear, ok),
+    (
+        "DynamicQuantizeLinear",
+        quantize::dynamic_quantize_linear,
+        ok,
+    ),
     ("MatMulInteger", quantize::matmul_integer, ok),
     ("QLinearMatMul", quantize::qlinear_matmul, ok),
     ("BitCast", bitcast::bitcast, ok),
