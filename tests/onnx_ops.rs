@@ -1140,3 +1140,24 @@ fn bitcast_reinterprets_bits_of_the_same_width() {
     .unwrap_err();
     assert!(e.to_string().contains("differ in width"), "{e}");
 }
+
+/// `Clip` on integers clamps them and keeps them integers.
+#[test]
+fn clip_clamps_integers_on_the_host() {
+    let y = &run(
+        "Clip",
+        13,
+        &[
+            i64s(&[-9, 0, 7, 300]),
+            i64s(&[-5]).reshape(&[]).unwrap(),
+            i64s(&[100]).reshape(&[]).unwrap(),
+        ],
+        1,
+        &[],
+    )
+    .unwrap()[0];
+    assert_eq!(
+        (y.dtype(), y.to_f64_vec()),
+        (DType::I64, vec![-5.0, 0.0, 7.0, 100.0])
+    );
+}

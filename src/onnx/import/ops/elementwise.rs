@@ -210,6 +210,15 @@ pub(super) fn clip<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     if lo.is_none() && hi.is_none() {
         return one(x.clone());
     }
+    if is_int(x) {
+        // Integers clamp on the host (retrograd's clamp is for floats).
+        let (lo, hi) = (lo.unwrap_or(f64::NEG_INFINITY), hi.unwrap_or(f64::INFINITY));
+        let clamped = x
+            .value()
+            .to_dtype(DType::F64)
+            .map_f64(|v| v.max(lo).min(hi));
+        return one(c.constant(clamped.to_dtype(x.dtype())));
+    }
     one(x.try_clamp(lo, hi)?)
 }
 
