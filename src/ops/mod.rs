@@ -22,6 +22,7 @@
 //! sigmoid), `elementwise.rs` (abs, sin, cos, clamp), `activation.rs`
 //! (leaky_relu, silu), `gelu.rs` (exact and tanh GELU, two rules: `gelu`,
 //! `gelu_tanh`), `erfc.rs`, `softplus.rs`, `elu.rs`, `hardtanh.rs`,
+//! `hardswish.rs` (hard_sigmoid, hard_swish),
 //! `log1p.rs`, `expm1.rs`, `rsqrt.rs`, `compare.rs` (maximum, minimum,
 //! where), `mask.rs` (comparisons eq/ne/lt/le/gt/ge returning bool,
 //! masked_fill, tril/triu, to_dtype casts, topk), `pow.rs` (pow and powf,
@@ -84,6 +85,7 @@ op_families! {
     erfc,
     expm1,
     gelu,
+    hardswish,
     hardtanh,
     index,
     linalg,

@@ -27,7 +27,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::conv_direct;
+use super::{conv_depthwise, conv_direct};
 use super::im2col::{col2im, im2col, workspace_len};
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
 use crate::tensor::{Element, Filled};
@@ -40,7 +40,7 @@ pub const WORKSPACE_BYTES: usize = 64 << 20;
 const BLOCK_BYTES: usize = 512 << 10;
 
 /// Multiply-adds below which a convolution stays on the calling thread.
-const PARALLEL_WORK: usize = 1 << 21;
+pub(super) const PARALLEL_WORK: usize = 1 << 21;
 
 /// The sizes of one 2-d convolution `x [N, C_in, H, W] * w [C_out, C_in/g, kh, kw]
 /// -> y [N, C_out, OH, OW]`, already checked by the op (the output size
@@ -121,7 +121,7 @@ impl ConvGeometry {
 }
 
 /// Writes `value` into every slot of `out` and returns it as initialised.
-fn fill<T: Element>(out: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
+pub(super) fn fill<T: Element>(out: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
     for o in out.iter_mut() {
         o.write(value);
     }
@@ -232,6 +232,9 @@ fn conv2d_forward_into<T: Element>(
 ) {
     assert_eq!(out.len(), geo.output_len(), "conv2d output length");
     let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
+    if conv_depthwise::applies(geo) {
+        return conv_depthwise::forward(geo, x, w, bias, out);
+    }
     #[cfg(target_arch = "x86_64")]
     if conv_direct::applies::<T>(geo) {
         return conv_direct::forward(geo, x, w, bias, out);

@@ -19,7 +19,7 @@ use std::mem::MaybeUninit;
 use super::conv::{conv2d_forward, ConvGeometry};
 use super::pool::max_row_pairs;
 #[cfg(target_arch = "x86_64")]
-use super::{conv_channel_lanes, conv_direct, conv_winograd};
+use super::{conv_channel_lanes, conv_depthwise, conv_direct, conv_winograd};
 use crate::tensor::{Element, Filled};
 
 /// What a fused convolution does to its output, in this order.
@@ -82,8 +82,10 @@ pub fn conv2d_forward_fused<'o, T: Element>(
         epilogue.output_len(geo),
         "fused conv2d output length"
     );
+    // A depthwise convolution sums directly in `conv2d_forward`; the tiles
+    // of the direct kernel are for many channels a group.
     #[cfg(target_arch = "x86_64")]
-    if conv_direct::applies::<T>(geo) {
+    if conv_direct::applies::<T>(geo) && !conv_depthwise::applies(geo) {
         let (x, w) = (&x[..geo.input_len()], &w[..geo.weight_len()]);
         // The Winograd and channel-lane kernels are written for AVX-512
         // alone; on AVX2 the direct kernel runs every fused block.

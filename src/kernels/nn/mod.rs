@@ -60,6 +60,7 @@ pub mod classification;
 pub mod conv;
 #[cfg(target_arch = "x86_64")]
 mod conv_channel_lanes;
+mod conv_depthwise;
 #[cfg(target_arch = "x86_64")]
 mod conv_direct;
 pub mod conv_fused;

@@ -59,6 +59,8 @@ pub(super) fn lookup(op: &str) -> Option<Mapper> {
         "elu" => |e, n| with_float(e, n, "Elu", "alpha", "alpha"),
         "softplus" => softplus,
         "hardtanh" => hardtanh,
+        "hard_swish" => |e, n| same(e, n, "HardSwish"),
+        "hard_sigmoid" => hard_sigmoid,
         "clamp" => clamp,
         "masked_fill" => masked_fill,
         "tril" | "triu" => trilu,
@@ -208,6 +210,16 @@ fn clip(e: &mut Emit, n: &NodeCtx<'_>, min: Option<f64>, max: Option<f64>) -> Re
 
 fn hardtanh(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
     clip(e, n, Some(n.float("min_val")?), Some(n.float("max_val")?))
+}
+
+fn hard_sigmoid(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
+    let attrs = vec![
+        attr_float("alpha", n.float("alpha")?),
+        attr_float("beta", n.float("beta")?),
+    ];
+    let inputs: Vec<&str> = n.inputs.iter().map(String::as_str).collect();
+    e.node("HardSigmoid", &inputs, &[&n.out], attrs);
+    Ok(())
 }
 
 fn clamp(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {

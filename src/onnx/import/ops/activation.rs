@@ -15,22 +15,15 @@ fn lit<'g>(c: &Ctx<'_, 'g>, x: &Var<'g>, v: f64) -> Var<'g> {
 }
 
 /// `max(0, min(1, alpha · x + beta))`.
-fn hard_sigmoid_of<'g>(c: &Ctx<'_, 'g>, x: &Var<'g>, alpha: f64, beta: f64) -> Result<Var<'g>> {
-    x.try_mul(&lit(c, x, alpha))?
-        .try_add(&lit(c, x, beta))?
-        .try_clamp(Some(0.0), Some(1.0))
-}
-
 pub(super) fn hard_sigmoid<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
     let alpha = c.attrs.float("alpha", 0.2)?;
     let beta = c.attrs.float("beta", 0.5)?;
-    one(hard_sigmoid_of(c, c.input(ins, 0)?, alpha, beta)?)
+    one(c.input(ins, 0)?.try_hard_sigmoid(alpha, beta)?)
 }
 
 /// `x · HardSigmoid(x)` with alpha 1/6, beta 1/2.
 pub(super) fn hard_swish<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<Var<'g>>> {
-    let x = c.input(ins, 0)?;
-    one(x.try_mul(&hard_sigmoid_of(c, x, 1.0 / 6.0, 0.5)?)?)
+    one(c.input(ins, 0)?.try_hard_swish()?)
 }
 
 /// `gamma · elu(x, alpha)`.
