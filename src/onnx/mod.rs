@@ -41,7 +41,10 @@
 //! every value defined, a dry run at free size 1 then 2), `ops/` is the one
 //! table `OPS` of ONNX op type, converter (retrograd `Var` ops, so imported
 //! models differentiate) and settings check, integer shape arithmetic on
-//! the host (`host.rs`), control flow (`If`, `Loop`: `control_flow.rs`;
+//! the host (`host.rs`), 16-bit inputs rounded where ONNX's reference
+//! rounds them (`half.rs`: attention, softmax), casts and linear
+//! quantization onto the narrow types (`cast.rs`, `quantize.rs`,
+//! `bitcast.rs`), control flow (`If`, `Loop`: `control_flow.rs`;
 //! `Scan`: `scan.rs`) running its graph attributes through the same
 //! converters (`subgraph.rs`: a subgraph reads the enclosing graphs'
 //! values, which the node takes after its own inputs; nesting at most 64
