@@ -6,7 +6,7 @@
 # from `python3 bench/onnx_models.py` (torch, transformers), which writes
 # target/bench-onnx/.
 #
-#   bench/onnx_compare.sh                       # mnist_cnn and minilm
+#   bench/onnx_compare.sh                       # mnist_cnn, minilm, resnet18, mobilenet_v3, bert_base
 #   RUNS=5 bench/onnx_compare.sh mnist_cnn      # one model, 5 runs
 #   TRACT=1 bench/onnx_compare.sh               # tract-onnx too (bench/tract, its own crate)
 #   BENCH_BINS="old/bench new/bench" bench/onnx_compare.sh minilm
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 bench/machine.sh >&2
 
 models=("$@")
-[ ${#models[@]} -eq 0 ] && models=(mnist_cnn minilm)
+[ ${#models[@]} -eq 0 ] && models=(mnist_cnn minilm resnet18 mobilenet_v3 bert_base)
 runs=${RUNS:-3}
 repeats=${REPEATS:-20}
 if [ -z "${BENCH_BINS:-}" ]; then
@@ -46,14 +46,14 @@ for m in "${models[@]}"; do
       line=$(python3 - "$ours" "$ort" <<'PY'
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(f'{a["median_ms"]} {b["median_ms"]} {a["median_ms"] / b["median_ms"]} {a["load_ms"]}')
+print(f'{a["median_ms"]} {b["median_ms"]} {a["median_ms"] / b["median_ms"]} {a["load_ms"]} {a["first_output_ms"]} {b["first_output_ms"]}')
 PY
 )
-      read -r ms_ours ms_ort ratio load <<<"$line"
+      read -r ms_ours ms_ort ratio load first_ours first_ort <<<"$line"
       label=""
       [ ${#bins[@]} -gt 1 ] && label=" (${bins[$n]})"
-      printf '%s run %d: retrograd%s %.2f ms, onnxruntime %.2f ms, ratio %.3f (retrograd load %.1f ms)\n' \
-        "$m" "$run" "$label" "$ms_ours" "$ms_ort" "$ratio" "$load"
+      printf '%s run %d: retrograd%s %.2f ms, onnxruntime %.2f ms, ratio %.3f (retrograd load %.1f ms; file to first output %.1f ms, onnxruntime %.1f ms)\n' \
+        "$m" "$run" "$label" "$ms_ours" "$ms_ort" "$ratio" "$load" "$first_ours" "$first_ort"
       ratios[$n]="${ratios[$n]:-} $ratio"
     done
     if [ "$tract" = 1 ]; then

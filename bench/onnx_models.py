@@ -11,8 +11,13 @@
   BertModel (eager attention), written by torch.onnx.export with inputs
   input_ids, attention_mask, token_type_ids and output last_hidden_state;
   inputs at batch 32, 128 tokens (a few sequences padded).
+- resnet18.onnx and mobilenet_v3.onnx: torchvision's ResNet-18 and
+  MobileNet v3 small with seeded weights and statistics, at batch 8 and
+  32, 224x224.
+- bert_base.onnx: a seeded BERT-base-sized encoder (12 layers, width 768),
+  inputs input_ids and attention_mask at batch 8 x 128 (a quarter padded).
 
-    python3 bench/onnx_models.py [--minilm DIR]   # DIR: the model folder
+    python3 bench/onnx_models.py [--minilm DIR] [--only NAME,...]   # DIR: the model folder
 
 Each NAME.onnx gets NAME.inputs.safetensors (the inputs by name) beside it.
 """
@@ -93,13 +98,77 @@ def minilm(folder):
     print(f"wrote {path}")
 
 
+def vision(name, builder, batch):
+    """A torchvision classifier with seeded weights (no download), its
+    normalisation statistics seeded too (see onnx_model_zoo.py), at 224x224."""
+    import sys
+
+    import torchvision
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    from onnx_model_zoo import seeded_statistics
+
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, builder)(weights=None).eval()
+    seeded_statistics(m)
+    x = torch.randn(batch, 3, 224, 224)
+    path = os.path.join(OUT, f"{name}.onnx")
+    torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17, input_names=["image"],
+                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    save(os.path.join(OUT, f"{name}.inputs.safetensors"), {"image": x.numpy()})
+    print(f"wrote {path}")
+
+
+def bert_base():
+    """A BERT-base-sized encoder (12 layers, width 768, 12 heads), seeded,
+    at batch 8 x 128 with a quarter of the rows padded."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    m = BertModel(BertConfig(attn_implementation="eager"), add_pooling_layer=False).eval()
+
+    class Encoder(nn.Module):
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    g = torch.Generator().manual_seed(0)
+    b, t = 8, 128
+    ids = torch.randint(1000, 30000, (b, t), generator=g)
+    mask = torch.ones(b, t, dtype=torch.int64)
+    mask[::4, t - 32:] = 0
+    names = ["input_ids", "attention_mask"]
+    path = os.path.join(OUT, "bert_base.onnx")
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["last_hidden_state"] = {0: "batch", 1: "sequence"}
+    torch.onnx.export(Encoder(m).eval(), (ids, mask), path, dynamo=False, opset_version=17,
+                      input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes)
+    save(os.path.join(OUT, "bert_base.inputs.safetensors"), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    print(f"wrote {path}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--minilm", default=os.path.join(ROOT, ".cache", "models", "all-MiniLM-L6-v2"))
+    ap.add_argument("--only", help="comma-separated: mnist_cnn, minilm, resnet18, mobilenet_v3, bert_base")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     os.makedirs(OUT, exist_ok=True)
-    mnist_cnn()
-    if os.path.exists(os.path.join(args.minilm, "model.safetensors")):
+    want = lambda name: only is None or name in only  # noqa: E731
+    if want("resnet18"):
+        vision("resnet18", "resnet18", 8)
+    if want("mobilenet_v3"):
+        vision("mobilenet_v3", "mobilenet_v3_small", 32)
+    if want("bert_base"):
+        bert_base()
+    if want("mnist_cnn"):
+        mnist_cnn()
+    if not want("minilm"):
+        pass
+    elif os.path.exists(os.path.join(args.minilm, "model.safetensors")):
         minilm(args.minilm)
     else:
         print(f"skipped MiniLM: no model folder at {args.minilm} (scripts/fetch_minilm.sh fetches it)")

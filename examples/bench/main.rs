@@ -260,6 +260,24 @@ const WORKLOADS: &[(&str, Workload, &str)] = &[
         onnx::run_minilm,
         "inference of all-MiniLM-L6-v2 imported from torch.onnx.export, batch 32 (bench/onnx_models.py)",
     ),
+    #[cfg(feature = "onnx")]
+    (
+        "onnx_resnet18",
+        onnx::run_resnet18,
+        "inference of torchvision's ResNet-18 imported from torch.onnx.export, batch 8 at 224x224 (bench/onnx_models.py)",
+    ),
+    #[cfg(feature = "onnx")]
+    (
+        "onnx_mobilenet_v3",
+        onnx::run_mobilenet_v3,
+        "inference of torchvision's MobileNet v3 small imported from torch.onnx.export, batch 32 at 224x224 (bench/onnx_models.py)",
+    ),
+    #[cfg(feature = "onnx")]
+    (
+        "onnx_bert_base",
+        onnx::run_bert_base,
+        "inference of a seeded BERT-base-sized encoder imported from torch.onnx.export, batch 8 x 128 (bench/onnx_models.py)",
+    ),
 ];
 
 fn usage() -> String {

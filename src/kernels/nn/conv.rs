@@ -26,8 +26,9 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::conv_depthwise;
 #[cfg(target_arch = "x86_64")]
-use super::{conv_depthwise, conv_direct};
+use super::conv_direct;
 use super::im2col::{col2im, im2col, workspace_len};
 use crate::kernels::matmul::{gemm_accumulate, gemm_overwrite, gemm_write, MatView};
 use crate::tensor::{Element, Filled};

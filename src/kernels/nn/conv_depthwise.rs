@@ -47,7 +47,12 @@ pub(super) fn forward<T: Element>(
         let w_p = &w[oc * taps..][..taps];
         let y = fill(y, T::zero());
         let width = pad_plane(geo, x_p, padded);
-        sum_taps(geo, padded, width, w_p, y);
+        // Compiled for the CPU's widest vectors: the crate's baseline is
+        // SSE2, whose 4 lanes left most of a 14-wide row to scalar code.
+        crate::kernels::simd::wide(
+            #[inline(always)]
+            || sum_taps(geo, padded, width, w_p, y),
+        );
         if let Some(b) = bias {
             y.iter_mut().for_each(|v| *v += b[oc]);
         }
@@ -76,7 +81,8 @@ fn pad_plane<T: Element>(geo: &ConvGeometry, x_p: &[T], padded: &mut Vec<T>) -> 
     let [py, px] = geo.pad;
     // Rows and columns the windows reach (the far side's padding is
     // whatever the output size leaves), and at least the input's.
-    let reach = |i: usize| (geo.output[i] - 1) * geo.stride[i] + (geo.kernel[i] - 1) * geo.dilation[i] + 1;
+    let reach =
+        |i: usize| (geo.output[i] - 1) * geo.stride[i] + (geo.kernel[i] - 1) * geo.dilation[i] + 1;
     let (rows, width) = (reach(0).max(h + py), reach(1).max(w + px));
     padded.clear();
     padded.resize(rows * width, T::zero());
@@ -89,6 +95,7 @@ fn pad_plane<T: Element>(geo: &ConvGeometry, x_p: &[T], padded: &mut Vec<T>) -> 
 /// Adds the taps over the padded plane into `y`: by output row, a tap at
 /// a time, where rows are long enough to vectorise; by output element,
 /// the taps summed in a register, where they are not.
+#[inline(always)]
 fn sum_taps<T: Element>(geo: &ConvGeometry, padded: &[T], width: usize, w_p: &[T], y: &mut [T]) {
     let [kh, kw] = geo.kernel;
     let [sy, sx] = geo.stride;
@@ -161,11 +168,16 @@ mod tests {
                 pad,
                 dilation: dil,
             };
-            let x: Vec<f64> = (0..n * c * hw[0] * hw[1]).map(|i| ((i * 37 % 17) as f64) - 8.0).collect();
-            let w: Vec<f64> = (0..out_channels * k[0] * k[1]).map(|i| ((i * 11 % 7) as f64) - 3.0).collect();
+            let x: Vec<f64> = (0..n * c * hw[0] * hw[1])
+                .map(|i| ((i * 37 % 17) as f64) - 8.0)
+                .collect();
+            let w: Vec<f64> = (0..out_channels * k[0] * k[1])
+                .map(|i| ((i * 11 % 7) as f64) - 3.0)
+                .collect();
             let b: Vec<f64> = (0..out_channels).map(|i| i as f64 * 0.5).collect();
             let got = filled(n * out_channels * output[0] * output[1], |out| {
                 forward(&geo, &x, &w, Some(&b), out);
+                // SAFETY: `forward` writes every element of `out` (its doc).
                 unsafe { crate::tensor::Filled::assume(out) }
             });
             let mut want = vec![0.0; got.len()];
@@ -188,7 +200,10 @@ mod tests {
                 }
                 *v = acc + b[oc];
             }
-            assert_eq!(got, want, "stride {stride:?} pad {pad:?} dilation {dil:?} x{mult}");
+            assert_eq!(
+                got, want,
+                "stride {stride:?} pad {pad:?} dilation {dil:?} x{mult}"
+            );
         }
     }
 }
