@@ -8,12 +8,14 @@
 
 #![cfg(feature = "onnx")]
 
+#[path = "support/onnx_node.rs"]
+mod onnx_node;
+
+use onnx_node::value_info;
 use prost::Message;
 use retrograd::onnx::proto::attribute_proto::AttributeType;
-use retrograd::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
 use retrograd::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
-    ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
 };
 use retrograd::onnx::OnnxModel;
 use retrograd::{DType, Error, Graph, Tensor};
@@ -36,17 +38,6 @@ fn string(name: &str, v: &str) -> AttributeProto {
     }
 }
 
-fn value_info(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(TypeValue::TensorType(TensorType::default())),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
     NodeProto {
         op_type: Some(op.into()),
@@ -64,9 +55,9 @@ fn graph(name: &str, n: NodeProto) -> GraphProto {
             .input
             .iter()
             .filter(|n| !n.is_empty())
-            .map(|n| value_info(n))
+            .map(|n| value_info(n, None))
             .collect(),
-        output: n.output.iter().map(|n| value_info(n)).collect(),
+        output: n.output.iter().map(|n| value_info(n, None)).collect(),
         node: vec![n],
         ..Default::default()
     }
@@ -381,8 +372,8 @@ fn scan_carries_its_state_reads_the_enclosing_graph_and_differentiates() {
             node("Add", &["acc", "xw"], &["next"], vec![]),
             node("Identity", &["next"], &["out"], vec![]),
         ],
-        input: vec![value_info("acc"), value_info("x")],
-        output: vec![value_info("next"), value_info("out")],
+        input: vec![value_info("acc", None), value_info("x", None)],
+        output: vec![value_info("next", None), value_info("out", None)],
         ..Default::default()
     };
     let mut scan = node(
@@ -399,7 +390,7 @@ fn scan_carries_its_state_reads_the_enclosing_graph_and_differentiates() {
     });
     let build = |opset: i64| {
         let mut g = graph("g", scan.clone());
-        g.input.push(value_info("w"));
+        g.input.push(value_info("w", None));
         let m = ModelProto {
             ir_version: Some(10),
             opset_import: vec![OperatorSetIdProto {

@@ -6,6 +6,10 @@
 
 #![cfg(feature = "onnx")]
 
+#[path = "support/onnx_node.rs"]
+mod onnx_node;
+
+use onnx_node::value_info;
 use retrograd::nn::Module;
 use retrograd::onnx::proto::attribute_proto::AttributeType;
 use retrograd::onnx::proto::tensor_shape_proto::dimension::Value::DimValue;
@@ -18,17 +22,6 @@ use retrograd::onnx::proto::{
 use retrograd::onnx::OnnxModel;
 use retrograd::{DType, Error, Graph, Tensor};
 
-fn value_info(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(TypeValue::TensorType(TensorType::default())),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 /// A float value the graph declares with its type and sizes.
 fn float_info(name: &str, dims: &[i64]) -> ValueInfoProto {
     let dim = dims
@@ -38,7 +31,7 @@ fn float_info(name: &str, dims: &[i64]) -> ValueInfoProto {
             ..Default::default()
         })
         .collect();
-    let mut v = value_info(name);
+    let mut v = value_info(name, None);
     v.r#type = Some(TypeProto {
         value: Some(TypeValue::TensorType(TensorType {
             elem_type: Some(1),
@@ -92,8 +85,8 @@ fn graph(name: &str, nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -
     GraphProto {
         name: Some(name.into()),
         node: nodes,
-        input: inputs.iter().map(|n| value_info(n)).collect(),
-        output: outputs.iter().map(|n| value_info(n)).collect(),
+        input: inputs.iter().map(|n| value_info(n, None)).collect(),
+        output: outputs.iter().map(|n| value_info(n, None)).collect(),
         ..Default::default()
     }
 }
@@ -408,7 +401,7 @@ fn nested_ifs(depth: usize) -> GraphProto {
         let n = with_graph(with_graph(n, "then_branch", g), "else_branch", leaf());
         g = graph("level", vec![n], &[], &["o"]);
     }
-    g.input = vec![value_info("c"), value_info("x")];
+    g.input = vec![value_info("c", None), value_info("x", None)];
     g
 }
 

@@ -7,60 +7,12 @@
 
 #![cfg(feature = "onnx")]
 
-use prost::Message;
-use retrograd::onnx::proto::attribute_proto::AttributeType;
-use retrograd::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
-use retrograd::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto,
-    ValueInfoProto,
-};
+#[path = "support/onnx_node.rs"]
+mod onnx_node;
+
+use onnx_node::{model_reading, model_typed, A};
 use retrograd::onnx::OnnxModel;
 use retrograd::{DType, Error, Graph, Tensor};
-
-/// An attribute: an integer, integers, a float or a string.
-enum A {
-    I(i64),
-    Is(&'static [i64]),
-    F(f32),
-    S(&'static str),
-}
-
-fn attr(name: &str, a: &A) -> AttributeProto {
-    let mut p = AttributeProto {
-        name: Some(name.into()),
-        ..Default::default()
-    };
-    match a {
-        A::I(v) => {
-            p.i = Some(*v);
-            p.r#type = Some(AttributeType::Int as i32);
-        }
-        A::Is(v) => {
-            p.ints = v.to_vec();
-            p.r#type = Some(AttributeType::Ints as i32);
-        }
-        A::F(v) => {
-            p.f = Some(*v);
-            p.r#type = Some(AttributeType::Float as i32);
-        }
-        A::S(v) => {
-            p.s = Some(v.as_bytes().to_vec());
-            p.r#type = Some(AttributeType::String as i32);
-        }
-    }
-    p
-}
-
-fn value_info(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(TypeValue::TensorType(TensorType::default())),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 /// A model of one `op` node at `opset` reading `n_in` inputs and naming
 /// `n_out` outputs, imported.
@@ -74,45 +26,6 @@ fn model(
     let ins: Vec<String> = (0..n_in).map(|i| format!("x{i}")).collect();
     let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
     model_reading(op, opset, &ins, n_out, attrs)
-}
-
-/// A model of one `op` node reading the graph inputs `inputs` (an empty
-/// name: an omitted optional input), imported.
-fn model_reading(
-    op: &str,
-    opset: i64,
-    inputs: &[&str],
-    n_out: usize,
-    attrs: &[(&str, A)],
-) -> retrograd::Result<OnnxModel> {
-    let outs: Vec<String> = (0..n_out).map(|i| format!("y{i}")).collect();
-    let node = NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outs.clone(),
-        attribute: attrs.iter().map(|(n, a)| attr(n, a)).collect(),
-        ..Default::default()
-    };
-    let m = ModelProto {
-        ir_version: Some(7),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(opset),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: vec![node],
-            input: inputs
-                .iter()
-                .filter(|n| !n.is_empty())
-                .map(|n| value_info(n))
-                .collect(),
-            output: outs.iter().map(|n| value_info(n)).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    OnnxModel::from_bytes(&m.encode_to_vec())
 }
 
 /// Runs the one-node model on `inputs`.
@@ -468,34 +381,11 @@ fn attention_with_grouped_heads_a_cache_and_masks_matches_onnx() {
         &[1, 2, 3, 3],
     );
     // Inputs 0, 1, 2, 4, 5 (no mask): a model reading an empty name for input 3.
-    let node = |attrs: Vec<AttributeProto>, inputs: &[&str], n_out: usize| {
-        let outs: Vec<String> = (0..n_out).map(|i| format!("y{i}")).collect();
-        let names: Vec<&str> = inputs.iter().copied().filter(|n| !n.is_empty()).collect();
-        let m = ModelProto {
-            ir_version: Some(9),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(23),
-            }],
-            graph: Some(GraphProto {
-                name: Some("g".into()),
-                node: vec![NodeProto {
-                    op_type: Some("Attention".into()),
-                    input: inputs.iter().map(|s| s.to_string()).collect(),
-                    output: outs.clone(),
-                    attribute: attrs,
-                    ..Default::default()
-                }],
-                input: names.iter().map(|n| value_info(n)).collect(),
-                output: outs.iter().map(|n| value_info(n)).collect(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        OnnxModel::from_bytes(&m.encode_to_vec()).unwrap()
+    let node = |attrs: &[(&str, A)], inputs: &[&str], n_out: usize| {
+        model_reading("Attention", 23, inputs, n_out, attrs).unwrap()
     };
     let m = node(
-        vec![attr("is_causal", &A::I(1)), attr("softcap", &A::F(2.0))],
+        &[("is_causal", A::I(1)), ("softcap", A::F(2.0))],
         &["q", "k", "v", "", "pk", "pv"],
         3,
     );
@@ -521,7 +411,7 @@ fn attention_with_grouped_heads_a_cache_and_masks_matches_onnx() {
     )
     .unwrap();
     let m = node(
-        vec![attr("qk_matmul_output_mode", &A::I(3))],
+        &[("qk_matmul_output_mode", A::I(3))],
         &["q", "k", "v", "mask", "pk", "pv"],
         4,
     );
@@ -1040,35 +930,14 @@ fn casts_to_narrow_types_round_to_the_values_they_hold() {
     assert_eq!((y.dtype(), y.to_f64_vec()), (DType::I64, vec![-7.0, 3.0]));
 
     // CastLike to a second input declared FLOAT8E4M3FN (read as f32).
-    let like_typed = {
-        let mut v = value_info("x1");
-        if let Some(TypeValue::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
-            t.elem_type = Some(FLOAT8E4M3FN as i32);
-        }
-        v
-    };
-    let node = NodeProto {
-        op_type: Some("CastLike".into()),
-        input: vec!["x0".into(), "x1".into()],
-        output: vec!["y0".into()],
-        ..Default::default()
-    };
-    let m = ModelProto {
-        ir_version: Some(7),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(21),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: vec![node],
-            input: vec![value_info("x0"), like_typed],
-            output: vec![value_info("y0")],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let m = OnnxModel::from_bytes(&m.encode_to_vec()).unwrap();
+    let m = model_typed(
+        "CastLike",
+        21,
+        &[("x0", None), ("x1", Some(FLOAT8E4M3FN as i32))],
+        1,
+        &[],
+    )
+    .unwrap();
     let like = f32s(&[1.0], &[1]);
     let y = &m.infer(&[x, like]).unwrap()[0];
     assert_eq!(y.to_f64_vec(), vec![0.3125, 448.0, 448.0, -448.0]);
