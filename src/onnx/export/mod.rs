@@ -317,7 +317,7 @@ impl<'g> Exporter<'g> {
     /// let graph = Graph::new();
     /// graph.set_tracing(true);
     /// let x = graph.variable(Tensor::ones(&[2, 3], DType::F32)?);
-    /// let y = x.mean_dim(&[1], true);
+    /// let y = x.mean_axes(&[1], true);
     /// let bytes = Exporter::new(&graph).input("x", &x).output("y", &y).opset(21).to_bytes()?;
     /// let model = OnnxModel::from_bytes(&bytes)?;
     /// assert_eq!(model.opset(), 21);
