@@ -27,6 +27,7 @@ use std::process::ExitCode;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use retrograd::viz::GraphPictures;
 use retrograd::data::{digits, mnist};
 use retrograd::io::{checkpoint_metadata, load_checkpoint, load_tensors, save_tensors};
 use retrograd::nn::{Activation, Forward, Gpt, GptConfig, Mlp, Module};

@@ -22,71 +22,44 @@
 //! assert_eq!(grads.wrt(&y).try_item()?, 3.0);     // dw/dy = x
 //! # Ok::<(), retrograd::Error>(())
 //! ```
+//!
+//! This crate is the facade of a workspace: it re-exports the engine
+//! (`retrograd-engine`: tensors, kernels, the graph, autograd, ops, `nn`,
+//! optimizers, compiled steps, checkpoints) and the crates around it, each
+//! behind the feature that needs its dependencies: `retrograd-data` (the
+//! bundled datasets, in [`data`]), `retrograd-hub` ([`hub`], [`gguf`],
+//! [`llm`] and the pretrained architectures, in [`nn`]), `retrograd-viz`
+//! ([`viz`], [`runlog`], [`expr`]), `retrograd-train` ([`train`],
+//! [`distributed`]) and `retrograd-onnx` ([`onnx`]).
 #![warn(missing_docs)]
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// `#[derive(Module)]` expands to `::retrograd::nn::...` paths, which must
-// resolve inside this crate too.
-extern crate self as retrograd;
+pub use retrograd_engine::*;
 
-pub mod autograd;
-mod base;
-pub mod compile;
-pub mod core;
-pub mod data;
-pub mod distributed;
-#[cfg(feature = "expr")]
-pub mod expr;
-pub mod func;
-pub mod gguf;
-pub mod hub;
-pub mod io;
-pub mod kernels;
+/// Data for training: the engine's [`Dataset`](data::Dataset),
+/// [`Batches`](data::Batches) and tokenizer, and the bundled datasets.
+pub mod data {
+    pub use retrograd_data::*;
+    pub use retrograd_engine::data::*;
+}
+
+/// Parameters, modules and layers (the engine's), with the pretrained
+/// architectures that [`hub`](crate::hub) loads (BERT, GPT-2, Llama).
+pub mod nn {
+    pub use retrograd_engine::nn::*;
+    pub use retrograd_hub::models::*;
+}
+
+pub use retrograd_hub::{gguf, hub};
 #[cfg(feature = "chat")]
-pub mod llm;
-pub mod nn;
+pub use retrograd_hub::llm;
 #[cfg(feature = "onnx")]
-pub mod onnx;
-pub mod ops;
-pub mod optim;
+pub use retrograd_onnx as onnx;
+pub use retrograd_train::{distributed, train};
+#[cfg(feature = "expr")]
+pub use retrograd_viz::expr;
+pub use retrograd_viz::{runlog, viz};
+
 pub mod prelude;
-pub mod quant;
-pub mod runlog;
-pub mod tensor;
-pub mod train;
-pub mod viz;
-
-pub use self::core::{
-    AttrValue, Differentiable, GradInputs, Graph, GraphNode, Holds, NoGradGuard, OpAttributes,
-    OpFacts, Var,
-};
-pub use autograd::{
-    grad, gradcheck, gradcheck_with, hessian, hessian_vector_product, jacobian, jacobian_with, jvp,
-    jvpcheck, BackwardOptions, BackwardOrder, GradOptions, GradcheckOptions, Gradients,
-    JacobianMode,
-};
-pub use base::profile;
-pub use base::{DType, Error, OnnxProblem, Profile, Result, TensorProblem};
-pub use compile::{compile, CompileOptions, Compiled, StepOutput};
-pub use kernels::simd::{isa, set_isa_cap, Isa};
-pub use ops::gelu::GeluApproximate;
-pub use ops::nn::pool::options::*;
-pub use ops::nn::{
-    AttnMask, BatchNormArgs, BatchNormOutput, CrossEntropyOptions, NllLossOptions, Reduction,
-    SdpaOptions,
-};
-pub use ops::OpRegistry;
-pub use tensor::{DataType, Element, Tensor, TensorSummary};
-
-/// The graph, `Var` and the node types: the [`core`](mod@self::core)
-/// layer's [`graph`](self::core::graph) module, under its first name.
-pub use self::core::graph;
-#[cfg(test)]
-use tensor::test_util;
-
-/// The `half` crate, whose `f16` and `bf16` are the element types of
-/// `DType::F16` and `DType::BF16` (`to_vec::<half::bf16>()`).
-pub use half;
-pub use smallvec;

@@ -1,8 +1,4 @@
 //! The names most programs need: `use retrograd::prelude::*;`.
 
-pub use crate::nn::{Forward, Module, Parameter};
-pub use crate::optim::Optimizer;
-pub use crate::{
-    grad, BackwardOptions, DType, Differentiable, Error, GradInputs, GradOptions, Gradients, Graph,
-    OpRegistry, Result, Tensor, Var,
-};
+pub use retrograd_engine::prelude::*;
+pub use retrograd_viz::viz::GraphPictures as _;

@@ -3,6 +3,7 @@
 //! lowering, the explanation) must not recurse either: those tests run on
 //! the test harness's own thread, with the default stack.
 
+use retrograd::viz::GraphPictures;
 use retrograd::viz::{Renderer, VizOptions, BUILTIN_LAYOUT_LIMIT};
 use retrograd::{compile, CompileOptions, Error, Graph, Result, Tensor, Var};
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use retrograd::viz::GraphPictures;
 use retrograd::viz::{Renderer, VizOptions};
 use retrograd::{Graph, Tensor, Var};
 use serde_json::Value;

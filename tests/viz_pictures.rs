@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use graphviz_rust::dot_structures::{Attribute, EdgeTy, Graph as DotGraph, Id, Stmt, Vertex};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::{Renderer, VizOptions};
 use retrograd::{Error, Graph, Tensor, Var};
 

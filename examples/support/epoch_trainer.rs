@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use retrograd::viz::GraphPictures;
 use retrograd::data::{Batches, Dataset};
 use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module};

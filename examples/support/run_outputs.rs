@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use retrograd::viz::GraphPictures;
 use retrograd::nn::Module;
 use retrograd::runlog::{read_log, write_plots, PlotOptions, RunLog};
 use retrograd::viz::VizOptions;

@@ -1,6 +1,7 @@
 //! Printing odd values never panics: empty and huge zero-sized tensors,
 //! NaN and infinities, and graphs (trace text, DOT, SVG) that hold them.
 
+use retrograd::viz::GraphPictures;
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Error, Graph, Tensor};
 
