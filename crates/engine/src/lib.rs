@@ -64,7 +64,6 @@ pub use ops::nn::{
 pub use ops::OpRegistry;
 pub use tensor::{DataType, Element, Tensor, TensorSummary};
 
-
 /// The `half` crate, whose `f16` and `bf16` are the element types of
 /// `DType::F16` and `DType::BF16` (`to_vec::<half::bf16>()`).
 pub use half;

@@ -30,8 +30,7 @@
 //! AVX-512/AVX2 when the CPU has it, same scalar code so bit-identical
 //! results), `f32_vector.rs` (one f32 register, 16 lanes on AVX-512 or 8 on AVX2, as a trait: the direct convolution's register tiles are written once over it), `f64x8.rs` (eight f64 lanes on AVX-512, AVX or arrays in one order
 //! of additions, for the normalisations' row and plane sums), `blocks.rs` (slice loops by 64-element blocks, for functions
-//! whose per-element dependency chain is long: `erfc`, `exp`), `tanh.rs` (the public path of the branch-free tanh, which
-//! lives in `tensor/math.rs`), `transpose.rs` (a column-major matrix copied
+//! whose per-element dependency chain is long: `erfc`, `exp`), `transpose.rs` (a column-major matrix copied
 //! row-major in AVX-512 register tiles, for `gemm`'s right operand), `ternary.rs` (`zip3`: three operands,
 //! broadcasting), `power.rs` (pow functors and fixed-exponent fast paths),
 //! `reduce_lanes.rs` (one accumulator per output for any axis set, fed in
@@ -47,22 +46,21 @@ pub(crate) mod f32_vector;
 pub(crate) mod f64x8;
 pub mod functors;
 pub(crate) mod identity_product;
-pub mod index;
-pub mod layout;
-pub mod mask;
+pub(crate) mod index;
+pub(crate) mod layout;
+pub(crate) mod mask;
 pub mod matmul;
 pub mod nn;
 pub mod on_pool;
 pub mod parallel;
 pub(crate) mod power;
-pub mod quant;
+pub(crate) mod quant;
 pub mod reduce;
 pub(crate) mod reduce_lanes;
-pub mod reduce_minmax;
-pub mod reduce_stats;
+pub(crate) mod reduce_minmax;
+pub(crate) mod reduce_stats;
 pub mod simd;
-pub mod tanh;
-pub mod ternary;
+pub(crate) mod ternary;
 #[cfg(test)]
 mod testing;
 pub(crate) mod transpose;

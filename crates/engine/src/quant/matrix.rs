@@ -107,7 +107,10 @@ impl QMatrix {
         start: usize,
     ) -> Result<Self> {
         let len = ty.row_bytes(cols)?.saturating_mul(rows);
-        if start.checked_add(len).is_none_or(|end| end > (*map).as_ref().len()) {
+        if start
+            .checked_add(len)
+            .is_none_or(|end| end > (*map).as_ref().len())
+        {
             return Err(Error::invalid(
                 OP,
                 format!(
@@ -127,13 +130,7 @@ impl QMatrix {
 
     /// [`try_mapped`](Self::try_mapped), panicking on bad sizes.
     #[track_caller]
-    pub fn mapped(
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        map: MappedBytes,
-        start: usize,
-    ) -> Self {
+    pub fn mapped(ty: GgmlType, rows: usize, cols: usize, map: MappedBytes, start: usize) -> Self {
         or_panic(Self::try_mapped(ty, rows, cols, map, start))
     }
 

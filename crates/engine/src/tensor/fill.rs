@@ -116,10 +116,7 @@ impl Tensor {
     ///
     /// If `values` does not yield exactly as many items as `shape` has elements.
     #[inline]
-    pub fn from_exact_iter<T: DataType>(
-        shape: Dims,
-        values: impl IntoIterator<Item = T>,
-    ) -> Self {
+    pub fn from_exact_iter<T: DataType>(shape: Dims, values: impl IntoIterator<Item = T>) -> Self {
         Tensor::build(shape, |out| write_exact(out, values))
     }
 }

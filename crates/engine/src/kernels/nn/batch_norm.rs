@@ -39,11 +39,6 @@ impl Planes {
         self.n * self.c * self.s
     }
 
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Elements per channel, `n * s`.
     pub fn per_channel(&self) -> usize {
         self.n * self.s

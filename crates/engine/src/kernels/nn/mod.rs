@@ -49,15 +49,15 @@
 //! same tiles (what the op runs wherever they apply); `rms_norm.rs`: fused forward and
 //! input-gradient kernels.
 
-pub mod exp;
+pub(crate) mod exp;
 
 pub use exp::NnFloat;
 pub mod attention;
 pub mod attention_tiled;
-pub mod attention_tiled_backward;
-pub mod batch_norm;
-pub mod classification;
-pub mod conv;
+pub(crate) mod attention_tiled_backward;
+pub(crate) mod batch_norm;
+pub(crate) mod classification;
+pub(crate) mod conv;
 #[cfg(target_arch = "x86_64")]
 mod conv_channel_lanes;
 mod conv_depthwise;
@@ -67,10 +67,10 @@ pub mod conv_fused;
 #[cfg(target_arch = "x86_64")]
 mod conv_winograd;
 mod im2col;
-pub mod lanes;
+pub(crate) mod lanes;
 pub mod norm;
-pub mod pointwise;
-pub mod pool;
-pub mod rms_norm;
-pub mod softmax;
-pub mod sparse;
+pub(crate) mod pointwise;
+pub(crate) mod pool;
+pub(crate) mod rms_norm;
+pub(crate) mod softmax;
+pub(crate) mod sparse;

@@ -10,7 +10,7 @@ mod product;
 mod q8_rows;
 mod tiles;
 
-pub use dot::{dot, dot4, dot_portable, DotFormat, Q4_0_BYTES, Q4_1_BYTES, Q8_0_BYTES};
+pub use dot::DotFormat;
 pub use product::product;
-pub use q8_rows::{Q8Row, Q8Rows, Q8_BLOCK};
+pub use q8_rows::Q8Rows;
 pub use tiles::{product_by_tiles, transposed_product_by_tiles};
