@@ -36,8 +36,8 @@
 //! (`scalar_lane.rs`), one scalar node run inside its op's monomorphised
 //! `scalar_node`, and `LaneElement`, which tags a scalar call with its
 //! dtype (`scalar_node.rs`), gradient slots by value id and the first-order
-//! `TensorStore` (`store.rs`), and the graph (`graph/`, still
-//! `crate::core::graph` and `retrograd::graph`).
+//! `TensorStore` (`store.rs`), and the graph (`graph/`, whose main types
+//! the crate root re-exports: `retrograd::{Graph, Var, GraphNode}`).
 
 pub mod attributes;
 pub mod batching;
