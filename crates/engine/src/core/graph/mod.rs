@@ -65,6 +65,12 @@ pub type GradHook = Box<dyn Fn(&Tensor) -> Option<Tensor>>;
 /// Everything the graph records, behind one `RefCell`. The fields are
 /// private to `graph`; the layers above read them through the methods
 /// below, each `#[inline]` and compiled to the same field access.
+///
+/// Public, read-only, on purpose: the crates around the engine read the
+/// recorded graph as it is (pictures draw it, the backward-sweep page
+/// replays it, ONNX export writes it), and a user's own tool can too. A
+/// `GraphState` is only ever borrowed from [`Graph::state`], so nothing
+/// outside the engine can change what was recorded.
 #[derive(Default)]
 pub struct GraphState {
     values: Vec<Tensor>,
@@ -317,8 +323,10 @@ impl Graph {
         }
     }
 
-    /// What the graph has recorded, borrowed (the layers above read it
-    /// through [`GraphState`]'s methods).
+    /// What the graph has recorded, borrowed read-only (the layers above,
+    /// pictures and ONNX export read it through [`GraphState`]'s methods).
+    /// Recording while the borrow is held panics, as any `RefCell` does:
+    /// drop it before the next op.
     #[inline(always)]
     pub fn state(&self) -> Ref<'_, GraphState> {
         self.state.borrow()
