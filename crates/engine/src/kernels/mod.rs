@@ -10,6 +10,18 @@
 //! tensor into `Error::NotFloat` naming the op; kernels that only move or
 //! compare elements (layout copies, gathers, [`mask`]) take all four dtypes.
 //!
+//! # What is public, and why
+//!
+//! Most of this module is private to the engine: ops call the loops, users
+//! call ops. Public on purpose are the entry points that code outside the
+//! engine crate calls without a graph: the fused inference paths of the
+//! ONNX importer ([`matmul_bias`], [`nn::conv_fused`], [`nn::norm`]'s
+//! `add_layer_norm`, [`nn::attention`] and [`nn::attention_tiled`]); the
+//! threading knobs ([`parallel`], [`on_pool`], [`matmul`]'s
+//! `PARALLEL_FLOPS`); the instruction-set cap and the `wide` dispatch
+//! ([`simd`]); and the slice loops that the benchmarks time on their own
+//! ([`elementwise`], [`functors`], [`reduce`], [`matmul`]).
+//!
 //! Where things are: `quant/` (the quantized matrix product: 8-bit
 //! activations and integer dot products per block), the loops: `elementwise.rs` (map, zip with
 //! broadcasting), `reduce.rs` (pairwise sums, axis sums, `sum_to_shape`),
