@@ -4,8 +4,11 @@
 //! (`fallible.rs`), and the [`DType`] tag (`dtype.rs`), which sits here
 //! because errors name dtypes.
 //!
-//! The crate root keeps the short paths: `crate::base::error`, `crate::base::fallible`
-//! and `crate::{Error, Result, DType}`.
+//! Users name these through the crate root (`retrograd::{Error, Result,
+//! DType}`). The module is public for the crates around the engine, which
+//! follow the same conventions: they build errors with
+//! [`Error::invalid`] and friends, and write their `try_x`/`x` pairs with
+//! `fallible!` and [`error::or_panic`].
 //!
 //! Where things are: the base layer: the one `Error` enum (thiserror) and
 //! `Result`; `or_panic`, the panicking form of every `try_` method and of
@@ -13,7 +16,6 @@
 //! method pair from one body (`fallible.rs`); the `DType` tag (`dtype.rs`);
 //! `Profile`, the per-part wall times of repeated runs that compiled steps
 //! and imported ONNX models report (`profile.rs`).
-//! The crate root keeps the paths `crate::base::error`, `crate::base::fallible`.
 
 pub(crate) mod dtype;
 pub mod error;
