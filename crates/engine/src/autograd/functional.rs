@@ -89,7 +89,7 @@ pub enum JacobianMode {
 
 /// The Jacobian of `f` at `x`, shape `f(x).shape() ++ x.shape()`. Uses forward
 /// mode when `x` has fewer elements than `f(x)` (fewer passes), reverse
-/// mode otherwise — seed 003's argument for reverse mode, applied both ways.
+/// mode otherwise — the argument for reverse mode (one pass per output), applied both ways.
 ///
 /// ```
 /// use retrograd::{jacobian, Tensor};
