@@ -1,4 +1,4 @@
-//! Seed 003: the backward sweep in reverse topological order, on the
+//! The textbook's backward-order chapter: the backward sweep in reverse topological order, on the
 //! two-tower diamond; every valid order gives identical gradients.
 
 use rand::seq::SliceRandom;
