@@ -1,5 +1,5 @@
-//! Every worked example and self-check of seed 000 (the computational graph
-//! chapter), number by number.
+//! Every worked example and self-check of the textbook's computational-graph
+//! chapter, number by number.
 
 use retrograd::{BackwardOptions, BackwardOrder, Error, Graph, Tensor};
 
