@@ -35,6 +35,8 @@
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+#[cfg(doctest)]
+mod book;
 
 pub use retrograd_engine::*;
 
