@@ -20,12 +20,11 @@
 //! as one run per worker, so a descheduled worker holds up one sample.
 //! Inference only: `conv2d_forward_fused` is its one caller.
 
-use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{even_parts, for_each_sample, ConvEpilogue};
+use super::conv_fused::{even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -39,15 +38,6 @@ const MAX_COLS: usize = 6;
 /// one or three channels stay on [`super::conv_direct`] (with the MNIST
 /// CNN's conv 1->32 here the whole run took 1.04-1.22x as long).
 const MIN_DEPTH: usize = 64;
-
-/// Whether the fused forward of `geo` runs here: as `conv_direct::applies`
-/// (f32, stride one, a kernel larger than 1x1) on a CPU with AVX-512F,
-/// both checked by the caller, and enough input channels times taps per output
-/// ([`MIN_DEPTH`]).
-pub(super) fn applies(geo: &ConvGeometry) -> bool {
-    let cin = geo.in_channels / geo.groups;
-    cin * geo.kernel[0] * geo.kernel[1] >= MIN_DEPTH && geo.out_channels > 0
-}
 
 /// The geometry of one group's correlation at stride one.
 #[derive(Clone, Copy, Debug)]
@@ -114,62 +104,54 @@ impl Packed {
     }
 }
 
-thread_local! {
-    /// Each worker's padded planes of one sample, kept between calls.
-    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
+/// The kernel of this file.
+pub(super) struct ChannelLanes;
 
-/// `epilogue(conv(x, w) + bias)` for f32 (see
-/// [`super::conv_fused::conv2d_forward_fused`]); writes every element of
-/// `out`.
-///
-/// # Safety
-/// The CPU has AVX-512F; `geo` is at stride one with [`applies`] true, `x`,
-/// `w` and `out` have its lengths (`out` the epilogue's).
-pub(super) unsafe fn forward_fused(
-    geo: &ConvGeometry,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    epilogue: ConvEpilogue,
-    out: &mut [MaybeUninit<f32>],
-) {
-    let p = Plan::new(geo);
-    let taps: Vec<usize> = (0..geo.kernel[0])
-        .flat_map(|ky| {
-            (0..geo.kernel[1])
-                .map(move |kx| ky * geo.dilation[0] * p.padded[1] + kx * geo.dilation[1])
-        })
-        .collect();
-    let packed: Vec<Packed> = w
-        .chunks_exact(p.cout * p.cin * taps.len())
-        .map(|w_g| Packed::new(w_g, &p, taps.len()))
-        .collect();
-    let [ph, pw] = epilogue.output_plane(p.out);
-    let out_sample = geo.groups * p.cout * ph * pw;
-    let src_sample = geo.groups * p.cin * p.src[0] * p.src[1];
-    if out_sample == 0 {
-        return;
+impl Avx512FusedConv for ChannelLanes {
+    /// As `conv_direct::applies` (a kernel larger than 1x1 too), with
+    /// enough input channels times taps per output ([`MIN_DEPTH`]).
+    fn applies(geo: &ConvGeometry) -> bool {
+        let cin = geo.in_channels / geo.groups;
+        cin * geo.kernel[0] * geo.kernel[1] >= MIN_DEPTH && geo.out_channels > 0
     }
-    let sample = |(n, y_n): (usize, &mut [MaybeUninit<f32>])| {
-        PADDED.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            if buf.len() < p.cin * p.plane() {
-                buf.resize(p.cin * p.plane(), 0.0);
-            }
+
+    unsafe fn forward_fused(
+        geo: &ConvGeometry,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        epilogue: ConvEpilogue,
+        out: &mut [MaybeUninit<f32>],
+    ) {
+        let p = Plan::new(geo);
+        let taps: Vec<usize> = (0..geo.kernel[0])
+            .flat_map(|ky| {
+                (0..geo.kernel[1])
+                    .map(move |kx| ky * geo.dilation[0] * p.padded[1] + kx * geo.dilation[1])
+            })
+            .collect();
+        let packed: Vec<Packed> = w
+            .chunks_exact(p.cout * p.cin * taps.len())
+            .map(|w_g| Packed::new(w_g, &p, taps.len()))
+            .collect();
+        let [ph, pw] = epilogue.output_plane(p.out);
+        let out_sample = geo.groups * p.cout * ph * pw;
+        let src_sample = geo.groups * p.cin * p.src[0] * p.src[1];
+        // Each worker's padded planes of one sample.
+        let scratch_len = p.cin * p.plane();
+        for_each_sample_scratch(out, out_sample, scratch_len, |n, y_n, buf| {
             for g in 0..geo.groups {
                 let s = &x[n * src_sample + g * p.cin * p.src[0] * p.src[1]..]
                     [..p.cin * p.src[0] * p.src[1]];
                 // SAFETY: the caller checked AVX-512F; `buf` holds `cin` planes.
-                unsafe { pad(&p, s, &mut buf) };
+                unsafe { pad(&p, s, buf) };
                 let y_g = &mut y_n[g * p.cout * ph * pw..][..p.cout * ph * pw];
                 let bias_g = bias.map(|b| &b[g * p.cout..][..p.cout]);
                 // SAFETY: as above; `buf` holds the padded planes of `p`.
-                unsafe { correlate(&p, &buf, &taps, &packed[g], bias_g, epilogue, y_g) };
+                unsafe { correlate(&p, buf, &taps, &packed[g], bias_g, epilogue, y_g) };
             }
-        })
-    };
-    for_each_sample(out, out_sample, sample);
+        });
+    }
 }
 
 /// Copies the `cin` source planes of `src` into the zero-padded planes at
@@ -529,7 +511,7 @@ mod tests {
                     let mut out = vec![MaybeUninit::<f32>::uninit(); epilogue.output_len(geo)];
                     // SAFETY: AVX-512F checked above; the lengths are `geo`'s.
                     pool.install(|| unsafe {
-                        forward_fused(geo, &x, &w, Some(&b), epilogue, &mut out)
+                        ChannelLanes::forward_fused(geo, &x, &w, Some(&b), epilogue, &mut out)
                     });
                     // SAFETY: `forward_fused` writes every element.
                     let got: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();

@@ -91,20 +91,22 @@ pub fn conv2d_forward_fused<'o, T: Element>(
         // alone; on AVX2 the direct kernel runs every fused block.
         let avx512 = crate::kernels::simd::has_avx512();
         let winograd =
-            avx512 && summation == ConvSummation::Winograd && conv_winograd::applies(geo);
-        if winograd || (avx512 && conv_channel_lanes::applies(geo)) {
+            avx512 && summation == ConvSummation::Winograd && conv_winograd::Winograd::applies(geo);
+        let lane_kernel: Option<FusedForward> = if winograd {
+            Some(conv_winograd::Winograd::forward_fused)
+        } else if avx512 && conv_channel_lanes::ChannelLanes::applies(geo) {
+            Some(conv_channel_lanes::ChannelLanes::forward_fused)
+        } else {
+            None
+        };
+        if let Some(forward) = lane_kernel {
             let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
             let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
             // SAFETY: `conv_direct::applies` checked f32 and stride one,
-            // `avx512` AVX-512F, and the chosen kernel's `applies` holds; the lengths
-            // are `geo`'s and the epilogue's (asserted above).
-            unsafe {
-                if winograd {
-                    conv_winograd::forward_fused(geo, x, w, bias, epilogue, y)
-                } else {
-                    conv_channel_lanes::forward_fused(geo, x, w, bias, epilogue, y)
-                }
-            };
+            // `avx512` AVX-512F, and the chosen kernel's `applies` holds; the
+            // lengths are `geo`'s and the epilogue's (asserted above): the
+            // contract of `Avx512FusedConv::forward_fused`.
+            unsafe { forward(geo, x, w, bias, epilogue, y) };
         } else {
             conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
         }
@@ -143,6 +145,74 @@ pub fn conv2d_forward_fused<'o, T: Element>(
     }
     // SAFETY: each pooled plane's rows are written whole by `max_row_pairs`.
     unsafe { Filled::assume(out) }
+}
+
+/// A fused forward of f32 convolutions at stride one written for AVX-512
+/// alone, beside the direct kernel: the tiles with the output channels in
+/// the lanes (`conv_channel_lanes.rs`) and Winograd's F(2x2, 3x3)
+/// (`conv_winograd.rs`). Both are picked by [`conv2d_forward_fused`] once
+/// `conv_direct::applies` and AVX-512F hold, and both spread samples over
+/// rayon's workers with a scratch buffer each ([`for_each_sample_scratch`]).
+#[cfg(target_arch = "x86_64")]
+pub(super) trait Avx512FusedConv {
+    /// Whether `geo` runs here, beside `conv_direct::applies` (f32, stride
+    /// one) and AVX-512F, both checked by the caller.
+    fn applies(geo: &ConvGeometry) -> bool;
+
+    /// `epilogue(conv(x, w) + bias)` for f32 (see [`conv2d_forward_fused`]);
+    /// writes every element of `out`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `geo` is at stride one with [`Self::applies`]
+    /// true; `x`, `w` and `out` have its lengths (`out` the epilogue's).
+    unsafe fn forward_fused(
+        geo: &ConvGeometry,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        epilogue: ConvEpilogue,
+        out: &mut [MaybeUninit<f32>],
+    );
+}
+
+/// [`Avx512FusedConv::forward_fused`] of one of the kernels, under its
+/// contract.
+#[cfg(target_arch = "x86_64")]
+type FusedForward =
+    unsafe fn(&ConvGeometry, &[f32], &[f32], Option<&[f32]>, ConvEpilogue, &mut [MaybeUninit<f32>]);
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each worker's scratch for one sample of an [`Avx512FusedConv`]
+    /// kernel (padded planes, transformed patches), kept between calls. The
+    /// kernels run one sample at a time on a thread, so one buffer serves
+    /// them all.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`for_each_sample`] for an [`Avx512FusedConv`] kernel: runs
+/// `sample(n, out_n, scratch)` on each sample's `out_sample` outputs of
+/// `out` (none if there are none), `scratch` the worker's buffer of at
+/// least `scratch_len` floats (of what a previous call left).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn for_each_sample_scratch(
+    out: &mut [MaybeUninit<f32>],
+    out_sample: usize,
+    scratch_len: usize,
+    sample: impl Fn(usize, &mut [MaybeUninit<f32>], &mut [f32]) + Send + Sync,
+) {
+    if out_sample == 0 {
+        return;
+    }
+    for_each_sample(out, out_sample, |(n, y_n)| {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            if scratch.len() < scratch_len {
+                scratch.resize(scratch_len, 0.0);
+            }
+            sample(n, y_n, &mut scratch)
+        })
+    });
 }
 
 /// Runs `sample(n, out_n)` on each sample's `out_sample` outputs of `out`,

@@ -29,12 +29,11 @@
 //! scattered into the output planes. Samples go to rayon's workers one at a
 //! time, so the bits do not depend on the thread count.
 
-use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{even_parts, for_each_sample, ConvEpilogue};
+use super::conv_fused::{even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -52,24 +51,6 @@ const MIN_INPUT_CHANNELS: usize = 8;
 /// beyond half a core's L2 they would stream from memory, and the direct
 /// kernels are faster.
 const MAX_WEIGHT_BYTES: usize = 512 * 1024;
-
-/// Whether `geo` runs here, beside `conv_direct::applies` (f32, stride one)
-/// and AVX-512F, both checked by the caller: a 3x3 kernel without dilation, at
-/// least [`MIN_INPUT_CHANNELS`] input channels per group, transformed
-/// weights of at most [`MAX_WEIGHT_BYTES`] and planes a vector's i32
-/// offsets reach.
-pub(super) fn applies(geo: &ConvGeometry) -> bool {
-    let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
-    geo.kernel == [3, 3]
-        && geo.stride == [1, 1]
-        && geo.dilation == [1, 1]
-        && cin >= MIN_INPUT_CHANNELS
-        && cout > 0
-        && POSITIONS * cin * cout.next_multiple_of(LANES) * size_of::<f32>() <= MAX_WEIGHT_BYTES
-        // Gathers and scatters address a vector's channels by i32 offsets.
-        && cin.next_multiple_of(LANES) * geo.input[0] * geo.input[1] <= i32::MAX as usize
-        && LANES * geo.output[0] * geo.output[1] <= i32::MAX as usize
-}
 
 /// One group's geometry in tiles.
 #[derive(Clone, Copy, Debug)]
@@ -147,55 +128,57 @@ fn transform_weights(w: &[f32], p: &Plan) -> Vec<f32> {
     u
 }
 
-thread_local! {
-    /// Each worker's channels-last padded input and transformed patches,
-    /// kept between calls.
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
+/// The kernel of this file.
+pub(super) struct Winograd;
 
-/// `epilogue(conv(x, w) + bias)` for f32 by F(2x2, 3x3) (see
-/// [`super::conv_fused::conv2d_forward_fused`]); writes every element of
-/// `out`.
-///
-/// # Safety
-/// The CPU has AVX-512F; `geo` has [`applies`] true; `x`, `w` and `out`
-/// have its lengths (`out` the epilogue's).
-pub(super) unsafe fn forward_fused(
-    geo: &ConvGeometry,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    epilogue: ConvEpilogue,
-    out: &mut [MaybeUninit<f32>],
-) {
-    let p = Plan::new(geo, epilogue);
-    let weights: Vec<Vec<f32>> = w
-        .chunks_exact(p.cout * p.cin * 9)
-        .map(|w_g| transform_weights(w_g, &p))
-        .collect();
-    let biases: Vec<Vec<f32>> = (0..geo.groups)
-        .map(|g| {
-            let mut b = vec![0.0f32; p.cout_padded];
-            if let Some(bias) = bias {
-                b[..p.cout].copy_from_slice(&bias[g * p.cout..][..p.cout]);
-            }
-            b
-        })
-        .collect();
-    let [ph, pw] = epilogue.output_plane(p.out);
-    let out_group = p.cout * ph * pw;
-    let out_sample = geo.groups * out_group;
-    let src_group = p.cin * p.src[0] * p.src[1];
-    if out_sample == 0 {
-        return;
+impl Avx512FusedConv for Winograd {
+    /// A 3x3 kernel without dilation, at least [`MIN_INPUT_CHANNELS`] input
+    /// channels per group, transformed weights of at most
+    /// [`MAX_WEIGHT_BYTES`] and planes a vector's i32 offsets reach.
+    fn applies(geo: &ConvGeometry) -> bool {
+        let (cin, cout) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
+        geo.kernel == [3, 3]
+            && geo.stride == [1, 1]
+            && geo.dilation == [1, 1]
+            && cin >= MIN_INPUT_CHANNELS
+            && cout > 0
+            && POSITIONS * cin * cout.next_multiple_of(LANES) * size_of::<f32>()
+                <= MAX_WEIGHT_BYTES
+            // Gathers and scatters address a vector's channels by i32 offsets.
+            && cin.next_multiple_of(LANES) * geo.input[0] * geo.input[1] <= i32::MAX as usize
+            && LANES * geo.output[0] * geo.output[1] <= i32::MAX as usize
     }
-    let sample = |(n, y_n): (usize, &mut [MaybeUninit<f32>])| {
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let need = p.padded_len() + p.patches_len();
-            if scratch.len() < need {
-                scratch.resize(need, 0.0);
-            }
+
+    /// Sums by F(2x2, 3x3).
+    unsafe fn forward_fused(
+        geo: &ConvGeometry,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        epilogue: ConvEpilogue,
+        out: &mut [MaybeUninit<f32>],
+    ) {
+        let p = Plan::new(geo, epilogue);
+        let weights: Vec<Vec<f32>> = w
+            .chunks_exact(p.cout * p.cin * 9)
+            .map(|w_g| transform_weights(w_g, &p))
+            .collect();
+        let biases: Vec<Vec<f32>> = (0..geo.groups)
+            .map(|g| {
+                let mut b = vec![0.0f32; p.cout_padded];
+                if let Some(bias) = bias {
+                    b[..p.cout].copy_from_slice(&bias[g * p.cout..][..p.cout]);
+                }
+                b
+            })
+            .collect();
+        let [ph, pw] = epilogue.output_plane(p.out);
+        let out_group = p.cout * ph * pw;
+        let out_sample = geo.groups * out_group;
+        let src_group = p.cin * p.src[0] * p.src[1];
+        // Each worker's channels-last padded input and transformed patches.
+        let scratch_len = p.padded_len() + p.patches_len();
+        for_each_sample_scratch(out, out_sample, scratch_len, |n, y_n, scratch| {
             let (padded, patches) = scratch.split_at_mut(p.padded_len());
             for g in 0..geo.groups {
                 let s = &x[(n * geo.groups + g) * src_group..][..src_group];
@@ -207,9 +190,8 @@ pub(super) unsafe fn forward_fused(
                     correlate(&p, padded, patches, &weights[g], &biases[g], epilogue, y_g)
                 };
             }
-        })
-    };
-    for_each_sample(out, out_sample, sample);
+        });
+    }
 }
 
 /// Copies the `cin` planes of `src` into `dst` channels-last and zero
@@ -583,7 +565,7 @@ mod tests {
         let mut out = vec![MaybeUninit::<f32>::uninit(); epilogue.output_len(geo)];
         // SAFETY: the callers checked AVX-512F and `applies`; the lengths
         // are `geo`'s.
-        unsafe { forward_fused(geo, x, w, Some(b), epilogue, &mut out) };
+        unsafe { Winograd::forward_fused(geo, x, w, Some(b), epilogue, &mut out) };
         // SAFETY: `forward_fused` writes every element.
         out.iter().map(|v| unsafe { v.assume_init() }).collect()
     }
@@ -627,7 +609,7 @@ mod tests {
             [1, 1],
         ));
         for geo in &geometries {
-            assert!(applies(geo), "{geo:?}");
+            assert!(Winograd::applies(geo), "{geo:?}");
             for (relu, pool) in [(true, true), (true, false), (false, true), (false, false)] {
                 let epilogue = ConvEpilogue { relu, pool };
                 let [oh, ow] = epilogue.output_plane(geo.output);
@@ -710,12 +692,37 @@ mod tests {
         let geo = |c: [usize; 3], k: [usize; 2], s: [usize; 2], d: [usize; 2]| {
             conv_geometry(1, c, [14, 14], k, s, [1, 1], d)
         };
-        assert!(applies(&geo([32, 64, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(applies(&geo([128, 64, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(!applies(&geo([128, 128, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(!applies(&geo([4, 64, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(!applies(&geo([32, 64, 1], [5, 5], [1, 1], [1, 1])));
-        assert!(!applies(&geo([32, 64, 1], [3, 3], [2, 2], [1, 1])));
-        assert!(!applies(&geo([32, 64, 1], [3, 3], [1, 1], [2, 2])));
+        assert!(Winograd::applies(&geo([32, 64, 1], [3, 3], [1, 1], [1, 1])));
+        assert!(Winograd::applies(&geo(
+            [128, 64, 1],
+            [3, 3],
+            [1, 1],
+            [1, 1]
+        )));
+        assert!(!Winograd::applies(&geo(
+            [128, 128, 1],
+            [3, 3],
+            [1, 1],
+            [1, 1]
+        )));
+        assert!(!Winograd::applies(&geo([4, 64, 1], [3, 3], [1, 1], [1, 1])));
+        assert!(!Winograd::applies(&geo(
+            [32, 64, 1],
+            [5, 5],
+            [1, 1],
+            [1, 1]
+        )));
+        assert!(!Winograd::applies(&geo(
+            [32, 64, 1],
+            [3, 3],
+            [2, 2],
+            [1, 1]
+        )));
+        assert!(!Winograd::applies(&geo(
+            [32, 64, 1],
+            [3, 3],
+            [1, 1],
+            [2, 2]
+        )));
     }
 }
