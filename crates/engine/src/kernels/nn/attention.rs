@@ -480,72 +480,137 @@ fn forward_block_body<T: NnFloat>(
     write_all(out, &acc);
 }
 
-/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`, each
-/// row-major) given the output `o` (row-major), its gradient `d_o` (both
-/// `[batch, L, Ev]`) and the forward's logsumexp `lse` (`[batch, L]`).
-#[allow(clippy::too_many_arguments)]
+/// What a backward reads: the forward's operands, its output `o`
+/// (row-major `[batch, L, Ev]`), the output's gradient `d_o` (`[batch, L,
+/// Ev]`) and the forward's logsumexp `lse` (`[batch, L]`). Both backwards
+/// take it, this flash one and the register tiles'
+/// (`attention_tiled_backward.rs`).
+pub struct BackwardInputs<'r, 'a, T> {
+    /// Queries, `[batch, L, E]`.
+    pub q: &'r Rows<'a, T>,
+    /// Keys, `[batch, S, E]`.
+    pub k: &'r Rows<'a, T>,
+    /// Values, `[batch, S, Ev]`.
+    pub v: &'r Rows<'a, T>,
+    /// The additive mask, if any.
+    pub mask: Option<&'r MaskView<'a, T>>,
+    /// The forward's output, row-major `[batch, L, Ev]`.
+    pub o: &'r [T],
+    /// The output's gradient, `[batch, L, Ev]`.
+    pub d_o: &'r Rows<'a, T>,
+    /// The forward's per-row logsumexp, `[batch, L]`.
+    pub lse: &'r [T],
+}
+
+/// The gradients a backward writes, each row-major: `dQ` (`[batch, L,
+/// E]`), `dK` (`[batch, S, E]`), `dV` (`[batch, S, Ev]`).
+pub(super) type Grads<'g, T> = [&'g mut [MaybeUninit<T>]; 3];
+
+/// One head's rows of what a backward reads beside the operands: the
+/// forward's output and logsumexp, and the output's gradient.
+pub(super) struct HeadRows<'r, 'a, T> {
+    pub o: &'r [T],
+    pub lse: &'r [T],
+    pub d_o: &'r Rows<'a, T>,
+}
+
+// By hand: a derive would ask `T: Copy` of the references' targets.
+impl<T> Clone for HeadRows<'_, '_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for HeadRows<'_, '_, T> {}
+
+impl<'r, 'a, T: Send + Sync> BackwardInputs<'r, 'a, T> {
+    /// Panics unless `o`, `lse` and `grads` have the lengths of `g` and
+    /// every operand one offset per head.
+    pub(super) fn check(&self, g: &Geometry, grads: &Grads<'_, T>) {
+        let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
+        assert!(self.o.len() == g.batch * l * ev && self.lse.len() == g.batch * l);
+        for x in [self.q, self.k, self.v, self.d_o] {
+            assert_eq!(x.heads.len(), g.batch, "one offset per head");
+        }
+        let [dq, dk, dv] = grads;
+        assert!(
+            dq.len() == g.batch * l * e
+                && dk.len() == g.batch * s * e
+                && dv.len() == g.batch * s * ev
+        );
+    }
+
+    /// Runs `head(b, rows, grads)` for every head `b`, with its rows and
+    /// its gradients, one rayon task a head.
+    pub(super) fn for_each_head(
+        &self,
+        g: &Geometry,
+        [dq, dk, dv]: Grads<'_, T>,
+        head: impl Fn(usize, HeadRows<'r, 'a, T>, Grads<'_, T>) + Send + Sync,
+    ) {
+        let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
+        chunks_of(dq, l * e, g.batch)
+            .into_par_iter()
+            .zip(chunks_of(dk, s * e, g.batch))
+            .zip(chunks_of(dv, s * ev, g.batch))
+            .enumerate()
+            .for_each(|(b, ((dq, dk), dv))| {
+                let rows = HeadRows {
+                    o: &self.o[b * l * ev..(b + 1) * l * ev],
+                    lse: &self.lse[b * l..(b + 1) * l],
+                    d_o: self.d_o,
+                };
+                head(b, rows, [dq, dk, dv])
+            });
+    }
+}
+
+/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`) given what
+/// the forward read and wrote (`ins`).
 pub fn backward<'q, 'k, 'v, T: NnFloat>(
     g: &Geometry,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
-    o: &[T],
-    d_o: &Rows<'_, T>,
-    lse: &[T],
+    ins: &BackwardInputs<'_, '_, T>,
     dq: &'q mut [MaybeUninit<T>],
     dk: &'k mut [MaybeUninit<T>],
     dv: &'v mut [MaybeUninit<T>],
 ) -> (Filled<'q>, Filled<'k>, Filled<'v>) {
-    let ins = Inputs { q, k, v, mask };
-    backward_into(g, ins, o, d_o, lse, [&mut *dq, &mut *dk, &mut *dv]);
+    backward_into(g, ins, [&mut *dq, &mut *dk, &mut *dv]);
     // SAFETY: `backward_into` writes every element of its three outputs
     // (the doc above).
     unsafe { (Filled::assume(dq), Filled::assume(dk), Filled::assume(dv)) }
 }
 
 /// [`backward`]'s body.
-fn backward_into<T: NnFloat>(
-    g: &Geometry,
-    ins: Inputs<'_, '_, T>,
-    o: &[T],
-    d_o: &Rows<'_, T>,
-    lse: &[T],
-    [dq, dk, dv]: [&mut [MaybeUninit<T>]; 3],
-) {
-    let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
-    assert!(o.len() == g.batch * l * ev && lse.len() == g.batch * l);
-    for x in [ins.q, ins.k, ins.v, d_o] {
-        assert_eq!(x.heads.len(), g.batch, "one offset per head");
-    }
-    assert!(
-        dq.len() == g.batch * l * e && dk.len() == g.batch * s * e && dv.len() == g.batch * s * ev
-    );
-    chunks_of(dq, l * e, g.batch)
-        .into_par_iter()
-        .zip(chunks_of(dk, s * e, g.batch))
-        .zip(chunks_of(dv, s * ev, g.batch))
-        .enumerate()
-        .for_each(|(b, ((dq, dk), dv))| backward_head(g, b, ins, o, d_o, lse, [dq, dk, dv]));
+fn backward_into<T: NnFloat>(g: &Geometry, ins: &BackwardInputs<'_, '_, T>, grads: Grads<'_, T>) {
+    ins.check(g, &grads);
+    let fwd = Inputs {
+        q: ins.q,
+        k: ins.k,
+        v: ins.v,
+        mask: ins.mask,
+    };
+    ins.for_each_head(g, grads, |b, rows, grads| {
+        backward_head(g, b, fwd, rows, grads)
+    });
 }
 
 fn backward_head<T: NnFloat>(
     g: &Geometry,
     b: usize,
     ins: Inputs<'_, '_, T>,
-    o: &[T],
-    d_o: &Rows<'_, T>,
-    lse: &[T],
-    [dq_out, dk_out, dv_out]: [&mut [MaybeUninit<T>]; 3],
+    rows: HeadRows<'_, '_, T>,
+    [dq_out, dk_out, dv_out]: Grads<'_, T>,
 ) {
     let Inputs { q, k, v, mask } = ins;
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     let scale = T::from_f64(g.scale);
     let qs = q.scaled(b, 0, l, e, scale);
     let (k_head, v_head) = (k.head(b), v.head(b));
+    let HeadRows {
+        o: o_head,
+        lse: lse_head,
+        d_o,
+    } = rows;
     let do_head = d_o.packed_head(b, l, ev);
-    let o_head = &o[b * l * ev..(b + 1) * l * ev];
-    let lse_head = &lse[b * l..(b + 1) * l];
     // D = rowsum(dO ⊙ O).
     let dsum: Vec<T> = (0..l)
         .map(|i| {

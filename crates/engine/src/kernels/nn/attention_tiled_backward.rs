@@ -24,11 +24,9 @@ use std::mem::MaybeUninit;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use rayon::prelude::*;
-
 #[cfg(target_arch = "x86_64")]
 use super::attention::dot;
-use super::attention::{Geometry, MaskView, Rows};
+use super::attention::{BackwardInputs, Geometry, Grads, HeadRows};
 use super::attention_tiled::{
     applies, as_f32, as_f32_out, as_f32_rows, F32Operands, Operands, ROWS,
 };
@@ -42,23 +40,15 @@ use crate::tensor::{Element, Filled};
 /// [`ROWS`]): 64 rows of up to 1024 keys is 256 KiB each, in L2.
 const CHUNK: usize = 64;
 
-/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`, each
-/// row-major) of the attention [`forward_with_lse`] computed, given its
-/// output `o` (row-major `[batch, L, Ev]`), the output's gradient `d_o`
-/// and the forward's logsumexp `lse` (`[batch, L]`). Panics unless
-/// [`applies`] holds and the operands cover the geometry.
+/// The gradients `dQ`, `dK`, `dV` (written to `dq`, `dk`, `dv`) of the
+/// attention [`forward_with_lse`] computed, given what it read and wrote
+/// (`ins`). Panics unless [`applies`] holds and the operands cover the
+/// geometry.
 ///
 /// [`forward_with_lse`]: super::attention_tiled::forward_with_lse
-#[allow(clippy::too_many_arguments)]
 pub fn backward<'q, 'k, 'v, T: Element>(
     g: &Geometry,
-    q: &Rows<'_, T>,
-    k: &Rows<'_, T>,
-    v: &Rows<'_, T>,
-    mask: Option<&MaskView<'_, T>>,
-    o: &[T],
-    d_o: &Rows<'_, T>,
-    lse: &[T],
+    ins: &BackwardInputs<'_, '_, T>,
     dq: &'q mut [MaybeUninit<T>],
     dk: &'k mut [MaybeUninit<T>],
     dv: &'v mut [MaybeUninit<T>],
@@ -67,37 +57,42 @@ pub fn backward<'q, 'k, 'v, T: Element>(
         applies::<T>(g),
         "attention_tiled_backward::backward outside its domain"
     );
-    let ops = F32Operands::of(q, k, v, mask);
-    let grads = [as_f32_out(dq), as_f32_out(dk), as_f32_out(dv)];
+    let ops = F32Operands::of(ins.q, ins.k, ins.v, ins.mask);
+    let view = ops.view();
+    let d_o = as_f32_rows(ins.d_o);
+    let ins = BackwardInputs {
+        q: view.q,
+        k: view.k,
+        v: view.v,
+        mask: view.mask,
+        o: as_f32(ins.o),
+        d_o: &d_o,
+        lse: as_f32(ins.lse),
+    };
     backward_f32(
         g,
-        ops.view(),
-        as_f32(o),
-        &as_f32_rows(d_o),
-        as_f32(lse),
-        grads,
+        view,
+        &ins,
+        [as_f32_out(dq), as_f32_out(dk), as_f32_out(dv)],
     );
     // SAFETY: `backward_f32` writes every element of its three outputs
     // (its doc; the lengths are asserted there).
     unsafe { (Filled::assume(dq), Filled::assume(dk), Filled::assume(dv)) }
 }
 
-/// [`backward`] on f32: writes every element of `dq`, `dk` and `dv`.
+/// [`backward`] on f32 (`ops` the operands of `ins`): writes every element
+/// of the three gradients.
 fn backward_f32(
     g: &Geometry,
     ops: Operands<'_, '_>,
-    o: &[f32],
-    d_o: &Rows<'_, f32>,
-    lse: &[f32],
-    [dq, dk, dv]: [&mut [MaybeUninit<f32>]; 3],
+    ins: &BackwardInputs<'_, '_, f32>,
+    grads: Grads<'_, f32>,
 ) {
-    let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
-    assert!(o.len() == g.batch * l * ev && lse.len() == g.batch * l);
-    assert!(
-        dq.len() == g.batch * l * e && dk.len() == g.batch * s * e && dv.len() == g.batch * s * ev
-    );
+    let (l, ev) = (g.l, g.ev);
+    ins.check(g, &grads);
     if l == 0 {
         // No query sees a key: their gradients are 0.
+        let [_, dk, dv] = grads;
         dk.iter_mut().chain(dv.iter_mut()).for_each(|x| {
             x.write(0.0);
         });
@@ -107,45 +102,26 @@ fn backward_f32(
         return;
     }
     ops.check(g);
-    assert_eq!(d_o.heads.len(), g.batch, "one offset per head");
+    let d_o = ins.d_o;
     for &h in &d_o.heads {
         assert!(
             h + (l - 1) * d_o.row_stride + ev <= d_o.data.len(),
             "rows out of bounds"
         );
     }
-    dq.par_chunks_mut(l * e)
-        .zip(dk.par_chunks_mut(s * e))
-        .zip(dv.par_chunks_mut(s * ev))
-        .enumerate()
-        .for_each(|(b, ((dq, dk), dv))| {
-            let head = Head {
-                o: &o[b * l * ev..(b + 1) * l * ev],
-                lse: &lse[b * l..(b + 1) * l],
-                d_o,
-            };
-            // SAFETY: `applies` checked AVX-512F; the operands' extents
-            // were checked above.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                backward_head(g, b, ops, head, [dq, dk, dv])
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            unreachable!(
-                "`applies` is false off x86-64: {b} {}",
-                dq.len() + dk.len() + dv.len() + head.o.len()
-            )
-        });
-}
-
-/// What the backward of one head reads besides the operands: the
-/// forward's output and logsumexp of the head's rows, and the output's
-/// gradient.
-#[derive(Clone, Copy)]
-struct Head<'r, 'a> {
-    o: &'r [f32],
-    lse: &'r [f32],
-    d_o: &'r Rows<'a, f32>,
+    ins.for_each_head(g, grads, |b, head, [dq, dk, dv]| {
+        // SAFETY: `applies` checked AVX-512F; the operands' extents
+        // were checked above.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            backward_head(g, b, ops, head, [dq, dk, dv])
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!(
+            "`applies` is false off x86-64: {b} {}",
+            dq.len() + dk.len() + dv.len() + head.o.len()
+        )
+    });
 }
 
 /// One task: the gradients of head `b`.
@@ -159,8 +135,8 @@ unsafe fn backward_head(
     g: &Geometry,
     b: usize,
     ops: Operands<'_, '_>,
-    head: Head<'_, '_>,
-    [dq_out, dk_out, dv_out]: [&mut [MaybeUninit<f32>]; 3],
+    head: HeadRows<'_, '_, f32>,
+    [dq_out, dk_out, dv_out]: Grads<'_, f32>,
 ) {
     // SAFETY: the caller upholds the contract in the doc above.
     unsafe {
@@ -340,7 +316,7 @@ unsafe fn probabilities_and_ds(p: &mut [f32], ds: &mut [f32], x: RowScores, d: f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::nn::attention;
+    use crate::kernels::nn::attention::{self, MaskView, Rows};
     use crate::kernels::nn::attention_tiled::forward_with_lse;
     use crate::kernels::testing::{assume_filled as filled, hard_mask, values};
 
@@ -406,14 +382,19 @@ mod tests {
             let mut dq = vec![MaybeUninit::new(f32::NAN); batch * l * e];
             let mut dk = vec![MaybeUninit::new(f32::NAN); batch * s * e];
             let mut dv = vec![MaybeUninit::new(f32::NAN); batch * s * ev];
+            let ins = BackwardInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                mask,
+                o: &o,
+                d_o: &d_o,
+                lse: &lse,
+            };
             if tiled {
-                let _ = backward(
-                    &g, &q, &k, &v, mask, &o, &d_o, &lse, &mut dq, &mut dk, &mut dv,
-                );
+                let _ = backward(&g, &ins, &mut dq, &mut dk, &mut dv);
             } else {
-                let _ = attention::backward(
-                    &g, &q, &k, &v, mask, &o, &d_o, &lse, &mut dq, &mut dk, &mut dv,
-                );
+                let _ = attention::backward(&g, &ins, &mut dq, &mut dk, &mut dv);
             }
             [o, lse, filled(dq), filled(dk), filled(dv)]
         };
@@ -473,19 +454,16 @@ mod tests {
         let mut dq: Vec<MaybeUninit<f32>> = Vec::new();
         let mut dk = vec![MaybeUninit::new(f32::NAN); 40];
         let mut dv = vec![MaybeUninit::new(f32::NAN); 40];
-        let _ = backward(
-            &g,
-            &q,
-            &k,
-            &k,
-            None,
-            &[],
-            &d_o,
-            &[],
-            &mut dq,
-            &mut dk,
-            &mut dv,
-        );
+        let ins = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &k,
+            mask: None,
+            o: &[],
+            d_o: &d_o,
+            lse: &[],
+        };
+        let _ = backward(&g, &ins, &mut dq, &mut dk, &mut dv);
         assert!(filled(dk).iter().chain(&filled(dv)).all(|&x| x == 0.0));
     }
 }

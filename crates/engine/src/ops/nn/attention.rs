@@ -419,10 +419,19 @@ pub(super) fn fused_backward(
                 let mut filled_dk = None;
                 let slot_dk = &mut filled_dk;
                 *dv_t_slot = Some(Tensor::build::<T>(Dims::from_slice(v.shape()), move |dv| {
+                    let ins = kernel::BackwardInputs {
+                        q: qs,
+                        k: ks,
+                        v: vs,
+                        mask: mv,
+                        o: os,
+                        d_o: dos,
+                        lse: ls,
+                    };
                     let (fq, fk, fv) = if kernel_tiled::applies::<T>(&g) {
-                        kernel_tiled_backward::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv)
+                        kernel_tiled_backward::backward(&g, &ins, dq, dk, dv)
                     } else {
-                        kernel::backward(&g, qs, ks, vs, mv, os, dos, ls, dq, dk, dv)
+                        kernel::backward(&g, &ins, dq, dk, dv)
                     };
                     (*slot_dq, *slot_dk) = (Some(fq), Some(fk));
                     fv
