@@ -124,6 +124,34 @@ pub(crate) fn for_rows<T: Element>(
     }
 }
 
+/// The norms' row skeleton, written once for layer norm and RMS norm,
+/// forward and backward: runs `$body` for every row of `$out` (`$m`
+/// elements each), in groups of rows in parallel when large
+/// ([`for_rows`]), with `$L` the widest [`F64x8`] the CPU has, `$r` the
+/// row's index and `$o` its output row, and `$scratch` (when named) made
+/// once per group of rows by `$init`. `$body` writes every element of
+/// `$o`; the macro then returns `$out` as [`Filled`]. A macro rather than
+/// a function taking a closure: the body is generic over `$L`, and it stays
+/// inline in the row loop, as each kernel wrote it before.
+macro_rules! write_rows {
+    ($out:expr, $m:expr, |$L:ident, $r:ident, $o:ident $(; $scratch:ident = $init:expr;)?| $body:expr) => {{
+        let (out, m): (&mut [std::mem::MaybeUninit<_>], usize) = ($out, $m);
+        $crate::kernels::nn::norm::for_rows(out, m, |first, chunk| {
+            $crate::kernels::f64x8::with_widest_f64x8!($L => {
+                $(let mut $scratch = $init;)?
+                for (k, $o) in chunk.chunks_mut(m).enumerate() {
+                    let $r = first + k;
+                    $body
+                }
+            })
+        });
+        // SAFETY: every row of `out` is written in full by `$body` (the
+        // macro's contract; `for_rows` hands out each row exactly once).
+        unsafe { $crate::tensor::Filled::assume(out) }
+    }};
+}
+pub(crate) use write_rows;
+
 /// `y = (x - mean) * rstd * w + b` per row of `m` elements. Writes every
 /// element of `out`: each row in full, from `m`-element slices of `x`, `w`
 /// and `b` (it panics if one is short).
@@ -135,18 +163,11 @@ pub fn layer_norm<'o, T: Element>(
     eps: f64,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
-    for_rows(out, m, |first, chunk| {
-        with_widest_f64x8!(L => {
-            for (r, o) in chunk.chunks_mut(m).enumerate() {
-                let row = &x[(first + r) * m..(first + r + 1) * m];
-                let stats = row_stats_on::<L, T>(row, eps);
-                normalize_row::<L, T>(row, stats, w, b, o);
-            }
-        })
-    });
-    // SAFETY: every row of `out` is written in full above (`for_rows` hands
-    // out each row exactly once).
-    unsafe { Filled::assume(out) }
+    write_rows!(out, m, |L, r, o| {
+        let row = &x[r * m..(r + 1) * m];
+        let stats = row_stats_on::<L, T>(row, eps);
+        normalize_row::<L, T>(row, stats, w, b, o);
+    })
 }
 
 /// [`layer_norm`] of `a + b` (equal lengths, rows of `m`) without storing
@@ -167,22 +188,14 @@ pub fn add_layer_norm<'o, T: Element>(
         a.len() == out.len() && b.len() == out.len(),
         "operands of the output's length"
     );
-    for_rows(out, m, |first, chunk| {
-        with_widest_f64x8!(L => {
-            let mut sum = vec![T::zero(); m];
-            for (r, o) in chunk.chunks_mut(m).enumerate() {
-                let at = (first + r) * m;
-                for ((d, &x), &y) in sum.iter_mut().zip(&a[at..at + m]).zip(&b[at..at + m]) {
-                    *d = x + y;
-                }
-                let stats = row_stats_on::<L, T>(&sum, eps);
-                normalize_row::<L, T>(&sum, stats, w, bias, o);
-            }
-        })
-    });
-    // SAFETY: every row of `out` is written in full above (`for_rows` hands
-    // out each row exactly once).
-    unsafe { Filled::assume(out) }
+    write_rows!(out, m, |L, r, o; sum = vec![T::zero(); m];| {
+        let at = r * m;
+        for ((d, &x), &y) in sum.iter_mut().zip(&a[at..at + m]).zip(&b[at..at + m]) {
+            *d = x + y;
+        }
+        let stats = row_stats_on::<L, T>(&sum, eps);
+        normalize_row::<L, T>(&sum, stats, w, bias, o);
+    })
 }
 
 /// The gradient with respect to the input: per row,
@@ -197,17 +210,10 @@ pub fn layer_norm_backward<'o, T: Element>(
     eps: f64,
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
-    for_rows(out, m, |first, chunk| {
-        with_widest_f64x8!(L => {
-            for (r, o) in chunk.chunks_mut(m).enumerate() {
-                let span = (first + r) * m..(first + r + 1) * m;
-                input_grad_row::<L, T>(&g[span.clone()], &x[span], w, eps, o, None);
-            }
-        })
-    });
-    // SAFETY: every row of `out` is written in full above (`for_rows` hands
-    // out each row exactly once).
-    unsafe { Filled::assume(out) }
+    write_rows!(out, m, |L, r, o| {
+        let span = r * m..(r + 1) * m;
+        input_grad_row::<L, T>(&g[span.clone()], &x[span], w, eps, o, None);
+    })
 }
 
 /// One row of [`layer_norm_backward`], in three passes: the mean; the

@@ -5,8 +5,8 @@
 
 use std::mem::MaybeUninit;
 
-use super::norm::{for_rows, weighted};
-use crate::kernels::f64x8::{for_octets, with_widest_f64x8, F64x8};
+use super::norm::{weighted, write_rows};
+use crate::kernels::f64x8::{for_octets, F64x8};
 use crate::tensor::{Element, Filled};
 
 /// `1 / sqrt(mean(x²) + eps)` of a row.
@@ -35,24 +35,21 @@ pub fn rms_norm<'o, T: Element>(
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
     let w = w.map(|w| &w[..m]);
-    for_rows(out, m, |first, chunk| {
-        with_widest_f64x8!(L => {
-            for (r, o) in chunk.chunks_mut(m).enumerate() {
-                let row = &x[(first + r) * m..(first + r + 1) * m];
-                let rstd = L::splat(row_rstd::<L, T>(row, eps));
-                for_octets(m, #[inline(always)] |c, n| {
-                    let mut y = L::load_part(&row[c..c + n]).mul(rstd);
-                    if let Some(w) = w {
-                        y = y.mul(L::load_part(&w[c..c + n]));
-                    }
-                    y.write_part(&mut o[c..c + n]);
-                });
-            }
-        })
-    });
-    // SAFETY: every row of `out` is written in full above (`for_rows` hands
-    // out each row exactly once).
-    unsafe { Filled::assume(out) }
+    write_rows!(out, m, |L, r, o| {
+        let row = &x[r * m..(r + 1) * m];
+        let rstd = L::splat(row_rstd::<L, T>(row, eps));
+        for_octets(
+            m,
+            #[inline(always)]
+            |c, n| {
+                let mut y = L::load_part(&row[c..c + n]).mul(rstd);
+                if let Some(w) = w {
+                    y = y.mul(L::load_part(&w[c..c + n]));
+                }
+                y.write_part(&mut o[c..c + n]);
+            },
+        );
+    })
 }
 
 /// The gradient with respect to the input: per row,
@@ -67,18 +64,10 @@ pub fn rms_norm_backward<'o, T: Element>(
     out: &'o mut [MaybeUninit<T>],
 ) -> Filled<'o> {
     let w = w.map(|w| &w[..m]);
-    for_rows(out, m, |first, chunk| {
-        with_widest_f64x8!(L => {
-            for (r, o) in chunk.chunks_mut(m).enumerate() {
-                let span = (first + r) * m..(first + r + 1) * m;
-                let (row, grow) = (&x[span.clone()], &g[span]);
-                input_grad_row::<L, T>(grow, row, w, eps, o);
-            }
-        })
-    });
-    // SAFETY: every row of `out` is written in full above (`for_rows` hands
-    // out each row exactly once).
-    unsafe { Filled::assume(out) }
+    write_rows!(out, m, |L, r, o| {
+        let span = r * m..(r + 1) * m;
+        input_grad_row::<L, T>(&g[span.clone()], &x[span], w, eps, o);
+    })
 }
 
 /// One row of [`rms_norm_backward`]: `Σ a x`, then the output.
