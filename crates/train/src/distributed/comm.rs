@@ -178,6 +178,85 @@ pub(crate) fn check_buffers(send: &[FlatBuf], recv: &[FlatBuf]) -> Result<()> {
     Ok(())
 }
 
+/// How a communicator sums one bucket over the ranks: the part of
+/// [`Communicator::all_reduce_overlapped`] that differs between
+/// communicators; [`all_reduce_buckets`] is the rest.
+pub(crate) trait BucketReduce<'a> {
+    /// Checks that `send`, just filled, can be summed (before the bucket
+    /// counts as started).
+    fn admit(&self, send: &FlatBuf) -> Result<()> {
+        let _ = send;
+        Ok(())
+    }
+
+    /// Starts `recv = Σ over ranks of send` (same length and dtype), which
+    /// may finish later; `last` for the last bucket.
+    fn start(&mut self, send: &'a FlatBuf, recv: &'a mut FlatBuf, last: bool);
+
+    /// Lets started sums make progress.
+    fn progress(&mut self) {}
+}
+
+/// [`Communicator::all_reduce_overlapped`] over `reduce`, written once for
+/// every communicator: checks the buffers pair up, runs `produce` with a
+/// sink that starts each bucket once and in order (filled, then handed to
+/// `reduce`), calls `finish` (which must end every started sum) whatever
+/// `produce` returned, then checks every bucket was started.
+pub(crate) fn all_reduce_buckets<'a, R: BucketReduce<'a>>(
+    send: &'a mut [FlatBuf],
+    recv: &'a mut [FlatBuf],
+    reduce: R,
+    produce: &mut dyn FnMut(&mut dyn BucketSink) -> Result<()>,
+    finish: impl FnOnce(R),
+) -> Result<()> {
+    check_buffers(send, recv)?;
+    let total = send.len();
+    let mut sink = Buckets {
+        send: send.iter_mut().map(Some).collect(),
+        recv: recv.iter_mut().map(Some).collect(),
+        next: 0,
+        reduce,
+    };
+    let produced = produce(&mut sink);
+    let next = sink.next;
+    finish(sink.reduce);
+    produced?;
+    check_all_started(next, total)
+}
+
+/// The sink of [`all_reduce_buckets`]: the buffers of the buckets not yet
+/// started, and the next bucket due.
+struct Buckets<'a, R> {
+    send: Vec<Option<&'a mut FlatBuf>>,
+    recv: Vec<Option<&'a mut FlatBuf>>,
+    next: usize,
+    reduce: R,
+}
+
+impl<'a, R: BucketReduce<'a>> BucketSink for Buckets<'a, R> {
+    fn start(
+        &mut self,
+        index: usize,
+        fill: &mut dyn FnMut(&mut FlatBuf) -> Result<()>,
+    ) -> Result<()> {
+        check_start(self.next, index, self.send.len())?;
+        let send = self.send[index].take().expect("each bucket starts once");
+        fill(send)?;
+        let send: &'a FlatBuf = send;
+        self.reduce.admit(send)?;
+        let recv = self.recv[index].take().expect("each bucket starts once");
+        self.next += 1;
+        let last = self.next == self.send.len();
+        self.reduce.start(send, recv, last);
+        self.reduce.progress();
+        Ok(())
+    }
+
+    fn progress(&mut self) {
+        self.reduce.progress();
+    }
+}
+
 /// Checks that `root` is a rank of a world of `size` ranks (the root of a
 /// broadcast).
 pub(crate) fn check_root(root: usize, size: usize) -> Result<()> {
@@ -227,32 +306,13 @@ impl Communicator for SingleProcess {
         recv: &mut [FlatBuf],
         produce: &mut dyn FnMut(&mut dyn BucketSink) -> Result<()>,
     ) -> Result<()> {
-        check_buffers(send, recv)?;
-        struct Copy<'a> {
-            send: &'a mut [FlatBuf],
-            recv: &'a mut [FlatBuf],
-            next: usize,
-        }
-        impl BucketSink for Copy<'_> {
-            fn start(
-                &mut self,
-                index: usize,
-                fill: &mut dyn FnMut(&mut FlatBuf) -> Result<()>,
-            ) -> Result<()> {
-                check_start(self.next, index, self.send.len())?;
-                fill(&mut self.send[index])?;
-                self.recv[index].clone_from(&self.send[index]);
-                self.next += 1;
-                Ok(())
+        /// One rank's sum is its own buffer.
+        struct Copy;
+        impl<'a> BucketReduce<'a> for Copy {
+            fn start(&mut self, send: &'a FlatBuf, recv: &'a mut FlatBuf, _last: bool) {
+                recv.clone_from(send);
             }
         }
-        let count = send.len();
-        let mut sink = Copy {
-            send,
-            recv,
-            next: 0,
-        };
-        produce(&mut sink)?;
-        check_all_started(sink.next, count)
+        all_reduce_buckets(send, recv, Copy, produce, |_| {})
     }
 }

@@ -11,7 +11,7 @@ use mpi::topology::Communicator as _;
 use mpi::Count;
 
 use super::comm::{
-    check_all_started, check_buffers, check_root, check_start, BucketSink, Communicator, FlatBuf,
+    all_reduce_buckets, check_root, BucketReduce, BucketSink, Communicator, FlatBuf,
 };
 use retrograd_engine::base::error::{Error, Result};
 
@@ -120,26 +120,21 @@ impl Communicator for MpiCommunicator {
         recv: &mut [FlatBuf],
         produce: &mut dyn FnMut(&mut dyn BucketSink) -> Result<()>,
     ) -> Result<()> {
-        check_buffers(send, recv)?;
-        let total = send.len();
         mpi::request::scope(|scope| {
-            let mut sink = Sink {
+            let reduce = MpiReduce {
                 world: &self.world,
                 scope,
-                send: send.iter_mut().map(Some).collect(),
-                recv: recv.iter_mut().map(Some).collect(),
                 running: Vec::new(),
-                next: 0,
             };
-            let produced = produce(&mut sink);
             // MPI owns the buffers of a started all-reduce until it ends:
             // finish them whatever happened (if a peer failed instead, `run`
             // there aborts the job, which ends this wait too).
-            for r in sink.running.drain(..) {
-                r.wait();
-            }
-            produced?;
-            check_all_started(sink.next, total)
+            let finish = |reduce: MpiReduce<'_, '_>| {
+                for r in reduce.running {
+                    r.wait();
+                }
+            };
+            all_reduce_buckets(send, recv, reduce, produce, finish)
         })
     }
 }
@@ -189,32 +184,23 @@ fn sum_into<'a, 'b, T: Equivalence>(
     }
 }
 
-struct Sink<'a, 'b> {
+/// The sums of [`MpiCommunicator::all_reduce_overlapped`]: the all-reduces
+/// started and not yet seen to finish.
+struct MpiReduce<'a, 'b> {
     world: &'b SimpleCommunicator,
     scope: &'b LocalScope<'a>,
-    send: Vec<Option<&'a mut FlatBuf>>,
-    recv: Vec<Option<&'a mut FlatBuf>>,
     running: Vec<Running<'a, 'b>>,
-    next: usize,
 }
 
-impl<'a, 'b> BucketSink for Sink<'a, 'b> {
-    fn start(
-        &mut self,
-        index: usize,
-        fill: &mut dyn FnMut(&mut FlatBuf) -> Result<()>,
-    ) -> Result<()> {
-        check_start(self.next, index, self.send.len())?;
-        let send = self.send[index].take().expect("each bucket starts once");
-        fill(send)?;
-        let send: &'a FlatBuf = send;
-        count("all_reduce_overlapped", send.len())?;
-        let recv = self.recv[index].take().expect("each bucket starts once");
-        self.next += 1;
+impl<'a, 'b> BucketReduce<'a> for MpiReduce<'a, 'b> {
+    fn admit(&self, send: &FlatBuf) -> Result<()> {
+        count("all_reduce_overlapped", send.len()).map(|_| ())
+    }
+
+    fn start(&mut self, send: &'a FlatBuf, recv: &'a mut FlatBuf, last: bool) {
         // The last bucket fills when the last gradient is final: nothing is
         // left to overlap, and Open MPI's blocking all-reduce (coll/tuned)
         // beats its non-blocking one (coll/libnbc): PERF in ARCHITECTURE.md.
-        let last = self.next == self.send.len();
         let running = match (send, recv) {
             (FlatBuf::F32(s), FlatBuf::F32(r)) => {
                 sum_into(self.world, self.scope, s, r, last).map(Running::F32)
@@ -225,8 +211,6 @@ impl<'a, 'b> BucketSink for Sink<'a, 'b> {
             _ => unreachable!("check_buffers matched the dtypes"),
         };
         self.running.extend(running);
-        self.progress();
-        Ok(())
     }
 
     fn progress(&mut self) {
