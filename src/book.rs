@@ -7,7 +7,8 @@
 //! assertions no longer hold, fails the tests instead of misleading a reader.
 //! Shell commands and program output in the chapters are fenced as `sh` or
 //! `text`, which rustdoc does not run. This module exists only under
-//! `cfg(doctest)`.
+//! `cfg(doctest)`; a chapter whose snippets need a feature (`onnx`, `chat`)
+//! is tested when that feature is on, as it is by default.
 
 /// docs/src/introduction.md
 #[doc = include_str!("../docs/src/introduction.md")]
@@ -58,10 +59,12 @@ pub struct Resuming;
 pub struct Distributed;
 
 /// docs/src/onnx.md
+#[cfg(feature = "onnx")]
 #[doc = include_str!("../docs/src/onnx.md")]
 pub struct Onnx;
 
 /// docs/src/hub.md
+#[cfg(feature = "chat")]
 #[doc = include_str!("../docs/src/hub.md")]
 pub struct Hub;
 
