@@ -8,41 +8,41 @@
 //! it recorded and the gradient value it returned per input), so lowering
 //! can run the op's fast rule (`backward_fast`) in their place.
 
-use std::ops::Range;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
 
-use super::passing::{check_fast, FastCheck, Passing};
+use super::ir::{BackwardGroup, GradTarget};
+use super::passing::{check_fast, Passing};
 use crate::autograd::backward::seed_for;
 use crate::base::error::{Error, Result};
 use crate::core::graph::capture::CaptureLog;
 use crate::core::graph::{Graph, Var, LEAF_CONSTANT, NO_SLOT};
 use crate::tensor::Tensor;
 
-/// Whose gradient a compiled step returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GradTarget {
-    /// A parameter, by id.
-    Param(u64),
-    /// Input `k` of the step.
-    Input(usize),
+/// Hashes op ids (`u32`) with one multiply instead of SipHash: a capture
+/// looks up an op's entry once per recorded node. (Per-value lookups use
+/// `value_marks.rs`'s arrays instead, which keep consecutive ids close.)
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(b as u32);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
 }
 
-/// The backward formula of one forward node, as recorded.
-#[derive(Clone, Debug)]
-pub(crate) struct BackwardGroup {
-    /// The forward node.
-    pub(crate) node: u32,
-    /// The value holding the gradient of its output.
-    pub(crate) grad: u32,
-    /// The nodes its formula recorded.
-    pub(crate) nodes: Range<u32>,
-    /// Per input: the value its formula returned as that input's gradient.
-    pub(crate) grads: SmallVec<[Option<u32>; 4]>,
-    /// Whether the op's fast rule took the captured values, for the
-    /// gradients the step wants (`None`: not a candidate for one).
-    pub(crate) fast: Option<FastCheck>,
-}
+/// A map keyed by ids that hash as one `u32` (op ids).
+type IdKeyed<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// A captured step: the joint graph and what lowering needs to know of it.
 pub(crate) struct Captured {
@@ -218,7 +218,7 @@ fn joint_backward<'g>(
         return Ok((acc, groups, passing));
     };
     // Each op's `grad_op` once: its nodes share one entry's op.
-    let mut grad_ops = super::fuse::IdKeyed::default();
+    let mut grad_ops = IdKeyed::default();
     let anomaly = graph.anomaly_detection();
     graph.set_anomaly_detection(false);
     let result = (|| {

@@ -6,8 +6,8 @@
 
 use std::fmt::Write;
 
+use super::ir::{Binding, Pattern, Step};
 use super::plan;
-use super::program::{Binding, Pattern, Step};
 use super::{Capture, GradTarget};
 use crate::core::graph::trace_line;
 

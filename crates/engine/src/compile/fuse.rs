@@ -17,13 +17,11 @@
 //! op on its own operands, so a fused step gives the unfused bits.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::lower::FastRule;
-use super::program::{Arg, Code, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
+use super::ir::{Arg, Code, FastRule, FusedGroup, MicroOp, Pattern, ScalarOp, ScalarProgram, Slot};
 use super::slice_sum::SliceSumPlan;
 use super::value_marks::ValueMarks;
 use crate::base::error::{Error, Result};
@@ -52,29 +50,6 @@ pub(crate) struct GroupPlan {
 }
 
 const NONE: u32 = u32::MAX;
-
-/// Hashes op ids (`u32`) with one multiply instead of SipHash: a capture
-/// looks up an op's entry once per recorded node. (Per-value lookups use
-/// `value_marks.rs`'s arrays instead, which keep consecutive ids close.)
-#[derive(Default, Clone, Copy)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u32(b as u32);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-/// A map keyed by ids that hash as one `u32` (op ids).
-pub(super) type IdKeyed<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// The most members a fused group takes: its registers and outputs are
 /// numbered in `u16`, and a group this long already spends nearly all its

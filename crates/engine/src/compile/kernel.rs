@@ -13,7 +13,7 @@ use std::cell::RefCell;
 
 use smallvec::SmallVec;
 
-use super::program::{Arg, FusedGroup, Pattern};
+use super::ir::{Arg, FusedGroup, Pattern};
 use crate::base::error::Result;
 use crate::core::Pointwise;
 use crate::kernels::parallel::PARALLEL_THRESHOLD;

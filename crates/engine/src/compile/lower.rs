@@ -16,10 +16,12 @@
 
 use smallvec::SmallVec;
 
-use super::capture::{BackwardGroup, Captured};
+use super::capture::Captured;
 use super::fuse::{self, Unit};
+use super::ir::{
+    BackwardGroup, Binding, FastRule, FastStep, OpStep, Program, SliceSum, Slot, SlotInfo, Step,
+};
 use super::plan;
-use super::program::{Binding, FastStep, OpStep, Program, SliceSum, Slot, SlotInfo, Step};
 use super::slice_sum::{self, SliceSumPlan};
 use super::value_marks::ValueMarks;
 use crate::autograd::backward::OpHolder;
@@ -234,13 +236,6 @@ fn program_outputs(cap: &Captured) -> Vec<u32> {
     out.extend(cap.grads.iter().filter_map(|&(_, v)| v));
     out.extend(cap.log.outputs.iter().map(|o| o.value));
     out
-}
-
-/// A forward node whose backward runs as the op's fast rule.
-pub(crate) struct FastRule {
-    pub(crate) group: BackwardGroup,
-    /// The formula's returned gradients that are live.
-    pub(crate) live_outs: SmallVec<[Option<u32>; 4]>,
 }
 
 /// Picks the groups that run as fast rules; marks the nodes they cover.

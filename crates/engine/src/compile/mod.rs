@@ -134,7 +134,13 @@
 //! every op with indices: `ops::nn::Indices`), so every run reads its
 //! own; given a list, they are refused.
 //!
-//! **Where things are.** `capture.rs` traces the function once on a
+//! **Where things are.** `ir.rs` holds the types the stages hand each
+//! other (what a capture records of each backward formula, the fast rules
+//! lowering picks, [`GradTarget`], and the lowered `Program` that plan and
+//! replay read) and imports no stage, so imports run one way: `lower.rs`
+//! imports `capture.rs` and the passes it runs in turn (`slice_sum.rs`,
+//! `fuse.rs`, `plan.rs`), none of which imports `lower.rs` or a pass after
+//! it, and `replay.rs` reads only the `Program`. `capture.rs` traces the function once on a
 //! capturing graph and records its backward into the same graph (each
 //! op's own `Var` formula; the seed a traced leaf, so no formula folds to
 //! a constant); `passing.rs` lets the graph keep each value as its shape
@@ -165,13 +171,13 @@ mod fuse;
 mod give_back;
 #[cfg(test)]
 mod held_data_tests;
+mod ir;
 mod kernel;
 mod lower;
 #[cfg(test)]
 mod model_tests;
 mod passing;
 mod plan;
-mod program;
 mod ready;
 mod replay;
 mod slice_sum;
@@ -181,7 +187,7 @@ mod value_marks;
 
 use std::collections::HashMap;
 
-pub use capture::GradTarget;
+pub use ir::GradTarget;
 
 use crate::autograd::Gradients;
 use crate::base::error::{Error, Result};
@@ -191,7 +197,7 @@ use crate::nn::Parameter;
 use crate::optim::NamedParameter;
 use crate::tensor::{DType, Dims, Tensor};
 use capture::{Captured, Wanted};
-use program::Program;
+use ir::Program;
 use ready::ReadySchedule;
 use replay::Replay;
 

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::program::{Binding, BufferInfo, Program, Slot, Step};
+use super::ir::{Binding, BufferInfo, Program, Slot, Step};
 use crate::tensor::DType;
 
 /// A slot's life in step indices: written at `def` (`None`: at the start),

@@ -7,9 +7,8 @@
 
 use std::ops::Range;
 
-use super::capture::GradTarget;
+use super::ir::{GradTarget, Program};
 use super::plan::step_slots;
-use super::program::Program;
 
 /// The requested gradients in the order a run makes them final.
 #[derive(Clone, Debug, Default)]

@@ -9,10 +9,8 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
+use super::ir::{Binding, Code, FastStep, OpStep, Program, ScalarProgram, SliceSum, Slot, Step};
 use super::kernel::{self, Lanes};
-use super::program::{
-    Binding, Code, FastStep, OpStep, Program, ScalarProgram, SliceSum, Slot, Step,
-};
 use super::ready::ReadySchedule;
 use crate::base::error::{Error, Result};
 use crate::base::profile::PartClock;
@@ -291,7 +289,7 @@ impl Replay {
         Ok(())
     }
 
-    fn fused(&mut self, program: &Program, group: &super::program::FusedGroup) -> Result<()> {
+    fn fused(&mut self, program: &Program, group: &super::ir::FusedGroup) -> Result<()> {
         let mut outs: SmallVec<[Tensor; 8]> = SmallVec::new();
         for &s in &group.outputs {
             let info = &program.slots[s as usize];

@@ -2,7 +2,7 @@
 //! one value (the q, k and v heads cut from one fused projection), the
 //! recorded graph has a `slice_backward` per slice, each a zero-filled
 //! buffer of the whole value, and `add` nodes summing them. Lowering runs
-//! such a tree as one [`SliceSum`](super::program::SliceSum) step that
+//! such a tree as one [`SliceSum`](super::ir::SliceSum) step that
 //! writes each part into its slice of one buffer
 //! (`kernels::layout::slice_sum`): the same bits (every element is
 //! `0 + part` or 0), one buffer and one pass instead of one per node.

@@ -11,7 +11,7 @@
 //! on a graph of millions of values every lookup missed the cache, and a
 //! capture of W1 at C = 10,000 spent most of its lowering there.
 
-use super::program::Arg;
+use super::ir::Arg;
 
 /// One value's marks; valid only while `stamp` is the current epoch.
 #[derive(Clone, Copy)]

@@ -1,17 +1,55 @@
-//! The program a captured step lowers to: the steps of one run over a
-//! table of slots, each slot one value of the captured graph that crosses
-//! steps. Derived from the graph, so nothing about it is hidden: every step names
-//! the nodes it runs, and `explain` prints it.
+//! The types the stages of a compiled step hand each other, in one file so
+//! that the stages import in one direction: `capture.rs` records
+//! [`BackwardGroup`]s, lowering picks the [`FastRule`]s among them and
+//! hands those to `fuse.rs`, and every stage and a run name gradients by
+//! [`GradTarget`]. The rest is the program a captured step lowers to
+//! ([`Program`]): the steps of one run over a table of slots, each slot one
+//! value of the captured graph that crosses steps. Derived from the graph,
+//! so nothing about it is hidden: every step names the nodes it runs, and
+//! `explain` prints it.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::capture::GradTarget;
+use super::passing::FastCheck;
 use crate::autograd::backward::OpHolder;
 use crate::core::{Pointwise, Primitive};
 use crate::tensor::{DType, Dims, Tensor};
+
+/// Whose gradient a compiled step returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GradTarget {
+    /// A parameter, by id.
+    Param(u64),
+    /// Input `k` of the step.
+    Input(usize),
+}
+
+/// The backward formula of one forward node, as recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct BackwardGroup {
+    /// The forward node.
+    pub(crate) node: u32,
+    /// The value holding the gradient of its output.
+    pub(crate) grad: u32,
+    /// The nodes its formula recorded.
+    pub(crate) nodes: Range<u32>,
+    /// Per input: the value its formula returned as that input's gradient.
+    pub(crate) grads: SmallVec<[Option<u32>; 4]>,
+    /// Whether the op's fast rule took the captured values, for the
+    /// gradients the step wants (`None`: not a candidate for one).
+    pub(crate) fast: Option<FastCheck>,
+}
+
+/// A forward node whose backward runs as the op's fast rule (picked by
+/// `lower.rs`, placed among the units by `fuse.rs`).
+pub(crate) struct FastRule {
+    pub(crate) group: BackwardGroup,
+    /// The formula's returned gradients that are live.
+    pub(crate) live_outs: SmallVec<[Option<u32>; 4]>,
+}
 
 /// A value's place in a run's table.
 pub(crate) type Slot = u32;
