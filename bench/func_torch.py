@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's torch.func against the same three workloads as retrograd's
-`bench func` (examples/bench/func.rs), f32, same shapes, one JSON line per
+`bench func` (bench/retrograd/func.rs), f32, same shapes, one JSON line per
 measurement with the same fields.
 
     python3 bench/func_torch.py                 # every workload

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference for retrograd's benchmark workloads (issues 7 and 16).
 
-Each workload is defined exactly as in `examples/bench` so both frameworks
+Each workload is defined exactly as in `bench/retrograd/` so both frameworks
 compute the same numbers; every result is one JSON line with the median, min
 and max over repeats plus cross-check values.
 
@@ -268,7 +268,7 @@ def bench_w3_conv(steps, warmup):
 # dropout, no biases, tied embeddings), written as nanoGPT's model.py
 # writes it: forward, cross-entropy, backward, clip_grad_norm_(1.0), and
 # AdamW (lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on matrices only) on
-# a fixed batch of seeded random tokens. Pairs with examples/bench/w4.rs on
+# a fixed batch of seeded random tokens. Pairs with bench/retrograd/w4.rs on
 # ("w4", "f32", 12).
 W4 = dict(vocab=65, block=64, n_layer=4, n_head=4, n_embd=128)
 
@@ -355,7 +355,7 @@ def bench_w4(batch, steps, warmup, compile_step=False):
 # ---------------------------------------------------------------- W4 attention
 # torch.nn.functional.scaled_dot_product_attention alone, causal, f32, on
 # [12, 4, T, 32] q, k, v: forward, then the gradients of sum(output) with
-# respect to q, k and v. Rows pair with examples/bench/w4.rs on
+# respect to q, k and v. Rows pair with bench/retrograd/w4.rs on
 # ("w4_attn", "f32", T) and ("mem_w4_attn", "f32", T).
 W4A = dict(batch=12, heads=4, head_dim=32)
 
@@ -539,7 +539,7 @@ def bench_ddp(ranks, global_batch, steps, warmup, which="w2"):
 
 
 # ---------------------------------------------------------------- W6
-# all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); pairs with examples/bench/w6.rs.
+# all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); pairs with bench/retrograd/w6.rs.
 MINILM = os.environ.get("RETROGRAD_MINILM", os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), ".cache/models/all-MiniLM-L6-v2"))
 

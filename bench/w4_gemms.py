@@ -3,7 +3,7 @@
 iteration outside attention, each shape alone, with the layouts the
 iteration gives it (the weight stored [out, in]): forward `x @ W.t()`,
 input gradient `g @ W`, weight gradient `g.t() @ x`. Rows pair with
-examples/bench/w4_gemms.rs on (layer, case).
+bench/retrograd/w4_gemms.rs on (layer, case).
 
     python3 bench/w4_gemms.py [--repeats 30] [--threads 2]
 """

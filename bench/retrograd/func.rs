@@ -38,7 +38,7 @@ use retrograd::{jacobian_with, DType, Graph, JacobianMode, Result, Tensor, Var};
 use crate::report::{emit, time_pair, Stats, Value};
 use crate::Options;
 
-#[path = "../support/mnist_cnn.rs"]
+#[path = "../../examples/support/mnist_cnn.rs"]
 mod mnist_cnn;
 
 /// Images of the per-sample gradient workload.
