@@ -18,7 +18,7 @@ use crate::tensor::{DType, Filled, Tensor};
 
 /// The elements of `index` as positions into a dimension of `size`.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::index, Error, Tensor};
 /// let i = Tensor::from_vec(vec![2.0f32, 0.0], &[2])?;
 /// assert_eq!(index::indices("gather", &i, 3)?, vec![2, 0]);
@@ -27,7 +27,6 @@ use crate::tensor::{DType, Filled, Tensor};
 /// let j = Tensor::from_vec(vec![1i64, 2], &[2])?;
 /// assert_eq!(index::indices("gather", &j, 3)?, vec![1, 2]);
 /// assert!(index::indices("gather", &Tensor::scalar(-1i64), 3).is_err());
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usize>> {
     let convert = |v: f64| -> Result<usize> {
@@ -78,12 +77,11 @@ pub fn indices(op: &'static str, index: &Tensor, size: usize) -> Result<Vec<usiz
 /// If `dim` or a position is out of range (the `index_select` op checks
 /// them, through [`indices`], before calling this).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::index, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
 /// let y = index::index_select(&x, 0, &[2, 0, 2]);
 /// assert_eq!(y.to_f64_vec(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
     let size = x.shape()[dim];
@@ -117,13 +115,12 @@ pub fn index_select(x: &Tensor, dim: usize, idx: &[usize]) -> Tensor {
 /// If a position is out of range or `src` has the wrong size (the
 /// `index_add` op checks both before calling this).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::index, Tensor};
 /// let base = Tensor::zeros(&[3], retrograd::DType::F64)?;
 /// let src = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
 /// let y = index::index_add(&base, 0, &[2, 0, 2], &src)?;
 /// assert_eq!(y.to_f64_vec(), vec![2.0, 0.0, 4.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn index_add(base: &Tensor, dim: usize, idx: &[usize], src: &Tensor) -> Result<Tensor> {
     let size = base.shape()[dim];
@@ -195,12 +192,11 @@ pub fn check_gather_shapes(
 /// `out[p] = x[p with dimension dim replaced by index[p]]` for every
 /// position `p` of `index` (PyTorch's `gather`).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::index, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
 /// let i = Tensor::from_vec(vec![1.0, 1.0, 0.0, 1.0], &[2, 2])?;
 /// assert_eq!(index::gather("gather", &x, 1, &i)?.to_f64_vec(), vec![2.0, 2.0, 3.0, 4.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn gather(op: &'static str, x: &Tensor, dim: usize, index: &Tensor) -> Result<Tensor> {
     check_gather_shapes(op, x.shape(), dim, index.shape(), None)?;
@@ -231,13 +227,12 @@ pub fn gather(op: &'static str, x: &Tensor, dim: usize, index: &Tensor) -> Resul
 /// index[p]` for every position `p` of `index` (PyTorch's `scatter_add`;
 /// repeated targets accumulate, in index order).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::index, Tensor};
 /// let base = Tensor::zeros(&[2, 2], retrograd::DType::F64)?;
 /// let i = Tensor::from_vec(vec![1.0, 1.0, 0.0, 1.0], &[2, 2])?;
 /// let src = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
 /// assert_eq!(index::scatter_add("scatter_add", &base, 1, &i, &src)?.to_f64_vec(), vec![0.0, 3.0, 3.0, 4.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn scatter_add(
     op: &'static str,
@@ -344,5 +339,74 @@ mod tests {
             Err(Error::IndexOutOfRange { index: -1, .. })
         ));
         assert!(indices("index_select", &Tensor::scalar(f64::NAN), 3).is_err());
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn indices() -> crate::Result<()> {
+        use crate::{kernels::index, Error, Tensor};
+        let i = Tensor::from_vec(vec![2.0f32, 0.0], &[2])?;
+        assert_eq!(index::indices("gather", &i, 3)?, vec![2, 0]);
+        assert!(matches!(
+            index::indices("gather", &i, 2),
+            Err(Error::IndexOutOfRange {
+                index: 2,
+                size: 2,
+                ..
+            })
+        ));
+        assert!(index::indices("gather", &Tensor::scalar(0.5), 3).is_err());
+        let j = Tensor::from_vec(vec![1i64, 2], &[2])?;
+        assert_eq!(index::indices("gather", &j, 3)?, vec![1, 2]);
+        assert!(index::indices("gather", &Tensor::scalar(-1i64), 3).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn index_select() -> crate::Result<()> {
+        use crate::{kernels::index, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+        let y = index::index_select(&x, 0, &[2, 0, 2]);
+        assert_eq!(y.to_f64_vec(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn index_add() -> crate::Result<()> {
+        use crate::{kernels::index, Tensor};
+        let base = Tensor::zeros(&[3], crate::DType::F64)?;
+        let src = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
+        let y = index::index_add(&base, 0, &[2, 0, 2], &src)?;
+        assert_eq!(y.to_f64_vec(), vec![2.0, 0.0, 4.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn gather() -> crate::Result<()> {
+        use crate::{kernels::index, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
+        let i = Tensor::from_vec(vec![1.0, 1.0, 0.0, 1.0], &[2, 2])?;
+        assert_eq!(
+            index::gather("gather", &x, 1, &i)?.to_f64_vec(),
+            vec![2.0, 2.0, 3.0, 4.0]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn scatter_add() -> crate::Result<()> {
+        use crate::{kernels::index, Tensor};
+        let base = Tensor::zeros(&[2, 2], crate::DType::F64)?;
+        let i = Tensor::from_vec(vec![1.0, 1.0, 0.0, 1.0], &[2, 2])?;
+        let src = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])?;
+        assert_eq!(
+            index::scatter_add("scatter_add", &base, 1, &i, &src)?.to_f64_vec(),
+            vec![0.0, 3.0, 3.0, 4.0]
+        );
+        Ok(())
     }
 }

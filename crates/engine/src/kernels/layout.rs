@@ -68,14 +68,13 @@ pub(crate) fn outer_inner(shape: &[usize], dim: usize) -> (usize, usize) {
 /// must have the same dtype, the same rank (at least 1) and the same size in
 /// every other dimension.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::layout, Tensor};
 /// let a = Tensor::from_vec(vec![1.0, 2.0], &[2, 1])?;
 /// let b = Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[2, 2])?;
 /// let c = layout::cat("cat", &[&a, &b], 1)?;
 /// assert_eq!(c.shape(), &[2, 3]);
 /// assert_eq!(c.to_f64_vec(), vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn cat(op: &'static str, tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
     let Some(first) = tensors.first() else {
@@ -157,12 +156,11 @@ fn scattered_len(
 /// The gradient of a slice (`Tensor::narrow` and the `slice` op): zeros of `shape` with `g` written at
 /// `start, start + step, ...` along `dim`.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::layout, Tensor};
 /// let g = Tensor::from_vec(vec![1.0, 2.0], &[2])?;
 /// let x = layout::slice_backward(&g, &[5], 0, 1, 3)?;
 /// assert_eq!(x.to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 2.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn slice_backward(
     g: &Tensor,
@@ -261,14 +259,13 @@ pub fn slice_backward_add(
 /// parts of different dtypes or not of a float dtype, or two parts that
 /// overlap.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::layout, Tensor};
 /// let a = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?;
 /// let b = Tensor::from_vec(vec![3.0, 4.0], &[1, 2])?;
 /// let sum = layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 2)], 0, 1)?;
 /// assert_eq!(sum.to_f64_vec(), vec![1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
 /// assert!(layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 0)], 0, 1).is_err());
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn slice_sum(
     shape: &[usize],
@@ -379,11 +376,10 @@ pub fn slice_sum(
 /// Pads (or, with negative amounts, crops) every dimension of `x`:
 /// `pads[d] = (before, after)` for dimension `d`; new positions hold `value`.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::layout, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
 /// assert_eq!(layout::pad("pad", &x, &[(1, -1)], 9.0)?.to_f64_vec(), vec![9.0, 1.0, 2.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn pad(op: &'static str, x: &Tensor, pads: &[(isize, isize)], value: f64) -> Result<Tensor> {
     if pads.len() != x.rank() {
@@ -632,5 +628,52 @@ mod tests {
         assert_eq!(p.to_f64_vec(), vec![9.0, 9.0]);
         let p = pad("pad", &x, &[(0, 0), (2, -3)], 9.0).unwrap();
         assert_eq!(p.to_f64_vec(), vec![9.0, 9.0]);
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn cat() -> crate::Result<()> {
+        use crate::{kernels::layout, Tensor};
+        let a = Tensor::from_vec(vec![1.0, 2.0], &[2, 1])?;
+        let b = Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[2, 2])?;
+        let c = layout::cat("cat", &[&a, &b], 1)?;
+        assert_eq!(c.shape(), &[2, 3]);
+        assert_eq!(c.to_f64_vec(), vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn slice_backward() -> crate::Result<()> {
+        use crate::{kernels::layout, Tensor};
+        let g = Tensor::from_vec(vec![1.0, 2.0], &[2])?;
+        let x = layout::slice_backward(&g, &[5], 0, 1, 3)?;
+        assert_eq!(x.to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 2.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn slice_sum() -> crate::Result<()> {
+        use crate::{kernels::layout, Tensor};
+        let a = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])?;
+        let b = Tensor::from_vec(vec![3.0, 4.0], &[1, 2])?;
+        let sum = layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 2)], 0, 1)?;
+        assert_eq!(sum.to_f64_vec(), vec![1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
+        assert!(layout::slice_sum(&[3, 2], &[(&a, 0), (&b, 0)], 0, 1).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn pad() -> crate::Result<()> {
+        use crate::{kernels::layout, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
+        assert_eq!(
+            layout::pad("pad", &x, &[(1, -1)], 9.0)?.to_f64_vec(),
+            vec![9.0, 1.0, 2.0]
+        );
+        Ok(())
     }
 }

@@ -79,7 +79,7 @@ fn for_each_broadcast_offset(from: &[usize], to: &[usize], mut f: impl FnMut(usi
 /// must have the same dtype (any of the four: `Error::DTypeMismatch`
 /// otherwise).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::mask::{compare, Comparison}, Tensor};
 /// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
 /// let lt = compare(Comparison::Lt, &a, &Tensor::scalar(2.0))?;
@@ -90,7 +90,6 @@ fn for_each_broadcast_offset(from: &[usize], to: &[usize], mut f: impl FnMut(usi
 /// assert_eq!(eq.shape(), &[2, 3]);
 /// assert_eq!(eq.to_vec::<bool>()?, vec![true, false, false, false, false, true]);
 /// assert!(compare(Comparison::Eq, &a, &row).is_err()); // f64 vs i64
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn compare(cmp: Comparison, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = cmp.name();
@@ -118,12 +117,11 @@ pub fn compare(cmp: Comparison, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `x` broadcast to `shape` (which it must broadcast to), for any dtype.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::mask::expand_any, Tensor};
 /// let m = Tensor::from_vec(vec![true, false], &[2, 1])?;
 /// let e = expand_any("expand", &m, &[2, 2])?;
 /// assert_eq!(e.to_vec::<bool>()?, vec![true, true, false, false]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn expand_any(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     if x.shape() == shape {
@@ -144,12 +142,11 @@ pub fn expand_any(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Tenso
 /// `a` where `cond` is true, `b` elsewhere, all three broadcast together;
 /// any dtype for `a` and `b` (the same one), `cond` bool.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::mask::select, Tensor};
 /// let c = Tensor::from_vec(vec![true, false], &[2])?;
 /// let a = Tensor::from_vec(vec![1i64, 2], &[2])?;
 /// assert_eq!(select("where", &c, &a, &Tensor::scalar(0i64))?.to_vec::<i64>()?, vec![1, 0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn select(op: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if cond.dtype() != crate::DType::Bool {
@@ -188,12 +185,11 @@ pub fn select(op: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result
 /// (`triu`) are kept, the others are zero (`false` for bool). `x` needs
 /// rank at least 2.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::mask::triangle, Tensor};
 /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6, 7, 8, 9], &[3, 3])?;
 /// assert_eq!(triangle("tril", &x, 0, false)?.to_vec::<i64>()?, vec![1, 0, 0, 4, 5, 0, 7, 8, 9]);
 /// assert_eq!(triangle("triu", &x, 1, true)?.to_vec::<i64>()?, vec![0, 2, 3, 0, 0, 6, 0, 0, 0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn triangle(op: &'static str, x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
     if x.rank() < 2 {
@@ -231,13 +227,12 @@ pub fn triangle(op: &'static str, x: &Tensor, diagonal: i64, upper: bool) -> Res
 /// position first; a NaN counts as larger than every number (PyTorch). `x`
 /// is f32, f64 or i64; `k` at most the axis' length.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::mask::topk_indices, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 5.0, 3.0, 5.0, 0.0, 2.0], &[2, 3])?;
 /// let i = topk_indices("topk", &x, 2, true)?;
 /// assert_eq!(i.shape(), &[2, 2]);
 /// assert_eq!(i.to_vec::<i64>()?, vec![1, 2, 0, 2]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn topk_indices(op: &'static str, x: &Tensor, k: usize, largest: bool) -> Result<Tensor> {
     if x.rank() == 0 {
@@ -291,4 +286,76 @@ pub fn topk_indices(op: &'static str, x: &Tensor, k: usize, largest: bool) -> Re
         }
         Tensor::from_buffer(out_shape, out.into())
     }))
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn compare() -> crate::Result<()> {
+        use crate::{
+            kernels::mask::{compare, Comparison},
+            Tensor,
+        };
+        let a = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3])?;
+        let lt = compare(Comparison::Lt, &a, &Tensor::scalar(2.0))?;
+        assert_eq!(lt.to_vec::<bool>()?, vec![true, false, false]);
+        let col = Tensor::from_vec(vec![1i64, 3], &[2, 1])?;
+        let row = Tensor::from_vec(vec![1i64, 2, 3], &[3])?;
+        let eq = compare(Comparison::Eq, &col, &row)?;
+        assert_eq!(eq.shape(), &[2, 3]);
+        assert_eq!(
+            eq.to_vec::<bool>()?,
+            vec![true, false, false, false, false, true]
+        );
+        assert!(compare(Comparison::Eq, &a, &row).is_err()); // f64 vs i64
+        Ok(())
+    }
+
+    #[test]
+    fn expand_any() -> crate::Result<()> {
+        use crate::{kernels::mask::expand_any, Tensor};
+        let m = Tensor::from_vec(vec![true, false], &[2, 1])?;
+        let e = expand_any("expand", &m, &[2, 2])?;
+        assert_eq!(e.to_vec::<bool>()?, vec![true, true, false, false]);
+        Ok(())
+    }
+
+    #[test]
+    fn select() -> crate::Result<()> {
+        use crate::{kernels::mask::select, Tensor};
+        let c = Tensor::from_vec(vec![true, false], &[2])?;
+        let a = Tensor::from_vec(vec![1i64, 2], &[2])?;
+        assert_eq!(
+            select("where", &c, &a, &Tensor::scalar(0i64))?.to_vec::<i64>()?,
+            vec![1, 0]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn triangle() -> crate::Result<()> {
+        use crate::{kernels::mask::triangle, Tensor};
+        let x = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6, 7, 8, 9], &[3, 3])?;
+        assert_eq!(
+            triangle("tril", &x, 0, false)?.to_vec::<i64>()?,
+            vec![1, 0, 0, 4, 5, 0, 7, 8, 9]
+        );
+        assert_eq!(
+            triangle("triu", &x, 1, true)?.to_vec::<i64>()?,
+            vec![0, 2, 3, 0, 0, 6, 0, 0, 0]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn topk_indices() -> crate::Result<()> {
+        use crate::{kernels::mask::topk_indices, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 5.0, 3.0, 5.0, 0.0, 2.0], &[2, 3])?;
+        let i = topk_indices("topk", &x, 2, true)?;
+        assert_eq!(i.shape(), &[2, 2]);
+        assert_eq!(i.to_vec::<i64>()?, vec![1, 2, 0, 2]);
+        Ok(())
+    }
 }

@@ -265,13 +265,12 @@ fn extremum<P: Pick>(
 /// empty list reduces nothing), NaN-propagating. With `keepdim` the reduced
 /// axes stay as size 1.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::reduce_minmax::amax, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 5.0, 3.0, 4.0, 2.0, 6.0], &[2, 3])?;
 /// assert_eq!(amax("amax", &x, &[1], false)?.to_f64_vec(), vec![5.0, 6.0]);
 /// assert_eq!(amax("amax", &x, &[0], true)?.shape(), &[1, 3]);
 /// assert_eq!(amax("amax", &x, &[0, 1], false)?.try_item()?, 6.0);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn amax(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
     extremum::<Larger>(op, x, axes, keepdim)
@@ -334,7 +333,7 @@ fn arg_extremum<P: Pick>(
 /// counts as the maximum. Every dtype: floats of every width (f16 and
 /// bf16 too), i64 and bool.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::reduce_minmax::{argmax, argmin}, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 5.0, 5.0, 7.0, 2.0, 6.0], &[2, 3])?;
 /// assert_eq!(argmax("argmax", &x, Some(1), false)?.to_vec::<i64>()?, vec![1, 0]);
@@ -344,7 +343,6 @@ fn arg_extremum<P: Pick>(
 /// assert_eq!(argmax("argmax", &ids, None, false)?.to_vec::<i64>()?, vec![1]);
 /// let mask = Tensor::from_vec(vec![false, true, true], &[3])?;
 /// assert_eq!(argmin("argmin", &mask, Some(0), false)?.to_vec::<i64>()?, vec![0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn argmax(op: &'static str, x: &Tensor, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
     arg_extremum::<Larger>(op, x, axis, keepdim)
@@ -359,13 +357,12 @@ pub fn argmin(op: &'static str, x: &Tensor, axis: Option<isize>, keepdim: bool) 
 /// extremum over `axes`: `1/k` for the `k` elements that attain the
 /// extremum `extremum` (the reduction's output, keepdim or not), 0 elsewhere.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::reduce_minmax::{amax, tie_weights}, Tensor};
 /// let x = Tensor::from_vec(vec![3.0, 1.0, 3.0, 0.0, 2.0, 1.0], &[2, 3])?;
 /// let m = amax("amax", &x, &[1], false)?;
 /// let w = tie_weights("amax", &x, &m, &[1])?;
 /// assert_eq!(w.to_f64_vec(), vec![0.5, 0.0, 0.5, 0.0, 1.0, 0.0]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn tie_weights(
     op: &'static str,
@@ -542,5 +539,59 @@ mod tests {
         assert_eq!(amax("amax", &empty, &[1], false).unwrap().shape(), &[0]);
         let m = t(&[1.0], &[1]);
         assert!(tie_weights("amax", &x, &m, &[]).is_err());
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn amax() -> crate::Result<()> {
+        use crate::{kernels::reduce_minmax::amax, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 5.0, 3.0, 4.0, 2.0, 6.0], &[2, 3])?;
+        assert_eq!(amax("amax", &x, &[1], false)?.to_f64_vec(), vec![5.0, 6.0]);
+        assert_eq!(amax("amax", &x, &[0], true)?.shape(), &[1, 3]);
+        assert_eq!(amax("amax", &x, &[0, 1], false)?.try_item()?, 6.0);
+        Ok(())
+    }
+
+    #[test]
+    fn argmax() -> crate::Result<()> {
+        use crate::{
+            kernels::reduce_minmax::{argmax, argmin},
+            Tensor,
+        };
+        let x = Tensor::from_vec(vec![1.0, 5.0, 5.0, 7.0, 2.0, 6.0], &[2, 3])?;
+        assert_eq!(
+            argmax("argmax", &x, Some(1), false)?.to_vec::<i64>()?,
+            vec![1, 0]
+        );
+        assert_eq!(argmax("argmax", &x, None, false)?.to_vec::<i64>()?, vec![3]);
+        // Token ids and masks too.
+        let ids = Tensor::from_vec(vec![3i64, 9, 9, -4], &[4])?;
+        assert_eq!(
+            argmax("argmax", &ids, None, false)?.to_vec::<i64>()?,
+            vec![1]
+        );
+        let mask = Tensor::from_vec(vec![false, true, true], &[3])?;
+        assert_eq!(
+            argmin("argmin", &mask, Some(0), false)?.to_vec::<i64>()?,
+            vec![0]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn tie_weights() -> crate::Result<()> {
+        use crate::{
+            kernels::reduce_minmax::{amax, tie_weights},
+            Tensor,
+        };
+        let x = Tensor::from_vec(vec![3.0, 1.0, 3.0, 0.0, 2.0, 1.0], &[2, 3])?;
+        let m = amax("amax", &x, &[1], false)?;
+        let w = tie_weights("amax", &x, &m, &[1])?;
+        assert_eq!(w.to_f64_vec(), vec![0.5, 0.0, 0.5, 0.0, 1.0, 0.0]);
+        Ok(())
     }
 }

@@ -35,12 +35,11 @@ impl<T: Element> Reducer<T> for SumExp<'_, T> {
 /// shifted (a lane of -inf gives -inf, one holding +inf gives +inf), and an
 /// empty lane gives -inf.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::reduce_stats::logsumexp, Tensor};
 /// let x = Tensor::from_vec(vec![1e4, 1e4, 0.0, 0.0], &[2, 2])?;
 /// let y = logsumexp("logsumexp", &x, &[1], false)?.to_f64_vec();
 /// assert_eq!(y, vec![1e4 + 2f64.ln(), 2f64.ln()]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn logsumexp(op: &'static str, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Tensor> {
     let axes = normalize_axes(op, axes, x.rank())?;
@@ -88,12 +87,11 @@ impl<T: Element> Reducer<T> for Deviations<'_> {
 /// variance). A denominator of 0 gives inf or NaN, as in PyTorch. Computed
 /// in f64 with the corrected two-pass algorithm.
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::reduce_stats::var, Tensor};
 /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?;
 /// assert_eq!(var("var", &x, &[1], 1.0, false)?.to_f64_vec(), vec![1.0, 4.0]);
 /// assert_eq!(var("var", &x, &[0], 0.0, true)?.to_f64_vec(), vec![2.25, 4.0, 6.25]);
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn var(
     op: &'static str,
@@ -196,5 +194,34 @@ mod tests {
                 &got[..2]
             );
         }
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn logsumexp() -> crate::Result<()> {
+        use crate::{kernels::reduce_stats::logsumexp, Tensor};
+        let x = Tensor::from_vec(vec![1e4, 1e4, 0.0, 0.0], &[2, 2])?;
+        let y = logsumexp("logsumexp", &x, &[1], false)?.to_f64_vec();
+        assert_eq!(y, vec![1e4 + 2f64.ln(), 2f64.ln()]);
+        Ok(())
+    }
+
+    #[test]
+    fn var() -> crate::Result<()> {
+        use crate::{kernels::reduce_stats::var, Tensor};
+        let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?;
+        assert_eq!(
+            var("var", &x, &[1], 1.0, false)?.to_f64_vec(),
+            vec![1.0, 4.0]
+        );
+        assert_eq!(
+            var("var", &x, &[0], 0.0, true)?.to_f64_vec(),
+            vec![2.25, 4.0, 6.25]
+        );
+        Ok(())
     }
 }

@@ -13,12 +13,11 @@ use crate::tensor::{Dims, Tensor};
 /// `softmax(x)` (or `log_softmax(x)` when `log`) along `axis` (in range for
 /// `x`'s rank; 0 for a 0-d tensor).
 ///
-/// ```
+/// ```text
 /// use retrograd::{kernels::nn::softmax, Tensor};
 /// let x = Tensor::from_vec(vec![0.0, 2f64.ln(), 1.0, 1.0], &[2, 2])?;
 /// let p = softmax::softmax(&x, 1, false)?;
 /// assert!(p.allclose(&Tensor::from_vec(vec![1. / 3., 2. / 3., 0.5, 0.5], &[2, 2])?, 1e-12, 0.0));
-/// # Ok::<(), retrograd::Error>(())
 /// ```
 pub fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor> {
     let lanes = AxisLanes::new(x.shape(), axis);
@@ -154,5 +153,23 @@ mod tests {
             softmax(&x, 1, true).unwrap().to_f64_vec(),
             vec![0.0, -2e4, -1e4, 0.0]
         );
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn softmax() -> crate::Result<()> {
+        use crate::{kernels::nn::softmax, Tensor};
+        let x = Tensor::from_vec(vec![0.0, 2f64.ln(), 1.0, 1.0], &[2, 2])?;
+        let p = softmax::softmax(&x, 1, false)?;
+        assert!(p.allclose(
+            &Tensor::from_vec(vec![1. / 3., 2. / 3., 0.5, 0.5], &[2, 2])?,
+            1e-12,
+            0.0
+        ));
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ pub fn drop_threshold(p: f64) -> u64 {
 
 /// Whether dropout with `seed` and drop probability `p` (in `[0, 1)`) keeps element `index`.
 ///
-/// ```
+/// ```text
 /// use retrograd::kernels::nn::sparse::keeps;
 /// let kept = (0..10_000).filter(|&i| keeps(7, 0.3, i)).count();
 /// assert!((6_800..7_200).contains(&kept));
@@ -210,5 +210,19 @@ mod tests {
             }
         }
         assert_eq!(out, expect);
+    }
+}
+
+/// The examples in this file's docs, run as unit tests (the module is
+/// private to the engine, so rustdoc cannot run them as doctests).
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn keeps() -> crate::Result<()> {
+        use crate::kernels::nn::sparse::keeps;
+        let kept = (0..10_000).filter(|&i| keeps(7, 0.3, i)).count();
+        assert!((6_800..7_200).contains(&kept));
+        assert_eq!(keeps(7, 0.3, 42), keeps(7, 0.3, 42));
+        Ok(())
     }
 }
