@@ -10,7 +10,7 @@
 //! cargo run --release --example train_mnist_cnn -- --epochs 5 --no-batch-norm --shift 0
 //! cargo run --release --example train_mnist_cnn -- --graph-svg step.svg   # picture of one step
 //! cargo run --release --example train_mnist_cnn -- --plot target/mnist_curves --graph-html step.html
-//! # data-parallel over 2 processes (global batch 64 = 2 x 32; README, "Training on several processes")
+//! # data-parallel over 2 processes (global batch 64 = 2 x 32; the book's chapter docs/src/distributed.md)
 //! cargo build --release --features mpi --example train_mnist_cnn
 //! mpirun -n 2 target/release/examples/train_mnist_cnn --ddp
 //! # continue an interrupted run (alone, or under mpirun with --ddp)
