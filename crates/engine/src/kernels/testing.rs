@@ -85,6 +85,28 @@ pub(crate) fn conv_geometry(
     }
 }
 
+/// Two-sample 3x3 convolutions at stride one, one for each channel pair
+/// `(in, out)`, plane and padding whose padded plane holds the kernel:
+/// what the fused AVX-512 kernels' tests run.
+pub(crate) fn stride_one_3x3(
+    channels: &[(usize, usize)],
+    planes: &[[usize; 2]],
+    pads: &[usize],
+) -> Vec<ConvGeometry> {
+    let mut all = Vec::new();
+    for &(cin, cout) in channels {
+        for &hw in planes {
+            for &pad in pads {
+                if hw[0] + 2 * pad >= 3 && hw[1] + 2 * pad >= 3 {
+                    let (one, pad) = ([1, 1], [pad, pad]);
+                    all.push(conv_geometry(2, [cin, cout, 1], hw, [3, 3], one, pad, one));
+                }
+            }
+        }
+    }
+    all
+}
+
 /// `epilogue(conv(x, w) + b)` in f64 from the definitions, and each
 /// output's sum of absolute terms (pooled: the largest of its window's),
 /// the scale of its rounding error.

@@ -24,7 +24,9 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue};
+use super::conv_fused::{
+    even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue, FusedInputs,
+};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -115,14 +117,8 @@ impl Avx512FusedConv for ChannelLanes {
         cin * geo.kernel[0] * geo.kernel[1] >= MIN_DEPTH && geo.out_channels > 0
     }
 
-    unsafe fn forward_fused(
-        geo: &ConvGeometry,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        epilogue: ConvEpilogue,
-        out: &mut [MaybeUninit<f32>],
-    ) {
+    unsafe fn forward_fused(ins: FusedInputs<'_>, out: &mut [MaybeUninit<f32>]) {
+        let (geo, x, w, bias, epilogue) = (ins.geo, ins.x, ins.w, ins.bias, ins.epilogue);
         let p = Plan::new(geo);
         let taps: Vec<usize> = (0..geo.kernel[0])
             .flat_map(|ky| {
@@ -439,7 +435,7 @@ unsafe fn tile_sums<const R: usize, const C: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{conv_geometry, fused_conv_f64};
+    use crate::kernels::testing::{conv_geometry, fused_conv_f64, stride_one_3x3};
 
     fn values(n: usize, a: f64, b: f64) -> Vec<f32> {
         (0..n).map(|i| (a * i as f64 + b).sin() as f32).collect()
@@ -455,24 +451,11 @@ mod tests {
         if !crate::kernels::simd::has_avx512() {
             return;
         }
-        let mut geometries = Vec::new();
-        for (cin, cout) in [(1, 17), (3, 33), (17, 1), (33, 3), (17, 33)] {
-            for hw in [[1, 1], [5, 7], [14, 14], [15, 15]] {
-                for pad in [0, 1] {
-                    if hw[0] + 2 * pad >= 3 && hw[1] + 2 * pad >= 3 {
-                        geometries.push(conv_geometry(
-                            2,
-                            [cin, cout, 1],
-                            hw,
-                            [3, 3],
-                            [1, 1],
-                            [pad, pad],
-                            [1, 1],
-                        ));
-                    }
-                }
-            }
-        }
+        let mut geometries = stride_one_3x3(
+            &[(1, 17), (3, 33), (17, 1), (33, 3), (17, 33)],
+            &[[1, 1], [5, 7], [14, 14], [15, 15]],
+            &[0, 1],
+        );
         geometries.push(conv_geometry(
             3,
             [6, 10, 2],
@@ -509,10 +492,15 @@ mod tests {
                     let (want, mags) = fused_conv_f64(geo, &x, &w, &b, epilogue);
                     let scale = mags.iter().fold(1.0f64, |a, &m| a.max(m));
                     let mut out = vec![MaybeUninit::<f32>::uninit(); epilogue.output_len(geo)];
+                    let ins = FusedInputs {
+                        geo,
+                        x: &x,
+                        w: &w,
+                        bias: Some(&b),
+                        epilogue,
+                    };
                     // SAFETY: AVX-512F checked above; the lengths are `geo`'s.
-                    pool.install(|| unsafe {
-                        ChannelLanes::forward_fused(geo, &x, &w, Some(&b), epilogue, &mut out)
-                    });
+                    pool.install(|| unsafe { ChannelLanes::forward_fused(ins, &mut out) });
                     // SAFETY: `forward_fused` writes every element.
                     let got: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
                     assert_eq!(got.len(), want.len());

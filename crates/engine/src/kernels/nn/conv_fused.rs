@@ -102,11 +102,18 @@ pub fn conv2d_forward_fused<'o, T: Element>(
         if let Some(forward) = lane_kernel {
             let (x, w) = (conv_direct::as_f32(x), conv_direct::as_f32(w));
             let (bias, y) = (bias.map(conv_direct::as_f32), conv_direct::as_f32_out(out));
+            let ins = FusedInputs {
+                geo,
+                x,
+                w,
+                bias,
+                epilogue,
+            };
             // SAFETY: `conv_direct::applies` checked f32 and stride one,
             // `avx512` AVX-512F, and the chosen kernel's `applies` holds; the
             // lengths are `geo`'s and the epilogue's (asserted above): the
             // contract of `Avx512FusedConv::forward_fused`.
-            unsafe { forward(geo, x, w, bias, epilogue, y) };
+            unsafe { forward(ins, y) };
         } else {
             conv_direct::forward_fused(geo, x, w, bias, epilogue, out);
         }
@@ -163,23 +170,28 @@ pub(super) trait Avx512FusedConv {
     /// writes every element of `out`.
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `geo` is at stride one with [`Self::applies`]
-    /// true; `x`, `w` and `out` have its lengths (`out` the epilogue's).
-    unsafe fn forward_fused(
-        geo: &ConvGeometry,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        epilogue: ConvEpilogue,
-        out: &mut [MaybeUninit<f32>],
-    );
+    /// The CPU has AVX-512F; `ins.geo` is at stride one with
+    /// [`Self::applies`] true; `ins.x`, `ins.w` and `out` have its lengths
+    /// (`out` the epilogue's).
+    unsafe fn forward_fused(ins: FusedInputs<'_>, out: &mut [MaybeUninit<f32>]);
+}
+
+/// What an [`Avx512FusedConv`] kernel reads: `epilogue(conv(x, w) + bias)`
+/// of the convolution `geo`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct FusedInputs<'a> {
+    pub geo: &'a ConvGeometry,
+    pub x: &'a [f32],
+    pub w: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub epilogue: ConvEpilogue,
 }
 
 /// [`Avx512FusedConv::forward_fused`] of one of the kernels, under its
 /// contract.
 #[cfg(target_arch = "x86_64")]
-type FusedForward =
-    unsafe fn(&ConvGeometry, &[f32], &[f32], Option<&[f32]>, ConvEpilogue, &mut [MaybeUninit<f32>]);
+type FusedForward = unsafe fn(FusedInputs<'_>, &mut [MaybeUninit<f32>]);
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {

@@ -33,7 +33,9 @@ use std::mem::MaybeUninit;
 
 use super::conv::ConvGeometry;
 use super::conv_direct::beats;
-use super::conv_fused::{even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue};
+use super::conv_fused::{
+    even_parts, for_each_sample_scratch, Avx512FusedConv, ConvEpilogue, FusedInputs,
+};
 
 /// f32 lanes in an AVX-512 vector.
 const LANES: usize = 16;
@@ -150,14 +152,8 @@ impl Avx512FusedConv for Winograd {
     }
 
     /// Sums by F(2x2, 3x3).
-    unsafe fn forward_fused(
-        geo: &ConvGeometry,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        epilogue: ConvEpilogue,
-        out: &mut [MaybeUninit<f32>],
-    ) {
+    unsafe fn forward_fused(ins: FusedInputs<'_>, out: &mut [MaybeUninit<f32>]) {
+        let (geo, x, w, bias, epilogue) = (ins.geo, ins.x, ins.w, ins.bias, ins.epilogue);
         let p = Plan::new(geo, epilogue);
         let weights: Vec<Vec<f32>> = w
             .chunks_exact(p.cout * p.cin * 9)
@@ -549,7 +545,7 @@ unsafe fn finish_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{conv_geometry, fused_conv_f64};
+    use crate::kernels::testing::{conv_geometry, fused_conv_f64, stride_one_3x3};
 
     fn values(n: usize, a: f64, b: f64) -> Vec<f32> {
         (0..n).map(|i| (a * i as f64 + b).sin() as f32).collect()
@@ -563,9 +559,16 @@ mod tests {
         epilogue: ConvEpilogue,
     ) -> Vec<f32> {
         let mut out = vec![MaybeUninit::<f32>::uninit(); epilogue.output_len(geo)];
+        let ins = FusedInputs {
+            geo,
+            x,
+            w,
+            bias: Some(b),
+            epilogue,
+        };
         // SAFETY: the callers checked AVX-512F and `applies`; the lengths
         // are `geo`'s.
-        unsafe { Winograd::forward_fused(geo, x, w, Some(b), epilogue, &mut out) };
+        unsafe { Winograd::forward_fused(ins, &mut out) };
         // SAFETY: `forward_fused` writes every element.
         out.iter().map(|v| unsafe { v.assume_init() }).collect()
     }
@@ -581,24 +584,11 @@ mod tests {
         if !crate::kernels::simd::has_avx512() {
             return;
         }
-        let mut geometries = Vec::new();
-        for (cin, cout) in [(8, 1), (17, 17), (33, 64), (32, 80)] {
-            for hw in [[2, 2], [5, 7], [14, 14], [15, 15]] {
-                for pad in [0, 1, 2] {
-                    if hw[0] + 2 * pad >= 3 && hw[1] + 2 * pad >= 3 {
-                        geometries.push(conv_geometry(
-                            2,
-                            [cin, cout, 1],
-                            hw,
-                            [3, 3],
-                            [1, 1],
-                            [pad, pad],
-                            [1, 1],
-                        ));
-                    }
-                }
-            }
-        }
+        let mut geometries = stride_one_3x3(
+            &[(8, 1), (17, 17), (33, 64), (32, 80)],
+            &[[2, 2], [5, 7], [14, 14], [15, 15]],
+            &[0, 1, 2],
+        );
         geometries.push(conv_geometry(
             3,
             [16, 10, 2],
@@ -692,37 +682,13 @@ mod tests {
         let geo = |c: [usize; 3], k: [usize; 2], s: [usize; 2], d: [usize; 2]| {
             conv_geometry(1, c, [14, 14], k, s, [1, 1], d)
         };
-        assert!(Winograd::applies(&geo([32, 64, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(Winograd::applies(&geo(
-            [128, 64, 1],
-            [3, 3],
-            [1, 1],
-            [1, 1]
-        )));
-        assert!(!Winograd::applies(&geo(
-            [128, 128, 1],
-            [3, 3],
-            [1, 1],
-            [1, 1]
-        )));
-        assert!(!Winograd::applies(&geo([4, 64, 1], [3, 3], [1, 1], [1, 1])));
-        assert!(!Winograd::applies(&geo(
-            [32, 64, 1],
-            [5, 5],
-            [1, 1],
-            [1, 1]
-        )));
-        assert!(!Winograd::applies(&geo(
-            [32, 64, 1],
-            [3, 3],
-            [2, 2],
-            [1, 1]
-        )));
-        assert!(!Winograd::applies(&geo(
-            [32, 64, 1],
-            [3, 3],
-            [1, 1],
-            [2, 2]
-        )));
+        let applies = |c, k, s, d| Winograd::applies(&geo(c, k, s, d));
+        assert!(applies([32, 64, 1], [3, 3], [1, 1], [1, 1]));
+        assert!(applies([128, 64, 1], [3, 3], [1, 1], [1, 1]));
+        assert!(!applies([128, 128, 1], [3, 3], [1, 1], [1, 1]));
+        assert!(!applies([4, 64, 1], [3, 3], [1, 1], [1, 1]));
+        assert!(!applies([32, 64, 1], [5, 5], [1, 1], [1, 1]));
+        assert!(!applies([32, 64, 1], [3, 3], [2, 2], [1, 1]));
+        assert!(!applies([32, 64, 1], [3, 3], [1, 1], [2, 2]));
     }
 }
