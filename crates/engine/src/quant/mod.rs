@@ -33,6 +33,34 @@
 //! # Ok::<(), retrograd::Error>(())
 //! ```
 
+/// A format's row functions, the same pair in every format's file:
+/// `dequantize_row` and `quantize_row` over its block `$block`, with the
+/// format's `$name`, block `$sizes` and ggml's name `$ggml` (of its
+/// reference quantizer) for their docs.
+macro_rules! row_functions {
+    ($block:ty, $name:literal, $sizes:literal, $ggml:literal) => {
+        #[doc = concat!("Dequantizes ", $name, " `bytes` into `out` (", $sizes, ").")]
+        ///
+        /// # Panics
+        ///
+        /// If `out` is not whole blocks or `bytes` is not their size (the checked
+        /// form is [`try_dequantize`](super::try_dequantize)).
+        pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
+            super::dequantize_blocks::<$block>(bytes, out);
+        }
+
+        #[doc = concat!("Quantizes `values` into `out` as ggml's `quantize_row_", $ggml, "_ref` does.")]
+        ///
+        /// # Panics
+        ///
+        /// If `values` is not whole blocks or `out` is not their size (the checked
+        /// form is [`try_quantize`](super::try_quantize)).
+        pub fn quantize_row(values: &[f32], out: &mut [u8]) {
+            super::quantize_blocks::<$block>(values, out);
+        }
+    };
+}
+
 mod ggml_type;
 mod matrix;
 pub mod q4_0;
@@ -117,6 +145,37 @@ fn assert_sizes(ty: GgmlType, values: usize, bytes: usize) {
         ty.name(),
         ty.bytes_for(values)
     );
+}
+
+/// The largest magnitude of `x` and the value that has it, with its sign
+/// (the first, on a tie; zeros if `x` is empty or all zero or NaN), as
+/// ggml's reference quantizers find a block's scale.
+#[inline]
+pub(crate) fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (amax, max)
+}
+
+/// The least and the largest value of `x` (`f32::MAX` and `-f32::MAX` if
+/// it is empty), as ggml's reference quantizers with a minimum find them.
+#[inline]
+pub(crate) fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
 }
 
 /// Dequantizes whole blocks of `B` from `bytes` into `out`.

@@ -5,7 +5,7 @@
 
 use half::f16;
 
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock};
+use super::{signed_absmax, Block, GgmlType, QuantizeBlock};
 
 /// One Q4_0 block (18 bytes), laid out as ggml's `block_q4_0`.
 #[repr(C)]
@@ -48,13 +48,7 @@ impl Block for BlockQ4_0 {
 impl QuantizeBlock for BlockQ4_0 {
     fn quantize(x: &[f32]) -> Self {
         // The value of largest magnitude (the first, on a tie), with its sign.
-        let (mut amax, mut max) = (0.0f32, 0.0f32);
-        for &v in x {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = signed_absmax(x);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0u8; 16];
@@ -70,25 +64,7 @@ impl QuantizeBlock for BlockQ4_0 {
     }
 }
 
-/// Dequantizes Q4_0 `bytes` into `out` (32 values per 18 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ4_0>(bytes, out);
-}
-
-/// Quantizes `values` into `out` as ggml's `quantize_row_q4_0_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ4_0>(values, out);
-}
+row_functions!(BlockQ4_0, "Q4_0", "32 values per 18 bytes", "q4_0");
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock};
+use super::{min_max, Block, GgmlType, QuantizeBlock};
 
 /// One Q4_1 block (20 bytes), laid out as ggml's `block_q4_1`.
 #[repr(C)]
@@ -50,15 +50,7 @@ impl Block for BlockQ4_1 {
 
 impl QuantizeBlock for BlockQ4_1 {
     fn quantize(x: &[f32]) -> Self {
-        let (mut min, mut max) = (f32::MAX, -f32::MAX);
-        for &v in x {
-            if v < min {
-                min = v;
-            }
-            if v > max {
-                max = v;
-            }
-        }
+        let (min, max) = min_max(x);
         let d = (max - min) / 15.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0u8; 16];
@@ -75,25 +67,7 @@ impl QuantizeBlock for BlockQ4_1 {
     }
 }
 
-/// Dequantizes Q4_1 `bytes` into `out` (32 values per 20 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ4_1>(bytes, out);
-}
-
-/// Quantizes `values` into `out` as ggml's `quantize_row_q4_1_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ4_1>(values, out);
-}
+row_functions!(BlockQ4_1, "Q4_1", "32 values per 20 bytes", "q4_1");
 
 #[cfg(test)]
 mod tests {

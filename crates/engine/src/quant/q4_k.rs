@@ -12,7 +12,7 @@
 
 use half::f16;
 
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock, QK_K};
+use super::{Block, GgmlType, QuantizeBlock, QK_K};
 
 /// One Q4_K super-block (144 bytes), laid out as ggml's `block_q4_K`.
 #[repr(C)]
@@ -68,23 +68,39 @@ impl Block for BlockQ4K {
     }
 
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, min) = (self.d.to_f32(), self.dmin.to_f32());
-        for (c, (q, y)) in self
-            .qs
-            .chunks_exact(32)
-            .zip(out.chunks_exact_mut(64))
-            .enumerate()
-        {
-            let (sc1, m1) = scale_min(2 * c, &self.scales);
-            let (sc2, m2) = scale_min(2 * c + 1, &self.scales);
-            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let block = (self.d, self.dmin, &self.scales, &self.qs);
+        for_each_chunk(block, out, |_, q, [(d1, m1), (d2, m2)], y| {
             let (lo, hi) = y.split_at_mut(32);
             for ((&q, lo), hi) in q.iter().zip(lo).zip(hi) {
                 *lo = d1 * (q & 0x0F) as f32 - m1;
                 *hi = d2 * (q >> 4) as f32 - m2;
             }
-        }
+        });
+    }
+}
+
+/// The dequantization loop of a super-block `(d, dmin, scales, qs)` with
+/// Q4_K's scales (shared by Q5_K): runs `chunk(c, q, [(d1, m1), (d2, m2)],
+/// y)` for every 64 values `y` of `out`, chunk `c`, whose low four bits are
+/// the 32 bytes `q` of `qs`, with `(d * scale, dmin * min)` of its two
+/// sub-blocks ([`scale_min`]).
+#[inline(always)]
+pub(super) fn for_each_chunk(
+    (d, dmin, scales, qs): (f16, f16, &[u8; 12], &[u8; QK_K / 2]),
+    out: &mut [f32],
+    mut chunk: impl FnMut(usize, &[u8], [(f32, f32); 2], &mut [f32]),
+) {
+    let (d, min) = (d.to_f32(), dmin.to_f32());
+    for (c, (q, y)) in qs
+        .chunks_exact(32)
+        .zip(out.chunks_exact_mut(64))
+        .enumerate()
+    {
+        let (sc1, m1) = scale_min(2 * c, scales);
+        let (sc2, m2) = scale_min(2 * c + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        chunk(c, q, [(d1, m1), (d2, m2)], y);
     }
 }
 
@@ -297,25 +313,7 @@ impl QuantizeBlock for BlockQ4K {
     }
 }
 
-/// Quantizes `values` into `out` as ggml's `quantize_row_q4_K_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ4K>(values, out);
-}
-
-/// Dequantizes Q4_K `bytes` into `out` (256 values per 144 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ4K>(bytes, out);
-}
+row_functions!(BlockQ4K, "Q4_K", "256 values per 144 bytes", "q4_K");
 
 #[cfg(test)]
 mod tests {

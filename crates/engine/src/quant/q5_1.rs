@@ -5,7 +5,7 @@
 
 use half::f16;
 
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock};
+use super::{min_max, Block, GgmlType, QuantizeBlock};
 
 /// One Q5_1 block (24 bytes), laid out as ggml's `block_q5_1`.
 #[repr(C)]
@@ -58,15 +58,7 @@ impl Block for BlockQ5_1 {
 
 impl QuantizeBlock for BlockQ5_1 {
     fn quantize(x: &[f32]) -> Self {
-        let (mut min, mut max) = (f32::MAX, -f32::MAX);
-        for &v in x {
-            if v < min {
-                min = v;
-            }
-            if v > max {
-                max = v;
-            }
-        }
+        let (min, max) = min_max(x);
         let d = (max - min) / 31.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let (mut qs, mut qh) = ([0u8; 16], 0u32);
@@ -86,25 +78,7 @@ impl QuantizeBlock for BlockQ5_1 {
     }
 }
 
-/// Dequantizes Q5_1 `bytes` into `out` (32 values per 24 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ5_1>(bytes, out);
-}
-
-/// Quantizes `values` into `out` as ggml's `quantize_row_q5_1_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ5_1>(values, out);
-}
+row_functions!(BlockQ5_1, "Q5_1", "32 values per 24 bytes", "q5_1");
 
 #[cfg(test)]
 mod tests {

@@ -5,8 +5,8 @@
 
 use half::f16;
 
-use super::q4_k::{k_requantize, k_scales, scale_min};
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock, QK_K};
+use super::q4_k::{for_each_chunk, k_requantize, k_scales};
+use super::{Block, GgmlType, QuantizeBlock, QK_K};
 
 /// One Q5_K super-block (176 bytes), laid out as ggml's `block_q5_K`.
 #[repr(C)]
@@ -49,17 +49,8 @@ impl Block for BlockQ5K {
     }
 
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, min) = (self.d.to_f32(), self.dmin.to_f32());
-        for (c, (ql, y)) in self
-            .qs
-            .chunks_exact(32)
-            .zip(out.chunks_exact_mut(64))
-            .enumerate()
-        {
-            let (sc1, m1) = scale_min(2 * c, &self.scales);
-            let (sc2, m2) = scale_min(2 * c + 1, &self.scales);
-            let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-            let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let block = (self.d, self.dmin, &self.scales, &self.qs);
+        for_each_chunk(block, out, |c, ql, [(d1, m1), (d2, m2)], y| {
             let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
             let (lo, hi) = y.split_at_mut(32);
             for (((&q, &h), lo), hi) in ql.iter().zip(&self.qh).zip(lo).zip(hi) {
@@ -68,7 +59,7 @@ impl Block for BlockQ5K {
                 *lo = d1 * ((q & 0x0F) + h1) as f32 - m1;
                 *hi = d2 * ((q >> 4) + h2) as f32 - m2;
             }
-        }
+        });
     }
 }
 
@@ -104,25 +95,7 @@ impl QuantizeBlock for BlockQ5K {
     }
 }
 
-/// Quantizes `values` into `out` as ggml's `quantize_row_q5_K_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ5K>(values, out);
-}
-
-/// Dequantizes Q5_K `bytes` into `out` (256 values per 176 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ5K>(bytes, out);
-}
+row_functions!(BlockQ5K, "Q5_K", "256 values per 176 bytes", "q5_K");
 
 #[cfg(test)]
 mod tests {

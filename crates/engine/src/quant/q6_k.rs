@@ -10,7 +10,7 @@
 use half::f16;
 
 use super::q4_k::nearest_int;
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock, QK_K};
+use super::{signed_absmax, Block, GgmlType, QuantizeBlock, QK_K};
 
 /// One Q6_K super-block (210 bytes), laid out as ggml's `block_q6_K`.
 #[repr(C)]
@@ -80,13 +80,7 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// quants `l` in `0..2 * nmax` (offset by `nmax`) of the values `x` and the
 /// scale with the least error weighted by `x * x` over 19 trial scales.
 fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l[..x.len()].fill(0);
         return 0.0;
@@ -183,25 +177,7 @@ impl QuantizeBlock for BlockQ6K {
     }
 }
 
-/// Quantizes `values` into `out` as ggml's `quantize_row_q6_K_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ6K>(values, out);
-}
-
-/// Dequantizes Q6_K `bytes` into `out` (256 values per 210 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ6K>(bytes, out);
-}
+row_functions!(BlockQ6K, "Q6_K", "256 values per 210 bytes", "q6_K");
 
 #[cfg(test)]
 mod tests {

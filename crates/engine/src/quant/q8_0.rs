@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::{dequantize_blocks, quantize_blocks, Block, GgmlType, QuantizeBlock};
+use super::{Block, GgmlType, QuantizeBlock};
 
 /// One Q8_0 block (34 bytes), laid out as ggml's `block_q8_0`.
 #[repr(C)]
@@ -56,25 +56,7 @@ impl QuantizeBlock for BlockQ8_0 {
     }
 }
 
-/// Dequantizes Q8_0 `bytes` into `out` (32 values per 34 bytes).
-///
-/// # Panics
-///
-/// If `out` is not whole blocks or `bytes` is not their size (the checked
-/// form is [`try_dequantize`](super::try_dequantize)).
-pub fn dequantize_row(bytes: &[u8], out: &mut [f32]) {
-    dequantize_blocks::<BlockQ8_0>(bytes, out);
-}
-
-/// Quantizes `values` into `out` as ggml's `quantize_row_q8_0_ref` does.
-///
-/// # Panics
-///
-/// If `values` is not whole blocks or `out` is not their size (the checked
-/// form is [`try_quantize`](super::try_quantize)).
-pub fn quantize_row(values: &[f32], out: &mut [u8]) {
-    quantize_blocks::<BlockQ8_0>(values, out);
-}
+row_functions!(BlockQ8_0, "Q8_0", "32 values per 34 bytes", "q8_0");
 
 #[cfg(test)]
 mod tests {
