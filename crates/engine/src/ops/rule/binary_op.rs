@@ -107,12 +107,7 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn name(&self) -> &str {
         R::NAME
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
+    settings_and_arity!(2);
     // `kernels::zip` reports a refused output buffer itself.
     fn catches_refused_buffers(&self) -> bool {
         true
@@ -188,13 +183,7 @@ impl<R: BinaryRule> Differentiable for Binary<R> {
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(BinaryKernel(self.0)))
     }
-    fn batch<'g>(
-        &self,
-        inputs: &[crate::core::Batched<'g>],
-        _ctx: &crate::core::BatchContext,
-    ) -> Result<crate::core::Batched<'g>> {
-        crate::ops::batching::elementwise(self, inputs)
-    }
+    elementwise_batch!();
     fn facts(&self) -> OpFacts {
         OpFacts {
             arity: Some(2),

@@ -28,6 +28,33 @@
 //! `binary_methods!`, and `scalar_method!` writes a binary rule's scalar
 //! forms (`binary_op.rs`), each one body for every rule.
 
+/// The `impl Differentiable` methods every rule op here writes alike: it
+/// holds its settings alone and takes `$arity` inputs.
+macro_rules! settings_and_arity {
+    ($arity:expr) => {
+        fn holds(&self) -> crate::Holds {
+            crate::Holds::Settings
+        }
+        fn arity(&self) -> Option<usize> {
+            Some($arity)
+        }
+    };
+}
+
+/// The batching rule (vmap) of an elementwise rule op, inside its `impl
+/// Differentiable`: [`crate::ops::batching::elementwise`].
+macro_rules! elementwise_batch {
+    () => {
+        fn batch<'g>(
+            &self,
+            inputs: &[crate::core::Batched<'g>],
+            _ctx: &crate::core::BatchContext,
+        ) -> crate::base::error::Result<crate::core::Batched<'g>> {
+            crate::ops::batching::elementwise(self, inputs)
+        }
+    };
+}
+
 mod binary_op;
 mod block;
 mod num;

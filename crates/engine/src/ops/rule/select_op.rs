@@ -44,23 +44,12 @@ impl Differentiable for SelectWhere {
     fn name(&self) -> &str {
         "select_where"
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(4)
-    }
+    settings_and_arity!(4);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs("select_where", inputs, 4)?;
         self.compute(inputs[0], inputs[1], inputs[2], inputs[3])
     }
-    fn batch<'g>(
-        &self,
-        inputs: &[crate::core::Batched<'g>],
-        _ctx: &crate::core::BatchContext,
-    ) -> Result<crate::core::Batched<'g>> {
-        crate::ops::batching::elementwise(self, inputs)
-    }
+    elementwise_batch!();
     fn pointwise(&self) -> Option<std::sync::Arc<dyn crate::core::Pointwise>> {
         Some(self.kernel())
     }

@@ -39,12 +39,7 @@ impl<R: UnaryRule> Differentiable for UnaryGrad<R> {
     fn name(&self) -> &str {
         &self.name
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(2)
-    }
+    settings_and_arity!(2);
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         expect_inputs(R::NAME, inputs, 2)?;
         kernels::zip(R::NAME, inputs[0], inputs[1], GradFn(self.rule))
@@ -65,13 +60,7 @@ impl<R: UnaryRule> Differentiable for UnaryGrad<R> {
     fn pointwise(&self) -> Option<Arc<dyn Pointwise>> {
         Some(Arc::new(UnaryGradKernel(self.rule)))
     }
-    fn batch<'g>(
-        &self,
-        inputs: &[crate::core::Batched<'g>],
-        _ctx: &crate::core::BatchContext,
-    ) -> Result<crate::core::Batched<'g>> {
-        crate::ops::batching::elementwise(self, inputs)
-    }
+    elementwise_batch!();
     fn facts(&self) -> OpFacts {
         OpFacts {
             elementwise: true,

@@ -178,12 +178,7 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn name(&self) -> &str {
         R::NAME
     }
-    fn holds(&self) -> crate::Holds {
-        crate::Holds::Settings
-    }
-    fn arity(&self) -> Option<usize> {
-        Some(1)
-    }
+    settings_and_arity!(1);
     // `kernels::map_op` reports a refused output buffer itself.
     fn catches_refused_buffers(&self) -> bool {
         true
@@ -247,13 +242,7 @@ impl<R: UnaryRule> Differentiable for Unary<R> {
     fn attributes(&self) -> OpAttributes {
         self.0.attributes()
     }
-    fn batch<'g>(
-        &self,
-        inputs: &[crate::core::Batched<'g>],
-        _ctx: &crate::core::BatchContext,
-    ) -> Result<crate::core::Batched<'g>> {
-        crate::ops::batching::elementwise(self, inputs)
-    }
+    elementwise_batch!();
     fn facts(&self) -> OpFacts {
         OpFacts {
             arity: Some(1),
