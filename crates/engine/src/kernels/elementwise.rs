@@ -67,6 +67,23 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
     if F::BLOCKS {
         return map_slice_by_blocks(src, out, f);
     }
+    map_with(
+        src,
+        out,
+        #[inline(always)]
+        move |v| f.call(v),
+    );
+}
+
+/// `out[i] = g(src[i])`, in parallel for large inputs, at the CPU's vector
+/// width: the loop of [`map_slice`] and of [`zip`] with a scalar operand.
+/// Writes every element of `out` (and panics if `src` is shorter).
+#[inline(always)]
+fn map_with<T: Element>(
+    src: &[T],
+    out: &mut [MaybeUninit<T>],
+    g: impl Fn(T) -> T + Copy + Send + Sync,
+) {
     // Every chunk of `out` is written in full: `s` is sliced to its length.
     for_each_chunk(out, |off, chunk| {
         let s = &src[off..off + chunk.len()];
@@ -74,7 +91,7 @@ pub fn map_slice<T: Element, F: UnaryFn>(src: &[T], out: &mut [MaybeUninit<T>], 
             #[inline(always)]
             || {
                 for (o, &v) in chunk.iter_mut().zip(s) {
-                    o.write(f.call(v));
+                    o.write(g(v));
                 }
             },
         )
@@ -214,37 +231,26 @@ fn zip_typed<T: Element, F: BinaryFn>(
     if xb.len() == 1 {
         let y = xb[0];
         return Ok(Tensor::build::<T>(shape, |out| {
-            for_each_chunk(out, |off, chunk| {
-                let xs = &xa[off..off + chunk.len()];
-                wide(
-                    #[inline(always)]
-                    || {
-                        for (o, &x) in chunk.iter_mut().zip(xs) {
-                            o.write(f.call(x, y));
-                        }
-                    },
-                )
-            });
-            // SAFETY: `for_each_chunk` hands over every element of the output,
-            // and each chunk is written in full: `xs` is sliced to its length.
+            map_with(
+                xa,
+                out,
+                #[inline(always)]
+                move |x| f.call(x, y),
+            );
+            // SAFETY: `map_with` writes every element of its output.
             unsafe { Filled::assume(out) }
         }));
     }
     if xa.len() == 1 {
         let x = xa[0];
         return Ok(Tensor::build::<T>(shape, |out| {
-            for_each_chunk(out, |off, chunk| {
-                let ys = &xb[off..off + chunk.len()];
-                wide(
-                    #[inline(always)]
-                    || {
-                        for (o, &y) in chunk.iter_mut().zip(ys) {
-                            o.write(f.call(x, y));
-                        }
-                    },
-                )
-            });
-            // SAFETY: as above, with `ys` sliced to each chunk's length.
+            map_with(
+                xb,
+                out,
+                #[inline(always)]
+                move |y| f.call(x, y),
+            );
+            // SAFETY: as above.
             unsafe { Filled::assume(out) }
         }));
     }

@@ -39,6 +39,16 @@ impl PaddedBlock {
         }
     }
 
+    /// The block of output rows `oy0..oy1` that [`im2col`] and [`col2im`]
+    /// handle at a unit width stride, with its count of matrix columns,
+    /// `(oy1 - oy0) * OW`; `None` if it has no output.
+    fn of_rows(geo: &ConvGeometry, oy0: usize, oy1: usize) -> Option<(usize, Self)> {
+        if oy1 == oy0 || geo.output[1] == 0 {
+            return None;
+        }
+        Some(((oy1 - oy0) * geo.output[1], PaddedBlock::new(geo, oy0, oy1)))
+    }
+
     fn len(&self) -> usize {
         self.rows * self.width
     }
@@ -91,14 +101,10 @@ pub(super) fn im2col<T: Element>(
     if geo.stride[1] != 1 {
         return im2col_strided(geo, x_g, oy0, oy1, work);
     }
-    if oy1 == oy0 || geo.output[1] == 0 {
+    let Some((len, block)) = PaddedBlock::of_rows(geo, oy0, oy1) else {
         return;
-    }
-    let [h, w] = geo.input;
-    let [kh, kw] = geo.kernel;
-    let ow = geo.output[1];
-    let len = (oy1 - oy0) * ow;
-    let block = PaddedBlock::new(geo, oy0, oy1);
+    };
+    let ([h, w], [kh, kw], ow) = (geo.input, geo.kernel, geo.output[1]);
     let (col, plane) = work.split_at_mut(geo.k_len() * len + SLACK);
     let plane = &mut plane[..block.len() + SLACK];
     wide(
@@ -260,14 +266,10 @@ pub(super) fn col2im<T: Element>(
     if geo.stride[1] != 1 {
         return col2im_strided(geo, work, oy0, oy1, gx_g);
     }
-    if oy1 == oy0 || geo.output[1] == 0 {
+    let Some((len, block)) = PaddedBlock::of_rows(geo, oy0, oy1) else {
         return;
-    }
-    let [h, w] = geo.input;
-    let [kh, kw] = geo.kernel;
-    let ow = geo.output[1];
-    let len = (oy1 - oy0) * ow;
-    let block = PaddedBlock::new(geo, oy0, oy1);
+    };
+    let ([h, w], [kh, kw], ow) = (geo.input, geo.kernel, geo.output[1]);
     let sizes = Col2imScratch::new(geo, &block);
     let (col, scratch) = work.split_at_mut(geo.k_len() * len + SLACK);
     let (per_kx, row) = scratch[..sizes.len()].split_at_mut(sizes.per_kx_len());
