@@ -4,6 +4,7 @@
 
 use std::mem::MaybeUninit;
 
+use super::nn::attention::Geometry;
 use super::nn::conv::ConvGeometry;
 use super::nn::conv_fused::ConvEpilogue;
 use crate::tensor::{Element, Filled};
@@ -56,6 +57,22 @@ pub(crate) fn hard_mask(l: usize, s: usize, seed: u64) -> Vec<f32> {
         m[s..2 * s].fill(f32::NEG_INFINITY);
     }
     m
+}
+
+/// `batch` attention heads of `l` queries and `s` keys, query and key
+/// dims `e` and value dims `ev`, scaled by `1 / sqrt(e)`, without dropout:
+/// what the tiled attention kernels' tests run.
+pub(crate) fn attention_heads(batch: usize, [l, s, e, ev]: [usize; 4], causal: bool) -> Geometry {
+    Geometry {
+        batch,
+        l,
+        s,
+        e,
+        ev,
+        scale: 1.0 / (e as f64).sqrt(),
+        causal,
+        dropout: None,
+    }
 }
 
 /// A convolution geometry with PyTorch's output size, from `[in_channels,

@@ -735,7 +735,7 @@ pub(super) fn exp_ps(x: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{hard_mask, values};
+    use crate::kernels::testing::{attention_heads, hard_mask, values};
 
     /// `softmax(Q Kᵀ · scale + mask) V` of head `b` in f64, 0 for a fully
     /// masked row.
@@ -784,16 +784,7 @@ mod tests {
     /// compares with the f64 reference.
     fn check(l: usize, s: usize, e: usize, ev: usize, causal: bool, masked: bool) {
         let batch = 3;
-        let g = Geometry {
-            batch,
-            l,
-            s,
-            e,
-            ev,
-            scale: 1.0 / (e as f64).sqrt(),
-            causal,
-            dropout: None,
-        };
+        let g = attention_heads(batch, [l, s, e, ev], causal);
         if !applies::<f32>(&g) {
             eprintln!("no AVX-512F: the tiled attention is not checked here");
             return;

@@ -318,22 +318,13 @@ mod tests {
     use super::*;
     use crate::kernels::nn::attention::{self, MaskView, Rows};
     use crate::kernels::nn::attention_tiled::forward_with_lse;
-    use crate::kernels::testing::{assume_filled as filled, hard_mask, values};
+    use crate::kernels::testing::{assume_filled as filled, attention_heads, hard_mask, values};
 
     /// Runs the tiled forward and backward and the flash ones (on the same
     /// strided operands, the same `dO`) and compares every gradient.
     fn check(l: usize, s: usize, e: usize, ev: usize, causal: bool, masked: bool) {
         let batch = 3;
-        let g = Geometry {
-            batch,
-            l,
-            s,
-            e,
-            ev,
-            scale: 1.0 / (e as f64).sqrt(),
-            causal,
-            dropout: None,
-        };
+        let g = attention_heads(batch, [l, s, e, ev], causal);
         if !applies::<f32>(&g) {
             eprintln!("no AVX-512F: the tiled attention backward is not checked here");
             return;
