@@ -140,29 +140,36 @@ struct Correlation {
 
 impl Correlation {
     fn forward(geo: &ConvGeometry, lanes: usize) -> Self {
-        Correlation {
-            cin: geo.in_channels / geo.groups,
-            cout: geo.out_channels / geo.groups,
-            src: geo.input,
-            out: geo.output,
-            kernel: geo.kernel,
-            dilation: geo.dilation,
-            before: geo.pad,
-            lanes,
-        }
+        let channels = [geo.in_channels, geo.out_channels];
+        Self::of(geo, lanes, channels, [geo.input, geo.output], geo.pad)
     }
 
     /// `gx = correlate(gy, flipped w^T)`, with `d (k - 1) - p` zeros before.
     fn input_grad(geo: &ConvGeometry, lanes: usize) -> Self {
         let reach = |d: usize| (geo.kernel[d] - 1) * geo.dilation[d];
+        let before = [reach(0) - geo.pad[0], reach(1) - geo.pad[1]];
+        let channels = [geo.out_channels, geo.in_channels];
+        Self::of(geo, lanes, channels, [geo.output, geo.input], before)
+    }
+
+    /// A correlation of `geo`'s kernel from `channels[0]` source planes of
+    /// `planes[0]` to `channels[1]` output planes of `planes[1]` (each over
+    /// the groups), `before` zeros before the source.
+    fn of(
+        geo: &ConvGeometry,
+        lanes: usize,
+        channels: [usize; 2],
+        [src, out]: [[usize; 2]; 2],
+        before: [usize; 2],
+    ) -> Self {
         Correlation {
-            cin: geo.out_channels / geo.groups,
-            cout: geo.in_channels / geo.groups,
-            src: geo.output,
-            out: geo.input,
+            cin: channels[0] / geo.groups,
+            cout: channels[1] / geo.groups,
+            src,
+            out,
             kernel: geo.kernel,
             dilation: geo.dilation,
-            before: [reach(0) - geo.pad[0], reach(1) - geo.pad[1]],
+            before,
             lanes,
         }
     }
