@@ -75,6 +75,24 @@ pub(crate) fn attention_heads(batch: usize, [l, s, e, ev]: [usize; 4], causal: b
     }
 }
 
+/// Runs `check(l, s, e, e, causal, masked)` for every head dim `e` of
+/// `dims` and key count `s` of `keys`: unmasked, masked, and causal (with
+/// `l = s` queries; 37 otherwise). The tiled attention kernels' sweep.
+pub(crate) fn attention_sweep(
+    dims: &[usize],
+    keys: &[usize],
+    check: impl Fn(usize, usize, usize, usize, bool, bool),
+) {
+    for &e in dims {
+        for &s in keys {
+            for (causal, masked) in [(false, false), (false, true), (true, false)] {
+                let l = if causal { s } else { 37 };
+                check(l, s, e, e, causal, masked);
+            }
+        }
+    }
+}
+
 /// A convolution geometry with PyTorch's output size, from `[in_channels,
 /// out_channels, groups]` and the per-dimension settings.
 pub(crate) fn conv_geometry(

@@ -735,7 +735,7 @@ pub(super) fn exp_ps(x: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{attention_heads, hard_mask, values};
+    use crate::kernels::testing::{attention_heads, attention_sweep, hard_mask, values};
 
     /// `softmax(Q Kᵀ · scale + mask) V` of head `b` in f64, 0 for a fully
     /// masked row.
@@ -839,14 +839,7 @@ mod tests {
 
     #[test]
     fn matches_an_f64_reference_on_odd_sizes() {
-        for e in [8, 17, 32, 64] {
-            for s in [1, 5, 127, 129, 300] {
-                for (causal, masked) in [(false, false), (false, true), (true, false)] {
-                    let l = if causal { s } else { 37 };
-                    check(l, s, e, e, causal, masked);
-                }
-            }
-        }
+        attention_sweep(&[8, 17, 32, 64], &[1, 5, 127, 129, 300], check);
         // Value dims apart from the key dims, one and several vectors.
         check(20, 33, 32, 17, false, true);
         check(9, 70, 8, 48, true, false);

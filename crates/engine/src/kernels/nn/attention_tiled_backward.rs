@@ -318,7 +318,9 @@ mod tests {
     use super::*;
     use crate::kernels::nn::attention::{self, MaskView, Rows};
     use crate::kernels::nn::attention_tiled::forward_with_lse;
-    use crate::kernels::testing::{assume_filled as filled, attention_heads, hard_mask, values};
+    use crate::kernels::testing::{
+        assume_filled as filled, attention_heads, attention_sweep, hard_mask, values,
+    };
 
     /// Runs the tiled forward and backward and the flash ones (on the same
     /// strided operands, the same `dO`) and compares every gradient.
@@ -406,14 +408,7 @@ mod tests {
 
     #[test]
     fn matches_the_flash_backward_on_odd_sizes() {
-        for e in [8, 17, 32] {
-            for s in [1, 5, 64, 70, 129] {
-                for (causal, masked) in [(false, false), (false, true), (true, false)] {
-                    let l = if causal { s } else { 37 };
-                    check(l, s, e, e, causal, masked);
-                }
-            }
-        }
+        attention_sweep(&[8, 17, 32], &[1, 5, 64, 70, 129], check);
         // Value dims apart from the key dims; chunks of rows past one.
         check(20, 33, 32, 17, false, true);
         check(9, 70, 8, 48, true, false);
