@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last, LayerNorm};
-use super::normalization::{batch_trailing_backward, norm_backward_rules, trailing_norm_backward};
+use super::normalization::{
+    batch_trailing_backward, norm_backward_rules, norm_backward_samples, trailing_norm_backward,
+};
 use super::support::sum_axis;
 use crate::base::error::Result;
 use crate::core::graph::Var;
@@ -152,13 +154,7 @@ impl StructuredOp for LayerNormBackward {
                 eps: 1e-4,
                 has_weight: true,
             })),
-            sample_inputs: Some(|seed| {
-                vec![
-                    sample(&[2, 3], seed + 2, 0.0, 1.0),
-                    sample(&[2, 3], seed, 0.3, 1.0),
-                    sample(&[3], seed + 5, 1.0, 0.5),
-                ]
-            }),
+            sample_inputs: Some(norm_backward_samples),
             ..OpFacts::opaque(self.arity())
         }
     }

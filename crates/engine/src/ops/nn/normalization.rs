@@ -302,6 +302,17 @@ pub(crate) fn check_eps(op: &'static str, eps: f64) -> Result<()> {
     }
 }
 
+/// Sample inputs of the layer-norm and RMS-norm input-gradient ops
+/// (`OpFacts::sample_inputs`): a gradient and an input of `[2, 3]`, and a
+/// weight of `[3]`.
+pub(crate) fn norm_backward_samples(seed: u64) -> Vec<Tensor> {
+    vec![
+        super::batch_norm::sample(&[2, 3], seed + 2, 0.0, 1.0),
+        super::batch_norm::sample(&[2, 3], seed, 0.3, 1.0),
+        super::batch_norm::sample(&[3], seed + 5, 1.0, 0.5),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use super::batch_norm::sample;
 use super::layer_norm::{check_param, row_len, shape_or_last};
 use super::normalization::{
-    batch_trailing, batch_trailing_backward, check_eps, norm_backward_rules, trailing_norm_backward,
+    batch_trailing, batch_trailing_backward, check_eps, norm_backward_rules, norm_backward_samples,
+    trailing_norm_backward,
 };
 use crate::base::error::{Error, Result};
 use crate::base::fallible::fallible;
@@ -247,13 +248,7 @@ impl StructuredOp for RmsNormBackward {
                 eps: Some(1e-4),
                 has_weight: true,
             })),
-            sample_inputs: Some(|seed| {
-                vec![
-                    sample(&[2, 3], seed + 2, 0.0, 1.0),
-                    sample(&[2, 3], seed, 0.3, 1.0),
-                    sample(&[3], seed + 5, 1.0, 0.5),
-                ]
-            }),
+            sample_inputs: Some(norm_backward_samples),
             ..OpFacts::opaque(self.arity())
         }
     }
