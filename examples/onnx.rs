@@ -27,11 +27,11 @@ use std::process::ExitCode;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::viz::GraphPictures;
 use retrograd::data::{digits, mnist};
 use retrograd::io::{checkpoint_metadata, load_checkpoint, load_tensors, save_tensors};
 use retrograd::nn::{Activation, Forward, Gpt, GptConfig, Mlp, Module};
 use retrograd::onnx::{export_input, Exporter, OnnxModel};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::VizOptions;
 use retrograd::{DType, Graph, Result, Tensor, Var};
 

@@ -14,8 +14,8 @@
 
 use std::process::ExitCode;
 
-use retrograd::viz::GraphPictures;
 use retrograd::expr::{parse_input, trace, Input};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::{Direction, Renderer};
 use retrograd::Graph;
 

@@ -54,9 +54,9 @@ pub mod nn {
     pub use retrograd_hub::models::*;
 }
 
-pub use retrograd_hub::{gguf, hub};
 #[cfg(feature = "chat")]
 pub use retrograd_hub::llm;
+pub use retrograd_hub::{gguf, hub};
 #[cfg(feature = "onnx")]
 pub use retrograd_onnx as onnx;
 pub use retrograd_train::{distributed, train};

@@ -3,9 +3,9 @@
 //! bundled digits, and the GPT. Eager and compiled copies train side by
 //! side from the same weights; losses and parameters agree bit for bit.
 
-use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
 use retrograd::nn::{Gpt, GptConfig, Module};
 use retrograd::optim::{Adam, AdamConfig, Optimizer};
+use retrograd::{compile, CompileOptions, DType, Graph, Tensor, Var};
 
 fn bits(t: &Tensor) -> Vec<u64> {
     t.to_f64_vec().iter().map(|v| v.to_bits()).collect()

@@ -130,7 +130,8 @@ fn only_kernels_simd_detects_cpu_features() {
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
-                if rel != "engine/src/kernels/simd.rs" && text.contains("is_x86_feature_detected!") {
+                if rel != "engine/src/kernels/simd.rs" && text.contains("is_x86_feature_detected!")
+                {
                     offenders.push(rel);
                 }
             }

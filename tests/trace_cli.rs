@@ -2,8 +2,8 @@
 //! parser and build errors with their columns, and `--frozen` constant folding.
 #![cfg(feature = "expr")]
 
-use retrograd::viz::GraphPictures;
 use retrograd::expr::{parse_input, trace, Input};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::VizOptions;
 use retrograd::{Graph, Tensor};
 

@@ -12,12 +12,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use retrograd::viz::GraphPictures;
 use retrograd::data::{Batches, Dataset};
 use retrograd::distributed::SingleProcess;
 use retrograd::nn::{accuracy, evaluate_accuracy, Forward, Module};
 use retrograd::optim::{LrScheduler, Optimizer};
 use retrograd::train::{Progress, RankState, TrainingState};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::VizOptions;
 use retrograd::Gradients;
 use retrograd::{DType, Graph, Result, Tensor};

@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use retrograd::viz::GraphPictures;
 use retrograd::nn::Module;
 use retrograd::runlog::{read_log, write_plots, PlotOptions, RunLog};
+use retrograd::viz::GraphPictures;
 use retrograd::viz::VizOptions;
 use retrograd::{Graph, Result, Var};
 

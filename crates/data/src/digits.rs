@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use crate::image_csv::ImageCsv;
-use retrograd_engine::data::Dataset;
 use retrograd_engine::base::error::Result;
+use retrograd_engine::data::Dataset;
 
 /// Pixels per image (8 x 8).
 pub const NUM_PIXELS: usize = 64;

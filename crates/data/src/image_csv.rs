@@ -8,8 +8,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use retrograd_engine::data::Dataset;
 use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::data::Dataset;
 
 /// What one image format looks like.
 pub(crate) struct ImageCsv {

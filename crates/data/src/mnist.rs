@@ -28,8 +28,8 @@
 use std::path::Path;
 
 use crate::image_csv::ImageCsv;
-use retrograd_engine::data::Dataset;
 use retrograd_engine::base::error::Result;
+use retrograd_engine::data::Dataset;
 
 /// Image height and width.
 pub const SIDE: usize = 28;

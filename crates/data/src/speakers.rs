@@ -3,8 +3,8 @@
 //! shuffle simple enough to repeat in any language (SplitMix64 and
 //! Fisher-Yates; `bench/finetune_speakers.py` does it in Python).
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::shakespeare::Speech;
+use retrograd_engine::base::error::{Error, Result};
 
 /// A labelled text.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -93,9 +93,10 @@ pub use import::{supported_import_ops, InputSpec, OnnxModel, MAX_OPSET, MIN_OPSE
 /// ```
 pub fn decode_tensor(bytes: &[u8]) -> retrograd_engine::Result<retrograd_engine::Tensor> {
     use prost::Message;
-    let proto = proto::TensorProto::decode(bytes).map_err(|e| retrograd_engine::Error::OnnxInvalid {
-        problem: retrograd_engine::base::error::OnnxProblem::Decode,
-        detail: format!("not a TensorProto: {e}"),
-    })?;
+    let proto =
+        proto::TensorProto::decode(bytes).map_err(|e| retrograd_engine::Error::OnnxInvalid {
+            problem: retrograd_engine::base::error::OnnxProblem::Decode,
+            detail: format!("not a TensorProto: {e}"),
+        })?;
     tensor::from_proto(&proto)
 }

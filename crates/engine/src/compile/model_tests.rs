@@ -174,4 +174,3 @@ fn a_state_update_that_fails_is_the_runs_error() {
         .unwrap();
     assert!(e.to_string().contains("Buffer::set"), "{e}");
 }
-

@@ -197,7 +197,6 @@ fn backward_inside_the_function_and_create_graph_are_errors() {
     assert!(e.to_string().contains("create_graph"), "{e}");
 }
 
-
 /// Dropout draws a fresh mask at every run, the same one in its forward and
 /// its backward: with `loss = sum(dropout(x))` at `x = 1`, the gradient is
 /// the mask scaled, summing to the loss.

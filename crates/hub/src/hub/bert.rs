@@ -6,10 +6,10 @@ use std::path::Path;
 use rand::Rng;
 use serde_json::Value;
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::hub::{LoadReport, ModelConfig, NameMap, Weights, CONFIG_FILE};
-use retrograd_engine::nn::{Module, StateDict};
 use crate::models::{BertForSequenceClassification, BertModel};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::nn::{Module, StateDict};
 
 /// The name map of BERT checkpoints: Hugging Face's names as they are,
 /// under `bert.` in task checkpoints; the `position_ids` buffer older

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use retrograd_engine::base::error::{Error, Result};
-use retrograd_engine::nn::{Activation};
 use crate::models::{BertConfig, GptConfig, LlamaConfig};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::nn::Activation;
 use retrograd_engine::tensor::DType;
 
 /// The configuration file of a model folder.

@@ -8,10 +8,12 @@
 
 use std::sync::Arc;
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::gguf::{GgufFile, GgufTensorInfo, GgufWriter};
-use retrograd_engine::nn::{AnyEmbedding, AnyLinear, Embedding, Linear, Parameter, QuantizedLinear};
 use crate::models::{Llama, LlamaConfig, LlamaLayerWeights};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::nn::{
+    AnyEmbedding, AnyLinear, Embedding, Linear, Parameter, QuantizedLinear,
+};
 use retrograd_engine::quant::{GgmlType, QMatrix};
 use retrograd_engine::tensor::Tensor;
 

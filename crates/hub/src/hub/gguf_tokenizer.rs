@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::{AddedToken, DecoderWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::hub::Tokenizer;
+use retrograd_engine::base::error::{Error, Result};
 
 const OP: &str = "Tokenizer::from_gguf";
 

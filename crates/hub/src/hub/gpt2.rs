@@ -7,11 +7,11 @@ use std::path::Path;
 
 use rand::SeedableRng;
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::hub::config::gpt2_config_json;
 use crate::hub::{ModelConfig, NameMap, Weights, CONFIG_FILE};
+use crate::models::Gpt;
+use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::nn::{Module, StateDict};
-use crate::models::{Gpt};
 use retrograd_engine::tensor::Tensor;
 
 /// The name map between [`Gpt`]'s names (nanoGPT's) and GPT-2's: the

@@ -6,10 +6,10 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use retrograd_engine::base::error::{Error, Result};
 use crate::hub::{ModelConfig, Weights};
-use retrograd_engine::nn::{AnyEmbedding, AnyLinear, Embedding, Linear, Parameter};
 use crate::models::{Llama, LlamaLayerWeights};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::nn::{AnyEmbedding, AnyLinear, Embedding, Linear, Parameter};
 use retrograd_engine::tensor::DType;
 
 impl Llama {

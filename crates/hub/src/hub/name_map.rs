@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use retrograd_engine::base::error::{Error, Result, TensorProblem};
 use crate::hub::Weights;
+use retrograd_engine::base::error::{Error, Result, TensorProblem};
 use retrograd_engine::nn::{Module, Parameter, StateDict};
 use retrograd_engine::tensor::Tensor;
 
@@ -311,10 +311,10 @@ impl Loader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
     use retrograd_engine::io::save_tensors;
     use retrograd_engine::nn::{Linear, Module};
     use retrograd_engine::DType;
-    use rand::SeedableRng;
 
     #[derive(Debug, Module)]
     struct Net {

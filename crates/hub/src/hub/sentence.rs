@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::hub::{Encoded, Padding, Tokenizer};
+use crate::models::{l2_normalize, mean_pool, BertModel};
 use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::Var;
-use crate::hub::{Encoded, Padding, Tokenizer};
-use retrograd_engine::nn::{Module};
-use crate::models::{l2_normalize, mean_pool, BertModel};
+use retrograd_engine::nn::Module;
 use retrograd_engine::tensor::{DType, Tensor};
 
 /// How token states become one sentence vector (sentence-transformers'

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{ChatTemplate, Decoding, Message, Sampling};
-use retrograd_engine::base::error::{Error, Result};
-use retrograd_engine::core::graph::Graph;
 use crate::gguf::GgufFile;
 use crate::hub::{Tokenizer, WeightPrecision};
 use crate::models::{Llama, LlamaCache};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::core::graph::Graph;
 
 const OP: &str = "ChatModel";
 

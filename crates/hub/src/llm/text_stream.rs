@@ -5,8 +5,8 @@
 //! decodes a short window of recent tokens and hands out only text that
 //! ends on a whole character.
 
-use retrograd_engine::base::error::Result;
 use crate::hub::Tokenizer;
+use retrograd_engine::base::error::Result;
 
 /// See the module docs.
 #[derive(Clone, Debug, Default)]

@@ -4,8 +4,8 @@
 
 use super::chat_model::ChatModel;
 use super::chat_template::{Message, Role};
-use retrograd_engine::base::error::{Error, Result};
 use crate::models::IGNORE_LABEL;
+use retrograd_engine::base::error::{Error, Result};
 
 const OP: &str = "TrainingExample";
 

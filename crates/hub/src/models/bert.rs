@@ -638,9 +638,9 @@ pub fn l2_normalize<'g>(x: &Var<'g>) -> Result<Var<'g>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retrograd_engine::Graph;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+    use retrograd_engine::Graph;
 
     /// A seeded 2-layer BERT of width 8 (also `packed.rs`'s tests).
     pub(super) fn tiny(dtype: DType) -> BertModel {

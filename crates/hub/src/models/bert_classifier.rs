@@ -3,10 +3,10 @@
 
 use rand::Rng;
 
+use crate::models::BertModel;
 use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::Var;
 use retrograd_engine::nn::{Dropout, Forward, Linear, Module};
-use crate::models::{BertModel};
 use retrograd_engine::tensor::Tensor;
 
 /// A sequence classifier: the encoder's pooled output (the first token's

@@ -214,7 +214,13 @@ impl Gpt {
         let embedding = |n: usize, rng: &mut R| {
             let e = Embedding::builder(n, n_embd).dtype(dtype).build_with(rng)?;
             let w = e.weight();
-            w.set(retrograd_engine::nn::init::normal(&w.shape(), 0.0, 0.02, dtype, rng)?)?;
+            w.set(retrograd_engine::nn::init::normal(
+                &w.shape(),
+                0.0,
+                0.02,
+                dtype,
+                rng,
+            )?)?;
             Ok::<_, Error>(e)
         };
         let wte = embedding(vocab_size, rng)?;
@@ -362,9 +368,9 @@ impl Forward for Gpt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retrograd_engine::Graph;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+    use retrograd_engine::Graph;
 
     fn tiny(dtype: DType) -> Gpt {
         let config = GptConfig {

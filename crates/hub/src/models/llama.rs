@@ -31,7 +31,9 @@ use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::{Graph, Var};
 use retrograd_engine::kernels::on_pool::on_pool;
 use retrograd_engine::nn::lora::LoraModel;
-use retrograd_engine::nn::{AnyEmbedding, AnyLinear, Forward, Module, Parameter, QuantizedLinear, RMSNorm};
+use retrograd_engine::nn::{
+    AnyEmbedding, AnyLinear, Forward, Module, Parameter, QuantizedLinear, RMSNorm,
+};
 use retrograd_engine::ops::nn::SdpaOptions;
 use retrograd_engine::quant::QMatrix;
 use retrograd_engine::tensor::{DType, Tensor};

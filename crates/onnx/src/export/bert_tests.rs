@@ -6,10 +6,10 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use retrograd_engine::nn::Module;
-use retrograd_hub::models::{l2_normalize, mean_pool, BertConfig, BertModel};
 use crate::{Exporter, OnnxModel};
+use retrograd_engine::nn::Module;
 use retrograd_engine::{DType, Error, Graph, Result, Tensor, Var};
+use retrograd_hub::models::{l2_normalize, mean_pool, BertConfig, BertModel};
 
 fn tiny() -> BertModel {
     let config = BertConfig {

@@ -256,7 +256,10 @@ fn masked_fill(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
 }
 
 fn trilu(e: &mut Emit, n: &NodeCtx<'_>) -> Result<()> {
-    let k = e.constant("diagonal", &retrograd_engine::Tensor::scalar(n.int("diagonal")?))?;
+    let k = e.constant(
+        "diagonal",
+        &retrograd_engine::Tensor::scalar(n.int("diagonal")?),
+    )?;
     let upper = i64::from(n.flag("upper")?);
     e.node(
         "Trilu",

@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 
-use retrograd_engine::base::error::Result;
 use crate::proto::attribute_proto::AttributeType;
 use crate::proto::{AttributeProto, NodeProto, TensorProto};
 use crate::tensor::{onnx_type, to_proto};
+use retrograd_engine::base::error::Result;
 use retrograd_engine::tensor::{DType, Tensor};
 
 /// A free axis of a graph input: its size when the graph was recorded.

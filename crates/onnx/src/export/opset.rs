@@ -8,8 +8,8 @@
 
 use super::super::proto::attribute_proto::AttributeType;
 use super::super::proto::{GraphProto, TensorProto};
-use retrograd_engine::base::error::{Error, Result};
 use crate::proto::tensor_proto::DataType as OnnxType;
+use retrograd_engine::base::error::{Error, Result};
 
 /// The opset the exporter writes unless asked otherwise.
 pub const EXPORT_OPSET: i64 = 17;

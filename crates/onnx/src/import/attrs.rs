@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
-use retrograd_engine::base::error::{Error, OnnxProblem, Result};
 use crate::proto::attribute_proto::AttributeType;
 use crate::proto::{AttributeProto, GraphProto};
 use crate::tensor::from_proto;
+use retrograd_engine::base::error::{Error, OnnxProblem, Result};
 use retrograd_engine::tensor::Tensor;
 
 /// One decoded attribute value.

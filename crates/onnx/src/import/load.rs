@@ -11,13 +11,13 @@ use prost::Message;
 use super::attrs::{bad, Attrs};
 use super::ops::{lookup, nesting_depth, non_tensor, outer_refs, refused, Ctx, MAX_DEPTH};
 use super::{fuse, InputSpec, OnnxModel, Step};
-use retrograd_engine::base::error::{Error, OnnxProblem, Result};
-use retrograd_engine::core::graph::{Graph, Var};
-use retrograd_engine::nn::{Buffer, Parameter};
 use crate::proto::tensor_shape_proto::dimension;
 use crate::proto::type_proto::Value as TypeValue;
 use crate::proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use crate::tensor::{self, dtype_of};
+use retrograd_engine::base::error::{Error, OnnxProblem, Result};
+use retrograd_engine::core::graph::{Graph, Var};
+use retrograd_engine::nn::{Buffer, Parameter};
 use retrograd_engine::tensor::{DType, Tensor};
 
 /// The lowest and highest default-domain opsets the importer reads: 7

@@ -420,7 +420,10 @@ impl TrainingState {
 }
 
 /// The model's streams must be the rank's saved ones, by name.
-fn check_streams(mine: &RankState, streams: &[(String, retrograd_engine::nn::RandomStream)]) -> Result<()> {
+fn check_streams(
+    mine: &RankState,
+    streams: &[(String, retrograd_engine::nn::RandomStream)],
+) -> Result<()> {
     let mismatch = |name: &str, problem| Error::TensorMismatch {
         context: "TrainingState::restore (random streams)".to_string(),
         name: name.to_string(),

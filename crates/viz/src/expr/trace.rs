@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::{parse, ExprError, Program};
+use crate::viz::VizOptions;
 use retrograd_engine::autograd::Gradients;
 use retrograd_engine::base::error::Error;
 use retrograd_engine::core::graph::{Graph, Var};
 use retrograd_engine::tensor::Tensor;
-use crate::viz::VizOptions;
 
 /// One input of a trace.
 #[derive(Clone, Debug, PartialEq)]

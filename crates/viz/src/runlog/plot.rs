@@ -10,9 +10,9 @@ use plotters::prelude::*;
 
 use super::reader::Run;
 use super::writer::io_error;
-use retrograd_engine::base::error::{Error, Result};
 use crate::viz::label::number;
 use crate::viz::write_atomically;
+use retrograd_engine::base::error::{Error, Result};
 
 /// Series with more points than this are smoothed when they are noisy
 /// (drawn faint as logged, and bold smoothed); sparser ones (evaluations)

@@ -316,7 +316,6 @@ impl GraphPictures for Graph {
     fn write_html(&self, path: impl AsRef<Path>, options: &VizOptions<'_>) -> Result<()> {
         write_atomically(path.as_ref(), self.to_html(options)?.as_bytes())
     }
-
 }
 
 /// Whether Graphviz's `dot` can be run.

@@ -93,7 +93,9 @@ impl Llama {
         tokens: &[usize],
         caches: &mut [&mut LlamaCache],
     ) -> Var<'g> {
-        retrograd_engine::base::error::or_panic(self.try_forward_decode_batch(graph, tokens, caches))
+        retrograd_engine::base::error::or_panic(
+            self.try_forward_decode_batch(graph, tokens, caches),
+        )
     }
 }
 
@@ -177,9 +179,11 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    use crate::models::{Llama, LlamaCache, LlamaConfig, LlamaLayerWeights};
     use retrograd_engine::core::graph::Graph;
-    use retrograd_engine::nn::{AnyEmbedding, AnyLinear, Embedding, Linear, Parameter, QuantizedLinear};
-use crate::models::{Llama, LlamaCache, LlamaConfig, LlamaLayerWeights};
+    use retrograd_engine::nn::{
+        AnyEmbedding, AnyLinear, Embedding, Linear, Parameter, QuantizedLinear,
+    };
     use retrograd_engine::quant::{GgmlType, QMatrix};
     use retrograd_engine::tensor::{DType, Tensor};
 

@@ -3,9 +3,9 @@
 //! and an `INT64` are both i64 here), else the one its dtype stores.
 
 use super::{one, Ctx};
+use crate::tensor::{from_stored_bytes, onnx_type, stored_bytes, stored_width, type_name};
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::tensor::{from_stored_bytes, onnx_type, stored_bytes, stored_width, type_name};
 
 type Ins<'g> = [Option<Var<'g>>];
 

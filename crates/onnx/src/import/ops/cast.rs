@@ -6,12 +6,12 @@
 //! a 16-bit storage float is.
 
 use super::{one, Ctx};
-use retrograd_engine::base::error::Result;
-use retrograd_engine::core::graph::Var;
 use crate::import::attrs::Attrs;
 use crate::narrow::{wrap_int, E8M0Rounding, Narrow};
 use crate::proto::tensor_proto::DataType as OnnxType;
 use crate::tensor::{dtype_of, type_name};
+use retrograd_engine::base::error::Result;
+use retrograd_engine::core::graph::Var;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -5,9 +5,9 @@
 
 use super::subgraph::{self, Body};
 use super::{Attrs, Ctx};
+use crate::proto::GraphProto;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::proto::GraphProto;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -4,9 +4,9 @@
 //! times the kernel, `index_add`ed where it lands), also differentiable.
 
 use super::{one, Ctx};
+use crate::import::attrs::Attrs;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::import::attrs::Attrs;
 use retrograd_engine::ops::nn::ConvTransposeOptions;
 use retrograd_engine::tensor::Tensor;
 

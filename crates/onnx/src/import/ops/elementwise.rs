@@ -4,9 +4,9 @@
 
 use super::host::{bool_binary, bool_binary_plain, int_binary, is_int};
 use super::{one, Ctx};
+use crate::import::attrs::Attrs;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::import::attrs::Attrs;
 use retrograd_engine::ops::activation::LeakyRelu;
 use retrograd_engine::ops::rule::Unary;
 use retrograd_engine::tensor::{DType, Tensor};

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use super::attention::repeat_heads;
 use super::{subgraph, Attrs, Ctx};
+use crate::proto::GraphProto;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::proto::GraphProto;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -2,10 +2,10 @@
 //! softmax, on retrograd's fused ops.
 
 use super::{one, pool, Ctx};
+use crate::import::attrs::Attrs;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
 use retrograd_engine::kernels::nn::conv_fused::ConvSummation;
-use crate::import::attrs::Attrs;
 use retrograd_engine::ops::nn::{
     AvgPool2dOptions, BatchNormArgs, Conv1dOptions, Conv2dOptions, MaxPool2dOptions,
 };
@@ -586,8 +586,14 @@ pub(crate) fn fused_attention<'g>(c: &Ctx<'_, 'g>, ins: &Ins<'g>) -> Result<Vec<
         .all(|x| !x.requires_grad());
     if fits && plain && !c.graph.is_tracing() {
         let (m, kv) = (mask.map(Var::value), k.value());
-        let y =
-            retrograd_engine::ops::nn::attention_inference(q.value(), kv, v.value(), m, Some(scale), causal)?;
+        let y = retrograd_engine::ops::nn::attention_inference(
+            q.value(),
+            kv,
+            v.value(),
+            m,
+            Some(scale),
+            causal,
+        )?;
         return one(c.constant(y));
     }
     if fits {

@@ -10,11 +10,11 @@
 //! gradient.
 
 use super::Ctx;
-use retrograd_engine::base::error::Result;
-use retrograd_engine::core::graph::Var;
 use crate::narrow::{E8M0Rounding, Narrow};
 use crate::proto::tensor_proto::DataType as OnnxType;
 use crate::tensor::type_name;
+use retrograd_engine::base::error::Result;
+use retrograd_engine::core::graph::Var;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -9,9 +9,9 @@
 //! hidden]`, `Y_h` (and `LSTM`'s `Y_c`) `[dirs, batch, hidden]`.
 
 use super::Ctx;
+use crate::import::attrs::Attr;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::import::attrs::Attr;
 use retrograd_engine::tensor::Tensor;
 
 type Ins<'g> = [Option<Var<'g>>];

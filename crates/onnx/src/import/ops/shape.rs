@@ -3,9 +3,9 @@
 //! (`Shape`, `Range`, `ConstantOfShape`) makes integer constants.
 
 use super::{one, Ctx};
+use crate::import::attrs::Attrs;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::import::attrs::Attrs;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];

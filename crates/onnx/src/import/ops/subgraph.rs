@@ -14,12 +14,12 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{lookup, Attrs, Ctx};
-use retrograd_engine::base::error::{Error, Result};
-use retrograd_engine::core::graph::Var;
 use crate::import::Step;
 use crate::proto::type_proto::Value as TypeValue;
 use crate::proto::{GraphProto, NodeProto, ValueInfoProto};
 use crate::tensor::{dtype_of, from_proto};
+use retrograd_engine::base::error::{Error, Result};
+use retrograd_engine::core::graph::Var;
 use retrograd_engine::tensor::{DType, Tensor};
 
 /// How deep subgraphs may nest (a loop in a branch in a loop is 3).
@@ -357,18 +357,19 @@ impl<'p> Body<'p> {
             return (None, None);
         };
         let dtype = t.elem_type.and_then(dtype_of);
-        let dims =
-            t.shape.as_ref().map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match d.value {
-                        Some(
-                            crate::proto::tensor_shape_proto::dimension::Value::DimValue(n),
-                        ) if n >= 0 => Some(n as usize),
-                        _ => None,
-                    })
-                    .collect()
-            });
+        let dims = t.shape.as_ref().map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match d.value {
+                    Some(crate::proto::tensor_shape_proto::dimension::Value::DimValue(n))
+                        if n >= 0 =>
+                    {
+                        Some(n as usize)
+                    }
+                    _ => None,
+                })
+                .collect()
+        });
         (dtype, dims)
     }
 

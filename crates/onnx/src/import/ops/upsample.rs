@@ -3,9 +3,9 @@
 //! `floor(position / scale)`); `linear` as `Resize` of opset 10 does it.
 
 use super::{resize, Ctx};
+use crate::import::attrs::Attr;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::import::attrs::Attr;
 use retrograd_engine::tensor::Tensor;
 
 type Ins<'g> = [Option<Var<'g>>];

@@ -3,9 +3,9 @@
 //! host in the element type `output_datatype` names (default f32).
 
 use super::{one, Ctx};
+use crate::tensor::dtype_of;
 use retrograd_engine::base::error::Result;
 use retrograd_engine::core::graph::Var;
-use crate::tensor::dtype_of;
 use retrograd_engine::tensor::{DType, Tensor};
 
 type Ins<'g> = [Option<Var<'g>>];
