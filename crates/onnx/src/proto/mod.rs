@@ -7,8 +7,9 @@
 //! included here: `tools/onnx-proto/generator` writes it with prost-build
 //! and protox (a protobuf compiler in Rust), so building retrograd needs
 //! neither `protoc` nor a build script. Both files sit beside their
-//! generator rather than in `src/`, as code that is not ours. After
-//! changing `onnx.proto`, run
+//! generator rather than in `src/`, as code that is not ours (paths here
+//! are from this crate's folder, `crates/onnx/`). After changing
+//! `onnx.proto`, run, from `crates/onnx/`,
 //! `cargo run --manifest-path tools/onnx-proto/generator/Cargo.toml`.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
