@@ -30,7 +30,7 @@ pub struct NodeRecord {
 /// pushes and read back eight at a time, a load that stalls on the stores
 /// that wrote it (see `tensor/word.rs`).
 #[derive(Clone, Copy)]
-pub struct InlineInputs {
+pub(crate) struct InlineInputs {
     /// Input 0's id in the low half, input 1's (or 0) in the high half.
     ids: u64,
     /// `NodeRecord::meta`.
