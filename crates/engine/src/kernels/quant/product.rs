@@ -1,8 +1,10 @@
 //! The quantized matrix product `out[m, n] = Σ_k x[m, k] · W[n, k]`:
 //! weights stay in their blocks (a row of `W` is read straight from its
 //! bytes, from a memory map or not), activations are quantized to 8 bits
-//! per block once ([`Q8Rows`]), and every output is one integer dot
-//! product per block ([`dot`]). Nothing dequantizes the matrix.
+//! once, per block of 32 ([`Q8Rows`]) for Q4_0, Q4_1 and Q8_0 weights
+//! ([`product`]) or per super-block of 256 ([`Q8KRows`]) for Q4_K, Q5_K
+//! and Q6_K ([`product_k`]), and every output is one integer dot product
+//! per block ([`dot`], [`dot_k`]). Nothing dequantizes the matrix.
 //!
 //! Threads split `W`'s rows: each part reads its rows once and takes them
 //! through every activation row while they are in cache. With several
@@ -12,7 +14,9 @@
 use rayon::prelude::*;
 
 use super::dot::{dot, dot4, DotFormat};
-use super::q8_rows::Q8Rows;
+use super::dot_k::{dot_k, dot_k4, KDotFormat};
+use super::q8_rows::{Q8Rows, Q8_BLOCK};
+use super::q8k_rows::{Q8KRows, Q8K_BLOCK};
 
 /// Activation rows taken through a part's weight rows at a time.
 const ACTIVATION_BLOCK: usize = 64;
@@ -23,15 +27,84 @@ const PARALLEL_WORK: usize = 1 << 17;
 /// `out` (`a.rows() × n`, row-major) `= x · Wᵀ`, `W` the `n` rows of
 /// `format` blocks in `w`, each `a.blocks()` blocks long.
 pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32]) {
-    let m = a.rows();
     let row_bytes = a.blocks() * format.block_bytes();
+    let shape = Shape {
+        m: a.rows(),
+        n,
+        cols: a.blocks() * Q8_BLOCK,
+        row_bytes,
+    };
+    by_weight_rows(
+        shape,
+        w,
+        out,
+        |wr, k| dot(format, wr, a.row(k)),
+        |wr, k| {
+            dot4(
+                format,
+                wr,
+                [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
+            )
+        },
+    );
+}
+
+/// [`product`] for the K-quants: `W` the `n` rows of `format`
+/// super-blocks in `w`, each `a.blocks()` super-blocks long.
+pub fn product_k(format: KDotFormat, w: &[u8], n: usize, a: &Q8KRows, out: &mut [f32]) {
+    let row_bytes = a.blocks() * format.block_bytes();
+    let shape = Shape {
+        m: a.rows(),
+        n,
+        cols: a.blocks() * Q8K_BLOCK,
+        row_bytes,
+    };
+    by_weight_rows(
+        shape,
+        w,
+        out,
+        |wr, k| dot_k(format, wr, a.row(k)),
+        |wr, k| {
+            dot_k4(
+                format,
+                wr,
+                [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
+            )
+        },
+    );
+}
+
+/// The sizes of a product: `m` activation rows, `n` weight rows of
+/// `row_bytes` bytes, `cols` values each.
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    n: usize,
+    cols: usize,
+    row_bytes: usize,
+}
+
+/// The loop of both products: `dot(wr, k)` is weight row `wr`'s dot
+/// product with activation row `k`, `dot4(wr, k)` with rows `k..k + 4`.
+fn by_weight_rows(
+    Shape {
+        m,
+        n,
+        cols,
+        row_bytes,
+    }: Shape,
+    w: &[u8],
+    out: &mut [f32],
+    dot: impl Fn(&[u8], usize) -> f32 + Sync,
+    dot4: impl Fn(&[u8], usize) -> [f32; 4] + Sync,
+) {
     assert_eq!(w.len(), n * row_bytes, "quantized product: weight bytes");
     assert_eq!(out.len(), m * n, "quantized product: output length");
     if m == 0 || n == 0 {
         return;
     }
     let threads = rayon::current_num_threads();
-    let parallel = threads > 1 && m * n * a.blocks() * 32 >= PARALLEL_WORK;
+    let parallel = threads > 1 && m * n * cols >= PARALLEL_WORK;
     // Rows of W per task: a few tasks per thread balance uneven cores.
     let rows_per_task = if parallel {
         n.div_ceil(threads * 4).max(8)
@@ -50,16 +123,11 @@ pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32
                 // Four activation rows at a time share each unpacked block.
                 let mut k = start;
                 while k + 4 <= end {
-                    let four = dot4(
-                        format,
-                        wr,
-                        [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
-                    );
-                    out_row[k..k + 4].copy_from_slice(&four);
+                    out_row[k..k + 4].copy_from_slice(&dot4(wr, k));
                     k += 4;
                 }
                 for (j, o) in out_row.iter_mut().enumerate().take(end).skip(k) {
-                    *o = dot(format, wr, a.row(j));
+                    *o = dot(wr, j);
                 }
             }
         }
@@ -126,6 +194,62 @@ mod tests {
                     a.row(k),
                 );
                 assert_eq!(out[k * n + r], want, "row {k}, column {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_k_output_is_the_row_dot_on_any_number_of_threads() {
+        use crate::quant::{GgmlType, QMatrix};
+        use crate::tensor::Tensor;
+        // 37 weight rows of 2 super-blocks; 70 activation rows (two
+        // activation blocks, the second one ending in single rows), and 3
+        // and 1 (a lone row writes `out` directly).
+        let (n, cols) = (37usize, 2 * Q8K_BLOCK);
+        let wx: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 30.0 + (i / cols % 3) as f32 * 0.5)
+            .collect();
+        let wt = Tensor::from_vec(wx, &[n, cols]).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        for (format, ty) in [
+            (KDotFormat::Q4K, GgmlType::Q4K),
+            (KDotFormat::Q5K, GgmlType::Q5K),
+            (KDotFormat::Q6K, GgmlType::Q6K),
+        ] {
+            let q = QMatrix::quantize(&wt, ty);
+            for m in [70usize, 3, 1] {
+                let x: Vec<f32> = (0..m * cols).map(|i| (i % 17) as f32 - 8.0).collect();
+                let a = Q8KRows::quantize(&x, m, cols);
+                let (mut one, mut four) = (vec![0.0; m * n], vec![0.0; m * n]);
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(1)
+                    .build()
+                    .unwrap()
+                    .install(|| product_k(format, q.bytes(), n, &a, &mut one));
+                pool.install(|| product_k(format, q.bytes(), n, &a, &mut four));
+                let row_bytes = q.row_bytes();
+                for k in 0..m {
+                    for r in 0..n {
+                        let want = dot_k(
+                            format,
+                            &q.bytes()[r * row_bytes..(r + 1) * row_bytes],
+                            a.row(k),
+                        );
+                        assert_eq!(
+                            one[k * n + r].to_bits(),
+                            want.to_bits(),
+                            "{format:?} {m}: row {k}, column {r}"
+                        );
+                        assert_eq!(
+                            four[k * n + r].to_bits(),
+                            want.to_bits(),
+                            "{format:?} {m}: row {k}, column {r}"
+                        );
+                    }
+                }
             }
         }
     }

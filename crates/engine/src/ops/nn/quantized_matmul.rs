@@ -2,15 +2,18 @@
 //! ([`QMatrix`]), the product of a quantized linear layer, and its
 //! derivative `quantized_matmul_transposed` (`g · W`).
 //!
-//! Q4_0, Q4_1 and Q8_0 weights multiply a few activation rows (decoding,
-//! short prompts) quantized to 8 bits per block with integer dot products
-//! (`kernels::quant::product`), as llama.cpp does on CPUs; from
-//! [`EXACT_ROWS`] rows on (long prompts, training batches), and for the
-//! other formats, the product goes through f32 tiles of a few dequantized
-//! rows, which is then both faster and exact. The derivative with respect to `x` reads the same
-//! blocks a tile at a time: no f32 copy of the matrix is ever kept, so a
-//! quantized model trains adapters in about the memory it runs in. The
-//! weight itself is frozen and has no gradient.
+//! A few activation rows (decoding, short prompts) multiply Q4_0, Q4_1 and
+//! Q8_0 weights quantized to 8 bits per block of 32, and Q4_K, Q5_K and
+//! Q6_K weights quantized to 8 bits per super-block of 256 (llama.cpp's
+//! Q8_K), with integer dot products (`kernels::quant::product` and
+//! `product_k`), as llama.cpp does on CPUs; from [`EXACT_ROWS`] rows on
+//! (long prompts, training batches), and for the other formats (Q5_0,
+//! Q5_1, F16, BF16, F32), the product goes through f32 tiles of a few
+//! dequantized rows, which is then both faster and exact. The derivative
+//! with respect to `x` reads the same blocks a tile at a time: no f32 copy
+//! of the matrix is ever kept, so a quantized model trains adapters in
+//! about the memory it runs in. The weight itself is frozen and has no
+//! gradient.
 //!
 //! Both ops are linear in their one input and each is the other's
 //! derivative. They hold the weight, which never changes (a `QMatrix` is
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use crate::base::error::{Error, Result};
 use crate::core::graph::Var;
 use crate::core::OpAttributes;
-use crate::kernels::quant::{self as kernel, DotFormat, Q8Rows};
+use crate::kernels::quant::{self as kernel, DotFormat, KDotFormat, Q8KRows, Q8Rows, Q8K_BLOCK};
 use crate::ops::{Node, StructuredOp};
 use crate::quant::{GgmlType, QMatrix};
 use crate::tensor::{DType, Tensor};
@@ -93,6 +96,15 @@ fn dot_format(ty: GgmlType) -> Option<DotFormat> {
     }
 }
 
+fn k_dot_format(ty: GgmlType) -> Option<KDotFormat> {
+    match ty {
+        GgmlType::Q4K => Some(KDotFormat::Q4K),
+        GgmlType::Q5K => Some(KDotFormat::Q5K),
+        GgmlType::Q6K => Some(KDotFormat::Q6K),
+        _ => None,
+    }
+}
+
 impl StructuredOp for QuantizedMatmul {
     const NAME: &'static str = "quantized_matmul";
     const INPUTS: &'static [&'static str] = &["input"];
@@ -107,10 +119,15 @@ impl StructuredOp for QuantizedMatmul {
         let input = x[0].contiguous();
         let xs = input.as_slice_of::<f32>();
         let mut out = vec![0.0f32; m * rows];
-        match dot_format(self.weight.ggml_type()) {
-            Some(format) if m < EXACT_ROWS => {
+        let ty = self.weight.ggml_type();
+        match (dot_format(ty), k_dot_format(ty)) {
+            (Some(format), _) if m < EXACT_ROWS => {
                 let a = Q8Rows::quantize(xs, m, cols);
                 kernel::product(format, self.weight.bytes(), rows, &a, &mut out);
+            }
+            (_, Some(format)) if m < EXACT_ROWS && cols % Q8K_BLOCK == 0 => {
+                let a = Q8KRows::quantize(xs, m, cols);
+                kernel::product_k(format, self.weight.bytes(), rows, &a, &mut out);
             }
             _ => kernel::product_by_tiles(&self.weight, xs, m, &mut out)?,
         }
@@ -249,6 +266,9 @@ mod tests {
             GgmlType::Q4_0,
             GgmlType::Q4_1,
             GgmlType::Q8_0,
+            GgmlType::Q4K,
+            GgmlType::Q5K,
+            GgmlType::Q6K,
             GgmlType::F16,
             GgmlType::F32,
         ] {
