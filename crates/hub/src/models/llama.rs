@@ -13,19 +13,23 @@
 //! query and key rows back.
 //!
 //! Generation keeps the keys and values of past positions in a
-//! [`LlamaCache`], so each new token costs one position's work.
-//! Grouped-query attention shares each key/value head among
-//! `n_head / n_kv_head` query heads: their queries are stacked as rows of
-//! one attention against the shared keys (no copy of the keys per query
-//! head), with a causal mask aligned to the last key when several new
-//! positions attend to a cache.
+//! [`LlamaCache`], written in place, so each new token costs one
+//! position's work. Grouped-query attention shares each key/value head
+//! among `n_head / n_kv_head` query heads without copying the keys: one
+//! new position stacks its group's queries as rows of one attention;
+//! several positions attend per query head to the group's keys broadcast
+//! as a view, causally (the attention skips the hidden tiles), or through a
+//! mask aligned to the last key when they follow a cached prefix.
 
 use std::sync::Arc;
 
 mod batch_decode;
 mod causal_lm_loss;
+mod kv_cache;
 
 pub use causal_lm_loss::IGNORE_LABEL;
+use kv_cache::LayerCache;
+pub use kv_cache::LlamaCache;
 
 use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::{Graph, Var};
@@ -242,77 +246,8 @@ pub struct LlamaLayerWeights {
     pub post_attention_layernorm: Tensor,
 }
 
-/// Keys and values of the positions seen so far, per layer, for
-/// generation ([`Llama::forward_cached`]).
-///
-/// By default the cache rounds keys and values to f16 as it stores them,
-/// as llama.cpp's does (the new positions attend to their rounded keys
-/// too): the quantized path then follows llama.cpp's arithmetic.
-/// [`exact`](Self::exact) keeps them in f32, so that generation gives the
-/// logits of the whole sequence at once.
-#[derive(Clone, Debug)]
-pub struct LlamaCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-    len: usize,
-    half: bool,
-}
-
-impl Default for LlamaCache {
-    fn default() -> Self {
-        LlamaCache {
-            layers: Vec::new(),
-            len: 0,
-            half: true,
-        }
-    }
-}
-
 /// One layer's cached keys and values, and whether they are rounded to f16.
-type Slot<'a> = (&'a mut Option<(Tensor, Tensor)>, bool);
-
-impl LlamaCache {
-    /// An empty cache rounding keys and values to f16 (llama.cpp's).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// An empty cache keeping keys and values in f32.
-    pub fn exact() -> Self {
-        LlamaCache {
-            half: false,
-            ..Self::default()
-        }
-    }
-
-    /// Positions held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Forgets every position (a new conversation).
-    pub fn clear(&mut self) {
-        self.layers.clear();
-        self.len = 0;
-    }
-
-    /// Keeps the first `len` positions only (a shared prompt prefix).
-    pub fn truncate(&mut self, len: usize) -> Result<()> {
-        if len >= self.len {
-            return Ok(());
-        }
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.narrow(2, 0, len)?.contiguous();
-            *v = v.narrow(2, 0, len)?.contiguous();
-        }
-        self.len = len;
-        Ok(())
-    }
-}
+type Slot<'a> = (&'a mut Option<LayerCache>, bool);
 
 fn norm(eps: f64, weight: &Tensor) -> Result<RMSNorm> {
     let n = RMSNorm::with_options(&[weight.numel()], Some(eps), true, DType::F32)?;
@@ -552,6 +487,9 @@ impl Llama {
     ) -> Result<Var<'g>> {
         let c = &self.config;
         let t = tokens.len() / batch;
+        if let Some(cache) = cache.as_mut() {
+            cache.fit_layers(self.model.layers.len());
+        }
         let past = cache.as_ref().map_or(0, |k| k.len);
         if let Some(&bad) = tokens.iter().find(|&&id| id >= c.vocab_size) {
             return Err(Error::IndexOutOfRange {
@@ -561,18 +499,14 @@ impl Llama {
             });
         }
         let mut x = self.model.embed_tokens.lookup(graph, tokens, &[batch, t])?;
-        if let Some(cache) = cache.as_mut()
-            && cache.layers.len() != self.model.layers.len()
-        {
-            cache.layers = vec![None; self.model.layers.len()];
-        }
-        let mask = causal_mask(c.num_attention_heads / c.num_key_value_heads, t, past)?;
+        let mask = causal_mask(t, past)?;
         match cache.as_mut() {
             // Generation records no gradients: each layer runs in a graph
-            // of its own, so its intermediate values are freed as soon as
-            // it is done instead of living until the caller's graph goes;
-            // the thread's spare buffers go back too (a 512-token prompt's
-            // would otherwise keep the peak at twice llama.cpp's).
+            // of its own, so its intermediate values are recycled as soon
+            // as it is done instead of living until the caller's graph
+            // goes; the thread's spare buffers go back after the last layer
+            // (a 512-token prompt's would otherwise keep the peak at twice
+            // llama.cpp's).
             Some(cache) => {
                 let half = cache.half;
                 let slots = &mut cache.layers;
@@ -603,8 +537,9 @@ impl Llama {
     }
 
     /// Runs `h` through every decoder layer while generating: each layer
-    /// in a graph of its own, so its intermediate values are freed as soon
-    /// as it is done, and all of them on a worker of the pool, where a
+    /// in a graph of its own, so its intermediate values are recycled by
+    /// the next layer as soon as it is done (and freed after the last),
+    /// and all of them on a worker of the pool, where a
     /// token's few hundred parallel products do not each wake the pool and
     /// sleep (`kernels/on_pool.rs`).
     pub(super) fn decode_layers(
@@ -616,13 +551,20 @@ impl Llama {
         let layers = &self.model.layers;
         on_pool(true, move || {
             let mut h = h;
-            for (l, layer) in layers.iter().enumerate() {
-                let g = Graph::new();
-                h = layer_step(l, layer, &g.constant(h))?.value().clone();
-                drop(g);
-                Graph::release_spare_buffers();
-            }
-            Ok(h)
+            let mut run = || -> Result<Tensor> {
+                for (l, layer) in layers.iter().enumerate() {
+                    let g = Graph::new();
+                    h = layer_step(l, layer, &g.constant(h.clone()))?
+                        .value()
+                        .clone();
+                }
+                Ok(h)
+            };
+            let h = run();
+            // Each layer reuses the buffers the one before gave back; they
+            // go back to the system once all have run.
+            Graph::release_spare_buffers();
+            h
         })
     }
 
@@ -672,19 +614,19 @@ impl LoraModel for Llama {
     }
 }
 
-/// The bool mask of `group` query heads' rows stacked `[group · t, past + t]`:
-/// row `g·t + i` sees keys `0..=past + i`. `None` for one new position
-/// (it sees every key).
-fn causal_mask(group: usize, t: usize, past: usize) -> Result<Option<Tensor>> {
-    if t == 1 {
+/// The bool mask `[t, past + t]` of `t` new positions after `past`
+/// cached ones: row `i` sees keys `0..=past + i`. `None` when there is no
+/// past (plain causal attention) or one new position (it sees every key).
+fn causal_mask(t: usize, past: usize) -> Result<Option<Tensor>> {
+    if t == 1 || past == 0 {
         return Ok(None);
     }
     let s = past + t;
-    let mut m = vec![false; group * t * s];
-    for (r, row) in m.chunks_exact_mut(s).enumerate() {
-        row[..past + r % t + 1].fill(true);
+    let mut m = vec![false; t * s];
+    for (i, row) in m.chunks_exact_mut(s).enumerate() {
+        row[..past + i + 1].fill(true);
     }
-    Ok(Some(Tensor::from_vec(m, &[group * t, s])?))
+    Ok(Some(Tensor::from_vec(m, &[t, s])?))
 }
 
 impl LlamaDecoderLayer {
@@ -802,25 +744,37 @@ impl LlamaAttention {
         let mut v = heads(v, kv)?;
         if let Some((slot, half)) = cache {
             let graph = x.graph();
-            if half {
-                let round = |t: &Tensor| t.to_dtype(DType::F16).to_dtype(DType::F32);
-                k = graph.constant(round(k.value()));
-                v = graph.constant(round(v.value()));
-            }
-            if let Some((pk, pv)) = slot.as_ref() {
-                let (pk, pv) = (graph.constant(pk.clone()), graph.constant(pv.clone()));
-                k = Var::try_cat(&[&pk, &k], 2)?;
-                v = Var::try_cat(&[&pv, &v], 2)?;
-            }
-            *slot = Some((k.value().contiguous(), v.value().contiguous()));
+            let (keys, values) = LayerCache::append(slot, past, k.value(), v.value(), half)?;
+            k = graph.constant(keys);
+            v = graph.constant(values);
         }
-        // The query heads sharing a key/value head, stacked as rows.
-        let q = q.try_reshape(&[b, kv, (h / kv) * t, hd])?;
-        let options = match mask {
-            Some(m) => SdpaOptions::new().attn_mask(m),
-            None => SdpaOptions::new(),
+        let group = h / kv;
+        let y = if t == 1 {
+            // One new position sees every key: the query heads sharing a
+            // key/value head are stacked as rows of one attention.
+            let q = q.try_reshape(&[b, kv, group, hd])?;
+            q.try_scaled_dot_product_attention(&k, &v, &SdpaOptions::new())?
+        } else {
+            // Each query head against its group's keys, broadcast (a view,
+            // not a copy); causal, or aligned to the last key by `mask`
+            // after a cached prefix.
+            let s = k.shape()[2];
+            let shared = |x: Var<'g>| {
+                x.try_unsqueeze(2)?.try_expand(&[
+                    b as usize,
+                    kv as usize,
+                    group as usize,
+                    s,
+                    hd as usize,
+                ])
+            };
+            let q = q.try_reshape(&[b, kv, group, t, hd])?;
+            let options = match mask {
+                Some(m) => SdpaOptions::new().attn_mask(m),
+                None => SdpaOptions::new().is_causal(true),
+            };
+            q.try_scaled_dot_product_attention(&shared(k)?, &shared(v)?, &options)?
         };
-        let y = q.try_scaled_dot_product_attention(&k, &v, &options)?;
         let y = y
             .try_reshape(&[b, h, t, hd])?
             .try_transpose(1, 2)?

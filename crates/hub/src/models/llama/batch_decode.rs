@@ -14,12 +14,11 @@
 //! weights the matrix product of several rows may sum in another order
 //! than the product of one, so the logits agree within f32 rounding.
 
-use super::{Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
+use super::{LayerCache, Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
 use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::{Graph, Var};
 use retrograd_engine::nn::Forward;
 use retrograd_engine::ops::nn::SdpaOptions;
-use retrograd_engine::tensor::{DType, Tensor};
 
 const OP: &str = "Llama::forward_decode_batch";
 
@@ -57,9 +56,7 @@ impl Llama {
         }
         let layers = self.model.layers.len();
         for cache in caches.iter_mut() {
-            if cache.layers.len() != layers {
-                cache.layers = vec![None; layers];
-            }
+            cache.fit_layers(layers);
         }
         let pasts: Vec<usize> = caches.iter().map(|k| k.len).collect();
         let h = self
@@ -147,20 +144,16 @@ impl LlamaAttention {
         let mut rows = Vec::with_capacity(pasts.len());
         for (i, (cache, &past)) in caches.iter_mut().zip(pasts).enumerate() {
             let qi = heads(&q, i, h)?.try_rotary_embedding(c.rope_theta, past)?;
-            let mut ki = heads(&k, i, kv)?.try_rotary_embedding(c.rope_theta, past)?;
-            let mut vi = heads(&v, i, kv)?;
-            if cache.half {
-                let round = |t: &Tensor| t.to_dtype(DType::F16).to_dtype(DType::F32);
-                ki = graph.constant(round(ki.value()));
-                vi = graph.constant(round(vi.value()));
-            }
-            let slot = &mut cache.layers[l];
-            if let Some((pk, pv)) = slot.as_ref() {
-                let (pk, pv) = (graph.constant(pk.clone()), graph.constant(pv.clone()));
-                ki = Var::try_cat(&[&pk, &ki], 2)?;
-                vi = Var::try_cat(&[&pv, &vi], 2)?;
-            }
-            *slot = Some((ki.value().contiguous(), vi.value().contiguous()));
+            let ki = heads(&k, i, kv)?.try_rotary_embedding(c.rope_theta, past)?;
+            let vi = heads(&v, i, kv)?;
+            let (keys, values) = LayerCache::append(
+                &mut cache.layers[l],
+                past,
+                ki.value(),
+                vi.value(),
+                cache.half,
+            )?;
+            let (ki, vi) = (graph.constant(keys), graph.constant(values));
             // The query heads sharing a key/value head, stacked as rows; one
             // new position sees every key, so no mask.
             let qi = qi.try_reshape(&[1, kv, h / kv, hd])?;
