@@ -110,6 +110,9 @@ pub struct GgufFile {
     tensors: Vec<GgufTensorInfo>,
     tensor_index: HashMap<String, usize>,
     data_offset: usize,
+    /// Whether `map` maps a file (its pages can be dropped and read back)
+    /// rather than anonymous memory.
+    file_backed: bool,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -248,7 +251,9 @@ impl GgufFile {
             // loaded, the assumption llama.cpp's and safetensors' loaders make.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| io_error(OP, path, e))?;
             let len = map.len();
-            Self::parse(path, Arc::new(map), len)
+            let mut f = Self::parse(path, Arc::new(map), len)?;
+            f.file_backed = true;
+            Ok(f)
         }
     }
 
@@ -381,6 +386,7 @@ impl GgufFile {
             tensors,
             tensor_index,
             data_offset,
+            file_backed: false,
         })
     }
 }
@@ -540,6 +546,33 @@ impl GgufFile {
     /// zero-copy view of a tensor's bytes alive without the `GgufFile`.
     pub fn mapping(&self) -> &Arc<Mmap> {
         &self.map
+    }
+
+    /// Hands the resident pages of the tensor data back to the page cache:
+    /// a loader calls it once it has copied what it copies (stacked or
+    /// permuted matrices, norms), so the process does not hold those bytes
+    /// twice, in its copies and in the mapped file. Views of the map stay
+    /// valid and read the same bytes: a page touched again is read back
+    /// from the file. Does nothing for a map of anonymous memory.
+    pub fn release_resident_pages(&self) {
+        #[cfg(unix)]
+        if self.file_backed {
+            let len = self.map.len().saturating_sub(self.data_offset);
+            if len > 0 {
+                // SAFETY: `MADV_DONTNEED` on a read-only shared file mapping
+                // drops the pages; a later read faults them back in from the
+                // file with the same contents, so no slice into the map can
+                // observe a change (the anonymous maps of tests, whose pages
+                // it would zero, are excluded above).
+                let _ = unsafe {
+                    self.map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        self.data_offset,
+                        len,
+                    )
+                };
+            }
+        }
     }
 
     /// Where the data section starts in the file (a multiple of the alignment).
