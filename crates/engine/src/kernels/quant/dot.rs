@@ -3,7 +3,9 @@
 //! and the AVX2 one where the CPU has AVX2, FMA and F16C (`maddubs`
 //! multiplies unsigned by signed bytes and adds pairs, as llama.cpp's
 //! `ggml_vec_dot` kernels do). [`dot4`] takes four activation rows at once,
-//! unpacking each weight block once for all four (the prompt's products).
+//! unpacking each weight block once for all four (the prompt's products);
+//! [`dot_rows`] takes many weight rows against one activation row (the
+//! decoding products), each with the bits of its own [`dot`].
 //! The paths compute the same integer sums per block and differ only in
 //! the order of the float additions across blocks.
 //!
@@ -101,6 +103,29 @@ pub fn dot4(format: DotFormat, w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
     a.map(|r| dot_portable(format, w, r))
 }
 
+/// [`dot`] of each of `out.len()` weight rows (consecutive in `w`, each
+/// `a.d.len()` blocks) with one activation row, into `out`: the decoding
+/// product's loop, with the checks and the choice of kernel made once
+/// instead of per row. Each result has the bits of its row's [`dot`].
+pub fn dot_rows(format: DotFormat, w: &[u8], a: Q8Row<'_>, out: &mut [f32]) {
+    let row = a.d.len() * format.block_bytes();
+    assert_eq!(w.len(), out.len() * row, "quantized dot: weight rows");
+    if out.is_empty() {
+        return;
+    }
+    check(format, &w[..row], &a);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above); each of
+        // the `out.len()` rows of `w` holds as many blocks as `a` (checked).
+        unsafe { avx2::dot_rows(format, w, a, out) };
+        return;
+    }
+    for (o, wr) in out.iter_mut().zip(w.chunks_exact(row)) {
+        *o = dot_portable(format, wr, a);
+    }
+}
+
 /// The portable loop of [`dot`].
 pub fn dot_portable(format: DotFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
     let bytes = format.block_bytes();
@@ -183,6 +208,37 @@ mod avx2 {
                 DotFormat::Q4_1 => rows::<R, 1>(w, a),
                 DotFormat::Q8_0 => rows::<R, 2>(w, a),
             }
+        }
+    }
+
+    /// [`dot`] of each weight row of `w` with `a`, into `out`; the match
+    /// on `format` outside the row loop, each row through [`rows`].
+    ///
+    /// # Safety
+    /// As [`dot`], for each of the `out.len()` rows of `w`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows(format: DotFormat, w: &[u8], a: Q8Row<'_>, out: &mut [f32]) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match format {
+                DotFormat::Q4_0 => each_row::<0>(w, a, out),
+                DotFormat::Q4_1 => each_row::<1>(w, a, out),
+                DotFormat::Q8_0 => each_row::<2>(w, a, out),
+            }
+        }
+    }
+
+    /// The row loop of [`dot_rows`] for one format.
+    ///
+    /// # Safety
+    /// As [`dot_rows`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn each_row<const F: u8>(w: &[u8], a: Q8Row<'_>, out: &mut [f32]) {
+        let row = a.d.len() * [18usize, 20, 34][F as usize];
+        for (o, wr) in out.iter_mut().zip(w.chunks_exact(row)) {
+            // SAFETY: forwarded contract, for this row.
+            *o = unsafe { rows::<1, F>(wr, [a]) }[0];
         }
     }
 
@@ -300,6 +356,14 @@ mod tests {
                 let row = a.row(r);
                 // A row's bits do not depend on its neighbours.
                 assert_eq!(dot(format, &w, row), from_four, "{format:?} row {r}");
+                // Nor on the weight rows taken with it.
+                let (w3, _) = blocks(format, 3 * n, 11 + r as u32);
+                let mut three = [0.0f32; 3];
+                dot_rows(format, &w3, row, &mut three);
+                for (i, &got) in three.iter().enumerate() {
+                    let wi = &w3[i * w.len()..(i + 1) * w.len()];
+                    assert_eq!(got, dot(format, wi, row), "{format:?} weight row {i}");
+                }
                 // The exact product of the dequantized weights with the
                 // quantized activations; the block sums are stored in f16
                 // as llama.cpp stores them, so allow their rounding.

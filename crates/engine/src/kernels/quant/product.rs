@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{dot, dot4, DotFormat};
+use super::dot::{dot, dot4, dot_rows, DotFormat};
 use super::dot_k::{dot_k, dot_k4, KDotFormat};
 use super::q8_rows::{Q8Rows, Q8_BLOCK};
 use super::q8k_rows::{Q8KRows, Q8K_BLOCK};
@@ -46,6 +46,7 @@ pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32
                 [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
             )
         },
+        |w, out| dot_rows(format, w, a.row(0), out),
     );
 }
 
@@ -71,6 +72,12 @@ pub fn product_k(format: KDotFormat, w: &[u8], n: usize, a: &Q8KRows, out: &mut 
                 [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
             )
         },
+        |w, out| {
+            let row = w.len() / out.len().max(1);
+            for (o, wr) in out.iter_mut().zip(w.chunks_exact(row)) {
+                *o = dot_k(format, wr, a.row(0));
+            }
+        },
     );
 }
 
@@ -85,7 +92,9 @@ struct Shape {
 }
 
 /// The loop of both products: `dot(wr, k)` is weight row `wr`'s dot
-/// product with activation row `k`, `dot4(wr, k)` with rows `k..k + 4`.
+/// product with activation row `k`, `dot4(wr, k)` with rows `k..k + 4`,
+/// and `dot_rows(w, out)` writes the dot products of the weight rows `w`
+/// with the only activation row into `out`.
 fn by_weight_rows(
     Shape {
         m,
@@ -97,6 +106,7 @@ fn by_weight_rows(
     out: &mut [f32],
     dot: impl Fn(&[u8], usize) -> f32 + Sync,
     dot4: impl Fn(&[u8], usize) -> [f32; 4] + Sync,
+    dot_rows: impl Fn(&[u8], &mut [f32]) + Sync,
 ) {
     assert_eq!(w.len(), n * row_bytes, "quantized product: weight bytes");
     assert_eq!(out.len(), m * n, "quantized product: output length");
@@ -112,6 +122,14 @@ fn by_weight_rows(
         n
     };
     let fill = |first: usize, part: &mut [f32]| {
+        if m == 1 {
+            // One activation row (decoding): the part's rows in one call.
+            dot_rows(
+                &w[first * row_bytes..(first + part.len()) * row_bytes],
+                part,
+            );
+            return;
+        }
         // A block of activation rows at a time against every weight row of
         // the part: both stay in cache (a long prompt's rows alone are
         // larger than L2).
