@@ -49,8 +49,12 @@ impl Graph {
     /// Frees the buffers this thread keeps for its next graphs: the arena of
     /// its last dropped graph (see [`graph::pool`](crate::core::graph::pool)), the
     /// slots of its last dropped [`Gradients`](crate::Gradients) and its recycled small
-    /// tensors (see [`tensor::recycle`](crate::tensor::recycle)). For a
-    /// program that is done with large graphs and wants the memory back.
+    /// tensors (see [`tensor::recycle`](crate::tensor::recycle)), then
+    /// asks the C allocator (glibc's) to return its free memory to the
+    /// system: it keeps freed blocks in per-thread arenas, so without this
+    /// large buffers freed on one pool thread stay resident while another
+    /// allocates afresh. For a program that is done with large graphs and
+    /// wants the memory back.
     ///
     /// ```
     /// use retrograd::{Graph, Tensor};
@@ -66,5 +70,11 @@ impl Graph {
         let _ = SPARE_SLOTS.try_with(|s| *s.borrow_mut() = None);
         arena_pool::set_other_bytes(0);
         arena_pool::release();
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: `malloc_trim` only returns free memory to the system; it
+        // touches no live allocation and may be called from any thread.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 }

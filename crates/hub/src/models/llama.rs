@@ -550,6 +550,7 @@ impl Llama {
     ) -> Result<Tensor> {
         let layers = &self.model.layers;
         on_pool(true, move || {
+            let rows = h.numel() / h.shape().last().copied().unwrap_or(1).max(1);
             let mut h = h;
             let mut run = || -> Result<Tensor> {
                 for (l, layer) in layers.iter().enumerate() {
@@ -561,9 +562,13 @@ impl Llama {
                 Ok(h)
             };
             let h = run();
-            // Each layer reuses the buffers the one before gave back; they
-            // go back to the system once all have run.
-            Graph::release_spare_buffers();
+            // Each layer reuses the buffers the one before gave back; after
+            // several positions (a prompt's megabytes) they go back to the
+            // system once all have run. One position's few kilobytes stay
+            // for the next token.
+            if rows > 1 {
+                Graph::release_spare_buffers();
+            }
             h
         })
     }
