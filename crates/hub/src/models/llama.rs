@@ -552,7 +552,7 @@ impl Llama {
         on_pool(true, move || {
             let rows = h.numel() / h.shape().last().copied().unwrap_or(1).max(1);
             let mut h = h;
-            let mut run = || -> Result<Tensor> {
+            let run = || -> Result<Tensor> {
                 for (l, layer) in layers.iter().enumerate() {
                     let g = Graph::new();
                     h = layer_step(l, layer, &g.constant(h.clone()))?
