@@ -18,6 +18,7 @@
 
 use half::f16;
 
+use super::has_avx2;
 use super::q8_rows::{Q8Row, Q8_BLOCK};
 
 /// Bytes of one block of each format.
@@ -52,19 +53,6 @@ impl DotFormat {
 #[inline(always)]
 fn half_at(bytes: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
-}
-
-/// Whether the AVX2 kernels can run.
-#[inline(always)]
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::kernels::simd::has_f16c()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 fn check(format: DotFormat, w: &[u8], a: &Q8Row<'_>) {

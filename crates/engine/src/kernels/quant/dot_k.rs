@@ -34,6 +34,7 @@
 
 use half::f16;
 
+use super::has_avx2;
 use super::q8k_rows::{Q8KRow, Q8K_BLOCK, Q8K_GROUP};
 
 /// Bytes of one Q4_K super-block.
@@ -125,19 +126,6 @@ fn check(format: KDotFormat, w: &[u8], a: &Q8KRow<'_>) {
         "quantized K dot: {} weight bytes against {blocks} activation super-blocks",
         w.len()
     );
-}
-
-/// Whether the AVX2 kernels can run (AVX2, FMA and F16C, under the cap).
-#[inline(always)]
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::kernels::simd::has_f16c()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// `Σ w·a` over one row: `w` holds `a.d.len()` super-blocks of `format`.

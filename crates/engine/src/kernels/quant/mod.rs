@@ -20,3 +20,17 @@ pub use product::{product, product_k};
 pub use q8_rows::Q8Rows;
 pub use q8k_rows::{Q8KRows, Q8K_BLOCK};
 pub use tiles::{product_by_tiles, transposed_product_by_tiles};
+
+/// Whether the AVX2 dot-product kernels of both block families can run:
+/// AVX2, FMA and F16C, under the instruction-set cap.
+#[inline(always)]
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::kernels::simd::has_f16c()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
