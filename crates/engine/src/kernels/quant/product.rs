@@ -4,7 +4,7 @@
 //! once, per block of 32 ([`Q8Rows`]) for Q4_0, Q4_1 and Q8_0 weights
 //! ([`product`]) or per super-block of 256 ([`Q8KRows`]) for Q4_K, Q5_K
 //! and Q6_K ([`product_k`]), and every output is one integer dot product
-//! per block ([`dot`], [`dot_k`]). Nothing dequantizes the matrix.
+//! per block ([`dot_eight`], [`dot_k`]). Nothing dequantizes the matrix.
 //!
 //! Threads split `W`'s rows: each part reads its rows once and takes them
 //! through every activation row while they are in cache. With several
@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{dot, dot4, dot_rows, DotFormat};
+use super::dot::{dot_eight, DotFormat, WEIGHT_ROWS};
 use super::dot_k::{dot_k, dot_k4, KDotFormat};
 use super::q8_rows::{Q8Rows, Q8_BLOCK};
 use super::q8k_rows::{Q8KRows, Q8K_BLOCK};
@@ -28,57 +28,69 @@ const PARALLEL_WORK: usize = 1 << 17;
 /// `format` blocks in `w`, each `a.blocks()` blocks long.
 pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32]) {
     let row_bytes = a.blocks() * format.block_bytes();
+    let m = a.rows();
     let shape = Shape {
-        m: a.rows(),
+        m,
         n,
         cols: a.blocks() * Q8_BLOCK,
         row_bytes,
     };
-    by_weight_rows(
-        shape,
-        w,
-        out,
-        |wr, k| dot(format, wr, a.row(k)),
-        |wr, k| {
-            dot4(
-                format,
-                wr,
-                [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
-            )
-        },
-        |w, out| dot_rows(format, w, a.row(0), out),
-    );
+    let rows: Vec<_> = (0..m).map(|k| a.row(k)).collect();
+    by_weight_rows(shape, w, out, |first, part| {
+        // Eight weight rows at a time against a block of activation rows:
+        // `dot_eight` gives eight outputs per activation row.
+        let mut eight = vec![0.0f32; ACTIVATION_BLOCK.min(m) * WEIGHT_ROWS];
+        let count = part.len() / m;
+        for start in (0..m).step_by(ACTIVATION_BLOCK) {
+            let end = (start + ACTIVATION_BLOCK).min(m);
+            let eight = &mut eight[..(end - start) * WEIGHT_ROWS];
+            for i in (0..count).step_by(WEIGHT_ROWS) {
+                let k = WEIGHT_ROWS.min(count - i);
+                let r = first + i;
+                let wr = &w[r * row_bytes..(r + k) * row_bytes];
+                dot_eight(format, wr, k, &rows[start..end], eight);
+                for (j, values) in eight.chunks_exact(WEIGHT_ROWS).enumerate() {
+                    for (l, &v) in values[..k].iter().enumerate() {
+                        part[(i + l) * m + start + j] = v;
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// [`product`] for the K-quants: `W` the `n` rows of `format`
 /// super-blocks in `w`, each `a.blocks()` super-blocks long.
 pub fn product_k(format: KDotFormat, w: &[u8], n: usize, a: &Q8KRows, out: &mut [f32]) {
     let row_bytes = a.blocks() * format.block_bytes();
+    let m = a.rows();
     let shape = Shape {
-        m: a.rows(),
+        m,
         n,
         cols: a.blocks() * Q8K_BLOCK,
         row_bytes,
     };
-    by_weight_rows(
-        shape,
-        w,
-        out,
-        |wr, k| dot_k(format, wr, a.row(k)),
-        |wr, k| {
-            dot_k4(
-                format,
-                wr,
-                [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)],
-            )
-        },
-        |w, out| {
-            let row = w.len() / out.len().max(1);
-            for (o, wr) in out.iter_mut().zip(w.chunks_exact(row)) {
-                *o = dot_k(format, wr, a.row(0));
+    by_weight_rows(shape, w, out, |first, part| {
+        // A block of activation rows at a time against every weight row of
+        // the part: both stay in cache.
+        for start in (0..m).step_by(ACTIVATION_BLOCK) {
+            let end = (start + ACTIVATION_BLOCK).min(m);
+            for (i, out_row) in part.chunks_exact_mut(m).enumerate() {
+                let r = first + i;
+                let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                // Four activation rows at a time share each unpacked block.
+                let mut k = start;
+                while k + 4 <= end {
+                    let rows = [a.row(k), a.row(k + 1), a.row(k + 2), a.row(k + 3)];
+                    out_row[k..k + 4].copy_from_slice(&dot_k4(format, wr, rows));
+                    k += 4;
+                }
+                for (j, o) in out_row.iter_mut().enumerate().take(end).skip(k) {
+                    *o = dot_k(format, wr, a.row(j));
+                }
             }
-        },
-    );
+        }
+    });
 }
 
 /// The sizes of a product: `m` activation rows, `n` weight rows of
@@ -91,10 +103,10 @@ struct Shape {
     row_bytes: usize,
 }
 
-/// The loop of both products: `dot(wr, k)` is weight row `wr`'s dot
-/// product with activation row `k`, `dot4(wr, k)` with rows `k..k + 4`,
-/// and `dot_rows(w, out)` writes the dot products of the weight rows `w`
-/// with the only activation row into `out`.
+/// The loop of both products: `fill(first, part)` writes the outputs of
+/// the weight rows from `first` on, `part.len() / m` of them, into `part`
+/// as `outᵀ` (each weight row's `m` outputs together). Parts start at a
+/// multiple of eight rows, so `dot_eight`'s groups never straddle two.
 fn by_weight_rows(
     Shape {
         m,
@@ -104,9 +116,7 @@ fn by_weight_rows(
     }: Shape,
     w: &[u8],
     out: &mut [f32],
-    dot: impl Fn(&[u8], usize) -> f32 + Sync,
-    dot4: impl Fn(&[u8], usize) -> [f32; 4] + Sync,
-    dot_rows: impl Fn(&[u8], &mut [f32]) + Sync,
+    fill: impl Fn(usize, &mut [f32]) + Sync,
 ) {
     assert_eq!(w.len(), n * row_bytes, "quantized product: weight bytes");
     assert_eq!(out.len(), m * n, "quantized product: output length");
@@ -117,38 +127,11 @@ fn by_weight_rows(
     let parallel = threads > 1 && m * n * cols >= PARALLEL_WORK;
     // Rows of W per task: a few tasks per thread balance uneven cores.
     let rows_per_task = if parallel {
-        n.div_ceil(threads * 4).max(8)
+        n.div_ceil(threads * 4)
+            .max(WEIGHT_ROWS)
+            .next_multiple_of(WEIGHT_ROWS)
     } else {
         n
-    };
-    let fill = |first: usize, part: &mut [f32]| {
-        if m == 1 {
-            // One activation row (decoding): the part's rows in one call.
-            dot_rows(
-                &w[first * row_bytes..(first + part.len()) * row_bytes],
-                part,
-            );
-            return;
-        }
-        // A block of activation rows at a time against every weight row of
-        // the part: both stay in cache (a long prompt's rows alone are
-        // larger than L2).
-        for start in (0..m).step_by(ACTIVATION_BLOCK) {
-            let end = (start + ACTIVATION_BLOCK).min(m);
-            for (i, out_row) in part.chunks_exact_mut(m).enumerate() {
-                let r = first + i;
-                let wr = &w[r * row_bytes..(r + 1) * row_bytes];
-                // Four activation rows at a time share each unpacked block.
-                let mut k = start;
-                while k + 4 <= end {
-                    out_row[k..k + 4].copy_from_slice(&dot4(wr, k));
-                    k += 4;
-                }
-                for (j, o) in out_row.iter_mut().enumerate().take(end).skip(k) {
-                    *o = dot(wr, j);
-                }
-            }
-        }
     };
     let run = |target: &mut [f32]| {
         if parallel {
@@ -178,6 +161,7 @@ mod tests {
     use half::f16;
 
     use super::*;
+    use crate::kernels::quant::dot::dot;
     use crate::kernels::quant::Q8Rows;
 
     #[test]
