@@ -156,7 +156,7 @@ mod avx2 {
 
     /// Activation rows taken through each unpacked block at a time: their
     /// accumulators and the eight weight vectors fill the registers.
-    const ACTIVATION_ROWS: usize = 4;
+    const ACTIVATION_ROWS: usize = 8;
 
     /// [`super::dot_eight`]: the match on the format outside the loops.
     ///
@@ -206,7 +206,11 @@ mod avx2 {
                     1 => eight::<1, F>(w, a, out),
                     2 => eight::<2, F>(w, a, out),
                     3 => eight::<3, F>(w, a, out),
-                    _ => eight::<4, F>(w, a, out),
+                    4 => eight::<4, F>(w, a, out),
+                    5 => eight::<5, F>(w, a, out),
+                    6 => eight::<6, F>(w, a, out),
+                    7 => eight::<7, F>(w, a, out),
+                    _ => eight::<8, F>(w, a, out),
                 }
             }
         }

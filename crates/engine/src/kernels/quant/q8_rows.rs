@@ -49,12 +49,7 @@ impl Q8Rows {
             let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let scale = amax / 127.0;
             let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            let mut s = 0i32;
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                // |v·inv| <= 127 by construction: the cast cannot saturate.
-                *q = (v * inv).round() as i8;
-                s += *q as i32;
-            }
+            let s = quantize_block(xb, inv, qb);
             // Stored as llama.cpp stores them, in f16 (the values were
             // quantized with the exact scale): products then match its
             // kernels' to the rounding of their own f32 sums.
@@ -82,6 +77,76 @@ impl Q8Rows {
             sums: &self.sums[b..b + self.blocks],
             qs: &self.qs[b * Q8_BLOCK..(b + self.blocks) * Q8_BLOCK],
         }
+    }
+}
+
+/// `q = round(x · inv)` (half away from zero) for one block, and `Σ q`:
+/// eight lanes at a time where the CPU has AVX2, with the bits of the
+/// scalar loop (the decoding products quantize every layer's input, so
+/// a scalar `round` per value was a tenth of a decode step).
+fn quantize_block(xb: &[f32], inv: f32, qb: &mut [i8]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 (checked above); both blocks hold
+        // `Q8_BLOCK` values (the chunks of `quantize`).
+        return unsafe { avx2::quantize_block(xb, inv, qb) };
+    }
+    let mut s = 0i32;
+    for (q, &v) in qb.iter_mut().zip(xb) {
+        // |v·inv| <= 127 by construction: the cast cannot saturate.
+        *q = (v * inv).round() as i8;
+        s += *q as i32;
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::Q8_BLOCK;
+
+    /// [`super::quantize_block`] on AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `xb` and `qb` hold `Q8_BLOCK` values.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_block(xb: &[f32], inv: f32, qb: &mut [i8]) -> i32 {
+        debug_assert!(xb.len() == Q8_BLOCK && qb.len() == Q8_BLOCK);
+        let inv = _mm256_set1_ps(inv);
+        let half = _mm256_set1_ps(0.5);
+        let sign = _mm256_set1_ps(-0.0);
+        let one = _mm256_set1_ps(1.0);
+        let mut q = [_mm256_setzero_si256(); 4];
+        for (i, qi) in q.iter_mut().enumerate() {
+            // SAFETY: values `8i..8i + 8` of the block are in bounds.
+            let v = _mm256_mul_ps(unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * i)) }, inv);
+            // Half away from zero, exactly: the truncation, plus one step
+            // away from zero where the dropped part is at least a half
+            // (`v - t` is exact for |v| < 2^23).
+            let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+            let step = _mm256_or_ps(_mm256_and_ps(v, sign), one);
+            let up = _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step);
+            *qi = _mm256_cvttps_epi32(_mm256_add_ps(t, up));
+        }
+        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(total),
+            _mm256_extracti128_si256(total, 1),
+        );
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        // Narrow to bytes; the packs work per 128-bit half, so put the
+        // 32-bit groups back in order.
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: `qb` holds 32 bytes.
+        unsafe { _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, ordered) };
+        _mm_cvtsi128_si32(s)
     }
 }
 
@@ -117,6 +182,17 @@ mod tests {
                 // Half a step, and the f16 rounding of the scale over 127 steps.
                 assert!((v - row.d[b] * qv as f32).abs() <= row.d[b] * 0.6 + 1e-6);
             }
+        }
+        // Ties round away from zero on every path: with a scale of 1 the
+        // values are their own steps.
+        let mut ties: Vec<f32> = (0..32).map(|i| i as f32 * 0.5 - 8.0).collect();
+        ties[0] = 127.0;
+        ties[1] = -2.5;
+        ties[2] = 2.5;
+        ties[3] = 0.49999997;
+        let q = Q8Rows::quantize(&ties, 1, 32);
+        for (&v, &got) in ties.iter().zip(q.row(0).qs) {
+            assert_eq!(got, v.round() as i8, "{v}");
         }
         let zeros = Q8Rows::quantize(&[0.0; 32], 1, 32);
         assert_eq!((zeros.row(0).d[0], zeros.row(0).sums[0]), (0.0, 0.0));

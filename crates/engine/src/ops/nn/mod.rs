@@ -60,6 +60,7 @@ pub mod support;
 
 pub use attention::{scaled_dot_product_attention_unfused, AttnMask, SdpaOptions};
 pub use attention::inference_forward as attention_inference;
+pub use rotary::inference_forward as rotary_inference;
 pub use batch_norm::{BatchNormArgs, BatchNormOutput};
 pub use conv::{Conv1dOptions, Conv2dOptions, ConvOptions, Padding};
 pub use conv_transpose::{ConvTranspose1dOptions, ConvTranspose2dOptions, ConvTransposeOptions};

@@ -165,6 +165,19 @@ impl StructuredOp for RotaryEmbedding {
 
 register_defaults!(RotaryEmbedding);
 
+/// The rotation alone, for inference where nothing requires grad (several
+/// sequences decoded at once, each at its own position, on any thread):
+/// the op's forward, so the bits are those of
+/// [`rotary_embedding`](Var::rotary_embedding).
+pub fn inference_forward(x: &Tensor, base: f64, offset: usize) -> Result<Tensor> {
+    RotaryEmbedding {
+        base,
+        offset,
+        inverse: false,
+    }
+    .forward(&[x])
+}
+
 impl<'g> Var<'g> {
     fallible! {
         /// Rotary position embeddings over the last dimension of

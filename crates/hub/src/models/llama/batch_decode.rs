@@ -15,10 +15,12 @@
 //! than the product of one, so the logits agree within f32 rounding.
 
 use super::{LayerCache, Llama, LlamaAttention, LlamaCache, LlamaConfig, LlamaDecoderLayer};
+use rayon::prelude::*;
 use retrograd_engine::base::error::{Error, Result};
 use retrograd_engine::core::graph::{Graph, Var};
 use retrograd_engine::nn::Forward;
-use retrograd_engine::ops::nn::SdpaOptions;
+use retrograd_engine::ops::nn::{attention_inference, rotary_inference};
+use retrograd_engine::tensor::Tensor;
 
 const OP: &str = "Llama::forward_decode_batch";
 
@@ -120,7 +122,10 @@ impl LlamaDecoderLayer {
 impl LlamaAttention {
     /// Attention of `x` `[n, 1, hidden]`: the projections once for all
     /// rows, then each row's rotary position, cache update and attention
-    /// on its own, then the output projection once.
+    /// on its own, the sequences on parallel threads, then the output
+    /// projection once. Each sequence runs the ops that
+    /// [`Llama::forward_cached`] records for one new position, on
+    /// tensors, so its bits are the same.
     fn forward_decode_batch<'g>(
         &self,
         c: &LlamaConfig,
@@ -130,38 +135,38 @@ impl LlamaAttention {
         l: usize,
     ) -> Result<Var<'g>> {
         let graph = x.graph();
-        let (h, kv, hd) = (
-            c.num_attention_heads as isize,
-            c.num_key_value_heads as isize,
-            c.head_dim as isize,
-        );
+        let (h, kv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let (q, k, v) = self.project(x)?;
-        let heads = |v: &Var<'g>, i: usize, n: isize| -> Result<Var<'g>> {
-            v.try_narrow(0, i as isize, 1)?
-                .try_reshape(&[1, 1, n, hd])?
-                .try_transpose(1, 2)
+        let (q, k, v) = (q.value(), k.value(), v.value());
+        // Sequence `i`'s heads of `t` as `[1, heads, 1, head_dim]`.
+        let heads = |t: &Tensor, i: usize, n: usize| -> Result<Tensor> {
+            t.narrow(0, i as isize, 1)?
+                .reshape(&[1, 1, n, hd])?
+                .transpose(1, 2)
         };
-        let mut rows = Vec::with_capacity(pasts.len());
-        for (i, (cache, &past)) in caches.iter_mut().zip(pasts).enumerate() {
-            let qi = heads(&q, i, h)?.try_rotary_embedding(c.rope_theta, past)?;
-            let ki = heads(&k, i, kv)?.try_rotary_embedding(c.rope_theta, past)?;
-            let vi = heads(&v, i, kv)?;
-            let (keys, values) = LayerCache::append(
-                &mut cache.layers[l],
-                past,
-                ki.value(),
-                vi.value(),
-                cache.half,
-            )?;
-            let (ki, vi) = (graph.constant(keys), graph.constant(values));
-            // The query heads sharing a key/value head, stacked as rows; one
-            // new position sees every key, so no mask.
-            let qi = qi.try_reshape(&[1, kv, h / kv, hd])?;
-            let y = qi.try_scaled_dot_product_attention(&ki, &vi, &SdpaOptions::new())?;
-            rows.push(y.try_reshape(&[1, 1, h * hd])?);
+        let rows: Vec<Tensor> = caches
+            .par_iter_mut()
+            .zip(pasts.par_iter())
+            .enumerate()
+            .map(|(i, (cache, &past))| -> Result<Tensor> {
+                let qi = rotary_inference(&heads(q, i, h)?, c.rope_theta, past)?;
+                let ki = rotary_inference(&heads(k, i, kv)?, c.rope_theta, past)?;
+                let vi = heads(v, i, kv)?;
+                let half = cache.half;
+                let (keys, values) =
+                    LayerCache::append(&mut cache.layers[l], past, &ki, &vi, half)?;
+                // The query heads sharing a key/value head, stacked as
+                // rows; one new position sees every key, so no mask.
+                let qi = qi.reshape(&[1, kv, h / kv, hd])?;
+                attention_inference(&qi, &keys, &values, None, None, false)
+            })
+            .collect::<Result<_>>()?;
+        let mut y = Vec::with_capacity(rows.len() * h * hd);
+        for row in &rows {
+            y.extend(row.to_vec::<f32>()?);
         }
-        let y = Var::try_cat(&rows.iter().collect::<Vec<_>>(), 0)?;
-        self.o_proj.forward(&y)
+        let y = Tensor::from_vec(y, &[rows.len(), 1, h * hd])?;
+        self.o_proj.forward(&graph.constant(y))
     }
 }
 
