@@ -222,6 +222,14 @@ fn kl_from_top(top_ids: &[usize], top_logits: &[f64], lse: f64, ours: &[f32]) ->
     kl
 }
 
+/// The top-two logit gap above which a first token must match llama.cpp's.
+/// Below it the choice is a near tie that llama.cpp's own settings (batch
+/// size, flash attention, an f32 cache) move by more than the gap: their
+/// worst top logits differ from its default by 1.7 to 2.5, and the order
+/// of a dot product's float additions moves a logit by about 0.1 after 30
+/// layers of 8-bit activations.
+const CLEAR_MARGIN: f64 = 0.2;
+
 #[test]
 fn the_quantized_path_follows_llama_cpp() {
     let Some(gguf) = gguf_in_release() else {
@@ -233,6 +241,9 @@ fn the_quantized_path_follows_llama_cpp() {
     let r: Value = serde_json::from_str(&text).unwrap();
     let vocab = model.config().vocab_size;
     let (mut first_equal, mut kls, mut worst_logit) = (0, Vec::new(), 0.0f64);
+    // First tokens that llama.cpp itself picks by a clear margin, and how
+    // many of those we pick too.
+    let (mut clear, mut clear_equal) = (0, 0);
     let prompts = r["prompts"].as_array().unwrap();
     for p in prompts {
         let prompt = ids(&p["prompt_ids"]);
@@ -257,6 +268,11 @@ fn the_quantized_path_follows_llama_cpp() {
                     .max_by(|&a, &b| row[a].total_cmp(&row[b]))
                     .unwrap();
                 first_equal += (best == greedy[0]) as usize;
+                let top = floats(&p["top_logits"][0]);
+                if top[0] - top[1] > CLEAR_MARGIN {
+                    clear += 1;
+                    clear_equal += (best == greedy[0]) as usize;
+                }
             }
             let top_ids = ids(&p["top_ids"][i]);
             let top_logits = floats(&p["top_logits"][i]);
@@ -274,7 +290,8 @@ fn the_quantized_path_follows_llama_cpp() {
     kls.sort_by(f64::total_cmp);
     let (kl_max, kl_median) = (kls[kls.len() - 1], kls[kls.len() / 2]);
     println!(
-        "against llama.cpp ({} prompts x 16 positions): first token equal {first_equal}/{}, \
+        "against llama.cpp ({} prompts x 16 positions): first token equal {first_equal}/{} \
+         ({clear_equal}/{clear} where llama.cpp's top two differ by over {CLEAR_MARGIN}), \
          KL max {kl_max:.4} median {kl_median:.4}, worst top-40 logit {worst_logit:.3}",
         prompts.len(),
         prompts.len()
@@ -288,8 +305,8 @@ fn the_quantized_path_follows_llama_cpp() {
         );
     }
     assert!(
-        first_equal >= 19,
-        "first token equal on {first_equal}/20 prompts"
+        clear_equal == clear && clear >= 15,
+        "first token equal on {clear_equal} of the {clear} prompts llama.cpp decides clearly"
     );
     assert!(kl_max <= 0.05, "KL divergence up to {kl_max}");
     assert!(worst_logit <= 1.5, "a top logit differs by {worst_logit}");
