@@ -329,6 +329,8 @@ mod avx2 {
     /// # Safety
     /// As [`dot_eight`], with `R == a.len()` and `w` the eight rows'
     /// starts.
+    // `r` indexes the activation rows and their accumulators together.
+    #[allow(clippy::needless_range_loop)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn eight<const R: usize, const F: u8>(
