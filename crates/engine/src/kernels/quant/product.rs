@@ -39,7 +39,9 @@ pub fn product(format: DotFormat, w: &[u8], n: usize, a: &Q8Rows, out: &mut [f32
     by_weight_rows(shape, w, out, |first, part| {
         // Eight weight rows at a time against a block of activation rows:
         // `dot_eight` gives eight outputs per activation row.
-        let mut eight = vec![0.0f32; ACTIVATION_BLOCK.min(m) * WEIGHT_ROWS];
+        // On the stack: a worker thread that allocates gets its own heap
+        // arena, which stays in the process's memory.
+        let mut eight = [0.0f32; ACTIVATION_BLOCK * WEIGHT_ROWS];
         let count = part.len() / m;
         for start in (0..m).step_by(ACTIVATION_BLOCK) {
             let end = (start + ACTIVATION_BLOCK).min(m);
